@@ -1,0 +1,26 @@
+/* common/engine.c: picks the backend named by the options. */
+#include <stdio.h>
+#include <string.h>
+#include "engine.h"
+
+zl_engine *engine_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen) {
+    const char *dev = o && o->device ? o->device : "cpu";
+    if (strcmp(dev, "cpu") == 0) return engine_cpu_new(m, o, err, errlen);
+    if (strncmp(dev, "cuda", 4) == 0 && (dev[4] == 0 || dev[4] == ':')) return engine_cuda_new(m, o, err, errlen);
+    snprintf(err, errlen, "unknown device '%s' (expected cpu, cuda or cuda:N)", dev);
+    return NULL;
+}
+
+void engine_destroy(zl_engine **e) {
+    if (!e || !*e) return;
+    (*e)->ops->destroy(*e);
+    *e = NULL;
+}
+
+#ifndef ZLLM_HAVE_CUDA
+zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen) {
+    (void)m; (void)o;
+    snprintf(err, errlen, "this zllm was built without CUDA (rebuild with ZLLM_CUDA=1 and the CUDA toolkit)");
+    return NULL;
+}
+#endif

@@ -1,0 +1,73 @@
+/* common/engine.h: the model interface every backend implements (CPU reference, CUDA).
+ *
+ * An engine owns n_slots per-sequence KV caches of n_ctx tokens each. One engine_step() runs a batch of
+ * sequences at independent positions: each entry appends n_tokens tokens to its slot starting at pos (a
+ * whole or partial prompt: prefill; or one token: decode), and, when `sample` is set, samples the next
+ * token from the logits of its last position. Slots need no reset: writing at pos overwrites, and attention
+ * reads only positions [0, pos + n_tokens).
+ * Batch invariance is part of the contract: a sequence's tokens and logits do not depend on which other
+ * sequences share its step, nor on its index in the batch. */
+#ifndef ZLLM_ENGINE_H
+#define ZLLM_ENGINE_H
+#include <stddef.h>
+#include <stdint.h>
+#include "model.h"
+#include "sampler.h"
+
+typedef struct {
+    int slot;                  /* KV slot in [0, n_slots); one sequence per slot per step */
+    int pos;                   /* position of tokens[0]; the slot holds valid KV for [0, pos) */
+    int n_tokens;              /* tokens this step, >= 1, pos + n_tokens <= n_ctx */
+    const int32_t *tokens;     /* [n_tokens] token ids, each in [0, vocab) */
+    int sample;                /* 1: sample after the last token; 0: prefill chunk only (out_tokens gets -1) */
+    const zl_sampling *samp;   /* sampling parameters; NULL means greedy */
+    const int32_t *history;    /* the sequence's tokens so far incl. these (for the repetition penalty), or NULL */
+    int n_history;             /* entries in history */
+    uint64_t *rng;             /* per-sequence generator state, advanced when sampling (may be NULL if greedy) */
+} zl_seq;
+
+typedef struct zl_engine zl_engine;
+
+typedef struct {
+    /* runs one step; out_tokens[n] gets sampled ids (-1 where sample == 0); out_logits, when not NULL, gets
+     * [n][vocab] f32 logits of each entry's last position (tests and the reference harness).
+     * Returns 0, or -1 with e->err set (bad arguments, or a device error: the caller must then exit). */
+    int (*step)(zl_engine *e, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits);
+    void (*destroy)(zl_engine *e);   /* frees everything the backend owns, including e */
+} zl_engine_ops;
+
+struct zl_engine {
+    const zl_engine_ops *ops;  /* backend */
+    const zl_model *model;     /* borrowed; must outlive the engine */
+    char device[32];           /* "cpu", "cuda:0" */
+    int n_slots;               /* KV slots = most sequences alive at once */
+    int n_ctx;                 /* tokens per slot */
+    int max_batch;             /* most entries in one step */
+    int max_step_tokens;       /* most tokens (sum of n_tokens) in one step */
+    char err[256];             /* last error */
+};
+
+typedef struct {
+    const char *device;        /* "cpu", "cuda", "cuda:N" */
+    int n_slots;               /* 0: max_batch */
+    int n_ctx;                 /* 0: the model's trained context, capped at 4096 */
+    int max_batch;             /* 0: 16 */
+    int max_step_tokens;       /* 0: 2048 */
+    int threads;               /* CPU threads; 0: all cores */
+    size_t kv_mem;             /* CUDA KV budget in bytes; 0: a fraction of free memory */
+    int no_graphs;             /* CUDA: 1 runs decode eagerly instead of replaying CUDA graphs */
+} zl_engine_opts;
+
+/* Creates the backend named by o->device. Returns NULL with a message in err (unknown device, CUDA not
+ * built in or no GPU, out of memory, model not supported by the backend). */
+zl_engine *engine_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);
+/* backends, called by engine_new */
+zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);
+zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);
+
+static inline int engine_step(zl_engine *e, const zl_seq *s, int n, int32_t *tok, float *logits) {
+    return e->ops->step(e, s, n, tok, logits);
+}
+/* idempotent; sets *e to NULL */
+void engine_destroy(zl_engine **e);
+#endif

@@ -1,0 +1,58 @@
+/* common/tokenizer.h: text <-> token ids with the model's own vocabulary from its GGUF metadata
+ * (tokenizer.ggml.*): SentencePiece-style (model "llama") and byte-level BPE (model "gpt2") with the
+ * pre-tokenizers named by tokenizer.ggml.pre; chat templates. */
+#ifndef ZLLM_TOKENIZER_H
+#define ZLLM_TOKENIZER_H
+#include <stddef.h>
+#include <stdint.h>
+#include "gguf.h"
+
+typedef struct zl_tokenizer zl_tokenizer;
+
+/* Builds the tokenizer from g's metadata (g may be closed afterwards: everything is copied).
+ * Returns NULL with a message for a missing or unsupported vocabulary. */
+zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen);
+void tokenizer_destroy(zl_tokenizer **t);
+
+int tokenizer_n_vocab(const zl_tokenizer *t);
+int tokenizer_bos(const zl_tokenizer *t);       /* -1 when none */
+int tokenizer_eos(const zl_tokenizer *t);       /* -1 when none */
+int tokenizer_add_bos(const zl_tokenizer *t);   /* the file's add-BOS flag (default by model type) */
+/* 1 when id ends generation (EOS, EOT, <|im_end|>, <|eot_id|> ...) */
+int tokenizer_is_eog(const zl_tokenizer *t, int32_t id);
+
+/* Encodes text[len]. add_bos: prepend BOS; parse_special: text such as <|im_start|> becomes its single token
+ * (otherwise it is plain text). Writes up to max_out ids and returns the total count (which may exceed max_out:
+ * call again with a bigger buffer), or -1 on error. */
+int tokenizer_encode(const zl_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+                     int32_t *out, int max_out);
+
+/* Streaming decode state for one sequence: holds bytes of an incomplete UTF-8 character. Zero-initialise. */
+typedef struct {
+    unsigned char pend[8];     /* bytes of an unfinished UTF-8 character */
+    int n_pend;                /* count of pend */
+    int started;               /* 0 until the first text is produced (the SentencePiece leading space rule) */
+} zl_detok;
+
+/* Appends the text of id to out (cap bytes, NUL-terminated) and returns the byte count written, holding back
+ * an incomplete UTF-8 character until a later token completes it. Returns -1 if cap is too small or id is
+ * out of range. Special/control tokens decode to their text only when `special` is set. */
+int tokenizer_decode_stream(const zl_tokenizer *t, zl_detok *st, int32_t id, int special, char *out, size_t cap);
+/* Flushes held bytes at the end of a stream (invalid leftovers become U+FFFD). */
+int tokenizer_decode_flush(const zl_tokenizer *t, zl_detok *st, char *out, size_t cap);
+/* Whole-sequence decode into a malloc'd NUL-terminated string (caller frees), or NULL. */
+char *tokenizer_decode(const zl_tokenizer *t, const int32_t *ids, int n, int special);
+
+/* Chat templates */
+typedef struct {
+    const char *role;          /* "system", "user", "assistant" */
+    const char *content;       /* UTF-8 text */
+} zl_chat_msg;
+
+/* Renders msgs with the model's tokenizer.chat_template (kept by tokenizer_new; recognised families: ChatML,
+ * Llama 3, Llama 2 / Mistral [INST]) into a malloc'd prompt, with the assistant generation prompt added when
+ * add_gen is set. The prompt is meant to be encoded with parse_special = 1 and add_bos = 0 (BOS, where the
+ * family has one, is written by the template). Returns NULL with a message for an unrecognised or absent
+ * template ("... send a raw prompt"). */
+char *chat_apply(const zl_tokenizer *t, const zl_chat_msg *msgs, int n, int add_gen, char *err, size_t errlen);
+#endif

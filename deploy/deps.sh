@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# deploy/deps.sh: installs what zllm needs and is missing. As root it installs; otherwise it prints the commands.
+# Debian packages: build tools, ZeroMQ, msgpack-c, PCRE2, utf8proc. Python: the packages the tests and clients use.
+set -u
+pkgs=(build-essential pkg-config libzmq3-dev libmsgpack-dev libpcre2-dev libutf8proc-dev python3 python3-pip)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+# python3 may come from elsewhere (pyenv): accept a working python3 + pip instead of Debian's
+if command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1; then
+    missing=("${missing[@]/python3-pip}"); missing=("${missing[@]/python3}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+pymods=(numpy gguf zmq msgpack)
+pypkgs=(numpy gguf pyzmq msgpack)
+pymissing=()
+for i in "${!pymods[@]}"; do
+    python3 -c "import ${pymods[$i]}" >/dev/null 2>&1 || pymissing+=("${pypkgs[$i]}")
+done
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+    [ ${#missing[@]} -gt 0 ] && echo "zllm needs: sudo apt-get install -y ${missing[*]}"
+    [ ${#pymissing[@]} -gt 0 ] && echo "zllm needs: python3 -m pip install ${pymissing[*]}"
+    [ ${#missing[@]} -eq 0 ] && [ ${#pymissing[@]} -eq 0 ] && exit 0
+    exit 1
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "deps: apt-get install ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null && apt-get install -y -qq "${missing[@]}" >/dev/null || { echo "deps: apt-get failed" >&2; exit 1; }
+fi
+if [ ${#pymissing[@]} -gt 0 ]; then
+    echo "deps: pip install ${pymissing[*]}"
+    python3 -m pip install -q "${pymissing[@]}" 2>&1 | grep -v -i 'warning' || true
+    for m in "${pymods[@]}"; do python3 -c "import $m" || { echo "deps: python module $m still missing" >&2; exit 1; }; done
+fi
+exit 0

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# tests/run.sh BUILD: runs every test program and test script, adds up their closing
+# "N passed, N failed" lines, and prints the grand total as the last line.
+# ZLLM_TEST_FILTER=regex runs only the matching tests.
+set -u
+build=${1:-build}
+cd "$(dirname "$0")/.."
+export ZLLM_FIXTURES=${ZLLM_FIXTURES:-$(cd .. && pwd)/shared/fixtures}
+export ZLLM_BUILD=$build
+filter=${ZLLM_TEST_FILTER:-.}
+tp=0; tf=0; bad=()
+run_one() {   # name, command...
+    local name=$1; shift
+    local log; log=$(mktemp)
+    local t0=$SECONDS
+    "$@" >"$log" 2>&1; local rc=$?
+    local line; line=$(grep -E '^([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+    local p=0 f=0
+    if [ -n "$line" ]; then
+        p=$(echo "$line" | sed -E 's/^([A-Za-z]+: )?([0-9]+) passed.*/\2/')
+        f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    fi
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    if [ -z "$line" ] && [ $rc -eq 0 ]; then p=1; fi
+    tp=$((tp + p)); tf=$((tf + f))
+    if [ "$f" -ne 0 ]; then
+        bad+=("$name"); echo "FAIL $name (rc=$rc, $p passed, $f failed, $((SECONDS - t0))s)"; tail -n 30 "$log" | sed 's/^/    /'
+    else
+        echo "ok   $name ($p passed, $((SECONDS - t0))s)"
+    fi
+    rm -f "$log"
+}
+for t in "$build"/tests/test_* "$build"/tests/fuzz_*; do
+    [ -x "$t" ] || continue
+    n=$(basename "$t"); [[ $n =~ $filter ]] || continue
+    run_one "$n" "$t"
+done
+for s in tests/test_*.sh tests/test_*.py; do
+    [ -f "$s" ] || continue
+    n=$(basename "$s"); [[ $n =~ $filter ]] || continue
+    case "$s" in *.sh) run_one "$n" bash "$s" ;; *.py) run_one "$n" python3 "$s" ;; esac
+done
+[ ${#bad[@]} -gt 0 ] && echo "failed: ${bad[*]}"
+echo "$tp passed, $tf failed"
+[ "$tf" -eq 0 ]
