@@ -1,0 +1,555 @@
+/* common/engine_cpu.c: the CPU reference backend: an f32 forward pass of a Llama-family model over a batch of
+ * sequences at independent positions, with per-slot f32 KV caches. Weights stay in the file's type and are
+ * dequantized row by row as the matrix-vector products read them.
+ *
+ * Batch invariance: every value a row produces depends only on that row (and its own slot's cache). Every
+ * dot product runs in one fixed order (s_dot), matrix products are split over threads by output row only,
+ * and nothing ever reduces across rows, so a sequence's logits are bitwise the same whatever shares its step.
+ *
+ * Step layout: the step's T = sum(n_tokens) token rows are stacked into [T][width] activations; each weight
+ * row is dequantized once per step and applied to all T rows. Matrix products and attention run on a small
+ * pool of pthreads (opts->threads); element-wise work stays on the calling thread. One engine serves one caller
+ * at a time (engine_step is not reentrant); separate engines are independent. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "engine.h"
+#include "quant.h"
+
+#define S_MAX_THREADS 64
+#define S_CHUNK_BYTES (64 * 1024)   /* dequantized weight rows held per thread at once */
+
+/* ------------------------------------------------------------------------------------------------------------
+ * thread pool: run(fn) calls fn(ctx, ith, nth) on every thread (the caller is thread 0) and waits for all */
+
+typedef void (*s_job_fn)(void *ctx, int ith, int nth);
+
+typedef struct {
+    pthread_mutex_t mu;        /* guards everything below */
+    pthread_cond_t go;         /* signalled when gen advances or quit is set */
+    pthread_cond_t done;       /* signalled when pending reaches 0 */
+    int n_threads;             /* including the caller */
+    pthread_t tids[S_MAX_THREADS];  /* [n_threads - 1] workers */
+    int n_started;             /* workers created */
+    s_job_fn fn;               /* current job */
+    void *ctx;                 /* its argument */
+    uint64_t gen;              /* job generation */
+    int pending;               /* workers still running the current job */
+    int quit;                  /* 1: workers exit */
+} s_pool;
+
+typedef struct {
+    s_pool *pool;              /* owner */
+    int ith;                   /* this worker's index, >= 1 */
+} s_worker_arg;
+
+typedef struct {
+    zl_engine base;            /* public part; must stay first */
+    zl_config c;               /* copy of the model configuration */
+    int nth;                   /* threads */
+    s_pool pool;               /* workers */
+    s_worker_arg wargs[S_MAX_THREADS];  /* worker arguments */
+    /* small weights dequantized to f32 at creation */
+    float *attn_norm;          /* [n_layers][dim] */
+    float *ffn_norm;           /* [n_layers][dim] */
+    float *bq, *bk, *bv;       /* [n_layers][q_dim] / [n_layers][kv_dim]; NULL without biases */
+    float *out_norm;           /* [dim] */
+    /* KV cache: [n_slots][n_layers][n_ctx][kv_dim] each */
+    float *kc, *vc;
+    /* step activations, sized for max_step_tokens rows */
+    float *x;                  /* [T][dim] residual stream */
+    float *xb;                 /* [T][max(dim, q_dim)] normed input / attention output */
+    float *xb2;                /* [T][dim] projection output */
+    float *q;                  /* [T][q_dim] */
+    float *k, *v;              /* [T][kv_dim] */
+    float *hb, *hb2;           /* [T][ffn_dim] */
+    float *xl;                 /* [max_batch][dim] last rows, normed */
+    float *lg;                 /* [max_batch][vocab] logits */
+    float *lgs;                /* [vocab] sampler scratch */
+    int *row_slot, *row_pos;   /* [T] slot and position of each row */
+    float *rope_cs;            /* [T][rope_dim] cos/sin pairs per row */
+    float *th_att;             /* [nth][n_ctx] attention scores per thread */
+    float *th_w;               /* [nth][chunk floats] dequantized weight rows per thread */
+    size_t th_w_floats;        /* floats per thread in th_w */
+} s_cpu;
+
+static void *s_worker(void *arg) {
+    s_worker_arg *a = arg;
+    s_pool *p = a->pool;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->quit && p->gen == seen) pthread_cond_wait(&p->go, &p->mu);
+        if (p->quit) break;
+        seen = p->gen;
+        s_job_fn fn = p->fn;
+        void *ctx = p->ctx;
+        pthread_mutex_unlock(&p->mu);
+        fn(ctx, a->ith, p->n_threads);
+        pthread_mutex_lock(&p->mu);
+        if (--p->pending == 0) pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void s_pool_run(s_pool *p, s_job_fn fn, void *ctx) {
+    if (p->n_threads <= 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn;
+    p->ctx = ctx;
+    p->pending = p->n_threads - 1;
+    p->gen++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    fn(ctx, 0, p->n_threads);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* [lo, hi) of n items for thread ith of nth */
+static void s_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    *lo = n * ith / nth;
+    *hi = n * (ith + 1) / nth;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * kernels */
+
+/* the one dot product: 8 partial sums in a fixed order, independent of alignment and of the caller */
+static float s_dot(const float *a, const float *b, int64_t n) {
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        s0 += a[i] * b[i];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
+        s4 += a[i + 4] * b[i + 4];
+        s5 += a[i + 5] * b[i + 5];
+        s6 += a[i + 6] * b[i + 6];
+        s7 += a[i + 7] * b[i + 7];
+    }
+    float t = 0;
+    for (; i < n; i++) t += a[i] * b[i];
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + t;
+}
+
+static void s_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss / n + (double)eps));
+    for (int i = 0; i < n; i++) out[i] = w[i] * (x[i] * r);
+}
+
+typedef struct {
+    s_cpu *e;                  /* engine (thread scratch) */
+    const zl_weight *w;        /* [n_out rows][n_in] */
+    const float *bias;         /* [n_out] or NULL */
+    const float *x;            /* [T][n_in] */
+    float *y;                  /* [T][n_out] */
+    int T;                     /* rows */
+    int err;                   /* set by a thread when dequantization fails */
+} s_matmul_job;
+
+/* y[t][o] = dot(W[o], x[t]) (+ bias[o]) for this thread's share of output rows o */
+static void s_matmul_fn(void *ctx, int ith, int nth) {
+    s_matmul_job *j = ctx;
+    const zl_weight *w = j->w;
+    int64_t n_in = w->n_in, n_out = w->n_out, lo, hi;
+    s_range(n_out, ith, nth, &lo, &hi);
+    float *buf = j->e->th_w + (size_t)ith * j->e->th_w_floats;
+    int64_t chunk = (int64_t)(j->e->th_w_floats / (size_t)n_in);
+    if (chunk < 1) chunk = 1;
+    for (int64_t o0 = lo; o0 < hi; o0 += chunk) {
+        int64_t nr = hi - o0 < chunk ? hi - o0 : chunk;
+        const float *rows;
+        if (w->type == GGML_F32) {
+            rows = (const float *)((const char *)w->data + (size_t)o0 * w->row_bytes);
+        } else {
+            for (int64_t r = 0; r < nr; r++) {
+                const void *src = (const char *)w->data + (size_t)(o0 + r) * w->row_bytes;
+                if (quant_dequant_row(w->type, src, buf + r * n_in, n_in) != 0) {
+                    j->err = 1;
+                    return;
+                }
+            }
+            rows = buf;
+        }
+        for (int t = 0; t < j->T; t++) {
+            const float *xt = j->x + (size_t)t * n_in;
+            float *yt = j->y + (size_t)t * n_out;
+            for (int64_t r = 0; r < nr; r++) {
+                float s = s_dot(rows + r * n_in, xt, n_in);
+                yt[o0 + r] = j->bias ? s + j->bias[o0 + r] : s;
+            }
+        }
+    }
+}
+
+static int s_matmul(s_cpu *e, const zl_weight *w, const float *bias, const float *x, float *y, int T) {
+    s_matmul_job j = { e, w, bias, x, y, T, 0 };
+    s_pool_run(&e->pool, s_matmul_fn, &j);
+    if (j.err) snprintf(e->base.err, sizeof e->base.err, "cannot dequantize %s", w->name ? w->name : "?");
+    return j.err ? -1 : 0;
+}
+
+/* rotates the leading rope_dim dims of each of n_heads heads of x (one row) with the row's cos/sin pairs */
+static void s_rope(float *x, int n_heads, int head_dim, int rope_dim, zl_rope_style style, const float *cs) {
+    int half = rope_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            int a = style == ZL_ROPE_ADJACENT ? 2 * i : i;
+            int b = style == ZL_ROPE_ADJACENT ? 2 * i + 1 : i + half;
+            float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+typedef struct {
+    s_cpu *e;                  /* engine */
+    int layer;                 /* layer index */
+    int T;                     /* rows */
+} s_attn_job;
+
+/* causal attention for this thread's share of (row, head) items; output into e->xb [T][q_dim] */
+static void s_attn_fn(void *ctx, int ith, int nth) {
+    s_attn_job *j = ctx;
+    s_cpu *e = j->e;
+    const zl_config *c = &e->c;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
+    size_t slot_stride = (size_t)c->n_layers * e->base.n_ctx * kv_dim;
+    float *att = e->th_att + (size_t)ith * e->base.n_ctx;
+    float scale = (float)(1.0 / sqrt((double)hd));
+    int64_t lo, hi;
+    s_range((int64_t)j->T * c->n_heads, ith, nth, &lo, &hi);
+    for (int64_t it = lo; it < hi; it++) {
+        int r = (int)(it / c->n_heads), h = (int)(it % c->n_heads), kvh = h / group;
+        int pos = e->row_pos[r];
+        size_t base = (size_t)e->row_slot[r] * slot_stride + (size_t)j->layer * e->base.n_ctx * kv_dim +
+                      (size_t)kvh * hd;
+        const float *qh = e->q + (size_t)r * q_dim + (size_t)h * hd;
+        float mx = -INFINITY;
+        for (int p = 0; p <= pos; p++) {
+            att[p] = s_dot(qh, e->kc + base + (size_t)p * kv_dim, hd) * scale;
+            if (att[p] > mx) mx = att[p];
+        }
+        float sum = 0.0f;
+        for (int p = 0; p <= pos; p++) {
+            att[p] = expf(att[p] - mx);
+            sum += att[p];
+        }
+        float inv = 1.0f / sum;
+        float *out = e->xb + (size_t)r * q_dim + (size_t)h * hd;
+        for (int d = 0; d < hd; d++) out[d] = 0.0f;
+        for (int p = 0; p <= pos; p++) {
+            float a = att[p] * inv;
+            const float *vp = e->vc + base + (size_t)p * kv_dim;
+            for (int d = 0; d < hd; d++) out[d] += a * vp[d];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * step */
+
+static int s_check(s_cpu *e, const zl_seq *seqs, int n, int *T_out) {
+    zl_engine *b = &e->base;
+    if (!seqs || n < 1 || n > b->max_batch) {
+        snprintf(b->err, sizeof b->err, "step: %d sequences (1..%d allowed)", n, b->max_batch);
+        return -1;
+    }
+    int64_t T = 0;
+    for (int i = 0; i < n; i++) {
+        const zl_seq *s = &seqs[i];
+        if (s->slot < 0 || s->slot >= b->n_slots) {
+            snprintf(b->err, sizeof b->err, "step: seq %d: slot %d out of range [0, %d)", i, s->slot, b->n_slots);
+            return -1;
+        }
+        for (int k = 0; k < i; k++)
+            if (seqs[k].slot == s->slot) {
+                snprintf(b->err, sizeof b->err, "step: slot %d appears twice", s->slot);
+                return -1;
+            }
+        if (s->n_tokens < 1 || s->pos < 0 || !s->tokens || (int64_t)s->pos + s->n_tokens > b->n_ctx) {
+            snprintf(b->err, sizeof b->err, "step: seq %d: pos %d + %d tokens outside the context of %d", i,
+                     s->pos, s->n_tokens, b->n_ctx);
+            return -1;
+        }
+        for (int t = 0; t < s->n_tokens; t++)
+            if (s->tokens[t] < 0 || s->tokens[t] >= e->c.vocab_size) {
+                snprintf(b->err, sizeof b->err, "step: seq %d: token %d out of vocabulary", i, (int)s->tokens[t]);
+                return -1;
+            }
+        int greedy = !s->samp || !(s->samp->temperature > 0.0f);
+        if (s->sample && !greedy && !s->rng) {
+            snprintf(b->err, sizeof b->err, "step: seq %d samples with temperature but has no rng state", i);
+            return -1;
+        }
+        T += s->n_tokens;
+    }
+    if (T > b->max_step_tokens) {
+        snprintf(b->err, sizeof b->err, "step: %lld tokens exceed max_step_tokens %d", (long long)T,
+                 b->max_step_tokens);
+        return -1;
+    }
+    *T_out = (int)T;
+    return 0;
+}
+
+static int s_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
+    s_cpu *e = (s_cpu *)eb;
+    const zl_model *m = eb->model;
+    const zl_config *c = &e->c;
+    int T;
+    if (s_check(e, seqs, n, &T)) return -1;
+    int dim = c->dim, hd = c->head_dim, half = c->rope_dim / 2;
+    size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
+    size_t slot_stride = (size_t)c->n_layers * eb->n_ctx * kv_dim;
+
+    /* rows: embeddings, slot/pos, RoPE tables (double precision angles, then f32) */
+    int r = 0;
+    for (int i = 0; i < n; i++) {
+        const zl_seq *s = &seqs[i];
+        for (int t = 0; t < s->n_tokens; t++, r++) {
+            const void *src = (const char *)m->tok_embd.data + (size_t)s->tokens[t] * m->tok_embd.row_bytes;
+            if (quant_dequant_row(m->tok_embd.type, src, e->x + (size_t)r * dim, dim) != 0) {
+                snprintf(eb->err, sizeof eb->err, "cannot dequantize token_embd.weight");
+                return -1;
+            }
+            e->row_slot[r] = s->slot;
+            e->row_pos[r] = s->pos + t;
+            float *cs = e->rope_cs + (size_t)r * c->rope_dim;
+            for (int k = 0; k < half; k++) {
+                double theta = (double)(s->pos + t) * pow((double)c->rope_base, -2.0 * k / c->rope_dim);
+                cs[2 * k] = (float)cos(theta);
+                cs[2 * k + 1] = (float)sin(theta);
+            }
+        }
+    }
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const zl_layer_weights *L = &m->layers[l];
+        for (r = 0; r < T; r++)
+            s_rmsnorm(e->xb + (size_t)r * dim, e->x + (size_t)r * dim, e->attn_norm + (size_t)l * dim, dim,
+                      c->rms_eps);
+        if (s_matmul(e, &L->wq, e->bq ? e->bq + l * q_dim : NULL, e->xb, e->q, T) ||
+            s_matmul(e, &L->wk, e->bk ? e->bk + l * kv_dim : NULL, e->xb, e->k, T) ||
+            s_matmul(e, &L->wv, e->bv ? e->bv + l * kv_dim : NULL, e->xb, e->v, T))
+            return -1;
+        for (r = 0; r < T; r++) {
+            const float *cs = e->rope_cs + (size_t)r * c->rope_dim;
+            s_rope(e->q + r * q_dim, c->n_heads, hd, c->rope_dim, c->rope_style, cs);
+            s_rope(e->k + r * kv_dim, c->n_kv_heads, hd, c->rope_dim, c->rope_style, cs);
+            size_t at = (size_t)e->row_slot[r] * slot_stride + ((size_t)l * eb->n_ctx + e->row_pos[r]) * kv_dim;
+            memcpy(e->kc + at, e->k + r * kv_dim, kv_dim * sizeof(float));
+            memcpy(e->vc + at, e->v + r * kv_dim, kv_dim * sizeof(float));
+        }
+        s_attn_job aj = { e, l, T };
+        s_pool_run(&e->pool, s_attn_fn, &aj);
+        if (s_matmul(e, &L->wo, NULL, e->xb, e->xb2, T)) return -1;
+        for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];
+
+        for (r = 0; r < T; r++)
+            s_rmsnorm(e->xb + (size_t)r * dim, e->x + (size_t)r * dim, e->ffn_norm + (size_t)l * dim, dim,
+                      c->rms_eps);
+        if (s_matmul(e, &L->w_gate, NULL, e->xb, e->hb, T) || s_matmul(e, &L->w_up, NULL, e->xb, e->hb2, T))
+            return -1;
+        for (size_t i = 0; i < (size_t)T * c->ffn_dim; i++) {
+            float g = e->hb[i];
+            e->hb[i] = g / (1.0f + expf(-g)) * e->hb2[i];   /* SiLU(gate) * up */
+        }
+        if (s_matmul(e, &L->w_down, NULL, e->hb, e->xb2, T)) return -1;
+        for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];
+    }
+
+    /* LM head on each sequence's last row only */
+    r = 0;
+    for (int i = 0; i < n; i++) {
+        r += seqs[i].n_tokens;
+        s_rmsnorm(e->xl + (size_t)i * dim, e->x + (size_t)(r - 1) * dim, e->out_norm, dim, c->rms_eps);
+    }
+    if (s_matmul(e, &m->output, NULL, e->xl, e->lg, n)) return -1;
+    size_t V = (size_t)c->vocab_size;
+    if (out_logits) memcpy(out_logits, e->lg, (size_t)n * V * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        const zl_seq *s = &seqs[i];
+        if (!s->sample) {
+            if (out_tokens) out_tokens[i] = -1;
+            continue;
+        }
+        memcpy(e->lgs, e->lg + i * V, V * sizeof(float));
+        int id = sampler_sample(e->lgs, (int)V, s->samp, s->history, s->n_history, s->rng);
+        if (out_tokens) out_tokens[i] = id;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * lifetime */
+
+static void s_destroy(zl_engine *eb) {
+    if (!eb) return;
+    s_cpu *e = (s_cpu *)eb;
+    s_pool *p = &e->pool;
+    if (p->n_started > 0) {
+        pthread_mutex_lock(&p->mu);
+        p->quit = 1;
+        pthread_cond_broadcast(&p->go);
+        pthread_mutex_unlock(&p->mu);
+        for (int i = 0; i < p->n_started; i++) pthread_join(p->tids[i], NULL);
+    }
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->go);
+    pthread_cond_destroy(&p->done);
+    float *bufs[] = { e->attn_norm, e->ffn_norm, e->bq, e->bk, e->bv, e->out_norm, e->kc, e->vc, e->x, e->xb,
+                      e->xb2, e->q, e->k, e->v, e->hb, e->hb2, e->xl, e->lg, e->lgs, e->rope_cs, e->th_att,
+                      e->th_w };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(e->row_slot);
+    free(e->row_pos);
+    free(e);
+}
+
+static const zl_engine_ops s_ops = { s_step, s_destroy };
+
+/* n floats, zeroed; NULL when n overflows or memory is short (calloc leaves untouched pages unbacked) */
+static float *s_alloc(size_t n) {
+    return calloc(n ? n : 1, sizeof(float));
+}
+
+/* dequantizes vector w ([n]) into dst */
+static int s_vec(const zl_weight *w, float *dst, char *err, size_t errlen) {
+    if (quant_dequant_row(w->type, w->data, dst, w->n_in) != 0) {
+        snprintf(err, errlen, "cannot dequantize %s", w->name ? w->name : "?");
+        return -1;
+    }
+    return 0;
+}
+
+zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen) {
+    if (!m) {
+        snprintf(err, errlen, "cpu engine: no model");
+        return NULL;
+    }
+    zl_engine_opts def;
+    memset(&def, 0, sizeof def);
+    if (!o) o = &def;
+    const zl_config *c = &m->cfg;
+    if (o->n_ctx < 0 || o->max_batch < 0 || o->n_slots < 0 || o->max_step_tokens < 0 || o->threads < 0) {
+        snprintf(err, errlen, "cpu engine: negative option");
+        return NULL;
+    }
+    s_cpu *e = calloc(1, sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "cpu engine: out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&e->pool.mu, NULL);
+    pthread_cond_init(&e->pool.go, NULL);
+    pthread_cond_init(&e->pool.done, NULL);
+    zl_engine *b = &e->base;
+    b->ops = &s_ops;
+    b->model = m;
+    snprintf(b->device, sizeof b->device, "cpu");
+    b->max_batch = o->max_batch ? o->max_batch : 16;
+    b->n_slots = o->n_slots ? o->n_slots : b->max_batch;
+    b->n_ctx = o->n_ctx ? o->n_ctx : (c->n_ctx < 4096 ? c->n_ctx : 4096);
+    b->max_step_tokens = o->max_step_tokens ? o->max_step_tokens : 2048;
+    if (b->max_step_tokens < b->max_batch) b->max_step_tokens = b->max_batch;
+    if (b->max_batch > 4096 || b->n_slots > 65536 || b->n_ctx > (1 << 22) || b->max_step_tokens > (1 << 20)) {
+        snprintf(err, errlen, "cpu engine: options too large (batch %d, slots %d, ctx %d, step tokens %d)",
+                 b->max_batch, b->n_slots, b->n_ctx, b->max_step_tokens);
+        goto fail;
+    }
+    e->c = *c;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    e->nth = o->threads ? o->threads : (ncpu > 0 ? (int)ncpu : 1);
+    if (e->nth > S_MAX_THREADS) e->nth = S_MAX_THREADS;
+
+    size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, q_dim = (size_t)c->n_heads * c->head_dim;
+    size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim, T = (size_t)b->max_step_tokens, V = (size_t)c->vocab_size;
+    size_t ff = (size_t)c->ffn_dim, wide = dim > q_dim ? dim : q_dim;
+    double kv_floats = (double)b->n_slots * L * b->n_ctx * kv_dim;
+    if (kv_floats * 8.0 > 1e12) {
+        snprintf(err, errlen, "cpu engine: KV cache of %.0f GB is too large", kv_floats * 8.0 / 1e9);
+        goto fail;
+    }
+    size_t max_in = dim > q_dim ? dim : q_dim;
+    if (ff > max_in) max_in = ff;
+    e->th_w_floats = S_CHUNK_BYTES / sizeof(float) > max_in ? S_CHUNK_BYTES / sizeof(float) : max_in;
+    e->attn_norm = s_alloc(L * dim);
+    e->ffn_norm = s_alloc(L * dim);
+    e->out_norm = s_alloc(dim);
+    e->kc = s_alloc((size_t)kv_floats);
+    e->vc = s_alloc((size_t)kv_floats);
+    e->x = s_alloc(T * dim);
+    e->xb = s_alloc(T * wide);
+    e->xb2 = s_alloc(T * dim);
+    e->q = s_alloc(T * q_dim);
+    e->k = s_alloc(T * kv_dim);
+    e->v = s_alloc(T * kv_dim);
+    e->hb = s_alloc(T * ff);
+    e->hb2 = s_alloc(T * ff);
+    e->xl = s_alloc((size_t)b->max_batch * dim);
+    e->lg = s_alloc((size_t)b->max_batch * V);
+    e->lgs = s_alloc(V);
+    e->rope_cs = s_alloc(T * (size_t)c->rope_dim);
+    e->th_att = s_alloc((size_t)e->nth * b->n_ctx);
+    e->th_w = s_alloc((size_t)e->nth * e->th_w_floats);
+    e->row_slot = calloc(T, sizeof(int));
+    e->row_pos = calloc(T, sizeof(int));
+    if (!e->attn_norm || !e->ffn_norm || !e->out_norm || !e->kc || !e->vc || !e->x || !e->xb || !e->xb2 ||
+        !e->q || !e->k || !e->v || !e->hb || !e->hb2 || !e->xl || !e->lg || !e->lgs || !e->rope_cs ||
+        !e->th_att || !e->th_w || !e->row_slot || !e->row_pos) {
+        snprintf(err, errlen, "cpu engine: out of memory (KV cache %.1f MB)", kv_floats * 8.0 / 1e6);
+        goto fail;
+    }
+    if (c->has_qkv_bias) {
+        e->bq = s_alloc(L * q_dim);
+        e->bk = s_alloc(L * kv_dim);
+        e->bv = s_alloc(L * kv_dim);
+        if (!e->bq || !e->bk || !e->bv) {
+            snprintf(err, errlen, "cpu engine: out of memory");
+            goto fail;
+        }
+    }
+    for (size_t l = 0; l < L; l++) {
+        const zl_layer_weights *lw = &m->layers[l];
+        if (s_vec(&lw->attn_norm, e->attn_norm + l * dim, err, errlen) ||
+            s_vec(&lw->ffn_norm, e->ffn_norm + l * dim, err, errlen))
+            goto fail;
+        if (c->has_qkv_bias && (s_vec(&lw->bq, e->bq + l * q_dim, err, errlen) ||
+                                s_vec(&lw->bk, e->bk + l * kv_dim, err, errlen) ||
+                                s_vec(&lw->bv, e->bv + l * kv_dim, err, errlen)))
+            goto fail;
+    }
+    if (s_vec(&m->output_norm, e->out_norm, err, errlen)) goto fail;
+
+    e->pool.n_threads = e->nth;
+    for (int i = 1; i < e->nth; i++) {
+        e->wargs[i].pool = &e->pool;
+        e->wargs[i].ith = i;
+        if (pthread_create(&e->pool.tids[i - 1], NULL, s_worker, &e->wargs[i]) != 0) {
+            snprintf(err, errlen, "cpu engine: cannot start thread %d", i);
+            goto fail;
+        }
+        e->pool.n_started++;
+    }
+    return b;
+fail:
+    s_destroy(b);
+    return NULL;
+}

@@ -1,0 +1,289 @@
+/* common/model.c: reads a Llama-family configuration from GGUF metadata and binds every weight tensor,
+ * checking presence, shape and type against that configuration. Nothing is copied: zl_weight points into
+ * the mapping owned by the gguf. Every check returns an error message; nothing is asserted. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model.h"
+#include "quant.h"
+
+/* one integer hyper-parameter "{arch}.{suffix}": def when absent (def < 0: required); must lie in [lo, hi] */
+static int s_get_int(const gguf *g, const char *arch, const char *suffix, int64_t def, int64_t lo, int64_t hi,
+                     int *out, char *err, size_t errlen) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    const gguf_value *v = gguf_get(g, key);
+    int64_t x;
+    if (!v) {
+        if (def < 0) {
+            snprintf(err, errlen, "%s: missing metadata %s", g->path, key);
+            return -1;
+        }
+        x = def;
+    } else {
+        switch (v->type) {
+        case GGUF_T_UINT8: case GGUF_T_UINT16: case GGUF_T_UINT32: case GGUF_T_UINT64:
+            x = v->v.u64 > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v->v.u64;
+            break;
+        case GGUF_T_INT8: case GGUF_T_INT16: case GGUF_T_INT32: case GGUF_T_INT64:
+            x = v->v.i64;
+            break;
+        default:
+            snprintf(err, errlen, "%s: metadata %s is not an integer (per-layer arrays are not supported)",
+                     g->path, key);
+            return -1;
+        }
+    }
+    if (x < lo || x > hi) {
+        snprintf(err, errlen, "%s: metadata %s = %lld is out of range [%lld, %lld]", g->path, key, (long long)x,
+                 (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+/* one float hyper-parameter: def when absent; must be finite and in (lo, hi] */
+static int s_get_float(const gguf *g, const char *arch, const char *suffix, double def, double lo, double hi,
+                       float *out, char *err, size_t errlen) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    const gguf_value *v = gguf_get(g, key);
+    double x = def;
+    if (v) {
+        if (v->type != GGUF_T_FLOAT32 && v->type != GGUF_T_FLOAT64) {
+            snprintf(err, errlen, "%s: metadata %s is not a float", g->path, key);
+            return -1;
+        }
+        x = v->v.f64;
+    }
+    if (!isfinite(x) || !(x > lo) || x > hi) {
+        snprintf(err, errlen, "%s: metadata %s = %g is out of range (%g, %g]", g->path, key, x, lo, hi);
+        return -1;
+    }
+    *out = (float)x;
+    return 0;
+}
+
+/* binds tensor `name` into w, checking it is a vector of n_in (n_out == 0) or a matrix [n_out rows][n_in].
+ * optional: an absent tensor leaves w->data NULL and succeeds. */
+static int s_bind(const gguf *g, zl_weight *w, const char *name, int64_t n_in, int64_t n_out, int optional,
+                  char *err, size_t errlen) {
+    memset(w, 0, sizeof *w);
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (!t) {
+        if (optional) return 0;
+        snprintf(err, errlen, "%s: missing tensor %s", g->path, name);
+        return -1;
+    }
+    w->name = t->name;
+    int is_vec = n_out == 0;
+    int64_t rows = is_vec ? 1 : n_out;
+    if (t->ne[0] != n_in || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1) {
+        snprintf(err, errlen, "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld] "
+                 "(from the metadata)", g->path, name, (long long)t->ne[0], (long long)t->ne[1],
+                 (long long)t->ne[2], (long long)t->ne[3], (long long)n_in, (long long)rows);
+        return -1;
+    }
+    if (!quant_supported(t->type)) {
+        snprintf(err, errlen, "%s: tensor %s has unsupported type %s (%d)", g->path, name,
+                 ggml_type_name(t->type) ? ggml_type_name(t->type) : "unknown", (int)t->type);
+        return -1;
+    }
+    size_t rb = ggml_row_bytes(t->type, n_in);
+    if (rb == 0) {
+        snprintf(err, errlen, "%s: tensor %s: row of %lld is not a whole number of %s blocks", g->path, name,
+                 (long long)n_in, ggml_type_name(t->type));
+        return -1;
+    }
+    if (t->nbytes != rb * (uint64_t)rows || !t->data) {
+        snprintf(err, errlen, "%s: tensor %s holds %llu bytes, expected %llu", g->path, name,
+                 (unsigned long long)t->nbytes, (unsigned long long)(rb * (uint64_t)rows));
+        return -1;
+    }
+    w->type = t->type;
+    w->n_in = n_in;
+    w->n_out = rows;
+    w->row_bytes = rb;
+    w->data = t->data;
+    return 0;
+}
+
+static int s_read_config(const gguf *g, zl_config *c, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    const gguf_value *av = gguf_get(g, "general.architecture");
+    if (!av || av->type != GGUF_T_STRING) {
+        snprintf(err, errlen, "%s: missing metadata general.architecture", g->path);
+        return -1;
+    }
+    const char *arch;
+    if (gguf_str_eq(av->v.str, "llama")) {
+        c->arch = ZL_ARCH_LLAMA;
+        c->rope_style = ZL_ROPE_ADJACENT;
+        arch = "llama";
+    } else if (gguf_str_eq(av->v.str, "qwen2")) {
+        c->arch = ZL_ARCH_QWEN2;
+        c->rope_style = ZL_ROPE_HALVES;
+        arch = "qwen2";
+    } else {
+        int n = av->v.str.len > 64 ? 64 : (int)av->v.str.len;
+        snprintf(err, errlen, "%s: unsupported architecture '%.*s' (zllm runs llama and qwen2)", g->path, n,
+                 av->v.str.ptr);
+        return -1;
+    }
+    const int64_t big = 1 << 20;
+    if (s_get_int(g, arch, "block_count", -1, 1, 4096, &c->n_layers, err, errlen) ||
+        s_get_int(g, arch, "embedding_length", -1, 1, 1 << 17, &c->dim, err, errlen) ||
+        s_get_int(g, arch, "feed_forward_length", -1, 1, big, &c->ffn_dim, err, errlen) ||
+        s_get_int(g, arch, "attention.head_count", -1, 1, 4096, &c->n_heads, err, errlen) ||
+        s_get_int(g, arch, "attention.head_count_kv", c->n_heads, 1, c->n_heads, &c->n_kv_heads, err, errlen) ||
+        s_get_int(g, arch, "context_length", 2048, 1, 1 << 24, &c->n_ctx, err, errlen))
+        return -1;
+    if (c->n_heads % c->n_kv_heads != 0) {
+        snprintf(err, errlen, "%s: %d query heads are not a multiple of %d KV heads", g->path, c->n_heads,
+                 c->n_kv_heads);
+        return -1;
+    }
+    int def_hd = c->dim % c->n_heads == 0 ? c->dim / c->n_heads : -1;
+    if (s_get_int(g, arch, "attention.key_length", def_hd, 1, 1 << 14, &c->head_dim, err, errlen)) {
+        if (def_hd < 0)
+            snprintf(err, errlen, "%s: no %s.attention.key_length and dim %d is not a multiple of %d heads",
+                     g->path, arch, c->dim, c->n_heads);
+        return -1;
+    }
+    int vlen;
+    if (s_get_int(g, arch, "attention.value_length", c->head_dim, 1, 1 << 14, &vlen, err, errlen)) return -1;
+    if (vlen != c->head_dim) {
+        snprintf(err, errlen, "%s: value_length %d != key_length %d is not supported", g->path, vlen, c->head_dim);
+        return -1;
+    }
+    if ((int64_t)c->n_heads * c->head_dim > big) {
+        snprintf(err, errlen, "%s: %d heads of %d is too wide", g->path, c->n_heads, c->head_dim);
+        return -1;
+    }
+    if (s_get_int(g, arch, "rope.dimension_count", c->head_dim, 2, c->head_dim, &c->rope_dim, err, errlen))
+        return -1;
+    if (c->rope_dim % 2 != 0) {
+        snprintf(err, errlen, "%s: rope.dimension_count %d is odd", g->path, c->rope_dim);
+        return -1;
+    }
+    if (s_get_float(g, arch, "rope.freq_base", 10000.0, 1.0, 1e12, &c->rope_base, err, errlen) ||
+        s_get_float(g, arch, "attention.layer_norm_rms_epsilon", c->arch == ZL_ARCH_QWEN2 ? 1e-6 : 1e-5, 0.0,
+                    1.0, &c->rms_eps, err, errlen))
+        return -1;
+    /* rope scaling (linear, YaRN, llama3 ...) changes the function: refuse rather than compute it wrong */
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    const gguf_value *sv = gguf_get(g, key);
+    if (sv && !(sv->type == GGUF_T_STRING && gguf_str_eq(sv->v.str, "none"))) {
+        snprintf(err, errlen, "%s: RoPE scaling (%s) is not supported", g->path, key);
+        return -1;
+    }
+    return 0;
+}
+
+static int s_bind_all(zl_model *m, char *err, size_t errlen) {
+    const gguf *g = m->gguf;
+    zl_config *c = &m->cfg;
+    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
+    if (!te) {
+        snprintf(err, errlen, "%s: missing tensor token_embd.weight", g->path);
+        return -1;
+    }
+    if (te->ne[1] < 1 || te->ne[1] > (1 << 24)) {
+        snprintf(err, errlen, "%s: token_embd.weight has %lld rows (vocabulary size out of range)", g->path,
+                 (long long)te->ne[1]);
+        return -1;
+    }
+    c->vocab_size = (int)te->ne[1];
+    int64_t q_dim = (int64_t)c->n_heads * c->head_dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
+    if (s_bind(g, &m->tok_embd, "token_embd.weight", c->dim, c->vocab_size, 0, err, errlen) ||
+        s_bind(g, &m->output_norm, "output_norm.weight", c->dim, 0, 0, err, errlen) ||
+        s_bind(g, &m->output, "output.weight", c->dim, c->vocab_size, 1, err, errlen))
+        return -1;
+    if (!m->output.data) {
+        m->output = m->tok_embd;
+        c->tied_embeddings = 1;
+    }
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) {
+        snprintf(err, errlen, "%s: out of memory", g->path);
+        return -1;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        zl_layer_weights *L = &m->layers[l];
+        char n[96];
+#define BIND(field, suffix, nin, nout, opt) \
+        (snprintf(n, sizeof n, "blk.%d." suffix, l), s_bind(g, &L->field, n, nin, nout, opt, err, errlen))
+        if (BIND(attn_norm, "attn_norm.weight", c->dim, 0, 0) ||
+            BIND(wq, "attn_q.weight", c->dim, q_dim, 0) ||
+            BIND(wk, "attn_k.weight", c->dim, kv_dim, 0) ||
+            BIND(wv, "attn_v.weight", c->dim, kv_dim, 0) ||
+            BIND(wo, "attn_output.weight", q_dim, c->dim, 0) ||
+            BIND(ffn_norm, "ffn_norm.weight", c->dim, 0, 0) ||
+            BIND(w_gate, "ffn_gate.weight", c->dim, c->ffn_dim, 0) ||
+            BIND(w_up, "ffn_up.weight", c->dim, c->ffn_dim, 0) ||
+            BIND(w_down, "ffn_down.weight", c->ffn_dim, c->dim, 0))
+            return -1;
+        /* biases: required for qwen2, refused for llama (we would otherwise silently ignore them) */
+        int need_bias = c->arch == ZL_ARCH_QWEN2;
+        if (BIND(bq, "attn_q.bias", q_dim, 0, 1) || BIND(bk, "attn_k.bias", kv_dim, 0, 1) ||
+            BIND(bv, "attn_v.bias", kv_dim, 0, 1))
+            return -1;
+#undef BIND
+        int have = (L->bq.data != NULL) + (L->bk.data != NULL) + (L->bv.data != NULL);
+        if (need_bias && have != 3) {
+            snprintf(err, errlen, "%s: qwen2 layer %d lacks attention biases attn_{q,k,v}.bias", g->path, l);
+            return -1;
+        }
+        if (!need_bias && have != 0) {
+            snprintf(err, errlen, "%s: llama layer %d has attention biases (unsupported)", g->path, l);
+            return -1;
+        }
+        c->has_qkv_bias = need_bias;
+    }
+    return 0;
+}
+
+zl_model *model_from_gguf(gguf *g, char *err, size_t errlen) {
+    if (!g) {
+        snprintf(err, errlen, "model: no file");
+        return NULL;
+    }
+    zl_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, errlen, "%s: out of memory", g->path);
+        return NULL;
+    }
+    m->gguf = g;
+    m->path = strdup(g->path ? g->path : "");
+    if (!m->path) {
+        snprintf(err, errlen, "%s: out of memory", g->path);
+        goto fail;
+    }
+    if (s_read_config(g, &m->cfg, err, errlen) || s_bind_all(m, err, errlen)) goto fail;
+    return m;
+fail:
+    m->gguf = NULL;   /* on failure the caller keeps g */
+    model_destroy(&m);
+    return NULL;
+}
+
+zl_model *model_load(const char *path, char *err, size_t errlen) {
+    gguf *g = gguf_open(path, err, errlen);
+    if (!g) return NULL;
+    zl_model *m = model_from_gguf(g, err, errlen);
+    if (!m) gguf_close(&g);
+    return m;
+}
+
+void model_destroy(zl_model **pm) {
+    if (!pm || !*pm) return;
+    zl_model *m = *pm;
+    free(m->layers);
+    free(m->path);
+    gguf_close(&m->gguf);
+    free(m);
+    *pm = NULL;
+}
