@@ -1,0 +1,231 @@
+/* cuda/ops.cu: element-wise and row kernels of the CUDA engine (see ops.h). Correct-first versions: one pass
+ * per op, grid-stride loops, f32 arithmetic everywhere; fusions come with the speed issue. */
+#include <math.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include "ops.h"
+#include "cuda_common.h"
+
+size_t ops_dtype_size(cu_dtype t) { return t == CU_F32 ? 4 : 2; }
+const char *ops_dtype_name(cu_dtype t) { return t == CU_F32 ? "f32" : t == CU_F16 ? "f16" : "bf16"; }
+
+/* element loads and stores through f32 */
+__device__ __forceinline__ float ld_f(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float ld_f(const __half *p, size_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ float ld_f(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void st_f(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void st_f(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
+__device__ __forceinline__ void st_f(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+/* calls f with a typed null pointer for the dtype, so a launcher can instantiate its kernel per type */
+template <typename F> static void with_type(cu_dtype t, F f) {
+    if (t == CU_F32) f((float *)0);
+    else if (t == CU_F16) f((__half *)0);
+    else f((__nv_bfloat16 *)0);
+}
+
+static int grid_for(size_t n, int block) {
+    size_t g = (n + block - 1) / block;
+    return (int)(g > 65535u * 8 ? 65535u * 8 : (g ? g : 1));
+}
+
+/* ---------------------------------------------------------------- embedding gather */
+template <typename T>
+__global__ void k_embed(const T *table, int dim, const int32_t *tokens, float *out) {
+    const int r = blockIdx.x;
+    const T *row = table + (size_t)tokens[r] * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) out[(size_t)r * dim + i] = ld_f(row, i);
+}
+
+int ops_embed(const void *table, cu_dtype tdt, int dim, const int32_t *tokens, int n_rows, float *out,
+              cudaStream_t st, char *err, size_t errlen) {
+    if (n_rows <= 0) return 0;
+    with_type(tdt, [&](auto *tp) {
+        using T = typename std::remove_pointer<decltype(tp)>::type;
+        k_embed<T><<<n_rows, 256, 0, st>>>((const T *)table, dim, tokens, out);
+    });
+    CU_LAUNCH_CHECK_RET("ops_embed");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- RMSNorm */
+/* block-wide sum of one float per thread; blockDim.x a multiple of 32, at most 1024 */
+__device__ float block_sum(float v) {
+    __shared__ float part[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();   /* part[] may still be read by a previous call */
+    if (l == 0) part[w] = v;
+    __syncthreads();
+    float s = 0.f;
+    for (int i = 0; i < nw; i++) s += part[i];   /* same order in every thread: identical result everywhere */
+    return s;
+}
+
+template <typename T>
+__global__ void k_rmsnorm(const float *x, const int32_t *rows, const float *w, int dim, float eps, T *out) {
+    const int r = blockIdx.x;
+    const float *xr = x + (size_t)(rows ? rows[r] : r) * dim;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss);
+    const float scale = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) st_f(out, (size_t)r * dim + i, xr[i] * scale * w[i]);
+}
+
+int ops_rmsnorm(const float *x, const int32_t *rows, const float *w, int dim, float eps, int n_rows,
+                void *out, cu_dtype odt, cudaStream_t st, char *err, size_t errlen) {
+    if (n_rows <= 0) return 0;
+    const int block = dim >= 1024 ? 1024 : dim >= 256 ? 256 : 64;
+    with_type(odt, [&](auto *tp) {
+        using T = typename std::remove_pointer<decltype(tp)>::type;
+        k_rmsnorm<T><<<n_rows, block, 0, st>>>(x, rows, w, dim, eps, (T *)out);
+    });
+    CU_LAUNCH_CHECK_RET("ops_rmsnorm");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- bias */
+__global__ void k_bias_add(float *y, const float *b, size_t total, int n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+        y[i] += b[i % n];
+}
+
+int ops_bias_add(float *y, const float *b, int n_rows, int n, cudaStream_t st, char *err, size_t errlen) {
+    const size_t total = (size_t)n_rows * n;
+    if (!total) return 0;
+    k_bias_add<<<grid_for(total, 256), 256, 0, st>>>(y, b, total, n);
+    CU_LAUNCH_CHECK_RET("ops_bias_add");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- RoPE */
+void ops_rope_table_host(float *cs, int n_pos, int rope_dim, double base) {
+    const int half = rope_dim / 2;
+    for (int i = 0; i < half; i++) {
+        const double inv = pow(base, -2.0 * i / (double)rope_dim);
+        for (int p = 0; p < n_pos; p++) {
+            const double a = (double)p * inv;
+            cs[((size_t)p * half + i) * 2] = (float)cos(a);
+            cs[((size_t)p * half + i) * 2 + 1] = (float)sin(a);
+        }
+    }
+}
+
+__global__ void k_rope(float *x, const int32_t *pos, int n_rows, int n_heads, int head_dim, int rope_dim, int style,
+                       const float2 *cs) {
+    const int half = rope_dim / 2;
+    const size_t total = (size_t)n_rows * n_heads * half;
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total; t += (size_t)gridDim.x * blockDim.x) {
+        const int i = (int)(t % half);
+        const size_t rh = t / half;
+        const int r = (int)(rh / n_heads), h = (int)(rh % n_heads);
+        float *hp = x + (size_t)r * n_heads * head_dim + (size_t)h * head_dim;
+        const float2 c = cs[(size_t)pos[r] * half + i];
+        const int a = style == 0 ? 2 * i : i, b = style == 0 ? 2 * i + 1 : i + half;
+        const float x0 = hp[a], x1 = hp[b];
+        hp[a] = x0 * c.x - x1 * c.y;
+        hp[b] = x0 * c.y + x1 * c.x;
+    }
+}
+
+int ops_rope(float *x, const int32_t *pos, int n_rows, int n_heads, int head_dim, int rope_dim, int style,
+             const float *cs, cudaStream_t st, char *err, size_t errlen) {
+    const size_t total = (size_t)n_rows * n_heads * (rope_dim / 2);
+    if (!total) return 0;
+    k_rope<<<grid_for(total, 256), 256, 0, st>>>(x, pos, n_rows, n_heads, head_dim, rope_dim, style,
+                                                 (const float2 *)cs);
+    CU_LAUNCH_CHECK_RET("ops_rope");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- KV append */
+template <typename T>
+__global__ void k_kv_append(const float *k, const float *v, const int32_t *slot, const int32_t *pos, int n_rows,
+                            int kv_dim, int n_ctx, T *kc, T *vc) {
+    const size_t total = (size_t)n_rows * kv_dim;
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total; t += (size_t)gridDim.x * blockDim.x) {
+        const int r = (int)(t / kv_dim), i = (int)(t % kv_dim);
+        const size_t dst = ((size_t)slot[r] * n_ctx + pos[r]) * kv_dim + i;
+        st_f(kc, dst, k[t]);
+        st_f(vc, dst, v[t]);
+    }
+}
+
+int ops_kv_append(const float *k, const float *v, const int32_t *slot, const int32_t *pos, int n_rows, int kv_dim,
+                  int n_ctx, void *kc, void *vc, cu_dtype kvdt, cudaStream_t st, char *err, size_t errlen) {
+    const size_t total = (size_t)n_rows * kv_dim;
+    if (!total) return 0;
+    with_type(kvdt, [&](auto *tp) {
+        using T = typename std::remove_pointer<decltype(tp)>::type;
+        k_kv_append<T><<<grid_for(total, 256), 256, 0, st>>>(k, v, slot, pos, n_rows, kv_dim, n_ctx, (T *)kc,
+                                                             (T *)vc);
+    });
+    CU_LAUNCH_CHECK_RET("ops_kv_append");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- SwiGLU, residual, conversion */
+template <typename T>
+__global__ void k_swiglu(const float *g, const float *u, size_t total, T *out) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const float a = g[i];
+        st_f(out, i, a / (1.0f + expf(-a)) * u[i]);
+    }
+}
+
+int ops_swiglu(const float *gate, const float *up, int n_rows, int n, void *out, cu_dtype odt, cudaStream_t st,
+               char *err, size_t errlen) {
+    const size_t total = (size_t)n_rows * n;
+    if (!total) return 0;
+    with_type(odt, [&](auto *tp) {
+        using T = typename std::remove_pointer<decltype(tp)>::type;
+        k_swiglu<T><<<grid_for(total, 256), 256, 0, st>>>(gate, up, total, (T *)out);
+    });
+    CU_LAUNCH_CHECK_RET("ops_swiglu");
+    return 0;
+}
+
+__global__ void k_residual_add(float *x, const float *y, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] += y[i];
+}
+
+int ops_residual_add(float *x, const float *y, size_t n, cudaStream_t st, char *err, size_t errlen) {
+    if (!n) return 0;
+    k_residual_add<<<grid_for(n, 256), 256, 0, st>>>(x, y, n);
+    CU_LAUNCH_CHECK_RET("ops_residual_add");
+    return 0;
+}
+
+template <typename S, typename D>
+__global__ void k_convert(const S *src, D *dst, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        st_f(dst, i, ld_f(src, i));
+}
+
+int ops_convert(const void *src, cu_dtype sdt, void *dst, cu_dtype ddt, size_t n, cudaStream_t st, char *err,
+                size_t errlen) {
+    if (!n) return 0;
+    with_type(sdt, [&](auto *sp) {
+        using S = typename std::remove_pointer<decltype(sp)>::type;
+        with_type(ddt, [&](auto *dp) {
+            using D = typename std::remove_pointer<decltype(dp)>::type;
+            k_convert<S, D><<<grid_for(n, 256), 256, 0, st>>>((const S *)src, (D *)dst, n);
+        });
+    });
+    CU_LAUNCH_CHECK_RET("ops_convert");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- matrix product */
+int ops_gemm(cublasHandle_t h, const void *x, const void *w, cu_dtype dt, int n_rows, int n_in, int n_out,
+             float *y, float beta, char *err, size_t errlen) {
+    if (n_rows <= 0) return 0;
+    const float alpha = 1.0f;
+    const cudaDataType_t ct = dt == CU_F32 ? CUDA_R_32F : dt == CU_F16 ? CUDA_R_16F : CUDA_R_16BF;
+    /* column-major view: Y^T [n_out x n_rows] = W (seen as n_in x n_out, transposed) x X^T [n_in x n_rows] */
+    CUBLAS_CHECK_RET(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_rows, n_in, &alpha, w, ct, n_in, x, ct, n_in,
+                                  &beta, y, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}

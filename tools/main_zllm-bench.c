@@ -1,0 +1,155 @@
+/* zllm-bench: decode and prefill speed of a model on one GPU, as a fraction of the roofline measured in the same
+ * run.
+ *   zllm-bench --model F.gguf [--device cuda[:N]] [--ctx 1024] [--prefill P] [--max-m 256] [--steps 20]
+ *              [--no-graphs] [--skip-caps]
+ * First it measures the GPU's device-to-device copy and read-only bandwidth and its BF16 matrix rate
+ * (cuda/gpu_caps.cu). Then, for M = 1, 2, 4, ... up to --max-m (and the engine's max batch), it times decode
+ * steps of M sequences each at position --ctx (so each reads ctx tokens of KV), and one prefill of P tokens
+ * (default min(ctx, 2048)). Roofline time of a step = max(bytes / read bandwidth, flops / BF16 rate):
+ *   decode bytes = matrix weights as stored on the GPU + M * ctx * layers * 2 * kv_dim * kv element size,
+ *   decode flops = 2 * M * matrix parameters + 4 * M * ctx * n_heads * head_dim * layers,
+ *   prefill bytes = the weights, flops = 2 * P * parameters + 2 * P^2 * n_heads * head_dim * layers (causal).
+ * The table prints tokens/s, ms per step, the roofline time and their ratio. The KV contents are whatever the
+ * slots hold (zeros at start): the speed of attention does not depend on the values. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "engine.h"
+#include "model.h"
+#ifdef ZLLM_HAVE_CUDA
+#include "gpu_caps.h"
+#endif
+
+static double s_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void s_usage(FILE *f) {
+    fprintf(f, "usage: zllm-bench --model F.gguf [--device cuda[:N]] [--ctx 1024] [--prefill P] [--max-m 256]\n"
+               "                  [--steps 20] [--no-graphs] [--skip-caps]\n");
+}
+
+static int s_cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    const char *path = NULL, *device = "cuda";
+    int ctx = 1024, prefill = -1, max_m = 256, steps = 20, no_graphs = 0, skip_caps = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const int has = i + 1 < argc;
+        if (!strcmp(a, "--model") && has) path = argv[++i];
+        else if (!strcmp(a, "--device") && has) device = argv[++i];
+        else if (!strcmp(a, "--ctx") && has) ctx = atoi(argv[++i]);
+        else if (!strcmp(a, "--prefill") && has) prefill = atoi(argv[++i]);
+        else if (!strcmp(a, "--max-m") && has) max_m = atoi(argv[++i]);
+        else if (!strcmp(a, "--steps") && has) steps = atoi(argv[++i]);
+        else if (!strcmp(a, "--no-graphs")) no_graphs = 1;
+        else if (!strcmp(a, "--skip-caps")) skip_caps = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { s_usage(stdout); return 0; }
+        else { s_usage(stderr); return 2; }
+    }
+    if (!path || ctx < 1 || max_m < 1 || steps < 1) { s_usage(stderr); return 2; }
+    if (prefill < 0) prefill = ctx < 2048 ? ctx : 2048;
+#ifndef ZLLM_HAVE_CUDA
+    (void)device; (void)no_graphs; (void)skip_caps; (void)s_now; (void)s_cmp_d;
+    fprintf(stderr, "zllm-bench: this zllm was built without CUDA\n");
+    return 1;
+#else
+    char err[512];
+    int dev = 0;
+    if (!strncmp(device, "cuda:", 5)) dev = atoi(device + 5);
+    gpu_caps caps;
+    memset(&caps, 0, sizeof caps);
+    if (!skip_caps) {
+        if (gpu_caps_measure(dev, &caps, err, sizeof err) != 0) { fprintf(stderr, "zllm-bench: %s\n", err); return 1; }
+        printf("device: %s, %d SMs\n", caps.name, caps.sm_count);
+        printf("measured: copy %.0f GB/s (read+write), read-only %.0f GB/s, BF16 GEMM %.0f TFLOP/s\n", caps.copy_gbs,
+               caps.read_gbs, caps.bf16_tflops);
+    } else {
+        caps.read_gbs = 3000; caps.bf16_tflops = 700;
+        printf("ceilings not measured (--skip-caps): assuming read 3000 GB/s, BF16 700 TFLOP/s\n");
+    }
+    zl_model *m = model_load(path, err, sizeof err);
+    if (!m) { fprintf(stderr, "zllm-bench: %s\n", err); return 1; }
+    const zl_config *c = &m->cfg;
+    zl_engine_opts o;
+    memset(&o, 0, sizeof o);
+    o.device = device;
+    o.max_batch = max_m;
+    o.n_slots = max_m;
+    o.n_ctx = (ctx + 16 > prefill ? ctx + 16 : prefill);
+    o.max_step_tokens = prefill > max_m ? prefill : max_m;
+    o.no_graphs = no_graphs;
+    double t0 = s_now();
+    zl_engine *e = engine_new(m, &o, err, sizeof err);
+    if (!e) { fprintf(stderr, "zllm-bench: %s\n", err); model_destroy(&m); return 1; }
+    printf("model: %s: %d layers, dim %d, heads %d/%d x %d, ffn %d, vocab %d; engine start %.1f s, max batch %d\n",
+           path, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim, c->vocab_size,
+           s_now() - t0, e->max_batch);
+    const double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
+    const double params = c->n_layers * (c->dim * (qd + 2 * kvd) + qd * c->dim + 3.0 * c->dim * c->ffn_dim) +
+                          (double)c->vocab_size * c->dim;
+    const double es = m->layers[0].wq.type == 0 /* GGML_F32 */ ? 4 : 2;   /* the CUDA engine's storage type */
+    const double wbytes = params * es, bw = caps.read_gbs * 1e9, fl = caps.bf16_tflops * 1e12;
+    printf("matrix parameters %.3g (%.2f GB on the GPU)\n\n", params, wbytes / 1e9);
+    printf("decode at context %d, %d timed steps each%s\n", ctx, steps, no_graphs ? " (no graphs)" : " (CUDA graphs)");
+    printf("%6s %12s %10s %12s %10s %8s\n", "M", "tokens/s", "ms/step", "roofline ms", "bound", "ratio");
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)e->max_batch), *out = malloc(sizeof(int32_t) * (size_t)e->max_batch);
+    zl_seq *q = calloc((size_t)e->max_batch, sizeof *q);
+    int32_t *ptoks = malloc(sizeof(int32_t) * (size_t)(prefill > 0 ? prefill : 1));
+    double *times = malloc(sizeof(double) * (size_t)steps);
+    int rc = 0;
+    if (!toks || !out || !q || !ptoks || !times) { fprintf(stderr, "zllm-bench: out of memory\n"); rc = 1; goto done; }
+    for (int i = 0; i < e->max_batch; i++) toks[i] = (int32_t)(1 + (i * 7919) % (c->vocab_size - 1));
+    for (int M = 1; M <= e->max_batch; M = M * 2 > e->max_batch && M < e->max_batch ? e->max_batch : M * 2) {
+        for (int i = 0; i < M; i++) {
+            q[i].slot = i; q[i].pos = ctx; q[i].n_tokens = 1; q[i].tokens = &toks[i]; q[i].sample = 1;
+        }
+        for (int w = 0; w < 3; w++) if (engine_step(e, q, M, out, NULL) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
+        for (int s = 0; s < steps; s++) {
+            const double a = s_now();
+            if (engine_step(e, q, M, out, NULL) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
+            times[s] = s_now() - a;
+        }
+        qsort(times, (size_t)steps, sizeof *times, s_cmp_d);
+        const double t = times[steps / 2];
+        const double bytes = wbytes + (double)M * ctx * c->n_layers * 2 * kvd * es;
+        const double flops = 2.0 * M * params + 4.0 * M * ctx * qd * c->n_layers;
+        const double tb = bytes / bw, tf = flops / fl, roof = tb > tf ? tb : tf;
+        printf("%6d %12.1f %10.3f %12.3f %10s %7.1f%%\n", M, M / t, t * 1e3, roof * 1e3, tb > tf ? "memory" : "compute",
+               100.0 * roof / t);
+        fflush(stdout);
+        if (M == e->max_batch) break;
+    }
+    if (prefill > 0) {
+        for (int i = 0; i < prefill; i++) ptoks[i] = (int32_t)(1 + (i * 104729) % (c->vocab_size - 1));
+        zl_seq p;
+        memset(&p, 0, sizeof p);
+        p.slot = 0; p.pos = 0; p.n_tokens = prefill; p.tokens = ptoks; p.sample = 1;
+        const int reps = 5;
+        for (int s = -1; s < reps; s++) {
+            const double a = s_now();
+            if (engine_step(e, &p, 1, out, NULL) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
+            if (s >= 0) times[s < steps ? s : 0] = s_now() - a;
+        }
+        const int nr = reps < steps ? reps : steps;
+        qsort(times, (size_t)nr, sizeof *times, s_cmp_d);
+        const double t = times[nr / 2];
+        const double flops = 2.0 * prefill * params + 2.0 * prefill * (double)prefill * qd * c->n_layers;
+        const double tb = wbytes / bw, tf = flops / fl, roof = tb > tf ? tb : tf;
+        printf("\nprefill of %d tokens: %.1f ms, %.0f tokens/s, %.1f TFLOP/s; roofline %.2f ms (%s): %.1f%%\n", prefill,
+               t * 1e3, prefill / t, flops / t / 1e12, roof * 1e3, tb > tf ? "memory" : "compute", 100.0 * roof / t);
+    }
+done:
+    free(toks); free(out); free(q); free(ptoks); free(times);
+    engine_destroy(&e);
+    model_destroy(&m);
+    return rc;
+#endif
+}
