@@ -1,0 +1,677 @@
+/* cuda/attention.cu: split-K flash decoding and tiled causal prefill attention (see attention.h).
+ *
+ * Decode chunk kernel: one block of 4 warps per (KV head group x query-head tile, split, sequence). A "team"
+ * of TPK consecutive lanes owns one key row at a time: each lane holds 16 bytes (VEC elements) of it, so a
+ * team covers a whole head row with coalesced 16-byte accesses. Loads go through a per-thread cp.async ring in
+ * shared memory, kStages steps deep (each slot written and read by the same thread, so no barriers), which
+ * keeps 3 steps of U keys per team in flight while the current one is computed. Each team computes the scores
+ * of every query head of its GQA group (partial dot products summed by xor shuffles within the team) and keeps
+ * its own online-softmax state (max, sum, output slice) per head in registers; the teams' states merge through
+ * shared memory in a fixed order, so a row's result depends only on its own inputs, max_kv_len and the
+ * multiprocessor count (batch invariance). Scores live in the log2 domain (q pre-scaled by scale * log2(e)).
+ * Split count: enough splits that one sequence alone fills one wave (kBlocksPerSm resident blocks per SM),
+ * each split at least kChunkMin keys; a reduce kernel merges the splits by log-sum-exp (skipped at 1 split).
+ * Build knobs (benchmarked in docs/perf.md): ZLLM_ATTN_HEADS_PER_BLOCK (KV heads served by one block, 1 was
+ * fastest on H100), ZLLM_ATTN_BLOCKS_PER_SM, ZLLM_ATTN_CHUNK_MIN, ZLLM_ATTN_STAGES. */
+#include "attention.h"
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <math.h>
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kDecodeWarps = 4;     /* warps per decode chunk block */
+#ifndef ZLLM_ATTN_CHUNK_MIN
+#define ZLLM_ATTN_CHUNK_MIN 256
+#endif
+constexpr int kChunkMin = ZLLM_ATTN_CHUNK_MIN;   /* fewest keys per split */
+constexpr int kChunkAlign = 64;     /* split boundaries are multiples of this */
+#ifndef ZLLM_ATTN_STAGES
+#define ZLLM_ATTN_STAGES 4
+#endif
+constexpr int kStages = ZLLM_ATTN_STAGES;   /* decode prefetch depth: tiles in flight per thread (cp.async ring) */
+constexpr int kMaxTile = 8;         /* query heads served per block (a GQA group larger than this is tiled) */
+constexpr int kReduceMaxSplits = 2048;
+#ifndef ZLLM_ATTN_BLOCKS_PER_SM
+#define ZLLM_ATTN_BLOCKS_PER_SM 3
+#endif
+#ifndef ZLLM_ATTN_HEADS_PER_BLOCK
+#define ZLLM_ATTN_HEADS_PER_BLOCK 1
+#endif
+/* split target: one sequence alone makes this many blocks per SM (those resident at once: one wave) */
+constexpr int kBlocksPerSm = ZLLM_ATTN_BLOCKS_PER_SM;
+constexpr int kMaxHeadsPerBlock = ZLLM_ATTN_HEADS_PER_BLOCK;   /* cap on KV heads served by one block */
+
+/* ---- 16-byte vectors of K/V elements converted to f32 ---- */
+template <typename T> struct vec_traits;
+template <> struct vec_traits<float> { static constexpr int VEC = 4; };
+template <> struct vec_traits<__half> { static constexpr int VEC = 8; };
+template <> struct vec_traits<__nv_bfloat16> { static constexpr int VEC = 8; };
+
+__device__ __forceinline__ void bf2(uint32_t w, float &a, float &b) {
+    a = __uint_as_float(w << 16);
+    b = __uint_as_float(w & 0xffff0000u);
+}
+__device__ __forceinline__ void h2(uint32_t w, float &a, float &b) {
+    __half2 h = *reinterpret_cast<__half2 *>(&w);
+    float2 f = __half22float2(h);
+    a = f.x;
+    b = f.y;
+}
+template <typename T> __device__ __forceinline__ void cvt8(const uint4 r, float *f);
+template <> __device__ __forceinline__ void cvt8<__nv_bfloat16>(const uint4 r, float *f) {
+    bf2(r.x, f[0], f[1]); bf2(r.y, f[2], f[3]); bf2(r.z, f[4], f[5]); bf2(r.w, f[6], f[7]);
+}
+template <> __device__ __forceinline__ void cvt8<__half>(const uint4 r, float *f) {
+    h2(r.x, f[0], f[1]); h2(r.y, f[2], f[3]); h2(r.z, f[4], f[5]); h2(r.w, f[6], f[7]);
+}
+template <typename T> __device__ __forceinline__ void cvt_any(const uint4 r, float *f) {
+    if constexpr (sizeof(T) == 4) {
+        f[0] = __uint_as_float(r.x); f[1] = __uint_as_float(r.y);
+        f[2] = __uint_as_float(r.z); f[3] = __uint_as_float(r.w);
+    } else {
+        cvt8<T>(r, f);
+    }
+}
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+struct decode_geom {
+    int splits;   /* grid x */
+    int chunk;    /* keys per split (multiple of kChunkAlign) */
+};
+
+/* ---- decode chunk kernel ----
+ * Teams: NT per block. A block serves HB KV heads (HB a power of two dividing NT and n_kv_heads): team t works
+ * for KV head hg * HB + (t % HB) on the key subset t / HB of the chunk (keys kb + u * KS + subset, KS = NT / HB),
+ * so with HB > 1 the teams of one step read the contiguous [position][head] rows of several heads together. */
+template <typename T, int D> struct decode_shape {
+    static constexpr int VEC = vec_traits<T>::VEC;
+    static constexpr int TPK0 = D / VEC;
+    static constexpr int TPK = TPK0 < 32 ? TPK0 : 32;     /* lanes per team (one key row) */
+    static constexpr int NV = D / (VEC * TPK);            /* 16-byte vectors per lane per row */
+    static constexpr int E = NV * VEC;                    /* elements per lane per row */
+    static constexpr int KPW = 32 / TPK;                  /* teams per warp */
+    static constexpr int NT = kDecodeWarps * KPW;         /* teams per block */
+};
+
+template <typename T, int D, int GM, int U>
+__global__ void __launch_bounds__(kDecodeWarps * 32)
+decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, int splits, int chunk, float qscale) {
+    using S = decode_shape<T, D>;
+    constexpr int VEC = S::VEC, TPK = S::TPK, NV = S::NV, E = S::E, KPW = S::KPW, NT = S::NT;
+    static_assert(D % (VEC * TPK) == 0, "head size");
+    constexpr int NTH = kDecodeWarps * 32;
+    /* per-thread prefetch ring: [stage][u][v][K,V][thread] 16-byte slots, each written and read by one thread
+     * only (so no barrier is needed); reused for the merge of the teams after the loop */
+    extern __shared__ uint4 s_ring[];
+    float *s_m = reinterpret_cast<float *>(s_ring);   /* [NT][GM] */
+    float *s_l = s_m + NT * GM;                       /* [NT][GM] */
+    float *s_o = s_l + NT * GM;                       /* [NT][GM][D] */
+
+    const int HB = 1 << hb_log2, KS = NT >> hb_log2;
+    const int seq = blockIdx.z;
+    const int split = blockIdx.y;
+    const int len = max(0, min(p.kv_len[seq], splits * chunk));   /* clamp: never past the grid */
+    const int k0 = split * chunk;
+    if (splits > 1 && k0 >= len) return;           /* empty split: the reduce reads only non-empty ones */
+    const int k1 = min(k0 + chunk, len);
+    const int hg = blockIdx.x / n_tiles;
+    const int tile = blockIdx.x - hg * n_tiles;
+    const int gcount = min(GM, group - tile * GM);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int team = warp * KPW + lane / TPK;
+    const int hb = team & (HB - 1), sub = team >> hb_log2;
+    const int kvh = hg * HB + hb;
+    const int h0 = kvh * group + tile * GM;        /* first query head of this team */
+    const int r = lane % TPK;
+
+    const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
+    float q[GM][E];
+    const float *qrow = p.q + (long)seq * q_stride + (long)h0 * D;
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+#pragma unroll
+            for (int j = 0; j < VEC; j += 4) {
+                float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (h < gcount) x = *reinterpret_cast<const float4 *>(qrow + h * D + (r + v * TPK) * VEC + j);
+                q[h][v * VEC + j + 0] = x.x * qscale;
+                q[h][v * VEC + j + 1] = x.y * qscale;
+                q[h][v * VEC + j + 2] = x.z * qscale;
+                q[h][v * VEC + j + 3] = x.w * qscale;
+            }
+        }
+    }
+
+    float m[GM], l[GM], acc[GM][E];
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; e++) acc[h][e] = 0.f;
+    }
+
+    const long row_stride = (long)p.n_kv_heads * D;  /* elements between positions */
+    const long slot_base = (long)p.slot[seq] * p.n_ctx * row_stride + (long)kvh * D;
+    const T *kbase = reinterpret_cast<const T *>(p.k_cache) + slot_base;
+    const T *vbase = reinterpret_cast<const T *>(p.v_cache) + slot_base;
+
+    /* step it covers keys k0 + it * KS * U + u * KS + sub, u < U */
+    const int n_it = (k1 - k0 + KS * U - 1) / (KS * U);
+    auto issue = [&](int it) {
+        if (it < n_it) {
+            uint4 *slot = s_ring + (size_t)(it % kStages) * U * NV * 2 * NTH;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int key = k0 + it * KS * U + u * KS + sub;
+                if (key < k1) {
+#pragma unroll
+                    for (int v = 0; v < NV; v++) {
+                        const long off = key * row_stride + (r + v * TPK) * VEC;
+                        cp_async16(slot + ((u * NV + v) * 2 + 0) * NTH + threadIdx.x, kbase + off);
+                        cp_async16(slot + ((u * NV + v) * 2 + 1) * NTH + threadIdx.x, vbase + off);
+                    }
+                }
+            }
+        }
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int st = 0; st < kStages - 1; st++) issue(st);
+
+    for (int it = 0; it < n_it; it++) {
+        issue(it + kStages - 1);
+        cp_async_wait<kStages - 1>();
+        const int kb = k0 + it * KS * U;
+        const uint4 *slot = s_ring + (size_t)(it % kStages) * U * NV * 2 * NTH;
+        uint4 kr[U][NV], vr[U][NV];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+#pragma unroll
+            for (int v = 0; v < NV; v++) {
+                kr[u][v] = slot[((u * NV + v) * 2 + 0) * NTH + threadIdx.x];
+                vr[u][v] = slot[((u * NV + v) * 2 + 1) * NTH + threadIdx.x];
+            }
+        }
+        float s[U][GM];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float kf[E];
+#pragma unroll
+            for (int v = 0; v < NV; v++) cvt_any<T>(kr[u][v], kf + v * VEC);
+#pragma unroll
+            for (int h = 0; h < GM; h++) {
+                float a = 0.f;
+#pragma unroll
+                for (int e = 0; e < E; e++) a = fmaf(q[h][e], kf[e], a);
+                s[u][h] = a;
+            }
+        }
+#pragma unroll
+        for (int off = TPK / 2; off > 0; off >>= 1) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+#pragma unroll
+                for (int h = 0; h < GM; h++) s[u][h] += __shfl_xor_sync(0xffffffffu, s[u][h], off);
+            }
+        }
+        float vf[U][E];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const bool valid = kb + u * KS + sub < k1;
+            if (!valid) {
+#pragma unroll
+                for (int h = 0; h < GM; h++) s[u][h] = -INFINITY;
+            }
+#pragma unroll
+            for (int v = 0; v < NV; v++) {
+                if (valid) cvt_any<T>(vr[u][v], vf[u] + v * VEC);
+                else {
+#pragma unroll
+                    for (int j = 0; j < VEC; j++) vf[u][v * VEC + j] = 0.f;
+                }
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+            float mx = m[h];
+#pragma unroll
+            for (int u = 0; u < U; u++) mx = fmaxf(mx, s[u][h]);
+            const float ms = mx == -INFINITY ? 0.f : mx;
+            const float alpha = exp2f(m[h] - ms);
+            float pu[U];
+            float ps = 0.f;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                pu[u] = exp2f(s[u][h] - ms);
+                ps += pu[u];
+            }
+            l[h] = l[h] * alpha + ps;
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                float a = acc[h][e] * alpha;
+#pragma unroll
+                for (int u = 0; u < U; u++) a = fmaf(pu[u], vf[u][e], a);
+                acc[h][e] = a;
+            }
+            m[h] = mx;
+        }
+    }
+
+    cp_async_wait<0>();
+    __syncthreads();   /* every thread is done with the ring: reuse it for the merge */
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+        if (r == 0) {
+            s_m[team * GM + h] = m[h];
+            s_l[team * GM + h] = l[h];
+        }
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+#pragma unroll
+            for (int j = 0; j < VEC; j++) s_o[(team * GM + h) * D + (r + v * TPK) * VEC + j] = acc[h][v * VEC + j];
+        }
+    }
+    __syncthreads();
+
+    /* merge the KS key subsets of each head, in a fixed order */
+    const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
+    float *ws_o = reinterpret_cast<float *>(p.workspace);
+    float *ws_lse = ws_o + (long)p.n_seq * p.n_heads * splits * D;
+    for (int idx = threadIdx.x; idx < HB * gcount * D; idx += blockDim.x) {
+        const int b = idx / (gcount * D);
+        const int rest = idx - b * gcount * D;
+        const int h = rest / D, d = rest - h * D;
+        float mx = -INFINITY;
+        for (int sI = 0; sI < KS; sI++) mx = fmaxf(mx, s_m[((sI << hb_log2) + b) * GM + h]);
+        const float ms = mx == -INFINITY ? 0.f : mx;
+        float lsum = 0.f, o = 0.f;
+        for (int sI = 0; sI < KS; sI++) {
+            const int t = (sI << hb_log2) + b;
+            const float f = exp2f(s_m[t * GM + h] - ms);
+            lsum += s_l[t * GM + h] * f;
+            o += s_o[(t * GM + h) * D + d] * f;
+        }
+        const int head = (hg * HB + b) * group + tile * GM + h;
+        if (splits == 1) {
+            p.out[(long)seq * out_stride + (long)head * D + d] = lsum > 0.f ? o / lsum : 0.f;
+        } else {
+            const long pi = ((long)seq * p.n_heads + head) * splits + split;
+            ws_o[pi * D + d] = o / lsum;
+            if (d == 0) ws_lse[pi] = mx + log2f(lsum);
+        }
+    }
+}
+
+/* ---- decode reduce kernel: one warp per (sequence, head), 4 per block ---- */
+__global__ void __launch_bounds__(128)
+decode_reduce_kernel(attn_decode_params p, int D, int splits, int chunk) {
+    __shared__ float s_w[4][kReduceMaxSplits];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long pair = (long)blockIdx.x * 4 + warp;
+    if (pair >= (long)p.n_seq * p.n_heads) return;
+    const int seq = (int)(pair / p.n_heads), head = (int)(pair - (long)seq * p.n_heads);
+    const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
+    float *out = p.out + (long)seq * out_stride + (long)head * D;
+    const int len = max(0, min(p.kv_len[seq], splits * chunk));
+    const int ns = len > 0 ? (len + chunk - 1) / chunk : 0;
+    if (ns == 0) {
+        for (int d = lane; d < D; d += 32) out[d] = 0.f;
+        return;
+    }
+    const float *ws_o = reinterpret_cast<const float *>(p.workspace);
+    const float *ws_lse = ws_o + (long)p.n_seq * p.n_heads * splits * D;
+    const float *lse = ws_lse + pair * splits;
+    float mx = -INFINITY;
+    for (int s = lane; s < ns; s += 32) mx = fmaxf(mx, lse[s]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    for (int s = lane; s < ns; s += 32) s_w[warp][s] = exp2f(lse[s] - mx);
+    __syncwarp();
+    float wsum = 0.f;
+    for (int s = 0; s < ns; s++) wsum += s_w[warp][s];
+    const float inv = 1.f / wsum;
+    const float *po = ws_o + pair * splits * D;
+    for (int d = lane; d < D; d += 32) {
+        float o = 0.f;
+        for (int s = 0; s < ns; s++) o = fmaf(s_w[warp][s], po[(long)s * D + d], o);
+        out[d] = o * inv;
+    }
+}
+
+int s_sm_count(int given) {
+    if (given > 0) return given;
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) return 132;
+    return n;
+}
+
+int head_dim_ok(int d) { return d == 8 || d == 16 || d == 32 || d == 64 || d == 128 || d == 256; }
+
+int decode_params_ok(const attn_decode_params *p) {
+    if (!p || !p->q || !p->k_cache || !p->v_cache || !p->slot || !p->kv_len || !p->out) return 0;
+    if (p->n_seq < 1 || p->n_heads < 1 || p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads) return 0;
+    if (!head_dim_ok(p->head_dim) || p->n_ctx < 1 || p->max_kv_len < 0 || p->max_kv_len > p->n_ctx) return 0;
+    if ((int)p->kv_type < 0 || (int)p->kv_type > 2 || p->n_seq > 65535) return 0;
+    if (p->q_stride < 0 || p->out_stride < 0 || p->q_stride % 4 || p->out_stride % 4) return 0;
+    return 1;
+}
+
+/* split count and chunk from the multiprocessor count, the head layout and max_kv_len only (never n_seq):
+ * enough splits for one sequence to fill one wave, each at least kChunkMin keys */
+/* teams per decode block for a cache type and head size (decode_shape<T, D>::NT) */
+int decode_teams(attn_kv_type t, int D) {
+    const int vec = t == ATTN_KV_F32 ? 4 : 8;
+    const int tpk = D / vec < 32 ? D / vec : 32;
+    return kDecodeWarps * (32 / tpk);
+}
+
+/* log2 of the KV heads per block: the largest power of two dividing n_kv_heads, at most the teams and the cap */
+int decode_hb_log2(const attn_decode_params *p) {
+    const int nt = decode_teams(p->kv_type, p->head_dim);
+    int lg = 0;
+    while ((2 << lg) <= nt && (2 << lg) <= kMaxHeadsPerBlock && p->n_kv_heads % (2 << lg) == 0) lg++;
+    return lg;
+}
+
+int decode_target(const attn_decode_params *p) {
+    if (p->n_splits > 0) return p->n_splits;
+    const int sm = s_sm_count(p->sm_count);
+    const int group = p->n_heads / p->n_kv_heads;
+    const int tiles = (group + kMaxTile - 1) / kMaxTile;
+    const int per_split = (p->n_kv_heads >> decode_hb_log2(p)) * tiles;   /* blocks per split, one sequence */
+    const int target = (kBlocksPerSm * sm + per_split - 1) / per_split;
+    return target < 1 ? 1 : target;
+}
+
+decode_geom decode_geometry(const attn_decode_params *p) {
+    decode_geom g;
+    const int L = p->max_kv_len > 0 ? p->max_kv_len : 1;
+    const int target = decode_target(p);
+    int chunk = (L + target - 1) / target;
+    chunk = (chunk + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
+    if (p->n_splits <= 0 && chunk < kChunkMin) chunk = kChunkMin;
+    g.chunk = chunk;
+    g.splits = (L + chunk - 1) / chunk;
+    if (g.splits > kReduceMaxSplits) {   /* forced tiny chunks: widen */
+        g.chunk = ((L + kReduceMaxSplits - 1) / kReduceMaxSplits + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
+        g.splits = (L + g.chunk - 1) / g.chunk;
+    }
+    return g;
+}
+
+/* dynamic shared memory of the chunk kernel: the prefetch ring, or the merge area if larger */
+template <typename T, int D, int GM, int U> constexpr size_t decode_smem() {
+    constexpr int VEC = vec_traits<T>::VEC;
+    constexpr int TPK = D / VEC < 32 ? D / VEC : 32;
+    constexpr int NV = D / (VEC * TPK);
+    constexpr size_t ring = (size_t)kStages * U * NV * 2 * kDecodeWarps * 32 * 16;
+    constexpr size_t merge = sizeof(float) * (size_t)decode_shape<T, D>::NT * GM * (2 + D);
+    return ring > merge ? ring : merge;
+}
+
+template <typename T, int D, int GM>
+cudaError_t decode_launch_t(const attn_decode_params *p, decode_geom g, cudaStream_t st) {
+    constexpr int U = (GM >= 8 || (D >= 256 && sizeof(T) == 4)) ? 2 : 4;
+    const int group = p->n_heads / p->n_kv_heads;
+    const int n_tiles = (group + GM - 1) / GM;
+    const float scale = p->scale > 0.f ? p->scale : 1.0f / sqrtf((float)D);
+    const int hb_log2 = decode_hb_log2(p);
+    dim3 grid((unsigned)((p->n_kv_heads >> hb_log2) * n_tiles), (unsigned)g.splits, (unsigned)p->n_seq);
+    const size_t smem = decode_smem<T, D, GM, U>();
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(decode_chunk_kernel<T, D, GM, U>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    decode_chunk_kernel<T, D, GM, U><<<grid, kDecodeWarps * 32, smem, st>>>(*p, group, n_tiles, hb_log2, g.splits,
+                                                                          g.chunk, scale * kLog2e);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || g.splits == 1) return e;
+    const long pairs = (long)p->n_seq * p->n_heads;
+    decode_reduce_kernel<<<(unsigned)((pairs + 3) / 4), 128, 0, st>>>(*p, D, g.splits, g.chunk);
+    return cudaGetLastError();
+}
+
+template <typename T, int D>
+cudaError_t decode_launch_g(const attn_decode_params *p, decode_geom g, cudaStream_t st) {
+    const int group = p->n_heads / p->n_kv_heads;
+    if (group == 1) return decode_launch_t<T, D, 1>(p, g, st);
+    if (group <= 4) return decode_launch_t<T, D, 4>(p, g, st);
+    return decode_launch_t<T, D, 8>(p, g, st);
+}
+
+template <typename T>
+cudaError_t decode_launch_d(const attn_decode_params *p, decode_geom g, cudaStream_t st) {
+    switch (p->head_dim) {
+    case 8: return decode_launch_g<T, 8>(p, g, st);
+    case 16: return decode_launch_g<T, 16>(p, g, st);
+    case 32: return decode_launch_g<T, 32>(p, g, st);
+    case 64: return decode_launch_g<T, 64>(p, g, st);
+    case 128: return decode_launch_g<T, 128>(p, g, st);
+    case 256: return decode_launch_g<T, 256>(p, g, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+/* ---- prefill: one block per (16-row query tile, query head, sequence); 4 warps x 4 rows; 32-key tiles ---- */
+constexpr int kPfRowsPerWarp = 4;
+constexpr int kPfRows = 4 * kPfRowsPerWarp;
+constexpr int kPfKeys = 32;
+
+template <int D> constexpr size_t prefill_smem() {
+    return sizeof(float) * ((size_t)kPfRows * D + (size_t)kPfKeys * (D + 1) + (size_t)kPfKeys * D);
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(128) prefill_kernel(attn_prefill_params p, int group, float qscale) {
+    constexpr int VEC = vec_traits<T>::VEC;
+    constexpr int DC = (D + 31) / 32;   /* output dims per lane */
+    extern __shared__ float smem[];
+    float *sq = smem;                                /* [kPfRows][D], pre-scaled */
+    float *sk = sq + kPfRows * D;                    /* [kPfKeys][D + 1] */
+    float *sv = sk + kPfKeys * (D + 1);              /* [kPfKeys][D] */
+
+    const int seq = blockIdx.z, head = blockIdx.y;
+    const int rows = p.seq_rows[seq];
+    const int t0 = blockIdx.x * kPfRows;
+    if (t0 >= rows) return;
+    const int row0 = p.seq_row0[seq], pos0 = p.seq_pos0[seq];
+    const int kvh = head / group;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
+    const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
+    const int nr = min(kPfRows, rows - t0);
+
+    for (int i = threadIdx.x; i < kPfRows * D; i += blockDim.x) {
+        const int rr = i / D, d = i - rr * D;
+        sq[i] = rr < nr ? p.q[(long)(row0 + t0 + rr) * q_stride + (long)head * D + d] * qscale : 0.f;
+    }
+    const long row_stride = (long)p.n_kv_heads * D;
+    const long slot_base = (long)p.seq_slot[seq] * p.n_ctx * row_stride + (long)kvh * D;
+    const T *kbase = reinterpret_cast<const T *>(p.k_cache) + slot_base;
+    const T *vbase = reinterpret_cast<const T *>(p.v_cache) + slot_base;
+    const int kend = pos0 + t0 + nr;    /* keys [0, kend) are needed by some row of this tile */
+
+    float m[kPfRowsPerWarp], l[kPfRowsPerWarp], acc[kPfRowsPerWarp][DC];
+    int mypos[kPfRowsPerWarp];
+#pragma unroll
+    for (int i = 0; i < kPfRowsPerWarp; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.f;
+        const int rr = warp * kPfRowsPerWarp + i;
+        mypos[i] = rr < nr ? pos0 + t0 + rr : -1;     /* -1: no row, every key masked */
+#pragma unroll
+        for (int c = 0; c < DC; c++) acc[i][c] = 0.f;
+    }
+
+    for (int kt = 0; kt < kend; kt += kPfKeys) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < kPfKeys * D / VEC; i += blockDim.x) {
+            const int j = i / (D / VEC), d = (i - j * (D / VEC)) * VEC;
+            float kf[VEC], vf[VEC];
+            if (kt + j < kend) {
+                cvt_any<T>(*reinterpret_cast<const uint4 *>(kbase + (long)(kt + j) * row_stride + d), kf);
+                cvt_any<T>(*reinterpret_cast<const uint4 *>(vbase + (long)(kt + j) * row_stride + d), vf);
+            } else {
+#pragma unroll
+                for (int e = 0; e < VEC; e++) kf[e] = vf[e] = 0.f;
+            }
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                sk[j * (D + 1) + d + e] = kf[e];
+                sv[j * D + d + e] = vf[e];
+            }
+        }
+        __syncthreads();
+        const int key = kt + lane;
+        float s[kPfRowsPerWarp];
+#pragma unroll
+        for (int i = 0; i < kPfRowsPerWarp; i++) s[i] = 0.f;
+        const float *krow = sk + lane * (D + 1);
+        const float *qw = sq + warp * kPfRowsPerWarp * D;
+#pragma unroll 8
+        for (int d = 0; d < D; d++) {
+            const float kd = krow[d];
+#pragma unroll
+            for (int i = 0; i < kPfRowsPerWarp; i++) s[i] = fmaf(qw[i * D + d], kd, s[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < kPfRowsPerWarp; i++) {
+            if (key > mypos[i]) s[i] = -INFINITY;
+            float mx = s[i];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            mx = fmaxf(mx, m[i]);
+            const float ms = mx == -INFINITY ? 0.f : mx;
+            const float alpha = exp2f(m[i] - ms);
+            const float pj = exp2f(s[i] - ms);
+            float ps = pj;
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+            l[i] = l[i] * alpha + ps;
+            m[i] = mx;
+#pragma unroll
+            for (int c = 0; c < DC; c++) acc[i][c] *= alpha;
+            s[i] = pj;
+        }
+#pragma unroll 4
+        for (int j = 0; j < kPfKeys; j++) {
+#pragma unroll
+            for (int c = 0; c < DC; c++) {
+                const int d = lane + 32 * c;
+                const float vd = (D >= 32 || d < D) ? sv[j * D + (d < D ? d : 0)] : 0.f;
+#pragma unroll
+                for (int i = 0; i < kPfRowsPerWarp; i++) {
+                    const float pj = __shfl_sync(0xffffffffu, s[i], j);
+                    acc[i][c] = fmaf(pj, vd, acc[i][c]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kPfRowsPerWarp; i++) {
+        const int rr = warp * kPfRowsPerWarp + i;
+        if (rr >= nr) continue;
+        float *o = p.out + (long)(row0 + t0 + rr) * out_stride + (long)head * D;
+        const float inv = 1.f / l[i];
+#pragma unroll
+        for (int c = 0; c < DC; c++) {
+            const int d = lane + 32 * c;
+            if (d < D) o[d] = acc[i][c] * inv;
+        }
+    }
+}
+
+template <typename T, int D>
+cudaError_t prefill_launch_t(const attn_prefill_params *p, cudaStream_t st) {
+    const size_t smem = prefill_smem<D>();
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(prefill_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    const float scale = p->scale > 0.f ? p->scale : 1.0f / sqrtf((float)D);
+    dim3 grid((unsigned)((p->max_rows + kPfRows - 1) / kPfRows), (unsigned)p->n_heads, (unsigned)p->n_seq);
+    prefill_kernel<T, D><<<grid, 128, smem, st>>>(*p, p->n_heads / p->n_kv_heads, scale * kLog2e);
+    return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t prefill_launch_d(const attn_prefill_params *p, cudaStream_t st) {
+    switch (p->head_dim) {
+    case 8: return prefill_launch_t<T, 8>(p, st);
+    case 16: return prefill_launch_t<T, 16>(p, st);
+    case 32: return prefill_launch_t<T, 32>(p, st);
+    case 64: return prefill_launch_t<T, 64>(p, st);
+    case 128: return prefill_launch_t<T, 128>(p, st);
+    case 256: return prefill_launch_t<T, 256>(p, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+} // namespace
+
+extern "C" size_t attn_decode_workspace_bytes(const attn_decode_params *p) {
+    if (!p || p->n_seq < 1 || p->n_heads < 1 || !head_dim_ok(p->head_dim) || p->max_kv_len < 0) return 0;
+    if (p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads) return 0;
+    /* a bound that never falls as n_seq or max_kv_len grow: the split count is at most the target and at most
+     * ceil(max_kv_len / kChunkMin); forced split counts use their exact value */
+    size_t splits = (size_t)decode_geometry(p).splits;
+    if (p->n_splits <= 0) {
+        const size_t L = p->max_kv_len > 0 ? (size_t)p->max_kv_len : 1;
+        size_t b = (size_t)decode_target(p);
+        const size_t c = (L + kChunkMin - 1) / kChunkMin;
+        if (c < b) b = c;
+        if (b > (size_t)kReduceMaxSplits) b = kReduceMaxSplits;
+        if (b > splits) splits = b;
+    }
+    return (size_t)p->n_seq * p->n_heads * splits * ((size_t)p->head_dim + 1) * sizeof(float);
+}
+
+extern "C" int attn_decode_splits(const attn_decode_params *p) {
+    if (!p || p->n_kv_heads < 1 || p->n_heads < 1) return 1;
+    return decode_geometry(p).splits;
+}
+
+extern "C" cudaError_t attn_decode_launch(const attn_decode_params *p, cudaStream_t stream) {
+    if (!decode_params_ok(p)) return cudaErrorInvalidValue;
+    decode_geom g = decode_geometry(p);
+    if (g.splits > 1) {
+        const size_t need = (size_t)p->n_seq * p->n_heads * g.splits * ((size_t)p->head_dim + 1) * sizeof(float);
+        if (!p->workspace || p->workspace_bytes < need) return cudaErrorInvalidValue;
+    }
+    switch (p->kv_type) {
+    case ATTN_KV_F32: return decode_launch_d<float>(p, g, stream);
+    case ATTN_KV_F16: return decode_launch_d<__half>(p, g, stream);
+    case ATTN_KV_BF16: return decode_launch_d<__nv_bfloat16>(p, g, stream);
+    }
+    return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t attn_prefill_launch(const attn_prefill_params *p, cudaStream_t stream) {
+    if (!p || !p->q || !p->k_cache || !p->v_cache || !p->seq_row0 || !p->seq_rows || !p->seq_slot ||
+        !p->seq_pos0 || !p->out)
+        return cudaErrorInvalidValue;
+    if (p->n_seq < 1 || p->n_seq > 65535 || p->max_rows < 1 || p->n_heads < 1 || p->n_heads > 65535 ||
+        p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads || !head_dim_ok(p->head_dim) || p->n_ctx < 1 ||
+        p->q_stride < 0 || p->out_stride < 0)
+        return cudaErrorInvalidValue;
+    switch (p->kv_type) {
+    case ATTN_KV_F32: return prefill_launch_d<float>(p, stream);
+    case ATTN_KV_F16: return prefill_launch_d<__half>(p, stream);
+    case ATTN_KV_BF16: return prefill_launch_d<__nv_bfloat16>(p, stream);
+    }
+    return cudaErrorInvalidValue;
+}

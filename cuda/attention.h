@@ -1,0 +1,101 @@
+/* cuda/attention.h: attention kernels of the CUDA engine.
+ *
+ * Decode: split-K flash decoding. A chunk kernel runs over (sequence, KV head, split): each block loads a
+ * chunk of the sequence's K/V once and serves every query head of that GQA group from it, keeping a running
+ * (max, sum, output) in f32; a reduce kernel merges the splits' partials through log-sum-exp. The split
+ * count follows the multiprocessor count and max_kv_len, never the actual lengths, which are read from
+ * device memory at run time: a launch captured in a CUDA graph serves any kv_len <= max_kv_len, and splits
+ * past a sequence's length exit at once.
+ * Prefill: causal attention of consecutive query rows of each sequence against its slot (K/V tiles in
+ * shared memory reused across the query rows, f32 accumulation); a separate launch over the prefill rows,
+ * so it runs in the same step as other sequences' decodes.
+ *
+ * KV caches (one K and one V array per layer): element type attn_kv_type, layout
+ * [n_slots][n_ctx][n_kv_heads][head_dim], i.e. slot s, position t, KV head h starts at element
+ * ((s * n_ctx + t) * n_kv_heads + h) * head_dim. Query head j reads KV head j / (n_heads / n_kv_heads).
+ * Head sizes: 8, 16, 32, 64, 128, 256. Every pointer is device memory, 16-byte aligned; q/out row strides
+ * must keep rows 16-byte aligned (multiples of 4 floats). No launcher synchronizes, allocates or copies
+ * from the host, so every launch may be captured in a CUDA graph.
+ * CPU references for the checks live in cuda/test_attention.cu. */
+#ifndef ZLLM_CUDA_ATTENTION_H
+#define ZLLM_CUDA_ATTENTION_H
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* element type of the K/V caches */
+typedef enum { ATTN_KV_F32 = 0, ATTN_KV_F16 = 1, ATTN_KV_BF16 = 2 } attn_kv_type;
+
+typedef struct {
+    const float *q;            /* [n_seq] rows of q_stride floats; row i holds [n_heads][head_dim] f32, RoPE applied */
+    long q_stride;             /* floats between consecutive q rows; 0: n_heads * head_dim */
+    const void *k_cache;       /* this layer's K: [n_slots][n_ctx][n_kv_heads][head_dim] of kv_type */
+    const void *v_cache;       /* this layer's V: same layout and type as k_cache */
+    attn_kv_type kv_type;      /* element type of k_cache and v_cache */
+    const int32_t *slot;       /* device [n_seq]: KV slot of each row, in [0, n_slots) */
+    const int32_t *kv_len;     /* device [n_seq]: row i attends to positions [0, kv_len[i]); 0..max_kv_len;
+                                  0 writes zeros and reads no K/V (padded rows) */
+    float *out;                /* [n_seq] rows of out_stride floats; row i gets [n_heads][head_dim] f32 */
+    long out_stride;           /* floats between consecutive out rows; 0: n_heads * head_dim */
+    void *workspace;           /* device scratch of attn_decode_workspace_bytes() bytes (split partials) */
+    size_t workspace_bytes;    /* its size; the launcher fails with cudaErrorInvalidValue when too small */
+    int n_seq;                 /* rows (sequences) in this launch, >= 1 */
+    int n_heads;               /* query heads, a multiple of n_kv_heads */
+    int n_kv_heads;            /* KV heads */
+    int head_dim;              /* 8, 16, 32, 64, 128 or 256 */
+    int n_ctx;                 /* positions per slot in the cache layout */
+    int max_kv_len;            /* upper bound on every kv_len[i] (<= n_ctx): fixes the grid. Under graph capture
+                                  pass the longest allowed context; eagerly, the step's longest kv_len */
+    float scale;               /* softmax scale; 0: 1/sqrt(head_dim) */
+    int sm_count;              /* multiprocessors of the device, sizes the split count; 0: read from the current
+                                  device (a cached attribute query, safe during capture) */
+    int n_splits;              /* 0: chosen from sm_count, n_seq, n_kv_heads and max_kv_len; > 0 forces it (tests) */
+} attn_decode_params;
+
+/* Bytes of workspace a decode launch with these parameters needs, and also enough for the same parameters
+ * with any smaller n_seq or max_kv_len (so a buffer sized for the engine's largest batch and context serves
+ * every step). Returns 0 for invalid parameters (the launcher then reports the error). */
+size_t attn_decode_workspace_bytes(const attn_decode_params *p);
+
+/* Split count the launcher will use for these parameters (>= 1), for benchmarks and tests. */
+int attn_decode_splits(const attn_decode_params *p);
+
+/* Enqueues the chunk and reduce kernels on stream. Returns cudaSuccess, cudaErrorInvalidValue for bad
+ * parameters (unsupported head_dim or type, n_heads % n_kv_heads != 0, max_kv_len > n_ctx, workspace too
+ * small), or the launch error. Kernel faults surface at the next synchronization as usual. */
+cudaError_t attn_decode_launch(const attn_decode_params *p, cudaStream_t stream);
+
+typedef struct {
+    const float *q;            /* [n_rows] rows of q_stride floats, each [n_heads][head_dim] f32, RoPE applied */
+    long q_stride;             /* floats between consecutive q rows; 0: n_heads * head_dim */
+    const void *k_cache;       /* this layer's K, layout as above, already holding positions [0, pos0 + rows) */
+    const void *v_cache;       /* this layer's V, same layout */
+    attn_kv_type kv_type;      /* element type of the caches */
+    const int32_t *seq_row0;   /* device [n_seq]: first q/out row of sequence i (its rows are consecutive) */
+    const int32_t *seq_rows;   /* device [n_seq]: number of rows of sequence i, 0..max_rows */
+    const int32_t *seq_slot;   /* device [n_seq]: KV slot of sequence i */
+    const int32_t *seq_pos0;   /* device [n_seq]: position of sequence i's first row; row t attends to
+                                  [0, pos0 + t] (pos0 + rows <= n_ctx) */
+    float *out;                /* [n_rows] rows of out_stride floats, each [n_heads][head_dim] f32 */
+    long out_stride;           /* floats between consecutive out rows; 0: n_heads * head_dim */
+    int n_seq;                 /* sequences in this launch, >= 1 */
+    int max_rows;              /* upper bound on every seq_rows[i] (fixes the grid), >= 1 */
+    int n_heads;               /* query heads, a multiple of n_kv_heads */
+    int n_kv_heads;            /* KV heads */
+    int head_dim;              /* 8, 16, 32, 64, 128 or 256 */
+    int n_ctx;                 /* positions per slot in the cache layout */
+    float scale;               /* softmax scale; 0: 1/sqrt(head_dim) */
+} attn_prefill_params;
+
+/* Enqueues causal prefill attention on stream. Returns cudaSuccess, cudaErrorInvalidValue for bad
+ * parameters, or the launch error. */
+cudaError_t attn_prefill_launch(const attn_prefill_params *p, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

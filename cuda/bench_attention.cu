@@ -1,0 +1,240 @@
+/* cuda/bench_attention.cu: zllm-attnbench, the flash-decoding kernels alone against the GPU's measured
+ * read-only bandwidth (docs/perf.md, "Decode attention").
+ *
+ * Shapes: 32 query heads, 8 KV heads, head size 128, BF16 KV; batches and contexts from the command line.
+ * The KV buffers are rotated (as many sets as make at least 1 GiB, memory allowing) so the L2 cache does not
+ * serve them. Bytes counted: the K and V rows read (2 * batch * ctx * 8 * 128 * 2); time: median of CUDA event
+ * pairs around single launches. The read-only ceiling: a streaming read kernel (16-byte loads, several in
+ * flight per thread) over a 4 GiB buffer, median of 20 runs.
+ *
+ * usage: zllm-attnbench [-b 1,16,64] [-c 1024,...] [-n iters] [-m max_gib] [--sweep]
+ *   --sweep: also forced split counts for batch 1 at 64k and batch 16 at 8k. */
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <vector>
+#include "attention.h"
+
+#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+/* streaming read: each thread reads 4 x 16 bytes per step; the xor keeps the loads alive */
+__global__ void read_kernel(const uint4 *__restrict__ p, size_t n, unsigned *sink) {
+    unsigned acc = 0;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        const uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride),
+                    d = __ldcs(p + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n; i += stride) {
+        const uint4 a = __ldcs(p + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == 0x12345678u) *sink = acc;
+}
+
+/* fills n bf16 values with a hash of the index, in [-1, 1) */
+__global__ void fill_bf16(__nv_bfloat16 *p, size_t n, uint64_t seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + seed) * 0x9E3779B97F4A7C15ULL;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        p[i] = __float2bfloat16((float)((z >> 40) * (1.0 / 8388608.0)) - 1.0f);
+    }
+}
+__global__ void fill_f32(float *p, size_t n, uint64_t seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + seed) * 0x9E3779B97F4A7C15ULL;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        p[i] = (float)((z >> 40) * (1.0 / 8388608.0)) - 1.0f;
+    }
+}
+
+static double median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+static std::vector<long> parse_list(const char *s) {
+    std::vector<long> v;
+    while (s && *s) {
+        v.push_back(strtol(s, (char **)&s, 10));
+        if (*s == ',') s++;
+        else break;
+    }
+    return v;
+}
+
+/* best of several launch shapes: the read-only ceiling the attention kernels are compared with */
+static double measure_read_bw(int sm) {
+    const size_t bytes = (size_t)4 << 30;
+    void *buf;
+    unsigned *sink;
+    CK(cudaMalloc(&buf, bytes));
+    CK(cudaMalloc(&sink, 4));
+    CK(cudaMemset(buf, 0x5a, bytes));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    double best = 1e30;
+    const int shapes[][2] = {{2, 1024}, {4, 512}, {8, 512}, {16, 256}, {32, 256}, {4, 1024}};
+    for (const auto &sh : shapes) {
+        std::vector<float> t;
+        for (int it = 0; it < 13; it++) {
+            CK(cudaEventRecord(a));
+            read_kernel<<<sm * sh[0], sh[1]>>>((const uint4 *)buf, bytes / 16, sink);
+            CK(cudaEventRecord(b));
+            CK(cudaEventSynchronize(b));
+            float ms;
+            CK(cudaEventElapsedTime(&ms, a, b));
+            if (it >= 3) t.push_back(ms);
+        }
+        const double m = median(t);
+        printf("read kernel %5d blocks x %4d threads: %.0f GB/s\n", sm * sh[0], sh[1], bytes / (m * 1e-3) / 1e9);
+        best = std::min(best, m);
+    }
+    CK(cudaGetLastError());
+    cudaFree(buf);
+    cudaFree(sink);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return bytes / (best * 1e-3) / 1e9;
+}
+
+struct result {
+    double us, gbs;
+    int splits;
+};
+
+/* times decode attention at batch B, context L; n_splits 0: automatic. Returns false when it does not fit. */
+static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits, result *res) {
+    const int H = 32, KVH = 8, D = 128;
+    const double set_bytes = 2.0 * B * L * KVH * D * 2;
+    if (set_bytes > max_bytes) return false;
+    int R = (int)std::min(64.0, std::max(1.0, ceil((1.0 * (1 << 30)) / set_bytes)));
+    while (R > 1 && R * set_bytes > max_bytes) R--;
+    const int n_slots = B * R;
+    const size_t cache_n = (size_t)n_slots * L * KVH * D;
+    __nv_bfloat16 *k, *v;
+    float *q, *out;
+    int32_t *slot, *len;
+    if (cudaMalloc(&k, cache_n * 2) != cudaSuccess) return false;
+    if (cudaMalloc(&v, cache_n * 2) != cudaSuccess) { cudaFree(k); cudaGetLastError(); return false; }
+    CK(cudaMalloc(&q, (size_t)B * H * D * 4));
+    CK(cudaMalloc(&out, (size_t)B * H * D * 4));
+    CK(cudaMalloc(&slot, (size_t)n_slots * 4));
+    CK(cudaMalloc(&len, (size_t)B * 4));
+    fill_bf16<<<4096, 256>>>(k, cache_n, 1);
+    fill_bf16<<<4096, 256>>>(v, cache_n, 2);
+    fill_f32<<<256, 256>>>(q, (size_t)B * H * D, 3);
+    std::vector<int32_t> hs(n_slots), hl(B, (int32_t)L);
+    for (int i = 0; i < n_slots; i++) hs[i] = i;
+    CK(cudaMemcpy(slot, hs.data(), n_slots * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(len, hl.data(), B * 4, cudaMemcpyHostToDevice));
+    attn_decode_params p;
+    memset(&p, 0, sizeof p);
+    p.q = q;
+    p.k_cache = k;
+    p.v_cache = v;
+    p.kv_type = ATTN_KV_BF16;
+    p.kv_len = len;
+    p.out = out;
+    p.n_seq = B;
+    p.n_heads = H;
+    p.n_kv_heads = KVH;
+    p.head_dim = D;
+    p.n_ctx = (int)L;
+    p.max_kv_len = (int)L;
+    p.n_splits = n_splits;
+    const size_t wsb = attn_decode_workspace_bytes(&p);
+    void *ws;
+    CK(cudaMalloc(&ws, wsb));
+    p.workspace = ws;
+    p.workspace_bytes = wsb;
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<float> t;
+    for (int it = 0; it < iters + 5; it++) {
+        p.slot = slot + (size_t)(it % R) * B;
+        CK(cudaEventRecord(a));
+        CK(attn_decode_launch(&p, 0));
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        if (it >= 5) t.push_back(ms);
+    }
+    res->us = median(t) * 1e3;
+    res->gbs = set_bytes / (res->us * 1e-6) / 1e9;
+    res->splits = attn_decode_splits(&p);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaFree(k);
+    cudaFree(v);
+    cudaFree(q);
+    cudaFree(out);
+    cudaFree(slot);
+    cudaFree(len);
+    cudaFree(ws);
+    return true;
+}
+
+int main(int argc, char **argv) {
+    std::vector<long> batches = {1, 16, 64};
+    std::vector<long> ctxs = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
+    int iters = 30, sweep = 0;
+    double max_gib = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-b") && i + 1 < argc) batches = parse_list(argv[++i]);
+        else if (!strcmp(argv[i], "-c") && i + 1 < argc) ctxs = parse_list(argv[++i]);
+        else if (!strcmp(argv[i], "-n") && i + 1 < argc) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-m") && i + 1 < argc) max_gib = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--sweep")) sweep = 1;
+        else {
+            fprintf(stderr, "usage: %s [-b 1,16,64] [-c 1024,...] [-n iters] [-m max_gib] [--sweep]\n", argv[0]);
+            return 2;
+        }
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    size_t free_b, total_b;
+    CK(cudaMemGetInfo(&free_b, &total_b));
+    const double max_bytes = max_gib > 0 ? max_gib * (1 << 30) : 0.85 * free_b;
+    const double rbw = measure_read_bw(prop.multiProcessorCount);
+    printf("device: %s, %d SMs, L2 %d MiB, %.1f GiB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+           total_b / 1073741824.0);
+    printf("read-only bandwidth (4 GiB streaming read, best shape): %.0f GB/s\n", rbw);
+    printf("%5s %7s %10s %6s %10s %8s %7s\n", "batch", "ctx", "KV_MB", "splits", "time_us", "GB/s", "%read");
+    for (long B : batches) {
+        for (long L : ctxs) {
+            result r;
+            const double mb = 2.0 * B * L * 8 * 128 * 2 / 1e6;
+            if (!bench_shape((int)B, L, iters, max_bytes, 0, &r)) {
+                printf("%5ld %7ld %10.1f %6s %10s %8s %7s\n", B, L, mb, "-", "OOM", "-", "-");
+                continue;
+            }
+            printf("%5ld %7ld %10.1f %6d %10.1f %8.0f %6.1f%%\n", B, L, mb, r.splits, r.us, r.gbs, 100.0 * r.gbs / rbw);
+            fflush(stdout);
+        }
+    }
+    if (sweep) {
+        const long shapes[3][2] = {{1, 65536}, {1, 131072}, {16, 8192}};
+        const int forced[] = {32, 48, 64, 96, 128, 192, 256, 384};
+        for (const auto &s : shapes) {
+            for (int f : forced) {
+                result r;
+                if (!bench_shape((int)s[0], s[1], iters, max_bytes, f, &r)) continue;
+                printf("sweep batch %ld ctx %ld splits %4d: %8.1f us %6.0f GB/s %5.1f%%\n", s[0], s[1], r.splits, r.us,
+                       r.gbs, 100.0 * r.gbs / rbw);
+            }
+        }
+    }
+    return 0;
+}

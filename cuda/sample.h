@@ -1,0 +1,54 @@
+/* cuda/sample.h: token sampling on the GPU, one block per row of logits, so that only ids leave the GPU.
+ *
+ * Per row, the order and meaning of common/sampler.h (the CPU reference): repetition penalty over the last
+ * repeat_last_n history tokens -> greedy if temperature <= 0 (argmax, lowest id among equal maxima; exactly
+ * the CPU's pick) -> top-k -> temperature -> softmax -> min-p -> top-p -> draw with one uniform number from
+ * the row's generator, advanced in device memory exactly as sampler_rng_uniform() advances it on the CPU
+ * (so a seeded row is deterministic; draws need not equal the CPU's id for id, since the order of
+ * summation differs). The logits are not modified (the penalty works on a copy in the workspace).
+ * No host synchronization, allocation or copy: the launch may be captured in a CUDA graph.
+ * Checks against the CPU sampler live in cuda/test_sample.cu. */
+#ifndef ZLLM_CUDA_SAMPLE_H
+#define ZLLM_CUDA_SAMPLE_H
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "sampler.h"   /* zl_sampling; common/ headers are C */
+
+typedef struct {
+    const float *logits;       /* device [n_rows] rows of logits_stride floats, each [vocab] f32; read only */
+    long logits_stride;        /* floats between rows; 0: vocab */
+    int n_rows;                /* rows, >= 1 */
+    int vocab;                 /* ids per row, >= 1 */
+    const zl_sampling *params; /* device [n_rows]: each row's parameters (seed is not used here) */
+    const int32_t *row_state;  /* device [n_rows]: row r's index into history and rng_state (its KV slot, say);
+                                  NULL: row r uses index r */
+    const int32_t *history;    /* device [*][history_stride]: token history of each index, oldest first;
+                                  NULL: no history (penalty off) */
+    long history_stride;       /* int32 entries between consecutive history rows */
+    const int32_t *history_len;/* device [n_rows]: valid history entries of row r (its last repeat_last_n are
+                                  penalized); NULL: 0 */
+    uint64_t *rng_state;       /* device [*]: generator state of each index (sampler_rng_init(seed) on the host),
+                                  advanced once per non-greedy draw; may be NULL when every row is greedy */
+    int32_t *out;              /* device [n_rows]: sampled ids */
+    void *workspace;           /* device scratch of sample_workspace_bytes(n_rows, vocab) bytes (penalized logits);
+                                  may be NULL when history is NULL */
+    size_t workspace_bytes;    /* its size; the launcher fails with cudaErrorInvalidValue when too small */
+} sample_params;
+
+/* Workspace bytes for n_rows rows of vocab logits (also enough for fewer rows). */
+size_t sample_workspace_bytes(int n_rows, int vocab);
+
+/* Enqueues the sampling kernel on stream. Returns cudaSuccess, cudaErrorInvalidValue for bad parameters
+ * (n_rows < 1, vocab < 1, missing pointers, workspace too small), or the launch error. Ids written are
+ * always in [0, vocab), also for rows whose logits hold NaN (those never win). */
+cudaError_t sample_launch(const sample_params *p, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,422 @@
+/* cuda/test_attention.cu: flash decoding and prefill attention against a CPU reference in double precision.
+ * Fresh random inputs for every case (seeded from the clock unless ZLLM_TEST_SEED is set; the seed is printed),
+ * outputs poisoned with NaN before each launch; relative error ||gpu - ref|| / ||ref|| at most 1e-5 for F32
+ * caches and 1e-2 for F16/BF16 (the reference reads the same rounded cache values). Also: graph capture at a
+ * fixed max_kv_len replayed with changed lengths, rows of kv_len 0 on a sentinel slot, batch invariance (a
+ * row's output is bit-identical alone and in a batch), and parameter validation. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <vector>
+#include "attention.h"
+#include "test.h"
+
+#define CUDA_OK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
+
+static uint64_t s_rng;
+static uint64_t rnd_u64(void) {
+    uint64_t z = (s_rng += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+static float rnd_f(void) { return (float)((rnd_u64() >> 40) * (1.0 / 16777216.0)) * 2.f - 1.f; }  /* [-1,1) */
+static int rnd_i(int n) { return (int)(rnd_u64() % (uint64_t)n); }
+
+static size_t type_size(attn_kv_type t) { return t == ATTN_KV_F32 ? 4 : 2; }
+static const char *type_name(attn_kv_type t) { return t == ATTN_KV_F32 ? "f32" : t == ATTN_KV_F16 ? "f16" : "bf16"; }
+
+/* host cache of n elements: random values stored in type t, plus their exact f32 values */
+struct host_cache {
+    std::vector<unsigned char> raw;
+    std::vector<float> val;
+};
+static void fill_cache(host_cache *c, size_t n, attn_kv_type t, float amp) {
+    c->raw.resize(n * type_size(t));
+    c->val.resize(n);
+    for (size_t i = 0; i < n; i++) {
+        float x = rnd_f() * amp;
+        if (t == ATTN_KV_F32) {
+            memcpy(&c->raw[i * 4], &x, 4);
+        } else if (t == ATTN_KV_F16) {
+            __half h = __float2half(x);
+            memcpy(&c->raw[i * 2], &h, 2);
+            x = __half2float(h);
+        } else {
+            __nv_bfloat16 h = __float2bfloat16(x);
+            memcpy(&c->raw[i * 2], &h, 2);
+            x = __bfloat162float(h);
+        }
+        c->val[i] = x;
+    }
+}
+
+/* reference attention of one query row (all heads) over positions [0, len) of a slot */
+static void ref_row(const float *q, const float *kc, const float *vc, int slot, int len, int n_ctx, int n_heads,
+                    int n_kv, int D, double scale, double *out) {
+    const int group = n_heads / n_kv;
+    std::vector<double> s((size_t)(len > 0 ? len : 1));
+    for (int h = 0; h < n_heads; h++) {
+        const int kvh = h / group;
+        double *o = out + (size_t)h * D;
+        for (int d = 0; d < D; d++) o[d] = 0.0;
+        if (len <= 0) continue;
+        double mx = -INFINITY;
+        for (int t = 0; t < len; t++) {
+            const float *k = kc + (((size_t)slot * n_ctx + t) * n_kv + kvh) * D;
+            double a = 0.0;
+            for (int d = 0; d < D; d++) a += (double)q[(size_t)h * D + d] * k[d];
+            s[t] = a * scale;
+            if (s[t] > mx) mx = s[t];
+        }
+        double sum = 0.0;
+        for (int t = 0; t < len; t++) {
+            s[t] = exp(s[t] - mx);
+            sum += s[t];
+        }
+        for (int t = 0; t < len; t++) {
+            const float *v = vc + (((size_t)slot * n_ctx + t) * n_kv + kvh) * D;
+            const double w = s[t] / sum;
+            for (int d = 0; d < D; d++) o[d] += w * v[d];
+        }
+    }
+}
+
+/* ||a - ref|| / ||ref||; NaN in a gives NaN (fails every <= test) */
+static double rel_err(const float *a, const double *ref, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    if (den == 0.0) return num == 0.0 ? 0.0 : INFINITY;
+    return sqrt(num / den);
+}
+
+static double tol_for(attn_kv_type t) { return t == ATTN_KV_F32 ? 1e-5 : 1e-2; }
+
+struct dev_buf {
+    void *p = nullptr;
+    explicit dev_buf(size_t n) { CUDA_OK(cudaMalloc(&p, n ? n : 16)); }
+    ~dev_buf() { cudaFree(p); }
+    template <typename X> X *as() { return reinterpret_cast<X *>(p); }
+};
+
+static void poison(void *p, size_t bytes) { CUDA_OK(cudaMemset(p, 0xff, bytes)); }   /* 0xffffffff is a NaN */
+
+struct decode_case {
+    int n_seq, n_heads, n_kv, D, n_ctx, max_len;
+    attn_kv_type t;
+    int n_splits;     /* 0: automatic */
+    int zero_rows;    /* 1: some rows get kv_len 0 on a sentinel slot */
+};
+
+/* one decode case: random caches and queries, random lengths in [0 or 1, max_len] (the first row at max_len) */
+static void run_decode_case(const decode_case &c) {
+    const int n_slots = c.n_seq + 2, sentinel = n_slots - 1;
+    const size_t cache_n = (size_t)n_slots * c.n_ctx * c.n_kv * c.D;
+    host_cache kc, vc;
+    fill_cache(&kc, cache_n, c.t, 1.0f);
+    fill_cache(&vc, cache_n, c.t, 1.0f);
+    const size_t qn = (size_t)c.n_seq * c.n_heads * c.D;
+    std::vector<float> q(qn);
+    for (auto &x : q) x = rnd_f() * 2.0f;
+    /* slots: a random permutation of [0, n_slots - 1) */
+    std::vector<int32_t> slot(c.n_seq), len(c.n_seq);
+    std::vector<int32_t> perm(n_slots - 1);
+    for (int i = 0; i < n_slots - 1; i++) perm[i] = i;
+    for (int i = n_slots - 2; i > 0; i--) { int j = rnd_i(i + 1); int x = perm[i]; perm[i] = perm[j]; perm[j] = x; }
+    for (int i = 0; i < c.n_seq; i++) {
+        slot[i] = perm[i];
+        len[i] = i == 0 ? c.max_len : 1 + rnd_i(c.max_len);
+        if (c.zero_rows && i > 0 && rnd_i(4) == 0) {
+            len[i] = 0;
+            slot[i] = sentinel;
+        }
+    }
+    std::vector<double> ref(qn);
+    for (int i = 0; i < c.n_seq; i++)
+        ref_row(&q[(size_t)i * c.n_heads * c.D], kc.val.data(), vc.val.data(), slot[i], len[i], c.n_ctx, c.n_heads,
+                c.n_kv, c.D, 1.0 / sqrt((double)c.D), &ref[(size_t)i * c.n_heads * c.D]);
+
+    dev_buf dk(kc.raw.size()), dv(vc.raw.size()), dq(qn * 4), dout(qn * 4), dslot(c.n_seq * 4), dlen(c.n_seq * 4);
+    CUDA_OK(cudaMemcpy(dk.p, kc.raw.data(), kc.raw.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dv.p, vc.raw.data(), vc.raw.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dq.p, q.data(), qn * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dslot.p, slot.data(), c.n_seq * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dlen.p, len.data(), c.n_seq * 4, cudaMemcpyHostToDevice));
+    attn_decode_params p;
+    memset(&p, 0, sizeof p);
+    p.q = dq.as<float>();
+    p.k_cache = dk.p;
+    p.v_cache = dv.p;
+    p.kv_type = c.t;
+    p.slot = dslot.as<int32_t>();
+    p.kv_len = dlen.as<int32_t>();
+    p.out = dout.as<float>();
+    p.n_seq = c.n_seq;
+    p.n_heads = c.n_heads;
+    p.n_kv_heads = c.n_kv;
+    p.head_dim = c.D;
+    p.n_ctx = c.n_ctx;
+    p.max_kv_len = c.max_len;
+    p.n_splits = c.n_splits;
+    const size_t wsb = attn_decode_workspace_bytes(&p);
+    dev_buf ws(wsb);
+    p.workspace = ws.p;
+    p.workspace_bytes = wsb;
+    poison(dout.p, qn * 4);
+    cudaError_t e = attn_decode_launch(&p, 0);
+    CHECK(e == cudaSuccess, "decode launch: %s", cudaGetErrorString(e));
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> out(qn);
+    CUDA_OK(cudaMemcpy(out.data(), dout.p, qn * 4, cudaMemcpyDeviceToHost));
+    const double err = rel_err(out.data(), ref.data(), qn);
+    int zeros_ok = 1;
+    for (int i = 0; i < c.n_seq; i++)
+        if (len[i] == 0)
+            for (int j = 0; j < c.n_heads * c.D; j++) zeros_ok &= out[(size_t)i * c.n_heads * c.D + j] == 0.0f;
+    printf("decode %-4s seq=%-3d heads=%d/%d D=%-3d max_len=%-5d splits=%-4d rel_err=%.3g\n", type_name(c.t),
+           c.n_seq, c.n_heads, c.n_kv, c.D, c.max_len, attn_decode_splits(&p), err);
+    CHECK(err <= tol_for(c.t), "decode %s seq=%d heads=%d/%d D=%d len=%d: rel_err %g", type_name(c.t), c.n_seq,
+          c.n_heads, c.n_kv, c.D, c.max_len, err);
+    CHECK(zeros_ok, "decode rows with kv_len 0 must be exactly zero");
+}
+
+/* CUDA graph: captured once at max_kv_len = n_ctx, replayed with two different length sets; plus batch
+ * invariance: row 0 computed alone equals row 0 in the batch, bit for bit */
+static void run_graph_case(attn_kv_type t) {
+    const int n_seq = 8, n_heads = 8, n_kv = 2, D = 64, n_ctx = 3000, n_slots = n_seq + 1;
+    const size_t cache_n = (size_t)n_slots * n_ctx * n_kv * D;
+    host_cache kc, vc;
+    fill_cache(&kc, cache_n, t, 1.0f);
+    fill_cache(&vc, cache_n, t, 1.0f);
+    const size_t qn = (size_t)n_seq * n_heads * D;
+    std::vector<float> q(qn);
+    for (auto &x : q) x = rnd_f() * 2.0f;
+    dev_buf dk(kc.raw.size()), dv(vc.raw.size()), dq(qn * 4), dout(qn * 4), dslot(n_seq * 4), dlen(n_seq * 4);
+    CUDA_OK(cudaMemcpy(dk.p, kc.raw.data(), kc.raw.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dv.p, vc.raw.data(), vc.raw.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dq.p, q.data(), qn * 4, cudaMemcpyHostToDevice));
+    std::vector<int32_t> slot(n_seq);
+    for (int i = 0; i < n_seq; i++) slot[i] = n_seq - 1 - i;
+    CUDA_OK(cudaMemcpy(dslot.p, slot.data(), n_seq * 4, cudaMemcpyHostToDevice));
+    attn_decode_params p;
+    memset(&p, 0, sizeof p);
+    p.q = dq.as<float>();
+    p.k_cache = dk.p;
+    p.v_cache = dv.p;
+    p.kv_type = t;
+    p.slot = dslot.as<int32_t>();
+    p.kv_len = dlen.as<int32_t>();
+    p.out = dout.as<float>();
+    p.n_seq = n_seq;
+    p.n_heads = n_heads;
+    p.n_kv_heads = n_kv;
+    p.head_dim = D;
+    p.n_ctx = n_ctx;
+    p.max_kv_len = n_ctx;
+    const size_t wsb = attn_decode_workspace_bytes(&p);
+    dev_buf ws(wsb);
+    p.workspace = ws.p;
+    p.workspace_bytes = wsb;
+    cudaStream_t st;
+    CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    cudaError_t le = attn_decode_launch(&p, st);
+    CUDA_OK(cudaStreamEndCapture(st, &g));
+    CHECK(le == cudaSuccess, "decode launch under capture: %s", cudaGetErrorString(le));
+    CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+    std::vector<float> out(qn), row_batch;
+    for (int rep = 0; rep < 2; rep++) {
+        std::vector<int32_t> len(n_seq);
+        for (int i = 0; i < n_seq; i++) len[i] = rep == 0 ? 1 + rnd_i(n_ctx) : 1 + rnd_i(300);
+        len[1] = 0;
+        len[2] = n_ctx;
+        CUDA_OK(cudaMemcpyAsync(dlen.p, len.data(), n_seq * 4, cudaMemcpyHostToDevice, st));
+        CUDA_OK(cudaMemsetAsync(dout.p, 0xff, qn * 4, st));
+        CUDA_OK(cudaGraphLaunch(ge, st));
+        CUDA_OK(cudaStreamSynchronize(st));
+        CUDA_OK(cudaMemcpy(out.data(), dout.p, qn * 4, cudaMemcpyDeviceToHost));
+        std::vector<double> ref(qn);
+        for (int i = 0; i < n_seq; i++)
+            ref_row(&q[(size_t)i * n_heads * D], kc.val.data(), vc.val.data(), slot[i], len[i], n_ctx, n_heads, n_kv,
+                    D, 1.0 / sqrt((double)D), &ref[(size_t)i * n_heads * D]);
+        const double err = rel_err(out.data(), ref.data(), qn);
+        printf("graph  %-4s replay %d rel_err=%.3g\n", type_name(t), rep, err);
+        CHECK(err <= tol_for(t), "graph replay %d (%s): rel_err %g", rep, type_name(t), err);
+        if (rep == 0) row_batch.assign(out.begin(), out.begin() + n_heads * D);
+        if (rep == 0) {
+            /* the same row 0 alone (n_seq 1), same max_kv_len: bit-identical */
+            attn_decode_params p1 = p;
+            p1.n_seq = 1;
+            CUDA_OK(cudaMemsetAsync(dout.p, 0xff, qn * 4, st));
+            CHECK(attn_decode_launch(&p1, st) == cudaSuccess, "decode n_seq 1");
+            CUDA_OK(cudaStreamSynchronize(st));
+            std::vector<float> alone(n_heads * D);
+            CUDA_OK(cudaMemcpy(alone.data(), dout.p, alone.size() * 4, cudaMemcpyDeviceToHost));
+            CHECK(memcmp(alone.data(), row_batch.data(), alone.size() * 4) == 0,
+                  "batch invariance: row 0 alone differs from row 0 in a batch of %d", n_seq);
+        }
+    }
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(st);
+}
+
+struct prefill_case {
+    int n_seq, n_heads, n_kv, D, n_ctx, max_rows;
+    attn_kv_type t;
+};
+
+/* prefill: each sequence gets rows in [1, max_rows] at pos0 in [0, n_ctx - rows]; K/V of the slot are random
+ * for every position (positions after pos0 + t must not influence row t) */
+static void run_prefill_case(const prefill_case &c) {
+    const int n_slots = c.n_seq + 1;
+    const size_t cache_n = (size_t)n_slots * c.n_ctx * c.n_kv * c.D;
+    host_cache kc, vc;
+    fill_cache(&kc, cache_n, c.t, 1.0f);
+    fill_cache(&vc, cache_n, c.t, 1.0f);
+    std::vector<int32_t> row0(c.n_seq), rows(c.n_seq), slot(c.n_seq), pos0(c.n_seq);
+    int n_rows = 0;
+    for (int i = 0; i < c.n_seq; i++) {
+        rows[i] = i == 0 ? c.max_rows : 1 + rnd_i(c.max_rows);
+        pos0[i] = rnd_i(2) ? 0 : rnd_i(c.n_ctx - rows[i] + 1);
+        slot[i] = n_slots - 1 - i;
+        row0[i] = n_rows;
+        n_rows += rows[i];
+    }
+    const size_t rn = (size_t)c.n_heads * c.D, qn = (size_t)n_rows * rn;
+    std::vector<float> q(qn);
+    for (auto &x : q) x = rnd_f() * 2.0f;
+    std::vector<double> ref(qn);
+    for (int i = 0; i < c.n_seq; i++)
+        for (int t = 0; t < rows[i]; t++)
+            ref_row(&q[(size_t)(row0[i] + t) * rn], kc.val.data(), vc.val.data(), slot[i], pos0[i] + t + 1, c.n_ctx,
+                    c.n_heads, c.n_kv, c.D, 1.0 / sqrt((double)c.D), &ref[(size_t)(row0[i] + t) * rn]);
+    dev_buf dk(kc.raw.size()), dv(vc.raw.size()), dq(qn * 4), dout(qn * 4), dr0(c.n_seq * 4), drows(c.n_seq * 4),
+        dslot(c.n_seq * 4), dpos(c.n_seq * 4);
+    CUDA_OK(cudaMemcpy(dk.p, kc.raw.data(), kc.raw.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dv.p, vc.raw.data(), vc.raw.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dq.p, q.data(), qn * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dr0.p, row0.data(), c.n_seq * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(drows.p, rows.data(), c.n_seq * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dslot.p, slot.data(), c.n_seq * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dpos.p, pos0.data(), c.n_seq * 4, cudaMemcpyHostToDevice));
+    attn_prefill_params p;
+    memset(&p, 0, sizeof p);
+    p.q = dq.as<float>();
+    p.k_cache = dk.p;
+    p.v_cache = dv.p;
+    p.kv_type = c.t;
+    p.seq_row0 = dr0.as<int32_t>();
+    p.seq_rows = drows.as<int32_t>();
+    p.seq_slot = dslot.as<int32_t>();
+    p.seq_pos0 = dpos.as<int32_t>();
+    p.out = dout.as<float>();
+    p.n_seq = c.n_seq;
+    p.max_rows = c.max_rows;
+    p.n_heads = c.n_heads;
+    p.n_kv_heads = c.n_kv;
+    p.head_dim = c.D;
+    p.n_ctx = c.n_ctx;
+    poison(dout.p, qn * 4);
+    cudaError_t e = attn_prefill_launch(&p, 0);
+    CHECK(e == cudaSuccess, "prefill launch: %s", cudaGetErrorString(e));
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> out(qn);
+    CUDA_OK(cudaMemcpy(out.data(), dout.p, qn * 4, cudaMemcpyDeviceToHost));
+    const double err = rel_err(out.data(), ref.data(), qn);
+    printf("prefill %-4s seq=%-2d rows=%-5d heads=%d/%d D=%-3d rel_err=%.3g\n", type_name(c.t), c.n_seq, n_rows,
+           c.n_heads, c.n_kv, c.D, err);
+    CHECK(err <= tol_for(c.t), "prefill %s seq=%d heads=%d/%d D=%d: rel_err %g", type_name(c.t), c.n_seq, c.n_heads,
+          c.n_kv, c.D, err);
+}
+
+static void run_validation(void) {
+    attn_decode_params p;
+    memset(&p, 0, sizeof p);
+    CHECK(attn_decode_launch(&p, 0) == cudaErrorInvalidValue, "empty decode params must be rejected");
+    CHECK(attn_decode_workspace_bytes(&p) == 0, "workspace of invalid params is 0");
+    /* workspace bound never falls as max_kv_len or n_seq grows */
+    p.n_seq = 3;
+    p.n_heads = 32;
+    p.n_kv_heads = 8;
+    p.head_dim = 128;
+    p.n_ctx = 200000;
+    p.sm_count = 132;
+    int mono = 1;
+    size_t prev = 0;
+    for (int L = 1; L <= 200000; L += 97) {
+        p.max_kv_len = L;
+        const size_t b = attn_decode_workspace_bytes(&p);
+        p.n_seq = 2;
+        const size_t b2 = attn_decode_workspace_bytes(&p);
+        p.n_seq = 3;
+        const size_t need = (size_t)3 * 32 * attn_decode_splits(&p) * 129 * 4;
+        mono &= b >= prev && b2 <= b && b >= need;
+        prev = b;
+    }
+    CHECK(mono, "attn_decode_workspace_bytes must be monotone and cover the launch");
+    attn_prefill_params pp;
+    memset(&pp, 0, sizeof pp);
+    CHECK(attn_prefill_launch(&pp, 0) == cudaErrorInvalidValue, "empty prefill params must be rejected");
+}
+
+int main(void) {
+    const char *es = getenv("ZLLM_TEST_SEED");
+    const uint64_t seed = es && *es ? strtoull(es, NULL, 10) : (uint64_t)time(NULL);
+    s_rng = seed;
+    printf("seed %llu\n", (unsigned long long)seed);
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        fprintf(stderr, "no CUDA device\n");
+        CHECK(0, "a CUDA device is required");
+        return test_report();
+    }
+    run_validation();
+    const attn_kv_type types[3] = {ATTN_KV_F32, ATTN_KV_F16, ATTN_KV_BF16};
+    for (int ti = 0; ti < 3; ti++) {
+        const attn_kv_type t = types[ti];
+        /* n_seq, heads, kv heads, D, n_ctx, max_len, type, forced splits, zero rows */
+        const decode_case dc[] = {
+            {1, 8, 4, 8, 512, 300, t, 0, 0},          /* stories260K shape */
+            {5, 8, 4, 8, 1024, 1024, t, 0, 1},
+            {3, 4, 4, 16, 600, 555, t, 0, 1},         /* GQA 1 */
+            {2, 8, 2, 32, 700, 700, t, 0, 0},
+            {1, 32, 8, 128, 4096, 4096, t, 0, 0},     /* llama shape, batch 1 */
+            {16, 32, 8, 128, 1100, 1033, t, 0, 1},
+            {64, 8, 1, 64, 300, 257, t, 0, 1},        /* GQA 8, batch 64 */
+            {7, 9, 3, 64, 2000, 1999, t, 0, 1},       /* SmolLM2-135M: GQA 3 */
+            {3, 14, 2, 64, 1500, 1500, t, 0, 0},      /* GQA 7 */
+            {2, 32, 2, 64, 800, 800, t, 0, 0},        /* GQA 16: two head tiles */
+            {4, 16, 8, 128, 3000, 2900, t, 0, 1},     /* GQA 2 */
+            {2, 8, 4, 256, 900, 900, t, 0, 0},
+            {3, 8, 2, 128, 2000, 2000, t, 7, 1},      /* forced split count */
+            {3, 8, 2, 128, 2000, 1, t, 0, 0},         /* one key */
+        };
+        for (const auto &c : dc) run_decode_case(c);
+        run_graph_case(t);
+        const prefill_case pc[] = {
+            {1, 8, 4, 8, 256, 200, t},
+            {3, 8, 4, 8, 512, 100, t},
+            {2, 4, 4, 16, 300, 70, t},
+            {4, 32, 8, 128, 300, 100, t},
+            {3, 9, 3, 64, 400, 120, t},
+            {2, 8, 1, 64, 300, 33, t},
+            {2, 4, 2, 256, 200, 40, t},
+            {2, 8, 8, 32, 100, 17, t},
+        };
+        for (const auto &c : pc) run_prefill_case(c);
+    }
+    return test_report();
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# tools/attn_device_run.sh: builds and runs the attention/sampling checks and benchmarks on a GPU machine
+# without make (no libzmq needed): nvcc on cuda/attention.cu, cuda/sample.cu and their tests only.
+# usage: bash tools/attn_device_run.sh OUTDIR [tests|bench|all] [extra zllm-attentionbench args]
+#   ZLLM_ATTN_VARIANTS="HB:BPS:CMIN ...": also benchmark builds with -DZLLM_ATTN_HEADS_PER_BLOCK=HB
+#   -DZLLM_ATTN_BLOCKS_PER_SM=BPS -DZLLM_ATTN_CHUNK_MIN=CMIN; ZLLM_ATTN_SKIP_SAMPLE=1 skips gpu_test_sample.
+set -u
+out=${1:-/tmp/attn-out}; what=${2:-all}; shift 2 || true
+mkdir -p "$out" /tmp/attnb
+export PATH=/usr/local/cuda/bin:$PATH
+F="-O3 -lineinfo -std=c++17 -Icommon -Icuda -Itests -gencode arch=compute_90,code=sm_90"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,memory.total --format=csv,noheader
+t0=$SECONDS
+for v in ${ZLLM_ATTN_VARIANTS:-}; do
+    IFS=: read -r hb bps cm <<<"$v"
+    nvcc $F -DZLLM_ATTN_HEADS_PER_BLOCK=$hb -DZLLM_ATTN_BLOCKS_PER_SM=$bps -DZLLM_ATTN_CHUNK_MIN=$cm \
+        -o /tmp/attnb/bench_$hb-$bps-$cm cuda/bench_attention.cu cuda/attention.cu &
+done
+nvcc $F -c cuda/attention.cu -o /tmp/attnb/attention.o & nvcc $F -c cuda/sample.cu -o /tmp/attnb/sample.o & wait
+nvcc $F -o /tmp/attnb/gpu_test_attention cuda/test_attention.cu /tmp/attnb/attention.o &
+nvcc $F -o /tmp/attnb/gpu_test_sample cuda/test_sample.cu /tmp/attnb/sample.o common/sampler.c &
+nvcc $F -o /tmp/attnb/zllm-attentionbench cuda/bench_attention.cu /tmp/attnb/attention.o &
+wait
+echo "build: $((SECONDS - t0))s"
+rc=0
+if [ "$what" != bench ]; then
+    timeout 120 /tmp/attnb/gpu_test_attention >"$out/test_attention.log" 2>&1 || rc=1
+    tail -n 1 "$out/test_attention.log"; grep FAIL "$out/test_attention.log" | head -20
+    if [ -z "${ZLLM_ATTN_SKIP_SAMPLE:-}" ]; then
+        timeout 120 /tmp/attnb/gpu_test_sample >"$out/test_sample.log" 2>&1 || rc=1
+        grep -E "draws|FAIL|passed" "$out/test_sample.log" | head -30
+    fi
+    echo "tests: $((SECONDS - t0))s"
+fi
+if [ "$what" != tests ]; then
+    timeout 200 /tmp/attnb/zllm-attentionbench "$@" >"$out/bench.log" 2>&1; grep -v "^read kernel" "$out/bench.log"
+    echo "bench: $((SECONDS - t0))s"
+    PYTHONUNBUFFERED=1 timeout 150 python3 tools/attn_bench_torch.py >"$out/torch.log" 2>&1; cat "$out/torch.log"
+    echo "torch: $((SECONDS - t0))s"
+    for v in ${ZLLM_ATTN_VARIANTS:-}; do
+        IFS=: read -r hb bps cm <<<"$v"
+        echo "== variant heads/block $hb, blocks/SM $bps, chunk min $cm"
+        timeout 60 /tmp/attnb/bench_$hb-$bps-$cm -n 15 >"$out/bench_$hb-$bps-$cm.log" 2>&1
+        grep -v "^read kernel\|^device\|^read-only\|^batch" "$out/bench_$hb-$bps-$cm.log"
+    done
+    echo "variants: $((SECONDS - t0))s"
+fi
+exit $rc
