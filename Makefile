@@ -49,10 +49,13 @@ FUZZ_C    := $(wildcard tests/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/%.c,$(BUILD)/tests/%,$(FUZZ_C))
 CU_ALL    := $(wildcard cuda/*.cu)
 CU_TEST   := $(wildcard cuda/test_*.cu)
-CU_LIB    := $(filter-out $(CU_TEST),$(CU_ALL))
+CU_BENCH  := $(wildcard cuda/bench_*.cu)
+CU_LIB    := $(filter-out $(CU_TEST) $(CU_BENCH),$(CU_ALL))
 CU_O      := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_LIB))
 GPU_TESTS := $(patsubst cuda/test_%.cu,$(BUILD)/tests/gpu_test_%,$(CU_TEST))
 LIB       := $(BUILD)/lib/libzllm.a
+# objects depend on a stamp named after the flags, so changing CFLAGS/SAN/ZLLM_CUDA/CUDA_ARCHS rebuilds them
+FLAGS_STAMP := $(BUILD)/obj/.flags-$(shell echo '$(CC) $(CFLAGS) $(NVCCFLAGS)' | md5sum | cut -c1-12)
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 ASAN_LIB  := $(BUILD)/asan/lib/libzllm.a
 TEST_C_PLAIN := $(filter-out tests/test_asan_%,$(TEST_C))
@@ -65,11 +68,15 @@ all: $(BINS) $(TESTS) $(FUZZ_REPLAY)
 deps:
 	@bash deploy/deps.sh
 
-$(BUILD)/obj/%.o: %.c
+$(FLAGS_STAMP):
+	@mkdir -p $(dir $@)
+	@rm -f $(BUILD)/obj/.flags-* && touch $@
+
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu
+$(BUILD)/obj/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
@@ -88,7 +95,7 @@ $(BUILD)/bin/%: $(BUILD)/obj/main_%.o $(LIB) $(CUDA_LIB)
 
 # main_NAME.c may live in any LIB_DIR: find its object
 define MAIN_RULE
-$(BUILD)/obj/main_$(patsubst main_%.c,%,$(notdir $(1))).o: $(1)
+$(BUILD)/obj/main_$(patsubst main_%.c,%,$(notdir $(1))).o: $(1) $$(FLAGS_STAMP)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CFLAGS) -MMD -MP -c $$< -o $$@
 endef
@@ -123,12 +130,19 @@ fuzz:
 	  clang -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=address,fuzzer -Icommon -Iworker -Ibroker -Iclients -Itests \
 	    -o $(BUILD)/fuzz/$$n $$f $(BUILD)/fuzzlib/lib/libzllm.a $(LDLIBS) || exit 1; done
 
+# compiled by nvcc, linked by $(CC) (nvcc does not take -Wl,-rpath; LDLIBS already names cudart and stdc++)
 $(BUILD)/tests/gpu_test_%: cuda/test_%.cu $(LIB) $(CUDA_LIB)
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -Itests -o $@ $< $(CUDA_LIB) $(LIB) $(filter-out -lstdc++,$(LDLIBS))
+	@mkdir -p $(dir $@) $(BUILD)/obj/cuda
+	$(NVCC) $(NVCCFLAGS) -Itests -c $< -o $(BUILD)/obj/cuda/test_$*.o
+	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/cuda/test_$*.o $(LIB) $(CUDA_LIB) $(LIB) $(LDLIBS)
 
 test: deps all
 	@bash tests/run.sh $(BUILD)
+
+# cuda/bench_NAME.cu -> $(BUILD)/bin/zllm-NAMEbench (GPU micro-benchmarks, e.g. zllm-attentionbench)
+$(BUILD)/bin/zllm-%bench: cuda/bench_%.cu $(CUDA_LIB)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIB) -lcudart
 
 test-gpu: all $(GPU_TESTS)
 	@bash tests/run_gpu.sh $(BUILD)
