@@ -1,0 +1,387 @@
+"""zllm: Python client for the zllm broker (docs/protocol.md, version 1), over ZeroMQ and msgpack.
+
+    import zllm
+    c = zllm.Client("tcp://127.0.0.1:5555")
+    r = c.generate("Once upon a time", max_tokens=32, temperature=0)
+    print(r.text, r.token_ids, r.finish_reason)
+    for d in c.stream(messages=[{"role": "user", "content": "Hi"}], max_tokens=64):
+        print(d.text, end="", flush=True)
+
+Every call is bounded in time: a request whose final does not arrive within its deadline plus `grace` seconds
+raises ZllmTimeout (after cancelling it), so a vanished or restarted broker gives an error, never a hang.
+Several requests may be in flight on one Client (submit / next_message); messages are routed by request id.
+`AsyncClient` is the same over zmq.asyncio.
+"""
+import collections
+import itertools
+import os
+import time
+
+import msgpack
+import zmq
+
+__all__ = ["Client", "AsyncClient", "Result", "Delta", "ZllmError", "ZllmTimeout", "PROTOCOL_VERSION"]
+
+PROTOCOL_VERSION = 1
+_MAX_FRAME = 16 << 20  # bytes: the largest reply we accept (the broker's worker-side limit; replies are smaller)
+
+
+class ZllmError(Exception):
+    """A request could not be served. .code is the protocol's stable code ("bad_message", "timeout", ...)."""
+
+    def __init__(self, message, code="error", result=None):
+        super().__init__(message)
+        self.code = code
+        self.result = result
+
+
+class ZllmTimeout(ZllmError):
+    """No final arrived in time (the broker may be gone or restarted)."""
+
+    def __init__(self, message, result=None):
+        super().__init__(message, "client_timeout", result)
+
+
+class Result:
+    """The outcome of one request.
+
+    text: the generated text; token_ids: the generated ids; finish_reason: "stop", "length", "cancelled",
+    "error", "timeout" or "overloaded"; code / message: error details (None otherwise); usage, timings: dicts.
+    """
+
+    def __init__(self, id):
+        self.id = id
+        self.text = ""
+        self.token_ids = []
+        self.finish_reason = None
+        self.code = None
+        self.message = None
+        self.usage = {}
+        self.timings = {}
+
+    @property
+    def ok(self):
+        return self.finish_reason in ("stop", "length")
+
+    def __repr__(self):
+        return "Result(id=%r, finish_reason=%r, code=%r, tokens=%d, text=%r)" % (
+            self.id, self.finish_reason, self.code, len(self.token_ids), self.text[:60])
+
+
+class Delta:
+    """A piece of a streamed answer: new text and ids. The last delta of a stream has finish_reason set and
+    .result holding the whole Result."""
+
+    def __init__(self, id, text="", token_ids=None, finish_reason=None, result=None):
+        self.id = id
+        self.text = text
+        self.token_ids = token_ids or []
+        self.finish_reason = finish_reason
+        self.result = result
+
+    def __repr__(self):
+        return "Delta(id=%r, text=%r, ids=%r, finish=%r)" % (self.id, self.text, self.token_ids, self.finish_reason)
+
+
+_ids = itertools.count(1)
+
+
+def _new_id():
+    return "py-%d-%d-%d" % (os.getpid(), int(time.time() * 1000) % 1000000, next(_ids))
+
+
+def build_generate(id, prompt=None, tokens=None, messages=None, max_tokens=128, temperature=None, top_k=None,
+                   top_p=None, min_p=None, repeat_penalty=None, repeat_last_n=None, seed=None, stop=None,
+                   stop_ids=None, ignore_eos=None, stream=True, deadline_ms=None, special=None, add_bos=None,
+                   model=None):
+    """The `generate` map for a request (exactly one of prompt, tokens, messages)."""
+    given = sum(x is not None for x in (prompt, tokens, messages))
+    if given != 1:
+        raise ValueError("exactly one of prompt, tokens, messages is required")
+    m = {"zllm": PROTOCOL_VERSION, "type": "generate", "id": id, "max_tokens": int(max_tokens),
+         "stream": bool(stream)}
+    if prompt is not None:
+        m["prompt"] = str(prompt)
+    if tokens is not None:
+        m["tokens"] = [int(t) for t in tokens]
+    if messages is not None:
+        m["messages"] = [{"role": str(x["role"]), "content": str(x["content"])} for x in messages]
+    for k, v, f in (("temperature", temperature, float), ("top_k", top_k, int), ("top_p", top_p, float),
+                    ("min_p", min_p, float), ("repeat_penalty", repeat_penalty, float),
+                    ("repeat_last_n", repeat_last_n, int), ("seed", seed, int), ("deadline_ms", deadline_ms, int),
+                    ("ignore_eos", ignore_eos, bool), ("special", special, bool), ("add_bos", add_bos, bool),
+                    ("model", model, str)):
+        if v is not None:
+            m[k] = f(v)
+    if stop is not None:
+        m["stop"] = [stop] if isinstance(stop, str) else [str(s) for s in stop]
+    if stop_ids is not None:
+        m["stop_ids"] = [int(t) for t in stop_ids]
+    return m
+
+
+def _decode(frames):
+    """One broker message -> dict, or None when malformed (wrong frame count, not a map, wrong version)."""
+    if len(frames) != 1 or len(frames[0]) > _MAX_FRAME:
+        return None
+    try:
+        m = msgpack.unpackb(frames[0], raw=False, strict_map_key=False, max_bin_len=_MAX_FRAME,
+                            max_str_len=_MAX_FRAME, max_array_len=1 << 20, max_map_len=1 << 16)
+    except Exception:
+        return None
+    if not isinstance(m, dict) or m.get("zllm") != PROTOCOL_VERSION or not isinstance(m.get("type"), str):
+        return None
+    return m
+
+
+def _apply(result, m):
+    """Folds a token or final message into result; returns a Delta."""
+    if m["type"] == "token":
+        text, ids = m.get("text", "") or "", list(m.get("ids", []) or [])
+        result.text += text
+        result.token_ids += ids
+        return Delta(result.id, text, ids)
+    # final
+    text = m.get("text", "") or ""
+    result.text += text
+    if m.get("ids") is not None:
+        result.token_ids = list(m["ids"])
+    result.finish_reason = m.get("finish")
+    result.code = m.get("code")
+    result.message = m.get("message")
+    result.usage = m.get("usage", {}) or {}
+    result.timings = m.get("timings", {}) or {}
+    return Delta(result.id, text, [], result.finish_reason, result)
+
+
+def _socket(ctx, endpoint, cls=None):
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.IMMEDIATE, 1)
+    s.setsockopt(zmq.RCVHWM, 100000)
+    s.setsockopt(zmq.MAXMSGSIZE, _MAX_FRAME)
+    s.setsockopt(zmq.RECONNECT_IVL, 100)
+    s.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+    s.connect(endpoint)
+    return s
+
+
+class Client:
+    """A blocking client. endpoint: the broker's client endpoint (tcp://host:port or ipc://path).
+    grace: seconds added to a request's deadline before the client gives up on its final.
+    send_timeout: seconds to wait for a connection to the broker before a submit fails."""
+
+    def __init__(self, endpoint, grace=5.0, send_timeout=5.0, context=None):
+        self.endpoint = endpoint
+        self.grace = float(grace)
+        self._ctx = context or zmq.Context.instance()
+        self._sock = _socket(self._ctx, endpoint)
+        self._sock.setsockopt(zmq.SNDTIMEO, int(send_timeout * 1000))
+        self._queues = collections.defaultdict(collections.deque)  # id -> messages not yet taken
+        self._status = collections.deque()
+
+    def close(self):
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _send(self, m):
+        try:
+            self._sock.send(msgpack.packb(m, use_bin_type=True))
+        except zmq.Again:
+            raise ZllmError("broker %s unreachable" % self.endpoint, "unreachable")
+
+    def _recv_one(self, timeout):
+        """Receives and files one message; returns False on timeout."""
+        if not self._sock.poll(max(0, int(timeout * 1000))):
+            return False
+        m = _decode(self._sock.recv_multipart())
+        if m is None:
+            return True
+        t = m["type"]
+        if t in ("token", "final") and isinstance(m.get("id"), str):
+            self._queues[m["id"]].append(m)
+        elif t == "status":
+            self._status.append(m)
+        elif t == "error":
+            self._queues[None].append(m)
+        return True
+
+    def submit(self, prompt=None, *, id=None, **kw):
+        """Sends a generate without waiting; returns its request id. Messages come from next_message(id)."""
+        id = id or _new_id()
+        self._send(build_generate(id, prompt, **kw))
+        return id
+
+    def next_message(self, id=None, timeout=1.0):
+        """The next token/final message dict for id (any id when None), or None after timeout seconds."""
+        end = time.monotonic() + timeout
+        while True:
+            if id is None:
+                for k, q in list(self._queues.items()):
+                    if k is not None and q:
+                        return q.popleft()
+            elif self._queues.get(id):
+                return self._queues[id].popleft()
+            left = end - time.monotonic()
+            if left <= 0 or not self._recv_one(left):
+                if id is None or not self._queues.get(id):
+                    return None
+
+    def cancel(self, id):
+        """Asks the broker to cancel request id (its final then says "cancelled" unless it ended before)."""
+        self._send({"zllm": PROTOCOL_VERSION, "type": "cancel", "id": id})
+
+    def status(self, timeout=5.0):
+        """The broker's status map; raises ZllmTimeout when it does not answer in time."""
+        sid = _new_id()
+        self._send({"zllm": PROTOCOL_VERSION, "type": "status", "id": sid})
+        end = time.monotonic() + timeout
+        while True:
+            while self._status:
+                m = self._status.popleft()
+                if m.get("id") in (sid, None):
+                    return m
+            left = end - time.monotonic()
+            if left <= 0:
+                raise ZllmTimeout("no status from %s within %.1f s" % (self.endpoint, timeout))
+            self._recv_one(left)
+
+    def stream(self, prompt=None, *, id=None, timeout=None, **kw):
+        """Yields Delta objects as tokens arrive; the last one has finish_reason and .result.
+        timeout: seconds to wait for the final (default: deadline_ms + grace, or 600 + grace)."""
+        kw["stream"] = True
+        id = self.submit(prompt, id=id, **kw)
+        if timeout is None:
+            timeout = (kw.get("deadline_ms") or 600000) / 1000.0 + self.grace
+        end = time.monotonic() + timeout
+        result = Result(id)
+        try:
+            while True:
+                left = end - time.monotonic()
+                m = self.next_message(id, timeout=max(0.0, left)) if left > 0 else None
+                if m is None:
+                    self.cancel(id)
+                    raise ZllmTimeout("no final for %s within %.1f s" % (id, timeout), result)
+                d = _apply(result, m)
+                yield d
+                if d.finish_reason is not None:
+                    return
+        finally:
+            self._queues.pop(id, None)
+
+    def generate(self, prompt=None, *, raise_on_error=False, **kw):
+        """Runs one request to its end and returns a Result (token_ids, text, finish_reason, usage, timings).
+        With raise_on_error, a finish of error/timeout/overloaded raises ZllmError."""
+        result = None
+        for d in self.stream(prompt, **kw):
+            result = d.result or result
+        if raise_on_error and not result.ok and result.finish_reason != "cancelled":
+            raise ZllmError("%s: %s" % (result.code, result.message), result.code or "error", result)
+        return result
+
+
+class AsyncClient:
+    """The asyncio variant (zmq.asyncio): `await c.generate(...)`, `async for d in c.stream(...)`, many
+    requests concurrently on one socket; a reader task routes messages by request id."""
+
+    def __init__(self, endpoint, grace=5.0, context=None):
+        import asyncio
+        import zmq.asyncio
+        self._asyncio = asyncio
+        self.endpoint = endpoint
+        self.grace = float(grace)
+        self._ctx = context or zmq.asyncio.Context.instance()
+        self._sock = _socket(self._ctx, endpoint)
+        self._queues = {}
+        self._status = {}
+        self._reader = None
+
+    async def _read(self):
+        while True:
+            frames = await self._sock.recv_multipart()
+            m = _decode(frames)
+            if m is None:
+                continue
+            if m["type"] in ("token", "final"):
+                q = self._queues.get(m.get("id"))
+                if q is not None:
+                    q.put_nowait(m)
+            elif m["type"] == "status":
+                f = self._status.pop(m.get("id"), None)
+                if f is not None and not f.done():
+                    f.set_result(m)
+
+    def _ensure_reader(self):
+        if self._reader is None or self._reader.done():
+            self._reader = self._asyncio.ensure_future(self._read())
+
+    async def _send(self, m):
+        try:
+            await self._asyncio.wait_for(self._sock.send(msgpack.packb(m, use_bin_type=True)), 5.0)
+        except self._asyncio.TimeoutError:
+            raise ZllmError("broker %s unreachable" % self.endpoint, "unreachable")
+
+    async def cancel(self, id):
+        await self._send({"zllm": PROTOCOL_VERSION, "type": "cancel", "id": id})
+
+    async def status(self, timeout=5.0):
+        self._ensure_reader()
+        sid = _new_id()
+        f = self._asyncio.get_running_loop().create_future()
+        self._status[sid] = f
+        await self._send({"zllm": PROTOCOL_VERSION, "type": "status", "id": sid})
+        try:
+            return await self._asyncio.wait_for(f, timeout)
+        except self._asyncio.TimeoutError:
+            raise ZllmTimeout("no status from %s within %.1f s" % (self.endpoint, timeout))
+        finally:
+            self._status.pop(sid, None)
+
+    async def stream(self, prompt=None, *, id=None, timeout=None, **kw):
+        self._ensure_reader()
+        id = id or _new_id()
+        kw["stream"] = True
+        q = self._asyncio.Queue()
+        self._queues[id] = q
+        if timeout is None:
+            timeout = (kw.get("deadline_ms") or 600000) / 1000.0 + self.grace
+        loop = self._asyncio.get_running_loop()
+        end = loop.time() + timeout
+        result = Result(id)
+        try:
+            await self._send(build_generate(id, prompt, **kw))
+            while True:
+                try:
+                    m = await self._asyncio.wait_for(q.get(), max(0.0, end - loop.time()))
+                except self._asyncio.TimeoutError:
+                    await self.cancel(id)
+                    raise ZllmTimeout("no final for %s within %.1f s" % (id, timeout), result)
+                d = _apply(result, m)
+                yield d
+                if d.finish_reason is not None:
+                    return
+        finally:
+            self._queues.pop(id, None)
+
+    async def generate(self, prompt=None, *, raise_on_error=False, **kw):
+        result = None
+        async for d in self.stream(prompt, **kw):
+            result = d.result or result
+        if raise_on_error and not result.ok and result.finish_reason != "cancelled":
+            raise ZllmError("%s: %s" % (result.code, result.message), result.code or "error", result)
+        return result
+
+    def close(self):
+        if self._reader is not None:
+            self._reader.cancel()
+            self._reader = None
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None

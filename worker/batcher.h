@@ -1,0 +1,78 @@
+/* worker/batcher.h: continuous batching over an engine (common/engine.h).
+ *
+ * The batcher owns the engine's KV slots: a sequence (an `assign` entry from the broker) takes a free slot, is
+ * prefilled in chunks that share steps with the other sequences' decodes, samples one token per step once its
+ * prompt is in, and leaves its slot when it stops (end-of-generation or stop id, max_tokens, context full) or is
+ * cancelled. batcher_step() runs one engine step and reports one event per sequence that produced a token or
+ * ended, plus the pending acknowledgements (cancels, rejected assignments). The batcher never talks to the
+ * network: the worker turns its events into `out` messages (docs/protocol.md).
+ *
+ * Everything from the broker is checked here (ids below the vocabulary, lengths within the slot's context,
+ * duplicate rids, sampling ranges): a bad sequence is rejected with fin=4, never run. */
+#ifndef ZLLM_BATCHER_H
+#define ZLLM_BATCHER_H
+#include <stddef.h>
+#include <stdint.h>
+#include "engine.h"
+
+/* finish codes of an `out` entry (docs/protocol.md) */
+enum { WK_FIN_NONE = 0, WK_FIN_STOP = 1, WK_FIN_LENGTH = 2, WK_FIN_CANCELLED = 3, WK_FIN_ERROR = 4 };
+
+#define WK_MAX_STOP_IDS 64         /* protocol limit on stop_ids per sequence */
+
+/* one sequence to run, as assigned by the broker; everything is copied by batcher_add */
+typedef struct {
+    uint64_t rid;                  /* the broker's sequence id */
+    const int32_t *tokens;         /* [n_tokens] the whole prompt */
+    int n_tokens;                  /* prompt length, >= 1 */
+    int max_tokens;                /* most tokens to generate, >= 1 */
+    zl_sampling samp;              /* sampling parameters (seed included) */
+    const int32_t *stop_ids;       /* [n_stop_ids] extra ids that end generation */
+    int n_stop_ids;                /* <= WK_MAX_STOP_IDS */
+    int ignore_eos;                /* 1: end-of-generation ids do not stop it */
+} wk_request;
+
+/* one entry of an `out` message */
+typedef struct {
+    uint64_t rid;                  /* sequence */
+    int32_t tok;                   /* token produced this step, -1 if none */
+    int fin;                       /* WK_FIN_* */
+} wk_event;
+
+typedef struct wk_batcher wk_batcher;
+
+/* Creates a batcher over e (borrowed; it must outlive the batcher). eog: [vocab] 1 for end-of-generation ids
+ * (copied). Returns NULL with a message on bad arguments or out of memory. */
+wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, size_t errlen);
+/* idempotent; sets *b to NULL */
+void batcher_destroy(wk_batcher **b);
+
+/* Admits r into a free slot. Returns 0 when admitted; 1 when r.rid is already running (the duplicate is ignored
+ * and counted); -1 when r is invalid or there is no free slot: a fin=4 event is queued for r.rid and err says
+ * why. */
+int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen);
+/* Frees rid's slot and queues its fin=3 acknowledgement. Returns 1 if rid was running, 0 if unknown (ignored). */
+int batcher_cancel(wk_batcher *b, uint64_t rid);
+/* Runs one engine step if any sequence is running, and writes the pending acknowledgements and this step's
+ * events to ev[cap] (cap >= batcher_event_cap()), with their count in *n_ev. Returns 1 when a step ran, 0 when
+ * there was nothing to run, -1 on an engine error (err holds the engine's message; the caller must exit: the
+ * device state is unknown). */
+int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, size_t errlen);
+/* Drops every sequence without events (the broker forgot them) and clears pending acknowledgements. */
+void batcher_clear(wk_batcher *b);
+
+/* Caps the prompt tokens one step may prefill (>= 1; at most the engine's max_step_tokens; decodes are not
+ * counted): the worker lowers it when steps get slow, so that its heartbeats keep their pace. */
+void batcher_set_prefill_cap(wk_batcher *b, int tokens);
+int batcher_last_step_tokens(const wk_batcher *b); /* tokens (prefill + decode) of the last step run */
+int batcher_last_prefill_tokens(const wk_batcher *b); /* prompt tokens of the last step (those under the cap) */
+int batcher_prefill_cap(const wk_batcher *b);      /* the current cap */
+
+int batcher_running(const wk_batcher *b);     /* sequences holding a slot */
+int batcher_free_slots(const wk_batcher *b);  /* slots free */
+int batcher_event_cap(const wk_batcher *b);   /* the most events one batcher_step can report */
+uint64_t batcher_steps(const wk_batcher *b);  /* steps run so far */
+uint64_t batcher_duplicates(const wk_batcher *b); /* duplicate assignments ignored */
+/* writes up to cap rids of the running sequences (for error logs); returns the count written */
+int batcher_rids(const wk_batcher *b, uint64_t *rids, int cap);
+#endif

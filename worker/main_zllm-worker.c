@@ -1,0 +1,543 @@
+/* worker/main_zllm-worker.c: zllm-worker, one model on one device, serving a broker (docs/protocol.md).
+ *
+ *   zllm-worker --broker ENDPOINT -m MODEL.gguf [--name NAME] [--model-name NAME] [--device cpu|cuda[:N]]
+ *               [--max-batch M] [--ctx N] [--step-tokens T] [--threads N] [--heartbeat-ms MS]
+ *
+ * One thread, one DEALER socket, one loop (after the zguide's Paranoid Pirate worker): read every message the
+ * broker sent, run one engine step through the continuous batcher, send one `out` for the step, and send `hb`
+ * from this same loop, so that a loop stuck in a step stops the heartbeats and the broker notices.
+ * A broker silent for 3 of its heartbeat intervals is presumed gone: the worker drops its sequences, opens a new
+ * socket and registers again (ZeroMQ's reconnect alone does not re-register). An engine error is fatal: the
+ * worker logs the step and the rids it held and exits 3, because a device in an unknown state must not keep
+ * serving (a supervisor restarts it; the broker fails or requeues its requests).
+ *
+ * Include map:
+ *   batcher.h   - batcher_new/add/cancel/step: continuous batching over the engine, checks broker input
+ *   engine.h    - engine_new/engine_destroy: the backend (cpu, cuda)
+ *   model.h     - model_load: the GGUF model
+ *   tokenizer.h - tokenizer_new/tokenizer_is_eog: end-of-generation ids from the model's vocabulary
+ *   proto.h     - proto_decode/proto_encode_*: the wire protocol */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+#include "batcher.h"
+#include "engine.h"
+#include "model.h"
+#include "proto.h"
+#include "tokenizer.h"
+
+#define S_REGISTER_RETRY_MS 250    /* resend `register` until `registered` comes back (a send fails while the
+                                    * connection is not up: ZMQ_IMMEDIATE) */
+#define S_SILENCE_BEATS     3      /* broker heartbeats missed before it is presumed gone (protocol) */
+#define S_IDLE_POLL_MS      100    /* longest poll when idle: bounds the reaction time to SIGTERM */
+/* Steps are kept to about half a heartbeat interval by adapting the cap on prompt tokens per step: a long prompt
+ * on a slow or busy CPU would otherwise run one multi-second step, during which no heartbeat leaves the loop and
+ * the broker rightly declares the worker dead. The cap shrinks in proportion when a step overruns the target
+ * and doubles after a fast step that the cap limited (so a GPU reaches its full chunk after a few prompts). */
+#define S_STEP_TARGET_FRACTION 0.5
+
+typedef struct {
+    const char *broker;            /* endpoint to connect */
+    const char *model_path;        /* GGUF file */
+    char name[PROTO_NAME_MAX + 1]; /* worker name, unique per broker */
+    char model_name[PROTO_NAME_MAX + 1]; /* model name it registers */
+    const char *device;            /* "cpu", "cuda", "cuda:N" */
+    int max_batch;                 /* sequences per step (also the slot count) */
+    int n_ctx;                     /* tokens per slot; 0 = engine default */
+    int step_tokens;               /* most tokens per step; 0 = device default */
+    int threads;                   /* CPU threads; 0 = all */
+    int heartbeat_ms;              /* heartbeat interval */
+    int step_delay_ms;             /* fault injection / test pacing: sleep after each step (0: off) */
+    int fail_at_step;              /* fault injection: step N reports an engine error (0: off) */
+} s_opts;
+
+typedef struct {
+    s_opts o;                      /* options */
+    zl_model *model;               /* loaded model */
+    zl_engine *engine;             /* backend */
+    wk_batcher *batcher;           /* continuous batching state */
+    void *zctx;                    /* ZeroMQ context */
+    void *sock;                    /* DEALER to the broker, NULL between sessions */
+    int registered;                /* 1 after `registered` for the current registration */
+    uint32_t broker_hb_ms;         /* the broker's heartbeat interval (from `registered`) */
+    int64_t last_heard;            /* ms: last message from the broker */
+    int64_t last_hb;               /* ms: last `hb` sent */
+    int64_t last_register;         /* ms: last `register` sent */
+    wk_event *ev;                  /* [ev_cap] events of one step */
+    int ev_cap;                    /* batcher_event_cap */
+    uint64_t *out_rids;            /* [ev_cap] out columns */
+    int32_t *out_toks;             /* [ev_cap] */
+    uint8_t *out_fin;              /* [ev_cap] */
+    proto_buf buf;                 /* encode buffer */
+    proto_msg msg;                 /* decode state */
+    uint64_t bad_messages;         /* undecodable or unexpected messages from the broker */
+    uint64_t send_drops;           /* sends that failed (broker unreachable) */
+} s_worker;
+
+static volatile sig_atomic_t s_stop;
+
+static void s_on_signal(int sig) {
+    (void)sig;
+    s_stop = 1;
+}
+
+static int64_t s_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void s_log(const s_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void s_log(const s_worker *w, const char *fmt, ...) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%02d:%02d:%02d.%03ld zllm-worker %s: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
+            ts.tv_nsec / 1000000, w->o.name, msg);
+}
+
+static void s_usage(FILE *f) {
+    fprintf(f,
+            "usage: zllm-worker --broker ENDPOINT -m MODEL.gguf [options]\n"
+            "  --name NAME          worker name (default host:pid)\n"
+            "  --model-name NAME    model name to register (default: the file name without .gguf)\n"
+            "  --device DEV         cpu, cuda or cuda:N (default cpu)\n"
+            "  --max-batch M        sequences per step and slots (default 16)\n"
+            "  --ctx N              tokens per sequence slot (default: the model's, at most 4096)\n"
+            "  --step-tokens T      most tokens per step (default 256 on cpu, 2048 on cuda;\n"
+            "                       prompt chunks shrink further to keep steps near half a heartbeat)\n"
+            "  --threads N          CPU threads (default: all cores)\n"
+            "  --heartbeat-ms MS    heartbeat interval (default 500)\n"
+            "  --debug-step-delay-ms MS  sleep after every step (tests: slows streams down)\n"
+            "  --debug-fail-at-step N    step N fails as a device error would (tests: the fatal path)\n");
+}
+
+/* parses a decimal int in [lo, hi]; returns 0 or -1 */
+static int s_int(const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int s_parse(int argc, char **argv, s_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->device = "cpu";
+    o->max_batch = 16;
+    o->heartbeat_ms = 500;
+    const char *name = NULL, *model_name = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            s_usage(stdout);
+            exit(0);
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "zllm-worker: %s needs a value (or is unknown)\n", a);
+            return -1;
+        }
+        const char *v = argv[++i];
+        int bad = 0;
+        if (!strcmp(a, "--broker")) o->broker = v;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = v;
+        else if (!strcmp(a, "--name")) name = v;
+        else if (!strcmp(a, "--model-name")) model_name = v;
+        else if (!strcmp(a, "--device")) o->device = v;
+        else if (!strcmp(a, "--max-batch")) bad = s_int(v, 1, 4096, &o->max_batch);
+        else if (!strcmp(a, "--ctx")) bad = s_int(v, 2, 1 << 20, &o->n_ctx);
+        else if (!strcmp(a, "--step-tokens")) bad = s_int(v, 1, 1 << 20, &o->step_tokens);
+        else if (!strcmp(a, "--threads")) bad = s_int(v, 0, 1024, &o->threads);
+        else if (!strcmp(a, "--heartbeat-ms")) bad = s_int(v, 10, 60000, &o->heartbeat_ms);
+        else if (!strcmp(a, "--debug-step-delay-ms")) bad = s_int(v, 0, 10000, &o->step_delay_ms);
+        else if (!strcmp(a, "--debug-fail-at-step")) bad = s_int(v, 0, INT_MAX, &o->fail_at_step);
+        else {
+            fprintf(stderr, "zllm-worker: unknown option %s\n", a);
+            return -1;
+        }
+        if (bad) {
+            fprintf(stderr, "zllm-worker: bad value for %s: %s\n", a, v);
+            return -1;
+        }
+    }
+    if (!o->broker || !o->model_path) {
+        s_usage(stderr);
+        return -1;
+    }
+    if (name) {
+        snprintf(o->name, sizeof o->name, "%s", name);
+    } else {
+        char host[64] = "host";
+        gethostname(host, sizeof host - 1);
+        host[sizeof host - 1] = 0;
+        snprintf(o->name, sizeof o->name, "%s:%d", host, (int)getpid());
+    }
+    if (model_name) {
+        snprintf(o->model_name, sizeof o->model_name, "%s", model_name);
+    } else {
+        const char *base = strrchr(o->model_path, '/');
+        base = base ? base + 1 : o->model_path;
+        snprintf(o->model_name, sizeof o->model_name, "%s", base);
+        size_t n = strlen(o->model_name);
+        if (n > 5 && !strcmp(o->model_name + n - 5, ".gguf")) o->model_name[n - 5] = 0;
+    }
+    if (!o->name[0] || !o->model_name[0]) {
+        fprintf(stderr, "zllm-worker: empty --name or --model-name\n");
+        return -1;
+    }
+    if (!o->step_tokens) o->step_tokens = strcmp(o->device, "cpu") == 0 ? 256 : 2048;
+    return 0;
+}
+
+/* end-of-generation bitmap [vocab] from the model's vocabulary; falls back to the eos/eot metadata ids */
+static uint8_t *s_eog_map(s_worker *w) {
+    int vocab = w->model->cfg.vocab_size;
+    uint8_t *eog = calloc((size_t)vocab, 1);
+    if (!eog) return NULL;
+    char err[256];
+    zl_tokenizer *t = tokenizer_new(w->model->gguf, err, sizeof err);
+    int n = 0;
+    if (t) {
+        for (int i = 0; i < vocab; i++) n += eog[i] = tokenizer_is_eog(t, i) ? 1 : 0;
+        tokenizer_destroy(&t);
+    } else {
+        s_log(w, "no tokenizer (%s): end-of-generation ids from metadata only", err);
+        const char *keys[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                              "tokenizer.ggml.eom_token_id"};
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+            int64_t id = gguf_get_int(w->model->gguf, keys[k], -1);
+            if (id >= 0 && id < vocab) n += eog[id] = 1;
+        }
+    }
+    s_log(w, "%d end-of-generation ids", n);
+    return eog;
+}
+
+/* sends the encoded buffer without blocking; a failure (no broker connection) is counted, never waited on */
+static int s_send(s_worker *w) {
+    if (!w->sock || w->buf.failed) return -1;
+    if (zmq_send(w->sock, w->buf.data, w->buf.len, ZMQ_DONTWAIT) < 0) {
+        w->send_drops++;
+        return -1;
+    }
+    return 0;
+}
+
+static void s_send_register(s_worker *w) {
+    proto_register r = {
+        .name = proto_cstr(w->o.name),
+        .model = proto_cstr(w->o.model_name),
+        .device = proto_cstr(w->engine->device),
+        .max_batch = (uint32_t)w->engine->max_batch,
+        .n_slots = (uint32_t)w->engine->n_slots,
+        .n_ctx = (uint32_t)w->engine->n_ctx,
+        .kv_tokens = (uint64_t)w->engine->n_slots * (uint64_t)w->engine->n_ctx,
+        .vocab_size = (uint32_t)w->model->cfg.vocab_size,
+        .heartbeat_ms = (uint32_t)w->o.heartbeat_ms,
+    };
+    w->last_register = s_now_ms();
+    if (proto_encode_register(&w->buf, &r) == 0) s_send(w);
+}
+
+static void s_send_hb(s_worker *w) {
+    w->last_hb = s_now_ms();
+    if (proto_encode_hb_worker(&w->buf, batcher_steps(w->batcher), (uint32_t)batcher_free_slots(w->batcher),
+                               (uint32_t)batcher_running(w->batcher)) == 0)
+        s_send(w);
+}
+
+static void s_close_socket(s_worker *w) {
+    if (w->sock) zmq_close(w->sock);
+    w->sock = NULL;
+    w->registered = 0;
+}
+
+/* a fresh DEALER (a new identity: the broker forgets the old one) and a first `register` */
+static int s_open_socket(s_worker *w) {
+    s_close_socket(w);
+    w->sock = zmq_socket(w->zctx, ZMQ_DEALER);
+    if (!w->sock) return -1;
+    int zero = 0, one = 1, hwm = 10000, rivl = 100, rmax = 1000;
+    int64_t maxmsg = PROTO_WORKER_MAX_FRAME;
+    zmq_setsockopt(w->sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(w->sock, ZMQ_IMMEDIATE, &one, sizeof one);
+    zmq_setsockopt(w->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(w->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(w->sock, ZMQ_RECONNECT_IVL, &rivl, sizeof rivl);
+    zmq_setsockopt(w->sock, ZMQ_RECONNECT_IVL_MAX, &rmax, sizeof rmax);
+    zmq_setsockopt(w->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (zmq_connect(w->sock, w->o.broker) != 0) {
+        s_log(w, "connect %s: %s", w->o.broker, zmq_strerror(zmq_errno()));
+        s_close_socket(w);
+        return -1;
+    }
+    w->last_heard = s_now_ms();
+    w->last_register = 0;   /* register at the first loop turn (the connection may not be up yet) */
+    return 0;
+}
+
+static void s_handle_assign(s_worker *w, const proto_assign *a) {
+    char err[256];
+    for (uint32_t i = 0; i < a->n_seqs; i++) {
+        const proto_seq *q = &a->seqs[i];
+        const proto_sampling *ps = &q->sampling;
+        wk_request r;
+        memset(&r, 0, sizeof r);
+        r.rid = q->rid;
+        r.tokens = q->tokens;
+        /* the decoder bounds these by PROTO_MAX_TOKENS / PROTO_MAX_GEN / PROTO_MAX_STOP_IDS, all < INT_MAX */
+        r.n_tokens = q->n_tokens > INT_MAX ? INT_MAX : (int)q->n_tokens;
+        r.max_tokens = q->max_tokens > INT_MAX ? INT_MAX : (int)q->max_tokens;
+        r.samp.temperature = ps->temperature;
+        r.samp.top_k = ps->top_k;
+        r.samp.top_p = ps->top_p;
+        r.samp.min_p = ps->min_p;
+        r.samp.repeat_penalty = ps->repeat_penalty;
+        r.samp.repeat_last_n = ps->repeat_last_n > (uint32_t)w->engine->n_ctx ? w->engine->n_ctx
+                                                                               : (int)ps->repeat_last_n;
+        r.samp.seed = ps->seed;
+        r.stop_ids = q->stop_ids;
+        r.n_stop_ids = (int)q->n_stop_ids;
+        r.ignore_eos = ps->ignore_eos;
+        if (batcher_add(w->batcher, &r, err, sizeof err) != 0) s_log(w, "assign refused: %s", err);
+    }
+}
+
+/* handles one frame from the broker */
+static void s_handle(s_worker *w, const void *data, size_t len) {
+    char err[256];
+    if (proto_decode(data, len, &w->msg, err, sizeof err) != 0) {
+        w->bad_messages++;
+        s_log(w, "bad message from the broker (%zu bytes): %s", len, err);
+        return;
+    }
+    w->last_heard = s_now_ms();
+    switch (w->msg.type) {
+    case PROTO_REGISTERED:
+        if (!w->registered) s_log(w, "registered (broker heartbeat %u ms)", w->msg.registered.heartbeat_ms);
+        w->registered = 1;
+        /* bounded: a broker announcing 1 ms would otherwise make every step look like silence */
+        w->broker_hb_ms = w->msg.registered.heartbeat_ms;
+        if (w->broker_hb_ms < 100) w->broker_hb_ms = 100;
+        if (w->broker_hb_ms > 60000) w->broker_hb_ms = 60000;
+        break;
+    case PROTO_HB:
+        break;
+    case PROTO_REREGISTER:
+        /* the broker answers every hb/out it cannot place with a reregister: after the first, a register is
+         * already on its way, and answering the rest would make the broker churn through registrations */
+        if (!w->registered) break;
+        s_log(w, "broker asks to register again: dropping %d sequences", batcher_running(w->batcher));
+        batcher_clear(w->batcher);
+        w->registered = 0;
+        s_send_register(w);
+        break;
+    case PROTO_ASSIGN:
+        s_handle_assign(w, &w->msg.assign);
+        break;
+    case PROTO_CANCEL:
+        for (uint32_t i = 0; i < w->msg.cancel.n_rids; i++) batcher_cancel(w->batcher, w->msg.cancel.rids[i]);
+        break;
+    default:
+        w->bad_messages++;
+        s_log(w, "unexpected '%s' from the broker: ignored", proto_type_name(w->msg.type));
+        break;
+    }
+}
+
+/* reads everything queued, without blocking; multi-frame messages are malformed and dropped whole */
+static void s_drain(s_worker *w) {
+    for (int k = 0; k < 10000 && w->sock; k++) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, w->sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            return;
+        }
+        int more = zmq_msg_more(&m);
+        if (more) {
+            w->bad_messages++;
+            while (more) {
+                zmq_msg_close(&m);
+                zmq_msg_init(&m);
+                if (zmq_msg_recv(&m, w->sock, ZMQ_DONTWAIT) < 0) break;
+                more = zmq_msg_more(&m);
+            }
+        } else {
+            s_handle(w, zmq_msg_data(&m), zmq_msg_size(&m));
+        }
+        zmq_msg_close(&m);
+    }
+}
+
+/* one engine step and its `out`; exits the process on an engine error */
+static void s_step(s_worker *w) {
+    char err[256];
+    int n_ev = 0;
+    uint64_t rids[64];
+    int n_rids = batcher_rids(w->batcher, rids, 64);
+    int64_t t0 = s_now_ms();
+    int rc;
+    if (w->o.fail_at_step > 0 && n_rids > 0 && batcher_steps(w->batcher) + 1 == (uint64_t)w->o.fail_at_step) {
+        snprintf(err, sizeof err, "injected fault (--debug-fail-at-step %d)", w->o.fail_at_step);
+        rc = -1;
+    } else {
+        rc = batcher_step(w->batcher, w->ev, w->ev_cap, &n_ev, err, sizeof err);
+    }
+    if (rc == 1) {
+        double dt = (double)(s_now_ms() - t0), target = S_STEP_TARGET_FRACTION * w->o.heartbeat_ms;
+        int cap = batcher_prefill_cap(w->batcher);
+        if (dt > target) batcher_set_prefill_cap(w->batcher, (int)(cap * target / dt));
+        else if (dt < target / 2 && batcher_last_prefill_tokens(w->batcher) >= cap)
+            batcher_set_prefill_cap(w->batcher, 2 * cap);
+    }
+    if (rc < 0) {
+        char list[64 * 21 + 1] = "";
+        size_t off = 0;
+        for (int i = 0; i < n_rids && off < sizeof list - 22; i++)
+            off += (size_t)snprintf(list + off, sizeof list - off, " %llu", (unsigned long long)rids[i]);
+        s_log(w, "FATAL engine error at step %llu (device %s), rids%s: %s",
+              (unsigned long long)batcher_steps(w->batcher) + 1, w->engine->device, list, err);
+        fflush(stderr);
+        _exit(3);
+    }
+    if (rc == 1 && w->o.step_delay_ms > 0) {
+        struct timespec d = {w->o.step_delay_ms / 1000, (long)(w->o.step_delay_ms % 1000) * 1000000L};
+        nanosleep(&d, NULL);
+    }
+    if (n_ev == 0) return;
+    for (int i = 0; i < n_ev; i++) {
+        w->out_rids[i] = w->ev[i].rid;
+        w->out_toks[i] = w->ev[i].tok;
+        w->out_fin[i] = (uint8_t)w->ev[i].fin;
+    }
+    if (proto_encode_out(&w->buf, batcher_steps(w->batcher), w->out_rids, w->out_toks, w->out_fin,
+                         (uint32_t)n_ev) == 0)
+        s_send(w);
+}
+
+static int s_run(s_worker *w) {
+    if (s_open_socket(w) != 0) return -1;
+    while (!s_stop) {
+        int64_t now = s_now_ms();
+        if (!w->registered && now - w->last_register >= S_REGISTER_RETRY_MS) s_send_register(w);
+        int busy = w->registered && batcher_running(w->batcher) > 0;
+        long timeout = 0;
+        if (!busy) {
+            int64_t due = w->registered ? w->last_hb + w->o.heartbeat_ms : w->last_register + S_REGISTER_RETRY_MS;
+            timeout = (long)(due - now);
+            if (timeout < 0) timeout = 0;
+            if (timeout > S_IDLE_POLL_MS) timeout = S_IDLE_POLL_MS;
+        }
+        zmq_pollitem_t it = {w->sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, timeout) < 0 && zmq_errno() != EINTR) {
+            s_log(w, "poll: %s", zmq_strerror(zmq_errno()));
+            return -1;
+        }
+        s_drain(w);
+        /* silence is judged only right after reading everything queued: a long step is not broker silence */
+        now = s_now_ms();
+        if (w->registered && now - w->last_heard > (int64_t)S_SILENCE_BEATS * w->broker_hb_ms) {
+            s_log(w, "broker silent for %lld ms: dropping %d sequences, reconnecting", (long long)(now - w->last_heard),
+                  batcher_running(w->batcher));
+            batcher_clear(w->batcher);
+            if (s_open_socket(w) != 0) return -1;
+            continue;
+        }
+        if (w->registered && now - w->last_hb >= w->o.heartbeat_ms) s_send_hb(w);
+        /* acknowledgements (cancels, refusals) go out even when no sequence runs */
+        s_step(w);
+        now = s_now_ms();
+        if (w->registered && now - w->last_hb >= w->o.heartbeat_ms) s_send_hb(w);
+    }
+    s_log(w, "stopping (%llu steps, %llu bad messages, %llu failed sends)",
+          (unsigned long long)batcher_steps(w->batcher), (unsigned long long)w->bad_messages,
+          (unsigned long long)w->send_drops);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    s_worker w;
+    memset(&w, 0, sizeof w);
+    if (s_parse(argc, argv, &w.o) != 0) return 2;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = s_on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int rc = 1;
+    char err[512];
+    uint8_t *eog = NULL;
+    w.model = model_load(w.o.model_path, err, sizeof err);
+    if (!w.model) {
+        s_log(&w, "%s", err);
+        goto fail;
+    }
+    zl_engine_opts eo;
+    memset(&eo, 0, sizeof eo);
+    eo.device = w.o.device;
+    eo.max_batch = w.o.max_batch;
+    eo.n_slots = w.o.max_batch;
+    eo.n_ctx = w.o.n_ctx;
+    eo.max_step_tokens = w.o.step_tokens;
+    eo.threads = w.o.threads;
+    w.engine = engine_new(w.model, &eo, err, sizeof err);
+    if (!w.engine) {
+        s_log(&w, "engine: %s", err);
+        goto fail;
+    }
+    eog = s_eog_map(&w);
+    if (!eog) goto oom;
+    w.batcher = batcher_new(w.engine, eog, w.model->cfg.vocab_size, err, sizeof err);
+    if (!w.batcher) {
+        s_log(&w, "%s", err);
+        goto fail;
+    }
+    batcher_set_prefill_cap(w.batcher, 16);   /* until the first steps have measured the device's speed */
+    w.ev_cap = batcher_event_cap(w.batcher);
+    w.ev = calloc((size_t)w.ev_cap, sizeof *w.ev);
+    w.out_rids = calloc((size_t)w.ev_cap, sizeof *w.out_rids);
+    w.out_toks = calloc((size_t)w.ev_cap, sizeof *w.out_toks);
+    w.out_fin = calloc((size_t)w.ev_cap, sizeof *w.out_fin);
+    if (!w.ev || !w.out_rids || !w.out_toks || !w.out_fin) goto oom;
+    w.zctx = zmq_ctx_new();
+    if (!w.zctx) goto oom;
+    s_log(&w, "model %s (%s) on %s: %d slots of %d tokens, batch %d, %d tokens per step, broker %s",
+          w.o.model_name, w.o.model_path, w.engine->device, w.engine->n_slots, w.engine->n_ctx,
+          w.engine->max_batch, w.engine->max_step_tokens, w.o.broker);
+    rc = s_run(&w) == 0 ? 0 : 1;
+    goto done;
+oom:
+    s_log(&w, "out of memory");
+fail:
+    rc = 1;
+done:
+    s_close_socket(&w);
+    if (w.zctx) zmq_ctx_term(w.zctx);
+    proto_buf_free(&w.buf);
+    proto_msg_free(&w.msg);
+    free(w.ev);
+    free(w.out_rids);
+    free(w.out_toks);
+    free(w.out_fin);
+    free(eog);
+    batcher_destroy(&w.batcher);
+    engine_destroy(&w.engine);
+    model_destroy(&w.model);
+    return rc;
+}

@@ -1,0 +1,581 @@
+/* worker/stage.c: pipeline stages over host shared memory (see stage.h, docs/pipeline.md).
+ *
+ * Rings of the group (n = n_stages): for each link i -> i+1 (i < n-1), ring 2i holds descriptors and ring 2i+1
+ * the hidden states of the same micro-batches, published hidden first; ring 2(n-1) returns sampled ids and
+ * generator states from the last stage to the leader. Member index = stage index. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "shmring.h"
+#include "stage.h"
+
+#define S_INFO_MAGIC 0x45474154u   /* "TAGE" */
+#define S_INFO_VERSION 1u
+#define S_WAIT_MS 200              /* follower's wait slice between checks of *stop */
+
+/* what the leader writes into the group for the followers (and what they check) */
+typedef struct {
+    uint32_t magic, version;       /* S_INFO_MAGIC, S_INFO_VERSION */
+    uint32_t sz_desc, sz_entry;    /* sizeof(stage_desc), sizeof(stage_entry): the same binary layout */
+    int32_t n_stages;              /* stages */
+    int32_t n_layers, dim, vocab;  /* model shape (followers check theirs) */
+    int32_t n_slots, n_ctx, max_batch, max_step_tokens;   /* the leader's engine, resolved */
+    int32_t hist_cap;              /* history ids a descriptor can carry */
+    int32_t pad;
+} s_info;
+
+/* one returned sequence */
+typedef struct {
+    int32_t tok;                   /* sampled id, -1 when not sampled */
+    int32_t pad;
+    uint64_t rng;                  /* generator state after sampling */
+} s_ret_entry;
+
+typedef struct {
+    uint64_t step;                 /* as the descriptor */
+    int32_t micro;                 /* as the descriptor */
+    int32_t n;                     /* entries that follow */
+} s_ret;
+
+/* ------------------------------------------------------------------------------------------------------------
+ * host transport: descriptor ring + hidden-state ring of one link */
+
+typedef struct {
+    shm_group *g;                  /* the group */
+    int ring_desc, ring_hidden;    /* ring indexes */
+    uint64_t hidden_bytes;         /* payload bytes of a hidden slot */
+    int dim;                       /* floats per hidden row */
+    stage_desc *w_desc;            /* reserved descriptor (producer) */
+} s_host_link;
+
+static int s_host_reserve(void *ctx, stage_desc **desc, float **hidden, char *err, size_t errlen) {
+    s_host_link *l = ctx;
+    void *h, *d;
+    /* hidden first: a descriptor is never published before its hidden states */
+    if (shm_ring_reserve(l->g, l->ring_hidden, -1, &h, err, errlen) ||
+        shm_ring_reserve(l->g, l->ring_desc, -1, &d, err, errlen))
+        return -1;
+    *hidden = h;
+    *desc = l->w_desc = d;
+    return 0;
+}
+
+static int s_host_publish(void *ctx, uint64_t desc_bytes, char *err, size_t errlen) {
+    s_host_link *l = ctx;
+    uint64_t hb = (uint64_t)(l->w_desc->n_rows > 0 ? l->w_desc->n_rows : 0) * (uint64_t)l->dim * sizeof(float);
+    if (shm_ring_publish(l->g, l->ring_hidden, hb, err, errlen) ||
+        shm_ring_publish(l->g, l->ring_desc, desc_bytes, err, errlen))
+        return -1;
+    return 0;
+}
+
+static int s_host_peek(void *ctx, const stage_desc **desc, uint64_t *desc_bytes, const float **hidden, char *err,
+                       size_t errlen) {
+    s_host_link *l = ctx;
+    const void *d, *h;
+    uint64_t hb;
+    int rc = shm_ring_peek(l->g, l->ring_desc, S_WAIT_MS, &d, desc_bytes, err, errlen);
+    if (rc) return rc;   /* 1: nothing yet (the caller checks its stop flag and retries) */
+    /* the hidden states were published before the descriptor: they must be there now */
+    if (shm_ring_peek(l->g, l->ring_hidden, 0, &h, &hb, err, errlen) != 0) {
+        snprintf(err + strlen(err), errlen - strlen(err), " (hidden states missing for a descriptor)");
+        return -1;
+    }
+    const stage_desc *dd = d;
+    if (*desc_bytes < sizeof *dd || dd->n_rows < 1 || hb != (uint64_t)dd->n_rows * (uint64_t)l->dim * sizeof(float)) {
+        snprintf(err, errlen, "hidden states of %llu bytes do not match the descriptor", (unsigned long long)hb);
+        return -1;
+    }
+    *desc = d;
+    *hidden = h;
+    return 0;
+}
+
+static void s_host_release(void *ctx) {
+    s_host_link *l = ctx;
+    shm_ring_release(l->g, l->ring_hidden);
+    shm_ring_release(l->g, l->ring_desc);
+}
+
+static const stage_transport_ops s_host_ops = { s_host_reserve, s_host_publish, s_host_peek, s_host_release };
+
+/* ------------------------------------------------------------------------------------------------------------
+ * monitor thread: heartbeats while the stage computes or idles, and notices a dead peer even when idle */
+
+typedef struct {
+    shm_group *g;                  /* the group (its mapping outlives the thread) */
+    pthread_t tid;                 /* the thread */
+    int started;                   /* 1 once created */
+    int quit;                      /* set (atomically) to stop it */
+    int term_on_failure;           /* 1: SIGTERM this process when the group fails */
+} s_monitor;
+
+static void *s_monitor_fn(void *arg) {
+    s_monitor *mo = arg;
+    char err[160];
+    int fired = 0;
+    while (!__atomic_load_n(&mo->quit, __ATOMIC_ACQUIRE)) {
+        shm_group_heartbeat(mo->g);
+        if (!fired && shm_group_check(mo->g, err, sizeof err) != 0 && shm_group_aborted(mo->g) != SHM_SHUTDOWN) {
+            fired = 1;
+            shm_group_abort(mo->g, SHM_FAILED);
+            if (mo->term_on_failure) {
+                fprintf(stderr, "pipeline: %s: stopping this process\n", err);
+                kill(getpid(), SIGTERM);
+            }
+        }
+        usleep(100000);
+    }
+    return NULL;
+}
+
+static int s_monitor_start(s_monitor *mo, shm_group *g, int term, char *err, size_t errlen) {
+    mo->g = g;
+    mo->quit = 0;
+    mo->term_on_failure = term;
+    if (pthread_create(&mo->tid, NULL, s_monitor_fn, mo) != 0) {
+        snprintf(err, errlen, "pipeline: cannot start the monitor thread");
+        return -1;
+    }
+    mo->started = 1;
+    return 0;
+}
+
+static void s_monitor_stop(s_monitor *mo) {
+    if (!mo->started) return;
+    __atomic_store_n(&mo->quit, 1, __ATOMIC_RELEASE);
+    pthread_join(mo->tid, NULL);
+    mo->started = 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * shared helpers */
+
+void stage_layer_range(int n_layers, int stage, int n_stages, int *begin, int *end) {
+    *begin = (int)((int64_t)n_layers * stage / n_stages);
+    *end = (int)((int64_t)n_layers * (stage + 1) / n_stages);
+}
+
+int stage_parse(const char *arg, int *stage, int *n_stages) {
+    int i, n, used = 0;
+    if (!arg || sscanf(arg, "%d/%d%n", &i, &n, &used) != 2 || arg[used] != 0) return -1;
+    if (n < 2 || n > STAGE_MAX || i < 0 || i >= n) return -1;
+    *stage = i;
+    *n_stages = n;
+    return 0;
+}
+
+static uint64_t s_desc_cap(const s_info *in) {
+    return sizeof(stage_desc) + (uint64_t)in->max_batch * sizeof(stage_entry) + (uint64_t)in->hist_cap * 4;
+}
+
+static stage_entry *s_entries(const stage_desc *d) {
+    return (stage_entry *)((char *)d + sizeof(stage_desc));
+}
+
+static int32_t *s_hist(const stage_desc *d) {
+    return (int32_t *)((char *)d + sizeof(stage_desc) + (size_t)d->n * sizeof(stage_entry));
+}
+
+/* a received descriptor: every count and offset within the group's limits */
+static int s_desc_check(const s_info *in, const stage_desc *d, uint64_t bytes, char *err, size_t errlen) {
+    if (bytes < sizeof *d || d->n < 1 || d->n > in->max_batch || d->n_hist < 0 || d->n_hist > in->hist_cap ||
+        d->n_rows < 1 || d->n_rows > in->max_step_tokens || d->micro < 0 || d->micro >= d->n_micro ||
+        bytes != sizeof *d + (uint64_t)d->n * sizeof(stage_entry) + (uint64_t)d->n_hist * 4) {
+        snprintf(err, errlen, "bad step descriptor (n %d, rows %d, hist %d, %llu bytes)", d->n, d->n_rows,
+                 d->n_hist, (unsigned long long)bytes);
+        return -1;
+    }
+    const stage_entry *e = s_entries(d);
+    int64_t rows = 0;
+    for (int i = 0; i < d->n; i++) {
+        if (e[i].n_tokens < 1 || e[i].hist_off < 0 || e[i].n_hist < 0 ||
+            (int64_t)e[i].hist_off + e[i].n_hist > d->n_hist) {
+            snprintf(err, errlen, "bad descriptor entry %d", i);
+            return -1;
+        }
+        rows += e[i].n_tokens;
+    }
+    if (rows != d->n_rows) {
+        snprintf(err, errlen, "descriptor rows %d but entries hold %lld", d->n_rows, (long long)rows);
+        return -1;
+    }
+    return 0;
+}
+
+static void s_opts_defaults(const stage_opts *so, stage_opts *out) {
+    *out = *so;
+    if (out->attach_timeout_ms <= 0) out->attach_timeout_ms = 30000;
+    if (out->dead_ms <= 0) out->dead_ms = 10000;
+    if (out->ring_cap <= 0) out->ring_cap = 4;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * leader */
+
+typedef struct {
+    zl_engine base;                /* public part; must stay first */
+    zl_engine *local;              /* stage 0's layers */
+    shm_group *g;                  /* the group */
+    s_info info;                   /* what the followers were told */
+    s_host_link link0;             /* link 0 -> 1 (host transport) */
+    const stage_transport_ops *tx; /* its operations */
+    int ring_ret;                  /* return ring index */
+    uint64_t step;                 /* steps run */
+    s_monitor mon;                 /* heartbeat/peer monitor */
+} s_leader;
+
+static void s_leader_destroy(zl_engine *eb) {
+    if (!eb) return;
+    s_leader *L = (s_leader *)eb;
+    s_monitor_stop(&L->mon);
+    if (L->g) {
+        shm_group_abort(L->g, SHM_SHUTDOWN);
+        shm_group_destroy(&L->g);
+    }
+    engine_destroy(&L->local);
+    free(L);
+}
+
+/* fails the step: the group is aborted (a half-run step leaves the followers' state unknown) */
+static int s_leader_fail(s_leader *L, const char *what, const char *why) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "%.199s", why);   /* why may be base.err itself */
+    snprintf(L->base.err, sizeof L->base.err, "pipeline: %.20s: %s", what, msg);
+    shm_group_abort(L->g, SHM_FAILED);
+    return -1;
+}
+
+static int s_leader_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
+    s_leader *L = (s_leader *)eb;
+    char err[256];
+    if (out_logits) {
+        snprintf(eb->err, sizeof eb->err, "pipeline: logits are not returned by the last stage");
+        return -1;
+    }
+    if (!seqs || n < 1 || n > eb->max_batch) {
+        snprintf(eb->err, sizeof eb->err, "step: %d sequences (1..%d allowed)", n, eb->max_batch);
+        return -1;
+    }
+    if (shm_group_aborted(L->g) != SHM_RUNNING) return s_leader_fail(L, "group", "aborted");
+    int n_micro = n >= 2 ? 2 : 1;
+    uint64_t step = L->step++;
+    for (int mi = 0; mi < n_micro; mi++) {
+        int lo = n * mi / n_micro, hi = n * (mi + 1) / n_micro;
+        stage_desc *d;
+        float *hidden;
+        if (L->tx->reserve(&L->link0, &d, &hidden, err, sizeof err)) return s_leader_fail(L, "send", err);
+        d->step = step;
+        d->micro = mi;
+        d->n_micro = n_micro;
+        d->n = hi - lo;
+        d->pad = 0;
+        stage_entry *e = s_entries(d);
+        int32_t *hist = s_hist(d);
+        int64_t rows = 0, nh = 0;
+        for (int i = lo; i < hi; i++) {
+            const zl_seq *s = &seqs[i];
+            stage_entry *x = &e[i - lo];
+            memset(x, 0, sizeof *x);
+            x->slot = s->slot;
+            x->pos = s->pos;
+            x->n_tokens = s->n_tokens;
+            x->sample = s->sample;
+            x->has_samp = s->samp != NULL;
+            if (s->samp) x->samp = *s->samp;
+            x->has_rng = s->rng != NULL;
+            if (s->rng) x->rng = *s->rng;
+            /* the sampler reads only the last repeat_last_n ids of the history */
+            int64_t tail = s->history && s->n_history > 0 && s->samp ? s->n_history : 0;
+            if (s->samp && tail > s->samp->repeat_last_n) tail = s->samp->repeat_last_n > 0 ? s->samp->repeat_last_n : 0;
+            if (nh + tail > L->info.hist_cap) {
+                snprintf(eb->err, sizeof eb->err, "step: history tails exceed %d ids", L->info.hist_cap);
+                return s_leader_fail(L, "send", eb->err);
+            }
+            x->hist_off = (int32_t)nh;
+            x->n_hist = (int32_t)tail;
+            if (tail) memcpy(hist + nh, s->history + (s->n_history - tail), (size_t)tail * 4);
+            nh += tail;
+            rows += s->n_tokens > 0 ? s->n_tokens : 0;
+        }
+        d->n_hist = (int32_t)nh;
+        d->n_rows = (int32_t)(rows > L->info.max_step_tokens ? -1 : rows);
+        /* stage 0's layers write their output straight into the link's buffer */
+        if (engine_step_hidden(L->local, seqs + lo, hi - lo, NULL, hidden, NULL, NULL) != 0) {
+            snprintf(eb->err, sizeof eb->err, "%s", L->local->err);
+            /* bad arguments from the caller: nothing was sent, the group stays up unless a half step went out */
+            if (mi == 0) {
+                L->step--;
+                return -1;
+            }
+            return s_leader_fail(L, "stage 0", L->local->err);
+        }
+        uint64_t bytes = sizeof *d + (uint64_t)d->n * sizeof(stage_entry) + (uint64_t)nh * 4;
+        if (L->tx->publish(&L->link0, bytes, err, sizeof err)) return s_leader_fail(L, "send", err);
+    }
+    for (int mi = 0; mi < n_micro; mi++) {
+        int lo = n * mi / n_micro, hi = n * (mi + 1) / n_micro;
+        const void *p;
+        uint64_t bytes;
+        int rc;
+        while ((rc = shm_ring_peek(L->g, L->ring_ret, 1000, &p, &bytes, err, sizeof err)) == 1)
+            ;
+        if (rc) return s_leader_fail(L, "receive", err);
+        const s_ret *r = p;
+        if (bytes < sizeof *r || r->step != step || r->micro != mi || r->n != hi - lo ||
+            bytes != sizeof *r + (uint64_t)r->n * sizeof(s_ret_entry)) {
+            snprintf(err, sizeof err, "return slot for step %llu micro %d n %d does not match step %llu micro %d n %d",
+                     (unsigned long long)r->step, r->micro, r->n, (unsigned long long)step, mi, hi - lo);
+            return s_leader_fail(L, "receive", err);
+        }
+        const s_ret_entry *re = (const s_ret_entry *)(r + 1);
+        for (int i = lo; i < hi; i++) {
+            int32_t tok = re[i - lo].tok;
+            if (tok < -1 || tok >= L->info.vocab || (tok < 0 && seqs[i].sample)) {
+                shm_ring_release(L->g, L->ring_ret);
+                return s_leader_fail(L, "receive", "token id out of range");
+            }
+            if (out_tokens) out_tokens[i] = seqs[i].sample ? tok : -1;
+            if (seqs[i].rng && seqs[i].sample) *seqs[i].rng = re[i - lo].rng;
+        }
+        shm_ring_release(L->g, L->ring_ret);
+    }
+    return 0;
+}
+
+static const zl_engine_ops s_leader_ops = { s_leader_step, s_leader_destroy };
+
+/* the group's rings for info in: 2 per link, then the return ring */
+static int s_specs(const s_info *in, int ring_cap, shm_ring_spec *sp) {
+    int k = 0;
+    for (int i = 0; i + 1 < in->n_stages; i++) {
+        sp[k].cap = (uint32_t)ring_cap;
+        sp[k++].payload_bytes = s_desc_cap(in);
+        sp[k].cap = (uint32_t)ring_cap;
+        sp[k++].payload_bytes = (uint64_t)in->max_step_tokens * in->dim * sizeof(float);
+    }
+    sp[k].cap = (uint32_t)ring_cap;
+    sp[k++].payload_bytes = sizeof(s_ret) + (uint64_t)in->max_batch * sizeof(s_ret_entry);
+    return k;
+}
+
+zl_engine *stage_leader_new(const zl_model *m, const zl_engine_opts *o, const stage_opts *so_in, char *err,
+                            size_t errlen) {
+    if (!m || !so_in || so_in->n_stages < 2 || so_in->n_stages > STAGE_MAX || so_in->stage != 0) {
+        snprintf(err, errlen, "pipeline leader: needs a model and stage 0 of 2..%d", STAGE_MAX);
+        return NULL;
+    }
+    if (m->cfg.n_layers < so_in->n_stages) {
+        snprintf(err, errlen, "pipeline: %d stages for %d layers", so_in->n_stages, m->cfg.n_layers);
+        return NULL;
+    }
+    stage_opts so;
+    s_opts_defaults(so_in, &so);
+    if (so.ring_cap < 2 || so.ring_cap > 64) {
+        snprintf(err, errlen, "pipeline: ring_cap %d outside 2..64", so.ring_cap);
+        return NULL;
+    }
+    s_leader *L = calloc(1, sizeof *L);
+    if (!L) {
+        snprintf(err, errlen, "pipeline: out of memory");
+        return NULL;
+    }
+    zl_engine_opts lo;
+    memset(&lo, 0, sizeof lo);
+    if (o) lo = *o;
+    lo.device = "cpu";
+    stage_layer_range(m->cfg.n_layers, 0, so.n_stages, &lo.layer_begin, &lo.layer_end);
+    L->local = engine_new(m, &lo, err, errlen);
+    if (!L->local) goto fail;
+    zl_engine *b = &L->base;
+    b->ops = &s_leader_ops;
+    b->model = m;
+    snprintf(b->device, sizeof b->device, "cpu-pipeline-%d", so.n_stages);
+    b->n_slots = L->local->n_slots;
+    b->n_ctx = L->local->n_ctx;
+    b->max_batch = L->local->max_batch;
+    b->max_step_tokens = L->local->max_step_tokens;
+    b->layer_begin = 0;
+    b->layer_end = m->cfg.n_layers;
+    s_info *in = &L->info;
+    in->magic = S_INFO_MAGIC;
+    in->version = S_INFO_VERSION;
+    in->sz_desc = sizeof(stage_desc);
+    in->sz_entry = sizeof(stage_entry);
+    in->n_stages = so.n_stages;
+    in->n_layers = m->cfg.n_layers;
+    in->dim = m->cfg.dim;
+    in->vocab = m->cfg.vocab_size;
+    in->n_slots = b->n_slots;
+    in->n_ctx = b->n_ctx;
+    in->max_batch = b->max_batch;
+    in->max_step_tokens = b->max_step_tokens;
+    in->hist_cap = (int32_t)((int64_t)b->max_batch * b->n_ctx > (1 << 24) ? (1 << 24) : b->max_batch * b->n_ctx);
+    shm_ring_spec sp[2 * STAGE_MAX];
+    int nr = s_specs(in, so.ring_cap, sp);
+    L->g = shm_group_create(so.group, so.n_stages, sp, nr, in, sizeof *in, err, errlen);
+    if (!L->g) goto fail;
+    shm_group_set_dead_ms(L->g, so.dead_ms);
+    L->link0 = (s_host_link){ L->g, 0, 1, sp[1].payload_bytes, in->dim, NULL };
+    L->tx = &s_host_ops;
+    L->ring_ret = nr - 1;
+    if (shm_group_wait_members(L->g, so.attach_timeout_ms, err, errlen)) goto fail;
+    if (s_monitor_start(&L->mon, L->g, so.term_on_failure, err, errlen)) goto fail;
+    return b;
+fail:
+    s_monitor_stop(&L->mon);
+    if (L->g) shm_group_abort(L->g, SHM_FAILED);
+    shm_group_destroy(&L->g);
+    engine_destroy(&L->local);
+    free(L);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * follower */
+
+int stage_run_follower(const zl_model *m, const stage_opts *so_in, const volatile sig_atomic_t *stop, char *err,
+                       size_t errlen) {
+    if (!m || !so_in || so_in->n_stages < 2 || so_in->n_stages > STAGE_MAX || so_in->stage < 1 ||
+        so_in->stage >= so_in->n_stages) {
+        snprintf(err, errlen, "pipeline follower: needs a model and a stage in 1..n_stages-1");
+        return -1;
+    }
+    stage_opts so;
+    s_opts_defaults(so_in, &so);
+    int rc = -1, last = so.stage == so.n_stages - 1;
+    zl_engine *e = NULL;
+    zl_seq *seqs = NULL;
+    uint64_t *rngs = NULL;
+    int32_t *toks = NULL;
+    s_monitor mon;
+    memset(&mon, 0, sizeof mon);
+    shm_group *g = shm_group_attach(so.group, so.stage, so.attach_timeout_ms, err, errlen);
+    if (!g) return -1;
+    shm_group_set_dead_ms(g, so.dead_ms);
+    if (s_monitor_start(&mon, g, 0, err, errlen)) goto fail;   /* heartbeats while the engine loads, too */
+    size_t ib;
+    const s_info *pin = shm_group_info(g, &ib);
+    s_info in;
+    if (ib != sizeof in) {
+        snprintf(err, errlen, "pipeline: group info of %zu bytes, expected %zu", ib, sizeof in);
+        goto fail;
+    }
+    memcpy(&in, pin, sizeof in);
+    if (in.magic != S_INFO_MAGIC || in.version != S_INFO_VERSION || in.sz_desc != sizeof(stage_desc) ||
+        in.sz_entry != sizeof(stage_entry) || in.n_stages != so.n_stages || in.n_layers != m->cfg.n_layers ||
+        in.dim != m->cfg.dim || in.vocab != m->cfg.vocab_size || in.max_batch < 1 || in.max_step_tokens < 1 ||
+        in.hist_cap < 0) {
+        snprintf(err, errlen, "pipeline: the leader's group does not match this stage (stages %d/%d, layers %d/%d, "
+                 "dim %d/%d, vocab %d/%d, or a different build)", in.n_stages, so.n_stages, in.n_layers,
+                 m->cfg.n_layers, in.dim, m->cfg.dim, in.vocab, m->cfg.vocab_size);
+        goto fail;
+    }
+    shm_ring_spec sp[2 * STAGE_MAX];
+    int nr = s_specs(&in, 2, sp);
+    if (shm_group_rings(g) != nr) {
+        snprintf(err, errlen, "pipeline: group has %d rings, expected %d", shm_group_rings(g), nr);
+        goto fail;
+    }
+    for (int r = 0; r < nr; r++)
+        if (shm_ring_payload_bytes(g, r) < sp[r].payload_bytes) {
+            snprintf(err, errlen, "pipeline: ring %d too small for its slots", r);
+            goto fail;
+        }
+    zl_engine_opts eo;
+    memset(&eo, 0, sizeof eo);
+    eo.device = "cpu";
+    eo.n_slots = in.n_slots;
+    eo.n_ctx = in.n_ctx;
+    eo.max_batch = in.max_batch;
+    eo.max_step_tokens = in.max_step_tokens;
+    eo.threads = so.threads;
+    stage_layer_range(m->cfg.n_layers, so.stage, so.n_stages, &eo.layer_begin, &eo.layer_end);
+    e = engine_new(m, &eo, err, errlen);
+    if (!e) goto fail;
+    seqs = calloc((size_t)in.max_batch, sizeof *seqs);
+    rngs = calloc((size_t)in.max_batch, sizeof *rngs);
+    toks = calloc((size_t)in.max_batch, sizeof *toks);
+    if (!seqs || !rngs || !toks) {
+        snprintf(err, errlen, "pipeline: out of memory");
+        goto fail;
+    }
+    int li = so.stage - 1;
+    s_host_link in_link = { g, 2 * li, 2 * li + 1, shm_ring_payload_bytes(g, 2 * li + 1), in.dim, NULL };
+    s_host_link out_link = { g, 2 * so.stage, 2 * so.stage + 1,
+                             last ? 0 : shm_ring_payload_bytes(g, 2 * so.stage + 1), in.dim, NULL };
+    const stage_transport_ops *tx = &s_host_ops;
+    int ring_ret = nr - 1;
+    uint64_t hidden_need_max = (uint64_t)in.max_step_tokens * in.dim * sizeof(float);
+    if (in_link.hidden_bytes < hidden_need_max || (!last && out_link.hidden_bytes < hidden_need_max)) {
+        snprintf(err, errlen, "pipeline: hidden-state rings too small");
+        goto fail;
+    }
+    for (;;) {
+        const stage_desc *d;
+        const float *h_in;
+        uint64_t db;
+        int pr = tx->peek(&in_link, &d, &db, &h_in, err, errlen);
+        if (stop && *stop) {
+            snprintf(err, errlen, "stopped by a signal");
+            goto fail;
+        }
+        if (pr == 1) continue;
+        if (pr != 0) {
+            if (shm_group_aborted(g) == SHM_SHUTDOWN) rc = 0;   /* the leader's planned shutdown */
+            goto done;
+        }
+        if (s_desc_check(&in, d, db, err, errlen)) goto fail;
+        const stage_entry *x = s_entries(d);
+        const int32_t *hist = s_hist(d);
+        for (int i = 0; i < d->n; i++) {
+            rngs[i] = x[i].rng;
+            seqs[i] = (zl_seq){ .slot = x[i].slot, .pos = x[i].pos, .n_tokens = x[i].n_tokens, .tokens = NULL,
+                                .sample = x[i].sample, .samp = x[i].has_samp ? &x[i].samp : NULL,
+                                .history = x[i].n_hist ? hist + x[i].hist_off : NULL, .n_history = x[i].n_hist,
+                                .rng = x[i].has_rng ? &rngs[i] : NULL };
+        }
+        if (last) {
+            if (engine_step_hidden(e, seqs, d->n, h_in, NULL, toks, NULL) != 0) {
+                snprintf(err, errlen, "stage %d: %s", so.stage, e->err);
+                goto fail;
+            }
+            void *p;
+            if (shm_ring_reserve(g, ring_ret, -1, &p, err, errlen)) goto done;
+            s_ret *r = p;
+            r->step = d->step;
+            r->micro = d->micro;
+            r->n = d->n;
+            s_ret_entry *re = (s_ret_entry *)(r + 1);
+            for (int i = 0; i < d->n; i++) re[i] = (s_ret_entry){ x[i].sample ? toks[i] : -1, 0, rngs[i] };
+            if (shm_ring_publish(g, ring_ret, sizeof *r + (uint64_t)d->n * sizeof *re, err, errlen)) goto fail;
+        } else {
+            stage_desc *od;
+            float *h_out;
+            if (tx->reserve(&out_link, &od, &h_out, err, errlen)) goto done;
+            if (engine_step_hidden(e, seqs, d->n, h_in, h_out, NULL, NULL) != 0) {
+                snprintf(err, errlen, "stage %d: %s", so.stage, e->err);
+                goto fail;
+            }
+            memcpy(od, d, db);
+            if (tx->publish(&out_link, db, err, errlen)) goto fail;
+        }
+        tx->release(&in_link);
+        shm_group_heartbeat(g);
+    }
+fail:
+    rc = -1;
+done:
+    if (rc != 0 && g && shm_group_aborted(g) == SHM_SHUTDOWN && !(stop && *stop)) rc = 0;   /* planned */
+    if (rc != 0 && g) shm_group_abort(g, SHM_FAILED);
+    s_monitor_stop(&mon);
+    free(seqs);
+    free(rngs);
+    free(toks);
+    engine_destroy(&e);
+    shm_group_destroy(&g);
+    return rc;
+}
