@@ -55,4 +55,23 @@ typedef struct {
  * family has one, is written by the template). Returns NULL with a message for an unrecognised or absent
  * template ("... send a raw prompt"). */
 char *chat_apply(const zl_tokenizer *t, const zl_chat_msg *msgs, int n, int add_gen, char *err, size_t errlen);
+/* --- additions (tokenizer owner): accessors for chat templates, tools and tests --- */
+/* the file's tokenizer.chat_template, or NULL (owned by t) */
+const char *tokenizer_chat_template(const zl_tokenizer *t);
+/* the text of id as looked up by the encoder (BPE: raw bytes; special tokens as written), or NULL when out of
+ * range; *len gets its length (not NUL-terminated) */
+const char *tokenizer_token_text(const zl_tokenizer *t, int32_t id, size_t *len);
+/* tokenizer_decode that also reports the byte length in *len (the text may hold NUL bytes). The whole-sequence
+ * decode is byte-exact: the pieces' bytes concatenated (SPM: the leading space dropped once, see
+ * tokenizer_decode_stream), invalid UTF-8 kept as is, so decode(encode(x)) == x for BPE vocabularies. Only the
+ * streaming decoder replaces invalid UTF-8 with U+FFFD. */
+char *tokenizer_decode_len(const zl_tokenizer *t, const int32_t *ids, int n, int special, size_t *len);
+/* tokenizer.ggml.pre ("default" when absent), owned by t */
+const char *tokenizer_pre(const zl_tokenizer *t);
+/* 1 for a SentencePiece-style ("llama") vocabulary, 0 for byte-level BPE */
+int tokenizer_is_spm(const zl_tokenizer *t);
+/* Renders msgs like chat_apply, but with the given Jinja template text tmpl instead of the file's (for models
+ * whose GGUF has none); bos/eos are the texts the template's bos_token/eos_token stand for ("" when NULL). */
+char *chat_apply_template(const char *tmpl, const char *bos, const char *eos, const zl_chat_msg *msgs, int n,
+                          int add_gen, char *err, size_t errlen);
 #endif

@@ -1,0 +1,218 @@
+/* common/chat.c: chat templates without a Jinja engine. The model's tokenizer.chat_template is recognised by
+ * characteristic substrings (as llama.cpp does) and rendered by hand-written code for that family:
+ *   - ChatML (Qwen, SmolLM): "<|im_start|>ROLE\nCONTENT<|im_end|>\n" per message, "<|im_start|>assistant\n" as the
+ *     generation prompt. A template that inserts a default system message when the first message is not a system
+ *     one (SmolLM2, Qwen2) carries it as a string literal "<|im_start|>system\n...<|im_end|>\n": we take it from
+ *     the template text itself.
+ *   - Llama 3: [bos] "<|start_header_id|>ROLE<|end_header_id|>\n\n" + trim(CONTENT) + "<|eot_id|>", generation
+ *     prompt "<|start_header_id|>assistant<|end_header_id|>\n\n". (The Llama 3.1+ templates with the "Cutting
+ *     Knowledge Date" system block are refused.)
+ *   - Llama 2 (<<SYS>> in the first user turn, BOS before each [INST], stripped contents) and Mistral v0.1-style
+ *     ("[INST] U [/INST]A</s>", BOS once, no system role). These templates have no generation prompt.
+ * Anything else is refused with "... send a raw prompt": a wrong prompt is worse than none. */
+#include "tokenizer.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {                 /* growing output string */
+    char *p;                     /* NUL-terminated bytes */
+    size_t n, cap;               /* length, capacity */
+    int oom;                     /* set on allocation failure */
+} sbuf;
+
+static void sb_putn(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap : 256;
+        while (c < b->n + n + 1) c *= 2;
+        char *q = realloc(b->p, c);
+        if (!q) { b->oom = 1; return; }
+        b->p = q; b->cap = c;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void sb_puts(sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
+
+static void s_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* length of the Python str.isspace() character at s (0 when not whitespace); s is NUL-terminated */
+static int s_space_len(const unsigned char *s) {
+    unsigned c = s[0];
+    if ((c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20)) return 1;
+    if (c == 0xC2 && (s[1] == 0x85 || s[1] == 0xA0)) return 2;
+    if (c == 0xE1 && s[1] == 0x9A && s[2] == 0x80) return 3;                          /* U+1680 */
+    if (c == 0xE2 && s[1] == 0x80 && ((s[2] >= 0x80 && s[2] <= 0x8A) || s[2] == 0xA8 || s[2] == 0xA9 || s[2] == 0xAF))
+        return 3;                                                                      /* U+2000-200A, 2028, 2029, 202F */
+    if (c == 0xE2 && s[1] == 0x81 && s[2] == 0x9F) return 3;                           /* U+205F */
+    if (c == 0xE3 && s[1] == 0x80 && s[2] == 0x80) return 3;                           /* U+3000 */
+    return 0;
+}
+
+/* appends s with leading and trailing whitespace removed, as Jinja's trim / Python's str.strip() do */
+static void sb_put_stripped(sbuf *b, const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    int k;
+    while ((k = s_space_len(p)) > 0) p += k;
+    const unsigned char *end = p, *q = p;
+    while (*q) {
+        k = s_space_len(q);
+        if (k) q += k;
+        else {
+            /* one UTF-8 character that is not whitespace */
+            q++;
+            while ((*q & 0xC0) == 0x80) q++;
+            end = q;
+        }
+    }
+    sb_putn(b, (const char *)p, (size_t)(end - p));
+}
+
+/* The default system block of a ChatML template: a string literal (inside {{ }} or {% %}) that, unescaped, starts
+ * with "<|im_start|>system\n" and ends with "<|im_end|>\n". Returns a malloc'd copy or NULL when there is none. */
+static char *s_chatml_default_system(const char *tmpl) {
+    const char *p = tmpl;
+    while ((p = strchr(p, '{')) != NULL) {
+        if (p[1] != '{' && p[1] != '%') { p++; continue; }
+        const char *close = p[1] == '{' ? "}}" : "%}";
+        p += 2;
+        while (*p && strncmp(p, close, 2) != 0) {
+            if (*p != '\'' && *p != '"') { p++; continue; }
+            char q = *p++;
+            sbuf lit = {0};
+            while (*p && *p != q) {
+                if (*p == '\\' && p[1]) {
+                    p++;
+                    char c = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p == 'r' ? '\r' : *p;
+                    sb_putn(&lit, &c, 1);
+                    p++;
+                } else sb_putn(&lit, p++, 1);
+            }
+            if (*p) p++;
+            if (lit.p && !lit.oom && strncmp(lit.p, "<|im_start|>system\n", 19) == 0 && lit.n >= 19 + 11 &&
+                strcmp(lit.p + lit.n - 11, "<|im_end|>\n") == 0)
+                return lit.p;
+            free(lit.p);
+        }
+    }
+    return NULL;
+}
+
+static int s_role_ok(const char *r) { return r && (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant")); }
+
+char *chat_apply_template(const char *tmpl, const char *bos, const char *eos, const zl_chat_msg *msgs, int n,
+                          int add_gen, char *err, size_t errlen) {
+    sbuf b = {0};
+    char *defsys = NULL;
+    if (!bos) bos = "";
+    if (!eos) eos = "";
+    if (!tmpl || !*tmpl) { s_err(err, errlen, "the model has no chat template: send a raw prompt"); return NULL; }
+    if (n < 0 || (n > 0 && !msgs)) { s_err(err, errlen, "chat: bad message list"); return NULL; }
+    for (int i = 0; i < n; i++)
+        if (!s_role_ok(msgs[i].role) || !msgs[i].content) {
+            s_err(err, errlen, "chat: message %d: role must be system, user or assistant, with content", i);
+            return NULL;
+        }
+    if (strstr(tmpl, "<|im_start|>")) {
+        /* ChatML */
+        if (strstr(tmpl, "messages[0]['role'] != 'system'") || strstr(tmpl, "messages[0].role != 'system'") ||
+            strstr(tmpl, "messages[0]['role'] == 'system'") || strstr(tmpl, "messages[0].role == 'system'"))
+            defsys = s_chatml_default_system(tmpl);
+        if (defsys && n > 0 && strcmp(msgs[0].role, "system") != 0) sb_puts(&b, defsys);
+        for (int i = 0; i < n; i++) {
+            sb_puts(&b, "<|im_start|>"); sb_puts(&b, msgs[i].role); sb_puts(&b, "\n");
+            sb_puts(&b, msgs[i].content); sb_puts(&b, "<|im_end|>\n");
+        }
+        if (add_gen) sb_puts(&b, "<|im_start|>assistant\n");
+    } else if (strstr(tmpl, "<|start_header_id|>") && strstr(tmpl, "<|end_header_id|>")) {
+        /* Llama 3 */
+        if (strstr(tmpl, "Cutting Knowledge Date") || strstr(tmpl, "tools")) {
+            s_err(err, errlen, "chat template: Llama 3.1+ (tools / knowledge-date system block) is not supported: send a raw prompt");
+            goto fail;
+        }
+        int trim = strstr(tmpl, "| trim") != NULL || strstr(tmpl, "|trim") != NULL;
+        int use_bos = strstr(tmpl, "bos_token") != NULL;
+        for (int i = 0; i < n; i++) {
+            if (i == 0 && use_bos) sb_puts(&b, bos);
+            sb_puts(&b, "<|start_header_id|>"); sb_puts(&b, msgs[i].role); sb_puts(&b, "<|end_header_id|>\n\n");
+            if (trim) sb_put_stripped(&b, msgs[i].content);
+            else sb_puts(&b, msgs[i].content);
+            sb_puts(&b, "<|eot_id|>");
+        }
+        if (add_gen) sb_puts(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    } else if (strstr(tmpl, "[INST]")) {
+        int llama2 = strstr(tmpl, "<<SYS>>") && strstr(tmpl, "bos_token + '[INST] '") && strstr(tmpl, ".strip()");
+        int mistral = !strstr(tmpl, "<<SYS>>") && strstr(tmpl, "'[INST] ' + message['content'] + ' [/INST]'") &&
+                      strstr(tmpl, "message['content'] + eos_token");
+        if (!llama2 && !mistral) {
+            s_err(err, errlen, "chat template: unrecognised [INST] variant: send a raw prompt");
+            goto fail;
+        }
+        int first = 0;
+        const char *sys = NULL;
+        if (llama2 && n > 0 && !strcmp(msgs[0].role, "system")) { sys = msgs[0].content; first = 1; }
+        if (mistral) sb_puts(&b, bos);
+        int eos_space = strstr(tmpl, "eos_token + ' '") != NULL;
+        for (int i = first; i < n; i++) {
+            int k = i - first;
+            int is_user = !strcmp(msgs[i].role, "user");
+            if (is_user != (k % 2 == 0)) {
+                s_err(err, errlen, "chat: conversation roles must alternate user/assistant/user/assistant/...");
+                goto fail;
+            }
+            if (llama2) {
+                sbuf c = {0};
+                if (k == 0 && sys) { sb_puts(&c, "<<SYS>>\n"); sb_puts(&c, sys); sb_puts(&c, "\n<</SYS>>\n\n"); }
+                sb_puts(&c, msgs[i].content);
+                if (c.oom) { free(c.p); b.oom = 1; break; }
+                if (is_user) { sb_puts(&b, bos); sb_puts(&b, "[INST] "); sb_put_stripped(&b, c.p ? c.p : ""); sb_puts(&b, " [/INST]"); }
+                else { sb_puts(&b, " "); sb_put_stripped(&b, c.p ? c.p : ""); sb_puts(&b, " "); sb_puts(&b, eos); }
+                free(c.p);
+            } else {
+                if (is_user) { sb_puts(&b, "[INST] "); sb_puts(&b, msgs[i].content); sb_puts(&b, " [/INST]"); }
+                else if (!strcmp(msgs[i].role, "assistant")) {
+                    sb_puts(&b, msgs[i].content); sb_puts(&b, eos);
+                    if (eos_space) sb_puts(&b, " ");
+                } else {
+                    s_err(err, errlen, "chat: only user and assistant roles are supported by this template");
+                    goto fail;
+                }
+            }
+        }
+    } else {
+        s_err(err, errlen, "chat template not recognised (ChatML, Llama 3, Llama 2 / Mistral [INST]): send a raw prompt");
+        goto fail;
+    }
+    if (b.oom) { s_err(err, errlen, "chat: out of memory"); goto fail; }
+    free(defsys);
+    if (!b.p) { b.p = malloc(1); if (b.p) b.p[0] = 0; else s_err(err, errlen, "chat: out of memory"); }
+    return b.p;
+fail:
+    free(defsys);
+    free(b.p);
+    return NULL;
+}
+
+char *chat_apply(const zl_tokenizer *t, const zl_chat_msg *msgs, int n, int add_gen, char *err, size_t errlen) {
+    if (!t) { s_err(err, errlen, "chat: no tokenizer"); return NULL; }
+    char bos[256] = "", eos[256] = "";
+    size_t len;
+    const char *s;
+    if (tokenizer_bos(t) >= 0 && (s = tokenizer_token_text(t, tokenizer_bos(t), &len)) && len < sizeof bos) {
+        memcpy(bos, s, len); bos[len] = 0;
+    }
+    if (tokenizer_eos(t) >= 0 && (s = tokenizer_token_text(t, tokenizer_eos(t), &len)) && len < sizeof eos) {
+        memcpy(eos, s, len); eos[len] = 0;
+    }
+    return chat_apply_template(tokenizer_chat_template(t), bos, eos, msgs, n, add_gen, err, errlen);
+}
