@@ -1,0 +1,168 @@
+/* broker/bk_zap.c: CURVE key files and the ZAP (RFC 27) handler, failing closed. */
+#include "bk_zap.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define ZAP_MAX_KEYS 4096
+#define ZAP_MAX_FRAMES 16
+
+struct bk_zap {
+    void *rep;                  /* REP bound to inproc://zeromq.zap.01 */
+    uint8_t (*keys)[32];        /* [n_keys] allowed client public keys (binary) */
+    int n_keys;
+    uint64_t accepted, refused;
+};
+
+static void zerr(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static int write_file(const char *path, const char *text, mode_t mode, char *err, size_t errlen) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+    if (fd < 0) { zerr(err, errlen, "%s: %s", path, strerror(errno)); return -1; }
+    size_t n = strlen(text);
+    ssize_t w = write(fd, text, n);
+    close(fd);
+    if (w != (ssize_t)n) { zerr(err, errlen, "%s: short write", path); return -1; }
+    return 0;
+}
+
+int bk_keygen(const char *prefix, char *err, size_t errlen) {
+    char pub[41], sec[41], path[4096], line[48];
+    if (!zmq_has("curve")) { zerr(err, errlen, "this libzmq has no CURVE support"); return -1; }
+    if (zmq_curve_keypair(pub, sec) != 0) { zerr(err, errlen, "zmq_curve_keypair: %s", zmq_strerror(errno)); return -1; }
+    snprintf(path, sizeof path, "%s.key", prefix);
+    snprintf(line, sizeof line, "%s\n", sec);
+    if (write_file(path, line, 0600, err, errlen)) return -1;
+    snprintf(path, sizeof path, "%s.pub", prefix);
+    snprintf(line, sizeof line, "%s\n", pub);
+    return write_file(path, line, 0644, err, errlen);
+}
+
+int bk_read_key(const char *path, char z85[41], char *err, size_t errlen) {
+    FILE *f = fopen(path, "r");
+    if (!f) { zerr(err, errlen, "%s: %s", path, strerror(errno)); return -1; }
+    char buf[128];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *s = buf;
+    while (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t') s++;
+    size_t k = 0;
+    while (s[k] && s[k] != ' ' && s[k] != '\n' && s[k] != '\r' && s[k] != '\t') k++;
+    if (k != 40) { zerr(err, errlen, "%s: expected a 40-character Z85 key", path); return -1; }
+    memcpy(z85, s, 40);
+    z85[40] = 0;
+    uint8_t bin[32];
+    if (!zmq_z85_decode(bin, z85)) { zerr(err, errlen, "%s: not a Z85 key", path); return -1; }
+    return 0;
+}
+
+bk_zap *bk_zap_new(void *ctx, const char *allow_dir, char *err, size_t errlen) {
+    bk_zap *z = calloc(1, sizeof *z);
+    DIR *d = NULL;
+    if (!z) { zerr(err, errlen, "out of memory"); return NULL; }
+    if (!zmq_has("curve")) { zerr(err, errlen, "this libzmq has no CURVE support"); goto fail; }
+    z->keys = calloc(ZAP_MAX_KEYS, 32);
+    if (!z->keys) { zerr(err, errlen, "out of memory"); goto fail; }
+    d = opendir(allow_dir);
+    if (!d) { zerr(err, errlen, "%s: %s", allow_dir, strerror(errno)); goto fail; }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n < 5 || strcmp(e->d_name + n - 4, ".pub") != 0) continue;
+        char path[4096], z85[41], kerr[256];
+        snprintf(path, sizeof path, "%s/%s", allow_dir, e->d_name);
+        if (bk_read_key(path, z85, kerr, sizeof kerr) != 0) { zerr(err, errlen, "%s", kerr); goto fail; }
+        if (z->n_keys >= ZAP_MAX_KEYS) { zerr(err, errlen, "%s: more than %d keys", allow_dir, ZAP_MAX_KEYS); goto fail; }
+        zmq_z85_decode(z->keys[z->n_keys++], z85);
+    }
+    closedir(d);
+    d = NULL;
+    if (z->n_keys == 0) { zerr(err, errlen, "%s: no *.pub client keys (the allow-list would refuse everyone)", allow_dir); goto fail; }
+    z->rep = zmq_socket(ctx, ZMQ_REP);
+    if (!z->rep) { zerr(err, errlen, "zap socket: %s", zmq_strerror(errno)); goto fail; }
+    int linger = 0;
+    zmq_setsockopt(z->rep, ZMQ_LINGER, &linger, sizeof linger);
+    if (zmq_bind(z->rep, "inproc://zeromq.zap.01") != 0) {
+        zerr(err, errlen, "zap bind: %s", zmq_strerror(errno));
+        goto fail;
+    }
+    return z;
+fail:
+    if (d) closedir(d);
+    bk_zap_destroy(&z);
+    return NULL;
+}
+
+void *bk_zap_socket(bk_zap *z) { return z->rep; }
+uint64_t bk_zap_accepted(const bk_zap *z) { return z ? z->accepted : 0; }
+uint64_t bk_zap_refused(const bk_zap *z) { return z ? z->refused : 0; }
+
+static int frame_is(zmq_msg_t *m, const char *s) {
+    size_t n = strlen(s);
+    return zmq_msg_size(m) == n && memcmp(zmq_msg_data(m), s, n) == 0;
+}
+
+int bk_zap_handle(bk_zap *z) {
+    int handled = 0;
+    for (;;) {
+        zmq_msg_t f[ZAP_MAX_FRAMES];
+        int nf = 0, more = 1, overflow = 0;
+        while (more) {
+            zmq_msg_t m;
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, z->rep, nf == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+                zmq_msg_close(&m);
+                if (nf == 0) return handled;
+                break;
+            }
+            more = zmq_msg_more(&m);
+            if (nf < ZAP_MAX_FRAMES) f[nf++] = m;
+            else { zmq_msg_close(&m); overflow = 1; }
+        }
+        /* request: version, request id, domain, address, identity, mechanism, credentials... */
+        int ok = !overflow && nf >= 7 && frame_is(&f[0], "1.0") && frame_is(&f[2], BK_ZAP_DOMAIN) &&
+                 frame_is(&f[5], "CURVE") && zmq_msg_size(&f[6]) == 32;
+        if (ok) {
+            ok = 0;
+            for (int i = 0; i < z->n_keys && !ok; i++)
+                if (memcmp(z->keys[i], zmq_msg_data(&f[6]), 32) == 0) ok = 1;
+        }
+        if (ok) z->accepted++; else z->refused++;
+        /* reply: version, request id, status code, status text, user id, metadata */
+        const char *code = ok ? "200" : "400";
+        const char *text = ok ? "OK" : "key not allowed";
+        zmq_send(z->rep, "1.0", 3, ZMQ_SNDMORE);
+        if (nf >= 2) zmq_send(z->rep, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), ZMQ_SNDMORE);
+        else zmq_send(z->rep, "", 0, ZMQ_SNDMORE);
+        zmq_send(z->rep, code, 3, ZMQ_SNDMORE);
+        zmq_send(z->rep, text, strlen(text), ZMQ_SNDMORE);
+        zmq_send(z->rep, "", 0, ZMQ_SNDMORE);
+        zmq_send(z->rep, "", 0, 0);
+        for (int i = 0; i < nf; i++) zmq_msg_close(&f[i]);
+        handled++;
+    }
+}
+
+void bk_zap_destroy(bk_zap **pz) {
+    if (!pz || !*pz) return;
+    bk_zap *z = *pz;
+    if (z->rep) zmq_close(z->rep);
+    free(z->keys);
+    free(z);
+    *pz = NULL;
+}

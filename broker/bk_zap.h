@@ -1,0 +1,31 @@
+/* broker/bk_zap.h: CURVE keys (Z85 files) and a fail-closed ZAP handler with a client-key allow-list. */
+#ifndef ZLLM_BK_ZAP_H
+#define ZLLM_BK_ZAP_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define BK_ZAP_DOMAIN "zllm"
+
+typedef struct bk_zap bk_zap;
+
+/* Writes PREFIX.key (the Z85 secret key, mode 0600) and PREFIX.pub (the Z85 public key). 0, or -1 with a
+ * message (CURVE unavailable, file errors). */
+int bk_keygen(const char *prefix, char *err, size_t errlen);
+
+/* Reads a Z85 key file (40 characters, surrounding whitespace ignored) into z85[41]. 0 or -1 with a message. */
+int bk_read_key(const char *path, char z85[41], char *err, size_t errlen);
+
+/* Binds the ZAP REP socket (inproc://zeromq.zap.01) in ctx and loads every *.pub file of allow_dir.
+ * Must be called before any CURVE socket binds. NULL with a message on failure (including an empty
+ * allow-list: failing closed at startup is better than a server nobody can use by mistake). */
+bk_zap *bk_zap_new(void *ctx, const char *allow_dir, char *err, size_t errlen);
+/* The REP socket, for zmq_poll. */
+void *bk_zap_socket(bk_zap *z);
+/* Answers every pending ZAP request (non-blocking): 200 only for mechanism CURVE, domain "zllm" and a key in
+ * the allow-list; 400 for anything else, including malformed requests. Returns the number of requests handled. */
+int bk_zap_handle(bk_zap *z);
+/* counts of accepted / refused handshakes */
+uint64_t bk_zap_accepted(const bk_zap *z);
+uint64_t bk_zap_refused(const bk_zap *z);
+void bk_zap_destroy(bk_zap **z);
+#endif

@@ -1,0 +1,1243 @@
+/* broker/broker.c: the zllm broker's state and single-threaded event loop (see broker.h).
+ * ---------------------------------------------------------------------------------------------------------
+ * Layout: state structs -> hash maps -> sockets and sends -> request lifecycle (finish, text) -> workers
+ * (register, death) -> client messages -> worker messages -> dispatch -> timers -> loop.
+ *
+ * Requests live in two intrusive hash maps (by client identity + request id, and by rid), in one global list
+ * (deadline scan), and either in their model's FIFO queue or in their worker's list. The hot path (an `out`
+ * entry -> detokenize -> `token` to the client) reuses one decoded message, one encode buffer and one text
+ * scratch; only a request's own text buffer grows (amortised). */
+#include "broker.h"
+#include "bk_stop.h"
+#include "bk_zap.h"
+#include "gguf.h"
+#include "proto.h"
+#include "tokenizer.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#define BK_CID_MAX      64      /* bytes of a client routing identity we accept */
+#define BK_WID_MAX      64      /* bytes of a worker routing identity we accept */
+#define BK_MAX_WORKERS  256
+#define BK_RECV_BATCH   512     /* messages read from one socket per loop turn */
+#define BK_TICK_MS      20      /* timer granularity */
+#define BK_MAX_LOST     256     /* clients found gone in one loop turn */
+#define BK_TEXT_MAX     1024    /* bytes of text one token can decode to */
+#define BK_ASSIGN_TOKENS (1u << 20) /* prompt tokens per `assign` (<= 5 bytes each: < 16 MiB frames) */
+
+enum { RQ_QUEUED = 1, RQ_RUNNING = 2 };
+
+typedef struct bk_model bk_model;
+typedef struct bk_worker bk_worker;
+
+typedef struct bk_req {
+    /* identity */
+    uint64_t rid;                 /* broker sequence id, unique for the broker's lifetime */
+    uint8_t cid[BK_CID_MAX];      /* client routing identity */
+    uint32_t cid_len;
+    char id[PROTO_ID_MAX];        /* client request id (not NUL-terminated) */
+    uint32_t id_len;
+    uint64_t hkey;                /* hash of (cid, id) */
+    /* request */
+    bk_model *model;
+    int32_t *prompt;              /* [n_prompt] token ids (owned) */
+    uint32_t n_prompt;
+    uint32_t max_tokens;
+    proto_sampling sampling;
+    int32_t stop_ids[PROTO_MAX_STOP_IDS];
+    uint32_t n_stop_ids;
+    bk_stops stops;               /* points into stop_text */
+    char *stop_text;              /* owned copy of the stop strings */
+    int stream;
+    /* progress */
+    int state;                    /* RQ_QUEUED / RQ_RUNNING */
+    bk_worker *worker;            /* when running */
+    double t_recv, t_admit, t_first, deadline; /* ms, monotonic */
+    uint32_t n_gen;               /* tokens generated */
+    uint32_t n_sent;              /* tokens sent to the client in `token` messages */
+    int32_t *gen;                 /* [n_gen] all ids (non-streaming only), cap gen_cap */
+    uint32_t gen_cap;
+    zl_detok detok;
+    char *text;                   /* [text_len] text not yet sent (streaming: held back; else all) */
+    size_t text_len, text_cap;
+    size_t scan_from;             /* stop-string search restarts here */
+    /* links */
+    struct bk_req *h_next;        /* (cid,id) map chain */
+    struct bk_req *r_next;        /* rid map chain */
+    struct bk_req *prev, *next;   /* queue or worker list */
+    struct bk_req *all_prev, *all_next; /* global list */
+} bk_req;
+
+struct bk_model {
+    char name[PROTO_NAME_MAX + 1];
+    zl_tokenizer *tok;
+    uint32_t n_ctx;               /* the model's trained context (0 = unknown) */
+    int32_t n_vocab;
+    bk_req *q_head, *q_tail;      /* FIFO of queued requests */
+    uint32_t n_queued;
+};
+
+struct bk_worker {
+    uint8_t wid[BK_WID_MAX];      /* routing identity */
+    uint32_t wid_len;
+    char name[PROTO_NAME_MAX + 1];
+    char device[PROTO_NAME_MAX + 1];
+    bk_model *model;
+    uint32_t max_batch, n_slots, n_ctx, hb_ms;
+    uint32_t used;                /* slots reserved by the broker */
+    uint32_t hb_free, hb_running; /* as last reported */
+    uint64_t step;
+    double last_seen, last_step_change;
+    bk_req *head, *tail;          /* its running requests */
+    int failed;                   /* found dead/unreachable: removed at the next safe point */
+};
+
+/* event counts since start, reported by `status` (docs/protocol.md lists their meaning) */
+typedef struct {
+    uint64_t bad_messages;        /* undecodable / wrong-frame-count / wrong-direction messages */
+    uint64_t dropped;             /* sends that failed (peer gone or its HWM full) */
+    uint64_t requeued;            /* requests put back in the queue after their worker failed */
+    uint64_t worker_deaths;       /* workers removed as dead, hung or unreachable */
+    uint64_t unknown_ids;         /* cancels for ids not in flight */
+    uint64_t duplicate_ids;       /* generates reusing an id in flight */
+    uint64_t overloaded, timeouts, cancelled, completed, errors; /* finals by kind */
+    uint64_t accepted;            /* generates that became requests */
+    uint64_t tokens_out;          /* tokens received from workers for live requests */
+    uint64_t clients_lost;        /* clients found gone or not reading: their requests cancelled */
+    uint64_t late_outputs;        /* `out` entries for rids no longer known (after cancel, or another worker's) */
+    uint64_t bad_workers;         /* registrations refused (unknown model, vocabulary, too many) */
+    uint64_t reregisters;         /* `reregister` sent to unknown workers */
+    uint64_t worker_errors;       /* `out` entries with fin = 4 */
+} bk_counters;
+
+struct broker {
+    bk_config cfg;
+    void *ctx, *cs, *ws;          /* zmq context, client ROUTER, worker ROUTER */
+    bk_zap *zap;
+    char cs_ep[256], ws_ep[256];
+    bk_model models[BK_MAX_MODELS];
+    int n_models;
+    bk_worker *workers[BK_MAX_WORKERS];
+    int n_workers;
+    bk_req **hmap, **rmap;        /* [nbuckets] chains */
+    uint32_t nbuckets, n_reqs, n_queued, n_running;
+    uint64_t queued_tokens;       /* prompt tokens of the queued requests */
+    bk_req *all;                  /* global list head */
+    uint64_t next_rid;
+    proto_msg msg;                /* reused decode target */
+    proto_buf out;                /* reused encode buffer */
+    proto_seq *seqs;              /* [seqs_cap] assign scratch */
+    uint32_t seqs_cap;
+    uint8_t lost[BK_MAX_LOST][BK_CID_MAX];
+    uint32_t lost_len[BK_MAX_LOST];
+    int n_lost;
+    int draining;
+    double drain_end, last_tick, last_hb;
+    bk_counters c;
+};
+
+static volatile sig_atomic_t s_stop;
+static void on_signal(int sig) { (void)sig; s_stop = 1; }
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void berr(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static void logf_(broker *b, const char *fmt, ...) {
+    if (!b->cfg.verbose) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "zllm-broker: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * hash maps */
+
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
+    const uint8_t *s = p;
+    for (size_t i = 0; i < n; i++) { h ^= s[i]; h *= 0x100000001b3ull; }
+    return h;
+}
+static uint64_t hash_cid_id(const uint8_t *cid, size_t cn, const char *id, size_t in) {
+    uint64_t h = hash_bytes(0xcbf29ce484222325ull, cid, cn);
+    h = hash_bytes(h ^ 0xff, &cn, sizeof cn);
+    return hash_bytes(h, id, in);
+}
+static uint64_t hash_rid(uint64_t rid) {
+    rid ^= rid >> 33; rid *= 0xff51afd7ed558ccdull; rid ^= rid >> 33;
+    return rid;
+}
+
+static int maps_grow(broker *b) {
+    uint32_t nb = b->nbuckets ? b->nbuckets * 2 : 1024;
+    bk_req **h = calloc(nb, sizeof *h), **r = calloc(nb, sizeof *r);
+    if (!h || !r) { free(h); free(r); return -1; }
+    for (bk_req *q = b->all; q; q = q->all_next) {
+        uint32_t i = (uint32_t)(q->hkey & (nb - 1));
+        q->h_next = h[i]; h[i] = q;
+        uint32_t j = (uint32_t)(hash_rid(q->rid) & (nb - 1));
+        q->r_next = r[j]; r[j] = q;
+    }
+    free(b->hmap); free(b->rmap);
+    b->hmap = h; b->rmap = r; b->nbuckets = nb;
+    return 0;
+}
+
+static bk_req *find_by_id(broker *b, const uint8_t *cid, uint32_t cn, const char *id, uint32_t in) {
+    uint64_t h = hash_cid_id(cid, cn, id, in);
+    for (bk_req *q = b->hmap[h & (b->nbuckets - 1)]; q; q = q->h_next)
+        if (q->hkey == h && q->cid_len == cn && q->id_len == in && memcmp(q->cid, cid, cn) == 0 &&
+            memcmp(q->id, id, in) == 0) return q;
+    return NULL;
+}
+
+static bk_req *find_by_rid(broker *b, uint64_t rid) {
+    for (bk_req *q = b->rmap[hash_rid(rid) & (b->nbuckets - 1)]; q; q = q->r_next)
+        if (q->rid == rid) return q;
+    return NULL;
+}
+
+static int req_insert(broker *b, bk_req *q) {
+    if (b->n_reqs + 1 > b->nbuckets && maps_grow(b) != 0) return -1;
+    uint32_t i = (uint32_t)(q->hkey & (b->nbuckets - 1));
+    q->h_next = b->hmap[i]; b->hmap[i] = q;
+    uint32_t j = (uint32_t)(hash_rid(q->rid) & (b->nbuckets - 1));
+    q->r_next = b->rmap[j]; b->rmap[j] = q;
+    q->all_prev = NULL; q->all_next = b->all;
+    if (b->all) b->all->all_prev = q;
+    b->all = q;
+    b->n_reqs++;
+    return 0;
+}
+
+static void req_unlink_maps(broker *b, bk_req *q) {
+    bk_req **pp = &b->hmap[q->hkey & (b->nbuckets - 1)];
+    while (*pp && *pp != q) pp = &(*pp)->h_next;
+    if (*pp) *pp = q->h_next;
+    pp = &b->rmap[hash_rid(q->rid) & (b->nbuckets - 1)];
+    while (*pp && *pp != q) pp = &(*pp)->r_next;
+    if (*pp) *pp = q->r_next;
+    if (q->all_prev) q->all_prev->all_next = q->all_next; else b->all = q->all_next;
+    if (q->all_next) q->all_next->all_prev = q->all_prev;
+    b->n_reqs--;
+}
+
+static void req_free(bk_req *q) {
+    if (!q) return;
+    free(q->prompt);
+    free(q->gen);
+    free(q->text);
+    free(q->stop_text);
+    free(q);
+}
+
+/* queue / worker list links */
+static void queue_push(broker *b, bk_model *m, bk_req *q, int front) {
+    q->state = RQ_QUEUED;
+    q->worker = NULL;
+    if (front) {
+        q->prev = NULL; q->next = m->q_head;
+        if (m->q_head) m->q_head->prev = q; else m->q_tail = q;
+        m->q_head = q;
+    } else {
+        q->next = NULL; q->prev = m->q_tail;
+        if (m->q_tail) m->q_tail->next = q; else m->q_head = q;
+        m->q_tail = q;
+    }
+    m->n_queued++;
+    b->n_queued++;
+    b->queued_tokens += q->n_prompt;
+}
+
+static void queue_remove(broker *b, bk_req *q) {
+    bk_model *m = q->model;
+    if (q->prev) q->prev->next = q->next; else m->q_head = q->next;
+    if (q->next) q->next->prev = q->prev; else m->q_tail = q->prev;
+    q->prev = q->next = NULL;
+    m->n_queued--;
+    b->n_queued--;
+    b->queued_tokens -= q->n_prompt;
+}
+
+static void worker_attach(broker *b, bk_worker *w, bk_req *q) {
+    q->state = RQ_RUNNING;
+    q->worker = w;
+    q->next = NULL; q->prev = w->tail;
+    if (w->tail) w->tail->next = q; else w->head = q;
+    w->tail = q;
+    w->used++;
+    b->n_running++;
+}
+
+static void worker_detach(broker *b, bk_req *q) {
+    bk_worker *w = q->worker;
+    if (q->prev) q->prev->next = q->next; else w->head = q->next;
+    if (q->next) q->next->prev = q->prev; else w->tail = q->prev;
+    q->prev = q->next = NULL;
+    w->used--;
+    q->worker = NULL;
+    b->n_running--;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * sends: never block. A failed send to a client marks it lost (handled at the next safe point). */
+
+static void mark_lost(broker *b, const uint8_t *cid, uint32_t cn) {
+    for (int i = 0; i < b->n_lost; i++)
+        if (b->lost_len[i] == cn && memcmp(b->lost[i], cid, cn) == 0) return;
+    if (b->n_lost >= BK_MAX_LOST) return;
+    memcpy(b->lost[b->n_lost], cid, cn);
+    b->lost_len[b->n_lost++] = cn;
+}
+
+static int send_client(broker *b, const uint8_t *cid, uint32_t cn, const proto_buf *m) {
+    if (m->failed) { b->c.dropped++; return -1; }
+    if (zmq_send(b->cs, cid, cn, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        /* EHOSTUNREACH: the client is gone; EAGAIN: its HWM is full (slow consumer): both cancel its streams */
+        b->c.dropped++;
+        mark_lost(b, cid, cn);
+        return -1;
+    }
+    if (zmq_send(b->cs, m->data, m->len, ZMQ_DONTWAIT) < 0) { b->c.dropped++; return -1; }
+    return 0;
+}
+
+static int send_worker(broker *b, bk_worker *w, const proto_buf *m) {
+    if (m->failed) { b->c.dropped++; return -1; }
+    if (zmq_send(b->ws, w->wid, w->wid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+        zmq_send(b->ws, m->data, m->len, ZMQ_DONTWAIT) < 0) {
+        b->c.dropped++;
+        w->failed = 1;        /* unreachable or not reading: treated as dead */
+        return -1;
+    }
+    return 0;
+}
+
+static void send_to_ident(broker *b, void *sock, const void *id, size_t idn, const proto_buf *m) {
+    if (m->failed) return;
+    if (zmq_send(sock, id, idn, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+        zmq_send(sock, m->data, m->len, ZMQ_DONTWAIT) < 0) b->c.dropped++;
+}
+
+static void send_bad_message(broker *b, const uint8_t *cid, uint32_t cn, proto_code code, const char *msg) {
+    proto_encode_error(&b->out, code, proto_cstr(msg));
+    send_client(b, cid, cn, &b->out);
+}
+
+static void cancel_on_worker(broker *b, bk_worker *w, uint64_t rid) {
+    proto_buf cb = {0};
+    /* rare path (cancel, stop string, timeout): its own small buffer keeps b->out free for the caller */
+    if (proto_encode_cancel_rids(&cb, &rid, 1) == 0) send_worker(b, w, &cb);
+    proto_buf_free(&cb);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * request end: exactly one final, then the request is gone from every map and list */
+
+static int text_append(bk_req *q, const char *s, size_t n) {
+    if (q->text_len + n + 1 > q->text_cap) {
+        size_t nc = q->text_cap ? q->text_cap : 256;
+        while (nc < q->text_len + n + 1) nc *= 2;
+        char *t = realloc(q->text, nc);
+        if (!t) return -1;
+        q->text = t;
+        q->text_cap = nc;
+    }
+    memcpy(q->text + q->text_len, s, n);
+    q->text_len += n;
+    return 0;
+}
+
+/* send: 0 when the client is known to be gone (no final can reach it) */
+static void req_finish(broker *b, bk_req *q, proto_finish fin, proto_code code, const char *message, int send,
+                       int cancel_worker) {
+    double t = now_ms();
+    if (q->state == RQ_QUEUED) queue_remove(b, q);
+    else if (q->state == RQ_RUNNING) {
+        if (cancel_worker && q->worker && !q->worker->failed) cancel_on_worker(b, q->worker, q->rid);
+        /* the slot is reusable at once: the worker handles our cancel before any later assign */
+        worker_detach(b, q);
+    }
+    q->state = 0;
+    if (send) {
+        if (fin == PROTO_FINISH_STOP || fin == PROTO_FINISH_LENGTH) {
+            char tail[64];
+            int n = tokenizer_decode_flush(q->model->tok, &q->detok, tail, sizeof tail);
+            if (n > 0 && fin == PROTO_FINISH_LENGTH) text_append(q, tail, (size_t)n);
+        }
+        proto_final f;
+        memset(&f, 0, sizeof f);
+        f.id.p = q->id; f.id.n = q->id_len;
+        f.finish = fin;
+        f.code = code;
+        if (message) f.message = proto_cstr(message);
+        f.text.p = q->text ? q->text : ""; f.text.n = (uint32_t)q->text_len;
+        if (!q->stream) { f.has_ids = 1; f.ids = q->gen; f.n_ids = q->n_gen; }
+        f.prompt_tokens = q->n_prompt;
+        f.completion_tokens = q->n_gen;
+        double admit = q->t_admit > 0 ? q->t_admit : t;
+        f.queue_ms = admit - q->t_recv;
+        f.ttft_ms = q->t_first > 0 ? q->t_first - q->t_recv : 0;
+        f.total_ms = t - q->t_recv;
+        proto_encode_final(&b->out, &f);
+        send_client(b, q->cid, q->cid_len, &b->out);
+    }
+    switch (fin) {
+    case PROTO_FINISH_STOP: case PROTO_FINISH_LENGTH: b->c.completed++; break;
+    case PROTO_FINISH_CANCELLED: b->c.cancelled++; break;
+    case PROTO_FINISH_TIMEOUT: b->c.timeouts++; break;
+    case PROTO_FINISH_OVERLOADED: b->c.overloaded++; break;
+    default: b->c.errors++; break;
+    }
+    req_unlink_maps(b, q);
+    req_free(q);
+}
+
+/* a final for a generate that never became a request (validation failures) */
+static void final_reject(broker *b, const uint8_t *cid, uint32_t cn, proto_str id, proto_finish fin, proto_code code,
+                         const char *message, uint32_t prompt_tokens) {
+    proto_final f;
+    memset(&f, 0, sizeof f);
+    f.id = id;
+    f.finish = fin;
+    f.code = code;
+    f.message = proto_cstr(message);
+    f.text = proto_cstr("");
+    f.prompt_tokens = prompt_tokens;
+    proto_encode_final(&b->out, &f);
+    send_client(b, cid, cn, &b->out);
+    if (fin == PROTO_FINISH_OVERLOADED) b->c.overloaded++; else b->c.errors++;
+}
+
+/* one generated token: detokenize, stop strings, stream. Returns 1 when a stop string ended the request. */
+static int req_token(broker *b, bk_req *q, int32_t tok, double t) {
+    char piece[BK_TEXT_MAX];
+    if (q->n_gen == 0) q->t_first = t;
+    if (!q->stream) {
+        if (q->n_gen + 1 > q->gen_cap) {
+            uint32_t nc = q->gen_cap ? q->gen_cap * 2 : 64;
+            int32_t *g = realloc(q->gen, (size_t)nc * sizeof *g);
+            if (!g) return 0;
+            q->gen = g;
+            q->gen_cap = nc;
+        }
+        q->gen[q->n_gen] = tok;
+    }
+    q->n_gen++;
+    b->c.tokens_out++;
+    int n = tokenizer_decode_stream(q->model->tok, &q->detok, tok, 0, piece, sizeof piece);
+    if (n > 0) text_append(q, piece, (size_t)n);
+    int stopped = 0;
+    size_t release = q->text_len;
+    if (q->stops.count) {
+        long at = bk_stop_find(&q->stops, q->text ? q->text : "", q->text_len, q->scan_from);
+        if (at >= 0) {
+            q->text_len = (size_t)at;
+            release = q->text_len;
+            stopped = 1;
+        } else {
+            release = bk_stop_releasable(&q->stops, q->text, q->text_len);
+            size_t back = q->stops.max_len > 1 ? q->stops.max_len - 1 : 0;
+            q->scan_from = q->text_len > back ? q->text_len - back : 0;
+        }
+    }
+    if (q->stream) {
+        proto_str text = { q->text ? q->text : "", (uint32_t)release };
+        if (stopped) text.n = 0;  /* everything before the stop goes out with the final */
+        proto_encode_token(&b->out, (proto_str){ q->id, q->id_len }, &tok, 1, text);
+        if (send_client(b, q->cid, q->cid_len, &b->out) == 0) q->n_sent++;
+        if (!stopped && release) {
+            memmove(q->text, q->text + release, q->text_len - release);
+            q->text_len -= release;
+            q->scan_from = q->scan_from > release ? q->scan_from - release : 0;
+        }
+    }
+    return stopped;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * workers */
+
+static bk_worker *worker_find(broker *b, const uint8_t *wid, uint32_t n) {
+    for (int i = 0; i < b->n_workers; i++)
+        if (b->workers[i]->wid_len == n && memcmp(b->workers[i]->wid, wid, n) == 0) return b->workers[i];
+    return NULL;
+}
+
+static bk_model *model_find(broker *b, proto_str name) {
+    if (!name.p) return b->n_models ? &b->models[0] : NULL;
+    for (int i = 0; i < b->n_models; i++)
+        if (proto_str_eq(name, b->models[i].name)) return &b->models[i];
+    return NULL;
+}
+
+/* the worker is gone: requeue what sent no token yet, fail the rest, forget the worker */
+static void worker_remove(broker *b, bk_worker *w, const char *why) {
+    logf_(b, "worker %s (%s) removed: %s", w->name, w->model ? w->model->name : "?", why);
+    while (w->head) {
+        bk_req *q = w->head;
+        worker_detach(b, q);
+        if (q->n_sent == 0) {
+            /* restart from scratch: nothing reached the client */
+            q->n_gen = 0;
+            q->text_len = 0;
+            q->scan_from = 0;
+            q->t_first = 0;
+            memset(&q->detok, 0, sizeof q->detok);
+            /* the rid is kept: a late `out` from the old worker is ignored (it is unknown: it gets reregister) */
+            queue_push(b, q->model, q, 1);
+            b->c.requeued++;
+        } else {
+            q->state = 0;
+            req_finish(b, q, PROTO_FINISH_ERROR, PROTO_CODE_WORKER_FAILED, "the worker serving this request failed",
+                       1, 0);
+        }
+    }
+    for (int i = 0; i < b->n_workers; i++)
+        if (b->workers[i] == w) { b->workers[i] = b->workers[--b->n_workers]; break; }
+    free(w);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * client messages */
+
+static int prompt_tokens(broker *b, bk_model *m, const proto_generate *g, int32_t **out, uint32_t *n_out,
+                         proto_code *code, char *msg, size_t msglen) {
+    (void)b;
+    int32_t *ids = NULL;
+    char *rendered = NULL;
+    if (g->prompt_kind == PROTO_PROMPT_TOKENS) {
+        ids = malloc((size_t)g->n_tokens * sizeof *ids);
+        if (!ids) goto oom;
+        for (uint32_t i = 0; i < g->n_tokens; i++) {
+            if (g->tokens[i] >= m->n_vocab) {
+                *code = PROTO_CODE_BAD_REQUEST;
+                snprintf(msg, msglen, "tokens[%u] = %d is outside the vocabulary (%d)", i, g->tokens[i], m->n_vocab);
+                goto fail;
+            }
+            ids[i] = g->tokens[i];
+        }
+        *out = ids;
+        *n_out = g->n_tokens;
+        return 0;
+    }
+    const char *text;
+    size_t len;
+    int add_bos, special;
+    if (g->prompt_kind == PROTO_PROMPT_MESSAGES) {
+        zl_chat_msg *cm = calloc(g->n_messages, sizeof *cm);
+        char *store = NULL;
+        size_t total = 0;
+        for (uint32_t i = 0; i < g->n_messages; i++) total += g->messages[i].role.n + g->messages[i].content.n + 2;
+        if (cm) store = malloc(total);
+        if (!cm || !store) { free(cm); free(store); goto oom; }
+        char *p = store;
+        for (uint32_t i = 0; i < g->n_messages; i++) {
+            proto_str r = g->messages[i].role, c = g->messages[i].content;
+            if (memchr(r.p, 0, r.n) || memchr(c.p, 0, c.n)) {
+                free(cm); free(store);
+                *code = PROTO_CODE_BAD_REQUEST;
+                snprintf(msg, msglen, "messages[%u] contains a NUL byte", i);
+                goto fail;
+            }
+            memcpy(p, r.p, r.n); p[r.n] = 0; cm[i].role = p; p += r.n + 1;
+            memcpy(p, c.p, c.n); p[c.n] = 0; cm[i].content = p; p += c.n + 1;
+        }
+        char terr[256] = "";
+        rendered = chat_apply(m->tok, cm, (int)g->n_messages, 1, terr, sizeof terr);
+        free(cm);
+        free(store);
+        if (!rendered) {
+            *code = PROTO_CODE_TEMPLATE_ERROR;
+            snprintf(msg, msglen, "%s", terr[0] ? terr : "the model has no usable chat template");
+            goto fail;
+        }
+        text = rendered;
+        len = strlen(rendered);
+        add_bos = 0;
+        special = 1;
+    } else {
+        text = g->prompt.p ? g->prompt.p : "";
+        len = g->prompt.n;
+        add_bos = g->add_bos >= 0 ? g->add_bos : tokenizer_add_bos(m->tok);
+        special = g->special;
+    }
+    int cap = (int)(len + 16 < 4096 ? len + 16 : 4096);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        free(ids);
+        ids = malloc((size_t)cap * sizeof *ids);
+        if (!ids) goto oom;
+        int n = tokenizer_encode(m->tok, text, len, add_bos, special, ids, cap);
+        if (n < 0) {
+            *code = PROTO_CODE_BAD_REQUEST;
+            snprintf(msg, msglen, "the prompt could not be tokenized");
+            goto fail;
+        }
+        if (n <= cap) { *out = ids; *n_out = (uint32_t)n; free(rendered); return 0; }
+        cap = n;
+    }
+    *code = PROTO_CODE_INTERNAL;
+    snprintf(msg, msglen, "tokenizer count changed between calls");
+    goto fail;
+oom:
+    *code = PROTO_CODE_INTERNAL;
+    snprintf(msg, msglen, "out of memory");
+fail:
+    free(ids);
+    free(rendered);
+    return -1;
+}
+
+static uint32_t model_max_worker_ctx(broker *b, bk_model *m, int *n_workers) {
+    uint32_t best = 0;
+    *n_workers = 0;
+    for (int i = 0; i < b->n_workers; i++) {
+        bk_worker *w = b->workers[i];
+        if (w->model != m || w->failed) continue;
+        (*n_workers)++;
+        if (w->n_ctx > best) best = w->n_ctx;
+    }
+    return best;
+}
+
+static void on_generate(broker *b, const uint8_t *cid, uint32_t cn, const proto_generate *g) {
+    char msg[320];
+    proto_code code = PROTO_CODE_NONE;
+    if (b->draining) {
+        final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_SHUTTING_DOWN, "the broker is shutting down", 0);
+        return;
+    }
+    if (find_by_id(b, cid, cn, g->id.p, g->id.n)) {
+        /* not a final: that would end the running request in the client's eyes */
+        b->c.duplicate_ids++;
+        char m2[160];
+        snprintf(m2, sizeof m2, "request id '%.*s' is already in flight", (int)g->id.n, g->id.p);
+        proto_encode_error_id(&b->out, PROTO_CODE_DUPLICATE_ID, g->id, proto_cstr(m2));
+        send_client(b, cid, cn, &b->out);
+        return;
+    }
+    bk_model *m = model_find(b, g->model);
+    if (!m) {
+        snprintf(msg, sizeof msg, "model '%.*s' is not served here", (int)g->model.n, g->model.p);
+        final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_UNKNOWN_MODEL, msg, 0);
+        return;
+    }
+    int32_t *ids = NULL;
+    uint32_t n_ids = 0;
+    if (prompt_tokens(b, m, g, &ids, &n_ids, &code, msg, sizeof msg) != 0) {
+        final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, code, msg, 0);
+        return;
+    }
+    if (n_ids == 0) {
+        free(ids);
+        final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_BAD_REQUEST, "empty prompt", 0);
+        return;
+    }
+    uint64_t need = (uint64_t)n_ids + g->max_tokens;
+    int nw;
+    uint32_t wctx = model_max_worker_ctx(b, m, &nw);
+    if ((m->n_ctx && need > m->n_ctx) || (nw > 0 && need > wctx)) {
+        snprintf(msg, sizeof msg, "prompt (%u tokens) + max_tokens (%u) exceeds the context (%u)", n_ids,
+                 g->max_tokens, nw > 0 && (!m->n_ctx || wctx < m->n_ctx) ? wctx : m->n_ctx);
+        free(ids);
+        final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_PROMPT_TOO_LONG, msg, n_ids);
+        return;
+    }
+    if (b->n_queued >= b->cfg.queue_max || b->queued_tokens + n_ids > b->cfg.queue_tokens) {
+        free(ids);
+        final_reject(b, cid, cn, g->id, PROTO_FINISH_OVERLOADED, PROTO_CODE_OVERLOADED,
+                     b->n_queued >= b->cfg.queue_max ? "the request queue is full" : "the queued prompt tokens are at their limit",
+                     n_ids);
+        return;
+    }
+    bk_req *q = calloc(1, sizeof *q);
+    if (!q) { free(ids); final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_INTERNAL, "out of memory", 0); return; }
+    q->rid = ++b->next_rid;
+    memcpy(q->cid, cid, cn); q->cid_len = cn;
+    memcpy(q->id, g->id.p, g->id.n); q->id_len = g->id.n;
+    q->hkey = hash_cid_id(cid, cn, g->id.p, g->id.n);
+    q->model = m;
+    q->prompt = ids; q->n_prompt = n_ids;
+    q->max_tokens = g->max_tokens;
+    q->sampling = g->sampling;
+    if (!q->sampling.has_seed) {
+        q->sampling.seed = hash_rid(q->rid ^ (uint64_t)time(NULL));
+        q->sampling.has_seed = 1;
+    }
+    q->n_stop_ids = g->n_stop_ids;
+    if (g->n_stop_ids) memcpy(q->stop_ids, g->stop_ids, g->n_stop_ids * sizeof *g->stop_ids);
+    if (g->n_stop) {
+        size_t tot = 0;
+        for (uint32_t i = 0; i < g->n_stop; i++) tot += g->stop[i].n;
+        q->stop_text = malloc(tot);
+        if (!q->stop_text) { req_free(q); final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_INTERNAL, "out of memory", 0); return; }
+        size_t off = 0;
+        for (uint32_t i = 0; i < g->n_stop; i++) {
+            memcpy(q->stop_text + off, g->stop[i].p, g->stop[i].n);
+            q->stops.s[i] = q->stop_text + off;
+            q->stops.n[i] = g->stop[i].n;
+            if (g->stop[i].n > q->stops.max_len) q->stops.max_len = g->stop[i].n;
+            off += g->stop[i].n;
+        }
+        q->stops.count = (int)g->n_stop;
+    }
+    q->stream = g->stream;
+    q->t_recv = now_ms();
+    q->deadline = q->t_recv + g->deadline_ms;
+    if (req_insert(b, q) != 0) { req_free(q); final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_INTERNAL, "out of memory", 0); return; }
+    queue_push(b, m, q, 0);
+    b->c.accepted++;
+}
+
+static void on_status(broker *b, const uint8_t *cid, uint32_t cn, proto_str id) {
+    proto_worker_info wi[BK_MAX_WORKERS];
+    proto_str models[BK_MAX_MODELS];
+    proto_counter ct[32];
+    proto_status s;
+    memset(&s, 0, sizeof s);
+    double t = now_ms();
+    s.id = id;
+    for (int i = 0; i < b->n_models; i++) models[i] = proto_cstr(b->models[i].name);
+    s.models = models;
+    s.n_models = (uint32_t)b->n_models;
+    for (int i = 0; i < b->n_workers; i++) {
+        bk_worker *w = b->workers[i];
+        proto_worker_info *x = &wi[i];
+        x->name = proto_cstr(w->name);
+        x->model = proto_cstr(w->model->name);
+        x->device = proto_cstr(w->device);
+        x->max_batch = w->max_batch; x->n_slots = w->n_slots; x->n_ctx = w->n_ctx;
+        x->free_slots = w->n_slots - w->used;
+        x->running = w->hb_running;
+        x->step = w->step;
+        /* alive: heard from recently, and progressing (or idle) */
+        x->alive = !w->failed && t - w->last_seen < b->cfg.dead_ms &&
+                   (w->used == 0 || t - w->last_step_change < b->cfg.hang_ms);
+        if (x->alive) s.ready = 1;
+    }
+    s.workers = wi;
+    s.n_workers = (uint32_t)b->n_workers;
+    s.queue = b->n_queued;
+    s.active = b->n_running;
+    uint32_t n = 0;
+#define CT(f) do { ct[n].name = proto_cstr(#f); ct[n++].value = b->c.f; } while (0)
+    CT(bad_messages); CT(dropped); CT(requeued); CT(worker_deaths); CT(unknown_ids); CT(duplicate_ids);
+    CT(overloaded); CT(timeouts); CT(cancelled); CT(completed); CT(errors); CT(accepted); CT(tokens_out);
+    CT(clients_lost); CT(late_outputs); CT(bad_workers); CT(reregisters); CT(worker_errors);
+#undef CT
+    ct[n].name = proto_cstr("zap_refused"); ct[n++].value = bk_zap_refused(b->zap);
+    ct[n].name = proto_cstr("draining"); ct[n++].value = (uint64_t)b->draining;
+    s.counters = ct;
+    s.n_counters = n;
+    proto_encode_status(&b->out, &s);
+    send_client(b, cid, cn, &b->out);
+}
+
+/* reads one ROUTER message: identity + exactly one payload frame. Returns 1 with id and body set (caller closes),
+ * 0 when nothing is pending, -1 for a malformed multipart (consumed and counted). */
+static int recv_routed(broker *b, void *sock, zmq_msg_t *id, zmq_msg_t *body) {
+    zmq_msg_init(id);
+    if (zmq_msg_recv(id, sock, ZMQ_DONTWAIT) < 0) { zmq_msg_close(id); return 0; }
+    int frames = 1, more = zmq_msg_more(id);
+    zmq_msg_init(body);
+    int have_body = 0;
+    while (more) {
+        zmq_msg_t f;
+        zmq_msg_init(&f);
+        if (zmq_msg_recv(&f, sock, 0) < 0) { zmq_msg_close(&f); break; }
+        frames++;
+        more = zmq_msg_more(&f);
+        if (frames == 2) { zmq_msg_move(body, &f); have_body = 1; }
+        zmq_msg_close(&f);
+    }
+    if (frames != 2 || !have_body) {
+        b->c.bad_messages++;
+        zmq_msg_close(body);
+        /* reply to a client that sent a wrong frame count (it may be using REQ or multipart by mistake) */
+        if (sock == b->cs && zmq_msg_size(id) <= BK_CID_MAX)
+            send_bad_message(b, zmq_msg_data(id), (uint32_t)zmq_msg_size(id), PROTO_CODE_BAD_MESSAGE,
+                             "a message is exactly one frame holding one msgpack map");
+        zmq_msg_close(id);
+        return -1;
+    }
+    return 1;
+}
+
+static void on_client_msg(broker *b, const uint8_t *cid, uint32_t cn, const void *data, size_t len) {
+    char err[256];
+    proto_msg *m = &b->msg;
+    if (cn == 0 || cn > BK_CID_MAX) { b->c.bad_messages++; return; }
+    if (proto_decode(data, len, m, err, sizeof err) != 0) {
+        proto_str type, id;
+        b->c.bad_messages++;
+        /* a generate with a usable id gets its final (bad_request), unless that id is in flight */
+        if (proto_peek_id(data, len, &type, &id) == 0 && proto_str_eq(type, "generate") &&
+            !find_by_id(b, cid, cn, id.p, id.n)) {
+            final_reject(b, cid, cn, id, PROTO_FINISH_ERROR, PROTO_CODE_BAD_REQUEST, err, 0);
+            return;
+        }
+        send_bad_message(b, cid, cn, PROTO_CODE_BAD_MESSAGE, err);
+        return;
+    }
+    switch (m->type) {
+    case PROTO_GENERATE: on_generate(b, cid, cn, &m->generate); break;
+    case PROTO_CANCEL: {
+        bk_req *q = m->cancel.id.p ? find_by_id(b, cid, cn, m->cancel.id.p, m->cancel.id.n) : NULL;
+        if (!q) { b->c.unknown_ids++; break; }
+        req_finish(b, q, PROTO_FINISH_CANCELLED, PROTO_CODE_NONE, NULL, 1, 1);
+        break;
+    }
+    case PROTO_STATUS: on_status(b, cid, cn, m->status.id); break;
+    default:
+        b->c.bad_messages++;
+        snprintf(err, sizeof err, "type '%s' is not accepted from clients", proto_type_name(m->type));
+        send_bad_message(b, cid, cn, PROTO_CODE_BAD_MESSAGE, err);
+        break;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * worker messages */
+
+static void reregister(broker *b, const uint8_t *wid, uint32_t wn) {
+    proto_encode_reregister(&b->out);
+    send_to_ident(b, b->ws, wid, wn, &b->out);
+    b->c.reregisters++;
+}
+
+static void on_register(broker *b, const uint8_t *wid, uint32_t wn, const proto_register *r) {
+    bk_worker *old = worker_find(b, wid, wn);
+    if (old) worker_remove(b, old, "registered again (it dropped its sequences)");
+    bk_model *m = model_find(b, r->model);
+    if (!m || (m->n_vocab > 0 && r->vocab_size && (int32_t)r->vocab_size < m->n_vocab) ||
+        b->n_workers >= BK_MAX_WORKERS) {
+        b->c.bad_workers++;
+        logf_(b, "refused worker %.*s: model '%.*s' %s", (int)r->name.n, r->name.p, (int)r->model.n, r->model.p,
+              !m ? "is not configured" : b->n_workers >= BK_MAX_WORKERS ? "(too many workers)" : "has a smaller vocabulary");
+        return;
+    }
+    bk_worker *w = calloc(1, sizeof *w);
+    if (!w) return;
+    memcpy(w->wid, wid, wn); w->wid_len = wn;
+    proto_str_copy(r->name, w->name, sizeof w->name);
+    proto_str_copy(r->device, w->device, sizeof w->device);
+    w->model = m;
+    w->max_batch = r->max_batch; w->n_slots = r->n_slots; w->n_ctx = r->n_ctx; w->hb_ms = r->heartbeat_ms;
+    w->hb_free = r->n_slots;
+    w->last_seen = w->last_step_change = now_ms();
+    b->workers[b->n_workers++] = w;
+    proto_encode_registered(&b->out, b->cfg.heartbeat_ms);
+    send_worker(b, w, &b->out);
+    logf_(b, "worker %s registered: model %s, %u slots of %u tokens, device %s", w->name, m->name, w->n_slots,
+          w->n_ctx, w->device);
+}
+
+static void note_step(bk_worker *w, uint64_t step, double t) {
+    if (step != w->step) { w->step = step; w->last_step_change = t; }
+}
+
+static void on_out(broker *b, bk_worker *w, const proto_out *o, double t) {
+    note_step(w, o->step, t);
+    for (uint32_t i = 0; i < o->n; i++) {
+        bk_req *q = find_by_rid(b, o->rids[i]);
+        if (!q || q->worker != w) { b->c.late_outputs++; continue; }
+        int fin = o->fin[i];
+        int stopped = 0;
+        if (o->toks[i] >= 0 && fin != PROTO_FIN_ERROR && fin != PROTO_FIN_CANCELLED)
+            stopped = req_token(b, q, o->toks[i], t);
+        if (stopped) {
+            req_finish(b, q, PROTO_FINISH_STOP, PROTO_CODE_NONE, NULL, 1, fin == PROTO_FIN_RUNNING);
+        } else if (fin == PROTO_FIN_STOP || fin == PROTO_FIN_LENGTH) {
+            req_finish(b, q, fin == PROTO_FIN_STOP ? PROTO_FINISH_STOP : PROTO_FINISH_LENGTH, PROTO_CODE_NONE, NULL, 1, 0);
+        } else if (fin == PROTO_FIN_CANCELLED) {
+            /* the worker dropped it without our asking (e.g. it restarted its batch) */
+            req_finish(b, q, PROTO_FINISH_ERROR, PROTO_CODE_WORKER_FAILED, "the worker dropped the sequence", 1, 0);
+        } else if (fin == PROTO_FIN_ERROR) {
+            b->c.worker_errors++;
+            req_finish(b, q, PROTO_FINISH_ERROR, PROTO_CODE_WORKER_FAILED, "the worker could not run the sequence", 1, 0);
+        } else if (q->n_gen >= q->max_tokens) {
+            /* the worker should have said fin=2; enforce max_tokens anyway */
+            req_finish(b, q, PROTO_FINISH_LENGTH, PROTO_CODE_NONE, NULL, 1, 1);
+        }
+    }
+}
+
+static void on_worker_msg(broker *b, const uint8_t *wid, uint32_t wn, const void *data, size_t len) {
+    char err[256];
+    proto_msg *m = &b->msg;
+    double t = now_ms();
+    if (wn == 0 || wn > BK_WID_MAX) { b->c.bad_messages++; return; }
+    if (proto_decode(data, len, m, err, sizeof err) != 0) {
+        b->c.bad_messages++;
+        logf_(b, "bad worker message: %s", err);
+        return;
+    }
+    if (m->type == PROTO_REGISTER) { on_register(b, wid, wn, &m->reg); return; }
+    bk_worker *w = worker_find(b, wid, wn);
+    if (!w) {
+        if (m->type == PROTO_HB || m->type == PROTO_OUT) reregister(b, wid, wn);
+        else b->c.bad_messages++;
+        return;
+    }
+    w->last_seen = t;
+    switch (m->type) {
+    case PROTO_HB:
+        if (m->hb.has_step) {
+            note_step(w, m->hb.step, t);
+            w->hb_free = m->hb.free_slots;
+            w->hb_running = m->hb.running;
+        }
+        break;
+    case PROTO_OUT: on_out(b, w, &m->out, t); break;
+    default: b->c.bad_messages++; break;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * dispatch: FIFO per model; each batch goes to the least loaded worker that fits the head request */
+
+static int req_fits(const bk_req *q, const bk_worker *w) {
+    return (uint64_t)q->n_prompt + q->max_tokens <= w->n_ctx;
+}
+
+static void dispatch_model(broker *b, bk_model *m, double t) {
+    while (m->q_head) {
+        bk_req *head = m->q_head;
+        bk_worker *best = NULL;
+        int any_fit = 0;
+        for (int i = 0; i < b->n_workers; i++) {
+            bk_worker *w = b->workers[i];
+            if (w->model != m || w->failed) continue;
+            if (!req_fits(head, w)) continue;
+            any_fit = 1;
+            if (w->used >= w->n_slots) continue;
+            if (!best || w->n_slots - w->used > best->n_slots - best->used) best = w;
+        }
+        if (!best) {
+            int nw;
+            model_max_worker_ctx(b, m, &nw);
+            if (nw > 0 && !any_fit) {   /* workers changed since validation: it can never fit now */
+                req_finish(b, head, PROTO_FINISH_ERROR, PROTO_CODE_PROMPT_TOO_LONG,
+                           "prompt + max_tokens exceeds every worker's context", 1, 0);
+                continue;
+            }
+            return;   /* wait for capacity (or for a worker to register) */
+        }
+        uint32_t room = best->n_slots - best->used, n = 0;
+        uint64_t batch_tokens = 0;
+        if (room > PROTO_MAX_SEQS) room = PROTO_MAX_SEQS;
+        if (room > b->seqs_cap) {
+            proto_seq *s = realloc(b->seqs, (size_t)room * sizeof *s);
+            if (!s) return;
+            b->seqs = s;
+            b->seqs_cap = room;
+        }
+        if (best->used == 0) best->last_step_change = t;  /* the hang clock starts when it gets work */
+        /* one assign stays well under the worker frame limit: at most BK_ASSIGN_TOKENS prompt tokens (one
+         * request always goes, whatever its size: its prompt fits the client frame limit) */
+        while (m->q_head && n < room && req_fits(m->q_head, best) &&
+               (n == 0 || batch_tokens + m->q_head->n_prompt <= BK_ASSIGN_TOKENS)) {
+            bk_req *q = m->q_head;
+            batch_tokens += q->n_prompt;
+            queue_remove(b, q);
+            worker_attach(b, best, q);
+            q->t_admit = t > q->t_recv ? t : q->t_recv;
+            proto_seq *s = &b->seqs[n++];
+            memset(s, 0, sizeof *s);
+            s->rid = q->rid;
+            s->tokens = q->prompt;
+            s->n_tokens = q->n_prompt;
+            s->max_tokens = q->max_tokens;
+            s->sampling = q->sampling;
+            s->stop_ids = q->stop_ids;
+            s->n_stop_ids = q->n_stop_ids;
+        }
+        proto_encode_assign(&b->out, b->seqs, n);
+        send_worker(b, best, &b->out);
+        if (best->failed) return;  /* handled (requeue) at the next safe point */
+    }
+}
+
+static void dispatch(broker *b, double t) {
+    for (int i = 0; i < b->n_models; i++)
+        if (b->models[i].q_head) dispatch_model(b, &b->models[i], t);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * safe points and timers */
+
+static void process_lost(broker *b) {
+    for (int k = 0; k < b->n_lost; k++) {
+        b->c.clients_lost++;
+        bk_req *q = b->all;
+        while (q) {
+            bk_req *nx = q->all_next;
+            if (q->cid_len == b->lost_len[k] && memcmp(q->cid, b->lost[k], q->cid_len) == 0)
+                req_finish(b, q, PROTO_FINISH_CANCELLED, PROTO_CODE_NONE, NULL, 0, 1);
+            q = nx;
+        }
+    }
+    b->n_lost = 0;
+}
+
+static void process_failed_workers(broker *b) {
+    for (int i = 0; i < b->n_workers;) {
+        bk_worker *w = b->workers[i];
+        if (w->failed) { b->c.worker_deaths++; worker_remove(b, w, "unreachable"); }
+        else i++;
+    }
+}
+
+static void tick(broker *b, double t) {
+    /* workers: dead (silent) or hung (step counter still while holding work) */
+    for (int i = 0; i < b->n_workers;) {
+        bk_worker *w = b->workers[i];
+        const char *why = NULL;
+        if (t - w->last_seen > b->cfg.dead_ms) why = "no heartbeat";
+        else if (w->used > 0 && t - w->last_step_change > b->cfg.hang_ms) why = "step counter stalled (hung)";
+        if (why) { b->c.worker_deaths++; worker_remove(b, w, why); }
+        else i++;
+    }
+    /* heartbeats to workers */
+    if (t - b->last_hb >= b->cfg.heartbeat_ms) {
+        b->last_hb = t;
+        proto_encode_hb_broker(&b->out);
+        for (int i = 0; i < b->n_workers; i++) send_worker(b, b->workers[i], &b->out);
+    }
+    /* deadlines */
+    bk_req *q = b->all;
+    while (q) {
+        bk_req *nx = q->all_next;
+        if (t >= q->deadline)
+            req_finish(b, q, PROTO_FINISH_TIMEOUT, PROTO_CODE_TIMEOUT, "the request's deadline passed", 1, 1);
+        q = nx;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * setup */
+
+void broker_config_defaults(bk_config *c) {
+    memset(c, 0, sizeof *c);
+    c->queue_max = 1024;
+    c->drain_ms = 10000;
+    c->heartbeat_ms = 500;
+    c->dead_ms = 2500;
+    c->hang_ms = 2500;
+    c->client_hwm = 10000;
+    c->queue_tokens = 1u << 22;
+}
+
+static int load_model(bk_model *m, const char *name, const char *path, char *err, size_t errlen) {
+    char gerr[256];
+    gguf *g = gguf_open(path, gerr, sizeof gerr);
+    if (!g) { berr(err, errlen, "%s", gerr); return -1; }
+    m->tok = tokenizer_new(g, gerr, sizeof gerr);
+    if (!m->tok) { berr(err, errlen, "%s: %s", path, gerr); gguf_close(&g); return -1; }
+    m->n_vocab = tokenizer_n_vocab(m->tok);
+    char *arch = gguf_get_cstr(g, "general.architecture");
+    if (arch) {
+        char key[160];
+        snprintf(key, sizeof key, "%s.context_length", arch);
+        int64_t n = gguf_get_int(g, key, 0);
+        m->n_ctx = n > 0 && n < (1 << 30) ? (uint32_t)n : 0;
+        free(arch);
+    }
+    gguf_close(&g);
+    if (name) snprintf(m->name, sizeof m->name, "%s", name);
+    else {
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        size_t n = strlen(base);
+        if (n > 5 && strcmp(base + n - 5, ".gguf") == 0) n -= 5;
+        if (n > PROTO_NAME_MAX) n = PROTO_NAME_MAX;
+        memcpy(m->name, base, n);
+        m->name[n] = 0;
+    }
+    if (!m->name[0]) { berr(err, errlen, "%s: empty model name", path); return -1; }
+    return 0;
+}
+
+static int setup_socket(broker *b, void *s, int max_frame, int hwm, const char *ep, char *bound, size_t boundlen,
+                        int curve, char *err, size_t errlen) {
+    int one = 1, zero = 0;
+    int64_t maxmsg = max_frame;
+    int hs = 5000;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    zmq_setsockopt(s, ZMQ_HANDSHAKE_IVL, &hs, sizeof hs);
+    if (curve) {
+        char sec[41], cerr[256];
+        if (bk_read_key(b->cfg.curve_secret, sec, cerr, sizeof cerr) != 0) { berr(err, errlen, "%s", cerr); return -1; }
+        if (zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
+            zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, sec, 40) != 0 ||
+            zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, BK_ZAP_DOMAIN, strlen(BK_ZAP_DOMAIN)) != 0) {
+            berr(err, errlen, "CURVE setup: %s", zmq_strerror(errno));
+            return -1;
+        }
+        /* draft option in libzmq 4.3: refuse handshakes when the ZAP handler does not answer. Our handler
+         * always answers and checks the domain itself, so a libzmq without the option still fails closed. */
+        zmq_setsockopt(s, 93 /* ZMQ_ZAP_ENFORCE_DOMAIN */, &one, sizeof one);
+    }
+    if (zmq_bind(s, ep) != 0) { berr(err, errlen, "bind %s: %s", ep, zmq_strerror(errno)); return -1; }
+    size_t n = boundlen;
+    if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, bound, &n) != 0) bound[0] = 0;
+    return 0;
+}
+
+broker *broker_new(const bk_config *c, char *err, size_t errlen) {
+    broker *b = calloc(1, sizeof *b);
+    if (!b) { berr(err, errlen, "out of memory"); return NULL; }
+    b->cfg = *c;
+    if (c->n_models < 1) { berr(err, errlen, "at least one --model is needed"); goto fail; }
+    for (int i = 0; i < c->n_models && i < BK_MAX_MODELS; i++) {
+        if (load_model(&b->models[i], c->model_names[i], c->model_paths[i], err, errlen) != 0) goto fail;
+        for (int j = 0; j < i; j++)
+            if (strcmp(b->models[j].name, b->models[i].name) == 0) {
+                berr(err, errlen, "model name '%s' given twice", b->models[i].name);
+                b->n_models = i + 1;
+                goto fail;
+            }
+        b->n_models = i + 1;
+    }
+    if (maps_grow(b) != 0) { berr(err, errlen, "out of memory"); goto fail; }
+    b->ctx = zmq_ctx_new();
+    if (!b->ctx) { berr(err, errlen, "zmq_ctx_new failed"); goto fail; }
+    int curve = c->curve_secret != NULL;
+    if (curve) {
+        if (!c->curve_allow) { berr(err, errlen, "--curve-secret needs --curve-allow DIR"); goto fail; }
+        b->zap = bk_zap_new(b->ctx, c->curve_allow, err, errlen);
+        if (!b->zap) goto fail;
+    }
+    b->cs = zmq_socket(b->ctx, ZMQ_ROUTER);
+    b->ws = zmq_socket(b->ctx, ZMQ_ROUTER);
+    if (!b->cs || !b->ws) { berr(err, errlen, "zmq_socket: %s", zmq_strerror(errno)); goto fail; }
+    int handover = 1;
+    zmq_setsockopt(b->ws, ZMQ_ROUTER_HANDOVER, &handover, sizeof handover);
+    if (setup_socket(b, b->cs, PROTO_CLIENT_MAX_FRAME, (int)c->client_hwm, c->clients_ep, b->cs_ep, sizeof b->cs_ep, curve, err, errlen) ||
+        setup_socket(b, b->ws, PROTO_WORKER_MAX_FRAME, 100000, c->workers_ep, b->ws_ep, sizeof b->ws_ep,
+                     curve && c->curve_workers, err, errlen))
+        goto fail;
+    return b;
+fail:
+    broker_destroy(&b);
+    return NULL;
+}
+
+const char *broker_clients_endpoint(const broker *b) { return b->cs_ep; }
+const char *broker_workers_endpoint(const broker *b) { return b->ws_ep; }
+
+/* ---------------------------------------------------------------------------------------------------------
+ * loop */
+
+static void drain_socket(broker *b, void *sock, int is_client) {
+    for (int k = 0; k < BK_RECV_BATCH; k++) {
+        zmq_msg_t id, body;
+        int r = recv_routed(b, sock, &id, &body);
+        if (r == 0) break;
+        if (r < 0) continue;
+        if (is_client)
+            on_client_msg(b, zmq_msg_data(&id), (uint32_t)zmq_msg_size(&id), zmq_msg_data(&body), zmq_msg_size(&body));
+        else
+            on_worker_msg(b, zmq_msg_data(&id), (uint32_t)zmq_msg_size(&id), zmq_msg_data(&body), zmq_msg_size(&body));
+        zmq_msg_close(&body);
+        zmq_msg_close(&id);
+    }
+}
+
+int broker_run(broker *b, char *err, size_t errlen) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    b->last_tick = b->last_hb = now_ms();
+    for (;;) {
+        zmq_pollitem_t items[3] = {
+            { b->cs, 0, ZMQ_POLLIN, 0 }, { b->ws, 0, ZMQ_POLLIN, 0 }, { b->zap ? bk_zap_socket(b->zap) : NULL, 0, ZMQ_POLLIN, 0 },
+        };
+        int n_items = b->zap ? 3 : 2;
+        int rc = zmq_poll(items, n_items, BK_TICK_MS);
+        if (rc < 0 && errno != EINTR) { berr(err, errlen, "zmq_poll: %s", zmq_strerror(errno)); return -1; }
+        double t = now_ms();
+        if (s_stop && !b->draining) {
+            b->draining = 1;
+            b->drain_end = t + b->cfg.drain_ms;
+            logf_(b, "draining: %u queued, %u running, deadline %u ms", b->n_queued, b->n_running, b->cfg.drain_ms);
+        }
+        if (rc > 0) {
+            if (b->zap && (items[2].revents & ZMQ_POLLIN)) bk_zap_handle(b->zap);
+            if (items[1].revents & ZMQ_POLLIN) drain_socket(b, b->ws, 0);
+            if (items[0].revents & ZMQ_POLLIN) drain_socket(b, b->cs, 1);
+        }
+        process_lost(b);
+        process_failed_workers(b);
+        if (t - b->last_tick >= BK_TICK_MS) {
+            b->last_tick = t;
+            tick(b, t);
+            process_lost(b);
+            process_failed_workers(b);
+        }
+        dispatch(b, now_ms());
+        if (b->draining) {
+            if (b->n_reqs == 0) break;
+            if (t >= b->drain_end) {
+                bk_req *q = b->all;
+                while (q) {
+                    bk_req *nx = q->all_next;
+                    req_finish(b, q, PROTO_FINISH_ERROR, PROTO_CODE_SHUTTING_DOWN, "the broker shut down", 1, 1);
+                    q = nx;
+                }
+                break;
+            }
+        }
+    }
+    logf_(b, "drained: %llu completed, %llu errors", (unsigned long long)b->c.completed, (unsigned long long)b->c.errors);
+    return 0;
+}
+
+void broker_destroy(broker **pb) {
+    if (!pb || !*pb) return;
+    broker *b = *pb;
+    while (b->all) { bk_req *q = b->all; b->all = q->all_next; req_free(q); }
+    for (int i = 0; i < b->n_workers; i++) free(b->workers[i]);
+    for (int i = 0; i < b->n_models; i++) tokenizer_destroy(&b->models[i].tok);
+    for (int i = 0; i < BK_MAX_MODELS; i++) if (b->models[i].tok) tokenizer_destroy(&b->models[i].tok);
+    /* unbinding removes ipc socket files */
+    if (b->cs) { if (b->cs_ep[0]) zmq_unbind(b->cs, b->cs_ep); zmq_close(b->cs); }
+    if (b->ws) { if (b->ws_ep[0]) zmq_unbind(b->ws, b->ws_ep); zmq_close(b->ws); }
+    bk_zap_destroy(&b->zap);
+    if (b->ctx) zmq_ctx_term(b->ctx);
+    free(b->hmap);
+    free(b->rmap);
+    free(b->seqs);
+    proto_msg_free(&b->msg);
+    proto_buf_free(&b->out);
+    free(b);
+    *pb = NULL;
+}

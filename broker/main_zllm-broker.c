@@ -1,0 +1,90 @@
+/* broker/main_zllm-broker.c: the zllm-broker command (see broker/broker.h and docs/protocol.md).
+ *   zllm-broker --clients EP --workers EP --model [NAME=]PATH.gguf [--model ...] [--queue N] [--queue-tokens N]
+ *               [--client-hwm N] [--drain-ms MS] [--heartbeat-ms MS] [--dead-ms MS] [--hang-ms MS]
+ *               [--curve-secret FILE --curve-allow DIR [--curve-workers]] [-v]
+ *   zllm-broker --keygen PREFIX        writes PREFIX.key (Z85 secret) and PREFIX.pub (Z85 public) */
+#include "broker.h"
+#include "bk_zap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: zllm-broker --clients ENDPOINT --workers ENDPOINT --model [NAME=]PATH.gguf [--model ...]\n"
+            "                   [--queue N] [--queue-tokens N] [--client-hwm N] [--drain-ms MS] [--heartbeat-ms MS] [--dead-ms MS] [--hang-ms MS]\n"
+            "                   [--curve-secret FILE --curve-allow DIR [--curve-workers]] [-v]\n"
+            "       zllm-broker --keygen PREFIX\n");
+}
+
+static int parse_u32(const char *s, uint32_t *out, uint32_t lo, uint32_t hi) {
+    char *end;
+    unsigned long v = strtoul(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi) return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    bk_config c;
+    char err[512];
+    broker_config_defaults(&c);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "--keygen") && v) {
+            if (bk_keygen(v, err, sizeof err) != 0) { fprintf(stderr, "zllm-broker: %s\n", err); return 1; }
+            printf("%s.key %s.pub\n", v, v);
+            return 0;
+        } else if (!strcmp(a, "--clients") && v) { c.clients_ep = v; i++; }
+        else if (!strcmp(a, "--workers") && v) { c.workers_ep = v; i++; }
+        else if ((!strcmp(a, "--model") || !strcmp(a, "-m")) && v) {
+            if (c.n_models >= BK_MAX_MODELS) { fprintf(stderr, "zllm-broker: too many models\n"); return 2; }
+            const char *eq = strchr(v, '=');
+            if (eq) {
+                size_t n = (size_t)(eq - v);
+                char *name = malloc(n + 1);
+                if (!name) return 1;
+                memcpy(name, v, n);
+                name[n] = 0;
+                c.model_names[c.n_models] = name;
+                c.model_paths[c.n_models++] = eq + 1;
+            } else {
+                c.model_paths[c.n_models++] = v;
+            }
+            i++;
+        }
+        else if (!strcmp(a, "--queue") && v) { bad = parse_u32(v, &c.queue_max, 1, 1u << 24); i++; }
+        else if (!strcmp(a, "--queue-tokens") && v) {
+            uint32_t qt;
+            bad = parse_u32(v, &qt, 1, UINT32_MAX);
+            c.queue_tokens = qt;
+            i++;
+        }
+        else if (!strcmp(a, "--client-hwm") && v) { bad = parse_u32(v, &c.client_hwm, 1, 1u << 24); i++; }
+        else if (!strcmp(a, "--drain-ms") && v) { bad = parse_u32(v, &c.drain_ms, 0, 86400000u); i++; }
+        else if (!strcmp(a, "--heartbeat-ms") && v) { bad = parse_u32(v, &c.heartbeat_ms, 10, 60000); i++; }
+        else if (!strcmp(a, "--dead-ms") && v) { bad = parse_u32(v, &c.dead_ms, 50, 600000); i++; }
+        else if (!strcmp(a, "--hang-ms") && v) { bad = parse_u32(v, &c.hang_ms, 50, 600000); i++; }
+        else if (!strcmp(a, "--curve-secret") && v) { c.curve_secret = v; i++; }
+        else if (!strcmp(a, "--curve-allow") && v) { c.curve_allow = v; i++; }
+        else if (!strcmp(a, "--curve-workers")) c.curve_workers = 1;
+        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) c.verbose = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        else bad = 1;
+        if (bad) { fprintf(stderr, "zllm-broker: bad argument '%s'\n", a); usage(); return 2; }
+    }
+    if (!c.clients_ep || !c.workers_ep || c.n_models == 0) { usage(); return 2; }
+    broker *b = broker_new(&c, err, sizeof err);
+    if (!b) { fprintf(stderr, "zllm-broker: %s\n", err); return 1; }
+    /* the bound endpoints (tcp port 0 resolved) on stdout, for scripts and tests */
+    printf("clients %s\nworkers %s\n", broker_clients_endpoint(b), broker_workers_endpoint(b));
+    fflush(stdout);
+    int rc = broker_run(b, err, sizeof err);
+    if (rc != 0) fprintf(stderr, "zllm-broker: %s\n", err);
+    broker_destroy(&b);
+    for (int i = 0; i < c.n_models; i++) free((void *)c.model_names[i]);
+    return rc == 0 ? 0 : 1;
+}

@@ -1,0 +1,315 @@
+/* common/proto.h: the zllm wire protocol (docs/protocol.md, version 1): typed messages, an encoder into a
+ * growable buffer, and a decoder that treats every byte as hostile.
+ *
+ * Decoding is two passes over the frame: a validating walk of the msgpack (nesting depth <= PROTO_MAX_DEPTH,
+ * every declared length/count checked against the bytes remaining before anything is allocated, no trailing
+ * bytes), then a schema pass that reads known keys with type and range checks. Strings are zero-copy: a
+ * proto_str points INTO the decoded frame, so the frame must outlive the use of the decoded message; arrays are
+ * copied into an arena owned by the proto_msg, which is reused from one decode to the next (the hot path, `out`
+ * and `token`, allocates nothing once warm).
+ *
+ * Usage:
+ *     proto_msg m = {0};  char err[128];
+ *     if (proto_decode(frame, len, &m, err, sizeof err) == 0 && m.type == PROTO_OUT) { ... m.out.rids[i] ... }
+ *     proto_msg_free(&m);
+ *
+ *     proto_buf b = {0};
+ *     proto_encode_cancel(&b, proto_cstr("req-1"));   ... send b.data, b.len ...
+ *     proto_buf_free(&b);
+ */
+#ifndef ZLLM_PROTO_H
+#define ZLLM_PROTO_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTO_VERSION          1
+#define PROTO_CLIENT_MAX_FRAME (1u << 20)   /* bytes: ZMQ_MAXMSGSIZE of the broker's client socket */
+#define PROTO_WORKER_MAX_FRAME (16u << 20)  /* bytes: ZMQ_MAXMSGSIZE of the broker's worker socket */
+#define PROTO_MAX_FRAME        PROTO_WORKER_MAX_FRAME /* proto_decode refuses anything longer */
+#define PROTO_MAX_DEPTH        8            /* msgpack nesting levels (the top map is level 1) */
+#define PROTO_ID_MAX           64           /* bytes of a client request id (1..64) */
+#define PROTO_NAME_MAX         128          /* bytes of a model / worker / device name (1..128) */
+#define PROTO_MAX_STOP         8            /* stop strings per request */
+#define PROTO_STOP_MAX_LEN     256          /* bytes per stop string (1..256) */
+#define PROTO_MAX_STOP_IDS     64           /* stop token ids per request */
+#define PROTO_MAX_MESSAGES     1024         /* chat messages per request */
+#define PROTO_MAX_TOKENS       (1 << 20)    /* prompt tokens per request / per assigned sequence */
+#define PROTO_MAX_GEN          (1 << 20)    /* max_tokens upper bound */
+#define PROTO_MAX_SEQS         4096         /* sequences per `assign` / entries per `out` */
+#define PROTO_MAX_WORKERS      1024         /* workers listed in a `status` */
+#define PROTO_MAX_COUNTERS     64           /* counters in a `status` */
+#define PROTO_TOKEN_ID_MAX     0x7fffffff   /* token ids are 0..2^31-1 */
+
+typedef enum {
+    PROTO_NONE = 0,
+    /* client <-> broker */
+    PROTO_GENERATE,     /* client -> broker */
+    PROTO_CANCEL,       /* client -> broker (`id`) and broker -> worker (`rids`): same type string */
+    PROTO_STATUS,       /* client -> broker (request: only `id`) and broker -> client (the reply) */
+    PROTO_TOKEN,        /* broker -> client */
+    PROTO_FINAL,        /* broker -> client */
+    PROTO_ERROR,        /* broker -> client */
+    /* worker <-> broker */
+    PROTO_REGISTER,     /* worker -> broker */
+    PROTO_REGISTERED,   /* broker -> worker */
+    PROTO_HB,           /* both ways */
+    PROTO_REREGISTER,   /* broker -> worker */
+    PROTO_ASSIGN,       /* broker -> worker */
+    PROTO_OUT,          /* worker -> broker */
+    PROTO_TYPE_COUNT
+} proto_type;
+
+typedef enum {
+    PROTO_FINISH_NONE = 0, PROTO_FINISH_STOP, PROTO_FINISH_LENGTH, PROTO_FINISH_CANCELLED, PROTO_FINISH_ERROR,
+    PROTO_FINISH_TIMEOUT, PROTO_FINISH_OVERLOADED, PROTO_FINISH_COUNT
+} proto_finish;
+
+typedef enum {
+    PROTO_CODE_NONE = 0, PROTO_CODE_BAD_REQUEST, PROTO_CODE_UNKNOWN_MODEL, PROTO_CODE_PROMPT_TOO_LONG,
+    PROTO_CODE_TEMPLATE_ERROR, PROTO_CODE_OVERLOADED, PROTO_CODE_WORKER_FAILED, PROTO_CODE_TIMEOUT,
+    PROTO_CODE_SHUTTING_DOWN, PROTO_CODE_DUPLICATE_ID, PROTO_CODE_INTERNAL, PROTO_CODE_BAD_MESSAGE,
+    PROTO_CODE_OTHER,   /* decoded: a code string this build does not know (still in final.code_str) */
+    PROTO_CODE_COUNT
+} proto_code;
+
+/* `fin` values of an `out` entry */
+enum { PROTO_FIN_RUNNING = 0, PROTO_FIN_STOP = 1, PROTO_FIN_LENGTH = 2, PROTO_FIN_CANCELLED = 3,
+       PROTO_FIN_ERROR = 4 };
+
+/* which prompt form a generate carries */
+enum { PROTO_PROMPT_TEXT = 1, PROTO_PROMPT_TOKENS = 2, PROTO_PROMPT_MESSAGES = 3 };
+
+/* A byte string. Decoded: points into the frame (not NUL-terminated, may contain NUL). Encoding: any bytes. */
+typedef struct {
+    const char *p;              /* bytes, or NULL when absent */
+    uint32_t n;                 /* byte count */
+} proto_str;
+
+typedef struct {
+    proto_str role;             /* "system", "user", "assistant" (any string of 1..64 bytes) */
+    proto_str content;          /* UTF-8 text */
+} proto_chat;
+
+/* sampling parameters shared by `generate` and `assign` (docs/protocol.md for ranges) */
+typedef struct {
+    float temperature;          /* >= 0, finite; 0 = greedy. default 1.0 */
+    int32_t top_k;              /* >= 0; 0 = off */
+    float top_p;                /* (0,1]; 1 = off */
+    float min_p;                /* [0,1); 0 = off */
+    float repeat_penalty;       /* > 0; 1 = off */
+    uint32_t repeat_last_n;     /* tokens the penalty looks back, default 64 */
+    uint64_t seed;              /* RNG seed */
+    int has_seed;               /* 1 when seed was given (generate); assign always has it */
+    int ignore_eos;             /* 0/1 */
+} proto_sampling;
+
+typedef struct {
+    proto_str id;               /* 1..64 bytes */
+    proto_str model;            /* 0 bytes (p NULL) = the broker's default model */
+    int prompt_kind;            /* PROTO_PROMPT_TEXT / _TOKENS / _MESSAGES */
+    proto_str prompt;           /* PROTO_PROMPT_TEXT: <= 1 MiB */
+    const int32_t *tokens;      /* PROTO_PROMPT_TOKENS: [n_tokens] ids (no BOS added) */
+    uint32_t n_tokens;
+    const proto_chat *messages; /* PROTO_PROMPT_MESSAGES: [n_messages] */
+    uint32_t n_messages;
+    uint32_t max_tokens;        /* 1..PROTO_MAX_GEN, default 128 */
+    proto_sampling sampling;
+    proto_str stop[PROTO_MAX_STOP]; /* [n_stop] stop strings, 1..256 bytes each */
+    uint32_t n_stop;
+    const int32_t *stop_ids;    /* [n_stop_ids] <= 64 */
+    uint32_t n_stop_ids;
+    int stream;                 /* default 1 */
+    uint32_t deadline_ms;       /* default 600000 */
+    int special;                /* default 0 */
+    int add_bos;                /* -1 = the vocabulary's flag (default), else 0/1 */
+} proto_generate;
+
+/* client cancel (`id`) or broker->worker cancel (`rids`); a decoded cancel has at least one of them */
+typedef struct {
+    proto_str id;               /* client form; p NULL when absent */
+    const uint64_t *rids;       /* worker form: [n_rids] */
+    uint32_t n_rids;
+} proto_cancel;
+
+typedef struct {
+    proto_str id;               /* request id */
+    const int32_t *ids;         /* [n_ids] new token ids */
+    uint32_t n_ids;
+    proto_str text;             /* new text */
+} proto_token;
+
+typedef struct {
+    proto_str id;               /* request id */
+    proto_finish finish;        /* never PROTO_FINISH_NONE once decoded */
+    proto_code code;            /* PROTO_CODE_NONE when absent */
+    proto_str code_str;         /* decoded: the code string as sent (encode ignores it: uses code) */
+    proto_str message;          /* human-readable error text, may be empty */
+    proto_str text;             /* the rest of the text */
+    const int32_t *ids;         /* [n_ids]: all generated ids (non-streaming), else NULL */
+    uint32_t n_ids;
+    int has_ids;                /* 1 when `ids` is present */
+    uint32_t prompt_tokens;     /* usage */
+    uint32_t completion_tokens;
+    double queue_ms;            /* timings, milliseconds */
+    double ttft_ms;
+    double total_ms;
+} proto_final;
+
+typedef struct {
+    proto_code code;            /* PROTO_CODE_BAD_MESSAGE, ... */
+    proto_str code_str;         /* decoded: the code as sent */
+    proto_str message;
+    proto_str id;               /* the request id it concerns (duplicate_id), p NULL when absent */
+} proto_error;
+
+typedef struct {
+    proto_str name, model, device;
+    uint32_t max_batch, n_slots, n_ctx, free_slots, running;
+    uint64_t step;
+    int alive;                  /* 0/1 */
+} proto_worker_info;
+
+typedef struct {
+    proto_str name;             /* counter name */
+    uint64_t value;
+} proto_counter;
+
+/* status request (only id/has_id) and status reply (everything) */
+typedef struct {
+    proto_str id;               /* echoed request id; p NULL when absent */
+    int ready;                  /* 0/1 */
+    uint32_t queue, active;     /* requests waiting / admitted */
+    const proto_str *models;    /* [n_models] */
+    uint32_t n_models;
+    const proto_worker_info *workers; /* [n_workers] */
+    uint32_t n_workers;
+    const proto_counter *counters;    /* [n_counters] */
+    uint32_t n_counters;
+} proto_status;
+
+typedef struct {
+    proto_str name;             /* unique worker name, 1..128 bytes */
+    proto_str model;            /* model name, 1..128 bytes */
+    proto_str device;           /* "cpu", "cuda:0", ... 1..128 bytes */
+    uint32_t max_batch;         /* >= 1 */
+    uint32_t n_slots;           /* >= 1 sequences it can hold */
+    uint32_t n_ctx;             /* >= 2 tokens per slot */
+    uint64_t kv_tokens;         /* n_slots * n_ctx */
+    uint32_t vocab_size;        /* 0 = not given */
+    uint32_t heartbeat_ms;      /* 1..60000 */
+} proto_register;
+
+typedef struct {
+    uint32_t heartbeat_ms;      /* the broker's heartbeat interval */
+} proto_registered;
+
+typedef struct {
+    int has_step;               /* 0 for a broker->worker hb (no fields) */
+    uint64_t step;              /* steps run so far */
+    uint32_t free_slots;
+    uint32_t running;
+} proto_hb;
+
+typedef struct {
+    uint64_t rid;               /* broker sequence id */
+    const int32_t *tokens;      /* [n_tokens] the whole prompt, >= 1 */
+    uint32_t n_tokens;
+    uint32_t max_tokens;        /* >= 1 */
+    proto_sampling sampling;
+    const int32_t *stop_ids;    /* [n_stop_ids] */
+    uint32_t n_stop_ids;
+} proto_seq;
+
+typedef struct {
+    const proto_seq *seqs;      /* [n_seqs], 1..PROTO_MAX_SEQS */
+    uint32_t n_seqs;
+} proto_assign;
+
+typedef struct {
+    uint64_t step;
+    const uint64_t *rids;       /* [n] */
+    const int32_t *toks;        /* [n] token or -1 */
+    const uint8_t *fin;         /* [n] PROTO_FIN_* */
+    uint32_t n;                 /* 0..PROTO_MAX_SEQS; rids are unique within a message */
+} proto_out;
+
+struct proto_arena;             /* internal: chunked bump allocator */
+
+/* A decoded message. Zero-initialise before the first decode; proto_msg_free releases the arena. */
+typedef struct {
+    proto_type type;
+    uint32_t version;           /* `zllm` value */
+    union {
+        proto_generate generate;
+        proto_cancel cancel;
+        proto_status status;
+        proto_token token;
+        proto_final final;
+        proto_error error;
+        proto_register reg;
+        proto_registered registered;
+        proto_hb hb;
+        proto_assign assign;
+        proto_out out;
+    };
+    struct proto_arena *arena;  /* owned: arrays of the last decode */
+} proto_msg;
+
+/* Growable output buffer. Zero-initialise; every proto_encode_X replaces its contents with one message. */
+typedef struct {
+    uint8_t *data;              /* [len] encoded bytes */
+    size_t len, cap;
+    int failed;                 /* set when an allocation failed: the content is incomplete */
+} proto_buf;
+
+/* Decodes one frame. Returns 0 with *out filled, or -1 with a message in err (never crashes, never reads
+ * outside buf[0..len)). out's previous arrays are released/reused: pointers from an earlier decode into
+ * out's arena become invalid. Strings point into buf. */
+int proto_decode(const void *buf, size_t len, proto_msg *out, char *err, size_t errlen);
+/* Releases the arena; the message is zeroed and may be reused. Idempotent. */
+void proto_msg_free(proto_msg *m);
+
+/* Validates buf as exactly one msgpack object with nesting <= max_depth and consistent lengths, no trailing
+ * bytes. Returns 0, or -1 with a message. (proto_decode calls it; exported for tests and fuzzing.) */
+int proto_msgpack_validate(const void *buf, size_t len, int max_depth, char *err, size_t errlen);
+
+/* For a frame that failed proto_decode: when it is nevertheless a msgpack map (within the limits) holding a
+ * string `type` and a string `id` of 1..PROTO_ID_MAX bytes, sets them (pointing into buf) and returns 0, so the
+ * broker can answer with a final for that id; -1 otherwise. */
+int proto_peek_id(const void *buf, size_t len, proto_str *type, proto_str *id);
+
+/* Encoders: each one resets b and writes one complete map; returns 0, or -1 on allocation failure (b->failed).
+ * Strings with p == NULL are omitted where the field is optional. */
+int proto_encode_generate(proto_buf *b, const proto_generate *g);
+int proto_encode_cancel(proto_buf *b, proto_str id);                              /* client -> broker */
+int proto_encode_cancel_rids(proto_buf *b, const uint64_t *rids, uint32_t n);     /* broker -> worker */
+int proto_encode_status_request(proto_buf *b, proto_str id);                      /* client -> broker */
+int proto_encode_status(proto_buf *b, const proto_status *s);                     /* broker -> client */
+int proto_encode_token(proto_buf *b, proto_str id, const int32_t *ids, uint32_t n_ids, proto_str text);
+int proto_encode_final(proto_buf *b, const proto_final *f);
+int proto_encode_error(proto_buf *b, proto_code code, proto_str message);
+int proto_encode_error_id(proto_buf *b, proto_code code, proto_str id, proto_str message); /* id omitted if p NULL */
+int proto_encode_register(proto_buf *b, const proto_register *r);
+int proto_encode_registered(proto_buf *b, uint32_t heartbeat_ms);
+int proto_encode_hb_worker(proto_buf *b, uint64_t step, uint32_t free_slots, uint32_t running); /* worker */
+int proto_encode_hb_broker(proto_buf *b);                                          /* broker -> worker */
+int proto_encode_reregister(proto_buf *b);
+int proto_encode_assign(proto_buf *b, const proto_seq *seqs, uint32_t n_seqs);
+int proto_encode_out(proto_buf *b, uint64_t step, const uint64_t *rids, const int32_t *toks,
+                     const uint8_t *fin, uint32_t n);
+void proto_buf_free(proto_buf *b);   /* idempotent */
+
+/* Defaults for a generate (sampling defaults, max_tokens 128, stream 1, deadline 600000, add_bos -1). */
+void proto_generate_defaults(proto_generate *g);
+void proto_sampling_defaults(proto_sampling *s);
+
+/* helpers */
+proto_str proto_cstr(const char *s);                 /* {s, strlen(s)}; {NULL,0} for NULL */
+int proto_str_eq(proto_str a, const char *s);        /* 1 when a equals the C string s */
+/* copies s into dst[cap] NUL-terminated (truncating), returns dst */
+char *proto_str_copy(proto_str s, char *dst, size_t cap);
+const char *proto_type_name(proto_type t);           /* "generate", ... ; "?" when out of range */
+const char *proto_finish_name(proto_finish f);       /* "stop", ... ; "" for NONE */
+const char *proto_code_name(proto_code c);           /* "bad_request", ... ; "" for NONE */
+proto_code proto_code_parse(proto_str s);            /* NONE for "", PROTO_CODE_OTHER when unknown */
+#endif

@@ -1,0 +1,278 @@
+"""tests/broker_fake.py: helpers for the broker tests (tests/test_broker_*.py): start a zllm-broker, a fake
+worker that speaks the worker protocol (docs/protocol.md) from Python, and a small client.
+
+The fake worker "generates" by echoing its prompt: output token i is prompt[i % len(prompt)], so the text a
+client receives can be checked against the prompt text itself (through the broker's own tokenizer)."""
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+import msgpack
+import zmq
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_counter = [0]
+
+
+def fixtures():
+    return os.environ.get("ZLLM_FIXTURES") or os.path.join(ROOT, "..", "shared", "fixtures")
+
+
+def model_path():
+    return os.path.join(fixtures(), "stories260K", "stories260K.gguf")
+
+
+def ipc(tag):
+    _counter[0] += 1
+    return "ipc:///tmp/zllm-test-%d-%d-%s" % (os.getpid(), _counter[0], tag)
+
+
+def asan_broker(build):
+    """Builds (if needed) a zllm-broker linked against the ASan+UBSan library under BUILD/asan-bin and returns
+    its path; falls back to BUILD/bin/zllm-broker when the sanitizer build is not possible."""
+    out = os.path.join(build, "asan-bin", "zllm-broker")
+    src = os.path.join(ROOT, "broker", "main_zllm-broker.c")
+    lib = os.path.join(build, "asan", "lib", "libzllm.a")
+    r = subprocess.run(["make", "--no-print-directory", "-s", "BUILD=" + build, "asan-lib"], cwd=ROOT,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if r.returncode == 0 and os.path.exists(lib):
+        newest = max(os.path.getmtime(lib), os.path.getmtime(src))
+        if not os.path.exists(out) or os.path.getmtime(out) < newest:
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            cmd = ["cc", "-std=c11", "-O1", "-g", "-D_GNU_SOURCE", "-pthread", "-fno-omit-frame-pointer",
+                   "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+                   "-Icommon", "-Ibroker", "-o", out, src, lib,
+                   "-lzmq", "-lmsgpackc", "-lpcre2-8", "-lutf8proc", "-lm", "-lpthread"]
+            r = subprocess.run(cmd, cwd=ROOT, stderr=subprocess.PIPE)
+            if r.returncode != 0:
+                print("asan broker build failed:", r.stderr.decode()[-2000:])
+                return None
+        return out
+    print("asan-lib failed:", r.stderr.decode()[-2000:])
+    return None
+
+
+class Broker:
+    def __init__(self, binary, models=None, extra=(), clients=None, workers=None, env=None):
+        self.clients = clients or ipc("c")
+        self.workers = workers or ipc("w")
+        models = models or [model_path()]
+        args = [binary, "--clients", self.clients, "--workers", self.workers, "-v"]
+        for m in models:
+            args += ["--model", m]
+        args += list(extra)
+        e = dict(os.environ)
+        e.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
+        if env:
+            e.update(env)
+        self.log = tempfile.TemporaryFile(mode="w+")   # deleted when closed; read by logtext()
+        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log, env=e, cwd=ROOT)
+        lines = [self.p.stdout.readline().decode().split() for _ in range(2)]
+        if len(lines[0]) == 2:
+            self.clients = lines[0][1]
+            self.workers = lines[1][1]
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def stop(self, sig=signal.SIGTERM, timeout=15):
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        try:
+            rc = self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            rc = self.p.wait()
+        for ep in (self.clients, self.workers):
+            if ep.startswith("ipc://"):
+                try:
+                    os.unlink(ep[len("ipc://"):])
+                except OSError:
+                    pass
+        return rc
+
+    def logtext(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+
+def pack(d):
+    d = dict(d)
+    d.setdefault("zllm", 1)
+    return msgpack.packb(d, use_bin_type=True)
+
+
+class FakeWorker:
+    """A worker in a thread. step_ms: time per step; n_slots/n_ctx: capacity. Set .hang = True to stop the
+    step loop entirely (no heartbeats, no output: a SIGSTOPped worker); .stall = True keeps heartbeating
+    but stops stepping (a hung step counter)."""
+
+    def __init__(self, ctx, endpoint, model="stories260K", n_slots=4, n_ctx=256, step_ms=5, hb_ms=100,
+                 name=None, vocab_size=512):
+        self.s = ctx.socket(zmq.DEALER)
+        self.s.setsockopt(zmq.LINGER, 0)
+        self.s.connect(endpoint)
+        self.model, self.n_slots, self.n_ctx, self.step_ms, self.hb_ms = model, n_slots, n_ctx, step_ms, hb_ms
+        self.name = name or "fake-%d" % id(self)
+        self.vocab_size = vocab_size
+        self.seqs = {}            # rid -> dict(tokens, max, n)
+        self.step = 0
+        self.hang = False
+        self.stall = False
+        self.hang_on_assign = False   # set: the first assign makes it hang before producing anything
+        self.stop_flag = False
+        self.assigned = []        # every rid assigned
+        self.cancelled = []       # every rid cancelled
+        self.reregisters = 0
+        self.registered = threading.Event()
+        self.lock = threading.Lock()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def send(self, d):
+        self.s.send(pack(d))
+
+    def register(self):
+        self.send({"type": "register", "name": self.name, "model": self.model, "device": "fake",
+                   "max_batch": self.n_slots, "n_slots": self.n_slots, "n_ctx": self.n_ctx,
+                   "kv_tokens": self.n_slots * self.n_ctx, "vocab_size": self.vocab_size,
+                   "heartbeat_ms": self.hb_ms})
+
+    def run(self):
+        self.register()
+        last_hb = 0
+        while not self.stop_flag:
+            if self.hang:
+                time.sleep(0.01)
+                continue
+            while self.s.poll(0):
+                m = msgpack.unpackb(self.s.recv(), raw=False)
+                t = m.get("type")
+                with self.lock:
+                    if t == "registered":
+                        self.registered.set()
+                    elif t == "assign":
+                        if self.hang_on_assign:
+                            self.hang = True
+                        for q in m["seqs"]:
+                            self.assigned.append(q["rid"])
+                            self.seqs[q["rid"]] = {"tokens": q["tokens"], "max": q["max_tokens"], "n": 0}
+                    elif t == "cancel":
+                        for r in m["rids"]:
+                            self.cancelled.append(r)
+                            self.seqs.pop(r, None)
+                    elif t == "reregister":
+                        self.reregisters += 1
+                        self.seqs.clear()
+                        self.register()
+            if self.hang:
+                continue
+            now = time.time()
+            if not self.stall:
+                with self.lock:
+                    rids, toks, fins = [], [], []
+                    for rid, q in list(self.seqs.items()):
+                        tok = q["tokens"][q["n"] % len(q["tokens"])]
+                        q["n"] += 1
+                        fin = 2 if q["n"] >= q["max"] else 0
+                        rids.append(rid); toks.append(tok); fins.append(fin)
+                        if fin:
+                            del self.seqs[rid]
+                    self.step += 1
+                    if rids:
+                        self.send({"type": "out", "step": self.step, "rids": rids, "toks": toks, "fin": fins})
+            if now - last_hb >= self.hb_ms / 1000.0:
+                last_hb = now
+                with self.lock:
+                    self.send({"type": "hb", "step": self.step, "free_slots": self.n_slots - len(self.seqs),
+                               "running": len(self.seqs)})
+            time.sleep(self.step_ms / 1000.0)
+
+    def close(self):
+        self.stop_flag = True
+        self.t.join(2)
+        self.s.close(0)
+
+
+class Client:
+    def __init__(self, ctx, endpoint, rcvhwm=None, curve=None):
+        self.s = ctx.socket(zmq.DEALER)
+        self.s.setsockopt(zmq.LINGER, 0)
+        if rcvhwm is not None:
+            self.s.setsockopt(zmq.RCVHWM, rcvhwm)
+        if curve:
+            pub, sec, server = curve
+            self.s.curve_publickey = pub
+            self.s.curve_secretkey = sec
+            self.s.curve_serverkey = server
+        self.s.connect(endpoint)
+        self.pending = {}   # id -> list of messages
+
+    def send(self, d):
+        self.s.send(pack(d))
+
+    def raw(self, b):
+        self.s.send(b)
+
+    def generate(self, rid, **kw):
+        d = {"type": "generate", "id": rid}
+        d.update(kw)
+        self.send(d)
+
+    def recv(self, timeout=5.0):
+        if not self.s.poll(int(timeout * 1000)):
+            return None
+        return msgpack.unpackb(self.s.recv(), raw=False)
+
+    def wait_final(self, rid, timeout=10.0):
+        """Messages until the final of rid (others are kept). Returns (tokens_msgs, final or None)."""
+        end = time.time() + timeout
+        while True:
+            msgs = self.pending.setdefault(rid, [])
+            if msgs and msgs[-1].get("type") == "final":
+                self.pending.pop(rid)
+                return msgs[:-1], msgs[-1]
+            left = end - time.time()
+            if left <= 0:
+                return msgs, None
+            m = self.recv(left)
+            if m is None:
+                return msgs, None
+            self.pending.setdefault(m.get("id", "?"), []).append(m)
+
+    def status(self, timeout=5.0):
+        self.send({"type": "status", "id": "st"})
+        end = time.time() + timeout
+        while time.time() < end:
+            m = self.recv(end - time.time())
+            if m is None:
+                return None
+            if m.get("type") == "status":
+                return m
+            self.pending.setdefault(m.get("id", "?"), []).append(m)
+        return None
+
+    def close(self):
+        self.s.close(0)
+
+
+class Checker:
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, cond, msg):
+        if cond:
+            self.passed += 1
+        else:
+            self.failed += 1
+            print("FAIL:", msg, flush=True)
+        return cond
+
+    def report(self):
+        print("%d passed, %d failed" % (self.passed, self.failed))
+        return 1 if self.failed else 0

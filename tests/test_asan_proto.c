@@ -1,0 +1,343 @@
+/* tests/test_asan_proto.c: the wire codec (common/proto.c) and the broker's stop-string matcher, under ASan.
+ * Round trips of every message type; msgpack-c as an independent oracle for the bytes we write; hostile
+ * frames (truncated at every length, deep nesting, huge declared lengths, trailing bytes, wrong types and
+ * ranges) must be refused without crashing. */
+#include "test.h"
+#include "proto.h"
+#include "bk_stop.h"
+
+#include <math.h>
+#include <msgpack.h>
+#include <string.h>
+
+static proto_msg s_m;
+static char s_err[256];
+
+static int dec(const void *buf, size_t len) { return proto_decode(buf, len, &s_m, s_err, sizeof s_err); }
+
+static int streq(proto_str s, const char *c) { return proto_str_eq(s, c); }
+
+/* msgpack-c oracle: buf is exactly one object, a map with n_keys entries */
+static int oracle_map(const proto_buf *b, uint32_t n_keys) {
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    int ok = msgpack_unpack_next(&u, (const char *)b->data, b->len, &off) == MSGPACK_UNPACK_SUCCESS &&
+             off == b->len && u.data.type == MSGPACK_OBJECT_MAP && u.data.via.map.size == n_keys;
+    msgpack_unpacked_destroy(&u);
+    return ok;
+}
+
+/* msgpack-c writes a frame for the hostile tests */
+typedef struct { msgpack_sbuffer sb; msgpack_packer pk; } mp;
+static void mp_init(mp *m) { msgpack_sbuffer_init(&m->sb); msgpack_packer_init(&m->pk, &m->sb, msgpack_sbuffer_write); }
+static void mp_str(mp *m, const char *s) { msgpack_pack_str(&m->pk, strlen(s)); msgpack_pack_str_body(&m->pk, s, strlen(s)); }
+static void mp_head(mp *m, uint32_t n_extra, const char *type) {
+    msgpack_pack_map(&m->pk, n_extra + 2);
+    mp_str(m, "zllm"); msgpack_pack_uint32(&m->pk, 1);
+    mp_str(m, "type"); mp_str(m, type);
+}
+static int mp_dec(mp *m) { int r = dec(m->sb.data, m->sb.size); msgpack_sbuffer_destroy(&m->sb); return r; }
+
+static void test_roundtrips(void) {
+    proto_buf b = {0};
+    /* generate */
+    proto_generate g;
+    proto_generate_defaults(&g);
+    int32_t stop_ids[2] = { 7, 9 };
+    g.id = proto_cstr("req-1");
+    g.model = proto_cstr("m");
+    g.prompt_kind = PROTO_PROMPT_TEXT;
+    g.prompt = proto_cstr("Hello, w\xc3\xb6rld");
+    g.max_tokens = 33;
+    g.sampling.temperature = 0.5f;
+    g.sampling.top_k = 40;
+    g.sampling.top_p = 0.9f;
+    g.sampling.seed = 12345678901ull;
+    g.sampling.has_seed = 1;
+    g.stop[0] = proto_cstr("\n\n");
+    g.stop[1] = proto_cstr("END");
+    g.n_stop = 2;
+    g.stop_ids = stop_ids;
+    g.n_stop_ids = 2;
+    g.stream = 0;
+    g.deadline_ms = 1500;
+    CHECK(proto_encode_generate(&b, &g) == 0, "encode generate");
+    CHECK(oracle_map(&b, 19), "msgpack-c reads our generate as a map of 19");
+    CHECK(dec(b.data, b.len) == 0, "decode generate: %s", s_err);
+    CHECK(s_m.type == PROTO_GENERATE && streq(s_m.generate.id, "req-1") && streq(s_m.generate.model, "m"), "ids");
+    CHECK(s_m.generate.prompt_kind == PROTO_PROMPT_TEXT && streq(s_m.generate.prompt, "Hello, w\xc3\xb6rld"), "prompt");
+    CHECK(s_m.generate.max_tokens == 33 && s_m.generate.sampling.top_k == 40 && s_m.generate.sampling.seed == 12345678901ull
+          && s_m.generate.sampling.has_seed, "numbers");
+    CHECK(fabsf(s_m.generate.sampling.temperature - 0.5f) < 1e-6f && fabsf(s_m.generate.sampling.top_p - 0.9f) < 1e-6f, "floats");
+    CHECK(s_m.generate.n_stop == 2 && streq(s_m.generate.stop[1], "END"), "stop");
+    CHECK(s_m.generate.n_stop_ids == 2 && s_m.generate.stop_ids[1] == 9, "stop_ids");
+    CHECK(s_m.generate.stream == 0 && s_m.generate.deadline_ms == 1500 && s_m.generate.add_bos == -1, "flags");
+
+    /* generate with tokens and with messages */
+    int32_t toks[300];
+    for (int i = 0; i < 300; i++) toks[i] = i * 1000;
+    proto_generate_defaults(&g);
+    g.id = proto_cstr("t");
+    g.prompt_kind = PROTO_PROMPT_TOKENS;
+    g.tokens = toks;
+    g.n_tokens = 300;
+    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) == 0, "tokens generate: %s", s_err);
+    CHECK(s_m.generate.n_tokens == 300 && s_m.generate.tokens[299] == 299000 && s_m.generate.max_tokens == 128 &&
+          s_m.generate.stream == 1, "tokens content and defaults");
+    proto_chat chat[2] = { { proto_cstr("system"), proto_cstr("Be brief.") }, { proto_cstr("user"), proto_cstr("Hi") } };
+    proto_generate_defaults(&g);
+    g.id = proto_cstr("c");
+    g.prompt_kind = PROTO_PROMPT_MESSAGES;
+    g.messages = chat;
+    g.n_messages = 2;
+    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) == 0, "messages generate: %s", s_err);
+    CHECK(s_m.generate.n_messages == 2 && streq(s_m.generate.messages[1].content, "Hi") &&
+          streq(s_m.generate.messages[0].role, "system"), "messages content");
+
+    /* cancel both forms */
+    CHECK(proto_encode_cancel(&b, proto_cstr("x")) == 0 && dec(b.data, b.len) == 0 && s_m.type == PROTO_CANCEL &&
+          streq(s_m.cancel.id, "x") && s_m.cancel.n_rids == 0, "client cancel");
+    uint64_t rids[3] = { 1, 1ull << 40, 3 };
+    CHECK(proto_encode_cancel_rids(&b, rids, 3) == 0 && dec(b.data, b.len) == 0 && s_m.cancel.n_rids == 3 &&
+          s_m.cancel.rids[1] == 1ull << 40 && s_m.cancel.id.p == NULL, "worker cancel");
+
+    /* status request and reply */
+    CHECK(proto_encode_status_request(&b, proto_cstr("s1")) == 0 && dec(b.data, b.len) == 0 &&
+          s_m.type == PROTO_STATUS && streq(s_m.status.id, "s1"), "status request");
+    proto_worker_info wi = { proto_cstr("w1"), proto_cstr("m"), proto_cstr("cpu"), 8, 8, 512, 3, 5, 99, 1 };
+    proto_str models[1] = { proto_cstr("m") };
+    proto_counter ct[2] = { { proto_cstr("bad_messages"), 4 }, { proto_cstr("requeued"), 1 } };
+    proto_status st = { proto_cstr("s1"), 1, 2, 3, models, 1, &wi, 1, ct, 2 };
+    CHECK(proto_encode_status(&b, &st) == 0 && oracle_map(&b, 9), "status reply encodes");
+    CHECK(dec(b.data, b.len) == 0 && s_m.status.ready == 1 && s_m.status.queue == 2 && s_m.status.active == 3 &&
+          s_m.status.n_workers == 1 && s_m.status.workers[0].n_ctx == 512 && s_m.status.workers[0].step == 99 &&
+          s_m.status.workers[0].alive == 1 && s_m.status.n_counters == 2 && s_m.status.counters[0].value == 4 &&
+          streq(s_m.status.models[0], "m"), "status reply decodes: %s", s_err);
+
+    /* token, final, error */
+    int32_t ids[2] = { 5, 6 };
+    CHECK(proto_encode_token(&b, proto_cstr("r"), ids, 2, proto_cstr("ab")) == 0 && dec(b.data, b.len) == 0 &&
+          s_m.type == PROTO_TOKEN && s_m.token.n_ids == 2 && s_m.token.ids[1] == 6 && streq(s_m.token.text, "ab"),
+          "token");
+    proto_final f;
+    memset(&f, 0, sizeof f);
+    f.id = proto_cstr("r");
+    f.finish = PROTO_FINISH_ERROR;
+    f.code = PROTO_CODE_WORKER_FAILED;
+    f.message = proto_cstr("gone");
+    f.text = proto_cstr("tail");
+    f.ids = ids; f.n_ids = 2; f.has_ids = 1;
+    f.prompt_tokens = 10; f.completion_tokens = 2;
+    f.queue_ms = 1.5; f.ttft_ms = 2.5; f.total_ms = 3.5;
+    CHECK(proto_encode_final(&b, &f) == 0 && oracle_map(&b, 10), "final encodes");
+    CHECK(dec(b.data, b.len) == 0 && s_m.final.finish == PROTO_FINISH_ERROR && s_m.final.code == PROTO_CODE_WORKER_FAILED &&
+          streq(s_m.final.message, "gone") && streq(s_m.final.text, "tail") && s_m.final.has_ids && s_m.final.n_ids == 2 &&
+          s_m.final.prompt_tokens == 10 && s_m.final.completion_tokens == 2 && s_m.final.total_ms == 3.5, "final decodes");
+    CHECK(proto_encode_error(&b, PROTO_CODE_BAD_MESSAGE, proto_cstr("bad")) == 0 && dec(b.data, b.len) == 0 &&
+          s_m.type == PROTO_ERROR && s_m.error.code == PROTO_CODE_BAD_MESSAGE, "error");
+
+    /* worker side */
+    proto_register r = { proto_cstr("host:1"), proto_cstr("m"), proto_cstr("cuda:0"), 16, 32, 2048, 65536, 32000, 250 };
+    CHECK(proto_encode_register(&b, &r) == 0 && dec(b.data, b.len) == 0 && s_m.type == PROTO_REGISTER &&
+          s_m.reg.n_slots == 32 && s_m.reg.n_ctx == 2048 && s_m.reg.heartbeat_ms == 250 && streq(s_m.reg.device, "cuda:0"),
+          "register");
+    CHECK(proto_encode_registered(&b, 500) == 0 && dec(b.data, b.len) == 0 && s_m.registered.heartbeat_ms == 500, "registered");
+    CHECK(proto_encode_hb_worker(&b, 1ull << 35, 3, 4) == 0 && dec(b.data, b.len) == 0 && s_m.hb.has_step &&
+          s_m.hb.step == 1ull << 35 && s_m.hb.free_slots == 3 && s_m.hb.running == 4, "worker hb");
+    CHECK(proto_encode_hb_broker(&b) == 0 && dec(b.data, b.len) == 0 && s_m.type == PROTO_HB && !s_m.hb.has_step, "broker hb");
+    CHECK(proto_encode_reregister(&b) == 0 && dec(b.data, b.len) == 0 && s_m.type == PROTO_REREGISTER, "reregister");
+    proto_seq seqs[2];
+    memset(seqs, 0, sizeof seqs);
+    for (int i = 0; i < 2; i++) {
+        seqs[i].rid = 100 + (uint64_t)i;
+        seqs[i].tokens = toks;
+        seqs[i].n_tokens = 10 + (uint32_t)i;
+        seqs[i].max_tokens = 7;
+        proto_sampling_defaults(&seqs[i].sampling);
+        seqs[i].sampling.seed = 42;
+        seqs[i].stop_ids = stop_ids;
+        seqs[i].n_stop_ids = 2;
+    }
+    seqs[1].sampling.ignore_eos = 1;
+    CHECK(proto_encode_assign(&b, seqs, 2) == 0 && dec(b.data, b.len) == 0 && s_m.type == PROTO_ASSIGN &&
+          s_m.assign.n_seqs == 2 && s_m.assign.seqs[1].rid == 101 && s_m.assign.seqs[1].n_tokens == 11 &&
+          s_m.assign.seqs[1].tokens[10] == 10000 && s_m.assign.seqs[1].sampling.ignore_eos == 1 &&
+          s_m.assign.seqs[0].sampling.seed == 42 && s_m.assign.seqs[0].n_stop_ids == 2, "assign: %s", s_err);
+    int32_t otoks[3] = { 5, -1, 7 };
+    uint8_t fin[3] = { 0, 4, 2 };
+    CHECK(proto_encode_out(&b, 77, rids, otoks, fin, 3) == 0 && dec(b.data, b.len) == 0 && s_m.type == PROTO_OUT &&
+          s_m.out.n == 3 && s_m.out.step == 77 && s_m.out.toks[1] == -1 && s_m.out.fin[2] == 2 &&
+          s_m.out.rids[1] == 1ull << 40, "out: %s", s_err);
+    /* decoding the same message twice reuses the arena */
+    CHECK(dec(b.data, b.len) == 0 && s_m.out.n == 3, "second decode");
+    proto_buf_free(&b);
+    proto_buf_free(&b);   /* idempotent */
+}
+
+static void test_hostile(void) {
+    uint8_t buf[64];
+    proto_buf b = {0};
+    CHECK(dec("", 0) != 0, "empty frame refused");
+    CHECK(dec("\xc1", 1) != 0, "reserved byte refused");
+    CHECK(dec("\x93\x01\x02\x03", 4) != 0, "array top-level refused");
+    /* trailing byte */
+    proto_encode_cancel(&b, proto_cstr("x"));
+    memcpy(buf, b.data, b.len);
+    buf[b.len] = 0;
+    CHECK(dec(buf, b.len + 1) != 0 && strstr(s_err, "trailing"), "trailing byte refused (%s)", s_err);
+    /* every truncation of a big valid message fails cleanly */
+    proto_generate g;
+    proto_generate_defaults(&g);
+    g.id = proto_cstr("trunc");
+    g.prompt_kind = PROTO_PROMPT_TEXT;
+    g.prompt = proto_cstr("some prompt text that is long enough to need a str8 header, really");
+    g.stop[0] = proto_cstr("x");
+    g.n_stop = 1;
+    proto_encode_generate(&b, &g);
+    int all_fail = 1;
+    for (size_t n = 0; n < b.len; n++) {
+        uint8_t *copy = malloc(n ? n : 1);   /* exact-size copy: ASan catches any overread */
+        memcpy(copy, b.data, n);
+        if (dec(copy, n) == 0) all_fail = 0;
+        free(copy);
+    }
+    CHECK(all_fail, "every truncation refused");
+    /* huge declared lengths: array32 / map32 / str32 with nothing behind them */
+    uint8_t huge_arr[] = { 0x81, 0xa1, 'a', 0xdd, 0xff, 0xff, 0xff, 0xff };
+    uint8_t huge_map[] = { 0xdf, 0xff, 0xff, 0xff, 0xff, 0x01 };
+    uint8_t huge_str[] = { 0x81, 0xa1, 'a', 0xdb, 0x7f, 0xff, 0xff, 0xff, 'x' };
+    uint8_t huge_bin[] = { 0x81, 0xa1, 'a', 0xc6, 0xff, 0xff, 0xff, 0xf0 };
+    uint8_t huge_ext[] = { 0x81, 0xa1, 'a', 0xc9, 0xff, 0xff, 0xff, 0xf0, 0x01 };
+    CHECK(dec(huge_arr, sizeof huge_arr) != 0, "array32 of 4G refused");
+    CHECK(dec(huge_map, sizeof huge_map) != 0, "map32 of 4G refused");
+    CHECK(dec(huge_str, sizeof huge_str) != 0, "str32 of 2G refused");
+    CHECK(dec(huge_bin, sizeof huge_bin) != 0, "bin32 refused");
+    CHECK(dec(huge_ext, sizeof huge_ext) != 0, "ext32 refused");
+    /* nesting: 8 levels pass validation, 9 do not */
+    uint8_t deep[32];
+    size_t n = 0;
+    for (int i = 0; i < 8; i++) deep[n++] = 0x91;
+    deep[n++] = 0x01;
+    CHECK(proto_msgpack_validate(deep, n, PROTO_MAX_DEPTH, s_err, sizeof s_err) == 0, "depth 8 valid");
+    n = 0;
+    for (int i = 0; i < 9; i++) deep[n++] = 0x91;
+    deep[n++] = 0x01;
+    CHECK(proto_msgpack_validate(deep, n, PROTO_MAX_DEPTH, s_err, sizeof s_err) != 0, "depth 9 refused");
+    /* a very deep message (100000 levels) fails without recursing deeply */
+    size_t dn = 100001;
+    uint8_t *dbuf = malloc(dn);
+    memset(dbuf, 0x91, dn - 1);
+    dbuf[dn - 1] = 0x01;
+    CHECK(dec(dbuf, dn) != 0, "100000 levels refused");
+    free(dbuf);
+
+    mp m;
+    mp_init(&m); mp_head(&m, 0, "nonsense"); CHECK(mp_dec(&m) != 0 && strstr(s_err, "unknown type"), "unknown type");
+    mp_init(&m); msgpack_pack_map(&m.pk, 1); mp_str(&m, "type"); mp_str(&m, "status");
+    CHECK(mp_dec(&m) != 0, "missing version refused");
+    mp_init(&m); msgpack_pack_map(&m.pk, 2); mp_str(&m, "zllm"); msgpack_pack_uint32(&m.pk, 2); mp_str(&m, "type"); mp_str(&m, "status");
+    CHECK(mp_dec(&m) != 0, "version 2 refused");
+    mp_init(&m); mp_head(&m, 1, "generate"); mp_str(&m, "prompt"); mp_str(&m, "x");
+    CHECK(mp_dec(&m) != 0 && strstr(s_err, "id"), "generate without id (%s)", s_err);
+    char id65[66];
+    memset(id65, 'a', 65); id65[65] = 0;
+    mp_init(&m); mp_head(&m, 2, "generate"); mp_str(&m, "id"); mp_str(&m, id65); mp_str(&m, "prompt"); mp_str(&m, "x");
+    CHECK(mp_dec(&m) != 0, "65-byte id refused");
+    mp_init(&m); mp_head(&m, 2, "generate"); mp_str(&m, "id"); mp_str(&m, ""); mp_str(&m, "prompt"); mp_str(&m, "x");
+    CHECK(mp_dec(&m) != 0, "empty id refused");
+    mp_init(&m); mp_head(&m, 3, "generate"); mp_str(&m, "id"); mp_str(&m, "a"); mp_str(&m, "prompt"); mp_str(&m, "x");
+    mp_str(&m, "temperature"); msgpack_pack_double(&m.pk, NAN);
+    CHECK(mp_dec(&m) != 0, "NaN temperature refused");
+    mp_init(&m); mp_head(&m, 3, "generate"); mp_str(&m, "id"); mp_str(&m, "a"); mp_str(&m, "prompt"); mp_str(&m, "x");
+    mp_str(&m, "top_p"); msgpack_pack_double(&m.pk, 0.0);
+    CHECK(mp_dec(&m) != 0, "top_p 0 refused");
+    mp_init(&m); mp_head(&m, 3, "generate"); mp_str(&m, "id"); mp_str(&m, "a"); mp_str(&m, "prompt"); mp_str(&m, "x");
+    mp_str(&m, "max_tokens"); msgpack_pack_int(&m.pk, -5);
+    CHECK(mp_dec(&m) != 0, "negative max_tokens refused");
+    mp_init(&m); mp_head(&m, 3, "generate"); mp_str(&m, "id"); mp_str(&m, "a"); mp_str(&m, "prompt"); mp_str(&m, "x");
+    mp_str(&m, "max_tokens"); mp_str(&m, "12");
+    CHECK(mp_dec(&m) != 0, "string max_tokens refused");
+    mp_init(&m); mp_head(&m, 3, "generate"); mp_str(&m, "id"); mp_str(&m, "a"); mp_str(&m, "prompt"); mp_str(&m, "x");
+    mp_str(&m, "tokens"); msgpack_pack_array(&m.pk, 1); msgpack_pack_int(&m.pk, 3);
+    CHECK(mp_dec(&m) != 0, "prompt and tokens together refused");
+    mp_init(&m); mp_head(&m, 2, "generate"); mp_str(&m, "id"); mp_str(&m, "a"); mp_str(&m, "prompt");
+    msgpack_pack_str(&m.pk, 2); msgpack_pack_str_body(&m.pk, "\xc3\x28", 2);
+    CHECK(mp_dec(&m) != 0 && strstr(s_err, "UTF-8"), "invalid UTF-8 prompt refused");
+    mp_init(&m); mp_head(&m, 3, "generate"); mp_str(&m, "id"); mp_str(&m, "a"); mp_str(&m, "prompt"); mp_str(&m, "x");
+    mp_str(&m, "stop"); msgpack_pack_array(&m.pk, 9); for (int i = 0; i < 9; i++) mp_str(&m, "s");
+    CHECK(mp_dec(&m) != 0, "9 stop strings refused");
+    /* accepted variants: ints for floats, nil as absent, unknown keys, keys in any order */
+    mp_init(&m); msgpack_pack_map(&m.pk, 7); mp_str(&m, "prompt"); mp_str(&m, "x"); mp_str(&m, "id"); mp_str(&m, "a");
+    mp_str(&m, "temperature"); msgpack_pack_int(&m.pk, 0); mp_str(&m, "seed"); msgpack_pack_nil(&m.pk);
+    mp_str(&m, "future_field"); msgpack_pack_map(&m.pk, 1); mp_str(&m, "k"); msgpack_pack_array(&m.pk, 0);
+    mp_str(&m, "type"); mp_str(&m, "generate"); mp_str(&m, "zllm"); msgpack_pack_uint32(&m.pk, 1);
+    CHECK(mp_dec(&m) == 0 && s_m.generate.sampling.temperature == 0.0f && !s_m.generate.sampling.has_seed,
+          "ints for floats, nil, unknown keys accepted (%s)", s_err);
+    mp_init(&m); mp_head(&m, 3, "generate"); mp_str(&m, "id"); mp_str(&m, "a"); mp_str(&m, "prompt"); mp_str(&m, "x");
+    mp_str(&m, "temperature"); msgpack_pack_float(&m.pk, 0.25f);
+    CHECK(mp_dec(&m) == 0 && s_m.generate.sampling.temperature == 0.25f, "float32 accepted");
+    /* out: unequal lengths, bad fin, bad toks */
+    mp_init(&m); mp_head(&m, 3, "out"); mp_str(&m, "rids"); msgpack_pack_array(&m.pk, 2); msgpack_pack_int(&m.pk, 1); msgpack_pack_int(&m.pk, 2);
+    mp_str(&m, "toks"); msgpack_pack_array(&m.pk, 1); msgpack_pack_int(&m.pk, 1);
+    mp_str(&m, "fin"); msgpack_pack_array(&m.pk, 2); msgpack_pack_int(&m.pk, 0); msgpack_pack_int(&m.pk, 0);
+    CHECK(mp_dec(&m) != 0 && strstr(s_err, "lengths"), "out with unequal arrays refused (%s)", s_err);
+    mp_init(&m); mp_head(&m, 3, "out"); mp_str(&m, "rids"); msgpack_pack_array(&m.pk, 1); msgpack_pack_int(&m.pk, 1);
+    mp_str(&m, "toks"); msgpack_pack_array(&m.pk, 1); msgpack_pack_int(&m.pk, -2);
+    mp_str(&m, "fin"); msgpack_pack_array(&m.pk, 1); msgpack_pack_int(&m.pk, 0);
+    CHECK(mp_dec(&m) != 0, "token -2 refused");
+    mp_init(&m); mp_head(&m, 3, "out"); mp_str(&m, "rids"); msgpack_pack_array(&m.pk, 1); msgpack_pack_int(&m.pk, 1);
+    mp_str(&m, "toks"); msgpack_pack_array(&m.pk, 1); msgpack_pack_int(&m.pk, 3);
+    mp_str(&m, "fin"); msgpack_pack_array(&m.pk, 1); msgpack_pack_int(&m.pk, 5);
+    CHECK(mp_dec(&m) != 0, "fin 5 refused");
+    mp_init(&m); mp_head(&m, 2, "out"); mp_str(&m, "rids"); msgpack_pack_array(&m.pk, 0);
+    mp_str(&m, "toks"); msgpack_pack_array(&m.pk, 0);
+    CHECK(mp_dec(&m) != 0, "out without fin refused");
+    mp_init(&m); mp_head(&m, 0, "register");
+    CHECK(mp_dec(&m) != 0, "empty register refused");
+    mp_init(&m); mp_head(&m, 1, "cancel"); mp_str(&m, "x"); msgpack_pack_int(&m.pk, 1);
+    CHECK(mp_dec(&m) != 0, "cancel without id/rids refused");
+    /* a key that is not a string */
+    mp_init(&m); msgpack_pack_map(&m.pk, 3); mp_str(&m, "zllm"); msgpack_pack_uint32(&m.pk, 1); mp_str(&m, "type");
+    mp_str(&m, "status"); msgpack_pack_int(&m.pk, 5); msgpack_pack_int(&m.pk, 5);
+    CHECK(mp_dec(&m) != 0, "non-string key refused");
+    /* after all of that, a good message still decodes */
+    proto_encode_cancel(&b, proto_cstr("ok"));
+    CHECK(dec(b.data, b.len) == 0 && streq(s_m.cancel.id, "ok"), "good message after hostile ones");
+    proto_buf_free(&b);
+}
+
+static void test_stop(void) {
+    bk_stops st = { { "END", "\n\n" }, { 3, 2 }, 2, 3 };
+    const char *t = "hello EN";
+    CHECK(bk_stop_find(&st, t, strlen(t), 0) == -1, "no stop yet");
+    CHECK(bk_stop_releasable(&st, t, strlen(t)) == 6, "holds back 'EN' (got %zu)", bk_stop_releasable(&st, t, strlen(t)));
+    t = "hello ENDING";
+    CHECK(bk_stop_find(&st, t, strlen(t), 0) == 6, "finds END");
+    CHECK(bk_stop_find(&st, t, strlen(t), 7) == -1, "search starts at from");
+    t = "a\n\nb END";
+    CHECK(bk_stop_find(&st, t, strlen(t), 0) == 1, "earliest stop wins");
+    t = "plain";
+    CHECK(bk_stop_releasable(&st, t, 5) == 5, "nothing held back");
+    t = "x\n";
+    CHECK(bk_stop_releasable(&st, t, 2) == 1, "holds back a newline");
+    /* a stop string starting with a multi-byte character: the release point stays on a boundary */
+    bk_stops s2 = { { "\xc3\xa9t\xc3\xa9" }, { 5 }, 1, 5 };
+    t = "caf\xc3\xa9t";
+    CHECK(bk_stop_releasable(&s2, t, strlen(t)) == 3, "holds back from the start of the character");
+    bk_stops none = { { 0 }, { 0 }, 0, 0 };
+    CHECK(bk_stop_releasable(&none, "abc", 3) == 3 && bk_stop_find(&none, "abc", 3, 0) == -1, "no stops");
+}
+
+int main(void) {
+    test_roundtrips();
+    test_hostile();
+    test_stop();
+    proto_msg_free(&s_m);
+    proto_msg_free(&s_m);
+    CHECK(proto_code_parse(proto_cstr("worker_failed")) == PROTO_CODE_WORKER_FAILED &&
+          proto_code_parse(proto_cstr("zzz")) == PROTO_CODE_OTHER, "code names");
+    CHECK(!strcmp(proto_finish_name(PROTO_FINISH_OVERLOADED), "overloaded") && !strcmp(proto_type_name(PROTO_OUT), "out"),
+          "finish/type names");
+    return test_report();
+}
