@@ -1,0 +1,322 @@
+/* cuda/test_qgemv.cu: the quantized matrix-vector kernels (cuda/qgemv.cu) against the CPU oracle.
+ *
+ * For every weight type, shapes with n_in from 32 to 14336 (rows that are and are not 16-byte aligned) and odd
+ * n_out, and every batch M = 1..8: W is half rows quantized from random f32 rows with quant_quantize_row and
+ * half rows of random raw blocks (random bytes with sane fp16 scales), x is random, y is poisoned with NaN
+ * before each launch; the reference dequantizes each row with quant_dequant_row and multiplies in double.
+ * Checks: no NaN, ||y - ref|| / ||ref|| <= 1e-3 per batch row, and every element within 1e-3 of
+ * sum_i |w_i x_i|. Also: the fused residual (separate and in place), strided x/y, every kernel variant,
+ * replay inside a CUDA graph, batch invariance (a row alone = the same row inside M = 3 and M = 8, bit for
+ * bit), and the argument checks. Prints "N passed, N failed".
+ * ZLLM_GPU_TEST_QUICK=1: fewer shapes and batches (for runs under compute-sanitizer). */
+extern "C" {
+#include "quant.h"
+#include "test.h"
+}
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+#include "qgemv.h"
+
+static uint64_t s_rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd_u64(void)
+{
+    uint64_t z = (s_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rnd_unit(void) { return (double)(rnd_u64() >> 11) * 0x1p-53; }
+static float rnd_normal(void)
+{
+    double u = rnd_unit() + 1e-300, v = rnd_unit();
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
+
+static const ggml_type s_types[] = {GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0, GGML_Q4_1, GGML_Q5_0,
+                                    GGML_Q5_1, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K};
+
+static int type_block(ggml_type t)
+{
+    return t == GGML_Q4_K || t == GGML_Q5_K || t == GGML_Q6_K ? 256 : 32;
+}
+
+/* fills one row of random raw blocks: random bytes, fp16 scale fields replaced by sane values */
+static void raw_row(ggml_type t, uint8_t *row, size_t row_bytes)
+{
+    for (size_t i = 0; i < row_bytes; i++) row[i] = (uint8_t)rnd_u64();
+    if (t == GGML_F16) {
+        for (size_t i = 0; i < row_bytes; i += 2) {
+            uint16_t h = (uint16_t)(((rnd_u64() & 1) << 15) | ((uint16_t)(5 + rnd_u64() % 20) << 10) |
+                                    (rnd_u64() & 0x3ff));
+            memcpy(row + i, &h, 2);
+        }
+        return;
+    }
+    if (t == GGML_BF16) {
+        for (size_t i = 0; i < row_bytes; i += 2) {
+            uint16_t h = (uint16_t)(((rnd_u64() & 1) << 15) | ((uint16_t)(110 + rnd_u64() % 30) << 7) |
+                                    (rnd_u64() & 0x7f));
+            memcpy(row + i, &h, 2);
+        }
+        return;
+    }
+    size_t bpb = ggml_type_block_bytes(t);
+    for (size_t b = 0; b + bpb <= row_bytes; b += bpb) {
+        uint8_t *p = row + b;
+        uint16_t d = f32_to_fp16((float)(rnd_unit() * 2 - 1) * 0.05f);
+        uint16_t m = f32_to_fp16((float)(rnd_unit() * 2 - 1) * 0.05f);
+        switch (t) {
+        case GGML_Q4_1: case GGML_Q5_1: case GGML_Q4_K: case GGML_Q5_K:
+            memcpy(p, &d, 2);
+            memcpy(p + 2, &m, 2);
+            break;
+        case GGML_Q6_K: memcpy(p + 208, &d, 2); break;
+        default: memcpy(p, &d, 2); break;
+        }
+    }
+}
+
+/* a weight matrix: raw rows on the device and their dequantized copy on the host */
+struct Mat {
+    ggml_type t;
+    int n_in, n_out;
+    size_t row_bytes;
+    std::vector<float> wf;   /* dequantized [n_out][n_in] */
+    void *dw;                /* device copy of the raw rows */
+};
+
+static void mat_make(Mat *a, ggml_type t, int n_in, int n_out)
+{
+    a->t = t;
+    a->n_in = n_in;
+    a->n_out = n_out;
+    a->row_bytes = ggml_row_bytes(t, n_in);
+    std::vector<uint8_t> raw(a->row_bytes * n_out);
+    std::vector<float> src(n_in);
+    a->wf.assign((size_t)n_in * n_out, 0.0f);
+    for (int o = 0; o < n_out; o++) {
+        uint8_t *row = raw.data() + (size_t)o * a->row_bytes;
+        if (o % 2 == 0) {
+            float scale = 0.02f * (float)(1 + o % 5);
+            for (int i = 0; i < n_in; i++) src[i] = rnd_normal() * scale + (o % 3 == 0 ? 0.01f : 0.0f);
+            if (quant_quantize_row(t, src.data(), row, n_in) != 0) { fprintf(stderr, "quantize failed\n"); exit(2); }
+        } else {
+            raw_row(t, row, a->row_bytes);
+        }
+        if (quant_dequant_row(t, row, a->wf.data() + (size_t)o * n_in, n_in) != 0) {
+            fprintf(stderr, "dequant failed\n");
+            exit(2);
+        }
+    }
+    CK(cudaMalloc(&a->dw, raw.size()));
+    CK(cudaMemcpy(a->dw, raw.data(), raw.size(), cudaMemcpyHostToDevice));
+}
+
+/* one case on matrix a: batch m; rv: kernel variant (0 default, else qgemv_launch_variant's); resid: 0 none,
+ * 1 separate y_in, 2 in place (y_in == y); pad: extra floats per x/y row; graph: launch inside a CUDA graph */
+static void run_case(const Mat *a, int m, int rv, int resid, int pad, int graph)
+{
+    const int n_in = a->n_in, n_out = a->n_out, ldx = n_in + pad, ldy = n_out + pad;
+    std::vector<float> x((size_t)m * ldx), yin((size_t)m * ldy), y((size_t)m * ldy);
+    for (auto &v : x) v = rnd_normal();
+    for (auto &v : yin) v = rnd_normal();
+    float *dx, *dy, *dyin = NULL;
+    CK(cudaMalloc(&dx, x.size() * 4));
+    CK(cudaMalloc(&dy, y.size() * 4));
+    CK(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    if (resid == 2) {
+        CK(cudaMemcpy(dy, yin.data(), yin.size() * 4, cudaMemcpyHostToDevice));
+        dyin = dy;
+    } else {
+        CK(cudaMemset(dy, 0xff, y.size() * 4));   /* NaN poison */
+        if (resid == 1) {
+            CK(cudaMalloc(&dyin, yin.size() * 4));
+            CK(cudaMemcpy(dyin, yin.data(), yin.size() * 4, cudaMemcpyHostToDevice));
+        }
+    }
+    qgemv_params p;
+    memset(&p, 0, sizeof p);
+    p.type = a->t;
+    p.w = a->dw;
+    p.row_bytes = a->row_bytes;
+    p.n_in = n_in;
+    p.n_out = n_out;
+    p.m = m;
+    p.x = dx;
+    p.ldx = pad ? ldx : 0;
+    p.y = dy;
+    p.ldy = pad ? ldy : 0;
+    p.y_in = dyin;
+    cudaError_t e;
+    if (graph) {
+        cudaStream_t st;
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CK(cudaStreamCreate(&st));
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        e = rv ? qgemv_launch_variant(&p, rv, st) : qgemv_launch(&p, st);
+        CK(cudaStreamEndCapture(st, &g));
+        CK(cudaGraphInstantiate(&ge, g, 0));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaStreamSynchronize(st));
+        CK(cudaGraphExecDestroy(ge));
+        CK(cudaGraphDestroy(g));
+        CK(cudaStreamDestroy(st));
+    } else {
+        e = rv ? qgemv_launch_variant(&p, rv, 0) : qgemv_launch(&p, 0);
+    }
+    CHECK(e == cudaSuccess, "%s n_in %d n_out %d m %d r %d: launch: %s", ggml_type_name(a->t), n_in, n_out, m, rv,
+          cudaGetErrorString(e));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost));
+
+    int nan = 0, bad_el = 0;
+    double worst_rel = 0.0;
+    for (int mi = 0; mi < m; mi++) {
+        double num = 0.0, den = 0.0;
+        for (int o = 0; o < n_out; o++) {
+            const float *w = a->wf.data() + (size_t)o * n_in, *xr = x.data() + (size_t)mi * ldx;
+            double s = 0.0, sa = 0.0;
+            for (int i = 0; i < n_in; i++) {
+                double t = (double)w[i] * (double)xr[i];
+                s += t;
+                sa += fabs(t);
+            }
+            if (resid) {
+                s += yin[(size_t)mi * ldy + o];
+                sa += fabs(yin[(size_t)mi * ldy + o]);
+            }
+            double got = y[(size_t)mi * ldy + o];
+            if (isnan(got)) { nan++; continue; }
+            double err = fabs(got - s);
+            if (err > 1e-3 * sa + 1e-30) bad_el++;
+            num += err * err;
+            den += s * s;
+        }
+        double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+        if (rel > worst_rel) worst_rel = rel;
+    }
+    CHECK(nan == 0 && bad_el == 0 && worst_rel <= 1e-3,
+          "%s n_in %d n_out %d m %d r %d resid %d pad %d graph %d: %d NaN, %d elements off, rel err %.3g",
+          ggml_type_name(a->t), n_in, n_out, m, rv, resid, pad, graph, nan, bad_el, worst_rel);
+    cudaFree(dx);
+    cudaFree(dy);
+    if (resid == 1) cudaFree(dyin);
+}
+
+/* batch invariance: row 3 of an M = 8 product equals, bit for bit, the same x row alone (M = 1) and as row 0
+ * of an M = 3 product (the engine relies on this to keep results independent of the batch) */
+static void invariance_case(const Mat *a)
+{
+    const int n_in = a->n_in, n_out = a->n_out;
+    std::vector<float> x((size_t)8 * n_in), y8((size_t)8 * n_out), y1(n_out), y3((size_t)3 * n_out);
+    for (auto &v : x) v = rnd_normal();
+    float *dx, *dy;
+    CK(cudaMalloc(&dx, x.size() * 4));
+    CK(cudaMalloc(&dy, y8.size() * 4));
+    CK(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    qgemv_params p;
+    memset(&p, 0, sizeof p);
+    p.type = a->t; p.w = a->dw; p.row_bytes = a->row_bytes; p.n_in = n_in; p.n_out = n_out; p.y = dy;
+    int ok = 1;
+    p.m = 8; p.x = dx;
+    ok &= qgemv_launch(&p, 0) == cudaSuccess;
+    CK(cudaMemcpy(y8.data(), dy, y8.size() * 4, cudaMemcpyDeviceToHost));
+    p.m = 1; p.x = dx + (size_t)3 * n_in;
+    ok &= qgemv_launch(&p, 0) == cudaSuccess;
+    CK(cudaMemcpy(y1.data(), dy, y1.size() * 4, cudaMemcpyDeviceToHost));
+    p.m = 3;
+    ok &= qgemv_launch(&p, 0) == cudaSuccess;
+    CK(cudaMemcpy(y3.data(), dy, y3.size() * 4, cudaMemcpyDeviceToHost));
+    CHECK(ok && !memcmp(y1.data(), y8.data() + (size_t)3 * n_out, (size_t)n_out * 4) &&
+              !memcmp(y3.data(), y1.data(), (size_t)n_out * 4),
+          "%s n_in %d n_out %d: results depend on the batch", ggml_type_name(a->t), n_in, n_out);
+    cudaFree(dx);
+    cudaFree(dy);
+}
+
+int main(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("no CUDA device: skipped\n0 passed, 0 failed\n");
+        return 0;
+    }
+    /* shapes: n_in (multiples of 32 give unaligned rows for the 32-element types), odd n_out */
+    const int shapes32[][2] = {{32, 3}, {96, 17}, {1056, 77}, {4096, 129}, {14336, 33}};
+    const int shapes256[][2] = {{256, 3}, {768, 17}, {1280, 77}, {4096, 129}, {14336, 33}};
+    /* ZLLM_GPU_TEST_QUICK=1 (e.g. under compute-sanitizer): the three smaller shapes, M = 1, 2, 8 */
+    const char *qe = getenv("ZLLM_GPU_TEST_QUICK");
+    const int quick = qe && *qe && strcmp(qe, "0") != 0;
+    for (ggml_type t : s_types) {
+        const int(*sh)[2] = type_block(t) == 256 ? shapes256 : shapes32;
+        for (int si = 0; si < (quick ? 3 : 5); si++) {
+            Mat a;
+            mat_make(&a, t, sh[si][0], sh[si][1]);
+            for (int m = 1; m <= QGEMV_MAX_M; m++)
+                if (!quick || m == 1 || m == 2 || m == 8) run_case(&a, m, 0, m % 3 == 2 ? 1 : 0, 0, 0);
+            if (si == 2 || si == 3) {
+                /* every kernel variant (qgemv_launch_variant): staged 10/14, direct 20/22/24 */
+                const int direct = t == GGML_F16 || t == GGML_BF16 || t == GGML_Q4_K || t == GGML_Q5_K;
+                if (!direct) {
+                    run_case(&a, 1, 10, 0, 0, 0);
+                    run_case(&a, 1, 14, 0, 0, 0);
+                    run_case(&a, 5, 10, 1, 0, 0);
+                } else {
+                    run_case(&a, 1, 20, 0, 0, 0);
+                    run_case(&a, 1, 22, 0, 0, 0);
+                    run_case(&a, 1, 24, 0, 0, 0);
+                    run_case(&a, 4, 20, 0, 0, 0);
+                }
+                invariance_case(&a);
+                run_case(&a, 3, 0, 2, 4, 0);   /* in-place residual, strided x and y */
+                run_case(&a, 1, 0, 1, 0, 1);   /* inside a CUDA graph */
+            }
+            cudaFree(a.dw);
+        }
+    }
+
+    /* argument checks */
+    {
+        Mat a;
+        mat_make(&a, GGML_Q4_0, 64, 4);
+        float *dx, *dy;
+        CK(cudaMalloc(&dx, 64 * 9 * 4));
+        CK(cudaMalloc(&dy, 64 * 9 * 4));
+        qgemv_params p;
+        memset(&p, 0, sizeof p);
+        p.type = GGML_Q4_0; p.w = a.dw; p.row_bytes = a.row_bytes; p.n_in = 64; p.n_out = 4; p.m = 1; p.x = dx;
+        p.y = dy;
+        CHECK(qgemv_launch(&p, 0) == cudaSuccess, "valid launch refused");
+        p.m = 9;
+        CHECK(qgemv_launch(&p, 0) == cudaErrorInvalidValue, "m = 9 accepted");
+        p.m = 0;
+        CHECK(qgemv_launch(&p, 0) == cudaErrorInvalidValue, "m = 0 accepted");
+        p.m = 1; p.n_in = 48;
+        CHECK(qgemv_launch(&p, 0) == cudaErrorInvalidValue, "n_in 48 accepted");
+        p.n_in = 64; p.row_bytes = 37;
+        CHECK(qgemv_launch(&p, 0) == cudaErrorInvalidValue, "wrong row_bytes accepted");
+        p.row_bytes = a.row_bytes; p.x = dx + 1;
+        CHECK(qgemv_launch(&p, 0) == cudaErrorMisalignedAddress, "misaligned x accepted");
+        p.x = dx; p.type = GGML_Q8_K;
+        CHECK(qgemv_launch(&p, 0) == cudaErrorInvalidValue, "Q8_K accepted");
+        p.type = GGML_Q4_0;
+        CHECK(qgemv_launch_variant(&p, 20, 0) == cudaErrorInvalidValue, "direct kernel for Q4_0 accepted");
+        CHECK(qgemv_launch_variant(&p, 7, 0) == cudaErrorInvalidValue, "variant 7 accepted");
+        CHECK(!qgemv_supported(GGML_F32) && !qgemv_supported(GGML_Q2_K) && qgemv_supported(GGML_Q6_K) &&
+              qgemv_supported(GGML_BF16), "qgemv_supported");
+        CHECK(qgemv_pick(GGML_Q4_K, 1, 4096, 4096) && !qgemv_pick(GGML_Q4_K, 9, 4096, 4096) &&
+              !qgemv_pick(GGML_Q4_K, 1, 4000, 4096), "qgemv_pick");
+        CK(cudaDeviceSynchronize());
+        cudaFree(dx);
+        cudaFree(dy);
+        cudaFree(a.dw);
+    }
+    return test_report();
+}
