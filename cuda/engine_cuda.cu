@@ -3,11 +3,17 @@
  * Data layout and types
  *   - Matrices live on the GPU in one compute type `wt`: F32 when every matrix of the file is F32, otherwise
  *     BF16 when any matrix is BF16, otherwise F16 (F16 files, and quantized ones, which are dequantized on the
- *     host with quant_dequant_row and converted on the GPU at load; the speed issue replaces this with kernels
- *     that read the GGUF blocks). Norm weights and biases are f32.
+ *     host with quant_dequant_row and converted on the GPU at load). Each matrix (cu_mat) may in addition keep
+ *     its raw GGUF rows on the GPU for cuda/qgemv.cu, which then serves the steps of at most qg_max rows
+ *     (s_qg_max: none by default, every step with ZLLM_CUDA_GEMV_MAX=all, which also drops the dense copy of
+ *     quantized matrices); 16-bit matrices are their own raw rows. Norm weights and biases are f32. qgemv is
+ *     not the default because it is not yet faster than cuBLAS above M = 1 and a mixed path breaks batch
+ *     invariance (docs/perf.md); a GPU dequantize-into-scratch path for large steps would remove the dense copy.
  *   - The residual stream x and every matrix-product output are f32; matrix-product inputs (normalised rows,
  *     attention output, SwiGLU product) are cast to wt, so F32 models run in f32 end to end and 16-bit models
- *     get tensor-core products with f32 accumulation and an f32 residual.
+ *     get tensor-core products with f32 accumulation and an f32 residual. qgemv takes the same inputs as f32
+ *     arrays holding the wt-rounded values (xf). The residual adds are fused into the output projections
+ *     (cuBLAS beta = 1, qgemv y_in).
  *   - KV caches are wt-typed, per layer [n_slots + 1][n_ctx][n_kv_heads][head_dim]; slot n_slots is the
  *     sentinel that padded rows of a graph bucket write into and never read from (kv_len 0).
  * A step
@@ -23,6 +29,7 @@
  *   (from the SM count and n_ctx, not from the batch) and max_kv_len is always n_ctx, so the split boundaries of
  *   a row do not depend on its neighbours. cuBLAS may pick different algorithms for different batch sizes, which
  *   can change f32 rounding in the last bits; gpu_test_engine_gpu measures whether greedy tokens stay the same.
+ *   qgemv and cuBLAS are never mixed by step size by default (s_qg_max): that broke greedy invariance.
  * Errors: any CUDA or cuBLAS error fails the step with e->err naming it; the engine then refuses further steps
  * (the device state is unknown) and the caller must exit. */
 extern "C" {
@@ -37,15 +44,29 @@ extern "C" {
 #include <string.h>
 #include "attention.h"
 #include "cuda_common.h"
+#include "engine_cuda.h"
 #include "ops.h"
+#include "qgemv.h"
 #include "sample.h"
 
-enum { CU_HIST = 256,        /* history tokens per row staged for the repetition penalty (repeat_last_n capped) */
+enum { CU_GEMV_ALL = 1 << 30, /* gemv_env: qgemv for steps of any size */
+       CU_HIST = 256,        /* history tokens per row staged for the repetition penalty (repeat_last_n capped) */
        CU_MAX_BUCKETS = 64 };
 
+/* one weight matrix [n_out][n_in] on the device, in one or both of two forms */
 typedef struct {
-    void *wq, *wk, *wv, *wo;   /* wt matrices [rows][cols] as in the file */
-    void *wg, *wu, *wd;        /* FFN matrices, wt */
+    int n_in, n_out;           /* elements per row, rows */
+    ggml_type qt;              /* type of raw (a qgemv type); meaningful only when raw != NULL */
+    const void *raw;           /* [n_out][row_bytes] GGUF rows for qgemv, or NULL (== dense for F16/BF16 wt) */
+    size_t row_bytes;          /* bytes per raw row */
+    void *dense;               /* [n_out][n_in] of the engine's wt for cuBLAS, or NULL (quantized: raw only) */
+    int owns_raw, owns_dense;  /* 1 when this matrix frees the pointer (raw == dense is owned once, as dense) */
+    int qg_max;                /* steps of <= qg_max rows use qgemv on raw, larger ones cuBLAS on dense */
+} cu_mat;
+
+typedef struct {
+    cu_mat wq, wk, wv, wo;     /* attention matrices */
+    cu_mat wg, wu, wd;         /* FFN matrices */
     float *attn_norm, *ffn_norm; /* [dim] f32 */
     float *bq, *bk, *bv;       /* biases f32 [rows], NULL when absent */
     void *kc, *vc;             /* this layer's caches [n_slots + 1][n_ctx][kv_dim] of wt */
@@ -78,8 +99,14 @@ typedef struct {
     void *cb_ws;               /* cuBLAS workspace (fixed so graph capture never allocates) */
     size_t cb_ws_bytes;
     cu_layer *L;               /* [n_layers] */
-    void *tok_embd;            /* [vocab][dim] wt */
-    void *out_w;               /* LM head [vocab][dim] wt; == tok_embd when tied */
+    void *tok_embd;            /* [vocab][dim] wt (the embedding gather; quantized tables are dequantized) */
+    cu_mat out;                /* LM head [vocab][dim]; shares tok_embd's storage when tied and 16-bit */
+    int gemv_env;              /* ZLLM_CUDA_GEMV_MAX: 0..8 qgemv row limit for every type, CU_GEMV_ALL for
+                                * "all" (qgemv at every size, no dense copy of quantized matrices); -1: default */
+    int round_f;               /* 1: f32 qgemv inputs are rounded to wt (the operands cuBLAS sees); always 1 */
+    float *xf;                 /* f32 qgemv input [max_tok][max(dim, ffn_dim, q_dim)] (NULL for F32 models) */
+    cudaEvent_t ev0, ev1;      /* around each step's device work (input copy .. output copy) */
+    double last_gpu_ms;        /* device time of the last step, from ev0/ev1; -1 before the first */
     float *out_norm;           /* [dim] */
     float *rope_cs;            /* [n_ctx][rope_dim/2] (cos, sin) */
     void *kv;                  /* one allocation holding every layer's K and V */
@@ -91,7 +118,6 @@ typedef struct {
     float *att;                /* attention output [q_dim] f32 */
     void *att_w;               /* att cast to wt (== att for F32) */
     void *xb;                  /* GEMM input, wt, [max(dim, ffn_dim, q_dim)] */
-    float *tmp;                /* GEMM output before the residual add [dim] */
     float *gate, *up;          /* [ffn_dim] */
     float *logits;             /* [max_batch][vocab] */
     void *attn_ws;             /* flash-decoding partials */
@@ -165,6 +191,56 @@ fail:
     return -1;
 }
 
+static int s_is_16bit(ggml_type t) { return t == GGML_F16 || t == GGML_BF16; }
+
+/* Steps of at most this many rows use qgemv for a matrix of type t, larger ones cuBLAS. Default 0 (cuBLAS on
+ * the dense copy at every size), from what zllm-bench and gpu_test_engine_gpu measured on an H100 (docs/perf.md,
+ * GPU section): qgemv beats cuBLAS only for Q4_K/Q5_K at M = 1 (8B shape: 5.15 ms per step against 7.07 ms);
+ * Q8_0/Q6_K qgemv are slower than cuBLAS on F16 even at M = 1, BF16 qgemv ~2% slower at M = 1..4, every type
+ * far slower at M >= 2; and mixing the two paths by step size (qgemv for small buckets, cuBLAS for large) broke
+ * greedy batch invariance on every model checked, while qgemv at every size keeps it. So the choice is all or
+ * nothing: ZLLM_CUDA_GEMV_MAX=all serves every step through qgemv (invariant; faster for single-stream Q4_K,
+ * much slower for batches), 1..8 gives the mixed path for measurements only. */
+static int s_qg_max(const cu_engine *E, ggml_type t) {
+    (void)t;
+    return E->gemv_env >= 0 ? E->gemv_env : 0;
+}
+
+/* uploads matrix w into M: a dense wt array (converted, or dequantized on the host, when the file's type
+ * differs) for cuBLAS, plus the raw GGUF rows when qgemv serves small steps of this type (for 16-bit types
+ * the dense array is the raw one). */
+static int s_upload_mat(cu_engine *E, cu_stage *sg, const zl_weight *w, cu_mat *M, char *err, size_t errlen) {
+    const size_t nb = (size_t)w->n_out * w->row_bytes;
+    const ggml_type dt = E->wt == CU_BF16 ? GGML_BF16 : GGML_F16;
+    void *d = NULL;
+    memset(M, 0, sizeof *M);
+    M->n_in = (int)w->n_in;
+    M->n_out = (int)w->n_out;
+    if (E->wt != CU_F32 && !s_is_16bit(w->type) && qgemv_pick(w->type, 1, M->n_in, M->n_out) &&
+        s_qg_max(E, w->type) > 0) {
+        CU_CHECK(cudaMalloc(&d, nb));
+        M->raw = d; M->owns_raw = 1; M->qt = w->type; M->row_bytes = w->row_bytes;
+        M->qg_max = s_qg_max(E, w->type);
+        E->weight_bytes += nb;
+        CU_CHECK(cudaMemcpy(d, w->data, nb, cudaMemcpyHostToDevice));
+        if (M->qg_max == CU_GEMV_ALL) return 0;   /* qgemv serves every step: no dense copy */
+    }
+    if (s_upload(E, sg, w, E->wt, &M->dense, err, errlen) != 0) return -1;
+    M->owns_dense = 1;
+    if (!M->raw && E->wt != CU_F32 && qgemv_pick(dt, 1, M->n_in, M->n_out) && s_qg_max(E, dt) > 0) {
+        M->raw = M->dense; M->qt = dt; M->row_bytes = (size_t)M->n_in * 2; M->qg_max = s_qg_max(E, dt);
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+static void s_free_mat(cu_mat *M) {
+    if (M->owns_raw) cudaFree((void *)M->raw);
+    if (M->owns_dense) cudaFree(M->dense);
+    memset(M, 0, sizeof *M);
+}
+
 static int s_is_matrix_type_f32(const zl_model *m) {
     const zl_config *c = &m->cfg;
     if (m->tok_embd.type != GGML_F32 || m->output.type != GGML_F32) return 0;
@@ -198,21 +274,35 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
     CU_CHECK(cudaMallocHost((void **)&sg.h, sg.cap * 4));
     CU_CHECK(cudaMalloc((void **)&sg.d, sg.cap * 4));
     if (s_upload(E, &sg, &m->tok_embd, E->wt, &E->tok_embd, err, errlen) != 0) goto fail;
-    if (c->tied_embeddings || m->output.data == m->tok_embd.data) E->out_w = E->tok_embd;
-    else if (s_upload(E, &sg, &m->output, E->wt, &E->out_w, err, errlen) != 0) goto fail;
+    if (!(c->tied_embeddings || m->output.data == m->tok_embd.data)) {
+        if (s_upload_mat(E, &sg, &m->output, &E->out, err, errlen) != 0) goto fail;
+    } else if (E->wt != CU_F32 && !s_is_16bit(m->tok_embd.type) &&
+               qgemv_pick(m->tok_embd.type, 1, (int)m->tok_embd.n_in, (int)m->tok_embd.n_out) &&
+               s_qg_max(E, m->tok_embd.type) > 0) {
+        /* tied quantized table served by qgemv at small steps: raw rows plus a second dense copy */
+        if (s_upload_mat(E, &sg, &m->tok_embd, &E->out, err, errlen) != 0) goto fail;
+    } else {
+        /* tied: the LM head reads the (not owned) dense table */
+        E->out.n_in = c->dim; E->out.n_out = c->vocab_size; E->out.dense = E->tok_embd;
+        const ggml_type dt = E->wt == CU_BF16 ? GGML_BF16 : GGML_F16;
+        if (E->wt != CU_F32 && qgemv_pick(dt, 1, c->dim, c->vocab_size) && s_qg_max(E, dt) > 0) {
+            E->out.raw = E->tok_embd; E->out.qt = dt; E->out.row_bytes = (size_t)c->dim * 2;
+            E->out.qg_max = s_qg_max(E, dt);
+        }
+    }
     if (s_upload(E, &sg, &m->output_norm, CU_F32, (void **)&E->out_norm, err, errlen) != 0) goto fail;
     for (int l = 0; l < c->n_layers; l++) {
         const zl_layer_weights *w = &m->layers[l];
         cu_layer *d = &E->L[l];
         if (s_upload(E, &sg, &w->attn_norm, CU_F32, (void **)&d->attn_norm, err, errlen) != 0 ||
             s_upload(E, &sg, &w->ffn_norm, CU_F32, (void **)&d->ffn_norm, err, errlen) != 0 ||
-            s_upload(E, &sg, &w->wq, E->wt, &d->wq, err, errlen) != 0 ||
-            s_upload(E, &sg, &w->wk, E->wt, &d->wk, err, errlen) != 0 ||
-            s_upload(E, &sg, &w->wv, E->wt, &d->wv, err, errlen) != 0 ||
-            s_upload(E, &sg, &w->wo, E->wt, &d->wo, err, errlen) != 0 ||
-            s_upload(E, &sg, &w->w_gate, E->wt, &d->wg, err, errlen) != 0 ||
-            s_upload(E, &sg, &w->w_up, E->wt, &d->wu, err, errlen) != 0 ||
-            s_upload(E, &sg, &w->w_down, E->wt, &d->wd, err, errlen) != 0) goto fail;
+            s_upload_mat(E, &sg, &w->wq, &d->wq, err, errlen) != 0 ||
+            s_upload_mat(E, &sg, &w->wk, &d->wk, err, errlen) != 0 ||
+            s_upload_mat(E, &sg, &w->wv, &d->wv, err, errlen) != 0 ||
+            s_upload_mat(E, &sg, &w->wo, &d->wo, err, errlen) != 0 ||
+            s_upload_mat(E, &sg, &w->w_gate, &d->wg, err, errlen) != 0 ||
+            s_upload_mat(E, &sg, &w->w_up, &d->wu, err, errlen) != 0 ||
+            s_upload_mat(E, &sg, &w->w_down, &d->wd, err, errlen) != 0) goto fail;
         if (w->bq.data && s_upload(E, &sg, &w->bq, CU_F32, (void **)&d->bq, err, errlen) != 0) goto fail;
         if (w->bk.data && s_upload(E, &sg, &w->bk, CU_F32, (void **)&d->bk, err, errlen) != 0) goto fail;
         if (w->bv.data && s_upload(E, &sg, &w->bv, CU_F32, (void **)&d->bv, err, errlen) != 0) goto fail;
@@ -221,8 +311,17 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
             fprintf(stderr, "\rzllm %s: uploading weights: layer %d/%d, %.0f MiB", E->base.device, l + 1,
                     c->n_layers, E->weight_bytes / 1048576.0);
     }
-    fprintf(stderr, "\rzllm %s: uploaded weights: %d layers, %.1f MiB as %s\n", E->base.device, c->n_layers,
-            E->weight_bytes / 1048576.0, ops_dtype_name(E->wt));
+    E->round_f = 1;
+    {
+        int n_raw = E->out.raw ? 1 : 0;
+        for (int l = 0; l < c->n_layers; l++) {
+            const cu_layer *L = &E->L[l];
+            const cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+            for (int i = 0; i < 7; i++) n_raw += mats[i]->raw ? 1 : 0;
+        }
+        fprintf(stderr, "\rzllm %s: uploaded weights: %d layers, %.1f MiB as %s (%d matrices also read by qgemv)\n",
+                E->base.device, c->n_layers, E->weight_bytes / 1048576.0, ops_dtype_name(E->wt), n_raw);
+    }
     rc = 0;
 fail:
     cudaFreeHost(sg.h);
@@ -239,6 +338,56 @@ static attn_kv_type s_kvt(cu_dtype t) { return t == CU_F32 ? ATTN_KV_F32 : t == 
 #define FWD_CUDA(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
     snprintf(err, errlen, "%s: %s", #call, cudaGetErrorString(e_)); return -1; } } while (0)
 
+/* 1 when W goes through qgemv in a step of n_rows rows. The choice depends on the matrix and the row count
+ * only (a graph bucket's size, or an eager step's rows), never on the rows' contents. Both paths multiply the
+ * same activations (rounded to wt: round_f) with f32 accumulation; they differ in the weights' rounding (qgemv
+ * dequantizes in f32, the dense copy holds them in wt) and the summation order, which is enough to flip greedy
+ * tokens of a sequence alone vs batched (measured), hence the all-or-nothing default of s_qg_max. qgemv's own
+ * per-row arithmetic does not depend on how many rows a launch carries, so "all" is batch-invariant. */
+static int s_use_qg(const cu_engine *E, const cu_mat *W, int n_rows) {
+    (void)E;
+    return W->raw && n_rows <= W->qg_max;
+}
+
+/* y[n_rows][n_out] = x W^T, or y += x W^T when resid (y holds the residual stream): through qgemv on xf (f32)
+ * in launches of at most QGEMV_MAX_M rows, or through cuBLAS on xw (wt) */
+static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, const float *xf, float *y, int resid,
+                    char *err, size_t errlen) {
+    if (n_rows <= 0) return 0;
+    if (!s_use_qg(E, W, n_rows))
+        return ops_gemm(E->cb, xw, W->dense, E->wt, n_rows, W->n_in, W->n_out, y, resid ? 1.f : 0.f, err, errlen);
+    for (int r0 = 0; r0 < n_rows; r0 += QGEMV_MAX_M) {
+        qgemv_params p;
+        memset(&p, 0, sizeof p);
+        p.type = W->qt; p.w = W->raw; p.row_bytes = W->row_bytes; p.n_in = W->n_in; p.n_out = W->n_out;
+        p.m = n_rows - r0 < QGEMV_MAX_M ? n_rows - r0 : QGEMV_MAX_M;
+        p.x = xf + (size_t)r0 * W->n_in; p.ldx = W->n_in;
+        p.y = y + (size_t)r0 * W->n_out; p.ldy = W->n_out;
+        p.y_in = resid ? p.y : NULL;
+        const cudaError_t e = qgemv_launch(&p, E->st);
+        if (e != cudaSuccess) {
+            snprintf(err, errlen, "qgemv (%s, %d x %d, m %d): %s", ggml_type_name(W->qt), W->n_out, W->n_in, p.m,
+                     cudaGetErrorString(e));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* which inputs a step of n_rows needs: *need_w (wt, for cuBLAS) and *need_f (f32, for qgemv) */
+static void s_need_inputs(const cu_engine *E, int n_rows, int *need_w, int *need_f) {
+    const zl_config *c = &E->base.model->cfg;
+    *need_w = *need_f = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const cu_layer *L = &E->L[l];
+        const cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+        for (int i = 0; i < 7; i++) {
+            if (s_use_qg(E, mats[i], n_rows)) *need_f = 1;
+            else *need_w = 1;
+        }
+    }
+}
+
 /* Enqueues the forward pass and the sampling for the inputs already in d_in: n_rows rows, of which the first
  * n_dec are decode rows and the rest belong to n_pre prefill entries (at most max_rows rows each); n_samp
  * sampling rows (= entries, including padded ones). No host synchronisation, allocation or copy: it is the
@@ -250,13 +399,19 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
     const int32_t *tokens = IN_PTR(E, tokens, int32_t), *pos = IN_PTR(E, pos, int32_t);
     const int32_t *slot = IN_PTR(E, slot, int32_t);
     cudaStream_t st = E->st;
+    int nw = 0, nf = 0;
+    s_need_inputs(E, n_rows, &nw, &nf);
+    void *xw = nw ? E->xb : NULL;
+    float *xf = nf ? E->xf : NULL;
+    const int rf = E->round_f;
     FWD_CHECK(ops_embed(E->tok_embd, E->wt, dim, tokens, n_rows, E->x, st, err, errlen));
     for (int l = 0; l < c->n_layers; l++) {
         const cu_layer *L = &E->L[l];
-        FWD_CHECK(ops_rmsnorm(E->x, NULL, L->attn_norm, dim, c->rms_eps, n_rows, E->xb, E->wt, st, err, errlen));
-        FWD_CHECK(ops_gemm(E->cb, E->xb, L->wq, E->wt, n_rows, dim, qd, E->q, 0.f, err, errlen));
-        FWD_CHECK(ops_gemm(E->cb, E->xb, L->wk, E->wt, n_rows, dim, kvd, E->k, 0.f, err, errlen));
-        FWD_CHECK(ops_gemm(E->cb, E->xb, L->wv, E->wt, n_rows, dim, kvd, E->v, 0.f, err, errlen));
+        FWD_CHECK(ops_rmsnorm_dual(E->x, NULL, L->attn_norm, dim, c->rms_eps, n_rows, xw, E->wt, xf, rf, st, err,
+                                   errlen));
+        FWD_CHECK(s_matmul(E, &L->wq, n_rows, E->xb, E->xf, E->q, 0, err, errlen));
+        FWD_CHECK(s_matmul(E, &L->wk, n_rows, E->xb, E->xf, E->k, 0, err, errlen));
+        FWD_CHECK(s_matmul(E, &L->wv, n_rows, E->xb, E->xf, E->v, 0, err, errlen));
         if (L->bq) FWD_CHECK(ops_bias_add(E->q, L->bq, n_rows, qd, st, err, errlen));
         if (L->bk) FWD_CHECK(ops_bias_add(E->k, L->bk, n_rows, kvd, st, err, errlen));
         if (L->bv) FWD_CHECK(ops_bias_add(E->v, L->bv, n_rows, kvd, st, err, errlen));
@@ -290,21 +445,26 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
             p.n_heads = c->n_heads; p.n_kv_heads = c->n_kv_heads; p.head_dim = c->head_dim; p.n_ctx = E->base.n_ctx;
             FWD_CUDA(attn_prefill_launch(&p, st));
         }
+        /* attention output: wt for cuBLAS (att_w), f32 for qgemv (att itself, rounded in place for 16-bit) */
         if (E->wt != CU_F32)
-            FWD_CHECK(ops_convert(E->att, CU_F32, E->att_w, E->wt, (size_t)n_rows * qd, st, err, errlen));
-        FWD_CHECK(ops_gemm(E->cb, E->att_w, L->wo, E->wt, n_rows, qd, dim, E->tmp, 0.f, err, errlen));
-        FWD_CHECK(ops_residual_add(E->x, E->tmp, (size_t)n_rows * dim, st, err, errlen));
-        FWD_CHECK(ops_rmsnorm(E->x, NULL, L->ffn_norm, dim, c->rms_eps, n_rows, E->xb, E->wt, st, err, errlen));
-        FWD_CHECK(ops_gemm(E->cb, E->xb, L->wg, E->wt, n_rows, dim, ff, E->gate, 0.f, err, errlen));
-        FWD_CHECK(ops_gemm(E->cb, E->xb, L->wu, E->wt, n_rows, dim, ff, E->up, 0.f, err, errlen));
-        FWD_CHECK(ops_swiglu(E->gate, E->up, n_rows, ff, E->xb, E->wt, st, err, errlen));
-        FWD_CHECK(ops_gemm(E->cb, E->xb, L->wd, E->wt, n_rows, ff, dim, E->tmp, 0.f, err, errlen));
-        FWD_CHECK(ops_residual_add(E->x, E->tmp, (size_t)n_rows * dim, st, err, errlen));
+            FWD_CHECK(ops_cast_dual(E->att, (size_t)n_rows * qd, nw ? E->att_w : NULL, E->wt, nf ? E->att : NULL, rf,
+                                    st, err, errlen));
+        /* residual adds fused into the output projections (qgemv's y_in, cuBLAS's beta = 1) */
+        FWD_CHECK(s_matmul(E, &L->wo, n_rows, E->att_w, E->att, E->x, 1, err, errlen));
+        FWD_CHECK(ops_rmsnorm_dual(E->x, NULL, L->ffn_norm, dim, c->rms_eps, n_rows, xw, E->wt, xf, rf, st, err,
+                                   errlen));
+        FWD_CHECK(s_matmul(E, &L->wg, n_rows, E->xb, E->xf, E->gate, 0, err, errlen));
+        FWD_CHECK(s_matmul(E, &L->wu, n_rows, E->xb, E->xf, E->up, 0, err, errlen));
+        FWD_CHECK(ops_swiglu_dual(E->gate, E->up, n_rows, ff, xw, E->wt, xf, rf, st, err, errlen));
+        FWD_CHECK(s_matmul(E, &L->wd, n_rows, E->xb, E->xf, E->x, 1, err, errlen));
     }
     /* final norm of each entry's last row only, then the LM head for those rows */
-    FWD_CHECK(ops_rmsnorm(E->x, IN_PTR(E, last_row, int32_t), E->out_norm, dim, c->rms_eps, n_samp, E->xb, E->wt,
-                          st, err, errlen));
-    FWD_CHECK(ops_gemm(E->cb, E->xb, E->out_w, E->wt, n_samp, dim, c->vocab_size, E->logits, 0.f, err, errlen));
+    {
+        const int hq = s_use_qg(E, &E->out, n_samp);
+        FWD_CHECK(ops_rmsnorm_dual(E->x, IN_PTR(E, last_row, int32_t), E->out_norm, dim, c->rms_eps, n_samp,
+                                   hq ? NULL : E->xb, E->wt, hq ? E->xf : NULL, rf, st, err, errlen));
+        FWD_CHECK(s_matmul(E, &E->out, n_samp, E->xb, E->xf, E->logits, 0, err, errlen));
+    }
     sample_params sp;
     memset(&sp, 0, sizeof sp);
     sp.logits = E->logits; sp.n_rows = n_samp; sp.vocab = c->vocab_size;
@@ -419,7 +579,7 @@ static int s_step(zl_engine *base, const zl_seq *seqs, int n, int32_t *out_token
      * follow on the same stream see it complete; the pinned block is not rewritten before the step's final
      * synchronisation, so the asynchronous copy never reads a half-updated block */
     const size_t nbytes = need_hist ? E->in.total : E->in.core_end;
-    if (cudaMemcpyAsync(E->d_in, E->h_in, nbytes, cudaMemcpyHostToDevice, E->st) != cudaSuccess) {
+    if (cudaEventRecord(E->ev0, E->st) != cudaSuccess || cudaMemcpyAsync(E->d_in, E->h_in, nbytes, cudaMemcpyHostToDevice, E->st) != cudaSuccess) {
         s_fail_step(E, seqs, n, "input copy failed");
         return -1;
     }
@@ -439,7 +599,13 @@ static int s_step(zl_engine *base, const zl_seq *seqs, int n, int32_t *out_token
                                      cudaMemcpyDeviceToHost, E->st);
     if (ce == cudaSuccess && out_logits)
         ce = cudaMemcpyAsync(E->h_logits, E->logits, (size_t)n * c->vocab_size * 4, cudaMemcpyDeviceToHost, E->st);
+    if (ce == cudaSuccess) ce = cudaEventRecord(E->ev1, E->st);
     if (ce == cudaSuccess) ce = cudaStreamSynchronize(E->st);
+    if (ce == cudaSuccess) {
+        float ms = 0.f;
+        ce = cudaEventElapsedTime(&ms, E->ev0, E->ev1);
+        E->last_gpu_ms = ms;
+    }
     if (ce != cudaSuccess) {
         snprintf(err, errlen, "%s", cudaGetErrorString(ce));
         s_fail_step(E, seqs, n, err);
@@ -468,13 +634,18 @@ static void s_destroy(zl_engine *base) {
     if (E->L) {
         for (int l = 0; l < base->model->cfg.n_layers; l++) {
             cu_layer *L = &E->L[l];
-            void *p[] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd, L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv};
+            cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+            for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) s_free_mat(mats[i]);
+            void *p[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv};
             for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) cudaFree(p[i]);
         }
         free(E->L);
     }
-    if (E->out_w != E->tok_embd) cudaFree(E->out_w);
-    void *d[] = {E->tok_embd, E->out_norm, E->rope_cs, E->kv, E->x, E->q, E->k, E->v, E->att, E->xb, E->tmp,
+    s_free_mat(&E->out);
+    if (E->ev0) cudaEventDestroy(E->ev0);
+    if (E->ev1) cudaEventDestroy(E->ev1);
+    cudaFree(E->xf);
+    void *d[] = {E->tok_embd, E->out_norm, E->rope_cs, E->kv, E->x, E->q, E->k, E->v, E->att, E->xb,
                  E->gate, E->up, E->logits, E->attn_ws, E->samp_ws, E->d_in, E->cb_ws};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) cudaFree(d[i]);
     if (E->att_w != (void *)E->att) cudaFree(E->att_w);
@@ -602,7 +773,22 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         CUBLAS_CHECK(cublasSetMathMode(E->cb, CUBLAS_DEFAULT_MATH));
 
         E->wt = s_is_matrix_type_f32(m) ? CU_F32 : s_has_bf16(m) ? CU_BF16 : CU_F16;
+        /* qgemv row limit (s_qg_max): ZLLM_CUDA_GEMV_MAX=all for qgemv at every step size, 0..8 for the mixed
+         * path (measurements only: not batch-invariant); the switch is per step size, so every graph bucket has
+         * one fixed kernel per matrix */
+        E->gemv_env = -1;
+        {
+            const char *gm = getenv("ZLLM_CUDA_GEMV_MAX");
+            if (gm && !strcmp(gm, "all")) E->gemv_env = CU_GEMV_ALL;
+            else if (gm && *gm) {
+                const int v = atoi(gm);
+                E->gemv_env = v < 0 ? 0 : v > QGEMV_MAX_M ? QGEMV_MAX_M : v;
+            }
+        }
         if (s_upload_model(E, err, errlen) != 0) goto fail;
+        E->last_gpu_ms = -1;
+        CU_CHECK(cudaEventCreate(&E->ev0));
+        CU_CHECK(cudaEventCreate(&E->ev1));
         
         /* RoPE table for every position of a slot */
         {
@@ -632,7 +818,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         if (E->wt == CU_F32) E->att_w = E->att;
         else CU_CHECK(cudaMalloc(&E->att_w, T * qd * es));
         CU_CHECK(cudaMalloc(&E->xb, T * wide * es));
-        CU_CHECK(cudaMalloc((void **)&E->tmp, T * c->dim * 4));
+        if (E->wt != CU_F32) CU_CHECK(cudaMalloc((void **)&E->xf, T * wide * 4));
         CU_CHECK(cudaMalloc((void **)&E->gate, T * c->ffn_dim * 4));
         CU_CHECK(cudaMalloc((void **)&E->up, T * c->ffn_dim * 4));
         CU_CHECK(cudaMalloc((void **)&E->logits, (size_t)b->max_batch * c->vocab_size * 4));
@@ -696,4 +882,9 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
 fail:
     s_destroy(b);
     return NULL;
+}
+
+double engine_cuda_last_step_gpu_ms(const zl_engine *e) {
+    if (!e || !e->ops || e->ops != &s_ops_cuda) return -1;
+    return ((const cu_engine *)e)->last_gpu_ms;
 }

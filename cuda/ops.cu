@@ -229,3 +229,77 @@ int ops_gemm(cublasHandle_t h, const void *x, const void *w, cu_dtype dt, int n_
                                   &beta, y, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
 }
+
+/* ---------------------------------------------------------------- dual-output variants (qgemv inputs) */
+__device__ __forceinline__ float rnd_f(const float *, float v) { return v; }
+__device__ __forceinline__ float rnd_f(const __half *, float v) { return __half2float(__float2half_rn(v)); }
+__device__ __forceinline__ float rnd_f(const __nv_bfloat16 *, float v) {
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
+template <typename T>
+__device__ __forceinline__ void st_dual(T *out, float *outf, int round_f, size_t i, float v) {
+    if (out) st_f(out, i, v);
+    if (outf) outf[i] = round_f ? rnd_f((const T *)0, v) : v;
+}
+
+template <typename T>
+__global__ void k_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int dim, float eps, T *out,
+                               float *outf, int round_f) {
+    const int r = blockIdx.x;
+    const float *xr = x + (size_t)(rows ? rows[r] : r) * dim;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss);
+    const float scale = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) st_dual(out, outf, round_f, (size_t)r * dim + i, xr[i] * scale * w[i]);
+}
+
+int ops_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int dim, float eps, int n_rows,
+                     void *out, cu_dtype odt, float *outf, int round_f, cudaStream_t st, char *err, size_t errlen) {
+    if (n_rows <= 0 || (!out && !outf)) return 0;
+    const int block = dim >= 1024 ? 1024 : dim >= 256 ? 256 : 64;
+    with_type(odt, [&](auto *tp) {
+        using T = typename std::remove_pointer<decltype(tp)>::type;
+        k_rmsnorm_dual<T><<<n_rows, block, 0, st>>>(x, rows, w, dim, eps, (T *)out, outf, round_f);
+    });
+    CU_LAUNCH_CHECK_RET("ops_rmsnorm_dual");
+    return 0;
+}
+
+template <typename T>
+__global__ void k_swiglu_dual(const float *g, const float *u, size_t total, T *out, float *outf, int round_f) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const float a = g[i];
+        st_dual(out, outf, round_f, i, a / (1.0f + expf(-a)) * u[i]);
+    }
+}
+
+int ops_swiglu_dual(const float *gate, const float *up, int n_rows, int n, void *out, cu_dtype odt, float *outf,
+                    int round_f, cudaStream_t st, char *err, size_t errlen) {
+    const size_t total = (size_t)n_rows * n;
+    if (!total || (!out && !outf)) return 0;
+    with_type(odt, [&](auto *tp) {
+        using T = typename std::remove_pointer<decltype(tp)>::type;
+        k_swiglu_dual<T><<<grid_for(total, 256), 256, 0, st>>>(gate, up, total, (T *)out, outf, round_f);
+    });
+    CU_LAUNCH_CHECK_RET("ops_swiglu_dual");
+    return 0;
+}
+
+template <typename T>
+__global__ void k_cast_dual(const float *src, size_t n, T *out, float *outf, int round_f) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        st_dual(out, outf, round_f, i, src[i]);
+}
+
+int ops_cast_dual(const float *src, size_t n, void *out, cu_dtype odt, float *outf, int round_f, cudaStream_t st,
+                  char *err, size_t errlen) {
+    if (outf == src && !round_f) outf = NULL;   /* nothing to do in place */
+    if (!n || (!out && !outf)) return 0;
+    with_type(odt, [&](auto *tp) {
+        using T = typename std::remove_pointer<decltype(tp)>::type;
+        k_cast_dual<T><<<grid_for(n, 256), 256, 0, st>>>(src, n, (T *)out, outf, round_f);
+    });
+    CU_LAUNCH_CHECK_RET("ops_cast_dual");
+    return 0;
+}

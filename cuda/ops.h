@@ -65,4 +65,16 @@ int ops_convert(const void *src, cu_dtype sdt, void *dst, cu_dtype ddt, size_t n
  * mode), F16/BF16 use the tensor cores with f32 accumulation. The handle's stream must be the caller's. */
 int ops_gemm(cublasHandle_t h, const void *x, const void *w, cu_dtype dt, int n_rows, int n_in, int n_out,
              float *y, float beta, char *err, size_t errlen);
+
+/* Dual-output variants for the matrix-vector path (cuda/qgemv.h takes f32 inputs). Each writes its value v to
+ * out (type odt; skipped when out is NULL) and to outf (f32; skipped when NULL): outf gets v rounded to odt and
+ * back when round_f is 1 (so qgemv multiplies exactly the operands cuBLAS would see), v itself when 0. The value
+ * written is computed exactly as by the single-output function. Same failure contract as the others. */
+int ops_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int dim, float eps, int n_rows,
+                     void *out, cu_dtype odt, float *outf, int round_f, cudaStream_t st, char *err, size_t errlen);
+int ops_swiglu_dual(const float *gate, const float *up, int n_rows, int n, void *out, cu_dtype odt, float *outf,
+                    int round_f, cudaStream_t st, char *err, size_t errlen);
+/* src (f32, n elements) to out (odt) and/or outf; outf may equal src (rounding in place) */
+int ops_cast_dual(const float *src, size_t n, void *out, cu_dtype odt, float *outf, int round_f, cudaStream_t st,
+                  char *err, size_t errlen);
 #endif

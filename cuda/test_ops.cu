@@ -1,7 +1,8 @@
 /* cuda/test_ops.cu -> gpu_test_ops: every kernel of cuda/ops.h against a CPU reference (double precision) on
  * fresh random inputs of several shapes, with outputs poisoned (all bits set: NaN in every type) before each
  * run. Pass: relative error ||gpu - ref|| / ||ref|| <= 1e-5 for f32 outputs, 1e-2 for bf16/f16 outputs, and
- * every element finite (an unwritten element stays NaN). Needs a CUDA GPU. */
+ * every element finite (an unwritten element stays NaN). The dual-output variants (qgemv inputs) are checked for
+ * exact agreement with the single-output functions. Needs a CUDA GPU. */
 extern "C" {
 #include "quant.h"
 #include "test.h"
@@ -257,6 +258,65 @@ static void test_gemm(cublasHandle_t h, int rows, int n_in, int n_out) {
     }
 }
 
+/* 1 when device buffers a (type ta) and b (type tb) hold exactly equal finite values (NaN: unwritten) */
+static int same_vals(const char *what, const void *a, cu_dtype ta, const void *b, cu_dtype tb, size_t n) {
+    void *ha = malloc(n * ops_dtype_size(ta) + 4), *hb = malloc(n * ops_dtype_size(tb) + 4);
+    cudaError_t ce = cudaDeviceSynchronize();
+    if (ce == cudaSuccess) ce = cudaMemcpy(ha, a, n * ops_dtype_size(ta), cudaMemcpyDeviceToHost);
+    if (ce == cudaSuccess) ce = cudaMemcpy(hb, b, n * ops_dtype_size(tb), cudaMemcpyDeviceToHost);
+    size_t bad = n;
+    for (size_t i = 0; i < n && ce == cudaSuccess; i++) {
+        const double x = hget(ha, ta, i), y = hget(hb, tb, i);
+        if (!isfinite(x) || x != y) { bad = i; break; }
+    }
+    CHECK(ce == cudaSuccess && bad == n, "%s (%s): differs at element %zu%s", what, ops_dtype_name(ta), bad,
+          ce != cudaSuccess ? cudaGetErrorString(ce) : "");
+    free(ha); free(hb);
+    return ce == cudaSuccess && bad == n;
+}
+
+/* the dual-output variants (qgemv inputs): the typed output is bitwise the single-output function's, the f32
+ * output holds exactly those rounded values (round_f 1) or the f32 function's values (round_f 0); each output
+ * may be left out; the cast may round in place */
+static void test_dual(int rows, int n) {
+    for (int ti = 0; ti < 3; ti++) {
+        const cu_dtype t = s_types[ti];
+        const size_t N = (size_t)rows * n;
+        float *x = hrand(N), *w = hrand(n), *g = hrand(N), *u = hrand(N);
+        void *dx = dnew(x, CU_F32, N), *dw = dnew(w, CU_F32, n), *dg = dnew(g, CU_F32, N), *du = dnew(u, CU_F32, N);
+        void *o1 = dnew(NULL, t, N), *o32 = dnew(NULL, CU_F32, N), *o2 = dnew(NULL, t, N);
+        void *f2 = dnew(NULL, CU_F32, N), *f3 = dnew(NULL, CU_F32, N);
+        /* RMSNorm */
+        CHECK(ops_rmsnorm((float *)dx, NULL, (float *)dw, n, 1e-5f, rows, o1, t, 0, err, errlen) == 0, "%s", err);
+        CHECK(ops_rmsnorm((float *)dx, NULL, (float *)dw, n, 1e-5f, rows, o32, CU_F32, 0, err, errlen) == 0, "%s", err);
+        CHECK(ops_rmsnorm_dual((float *)dx, NULL, (float *)dw, n, 1e-5f, rows, o2, t, (float *)f2, 1, 0, err,
+                               errlen) == 0, "%s", err);
+        CHECK(ops_rmsnorm_dual((float *)dx, NULL, (float *)dw, n, 1e-5f, rows, NULL, t, (float *)f3, 0, 0, err,
+                              errlen) == 0, "%s", err);
+        same_vals("rmsnorm_dual typed == rmsnorm", o2, t, o1, t, N);
+        same_vals("rmsnorm_dual f32 (rounded) == typed", f2, CU_F32, o1, t, N);
+        same_vals("rmsnorm_dual f32 (unrounded) == rmsnorm f32", f3, CU_F32, o32, CU_F32, N);
+        /* SwiGLU */
+        cudaMemset(o2, 0xFF, N * ops_dtype_size(t)); cudaMemset(f2, 0xFF, N * 4); cudaMemset(f3, 0xFF, N * 4);
+        CHECK(ops_swiglu((float *)dg, (float *)du, rows, n, o1, t, 0, err, errlen) == 0, "%s", err);
+        CHECK(ops_swiglu((float *)dg, (float *)du, rows, n, o32, CU_F32, 0, err, errlen) == 0, "%s", err);
+        CHECK(ops_swiglu_dual((float *)dg, (float *)du, rows, n, o2, t, (float *)f2, 1, 0, err, errlen) == 0, "%s", err);
+        CHECK(ops_swiglu_dual((float *)dg, (float *)du, rows, n, NULL, t, (float *)f3, 0, 0, err, errlen) == 0, "%s",
+              err);
+        same_vals("swiglu_dual typed == swiglu", o2, t, o1, t, N);
+        same_vals("swiglu_dual f32 (rounded) == typed", f2, CU_F32, o1, t, N);
+        same_vals("swiglu_dual f32 (unrounded) == swiglu f32", f3, CU_F32, o32, CU_F32, N);
+        /* cast: typed output == ops_convert; in-place rounding of the source == the typed values */
+        cudaMemset(o2, 0xFF, N * ops_dtype_size(t));
+        CHECK(ops_convert(dg, CU_F32, o1, t, N, 0, err, errlen) == 0, "%s", err);
+        CHECK(ops_cast_dual((float *)dg, N, o2, t, (float *)dg, 1, 0, err, errlen) == 0, "%s", err);
+        same_vals("cast_dual typed == convert", o2, t, o1, t, N);
+        same_vals("cast_dual in-place rounding == typed", dg, CU_F32, o1, t, N);
+        cudaFree(dx); cudaFree(dw); cudaFree(dg); cudaFree(du); cudaFree(o1); cudaFree(o32); cudaFree(o2);
+        cudaFree(f2); cudaFree(f3); free(x); free(w); free(g); free(u);
+    }
+}
+
 int main(void) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -284,6 +344,8 @@ int main(void) {
     test_swiglu(17, 1536);
     test_convert(1000);
     test_convert((size_t)1 << 20);
+    test_dual(5, 576);
+    test_dual(3, 4096);
     test_gemm(h, 1, 64, 172);
     test_gemm(h, 7, 576, 192);
     test_gemm(h, 33, 256, 512);

