@@ -11,6 +11,7 @@
 #define ZLLM_ENGINE_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "model.h"
 #include "sampler.h"
 
@@ -45,6 +46,17 @@ struct zl_engine {
     int max_batch;             /* most entries in one step */
     int max_step_tokens;       /* most tokens (sum of n_tokens) in one step */
     char err[256];             /* last error */
+    int layer_begin;           /* first layer this engine runs (0 unless opts->layer_end was set) */
+    int layer_end;             /* one past its last layer (n_layers for a whole model; 0: backend without stages) */
+    /* pipeline stages (worker/stage.h): runs layers [layer_begin, layer_end) only. h_in: [T][dim] f32 hidden
+     * states entering layer_begin (T = sum of n_tokens, rows in seqs order), or NULL when layer_begin == 0
+     * (embeds seqs[].tokens; otherwise tokens may be NULL). When layer_end < n_layers, h_out gets [T][dim] the
+     * residual stream after layer_end - 1 and out_tokens/out_logits are not touched; when layer_end ==
+     * n_layers, h_out may be NULL and the final norm, LM head and sampling run as in step. NULL in a backend that
+     * has no stages (set by the backend at creation, beside ops; kept out of zl_engine_ops so that existing ops
+     * tables stay complete) (engine_step_hidden then fails). Returns 0 or -1 with e->err set. */
+    int (*step_hidden)(zl_engine *e, const zl_seq *seqs, int n, const float *h_in, float *h_out,
+                       int32_t *out_tokens, float *out_logits);
 };
 
 typedef struct {
@@ -56,6 +68,8 @@ typedef struct {
     int threads;               /* CPU threads; 0: all cores */
     size_t kv_mem;             /* CUDA KV budget in bytes; 0: a fraction of free memory */
     int no_graphs;             /* CUDA: 1 runs decode eagerly instead of replaying CUDA graphs */
+    int layer_begin;           /* pipeline stage: first layer run here; 0 with layer_end 0: the whole model */
+    int layer_end;             /* one past the last layer run here, <= n_layers; 0: n_layers */
 } zl_engine_opts;
 
 /* Creates the backend named by o->device. Returns NULL with a message in err (unknown device, CUDA not
@@ -67,6 +81,16 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
 
 static inline int engine_step(zl_engine *e, const zl_seq *s, int n, int32_t *tok, float *logits) {
     return e->ops->step(e, s, n, tok, logits);
+}
+/* one pipeline stage's share of a step (see zl_engine_ops.step_hidden); -1 with e->err when the backend has
+ * no stages */
+static inline int engine_step_hidden(zl_engine *e, const zl_seq *s, int n, const float *h_in, float *h_out,
+                                     int32_t *tok, float *logits) {
+    if (!e->step_hidden) {
+        snprintf(e->err, sizeof e->err, "the %s backend does not run pipeline stages", e->device);
+        return -1;
+    }
+    return e->step_hidden(e, s, n, h_in, h_out, tok, logits);
 }
 /* idempotent; sets *e to NULL */
 void engine_destroy(zl_engine **e);

@@ -57,7 +57,7 @@ typedef struct {
     float *ffn_norm;           /* [n_layers][dim] */
     float *bq, *bk, *bv;       /* [n_layers][q_dim] / [n_layers][kv_dim]; NULL without biases */
     float *out_norm;           /* [dim] */
-    /* KV cache: [n_slots][n_layers][n_ctx][kv_dim] each */
+    /* KV cache: [n_slots][n_own][n_ctx][kv_dim] each, n_own = layer_end - layer_begin (this stage's layers) */
     float *kc, *vc;
     /* step activations, sized for max_step_tokens rows */
     float *x;                  /* [T][dim] residual stream */
@@ -230,7 +230,7 @@ static void s_attn_fn(void *ctx, int ith, int nth) {
     const zl_config *c = &e->c;
     int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
     size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
-    size_t slot_stride = (size_t)c->n_layers * e->base.n_ctx * kv_dim;
+    size_t slot_stride = (size_t)(e->base.layer_end - e->base.layer_begin) * e->base.n_ctx * kv_dim;
     float *att = e->th_att + (size_t)ith * e->base.n_ctx;
     float scale = (float)(1.0 / sqrt((double)hd));
     int64_t lo, hi;
@@ -238,7 +238,8 @@ static void s_attn_fn(void *ctx, int ith, int nth) {
     for (int64_t it = lo; it < hi; it++) {
         int r = (int)(it / c->n_heads), h = (int)(it % c->n_heads), kvh = h / group;
         int pos = e->row_pos[r];
-        size_t base = (size_t)e->row_slot[r] * slot_stride + (size_t)j->layer * e->base.n_ctx * kv_dim +
+        size_t base = (size_t)e->row_slot[r] * slot_stride +
+                      (size_t)(j->layer - e->base.layer_begin) * e->base.n_ctx * kv_dim +
                       (size_t)kvh * hd;
         const float *qh = e->q + (size_t)r * q_dim + (size_t)h * hd;
         float mx = -INFINITY;
@@ -265,7 +266,8 @@ static void s_attn_fn(void *ctx, int ith, int nth) {
 /* ------------------------------------------------------------------------------------------------------------
  * step */
 
-static int s_check(s_cpu *e, const zl_seq *seqs, int n, int *T_out) {
+/* need_tokens: 0 when the step starts from hidden states (tokens are then not read) */
+static int s_check(s_cpu *e, const zl_seq *seqs, int n, int need_tokens, int *T_out) {
     zl_engine *b = &e->base;
     if (!seqs || n < 1 || n > b->max_batch) {
         snprintf(b->err, sizeof b->err, "step: %d sequences (1..%d allowed)", n, b->max_batch);
@@ -283,12 +285,13 @@ static int s_check(s_cpu *e, const zl_seq *seqs, int n, int *T_out) {
                 snprintf(b->err, sizeof b->err, "step: slot %d appears twice", s->slot);
                 return -1;
             }
-        if (s->n_tokens < 1 || s->pos < 0 || !s->tokens || (int64_t)s->pos + s->n_tokens > b->n_ctx) {
+        if (s->n_tokens < 1 || s->pos < 0 || (need_tokens && !s->tokens) ||
+            (int64_t)s->pos + s->n_tokens > b->n_ctx) {
             snprintf(b->err, sizeof b->err, "step: seq %d: pos %d + %d tokens outside the context of %d", i,
                      s->pos, s->n_tokens, b->n_ctx);
             return -1;
         }
-        for (int t = 0; t < s->n_tokens; t++)
+        for (int t = 0; need_tokens && t < s->n_tokens; t++)
             if (s->tokens[t] < 0 || s->tokens[t] >= e->c.vocab_size) {
                 snprintf(b->err, sizeof b->err, "step: seq %d: token %d out of vocabulary", i, (int)s->tokens[t]);
                 return -1;
@@ -309,25 +312,39 @@ static int s_check(s_cpu *e, const zl_seq *seqs, int n, int *T_out) {
     return 0;
 }
 
-static int s_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
+/* the forward pass over layers [layer_begin, layer_end): from tokens (h_in NULL, first stage) or from h_in, to
+ * h_out (not the last stage) or to logits and sampled tokens (last stage) */
+static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in, float *h_out,
+                     int32_t *out_tokens, float *out_logits) {
     s_cpu *e = (s_cpu *)eb;
     const zl_model *m = eb->model;
     const zl_config *c = &e->c;
     int T;
-    if (s_check(e, seqs, n, &T)) return -1;
+    int embed = h_in == NULL;
+    if (embed && eb->layer_begin != 0) {
+        snprintf(eb->err, sizeof eb->err, "step: layers from %d need hidden states in", eb->layer_begin);
+        return -1;
+    }
+    if (!h_out && eb->layer_end < c->n_layers) {
+        snprintf(eb->err, sizeof eb->err, "step: layers up to %d need a hidden state buffer out", eb->layer_end);
+        return -1;
+    }
+    if (s_check(e, seqs, n, embed, &T)) return -1;
     int dim = c->dim, hd = c->head_dim, half = c->rope_dim / 2;
     size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
-    size_t slot_stride = (size_t)c->n_layers * eb->n_ctx * kv_dim;
+    size_t slot_stride = (size_t)(eb->layer_end - eb->layer_begin) * eb->n_ctx * kv_dim;
 
     /* rows: embeddings, slot/pos, RoPE tables (double precision angles, then f32) */
     int r = 0;
     for (int i = 0; i < n; i++) {
         const zl_seq *s = &seqs[i];
         for (int t = 0; t < s->n_tokens; t++, r++) {
-            const void *src = (const char *)m->tok_embd.data + (size_t)s->tokens[t] * m->tok_embd.row_bytes;
-            if (quant_dequant_row(m->tok_embd.type, src, e->x + (size_t)r * dim, dim) != 0) {
-                snprintf(eb->err, sizeof eb->err, "cannot dequantize token_embd.weight");
-                return -1;
+            if (embed) {
+                const void *src = (const char *)m->tok_embd.data + (size_t)s->tokens[t] * m->tok_embd.row_bytes;
+                if (quant_dequant_row(m->tok_embd.type, src, e->x + (size_t)r * dim, dim) != 0) {
+                    snprintf(eb->err, sizeof eb->err, "cannot dequantize token_embd.weight");
+                    return -1;
+                }
             }
             e->row_slot[r] = s->slot;
             e->row_pos[r] = s->pos + t;
@@ -340,7 +357,9 @@ static int s_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_tokens,
         }
     }
 
-    for (int l = 0; l < c->n_layers; l++) {
+    if (!embed) memcpy(e->x, h_in, (size_t)T * dim * sizeof(float));
+
+    for (int l = eb->layer_begin; l < eb->layer_end; l++) {
         const zl_layer_weights *L = &m->layers[l];
         for (r = 0; r < T; r++)
             s_rmsnorm(e->xb + (size_t)r * dim, e->x + (size_t)r * dim, e->attn_norm + (size_t)l * dim, dim,
@@ -353,7 +372,8 @@ static int s_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_tokens,
             const float *cs = e->rope_cs + (size_t)r * c->rope_dim;
             s_rope(e->q + r * q_dim, c->n_heads, hd, c->rope_dim, c->rope_style, cs);
             s_rope(e->k + r * kv_dim, c->n_kv_heads, hd, c->rope_dim, c->rope_style, cs);
-            size_t at = (size_t)e->row_slot[r] * slot_stride + ((size_t)l * eb->n_ctx + e->row_pos[r]) * kv_dim;
+            size_t at = (size_t)e->row_slot[r] * slot_stride +
+                        ((size_t)(l - eb->layer_begin) * eb->n_ctx + e->row_pos[r]) * kv_dim;
             memcpy(e->kc + at, e->k + r * kv_dim, kv_dim * sizeof(float));
             memcpy(e->vc + at, e->v + r * kv_dim, kv_dim * sizeof(float));
         }
@@ -373,6 +393,11 @@ static int s_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_tokens,
         }
         if (s_matmul(e, &L->w_down, NULL, e->hb, e->xb2, T)) return -1;
         for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];
+    }
+
+    if (eb->layer_end < c->n_layers) {   /* a stage before the last: hand the residual stream on */
+        memcpy(h_out, e->x, (size_t)T * dim * sizeof(float));
+        return 0;
     }
 
     /* LM head on each sequence's last row only */
@@ -395,6 +420,15 @@ static int s_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_tokens,
         if (out_tokens) out_tokens[i] = id;
     }
     return 0;
+}
+
+static int s_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
+    if (eb->layer_begin != 0 || eb->layer_end != ((s_cpu *)eb)->c.n_layers) {
+        snprintf(eb->err, sizeof eb->err, "step: this engine runs layers [%d, %d) only (use step_hidden)",
+                 eb->layer_begin, eb->layer_end);
+        return -1;
+    }
+    return s_forward(eb, seqs, n, NULL, NULL, out_tokens, out_logits);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -452,6 +486,12 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
         snprintf(err, errlen, "cpu engine: negative option");
         return NULL;
     }
+    int lb = o->layer_begin, le = o->layer_end ? o->layer_end : c->n_layers;
+    if (lb < 0 || lb >= le || le > c->n_layers) {
+        snprintf(err, errlen, "cpu engine: layer range [%d, %d) outside the model's %d layers", o->layer_begin,
+                 o->layer_end, c->n_layers);
+        return NULL;
+    }
     s_cpu *e = calloc(1, sizeof *e);
     if (!e) {
         snprintf(err, errlen, "cpu engine: out of memory");
@@ -463,6 +503,9 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
     zl_engine *b = &e->base;
     b->ops = &s_ops;
     b->model = m;
+    b->layer_begin = lb;
+    b->layer_end = le;
+    b->step_hidden = s_forward;
     snprintf(b->device, sizeof b->device, "cpu");
     b->max_batch = o->max_batch ? o->max_batch : 16;
     b->n_slots = o->n_slots ? o->n_slots : b->max_batch;
@@ -479,10 +522,10 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
     e->nth = o->threads ? o->threads : (ncpu > 0 ? (int)ncpu : 1);
     if (e->nth > S_MAX_THREADS) e->nth = S_MAX_THREADS;
 
-    size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, q_dim = (size_t)c->n_heads * c->head_dim;
+    size_t L = (size_t)c->n_layers, L_own = (size_t)(le - lb), dim = (size_t)c->dim, q_dim = (size_t)c->n_heads * c->head_dim;
     size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim, T = (size_t)b->max_step_tokens, V = (size_t)c->vocab_size;
     size_t ff = (size_t)c->ffn_dim, wide = dim > q_dim ? dim : q_dim;
-    double kv_floats = (double)b->n_slots * L * b->n_ctx * kv_dim;
+    double kv_floats = (double)b->n_slots * L_own * b->n_ctx * kv_dim;
     if (kv_floats * 8.0 > 1e12) {
         snprintf(err, errlen, "cpu engine: KV cache of %.0f GB is too large", kv_floats * 8.0 / 1e9);
         goto fail;

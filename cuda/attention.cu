@@ -11,12 +11,22 @@
  * multiprocessor count (batch invariance). Scores live in the log2 domain (q pre-scaled by scale * log2(e)).
  * Split count: enough splits that one sequence alone fills one wave (kBlocksPerSm resident blocks per SM),
  * each split at least kChunkMin keys; a reduce kernel merges the splits by log-sum-exp (skipped at 1 split).
+ * The reduce runs one block per (sequence, query head): its warps take interleaved subsets of the splits
+ * (float4 columns per lane), then add the subsets in a fixed order. On sm_90 the reduce is launched as a
+ * programmatic dependent (PDL) of the chunk kernel, so its launch overlaps the chunk kernel's last wave
+ * (griddepcontrol.wait still orders every read of the partials after the chunk grid has finished).
  * Build knobs (benchmarked in docs/perf.md): ZLLM_ATTN_HEADS_PER_BLOCK (KV heads served by one block, 1 was
- * fastest on H100), ZLLM_ATTN_BLOCKS_PER_SM, ZLLM_ATTN_CHUNK_MIN, ZLLM_ATTN_STAGES. */
+ * fastest on H100), ZLLM_ATTN_BLOCKS_PER_SM, ZLLM_ATTN_CHUNK_MIN, ZLLM_ATTN_STAGES. Run-time overrides for
+ * benchmarking, read once per process (so the split count stays a function of the device, the head layout
+ * and max_kv_len): ZLLM_ATTN_PDL (bit 0: reduce as PDL dependent, bit 1: chunk kernel too; default 1),
+ * ZLLM_ATTN_CHUNK_MIN (keys, rounded up to 64), ZLLM_ATTN_BPS (split target in blocks per SM), ZLLM_ATTN_L2PF
+ * (steps past the cp.async ring whose K/V rows one lane per team bulk-prefetches into L2 on sm_90; 0: off). */
 #include "attention.h"
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <math.h>
+#include <stdlib.h>
+#include <atomic>
 
 namespace {
 
@@ -36,12 +46,59 @@ constexpr int kReduceMaxSplits = 2048;
 #ifndef ZLLM_ATTN_BLOCKS_PER_SM
 #define ZLLM_ATTN_BLOCKS_PER_SM 3
 #endif
+#ifndef ZLLM_ATTN_L2PF
+#define ZLLM_ATTN_L2PF 0
+#endif
 #ifndef ZLLM_ATTN_HEADS_PER_BLOCK
 #define ZLLM_ATTN_HEADS_PER_BLOCK 1
 #endif
 /* split target: one sequence alone makes this many blocks per SM (those resident at once: one wave) */
 constexpr int kBlocksPerSm = ZLLM_ATTN_BLOCKS_PER_SM;
 constexpr int kMaxHeadsPerBlock = ZLLM_ATTN_HEADS_PER_BLOCK;   /* cap on KV heads served by one block */
+/* register cap so that the split target's blocks per SM stay resident (smem allows 3 at 4 stages) */
+constexpr int kMinBlocks = kBlocksPerSm;
+
+/* run-time overrides of the build knobs, read once (see the file comment) */
+struct decode_knobs {
+    int pdl;             /* bit 0: reduce launched as PDL dependent; bit 1: chunk kernel as well */
+    int chunk_min;       /* fewest keys per split, multiple of kChunkAlign */
+    int blocks_per_sm;   /* split target: blocks per SM for one sequence */
+    int l2_prefetch;     /* steps ahead of the cp.async ring that K/V rows are bulk-prefetched into L2; 0: off */
+};
+
+int env_int(const char *name, int dflt, int lo, int hi) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end = NULL;
+    const long x = strtol(v, &end, 10);
+    if (*end || x < lo || x > hi) return dflt;
+    return (int)x;
+}
+
+const decode_knobs &knobs() {
+    static const decode_knobs k = [] {
+        decode_knobs r;
+        r.pdl = env_int("ZLLM_ATTN_PDL", 1, 0, 3);
+        r.chunk_min = (env_int("ZLLM_ATTN_CHUNK_MIN", kChunkMin, 1, 1 << 20) + kChunkAlign - 1) / kChunkAlign *
+                      kChunkAlign;
+        r.blocks_per_sm = env_int("ZLLM_ATTN_BPS", kBlocksPerSm, 1, 64);
+        r.l2_prefetch = env_int("ZLLM_ATTN_L2PF", ZLLM_ATTN_L2PF, 0, 64);
+        return r;
+    }();
+    return k;
+}
+
+/* PDL (griddepcontrol) exists from sm_90; elsewhere these are no-ops and the launches carry no attribute */
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
 
 /* ---- 16-byte vectors of K/V elements converted to f32 ---- */
 template <typename T> struct vec_traits;
@@ -78,6 +135,12 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
     const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem) : "memory");
 }
+/* sm_90 bulk prefetch of bytes (multiple of 16, 16-byte aligned) into L2; a no-op elsewhere */
+__device__ __forceinline__ void prefetch_l2(const void *gmem, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes) : "memory");
+#endif
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -103,8 +166,9 @@ template <typename T, int D> struct decode_shape {
 };
 
 template <typename T, int D, int GM, int U>
-__global__ void __launch_bounds__(kDecodeWarps * 32)
-decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, int splits, int chunk, float qscale) {
+__global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
+decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, int splits, int chunk, float qscale,
+                    int l2pf) {
     using S = decode_shape<T, D>;
     constexpr int VEC = S::VEC, TPK = S::TPK, NV = S::NV, E = S::E, KPW = S::KPW, NT = S::NT;
     static_assert(D % (VEC * TPK) == 0, "head size");
@@ -116,6 +180,8 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
     float *s_l = s_m + NT * GM;                       /* [NT][GM] */
     float *s_o = s_l + NT * GM;                       /* [NT][GM][D] */
 
+    pdl_wait();      /* no-op unless launched as a PDL dependent: then q, kv_len and K/V are complete */
+    pdl_trigger();   /* let the reduce grid launch early; it waits for this grid's completion itself */
     const int HB = 1 << hb_log2, KS = NT >> hb_log2;
     const int seq = blockIdx.z;
     const int split = blockIdx.y;
@@ -190,6 +256,17 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
     for (int st = 0; st < kStages - 1; st++) issue(st);
 
     for (int it = 0; it < n_it; it++) {
+        if (l2pf > 0 && r == 0) {   /* one lane per team: the team's rows l2pf steps past the ring into L2 */
+            const int pit = it + kStages - 1 + l2pf;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int key = k0 + pit * KS * U + u * KS + sub;
+                if (key < k1) {
+                    prefetch_l2(kbase + key * row_stride, (unsigned)(D * sizeof(T)));
+                    prefetch_l2(vbase + key * row_stride, (unsigned)(D * sizeof(T)));
+                }
+            }
+        }
         issue(it + kStages - 1);
         cp_async_wait<kStages - 1>();
         const int kb = k0 + it * KS * U;
@@ -313,40 +390,76 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
     }
 }
 
-/* ---- decode reduce kernel: one warp per (sequence, head), 4 per block ---- */
-__global__ void __launch_bounds__(128)
+/* ---- decode reduce kernel: one block of 128 threads per (sequence, query head) ----
+ * Thread t owns float4 column c = t % (D / 4) of the head and the splits s = g, g + G, ... (g = t / (D / 4),
+ * G = 512 / D groups); every warp computes the same log-sum-exp max and weight sum over all splits (same code,
+ * same order, so the same bits), the groups add their partial sums in smem in group order. The result depends
+ * only on the row's partials and the split count. */
+constexpr int kReduceThreads = 128;
+
+__global__ void __launch_bounds__(kReduceThreads)
 decode_reduce_kernel(attn_decode_params p, int D, int splits, int chunk) {
-    __shared__ float s_w[4][kReduceMaxSplits];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const long pair = (long)blockIdx.x * 4 + warp;
-    if (pair >= (long)p.n_seq * p.n_heads) return;
+    __shared__ float4 s_part[kReduceThreads];
+    pdl_wait();   /* the chunk grid's partials are complete and visible past this point */
+    const long pair = blockIdx.x;
     const int seq = (int)(pair / p.n_heads), head = (int)(pair - (long)seq * p.n_heads);
     const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
     float *out = p.out + (long)seq * out_stride + (long)head * D;
     const int len = max(0, min(p.kv_len[seq], splits * chunk));
     const int ns = len > 0 ? (len + chunk - 1) / chunk : 0;
+    const int cols = D >> 2, G = kReduceThreads / cols;
+    const int c = threadIdx.x % cols, g = threadIdx.x / cols;
     if (ns == 0) {
-        for (int d = lane; d < D; d += 32) out[d] = 0.f;
+        if (g == 0) reinterpret_cast<float4 *>(out)[c] = make_float4(0.f, 0.f, 0.f, 0.f);
         return;
     }
     const float *ws_o = reinterpret_cast<const float *>(p.workspace);
     const float *ws_lse = ws_o + (long)p.n_seq * p.n_heads * splits * D;
     const float *lse = ws_lse + pair * splits;
+    const int lane = threadIdx.x & 31;
     float mx = -INFINITY;
-    for (int s = lane; s < ns; s += 32) mx = fmaxf(mx, lse[s]);
+    for (int s = lane; s < ns; s += 32) mx = fmaxf(mx, __ldcg(lse + s));   /* L2: never a stale L1 line */
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    for (int s = lane; s < ns; s += 32) s_w[warp][s] = exp2f(lse[s] - mx);
-    __syncwarp();
     float wsum = 0.f;
-    for (int s = 0; s < ns; s++) wsum += s_w[warp][s];
-    const float inv = 1.f / wsum;
-    const float *po = ws_o + pair * splits * D;
-    for (int d = lane; d < D; d += 32) {
-        float o = 0.f;
-        for (int s = 0; s < ns; s++) o = fmaf(s_w[warp][s], po[(long)s * D + d], o);
-        out[d] = o * inv;
+    for (int s = lane; s < ns; s += 32) wsum += exp2f(__ldcg(lse + s) - mx);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
+    const float4 *po = reinterpret_cast<const float4 *>(ws_o + pair * splits * D) + c;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    /* increasing split order within a group. (A variant that issued 16 clamped loads per thread before use
+     * measured slower at 4-8 splits, docs/perf.md: most of its loads were redundant there.) */
+#pragma unroll 4
+    for (int s = g; s < ns; s += G) {
+        const float w = exp2f(__ldcg(lse + s) - mx);
+        const float4 o = __ldcg(po + (long)s * cols);
+        acc.x = fmaf(w, o.x, acc.x);
+        acc.y = fmaf(w, o.y, acc.y);
+        acc.z = fmaf(w, o.z, acc.z);
+        acc.w = fmaf(w, o.w, acc.w);
     }
+    s_part[threadIdx.x] = acc;
+    __syncthreads();
+    if (g == 0) {
+        float4 t = s_part[c];
+        for (int k = 1; k < G; k++) {
+            const float4 u = s_part[k * cols + c];
+            t.x += u.x;
+            t.y += u.y;
+            t.z += u.z;
+            t.w += u.w;
+        }
+        const float inv = 1.f / wsum;
+        reinterpret_cast<float4 *>(out)[c] = make_float4(t.x * inv, t.y * inv, t.z * inv, t.w * inv);
+    }
+}
+
+/* PDL needs sm_90; the attribute is only set there */
+int s_pdl_ok() {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
+    return major >= 9;
 }
 
 int s_sm_count(int given) {
@@ -391,7 +504,8 @@ int decode_target(const attn_decode_params *p) {
     const int group = p->n_heads / p->n_kv_heads;
     const int tiles = (group + kMaxTile - 1) / kMaxTile;
     const int per_split = (p->n_kv_heads >> decode_hb_log2(p)) * tiles;   /* blocks per split, one sequence */
-    const int target = (kBlocksPerSm * sm + per_split - 1) / per_split;
+    /* rounded down: one split more than fits would leave a few blocks for a second wave that runs alone */
+    const int target = knobs().blocks_per_sm * sm / per_split;
     return target < 1 ? 1 : target;
 }
 
@@ -401,7 +515,7 @@ decode_geom decode_geometry(const attn_decode_params *p) {
     const int target = decode_target(p);
     int chunk = (L + target - 1) / target;
     chunk = (chunk + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
-    if (p->n_splits <= 0 && chunk < kChunkMin) chunk = kChunkMin;
+    if (p->n_splits <= 0 && chunk < knobs().chunk_min) chunk = knobs().chunk_min;
     g.chunk = chunk;
     g.splits = (L + chunk - 1) / chunk;
     if (g.splits > kReduceMaxSplits) {   /* forced tiny chunks: widen */
@@ -430,18 +544,40 @@ cudaError_t decode_launch_t(const attn_decode_params *p, decode_geom g, cudaStre
     const int hb_log2 = decode_hb_log2(p);
     dim3 grid((unsigned)((p->n_kv_heads >> hb_log2) * n_tiles), (unsigned)g.splits, (unsigned)p->n_seq);
     const size_t smem = decode_smem<T, D, GM, U>();
-    if (smem > 48 * 1024) {
+    /* the shared-memory opt-in once per instantiation and device (a benign race sets it twice) */
+    static std::atomic<unsigned long long> s_smem_set{0};
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+    const unsigned long long bit = 1ull << (dev & 63);
+    if (smem > 48 * 1024 && !(s_smem_set.load(std::memory_order_relaxed) & bit)) {
         cudaError_t e = cudaFuncSetAttribute(decode_chunk_kernel<T, D, GM, U>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
+        s_smem_set.fetch_or(bit, std::memory_order_relaxed);
     }
-    decode_chunk_kernel<T, D, GM, U><<<grid, kDecodeWarps * 32, smem, st>>>(*p, group, n_tiles, hb_log2, g.splits,
-                                                                          g.chunk, scale * kLog2e);
-    cudaError_t e = cudaGetLastError();
+    const int pdl = s_pdl_ok() ? knobs().pdl : 0;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kDecodeWarps * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = attr;
+    cfg.numAttrs = (pdl & 2) ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, decode_chunk_kernel<T, D, GM, U>, *p, group, n_tiles, hb_log2,
+                                       g.splits, g.chunk, scale * kLog2e, knobs().l2_prefetch);
+    if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess || g.splits == 1) return e;
     const long pairs = (long)p->n_seq * p->n_heads;
-    decode_reduce_kernel<<<(unsigned)((pairs + 3) / 4), 128, 0, st>>>(*p, D, g.splits, g.chunk);
-    return cudaGetLastError();
+    cfg.gridDim = dim3((unsigned)pairs);
+    cfg.blockDim = dim3(kReduceThreads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.numAttrs = (pdl & 1) ? 1 : 0;
+    e = cudaLaunchKernelEx(&cfg, decode_reduce_kernel, *p, D, g.splits, g.chunk);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    return e;
 }
 
 template <typename T, int D>
@@ -632,7 +768,7 @@ extern "C" size_t attn_decode_workspace_bytes(const attn_decode_params *p) {
     if (p->n_splits <= 0) {
         const size_t L = p->max_kv_len > 0 ? (size_t)p->max_kv_len : 1;
         size_t b = (size_t)decode_target(p);
-        const size_t c = (L + kChunkMin - 1) / kChunkMin;
+        const size_t c = (L + knobs().chunk_min - 1) / knobs().chunk_min;
         if (c < b) b = c;
         if (b > (size_t)kReduceMaxSplits) b = kReduceMaxSplits;
         if (b > splits) splits = b;

@@ -64,7 +64,8 @@ size_t attn_decode_workspace_bytes(const attn_decode_params *p);
 /* Split count the launcher will use for these parameters (>= 1), for benchmarks and tests. */
 int attn_decode_splits(const attn_decode_params *p);
 
-/* Enqueues the chunk and reduce kernels on stream. Returns cudaSuccess, cudaErrorInvalidValue for bad
+/* Enqueues the chunk and reduce kernels on stream (on sm_90 the reduce is a programmatic dependent launch of
+ * the chunk kernel; both are capturable in a CUDA graph). Returns cudaSuccess, cudaErrorInvalidValue for bad
  * parameters (unsupported head_dim or type, n_heads % n_kv_heads != 0, max_kv_len > n_ctx, workspace too
  * small), or the launch error. Kernel faults surface at the next synchronization as usual. */
 cudaError_t attn_decode_launch(const attn_decode_params *p, cudaStream_t stream);

@@ -4,10 +4,13 @@
  * Shapes: 32 query heads, 8 KV heads, head size 128, BF16 KV; batches and contexts from the command line.
  * The KV buffers are rotated (as many sets as make at least 1 GiB, memory allowing) so the L2 cache does not
  * serve them. Bytes counted: the K and V rows read (2 * batch * ctx * 8 * 128 * 2); time: median of CUDA event
- * pairs around single launches. The read-only ceiling: a streaming read kernel (16-byte loads, several in
+ * pairs around single launches, two ways: "queued" (all iterations enqueued back to back, one event pair around
+ * each call, so the host's enqueue time is not counted while the GPU is busy: what a captured graph sees) and
+ * "sync" (the host waits after every call, so each pair also holds the launch latency of an idle GPU). The read-only ceiling: a streaming read kernel (16-byte loads, several in
  * flight per thread) over a 4 GiB buffer, median of 20 runs.
  *
- * usage: zllm-attnbench [-b 1,16,64] [-c 1024,...] [-n iters] [-m max_gib] [--sweep]
+ * usage: zllm-attnbench [-b 1,16,64] [-c 1024,...] [-s B:L,B:L,...] [-n iters] [-m max_gib] [--sweep]
+ *   -s: only these (batch, context) pairs instead of the -b x -c table.
  *   --sweep: also forced split counts for batch 1 at 64k and batch 16 at 8k. */
 #include <cuda_bf16.h>
 #include <math.h>
@@ -108,7 +111,8 @@ static double measure_read_bw(int sm) {
 }
 
 struct result {
-    double us, gbs;
+    double us, gbs;    /* queued: median per-call time, bandwidth */
+    double us_sync;    /* synchronized per call: median time */
     int splits;
 };
 
@@ -171,6 +175,23 @@ static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits
         CK(cudaEventElapsedTime(&ms, a, b));
         if (it >= 5) t.push_back(ms);
     }
+    res->us_sync = median(t) * 1e3;
+    std::vector<cudaEvent_t> ev(2 * (size_t)(iters + 5));
+    for (auto &e : ev) CK(cudaEventCreate(&e));
+    for (int it = 0; it < iters + 5; it++) {
+        p.slot = slot + (size_t)(it % R) * B;
+        CK(cudaEventRecord(ev[2 * it]));
+        CK(attn_decode_launch(&p, 0));
+        CK(cudaEventRecord(ev[2 * it + 1]));
+    }
+    CK(cudaDeviceSynchronize());
+    t.clear();
+    for (int it = 5; it < iters + 5; it++) {
+        float ms;
+        CK(cudaEventElapsedTime(&ms, ev[2 * it], ev[2 * it + 1]));
+        t.push_back(ms);
+    }
+    for (auto &e : ev) cudaEventDestroy(e);
     res->us = median(t) * 1e3;
     res->gbs = set_bytes / (res->us * 1e-6) / 1e9;
     res->splits = attn_decode_splits(&p);
@@ -189,16 +210,29 @@ static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits
 int main(int argc, char **argv) {
     std::vector<long> batches = {1, 16, 64};
     std::vector<long> ctxs = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
+    std::vector<long> pairs;   /* -s: batch, context, batch, context, ... */
     int iters = 30, sweep = 0;
     double max_gib = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-b") && i + 1 < argc) batches = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "-c") && i + 1 < argc) ctxs = parse_list(argv[++i]);
+        else if (!strcmp(argv[i], "-s") && i + 1 < argc) {
+            for (const char *q = argv[++i]; *q;) {
+                char *e;
+                const long bb = strtol(q, &e, 10);
+                if (*e != ':') break;
+                const long ll = strtol(e + 1, &e, 10);
+                pairs.push_back(bb);
+                pairs.push_back(ll);
+                q = *e == ',' ? e + 1 : e;
+            }
+        }
         else if (!strcmp(argv[i], "-n") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-m") && i + 1 < argc) max_gib = atof(argv[++i]);
         else if (!strcmp(argv[i], "--sweep")) sweep = 1;
         else {
-            fprintf(stderr, "usage: %s [-b 1,16,64] [-c 1024,...] [-n iters] [-m max_gib] [--sweep]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-b 1,16,64] [-c 1024,...] [-s B:L,...] [-n iters] [-m max_gib] [--sweep]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -211,16 +245,32 @@ int main(int argc, char **argv) {
     printf("device: %s, %d SMs, L2 %d MiB, %.1f GiB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
            total_b / 1073741824.0);
     printf("read-only bandwidth (4 GiB streaming read, best shape): %.0f GB/s\n", rbw);
-    printf("%5s %7s %10s %6s %10s %8s %7s\n", "batch", "ctx", "KV_MB", "splits", "time_us", "GB/s", "%read");
-    for (long B : batches) {
-        for (long L : ctxs) {
+    printf("knobs: ZLLM_ATTN_PDL=%s ZLLM_ATTN_CHUNK_MIN=%s ZLLM_ATTN_BPS=%s\n", getenv("ZLLM_ATTN_PDL") ?: "-",
+           getenv("ZLLM_ATTN_CHUNK_MIN") ?: "-", getenv("ZLLM_ATTN_BPS") ?: "-");
+    printf("%5s %7s %10s %6s %10s %8s %7s %10s %7s\n", "batch", "ctx", "KV_MB", "splits", "time_us", "GB/s", "%read",
+           "sync_us", "%sync");
+    if (pairs.empty()) {
+        for (long B : batches)
+            for (long L : ctxs) {
+                pairs.push_back(B);
+                pairs.push_back(L);
+            }
+    }
+    if (pairs.size() >= 2) {   /* warm-up: the first shape of a process measured slower (run 1 of docs/perf.md) */
+        result w;
+        bench_shape((int)pairs[0], pairs[1], 5, max_bytes, 0, &w);
+    }
+    for (size_t pi = 0; pi + 1 < pairs.size(); pi += 2) {
+        const long B = pairs[pi], L = pairs[pi + 1];
+        {
             result r;
             const double mb = 2.0 * B * L * 8 * 128 * 2 / 1e6;
             if (!bench_shape((int)B, L, iters, max_bytes, 0, &r)) {
                 printf("%5ld %7ld %10.1f %6s %10s %8s %7s\n", B, L, mb, "-", "OOM", "-", "-");
                 continue;
             }
-            printf("%5ld %7ld %10.1f %6d %10.1f %8.0f %6.1f%%\n", B, L, mb, r.splits, r.us, r.gbs, 100.0 * r.gbs / rbw);
+            printf("%5ld %7ld %10.1f %6d %10.1f %8.0f %6.1f%% %10.1f %6.1f%%\n", B, L, mb, r.splits, r.us, r.gbs,
+                   100.0 * r.gbs / rbw, r.us_sync, 100.0 * (mb * 1e6 / (r.us_sync * 1e-6) / 1e9) / rbw);
             fflush(stdout);
         }
     }

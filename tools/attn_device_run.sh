@@ -2,19 +2,24 @@
 # tools/attn_device_run.sh: builds and runs the attention/sampling checks and benchmarks on a GPU machine
 # without make (no libzmq needed): nvcc on cuda/attention.cu, cuda/sample.cu and their tests only.
 # usage: bash tools/attn_device_run.sh OUTDIR [tests|bench|all] [extra zllm-attentionbench args]
-#   ZLLM_ATTN_VARIANTS="HB:BPS:CMIN ...": also benchmark builds with -DZLLM_ATTN_HEADS_PER_BLOCK=HB
-#   -DZLLM_ATTN_BLOCKS_PER_SM=BPS -DZLLM_ATTN_CHUNK_MIN=CMIN; ZLLM_ATTN_SKIP_SAMPLE=1 skips gpu_test_sample.
+#   ZLLM_ATTN_VARIANTS="HB:BPS:CMIN[:STAGES] ...": also benchmark builds with -DZLLM_ATTN_HEADS_PER_BLOCK=HB
+#     -DZLLM_ATTN_BLOCKS_PER_SM=BPS -DZLLM_ATTN_CHUNK_MIN=CMIN -DZLLM_ATTN_STAGES=STAGES (default 4)
+#   ZLLM_ATTN_ENV_VARIANTS="PDL=0,L2PF=2 CHUNK_MIN=512 ...": also run the default build with each set of
+#     run-time knobs (KEY=VAL sets ZLLM_ATTN_KEY; see cuda/attention.cu)
+#   variants run on ZLLM_ATTN_VARIANT_SHAPES (-s list; default: the shapes of issue 5's bar)
+#   ZLLM_ATTN_SKIP_SAMPLE=1 skips gpu_test_sample; ZLLM_ATTN_SKIP_TORCH=1 skips the PyTorch table.
 set -u
 out=${1:-/tmp/attn-out}; what=${2:-all}; shift 2 || true
 mkdir -p "$out" /tmp/attnb
 export PATH=/usr/local/cuda/bin:$PATH
 F="-O3 -lineinfo -std=c++17 -Icommon -Icuda -Itests -gencode arch=compute_90,code=sm_90"
+shapes=${ZLLM_ATTN_VARIANT_SHAPES:-1:65536,1:131072,16:4096,16:8192,64:1024,64:2048,64:4096}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,memory.total --format=csv,noheader
 t0=$SECONDS
 for v in ${ZLLM_ATTN_VARIANTS:-}; do
-    IFS=: read -r hb bps cm <<<"$v"
+    IFS=: read -r hb bps cm stg <<<"$v"
     nvcc $F -DZLLM_ATTN_HEADS_PER_BLOCK=$hb -DZLLM_ATTN_BLOCKS_PER_SM=$bps -DZLLM_ATTN_CHUNK_MIN=$cm \
-        -o /tmp/attnb/bench_$hb-$bps-$cm cuda/bench_attention.cu cuda/attention.cu &
+        -DZLLM_ATTN_STAGES=${stg:-4} -o /tmp/attnb/bench_${v//:/-} cuda/bench_attention.cu cuda/attention.cu &
 done
 nvcc $F -c cuda/attention.cu -o /tmp/attnb/attention.o & nvcc $F -c cuda/sample.cu -o /tmp/attnb/sample.o & wait
 nvcc $F -o /tmp/attnb/gpu_test_attention cuda/test_attention.cu /tmp/attnb/attention.o &
@@ -35,14 +40,26 @@ fi
 if [ "$what" != tests ]; then
     timeout 200 /tmp/attnb/zllm-attentionbench "$@" >"$out/bench.log" 2>&1; grep -v "^read kernel" "$out/bench.log"
     echo "bench: $((SECONDS - t0))s"
-    PYTHONUNBUFFERED=1 timeout 150 python3 tools/attn_bench_torch.py >"$out/torch.log" 2>&1; cat "$out/torch.log"
-    echo "torch: $((SECONDS - t0))s"
+    i=0
+    for ev in ${ZLLM_ATTN_ENV_VARIANTS:-}; do
+        i=$((i + 1))
+        echo "== run-time variant $ev"
+        envs=()
+        IFS=, read -ra kv <<<"$ev"
+        for a in "${kv[@]}"; do envs+=("ZLLM_ATTN_$a"); done
+        env "${envs[@]}" timeout 60 /tmp/attnb/zllm-attentionbench -n 15 -s "$shapes" >"$out/benchenv_$i.log" 2>&1
+        grep -v "^read kernel\|^device\|^read-only\|^batch" "$out/benchenv_$i.log"
+    done
     for v in ${ZLLM_ATTN_VARIANTS:-}; do
-        IFS=: read -r hb bps cm <<<"$v"
-        echo "== variant heads/block $hb, blocks/SM $bps, chunk min $cm"
-        timeout 60 /tmp/attnb/bench_$hb-$bps-$cm -n 15 >"$out/bench_$hb-$bps-$cm.log" 2>&1
-        grep -v "^read kernel\|^device\|^read-only\|^batch" "$out/bench_$hb-$bps-$cm.log"
+        echo "== build variant heads/block:blocks/SM:chunk min:stages $v"
+        timeout 60 /tmp/attnb/bench_${v//:/-} -n 15 -s "$shapes" >"$out/bench_${v//:/-}.log" 2>&1
+        grep -v "^read kernel\|^device\|^read-only\|^batch" "$out/bench_${v//:/-}.log"
     done
     echo "variants: $((SECONDS - t0))s"
+    if [ -z "${ZLLM_ATTN_SKIP_TORCH:-}" ]; then
+        PYTHONUNBUFFERED=1 timeout ${ZLLM_ATTN_TORCH_TIMEOUT:-150} python3 tools/attn_bench_torch.py "$@" >"$out/torch.log" 2>&1
+        cat "$out/torch.log"
+        echo "torch: $((SECONDS - t0))s"
+    fi
 fi
 exit $rc

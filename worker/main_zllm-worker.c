@@ -28,6 +28,7 @@
 #include <unistd.h>
 #include <zmq.h>
 #include "batcher.h"
+#include "stage.h"
 #include "engine.h"
 #include "model.h"
 #include "proto.h"
@@ -56,6 +57,8 @@ typedef struct {
     int heartbeat_ms;              /* heartbeat interval */
     int step_delay_ms;             /* fault injection / test pacing: sleep after each step (0: off) */
     int fail_at_step;              /* fault injection: step N reports an engine error (0: off) */
+    int stage, n_stages;           /* pipeline stage I of N (worker/stage.h); n_stages 0: no pipeline */
+    const char *group;             /* pipeline shm group name (--group) */
 } s_opts;
 
 typedef struct {
@@ -122,7 +125,10 @@ static void s_usage(FILE *f) {
             "  --threads N          CPU threads (default: all cores)\n"
             "  --heartbeat-ms MS    heartbeat interval (default 500)\n"
             "  --debug-step-delay-ms MS  sleep after every step (tests: slows streams down)\n"
-            "  --debug-fail-at-step N    step N fails as a device error would (tests: the fatal path)\n");
+            "  --debug-fail-at-step N    step N fails as a device error would (tests: the fatal path)\n"
+            "  --stage I/N          pipeline stage I of N (cpu; docs/pipeline.md): stage 0 talks to the broker,\n"
+            "                       stages 1..N-1 need no --broker and serve stage 0 through shared memory\n"
+            "  --group NAME         the pipeline's shared-memory group (the same for all its stages)\n");
 }
 
 /* parses a decimal int in [lo, hi]; returns 0 or -1 */
@@ -165,6 +171,8 @@ static int s_parse(int argc, char **argv, s_opts *o) {
         else if (!strcmp(a, "--heartbeat-ms")) bad = s_int(v, 10, 60000, &o->heartbeat_ms);
         else if (!strcmp(a, "--debug-step-delay-ms")) bad = s_int(v, 0, 10000, &o->step_delay_ms);
         else if (!strcmp(a, "--debug-fail-at-step")) bad = s_int(v, 0, INT_MAX, &o->fail_at_step);
+        else if (!strcmp(a, "--stage")) bad = stage_parse(v, &o->stage, &o->n_stages);
+        else if (!strcmp(a, "--group")) o->group = v;
         else {
             fprintf(stderr, "zllm-worker: unknown option %s\n", a);
             return -1;
@@ -174,8 +182,12 @@ static int s_parse(int argc, char **argv, s_opts *o) {
             return -1;
         }
     }
-    if (!o->broker || !o->model_path) {
+    if ((!o->broker && o->stage == 0) || !o->model_path) {
         s_usage(stderr);
+        return -1;
+    }
+    if (o->n_stages && (!o->group || strcmp(o->device, "cpu") != 0)) {
+        fprintf(stderr, "zllm-worker: --stage needs --group NAME and the cpu device\n");
         return -1;
     }
     if (name) {
@@ -496,7 +508,23 @@ int main(int argc, char **argv) {
     eo.n_ctx = w.o.n_ctx;
     eo.max_step_tokens = w.o.step_tokens;
     eo.threads = w.o.threads;
-    w.engine = engine_new(w.model, &eo, err, sizeof err);
+    stage_opts so;
+    memset(&so, 0, sizeof so);
+    so.group = w.o.group;
+    so.stage = w.o.stage;
+    so.n_stages = w.o.n_stages;
+    so.threads = w.o.threads;
+    so.term_on_failure = 1;   /* a dead stage while idle: leave the broker at once */
+    if (w.o.n_stages && w.o.stage > 0) {   /* a follower stage: no broker, no batcher */
+        s_log(&w, "pipeline stage %d/%d of group %s", w.o.stage, w.o.n_stages, w.o.group);
+        rc = stage_run_follower(w.model, &so, &s_stop, err, sizeof err) == 0 ? 0 : 1;
+        if (rc) s_log(&w, "pipeline stage %d/%d: %s", w.o.stage, w.o.n_stages, err);
+        goto done;
+    }
+    if (w.o.n_stages) s_log(&w, "pipeline stage 0/%d of group %s: waiting for the other stages", w.o.n_stages,
+                            w.o.group);
+    w.engine = w.o.n_stages ? stage_leader_new(w.model, &eo, &so, err, sizeof err)
+                            : engine_new(w.model, &eo, err, sizeof err);
     if (!w.engine) {
         s_log(&w, "engine: %s", err);
         goto fail;
@@ -521,6 +549,10 @@ int main(int argc, char **argv) {
           w.o.model_name, w.o.model_path, w.engine->device, w.engine->n_slots, w.engine->n_ctx,
           w.engine->max_batch, w.engine->max_step_tokens, w.o.broker);
     rc = s_run(&w) == 0 ? 0 : 1;
+    if (stage_leader_failed(w.engine)) {
+        s_log(&w, "pipeline group %s failed", w.o.group);
+        rc = 1;
+    }
     goto done;
 oom:
     s_log(&w, "out of memory");

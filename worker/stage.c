@@ -211,6 +211,7 @@ static void s_opts_defaults(const stage_opts *so, stage_opts *out) {
     if (out->attach_timeout_ms <= 0) out->attach_timeout_ms = 30000;
     if (out->dead_ms <= 0) out->dead_ms = 10000;
     if (out->ring_cap <= 0) out->ring_cap = 4;
+    if (out->micro_batches <= 0) out->micro_batches = 2;
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -225,6 +226,7 @@ typedef struct {
     const stage_transport_ops *tx; /* its operations */
     int ring_ret;                  /* return ring index */
     uint64_t step;                 /* steps run */
+    int micro;                     /* micro-batches per step (most) */
     s_monitor mon;                 /* heartbeat/peer monitor */
 } s_leader;
 
@@ -249,6 +251,50 @@ static int s_leader_fail(s_leader *L, const char *what, const char *why) {
     return -1;
 }
 
+/* the ids of s's history that travel (the sampler reads only the last repeat_last_n) */
+static int64_t s_hist_tail(const zl_seq *s) {
+    if (!s->samp || !s->history || s->n_history <= 0 || s->samp->repeat_last_n <= 0) return 0;
+    return s->n_history < s->samp->repeat_last_n ? s->n_history : s->samp->repeat_last_n;
+}
+
+/* the whole batch is checked before any micro-batch leaves: a bad entry in the second half must not fail the
+ * group after the first half went out (and the same slot in two halves would not be seen by either half) */
+static int s_leader_check(s_leader *L, const zl_seq *seqs, int n) {
+    zl_engine *b = &L->base;
+    int64_t rows = 0, hist = 0;
+    for (int i = 0; i < n; i++) {
+        const zl_seq *s = &seqs[i];
+        if (s->slot < 0 || s->slot >= b->n_slots || s->n_tokens < 1 || s->pos < 0 || !s->tokens ||
+            (int64_t)s->pos + s->n_tokens > b->n_ctx) {
+            snprintf(b->err, sizeof b->err, "step: seq %d: slot %d, pos %d + %d tokens out of range", i, s->slot,
+                     s->pos, s->n_tokens);
+            return -1;
+        }
+        for (int k = 0; k < i; k++)
+            if (seqs[k].slot == s->slot) {
+                snprintf(b->err, sizeof b->err, "step: slot %d appears twice", s->slot);
+                return -1;
+            }
+        for (int t = 0; t < s->n_tokens; t++)
+            if (s->tokens[t] < 0 || s->tokens[t] >= L->info.vocab) {
+                snprintf(b->err, sizeof b->err, "step: seq %d: token %d out of vocabulary", i, (int)s->tokens[t]);
+                return -1;
+            }
+        if (s->sample && s->samp && s->samp->temperature > 0.0f && !s->rng) {
+            snprintf(b->err, sizeof b->err, "step: seq %d samples with temperature but has no rng state", i);
+            return -1;
+        }
+        rows += s->n_tokens;
+        hist += s_hist_tail(s);
+    }
+    if (rows > b->max_step_tokens || hist > L->info.hist_cap) {
+        snprintf(b->err, sizeof b->err, "step: %lld tokens (most %d) or %lld history ids (most %d)",
+                 (long long)rows, b->max_step_tokens, (long long)hist, L->info.hist_cap);
+        return -1;
+    }
+    return 0;
+}
+
 static int s_leader_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
     s_leader *L = (s_leader *)eb;
     char err[256];
@@ -261,10 +307,29 @@ static int s_leader_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_
         return -1;
     }
     if (shm_group_aborted(L->g) != SHM_RUNNING) return s_leader_fail(L, "group", "aborted");
-    int n_micro = n >= 2 ? 2 : 1;
+    if (s_leader_check(L, seqs, n)) return -1;
+    int n_micro = n < L->micro ? n : L->micro;
+    /* micro-batch k is seqs [bnd[k], bnd[k+1]): cut where the running row count passes k/n_micro of the rows,
+     * so that a long prompt chunk does not leave the other parts nearly empty; each part keeps >= 1 sequence */
+    int bnd[STAGE_MAX * 4 + 1];
+    if (n_micro > STAGE_MAX * 4) n_micro = STAGE_MAX * 4;
+    int64_t total = 0, run = 0;
+    for (int i = 0; i < n; i++) total += seqs[i].n_tokens;
+    bnd[0] = 0;
+    bnd[n_micro] = n;
+    for (int k = 1, j = 0; k < n_micro; k++) {
+        while (j < n && run * n_micro < total * k) run += seqs[j++].n_tokens;
+        int lo_ok = bnd[k - 1] + 1, hi_ok = n - (n_micro - k);
+        bnd[k] = j < lo_ok ? lo_ok : j > hi_ok ? hi_ok : j;
+        if (bnd[k] != j) {   /* clamped: restart the running count at the cut */
+            j = bnd[k];
+            run = 0;
+            for (int i = 0; i < j; i++) run += seqs[i].n_tokens;
+        }
+    }
     uint64_t step = L->step++;
     for (int mi = 0; mi < n_micro; mi++) {
-        int lo = n * mi / n_micro, hi = n * (mi + 1) / n_micro;
+        int lo = bnd[mi], hi = bnd[mi + 1];
         stage_desc *d;
         float *hidden;
         if (L->tx->reserve(&L->link0, &d, &hidden, err, sizeof err)) return s_leader_fail(L, "send", err);
@@ -288,21 +353,15 @@ static int s_leader_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_
             if (s->samp) x->samp = *s->samp;
             x->has_rng = s->rng != NULL;
             if (s->rng) x->rng = *s->rng;
-            /* the sampler reads only the last repeat_last_n ids of the history */
-            int64_t tail = s->history && s->n_history > 0 && s->samp ? s->n_history : 0;
-            if (s->samp && tail > s->samp->repeat_last_n) tail = s->samp->repeat_last_n > 0 ? s->samp->repeat_last_n : 0;
-            if (nh + tail > L->info.hist_cap) {
-                snprintf(eb->err, sizeof eb->err, "step: history tails exceed %d ids", L->info.hist_cap);
-                return s_leader_fail(L, "send", eb->err);
-            }
+            int64_t tail = s_hist_tail(s);   /* fits: s_leader_check */
             x->hist_off = (int32_t)nh;
             x->n_hist = (int32_t)tail;
             if (tail) memcpy(hist + nh, s->history + (s->n_history - tail), (size_t)tail * 4);
             nh += tail;
-            rows += s->n_tokens > 0 ? s->n_tokens : 0;
+            rows += s->n_tokens;
         }
         d->n_hist = (int32_t)nh;
-        d->n_rows = (int32_t)(rows > L->info.max_step_tokens ? -1 : rows);
+        d->n_rows = (int32_t)rows;
         /* stage 0's layers write their output straight into the link's buffer */
         if (engine_step_hidden(L->local, seqs + lo, hi - lo, NULL, hidden, NULL, NULL) != 0) {
             snprintf(eb->err, sizeof eb->err, "%s", L->local->err);
@@ -317,7 +376,7 @@ static int s_leader_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_
         if (L->tx->publish(&L->link0, bytes, err, sizeof err)) return s_leader_fail(L, "send", err);
     }
     for (int mi = 0; mi < n_micro; mi++) {
-        int lo = n * mi / n_micro, hi = n * (mi + 1) / n_micro;
+        int lo = bnd[mi], hi = bnd[mi + 1];
         const void *p;
         uint64_t bytes;
         int rc;
@@ -348,6 +407,12 @@ static int s_leader_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_
 
 static const zl_engine_ops s_leader_ops = { s_leader_step, s_leader_destroy };
 
+int stage_leader_failed(const zl_engine *e) {
+    if (!e || e->ops != &s_leader_ops) return 0;
+    const s_leader *L = (const s_leader *)e;
+    return L->g && shm_group_aborted(L->g) == SHM_FAILED;
+}
+
 /* the group's rings for info in: 2 per link, then the return ring */
 static int s_specs(const s_info *in, int ring_cap, shm_ring_spec *sp) {
     int k = 0;
@@ -374,8 +439,9 @@ zl_engine *stage_leader_new(const zl_model *m, const zl_engine_opts *o, const st
     }
     stage_opts so;
     s_opts_defaults(so_in, &so);
-    if (so.ring_cap < 2 || so.ring_cap > 64) {
-        snprintf(err, errlen, "pipeline: ring_cap %d outside 2..64", so.ring_cap);
+    if (so.ring_cap < 2 || so.ring_cap > 64 || so.micro_batches > so.ring_cap) {
+        snprintf(err, errlen, "pipeline: ring_cap %d outside 2..64 or below micro_batches %d", so.ring_cap,
+                 so.micro_batches);
         return NULL;
     }
     s_leader *L = calloc(1, sizeof *L);
@@ -421,6 +487,7 @@ zl_engine *stage_leader_new(const zl_model *m, const zl_engine_opts *o, const st
     shm_group_set_dead_ms(L->g, so.dead_ms);
     L->link0 = (s_host_link){ L->g, 0, 1, sp[1].payload_bytes, in->dim, NULL };
     L->tx = &s_host_ops;
+    L->micro = so.micro_batches;
     L->ring_ret = nr - 1;
     if (shm_group_wait_members(L->g, so.attach_timeout_ms, err, errlen)) goto fail;
     if (s_monitor_start(&L->mon, L->g, so.term_on_failure, err, errlen)) goto fail;

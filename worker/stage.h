@@ -34,6 +34,9 @@ typedef struct {
     int attach_timeout_ms;         /* follower: wait for the leader's group; leader: for every follower (0: 30000) */
     int dead_ms;                   /* a peer silent this long is dead (0: 10000); dead pids are seen at once */
     int ring_cap;                  /* slots per ring, >= 2 (0: 4) */
+    int micro_batches;             /* leader: a step's batch is split into this many micro-batches of about equal
+                                    * rows, handed on one by one so that the stages overlap (0: 2; 1: none;
+                                    * at most ring_cap) */
     int term_on_failure;           /* leader: 1 sends SIGTERM to this process when the group fails while it idles
                                     * (a worker whose loop stops on SIGTERM then leaves the broker at once) */
 } stage_opts;
@@ -85,6 +88,8 @@ int stage_parse(const char *arg, int *stage, int *n_stages);
  * heartbeats in the group every 100 ms and checks its peers, so idle stages stay alive and notice deaths. */
 zl_engine *stage_leader_new(const zl_model *m, const zl_engine_opts *o, const stage_opts *so, char *err,
                             size_t errlen);
+/* 1 when e is a leader engine whose group failed (a dead peer, an aborted step); 0 otherwise */
+int stage_leader_failed(const zl_engine *e);
 /* A follower (so->stage >= 1): attaches to the group, builds its engine for its layers with the leader's
  * options, and serves micro-batches until the group shuts down (returns 0) or fails (returns -1 with a
  * message: dead peer, engine error, corrupt slot; the group is then aborted for everyone). Stops early, with
