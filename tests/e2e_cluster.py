@@ -28,6 +28,36 @@ def golden_ids():
         return [int(x) for x in f.read().split()]
 
 
+def golden_req(gold, k, mt):
+    """a greedy request whose prompt is BOS + the first k golden ids: its output must be gold[k:k + mt]"""
+    return {"tokens": [1] + gold[:k], "max_tokens": mt, "ignore_eos": True, "temperature": 0}
+
+
+def check_fault_finals(ck, t, ids, gold, stride, mt, t_fault, detect_s, what):
+    """After one of two workers was faulted (killed or stopped) at t_fault while request i (prompt = the first
+    stride*i golden ids, mt tokens) streamed: every request has exactly one final and nothing after it; those of
+    the faulted worker end `worker_failed` within detect_s of the fault, the others complete with golden ids.
+    Returns (errors, completed)."""
+    errors = ok = 0
+    for i, rid in enumerate(ids):
+        r = t.r[rid]
+        if not ck.ok(len(r["finals"]) == 1 and r["after"] == 0, "%s: exactly one final (%d, %d after)" % (
+                rid, len(r["finals"]), r["after"])):
+            continue
+        f = r["finals"][0]
+        if f.get("finish") == "error":
+            errors += 1
+            ck.ok(f.get("code") == "worker_failed", "%s: error code %s" % (rid, f.get("code")))
+            ck.ok(r["t_final"] - t_fault <= detect_s, "%s: error final %.2f s after the %s" % (
+                rid, r["t_final"] - t_fault, what))
+        else:
+            ok += 1
+            ck.ok(f.get("finish") == "length", "%s: finish %s" % (rid, f.get("finish")))
+            ck.ok(r["ids"] == gold[stride * i:stride * i + mt],
+                  "%s: golden output despite the other worker's %s" % (rid, what))
+    return errors, ok
+
+
 class Checks:
     """CHECK-style counting: ok(cond, msg) prints FAIL lines; report() prints 'N passed, N failed'."""
 

@@ -12,11 +12,7 @@ import msgpack
 import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_cluster import Cluster, Checks, Tracker, golden_ids, watchdog  # noqa: E402
-
-
-def golden_req(gold, k, mt):
-    return {"tokens": [1] + gold[:k], "max_tokens": mt, "ignore_eos": True, "temperature": 0}
+from e2e_cluster import Checks, Cluster, Tracker, golden_ids, golden_req, watchdog  # noqa: E402
 
 
 def test_overload_and_cancel(ck, gold):

@@ -10,11 +10,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_cluster import BIN, Cluster, Checks, Tracker, golden_ids, watchdog, zllm  # noqa: E402
-
-
-def golden_req(gold, k, mt):
-    return {"tokens": [1] + gold[:k], "max_tokens": mt, "ignore_eos": True, "temperature": 0}
+from e2e_cluster import BIN, Checks, Cluster, Tracker, golden_ids, golden_req, watchdog, zllm  # noqa: E402
 
 
 def main():

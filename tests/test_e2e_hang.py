@@ -8,13 +8,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_cluster import Cluster, Checks, Tracker, golden_ids, watchdog  # noqa: E402
+from e2e_cluster import Checks, Cluster, Tracker, check_fault_finals, golden_ids, golden_req, watchdog  # noqa: E402
 
 DETECT_S = 3.0 + 1.0   # the broker's detection bound plus scheduling slack
-
-
-def golden_req(gold, k, mt):
-    return {"tokens": [1] + gold[:k], "max_tokens": mt, "ignore_eos": True, "temperature": 0}
 
 
 def main():
@@ -36,22 +32,7 @@ def main():
         t_stop = time.monotonic()
         cl.send_signal("w2", signal.SIGSTOP)
         t.pump(25, lambda tr: tr.all_final(ids))
-        errors = ok = 0
-        for i, rid in enumerate(ids):
-            r = t.r[rid]
-            if not ck.ok(len(r["finals"]) == 1 and r["after"] == 0, "%s: exactly one final (%d, %d after)" % (
-                    rid, len(r["finals"]), r["after"])):
-                continue
-            f = r["finals"][0]
-            if f.get("finish") == "error":
-                errors += 1
-                ck.ok(f.get("code") == "worker_failed", "%s: code %s" % (rid, f.get("code")))
-                ck.ok(r["t_final"] - t_stop <= DETECT_S, "%s: hung worker found %.2f s after SIGSTOP" % (
-                    rid, r["t_final"] - t_stop))
-            else:
-                ok += 1
-                ck.ok(f.get("finish") == "length" and r["ids"] == gold[4 * i:4 * i + 150],
-                      "%s: the healthy worker's stream completed with golden ids" % rid)
+        errors, ok = check_fault_finals(ck, t, ids, gold, 4, 150, t_stop, DETECT_S, "SIGSTOP")
         ck.ok(errors >= 1 and ok >= 1, "hung worker's streams failed (%d), the others completed (%d)" % (errors, ok))
         st = cl.status()
         alive = {w["name"]: w.get("alive") for w in st.get("workers", [])}

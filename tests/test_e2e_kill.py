@@ -9,13 +9,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_cluster import Cluster, Checks, Tracker, golden_ids, watchdog  # noqa: E402
+from e2e_cluster import Checks, Cluster, Tracker, check_fault_finals, golden_ids, golden_req, watchdog  # noqa: E402
 
 DETECT_S = 3.0 + 1.0   # the broker's detection bound plus scheduling slack on a loaded CI machine
-
-
-def golden_req(gold, k, mt):
-    return {"tokens": [1] + gold[:k], "max_tokens": mt, "ignore_eos": True, "temperature": 0}
 
 
 def main():
@@ -37,22 +33,7 @@ def main():
         t_kill = time.monotonic()
         cl.kill("w1", signal.SIGKILL)
         t.pump(25, lambda tr: tr.all_final(ids))
-        errors = ok = 0
-        for i, rid in enumerate(ids):
-            r = t.r[rid]
-            if not ck.ok(len(r["finals"]) == 1 and r["after"] == 0, "%s: exactly one final (%d, %d after)" % (
-                    rid, len(r["finals"]), r["after"])):
-                continue
-            f = r["finals"][0]
-            if f.get("finish") == "error":
-                errors += 1
-                ck.ok(f.get("code") == "worker_failed", "%s: error code %s" % (rid, f.get("code")))
-                ck.ok(r["t_final"] - t_kill <= DETECT_S, "%s: error final %.2f s after the kill" % (
-                    rid, r["t_final"] - t_kill))
-            else:
-                ok += 1
-                ck.ok(f.get("finish") == "length", "%s: finish %s" % (rid, f.get("finish")))
-                ck.ok(r["ids"] == gold[5 * i:5 * i + 150], "%s: golden output despite the other worker's death" % rid)
+        errors, ok = check_fault_finals(ck, t, ids, gold, 5, 150, t_kill, DETECT_S, "kill")
         ck.ok(errors >= 1 and ok >= 1, "the killed worker's streams failed (%d), the others completed (%d)" % (
             errors, ok))
         st = cl.status()
