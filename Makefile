@@ -93,6 +93,12 @@ $(BUILD)/bin/%: $(BUILD)/obj/main_%.o $(LIB) $(CUDA_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(CUDA_LIB) $(LIB) $(LDLIBS)
 
+# zllm-deploy forks the GPU workers: it links no CUDA (nor ZeroMQ) library, so no device runtime is ever
+# initialized in the supervisor and every forked worker starts clean (tools/main_zllm-deploy.c)
+$(BUILD)/bin/zllm-deploy: $(BUILD)/obj/main_zllm-deploy.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIB)
+
 # main_NAME.c may live in any LIB_DIR: find its object
 define MAIN_RULE
 $(BUILD)/obj/main_$(patsubst main_%.c,%,$(notdir $(1))).o: $(1) $$(FLAGS_STAMP)

@@ -17,8 +17,10 @@
 
 struct bk_zap {
     void *rep;                  /* REP bound to inproc://zeromq.zap.01 */
-    uint8_t (*keys)[32];        /* [n_keys] allowed client public keys (binary) */
+    uint8_t (*keys)[32];        /* [n_keys] allowed public keys (binary): clients, then workers */
     int n_keys;
+    int n_client_keys;          /* keys[0, n_client_keys) answer domain "zllm"; the rest "zllm-workers" */
+    int has_workers;            /* 1 after bk_zap_add_workers */
     uint64_t accepted, refused;
 };
 
@@ -71,28 +73,34 @@ int bk_read_key(const char *path, char z85[41], char *err, size_t errlen) {
     return 0;
 }
 
-bk_zap *bk_zap_new(void *ctx, const char *allow_dir, char *err, size_t errlen) {
-    bk_zap *z = calloc(1, sizeof *z);
-    DIR *d = NULL;
-    if (!z) { zerr(err, errlen, "out of memory"); return NULL; }
-    if (!zmq_has("curve")) { zerr(err, errlen, "this libzmq has no CURVE support"); goto fail; }
-    z->keys = calloc(ZAP_MAX_KEYS, 32);
-    if (!z->keys) { zerr(err, errlen, "out of memory"); goto fail; }
-    d = opendir(allow_dir);
-    if (!d) { zerr(err, errlen, "%s: %s", allow_dir, strerror(errno)); goto fail; }
+/* appends every *.pub key of allow_dir; 0, or -1 with a message (also for a directory without keys) */
+static int load_dir(bk_zap *z, const char *allow_dir, char *err, size_t errlen) {
+    int n0 = z->n_keys;
+    DIR *d = opendir(allow_dir);
+    if (!d) { zerr(err, errlen, "%s: %s", allow_dir, strerror(errno)); return -1; }
     struct dirent *e;
     while ((e = readdir(d))) {
         size_t n = strlen(e->d_name);
         if (n < 5 || strcmp(e->d_name + n - 4, ".pub") != 0) continue;
         char path[4096], z85[41], kerr[256];
         snprintf(path, sizeof path, "%s/%s", allow_dir, e->d_name);
-        if (bk_read_key(path, z85, kerr, sizeof kerr) != 0) { zerr(err, errlen, "%s", kerr); goto fail; }
-        if (z->n_keys >= ZAP_MAX_KEYS) { zerr(err, errlen, "%s: more than %d keys", allow_dir, ZAP_MAX_KEYS); goto fail; }
+        if (bk_read_key(path, z85, kerr, sizeof kerr) != 0) { zerr(err, errlen, "%s", kerr); closedir(d); return -1; }
+        if (z->n_keys >= ZAP_MAX_KEYS) { zerr(err, errlen, "%s: more than %d keys", allow_dir, ZAP_MAX_KEYS); closedir(d); return -1; }
         zmq_z85_decode(z->keys[z->n_keys++], z85);
     }
     closedir(d);
-    d = NULL;
-    if (z->n_keys == 0) { zerr(err, errlen, "%s: no *.pub client keys (the allow-list would refuse everyone)", allow_dir); goto fail; }
+    if (z->n_keys == n0) { zerr(err, errlen, "%s: no *.pub keys (the allow-list would refuse everyone)", allow_dir); return -1; }
+    return 0;
+}
+
+bk_zap *bk_zap_new(void *ctx, const char *allow_dir, char *err, size_t errlen) {
+    bk_zap *z = calloc(1, sizeof *z);
+    if (!z) { zerr(err, errlen, "out of memory"); return NULL; }
+    if (!zmq_has("curve")) { zerr(err, errlen, "this libzmq has no CURVE support"); goto fail; }
+    z->keys = calloc(ZAP_MAX_KEYS, 32);
+    if (!z->keys) { zerr(err, errlen, "out of memory"); goto fail; }
+    if (load_dir(z, allow_dir, err, errlen) != 0) goto fail;
+    z->n_client_keys = z->n_keys;
     z->rep = zmq_socket(ctx, ZMQ_REP);
     if (!z->rep) { zerr(err, errlen, "zap socket: %s", zmq_strerror(errno)); goto fail; }
     int linger = 0;
@@ -103,9 +111,18 @@ bk_zap *bk_zap_new(void *ctx, const char *allow_dir, char *err, size_t errlen) {
     }
     return z;
 fail:
-    if (d) closedir(d);
     bk_zap_destroy(&z);
     return NULL;
+}
+
+int bk_zap_add_workers(bk_zap *z, const char *dir, char *err, size_t errlen) {
+    if (z->has_workers) { zerr(err, errlen, "the workers' allow-list is already loaded"); return -1; }
+    if (load_dir(z, dir, err, errlen) != 0) {
+        z->n_keys = z->n_client_keys;
+        return -1;
+    }
+    z->has_workers = 1;
+    return 0;
 }
 
 void *bk_zap_socket(bk_zap *z) { return z->rep; }
@@ -135,11 +152,15 @@ int bk_zap_handle(bk_zap *z) {
             else { zmq_msg_close(&m); overflow = 1; }
         }
         /* request: version, request id, domain, address, identity, mechanism, credentials... */
-        int ok = !overflow && nf >= 7 && frame_is(&f[0], "1.0") && frame_is(&f[2], BK_ZAP_DOMAIN) &&
-                 frame_is(&f[5], "CURVE") && zmq_msg_size(&f[6]) == 32;
+        int ok = !overflow && nf >= 7 && frame_is(&f[0], "1.0") && frame_is(&f[5], "CURVE") && zmq_msg_size(&f[6]) == 32;
+        /* the domain picks the list: clients' keys for "zllm" (and, without a workers' list, for both sockets),
+         * workers' keys only for "zllm-workers" */
+        int k0 = 0, k1 = 0;
+        if (ok && frame_is(&f[2], BK_ZAP_DOMAIN)) k1 = z->n_client_keys;
+        else if (ok && z->has_workers && frame_is(&f[2], BK_ZAP_DOMAIN_WORKERS)) { k0 = z->n_client_keys; k1 = z->n_keys; }
         if (ok) {
             ok = 0;
-            for (int i = 0; i < z->n_keys && !ok; i++)
+            for (int i = k0; i < k1 && !ok; i++)
                 if (memcmp(z->keys[i], zmq_msg_data(&f[6]), 32) == 0) ok = 1;
         }
         if (ok) z->accepted++; else z->refused++;

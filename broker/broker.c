@@ -1091,10 +1091,12 @@ static int setup_socket(broker *b, void *s, int max_frame, int hwm, const char *
     zmq_setsockopt(s, ZMQ_HANDSHAKE_IVL, &hs, sizeof hs);
     if (curve) {
         char sec[41], cerr[256];
+        /* curve 2: the worker socket with its own allow-list (its own ZAP domain) */
+        const char *dom = curve == 2 ? BK_ZAP_DOMAIN_WORKERS : BK_ZAP_DOMAIN;
         if (bk_read_key(b->cfg.curve_secret, sec, cerr, sizeof cerr) != 0) { berr(err, errlen, "%s", cerr); return -1; }
         if (zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
             zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, sec, 40) != 0 ||
-            zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, BK_ZAP_DOMAIN, strlen(BK_ZAP_DOMAIN)) != 0) {
+            zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, dom, strlen(dom)) != 0) {
             berr(err, errlen, "CURVE setup: %s", zmq_strerror(errno));
             return -1;
         }
@@ -1127,10 +1129,14 @@ broker *broker_new(const bk_config *c, char *err, size_t errlen) {
     b->ctx = zmq_ctx_new();
     if (!b->ctx) { berr(err, errlen, "zmq_ctx_new failed"); goto fail; }
     int curve = c->curve_secret != NULL;
+    /* fail closed: asking for CURVE on the worker socket without keys must not silently serve plain text */
+    if (c->curve_workers && !curve) { berr(err, errlen, "--curve-workers needs --curve-secret and --curve-allow"); goto fail; }
+    if (c->curve_allow_workers && !c->curve_workers) { berr(err, errlen, "--curve-allow-workers needs --curve-workers"); goto fail; }
     if (curve) {
         if (!c->curve_allow) { berr(err, errlen, "--curve-secret needs --curve-allow DIR"); goto fail; }
         b->zap = bk_zap_new(b->ctx, c->curve_allow, err, errlen);
         if (!b->zap) goto fail;
+        if (c->curve_allow_workers && bk_zap_add_workers(b->zap, c->curve_allow_workers, err, errlen) != 0) goto fail;
     }
     b->cs = zmq_socket(b->ctx, ZMQ_ROUTER);
     b->ws = zmq_socket(b->ctx, ZMQ_ROUTER);
@@ -1139,7 +1145,7 @@ broker *broker_new(const bk_config *c, char *err, size_t errlen) {
     zmq_setsockopt(b->ws, ZMQ_ROUTER_HANDOVER, &handover, sizeof handover);
     if (setup_socket(b, b->cs, PROTO_CLIENT_MAX_FRAME, (int)c->client_hwm, c->clients_ep, b->cs_ep, sizeof b->cs_ep, curve, err, errlen) ||
         setup_socket(b, b->ws, PROTO_WORKER_MAX_FRAME, 100000, c->workers_ep, b->ws_ep, sizeof b->ws_ep,
-                     curve && c->curve_workers, err, errlen))
+                     curve && c->curve_workers ? (c->curve_allow_workers ? 2 : 1) : 0, err, errlen))
         goto fail;
     return b;
 fail:

@@ -31,6 +31,8 @@ typedef struct {
     const char *curve_secret;     /* Z85 secret key file: enables CURVE on the client socket, or NULL */
     const char *curve_allow;      /* directory of allowed client *.pub files (required with curve_secret) */
     int curve_workers;            /* 1: the worker socket requires CURVE too (same allow-list) */
+    const char *curve_allow_workers; /* with curve_workers: directory of allowed worker *.pub files, a list of
+                                        their own (client keys then cannot register workers), or NULL */
     int verbose;                  /* 1: log events to stderr */
 } bk_config;
 

@@ -57,6 +57,25 @@ struct zl_engine {
      * tables stay complete) (engine_step_hidden then fails). Returns 0 or -1 with e->err set. */
     int (*step_hidden)(zl_engine *e, const zl_seq *seqs, int n, const float *h_in, float *h_out,
                        int32_t *out_tokens, float *out_logits);
+    /* Asynchronous steps ("lanes", docs/pipeline.md), optional like step_hidden (NULL: the engine is driven
+     * synchronously through step). A lane is an independent group of sequences with at most one step in
+     * flight; the caller keeps several lanes' steps in flight so that the stages of a pipeline all work.
+     * lanes: the most steps the engine keeps in flight at once (0 or 1: only synchronous steps; the stage
+     * leader says 2); lane ids are 0..lanes-1.
+     * step_submit: starts a step of seqs on `lane` (which must have no step in flight) and returns without
+     * waiting for its tokens. The seqs array and everything it points to (tokens, history, samp, rng) belong to
+     * the caller and must stay valid and unchanged until the step is collected; the engine writes the advanced
+     * generator states into *rng by the collect at the latest. A slot may appear in at most one step in flight
+     * (its KV positions are written in submission order, so its next step must wait for the collect). Returns 0,
+     * or -1 with e->err set: bad arguments or a lane already in flight (nothing started, the engine stays
+     * usable), or a device/peer error (the caller must exit).
+     * step_collect: waits for `lane`'s step and writes out_tokens[n] (n and order as submitted; -1 where sample
+     * was 0). Steps are collected in the order they were submitted: collecting another lane first fails with -1
+     * and changes nothing. Returns 0, or -1 with e->err set (as step). step() must not be called while a
+     * submitted step is not collected. */
+    int lanes;
+    int (*step_submit)(zl_engine *e, const zl_seq *seqs, int n, int lane);
+    int (*step_collect)(zl_engine *e, int lane, int32_t *out_tokens);
 };
 
 typedef struct {
@@ -91,6 +110,26 @@ static inline int engine_step_hidden(zl_engine *e, const zl_seq *s, int n, const
         return -1;
     }
     return e->step_hidden(e, s, n, h_in, h_out, tok, logits);
+}
+/* the most steps e keeps in flight (1 for an engine without step_submit/step_collect) */
+static inline int engine_lanes(const zl_engine *e) {
+    return e->step_submit && e->step_collect && e->lanes > 1 ? e->lanes : 1;
+}
+/* starts a step on a lane (see zl_engine.step_submit); -1 with e->err when the backend has no lanes */
+static inline int engine_step_submit(zl_engine *e, const zl_seq *s, int n, int lane) {
+    if (!e->step_submit || !e->step_collect) {
+        snprintf(e->err, sizeof e->err, "the %s backend does not run asynchronous steps", e->device);
+        return -1;
+    }
+    return e->step_submit(e, s, n, lane);
+}
+/* waits for a lane's step (see zl_engine.step_collect); -1 with e->err when the backend has no lanes */
+static inline int engine_step_collect(zl_engine *e, int lane, int32_t *tok) {
+    if (!e->step_submit || !e->step_collect) {
+        snprintf(e->err, sizeof e->err, "the %s backend does not run asynchronous steps", e->device);
+        return -1;
+    }
+    return e->step_collect(e, lane, tok);
 }
 /* idempotent; sets *e to NULL */
 void engine_destroy(zl_engine **e);

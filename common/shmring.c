@@ -402,6 +402,13 @@ void shm_group_set_dead_ms(shm_group *g, int ms) {
     if (g) g->dead_ms = ms;
 }
 
+int shm_group_member_gone(const shm_group *g, int member) {
+    if (!g || member < 0 || (uint32_t)member >= g->h->n_members || member >= SHM_MAX_MEMBERS) return -1;
+    const s_member *mb = &g->h->members[member];
+    if (__atomic_load_n(&mb->state, __ATOMIC_ACQUIRE) == 2) return 1;
+    return s_pid_alive(__atomic_load_n(&mb->pid, __ATOMIC_ACQUIRE)) ? 0 : 1;
+}
+
 void shm_group_destroy(shm_group **gp) {
     if (!gp || !*gp) return;
     shm_group *g = *gp;

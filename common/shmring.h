@@ -59,6 +59,10 @@ int shm_group_rings(const shm_group *g);
 /* a member is considered dead when its heartbeat is older than this (default 10000 ms); pids are checked on
  * every slice whatever this is */
 void shm_group_set_dead_ms(shm_group *g, int ms);
+/* 1 when member `member` has left the group (shm_group_destroy'd its mapping) or its process is gone, 0 while
+ * it is attached and alive, or -1 for a bad index. Lets an owner of resources shared with that member (CUDA IPC
+ * buffers) free them only after the member closed its handles. */
+int shm_group_member_gone(const shm_group *g, int member);
 /* Unmaps; the creator also unlinks /NAME if it still names this generation's segment. Idempotent. */
 void shm_group_destroy(shm_group **g);
 /* Unlinks /NAME whatever it holds (operators: clearing a dead group). 0, or -1 if there was none. */

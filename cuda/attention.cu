@@ -20,7 +20,14 @@
  * benchmarking, read once per process (so the split count stays a function of the device, the head layout
  * and max_kv_len): ZLLM_ATTN_PDL (bit 0: reduce as PDL dependent, bit 1: chunk kernel too; default 1),
  * ZLLM_ATTN_CHUNK_MIN (keys, rounded up to 64), ZLLM_ATTN_BPS (split target in blocks per SM), ZLLM_ATTN_L2PF
- * (steps past the cp.async ring whose K/V rows one lane per team bulk-prefetches into L2 on sm_90; 0: off). */
+ * (steps past the cp.async ring whose K/V rows one lane per team bulk-prefetches into L2 on sm_90; 0: off),
+ * ZLLM_ATTN_PERSIST (1: the persistent kernel below instead of chunk + reduce), ZLLM_ATTN_CHUNK_MAX (most keys
+ * per split, 0: no cap), ZLLM_ATTN_SKIP_REDUCE (diagnostic: no split merge at all, wrong results).
+ * Persistent kernel (decode_stream_kernel, ZLLM_ATTN_STAGES_P ring stages): same items and per-item arithmetic
+ * as the chunk kernel, the grid at most the resident blocks, each block a contiguous range of the non-empty
+ * items with its cp.async ring running across item boundaries, the splits merged by the last-arriving block of
+ * each row (arrival counters zeroed by a memset node per launch) with its own fixed arithmetic. Not the default:
+ * see docs/notes-attn.md for its measurements. */
 #include "attention.h"
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -41,6 +48,18 @@ constexpr int kChunkAlign = 64;     /* split boundaries are multiples of this */
 #define ZLLM_ATTN_STAGES 4
 #endif
 constexpr int kStages = ZLLM_ATTN_STAGES;   /* decode prefetch depth: tiles in flight per thread (cp.async ring) */
+#ifndef ZLLM_ATTN_STAGES_P
+#define ZLLM_ATTN_STAGES_P 3
+#endif
+/* ring depth of the persistent kernel: its team-merge area is separate from the ring, so 4 stages of the llama
+ * shape (80 KiB) would leave room for only 2 blocks per SM; 3 keeps 3 (64 KiB each) */
+constexpr int kStagesP = ZLLM_ATTN_STAGES_P;
+#ifndef ZLLM_ATTN_CHUNK_MAX
+#define ZLLM_ATTN_CHUNK_MAX 0
+#endif
+/* most keys per split for long contexts (0: no cap, the default: a cap of 512 made batch 1 at 64k-128k 5-7%
+ * slower, docs/notes-attn.md) */
+constexpr int kChunkMax = ZLLM_ATTN_CHUNK_MAX;
 constexpr int kMaxTile = 8;         /* query heads served per block (a GQA group larger than this is tiled) */
 constexpr int kReduceMaxSplits = 2048;
 #ifndef ZLLM_ATTN_BLOCKS_PER_SM
@@ -64,6 +83,10 @@ struct decode_knobs {
     int chunk_min;       /* fewest keys per split, multiple of kChunkAlign */
     int blocks_per_sm;   /* split target: blocks per SM for one sequence */
     int l2_prefetch;     /* steps ahead of the cp.async ring that K/V rows are bulk-prefetched into L2; 0: off */
+    int persist;         /* 0: chunk kernel, one block per item (default); 1: persistent kernel */
+    int chunk_max;       /* most keys per split when the split target would make them longer; 0: no cap */
+    int skip_reduce;     /* diagnostic only: 1 launches no reduce kernel and skips the persistent kernel's split
+                            merge (multi-split results are then wrong) */
 };
 
 int env_int(const char *name, int dflt, int lo, int hi) {
@@ -83,6 +106,13 @@ const decode_knobs &knobs() {
                       kChunkAlign;
         r.blocks_per_sm = env_int("ZLLM_ATTN_BPS", kBlocksPerSm, 1, 64);
         r.l2_prefetch = env_int("ZLLM_ATTN_L2PF", ZLLM_ATTN_L2PF, 0, 64);
+        r.persist = env_int("ZLLM_ATTN_PERSIST", 0, 0, 1);
+        r.chunk_max = env_int("ZLLM_ATTN_CHUNK_MAX", kChunkMax, 0, 1 << 20);
+        if (r.chunk_max > 0) {
+            r.chunk_max = (r.chunk_max + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
+            if (r.chunk_max < r.chunk_min) r.chunk_max = r.chunk_min;
+        }
+        r.skip_reduce = env_int("ZLLM_ATTN_SKIP_REDUCE", 0, 0, 1);
         return r;
     }();
     return k;
@@ -390,16 +420,409 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
     }
 }
 
-/* ---- decode reduce kernel: one block of 128 threads per (sequence, query head) ----
- * Thread t owns float4 column c = t % (D / 4) of the head and the splits s = g, g + G, ... (g = t / (D / 4),
- * G = 512 / D groups); every warp computes the same log-sum-exp max and weight sum over all splits (same code,
- * same order, so the same bits), the groups add their partial sums in smem in group order. The result depends
- * only on the row's partials and the split count. */
-constexpr int kReduceThreads = 128;
+/* ---- persistent decode kernel ("stream") ----
+ * The same work items as the chunk kernel above, item = (sequence, KV head x query-head tile, split), each with
+ * exactly the chunk kernel's per-item arithmetic (same teams, keys per team, U, fma order and team merge). The
+ * grid is at most the resident blocks. The non-empty items (split start < the row's kv_len) are numbered in
+ * row-major order (sequence, KV head x tile, split) and block b takes the contiguous range [b T / G,
+ * (b + 1) T / G) of the T non-empty items (T and the ranges are computed on the device from kv_len, so a graph
+ * captured at max_kv_len balances whatever lengths it replays with): a block streams long runs of consecutive
+ * splits of the same rows, and its cp.async ring runs ACROSS item boundaries (an "issue" cursor walks the same
+ * items ST - 1 steps ahead of the "compute" cursor), so it never drains its copies between items. The team merge
+ * uses its own shared area after the ring (the ring is still in flight then).
+ * Splits are merged inside this kernel (no reduce kernel): each item writes its partial to the workspace; at
+ * the end of a run of consecutive splits of one row the block adds the run's length to the row's arrival
+ * counter (zeroed by a memset node before every launch), and the block that completes the count merges the
+ * row with a fixed arithmetic (stream_merge_row: log-sum-exp max and weight sum over the splits, then each
+ * column folded in split order), so a row's output does not depend on which block arrives last, on the
+ * assignment or on the batch (batch invariance). The per-item partials are bit-identical to the chunk kernel's;
+ * the merge's arithmetic differs from the reduce kernel's (the two kernels agree to rounding, not to the bit).
+ * Measured slower than chunk + reduce on the H100 at every bar shape (docs/notes-attn.md): opt-in only. */
+constexpr int kReduceThreads = 128;      /* fewest threads per reduce block */
+constexpr int kReduceMaxThreads = 512;   /* most: many splits get more groups, <= 8 loads per thread */
 
-__global__ void __launch_bounds__(kReduceThreads)
+/* threads of a reduce block: (D / 4) float4 columns x G split groups; a function of D and the split count only */
+int reduce_threads(int D, int splits) {
+    const int cols = D / 4;
+    int t = kReduceThreads;
+    while (t < kReduceMaxThreads && (t / cols) * 8 < splits) t *= 2;
+    return t;
+}
+
+/* non-empty splits of sequence seq (0 for kv_len 0) */
+__device__ __forceinline__ int stream_ns(const attn_decode_params &p, int seq, int splits, int chunk) {
+    const int len = max(0, min(p.kv_len[seq], splits * chunk));
+    return len > 0 ? (len + chunk - 1) / chunk : 0;
+}
+
+struct stream_cursor {
+    long left;        /* items of this block's range not yet reached, including the current one */
+    int seq, x, split;
+    int ns;           /* non-empty splits of seq */
+    int k0, k1, nit;  /* the current item's key range and steps */
+    int step;         /* next step to issue (issue cursor only) */
+};
+
+__device__ __forceinline__ void stream_item(const attn_decode_params &p, stream_cursor &c, int splits, int chunk,
+                                            int ksu) {
+    const int len = max(0, min(p.kv_len[c.seq], splits * chunk));
+    c.k0 = c.split * chunk;
+    c.k1 = min(c.k0 + chunk, len);
+    c.nit = (c.k1 - c.k0 + ksu - 1) / ksu;
+    c.step = 0;
+}
+
+/* places c at non-empty item number first (row-major order) with left items to walk */
+__device__ __forceinline__ void stream_start(const attn_decode_params &p, stream_cursor &c, long first, long left,
+                                             int n_x, int splits, int chunk, int ksu) {
+    c.left = left;
+    if (left <= 0) return;
+    long cum = 0;
+    for (int seq = 0; seq < p.n_seq; seq++) {
+        const int ns = stream_ns(p, seq, splits, chunk);
+        const long w = (long)ns * n_x;
+        if (first < cum + w) {
+            const long within = first - cum;
+            c.seq = seq;
+            c.ns = ns;
+            c.x = (int)(within / ns);
+            c.split = (int)(within - (long)c.x * ns);
+            stream_item(p, c, splits, chunk, ksu);
+            return;
+        }
+        cum += w;
+    }
+    c.left = 0;   /* not reached: first < T */
+}
+
+/* the next non-empty item */
+__device__ __forceinline__ void stream_next(const attn_decode_params &p, stream_cursor &c, int n_x, int splits,
+                                            int chunk, int ksu) {
+    if (--c.left <= 0) return;
+    if (++c.split >= c.ns) {
+        c.split = 0;
+        if (++c.x >= n_x) {
+            c.x = 0;
+            do {
+                c.seq++;
+                c.ns = c.seq < p.n_seq ? stream_ns(p, c.seq, splits, chunk) : 1;
+            } while (c.ns == 0);
+            if (c.seq >= p.n_seq) {
+                c.left = 0;
+                return;
+            }
+        }
+    }
+    stream_item(p, c, splits, chunk, ksu);
+}
+
+/* merges the splits of query heads [h0, h0 + gcount) of sequence seq from the workspace into out: warp w takes
+ * heads w, w + 4, ...; the warp computes the log-sum-exp max and weight sum lane-strided over the splits (xor
+ * trees), then each lane folds one float4 column over the splits in increasing order. Fixed arithmetic: the
+ * result depends only on the row's partials. The partials come from other blocks: read through L2 (__ldcg)
+ * after the arrival counter's fences. */
+template <int D>
+__device__ void stream_merge_row(const attn_decode_params &p, int seq, int h0, int gcount, int splits, int ns) {
+    constexpr int cols = D / 4;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
+    const float *ws_o = reinterpret_cast<const float *>(p.workspace);
+    const float *ws_lse = ws_o + (long)p.n_seq * p.n_heads * splits * D;
+    for (int h = warp; h < gcount; h += kDecodeWarps) {
+        const long pair = (long)seq * p.n_heads + h0 + h;
+        const float *lse = ws_lse + pair * splits;
+        float mx = -INFINITY;
+        for (int s = lane; s < ns; s += 32) mx = fmaxf(mx, __ldcg(lse + s));
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        float wsum = 0.f;
+        for (int s = lane; s < ns; s += 32) wsum += exp2f(__ldcg(lse + s) - mx);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, off);
+        const float inv = 1.f / wsum;
+        float4 *out = reinterpret_cast<float4 *>(p.out + (long)seq * out_stride + (long)(h0 + h) * D);
+        for (int c = lane; c < cols; c += 32) {
+            const float4 *po = reinterpret_cast<const float4 *>(ws_o + pair * splits * D) + c;
+            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+            for (int s = 0; s < ns; s++) {
+                const float w = exp2f(__ldcg(lse + s) - mx);
+                const float4 o = __ldcg(po + (long)s * cols);
+                acc.x = fmaf(w, o.x, acc.x);
+                acc.y = fmaf(w, o.y, acc.y);
+                acc.z = fmaf(w, o.z, acc.z);
+                acc.w = fmaf(w, o.w, acc.w);
+            }
+            out[c] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+        }
+    }
+}
+
+template <typename T, int D, int GM, int U, int ST>
+__global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
+decode_stream_kernel(attn_decode_params p, int group, int n_tiles, int splits, int chunk, float qscale, int *cnt) {
+    using S = decode_shape<T, D>;
+    constexpr int VEC = S::VEC, TPK = S::TPK, NV = S::NV, E = S::E, KPW = S::KPW, NT = S::NT;
+    static_assert(D % (VEC * TPK) == 0, "head size");
+    constexpr int NTH = kDecodeWarps * 32;
+    constexpr int KS = NT;   /* one KV head per block: every team works on the same head */
+    constexpr int KSU = KS * U;
+    extern __shared__ uint4 s_ring[];                  /* [ST][U][NV][K,V][thread], per-thread slots */
+    float *s_m = reinterpret_cast<float *>(s_ring + (size_t)ST * U * NV * 2 * NTH);   /* [NT][GM] */
+    float *s_l = s_m + NT * GM;                        /* [NT][GM] */
+    float *s_o = s_l + NT * GM;                        /* [NT][GM][D] */
+    __shared__ int s_last;                             /* this block merges the row */
+
+    pdl_wait();
+    pdl_trigger();
+    const int n_x = p.n_kv_heads * n_tiles;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int team = warp * KPW + lane / TPK;
+    const int sub = team;
+    const int r = lane % TPK;
+    const long row_stride = (long)p.n_kv_heads * D;
+    const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
+    const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
+    float *ws_o = reinterpret_cast<float *>(p.workspace);
+    float *ws_lse = ws_o + (long)p.n_seq * p.n_heads * splits * D;
+    const T *kc = reinterpret_cast<const T *>(p.k_cache);
+    const T *vc = reinterpret_cast<const T *>(p.v_cache);
+
+    /* rows of kv_len 0 get zeros (sequences spread over the blocks) */
+    long total = 0;   /* T: non-empty items */
+    for (int seq = 0; seq < p.n_seq; seq++) {
+        const int ns = stream_ns(p, seq, splits, chunk);
+        total += (long)ns * n_x;
+        if (ns == 0 && seq % gridDim.x == blockIdx.x) {
+            float *o = p.out + (long)seq * out_stride;
+            for (int i = threadIdx.x; i < p.n_heads * D; i += blockDim.x) o[i] = 0.f;
+        }
+    }
+    const long first = (long)blockIdx.x * total / gridDim.x;
+    const long count = (long)(blockIdx.x + 1) * total / gridDim.x - first;
+
+    stream_cursor ci, cs;   /* compute and issue cursors over the same items */
+    stream_start(p, ci, first, count, n_x, splits, chunk, KSU);
+    stream_start(p, cs, first, count, n_x, splits, chunk, KSU);
+    long is_base = 0;       /* element offset of the issue item's (slot, KV head) */
+    if (cs.left > 0) is_base = (long)p.slot[cs.seq] * p.n_ctx * row_stride + (long)(cs.x / n_tiles) * D;
+    int gi = 0;             /* ring steps issued (committed groups) */
+    auto issue = [&]() {
+        if (cs.left > 0) {
+            uint4 *slot = s_ring + (size_t)(gi % ST) * U * NV * 2 * NTH;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int key = cs.k0 + cs.step * KSU + u * KS + sub;
+                if (key < cs.k1) {
+#pragma unroll
+                    for (int v = 0; v < NV; v++) {
+                        const long off = is_base + key * row_stride + (r + v * TPK) * VEC;
+                        cp_async16(slot + ((u * NV + v) * 2 + 0) * NTH + threadIdx.x, kc + off);
+                        cp_async16(slot + ((u * NV + v) * 2 + 1) * NTH + threadIdx.x, vc + off);
+                    }
+                }
+            }
+            if (++cs.step >= cs.nit) {
+                const int old_seq = cs.seq, old_x = cs.x;
+                stream_next(p, cs, n_x, splits, chunk, KSU);
+                if (cs.left > 0 && (cs.seq != old_seq || cs.x != old_x))
+                    is_base = (long)p.slot[cs.seq] * p.n_ctx * row_stride + (long)(cs.x / n_tiles) * D;
+            }
+        }
+        cp_async_commit();
+        gi++;
+    };
+#pragma unroll
+    for (int st = 0; st < ST - 1; st++) issue();
+
+    int g = 0;              /* ring steps consumed */
+    int run = 0;            /* items of the current row done since this block last counted them */
+    while (ci.left > 0) {
+        const int seq = ci.seq;
+        const int hg = ci.x / n_tiles;
+        const int tile = ci.x - hg * n_tiles;
+        const int gcount = min(GM, group - tile * GM);
+        const int h0 = hg * group + tile * GM;
+        const int split = ci.split;
+        float q[GM][E];
+        const float *qrow = p.q + (long)seq * q_stride + (long)h0 * D;
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+#pragma unroll
+            for (int v = 0; v < NV; v++) {
+#pragma unroll
+                for (int j = 0; j < VEC; j += 4) {
+                    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+                    if (h < gcount) x = *reinterpret_cast<const float4 *>(qrow + h * D + (r + v * TPK) * VEC + j);
+                    q[h][v * VEC + j + 0] = x.x * qscale;
+                    q[h][v * VEC + j + 1] = x.y * qscale;
+                    q[h][v * VEC + j + 2] = x.z * qscale;
+                    q[h][v * VEC + j + 3] = x.w * qscale;
+                }
+            }
+        }
+        float m[GM], l[GM], acc[GM][E];
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+            m[h] = -INFINITY;
+            l[h] = 0.f;
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[h][e] = 0.f;
+        }
+        const int k0 = ci.k0, k1 = ci.k1;
+        for (int it = 0; it < ci.nit; it++, g++) {
+            issue();
+            cp_async_wait<ST - 1>();
+            const int kb = k0 + it * KSU;
+            const uint4 *slot = s_ring + (size_t)(g % ST) * U * NV * 2 * NTH;
+            uint4 kr[U][NV], vr[U][NV];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+#pragma unroll
+                for (int v = 0; v < NV; v++) {
+                    kr[u][v] = slot[((u * NV + v) * 2 + 0) * NTH + threadIdx.x];
+                    vr[u][v] = slot[((u * NV + v) * 2 + 1) * NTH + threadIdx.x];
+                }
+            }
+            float s[U][GM];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float kf[E];
+#pragma unroll
+                for (int v = 0; v < NV; v++) cvt_any<T>(kr[u][v], kf + v * VEC);
+#pragma unroll
+                for (int h = 0; h < GM; h++) {
+                    float a = 0.f;
+#pragma unroll
+                    for (int e = 0; e < E; e++) a = fmaf(q[h][e], kf[e], a);
+                    s[u][h] = a;
+                }
+            }
+#pragma unroll
+            for (int off = TPK / 2; off > 0; off >>= 1) {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+#pragma unroll
+                    for (int h = 0; h < GM; h++) s[u][h] += __shfl_xor_sync(0xffffffffu, s[u][h], off);
+                }
+            }
+            float vf[U][E];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const bool valid = kb + u * KS + sub < k1;
+                if (!valid) {
+#pragma unroll
+                    for (int h = 0; h < GM; h++) s[u][h] = -INFINITY;
+                }
+#pragma unroll
+                for (int v = 0; v < NV; v++) {
+                    if (valid) cvt_any<T>(vr[u][v], vf[u] + v * VEC);
+                    else {
+#pragma unroll
+                        for (int j = 0; j < VEC; j++) vf[u][v * VEC + j] = 0.f;
+                    }
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < GM; h++) {
+                float mx = m[h];
+#pragma unroll
+                for (int u = 0; u < U; u++) mx = fmaxf(mx, s[u][h]);
+                const float ms = mx == -INFINITY ? 0.f : mx;
+                const float alpha = exp2f(m[h] - ms);
+                float pu[U];
+                float ps = 0.f;
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    pu[u] = exp2f(s[u][h] - ms);
+                    ps += pu[u];
+                }
+                l[h] = l[h] * alpha + ps;
+#pragma unroll
+                for (int e = 0; e < E; e++) {
+                    float a = acc[h][e] * alpha;
+#pragma unroll
+                    for (int u = 0; u < U; u++) a = fmaf(pu[u], vf[u][e], a);
+                    acc[h][e] = a;
+                }
+                m[h] = mx;
+            }
+        }
+
+        /* team merge, as in the chunk kernel; the first barrier keeps the previous item's readers out */
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+            if (r == 0) {
+                s_m[team * GM + h] = m[h];
+                s_l[team * GM + h] = l[h];
+            }
+#pragma unroll
+            for (int v = 0; v < NV; v++) {
+#pragma unroll
+                for (int j = 0; j < VEC; j++)
+                    s_o[(team * GM + h) * D + (r + v * TPK) * VEC + j] = acc[h][v * VEC + j];
+            }
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < gcount * D; idx += blockDim.x) {
+            const int h = idx / D, d = idx - h * D;
+            float mx = -INFINITY;
+            for (int sI = 0; sI < KS; sI++) mx = fmaxf(mx, s_m[sI * GM + h]);
+            const float ms = mx == -INFINITY ? 0.f : mx;
+            float lsum = 0.f, o = 0.f;
+            for (int sI = 0; sI < KS; sI++) {
+                const float f = exp2f(s_m[sI * GM + h] - ms);
+                lsum += s_l[sI * GM + h] * f;
+                o += s_o[(sI * GM + h) * D + d] * f;
+            }
+            const int head = h0 + h;
+            if (splits == 1) {
+                p.out[(long)seq * out_stride + (long)head * D + d] = lsum > 0.f ? o / lsum : 0.f;
+            } else {
+                const long pi = ((long)seq * p.n_heads + head) * splits + split;
+                ws_o[pi * D + d] = o / lsum;
+                if (d == 0) ws_lse[pi] = mx + log2f(lsum);
+            }
+        }
+        const int row_x = ci.x, row_ns = ci.ns;
+        stream_next(p, ci, n_x, splits, chunk, KSU);
+        if (splits > 1) run++;
+        if (splits > 1 && cnt && (ci.left <= 0 || ci.seq != seq || ci.x != row_x)) {
+            /* this block's run of consecutive splits of the row ends: publish its partials and count them in
+             * one atomic; the block that completes the row's count merges it. Every writer fences before the
+             * barrier, the counting thread fences again after seeing the final count. */
+            __threadfence();
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                int *c = cnt + (long)seq * n_x + row_x;
+                const int old = atomicAdd(c, run);
+                s_last = old + run == row_ns;
+                if (s_last) {
+                    __threadfence();
+                    *c = 0;   /* left clean (the launcher zeroes the counters before every launch anyway) */
+                }
+            }
+            __syncthreads();
+            if (s_last) {
+                __threadfence();
+                stream_merge_row<D>(p, seq, h0, gcount, splits, row_ns);
+            }
+            run = 0;
+        }
+    }
+    cp_async_wait<0>();
+}
+
+/* ---- decode reduce kernel: one block of 128..512 threads per (sequence, query head) ----
+ * Thread t owns float4 column c = t % (D / 4) of the head and the splits s = g, g + G, ... (g = t / (D / 4),
+ * G = threads / (D / 4) groups); every warp computes the same log-sum-exp max and weight sum over all splits
+ * (same code, same order, so the same bits), the groups add their partial sums in smem in group order. The
+ * block size follows D and the split count only (reduce_threads), so the result depends only on the row's
+ * partials and the split count. */
+__global__ void __launch_bounds__(kReduceMaxThreads)
 decode_reduce_kernel(attn_decode_params p, int D, int splits, int chunk) {
-    __shared__ float4 s_part[kReduceThreads];
+    __shared__ float4 s_part[kReduceMaxThreads];
     pdl_wait();   /* the chunk grid's partials are complete and visible past this point */
     const long pair = blockIdx.x;
     const int seq = (int)(pair / p.n_heads), head = (int)(pair - (long)seq * p.n_heads);
@@ -407,7 +830,7 @@ decode_reduce_kernel(attn_decode_params p, int D, int splits, int chunk) {
     float *out = p.out + (long)seq * out_stride + (long)head * D;
     const int len = max(0, min(p.kv_len[seq], splits * chunk));
     const int ns = len > 0 ? (len + chunk - 1) / chunk : 0;
-    const int cols = D >> 2, G = kReduceThreads / cols;
+    const int cols = D >> 2, G = (int)blockDim.x / cols;
     const int c = threadIdx.x % cols, g = threadIdx.x / cols;
     if (ns == 0) {
         if (g == 0) reinterpret_cast<float4 *>(out)[c] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -509,12 +932,20 @@ int decode_target(const attn_decode_params *p) {
     return target < 1 ? 1 : target;
 }
 
+/* workspace: split partials ([n_seq][n_heads][splits][D] outputs, then [n_seq][n_heads][splits] log-sum-exps),
+ * then the persistent kernel's arrival counters ([n_seq][n_heads] ints, at most one per row it merges) */
+size_t ws_partial_bytes(const attn_decode_params *p, int splits) {
+    return (size_t)p->n_seq * p->n_heads * splits * ((size_t)p->head_dim + 1) * sizeof(float);
+}
+size_t ws_counter_bytes(const attn_decode_params *p) { return (size_t)p->n_seq * p->n_heads * sizeof(int); }
+
 decode_geom decode_geometry(const attn_decode_params *p) {
     decode_geom g;
     const int L = p->max_kv_len > 0 ? p->max_kv_len : 1;
     const int target = decode_target(p);
     int chunk = (L + target - 1) / target;
     chunk = (chunk + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
+    if (p->n_splits <= 0 && knobs().chunk_max > 0 && chunk > knobs().chunk_max) chunk = knobs().chunk_max;
     if (p->n_splits <= 0 && chunk < knobs().chunk_min) chunk = knobs().chunk_min;
     g.chunk = chunk;
     g.splits = (L + chunk - 1) / chunk;
@@ -535,6 +966,56 @@ template <typename T, int D, int GM, int U> constexpr size_t decode_smem() {
     return ring > merge ? ring : merge;
 }
 
+/* dynamic shared memory of the persistent kernel: the ring plus its own team-merge area */
+template <typename T, int D, int GM, int U> constexpr size_t stream_smem() {
+    constexpr int VEC = vec_traits<T>::VEC;
+    constexpr int TPK = D / VEC < 32 ? D / VEC : 32;
+    constexpr int NV = D / (VEC * TPK);
+    return (size_t)kStagesP * U * NV * 2 * kDecodeWarps * 32 * 16 +
+           sizeof(float) * (size_t)decode_shape<T, D>::NT * GM * (2 + D);
+}
+
+/* grid of the persistent kernel: all of n_items when they fit in the resident slots; else the largest count in
+ * [slots / 2, slots] that divides n_items (full-length rows then give every block the same work), else slots */
+long stream_grid(long n_items, long slots) {
+    if (n_items <= slots) return n_items;
+    for (long g = slots; g >= slots / 2 && g > 0; g--)
+        if (n_items % g == 0) return g;
+    return slots;
+}
+
+/* the shared-memory opt-in once per kernel and device (a benign race sets it twice); for the persistent kernel
+ * also its resident blocks per SM, cached (occ, 0 = unknown) */
+template <typename K> cudaError_t smem_opt_in(K kernel, size_t smem, std::atomic<unsigned long long> &set_bits,
+                                               std::atomic<int> *occ) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+    const unsigned long long bit = 1ull << (dev & 63);
+    if (!(set_bits.load(std::memory_order_relaxed) & bit)) {
+        if (smem > 48 * 1024) {
+            cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e != cudaSuccess) return e;
+        }
+        if (occ) {
+            int nb = 0;
+            cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kernel, kDecodeWarps * 32, smem);
+            if (e != cudaSuccess) return e;
+            occ[dev & 63].store(nb > 0 ? nb : 1, std::memory_order_relaxed);
+        }
+        set_bits.fetch_or(bit, std::memory_order_relaxed);
+    }
+    return cudaSuccess;
+}
+
+/* the persistent kernel serves this launch: chosen by the params, else the process-wide knob; never with the
+ * multi-head build knob (it serves one KV head per block) */
+int decode_use_stream(const attn_decode_params *p) {
+    if (kMaxHeadsPerBlock > 1) return 0;
+    if (p->kernel == 1) return 0;
+    if (p->kernel == 2) return 1;
+    return knobs().persist;
+}
+
 template <typename T, int D, int GM>
 cudaError_t decode_launch_t(const attn_decode_params *p, decode_geom g, cudaStream_t st) {
     constexpr int U = (GM >= 8 || (D >= 256 && sizeof(T) == 4)) ? 2 : 4;
@@ -543,17 +1024,27 @@ cudaError_t decode_launch_t(const attn_decode_params *p, decode_geom g, cudaStre
     const float scale = p->scale > 0.f ? p->scale : 1.0f / sqrtf((float)D);
     const int hb_log2 = decode_hb_log2(p);
     dim3 grid((unsigned)((p->n_kv_heads >> hb_log2) * n_tiles), (unsigned)g.splits, (unsigned)p->n_seq);
-    const size_t smem = decode_smem<T, D, GM, U>();
-    /* the shared-memory opt-in once per instantiation and device (a benign race sets it twice) */
-    static std::atomic<unsigned long long> s_smem_set{0};
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
-    const unsigned long long bit = 1ull << (dev & 63);
-    if (smem > 48 * 1024 && !(s_smem_set.load(std::memory_order_relaxed) & bit)) {
-        cudaError_t e = cudaFuncSetAttribute(decode_chunk_kernel<T, D, GM, U>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-        s_smem_set.fetch_or(bit, std::memory_order_relaxed);
+    const long n_items = (long)g.splits * p->n_seq * p->n_kv_heads * n_tiles;
+    const bool stream = decode_use_stream(p) && hb_log2 == 0 && n_items < (1l << 30);
+    const size_t smem = stream ? stream_smem<T, D, GM, U>() : decode_smem<T, D, GM, U>();
+    static std::atomic<unsigned long long> s_smem_set{0}, s_smem_set_p{0};
+    static std::atomic<int> s_occ[64];
+    cudaError_t oe = stream ? smem_opt_in(decode_stream_kernel<T, D, GM, U, kStagesP>, smem, s_smem_set_p, s_occ)
+                            : smem_opt_in(decode_chunk_kernel<T, D, GM, U>, smem, s_smem_set, nullptr);
+    if (oe != cudaSuccess) return oe;
+    int *cnt = nullptr;
+    if (stream) {   /* grid: the resident blocks, or fewer (stream_grid) */
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+        const long slots = (long)s_occ[dev & 63].load(std::memory_order_relaxed) * s_sm_count(0);
+        grid = dim3((unsigned)stream_grid(n_items, slots));
+        if (g.splits > 1 && !knobs().skip_reduce) {
+            /* the arrival counters start at zero in every launch: a memset node in the same stream (the kernel
+             * also leaves them at zero, but a fresh or reused workspace holds anything) */
+            cnt = reinterpret_cast<int *>(static_cast<char *>(p->workspace) + ws_partial_bytes(p, g.splits));
+            cudaError_t me = cudaMemsetAsync(cnt, 0, ws_counter_bytes(p), st);
+            if (me != cudaSuccess) return me;
+        }
     }
     const int pdl = s_pdl_ok() ? knobs().pdl : 0;
     cudaLaunchAttribute attr[1];
@@ -566,13 +1057,19 @@ cudaError_t decode_launch_t(const attn_decode_params *p, decode_geom g, cudaStre
     cfg.stream = st;
     cfg.attrs = attr;
     cfg.numAttrs = (pdl & 2) ? 1 : 0;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, decode_chunk_kernel<T, D, GM, U>, *p, group, n_tiles, hb_log2,
-                                       g.splits, g.chunk, scale * kLog2e, knobs().l2_prefetch);
+    cudaError_t e;
+    if (stream)
+        e = cudaLaunchKernelEx(&cfg, decode_stream_kernel<T, D, GM, U, kStagesP>, *p, group, n_tiles, g.splits,
+                               g.chunk, scale * kLog2e, cnt);
+    else
+        e = cudaLaunchKernelEx(&cfg, decode_chunk_kernel<T, D, GM, U>, *p, group, n_tiles, hb_log2, g.splits,
+                               g.chunk, scale * kLog2e, knobs().l2_prefetch);
     if (e == cudaSuccess) e = cudaGetLastError();
-    if (e != cudaSuccess || g.splits == 1) return e;
+    /* the persistent kernel merges the splits itself */
+    if (e != cudaSuccess || g.splits == 1 || stream || knobs().skip_reduce) return e;
     const long pairs = (long)p->n_seq * p->n_heads;
     cfg.gridDim = dim3((unsigned)pairs);
-    cfg.blockDim = dim3(kReduceThreads);
+    cfg.blockDim = dim3((unsigned)reduce_threads(D, g.splits));
     cfg.dynamicSmemBytes = 0;
     cfg.numAttrs = (pdl & 1) ? 1 : 0;
     e = cudaLaunchKernelEx(&cfg, decode_reduce_kernel, *p, D, g.splits, g.chunk);
@@ -768,12 +1265,16 @@ extern "C" size_t attn_decode_workspace_bytes(const attn_decode_params *p) {
     if (p->n_splits <= 0) {
         const size_t L = p->max_kv_len > 0 ? (size_t)p->max_kv_len : 1;
         size_t b = (size_t)decode_target(p);
+        if (knobs().chunk_max > 0) {   /* the cap: at most ceil(L / chunk_max) splits beyond the target */
+            const size_t cm = (L + knobs().chunk_max - 1) / knobs().chunk_max;
+            if (cm > b) b = cm;
+        }
         const size_t c = (L + knobs().chunk_min - 1) / knobs().chunk_min;
         if (c < b) b = c;
         if (b > (size_t)kReduceMaxSplits) b = kReduceMaxSplits;
         if (b > splits) splits = b;
     }
-    return (size_t)p->n_seq * p->n_heads * splits * ((size_t)p->head_dim + 1) * sizeof(float);
+    return ws_partial_bytes(p, (int)splits) + ws_counter_bytes(p);
 }
 
 extern "C" int attn_decode_splits(const attn_decode_params *p) {
@@ -785,7 +1286,7 @@ extern "C" cudaError_t attn_decode_launch(const attn_decode_params *p, cudaStrea
     if (!decode_params_ok(p)) return cudaErrorInvalidValue;
     decode_geom g = decode_geometry(p);
     if (g.splits > 1) {
-        const size_t need = (size_t)p->n_seq * p->n_heads * g.splits * ((size_t)p->head_dim + 1) * sizeof(float);
+        const size_t need = ws_partial_bytes(p, g.splits) + ws_counter_bytes(p);
         if (!p->workspace || p->workspace_bytes < need) return cudaErrorInvalidValue;
     }
     switch (p->kv_type) {

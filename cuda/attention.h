@@ -1,8 +1,11 @@
 /* cuda/attention.h: attention kernels of the CUDA engine.
  *
- * Decode: split-K flash decoding. A chunk kernel runs over (sequence, KV head, split): each block loads a
- * chunk of the sequence's K/V once and serves every query head of that GQA group from it, keeping a running
- * (max, sum, output) in f32; a reduce kernel merges the splits' partials through log-sum-exp. The split
+ * Decode: split-K flash decoding. Work items are (sequence, KV head, split): each loads a chunk of the
+ * sequence's K/V once and serves every query head of that GQA group from it, keeping a running (max, sum,
+ * output) in f32; a reduce kernel merges the splits' partials through log-sum-exp. By default a chunk kernel
+ * runs one block per item; a persistent kernel (as many blocks as are resident, each walking a range of items
+ * with its copy pipeline running across them and merging the splits itself) is selectable (measurements in
+ * docs/notes-attn.md). The split
  * count follows the multiprocessor count and max_kv_len, never the actual lengths, which are read from
  * device memory at run time: a launch captured in a CUDA graph serves any kv_len <= max_kv_len, and splits
  * past a sequence's length exit at once.
@@ -54,6 +57,10 @@ typedef struct {
     int sm_count;              /* multiprocessors of the device, sizes the split count; 0: read from the current
                                   device (a cached attribute query, safe during capture) */
     int n_splits;              /* 0: chosen from sm_count, n_seq, n_kv_heads and max_kv_len; > 0 forces it (tests) */
+    int kernel;                /* 0: the default (the chunk kernel, or the persistent one with ZLLM_ATTN_PERSIST=1);
+                                  1: the chunk kernel, one block per (split, sequence, head), then the reduce
+                                  kernel; 2: the persistent kernel (splits merged inside it). Each is batch
+                                  invariant on its own; they agree to rounding, not to the bit */
 } attn_decode_params;
 
 /* Bytes of workspace a decode launch with these parameters needs, and also enough for the same parameters
@@ -65,7 +72,8 @@ size_t attn_decode_workspace_bytes(const attn_decode_params *p);
 int attn_decode_splits(const attn_decode_params *p);
 
 /* Enqueues the chunk and reduce kernels on stream (on sm_90 the reduce is a programmatic dependent launch of
- * the chunk kernel; both are capturable in a CUDA graph). Returns cudaSuccess, cudaErrorInvalidValue for bad
+ * the chunk kernel), or with the persistent kernel a memset of its arrival counters and the kernel; all of it
+ * capturable in a CUDA graph. Returns cudaSuccess, cudaErrorInvalidValue for bad
  * parameters (unsupported head_dim or type, n_heads % n_kv_heads != 0, max_kv_len > n_ctx, workspace too
  * small), or the launch error. Kernel faults surface at the next synchronization as usual. */
 cudaError_t attn_decode_launch(const attn_decode_params *p, cudaStream_t stream);

@@ -10,8 +10,14 @@
  * flight per thread) over a 4 GiB buffer, median of 20 runs.
  *
  * usage: zllm-attnbench [-b 1,16,64] [-c 1024,...] [-s B:L,B:L,...] [-n iters] [-m max_gib] [--sweep]
+ *                       [-K kernel] [-f splits] [--hm]
  *   -s: only these (batch, context) pairs instead of the -b x -c table.
- *   --sweep: also forced split counts for batch 1 at 64k and batch 16 at 8k. */
+ *   --sweep: also forced split counts for batch 1 at 64k and batch 16 at 8k.
+ *   -K: attn_decode_params.kernel (0 default, 1 chunk kernel, 2 persistent kernel).
+ *   -f: force this split count on every shape.
+ *   --hm: head-major emulation, the same bytes and split count as a contiguous per-head layout: batch B runs as
+ *     B * 8 sequences of 1 KV head and 4 query heads (each (sequence, head) its own contiguous slab), with the
+ *     split count forced to the one the real shape gets. */
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
@@ -58,6 +64,9 @@ __global__ void fill_f32(float *p, size_t n, uint64_t seed) {
         p[i] = (float)((z >> 40) * (1.0 / 8388608.0)) - 1.0f;
     }
 }
+
+static int s_kernel = 0;   /* -K */
+static int s_hm = 0;       /* --hm */
 
 static double median(std::vector<float> v) {
     std::sort(v.begin(), v.end());
@@ -118,7 +127,24 @@ struct result {
 
 /* times decode attention at batch B, context L; n_splits 0: automatic. Returns false when it does not fit. */
 static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits, result *res) {
-    const int H = 32, KVH = 8, D = 128;
+    int H = 32, KVH = 8;
+    const int D = 128;
+    if (s_hm) {   /* same bytes, one KV head per sequence, split count of the real shape */
+        attn_decode_params r;
+        memset(&r, 0, sizeof r);
+        r.kv_type = ATTN_KV_BF16;
+        r.n_seq = B;
+        r.n_heads = H;
+        r.n_kv_heads = KVH;
+        r.head_dim = D;
+        r.n_ctx = (int)L;
+        r.max_kv_len = (int)L;
+        r.n_splits = n_splits;
+        n_splits = attn_decode_splits(&r);
+        B *= KVH;
+        H /= KVH;
+        KVH = 1;
+    }
     const double set_bytes = 2.0 * B * L * KVH * D * 2;
     if (set_bytes > max_bytes) return false;
     int R = (int)std::min(64.0, std::max(1.0, ceil((1.0 * (1 << 30)) / set_bytes)));
@@ -156,6 +182,7 @@ static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits
     p.n_ctx = (int)L;
     p.max_kv_len = (int)L;
     p.n_splits = n_splits;
+    p.kernel = s_kernel;
     const size_t wsb = attn_decode_workspace_bytes(&p);
     void *ws;
     CK(cudaMalloc(&ws, wsb));
@@ -211,7 +238,7 @@ int main(int argc, char **argv) {
     std::vector<long> batches = {1, 16, 64};
     std::vector<long> ctxs = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
     std::vector<long> pairs;   /* -s: batch, context, batch, context, ... */
-    int iters = 30, sweep = 0;
+    int iters = 30, sweep = 0, force = 0;
     double max_gib = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-b") && i + 1 < argc) batches = parse_list(argv[++i]);
@@ -230,9 +257,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-n") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-m") && i + 1 < argc) max_gib = atof(argv[++i]);
         else if (!strcmp(argv[i], "--sweep")) sweep = 1;
+        else if (!strcmp(argv[i], "-K") && i + 1 < argc) s_kernel = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-f") && i + 1 < argc) force = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--hm")) s_hm = 1;
         else {
-            fprintf(stderr, "usage: %s [-b 1,16,64] [-c 1024,...] [-s B:L,...] [-n iters] [-m max_gib] [--sweep]\n",
-                    argv[0]);
+            fprintf(stderr, "usage: %s [-b 1,16,64] [-c 1024,...] [-s B:L,...] [-n iters] [-m max_gib] [--sweep] "
+                    "[-K kernel] [-f splits] [--hm]\n", argv[0]);
             return 2;
         }
     }
@@ -245,8 +275,11 @@ int main(int argc, char **argv) {
     printf("device: %s, %d SMs, L2 %d MiB, %.1f GiB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
            total_b / 1073741824.0);
     printf("read-only bandwidth (4 GiB streaming read, best shape): %.0f GB/s\n", rbw);
-    printf("knobs: ZLLM_ATTN_PDL=%s ZLLM_ATTN_CHUNK_MIN=%s ZLLM_ATTN_BPS=%s\n", getenv("ZLLM_ATTN_PDL") ?: "-",
-           getenv("ZLLM_ATTN_CHUNK_MIN") ?: "-", getenv("ZLLM_ATTN_BPS") ?: "-");
+    printf("knobs: ZLLM_ATTN_PDL=%s ZLLM_ATTN_CHUNK_MIN=%s ZLLM_ATTN_BPS=%s ZLLM_ATTN_PERSIST=%s "
+           "ZLLM_ATTN_CHUNK_MAX=%s ZLLM_ATTN_SKIP_REDUCE=%s; -K %d -f %d%s\n", getenv("ZLLM_ATTN_PDL") ?: "-",
+           getenv("ZLLM_ATTN_CHUNK_MIN") ?: "-", getenv("ZLLM_ATTN_BPS") ?: "-", getenv("ZLLM_ATTN_PERSIST") ?: "-",
+           getenv("ZLLM_ATTN_CHUNK_MAX") ?: "-", getenv("ZLLM_ATTN_SKIP_REDUCE") ?: "-", s_kernel, force,
+           s_hm ? " --hm (head-major emulation)" : "");
     printf("%5s %7s %10s %6s %10s %8s %7s %10s %7s\n", "batch", "ctx", "KV_MB", "splits", "time_us", "GB/s", "%read",
            "sync_us", "%sync");
     if (pairs.empty()) {
@@ -258,14 +291,14 @@ int main(int argc, char **argv) {
     }
     if (pairs.size() >= 2) {   /* warm-up: the first shape of a process measured slower (run 1 of docs/perf.md) */
         result w;
-        bench_shape((int)pairs[0], pairs[1], 5, max_bytes, 0, &w);
+        bench_shape((int)pairs[0], pairs[1], 5, max_bytes, force, &w);
     }
     for (size_t pi = 0; pi + 1 < pairs.size(); pi += 2) {
         const long B = pairs[pi], L = pairs[pi + 1];
         {
             result r;
             const double mb = 2.0 * B * L * 8 * 128 * 2 / 1e6;
-            if (!bench_shape((int)B, L, iters, max_bytes, 0, &r)) {
+            if (!bench_shape((int)B, L, iters, max_bytes, force, &r)) {
                 printf("%5ld %7ld %10.1f %6s %10s %8s %7s\n", B, L, mb, "-", "OOM", "-", "-");
                 continue;
             }

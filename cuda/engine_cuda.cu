@@ -30,6 +30,19 @@
  *   a row do not depend on its neighbours. cuBLAS may pick different algorithms for different batch sizes, which
  *   can change f32 rounding in the last bits; gpu_test_engine_gpu measures whether greedy tokens stay the same.
  *   qgemv and cuBLAS are never mixed by step size by default (s_qg_max): that broke greedy invariance.
+ * Pipeline stages (worker/stage.h, docs/pipeline.md)
+ *   An engine made with opts->layer_begin/layer_end holds only its layers' weights and KV caches, the embedding
+ *   only when it starts at layer 0 (or is the last stage of a tied model), the final norm, LM head and sampler
+ *   only when it ends at the last layer. A later stage reads its input rows through a gather kernel and an
+ *   earlier one writes its output rows through a scatter kernel; both take the buffer's address from the step's
+ *   input block (hptr) and the caller's row of every engine row from a permutation (perm: entries are
+ *   reordered decode-first), so the same captured decode graph serves every transport buffer. step_hidden takes
+ *   host pointers (staged through hbuf); engine_cuda_step_hidden_dev takes device pointers and cross-process
+ *   events, waited on the stream before the graph replay and recorded after it (not captured as graph event
+ *   nodes: the transport has one event per ring slot, so captured nodes would need a graph per slot or an
+ *   exec update per launch, and a stream wait just before cudaGraphLaunch orders the graph's first node the
+ *   same way). A stage that is not last does not synchronise: the next step only waits (ev_in) for the
+ *   previous step's input copy before rewriting the pinned input block.
  * Errors: any CUDA or cuBLAS error fails the step with e->err naming it; the engine then refuses further steps
  * (the device state is unknown) and the caller must exit. */
 extern "C" {
@@ -82,6 +95,8 @@ typedef struct {
     size_t last_row;           /* int32 [max_batch] per sampling row (= ordered entry): its last token's row */
     size_t hist_len;           /* int32 [max_batch] staged history tokens per sampling row */
     size_t params;             /* zl_sampling [max_batch] */
+    size_t perm;               /* int32 [max_tok] pipeline stage: engine row -> caller's row (-1: padded row) */
+    size_t hptr;               /* uint64 [2] pipeline stage: device addresses of h_in [T][dim], h_out [T][dim] */
     size_t hist;               /* int32 [max_batch][CU_HIST] history tail per sampling row */
     size_t core_end;           /* end of everything but hist: the copy length when no row needs a penalty */
     size_t total;              /* whole block */
@@ -133,6 +148,11 @@ typedef struct {
     int bucket[CU_MAX_BUCKETS];
     cudaGraphExec_t gexec[CU_MAX_BUCKETS];
     int *order;                /* host scratch [max_batch]: ordered entry k -> caller index */
+    int *crow;                 /* host scratch [max_batch]: caller index -> its first row in caller order */
+    float *hbuf;               /* pipeline stage: [max_tok][dim] device staging of step_hidden's host h_in/h_out */
+    cudaEvent_t ev_in;         /* recorded after each step's input copy (no timing) */
+    int in_pending;            /* 1: a step returned without synchronising; wait ev_in before rewriting h_in */
+    int abandoned;             /* 1: engine_cuda_abandon: destroy frees host memory only (stream may never end) */
 } cu_engine;
 
 /* ------------------------------------------------------------------ weight upload */
@@ -268,13 +288,19 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
     const zl_config *c = &m->cfg;
     cu_stage sg = {NULL, NULL, (size_t)16 << 20};
     int rc = -1;
+    const int lb = E->base.layer_begin, le = E->base.layer_end, last = le == c->n_layers;
+    const int tied = c->tied_embeddings || m->output.data == m->tok_embd.data;
     size_t widest = (size_t)c->dim > (size_t)c->ffn_dim ? (size_t)c->dim : (size_t)c->ffn_dim;
     if ((size_t)c->n_heads * c->head_dim > widest) widest = (size_t)c->n_heads * c->head_dim;
     if (sg.cap < widest) sg.cap = widest;
     CU_CHECK(cudaMallocHost((void **)&sg.h, sg.cap * 4));
     CU_CHECK(cudaMalloc((void **)&sg.d, sg.cap * 4));
-    if (s_upload(E, &sg, &m->tok_embd, E->wt, &E->tok_embd, err, errlen) != 0) goto fail;
-    if (!(c->tied_embeddings || m->output.data == m->tok_embd.data)) {
+    /* a pipeline stage uploads the embedding only to embed (first stage) or as the tied LM head (last stage) */
+    if ((lb == 0 || (last && tied)) && s_upload(E, &sg, &m->tok_embd, E->wt, &E->tok_embd, err, errlen) != 0)
+        goto fail;
+    if (!last) {
+        /* a stage before the last: no final norm, LM head or sampler weights */
+    } else if (!tied) {
         if (s_upload_mat(E, &sg, &m->output, &E->out, err, errlen) != 0) goto fail;
     } else if (E->wt != CU_F32 && !s_is_16bit(m->tok_embd.type) &&
                qgemv_pick(m->tok_embd.type, 1, (int)m->tok_embd.n_in, (int)m->tok_embd.n_out) &&
@@ -290,8 +316,8 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
             E->out.qg_max = s_qg_max(E, dt);
         }
     }
-    if (s_upload(E, &sg, &m->output_norm, CU_F32, (void **)&E->out_norm, err, errlen) != 0) goto fail;
-    for (int l = 0; l < c->n_layers; l++) {
+    if (last && s_upload(E, &sg, &m->output_norm, CU_F32, (void **)&E->out_norm, err, errlen) != 0) goto fail;
+    for (int l = lb; l < le; l++) {
         const zl_layer_weights *w = &m->layers[l];
         cu_layer *d = &E->L[l];
         if (s_upload(E, &sg, &w->attn_norm, CU_F32, (void **)&d->attn_norm, err, errlen) != 0 ||
@@ -320,7 +346,7 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
             for (int i = 0; i < 7; i++) n_raw += mats[i]->raw ? 1 : 0;
         }
         fprintf(stderr, "\rzllm %s: uploaded weights: %d layers, %.1f MiB as %s (%d matrices also read by qgemv)\n",
-                E->base.device, c->n_layers, E->weight_bytes / 1048576.0, ops_dtype_name(E->wt), n_raw);
+                E->base.device, le - lb, E->weight_bytes / 1048576.0, ops_dtype_name(E->wt), n_raw);
     }
     rc = 0;
 fail:
@@ -376,9 +402,8 @@ static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, c
 
 /* which inputs a step of n_rows needs: *need_w (wt, for cuBLAS) and *need_f (f32, for qgemv) */
 static void s_need_inputs(const cu_engine *E, int n_rows, int *need_w, int *need_f) {
-    const zl_config *c = &E->base.model->cfg;
     *need_w = *need_f = 0;
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = E->base.layer_begin; l < E->base.layer_end; l++) {
         const cu_layer *L = &E->L[l];
         const cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
         for (int i = 0; i < 7; i++) {
@@ -386,6 +411,24 @@ static void s_need_inputs(const cu_engine *E, int n_rows, int *need_w, int *need
             else *need_w = 1;
         }
     }
+}
+
+/* pipeline stage input: x[r] = src[perm[r]] (zeros for padded rows, perm -1); src's address is read from the
+ * input block (hptr[0]) so that one captured graph serves every transport buffer */
+static __global__ void s_k_stage_in(float *x, const unsigned long long *hptr, const int32_t *perm, int dim) {
+    const int r = blockIdx.x, p = perm[r];
+    const float *src = (const float *)(uintptr_t)hptr[0];
+    float *dst = x + (size_t)r * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = p >= 0 ? src[(size_t)p * dim + i] : 0.f;
+}
+
+/* pipeline stage output: dst[perm[r]] = x[r] for every real row; dst's address is hptr[1] */
+static __global__ void s_k_stage_out(const float *x, const unsigned long long *hptr, const int32_t *perm, int dim) {
+    const int r = blockIdx.x, p = perm[r];
+    if (p < 0) return;
+    float *dst = (float *)(uintptr_t)hptr[1] + (size_t)p * dim;
+    const float *src = x + (size_t)r * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
 }
 
 /* Enqueues the forward pass and the sampling for the inputs already in d_in: n_rows rows, of which the first
@@ -404,8 +447,14 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
     void *xw = nw ? E->xb : NULL;
     float *xf = nf ? E->xf : NULL;
     const int rf = E->round_f;
-    FWD_CHECK(ops_embed(E->tok_embd, E->wt, dim, tokens, n_rows, E->x, st, err, errlen));
-    for (int l = 0; l < c->n_layers; l++) {
+    if (E->base.layer_begin == 0) {
+        FWD_CHECK(ops_embed(E->tok_embd, E->wt, dim, tokens, n_rows, E->x, st, err, errlen));
+    } else {
+        s_k_stage_in<<<n_rows, 256, 0, st>>>(E->x, IN_PTR(E, hptr, const unsigned long long),
+                                             IN_PTR(E, perm, const int32_t), dim);
+        FWD_CUDA(cudaGetLastError());
+    }
+    for (int l = E->base.layer_begin; l < E->base.layer_end; l++) {
         const cu_layer *L = &E->L[l];
         FWD_CHECK(ops_rmsnorm_dual(E->x, NULL, L->attn_norm, dim, c->rms_eps, n_rows, xw, E->wt, xf, rf, st, err,
                                    errlen));
@@ -458,6 +507,12 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
         FWD_CHECK(ops_swiglu_dual(E->gate, E->up, n_rows, ff, xw, E->wt, xf, rf, st, err, errlen));
         FWD_CHECK(s_matmul(E, &L->wd, n_rows, E->xb, E->xf, E->x, 1, err, errlen));
     }
+    if (E->base.layer_end < c->n_layers) {   /* a stage before the last: hand the residual stream on */
+        s_k_stage_out<<<n_rows, 256, 0, st>>>(E->x, IN_PTR(E, hptr, const unsigned long long),
+                                              IN_PTR(E, perm, const int32_t), dim);
+        FWD_CUDA(cudaGetLastError());
+        return 0;
+    }
     /* final norm of each entry's last row only, then the LM head for those rows */
     {
         const int hq = s_use_qg(E, &E->out, n_samp);
@@ -508,14 +563,25 @@ static void s_fail_step(cu_engine *E, const zl_seq *seqs, int n, const char *wha
     E->dead = 1;
 }
 
-static int s_step(zl_engine *base, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
-    cu_engine *E = (cu_engine *)base;
+/* One step of layers [layer_begin, layer_end) (the whole model for an engine without a range). h_in/h_out:
+ * [T][dim] f32 hidden states in the caller's row order, device memory when dev is set, host memory otherwise
+ * (staged through hbuf); h_in is used when layer_begin > 0, h_out when layer_end < n_layers. waits: events the
+ * stream waits for after the input copy (h_in written, h_out free); recs: events recorded after the step's
+ * kernels (h_in consumed, h_out written). A stage that is not last and gets device pointers returns without
+ * synchronising. */
+static int s_run(cu_engine *E, const zl_seq *seqs, int n, const float *h_in, float *h_out, int dev,
+                 void *const *waits, int n_waits, void *const *recs, int n_recs, int32_t *out_tokens,
+                 float *out_logits) {
+    zl_engine *base = &E->base;
     const zl_config *c = &base->model->cfg;
+    const int embed = base->layer_begin == 0, last = base->layer_end == c->n_layers;
     char err[200];
     const size_t errlen = sizeof err;
     if (E->dead) { snprintf(base->err, sizeof base->err, "cuda engine unusable after an earlier device error"); return -1; }
-    if (!seqs || n < 1 || n > base->max_batch || !out_tokens) {
-        snprintf(base->err, sizeof base->err, "bad step: %d entries (max %d)", n, base->max_batch);
+    if (!seqs || n < 1 || n > base->max_batch || (last && !out_tokens) || (!embed && !h_in) || (!last && !h_out) ||
+        n_waits < 0 || n_waits > 4 || n_recs < 0 || n_recs > 4) {
+        snprintf(base->err, sizeof base->err, "bad step: %d entries (max %d), or a missing output/hidden-state buffer "
+                 "for layers [%d, %d)", n, base->max_batch, base->layer_begin, base->layer_end);
         return -1;
     }
     /* validate everything before touching the device */
@@ -523,7 +589,7 @@ static int s_step(zl_engine *base, const zl_seq *seqs, int n, int32_t *out_token
     for (int i = 0; i < n; i++) {
         const zl_seq *s = &seqs[i];
         if (s->slot < 0 || s->slot >= base->n_slots || s->pos < 0 || s->n_tokens < 1 ||
-            s->pos + s->n_tokens > base->n_ctx || !s->tokens) {
+            s->pos + s->n_tokens > base->n_ctx || (embed && !s->tokens)) {
             snprintf(base->err, sizeof base->err, "bad entry %d: slot %d pos %d n_tokens %d (n_slots %d, n_ctx %d)",
                      i, s->slot, s->pos, s->n_tokens, base->n_slots, base->n_ctx);
             return -1;
@@ -532,10 +598,11 @@ static int s_step(zl_engine *base, const zl_seq *seqs, int n, int32_t *out_token
             snprintf(base->err, sizeof base->err, "entries %d and %d share slot %d", j, i, s->slot);
             return -1;
         }
-        for (int t = 0; t < s->n_tokens; t++) if (s->tokens[t] < 0 || s->tokens[t] >= c->vocab_size) {
+        for (int t = 0; embed && t < s->n_tokens; t++) if (s->tokens[t] < 0 || s->tokens[t] >= c->vocab_size) {
             snprintf(base->err, sizeof base->err, "entry %d: token %d out of range", i, (int)s->tokens[t]);
             return -1;
         }
+        E->crow[i] = total;   /* first row of entry i in the caller's order (h_in/h_out) */
         total += s->n_tokens;
         if (s->n_tokens == 1) n_dec++;
         else if (s->n_tokens > max_rows) max_rows = s->n_tokens;
@@ -546,6 +613,12 @@ static int s_step(zl_engine *base, const zl_seq *seqs, int n, int32_t *out_token
         return -1;
     }
     if (cudaSetDevice(E->dev) != cudaSuccess) { s_fail_step(E, seqs, n, "cudaSetDevice failed"); return -1; }
+    /* the previous step may have returned without synchronising: its input copy must be done before the pinned
+     * block is rewritten (callers that must not block poll engine_cuda_ready first) */
+    if (E->in_pending) {
+        if (cudaEventSynchronize(E->ev_in) != cudaSuccess) { s_fail_step(E, seqs, n, "input event failed"); return -1; }
+        E->in_pending = 0;
+    }
     /* order: decode entries first (one row each), then prefill entries as runs of rows */
     int k = 0;
     for (int i = 0; i < n; i++) if (seqs[i].n_tokens == 1) E->order[k++] = i;
@@ -557,32 +630,50 @@ static int s_step(zl_engine *base, const zl_seq *seqs, int n, int32_t *out_token
     int32_t *slot = (int32_t *)(E->h_in + E->in.slot), *kvl = (int32_t *)(E->h_in + E->in.kv_len);
     int32_t *r0 = (int32_t *)(E->h_in + E->in.seq_row0), *nr = (int32_t *)(E->h_in + E->in.seq_rows);
     int32_t *ss = (int32_t *)(E->h_in + E->in.seq_slot), *sp0 = (int32_t *)(E->h_in + E->in.seq_pos0);
-    int32_t *last = (int32_t *)(E->h_in + E->in.last_row);
+    int32_t *lastr = (int32_t *)(E->h_in + E->in.last_row), *perm = (int32_t *)(E->h_in + E->in.perm);
     int row = 0;
     for (k = 0; k < n; k++) {
         const zl_seq *s = &seqs[E->order[k]];
+        for (int t = 0; t < s->n_tokens; t++) perm[row + t] = E->crow[E->order[k]] + t;
         if (k >= n_dec) {
             r0[k - n_dec] = row; nr[k - n_dec] = s->n_tokens; ss[k - n_dec] = s->slot; sp0[k - n_dec] = s->pos;
         } else {
             kvl[k] = s->pos + 1;
         }
-        for (int t = 0; t < s->n_tokens; t++, row++) { tok[row] = s->tokens[t]; pos[row] = s->pos + t; slot[row] = s->slot; }
-        last[k] = row - 1;
+        for (int t = 0; t < s->n_tokens; t++, row++) {
+            tok[row] = embed ? s->tokens[t] : 0; pos[row] = s->pos + t; slot[row] = s->slot;
+        }
+        lastr[k] = row - 1;
         s_stage_sampling(E, k, s);
     }
     /* padded rows of a graph bucket: the sentinel slot at position 0 with kv_len 0, greedy, no history */
     for (; k < n_samp; k++, row++) {
-        tok[row] = 0; pos[row] = 0; slot[row] = base->n_slots; kvl[k] = 0; last[k] = row;
+        tok[row] = 0; pos[row] = 0; slot[row] = base->n_slots; kvl[k] = 0; lastr[k] = row; perm[row] = -1;
         s_stage_sampling(E, k, NULL);
     }
     /* ONE host-to-device copy of every per-step input, on the engine's stream: the kernels (or the graph) that
      * follow on the same stream see it complete; the pinned block is not rewritten before the step's final
      * synchronisation, so the asynchronous copy never reads a half-updated block */
     const size_t nbytes = need_hist ? E->in.total : E->in.core_end;
-    if (cudaEventRecord(E->ev0, E->st) != cudaSuccess || cudaMemcpyAsync(E->d_in, E->h_in, nbytes, cudaMemcpyHostToDevice, E->st) != cudaSuccess) {
+    /* stage buffers: device pointers as given, host ones through hbuf (copied in here, out after the step) */
+    const int stage_io = !embed || !last;
+    unsigned long long *hp = (unsigned long long *)(E->h_in + E->in.hptr);
+    hp[0] = (unsigned long long)(uintptr_t)(dev ? (const void *)h_in : (const void *)E->hbuf);
+    hp[1] = (unsigned long long)(uintptr_t)(dev ? (void *)h_out : (void *)E->hbuf);
+    if (cudaEventRecord(E->ev0, E->st) != cudaSuccess || cudaMemcpyAsync(E->d_in, E->h_in, nbytes, cudaMemcpyHostToDevice, E->st) != cudaSuccess ||
+        cudaEventRecord(E->ev_in, E->st) != cudaSuccess ||
+        (stage_io && !dev && !embed &&
+         cudaMemcpyAsync(E->hbuf, h_in, (size_t)total * c->dim * 4, cudaMemcpyHostToDevice, E->st) != cudaSuccess)) {
         s_fail_step(E, seqs, n, "input copy failed");
         return -1;
     }
+    /* cross-process ordering: after the input copy (which reads only this process's pinned block), before the
+     * kernels that read h_in or write h_out */
+    for (int w = 0; w < n_waits; w++)
+        if (cudaStreamWaitEvent(E->st, (cudaEvent_t)waits[w], 0) != cudaSuccess) {
+            s_fail_step(E, seqs, n, "cudaStreamWaitEvent on a stage event failed");
+            return -1;
+        }
     if (gi >= 0) {
         const cudaError_t ce = cudaGraphLaunch(E->gexec[gi], E->st);
         if (ce != cudaSuccess) {
@@ -593,6 +684,26 @@ static int s_step(zl_engine *base, const zl_seq *seqs, int n, int32_t *out_token
     } else if (s_forward(E, row, n_dec, n_pre, max_rows, n, err, errlen) != 0) {
         s_fail_step(E, seqs, n, err);
         return -1;
+    }
+    for (int r = 0; r < n_recs; r++)
+        if (cudaEventRecord((cudaEvent_t)recs[r], E->st) != cudaSuccess) {
+            s_fail_step(E, seqs, n, "cudaEventRecord of a stage event failed");
+            return -1;
+        }
+    if (!last) {
+        cudaError_t ce = cudaSuccess;
+        if (!dev) {
+            ce = cudaMemcpyAsync(h_out, E->hbuf, (size_t)total * c->dim * 4, cudaMemcpyDeviceToHost, E->st);
+            if (ce == cudaSuccess) ce = cudaStreamSynchronize(E->st);
+        } else {
+            E->in_pending = 1;   /* no host round trip: the next stage's stream waits on recs */
+        }
+        if (ce != cudaSuccess) {
+            snprintf(err, errlen, "%s", cudaGetErrorString(ce));
+            s_fail_step(E, seqs, n, err);
+            return -1;
+        }
+        return 0;
     }
     /* ids and the advanced generator states come back in one copy (rng and out_tok are adjacent) */
     cudaError_t ce = cudaMemcpyAsync(E->h_in + E->in.rng, E->d_in + E->in.rng, E->in.tokens - E->in.rng,
@@ -623,11 +734,32 @@ static int s_step(zl_engine *base, const zl_seq *seqs, int n, int32_t *out_token
     return 0;
 }
 
+static int s_step(zl_engine *base, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
+    if (base->layer_begin != 0 || base->layer_end != base->model->cfg.n_layers) {
+        snprintf(base->err, sizeof base->err, "step: this engine runs layers [%d, %d) only (use step_hidden)",
+                 base->layer_begin, base->layer_end);
+        return -1;
+    }
+    return s_run((cu_engine *)base, seqs, n, NULL, NULL, 0, NULL, 0, NULL, 0, out_tokens, out_logits);
+}
+
+static int s_step_hidden(zl_engine *base, const zl_seq *seqs, int n, const float *h_in, float *h_out,
+                         int32_t *out_tokens, float *out_logits) {
+    return s_run((cu_engine *)base, seqs, n, h_in, h_out, 0, NULL, 0, NULL, 0, out_tokens, out_logits);
+}
+
 /* ------------------------------------------------------------------ lifetime */
 
 static void s_destroy(zl_engine *base) {
     cu_engine *E = (cu_engine *)base;
     if (!E) return;
+    if (E->abandoned) {   /* the stream may wait forever on a dead peer's event: free host memory only */
+        free(E->L);
+        free(E->order);
+        free(E->crow);
+        free(E);
+        return;
+    }
     cudaSetDevice(E->dev);
     if (E->st) cudaStreamSynchronize(E->st);
     for (int i = 0; i < E->n_buckets; i++) if (E->gexec[i]) cudaGraphExecDestroy(E->gexec[i]);
@@ -644,7 +776,9 @@ static void s_destroy(zl_engine *base) {
     s_free_mat(&E->out);
     if (E->ev0) cudaEventDestroy(E->ev0);
     if (E->ev1) cudaEventDestroy(E->ev1);
+    if (E->ev_in) cudaEventDestroy(E->ev_in);
     cudaFree(E->xf);
+    cudaFree(E->hbuf);
     void *d[] = {E->tok_embd, E->out_norm, E->rope_cs, E->kv, E->x, E->q, E->k, E->v, E->att, E->xb,
                  E->gate, E->up, E->logits, E->attn_ws, E->samp_ws, E->d_in, E->cb_ws};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) cudaFree(d[i]);
@@ -654,6 +788,7 @@ static void s_destroy(zl_engine *base) {
     if (E->cb) cublasDestroy(E->cb);
     if (E->st) cudaStreamDestroy(E->st);
     free(E->order);
+    free(E->crow);
     free(E);
 }
 
@@ -678,6 +813,8 @@ static void s_layout_inputs(cu_inputs *in, int max_tok, int max_batch) {
     in->last_row = o; o = s_align(o + (size_t)max_batch * 4);
     in->hist_len = o; o = s_align(o + (size_t)max_batch * 4);
     in->params = o;   o = s_align(o + (size_t)max_batch * sizeof(zl_sampling));
+    in->perm = o;     o = s_align(o + (size_t)max_tok * 4);
+    in->hptr = o;     o = s_align(o + 2 * sizeof(unsigned long long));
     in->core_end = o;
     in->hist = o;     o = s_align(o + (size_t)max_batch * CU_HIST * 4);
     in->total = o;
@@ -744,10 +881,19 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         snprintf(err, errlen, "%s: head layout not supported by the CUDA engine", m->path);
         return NULL;
     }
+    const int lb = o->layer_begin, le = o->layer_end ? o->layer_end : c->n_layers;
+    if (lb < 0 || le > c->n_layers || lb >= le) {
+        snprintf(err, errlen, "cuda engine: layer range [%d, %d) outside the model's %d layers", o->layer_begin,
+                 o->layer_end, c->n_layers);
+        return NULL;
+    }
     cu_engine *E = (cu_engine *)calloc(1, sizeof *E);
     if (!E) { snprintf(err, errlen, "out of memory"); return NULL; }
     zl_engine *b = &E->base;
     b->ops = &s_ops_cuda;
+    b->step_hidden = s_step_hidden;
+    b->layer_begin = lb;
+    b->layer_end = le;
     b->model = m;
     E->dev = dev;
     snprintf(b->device, sizeof b->device, "cuda:%d", dev);
@@ -789,6 +935,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         E->last_gpu_ms = -1;
         CU_CHECK(cudaEventCreate(&E->ev0));
         CU_CHECK(cudaEventCreate(&E->ev1));
+        CU_CHECK(cudaEventCreateWithFlags(&E->ev_in, cudaEventDisableTiming));
         
         /* RoPE table for every position of a slot */
         {
@@ -829,7 +976,9 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         CU_CHECK(cudaMalloc((void **)&E->d_in, E->in.total));
         CU_CHECK(cudaMemset(E->d_in, 0, E->in.total));
         E->order = (int *)malloc((size_t)b->max_batch * sizeof(int));
-        if (!E->order) { snprintf(err, errlen, "out of memory"); goto fail; }
+        E->crow = (int *)malloc((size_t)b->max_batch * sizeof(int));
+        if (!E->order || !E->crow) { snprintf(err, errlen, "out of memory"); goto fail; }
+        if (lb > 0 || le < c->n_layers) CU_CHECK(cudaMalloc((void **)&E->hbuf, T * c->dim * 4));
         E->samp_ws_bytes = sample_workspace_bytes(b->max_batch, c->vocab_size);
         CU_CHECK(cudaMalloc(&E->samp_ws, E->samp_ws_bytes ? E->samp_ws_bytes : 16));
         {
@@ -854,7 +1003,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         size_t free_b = 0, total_b = 0;
         CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
         const size_t budget = o->kv_mem ? o->kv_mem : (size_t)(free_b * 0.85);
-        const size_t slot_bytes = (size_t)c->n_layers * 2 * b->n_ctx * kvd * es;
+        const size_t slot_bytes = (size_t)(le - lb) * 2 * b->n_ctx * kvd * es;   /* this engine's layers only */
         size_t fit = budget / slot_bytes;   /* slots that fit, the sentinel included */
         if (o->n_slots <= 0 && o->kv_mem) b->n_slots = fit > 1 ? (int)(fit - 1 > 65536 ? 65536 : fit - 1) : 0;
         if (fit < (size_t)b->n_slots + 1) b->n_slots = fit > 1 ? (int)(fit - 1) : 0;
@@ -869,9 +1018,9 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         /* zeroed once: the sentinel and not-yet-written positions hold finite values */
         CU_CHECK(cudaMemset(E->kv, 0, E->kv_bytes));
         const size_t layer_half = (size_t)(b->n_slots + 1) * b->n_ctx * kvd * es;
-        for (int l = 0; l < c->n_layers; l++) {
-            E->L[l].kc = (uint8_t *)E->kv + (size_t)l * 2 * layer_half;
-            E->L[l].vc = (uint8_t *)E->kv + ((size_t)l * 2 + 1) * layer_half;
+        for (int l = lb; l < le; l++) {
+            E->L[l].kc = (uint8_t *)E->kv + (size_t)(l - lb) * 2 * layer_half;
+            E->L[l].vc = (uint8_t *)E->kv + ((size_t)(l - lb) * 2 + 1) * layer_half;
         }
         fprintf(stderr, "zllm %s: KV cache %d slots x %d tokens (%lld tokens, %.1f MiB %s), max batch %d\n", b->device,
                 b->n_slots, b->n_ctx, (long long)b->n_slots * b->n_ctx, E->kv_bytes / 1048576.0, ops_dtype_name(E->wt),
@@ -887,4 +1036,38 @@ fail:
 double engine_cuda_last_step_gpu_ms(const zl_engine *e) {
     if (!e || !e->ops || e->ops != &s_ops_cuda) return -1;
     return ((const cu_engine *)e)->last_gpu_ms;
+}
+
+int engine_cuda_step_hidden_dev(zl_engine *e, const zl_seq *seqs, int n, const float *d_h_in, float *d_h_out,
+                                void *const *wait_events, int n_wait, void *const *record_events, int n_record,
+                                int32_t *out_tokens) {
+    if (!e || !e->ops || e->ops != &s_ops_cuda) return -1;
+    return s_run((cu_engine *)e, seqs, n, d_h_in, d_h_out, 1, wait_events, n_wait, record_events, n_record,
+                 out_tokens, NULL);
+}
+
+int engine_cuda_device(const zl_engine *e) {
+    if (!e || !e->ops || e->ops != &s_ops_cuda) return -1;
+    return ((const cu_engine *)e)->dev;
+}
+
+int engine_cuda_ready(const zl_engine *e) {
+    if (!e || !e->ops || e->ops != &s_ops_cuda) return -1;
+    const cu_engine *E = (const cu_engine *)e;
+    if (E->dead) return -1;
+    if (!E->in_pending) return 1;
+    const cudaError_t ce = cudaEventQuery(E->ev_in);
+    return ce == cudaSuccess ? 1 : ce == cudaErrorNotReady ? 0 : -1;
+}
+
+int engine_cuda_idle(const zl_engine *e) {
+    if (!e || !e->ops || e->ops != &s_ops_cuda) return -1;
+    const cu_engine *E = (const cu_engine *)e;
+    if (cudaSetDevice(E->dev) != cudaSuccess) return -1;
+    const cudaError_t ce = cudaStreamQuery(E->st);
+    return ce == cudaSuccess ? 1 : ce == cudaErrorNotReady ? 0 : -1;
+}
+
+void engine_cuda_abandon(zl_engine *e) {
+    if (e && e->ops == &s_ops_cuda) ((cu_engine *)e)->abandoned = 1;
 }

@@ -9,11 +9,15 @@
  * serves R rows.
  * Direct kernel (k_direct, F16/BF16/Q4_K/Q5_K): same ownership, but 16-byte loads go straight to registers
  * (double-buffered across steps), no shared memory: half the L1/shared-memory traffic of the staged kernel.
- * Both: integer levels become floats through the 2^23 trick (byte | 0x4B000000 read as a float is 2^23 + byte;
+ * Packed kernel (k_pk, F16/BF16/Q4_K on GGUF rows, Q8_0/Q6_K on the qgemv_repack layout): every lane word a
+ * single 16-byte load, S slots of R rows issued before the first use, short rows split over ks warps; see its
+ * section below. qgemv_launch_packed uses it by default (Q4_K only for n_out <= 2048).
+ * All: integer levels become floats through the 2^23 trick (byte | 0x4B000000 read as a float is 2^23 + byte;
  * subtracting 2^23 + offset is exact), so no conversion instruction (a quarter-rate unit) sits in the inner
  * loop; sums are f32, scales (and min times sum(x)) applied per group of 4..8 elements. */
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <string.h>
 #include "qgemv.h"
 
 namespace {
@@ -490,6 +494,497 @@ template <int T> constexpr bool has_direct()
 }
 
 /* ---------------------------------------------------------------------------------------------------------
+ * the packed kernel (k_pk): BF16, F16, Q4_K on their GGUF rows and Q8_0, Q6_K on the packed layout of
+ * qgemv_repack (see qgemv.h), i.e. every weight word 16-byte aligned and read with one 16-byte load.
+ *
+ * Work split: a CTA is 4 warps = (4 / ks) row groups of R rows, each served by ks warps; the n_in of a row is cut
+ * into slots of E elements (one 16-byte word per lane and row: E = 256 BF16/F16, 512 Q8_0, 1024 Q4_K/Q6_K), and
+ * warp kw of a group takes slots kw, kw + ks, kw + 2ks, ... Per loop trip a warp issues the loads of S slots of
+ * its R rows (S * R independent 16-byte loads per lane, all before the first use), then multiplies them in slot
+ * order. ks (1, 2 or 4) splits short rows over several warps so that small matrices still put enough loads in
+ * flight; it depends on (type, n_in, n_out) only (pk_ks), never on the batch. The ks partial sums of a row are
+ * added in warp order through shared memory.
+ * Batch invariance: a lane's elements, their order and every operation on them (explicit fmaf, fixed shuffle
+ * tree, fixed warp order) are the same for every M, R and S; only ks changes the arithmetic, and ks is fixed by
+ * the shape. So row m of a launch is bitwise the same at any M (checked by gpu_test_qgemv).
+ * Rows past n_out (the last group's tail) are computed on a clamped row index and not stored. */
+
+/* 16-byte streaming load through the non-coherent path, no L1 allocation; H (hint) asks L2 for 256-byte
+ * prefetch, so one request brings two sectors' neighbours (more DRAM bytes in flight per request) */
+template <bool H> __device__ __forceinline__ uint4 ldq(const void *p)
+{
+    uint4 v;
+    if constexpr (H)
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    else
+        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint2 ldq8(const void *p)
+{
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint32_t ldq2(const void *p)
+{
+    unsigned short v;
+    asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ float h2f(uint32_t h) { return __half2float(__ushort_as_half((unsigned short)h)); }
+
+/* x[m][k .. k+3] (f32, through L1: every row of the CTA reads it) */
+__device__ __forceinline__ float4 ldx(const qgemv_params &p, int m, int k)
+{
+    return __ldg((const float4 *)(p.x + (size_t)m * p.ldx + k));
+}
+
+/* per-type slot of the packed kernel: E elements per slot; W: what one lane loads for one row and slot;
+ * ok(): the lane's part lies inside n_in; load(): the lane's words (only called when ok); mul(): adds the R
+ * rows' products to acc */
+template <int T> struct PK;
+
+template <int T> struct PK16 {   /* F16, BF16: lane l = elements k0 + 8l .. +7 */
+    static constexpr int E = 256;
+    struct W { uint4 v; };
+    static __device__ __forceinline__ int at(int slot, int lane) { return slot * E + 8 * lane; }
+    static __device__ __forceinline__ bool ok(const qgemv_params &p, int slot, int lane)
+    {
+        return at(slot, lane) < p.n_in;
+    }
+    template <bool H>
+    static __device__ __forceinline__ void load(W &w, const qgemv_params &p, const uint8_t *, long long row, int slot,
+                                                int lane)
+    {
+        w.v = ldq<H>((const uint8_t *)p.w + (size_t)row * p.row_bytes + 2 * (size_t)at(slot, lane));
+    }
+    template <int M, int R>
+    static __device__ __forceinline__ void mul(const W (&w)[R], const qgemv_params &p, int slot, int lane,
+                                               float (&acc)[R][M])
+    {
+        const int k = at(slot, lane);
+        float q[R][8];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint32_t v = u4_word(w[r].v, i);
+                if constexpr (T == GGML_BF16) {
+                    q[r][2 * i] = __uint_as_float(v << 16);
+                    q[r][2 * i + 1] = __uint_as_float(v & 0xffff0000u);
+                } else {
+                    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&v));
+                    q[r][2 * i] = f.x;
+                    q[r][2 * i + 1] = f.y;
+                }
+            }
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            const float4 xa = ldx(p, m, k), xb = ldx(p, m, k + 4);
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r][m] = dot4(q[r] + 4, xb, dot4(q[r], xa, acc[r][m]));
+        }
+    }
+};
+template <> struct PK<GGML_F16> : PK16<GGML_F16> {};
+template <> struct PK<GGML_BF16> : PK16<GGML_BF16> {};
+
+/* Q8_0 packed: quants [n_out][n_in] int8, then scales [n_out][n_in / 32] fp16 (aux). Lane l = elements
+ * k0 + 16l .. +15, all in block k0/32 + l/2. */
+template <> struct PK<GGML_Q8_0> {
+    static constexpr int E = 512;
+    struct W { uint4 q; uint32_t d; };
+    static __device__ __forceinline__ int at(int slot, int lane) { return slot * E + 16 * lane; }
+    static __device__ __forceinline__ bool ok(const qgemv_params &p, int slot, int lane)
+    {
+        return at(slot, lane) < p.n_in;
+    }
+    template <bool H>
+    static __device__ __forceinline__ void load(W &w, const qgemv_params &p, const uint8_t *aux, long long row,
+                                                int slot, int lane)
+    {
+        const int k = at(slot, lane);
+        w.q = ldq<H>((const uint8_t *)p.w + (size_t)row * p.n_in + k);
+        w.d = ldq2(aux + 2 * ((size_t)row * (p.n_in / 32) + k / 32));
+    }
+    template <int M, int R>
+    static __device__ __forceinline__ void mul(const W (&w)[R], const qgemv_params &p, int slot, int lane,
+                                               float (&acc)[R][M])
+    {
+        const int k = at(slot, lane);
+        float s[R][M];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int m = 0; m < M; m++) s[r][m] = 0.0f;
+#pragma unroll(M == 1 ? 4 : 1)
+        for (int i = 0; i < 4; i++) {
+            float q[R][4];
+#pragma unroll
+            for (int r = 0; r < R; r++) bytes4(u4_word(w[r].q, i) ^ 0x80808080u, MAGIC + 128.0f, q[r]);
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                const float4 xv = ldx(p, m, k + 4 * i);
+#pragma unroll
+                for (int r = 0; r < R; r++) s[r][m] = dot4(q[r], xv, s[r][m]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float d = h2f(w[r].d);
+#pragma unroll
+            for (int m = 0; m < M; m++) acc[r][m] = fmaf(d, s[r][m], acc[r][m]);
+        }
+    }
+};
+
+/* Q4_K, GGUF layout (144-byte super-blocks keep 16-byte alignment): lane l = super-block k0/256 + l/8, t = l%8:
+ * header word (d, dmin, scales) and quant word t = elements 64j + 16(t%2) + (0..15) (low nibbles, sub-block 2j)
+ * and the same + 32 (high nibbles, sub-block 2j+1), j = t/2 */
+template <> struct PK<GGML_Q4_K> {
+    static constexpr int E = 1024;
+    struct W { uint4 h, q; };
+    static __device__ __forceinline__ int sb(int slot, int lane) { return slot * 4 + (lane >> 3); }
+    static __device__ __forceinline__ bool ok(const qgemv_params &p, int slot, int lane)
+    {
+        return sb(slot, lane) < p.n_in / 256;
+    }
+    template <bool H>
+    static __device__ __forceinline__ void load(W &w, const qgemv_params &p, const uint8_t *, long long row, int slot,
+                                                int lane)
+    {
+        const uint8_t *b = (const uint8_t *)p.w + (size_t)row * p.row_bytes + (size_t)sb(slot, lane) * 144;
+        w.h = ldq<H>(b);
+        w.q = ldq<H>(b + 16 + 16 * (lane & 7));
+    }
+    template <int M, int R>
+    static __device__ __forceinline__ void mul(const W (&w)[R], const qgemv_params &p, int slot, int lane,
+                                               float (&acc)[R][M])
+    {
+        const int t = lane & 7, j = t >> 1, kb = sb(slot, lane) * 256 + 64 * j + 16 * (t & 1);
+        float sl[R][M], sh[R][M], xl_sum[M], xh_sum[M];
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            xl_sum[m] = xh_sum[m] = 0.0f;
+#pragma unroll
+            for (int r = 0; r < R; r++) sl[r][m] = sh[r][m] = 0.0f;
+        }
+#pragma unroll(M == 1 ? 4 : 1)
+        for (int i = 0; i < 4; i++) {
+            float ql[R][4], qh[R][4];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint32_t v = u4_word(w[r].q, i);
+                bytes4(v & 0x0f0f0f0fu, MAGIC, ql[r]);
+                bytes4((v >> 4) & 0x0f0f0f0fu, MAGIC, qh[r]);
+            }
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                const float4 xl = ldx(p, m, kb + 4 * i), xh = ldx(p, m, kb + 32 + 4 * i);
+                const float al = (xl.x + xl.y) + (xl.z + xl.w), ah = (xh.x + xh.y) + (xh.z + xh.w);
+                xl_sum[m] += al;
+                xh_sum[m] += ah;
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    sl[r][m] = dot4(ql[r], xl, sl[r][m]);
+                    sh[r][m] = dot4(qh[r], xh, sh[r][m]);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float d0, m0, d1, m1;
+            hdr_scale_min(w[r].h, 2 * j, &d0, &m0);
+            hdr_scale_min(w[r].h, 2 * j + 1, &d1, &m1);
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                float a = fmaf(d0, sl[r][m], acc[r][m]);
+                a = fmaf(d1, sh[r][m], a);
+                acc[r][m] = a - fmaf(m0, xl_sum[m], m1 * xh_sum[m]);
+            }
+        }
+    }
+};
+
+/* Q6_K packed: super-blocks of 208 bytes (ql[128] qh[64] scales[16], as in GGUF, 16-byte aligned), then the
+ * fp16 d of every super-block [n_out][n_in / 256] (aux). Lane l = super-block k0/256 + l/8, a = l%8, half n =
+ * a/4, b = a%4: ql word a (bytes 64n + 16b ..), qh word 2n + b%2, the 8 scale bytes 8n .. 8n+7. Its low
+ * nibbles are elements e0 = 128n + 16(b%2) + 32(b/2) + (0..15) (scale byte b of 8n..), its high nibbles
+ * e0 + 64 + (0..15) (scale byte 4 + b); the two qh bits of each are at 2(b/2) and 4 + 2(b/2). */
+template <> struct PK<GGML_Q6_K> {
+    static constexpr int E = 1024;
+    struct W { uint4 ql, qh; uint2 sc; uint32_t d; };
+    static __device__ __forceinline__ int sb(int slot, int lane) { return slot * 4 + (lane >> 3); }
+    static __device__ __forceinline__ bool ok(const qgemv_params &p, int slot, int lane)
+    {
+        return sb(slot, lane) < p.n_in / 256;
+    }
+    template <bool H>
+    static __device__ __forceinline__ void load(W &w, const qgemv_params &p, const uint8_t *aux, long long row,
+                                                int slot, int lane)
+    {
+        const int nsb = p.n_in / 256, s = sb(slot, lane), a = lane & 7, n = a >> 2;
+        const uint8_t *b = (const uint8_t *)p.w + ((size_t)row * nsb + s) * 208;
+        w.ql = ldq<H>(b + 16 * a);
+        w.qh = ldq<H>(b + 128 + 32 * n + 16 * (a & 1));
+        w.sc = ldq8(b + 192 + 8 * n);
+        w.d = ldq2(aux + 2 * ((size_t)row * nsb + s));
+    }
+    template <int M, int R>
+    static __device__ __forceinline__ void mul(const W (&w)[R], const qgemv_params &p, int slot, int lane,
+                                               float (&acc)[R][M])
+    {
+        const int a = lane & 7, n = a >> 2, b = a & 3, h2 = b >> 1;
+        const int e0 = sb(slot, lane) * 256 + 128 * n + 16 * (b & 1) + 32 * h2;
+        float sl[R][M], sh[R][M];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int m = 0; m < M; m++) sl[r][m] = sh[r][m] = 0.0f;
+#pragma unroll(M == 1 ? 4 : 1)
+        for (int i = 0; i < 4; i++) {
+            float ql[R][4], qh[R][4];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint32_t v = u4_word(w[r].ql, i), hb = u4_word(w[r].qh, i) >> (2 * h2);
+                bytes4((v & 0x0f0f0f0fu) | ((hb & 0x03030303u) << 4), MAGIC + 32.0f, ql[r]);
+                bytes4(((v >> 4) & 0x0f0f0f0fu) | (((hb >> 4) & 0x03030303u) << 4), MAGIC + 32.0f, qh[r]);
+            }
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                const float4 xl = ldx(p, m, e0 + 4 * i), xh = ldx(p, m, e0 + 64 + 4 * i);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    sl[r][m] = dot4(ql[r], xl, sl[r][m]);
+                    sh[r][m] = dot4(qh[r], xh, sh[r][m]);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float d = h2f(w[r].d);
+            const float dl = d * (float)(int8_t)((w[r].sc.x >> (8 * b)) & 0xffu);
+            const float dh = d * (float)(int8_t)((w[r].sc.y >> (8 * b)) & 0xffu);
+#pragma unroll
+            for (int m = 0; m < M; m++) acc[r][m] = fmaf(dh, sh[r][m], fmaf(dl, sl[r][m], acc[r][m]));
+        }
+    }
+};
+
+template <int T> constexpr bool has_pk()
+{
+    return T == GGML_F16 || T == GGML_BF16 || T == GGML_Q8_0 || T == GGML_Q4_K || T == GGML_Q6_K;
+}
+
+/* T's weights are read in the packed layout (different from the GGUF rows) */
+template <int T> constexpr bool pk_repacked() { return T == GGML_Q8_0 || T == GGML_Q6_K; }
+
+template <int T, int M, int R, int S, bool H, int MINB>
+__global__ void __launch_bounds__(128, MINB) k_pk(qgemv_params p, const uint8_t *aux, int ks)
+{
+    using K = PK<T>;
+    __shared__ float red[4][R][M];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = warp / ks, kw = warp - g * ks;
+    const long long row0 = ((long long)blockIdx.x * (4 / ks) + g) * R;
+    const int nrows = p.n_out - row0 <= 0 ? 0 : p.n_out - row0 < R ? (int)(p.n_out - row0) : R;
+    const int n_slots = (p.n_in + K::E - 1) / K::E;
+    float acc[R][M];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int m = 0; m < M; m++) acc[r][m] = 0.0f;
+    if (nrows > 0) {
+        for (int s0 = kw; s0 < n_slots; s0 += S * ks) {
+            typename K::W w[S][R];
+#pragma unroll
+            for (int i = 0; i < S; i++) {
+                const int slot = s0 + i * ks;
+                if (slot < n_slots && K::ok(p, slot, lane)) {
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+                        K::template load<H>(w[i][r], p, aux, r < nrows ? row0 + r : row0, slot, lane);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < S; i++) {
+                const int slot = s0 + i * ks;
+                if (slot < n_slots && K::ok(p, slot, lane)) K::template mul<M, R>(w[i], p, slot, lane, acc);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int m = 0; m < M; m++)
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], o);
+    if (ks > 1) {   /* uniform over the CTA: every thread reaches the barrier */
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int m = 0; m < M; m++) red[warp][r][m] = acc[r][m];
+        __syncthreads();
+        if (kw != 0) return;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                float v = red[warp][r][m];
+                for (int k = 1; k < ks; k++) v += red[warp + k][r][m];
+                acc[r][m] = v;
+            }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int m = 0; m < M; m++)
+            if (r < nrows && lane == ((r * M + m) & 31)) {
+                const size_t at = (size_t)m * p.ldy + (size_t)(row0 + r);
+                float v = acc[r][m];
+                if (p.y_in) v += p.y_in[at];
+                p.y[at] = v;
+            }
+}
+
+/* warps per row group: 1, 2 or 4, from the type and shape alone (never from M: batch invariance).
+ * F16/BF16/Q4_K: short matrices get split rows so that about 4096 warps (32 per SM of a 132-SM H100) carry
+ * loads, counting 2 rows per warp, each warp keeping >= 2 slots. Q8_0: 1 for n_out >= 8192, else 4; Q6_K: 1 for
+ * n_out > 65536 (the LM head), else 4; both at most one warp per slot. These are the fastest ks measured at M = 1
+ * on the 8B shapes (zllm-qbench --variants, H100, docs/notes-quant.md): e.g. Q8_0 4096x4096 ks 1/2/4 = 50/42/52%
+ * of read bandwidth, down (n_in 14336, n_out 4096) 65/54/69%; Q6_K 4096x4096 42/34/43%, LM head 80/75/66%. */
+template <int T> int pk_ks(int n_in, int n_out)
+{
+    const int n_slots = (n_in + PK<T>::E - 1) / PK<T>::E;
+    int ks = 1;
+    if (T == GGML_Q8_0 || T == GGML_Q6_K) {
+        ks = n_out >= (T == GGML_Q8_0 ? 8192 : 65537) ? 1 : 4;
+        while (ks > 1 && n_slots < ks) ks /= 2;
+        return ks;
+    }
+    const long long groups = ((long long)n_out + 1) / 2;
+    while (ks < 4 && groups * ks < 4096 && n_slots >= 2 * ks) ks *= 2;
+    return ks;
+}
+
+/* aux: the scale array of a packed Q8_0 / Q6_K matrix (after the quants), else NULL */
+template <int T> const uint8_t *pk_aux(const qgemv_params &p)
+{
+    const uint8_t *w = (const uint8_t *)p.w;
+    if (T == GGML_Q8_0) return w + (size_t)p.n_out * p.n_in;
+    if (T == GGML_Q6_K) return w + (size_t)p.n_out * (p.n_in / 256) * 208;
+    return NULL;
+}
+
+template <int T, int M, int R, int S, bool H>
+cudaError_t launch_pk(const qgemv_params &p, int ks, cudaStream_t st)
+{
+    if (!ks) ks = pk_ks<T>(p.n_in, p.n_out);
+    if (ks != 1 && ks != 2 && ks != 4) return cudaErrorInvalidValue;
+    const long long rows_per_cta = (long long)(4 / ks) * R;
+    const long long grid = (p.n_out + rows_per_cta - 1) / rows_per_cta;
+    if (grid > 0x7fffffffLL) return cudaErrorInvalidValue;
+    /* CTAs per SM the registers must allow: 8 (<= 64 registers, 32 warps per SM) for F16/BF16 at M = 1, 6
+     * (<= 80) for the others at M = 1 and F16/BF16 at M = 2, 4 (<= 128) above; chosen so that ptxas spills
+     * (almost) nothing (sm_90, nvcc 13.0, -Xptxas -v: at most 20 bytes, Q6_K at M = 8 and (R, S) = (1, 4)) */
+    constexpr bool w16 = T == GGML_F16 || T == GGML_BF16;
+    constexpr int MINB = M == 1 && w16 ? 8 : M == 1 || (M == 2 && w16) ? 6 : 4;
+    k_pk<T, M, R, S, H, MINB><<<(unsigned)grid, 128, 0, st>>>(p, pk_aux<T>(p), ks);
+    return cudaGetLastError();
+}
+
+/* default rows per warp and slots per trip (zllm-qbench --variants, H100; see docs/notes-quant.md). At M = 1:
+ * F16/BF16 (2, 2) (84/55/93/95/100% of read bandwidth on the five 8B shapes against 79/52/90/93/100% with
+ * (2, 4)); Q8_0 (2, 4), but (2, 2) for n_out >= 8192 (pk_q8_narrow: 83% against 66% on gate/up); Q4_K and
+ * Q6_K (2, 2). Neither changes the arithmetic of a row (batch invariance). */
+constexpr int pk_r(int m) { return m <= 2 ? 2 : 1; }
+template <int T> constexpr int pk_s(int m)
+{
+    return T == GGML_Q4_K || T == GGML_Q6_K || ((T == GGML_F16 || T == GGML_BF16) && m == 1) ? 2 : 4;
+}
+template <int T, int M> bool pk_q8_narrow(const qgemv_params &p)
+{
+    return T == GGML_Q8_0 && M == 1 && p.n_out >= 8192;
+}
+
+/* variant v >= 1000 of the packed kernel: v = 1000 + 100 ks + 10 R + S (+ 10000: no L2 prefetch hint);
+ * ks 0 = pk_ks, R = S = 0: the default pair. The defaults exist for every M; the other (R, S) pairs and the
+ * hint-less form only for M = 1. */
+template <int T, int M>
+cudaError_t launch_pk_variant(const qgemv_params &p, int v, cudaStream_t st)
+{
+    if constexpr (!has_pk<T>()) {
+        (void)p; (void)v; (void)st;
+        return cudaErrorInvalidValue;
+    } else {
+        constexpr int DR = pk_r(M), DS = pk_s<T>(M);
+        if (v == 0) {
+            if constexpr (T == GGML_Q8_0 && M == 1)
+                if (pk_q8_narrow<T, M>(p)) return launch_pk<T, 1, 2, 2, true>(p, 0, st);
+            return launch_pk<T, M, DR, DS, true>(p, 0, st);
+        }
+        const bool hint = v < 10000;
+        if (!hint) v -= 10000;
+        if (v < 1000 || v >= 1500) return cudaErrorInvalidValue;
+        v -= 1000;
+        const int ks = v / 100, rs = v % 100;
+        if (ks != 0 && ks != 1 && ks != 2 && ks != 4) return cudaErrorInvalidValue;
+        if constexpr (T == GGML_Q8_0 && M == 1)   /* the default pair of a narrow Q8_0 matrix */
+            if (rs == 0 && pk_q8_narrow<T, M>(p))
+                return hint ? launch_pk<T, 1, 2, 2, true>(p, ks, st) : launch_pk<T, 1, 2, 2, false>(p, ks, st);
+        const bool def = rs == 0 || rs == DR * 10 + DS;
+        if (def && hint) return launch_pk<T, M, DR, DS, true>(p, ks, st);
+        if constexpr (M == 1) {
+            if (def) return launch_pk<T, M, DR, DS, false>(p, ks, st);
+            if (hint) {
+                switch (rs) {
+                case 14: return launch_pk<T, 1, 1, 4, true>(p, ks, st);
+                case 22:
+                    if constexpr (T == GGML_Q8_0) return launch_pk<T, 1, 2, 2, true>(p, ks, st);
+                    else return cudaErrorInvalidValue;
+                case 24:
+                    if constexpr (T == GGML_F16 || T == GGML_BF16) return launch_pk<T, 1, 2, 4, true>(p, ks, st);
+                    else return cudaErrorInvalidValue;
+                case 42:
+                    if constexpr (T == GGML_F16 || T == GGML_BF16) return launch_pk<T, 1, 4, 2, true>(p, ks, st);
+                    else return cudaErrorInvalidValue;
+                default: break;
+                }
+            }
+        }
+        return cudaErrorInvalidValue;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * repacking (qgemv_repack*): one thread per GGUF block on the device, the same loops on the host */
+
+__global__ void k_repack(int type, const uint8_t *__restrict__ src, uint8_t *__restrict__ dst, int n_in,
+                         long long n_blocks)
+{
+    const long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= n_blocks) return;
+    if (type == GGML_Q8_0) {
+        const uint8_t *s = src + b * 34;
+        uint8_t *q = dst + b * 32, *d = dst + n_blocks * 32 + b * 2;
+        d[0] = s[0];
+        d[1] = s[1];
+        for (int i = 0; i < 32; i++) q[i] = s[2 + i];
+    } else {   /* Q6_K */
+        const uint8_t *s = src + b * 210;
+        uint8_t *q = dst + b * 208, *d = dst + n_blocks * 208 + b * 2;
+        for (int i = 0; i < 208; i++) q[i] = s[i];
+        d[0] = s[208];
+        d[1] = s[209];
+    }
+    (void)n_in;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
  * launchers. variant: 0 default; 10 staged kernel with 2 rows per warp, 14 staged with 4 rows (m == 1), both
  * only for the types without a direct kernel; 20 direct kernel with its default rows per warp, 22 / 24 direct
  * with 2 / 4 rows (m == 1). (On an H100 the staged kernel ran BF16/Q4_K/Q5_K 2-4x slower than the direct one,
@@ -527,6 +1022,9 @@ template <int T> constexpr int direct_r(int m)
 template <int T, int M>
 cudaError_t launch_m(const qgemv_params &p, int variant, cudaStream_t st)
 {
+    /* the packed kernel on GGUF rows: only where the packed layout is the GGUF one */
+    if (variant >= 1000) return has_pk<T>() && !pk_repacked<T>() ? launch_pk_variant<T, M>(p, variant, st)
+                                                                  : cudaErrorInvalidValue;
     if (variant == 0) {
         if (has_direct<T>()) variant = 20;
         else variant = M == 1 && p.n_out >= 8192 ? 14 : 10;
@@ -554,6 +1052,39 @@ cudaError_t launch_type(const qgemv_params &p, int variant, cudaStream_t st)
     case 6: return launch_m<T, 6>(p, variant, st);
     case 7: return launch_m<T, 7>(p, variant, st);
     case 8: return launch_m<T, 8>(p, variant, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+/* the packed layout (qgemv_repack): the packed kernel for its types (variant 0 = its default), else the GGUF
+ * kernels on the unchanged rows */
+template <int T, int M>
+cudaError_t launch_m_packed(const qgemv_params &p, int variant, cudaStream_t st)
+{
+    /* Q4_K: the direct kernel was faster than the packed one on every 8B shape but n_out = 1024 (K/V, M = 1:
+     * packed 3.9 us, direct 6.3 us; gate/up, n_out 14336: direct 21.5 us, packed 23.3 us), so the default picks
+     * by n_out alone (both are batch invariant, and the choice does not depend on m) */
+    if constexpr (T == GGML_Q4_K)
+        if (variant == 0 && p.n_out > 2048) return launch_m<T, M>(p, 0, st);
+    /* F16, BF16, Q4_K: the packed form is the GGUF one, so the GGUF kernels' variant codes work too */
+    if constexpr (has_pk<T>() && !pk_repacked<T>())
+        if (variant != 0 && variant < 1000) return launch_m<T, M>(p, variant, st);
+    if constexpr (has_pk<T>()) return launch_pk_variant<T, M>(p, variant, st);
+    else return launch_m<T, M>(p, variant, st);
+}
+
+template <int T>
+cudaError_t launch_type_packed(const qgemv_params &p, int variant, cudaStream_t st)
+{
+    switch (p.m) {
+    case 1: return launch_m_packed<T, 1>(p, variant, st);
+    case 2: return launch_m_packed<T, 2>(p, variant, st);
+    case 3: return launch_m_packed<T, 3>(p, variant, st);
+    case 4: return launch_m_packed<T, 4>(p, variant, st);
+    case 5: return launch_m_packed<T, 5>(p, variant, st);
+    case 6: return launch_m_packed<T, 6>(p, variant, st);
+    case 7: return launch_m_packed<T, 7>(p, variant, st);
+    case 8: return launch_m_packed<T, 8>(p, variant, st);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -598,11 +1129,29 @@ cudaError_t check(const qgemv_params *p, qgemv_params *q)
     return cudaSuccess;
 }
 
-cudaError_t dispatch(const qgemv_params *p, int r, cudaStream_t st)
+cudaError_t dispatch_packed(const qgemv_params &q, int r, cudaStream_t st)
+{
+    switch (q.type) {
+    case GGML_F16:  return launch_type_packed<GGML_F16>(q, r, st);
+    case GGML_BF16: return launch_type_packed<GGML_BF16>(q, r, st);
+    case GGML_Q4_0: return launch_type_packed<GGML_Q4_0>(q, r, st);
+    case GGML_Q4_1: return launch_type_packed<GGML_Q4_1>(q, r, st);
+    case GGML_Q5_0: return launch_type_packed<GGML_Q5_0>(q, r, st);
+    case GGML_Q5_1: return launch_type_packed<GGML_Q5_1>(q, r, st);
+    case GGML_Q8_0: return launch_type_packed<GGML_Q8_0>(q, r, st);
+    case GGML_Q4_K: return launch_type_packed<GGML_Q4_K>(q, r, st);
+    case GGML_Q5_K: return launch_type_packed<GGML_Q5_K>(q, r, st);
+    case GGML_Q6_K: return launch_type_packed<GGML_Q6_K>(q, r, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+cudaError_t dispatch(const qgemv_params *p, int r, cudaStream_t st, bool packed = false)
 {
     qgemv_params q;
     cudaError_t e = check(p, &q);
     if (e != cudaSuccess) return e;
+    if (packed) return dispatch_packed(q, r, st);
     switch (q.type) {
     case GGML_F16:  return launch_type<GGML_F16>(q, r, st);
     case GGML_BF16: return launch_type<GGML_BF16>(q, r, st);
@@ -666,4 +1215,84 @@ extern "C" cudaError_t qgemv_read_bench(const void *buf, size_t bytes, float *si
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     k_read<<<sms * 8, 256, 0, st>>>((const uint4 *)buf, bytes / 16, sink);
     return cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * the packed layout */
+
+namespace {
+
+/* bytes of one GGUF row of n_in elements of type t, 0 for an unsupported type or shape */
+size_t row_bytes_of(ggml_type t, int n_in)
+{
+    const int blk = block_of(t);
+    if (!blk || n_in < blk || n_in % blk) return 0;
+    switch (t) {
+    case GGML_F16: case GGML_BF16: return (size_t)n_in * 2;
+    case GGML_Q4_0: return (size_t)n_in / 32 * 18;
+    case GGML_Q4_1: return (size_t)n_in / 32 * 20;
+    case GGML_Q5_0: return (size_t)n_in / 32 * 22;
+    case GGML_Q5_1: return (size_t)n_in / 32 * 24;
+    case GGML_Q8_0: return (size_t)n_in / 32 * 34;
+    case GGML_Q4_K: return (size_t)n_in / 256 * 144;
+    case GGML_Q5_K: return (size_t)n_in / 256 * 176;
+    case GGML_Q6_K: return (size_t)n_in / 256 * 210;
+    default: return 0;
+    }
+}
+
+}   // namespace
+
+extern "C" size_t qgemv_repack_bytes(ggml_type t, int n_in, int n_out)
+{
+    const size_t rb = row_bytes_of(t, n_in);
+    return rb && n_out >= 1 ? rb * (size_t)n_out : 0;
+}
+
+extern "C" int qgemv_repack_host(ggml_type t, const void *src, void *dst, int n_in, int n_out)
+{
+    const size_t total = qgemv_repack_bytes(t, n_in, n_out);
+    if (!total || !src || !dst) return -1;
+    const uint8_t *s = (const uint8_t *)src;
+    uint8_t *d = (uint8_t *)dst;
+    if (s < d + total && d < s + total) return -1;   /* overlap */
+    if (t == GGML_Q8_0 || t == GGML_Q6_K) {
+        const size_t bpb = t == GGML_Q8_0 ? 34 : 210, qb = bpb - 2;
+        const size_t nb = total / bpb;
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *sb = s + b * bpb;
+            if (t == GGML_Q8_0) {
+                memcpy(d + b * qb, sb + 2, qb);
+                memcpy(d + nb * qb + 2 * b, sb, 2);
+            } else {
+                memcpy(d + b * qb, sb, qb);
+                memcpy(d + nb * qb + 2 * b, sb + 208, 2);
+            }
+        }
+    } else {
+        memcpy(d, s, total);
+    }
+    return 0;
+}
+
+extern "C" cudaError_t qgemv_repack(ggml_type t, const void *src, void *dst, int n_in, int n_out, cudaStream_t st)
+{
+    const size_t total = qgemv_repack_bytes(t, n_in, n_out);
+    if (!total || !src || !dst) return cudaErrorInvalidValue;
+    const uint8_t *s = (const uint8_t *)src;
+    uint8_t *d = (uint8_t *)dst;
+    if (s < d + total && d < s + total) return cudaErrorInvalidValue;
+    if (t != GGML_Q8_0 && t != GGML_Q6_K) return cudaMemcpyAsync(dst, src, total, cudaMemcpyDeviceToDevice, st);
+    const long long nb = (long long)(total / (t == GGML_Q8_0 ? 34 : 210));
+    const long long grid = (nb + 255) / 256;
+    if (grid > 0x7fffffffLL) return cudaErrorInvalidValue;
+    k_repack<<<(unsigned)grid, 256, 0, st>>>((int)t, s, d, n_in, nb);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t qgemv_launch_packed(const qgemv_params *p, cudaStream_t st) { return dispatch(p, 0, st, true); }
+
+extern "C" cudaError_t qgemv_launch_packed_variant(const qgemv_params *p, int variant, cudaStream_t st)
+{
+    return dispatch(p, variant, st, true);
 }

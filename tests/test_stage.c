@@ -4,8 +4,15 @@
  * in chunks, temperature sampling with seeds, repetition penalty) give the same tokens through 3 stages as one
  * whole-model engine; the partial engines' hidden states chain to the whole model's logits bitwise; kill -9 of
  * any stage mid-run brings the other stages down (non-zero exit) within a few seconds; and a group restarted
- * under the same name works again. */
+ * under the same name works again.
+ * Lanes (steps in flight, engine_step_submit/collect): 2 and 3 stages give the golden ids on two lanes at once
+ * and the same tokens as one whole-model engine for the mixed set of sequences split over two lanes; protocol
+ * misuse (collect out of order, a busy lane, a slot in two steps, step() while in flight) fails cleanly and the
+ * group keeps serving; and stage 1 really works while stage 0 computes: its CPU time during the leader's
+ * submits is measured (clock_getcpuclockid), which does not depend on how loaded the machine is. */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -400,6 +407,302 @@ static void test_multi(const zl_model *m, int micro) {
 }
 
 /* ------------------------------------------------------------------------------------------------------------
+ * lanes: two steps in flight */
+
+/* n stages, slots 0 and 1 on lanes 0 and 1, both decoding greedily from BOS: submit A, submit B, collect A,
+ * submit A, collect B, ... Each lane gives the 200 golden ids. Misuse in the middle fails without harm. */
+static void test_golden_lanes(const zl_model *m, int n) {
+    char err[256];
+    snprintf(s_group, sizeof s_group, "t%d-lgold%d", (int)getpid(), n);
+    pid_t f[STAGE_MAX];
+    for (int i = 1; i < n; i++) f[i] = spawn_follower(i, n);
+    zl_engine_opts o = eopts(3);
+    stage_opts so = opts(0, n);
+    double t0 = now_s();
+    zl_engine *e = stage_leader_new(m, &o, &so, err, sizeof err);
+    CHECK(e != NULL, "%d stages, lanes: leader: %s", n, err);
+    int same[2] = {0, 0}, bad = 0;
+    if (e) {
+        CHECK(engine_lanes(e) == 2, "%d stages: the leader asks for 2 lanes (%d)", n, engine_lanes(e));
+        int32_t tok[2] = {1, 1}, out[2] = {-1, -1};
+        zl_seq s[2];
+        for (int l = 0; l < 2; l++) {
+            s[l] = (zl_seq){ .slot = l, .pos = 0, .n_tokens = 1, .tokens = &tok[l], .sample = 1 };
+            if (engine_step_submit(e, &s[l], 1, l) != 0) {
+                CHECK(0, "%d stages: submit lane %d: %s", n, l, e->err);
+                bad = 1;
+            }
+        }
+        for (int i = 0; i < 200 && !bad; i++) {
+            if (i == 50) {   /* misuse: nothing may change, the group must keep serving */
+                int32_t t = 1, o2;
+                zl_seq x = { .slot = 2, .pos = 0, .n_tokens = 1, .tokens = &t, .sample = 1 };
+                zl_seq y = { .slot = 1, .pos = 0, .n_tokens = 1, .tokens = &t, .sample = 1 };
+                CHECK(engine_step_collect(e, 1, &o2) != 0 && strstr(e->err, "oldest"),
+                      "collect out of submission order refused: %s", e->err);
+                CHECK(engine_step_submit(e, &x, 1, 0) != 0 && strstr(e->err, "in flight"),
+                      "submit on a busy lane refused: %s", e->err);
+                CHECK(engine_step_submit(e, &y, 1, 2) != 0 && strstr(e->err, "slot 1"),
+                      "a slot in two steps in flight refused: %s", e->err);
+                CHECK(engine_step(e, &x, 1, &o2, NULL) != 0 && strstr(e->err, "in flight"),
+                      "step() while steps are in flight refused: %s", e->err);
+                CHECK(engine_step_collect(e, 2, &o2) != 0, "collect of an idle lane refused");
+            }
+            for (int l = 0; l < 2 && !bad; l++) {
+                if (engine_step_collect(e, l, &out[l]) != 0) {
+                    CHECK(0, "%d stages: collect lane %d at %d: %s", n, l, i, e->err);
+                    bad = 1;
+                    break;
+                }
+                if (out[l] == s_gold[i]) same[l]++;
+                tok[l] = out[l];
+                s[l].pos = i + 1;
+                if (i + 1 < 200 && engine_step_submit(e, &s[l], 1, l) != 0) {
+                    CHECK(0, "%d stages: submit lane %d at %d: %s", n, l, i + 1, e->err);
+                    bad = 1;
+                }
+            }
+        }
+        /* both lanes drained: a synchronous step works again */
+        int32_t t = 1, o1 = -1;
+        zl_seq z = { .slot = 2, .pos = 0, .n_tokens = 1, .tokens = &t, .sample = 1 };
+        CHECK(!bad && engine_step(e, &z, 1, &o1, NULL) == 0 && o1 == s_gold[0], "%d stages: step() after the lanes",
+              n);
+    }
+    CHECK(same[0] == 200 && same[1] == 200, "%d stages, 2 lanes: %d and %d of 200 golden greedy tokens", n, same[0],
+          same[1]);
+    engine_destroy(&e);
+    for (int i = 1; i < n; i++) {
+        int st = wait_for(f[i], 5.0);
+        CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "%d stages, lanes: follower %d exits 0 (%d)", n, i,
+              st);
+    }
+    printf("%d stages, 2 lanes: 2 x 200 golden tokens in %.2f s\n", n, now_s() - t0);
+}
+
+/* the mixed set (seqs_init) with sequence i on lane i % 2, the lanes' steps alternating with both in flight */
+static int seqs_run_lanes(zl_engine *e, seqst *ss) {
+    zl_seq sq[2][NS];
+    int idx[2][NS], n[2] = {0, 0}, busy[2] = {0, 0};
+    for (int turn = 0; turn < 400; turn++) {
+        int l = turn % 2;
+        if (busy[l]) {
+            int32_t out[NS];
+            if (engine_step_collect(e, l, out) != 0) {
+                CHECK(0, "lanes: collect: %s", e->err);
+                return -1;
+            }
+            busy[l] = 0;
+            for (int k = 0; k < n[l]; k++) {
+                seqst *s = &ss[idx[l][k]];
+                s->fed += sq[l][k].n_tokens;
+                if (!sq[l][k].sample) {
+                    CHECK(out[k] == -1, "prefill chunk gives -1, got %d", out[k]);
+                    continue;
+                }
+                s->toks[s->n++] = out[k];
+                s->gen++;
+            }
+        }
+        n[l] = 0;
+        for (int i = l; i < NS; i += 2) {
+            seqst *s = &ss[i];
+            if (s->gen >= NGEN) continue;
+            int nt = s->n - s->fed;
+            if (s->fed < s->plen && nt > s->chunk) nt = s->chunk;
+            sq[l][n[l]] = (zl_seq){ .slot = i, .pos = s->fed, .n_tokens = nt, .tokens = s->toks + s->fed,
+                                    .sample = s->fed + nt == s->n, .samp = &s->samp, .history = s->toks,
+                                    .n_history = s->fed + nt, .rng = &s->rng };
+            idx[l][n[l]++] = i;
+        }
+        if (n[l] > 0) {
+            if (engine_step_submit(e, sq[l], n[l], l) != 0) {
+                CHECK(0, "lanes: submit: %s", e->err);
+                return -1;
+            }
+            busy[l] = 1;
+        }
+        if (!busy[0] && !busy[1]) return 0;
+    }
+    CHECK(0, "lanes: sequences did not finish");
+    return -1;
+}
+
+/* n stages, 2 lanes, micro micro-batches per step: the same tokens and generator states as one whole engine */
+static void test_multi_lanes(const zl_model *m, int n, int micro) {
+    char err[256];
+    seqst one[NS], pipe[NS];
+    zl_engine_opts o = eopts(NS);
+    zl_engine *e = engine_new(m, &o, err, sizeof err);
+    CHECK(e != NULL, "whole engine: %s", err);
+    if (!e) return;
+    seqs_init(one, m->cfg.vocab_size);
+    seqs_run(e, one);
+    engine_destroy(&e);
+    snprintf(s_group, sizeof s_group, "t%d-lmulti", (int)getpid());
+    pid_t f[STAGE_MAX];
+    for (int i = 1; i < n; i++) f[i] = spawn_follower(i, n);
+    stage_opts so = opts(0, n);
+    so.micro_batches = micro;
+    e = stage_leader_new(m, &o, &so, err, sizeof err);
+    CHECK(e != NULL, "leader: %s", err);
+    if (e) {
+        seqs_init(pipe, m->cfg.vocab_size);
+        seqs_run_lanes(e, pipe);
+        int same = 0;
+        for (int i = 0; i < NS; i++)
+            same += pipe[i].n == one[i].n && memcmp(pipe[i].toks, one[i].toks, sizeof(int32_t) * one[i].n) == 0 &&
+                    pipe[i].rng == one[i].rng;
+        CHECK(same == NS, "%d stages, 2 lanes, up to %d micro-batches: %d of %d sequences identical to one engine", n,
+              micro, same, NS);
+    }
+    engine_destroy(&e);
+    for (int i = 1; i < n; i++) {
+        int st = wait_for(f[i], 5.0);
+        CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "lanes: follower %d exits 0 (%d)", i, st);
+    }
+}
+
+/* pins the calling thread to the k-th CPU it may run on, when there are 2 or more (the overlap test puts stage 0
+ * and stage 1 on different CPUs: a woken stage 1 on the leader's CPU would preempt it right after its publish,
+ * and its compute of the step just published would then count as overlap) */
+static void s_pin(int k) {
+    cpu_set_t all, one;
+    if (sched_getaffinity(0, sizeof all, &all) != 0 || CPU_COUNT(&all) < 2) return;
+    CPU_ZERO(&one);
+    for (int c = 0, seen = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &all) && seen++ == k) {
+            CPU_SET(c, &one);
+            break;
+        }
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+}
+
+/* a follower in a thread of this process (same shm protocol): its thread CPU clock is exact, where another
+ * process's CPU clock lags by up to a scheduler tick while it runs */
+typedef struct {
+    const zl_model *m;             /* shared, read only */
+    stage_opts so;                 /* its stage */
+    volatile sig_atomic_t stop;    /* unused (the leader's shutdown ends it) */
+    int rc;                        /* stage_run_follower's result */
+    char err[256];                 /* its message */
+} t_follower;
+
+static void *follower_thread(void *arg) {
+    t_follower *t = arg;
+    s_pin(1);
+    t->rc = stage_run_follower(t->m, &t->so, &t->stop, t->err, sizeof t->err);
+    return NULL;
+}
+
+static double cpu_s(clockid_t c) {
+    struct timespec ts;
+    if (clock_gettime(c, &ts) != 0) return -1;
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* 2 stages, 1 micro-batch per step (so that nothing overlaps inside a step), 2 lanes of 2 sequences x 32-token
+ * chunks. For every submit (stage 0 computing its layers) the follower's CPU time is read before and after:
+ * overlap = sum over submits of min(follower CPU, leader CPU) during the submit, over the leader's CPU in
+ * submits. The follower runs in a thread here, for an exact CPU clock, and the two are pinned to different CPUs.
+ * Lanes in flight (submit A, submit B, collect A, submit A, ...): stage 1 computes the other lane's step
+ * meanwhile, near 1 (less when other processes take its CPU: up to 3 attempts). The same steps one at a time
+ * (submit A, collect A, submit B, ...): stage 1 has nothing to do, near 0. Both runs must give the same tokens.
+ * Wall times are printed, not checked (they depend on free cores). */
+static void test_overlap(const zl_model *m) {
+    char err[256];
+    snprintf(s_group, sizeof s_group, "t%d-overlap", (int)getpid());
+    t_follower tf;
+    memset(&tf, 0, sizeof tf);
+    tf.m = m;
+    tf.so = opts(1, 2);
+    pthread_t tid;
+    if (pthread_create(&tid, NULL, follower_thread, &tf) != 0) {
+        CHECK(0, "overlap: follower thread");
+        return;
+    }
+    cpu_set_t saved;
+    int have_saved = sched_getaffinity(0, sizeof saved, &saved) == 0;
+    s_pin(0);
+    zl_engine_opts o = eopts(4);
+    stage_opts so = opts(0, 2);
+    so.micro_batches = 1;
+    zl_engine *e = stage_leader_new(m, &o, &so, err, sizeof err);
+    CHECK(e != NULL, "overlap: leader: %s", err);
+    clockid_t fc;
+    int have_clock = pthread_getcpuclockid(tid, &fc) == 0 && cpu_s(fc) >= 0;
+    CHECK(have_clock, "overlap: the follower's CPU clock");
+    if (!e || !have_clock) goto out;
+    enum { K = 24, CH = 32 };
+    int32_t toks[4][CH], res[2][K][4];
+    for (int i = 0; i < 4; i++)
+        for (int t = 0; t < CH; t++) toks[i][t] = (int32_t)(3 + (i * 131 + t * 17) % (m->cfg.vocab_size - 3));
+    double ratio[2] = {0, 0}, wall[2] = {0, 0}, cpu0[2] = {0, 0}, cpu1[2] = {0, 0};
+    int pass = 0, same = 1;
+    /* other processes on the CPUs take stage 1's time away, lowering the lanes' ratio: up to 3 attempts */
+    for (int attempt = 0; attempt < 3 && !pass && same; attempt++) {
+    for (int mode = 0; mode < 2 && e; mode++) {   /* 0: one step at a time; 1: both lanes in flight */
+        zl_seq sq[2][2];
+        double over = 0, lead = 0, f_start = cpu_s(fc), t_start = now_s();
+        int bad = 0;
+        for (int k = 0; k < K && !bad; k++) {
+            for (int l = 0; l < 2 && !bad; l++) {
+                for (int j = 0; j < 2; j++)
+                    sq[l][j] = (zl_seq){ .slot = 2 * l + j, .pos = (k % 7) * CH, .n_tokens = CH,
+                                         .tokens = toks[2 * l + j], .sample = 1 };
+                int32_t out[2];
+                /* mode 1 collects this lane's previous step just before submitting its next one */
+                if (mode == 1 && k > 0 && engine_step_collect(e, l, out) == 0) {
+                    res[l][k - 1][0] = out[0];
+                    res[l][k - 1][1] = out[1];
+                } else if (mode == 1 && k > 0) {
+                    bad = 1;
+                }
+                double l0 = cpu_s(CLOCK_THREAD_CPUTIME_ID), f0 = cpu_s(fc);
+                bad |= engine_step_submit(e, sq[l], 2, l) != 0;
+                double dl = cpu_s(CLOCK_THREAD_CPUTIME_ID) - l0, df = cpu_s(fc) - f0;
+                lead += dl;
+                over += df < dl ? df : dl;
+                if (mode == 0) {
+                    bad |= engine_step_collect(e, l, out) != 0;
+                    res[l][k][2] = out[0];
+                    res[l][k][3] = out[1];
+                }
+            }
+        }
+        for (int l = 0; l < 2 && mode == 1 && !bad; l++) {
+            int32_t out[2];
+            bad |= engine_step_collect(e, l, out) != 0;
+            res[l][K - 1][0] = out[0];
+            res[l][K - 1][1] = out[1];
+        }
+        if (bad) {
+            CHECK(0, "overlap: steps run (%s)", e->err);
+            break;
+        }
+        wall[mode] = now_s() - t_start;
+        cpu1[mode] = cpu_s(fc) - f_start;
+        cpu0[mode] = lead;
+        ratio[mode] = lead > 0 ? over / lead : 0;
+    }
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < K; k++) same &= res[l][k][0] == res[l][k][2] && res[l][k][1] == res[l][k][3];
+    printf("overlap, 2 stages (attempt %d): stage 1 busy during %.0f%% of stage 0's compute with 2 lanes in flight, "
+           "%.0f%% one step at a time; wall %.3f s vs %.3f s (stage CPU %.3f + %.3f s)\n", attempt + 1,
+           100 * ratio[1], 100 * ratio[0], wall[1], wall[0], cpu0[1], cpu1[1]);
+    pass = ratio[1] >= 0.4 && ratio[1] >= ratio[0] + 0.3;
+    }
+    CHECK(same, "overlap: lanes in flight give the same tokens as one step at a time");
+    CHECK(pass, "overlap: stage 1 works during %.0f%% of stage 0's compute with lanes (>= 40%%), %.0f%% without "
+          "(30 points less)", 100 * ratio[1], 100 * ratio[0]);
+out:
+    engine_destroy(&e);   /* shuts the group down: the follower returns 0 */
+    pthread_join(tid, NULL);
+    if (have_saved) sched_setaffinity(0, sizeof saved, &saved);
+    CHECK(tf.rc == 0, "overlap: follower returns 0 (%s)", tf.rc ? tf.err : "");
+}
+
+/* ------------------------------------------------------------------------------------------------------------
  * kill -9 of one stage: the others leave with a non-zero status within a few seconds; then the group restarts */
 
 /* a leader process that decodes forever (positions wrap) */
@@ -487,6 +790,12 @@ int main(void) {
     test_multi(m, 2);
     test_multi(m, 1);
     test_multi(m, 5);
+    test_golden_lanes(m, 2);
+    test_golden_lanes(m, 3);
+    test_multi_lanes(m, 2, 2);
+    test_multi_lanes(m, 3, 2);
+    test_multi_lanes(m, 3, 1);
+    test_overlap(m);
     for (int victim = 0; victim < 3; victim++) test_kill(3, victim);
     test_kill(2, 1);
     /* the group comes back under the name the killed groups used (their stale segment is replaced) */

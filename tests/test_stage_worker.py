@@ -4,7 +4,10 @@ group give llama2.c's golden greedy ids and the same seeded samples as one singl
 leader shuts its followers down cleanly (exit 0); kill -9 of a middle stage mid-stream leaves no request without
 exactly one final, the other stages exit non-zero within a few seconds, and the group restarted under the same
 names registers again and serves golden ids; kill -9 of a stage while the group idles takes the leader out of
-the broker too. Skips (passes with a note) when the worker has no --stage."""
+the broker too. Lanes (docs/pipeline.md): the leader keeps 2 steps in flight by default; runs with --lanes 2 (2 and
+3 stages) and --lanes 1 give the same outputs as one stage, and with 2 lanes a stream cancelled while its step
+is in flight ends once, the request the broker puts into its slot at once runs golden, and the worker stays
+alive (heartbeats between lane turns). Skips (passes with a note) when the worker has no --stage."""
 import os
 import signal
 import subprocess
@@ -40,6 +43,16 @@ def run_all(c, rq, timeout=30):
         fin = r["finals"][0] if r["finals"] else {}
         res[rid.rsplit("-", 1)[0]] = (fin.get("finish"), r["ids"], len(r["finals"]))
     return res
+
+
+def log_text(cl, name):
+    """the log of the last process started as name"""
+    logs = [p for p in cl.logs if os.path.basename(p).startswith(name + ".")]
+    try:
+        with open(logs[-1], "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except (IndexError, OSError):
+        return ""
 
 
 def wait_gone(cl, name, timeout=10.0):
@@ -84,16 +97,18 @@ def main():
         cl.kill("one", signal.SIGTERM)
         ck.ok(wait_gone(cl, "one"), "single-stage worker gone")
 
-        for n in (2, 3):
-            name = "p%d" % n
-            start_group(cl, name, n, group)
+        for n, lanes in ((2, "2"), (3, "2"), (2, "1")):
+            name = "p%d-l%s" % (n, lanes)
+            start_group(cl, name, n, group, "--lanes", lanes)
             if not ck.ok(cl.wait_workers([name], timeout=20) is not None, "%d-stage group registered" % n):
                 cl.dump_logs()
                 continue
             got = run_all(c, rq)
             same = sum(1 for k in rq if got.get(k) == ref[k])
-            ck.ok(same == len(rq), "%d stages: %d of %d concurrent requests identical to one stage (incl. golden)"
-                  % (n, same, len(rq)))
+            ck.ok(same == len(rq), "%d stages, %s lanes: %d of %d concurrent requests identical to one stage (incl. "
+                  "golden)" % (n, lanes, same, len(rq)))
+            ck.ok((", %s lane%s, " % (lanes, "s" if lanes != "1" else "")) in log_text(cl, name),
+                  "%d stages: the leader runs %s lanes" % (n, lanes))
             rc = cl.kill(name, signal.SIGTERM)
             ck.ok(rc == 0, "%d stages: leader exits 0 on SIGTERM (%s)" % (n, rc))
             for i in range(1, n):
@@ -105,6 +120,37 @@ def main():
                 ck.ok(p.returncode == 0, "%d stages: follower %d exits 0 after the leader's shutdown (%s)" % (
                     n, i, p.returncode))
             ck.ok(wait_gone(cl, name), "%d-stage leader gone from the broker" % n)
+
+        # 2 lanes: a cancel while the stream's step is in flight; the broker reuses the slot at once
+        start_group(cl, "c", 2, group, "--debug-step-delay-ms", "10", max_batch=2)
+        if ck.ok(cl.wait_workers(["c"], timeout=20) is not None, "2-stage group c registered"):
+            t = Tracker(c)
+            a = t.submit("ca", deadline_ms=30000, tokens=[1] + gold[:4], max_tokens=60, ignore_eos=True,
+                         temperature=0)
+            b = t.submit("cb", deadline_ms=30000, tokens=[1] + gold[:9], max_tokens=60, ignore_eos=True,
+                         temperature=0)
+            ck.ok(t.pump(10, lambda tr: tr.all_streaming([a, b], 5)), "2 lanes: both streams running")
+            c.cancel(a)
+            d = t.submit("cd", deadline_ms=30000, tokens=[1] + gold[:2], max_tokens=30, ignore_eos=True,
+                         temperature=0)
+            t.pump(20, lambda tr: tr.all_final([a, b, d]))
+            fa = t.r[a]["finals"]
+            ck.ok(len(fa) == 1 and fa[0].get("finish") == "cancelled" and t.r[a]["after"] == 0,
+                  "2 lanes: the cancelled stream ends once, cancelled (%s)" % [f.get("finish") for f in fa])
+            ck.ok(t.r[a]["ids"] == gold[4:4 + len(t.r[a]["ids"])], "2 lanes: the cancelled stream's tokens were golden")
+            ck.ok(t.r[b]["ids"] == gold[9:69] and len(t.r[b]["finals"]) == 1, "2 lanes: the other stream is golden")
+            ck.ok(t.r[d]["ids"] == gold[2:32] and len(t.r[d]["finals"]) == 1,
+                  "2 lanes: the request in the cancelled slot is golden")
+            ck.ok(cl.workers["c"].poll() is None and cl.wait_workers(["c"], timeout=2) is not None,
+                  "2 lanes: the leader is still alive and registered")
+            ck.ok("refused" not in log_text(cl, "c"), "2 lanes: no assignment refused")
+            ck.ok(cl.kill("c", signal.SIGTERM) == 0, "2 lanes: leader exits 0")
+            try:
+                cl.workers["c-s1"].wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            ck.ok(cl.workers["c-s1"].returncode == 0, "2 lanes: follower exits 0")
+            wait_gone(cl, "c")
 
         # kill -9 of the middle stage mid-stream
         start_group(cl, "k", 3, group, "--debug-step-delay-ms", "25", max_batch=8)

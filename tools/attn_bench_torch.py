@@ -6,7 +6,8 @@ Same rules as the C++ bench: K/V sets rotated until they make at least 1 GiB (me
 not serve them, bytes = K + V read, time = median of CUDA event pairs around single calls, two ways: "queued"
 (all calls enqueued back to back, an event pair around each, so host time is not counted while the GPU is busy)
 and "sync" (the host waits after every call).
-usage: attn_bench_torch.py [-b 1,16,64] [-c 1024,...] [-n iters] [-m max_gib]
+usage: attn_bench_torch.py [-b 1,16,64] [-c 1024,...] [-s B:L,B:L,...] [-n iters] [-m max_gib]
+  -s: only these (batch, context) pairs instead of the -b x -c table (as zllm-attentionbench -s)
 """
 import argparse
 import math
@@ -62,19 +63,23 @@ def main():
     ap.add_argument("-c", default="1024,2048,4096,8192,16384,32768,65536,131072")
     ap.add_argument("-n", type=int, default=30)
     ap.add_argument("-m", type=float, default=0.0)
-    a = ap.parse_args()
+    ap.add_argument("-s", default="")
+    a, _ = ap.parse_known_args()   # the C++ bench's other options (-K, -f, --hm) may come along: ignored
     free, _ = torch.cuda.mem_get_info()
     max_bytes = a.m * (1 << 30) if a.m > 0 else 0.4 * free   # SDPA may materialize expanded K/V
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     print(f"{'batch':>5} {'ctx':>7} {'KV_MB':>10} {'sdpa_us':>10} {'GB/s':>8} {'sync_us':>10}")
-    for B in map(int, a.b.split(",")):
-        for L in map(int, a.c.split(",")):
-            mb = 2 * B * L * 8 * 128 * 2 / 1e6
-            r = bench(B, L, a.n, max_bytes)
-            if r is None or r == "OOM":
-                print(f"{B:5d} {L:7d} {mb:10.1f} {'OOM' if r else 'skip':>10} {'-':>8} {'-':>10}", flush=True)
-            else:
-                print(f"{B:5d} {L:7d} {mb:10.1f} {r[0]:10.1f} {r[1]:8.0f} {r[2]:10.1f}", flush=True)
+    if a.s:
+        pairs = [tuple(map(int, x.split(":"))) for x in a.s.split(",") if x]
+    else:
+        pairs = [(B, L) for B in map(int, a.b.split(",")) for L in map(int, a.c.split(","))]
+    for B, L in pairs:
+        mb = 2 * B * L * 8 * 128 * 2 / 1e6
+        r = bench(B, L, a.n, max_bytes)
+        if r is None or r == "OOM":
+            print(f"{B:5d} {L:7d} {mb:10.1f} {'OOM' if r else 'skip':>10} {'-':>8} {'-':>10}", flush=True)
+        else:
+            print(f"{B:5d} {L:7d} {mb:10.1f} {r[0]:10.1f} {r[1]:8.0f} {r[2]:10.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,18 @@
 /* tools/main_zllm-qbench.c: benchmark of the quantized matrix-vector kernels (cuda/qgemv.h).
  *
- *   zllm-qbench [--quick] [--types Q4_K,Q6_K,...]
+ *   zllm-qbench [--quick] [--types Q4_K,Q6_K,...] [--shapes 0,1,2,3,4] [--variants]
  *
  * Measures, in one run on the current GPU: the read-only bandwidth (a large 16-byte-load read kernel, the
- * roofline), then each weight type's kernel on Llama-3.1-8B-shaped matrices (n_in x n_out = 4096x4096,
- * 4096x14336, 14336x4096) at M = 1, 2, 4, 8 (and the other kernel variants: "qgemv/V" is
- * qgemv_launch_variant's V), rotating over enough
- * distinct weight buffers that L2 cannot serve them; and cuBLAS (cublasGemmEx, BF16 in, f32 out) on the same
- * BF16 shapes as a comparison point. Each figure: calls captured into a CUDA graph, median of replays, time
- * per call, weight bytes / time, and that as a fraction of the measured read bandwidth. Weights are random
- * blocks with valid fp16 scales (never zeros). Exits 0 after printing the table; 1 on a CUDA error. */
+ * roofline), then each weight type's kernels on Llama-3.1-8B-shaped matrices (n_in x n_out, --shapes picks by
+ * index: 0 4096x4096 (wq/wo), 1 4096x1024 (wk/wv), 2 4096x14336 (gate/up), 3 14336x4096 (down),
+ * 4 4096x128256 (LM head)) at M = 1, 2, 4, 8: "gguf" = qgemv_launch on the GGUF rows (the old kernels),
+ * "packed" = qgemv_launch_packed on the qgemv_repack form; with --variants also, at M = 1, the other kernel
+ * variants ("gguf/V": qgemv_launch_variant's V, "packed/V": qgemv_launch_packed_variant's V). Weights rotate
+ * over enough distinct buffers that L2 cannot serve them; cuBLAS (cublasGemmEx, BF16 in, f32 out) runs on the
+ * same BF16 shapes as a comparison point. Each figure: calls captured into a CUDA graph, median of replays,
+ * time per call, bytes moved (weights + x + y, f32 x and y) / time, and that as a fraction of the measured
+ * read bandwidth. Weights are random blocks with valid fp16 scales (never zeros). Exits 0 after printing the
+ * table; 1 on a CUDA error. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,13 +107,15 @@ static float time_graph(cudaGraphExec_t ge, cudaStream_t st, int reps)
 
 int main(int argc, char **argv)
 {
-    int quick = 0;
-    const char *types_arg = NULL;
+    int quick = 0, variants = 0;
+    const char *types_arg = NULL, *shapes_arg = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--variants")) variants = 1;
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) types_arg = argv[++i];
+        else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) shapes_arg = argv[++i];
         else {
-            fprintf(stderr, "usage: zllm-qbench [--quick] [--types Q4_K,Q6_K,...]\n");
+            fprintf(stderr, "usage: zllm-qbench [--quick] [--types Q4_K,Q6_K,...] [--shapes 0,1,2,3,4] [--variants]\n");
             return 2;
         }
     }
@@ -149,14 +154,15 @@ int main(int argc, char **argv)
 
     const ggml_type all[] = {GGML_Q4_K, GGML_Q6_K, GGML_Q8_0, GGML_BF16, GGML_F16, GGML_Q4_0, GGML_Q4_1,
                              GGML_Q5_0, GGML_Q5_1, GGML_Q5_K};
-    const int shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}};   /* n_in, n_out */
+    /* n_in, n_out */
+    const int shapes[][2] = {{4096, 4096}, {4096, 1024}, {4096, 14336}, {14336, 4096}, {4096, 128256}};
     const int ms_list[] = {1, 2, 4, 8};
-    const int n_shapes = quick ? 1 : 3;
+    const int n_shapes = quick ? 1 : 5;
 
     float *dx, *dy;
     uint16_t *dxb;
     CK(cudaMalloc((void **)&dx, (size_t)8 * 14336 * sizeof(float)));
-    CK(cudaMalloc((void **)&dy, (size_t)8 * 14336 * sizeof(float)));
+    CK(cudaMalloc((void **)&dy, (size_t)8 * 128256 * sizeof(float)));
     CK(cudaMalloc((void **)&dxb, (size_t)8 * 14336 * sizeof(uint16_t)));
     {
         float *hx = malloc((size_t)8 * 14336 * sizeof(float));
@@ -178,43 +184,62 @@ int main(int argc, char **argv)
     cublasSetStream(h, st);
     cublasSetWorkspace(h, ws, (size_t)32 << 20);
 
-    printf("\n%-5s %6s %6s %2s %-9s %9s %8s %6s\n", "type", "n_in", "n_out", "M", "kernel", "us/call", "GB/s",
+    printf("\n%-5s %6s %6s %2s %-12s %9s %8s %6s\n", "type", "n_in", "n_out", "M", "kernel", "us/call", "GB/s",
            "%read");
     for (size_t ti = 0; ti < sizeof all / sizeof all[0]; ti++) {
         ggml_type t = all[ti];
         if (types_arg && !strstr(types_arg, ggml_type_name(t))) continue;
         for (int si = 0; si < n_shapes; si++) {
+            if (shapes_arg) {
+                char id[4];
+                snprintf(id, sizeof id, "%d", si);
+                if (!strstr(shapes_arg, id)) continue;
+            }
             int n_in = shapes[si][0], n_out = shapes[si][1];
             size_t row_bytes = ggml_row_bytes(t, n_in), mat = row_bytes * (size_t)n_out;
             /* distinct buffers: at least 4 x L2 in all, at least 2 */
             int nbuf = (int)((4 * (size_t)prop.l2CacheSize + mat - 1) / mat);
             if (nbuf < 2) nbuf = 2;
-            void **bufs = calloc((size_t)nbuf, sizeof(void *));
+            void **bufs = calloc((size_t)nbuf, sizeof(void *)), **pbufs = calloc((size_t)nbuf, sizeof(void *));
             uint8_t *host = malloc(mat);
-            if (!bufs || !host) return 1;
+            if (!bufs || !pbufs || !host) return 1;
             fill_weights(t, host, mat);
-            for (int b = 0; b < nbuf; b++) {
+            for (int b = 0; b < nbuf; b++) {   /* the GGUF rows and their packed form (qgemv_repack) */
                 CK(cudaMalloc(&bufs[b], mat));
                 CK(cudaMemcpy(bufs[b], host, mat, cudaMemcpyHostToDevice));
+                CK(cudaMalloc(&pbufs[b], mat));
+                CK(qgemv_repack(t, bufs[b], pbufs[b], n_in, n_out, st));
             }
+            CK(cudaStreamSynchronize(st));
             free(host);
             int calls = nbuf;
             while (calls < 60) calls += nbuf;
             for (int mi = 0; mi < 4; mi++) {
                 int m = ms_list[mi];
-                /* the default kernel, then the other variants (qgemv_launch_variant) */
+                /* bytes per call: the weights, x and y (f32) */
+                const double moved = (double)mat + 4.0 * m * ((double)n_in + n_out);
+                /* the GGUF kernels (default, then qgemv_launch_variant's other variants), then the packed form
+                 * (default, then qgemv_launch_packed_variant's); vars[i] < 0: packed variant -vars[i] - 1 */
                 const int direct = t == GGML_F16 || t == GGML_BF16 || t == GGML_Q4_K || t == GGML_Q5_K;
-                int vars[6], nv = 0;
+                const int pk = direct ? t != GGML_Q5_K : t == GGML_Q8_0 || t == GGML_Q6_K;
+                const int kq = t == GGML_Q4_K || t == GGML_Q6_K, w16 = t == GGML_F16 || t == GGML_BF16;
+                int vars[16], nv = 0;
                 vars[nv++] = 0;
-                if (m == 1 && direct) {
+                if (m == 1 && variants && direct) {
                     vars[nv++] = 22;
                     vars[nv++] = 24;
-                } else if (m == 1) {
+                } else if (m == 1 && variants) {
                     vars[nv++] = 10;
                     vars[nv++] = 14;
                 }
+                vars[nv++] = -1;   /* packed default */
+                if (m == 1 && variants && pk) {
+                    const int alt[] = {1014, kq ? 0 : 1022, w16 ? 1042 : 0, 11000, 1100, 1200, 1400};
+                    for (size_t ai = 0; ai < sizeof alt / sizeof alt[0]; ai++)
+                        if (alt[ai]) vars[nv++] = -alt[ai] - 1;
+                }
                 for (int vi = 0; vi < nv; vi++) {
-                    const int rv = vars[vi];
+                    const int packed = vars[vi] < 0, rv = packed ? -vars[vi] - 1 : vars[vi];
                     qgemv_params p;
                     memset(&p, 0, sizeof p);
                     p.type = t; p.row_bytes = row_bytes; p.n_in = n_in; p.n_out = n_out; p.m = m; p.x = dx;
@@ -223,18 +248,26 @@ int main(int argc, char **argv)
                     cudaGraphExec_t ge;
                     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
                     for (int c = 0; c < calls; c++) {
-                        p.w = bufs[c % nbuf];
-                        cudaError_t e = rv ? qgemv_launch_variant(&p, rv, st) : qgemv_launch(&p, st);
-                        if (e != cudaSuccess) { fprintf(stderr, "qgemv: %s\n", cudaGetErrorString(e)); return 1; }
+                        p.w = packed ? pbufs[c % nbuf] : bufs[c % nbuf];
+                        cudaError_t e = packed ? (rv ? qgemv_launch_packed_variant(&p, rv, st)
+                                                     : qgemv_launch_packed(&p, st))
+                                               : (rv ? qgemv_launch_variant(&p, rv, st) : qgemv_launch(&p, st));
+                        if (e != cudaSuccess) {
+                            fprintf(stderr, "qgemv (%s, packed %d, variant %d): %s\n", ggml_type_name(t), packed, rv,
+                                    cudaGetErrorString(e));
+                            return 1;
+                        }
                     }
                     CK(cudaStreamEndCapture(st, &g));
                     CK(cudaGraphInstantiate(&ge, g, 0));
                     float ms = time_graph(ge, st, 9) / (float)calls;
-                    double bw = (double)mat / (ms * 1e-3);
-                    char kn[16];
-                    snprintf(kn, sizeof kn, rv ? "qgemv/%d" : "qgemv", rv);
-                    printf("%-5s %6d %6d %2d %-9s %9.2f %8.0f %5.1f%%\n", ggml_type_name(t), n_in, n_out, m, kn,
+                    double bw = moved / (ms * 1e-3);
+                    char kn[24];
+                    if (packed) snprintf(kn, sizeof kn, rv ? "packed/%d" : "packed", rv);
+                    else snprintf(kn, sizeof kn, rv ? "gguf/%d" : "gguf", rv);
+                    printf("%-5s %6d %6d %2d %-12s %9.2f %8.0f %5.1f%%\n", ggml_type_name(t), n_in, n_out, m, kn,
                            ms * 1e3, bw / 1e9, 100.0 * bw / read_bw);
+                    fflush(stdout);
                     cudaGraphExecDestroy(ge);
                     cudaGraphDestroy(g);
                 }
@@ -253,15 +286,19 @@ int main(int argc, char **argv)
                     CK(cudaStreamEndCapture(st, &g));
                     CK(cudaGraphInstantiate(&ge, g, 0));
                     float ms = time_graph(ge, st, 9) / (float)calls;
-                    double bw = (double)mat / (ms * 1e-3);
-                    printf("%-5s %6d %6d %2d %-9s %9.2f %8.0f %5.1f%%\n", ggml_type_name(t), n_in, n_out, m, "cublas",
+                    double bw = ((double)mat + 2.0 * m * n_in + 4.0 * m * n_out) / (ms * 1e-3);
+                    printf("%-5s %6d %6d %2d %-12s %9.2f %8.0f %5.1f%%\n", ggml_type_name(t), n_in, n_out, m, "cublas",
                            ms * 1e3, bw / 1e9, 100.0 * bw / read_bw);
                     cudaGraphExecDestroy(ge);
                     cudaGraphDestroy(g);
                 }
             }
-            for (int b = 0; b < nbuf; b++) CK(cudaFree(bufs[b]));
+            for (int b = 0; b < nbuf; b++) {
+                CK(cudaFree(bufs[b]));
+                CK(cudaFree(pbufs[b]));
+            }
             free(bufs);
+            free(pbufs);
         }
     }
     cublasDestroy(h);
@@ -271,7 +308,7 @@ int main(int argc, char **argv)
     cudaFree(dxb);
     cudaFree(sink);
     cudaStreamDestroy(st);
-    printf("read bandwidth %.0f GB/s; weight bytes per call / time per call\n", read_bw / 1e9);
+    printf("read bandwidth %.0f GB/s; bytes per call (weights + x + y) / time per call\n", read_bw / 1e9);
     return 0;
 }
 #endif

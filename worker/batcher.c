@@ -4,10 +4,17 @@
  * depend on other sequences' prompts), then prefilling sequences in admission order get prompt chunks from what
  * is left of the engine's max_step_tokens, up to max_batch entries. A chunk that completes the prompt samples the
  * first token in the same step. When more sequences run than max_batch allows, the start rotates so none starves.
+ * With lanes, all of this applies to one lane's step: its sequences only, its own rotation.
  *
- * Slot buffer: toks[slot] holds the sequence's prompt followed by its generated tokens (len of them); n_past of
- * them are in the KV cache. A step feeds toks[n_past .. n_past + chunk), so prefill and decode are the same
- * operation (a decode feeds the last sampled token, chunk = 1). */
+ * Records: a sequence lives in a record (rec), which holds an engine KV slot (kv). toks holds the sequence's
+ * prompt followed by its generated tokens (len of them); n_past of them are in the KV cache. A step feeds
+ * toks[n_past .. n_past + chunk), so prefill and decode are the same operation (a decode feeds the last sampled
+ * token, chunk = 1). There are 2 * n_slots records for n_slots KV slots: a sequence cancelled while its step is
+ * in flight keeps its record and its KV slot until that step is collected (the engine still reads its tokens and
+ * writes its KV slot and generator state), while the broker already counts the slot as free and may assign a
+ * new sequence, which then waits in a record without a KV slot (kv = -1) and gets the first slot released. With
+ * one lane nothing is ever in flight between calls, so only records [0, n_slots) are used and record i holds
+ * KV slot i, as before lanes existed. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,9 +22,14 @@
 #include "batcher.h"
 
 typedef struct {
-    int active;                    /* 1 while a sequence holds this slot */
+    int active;                    /* 1 while the record is used: a running sequence, or a cancelled one whose
+                                    * step is still in flight (live 0) */
+    int live;                      /* 1 while the sequence runs (not ended, not cancelled) */
+    int kv;                        /* engine KV slot it holds, in [0, n_slots); -1 while waiting for one */
+    int lane;                      /* lane its steps run in, [0, lanes) */
+    int inflight;                  /* 1 while a submitted, uncollected step holds an entry for it */
     uint64_t rid;                  /* its broker id */
-    uint64_t order;                /* admission counter, for FIFO prefill */
+    uint64_t order;                /* admission counter, for FIFO prefill and slot hand-over */
     int32_t *toks;                 /* [n_ctx] prompt then generated tokens (points into b->tok_buf) */
     int len;                       /* valid entries in toks */
     int n_prompt;                  /* prompt length */
@@ -29,24 +41,40 @@ typedef struct {
     int32_t stop_ids[WK_MAX_STOP_IDS]; /* extra stop ids */
     int n_stop_ids;                /* count of stop_ids */
     int ignore_eos;                /* 1: eog ids do not stop */
-} s_slot;
+} s_rec;
+
+typedef struct {
+    zl_seq *seqs;                  /* [max_batch] entries of the step being built or in flight (the engine reads
+                                    * them until the collect) */
+    int *seq_rec;                  /* [max_batch] record of each entry */
+    int32_t *out_tok;              /* [max_batch] sampled ids (an engine without lanes writes them at the submit) */
+    int n;                         /* entries of the step in flight */
+    int busy;                      /* 1 while a step of this lane is submitted and not collected */
+    uint64_t ord;                  /* that step's submission ordinal (collects go in submission order) */
+    int rotate;                    /* decode start offset when more decodes than max_batch */
+} s_lane;
 
 struct wk_batcher {
     zl_engine *e;                  /* borrowed engine */
     int vocab;                     /* vocabulary size */
     uint8_t *eog;                  /* [vocab] 1 for end-of-generation ids */
-    int n_slots;                   /* engine slots */
+    int n_slots;                   /* engine KV slots */
     int n_ctx;                     /* tokens per slot */
-    s_slot *slots;                 /* [n_slots] */
-    int32_t *tok_buf;              /* [n_slots][n_ctx] token storage */
+    int n_rec;                     /* records: 2 * n_slots */
+    int n_scan;                    /* records the decode rotation runs over: n_slots with 1 lane, else n_rec */
+    s_rec *recs;                   /* [n_rec] */
+    int32_t *tok_buf;              /* [n_rec][n_ctx] token storage */
+    int *kv_rec;                   /* [n_slots] record holding each KV slot, -1 when free */
     wk_event *pending;             /* [pending_cap] acknowledgements waiting for the next step's message */
     int n_pending;                 /* entries in pending */
     int pending_cap;               /* bound on pending (a broker flooding bad assignments loses the excess) */
-    zl_seq *seqs;                  /* [max_batch] step entries */
-    int *seq_slot;                 /* [max_batch] slot of each entry */
-    int32_t *out_tok;              /* [max_batch] sampled ids */
+    int lanes;                     /* lanes in use, 1..WK_MAX_LANES */
+    int async;                     /* 1: the engine has step_submit/step_collect (else steps run at the submit) */
+    s_lane lane[WK_MAX_LANES];     /* per lane */
+    int next_lane;                 /* the lane whose turn is next */
+    uint64_t ord_next;             /* submission ordinal of the next submitted step */
+    uint64_t ord_collect;          /* ordinal of the step that must be collected next */
     uint64_t order_next;           /* admission counter */
-    int rotate;                    /* decode start offset when more decodes than max_batch */
     int prefill_cap;               /* most prompt tokens per step (batcher_set_prefill_cap) */
     int last_tokens;               /* tokens of the last step */
     int last_prefill;              /* of which prompt chunks (not decodes) */
@@ -58,7 +86,7 @@ struct wk_batcher {
 wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, size_t errlen) {
     wk_batcher *b = NULL;
     if (!e || !eog || vocab <= 0 || e->n_slots <= 0 || e->n_ctx <= 1 || e->max_batch <= 0 ||
-        e->max_step_tokens <= 0) {
+        e->max_step_tokens <= 0 || e->n_slots > (1 << 24)) {
         snprintf(err, errlen, "batcher: bad arguments");
         return NULL;
     }
@@ -68,18 +96,31 @@ wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, 
     b->vocab = vocab;
     b->n_slots = e->n_slots;
     b->n_ctx = e->n_ctx;
+    b->n_rec = 2 * e->n_slots;
+    b->n_scan = b->n_slots;
+    b->lanes = 1;
     b->pending_cap = 2 * e->n_slots + 64;
     b->prefill_cap = e->max_step_tokens;
     b->eog = malloc((size_t)vocab);
-    b->slots = calloc((size_t)b->n_slots, sizeof *b->slots);
-    b->tok_buf = malloc((size_t)b->n_slots * (size_t)b->n_ctx * sizeof(int32_t));
+    b->recs = calloc((size_t)b->n_rec, sizeof *b->recs);
+    b->tok_buf = malloc((size_t)b->n_rec * (size_t)b->n_ctx * sizeof(int32_t));
+    b->kv_rec = malloc((size_t)b->n_slots * sizeof *b->kv_rec);
     b->pending = calloc((size_t)b->pending_cap, sizeof *b->pending);
-    b->seqs = calloc((size_t)e->max_batch, sizeof *b->seqs);
-    b->seq_slot = calloc((size_t)e->max_batch, sizeof *b->seq_slot);
-    b->out_tok = calloc((size_t)e->max_batch, sizeof *b->out_tok);
-    if (!b->eog || !b->slots || !b->tok_buf || !b->pending || !b->seqs || !b->seq_slot || !b->out_tok) goto oom;
+    if (!b->eog || !b->recs || !b->tok_buf || !b->kv_rec || !b->pending) goto oom;
+    for (int l = 0; l < WK_MAX_LANES; l++) {
+        s_lane *L = &b->lane[l];
+        L->seqs = calloc((size_t)e->max_batch, sizeof *L->seqs);
+        L->seq_rec = calloc((size_t)e->max_batch, sizeof *L->seq_rec);
+        L->out_tok = calloc((size_t)e->max_batch, sizeof *L->out_tok);
+        if (!L->seqs || !L->seq_rec || !L->out_tok) goto oom;
+    }
     memcpy(b->eog, eog, (size_t)vocab);
-    for (int i = 0; i < b->n_slots; i++) b->slots[i].toks = b->tok_buf + (size_t)i * (size_t)b->n_ctx;
+    for (int i = 0; i < b->n_rec; i++) {
+        b->recs[i].toks = b->tok_buf + (size_t)i * (size_t)b->n_ctx;
+        b->recs[i].kv = -1;
+    }
+    for (int i = 0; i < b->n_slots; i++) b->kv_rec[i] = -1;
+    batcher_set_lanes(b, engine_lanes(e));
     return b;
 oom:
     snprintf(err, errlen, "batcher: out of memory");
@@ -91,14 +132,41 @@ void batcher_destroy(wk_batcher **pb) {
     if (!pb || !*pb) return;
     wk_batcher *b = *pb;
     free(b->eog);
-    free(b->slots);
+    free(b->recs);
     free(b->tok_buf);
+    free(b->kv_rec);
     free(b->pending);
-    free(b->seqs);
-    free(b->seq_slot);
-    free(b->out_tok);
+    for (int l = 0; l < WK_MAX_LANES; l++) {
+        free(b->lane[l].seqs);
+        free(b->lane[l].seq_rec);
+        free(b->lane[l].out_tok);
+    }
     free(b);
     *pb = NULL;
+}
+
+int batcher_in_flight(const wk_batcher *b) {
+    int n = 0;
+    for (int l = 0; l < WK_MAX_LANES; l++) n += b->lane[l].busy;
+    return n;
+}
+
+int batcher_lanes(const wk_batcher *b) { return b->lanes; }
+
+int batcher_set_lanes(wk_batcher *b, int lanes) {
+    for (int i = 0; i < b->n_rec; i++)
+        if (b->recs[i].active) return -1;
+    if (batcher_in_flight(b)) return -1;
+    b->async = b->e->step_submit && b->e->step_collect;
+    if (lanes > WK_MAX_LANES) lanes = WK_MAX_LANES;
+    if (b->async && lanes > engine_lanes(b->e)) lanes = engine_lanes(b->e);
+    if (lanes < 1) lanes = 1;
+    b->lanes = lanes;
+    /* one lane: the decode rotation over the first n_slots records only, exactly as before lanes */
+    b->n_scan = lanes > 1 ? b->n_rec : b->n_slots;
+    b->next_lane = 0;
+    for (int l = 0; l < WK_MAX_LANES; l++) b->lane[l].rotate = 0;
+    return lanes;
 }
 
 /* queues an acknowledgement; a rid already pending is not queued twice (one entry per rid per message) */
@@ -112,10 +180,41 @@ static void s_pend(wk_batcher *b, uint64_t rid, int fin) {
     b->pending[b->n_pending++] = (wk_event){rid, -1, fin};
 }
 
+/* the running record of rid, or -1 */
 static int s_find(const wk_batcher *b, uint64_t rid) {
-    for (int i = 0; i < b->n_slots; i++)
-        if (b->slots[i].active && b->slots[i].rid == rid) return i;
+    for (int i = 0; i < b->n_rec; i++)
+        if (b->recs[i].active && b->recs[i].live && b->recs[i].rid == rid) return i;
     return -1;
+}
+
+/* frees record i and its KV slot (never while a step of it is in flight) */
+static void s_release(wk_batcher *b, int i) {
+    s_rec *r = &b->recs[i];
+    if (r->kv >= 0) b->kv_rec[r->kv] = -1;
+    r->kv = -1;
+    r->active = r->live = r->inflight = 0;
+}
+
+/* hands free KV slots to running records waiting for one, oldest admission first */
+static void s_give_slots(wk_batcher *b) {
+    for (int k = 0; k < b->n_slots; k++) {
+        if (b->kv_rec[k] >= 0) continue;
+        int best = -1;
+        for (int i = 0; i < b->n_rec; i++) {
+            const s_rec *r = &b->recs[i];
+            if (r->active && r->live && r->kv < 0 && (best < 0 || r->order < b->recs[best].order)) best = i;
+        }
+        if (best < 0) return;
+        b->recs[best].kv = k;
+        b->kv_rec[k] = best;
+    }
+}
+
+/* running records per lane into cnt[WK_MAX_LANES] */
+static void s_lane_counts(const wk_batcher *b, int *cnt) {
+    memset(cnt, 0, WK_MAX_LANES * sizeof *cnt);
+    for (int i = 0; i < b->n_rec; i++)
+        if (b->recs[i].active && b->recs[i].live) cnt[b->recs[i].lane]++;
 }
 
 /* range checks of the sampling parameters; the sampler itself tolerates anything, but NaN would make a greedy
@@ -156,18 +255,32 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
         snprintf(err, errlen, "rid %llu: sampling parameters out of range", (unsigned long long)r->rid);
         goto reject;
     }
-    int slot = -1;
-    for (int i = 0; i < b->n_slots; i++)
-        if (!b->slots[i].active) {
-            slot = i;
-            break;
-        }
-    if (slot < 0) {
+    /* a free slot is one not held by a running sequence: with live < n_slots, either a KV slot is free now, or
+     * more are held by cancelled sequences in flight than records wait for one (so this one gets the next) */
+    if (batcher_running(b) >= b->n_slots) {
         snprintf(err, errlen, "rid %llu: no free slot (%d running)", (unsigned long long)r->rid, b->n_slots);
         goto reject;
     }
-    s_slot *s = &b->slots[slot];
+    int slot = -1, kv = -1;
+    for (int i = 0; i < b->n_rec && slot < 0; i++)
+        if (!b->recs[i].active) slot = i;
+    for (int k = 0; k < b->n_slots && kv < 0; k++)
+        if (b->kv_rec[k] < 0) kv = k;
+    if (slot < 0) {   /* cannot happen: active records <= running + draining < 2 * n_slots */
+        snprintf(err, errlen, "rid %llu: no free record", (unsigned long long)r->rid);
+        goto reject;
+    }
+    int cnt[WK_MAX_LANES], lane = 0;
+    s_lane_counts(b, cnt);
+    for (int l = 1; l < b->lanes; l++)
+        if (cnt[l] < cnt[lane]) lane = l;
+    s_rec *s = &b->recs[slot];
     s->active = 1;
+    s->live = 1;
+    s->inflight = 0;
+    s->kv = kv;
+    if (kv >= 0) b->kv_rec[kv] = slot;
+    s->lane = lane;
     s->rid = r->rid;
     s->order = b->order_next++;
     memcpy(s->toks, r->tokens, (size_t)r->n_tokens * sizeof(int32_t));
@@ -189,13 +302,22 @@ reject:
 int batcher_cancel(wk_batcher *b, uint64_t rid) {
     int i = s_find(b, rid);
     if (i < 0) return 0;
-    b->slots[i].active = 0;
+    if (b->recs[i].inflight) {
+        b->recs[i].live = 0;   /* released by the collect of its step */
+    } else {
+        s_release(b, i);
+        s_give_slots(b);
+    }
     s_pend(b, rid, WK_FIN_CANCELLED);
     return 1;
 }
 
 void batcher_clear(wk_batcher *b) {
-    for (int i = 0; i < b->n_slots; i++) b->slots[i].active = 0;
+    for (int i = 0; i < b->n_rec; i++) {
+        if (!b->recs[i].active) continue;
+        if (b->recs[i].inflight) b->recs[i].live = 0;
+        else s_release(b, i);
+    }
     b->n_pending = 0;
 }
 
@@ -211,7 +333,7 @@ int batcher_prefill_cap(const wk_batcher *b) { return b->prefill_cap; }
 
 int batcher_running(const wk_batcher *b) {
     int n = 0;
-    for (int i = 0; i < b->n_slots; i++) n += b->slots[i].active;
+    for (int i = 0; i < b->n_rec; i++) n += b->recs[i].active && b->recs[i].live;
     return n;
 }
 
@@ -222,13 +344,13 @@ uint64_t batcher_duplicates(const wk_batcher *b) { return b->duplicates; }
 
 int batcher_rids(const wk_batcher *b, uint64_t *rids, int cap) {
     int n = 0;
-    for (int i = 0; i < b->n_slots && n < cap; i++)
-        if (b->slots[i].active) rids[n++] = b->slots[i].rid;
+    for (int i = 0; i < b->n_rec && n < cap; i++)
+        if (b->recs[i].active && b->recs[i].live) rids[n++] = b->recs[i].rid;
     return n;
 }
 
-/* the finish code for slot s after it got token t */
-static int s_finish(const wk_batcher *b, const s_slot *s, int32_t t) {
+/* the finish code for record s after it got token t */
+static int s_finish(const wk_batcher *b, const s_rec *s, int32_t t) {
     if (!s->ignore_eos && b->eog[t]) return WK_FIN_STOP;
     for (int i = 0; i < s->n_stop_ids; i++)
         if (s->stop_ids[i] == t) return WK_FIN_STOP;
@@ -238,13 +360,19 @@ static int s_finish(const wk_batcher *b, const s_slot *s, int32_t t) {
     return WK_FIN_NONE;
 }
 
-/* adds slot i to the step as entry n with a chunk of at most budget tokens; returns the tokens taken */
-static int s_entry(wk_batcher *b, int i, int n, int budget) {
-    s_slot *s = &b->slots[i];
+/* record i may join a step of lane l: running, holding a KV slot, in that lane, nothing in flight */
+static int s_ready(const wk_batcher *b, int i, int l) {
+    const s_rec *s = &b->recs[i];
+    return s->active && s->live && s->kv >= 0 && s->lane == l && !s->inflight;
+}
+
+/* adds record i to lane L's step as entry n with a chunk of at most budget tokens; returns the tokens taken */
+static int s_entry(wk_batcher *b, s_lane *L, int i, int n, int budget) {
+    s_rec *s = &b->recs[i];
     int chunk = s->len - s->n_past;
     if (chunk > budget) chunk = budget;
-    zl_seq *q = &b->seqs[n];
-    q->slot = i;
+    zl_seq *q = &L->seqs[n];
+    q->slot = s->kv;
     q->pos = s->n_past;
     q->n_tokens = chunk;
     q->tokens = s->toks + s->n_past;
@@ -253,8 +381,109 @@ static int s_entry(wk_batcher *b, int i, int n, int budget) {
     q->history = s->toks;
     q->n_history = s->n_past + chunk;
     q->rng = &s->rng;
-    b->seq_slot[n] = i;
+    L->seq_rec[n] = i;
     return chunk;
+}
+
+/* builds lane l's next step in its seqs; returns the entries and the prompt tokens in *prefill */
+static int s_build(wk_batcher *b, int l, int *prefill) {
+    zl_engine *e = b->e;
+    s_lane *L = &b->lane[l];
+    int n = 0, budget = e->max_step_tokens;
+    /* decodes first, rotating the start so that every decoding sequence gets its turn */
+    for (int k = 0; k < b->n_scan && n < e->max_batch && budget > 0; k++) {
+        int i = (k + L->rotate) % b->n_scan;
+        const s_rec *s = &b->recs[i];
+        if (!s_ready(b, i, l) || s->len - s->n_past != 1) continue;
+        budget -= s_entry(b, L, i, n++, 1);
+    }
+    L->rotate = (L->rotate + 1) % b->n_scan;
+    /* then prefills, oldest admission first, within the prefill cap */
+    if (budget > b->prefill_cap) budget = b->prefill_cap;
+    int n_decode = n, budget0 = budget;
+    while (n < e->max_batch && budget > 0) {
+        int best = -1;
+        for (int i = 0; i < b->n_rec; i++) {
+            const s_rec *s = &b->recs[i];
+            if (!s_ready(b, i, l) || s->len - s->n_past <= 1) continue;
+            int taken = 0;
+            for (int j = 0; j < n; j++) taken |= L->seq_rec[j] == i;
+            if (taken) continue;
+            if (best < 0 || s->order < b->recs[best].order) best = i;
+        }
+        if (best < 0) break;
+        budget -= s_entry(b, L, best, n++, budget);
+    }
+    *prefill = n > n_decode ? budget0 - budget : 0;
+    return n;
+}
+
+/* applies the results of lane L's n entries (out_tok): positions advance, tokens and events for the running
+ * sequences, records of ended or cancelled sequences are released (their KV slots go to waiting records) */
+static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
+    int released = 0;
+    for (int j = 0; j < n; j++) {
+        int i = L->seq_rec[j];
+        s_rec *s = &b->recs[i];
+        const zl_seq *q = &L->seqs[j];
+        s->inflight = 0;
+        if (!s->live) {   /* cancelled or cleared while in flight: drop the results, free the slot now */
+            s_release(b, i);
+            released = 1;
+            continue;
+        }
+        s->n_past += q->n_tokens;
+        if (!q->sample) continue;
+        int32_t t = L->out_tok[j];
+        if (t < 0 || t >= b->vocab) {
+            /* an engine that returns an impossible id is broken; end the sequence rather than index with it */
+            ev[(*ne)++] = (wk_event){s->rid, -1, WK_FIN_ERROR};
+            s_release(b, i);
+            released = 1;
+            continue;
+        }
+        s->toks[s->len++] = t;
+        s->n_gen++;
+        int fin = s_finish(b, s, t);
+        ev[(*ne)++] = (wk_event){s->rid, t, fin};
+        if (fin) {
+            s_release(b, i);
+            released = 1;
+        }
+    }
+    if (released) s_give_slots(b);
+}
+
+/* evens the lanes out after lane l's collect: while l has 2 or more sequences more than the lightest lane, its
+ * newest moves there (none of l's sequences is in flight now; the lightest lane's step in flight, if any, does
+ * not hold it, so its next step is simply the other lane's next one) */
+static void s_balance(wk_batcher *b, int l) {
+    int cnt[WK_MAX_LANES];
+    s_lane_counts(b, cnt);
+    for (;;) {
+        int lo = 0;
+        for (int k = 1; k < b->lanes; k++)
+            if (cnt[k] < cnt[lo]) lo = k;
+        if (cnt[l] <= cnt[lo] + 1) return;
+        int pick = -1;
+        for (int i = 0; i < b->n_rec; i++) {
+            const s_rec *s = &b->recs[i];
+            if (s->active && s->live && s->lane == l && !s->inflight &&
+                (pick < 0 || s->order > b->recs[pick].order))
+                pick = i;
+        }
+        if (pick < 0) return;
+        b->recs[pick].lane = lo;
+        cnt[l]--;
+        cnt[lo]++;
+    }
+}
+
+/* 1 when lane l has a sequence that could run now */
+static int s_lane_work(const wk_batcher *b, int l) {
+    for (int i = 0; i < b->n_rec; i++)
+        if (s_ready(b, i, l)) return 1;
+    return 0;
 }
 
 int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, size_t errlen) {
@@ -267,62 +496,78 @@ int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, siz
     for (int i = 0; i < b->n_pending; i++) ev[ne++] = b->pending[i];
     b->n_pending = 0;
     zl_engine *e = b->e;
-    int n = 0, budget = e->max_step_tokens;
-    /* decodes first, rotating the start so that every decoding sequence gets its turn */
-    for (int k = 0; k < b->n_slots && n < e->max_batch && budget > 0; k++) {
-        int i = (k + b->rotate) % b->n_slots;
-        s_slot *s = &b->slots[i];
-        if (!s->active || s->len - s->n_past != 1) continue;
-        budget -= s_entry(b, i, n++, 1);
-    }
-    b->rotate = (b->rotate + 1) % b->n_slots;
-    /* then prefills, oldest admission first, within the prefill cap */
-    if (budget > b->prefill_cap) budget = b->prefill_cap;
-    int n_decode = n, budget0 = budget;
-    while (n < e->max_batch && budget > 0) {
-        int best = -1;
-        for (int i = 0; i < b->n_slots; i++) {
-            s_slot *s = &b->slots[i];
-            if (!s->active || s->len - s->n_past <= 1) continue;
-            int taken = 0;
-            for (int j = 0; j < n; j++) taken |= b->seq_slot[j] == i;
-            if (taken) continue;
-            if (best < 0 || s->order < b->slots[best].order) best = i;
+    if (b->lanes == 1) {   /* one synchronous step over every sequence */
+        s_lane *L = &b->lane[0];
+        int prefill, n = s_build(b, 0, &prefill);
+        if (n == 0) {
+            *n_ev = ne;
+            return 0;
         }
-        if (best < 0) break;
-        budget -= s_entry(b, best, n++, budget);
+        b->last_prefill = prefill;
+        if (engine_step(e, L->seqs, n, L->out_tok, NULL) != 0) {
+            snprintf(err, errlen, "%s", e->err);
+            *n_ev = ne;
+            return -1;
+        }
+        b->steps++;
+        b->last_tokens = 0;
+        for (int j = 0; j < n; j++) b->last_tokens += L->seqs[j].n_tokens;
+        s_apply(b, L, n, ev, &ne);
+        *n_ev = ne;
+        return 1;
     }
-    if (n == 0) {
+    /* lanes: the next lane in turn with a step in flight or work. Taking turns in a fixed cyclic order keeps the
+     * collects in submission order: the lanes in flight, oldest first, are always in cyclic order from next_lane,
+     * and the lanes skipped on the way have nothing in flight. The ordinal check makes that a tested fact. */
+    int l = -1;
+    for (int k = 0; k < b->lanes && l < 0; k++) {
+        int c = (b->next_lane + k) % b->lanes;
+        if (b->lane[c].busy || s_lane_work(b, c)) l = c;
+    }
+    if (l < 0) {
         *n_ev = ne;
         return 0;
     }
-    b->last_prefill = n > n_decode ? budget0 - budget : 0;
-    if (engine_step(e, b->seqs, n, b->out_tok, NULL) != 0) {
-        snprintf(err, errlen, "%s", e->err);
-        *n_ev = ne;
-        return -1;
-    }
-    b->steps++;
-    b->last_tokens = 0;
-    for (int j = 0; j < n; j++) b->last_tokens += b->seqs[j].n_tokens;
-    for (int j = 0; j < n; j++) {
-        s_slot *s = &b->slots[b->seq_slot[j]];
-        const zl_seq *q = &b->seqs[j];
-        s->n_past += q->n_tokens;
-        if (!q->sample) continue;
-        int32_t t = b->out_tok[j];
-        if (t < 0 || t >= b->vocab) {
-            /* an engine that returns an impossible id is broken; end the sequence rather than index with it */
-            ev[ne++] = (wk_event){s->rid, -1, WK_FIN_ERROR};
-            s->active = 0;
-            continue;
+    b->next_lane = (l + 1) % b->lanes;
+    s_lane *L = &b->lane[l];
+    int did = 0;
+    if (L->busy) {
+        if (L->ord != b->ord_collect) {
+            snprintf(err, errlen, "batcher: lane %d's step %llu is not the oldest in flight (%llu)", l,
+                     (unsigned long long)L->ord, (unsigned long long)b->ord_collect);
+            *n_ev = ne;
+            return -1;
         }
-        s->toks[s->len++] = t;
-        s->n_gen++;
-        int fin = s_finish(b, s, t);
-        ev[ne++] = (wk_event){s->rid, t, fin};
-        if (fin) s->active = 0;
+        if (b->async && engine_step_collect(e, l, L->out_tok) != 0) {
+            snprintf(err, errlen, "%s", e->err);
+            *n_ev = ne;
+            return -1;
+        }
+        L->busy = 0;
+        b->ord_collect++;
+        b->steps++;
+        s_apply(b, L, L->n, ev, &ne);
+        did = 1;
+    }
+    s_balance(b, l);
+    int prefill, n = s_build(b, l, &prefill);
+    if (n > 0) {
+        b->last_prefill = prefill;
+        b->last_tokens = 0;
+        for (int j = 0; j < n; j++) b->last_tokens += L->seqs[j].n_tokens;
+        /* an engine without lanes runs the step now; its tokens wait in out_tok for the lane's collect */
+        int rc = b->async ? engine_step_submit(e, L->seqs, n, l) : engine_step(e, L->seqs, n, L->out_tok, NULL);
+        if (rc != 0) {
+            snprintf(err, errlen, "%s", e->err);
+            *n_ev = ne;
+            return -1;
+        }
+        for (int j = 0; j < n; j++) b->recs[L->seq_rec[j]].inflight = 1;
+        L->n = n;
+        L->busy = 1;
+        L->ord = b->ord_next++;
+        did = 1;
     }
     *n_ev = ne;
-    return 1;
+    return did;
 }

@@ -8,7 +8,17 @@
  * network: the worker turns its events into `out` messages (docs/protocol.md).
  *
  * Everything from the broker is checked here (ids below the vocabulary, lengths within the slot's context,
- * duplicate rids, sampling ranges): a bad sequence is rejected with fin=4, never run. */
+ * duplicate rids, sampling ranges): a bad sequence is rejected with fin=4, never run.
+ *
+ * Lanes (docs/pipeline.md): with lanes > 1 the sequences are split into that many independent groups, each
+ * with at most one step in flight (engine_step_submit / engine_step_collect), so that a pipelined engine keeps
+ * every stage busy: submit A, submit B, collect A, submit A, collect B, submit B, ... Each batcher_step()
+ * handles one lane: it collects that lane's step in flight (its events) and submits the lane's next step. An
+ * engine without the asynchronous API is driven synchronously (the step runs at the submit, its events come
+ * with the collect), which gives the same tokens. With 1 lane (the default for such engines) batcher_step()
+ * runs one synchronous engine_step() over all sequences, as it always did. A sequence belongs to one lane
+ * (assigned at admission to the lane with the fewest sequences; moved only between its steps to even the lanes
+ * out), and never has two steps in flight. */
 #ifndef ZLLM_BATCHER_H
 #define ZLLM_BATCHER_H
 #include <stddef.h>
@@ -19,6 +29,7 @@
 enum { WK_FIN_NONE = 0, WK_FIN_STOP = 1, WK_FIN_LENGTH = 2, WK_FIN_CANCELLED = 3, WK_FIN_ERROR = 4 };
 
 #define WK_MAX_STOP_IDS 64         /* protocol limit on stop_ids per sequence */
+#define WK_MAX_LANES 8             /* most lanes of one batcher */
 
 /* one sequence to run, as assigned by the broker; everything is copied by batcher_add */
 typedef struct {
@@ -41,37 +52,50 @@ typedef struct {
 
 typedef struct wk_batcher wk_batcher;
 
-/* Creates a batcher over e (borrowed; it must outlive the batcher). eog: [vocab] 1 for end-of-generation ids
- * (copied). Returns NULL with a message on bad arguments or out of memory. */
+/* Creates a batcher over e (borrowed; it must outlive the batcher) with engine_lanes(e) lanes. eog: [vocab] 1 for
+ * end-of-generation ids (copied). Returns NULL with a message on bad arguments or out of memory. */
 wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, size_t errlen);
-/* idempotent; sets *b to NULL */
+/* idempotent; sets *b to NULL. Steps still in flight are not collected (the engine's destroy copes). */
 void batcher_destroy(wk_batcher **b);
+/* Sets the number of lanes (1 disables them), before any sequence is added: lanes is clamped to
+ * 1..WK_MAX_LANES, and to engine_lanes() for an engine with the asynchronous API (an engine without it is
+ * driven synchronously, any number of lanes). Returns the lanes now in use, or -1 (nothing changed) while
+ * sequences run or steps are in flight. */
+int batcher_set_lanes(wk_batcher *b, int lanes);
+int batcher_lanes(const wk_batcher *b);       /* lanes in use */
+int batcher_in_flight(const wk_batcher *b);   /* lanes with a step submitted and not yet collected */
 
-/* Admits r into a free slot. Returns 0 when admitted; 1 when r.rid is already running (the duplicate is ignored
- * and counted); -1 when r is invalid or there is no free slot: a fin=4 event is queued for r.rid and err says
- * why. */
+/* Admits r. Returns 0 when admitted; 1 when r.rid is already running (the duplicate is ignored and counted); -1
+ * when r is invalid or there is no free slot: a fin=4 event is queued for r.rid and err says why. A slot freed
+ * by a cancel counts as free at once, as the broker assumes (docs/protocol.md), even while the cancelled
+ * sequence's step is still in flight: the new sequence then waits (runs nothing) until that step is collected
+ * and the slot really is free. */
 int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen);
-/* Frees rid's slot and queues its fin=3 acknowledgement. Returns 1 if rid was running, 0 if unknown (ignored). */
+/* Ends rid and queues its fin=3 acknowledgement; its slot is released at once, or, when a step of rid is in
+ * flight, when that step is collected (its results are then dropped). Returns 1 if rid was running, 0 if
+ * unknown (ignored). */
 int batcher_cancel(wk_batcher *b, uint64_t rid);
-/* Runs one engine step if any sequence is running, and writes the pending acknowledgements and this step's
- * events to ev[cap] (cap >= batcher_event_cap()), with their count in *n_ev. Returns 1 when a step ran, 0 when
- * there was nothing to run, -1 on an engine error (err holds the engine's message; the caller must exit: the
- * device state is unknown). */
+/* One lane's turn (the next lane, in turn, that has a step in flight or sequences to run): collects its step in
+ * flight and submits its next step (1 lane: runs one synchronous step over every sequence). Writes the pending
+ * acknowledgements and the collected step's events to ev[cap] (cap >= batcher_event_cap()), with their count in
+ * *n_ev. Returns 1 when a step was collected or submitted, 0 when there was nothing to run, -1 on an engine error
+ * (err holds the engine's message; the caller must exit: the device state is unknown). */
 int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, size_t errlen);
-/* Drops every sequence without events (the broker forgot them) and clears pending acknowledgements. */
+/* Drops every sequence without events (the broker forgot them) and clears pending acknowledgements. Slots with a
+ * step in flight are released when it is collected (a batcher_step() call still has work to do). */
 void batcher_clear(wk_batcher *b);
 
 /* Caps the prompt tokens one step may prefill (>= 1; at most the engine's max_step_tokens; decodes are not
  * counted): the worker lowers it when steps get slow, so that its heartbeats keep their pace. */
 void batcher_set_prefill_cap(wk_batcher *b, int tokens);
-int batcher_last_step_tokens(const wk_batcher *b); /* tokens (prefill + decode) of the last step run */
-int batcher_last_prefill_tokens(const wk_batcher *b); /* prompt tokens of the last step (those under the cap) */
+int batcher_last_step_tokens(const wk_batcher *b); /* tokens (prefill + decode) of the last step run/submitted */
+int batcher_last_prefill_tokens(const wk_batcher *b); /* prompt tokens of that step (those under the cap) */
 int batcher_prefill_cap(const wk_batcher *b);      /* the current cap */
 
-int batcher_running(const wk_batcher *b);     /* sequences holding a slot */
-int batcher_free_slots(const wk_batcher *b);  /* slots free */
+int batcher_running(const wk_batcher *b);     /* sequences running (not counting cancelled ones still in flight) */
+int batcher_free_slots(const wk_batcher *b);  /* slots free for batcher_add (engine slots - running) */
 int batcher_event_cap(const wk_batcher *b);   /* the most events one batcher_step can report */
-uint64_t batcher_steps(const wk_batcher *b);  /* steps run so far */
+uint64_t batcher_steps(const wk_batcher *b);  /* steps run (collected) so far */
 uint64_t batcher_duplicates(const wk_batcher *b); /* duplicate assignments ignored */
 /* writes up to cap rids of the running sequences (for error logs); returns the count written */
 int batcher_rids(const wk_batcher *b, uint64_t *rids, int cap);

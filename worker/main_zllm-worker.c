@@ -2,10 +2,14 @@
  *
  *   zllm-worker --broker ENDPOINT -m MODEL.gguf [--name NAME] [--model-name NAME] [--device cpu|cuda[:N]]
  *               [--max-batch M] [--ctx N] [--step-tokens T] [--threads N] [--heartbeat-ms MS]
+ *               [--curve-server-key BROKER.pub --curve-key WORKER.key]
  *
  * One thread, one DEALER socket, one loop (after the zguide's Paranoid Pirate worker): read every message the
  * broker sent, run one engine step through the continuous batcher, send one `out` for the step, and send `hb`
  * from this same loop, so that a loop stuck in a step stops the heartbeats and the broker notices.
+ * With lanes (a pipeline leader: 2; --lanes N), each turn collects one lane's step in flight and submits its
+ * next one: a turn waits for at most one step, and cancels and heartbeats are handled between turns while the
+ * other lane's step is in flight (a cancelled sequence's slot is reused only after its step is collected).
  * A broker silent for 3 of its heartbeat intervals is presumed gone: the worker drops its sequences, opens a new
  * socket and registers again (ZeroMQ's reconnect alone does not re-register). An engine error is fatal: the
  * worker logs the step and the rids it held and exits 3, because a device in an unknown state must not keep
@@ -28,6 +32,7 @@
 #include <unistd.h>
 #include <zmq.h>
 #include "batcher.h"
+#include "bk_zap.h"
 #include "stage.h"
 #include "engine.h"
 #include "model.h"
@@ -59,6 +64,10 @@ typedef struct {
     int fail_at_step;              /* fault injection: step N reports an engine error (0: off) */
     int stage, n_stages;           /* pipeline stage I of N (worker/stage.h); n_stages 0: no pipeline */
     const char *group;             /* pipeline shm group name (--group) */
+    int lanes;                     /* --lanes: steps in flight (batcher.h); 0: what the engine asks for */
+    const char *curve_server_key;  /* --curve-server-key: file with the broker's Z85 public key, or NULL */
+    const char *curve_key;         /* --curve-key: file with this worker's Z85 secret key, or NULL */
+    char curve_srv[41], curve_pub[41], curve_sec[41]; /* the keys in Z85 (read at startup; pub derived) */
 } s_opts;
 
 typedef struct {
@@ -126,9 +135,15 @@ static void s_usage(FILE *f) {
             "  --heartbeat-ms MS    heartbeat interval (default 500)\n"
             "  --debug-step-delay-ms MS  sleep after every step (tests: slows streams down)\n"
             "  --debug-fail-at-step N    step N fails as a device error would (tests: the fatal path)\n"
-            "  --stage I/N          pipeline stage I of N (cpu; docs/pipeline.md): stage 0 talks to the broker,\n"
+            "  --stage I/N          pipeline stage I of N (docs/pipeline.md; all cpu, or all cuda[:K]): stage 0\n"
+            "                       talks to the broker,\n"
             "                       stages 1..N-1 need no --broker and serve stage 0 through shared memory\n"
-            "  --group NAME         the pipeline's shared-memory group (the same for all its stages)\n");
+            "  --group NAME         the pipeline's shared-memory group (the same for all its stages)\n"
+            "  --lanes N            independent groups of sequences with a step in flight each (default: the\n"
+            "                       engine's, 2 for a pipeline leader so that every stage stays busy; 1 disables)\n"
+            "  --curve-server-key FILE  CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
+            "  --curve-key FILE     CURVE: this worker's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
+            "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n");
 }
 
 /* parses a decimal int in [lo, hi]; returns 0 or -1 */
@@ -173,6 +188,9 @@ static int s_parse(int argc, char **argv, s_opts *o) {
         else if (!strcmp(a, "--debug-fail-at-step")) bad = s_int(v, 0, INT_MAX, &o->fail_at_step);
         else if (!strcmp(a, "--stage")) bad = stage_parse(v, &o->stage, &o->n_stages);
         else if (!strcmp(a, "--group")) o->group = v;
+        else if (!strcmp(a, "--lanes")) bad = s_int(v, 1, WK_MAX_LANES, &o->lanes);
+        else if (!strcmp(a, "--curve-server-key")) o->curve_server_key = v;
+        else if (!strcmp(a, "--curve-key")) o->curve_key = v;
         else {
             fprintf(stderr, "zllm-worker: unknown option %s\n", a);
             return -1;
@@ -186,8 +204,8 @@ static int s_parse(int argc, char **argv, s_opts *o) {
         s_usage(stderr);
         return -1;
     }
-    if (o->n_stages && (!o->group || strcmp(o->device, "cpu") != 0)) {
-        fprintf(stderr, "zllm-worker: --stage needs --group NAME and the cpu device\n");
+    if (o->n_stages && !o->group) {
+        fprintf(stderr, "zllm-worker: --stage needs --group NAME\n");
         return -1;
     }
     if (name) {
@@ -210,6 +228,22 @@ static int s_parse(int argc, char **argv, s_opts *o) {
     if (!o->name[0] || !o->model_name[0]) {
         fprintf(stderr, "zllm-worker: empty --name or --model-name\n");
         return -1;
+    }
+    if (!o->curve_server_key != !o->curve_key) {
+        fprintf(stderr, "zllm-worker: --curve-server-key and --curve-key go together\n");
+        return -1;
+    }
+    if (o->curve_key) {   /* read once: a missing or malformed key file fails at startup, not per connection */
+        char kerr[256];
+        if (bk_read_key(o->curve_server_key, o->curve_srv, kerr, sizeof kerr) != 0 ||
+            bk_read_key(o->curve_key, o->curve_sec, kerr, sizeof kerr) != 0) {
+            fprintf(stderr, "zllm-worker: %s\n", kerr);
+            return -1;
+        }
+        if (zmq_curve_public(o->curve_pub, o->curve_sec) != 0) {
+            fprintf(stderr, "zllm-worker: %s: %s\n", o->curve_key, zmq_strerror(zmq_errno()));
+            return -1;
+        }
     }
     if (!o->step_tokens) o->step_tokens = strcmp(o->device, "cpu") == 0 ? 256 : 2048;
     return 0;
@@ -292,6 +326,15 @@ static int s_open_socket(s_worker *w) {
     zmq_setsockopt(w->sock, ZMQ_RECONNECT_IVL, &rivl, sizeof rivl);
     zmq_setsockopt(w->sock, ZMQ_RECONNECT_IVL_MAX, &rmax, sizeof rmax);
     zmq_setsockopt(w->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    /* CURVE client: a broker with --curve-workers admits only keys in its allow-list (the handshake fails
+     * otherwise, so nothing is ever sent: the worker keeps retrying `register` and never serves) */
+    if (w->o.curve_key && (zmq_setsockopt(w->sock, ZMQ_CURVE_SERVERKEY, w->o.curve_srv, 40) != 0 ||
+                           zmq_setsockopt(w->sock, ZMQ_CURVE_PUBLICKEY, w->o.curve_pub, 40) != 0 ||
+                           zmq_setsockopt(w->sock, ZMQ_CURVE_SECRETKEY, w->o.curve_sec, 40) != 0)) {
+        s_log(w, "CURVE setup: %s", zmq_strerror(zmq_errno()));
+        s_close_socket(w);
+        return -1;
+    }
     if (zmq_connect(w->sock, w->o.broker) != 0) {
         s_log(w, "connect %s: %s", w->o.broker, zmq_strerror(zmq_errno()));
         s_close_socket(w);
@@ -396,7 +439,8 @@ static void s_drain(s_worker *w) {
     }
 }
 
-/* one engine step and its `out`; exits the process on an engine error */
+/* one engine step (with lanes: one lane's collect and next submit) and its `out`; exits the process on an
+ * engine error */
 static void s_step(s_worker *w) {
     char err[256];
     int n_ev = 0;
@@ -447,7 +491,8 @@ static int s_run(s_worker *w) {
     while (!s_stop) {
         int64_t now = s_now_ms();
         if (!w->registered && now - w->last_register >= S_REGISTER_RETRY_MS) s_send_register(w);
-        int busy = w->registered && batcher_running(w->batcher) > 0;
+        /* a step in flight must be collected even when its sequences were all cancelled or dropped */
+        int busy = (w->registered && batcher_running(w->batcher) > 0) || batcher_in_flight(w->batcher) > 0;
         long timeout = 0;
         if (!busy) {
             int64_t due = w->registered ? w->last_hb + w->o.heartbeat_ms : w->last_register + S_REGISTER_RETRY_MS;
@@ -514,6 +559,7 @@ int main(int argc, char **argv) {
     so.stage = w.o.stage;
     so.n_stages = w.o.n_stages;
     so.threads = w.o.threads;
+    so.device = w.o.device;   /* a follower's engine device; CUDA stages use the GPU transport */
     so.term_on_failure = 1;   /* a dead stage while idle: leave the broker at once */
     if (w.o.n_stages && w.o.stage > 0) {   /* a follower stage: no broker, no batcher */
         s_log(&w, "pipeline stage %d/%d of group %s", w.o.stage, w.o.n_stages, w.o.group);
@@ -537,6 +583,9 @@ int main(int argc, char **argv) {
         goto fail;
     }
     batcher_set_prefill_cap(w.batcher, 16);   /* until the first steps have measured the device's speed */
+    if (w.o.lanes && batcher_set_lanes(w.batcher, w.o.lanes) != w.o.lanes)
+        s_log(&w, "--lanes %d: the %s engine keeps at most %d steps in flight: %d lanes", w.o.lanes, w.engine->device,
+              engine_lanes(w.engine), batcher_lanes(w.batcher));
     w.ev_cap = batcher_event_cap(w.batcher);
     w.ev = calloc((size_t)w.ev_cap, sizeof *w.ev);
     w.out_rids = calloc((size_t)w.ev_cap, sizeof *w.out_rids);
@@ -545,9 +594,10 @@ int main(int argc, char **argv) {
     if (!w.ev || !w.out_rids || !w.out_toks || !w.out_fin) goto oom;
     w.zctx = zmq_ctx_new();
     if (!w.zctx) goto oom;
-    s_log(&w, "model %s (%s) on %s: %d slots of %d tokens, batch %d, %d tokens per step, broker %s",
+    s_log(&w, "model %s (%s) on %s: %d slots of %d tokens, batch %d, %d tokens per step, %d lane%s, broker %s",
           w.o.model_name, w.o.model_path, w.engine->device, w.engine->n_slots, w.engine->n_ctx,
-          w.engine->max_batch, w.engine->max_step_tokens, w.o.broker);
+          w.engine->max_batch, w.engine->max_step_tokens, batcher_lanes(w.batcher),
+          batcher_lanes(w.batcher) > 1 ? "s" : "", w.o.broker);
     rc = s_run(&w) == 0 ? 0 : 1;
     if (stage_leader_failed(w.engine)) {
         s_log(&w, "pipeline group %s failed", w.o.group);

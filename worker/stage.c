@@ -2,7 +2,10 @@
  *
  * Rings of the group (n = n_stages): for each link i -> i+1 (i < n-1), ring 2i holds descriptors and ring 2i+1
  * the hidden states of the same micro-batches, published hidden first; ring 2(n-1) returns sampled ids and
- * generator states from the last stage to the leader. Member index = stage index. */
+ * generator states from the last stage to the leader. Member index = stage index. With the GPU transport
+ * (stage_cuda.h; when the leader's engine is CUDA) ring 2i+1 carries the link's set-up message and then one
+ * record per micro-batch instead of the hidden states, which stay in device memory, and ring 2(n-1)+1+i is the
+ * link's back ring (the consumer's set-up answer). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,9 +14,10 @@
 #include <unistd.h>
 #include "shmring.h"
 #include "stage.h"
+#include "stage_cuda.h"
 
 #define S_INFO_MAGIC 0x45474154u   /* "TAGE" */
-#define S_INFO_VERSION 1u
+#define S_INFO_VERSION 2u
 #define S_WAIT_MS 200              /* follower's wait slice between checks of *stop */
 
 /* what the leader writes into the group for the followers (and what they check) */
@@ -24,6 +28,9 @@ typedef struct {
     int32_t n_layers, dim, vocab;  /* model shape (followers check theirs) */
     int32_t n_slots, n_ctx, max_batch, max_step_tokens;   /* the leader's engine, resolved */
     int32_t hist_cap;              /* history ids a descriptor can carry */
+    int32_t transport;             /* 0: host shm rings; 1: GPU transport (every stage runs a CUDA engine) */
+    int32_t no_graphs;             /* the leader's zl_engine_opts.no_graphs (CUDA followers use the same) */
+    int32_t ring_cap;              /* slots per ring (GPU links size their device rings from it) */
     int32_t pad;
 } s_info;
 
@@ -49,6 +56,7 @@ typedef struct {
     uint64_t hidden_bytes;         /* payload bytes of a hidden slot */
     int dim;                       /* floats per hidden row */
     stage_desc *w_desc;            /* reserved descriptor (producer) */
+    stage_cuda_link *cu;           /* GPU transport: the link's device end (s_cuda_ops), NULL for the host one */
 } s_host_link;
 
 static int s_host_reserve(void *ctx, stage_desc **desc, float **hidden, char *err, size_t errlen) {
@@ -101,6 +109,71 @@ static void s_host_release(void *ctx) {
 }
 
 static const stage_transport_ops s_host_ops = { s_host_reserve, s_host_publish, s_host_peek, s_host_release };
+
+/* ------------------------------------------------------------------------------------------------------------
+ * GPU transport: the descriptor ring as above, the hidden states in the link's device slots (stage_cuda.h);
+ * the hidden pointers handed out are device pointers, used only through s_run_layers */
+
+static int s_cuda_reserve(void *ctx, stage_desc **desc, float **hidden, char *err, size_t errlen) {
+    s_host_link *l = ctx;
+    void *d;
+    /* the record's host slot first, as the host transport reserves its hidden slot first */
+    if (stage_cuda_link_reserve(l->cu, hidden, err, errlen) ||
+        shm_ring_reserve(l->g, l->ring_desc, -1, &d, err, errlen))
+        return -1;
+    *desc = l->w_desc = d;
+    return 0;
+}
+
+static int s_cuda_publish(void *ctx, uint64_t desc_bytes, char *err, size_t errlen) {
+    s_host_link *l = ctx;
+    if (stage_cuda_link_publish(l->cu, l->w_desc->n_rows, err, errlen) ||
+        shm_ring_publish(l->g, l->ring_desc, desc_bytes, err, errlen))
+        return -1;
+    return 0;
+}
+
+static int s_cuda_peek(void *ctx, const stage_desc **desc, uint64_t *desc_bytes, const float **hidden, char *err,
+                       size_t errlen) {
+    s_host_link *l = ctx;
+    const void *d;
+    int rc = shm_ring_peek(l->g, l->ring_desc, S_WAIT_MS, &d, desc_bytes, err, errlen);
+    if (rc) return rc;
+    const stage_desc *dd = d;
+    if (*desc_bytes < sizeof *dd) {
+        snprintf(err, errlen, "step descriptor of %llu bytes", (unsigned long long)*desc_bytes);
+        return -1;
+    }
+    /* the record was published before the descriptor; its rows must match (checked against the capacity) */
+    if (stage_cuda_link_peek(l->cu, dd->n_rows, hidden, err, errlen)) return -1;
+    *desc = d;
+    return 0;
+}
+
+static void s_cuda_release(void *ctx) {
+    s_host_link *l = ctx;
+    stage_cuda_link_release(l->cu);
+    shm_ring_release(l->g, l->ring_desc);
+}
+
+static const stage_transport_ops s_cuda_ops = { s_cuda_reserve, s_cuda_publish, s_cuda_peek, s_cuda_release };
+
+/* Runs e's layers on one micro-batch: from in's hidden states h_in (in NULL: stage 0 embeds the tokens) to
+ * out's buffer h_out (out NULL: the last stage samples into toks). With the GPU transport both are device
+ * buffers ordered by the links' events (stage_cuda_run); otherwise host memory. On failure e->err says why. */
+static int s_run_layers(zl_engine *e, shm_group *g, const zl_seq *seqs, int n, s_host_link *in, const float *h_in,
+                        s_host_link *out, float *h_out, int32_t *toks) {
+    if ((in && in->cu) || (out && out->cu)) {
+        char err[sizeof e->err];
+        if (stage_cuda_run(e, g, seqs, n, in ? in->cu : NULL, h_in, out ? out->cu : NULL, h_out, toks, err,
+                           sizeof err) != 0) {
+            memcpy(e->err, err, sizeof err);
+            return -1;
+        }
+        return 0;
+    }
+    return engine_step_hidden(e, seqs, n, h_in, h_out, toks, NULL);
+}
 
 /* ------------------------------------------------------------------------------------------------------------
  * monitor thread: heartbeats while the stage computes or idles, and notices a dead peer even when idle */
@@ -217,6 +290,19 @@ static void s_opts_defaults(const stage_opts *so, stage_opts *out) {
 /* ------------------------------------------------------------------------------------------------------------
  * leader */
 
+#define S_LANES 8                  /* lane ids a leader accepts (zl_engine.step_submit); it asks for 2 */
+
+/* one lane's step in flight (submitted, not yet collected) */
+typedef struct {
+    int busy;                      /* 1 while the step is in flight */
+    uint64_t ord;                  /* submission ordinal: steps are collected in this order (FIFO return ring) */
+    uint64_t step;                 /* its step number in the descriptors */
+    const zl_seq *seqs;            /* the caller's entries, valid until the collect (rng written back there) */
+    int n;                         /* entries */
+    int n_micro;                   /* micro-batches published */
+    int bnd[STAGE_MAX * 4 + 1];    /* micro-batch k is seqs[bnd[k], bnd[k+1]) */
+} s_lane_step;
+
 typedef struct {
     zl_engine base;                /* public part; must stay first */
     zl_engine *local;              /* stage 0's layers */
@@ -228,7 +314,20 @@ typedef struct {
     uint64_t step;                 /* steps run */
     int micro;                     /* micro-batches per step (most) */
     s_monitor mon;                 /* heartbeat/peer monitor */
+    s_lane_step lane[S_LANES];     /* steps in flight, by lane */
+    uint64_t ord_next;             /* ordinal of the next submitted step */
+    uint64_t ord_collect;          /* ordinal of the step to collect next */
+    int inflight_micro;            /* micro-batches submitted and not collected (<= info.ring_cap) */
+    int dead_ms;                   /* stage_opts.dead_ms (teardown waits) */
 } s_leader;
+
+/* the GPU end of link `l` and the engine whose stream uses it: drained, then the link's two-phase teardown
+ * (stage_cuda.h); when the stream cannot drain (it waits on a dead peer's event) both are abandoned to the
+ * process's exit instead of hanging here */
+static void s_cuda_teardown(zl_engine *e, s_host_link *l, int dead_ms) {
+    const int abandon = e && stage_cuda_drain(e, 2000) == 0;   /* 0: e was abandoned too */
+    if (l && l->cu) stage_cuda_link_destroy(&l->cu, abandon, dead_ms);
+}
 
 static void s_leader_destroy(zl_engine *eb) {
     if (!eb) return;
@@ -236,6 +335,8 @@ static void s_leader_destroy(zl_engine *eb) {
     s_monitor_stop(&L->mon);
     if (L->g) {
         shm_group_abort(L->g, SHM_SHUTDOWN);
+        /* GPU link: closes the imports and frees the buffer once stage 1 has left the group (two phases) */
+        if (L->link0.cu) s_cuda_teardown(L->local, &L->link0, L->dead_ms);
         shm_group_destroy(&L->g);
     }
     engine_destroy(&L->local);
@@ -295,11 +396,23 @@ static int s_leader_check(s_leader *L, const zl_seq *seqs, int n) {
     return 0;
 }
 
-static int s_leader_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
-    s_leader *L = (s_leader *)eb;
+/* Steps in flight (lanes, zl_engine.step_submit): submit cuts a lane's step into micro-batches, runs stage 0's
+ * layers on each and publishes it at once; collect takes the step's returns later. The return ring is FIFO, so
+ * steps are collected in submission order. A micro-batch in flight holds at most one slot of each ring, and the
+ * micro-batches of all steps in flight never exceed ring_cap (per_step and the room check below): so no stage
+ * ever waits for a full ring, which could deadlock (the last stage blocked on the return ring that the leader
+ * drains only in collect, while the leader is blocked on link 0 in a submit). per_step: most micro-batches of
+ * this step (ring_cap / lanes, so that every lane finds room). */
+static int s_leader_submit_n(s_leader *L, const zl_seq *seqs, int n, int lane, int per_step) {
+    zl_engine *eb = &L->base;
     char err[256];
-    if (out_logits) {
-        snprintf(eb->err, sizeof eb->err, "pipeline: logits are not returned by the last stage");
+    if (lane < 0 || lane >= S_LANES) {
+        snprintf(eb->err, sizeof eb->err, "step: lane %d outside 0..%d", lane, S_LANES - 1);
+        return -1;
+    }
+    s_lane_step *ln = &L->lane[lane];
+    if (ln->busy) {
+        snprintf(eb->err, sizeof eb->err, "step: lane %d already has a step in flight", lane);
         return -1;
     }
     if (!seqs || n < 1 || n > eb->max_batch) {
@@ -308,10 +421,29 @@ static int s_leader_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_
     }
     if (shm_group_aborted(L->g) != SHM_RUNNING) return s_leader_fail(L, "group", "aborted");
     if (s_leader_check(L, seqs, n)) return -1;
+    /* a slot in two steps in flight would get its KV positions and generator state updated by both */
+    for (int k = 0; k < S_LANES; k++) {
+        if (!L->lane[k].busy) continue;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < L->lane[k].n; j++)
+                if (seqs[i].slot == L->lane[k].seqs[j].slot) {
+                    snprintf(eb->err, sizeof eb->err, "step: slot %d already has a step in flight (lane %d)",
+                             seqs[i].slot, k);
+                    return -1;
+                }
+    }
+    int room = L->info.ring_cap - L->inflight_micro;
     int n_micro = n < L->micro ? n : L->micro;
+    if (n_micro > per_step) n_micro = per_step;
+    if (n_micro > room) n_micro = room;
+    if (n_micro < 1) {
+        snprintf(eb->err, sizeof eb->err, "step: %d micro-batches in flight fill the rings (ring_cap %d): fewer lanes",
+                 L->inflight_micro, L->info.ring_cap);
+        return -1;
+    }
     /* micro-batch k is seqs [bnd[k], bnd[k+1]): cut where the running row count passes k/n_micro of the rows,
      * so that a long prompt chunk does not leave the other parts nearly empty; each part keeps >= 1 sequence */
-    int bnd[STAGE_MAX * 4 + 1];
+    int *bnd = ln->bnd;
     if (n_micro > STAGE_MAX * 4) n_micro = STAGE_MAX * 4;
     int64_t total = 0, run = 0;
     for (int i = 0; i < n; i++) total += seqs[i].n_tokens;
@@ -363,7 +495,7 @@ static int s_leader_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_
         d->n_hist = (int32_t)nh;
         d->n_rows = (int32_t)rows;
         /* stage 0's layers write their output straight into the link's buffer */
-        if (engine_step_hidden(L->local, seqs + lo, hi - lo, NULL, hidden, NULL, NULL) != 0) {
+        if (s_run_layers(L->local, L->g, seqs + lo, hi - lo, NULL, NULL, &L->link0, hidden, NULL) != 0) {
             snprintf(eb->err, sizeof eb->err, "%s", L->local->err);
             /* bad arguments from the caller: nothing was sent, the group stays up unless a half step went out */
             if (mi == 0) {
@@ -375,6 +507,45 @@ static int s_leader_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_
         uint64_t bytes = sizeof *d + (uint64_t)d->n * sizeof(stage_entry) + (uint64_t)nh * 4;
         if (L->tx->publish(&L->link0, bytes, err, sizeof err)) return s_leader_fail(L, "send", err);
     }
+    ln->busy = 1;
+    ln->ord = L->ord_next++;
+    ln->step = step;
+    ln->seqs = seqs;
+    ln->n = n;
+    ln->n_micro = n_micro;
+    L->inflight_micro += n_micro;
+    return 0;
+}
+
+/* A lane's step is cut into at most ceil(n_stages / lanes) micro-batches: the lanes together then keep about
+ * n_stages micro-batches in flight, one per stage. More parts would not add overlap, only cost: a decode
+ * micro-batch's time is mostly the stage reading its share of the weights, once per micro-batch. */
+static int s_leader_submit(zl_engine *eb, const zl_seq *seqs, int n, int lane) {
+    s_leader *L = (s_leader *)eb;
+    int lanes = eb->lanes > 1 ? eb->lanes : 1;
+    int per = (L->info.n_stages + lanes - 1) / lanes;
+    if (per > L->info.ring_cap / lanes) per = L->info.ring_cap / lanes;
+    return s_leader_submit_n(L, seqs, n, lane, per);
+}
+
+/* waits for lane's step: its micro-batches' returns, in order, from the FIFO return ring */
+static int s_leader_collect(zl_engine *eb, int lane, int32_t *out_tokens) {
+    s_leader *L = (s_leader *)eb;
+    char err[256];
+    if (lane < 0 || lane >= S_LANES || !L->lane[lane].busy) {
+        snprintf(eb->err, sizeof eb->err, "collect: lane %d has no step in flight", lane);
+        return -1;
+    }
+    s_lane_step *ln = &L->lane[lane];
+    if (ln->ord != L->ord_collect) {   /* nothing read: the caller's mistake leaves the group as it was */
+        snprintf(eb->err, sizeof eb->err, "collect: lane %d's step is not the oldest in flight (collect in "
+                 "submission order)", lane);
+        return -1;
+    }
+    const zl_seq *seqs = ln->seqs;
+    const int *bnd = ln->bnd;
+    int n_micro = ln->n_micro;
+    uint64_t step = ln->step;
     for (int mi = 0; mi < n_micro; mi++) {
         int lo = bnd[mi], hi = bnd[mi + 1];
         const void *p;
@@ -402,7 +573,25 @@ static int s_leader_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_
         }
         shm_ring_release(L->g, L->ring_ret);
     }
+    ln->busy = 0;
+    L->ord_collect++;
+    L->inflight_micro -= n_micro;
     return 0;
+}
+
+/* one synchronous step: submit and collect, with the whole ring capacity for its micro-batches */
+static int s_leader_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
+    s_leader *L = (s_leader *)eb;
+    if (out_logits) {
+        snprintf(eb->err, sizeof eb->err, "pipeline: logits are not returned by the last stage");
+        return -1;
+    }
+    if (L->ord_next != L->ord_collect) {
+        snprintf(eb->err, sizeof eb->err, "step: asynchronous steps are in flight (collect them first)");
+        return -1;
+    }
+    if (s_leader_submit_n(L, seqs, n, 0, L->info.ring_cap)) return -1;
+    return s_leader_collect(eb, 0, out_tokens);
 }
 
 static const zl_engine_ops s_leader_ops = { s_leader_step, s_leader_destroy };
@@ -424,6 +613,14 @@ static int s_specs(const s_info *in, int ring_cap, shm_ring_spec *sp) {
     }
     sp[k].cap = (uint32_t)ring_cap;
     sp[k++].payload_bytes = sizeof(s_ret) + (uint64_t)in->max_batch * sizeof(s_ret_entry);
+    if (in->transport == 1) {
+        /* GPU links: the hidden ring carries set-up messages and records only; one back ring per link */
+        for (int i = 0; i + 1 < in->n_stages; i++) {
+            sp[2 * i + 1].payload_bytes = stage_cuda_msg_bytes();
+            sp[k].cap = 2;
+            sp[k++].payload_bytes = stage_cuda_msg_bytes();
+        }
+    }
     return k;
 }
 
@@ -439,6 +636,11 @@ zl_engine *stage_leader_new(const zl_model *m, const zl_engine_opts *o, const st
     }
     stage_opts so;
     s_opts_defaults(so_in, &so);
+    const int cuda = o && o->device && strncmp(o->device, "cuda", 4) == 0;
+    if (cuda && so.n_stages > STAGE_MAX_CUDA) {
+        snprintf(err, errlen, "pipeline: at most %d CUDA stages", STAGE_MAX_CUDA);
+        return NULL;
+    }
     if (so.ring_cap < 2 || so.ring_cap > 64 || so.micro_batches > so.ring_cap) {
         snprintf(err, errlen, "pipeline: ring_cap %d outside 2..64 or below micro_batches %d", so.ring_cap,
                  so.micro_batches);
@@ -452,20 +654,24 @@ zl_engine *stage_leader_new(const zl_model *m, const zl_engine_opts *o, const st
     zl_engine_opts lo;
     memset(&lo, 0, sizeof lo);
     if (o) lo = *o;
-    lo.device = "cpu";
+    if (!lo.device) lo.device = "cpu";
     stage_layer_range(m->cfg.n_layers, 0, so.n_stages, &lo.layer_begin, &lo.layer_end);
     L->local = engine_new(m, &lo, err, errlen);
     if (!L->local) goto fail;
     zl_engine *b = &L->base;
     b->ops = &s_leader_ops;
     b->model = m;
-    snprintf(b->device, sizeof b->device, "cpu-pipeline-%d", so.n_stages);
+    snprintf(b->device, sizeof b->device, "%.16s-pipeline-%d", L->local->device, so.n_stages);
     b->n_slots = L->local->n_slots;
     b->n_ctx = L->local->n_ctx;
     b->max_batch = L->local->max_batch;
     b->max_step_tokens = L->local->max_step_tokens;
     b->layer_begin = 0;
     b->layer_end = m->cfg.n_layers;
+    /* two lanes keep every stage busy across step boundaries (docs/pipeline.md); ring_cap / 2 micro-batches each */
+    b->lanes = 2;
+    b->step_submit = s_leader_submit;
+    b->step_collect = s_leader_collect;
     s_info *in = &L->info;
     in->magic = S_INFO_MAGIC;
     in->version = S_INFO_VERSION;
@@ -480,21 +686,35 @@ zl_engine *stage_leader_new(const zl_model *m, const zl_engine_opts *o, const st
     in->max_batch = b->max_batch;
     in->max_step_tokens = b->max_step_tokens;
     in->hist_cap = (int32_t)((int64_t)b->max_batch * b->n_ctx > (1 << 24) ? (1 << 24) : b->max_batch * b->n_ctx);
+    in->transport = cuda;
+    in->no_graphs = o ? o->no_graphs : 0;
+    in->ring_cap = so.ring_cap;
+    L->dead_ms = so.dead_ms;
     shm_ring_spec sp[2 * STAGE_MAX];
     int nr = s_specs(in, so.ring_cap, sp);
     L->g = shm_group_create(so.group, so.n_stages, sp, nr, in, sizeof *in, err, errlen);
     if (!L->g) goto fail;
     shm_group_set_dead_ms(L->g, so.dead_ms);
-    L->link0 = (s_host_link){ L->g, 0, 1, sp[1].payload_bytes, in->dim, NULL };
+    L->link0 = (s_host_link){ L->g, 0, 1, sp[1].payload_bytes, in->dim, NULL, NULL };
     L->tx = &s_host_ops;
     L->micro = so.micro_batches;
-    L->ring_ret = nr - 1;
+    L->ring_ret = 2 * (so.n_stages - 1);
     if (shm_group_wait_members(L->g, so.attach_timeout_ms, err, errlen)) goto fail;
     if (s_monitor_start(&L->mon, L->g, so.term_on_failure, err, errlen)) goto fail;
+    if (cuda) {
+        /* link 0's device end: stage 1 answers once its engine is up (a large model takes a while to load; a
+         * dead stage 1 fails the wait at once) */
+        L->link0.cu = stage_cuda_link_export(L->g, 1, L->ring_ret + 1, 1, stage_cuda_engine_device(L->local),
+                                             so.ring_cap, b->max_step_tokens, in->dim, so.attach_timeout_ms * 4,
+                                             err, errlen);
+        if (!L->link0.cu) goto fail;
+        L->tx = &s_cuda_ops;
+    }
     return b;
 fail:
     s_monitor_stop(&L->mon);
     if (L->g) shm_group_abort(L->g, SHM_FAILED);
+    if (L->link0.cu) s_cuda_teardown(L->local, &L->link0, so.dead_ms);
     shm_group_destroy(&L->g);
     engine_destroy(&L->local);
     free(L);
@@ -520,6 +740,9 @@ int stage_run_follower(const zl_model *m, const stage_opts *so_in, const volatil
     int32_t *toks = NULL;
     s_monitor mon;
     memset(&mon, 0, sizeof mon);
+    s_host_link in_link, out_link;   /* links so.stage-1 -> so.stage and so.stage -> so.stage+1 */
+    memset(&in_link, 0, sizeof in_link);
+    memset(&out_link, 0, sizeof out_link);
     shm_group *g = shm_group_attach(so.group, so.stage, so.attach_timeout_ms, err, errlen);
     if (!g) return -1;
     shm_group_set_dead_ms(g, so.dead_ms);
@@ -535,14 +758,22 @@ int stage_run_follower(const zl_model *m, const stage_opts *so_in, const volatil
     if (in.magic != S_INFO_MAGIC || in.version != S_INFO_VERSION || in.sz_desc != sizeof(stage_desc) ||
         in.sz_entry != sizeof(stage_entry) || in.n_stages != so.n_stages || in.n_layers != m->cfg.n_layers ||
         in.dim != m->cfg.dim || in.vocab != m->cfg.vocab_size || in.max_batch < 1 || in.max_step_tokens < 1 ||
-        in.hist_cap < 0) {
+        in.hist_cap < 0 || in.transport < 0 || in.transport > 1 || in.ring_cap < 2 ||
+        in.ring_cap > STAGE_CUDA_MAX_CAP) {
         snprintf(err, errlen, "pipeline: the leader's group does not match this stage (stages %d/%d, layers %d/%d, "
                  "dim %d/%d, vocab %d/%d, or a different build)", in.n_stages, so.n_stages, in.n_layers,
                  m->cfg.n_layers, in.dim, m->cfg.dim, in.vocab, m->cfg.vocab_size);
         goto fail;
     }
-    shm_ring_spec sp[2 * STAGE_MAX];
-    int nr = s_specs(&in, 2, sp);
+    const int cuda = so.device && strncmp(so.device, "cuda", 4) == 0;
+    if (cuda != (in.transport == 1)) {
+        snprintf(err, errlen, "pipeline: stage %d runs on %s but the leader's group uses the %s transport: every "
+                 "stage of a group must be CUDA, or none", so.stage, so.device ? so.device : "cpu",
+                 in.transport ? "GPU" : "host");
+        goto fail;
+    }
+    shm_ring_spec sp[3 * STAGE_MAX];
+    int nr = s_specs(&in, in.ring_cap, sp);
     if (shm_group_rings(g) != nr) {
         snprintf(err, errlen, "pipeline: group has %d rings, expected %d", shm_group_rings(g), nr);
         goto fail;
@@ -554,7 +785,8 @@ int stage_run_follower(const zl_model *m, const stage_opts *so_in, const volatil
         }
     zl_engine_opts eo;
     memset(&eo, 0, sizeof eo);
-    eo.device = "cpu";
+    eo.device = so.device ? so.device : "cpu";
+    eo.no_graphs = in.no_graphs;
     eo.n_slots = in.n_slots;
     eo.n_ctx = in.n_ctx;
     eo.max_batch = in.max_batch;
@@ -563,6 +795,15 @@ int stage_run_follower(const zl_model *m, const stage_opts *so_in, const volatil
     stage_layer_range(m->cfg.n_layers, so.stage, so.n_stages, &eo.layer_begin, &eo.layer_end);
     e = engine_new(m, &eo, err, errlen);
     if (!e) goto fail;
+    /* a CUDA engine may shrink slots or batch to its memory: the leader's steps would then be refused */
+    if (e->n_slots != in.n_slots || e->max_batch < in.max_batch || e->n_ctx != in.n_ctx ||
+        e->max_step_tokens < in.max_step_tokens) {
+        snprintf(err, errlen, "pipeline: stage %d's engine on %s holds %d slots x %d tokens, batch %d, %d tokens per "
+                 "step; the leader's has %d x %d, %d, %d (free device memory?)", so.stage, e->device, e->n_slots,
+                 e->n_ctx, e->max_batch, e->max_step_tokens, in.n_slots, in.n_ctx, in.max_batch,
+                 in.max_step_tokens);
+        goto fail;
+    }
     seqs = calloc((size_t)in.max_batch, sizeof *seqs);
     rngs = calloc((size_t)in.max_batch, sizeof *rngs);
     toks = calloc((size_t)in.max_batch, sizeof *toks);
@@ -571,12 +812,28 @@ int stage_run_follower(const zl_model *m, const stage_opts *so_in, const volatil
         goto fail;
     }
     int li = so.stage - 1;
-    s_host_link in_link = { g, 2 * li, 2 * li + 1, shm_ring_payload_bytes(g, 2 * li + 1), in.dim, NULL };
-    s_host_link out_link = { g, 2 * so.stage, 2 * so.stage + 1,
-                             last ? 0 : shm_ring_payload_bytes(g, 2 * so.stage + 1), in.dim, NULL };
+    in_link = (s_host_link){ g, 2 * li, 2 * li + 1, shm_ring_payload_bytes(g, 2 * li + 1), in.dim, NULL, NULL };
+    out_link = (s_host_link){ g, 2 * so.stage, 2 * so.stage + 1,
+                              last ? 0 : shm_ring_payload_bytes(g, 2 * so.stage + 1), in.dim, NULL, NULL };
     const stage_transport_ops *tx = &s_host_ops;
-    int ring_ret = nr - 1;
+    int ring_ret = 2 * (so.n_stages - 1);
     uint64_t hidden_need_max = (uint64_t)in.max_step_tokens * in.dim * sizeof(float);
+    if (cuda) {
+        /* the input link's device end (stage so.stage - 1 owns it), then this stage's output link, whose
+         * consumer answers once its own engine is up */
+        in_link.cu = stage_cuda_link_import(g, 2 * li + 1, ring_ret + 1 + li, li, stage_cuda_engine_device(e),
+                                            in.ring_cap, in.max_step_tokens, in.dim, so.attach_timeout_ms * 4, stop,
+                                            err, errlen);
+        if (!in_link.cu) goto fail;
+        if (!last) {
+            out_link.cu = stage_cuda_link_export(g, 2 * so.stage + 1, ring_ret + 1 + so.stage, so.stage + 1,
+                                                 stage_cuda_engine_device(e), in.ring_cap, in.max_step_tokens,
+                                                 in.dim, so.attach_timeout_ms * 4, err, errlen);
+            if (!out_link.cu) goto fail;
+        }
+        tx = &s_cuda_ops;
+        hidden_need_max = 0;   /* the hidden rings carry records only */
+    }
     if (in_link.hidden_bytes < hidden_need_max || (!last && out_link.hidden_bytes < hidden_need_max)) {
         snprintf(err, errlen, "pipeline: hidden-state rings too small");
         goto fail;
@@ -606,7 +863,7 @@ int stage_run_follower(const zl_model *m, const stage_opts *so_in, const volatil
                                 .rng = x[i].has_rng ? &rngs[i] : NULL };
         }
         if (last) {
-            if (engine_step_hidden(e, seqs, d->n, h_in, NULL, toks, NULL) != 0) {
+            if (s_run_layers(e, g, seqs, d->n, &in_link, h_in, NULL, NULL, toks) != 0) {
                 snprintf(err, errlen, "stage %d: %s", so.stage, e->err);
                 goto fail;
             }
@@ -623,7 +880,7 @@ int stage_run_follower(const zl_model *m, const stage_opts *so_in, const volatil
             stage_desc *od;
             float *h_out;
             if (tx->reserve(&out_link, &od, &h_out, err, errlen)) goto done;
-            if (engine_step_hidden(e, seqs, d->n, h_in, h_out, NULL, NULL) != 0) {
+            if (s_run_layers(e, g, seqs, d->n, &in_link, h_in, &out_link, h_out, NULL) != 0) {
                 snprintf(err, errlen, "stage %d: %s", so.stage, e->err);
                 goto fail;
             }
@@ -639,6 +896,13 @@ done:
     if (rc != 0 && g && shm_group_aborted(g) == SHM_SHUTDOWN && !(stop && *stop)) rc = 0;   /* planned */
     if (rc != 0 && g) shm_group_abort(g, SHM_FAILED);
     s_monitor_stop(&mon);
+    /* GPU links: drain this stage's stream, close the imports (input link), then free the output link's buffer
+     * once the next stage has left the group; all before this stage leaves it (two-phase teardown) */
+    if (in_link.cu || out_link.cu) {
+        const int abandon = stage_cuda_drain(e, 2000) == 0;
+        stage_cuda_link_destroy(&in_link.cu, abandon, so.dead_ms);
+        stage_cuda_link_destroy(&out_link.cu, abandon, so.dead_ms);
+    }
     free(seqs);
     free(rngs);
     free(toks);

@@ -25,18 +25,22 @@
 #include "sampler.h"
 
 #define STAGE_MAX 16               /* stages in one group */
+#define STAGE_MAX_CUDA 11          /* stages in one group with the GPU transport (3 rings per link, 32 rings) */
 
 typedef struct {
     const char *group;             /* shm group name ([A-Za-z0-9_.-], <= 64 chars); all stages use the same */
     int stage;                     /* this process's stage, 0..n_stages-1 */
     int n_stages;                  /* 2..STAGE_MAX */
     int threads;                   /* follower's CPU engine threads (0: all cores); the leader's come from opts */
+    const char *device;            /* follower's engine device, "cpu" (NULL) or "cuda[:K]"; the leader's comes from
+                                    * opts. CUDA on the leader means the GPU transport: every stage must be CUDA */
     int attach_timeout_ms;         /* follower: wait for the leader's group; leader: for every follower (0: 30000) */
     int dead_ms;                   /* a peer silent this long is dead (0: 10000); dead pids are seen at once */
     int ring_cap;                  /* slots per ring, >= 2 (0: 4) */
     int micro_batches;             /* leader: a step's batch is split into this many micro-batches of about equal
                                     * rows, handed on one by one so that the stages overlap (0: 2; 1: none;
-                                    * at most ring_cap) */
+                                    * at most ring_cap); a lane's step (steps in flight) into at most
+                                    * ceil(n_stages / 2) and ring_cap / 2 of them */
     int term_on_failure;           /* leader: 1 sends SIGTERM to this process when the group fails while it idles
                                     * (a worker whose loop stops on SIGTERM then leaves the broker at once) */
 } stage_opts;
@@ -81,9 +85,11 @@ void stage_layer_range(int n_layers, int stage, int n_stages, int *begin, int *e
 /* parses "I/N" (0 <= I < N, 2 <= N <= STAGE_MAX). 0, or -1 when malformed. */
 int stage_parse(const char *arg, int *stage, int *n_stages);
 
-/* The leader: creates its CPU engine for stage 0's layers (options o), creates the shm group so->group sized
- * for o, and waits for every follower to attach. Returns an engine that runs whole steps through the pipeline
- * (engine_step; out_logits is not supported and must be NULL), or NULL with a message. engine_destroy() shuts
+/* The leader: creates its engine for stage 0's layers (options o, device o->device: cpu, or cuda[:K] for the
+ * GPU transport, worker/stage_cuda.h), creates the shm group so->group sized for o, and waits for every
+ * follower to attach (and, with CUDA, for every link's set-up). Returns an engine that runs whole steps through the pipeline
+ * (engine_step; out_logits is not supported and must be NULL) and also steps in flight on 2 lanes
+ * (engine_step_submit/collect, docs/pipeline.md), or NULL with a message. engine_destroy() shuts
  * the group down (followers return 0) and removes the segment. Every stage process runs a monitor thread that
  * heartbeats in the group every 100 ms and checks its peers, so idle stages stay alive and notice deaths. */
 zl_engine *stage_leader_new(const zl_model *m, const zl_engine_opts *o, const stage_opts *so, char *err,
