@@ -354,9 +354,13 @@ static void test_partial(const char *path, const zl_model *m) {
             if (pe == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
         }
         cudaSetDevice(0);
-        CHECK(cudaMalloc((void **)&c.d_h, (size_t)256 * dim * 4) == cudaSuccess &&
-              cudaEventCreateWithFlags(&c.ev_a, cudaEventDisableTiming) == cudaSuccess &&
-              cudaEventCreateWithFlags(&c.ev_b, cudaEventDisableTiming) == cudaSuccess, "device chain buffers");
+        /* an event is recorded on a stream of the device it was created on: ev_a by a (cuda:0), ev_b by b */
+        int ok_ev = cudaMalloc((void **)&c.d_h, (size_t)256 * dim * 4) == cudaSuccess &&
+                    cudaEventCreateWithFlags(&c.ev_a, cudaEventDisableTiming) == cudaSuccess;
+        cudaSetDevice(s_gpus > 1 ? 1 : 0);
+        ok_ev = ok_ev && cudaEventCreateWithFlags(&c.ev_b, cudaEventDisableTiming) == cudaSuccess;
+        cudaSetDevice(0);
+        CHECK(ok_ev, "device chain buffers");
         c.dev_path = 1;
         c.tok_diff = 0;
         rc = sched_run(&sc, step_chain, &c, toks, err, sizeof err);
