@@ -146,9 +146,19 @@ test: deps all
 	@bash tests/run.sh $(BUILD)
 
 # cuda/bench_NAME.cu -> $(BUILD)/bin/zllm-NAMEbench (GPU micro-benchmarks, e.g. zllm-attentionbench)
+# zllm-qmmabench also times cuBLAS BF16 beside the qmma kernels: it links cuBLAS
+$(BUILD)/bin/zllm-qmmabench: cuda/bench_qmma.cu $(CUDA_LIB)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIB) -lcublas -lcudart
+
 $(BUILD)/bin/zllm-%bench: cuda/bench_%.cu $(CUDA_LIB)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIB) -lcudart
+
+# zllm-prefillbench also times the engine's cuBLAS products (cuda/bench_prefill.cu)
+$(BUILD)/bin/zllm-prefillbench: cuda/bench_prefill.cu $(CUDA_LIB)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIB) -lcublas -lcudart
 
 test-gpu: all $(GPU_TESTS)
 	@bash tests/run_gpu.sh $(BUILD)

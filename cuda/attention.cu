@@ -10,11 +10,18 @@
  * shared memory in a fixed order, so a row's result depends only on its own inputs, max_kv_len and the
  * multiprocessor count (batch invariance). Scores live in the log2 domain (q pre-scaled by scale * log2(e)).
  * Split count: enough splits that one sequence alone fills one wave (kBlocksPerSm resident blocks per SM),
- * each split at least kChunkMin keys; a reduce kernel merges the splits by log-sum-exp (skipped at 1 split).
- * The reduce runs one block per (sequence, query head): its warps take interleaved subsets of the splits
- * (float4 columns per lane), then add the subsets in a fixed order. On sm_90 the reduce is launched as a
- * programmatic dependent (PDL) of the chunk kernel, so its launch overlaps the chunk kernel's last wave
- * (griddepcontrol.wait still orders every read of the partials after the chunk grid has finished).
+ * each split at least kChunkMin keys. From kFuseMinSplits splits on, the splits are merged inside the chunk
+ * kernel (below that, by the reduce kernel described next): each block
+ * writes its split's partial (output, log-sum-exp), counts it on a per-row-group counter at the end of the
+ * workspace, and the block that completes the count merges the row group (weights staged in shared memory,
+ * columns summed in split order) and puts the counter back to zero; so no reduce kernel and no per-launch
+ * memset (the workspace is zeroed once, attn_decode_workspace_init). Otherwise (or with ZLLM_ATTN_FUSED=0, or
+ * kernel 1) a reduce kernel merges: one block per (sequence, query head), groups of threads fold interleaved
+ * subsets of the splits in one pass, then the groups merge in a fixed order; on sm_90 it is launched as a
+ * programmatic dependent (PDL) of the chunk kernel (griddepcontrol.wait still orders every read of the partials
+ * after the chunk grid has finished).
+ * Residency: 3 ring stages and a 128-register cap keep 4 blocks per SM (4 stages / 3 blocks measured slower);
+ * the kernel asks for the largest shared-memory carveout, since 4 blocks need a little over 196 KiB.
  * Build knobs (benchmarked in docs/perf.md): ZLLM_ATTN_HEADS_PER_BLOCK (KV heads served by one block, 1 was
  * fastest on H100), ZLLM_ATTN_BLOCKS_PER_SM, ZLLM_ATTN_CHUNK_MIN, ZLLM_ATTN_STAGES. Run-time overrides for
  * benchmarking, read once per process (so the split count stays a function of the device, the head layout
@@ -22,13 +29,20 @@
  * ZLLM_ATTN_CHUNK_MIN (keys, rounded up to 64), ZLLM_ATTN_BPS (split target in blocks per SM), ZLLM_ATTN_L2PF
  * (steps past the cp.async ring whose K/V rows one lane per team bulk-prefetches into L2 on sm_90; 0: off),
  * ZLLM_ATTN_PERSIST (1: the persistent kernel below instead of chunk + reduce), ZLLM_ATTN_CHUNK_MAX (most keys
- * per split, 0: no cap), ZLLM_ATTN_SKIP_REDUCE (diagnostic: no split merge at all, wrong results).
+ * per split, 0: no cap), ZLLM_ATTN_SKIP_REDUCE (diagnostic: no split merge at all, wrong results),
+ * ZLLM_ATTN_FUSED (0: reduce kernel, 1: merged in the chunk kernel, 2: by split count, the default),
+ * ZLLM_ATTN_REDUCE (1: one-pass reduce
+ * kernel, 0: the older two-pass one), ZLLM_ATTN_GROUP (split groups: a block streams several consecutive splits
+ * of its row, merging each at its boundary while the ring runs on; 0 = off, the default, because it measured
+ * slower: the boundary merges stall all warps), ZLLM_ATTN_CARVE, ZLLM_ATTN_PF0 (L2 bulk prefetch at block start,
+ * measured slower).
  * Persistent kernel (decode_stream_kernel, ZLLM_ATTN_STAGES_P ring stages): same items and per-item arithmetic
  * as the chunk kernel, the grid at most the resident blocks, each block a contiguous range of the non-empty
  * items with its cp.async ring running across item boundaries, the splits merged by the last-arriving block of
  * each row (arrival counters zeroed by a memset node per launch) with its own fixed arithmetic. Not the default:
  * see docs/notes-attn.md for its measurements. */
 #include "attention.h"
+#include "attn_prefill_tc.h"
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <math.h>
@@ -45,7 +59,7 @@ constexpr int kDecodeWarps = 4;     /* warps per decode chunk block */
 constexpr int kChunkMin = ZLLM_ATTN_CHUNK_MIN;   /* fewest keys per split */
 constexpr int kChunkAlign = 64;     /* split boundaries are multiples of this */
 #ifndef ZLLM_ATTN_STAGES
-#define ZLLM_ATTN_STAGES 4
+#define ZLLM_ATTN_STAGES 3
 #endif
 constexpr int kStages = ZLLM_ATTN_STAGES;   /* decode prefetch depth: tiles in flight per thread (cp.async ring) */
 #ifndef ZLLM_ATTN_STAGES_P
@@ -68,14 +82,32 @@ constexpr int kReduceMaxSplits = 2048;
 #ifndef ZLLM_ATTN_L2PF
 #define ZLLM_ATTN_L2PF 0
 #endif
+#ifndef ZLLM_ATTN_PF0
+#define ZLLM_ATTN_PF0 0
+#endif
 #ifndef ZLLM_ATTN_HEADS_PER_BLOCK
 #define ZLLM_ATTN_HEADS_PER_BLOCK 1
 #endif
+#ifndef ZLLM_ATTN_FENCE_ALL
+#define ZLLM_ATTN_FENCE_ALL 0
+#endif
+constexpr bool kFenceAll = ZLLM_ATTN_FENCE_ALL != 0;   /* 1: every thread fences its partial writes (comparison) */
+#ifndef ZLLM_ATTN_FUSED_DEFAULT
+#define ZLLM_ATTN_FUSED_DEFAULT 2
+#endif
+/* automatic merge choice (ZLLM_ATTN_FUSED=2): the chunk kernel merges the splits itself from this many splits on,
+ * the reduce kernel below it (H100: fused faster at 16-49 splits, the reduce kernel at 4-8; the choice follows
+ * the split count only, so a row's arithmetic never depends on the batch) */
+constexpr int kFuseMinSplits = 9;
 /* split target: one sequence alone makes this many blocks per SM (those resident at once: one wave) */
 constexpr int kBlocksPerSm = ZLLM_ATTN_BLOCKS_PER_SM;
 constexpr int kMaxHeadsPerBlock = ZLLM_ATTN_HEADS_PER_BLOCK;   /* cap on KV heads served by one block */
-/* register cap so that the split target's blocks per SM stay resident (smem allows 3 at 4 stages) */
-constexpr int kMinBlocks = kBlocksPerSm;
+#ifndef ZLLM_ATTN_MIN_BLOCKS
+#define ZLLM_ATTN_MIN_BLOCKS 4
+#endif
+/* register cap so that this many chunk blocks per SM stay resident (smem allows 3 at 4 stages, 4 at 3); GQA
+ * groups of 8 (GM = 8) keep at most 3: at 4 their registers would spill */
+constexpr int kMinBlocks = ZLLM_ATTN_MIN_BLOCKS;
 
 /* run-time overrides of the build knobs, read once (see the file comment) */
 struct decode_knobs {
@@ -87,6 +119,14 @@ struct decode_knobs {
     int chunk_max;       /* most keys per split when the split target would make them longer; 0: no cap */
     int skip_reduce;     /* diagnostic only: 1 launches no reduce kernel and skips the persistent kernel's split
                             merge (multi-split results are then wrong) */
+    int pf0;             /* keys of its chunk a chunk block bulk-prefetches into L2 when it starts; 0: none */
+    int reduce;          /* 1: the one-pass reduce kernel (default), 0: the two-pass one */
+    int fused;           /* split merge: 1 in the chunk kernel (last block per row group), 0 by the reduce kernel,
+                            2 (default) the first from kFuseMinSplits splits on */
+    int group;           /* split groups: 0 off (default: measured slower, docs/perf.md), 1 automatic
+                            (decode_group), N > 1 forced N splits per block */
+    int group_waves;     /* automatic groups keep at least this many tenths of a wave of blocks */
+    int carve;           /* 1: ask for the largest shared-memory carveout for the chunk kernel */
 };
 
 int env_int(const char *name, int dflt, int lo, int hi) {
@@ -113,6 +153,12 @@ const decode_knobs &knobs() {
             if (r.chunk_max < r.chunk_min) r.chunk_max = r.chunk_min;
         }
         r.skip_reduce = env_int("ZLLM_ATTN_SKIP_REDUCE", 0, 0, 1);
+        r.pf0 = env_int("ZLLM_ATTN_PF0", ZLLM_ATTN_PF0, 0, 1 << 20);
+        r.reduce = env_int("ZLLM_ATTN_REDUCE", 1, 0, 1);
+        r.fused = env_int("ZLLM_ATTN_FUSED", ZLLM_ATTN_FUSED_DEFAULT, 0, 2);
+        r.group = env_int("ZLLM_ATTN_GROUP", 0, 0, 4096);
+        r.group_waves = env_int("ZLLM_ATTN_GROUP_WAVES", 9, 1, 1000);
+        r.carve = env_int("ZLLM_ATTN_CARVE", 1, 0, 1);
         return r;
     }();
     return k;
@@ -195,58 +241,97 @@ template <typename T, int D> struct decode_shape {
     static constexpr int NT = kDecodeWarps * KPW;         /* teams per block */
 };
 
-template <typename T, int D, int GM, int U>
-__global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
-decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, int splits, int chunk, float qscale,
-                    int l2pf) {
+/* a split group (several consecutive splits in one block, see decode_chunk_kernel) is possible when the team
+ * merge area fits in one ring stage and split boundaries fall on step boundaries */
+template <typename T, int D, int GM, int U> struct decode_group_shape {
     using S = decode_shape<T, D>;
+    static constexpr size_t stage_bytes = (size_t)U * S::NV * 2 * kDecodeWarps * 32 * 16;
+    static constexpr size_t merge_o_bytes = sizeof(float) * (size_t)S::NT * GM * D;
+    static constexpr bool ok = merge_o_bytes <= stage_bytes;
+    static constexpr size_t extra_bytes = ok ? sizeof(float) * 2 * (size_t)S::NT * GM : 0;   /* s_m, s_l */
+};
+
+/* merges the key subsets (teams) of one split from s_m/s_l/s_o ([NT][GM], [NT][GM], [NT][GM][D]) in a fixed
+ * order and writes the split's partial (or the output when splits == 1) */
+template <int D, int GM>
+__device__ __forceinline__ void decode_team_merge(const attn_decode_params &p, const float *s_m, const float *s_l,
+                                                  const float *s_o, int KS, int hb_log2, int gcount, int seq, int hg,
+                                                  int group, int tile, int splits, int split) {
+    const int HB = 1 << hb_log2;
+    const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
+    float *ws_o = reinterpret_cast<float *>(p.workspace);
+    float *ws_lse = ws_o + (long)p.n_seq * p.n_heads * splits * D;
+    for (int idx = threadIdx.x; idx < HB * gcount * D; idx += kDecodeWarps * 32) {
+        const int b = idx / (gcount * D);
+        const int rest = idx - b * gcount * D;
+        const int h = rest / D, d = rest - h * D;
+        float mx = -INFINITY;
+        for (int sI = 0; sI < KS; sI++) mx = fmaxf(mx, s_m[((sI << hb_log2) + b) * GM + h]);
+        const float ms = mx == -INFINITY ? 0.f : mx;
+        float lsum = 0.f, o = 0.f;
+        for (int sI = 0; sI < KS; sI++) {
+            const int t = (sI << hb_log2) + b;
+            const float f = exp2f(s_m[t * GM + h] - ms);
+            lsum += s_l[t * GM + h] * f;
+            o += s_o[(t * GM + h) * D + d] * f;
+        }
+        const int head = (hg * HB + b) * group + tile * GM + h;
+        if (splits == 1) {
+            p.out[(long)seq * out_stride + (long)head * D + d] = lsum > 0.f ? o / lsum : 0.f;
+        } else {
+            const long pi = ((long)seq * p.n_heads + head) * splits + split;
+            ws_o[pi * D + d] = o / lsum;
+            if (d == 0) ws_lse[pi] = mx + log2f(lsum);
+        }
+    }
+}
+
+template <typename T, int D, int GM, int U>
+__global__ void __launch_bounds__(kDecodeWarps * 32, GM >= 8 ? (kMinBlocks < 3 ? kMinBlocks : 3) : kMinBlocks)
+decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, int splits, int chunk, float qscale,
+                    int l2pf, int pf0, int fuse, int P) {
+    using S = decode_shape<T, D>;
+    using GS = decode_group_shape<T, D, GM, U>;
     constexpr int VEC = S::VEC, TPK = S::TPK, NV = S::NV, E = S::E, KPW = S::KPW, NT = S::NT;
     static_assert(D % (VEC * TPK) == 0, "head size");
     constexpr int NTH = kDecodeWarps * 32;
     /* per-thread prefetch ring: [stage][u][v][K,V][thread] 16-byte slots, each written and read by one thread
-     * only (so no barrier is needed); reused for the merge of the teams after the loop */
+     * only (so no barrier is needed). The team merge of a split uses the ring stage just consumed (s_o) and a
+     * small area after the ring (s_m, s_l), so the stages in flight keep streaming across split boundaries; a
+     * block of one split (P == 1) on a shape without that room merges in the drained ring after the loop. */
     extern __shared__ uint4 s_ring[];
-    float *s_m = reinterpret_cast<float *>(s_ring);   /* [NT][GM] */
-    float *s_l = s_m + NT * GM;                       /* [NT][GM] */
-    float *s_o = s_l + NT * GM;                       /* [NT][GM][D] */
 
     pdl_wait();      /* no-op unless launched as a PDL dependent: then q, kv_len and K/V are complete */
     pdl_trigger();   /* let the reduce grid launch early; it waits for this grid's completion itself */
     const int HB = 1 << hb_log2, KS = NT >> hb_log2;
     const int seq = blockIdx.z;
-    const int split = blockIdx.y;
-    const int len = max(0, min(p.kv_len[seq], splits * chunk));   /* clamp: never past the grid */
-    const int k0 = split * chunk;
-    if (splits > 1 && k0 >= len) return;           /* empty split: the reduce reads only non-empty ones */
-    const int k1 = min(k0 + chunk, len);
+    const int split0 = blockIdx.y * P;   /* this block's splits: split0 .. split0 + P - 1 (a split group) */
+    /* the length and the slot are loaded together, before anything else: the first K/V copy waits on both, and
+     * one dependent load fewer shortens every block's start (short splits have many blocks) */
+    const int kvl = __ldg(p.kv_len + seq);
+    const int slot_id = __ldg(p.slot + seq);
+    const int len = max(0, min(kvl, splits * chunk));   /* clamp: never past the grid */
+    const int k0 = split0 * chunk;
     const int hg = blockIdx.x / n_tiles;
     const int tile = blockIdx.x - hg * n_tiles;
     const int gcount = min(GM, group - tile * GM);
+    if (splits > 1 && k0 >= len) {   /* empty splits: the merge reads only non-empty ones */
+        if (fuse && len == 0 && split0 == 0) {   /* no reduce kernel: split 0 writes the zero rows */
+            const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
+            for (int idx = threadIdx.x; idx < HB * gcount * D; idx += NTH) {
+                const int b = idx / (gcount * D), rest = idx - b * gcount * D, h = rest / D, d = rest - h * D;
+                p.out[(long)seq * out_stride + (long)((hg * HB + b) * group + tile * GM + h) * D + d] = 0.f;
+            }
+        }
+        return;
+    }
+    const int k1 = min(k0 + P * chunk, len);   /* the group's keys: [k0, k1) */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int team = warp * KPW + lane / TPK;
     const int hb = team & (HB - 1), sub = team >> hb_log2;
     const int kvh = hg * HB + hb;
     const int h0 = kvh * group + tile * GM;        /* first query head of this team */
     const int r = lane % TPK;
-
-    const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
-    float q[GM][E];
-    const float *qrow = p.q + (long)seq * q_stride + (long)h0 * D;
-#pragma unroll
-    for (int h = 0; h < GM; h++) {
-#pragma unroll
-        for (int v = 0; v < NV; v++) {
-#pragma unroll
-            for (int j = 0; j < VEC; j += 4) {
-                float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (h < gcount) x = *reinterpret_cast<const float4 *>(qrow + h * D + (r + v * TPK) * VEC + j);
-                q[h][v * VEC + j + 0] = x.x * qscale;
-                q[h][v * VEC + j + 1] = x.y * qscale;
-                q[h][v * VEC + j + 2] = x.z * qscale;
-                q[h][v * VEC + j + 3] = x.w * qscale;
-            }
-        }
-    }
 
     float m[GM], l[GM], acc[GM][E];
 #pragma unroll
@@ -258,12 +343,22 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
     }
 
     const long row_stride = (long)p.n_kv_heads * D;  /* elements between positions */
-    const long slot_base = (long)p.slot[seq] * p.n_ctx * row_stride + (long)kvh * D;
+    const long slot_base = (long)slot_id * p.n_ctx * row_stride + (long)kvh * D;
     const T *kbase = reinterpret_cast<const T *>(p.k_cache) + slot_base;
     const T *vbase = reinterpret_cast<const T *>(p.v_cache) + slot_base;
+    if (pf0 > 0) {   /* the first pf0 keys of the chunk into L2 at once: more bytes in flight while the ring fills */
+        const int kp = min(k1, k0 + pf0);
+        for (int i = threadIdx.x; i < 2 * (kp - k0); i += NTH) {
+            const int key = k0 + (i >> 1);
+            prefetch_l2(((i & 1) ? vbase : kbase) + key * row_stride, (unsigned)(D * sizeof(T)));
+        }
+    }
 
-    /* step it covers keys k0 + it * KS * U + u * KS + sub, u < U */
-    const int n_it = (k1 - k0 + KS * U - 1) / (KS * U);
+    /* step it covers keys k0 + it * KS * U + u * KS + sub, u < U; a split is spi steps (P > 1 only when chunk is a
+     * multiple of KS * U: the launcher checks) */
+    const int step_keys = KS * U;
+    const int n_it = (k1 - k0 + step_keys - 1) / step_keys;
+    const int spi = (chunk + step_keys - 1) / step_keys;
     auto issue = [&](int it) {
         if (it < n_it) {
             uint4 *slot = s_ring + (size_t)(it % kStages) * U * NV * 2 * NTH;
@@ -284,6 +379,44 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
     };
 #pragma unroll
     for (int st = 0; st < kStages - 1; st++) issue(st);
+
+    /* q after the first copies are issued: its loads then overlap theirs instead of delaying them */
+    const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
+    float q[GM][E];
+    const float *qrow = p.q + (long)seq * q_stride + (long)h0 * D;
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+#pragma unroll
+            for (int j = 0; j < VEC; j += 4) {
+                float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (h < gcount) x = *reinterpret_cast<const float4 *>(qrow + h * D + (r + v * TPK) * VEC + j);
+                q[h][v * VEC + j + 0] = x.x * qscale;
+                q[h][v * VEC + j + 1] = x.y * qscale;
+                q[h][v * VEC + j + 2] = x.z * qscale;
+                q[h][v * VEC + j + 3] = x.w * qscale;
+            }
+        }
+    }
+
+    /* the team state of the current split into the merge area (after a barrier: every thread is done reading
+     * the area's previous contents) */
+    auto stash = [&](float *s_m, float *s_l, float *s_o) {
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+            if (r == 0) {
+                s_m[team * GM + h] = m[h];
+                s_l[team * GM + h] = l[h];
+            }
+#pragma unroll
+            for (int v = 0; v < NV; v++) {
+#pragma unroll
+                for (int j = 0; j < VEC; j++)
+                    s_o[(team * GM + h) * D + (r + v * TPK) * VEC + j] = acc[h][v * VEC + j];
+            }
+        }
+    };
 
     for (int it = 0; it < n_it; it++) {
         if (l2pf > 0 && r == 0) {   /* one lane per team: the team's rows l2pf steps past the ring into L2 */
@@ -310,6 +443,20 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
                 vr[u][v] = slot[((u * NV + v) * 2 + 1) * NTH + threadIdx.x];
             }
         }
+#ifdef ZLLM_ATTN_DIAG_NOCOMPUTE
+        /* diagnostic build only (results wrong): the loads without the arithmetic, to see what the copies alone
+         * reach */
+        {
+            uint32_t x = 0;
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int v = 0; v < NV; v++) x ^= kr[u][v].x ^ kr[u][v].w ^ vr[u][v].y ^ vr[u][v].z;
+            acc[0][0] += __uint_as_float(x & 0x007fffffu);
+        }
+        if (false)
+#endif
+        {
         float s[U][GM];
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -373,50 +520,125 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
             }
             m[h] = mx;
         }
+        }
+        if constexpr (GS::ok) {
+            /* a split boundary inside the group: merge this split's teams now, in the stage just consumed (the
+             * next stages stay in flight), then start the next split from zero. The last split is merged after
+             * the loop like a single one (nothing is in flight by then). */
+            if (P > 1 && (it + 1) % spi == 0 && it + 1 < n_it) {
+                float *s_o = reinterpret_cast<float *>(const_cast<uint4 *>(slot));
+                float *s_m = reinterpret_cast<float *>(s_ring + (size_t)kStages * U * NV * 2 * NTH);
+                float *s_l = s_m + NT * GM;
+                __syncthreads();   /* every thread has read its cells of this stage */
+                stash(s_m, s_l, s_o);
+                __syncthreads();
+                decode_team_merge<D, GM>(p, s_m, s_l, s_o, KS, hb_log2, gcount, seq, hg, group, tile, splits,
+                                         split0 + it / spi);
+                __syncthreads();   /* the next issue() refills this stage */
+#pragma unroll
+                for (int h = 0; h < GM; h++) {
+                    m[h] = -INFINITY;
+                    l[h] = 0.f;
+#pragma unroll
+                    for (int e = 0; e < E; e++) acc[h][e] = 0.f;
+                }
+            }
+        }
     }
 
     cp_async_wait<0>();
     __syncthreads();   /* every thread is done with the ring: reuse it for the merge */
-#pragma unroll
-    for (int h = 0; h < GM; h++) {
-        if (r == 0) {
-            s_m[team * GM + h] = m[h];
-            s_l[team * GM + h] = l[h];
-        }
-#pragma unroll
-        for (int v = 0; v < NV; v++) {
-#pragma unroll
-            for (int j = 0; j < VEC; j++) s_o[(team * GM + h) * D + (r + v * TPK) * VEC + j] = acc[h][v * VEC + j];
-        }
+    {
+        float *s_m = reinterpret_cast<float *>(s_ring);   /* [NT][GM] */
+        float *s_l = s_m + NT * GM;                       /* [NT][GM] */
+        float *s_o = s_l + NT * GM;                       /* [NT][GM][D] */
+        stash(s_m, s_l, s_o);
+        __syncthreads();
+        decode_team_merge<D, GM>(p, s_m, s_l, s_o, KS, hb_log2, gcount, seq, hg, group, tile, splits,
+                                 split0 + (n_it - 1) / spi);
     }
-    __syncthreads();
+    if (!fuse || splits == 1) return;
 
-    /* merge the KS key subsets of each head, in a fixed order */
+    /* Splits merged here instead of by a reduce kernel. A block holding every non-empty split of its rows merges
+     * them itself (its own writes are visible to it after a barrier). Otherwise the block that completes a row
+     * group's count (one counter per (sequence, block column), anchored at the workspace's end so its address
+     * never depends on n_seq or the split count) merges the group's heads and puts the counter back to 0 for the
+     * next launch (the contract of attn_decode_workspace_init). Ordering: a barrier, then thread 0 fences and
+     * counts; the merging block fences again and reads through L2. */
+    const int ns = (len + chunk - 1) / chunk;
+    const int mine = min(split0 + P, ns) - split0;   /* non-empty splits of this block */
+    int &s_last = *reinterpret_cast<int *>(s_ring);  /* the flag in the ring: free after the barrier */
+    if (mine == ns) {
+        __syncthreads();
+    } else {
+        /* release: the barrier orders every thread's partial writes before thread 0's fence, which is cumulative
+         * (the pattern of CUTLASS's semaphores), so one fence per block instead of one per thread */
+        if (kFenceAll) __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            int *cnt = reinterpret_cast<int *>((reinterpret_cast<uintptr_t>(p.workspace) + p.workspace_bytes) &
+                                               ~(uintptr_t)3) - 1 - ((long)seq * gridDim.x + blockIdx.x);
+            const int prev = atomicAdd(cnt, mine);
+            s_last = prev + mine == ns;
+            if (s_last) *cnt = 0;   /* every other split of the group has counted: none touches it again */
+        }
+        __syncthreads();
+        if (!s_last) return;
+        __threadfence();
+    }
+    /* the merge: per head, the log-sum-exp max and weights over the splits (in shared memory when they fit),
+     * then each float4 column summed in split order, loads issued several at a time */
+    const float *ws_o = reinterpret_cast<const float *>(p.workspace);
+    const float *ws_lse = ws_o + (long)p.n_seq * p.n_heads * splits * D;
+    constexpr int C4 = D / 4;
+    const int nh = HB * gcount;
+    float *s_w = reinterpret_cast<float *>(s_ring) + 32;   /* [nh][ns] weights, then [nh] sums */
+    /* the launcher fuses only when nh * (splits + 1) + 32 floats fit in the ring (decode_fuse_fits) */
+    auto head_of = [&](int i) { return ((hg * HB + i / gcount) * group + tile * GM + i % gcount); };
+    {
+        __syncthreads();   /* s_last has been read by every thread */
+        for (int i = threadIdx.x; i < nh * ns; i += NTH)
+            s_w[i] = __ldcg(ws_lse + ((long)seq * p.n_heads + head_of(i / ns)) * splits + i % ns);
+        __syncthreads();
+        for (int i = warp; i < nh; i += kDecodeWarps) {   /* a warp per head: max, weights, their sum */
+            float mx = -INFINITY;
+            for (int sI = lane; sI < ns; sI += 32) mx = fmaxf(mx, s_w[i * ns + sI]);
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            float ws = 0.f;
+            for (int sI = lane; sI < ns; sI += 32) {
+                const float f = exp2f(s_w[i * ns + sI] - mx);
+                s_w[i * ns + sI] = f;
+                ws += f;
+            }
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) ws += __shfl_xor_sync(0xffffffffu, ws, off);
+            if (lane == 0) s_w[nh * ns + i] = ws;
+        }
+        __syncthreads();
+    }
     const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
-    float *ws_o = reinterpret_cast<float *>(p.workspace);
-    float *ws_lse = ws_o + (long)p.n_seq * p.n_heads * splits * D;
-    for (int idx = threadIdx.x; idx < HB * gcount * D; idx += blockDim.x) {
-        const int b = idx / (gcount * D);
-        const int rest = idx - b * gcount * D;
-        const int h = rest / D, d = rest - h * D;
-        float mx = -INFINITY;
-        for (int sI = 0; sI < KS; sI++) mx = fmaxf(mx, s_m[((sI << hb_log2) + b) * GM + h]);
-        const float ms = mx == -INFINITY ? 0.f : mx;
-        float lsum = 0.f, o = 0.f;
-        for (int sI = 0; sI < KS; sI++) {
-            const int t = (sI << hb_log2) + b;
-            const float f = exp2f(s_m[t * GM + h] - ms);
-            lsum += s_l[t * GM + h] * f;
-            o += s_o[(t * GM + h) * D + d] * f;
+    for (int idx = threadIdx.x; idx < nh * C4; idx += NTH) {
+        const int i = idx / C4, c = idx - i * C4;
+        const int head = head_of(i);
+        const long pair = (long)seq * p.n_heads + head;
+        const float4 *po = reinterpret_cast<const float4 *>(ws_o + pair * splits * D) + c;
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+        const float *wr = s_w + i * ns;
+#pragma unroll 16
+        for (int sI = 0; sI < ns; sI++) {   /* up to 16 loads in flight: the merge sits on the launch's tail */
+            const float f = wr[sI];
+            const float4 o = __ldcg(po + (long)sI * C4);
+            a.x = fmaf(f, o.x, a.x);
+            a.y = fmaf(f, o.y, a.y);
+            a.z = fmaf(f, o.z, a.z);
+            a.w = fmaf(f, o.w, a.w);
         }
-        const int head = (hg * HB + b) * group + tile * GM + h;
-        if (splits == 1) {
-            p.out[(long)seq * out_stride + (long)head * D + d] = lsum > 0.f ? o / lsum : 0.f;
-        } else {
-            const long pi = ((long)seq * p.n_heads + head) * splits + split;
-            ws_o[pi * D + d] = o / lsum;
-            if (d == 0) ws_lse[pi] = mx + log2f(lsum);
-        }
+        const float wsum = s_w[nh * ns + i];
+        const float inv = 1.f / wsum;
+        reinterpret_cast<float4 *>(p.out + (long)seq * out_stride + (long)head * D)[c] =
+            make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv);
     }
 }
 
@@ -877,6 +1099,82 @@ decode_reduce_kernel(attn_decode_params p, int D, int splits, int chunk) {
     }
 }
 
+/* ---- decode reduce kernel, one-pass form (the default; ZLLM_ATTN_REDUCE=0 selects the two-pass one above) ----
+ * Same threads as above: thread (c, g) owns float4 column c and the splits s = g, g + G, ... But each group folds
+ * its splits in one pass (running max, rescaled weight sum and column sums, in increasing split order), then the
+ * groups are merged in group order through shared memory: max over the groups, then the rescaled sums. Every
+ * load a thread needs is independent of the others, and the first split's are issued together with kv_len's,
+ * so a row costs about one round trip to L2 instead of four. The arithmetic depends on D, the split count and
+ * the row's partials only (batch invariance); it is not bitwise the two-pass form's. */
+__global__ void __launch_bounds__(kReduceMaxThreads)
+decode_reduce1_kernel(attn_decode_params p, int D, int splits, int chunk) {
+    __shared__ float4 s_acc[kReduceMaxThreads];
+    __shared__ float s_gm[kReduceMaxThreads / 2], s_gw[kReduceMaxThreads / 2];   /* per group: max, weight sum */
+    pdl_wait();   /* the chunk grid's partials are complete and visible past this point */
+    const long pair = blockIdx.x;
+    const int seq = (int)(pair / p.n_heads), head = (int)(pair - (long)seq * p.n_heads);
+    const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
+    float *out = p.out + (long)seq * out_stride + (long)head * D;
+    const int cols = D >> 2, G = (int)blockDim.x / cols;
+    const int c = threadIdx.x % cols, g = threadIdx.x / cols;
+    const float *ws_o = reinterpret_cast<const float *>(p.workspace);
+    const float *lse = ws_o + (long)p.n_seq * p.n_heads * splits * D + pair * splits;
+    const float4 *po = reinterpret_cast<const float4 *>(ws_o + pair * splits * D) + c;
+    /* split g's partial is inside this launch's workspace whatever the length: load it before knowing ns
+     * (a stale value of an empty split is never used) */
+    float ls0 = -INFINITY;
+    float4 o0 = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (g < splits) {
+        ls0 = __ldcg(lse + g);   /* L2: never a stale L1 line */
+        o0 = __ldcg(po + (long)g * cols);
+    }
+    const int len = max(0, min(p.kv_len[seq], splits * chunk));
+    const int ns = len > 0 ? (len + chunk - 1) / chunk : 0;
+    if (ns == 0) {
+        if (g == 0) reinterpret_cast<float4 *>(out)[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+        return;
+    }
+    float mg = -INFINITY, wg = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    auto fold = [&](float ls, float4 o) {
+        const float mn = fmaxf(mg, ls);
+        const float a = mg == -INFINITY ? 0.f : exp2f(mg - mn);
+        const float w = exp2f(ls - mn);
+        wg = fmaf(wg, a, w);
+        acc.x = fmaf(w, o.x, acc.x * a);
+        acc.y = fmaf(w, o.y, acc.y * a);
+        acc.z = fmaf(w, o.z, acc.z * a);
+        acc.w = fmaf(w, o.w, acc.w * a);
+        mg = mn;
+    };
+    if (g < ns) fold(ls0, o0);
+#pragma unroll 4
+    for (int s = g + G; s < ns; s += G) fold(__ldcg(lse + s), __ldcg(po + (long)s * cols));
+    s_acc[threadIdx.x] = acc;
+    if (c == 0) {
+        s_gm[g] = mg;
+        s_gw[g] = wg;
+    }
+    __syncthreads();
+    if (g == 0) {
+        float mx = s_gm[0];
+        for (int k = 1; k < G; k++) mx = fmaxf(mx, s_gm[k]);
+        float wsum = 0.f;
+        float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int k = 0; k < G; k++) {
+            const float f = s_gm[k] == -INFINITY ? 0.f : exp2f(s_gm[k] - mx);   /* groups with no split: 0 */
+            const float4 u = s_acc[k * cols + c];
+            wsum = fmaf(f, s_gw[k], wsum);
+            t.x = fmaf(f, u.x, t.x);
+            t.y = fmaf(f, u.y, t.y);
+            t.z = fmaf(f, u.z, t.z);
+            t.w = fmaf(f, u.w, t.w);
+        }
+        const float inv = 1.f / wsum;
+        reinterpret_cast<float4 *>(out)[c] = make_float4(t.x * inv, t.y * inv, t.z * inv, t.w * inv);
+    }
+}
+
 /* PDL needs sm_90; the attribute is only set there */
 int s_pdl_ok() {
     int dev = 0, major = 0;
@@ -961,9 +1259,30 @@ template <typename T, int D, int GM, int U> constexpr size_t decode_smem() {
     constexpr int VEC = vec_traits<T>::VEC;
     constexpr int TPK = D / VEC < 32 ? D / VEC : 32;
     constexpr int NV = D / (VEC * TPK);
-    constexpr size_t ring = (size_t)kStages * U * NV * 2 * kDecodeWarps * 32 * 16;
+    constexpr size_t ring = (size_t)kStages * U * NV * 2 * kDecodeWarps * 32 * 16 +
+                            decode_group_shape<T, D, GM, U>::extra_bytes;
     constexpr size_t merge = sizeof(float) * (size_t)decode_shape<T, D>::NT * GM * (2 + D);
     return ring > merge ? ring : merge;
+}
+
+/* the fused split merge stages nh * (splits + 1) weights after a 32-float header in the ring */
+template <typename T, int D, int GM, int U> bool decode_fuse_fits(int nh, int splits) {
+    return (size_t)nh * (splits + 1) + 32 <= decode_smem<T, D, GM, U>() / sizeof(float);
+}
+
+/* splits per block (a split group): 1 unless the batch has enough items to fill the resident blocks with fewer,
+ * longer blocks; then the largest divisor P of the split count that keeps >= pair_waves (tenths) waves. The
+ * per-split arithmetic is the same for every P (each split's partial is merged and written as by its own block),
+ * so P may follow the batch without touching batch invariance. */
+int decode_group(long items_per_split, int splits, bool can, int sm) {
+    const int mode = knobs().group;
+    if (!can || splits <= 1 || mode == 0) return 1;
+    if (mode > 1) return mode < splits ? mode : splits;
+    const double slots = (double)kMinBlocks * sm, need = slots * knobs().group_waves / 10.0;
+    int best = 1;
+    for (int P = 2; P <= splits; P++)
+        if (splits % P == 0 && (double)(splits / P) * items_per_split >= need) best = P;
+    return best;
 }
 
 /* dynamic shared memory of the persistent kernel: the ring plus its own team-merge area */
@@ -987,13 +1306,18 @@ long stream_grid(long n_items, long slots) {
 /* the shared-memory opt-in once per kernel and device (a benign race sets it twice); for the persistent kernel
  * also its resident blocks per SM, cached (occ, 0 = unknown) */
 template <typename K> cudaError_t smem_opt_in(K kernel, size_t smem, std::atomic<unsigned long long> &set_bits,
-                                               std::atomic<int> *occ) {
+                                               std::atomic<int> *occ, bool carve = false) {
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
     const unsigned long long bit = 1ull << (dev & 63);
     if (!(set_bits.load(std::memory_order_relaxed) & bit)) {
         if (smem > 48 * 1024) {
             cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e != cudaSuccess) return e;
+        }
+        if (carve) {   /* the chunk kernel's 4 resident blocks need just over the 196 KiB carveout */
+            cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                 (int)cudaSharedmemCarveoutMaxShared);
             if (e != cudaSuccess) return e;
         }
         if (occ) {
@@ -1011,7 +1335,7 @@ template <typename K> cudaError_t smem_opt_in(K kernel, size_t smem, std::atomic
  * multi-head build knob (it serves one KV head per block) */
 int decode_use_stream(const attn_decode_params *p) {
     if (kMaxHeadsPerBlock > 1) return 0;
-    if (p->kernel == 1) return 0;
+    if (p->kernel == 1 || p->kernel == 3) return 0;
     if (p->kernel == 2) return 1;
     return knobs().persist;
 }
@@ -1030,7 +1354,8 @@ cudaError_t decode_launch_t(const attn_decode_params *p, decode_geom g, cudaStre
     static std::atomic<unsigned long long> s_smem_set{0}, s_smem_set_p{0};
     static std::atomic<int> s_occ[64];
     cudaError_t oe = stream ? smem_opt_in(decode_stream_kernel<T, D, GM, U, kStagesP>, smem, s_smem_set_p, s_occ)
-                            : smem_opt_in(decode_chunk_kernel<T, D, GM, U>, smem, s_smem_set, nullptr);
+                            : smem_opt_in(decode_chunk_kernel<T, D, GM, U>, smem, s_smem_set, nullptr,
+                                          knobs().carve != 0);
     if (oe != cudaSuccess) return oe;
     int *cnt = nullptr;
     if (stream) {   /* grid: the resident blocks, or fewer (stream_grid) */
@@ -1046,6 +1371,16 @@ cudaError_t decode_launch_t(const attn_decode_params *p, decode_geom g, cudaStre
             if (me != cudaSuccess) return me;
         }
     }
+    const int fuse = !stream && g.splits > 1 && !knobs().skip_reduce &&
+                     (p->kernel == 3 ||
+                      (p->kernel == 0 && (knobs().fused == 1 || (knobs().fused == 2 && g.splits >= kFuseMinSplits)))) &&
+                     decode_fuse_fits<T, D, GM, U>((1 << hb_log2) * GM, g.splits);
+    /* split groups: the chunk kernel only, where the merge area fits a stage and splits end on step boundaries */
+    const int step_keys = (decode_shape<T, D>::NT >> hb_log2) * U;
+    const int P = stream ? 1 : decode_group((long)grid.x * p->n_seq, g.splits,
+                                            decode_group_shape<T, D, GM, U>::ok && g.chunk % step_keys == 0,
+                                            s_sm_count(p->sm_count));
+    if (!stream) grid.y = (unsigned)((g.splits + P - 1) / P);
     const int pdl = s_pdl_ok() ? knobs().pdl : 0;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -1063,16 +1398,17 @@ cudaError_t decode_launch_t(const attn_decode_params *p, decode_geom g, cudaStre
                                g.chunk, scale * kLog2e, cnt);
     else
         e = cudaLaunchKernelEx(&cfg, decode_chunk_kernel<T, D, GM, U>, *p, group, n_tiles, hb_log2, g.splits,
-                               g.chunk, scale * kLog2e, knobs().l2_prefetch);
+                               g.chunk, scale * kLog2e, knobs().l2_prefetch, knobs().pf0, fuse, P);
     if (e == cudaSuccess) e = cudaGetLastError();
-    /* the persistent kernel merges the splits itself */
-    if (e != cudaSuccess || g.splits == 1 || stream || knobs().skip_reduce) return e;
+    /* the persistent kernel, and the chunk kernel when fused, merge the splits themselves */
+    if (e != cudaSuccess || g.splits == 1 || stream || fuse || knobs().skip_reduce) return e;
     const long pairs = (long)p->n_seq * p->n_heads;
     cfg.gridDim = dim3((unsigned)pairs);
     cfg.blockDim = dim3((unsigned)reduce_threads(D, g.splits));
     cfg.dynamicSmemBytes = 0;
     cfg.numAttrs = (pdl & 1) ? 1 : 0;
-    e = cudaLaunchKernelEx(&cfg, decode_reduce_kernel, *p, D, g.splits, g.chunk);
+    e = cudaLaunchKernelEx(&cfg, knobs().reduce ? decode_reduce1_kernel : decode_reduce_kernel, *p, D, g.splits,
+                           g.chunk);
     if (e == cudaSuccess) e = cudaGetLastError();
     return e;
 }
@@ -1277,6 +1613,11 @@ extern "C" size_t attn_decode_workspace_bytes(const attn_decode_params *p) {
     return ws_partial_bytes(p, (int)splits) + ws_counter_bytes(p);
 }
 
+extern "C" cudaError_t attn_decode_workspace_init(void *workspace, size_t bytes, cudaStream_t stream) {
+    if (!workspace && bytes) return cudaErrorInvalidValue;
+    return bytes ? cudaMemsetAsync(workspace, 0, bytes, stream) : cudaSuccess;
+}
+
 extern "C" int attn_decode_splits(const attn_decode_params *p) {
     if (!p || p->n_kv_heads < 1 || p->n_heads < 1) return 1;
     return decode_geometry(p).splits;
@@ -1305,6 +1646,7 @@ extern "C" cudaError_t attn_prefill_launch(const attn_prefill_params *p, cudaStr
         p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads || !head_dim_ok(p->head_dim) || p->n_ctx < 1 ||
         p->q_stride < 0 || p->out_stride < 0)
         return cudaErrorInvalidValue;
+    if (attn_prefill_tc_wants(p)) return attn_prefill_tc_launch(p, stream);   /* tensor cores: F16/BF16, D 64/128 */
     switch (p->kv_type) {
     case ATTN_KV_F32: return prefill_launch_d<float>(p, stream);
     case ATTN_KV_F16: return prefill_launch_d<__half>(p, stream);

@@ -44,8 +44,11 @@ typedef struct {
                                   0 writes zeros and reads no K/V (padded rows) */
     float *out;                /* [n_seq] rows of out_stride floats; row i gets [n_heads][head_dim] f32 */
     long out_stride;           /* floats between consecutive out rows; 0: n_heads * head_dim */
-    void *workspace;           /* device scratch of attn_decode_workspace_bytes() bytes (split partials) */
-    size_t workspace_bytes;    /* its size; the launcher fails with cudaErrorInvalidValue when too small */
+    void *workspace;           /* device scratch of at least attn_decode_workspace_bytes() bytes (split partials
+                                  from its start, arrival counters at its end), zeroed once with
+                                  attn_decode_workspace_init before its first launch */
+    size_t workspace_bytes;    /* its size (the real one: the counters are anchored at workspace + this); the
+                                  launcher fails with cudaErrorInvalidValue when too small */
     int n_seq;                 /* rows (sequences) in this launch, >= 1 */
     int n_heads;               /* query heads, a multiple of n_kv_heads */
     int n_kv_heads;            /* KV heads */
@@ -57,9 +60,11 @@ typedef struct {
     int sm_count;              /* multiprocessors of the device, sizes the split count; 0: read from the current
                                   device (a cached attribute query, safe during capture) */
     int n_splits;              /* 0: chosen from sm_count, n_seq, n_kv_heads and max_kv_len; > 0 forces it (tests) */
-    int kernel;                /* 0: the default (the chunk kernel, or the persistent one with ZLLM_ATTN_PERSIST=1);
+    int kernel;                /* 0: the default (3 from 9 splits on, else 1; ZLLM_ATTN_FUSED and ZLLM_ATTN_PERSIST
+                                  override it, cuda/attention.cu);
                                   1: the chunk kernel, one block per (split, sequence, head), then the reduce
-                                  kernel; 2: the persistent kernel (splits merged inside it). Each is batch
+                                  kernel; 2: the persistent kernel (splits merged inside it); 3: the chunk kernel
+                                  whose last block per row merges the splits (no reduce kernel). Each is batch
                                   invariant on its own; they agree to rounding, not to the bit */
 } attn_decode_params;
 
@@ -68,11 +73,18 @@ typedef struct {
  * every step). Returns 0 for invalid parameters (the launcher then reports the error). */
 size_t attn_decode_workspace_bytes(const attn_decode_params *p);
 
+/* Zeroes a decode workspace (bytes from its start) on stream. Call it once after allocating the workspace and
+ * before its first launch: the chunk kernel keeps per-row arrival counters in it that every launch leaves at
+ * zero again, so no per-launch reset is needed (none sits in captured graphs). Returns cudaErrorInvalidValue for
+ * a NULL workspace with bytes > 0, else cudaMemsetAsync's error. */
+cudaError_t attn_decode_workspace_init(void *workspace, size_t bytes, cudaStream_t stream);
+
 /* Split count the launcher will use for these parameters (>= 1), for benchmarks and tests. */
 int attn_decode_splits(const attn_decode_params *p);
 
-/* Enqueues the chunk and reduce kernels on stream (on sm_90 the reduce is a programmatic dependent launch of
- * the chunk kernel), or with the persistent kernel a memset of its arrival counters and the kernel; all of it
+/* Enqueues the chunk kernel (by default it merges the splits itself), or the chunk and reduce kernels (on sm_90
+ * the reduce is a programmatic dependent launch of the chunk kernel), or with the persistent kernel a memset of
+ * its arrival counters and the kernel; all of it
  * capturable in a CUDA graph. Returns cudaSuccess, cudaErrorInvalidValue for bad
  * parameters (unsupported head_dim or type, n_heads % n_kv_heads != 0, max_kv_len > n_ctx, workspace too
  * small), or the launch error. Kernel faults surface at the next synchronization as usual. */

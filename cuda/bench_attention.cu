@@ -186,6 +186,7 @@ static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits
     const size_t wsb = attn_decode_workspace_bytes(&p);
     void *ws;
     CK(cudaMalloc(&ws, wsb));
+    CK(attn_decode_workspace_init(ws, wsb, 0));
     p.workspace = ws;
     p.workspace_bytes = wsb;
     cudaEvent_t a, b;

@@ -30,6 +30,9 @@
  *   a row do not depend on its neighbours. cuBLAS may pick different algorithms for different batch sizes, which
  *   can change f32 rounding in the last bits; gpu_test_engine_gpu measures whether greedy tokens stay the same.
  *   qgemv and cuBLAS are never mixed by step size by default (s_qg_max): that broke greedy invariance.
+ *   Quantized matrices of a type cuda/qmma.h covers (Q4_K, Q6_K, Q8_0; F16 engines) keep only their raw GGUF
+ *   rows and go through qmma at EVERY step size (tensor cores, one fixed arithmetic per element whatever M:
+ *   invariant by construction); ZLLM_CUDA_QMMA=0 (or setting ZLLM_CUDA_GEMV_MAX) restores the paths above.
  * Pipeline stages (worker/stage.h, docs/pipeline.md)
  *   An engine made with opts->layer_begin/layer_end holds only its layers' weights and KV caches, the embedding
  *   only when it starts at layer 0 (or is the last stage of a tied model), the final norm, LM head and sampler
@@ -60,6 +63,7 @@ extern "C" {
 #include "engine_cuda.h"
 #include "ops.h"
 #include "qgemv.h"
+#include "qmma.h"
 #include "sample.h"
 
 enum { CU_GEMV_ALL = 1 << 30, /* gemv_env: qgemv for steps of any size */
@@ -75,6 +79,7 @@ typedef struct {
     void *dense;               /* [n_out][n_in] of the engine's wt for cuBLAS, or NULL (quantized: raw only) */
     int owns_raw, owns_dense;  /* 1 when this matrix frees the pointer (raw == dense is owned once, as dense) */
     int qg_max;                /* steps of <= qg_max rows use qgemv on raw, larger ones cuBLAS on dense */
+    int qmma;                  /* 1: raw is served by qmma (cuda/qmma.h) at every step size; dense is NULL */
 } cu_mat;
 
 typedef struct {
@@ -118,6 +123,9 @@ typedef struct {
     cu_mat out;                /* LM head [vocab][dim]; shares tok_embd's storage when tied and 16-bit */
     int gemv_env;              /* ZLLM_CUDA_GEMV_MAX: 0..8 qgemv row limit for every type, CU_GEMV_ALL for
                                 * "all" (qgemv at every size, no dense copy of quantized matrices); -1: default */
+    int qmma_env;              /* ZLLM_CUDA_QMMA: 1 = qmma for the matrices it covers (at every step size), 0 =
+                                * off, the default: qmma is 1.3x faster at M = 1..8 but 2.1x slower at M = 64 on
+                                * the 8B shape (docs/notes-qmma.md), and one path must serve every M */
     int round_f;               /* 1: f32 qgemv inputs are rounded to wt (the operands cuBLAS sees); always 1 */
     float *xf;                 /* f32 qgemv input [max_tok][max(dim, ffn_dim, q_dim)] (NULL for F32 models) */
     cudaEvent_t ev0, ev1;      /* around each step's device work (input copy .. output copy) */
@@ -226,6 +234,13 @@ static int s_qg_max(const cu_engine *E, ggml_type t) {
     return E->gemv_env >= 0 ? E->gemv_env : 0;
 }
 
+/* 1 when matrix w is served by qmma: the knob is on, the engine's 16-bit type is F16 (qmma takes f16
+ * activations: the wt copies xb / att_w) and qmma covers the type and shape */
+static int s_qmma_ok(const cu_engine *E, const zl_weight *w) {
+    return E->qmma_env && E->wt == CU_F16 && qmma_split(w->type, (int)w->n_in, (int)w->n_out) > 0 &&
+           w->row_bytes == ggml_row_bytes(w->type, w->n_in);
+}
+
 /* uploads matrix w into M: a dense wt array (converted, or dequantized on the host, when the file's type
  * differs) for cuBLAS, plus the raw GGUF rows when qgemv serves small steps of this type (for 16-bit types
  * the dense array is the raw one). */
@@ -236,6 +251,13 @@ static int s_upload_mat(cu_engine *E, cu_stage *sg, const zl_weight *w, cu_mat *
     memset(M, 0, sizeof *M);
     M->n_in = (int)w->n_in;
     M->n_out = (int)w->n_out;
+    if (s_qmma_ok(E, w)) {   /* qmma at every step: the GGUF rows only, no dense copy */
+        CU_CHECK(cudaMalloc(&d, nb));
+        M->raw = d; M->owns_raw = 1; M->qt = w->type; M->row_bytes = w->row_bytes; M->qmma = 1;
+        E->weight_bytes += nb;
+        CU_CHECK(cudaMemcpy(d, w->data, nb, cudaMemcpyHostToDevice));
+        return 0;
+    }
     if (E->wt != CU_F32 && !s_is_16bit(w->type) && qgemv_pick(w->type, 1, M->n_in, M->n_out) &&
         s_qg_max(E, w->type) > 0) {
         CU_CHECK(cudaMalloc(&d, nb));
@@ -303,9 +325,10 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
     } else if (!tied) {
         if (s_upload_mat(E, &sg, &m->output, &E->out, err, errlen) != 0) goto fail;
     } else if (E->wt != CU_F32 && !s_is_16bit(m->tok_embd.type) &&
-               qgemv_pick(m->tok_embd.type, 1, (int)m->tok_embd.n_in, (int)m->tok_embd.n_out) &&
-               s_qg_max(E, m->tok_embd.type) > 0) {
-        /* tied quantized table served by qgemv at small steps: raw rows plus a second dense copy */
+               ((qgemv_pick(m->tok_embd.type, 1, (int)m->tok_embd.n_in, (int)m->tok_embd.n_out) &&
+                 s_qg_max(E, m->tok_embd.type) > 0) || s_qmma_ok(E, &m->tok_embd))) {
+        /* tied quantized table served by qgemv at small steps (raw rows plus a second dense copy) or by qmma at
+         * every step (raw rows only; the embedding gather keeps reading the dense tok_embd) */
         if (s_upload_mat(E, &sg, &m->tok_embd, &E->out, err, errlen) != 0) goto fail;
     } else {
         /* tied: the LM head reads the (not owned) dense table */
@@ -339,14 +362,15 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
     }
     E->round_f = 1;
     {
-        int n_raw = E->out.raw ? 1 : 0;
+        int n_raw = E->out.raw && !E->out.qmma ? 1 : 0, n_qmma = E->out.qmma;
         for (int l = 0; l < c->n_layers; l++) {
             const cu_layer *L = &E->L[l];
             const cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
-            for (int i = 0; i < 7; i++) n_raw += mats[i]->raw ? 1 : 0;
+            for (int i = 0; i < 7; i++) { n_raw += mats[i]->raw && !mats[i]->qmma ? 1 : 0; n_qmma += mats[i]->qmma; }
         }
-        fprintf(stderr, "\rzllm %s: uploaded weights: %d layers, %.1f MiB as %s (%d matrices also read by qgemv)\n",
-                E->base.device, le - lb, E->weight_bytes / 1048576.0, ops_dtype_name(E->wt), n_raw);
+        fprintf(stderr, "\rzllm %s: uploaded weights: %d layers, %.1f MiB as %s (%d matrices also read by qgemv, "
+                "%d by qmma only)\n", E->base.device, le - lb, E->weight_bytes / 1048576.0, ops_dtype_name(E->wt),
+                n_raw, n_qmma);
     }
     rc = 0;
 fail:
@@ -372,7 +396,7 @@ static attn_kv_type s_kvt(cu_dtype t) { return t == CU_F32 ? ATTN_KV_F32 : t == 
  * per-row arithmetic does not depend on how many rows a launch carries, so "all" is batch-invariant. */
 static int s_use_qg(const cu_engine *E, const cu_mat *W, int n_rows) {
     (void)E;
-    return W->raw && n_rows <= W->qg_max;
+    return W->raw && !W->qmma && n_rows <= W->qg_max;
 }
 
 /* y[n_rows][n_out] = x W^T, or y += x W^T when resid (y holds the residual stream): through qgemv on xf (f32)
@@ -380,6 +404,20 @@ static int s_use_qg(const cu_engine *E, const cu_mat *W, int n_rows) {
 static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, const float *xf, float *y, int resid,
                     char *err, size_t errlen) {
     if (n_rows <= 0) return 0;
+    if (W->qmma) {   /* every step size: xw holds the f16 inputs (wt == F16), n_in apart */
+        qmma_params p;
+        memset(&p, 0, sizeof p);
+        p.type = W->qt; p.w = W->raw; p.row_bytes = W->row_bytes; p.n_in = W->n_in; p.n_out = W->n_out;
+        p.m = n_rows; p.x = (const uint16_t *)xw; p.ldx = W->n_in; p.y = y; p.ldy = W->n_out;
+        p.y_in = resid ? y : NULL;
+        const cudaError_t e = qmma_launch(&p, E->st);
+        if (e != cudaSuccess) {
+            snprintf(err, errlen, "qmma (%s, %d x %d, m %d): %s", ggml_type_name(W->qt), W->n_out, W->n_in, n_rows,
+                     cudaGetErrorString(e));
+            return -1;
+        }
+        return 0;
+    }
     if (!s_use_qg(E, W, n_rows))
         return ops_gemm(E->cb, xw, W->dense, E->wt, n_rows, W->n_in, W->n_out, y, resid ? 1.f : 0.f, err, errlen);
     for (int r0 = 0; r0 < n_rows; r0 += QGEMV_MAX_M) {
@@ -930,6 +968,8 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
                 const int v = atoi(gm);
                 E->gemv_env = v < 0 ? 0 : v > QGEMV_MAX_M ? QGEMV_MAX_M : v;
             }
+            const char *qm = getenv("ZLLM_CUDA_QMMA");
+            E->qmma_env = qm && *qm ? atoi(qm) != 0 : 0;
         }
         if (s_upload_model(E, err, errlen) != 0) goto fail;
         E->last_gpu_ms = -1;
@@ -997,6 +1037,9 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
                 goto fail;
             }
             CU_CHECK(cudaMalloc(&E->attn_ws, E->attn_ws_bytes));
+            /* the decode kernel's arrival counters start at zero and every launch leaves them so */
+            CU_CHECK(attn_decode_workspace_init(E->attn_ws, E->attn_ws_bytes, 0));
+            CU_CHECK(cudaDeviceSynchronize());
         }
 
         /* KV caches from the budget: --kv-mem, or 85% of what is free now (the rest for cuBLAS and graphs) */

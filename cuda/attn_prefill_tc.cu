@@ -1,0 +1,366 @@
+/* cuda/attn_prefill_tc.cu: tensor-core causal prefill attention (FlashAttention-2 style) for F16/BF16 KV caches,
+ * head sizes 64 and 128 (see attn_prefill_tc.h for the contract and the arithmetic).
+ *
+ * One block per (query head, tile of 16 * W query rows, sequence), W warps of 16 rows each (W = 4 by default,
+ * 8 with ZLLM_ATTN_PREFILL_TC_WARPS=8). The block converts its q rows (f32, scaled by scale * log2 e) to the
+ * cache type once into shared memory, and each warp keeps its 16 x head_dim Q fragments in registers. K/V tiles
+ * of 64 keys stream through two shared-memory buffers with cp.async (tile j + 1 is in flight while tile j is
+ * computed); positions past the last key the block needs are zero-filled, never read. Shared rows are stored
+ * with their 16-byte chunks XOR-swizzled by (row & 7), so the ldmatrix reads of 8 rows x 16 bytes hit 8
+ * distinct bank groups. Per tile each warp computes S = Q K^T (mma.sync m16n8k16, f32 accumulators; K read by
+ * ldmatrix), masks keys past each row's position only on tiles that reach past the block's first row position
+ * (the diagonal tiles), updates the running max and sum in f32 (exp2), rescales its O accumulators, rounds P
+ * to the cache type in registers (the S accumulator layout is the A operand layout of the next mma) and adds
+ * P V (V read by ldmatrix.trans). A key tile entirely past a row's position leaves that row's state exactly as
+ * it was (max unchanged, alpha = 1, p = 0), so a row's result does not depend on which block or chunk held it.
+ * The tile order runs the last query tiles of a sequence (the most keys) first, so the short ones fill the
+ * tail of the wave.
+ * Knobs (read once per process; measurements in docs/notes-prefill.md): ZLLM_ATTN_PREFILL_TC=0 (the scalar
+ * kernel of cuda/attention.cu everywhere), ZLLM_ATTN_PREFILL_TC_WARPS=8 (128-row tiles: 2-3% slower on H100),
+ * ZLLM_ATTN_PREFILL_TC_SPLIT=1 (separate K and V waits: 17% slower in the kernel bench on H100). Every
+ * variant passes the same checks (cuda/test_attention.cu); none changes the arithmetic of a row. */
+#include "attn_prefill_tc.h"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <atomic>
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kKeys = 64;          /* keys per K/V tile */
+constexpr int kWarpRows = 16;      /* query rows per warp (the mma's M) */
+
+std::atomic<int> s_force{-1};      /* attn_prefill_tc_force: -1 environment, 0 off, 1 on */
+
+int env_int(const char *name, int dflt) {
+    const char *s = getenv(name);
+    if (!s || !*s) return dflt;
+    char *end = nullptr;
+    const long v = strtol(s, &end, 10);
+    return end && *end == '\0' ? (int)v : dflt;
+}
+
+/* the environment's knobs, read once per process */
+struct tc_knobs {
+    int on;      /* ZLLM_ATTN_PREFILL_TC: 0 scalar kernel, otherwise tensor cores where served (default 1) */
+    int warps;   /* ZLLM_ATTN_PREFILL_TC_WARPS: 4 (64-row tiles, default) or 8 (128-row tiles) */
+    int split;   /* ZLLM_ATTN_PREFILL_TC_SPLIT: 1 waits for K and V separately (S on tile j while V(j) is still
+                    in flight, K(j + 1) loading during softmax and P V), 0 one wait per tile */
+};
+const tc_knobs &knobs() {
+    static const tc_knobs k = [] {
+        tc_knobs r;
+        r.on = env_int("ZLLM_ATTN_PREFILL_TC", 1) != 0;
+        r.warps = env_int("ZLLM_ATTN_PREFILL_TC_WARPS", 4) == 8 ? 8 : 4;
+        r.split = env_int("ZLLM_ATTN_PREFILL_TC_SPLIT", 0) != 0;
+        return r;
+    }();
+    return k;
+}
+
+/* per-type packing of two f32 into one 32-bit register of 16-bit values (lower half = first value) and the mma */
+template <typename T> struct tc_type;
+template <> struct tc_type<__nv_bfloat16> {
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+template <> struct tc_type<__half> {
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+/* 16-byte copy, zero-filled (nothing read) when !valid */
+__device__ __forceinline__ void cp_async16_zfill(void *smem, const void *gmem, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* element offset of 16-byte chunk c of row r in a [rows][D] shared array, chunks swizzled by (r & 7) */
+template <int D> __device__ __forceinline__ int sw(int r, int c) { return r * D + ((c ^ (r & 7)) << 3); }
+
+template <typename T, int D, int W> constexpr size_t tc_smem() {
+    return sizeof(T) * ((size_t)W * kWarpRows * D + 4 * (size_t)kKeys * D);   /* Q + 2 x (K + V) */
+}
+
+/* grid: (n_heads, query tiles, n_seq); W warps; q pre-scale qscale = scale * log2(e); SPLIT: see tc_knobs.split */
+template <typename T, int D, int W, bool SPLIT>
+/* 4 warps: 2 blocks per SM (shared memory allows 2 at D = 128); 8 warps: 1 (no register cap: O, Q and S
+ * fragments take ~170 registers) */
+__global__ void __launch_bounds__(W * 32, W == 4 ? 2 : 1)
+prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
+    constexpr int R = W * kWarpRows;    /* query rows per block */
+    constexpr int NT = W * 32;          /* threads */
+    constexpr int CH = D / 8;           /* 16-byte chunks per row */
+    constexpr int DK = D / 16;          /* k-steps of Q K^T */
+    constexpr int DN = D / 8;           /* n-tiles of the O accumulator */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *sq = reinterpret_cast<T *>(smem_raw);   /* [R][D] */
+    T *sk = sq + R * D;                        /* [2][kKeys][D] */
+    T *sv = sk + 2 * kKeys * D;                /* [2][kKeys][D] */
+
+    const int head = blockIdx.x, seq = blockIdx.z;
+    const int tile = (int)gridDim.y - 1 - (int)blockIdx.y;   /* heaviest tiles first */
+    const int rows = p.seq_rows[seq];
+    const int t0 = tile * R;
+    if (t0 >= rows) return;
+    const int row0 = p.seq_row0[seq];
+    const int pmin = p.seq_pos0[seq] + t0;   /* position of the block's first row */
+    const int nr = min(R, rows - t0);
+    const int kend = pmin + nr;              /* keys [0, kend) are needed by some row of the block */
+    const int nkt = (kend + kKeys - 1) / kKeys;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
+    const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
+    const long row_stride = (long)p.n_kv_heads * D;   /* elements between consecutive positions */
+    const long slot_base = (long)p.seq_slot[seq] * p.n_ctx * row_stride + (long)(head / group) * D;
+    const T *kbase = reinterpret_cast<const T *>(p.k_cache) + slot_base;
+    const T *vbase = reinterpret_cast<const T *>(p.v_cache) + slot_base;
+
+    /* K (kv bit 0) and/or V (bit 1) tile j into buffer b: 64 keys x CH chunks each, zero past kend; one commit */
+    auto load_kv = [&](int j, int b, int kv) {
+        T *dk = sk + b * kKeys * D, *dv = sv + b * kKeys * D;
+        for (int i = tid; i < kKeys * CH; i += NT) {
+            const int r = i / CH, c = i - r * CH;
+            const int key = j * kKeys + r;
+            const bool ok = key < kend;
+            const long off = ok ? (long)key * row_stride + c * 8 : 0;
+            if (kv & 1) cp_async16_zfill(dk + sw<D>(r, c), kbase + off, ok);
+            if (kv & 2) cp_async16_zfill(dv + sw<D>(r, c), vbase + off, ok);
+        }
+        cp_async_commit();
+    };
+    /* in flight while q is converted; SPLIT: groups K(0), V(0), then per tile K(j + 1) and V(j + 1) */
+    if (SPLIT) {
+        load_kv(0, 0, 1);
+        load_kv(0, 0, 2);
+    } else {
+        load_kv(0, 0, 3);
+    }
+
+    for (int i = tid; i < R * D / 4; i += NT) {
+        const int r = i / (D / 4), d = (i - r * (D / 4)) * 4;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r < nr) v = *reinterpret_cast<const float4 *>(p.q + (long)(row0 + t0 + r) * q_stride + (long)head * D + d);
+        uint2 u;
+        u.x = tc_type<T>::pack(v.x * qscale, v.y * qscale);
+        u.y = tc_type<T>::pack(v.z * qscale, v.w * qscale);
+        *reinterpret_cast<uint2 *>(sq + sw<D>(r, d >> 3) + (d & 7)) = u;
+    }
+    __syncthreads();
+    /* warp's Q as A fragments: lanes 0-15 address rows 0-15 at chunk 2k, lanes 16-31 the same rows at 2k + 1 */
+    uint32_t qf[DK][4];
+#pragma unroll
+    for (int kk = 0; kk < DK; kk++) ldsm_x4(qf[kk], sq + sw<D>(warp * kWarpRows + (lane & 15), 2 * kk + (lane >> 4)));
+
+    const bool active = warp * kWarpRows < nr;   /* a warp of padding rows only skips the math */
+    const int g = lane >> 2, tq = lane & 3;     /* mma fragment coordinates: row group, column pair */
+    const int pos_r0 = pmin + warp * kWarpRows + g;   /* position of this thread's row g; row g + 8 is +8 */
+    float o[DN][4];
+#pragma unroll
+    for (int n = 0; n < DN; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+    for (int j = 0; j < nkt; j++) {
+        if (SPLIT) {
+            /* pending: K(j), V(j); K buffer (j + 1) & 1 was last read by S(j - 1), before this barrier */
+            cp_async_wait<1>();
+            __syncthreads();
+            if (j + 1 < nkt) load_kv(j + 1, (j + 1) & 1, 1);
+        } else if (j + 1 < nkt) {
+            load_kv(j + 1, (j + 1) & 1, 3);
+            cp_async_wait<1>();
+            __syncthreads();
+        } else {
+            cp_async_wait<0>();
+            __syncthreads();
+        }
+        const T *vb = sv + (j & 1) * kKeys * D;
+        float s[kKeys / 8][4];
+        if (active) {
+            const T *kb = sk + (j & 1) * kKeys * D;
+#pragma unroll
+            for (int n = 0; n < kKeys / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+            /* S = Q K^T: ldmatrix x4 gives the B fragments of key n-tiles 2np and 2np + 1 */
+#pragma unroll
+            for (int kk = 0; kk < DK; kk++) {
+#pragma unroll
+                for (int np = 0; np < kKeys / 16; np++) {
+                    uint32_t b[4];
+                    ldsm_x4(b, kb + sw<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * kk + ((lane >> 3) & 1)));
+                    tc_type<T>::mma(s[2 * np], qf[kk], b[0], b[1]);
+                    tc_type<T>::mma(s[2 * np + 1], qf[kk], b[2], b[3]);
+                }
+            }
+            const int kt = j * kKeys;
+            if (kt + kKeys - 1 > pmin) {   /* a diagonal tile: some key is past some row's position */
+#pragma unroll
+                for (int n = 0; n < kKeys / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (kt + n * 8 + 2 * tq + (e & 1) > pos_r0 + (e >> 1) * 8) s[n][e] = -INFINITY;
+            }
+            /* online softmax, rows g (elements 0, 1) and g + 8 (elements 2, 3); the 4 lanes of a row group
+             * hold the row's 64 scores between them */
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int n = 0; n < kKeys / 8; n++) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mnew = fmaxf(m[h], mx);
+                const float ms = mnew == -INFINITY ? 0.f : mnew;
+                const float alpha = exp2f(m[h] - ms);
+                m[h] = mnew;
+                float sum = 0.f;
+#pragma unroll
+                for (int n = 0; n < kKeys / 8; n++) {
+                    s[n][2 * h] = exp2f(s[n][2 * h] - ms);
+                    s[n][2 * h + 1] = exp2f(s[n][2 * h + 1] - ms);
+                    sum += s[n][2 * h] + s[n][2 * h + 1];
+                }
+                l[h] = l[h] * alpha + sum;   /* this lane's part of the row sum; summed over the group at the end */
+#pragma unroll
+                for (int n = 0; n < DN; n++) {
+                    o[n][2 * h] *= alpha;
+                    o[n][2 * h + 1] *= alpha;
+                }
+            }
+        }
+        if (SPLIT) {
+            /* pending: V(j), K(j + 1); V buffer (j + 1) & 1 was last read by P V(j - 1), before this barrier */
+            if (j + 1 < nkt) cp_async_wait<1>();
+            else cp_async_wait<0>();
+            __syncthreads();
+        }
+        if (active) {
+            /* O += P V: the accumulators of key n-tiles 2kk, 2kk + 1 are the A fragment of k-step kk */
+#pragma unroll
+            for (int kk = 0; kk < kKeys / 16; kk++) {
+                uint32_t a[4];
+                a[0] = tc_type<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+                a[1] = tc_type<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+                a[2] = tc_type<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                a[3] = tc_type<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+                for (int dp = 0; dp < D / 16; dp++) {
+                    uint32_t b[4];
+                    ldsm_x4_t(b, vb + sw<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * dp + (lane >> 4)));
+                    tc_type<T>::mma(o[2 * dp], a, b[0], b[1]);
+                    tc_type<T>::mma(o[2 * dp + 1], a, b[2], b[3]);
+                }
+            }
+        }
+        if (SPLIT) {
+            if (j + 1 < nkt) load_kv(j + 1, (j + 1) & 1, 2);
+        } else {
+            __syncthreads();   /* buffer j & 1 is refilled by the next iteration's load of tile j + 2 */
+        }
+    }
+
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float sum = l[h];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int r = warp * kWarpRows + g + 8 * h;
+        if (!active || r >= nr) continue;
+        const float inv = 1.f / sum;
+        float *orow = p.out + (long)(row0 + t0 + r) * out_stride + (long)head * D + 2 * tq;
+#pragma unroll
+        for (int n = 0; n < DN; n++)
+            *reinterpret_cast<float2 *>(orow + n * 8) = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+    }
+}
+
+template <typename T, int D, int W, bool SPLIT>
+cudaError_t tc_launch_t(const attn_prefill_params *p, cudaStream_t st) {
+    constexpr size_t smem = tc_smem<T, D, W>();
+    constexpr int R = W * kWarpRows;
+    const long tiles = ((long)p->max_rows + R - 1) / R;
+    if (tiles > 65535) return cudaErrorInvalidValue;
+    if (smem > 48 * 1024) {
+        /* a function attribute, not a stream operation: allowed while the stream is being captured */
+        const cudaError_t e = cudaFuncSetAttribute(prefill_tc_kernel<T, D, W, SPLIT>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    const float scale = p->scale > 0.f ? p->scale : 1.0f / sqrtf((float)D);
+    const dim3 grid((unsigned)p->n_heads, (unsigned)tiles, (unsigned)p->n_seq);
+    prefill_tc_kernel<T, D, W, SPLIT><<<grid, W * 32, smem, st>>>(*p, p->n_heads / p->n_kv_heads, scale * kLog2e);
+    return cudaGetLastError();
+}
+
+template <typename T, int W>
+cudaError_t tc_launch_d(const attn_prefill_params *p, cudaStream_t st) {
+    switch (p->head_dim) {
+    case 64: return knobs().split ? tc_launch_t<T, 64, W, true>(p, st) : tc_launch_t<T, 64, W, false>(p, st);
+    case 128: return knobs().split ? tc_launch_t<T, 128, W, true>(p, st) : tc_launch_t<T, 128, W, false>(p, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+template <typename T>
+cudaError_t tc_launch_w(const attn_prefill_params *p, cudaStream_t st) {
+    return knobs().warps == 8 ? tc_launch_d<T, 8>(p, st) : tc_launch_d<T, 4>(p, st);
+}
+
+bool tc_served(const attn_prefill_params *p) {
+    return (p->kv_type == ATTN_KV_F16 || p->kv_type == ATTN_KV_BF16) && (p->head_dim == 64 || p->head_dim == 128);
+}
+
+} // namespace
+
+extern "C" int attn_prefill_tc_wants(const attn_prefill_params *p) {
+    if (!p || !tc_served(p)) return 0;
+    const int f = s_force.load(std::memory_order_relaxed);
+    return f >= 0 ? f : knobs().on;
+}
+
+extern "C" void attn_prefill_tc_force(int mode) { s_force.store(mode < 0 ? -1 : mode ? 1 : 0); }
+
+extern "C" cudaError_t attn_prefill_tc_launch(const attn_prefill_params *p, cudaStream_t stream) {
+    if (!p || !p->q || !p->k_cache || !p->v_cache || !p->seq_row0 || !p->seq_rows || !p->seq_slot ||
+        !p->seq_pos0 || !p->out || !tc_served(p))
+        return cudaErrorInvalidValue;
+    if (p->n_seq < 1 || p->n_seq > 65535 || p->max_rows < 1 || p->n_heads < 1 || p->n_heads > 65535 ||
+        p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads || p->n_ctx < 1 || p->q_stride < 0 || p->out_stride < 0)
+        return cudaErrorInvalidValue;
+    return p->kv_type == ATTN_KV_F16 ? tc_launch_w<__half>(p, stream) : tc_launch_w<__nv_bfloat16>(p, stream);
+}
