@@ -241,6 +241,83 @@ template <typename T, int D> struct decode_shape {
     static constexpr int NT = kDecodeWarps * KPW;         /* teams per block */
 };
 
+/* One step of a team's online softmax over U keys (shared by the chunk and the persistent kernel, so both keep
+ * the same per-item bits): scores of the GM query heads against the keys kb + u * KS + sub (xor-shuffle sums
+ * over the TPK lanes of the team), keys at or past k1 masked, then the running max, sum and output slice
+ * rescaled and accumulated in key order. q is pre-scaled (log2 domain). */
+template <typename T, int D, int GM, int U>
+__device__ __forceinline__ void decode_step(const float (&q)[GM][decode_shape<T, D>::E],
+                                            const uint4 (&kr)[U][decode_shape<T, D>::NV],
+                                            const uint4 (&vr)[U][decode_shape<T, D>::NV], int kb, int KS, int sub,
+                                            int k1, float (&m)[GM], float (&l)[GM],
+                                            float (&acc)[GM][decode_shape<T, D>::E]) {
+    using S = decode_shape<T, D>;
+    constexpr int VEC = S::VEC, TPK = S::TPK, NV = S::NV, E = S::E;
+    float s[U][GM];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        float kf[E];
+#pragma unroll
+        for (int v = 0; v < NV; v++) cvt_any<T>(kr[u][v], kf + v * VEC);
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+            float a = 0.f;
+#pragma unroll
+            for (int e = 0; e < E; e++) a = fmaf(q[h][e], kf[e], a);
+            s[u][h] = a;
+        }
+    }
+#pragma unroll
+    for (int off = TPK / 2; off > 0; off >>= 1) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+#pragma unroll
+            for (int h = 0; h < GM; h++) s[u][h] += __shfl_xor_sync(0xffffffffu, s[u][h], off);
+        }
+    }
+    float vf[U][E];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const bool valid = kb + u * KS + sub < k1;
+        if (!valid) {
+#pragma unroll
+            for (int h = 0; h < GM; h++) s[u][h] = -INFINITY;
+        }
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+            if (valid) cvt_any<T>(vr[u][v], vf[u] + v * VEC);
+            else {
+#pragma unroll
+                for (int j = 0; j < VEC; j++) vf[u][v * VEC + j] = 0.f;
+            }
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+        float mx = m[h];
+#pragma unroll
+        for (int u = 0; u < U; u++) mx = fmaxf(mx, s[u][h]);
+        const float ms = mx == -INFINITY ? 0.f : mx;
+        const float alpha = exp2f(m[h] - ms);
+        float pu[U];
+        float ps = 0.f;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            pu[u] = exp2f(s[u][h] - ms);
+            ps += pu[u];
+        }
+        l[h] = l[h] * alpha + ps;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            float a = acc[h][e] * alpha;
+#pragma unroll
+            for (int u = 0; u < U; u++) a = fmaf(pu[u], vf[u][e], a);
+            acc[h][e] = a;
+        }
+        m[h] = mx;
+    }
+}
+
 /* a split group (several consecutive splits in one block, see decode_chunk_kernel) is possible when the team
  * merge area fits in one ring stage and split boundaries fall on step boundaries */
 template <typename T, int D, int GM, int U> struct decode_group_shape {
@@ -456,71 +533,7 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
         }
         if (false)
 #endif
-        {
-        float s[U][GM];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            float kf[E];
-#pragma unroll
-            for (int v = 0; v < NV; v++) cvt_any<T>(kr[u][v], kf + v * VEC);
-#pragma unroll
-            for (int h = 0; h < GM; h++) {
-                float a = 0.f;
-#pragma unroll
-                for (int e = 0; e < E; e++) a = fmaf(q[h][e], kf[e], a);
-                s[u][h] = a;
-            }
-        }
-#pragma unroll
-        for (int off = TPK / 2; off > 0; off >>= 1) {
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-#pragma unroll
-                for (int h = 0; h < GM; h++) s[u][h] += __shfl_xor_sync(0xffffffffu, s[u][h], off);
-            }
-        }
-        float vf[U][E];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const bool valid = kb + u * KS + sub < k1;
-            if (!valid) {
-#pragma unroll
-                for (int h = 0; h < GM; h++) s[u][h] = -INFINITY;
-            }
-#pragma unroll
-            for (int v = 0; v < NV; v++) {
-                if (valid) cvt_any<T>(vr[u][v], vf[u] + v * VEC);
-                else {
-#pragma unroll
-                    for (int j = 0; j < VEC; j++) vf[u][v * VEC + j] = 0.f;
-                }
-            }
-        }
-#pragma unroll
-        for (int h = 0; h < GM; h++) {
-            float mx = m[h];
-#pragma unroll
-            for (int u = 0; u < U; u++) mx = fmaxf(mx, s[u][h]);
-            const float ms = mx == -INFINITY ? 0.f : mx;
-            const float alpha = exp2f(m[h] - ms);
-            float pu[U];
-            float ps = 0.f;
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                pu[u] = exp2f(s[u][h] - ms);
-                ps += pu[u];
-            }
-            l[h] = l[h] * alpha + ps;
-#pragma unroll
-            for (int e = 0; e < E; e++) {
-                float a = acc[h][e] * alpha;
-#pragma unroll
-                for (int u = 0; u < U; u++) a = fmaf(pu[u], vf[u][e], a);
-                acc[h][e] = a;
-            }
-            m[h] = mx;
-        }
-        }
+            decode_step<T, D, GM, U>(q, kr, vr, kb, KS, sub, k1, m, l, acc);
         if constexpr (GS::ok) {
             /* a split boundary inside the group: merge this split's teams now, in the stage just consumed (the
              * next stages stay in flight), then start the next split from zero. The last split is merged after
@@ -781,7 +794,7 @@ __device__ void stream_merge_row(const attn_decode_params &p, int seq, int h0, i
 }
 
 template <typename T, int D, int GM, int U, int ST>
-__global__ void __launch_bounds__(kDecodeWarps * 32, kMinBlocks)
+__global__ void __launch_bounds__(kDecodeWarps * 32, 3)   /* its 64 KiB blocks fit 3 per SM */
 decode_stream_kernel(attn_decode_params p, int group, int n_tiles, int splits, int chunk, float qscale, int *cnt) {
     using S = decode_shape<T, D>;
     constexpr int VEC = S::VEC, TPK = S::TPK, NV = S::NV, E = S::E, KPW = S::KPW, NT = S::NT;
@@ -906,69 +919,7 @@ decode_stream_kernel(attn_decode_params p, int group, int n_tiles, int splits, i
                     vr[u][v] = slot[((u * NV + v) * 2 + 1) * NTH + threadIdx.x];
                 }
             }
-            float s[U][GM];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                float kf[E];
-#pragma unroll
-                for (int v = 0; v < NV; v++) cvt_any<T>(kr[u][v], kf + v * VEC);
-#pragma unroll
-                for (int h = 0; h < GM; h++) {
-                    float a = 0.f;
-#pragma unroll
-                    for (int e = 0; e < E; e++) a = fmaf(q[h][e], kf[e], a);
-                    s[u][h] = a;
-                }
-            }
-#pragma unroll
-            for (int off = TPK / 2; off > 0; off >>= 1) {
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-#pragma unroll
-                    for (int h = 0; h < GM; h++) s[u][h] += __shfl_xor_sync(0xffffffffu, s[u][h], off);
-                }
-            }
-            float vf[U][E];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const bool valid = kb + u * KS + sub < k1;
-                if (!valid) {
-#pragma unroll
-                    for (int h = 0; h < GM; h++) s[u][h] = -INFINITY;
-                }
-#pragma unroll
-                for (int v = 0; v < NV; v++) {
-                    if (valid) cvt_any<T>(vr[u][v], vf[u] + v * VEC);
-                    else {
-#pragma unroll
-                        for (int j = 0; j < VEC; j++) vf[u][v * VEC + j] = 0.f;
-                    }
-                }
-            }
-#pragma unroll
-            for (int h = 0; h < GM; h++) {
-                float mx = m[h];
-#pragma unroll
-                for (int u = 0; u < U; u++) mx = fmaxf(mx, s[u][h]);
-                const float ms = mx == -INFINITY ? 0.f : mx;
-                const float alpha = exp2f(m[h] - ms);
-                float pu[U];
-                float ps = 0.f;
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    pu[u] = exp2f(s[u][h] - ms);
-                    ps += pu[u];
-                }
-                l[h] = l[h] * alpha + ps;
-#pragma unroll
-                for (int e = 0; e < E; e++) {
-                    float a = acc[h][e] * alpha;
-#pragma unroll
-                    for (int u = 0; u < U; u++) a = fmaf(pu[u], vf[u][e], a);
-                    acc[h][e] = a;
-                }
-                m[h] = mx;
-            }
+            decode_step<T, D, GM, U>(q, kr, vr, kb, KS, sub, k1, m, l, acc);
         }
 
         /* team merge, as in the chunk kernel; the first barrier keeps the previous item's readers out */
