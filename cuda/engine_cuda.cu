@@ -30,9 +30,9 @@
  *   a row do not depend on its neighbours. cuBLAS may pick different algorithms for different batch sizes, which
  *   can change f32 rounding in the last bits; gpu_test_engine_gpu measures whether greedy tokens stay the same.
  *   qgemv and cuBLAS are never mixed by step size by default (s_qg_max): that broke greedy invariance.
- *   Quantized matrices of a type cuda/qmma.h covers (Q4_K, Q6_K, Q8_0; F16 engines) keep only their raw GGUF
- *   rows and go through qmma at EVERY step size (tensor cores, one fixed arithmetic per element whatever M:
- *   invariant by construction); ZLLM_CUDA_QMMA=0 (or setting ZLLM_CUDA_GEMV_MAX) restores the paths above.
+ *   With ZLLM_CUDA_QMMA=1 (opt-in: faster at M <= 8, 2x slower at M = 64), quantized matrices of a type
+ *   cuda/qmma.h covers (Q4_K, Q6_K, Q8_0; F16 engines) keep only their raw GGUF rows and go through qmma at
+ *   EVERY step size (tensor cores, one fixed arithmetic per element whatever M: invariant by construction).
  * Pipeline stages (worker/stage.h, docs/pipeline.md)
  *   An engine made with opts->layer_begin/layer_end holds only its layers' weights and KV caches, the embedding
  *   only when it starts at layer 0 (or is the last stage of a tied model), the final norm, LM head and sampler
