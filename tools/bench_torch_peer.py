@@ -7,8 +7,9 @@
 Builds the preset's architecture (Llama or Qwen2, the shapes of tools/main_zllm-mkmodel.c) in BF16 with random
 weights on the GPU, a transformers StaticCache of ctx + 16 positions, and times greedy decode steps of M
 sequences at position ctx (logits + argmax; CUDA-graph replay of the step when capture works, eager otherwise,
-said in the output) and one prefill. With --zllm, reads the zllm-bench table printed in the same device call and
-prints zllm's speed over the peer's (tokens/s ratio) for each M both measured.
+said in the output) and one prefill. With --zllm, reads the zllm-bench output of the same model shape from the same
+device call and prints zllm's speed over the peer's (tokens/s ratio) for each M both measured, and the prefill
+ratio when both prefilled the same number of tokens.
 """
 import argparse
 import re
@@ -127,6 +128,7 @@ def prefill(model, cfg, n, reps):
 
 
 def zllm_table(path):
+    """zllm-bench's decode rows {M: tokens/s} and its prefill line {"prefill": (tokens, ms)} from its output"""
     rows = {}
     if not path:
         return rows
@@ -138,6 +140,9 @@ def zllm_table(path):
         f = line.split()
         if len(f) >= 8 and re.fullmatch(r"\d+", f[0]) and f[-1].endswith("%"):
             rows[int(f[0])] = float(f[1])
+        pm = re.match(r"prefill of (\d+) tokens: ([0-9.]+) ms", line.strip())
+        if pm:
+            rows["prefill"] = (int(pm.group(1)), float(pm.group(2)))
     return rows
 
 
@@ -171,7 +176,10 @@ def main():
     if a.prefill > 0:
         try:
             ms = prefill(model, cfg, a.prefill, 5)
-            print(f"peer prefill of {a.prefill} tokens: {ms:.1f} ms, {a.prefill / ms * 1e3:.0f} tokens/s")
+            zp = z.get("prefill")
+            same = zp and zp[0] == a.prefill
+            ratio = f"; zllm {zp[1]:.1f} ms, zllm/peer {ms / zp[1]:.2f}x" if same else ""
+            print(f"peer prefill of {a.prefill} tokens: {ms:.1f} ms, {a.prefill / ms * 1e3:.0f} tokens/s{ratio}")
         except Exception as e:
             print(f"peer prefill failed: {type(e).__name__}: {str(e)[:200]}")
     return 0
