@@ -241,6 +241,33 @@ template <typename T, int D> struct decode_shape {
     static constexpr int NT = kDecodeWarps * KPW;         /* teams per block */
 };
 
+/* The team's slice of the GM query rows h0 .. h0 + gcount - 1 of sequence seq (rows past gcount are zeros), scaled
+ * by qscale: lane r of the team holds elements (r + v * TPK) * VEC .. + VEC - 1 of each head. Shared by the chunk
+ * and the persistent kernel. */
+template <typename T, int D, int GM>
+__device__ __forceinline__ void decode_load_q(const attn_decode_params &p, int seq, int h0, int gcount, int r,
+                                              float qscale, float (&q)[GM][decode_shape<T, D>::E]) {
+    using S = decode_shape<T, D>;
+    constexpr int VEC = S::VEC, TPK = S::TPK, NV = S::NV;
+    const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
+    const float *qrow = p.q + (long)seq * q_stride + (long)h0 * D;
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+#pragma unroll
+            for (int j = 0; j < VEC; j += 4) {
+                float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (h < gcount) x = *reinterpret_cast<const float4 *>(qrow + h * D + (r + v * TPK) * VEC + j);
+                q[h][v * VEC + j + 0] = x.x * qscale;
+                q[h][v * VEC + j + 1] = x.y * qscale;
+                q[h][v * VEC + j + 2] = x.z * qscale;
+                q[h][v * VEC + j + 3] = x.w * qscale;
+            }
+        }
+    }
+}
+
 /* One step of a team's online softmax over U keys (shared by the chunk and the persistent kernel, so both keep
  * the same per-item bits): scores of the GM query heads against the keys kb + u * KS + sub (xor-shuffle sums
  * over the TPK lanes of the team), keys at or past k1 masked, then the running max, sum and output slice
@@ -458,24 +485,8 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
     for (int st = 0; st < kStages - 1; st++) issue(st);
 
     /* q after the first copies are issued: its loads then overlap theirs instead of delaying them */
-    const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
     float q[GM][E];
-    const float *qrow = p.q + (long)seq * q_stride + (long)h0 * D;
-#pragma unroll
-    for (int h = 0; h < GM; h++) {
-#pragma unroll
-        for (int v = 0; v < NV; v++) {
-#pragma unroll
-            for (int j = 0; j < VEC; j += 4) {
-                float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (h < gcount) x = *reinterpret_cast<const float4 *>(qrow + h * D + (r + v * TPK) * VEC + j);
-                q[h][v * VEC + j + 0] = x.x * qscale;
-                q[h][v * VEC + j + 1] = x.y * qscale;
-                q[h][v * VEC + j + 2] = x.z * qscale;
-                q[h][v * VEC + j + 3] = x.w * qscale;
-            }
-        }
-    }
+    decode_load_q<T, D, GM>(p, seq, h0, gcount, r, qscale, q);
 
     /* the team state of the current split into the merge area (after a barrier: every thread is done reading
      * the area's previous contents) */
@@ -816,7 +827,6 @@ decode_stream_kernel(attn_decode_params p, int group, int n_tiles, int splits, i
     const int sub = team;
     const int r = lane % TPK;
     const long row_stride = (long)p.n_kv_heads * D;
-    const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
     const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
     float *ws_o = reinterpret_cast<float *>(p.workspace);
     float *ws_lse = ws_o + (long)p.n_seq * p.n_heads * splits * D;
@@ -880,22 +890,7 @@ decode_stream_kernel(attn_decode_params p, int group, int n_tiles, int splits, i
         const int h0 = hg * group + tile * GM;
         const int split = ci.split;
         float q[GM][E];
-        const float *qrow = p.q + (long)seq * q_stride + (long)h0 * D;
-#pragma unroll
-        for (int h = 0; h < GM; h++) {
-#pragma unroll
-            for (int v = 0; v < NV; v++) {
-#pragma unroll
-                for (int j = 0; j < VEC; j += 4) {
-                    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-                    if (h < gcount) x = *reinterpret_cast<const float4 *>(qrow + h * D + (r + v * TPK) * VEC + j);
-                    q[h][v * VEC + j + 0] = x.x * qscale;
-                    q[h][v * VEC + j + 1] = x.y * qscale;
-                    q[h][v * VEC + j + 2] = x.z * qscale;
-                    q[h][v * VEC + j + 3] = x.w * qscale;
-                }
-            }
-        }
+        decode_load_q<T, D, GM>(p, seq, h0, gcount, r, qscale, q);
         float m[GM], l[GM], acc[GM][E];
 #pragma unroll
         for (int h = 0; h < GM; h++) {
