@@ -21,38 +21,11 @@ extern "C" {
 #include <vector>
 #include "qmma.h"
 
-static uint64_t s_rng = 0x2545F4914F6CDD1Dull;
-static uint64_t rnd_u64(void)
-{
-    uint64_t z = (s_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double rnd_unit(void) { return (double)(rnd_u64() >> 11) * 0x1p-53; }
-static float rnd_normal(void)
-{
-    double u = rnd_unit() + 1e-300, v = rnd_unit();
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
+#define TEST_RAND_SEED 0x2545F4914F6CDD1Dull
+#include "test_rand.h"
 
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
     fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
-
-/* one row of random raw blocks: random bytes, fp16 scale fields replaced by sane values */
-static void raw_row(ggml_type t, uint8_t *row, size_t row_bytes)
-{
-    for (size_t i = 0; i < row_bytes; i++) row[i] = (uint8_t)rnd_u64();
-    const size_t bpb = ggml_type_block_bytes(t);
-    for (size_t b = 0; b + bpb <= row_bytes; b += bpb) {
-        uint8_t *p = row + b;
-        const uint16_t d = f32_to_fp16((float)(rnd_unit() * 2 - 1) * 0.05f);
-        const uint16_t m = f32_to_fp16((float)(rnd_unit() * 2 - 1) * 0.05f);
-        if (t == GGML_Q4_K) { memcpy(p, &d, 2); memcpy(p + 2, &m, 2); }
-        else if (t == GGML_Q6_K) memcpy(p + 208, &d, 2);
-        else memcpy(p, &d, 2);
-    }
-}
 
 /* a weight matrix: raw rows on the device, their dequantized copy on the host */
 struct Mat {
