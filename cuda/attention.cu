@@ -1,4 +1,8 @@
 /* cuda/attention.cu: split-K flash decoding and tiled causal prefill attention (see attention.h).
+ * attn_decode_launch hands F16/BF16 caches with head sizes 64/128 to the tensor-core decode kernel
+ * (cuda/attn_decode_tc.cu) unless ZLLM_ATTN_DECODE_TC=0 or an explicit kernel 1-3 is asked for; the kernels
+ * below serve every other shape. attn_decode_workspace_bytes covers both, attn_decode_splits reports the chunk
+ * count of whichever runs.
  *
  * Decode chunk kernel: one block of 4 warps per (KV head group x query-head tile, split, sequence). A "team"
  * of TPK consecutive lanes owns one key row at a time: each lane holds 16 bytes (VEC elements) of it, so a
@@ -42,6 +46,7 @@
  * each row (arrival counters zeroed by a memset node per launch) with its own fixed arithmetic. Not the default:
  * see docs/notes-attn.md for its measurements. */
 #include "attention.h"
+#include "attn_decode_tc.h"
 #include "attn_prefill_tc.h"
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -1556,7 +1561,11 @@ extern "C" size_t attn_decode_workspace_bytes(const attn_decode_params *p) {
         if (b > (size_t)kReduceMaxSplits) b = kReduceMaxSplits;
         if (b > splits) splits = b;
     }
-    return ws_partial_bytes(p, (int)splits) + ws_counter_bytes(p);
+    const size_t own = ws_partial_bytes(p, (int)splits) + ws_counter_bytes(p);
+    /* the tensor-core kernel's need when it serves the shape (the same counters at the end): the larger of both,
+     * so one buffer serves every kernel choice */
+    const size_t tc = attn_decode_tc_workspace_bytes(p);
+    return tc > own ? tc : own;
 }
 
 extern "C" cudaError_t attn_decode_workspace_init(void *workspace, size_t bytes, cudaStream_t stream) {
@@ -1566,11 +1575,14 @@ extern "C" cudaError_t attn_decode_workspace_init(void *workspace, size_t bytes,
 
 extern "C" int attn_decode_splits(const attn_decode_params *p) {
     if (!p || p->n_kv_heads < 1 || p->n_heads < 1) return 1;
+    if (attn_decode_tc_wants(p)) return attn_decode_tc_chunks(p);
     return decode_geometry(p).splits;
 }
 
 extern "C" cudaError_t attn_decode_launch(const attn_decode_params *p, cudaStream_t stream) {
     if (!decode_params_ok(p)) return cudaErrorInvalidValue;
+    if (attn_decode_tc_wants(p)) return attn_decode_tc_launch(p, stream);   /* tensor cores: F16/BF16, D 64/128 */
+    if (p->kernel == 4 || p->kernel < 0 || p->kernel > 4) return cudaErrorInvalidValue;   /* 4: shape not served */
     decode_geom g = decode_geometry(p);
     if (g.splits > 1) {
         const size_t need = ws_partial_bytes(p, g.splits) + ws_counter_bytes(p);

@@ -1,6 +1,10 @@
 /* cuda/attention.h: attention kernels of the CUDA engine.
  *
- * Decode: split-K flash decoding. Work items are (sequence, KV head, split): each loads a chunk of the
+ * Decode: split-K flash decoding. For F16/BF16 caches with head sizes 64/128 (every Llama-family model in
+ * 16-bit or quantized form) the default is the tensor-core kernel of cuda/attn_decode_tc.h (one warp per chunk,
+ * mma.sync, the chunks merged by one fixed tree, so the block shape may follow the batch); the rest of this
+ * paragraph describes the CUDA-core kernels that serve the other shapes (F32 caches, head sizes 8-32 and 256)
+ * and ZLLM_ATTN_DECODE_TC=0. Work items are (sequence, KV head, split): each loads a chunk of the
  * sequence's K/V once and serves every query head of that GQA group from it, keeping a running (max, sum,
  * output) in f32; a reduce kernel merges the splits' partials through log-sum-exp. By default a chunk kernel
  * runs one block per item; a persistent kernel (as many blocks as are resident, each walking a range of items
@@ -60,12 +64,17 @@ typedef struct {
     int sm_count;              /* multiprocessors of the device, sizes the split count; 0: read from the current
                                   device (a cached attribute query, safe during capture) */
     int n_splits;              /* 0: chosen from sm_count, n_seq, n_kv_heads and max_kv_len; > 0 forces it (tests) */
-    int kernel;                /* 0: the default (3 from 9 splits on, else 1; ZLLM_ATTN_FUSED and ZLLM_ATTN_PERSIST
-                                  override it, cuda/attention.cu);
+    int kernel;                /* 0: the default: 4 where it serves the shape (F16/BF16 caches, head sizes 64 and
+                                  128, GQA groups up to 16) unless ZLLM_ATTN_DECODE_TC=0, else 3 from 9 splits on,
+                                  else 1 (ZLLM_ATTN_FUSED and ZLLM_ATTN_PERSIST override it, cuda/attention.cu);
                                   1: the chunk kernel, one block per (split, sequence, head), then the reduce
                                   kernel; 2: the persistent kernel (splits merged inside it); 3: the chunk kernel
                                   whose last block per row merges the splits (no reduce kernel). Each is batch
-                                  invariant on its own; they agree to rounding, not to the bit */
+                                  invariant on its own; they agree to rounding, not to the bit;
+                                  4: the tensor-core kernel (cuda/attn_decode_tc.h; cudaErrorInvalidValue for a
+                                  shape it does not serve) */
+    int tc_group;              /* kernel 4 only: warps (chunks) per block, 1, 2, 4 or 8; 0: chosen from the launch.
+                                  Any value gives the same bits (cuda/attn_decode_tc.h): tests and benchmarks */
 } attn_decode_params;
 
 /* Bytes of workspace a decode launch with these parameters needs, and also enough for the same parameters

@@ -20,6 +20,7 @@
  * ZLLM_ATTN_PREFILL_TC_SPLIT=1 (separate K and V waits: 17% slower in the kernel bench on H100). Every
  * variant passes the same checks (cuda/test_attention.cu); none changes the arithmetic of a row. */
 #include "attn_prefill_tc.h"
+#include "mma_util.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
@@ -28,6 +29,8 @@
 #include <atomic>
 
 namespace {
+
+using namespace zmma;
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kKeys = 64;          /* keys per K/V tile */
@@ -60,59 +63,6 @@ const tc_knobs &knobs() {
     }();
     return k;
 }
-
-/* per-type packing of two f32 into one 32-bit register of 16-bit values (lower half = first value) and the mma */
-template <typename T> struct tc_type;
-template <> struct tc_type<__nv_bfloat16> {
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&h);
-    }
-    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-};
-template <> struct tc_type<__half> {
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __half2 h = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&h);
-    }
-    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-};
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p)));
-}
-/* 16-byte copy, zero-filled (nothing read) when !valid */
-__device__ __forceinline__ void cp_async16_zfill(void *smem, const void *gmem, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
-                 "r"(valid ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-/* element offset of 16-byte chunk c of row r in a [rows][D] shared array, chunks swizzled by (r & 7) */
-template <int D> __device__ __forceinline__ int sw(int r, int c) { return r * D + ((c ^ (r & 7)) << 3); }
 
 template <typename T, int D, int W> constexpr size_t tc_smem() {
     return sizeof(T) * ((size_t)W * kWarpRows * D + 4 * (size_t)kKeys * D);   /* Q + 2 x (K + V) */

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <vector>
 #include "attention.h"
+#include "attn_decode_tc.h"
 #include "attn_prefill_tc.h"
 #include "test.h"
 
@@ -208,6 +209,39 @@ static void run_decode_case(const decode_case &c) {
               type_name(c.t), c.n_seq, c.n_heads, c.n_kv, c.D, c.max_len, ek);
         CHECK(zk, "decode kernel %d: rows with kv_len 0 must be exactly zero", k);
         if (k >= 2) printf("       kernel %d rel_err=%.3g\n", k, ek);
+    }
+    /* the tensor-core kernel (4) where it serves the shape: every block size G gives the same bits (one fixed
+     * merge tree over the chunks), within tolerance of the reference; elsewhere kernel 4 is refused */
+    attn_decode_params p4 = p;
+    p4.kernel = 4;
+    if (!attn_decode_tc_served(&p4)) {
+        CHECK(attn_decode_launch(&p4, 0) == cudaErrorInvalidValue, "kernel 4 on a shape it does not serve must fail");
+        return;
+    }
+    std::vector<float> first;
+    const int gs[] = {0, 1, 2, 4, 8};
+    for (int gi = 0; gi < 5; gi++) {
+        p4.tc_group = gs[gi];
+        poison(dout.p, qn * 4);
+        e = attn_decode_launch(&p4, 0);
+        CHECK(e == cudaSuccess, "decode launch (kernel 4, G %d): %s", gs[gi], cudaGetErrorString(e));
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(out.data(), dout.p, qn * 4, cudaMemcpyDeviceToHost));
+        const double ek = rel_err(out.data(), ref.data(), qn);
+        int zk = 1;
+        for (int i = 0; i < c.n_seq; i++)
+            if (len[i] == 0)
+                for (int j = 0; j < c.n_heads * c.D; j++) zk &= out[(size_t)i * c.n_heads * c.D + j] == 0.0f;
+        CHECK(ek <= tol_for(c.t), "decode kernel 4 G %d %s seq=%d heads=%d/%d D=%d len=%d: rel_err %g", gs[gi],
+              type_name(c.t), c.n_seq, c.n_heads, c.n_kv, c.D, c.max_len, ek);
+        CHECK(zk, "decode kernel 4 G %d: rows with kv_len 0 must be exactly zero", gs[gi]);
+        if (gi == 0) {
+            first = out;
+            printf("       kernel 4 (tensor cores, %d chunks) rel_err=%.3g\n", attn_decode_tc_chunks(&p4), ek);
+        } else {
+            CHECK(memcmp(first.data(), out.data(), qn * 4) == 0,
+                  "decode kernel 4: G %d gives other bits than the automatic G", gs[gi]);
+        }
     }
 }
 
@@ -471,11 +505,13 @@ static void run_reuse_case(attn_kv_type t) {
     p.workspace_bytes = wsb;
     int bad = 0, runs = 0;
     double worst = 0;
-    const int kernels[] = {0, 3, 1, 3, 2, 0, 3};
-    for (int it = 0; it < 14; it++) {
+    const int kernels[] = {0, 3, 1, 4, 2, 0, 3, 4};
+    for (int it = 0; it < 16; it++) {
         p.n_seq = 1 + rnd_i(max_seq);
         p.max_kv_len = it % 3 == 0 ? n_ctx : 1 + rnd_i(n_ctx);
-        p.kernel = kernels[it % 7];
+        p.kernel = kernels[it % 8];
+        if (p.kernel == 4 && t == ATTN_KV_F32) p.kernel = 1;
+        p.tc_group = p.kernel == 4 ? 1 << rnd_i(4) : 0;   /* G 1..8: more blocks per row, more counter use */
         std::vector<int32_t> slot(p.n_seq), len(p.n_seq);
         for (int i = 0; i < p.n_seq; i++) {
             slot[i] = (i * 5 + it) % n_slots;
@@ -499,7 +535,7 @@ static void run_reuse_case(attn_kv_type t) {
         bad += !(err <= tol_for(t));
         runs++;
     }
-    printf("decode %-4s one workspace, %d launches of kernels 0-3 with changing batch/length/splits: worst rel_err=%.3g\n",
+    printf("decode %-4s one workspace, %d launches of kernels 0-4 with changing batch/length/splits: worst rel_err=%.3g\n",
            type_name(t), runs, worst);
     CHECK(bad == 0, "decode with a reused workspace: %d of %d launches off (worst rel_err %g)", bad, runs, worst);
 }
@@ -541,6 +577,7 @@ int main(void) {
         };
         for (const auto &c : dc) run_decode_case(c);
         for (int k = 0; k <= 3; k++) run_graph_case(t, k);
+        if (t != ATTN_KV_F32) run_graph_case(t, 4);
         run_reuse_case(t);
         const prefill_case pc[] = {
             {1, 8, 4, 8, 256, 200, t},

@@ -19,12 +19,15 @@ t0=$SECONDS
 for v in ${ZLLM_ATTN_VARIANTS:-}; do
     IFS=: read -r hb bps cm stg <<<"$v"
     nvcc $F -DZLLM_ATTN_HEADS_PER_BLOCK=$hb -DZLLM_ATTN_BLOCKS_PER_SM=$bps -DZLLM_ATTN_CHUNK_MIN=$cm \
-        -DZLLM_ATTN_STAGES=${stg:-4} -o /tmp/attnb/bench_${v//:/-} cuda/bench_attention.cu cuda/attention.cu &
+        -DZLLM_ATTN_STAGES=${stg:-4} -o /tmp/attnb/bench_${v//:/-} cuda/bench_attention.cu cuda/attention.cu \
+        cuda/attn_prefill_tc.cu cuda/attn_decode_tc.cu &
 done
-nvcc $F -c cuda/attention.cu -o /tmp/attnb/attention.o & nvcc $F -c cuda/sample.cu -o /tmp/attnb/sample.o & wait
-nvcc $F -o /tmp/attnb/gpu_test_attention cuda/test_attention.cu /tmp/attnb/attention.o &
+# the attention module: attention.cu and the tensor-core kernels it dispatches to
+ATT="/tmp/attnb/attention.o /tmp/attnb/attn_prefill_tc.o /tmp/attnb/attn_decode_tc.o"
+for m in attention attn_prefill_tc attn_decode_tc sample; do nvcc $F -c cuda/$m.cu -o /tmp/attnb/$m.o & done; wait
+nvcc $F -o /tmp/attnb/gpu_test_attention cuda/test_attention.cu $ATT &
 nvcc $F -o /tmp/attnb/gpu_test_sample cuda/test_sample.cu /tmp/attnb/sample.o common/sampler.c &
-nvcc $F -o /tmp/attnb/zllm-attentionbench cuda/bench_attention.cu /tmp/attnb/attention.o &
+nvcc $F -o /tmp/attnb/zllm-attentionbench cuda/bench_attention.cu $ATT &
 wait
 echo "build: $((SECONDS - t0))s"
 rc=0

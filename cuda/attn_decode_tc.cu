@@ -1,0 +1,765 @@
+/* cuda/attn_decode_tc.cu: tensor-core split-K decode attention (see attn_decode_tc.h for the contract and the
+ * arithmetic; measurements in docs/perf.md, "Sixth pass").
+ *
+ * Grid (blocks per row, n_kv_heads, n_seq); a block is G warps, warp w of block b computing chunk b * G + w of
+ * its row. Why one warp per chunk: the CUDA-core kernel of cuda/attention.cu is partly issue-bound (its f32
+ * dot products and conversions), and its block-wide ring needs barriers; here the GQA group is the M of
+ * mma.sync (16 rows, group <= 16 of them real), so a 16-key tile costs 2 * D / 8 mma and D / 8 ldmatrix per
+ * warp instead of ~16 * D * group / 32 FMAs, and each warp runs its own cp.async ring (__syncwarp only).
+ * The per-warp ring is NS tiles deep (NS - 1 in flight while one is computed): 24 KiB per warp for both head
+ * sizes (8-9 warps per SM whatever G is), or 48 KiB in the deep form that launches with at most 4 warps of
+ * chunks per SM use (batch 1 at short contexts: each warp then needs more bytes in flight).
+ * Rows g + 8 of the mma are used only for groups above 8; below, their P fragments are zero.
+ * After its chunk, each warp leaves (m, l, o) for its group rows in its own ring area; the block folds its G
+ * chunk partials (factors per row first, then the output elements: the levels of the tree unrolled in
+ * registers), then either writes o / l (the block holds every non-empty chunk of the row) or stores the
+ * subtree partial and counts itself on the row's arrival counter; the block that completes the count copies
+ * the row's subtree partials into shared memory and folds them the same way (up to 16 in registers, more level
+ * by level in shared memory), writes o / l, then puts the counter back to zero. Blocks whose chunks all lie
+ * past kv_len exit at once and do not count (the count awaited is the number of blocks holding a non-empty
+ * chunk, known to every block). Every fold evaluates the same perfect tree with the same merge (ml_factors +
+ * ml_apply), so any G, and the batch, leave a row's bits unchanged.
+ * Diagnostic and comparison knobs (ZLLM_ATTN_TC_DIAG, _ORDER, _SYNC, _LEVELFOLD) stay for the benchmark; each
+ * measured choice is written beside its knob in tc_knobs. */
+#include "attn_decode_tc.h"
+#include "mma_util.cuh"
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <atomic>
+
+namespace {
+
+using namespace zmma;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kTileKeys = 16;     /* keys per K/V tile: the k of the P V mma */
+constexpr int kMaxG = 8;          /* warps per block at most (8 x 24 KiB of rings) */
+constexpr int kMaxStack = 24;     /* fold stack depth: enough for 2^23 leaves */
+
+int env_int(const char *name, int dflt, int lo, int hi) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end = NULL;
+    const long x = strtol(v, &end, 10);
+    if (*end || x < lo || x > hi) return dflt;
+    return (int)x;
+}
+
+/* the environment's knobs, read once per process (attn_decode_tc.h); H100 measurements of each in docs/perf.md */
+struct tc_knobs {
+    int on;          /* ZLLM_ATTN_DECODE_TC: 0 keeps kernel 0 on the CUDA-core kernels */
+    int chunk_min;   /* ZLLM_ATTN_TC_CHUNK_MIN: the chunk floor's cap, keys (512; 256: 16 x 4k 78% vs 87%) */
+    int wps;         /* ZLLM_ATTN_TC_WPS: warps per SM one sequence's chunks aim to fill (8; 16: no gain) */
+    int g;           /* ZLLM_ATTN_TC_G: warps per block (1, 2, 4, 8); 0 automatic */
+    int g_max;       /* ZLLM_ATTN_TC_GMAX: largest automatic G (8; 4: 1 x 64k 75% vs 85%) */
+    int deep;        /* ZLLM_ATTN_TC_DEEP: 0 never uses the deep rings (batch 1 at 4k: 38 us vs 31 us) */
+    int order;       /* ZLLM_ATTN_TC_ORDER: 1 launches KV heads fastest (grid x), 0 blocks of a row fastest (the
+                        same within noise) */
+    int level_fold;  /* ZLLM_ATTN_TC_LEVELFOLD: 1 folds up to 16 block partials level by level in shared memory
+                        instead of in registers (1.3 us slower at 1 x 64k) */
+    int acq_rel;     /* ZLLM_ATTN_TC_SYNC: 1 arrival by one acq_rel atomic, 0 by fences around a relaxed one
+                        (the same within noise) */
+    int diag;        /* ZLLM_ATTN_TC_DIAG: diagnostics, wrong results (1: nothing after the loop, 2: no
+                        cross-block merge, 3: partials to shared memory and the barrier only, 4: the barrier
+                        only, 5: the arrival but no cross-block fold, 6: the cross-block staging but no fold) */
+};
+const tc_knobs &knobs() {
+    static const tc_knobs k = [] {
+        tc_knobs r;
+        r.on = env_int("ZLLM_ATTN_DECODE_TC", 1, 0, 1);
+        r.chunk_min = (env_int("ZLLM_ATTN_TC_CHUNK_MIN", 512, 1, 1 << 20) + kTileKeys - 1) / kTileKeys * kTileKeys;
+        r.wps = env_int("ZLLM_ATTN_TC_WPS", 8, 1, 64);
+        r.g = env_int("ZLLM_ATTN_TC_G", 0, 0, kMaxG);
+        if (r.g & (r.g - 1)) r.g = 0;
+        r.g_max = env_int("ZLLM_ATTN_TC_GMAX", kMaxG, 1, kMaxG);
+        if (r.g_max & (r.g_max - 1)) r.g_max = kMaxG;
+        r.deep = env_int("ZLLM_ATTN_TC_DEEP", 1, 0, 1);
+        r.order = env_int("ZLLM_ATTN_TC_ORDER", 0, 0, 1);
+        r.diag = env_int("ZLLM_ATTN_TC_DIAG", 0, 0, 6);
+        r.acq_rel = env_int("ZLLM_ATTN_TC_SYNC", 1, 0, 1);
+        r.level_fold = env_int("ZLLM_ATTN_TC_LEVELFOLD", 0, 0, 1);
+        return r;
+    }();
+    return k;
+}
+
+/* ring depth per warp: 24 KiB for both head sizes, or 48 KiB in the deep form (launches with few warps, where
+ * each warp must keep more bytes in flight; the depth changes no arithmetic) */
+template <int D, bool DEEP> __host__ __device__ constexpr int tc_stages() {
+    return (D == 64 ? 6 : 3) * (DEEP ? 2 : 1);
+}
+template <int D, bool DEEP> __host__ __device__ constexpr size_t ring_elems() {
+    return (size_t)tc_stages<D, DEEP>() * 2 * kTileKeys * D;
+}
+template <typename T, int D, bool DEEP> constexpr size_t tc_smem(int G) {
+    return (size_t)G * ring_elems<D, DEEP>() * sizeof(T) + 16;   /* + the last-block flag */
+}
+
+/* Merge of partial b into partial a (m: max score in log2 units, l: sum of exp2(s - m), o: sum of exp2(s - m) v),
+ * in two steps so that the level-wise fold below can compute the factors once per row: ml_factors gives the
+ * new max and the two scale factors and says which form applies (0: both sides, o = o_a sa + o_b sb; 1: b is an
+ * identity (m = -inf, no keys): a unchanged; 2: a is an identity: b), ml_apply applies them. Explicit roundings
+ * so that every caller computes the same bits whatever the compiler contracts. */
+__device__ __forceinline__ int ml_factors(float ma, float mb, float &mn, float &sa, float &sb) {
+    sa = sb = 0.f;
+    if (mb == -INFINITY) { mn = ma; return 1; }
+    if (ma == -INFINITY) { mn = mb; return 2; }
+    mn = fmaxf(ma, mb);
+    sa = exp2f(ma - mn);
+    sb = exp2f(mb - mn);
+    return 0;
+}
+__device__ __forceinline__ float ml_apply(int form, float a, float b, float sa, float sb) {
+    return form == 1 ? a : form == 2 ? b : __fadd_rn(__fmul_rn(a, sa), __fmul_rn(b, sb));
+}
+__device__ __forceinline__ void ml_merge(float &m, float &l, float &o, float mb, float lb, float ob) {
+    float mn, sa, sb;
+    const int f = ml_factors(m, mb, mn, sa, sb);
+    l = ml_apply(f, l, lb, sa, sb);
+    o = ml_apply(f, o, ob, sa, sb);
+    m = mn;
+}
+
+__device__ __forceinline__ float finalize(float l, float o) { return l > 0.f ? __fdiv_rn(o, l) : 0.f; }
+
+/* Folds leaves 0..n-1 (leaf(i, m, l, o)) as the perfect binary tree over them padded with identities: a stack
+ * of complete subtrees (binary counter), then the unfinished ones from the right. */
+template <int DEPTH, typename F>
+__device__ __forceinline__ void tree_fold(int n, F leaf, float &m, float &l, float &o) {
+    float sm[DEPTH], sl[DEPTH], so[DEPTH];
+    int sz[DEPTH];
+    int top = 0;
+    for (int i = 0; i < n; i++) {
+        leaf(i, sm[top], sl[top], so[top]);
+        sz[top++] = 1;
+        while (top >= 2 && sz[top - 1] == sz[top - 2]) {
+            ml_merge(sm[top - 2], sl[top - 2], so[top - 2], sm[top - 1], sl[top - 1], so[top - 1]);
+            sz[top - 2] *= 2;
+            top--;
+        }
+    }
+    m = -INFINITY; l = 0.f; o = 0.f;
+    for (int k = top - 1; k >= 0; k--) {   /* result = merge(s[k], result) */
+        float mm = sm[k], ll = sl[k], oo = so[k];
+        ml_merge(mm, ll, oo, m, l, o);
+        m = mm; l = ll; o = oo;
+    }
+}
+
+/* per-warp partial area inside the warp's ring once its chunk is done: m[16], l[16], o[16][D] floats */
+template <int D> struct warp_part {
+    float *m, *l, *o;
+    __device__ warp_part(void *base) : m((float *)base), l(m + 16), o(m + 32) {}
+};
+
+/* qscale = scale * log2(e); chunk keys per warp; n_chunks per row; counters: the arrival counters (workspace end) */
+template <typename T, int D, int G, bool DEEP>
+__global__ void __launch_bounds__(G * 32)
+decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float qscale, int *counters, int mode) {
+    constexpr int NS = tc_stages<D, DEEP>();
+    constexpr int CH = D / 8;            /* 16-byte chunks per key row */
+    constexpr int DK = D / 16;           /* k-steps of Q K^T */
+    constexpr int DN = D / 8;            /* n-tiles of the O accumulator */
+    constexpr int TILE = kTileKeys * D;  /* elements of one K or V tile */
+    static_assert(sizeof(float) * 16 * (D + 2) <= ring_elems<D, DEEP>() * sizeof(T), "partial must fit the ring");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+
+    /* mode bit 0: grid (KV head, block, sequence) instead of (block, KV head, sequence) (launch order, a knob);
+     * bits 1-3: diagnostics only (ZLLM_ATTN_TC_DIAG, wrong results; see tc_knobs.diag); bit 4: arrival by an
+     * acq_rel atomic (ZLLM_ATTN_TC_SYNC); bit 5: the shared-memory level fold for <= 16 block partials too */
+    const int blk = (mode & 1) ? blockIdx.y : blockIdx.x, kvh = (mode & 1) ? blockIdx.x : blockIdx.y;
+    const int seq = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
+    const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
+    int len = p.kv_len[seq];
+    const int slot = p.slot[seq];
+    if (len > n_chunks * chunk) len = n_chunks * chunk;   /* kv_len <= max_kv_len by contract; never read past */
+    const int n_valid = len > 0 ? (len + chunk - 1) / chunk : 0;   /* chunks holding keys */
+    const int nb_valid = (n_valid + G - 1) / G;                     /* blocks holding keys */
+    float *orow = p.out + (long)seq * out_stride + (long)kvh * group * D;
+    if (blk >= nb_valid) {
+        if (blk == 0)   /* kv_len 0: zeros */
+            for (int e = tid; e < group * D; e += G * 32) orow[e] = 0.f;
+        return;
+    }
+
+    T *ring = reinterpret_cast<T *>(smem_raw) + (size_t)warp * ring_elems<D, DEEP>();
+    const int k0 = (blk * G + warp) * chunk;
+    const int k1 = min(k0 + chunk, len);
+    const int ntile = k1 > k0 ? (k1 - k0 + kTileKeys - 1) / kTileKeys : 0;
+    const long row_stride = (long)p.n_kv_heads * D;   /* elements between consecutive positions */
+    const long base = (long)slot * p.n_ctx * row_stride + (long)kvh * D;
+    const T *kg = reinterpret_cast<const T *>(p.k_cache) + base;
+    const T *vg = reinterpret_cast<const T *>(p.v_cache) + base;
+
+    /* tile j of the chunk into ring stage j % NS (K then V), keys past k1 zero-filled; one commit group per call,
+     * empty past the last tile so that the wait counts stay uniform */
+    auto load = [&](int j) {
+        if (j < ntile) {
+            T *dk = ring + (j % NS) * 2 * TILE, *dv = dk + TILE;
+#pragma unroll
+            for (int i = lane; i < kTileKeys * CH; i += 32) {
+                const int r = i / CH, c = i % CH;
+                const int key = k0 + j * kTileKeys + r;
+                const bool ok = key < k1;
+                const long off = ok ? (long)key * row_stride + c * 8 : 0;
+                cp_async16_zfill(dk + sw<D>(r, c), kg + off, ok);
+                cp_async16_zfill(dv + sw<D>(r, c), vg + off, ok);
+            }
+        }
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int j = 0; j < NS - 1; j++) load(j);
+
+    /* Q as A fragments, straight from the f32 rows while the first tiles are in flight: a0/a2 row g, dims 2tq and
+     * 2tq + 8 of each 16-dim step, a1/a3 the same for row g + 8; rows past the group are zero */
+    const int g = lane >> 2, tq = lane & 3;
+    const bool hi_rows = group > 8;
+    uint32_t qf[DK][4];
+    {
+        const float *q0 = p.q + (long)seq * q_stride + (long)kvh * group * D;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = g + 8 * h;
+#pragma unroll
+            for (int kk = 0; kk < DK; kk++) {
+                float2 x = make_float2(0.f, 0.f), y = make_float2(0.f, 0.f);
+                if (r < group) {
+                    x = *reinterpret_cast<const float2 *>(q0 + (long)r * D + 16 * kk + 2 * tq);
+                    y = *reinterpret_cast<const float2 *>(q0 + (long)r * D + 16 * kk + 8 + 2 * tq);
+                }
+                qf[kk][h] = tc_type<T>::pack(x.x * qscale, x.y * qscale);
+                qf[kk][2 + h] = tc_type<T>::pack(y.x * qscale, y.y * qscale);
+            }
+        }
+    }
+
+    float o[DN][4];
+#pragma unroll
+    for (int n = 0; n < DN; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+    for (int j = 0; j < ntile; j++) {
+        cp_async_wait<NS - 2>();   /* this lane's copies of tile j have landed */
+        __syncwarp();              /* ... and every lane's; stage (j - 1) % NS is no longer read */
+        load(j + NS - 1);
+        const T *kb = ring + (j % NS) * 2 * TILE, *vb = kb + TILE;
+        float s[2][4], s2[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[n][e] = s2[n][e] = 0.f;
+        /* S = Q K^T: ldmatrix x4 gives the B fragments of key n-tiles 0 and 1 for one 16-dim step; even and odd
+         * steps accumulate apart and are added at the end (4 independent mma chains instead of 2: a warp alone on
+         * its SM, as in batch-1 decode, is bound by this chain's latency) */
+#pragma unroll
+        for (int kk = 0; kk < DK; kk++) {
+            uint32_t b[4];
+            ldsm_x4(b, kb + sw<D>((lane & 7) + ((lane >> 4) << 3), 2 * kk + ((lane >> 3) & 1)));
+            tc_type<T>::mma((kk & 1) ? s2[0] : s[0], qf[kk], b[0], b[1]);
+            tc_type<T>::mma((kk & 1) ? s2[1] : s[1], qf[kk], b[2], b[3]);
+        }
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[n][e] += s2[n][e];
+        const int kt = k0 + j * kTileKeys;
+        if (kt + kTileKeys > k1) {   /* the chunk's last tile: keys past k1 (zero-filled) take no weight */
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (kt + n * 8 + 2 * tq + (e & 1) >= k1) s[n][e] = -INFINITY;
+        }
+        /* online softmax for rows g (elements 0, 1) and g + 8 (2, 3); a row's 16 scores lie in its 4 lanes */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if (h == 1 && !hi_rows) break;
+            float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mnew = fmaxf(m[h], mx);   /* finite: every tile holds at least one key */
+            const float alpha = exp2f(m[h] - mnew);
+            m[h] = mnew;
+            float sum = 0.f;
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+                s[n][2 * h] = exp2f(s[n][2 * h] - mnew);
+                s[n][2 * h + 1] = exp2f(s[n][2 * h + 1] - mnew);
+                sum += s[n][2 * h] + s[n][2 * h + 1];
+            }
+            l[h] = l[h] * alpha + sum;   /* this lane's part; summed over the 4 lanes at the end */
+#pragma unroll
+            for (int n = 0; n < DN; n++) {
+                o[n][2 * h] *= alpha;
+                o[n][2 * h + 1] *= alpha;
+            }
+        }
+        /* O += P V: the S accumulators of key n-tiles 0 and 1 are the A fragment of one 16-key step */
+        uint32_t a[4];
+        a[0] = tc_type<T>::pack(s[0][0], s[0][1]);
+        a[1] = hi_rows ? tc_type<T>::pack(s[0][2], s[0][3]) : 0u;
+        a[2] = tc_type<T>::pack(s[1][0], s[1][1]);
+        a[3] = hi_rows ? tc_type<T>::pack(s[1][2], s[1][3]) : 0u;
+#pragma unroll
+        for (int dp = 0; dp < D / 16; dp++) {
+            uint32_t b[4];
+            ldsm_x4_t(b, vb + sw<D>((lane & 7) + (((lane >> 3) & 1) << 3), 2 * dp + (lane >> 4)));
+            tc_type<T>::mma(o[2 * dp], a, b[0], b[1]);
+            tc_type<T>::mma(o[2 * dp + 1], a, b[2], b[3]);
+        }
+    }
+    cp_async_wait<0>();
+    __syncwarp();   /* every lane is done with the ring: it now holds the warp's partial */
+    const int diag = (mode >> 1) & 7;
+    if (diag == 1 || diag == 4) {   /* diagnostic: keep the loop's results alive, nothing else */
+        float acc = l[0] + l[1] + m[0] + m[1];
+#pragma unroll
+        for (int n = 0; n < DN; n++) acc += o[n][0] + o[n][1] + o[n][2] + o[n][3];
+        if (acc == 12345.f) orow[0] = acc;
+        if (diag == 4) __syncthreads();
+        return;
+    }
+
+    {
+        warp_part<D> wp(ring);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float sum = l[h];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const int r = g + 8 * h;
+            if (r >= group) continue;
+            if (tq == 0) {
+                wp.m[r] = ntile > 0 ? m[h] : -INFINITY;
+                wp.l[r] = sum;
+            }
+#pragma unroll
+            for (int n = 0; n < DN; n++)
+                *reinterpret_cast<float2 *>(wp.o + r * D + n * 8 + 2 * tq) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+        }
+    }
+    __syncthreads();
+    if (diag == 3) return;   /* diagnostic: partials written, barrier passed, no fold */
+
+    /* the block's subtree: one thread per (group row, dim) */
+    const int n_elem = group * D;
+    const int nblk = (mode & 1) ? gridDim.y : gridDim.x;
+    const long row_id = (long)seq * p.n_kv_heads + kvh;
+    float *ws_o = reinterpret_cast<float *>(p.workspace);                     /* [rows][nblk][group][D] */
+    float *ws_m = ws_o + (long)gridDim.z * p.n_kv_heads * nblk * n_elem;      /* [rows][nblk][group] */
+    float *ws_l = ws_m + (long)gridDim.z * p.n_kv_heads * nblk * group;       /* [rows][nblk][group] */
+    const size_t wstride = ring_elems<D, DEEP>() * sizeof(T);               /* bytes between warp areas */
+    /* The G warp partials fold as the tree's levels in registers, in two steps: one thread per row folds m and l
+     * and keeps each node's factors (scale factors and form: they depend on the row only), then every thread
+     * folds its output elements with them (~3 mul/add per node instead of a whole merge; folding each element
+     * with full merges through a stack cost 6-7 us per wave, measured). The same merges as ml_merge, so the
+     * same bits. Warp w's area holds m [16], l [16], o [16][D]; warp 0's area then the factors: sa, sb, form
+     * [G - 1 nodes][16], the row's final m and l [16] each. Node of level st for the pair (i, i + st): G - G / st
+     * + i / (2 st). */
+    {
+        constexpr int kF = 32 + 16 * D;
+        static_assert(sizeof(float) * (kF + 3 * 16 * kMaxG + 32) <= ring_elems<D, DEEP>() * sizeof(T),
+                      "factors must fit the area");
+        const int wsf = (int)(wstride / sizeof(float));
+        float *pm = reinterpret_cast<float *>(smem_raw);
+        float *fa = pm + kF, *fb = fa + 16 * (G - 1), *fm = fb + 16 * (G - 1) + 16 * (G - 1), *fl = fm + 16;
+        int *ff = reinterpret_cast<int *>(fb + 16 * (G - 1));
+        if (tid < group) {
+            const int r = tid;
+            float vm[G], vl[G];
+#pragma unroll
+            for (int i = 0; i < G; i++) {
+                vm[i] = pm[i * wsf + r];
+                vl[i] = pm[i * wsf + 16 + r];
+            }
+#pragma unroll
+            for (int st = 1; st < G; st *= 2)
+#pragma unroll
+                for (int i = 0; i < G; i += 2 * st) {
+                    const int node = G - G / st + i / (2 * st);
+                    float mn, sa, sb;
+                    const int f = ml_factors(vm[i], vm[i + st], mn, sa, sb);
+                    vl[i] = ml_apply(f, vl[i], vl[i + st], sa, sb);
+                    vm[i] = mn;
+                    fa[node * 16 + r] = sa;
+                    fb[node * 16 + r] = sb;
+                    ff[node * 16 + r] = f;
+                }
+            fm[r] = vm[0];
+            fl[r] = vl[0];
+        }
+        __syncthreads();
+        for (int e = tid; e < n_elem; e += G * 32) {
+            const int r = e / D;
+            float vo[G];
+#pragma unroll
+            for (int i = 0; i < G; i++) vo[i] = pm[i * wsf + 32 + e];
+#pragma unroll
+            for (int st = 1; st < G; st *= 2)
+#pragma unroll
+                for (int i = 0; i < G; i += 2 * st) {
+                    const int q = (G - G / st + i / (2 * st)) * 16 + r;
+                    vo[i] = ml_apply(ff[q], vo[i], vo[i + st], fa[q], fb[q]);
+                }
+            if (nb_valid == 1) {
+                orow[e] = finalize(fl[r], vo[0]);
+            } else {
+                const long pi = row_id * nblk + blk;
+                ws_o[pi * n_elem + e] = vo[0];
+                if (e % D == 0) {
+                    ws_m[pi * group + r] = fm[r];
+                    ws_l[pi * group + r] = fl[r];
+                }
+            }
+        }
+    }
+    if (nb_valid == 1 || diag == 2) return;
+
+    /* arrival: the block that completes the row's count folds the subtree partials (classic last-block pattern:
+     * the barrier orders the block's stores before thread 0's fence and atomic) */
+    int *flag = reinterpret_cast<int *>(smem_raw + G * wstride);
+    __syncthreads();
+    const bool acq_rel = (mode >> 4) & 1;
+    if (tid == 0) {
+        int prev;
+        if (acq_rel) {   /* release of the block's stores (ordered before by the barrier), acquire of the others' */
+            asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], 1;\n" : "=r"(prev) : "l"(counters + row_id) : "memory");
+        } else {
+            __threadfence();
+            prev = atomicAdd(&counters[row_id], 1);
+        }
+        *flag = prev == nb_valid - 1;
+    }
+    __syncthreads();
+    if (!*flag) return;
+    if (!acq_rel) __threadfence();
+    if (diag == 5) {   /* diagnostic: arrival only, no fold */
+        if (tid == 0) counters[row_id] = 0;
+        return;
+    }
+    /* The row's subtree partials are first copied into shared memory (the rings are free now) with every load
+     * of a pass in flight at once, then folded from there: folding straight from global memory leaves one
+     * dependent L2 round trip per leaf on the critical path (measured: 1 x 64k at 53% of the read bandwidth).
+     * Layout: m [nb_valid][group], l [nb_valid][group], then o [nb_valid][eb] for a slice of eb elements. */
+    const long pi0 = row_id * nblk;
+    const int cap = (int)(G * wstride / sizeof(float));
+    const int nml = nb_valid * group;
+    const int o_off = (7 * nml + 47 * group + 3) & ~3;   /* o starts 16-byte aligned, after m, l, the level
+                                                            factors and the 16-leaf factors */
+    int eb = ((cap - o_off) / nb_valid) & ~3;      /* a multiple of 4, like n_elem: float4 copies */
+    if (eb > n_elem) eb = n_elem;
+    if (eb >= 4) {
+        /* m, l as loaded; wm, wl the working copies one slice's tree levels update; fa, fb, ff one level's merge
+         * factors and forms per (left leaf, row) */
+        float *sm_m = reinterpret_cast<float *>(smem_raw), *sm_l = sm_m + nml, *wm = sm_l + nml, *wl = wm + nml;
+        float *fa = wl + nml, *fb = fa + nml;
+        int *ff = reinterpret_cast<int *>(fb + nml);
+        float *sm_o = sm_m + o_off;
+        /* the first G * 32 m and l values stay in registers until the first o loads are issued too: one L2
+         * round trip for both instead of two on this block's critical path */
+        float mv = 0.f, lv = 0.f;
+        if (tid < nml) {
+            mv = __ldcg(ws_m + pi0 * group + tid);
+            lv = __ldcg(ws_l + pi0 * group + tid);
+        }
+        for (int i = tid + G * 32; i < nml; i += G * 32) {
+            sm_m[i] = __ldcg(ws_m + pi0 * group + i);
+            sm_l[i] = __ldcg(ws_l + pi0 * group + i);
+        }
+        for (int e0 = 0; e0 < n_elem; e0 += eb) {
+            const int w = min(eb, n_elem - e0), w4 = w / 4;
+            /* 8 loads per thread in flight before any store (a load-store loop left one L2 round trip per
+             * iteration on the critical path: ~7 us for 16 leaves of 2 KB, measured) */
+            const int n4 = nb_valid * w4;
+            for (int b0 = 0; b0 < n4; b0 += 8 * G * 32) {
+                float4 v[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    const int i = b0 + u * G * 32 + tid;
+                    if (i < n4) {
+                        const int leaf = i / w4, x4 = i - leaf * w4;
+                        v[u] = __ldcg(reinterpret_cast<const float4 *>(ws_o + (pi0 + leaf) * n_elem + e0) + x4);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    const int i = b0 + u * G * 32 + tid;
+                    if (i < n4) reinterpret_cast<float4 *>(sm_o)[i] = v[u];
+                }
+            }
+            if (e0 == 0 && tid < nml) {
+                sm_m[tid] = mv;
+                sm_l[tid] = lv;
+            }
+            for (int i = tid; i < nml; i += G * 32) {
+                wm[i] = sm_m[i];
+                wl[i] = sm_l[i];
+            }
+            __syncthreads();
+            if (diag == 6) break;   /* diagnostic: staging only */
+            if (nb_valid <= 16 && !(mode & 32)) {
+                /* up to 16 leaves: the factor-first fold of the in-block step over 16 leaves (leaves past nb_valid
+                 * are identities: the same tree, the same bits); factors in tf [15 nodes][group] x 3, then the
+                 * row's m and l */
+                float *ta = sm_m + 7 * nml, *tb = ta + 15 * group, *tm = tb + 30 * group, *tl = tm + group;
+                int *tfm = reinterpret_cast<int *>(tb + 15 * group);
+                if (tid < group) {
+                    const int r = tid;
+                    float vm[16], vl[16];
+#pragma unroll
+                    for (int i = 0; i < 16; i++) {
+                        vm[i] = i < nb_valid ? sm_m[i * group + r] : -INFINITY;
+                        vl[i] = i < nb_valid ? sm_l[i * group + r] : 0.f;
+                    }
+#pragma unroll
+                    for (int st = 1; st < 16; st *= 2)
+#pragma unroll
+                        for (int i = 0; i < 16; i += 2 * st) {
+                            const int q = (16 - 16 / st + i / (2 * st)) * group + r;
+                            float mn, sa, sb;
+                            const int f = ml_factors(vm[i], vm[i + st], mn, sa, sb);
+                            vl[i] = ml_apply(f, vl[i], vl[i + st], sa, sb);
+                            vm[i] = mn;
+                            ta[q] = sa; tb[q] = sb; tfm[q] = f;
+                        }
+                    tm[r] = vm[0];
+                    tl[r] = vl[0];
+                }
+                __syncthreads();
+                for (int x = tid; x < w; x += G * 32) {
+                    const int r = (e0 + x) / D;
+                    float vo[16];
+#pragma unroll
+                    for (int i = 0; i < 16; i++) vo[i] = i < nb_valid ? sm_o[i * w + x] : 0.f;
+#pragma unroll
+                    for (int st = 1; st < 16; st *= 2)
+#pragma unroll
+                        for (int i = 0; i < 16; i += 2 * st) {
+                            const int q = (16 - 16 / st + i / (2 * st)) * group + r;
+                            vo[i] = ml_apply(tfm[q], vo[i], vo[i + st], ta[q], tb[q]);
+                        }
+                    orow[e0 + x] = finalize(tl[r], vo[0]);
+                }
+                __syncthreads();
+                continue;
+            }
+            /* the perfect tree level by level, every merge of a level in parallel (one dependent chain per element
+             * cost ~5 us at 16 leaves); the same merges as tree_fold, so the same bits. Per level: the factors,
+             * m and l per (pair, row), then the outputs. */
+            for (int st = 1; st < nb_valid; st *= 2) {
+                const int npair = (nb_valid - st + 2 * st - 1) / (2 * st);   /* i = 2 st k with i + st < nb_valid */
+                for (int t = tid; t < npair * group; t += G * 32) {
+                    const int k = t / group, r = t - k * group, q = 2 * st * k * group + r, qj = q + st * group;
+                    float mn, sa, sb;
+                    const int f = ml_factors(wm[q], wm[qj], mn, sa, sb);
+                    wl[q] = ml_apply(f, wl[q], wl[qj], sa, sb);
+                    wm[q] = mn;
+                    fa[q] = sa; fb[q] = sb; ff[q] = f;
+                }
+                __syncthreads();
+                for (int k = 0; k < npair; k++) {
+                    const int i = 2 * st * k, j = i + st;
+                    for (int x = tid; x < w; x += G * 32) {
+                        const int q = i * group + (e0 + x) / D;
+                        sm_o[i * w + x] = ml_apply(ff[q], sm_o[i * w + x], sm_o[j * w + x], fa[q], fb[q]);
+                    }
+                }
+                __syncthreads();
+            }
+            for (int x = tid; x < w; x += G * 32) orow[e0 + x] = finalize(wl[(e0 + x) / D], sm_o[x]);
+            __syncthreads();
+        }
+    } else {   /* more partials than shared memory holds (forced split counts only): fold from global memory */
+        for (int e = tid; e < n_elem; e += G * 32) {
+            const int r = e / D;
+            float bm, bl, bo;
+            tree_fold<kMaxStack>(nb_valid, [&](int i, float &mm, float &ll, float &oo) {
+                const long pi = pi0 + i;
+                mm = __ldcg(ws_m + pi * group + r);
+                ll = __ldcg(ws_l + pi * group + r);
+                oo = __ldcg(ws_o + pi * n_elem + e);
+            }, bm, bl, bo);
+            orow[e] = finalize(bl, bo);
+        }
+    }
+    if (tid == 0) counters[row_id] = 0;   /* every block of the row has counted: ready for the next launch */
+}
+
+bool served(const attn_decode_params *p) {
+    if (!p || p->n_kv_heads < 1 || p->n_heads < 1 || p->n_heads % p->n_kv_heads) return false;
+    return (p->kv_type == ATTN_KV_F16 || p->kv_type == ATTN_KV_BF16) && (p->head_dim == 64 || p->head_dim == 128) &&
+           p->n_heads / p->n_kv_heads <= 16;
+}
+
+int sm_count(int given) {
+    if (given > 0) return given;
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) return 132;
+    return n;
+}
+
+/* chunk keys from max_kv_len, the SM count and n_kv_heads (or a forced n_splits): one sequence's chunks make
+ * wps warps for each of the floor(sm / n_kv_heads) SMs a KV head gets (so that at G = 8 its blocks fit one
+ * wave), each chunk at least chunk_min keys; a multiple of kTileKeys */
+long tc_target(const attn_decode_params *p) {
+    long per_head = sm_count(p->sm_count) / p->n_kv_heads;
+    if (per_head < 1) per_head = 1;
+    return per_head * knobs().wps;
+}
+int tc_chunk(const attn_decode_params *p) {
+    const long L = p->max_kv_len > 0 ? p->max_kv_len : 1;
+    long c;
+    if (p->n_splits > 0) {
+        c = (L + p->n_splits - 1) / p->n_splits;
+    } else {
+        /* fewest keys per chunk: L / 8 between 256 and chunk_min (512). Long chunks amortise a warp's start and
+         * its share of the merges (16 x 4k: 78% of the read bandwidth at 256 keys, 87% at 512); short contexts
+         * keep 256 so that batch 1 still spreads over enough warps (64 x 1k passes at 256 too) */
+        long lo = L / 8;
+        if (lo > knobs().chunk_min) lo = knobs().chunk_min;
+        if (lo < 256) lo = knobs().chunk_min < 256 ? knobs().chunk_min : 256;
+        long n = L / lo;                      /* most chunks at that floor */
+        const long target = tc_target(p);
+        if (n > target) n = target;
+        /* a power of two up to 8, else a multiple of 8: whole blocks of G = 8 (at L = n_ctx = 1040 a fifth chunk
+         * of 16 keys would hold a block of idle warps' rings per row) */
+        if (n < 1) n = 1;
+        if (n <= 8) { while (n & (n - 1)) n &= n - 1; }
+        else n -= n % 8;
+        c = (L + n - 1) / n;
+    }
+    c = (c + kTileKeys - 1) / kTileKeys * kTileKeys;
+    return (int)c;
+}
+
+int tc_chunks_of(const attn_decode_params *p, int chunk) {
+    const long L = p->max_kv_len > 0 ? p->max_kv_len : 1;
+    return (int)((L + chunk - 1) / chunk);
+}
+
+/* warps per block: tc_group, the knob, or the smallest power of two covering the row's chunks, at most g_max
+ * (forced values are capped at g_max too: the deep form holds at most 4 rings per block) */
+int tc_group_size(const attn_decode_params *p, int n_chunks, int g_max) {
+    int g = p->tc_group > 0 ? p->tc_group : knobs().g;
+    if (g == 1 || g == 2 || g == 4 || g == 8) return g < g_max ? g : g_max;
+    g = 1;
+    while (g < n_chunks && g < g_max) g *= 2;
+    return g;
+}
+
+size_t ws_counter_bytes(const attn_decode_params *p) { return (size_t)p->n_seq * p->n_heads * sizeof(int); }
+
+template <typename T, int D, int G, bool DEEP>
+cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaStream_t st) {
+    constexpr size_t smem = tc_smem<T, D, DEEP>(G);
+    static_assert(smem <= 227 * 1024, "a block's rings must fit the shared memory of one SM");
+    static std::atomic<unsigned long long> s_set{0};   /* devices whose attributes are set (bit per device) */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+    const unsigned long long bit = 1ull << (dev & 63);
+    if (!(s_set.load(std::memory_order_relaxed) & bit)) {
+        /* function attributes, not stream operations: allowed while the stream is being captured */
+        cudaError_t e = cudaFuncSetAttribute(decode_tc_kernel<T, D, G, DEEP>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(decode_tc_kernel<T, D, G, DEEP>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     cudaSharedmemCarveoutMaxShared);
+        if (e != cudaSuccess) return e;
+        s_set.fetch_or(bit, std::memory_order_relaxed);
+    }
+    const int group = p->n_heads / p->n_kv_heads;
+    const int nblk = (n_chunks + G - 1) / G;
+    const float scale = p->scale > 0.f ? p->scale : 1.0f / sqrtf((float)D);
+    int *counters = nullptr;
+    if (nblk > 1) {
+        const size_t need = (size_t)p->n_seq * p->n_kv_heads * nblk * group * (D + 2) * sizeof(float) +
+                            ws_counter_bytes(p);
+        if (!p->workspace || p->workspace_bytes < need) return cudaErrorInvalidValue;
+        counters = reinterpret_cast<int *>(static_cast<char *>(p->workspace) + p->workspace_bytes -
+                                           ws_counter_bytes(p));
+    }
+    const int mode = (knobs().order ? 1 : 0) | (knobs().diag << 1) | (knobs().acq_rel << 4) |
+                     (knobs().level_fold << 5);
+    const dim3 grid = knobs().order ? dim3((unsigned)p->n_kv_heads, (unsigned)nblk, (unsigned)p->n_seq)
+                                    : dim3((unsigned)nblk, (unsigned)p->n_kv_heads, (unsigned)p->n_seq);
+    if (nblk > 65535 && knobs().order) return cudaErrorInvalidValue;
+    decode_tc_kernel<T, D, G, DEEP><<<grid, G * 32, smem, st>>>(*p, group, chunk, n_chunks, scale * kLog2e, counters,
+                                                                 mode);
+    return cudaGetLastError();
+}
+
+/* The form follows the launch (none of it changes a row's bits): with at most 4 warps of chunks per SM in the
+ * whole launch, deep rings (more bytes in flight per warp) and at most 4 warps per block, 1 when there are no
+ * more warps than SMs (one warp per SM); otherwise 24 KiB rings and up to g_max (8) warps per block. */
+template <typename T, int D>
+cudaError_t launch_d(const attn_decode_params *p, cudaStream_t st) {
+    const int chunk = tc_chunk(p), n_chunks = tc_chunks_of(p, chunk);
+    const long warps = (long)p->n_seq * p->n_kv_heads * n_chunks;
+    const long sm = sm_count(p->sm_count);
+    if (knobs().deep && warps <= sm * 4) {
+        switch (tc_group_size(p, n_chunks, 4)) {
+        case 1: return launch_g<T, D, 1, true>(p, chunk, n_chunks, st);
+        case 2: return launch_g<T, D, 2, true>(p, chunk, n_chunks, st);
+        default: return launch_g<T, D, 4, true>(p, chunk, n_chunks, st);
+        }
+    }
+    switch (tc_group_size(p, n_chunks, knobs().g_max)) {
+    case 1: return launch_g<T, D, 1, false>(p, chunk, n_chunks, st);
+    case 2: return launch_g<T, D, 2, false>(p, chunk, n_chunks, st);
+    case 4: return launch_g<T, D, 4, false>(p, chunk, n_chunks, st);
+    default: return launch_g<T, D, 8, false>(p, chunk, n_chunks, st);
+    }
+}
+
+template <typename T>
+cudaError_t launch_t(const attn_decode_params *p, cudaStream_t st) {
+    return p->head_dim == 64 ? launch_d<T, 64>(p, st) : launch_d<T, 128>(p, st);
+}
+
+} // namespace
+
+extern "C" int attn_decode_tc_served(const attn_decode_params *p) { return served(p) ? 1 : 0; }
+
+extern "C" int attn_decode_tc_wants(const attn_decode_params *p) {
+    if (!served(p)) return 0;
+    return p->kernel == 4 || (p->kernel == 0 && knobs().on);
+}
+
+extern "C" int attn_decode_tc_chunks(const attn_decode_params *p) {
+    if (!served(p)) return 1;
+    return tc_chunks_of(p, tc_chunk(p));
+}
+
+extern "C" size_t attn_decode_tc_workspace_bytes(const attn_decode_params *p) {
+    if (!served(p) || p->n_seq < 1 || p->max_kv_len < 0) return 0;
+    /* a bound that never falls as n_seq or max_kv_len grow: at most n_splits chunks when forced, else at most
+     * the target and at most ceil(L / smallest chunk); G >= 1 blocks of partials per chunk at most */
+    size_t b;
+    if (p->n_splits > 0) {
+        b = (size_t)p->n_splits;
+    } else {
+        const size_t L = p->max_kv_len > 0 ? (size_t)p->max_kv_len : 1;
+        const size_t target = (size_t)tc_target(p);
+        const size_t lo = knobs().chunk_min < 256 ? (size_t)knobs().chunk_min : 256;   /* smallest chunk */
+        const size_t c = (L + lo - 1) / lo;
+        b = c < target ? c : target;
+    }
+    const size_t exact = (size_t)attn_decode_tc_chunks(p);
+    if (exact > b) b = exact;
+    return (size_t)p->n_seq * p->n_heads * b * (p->head_dim + 2) * sizeof(float) + ws_counter_bytes(p);
+}
+
+extern "C" cudaError_t attn_decode_tc_launch(const attn_decode_params *p, cudaStream_t stream) {
+    if (!served(p) || !p->q || !p->k_cache || !p->v_cache || !p->slot || !p->kv_len || !p->out)
+        return cudaErrorInvalidValue;
+    if (p->n_seq < 1 || p->n_seq > 65535 || p->n_ctx < 1 || p->max_kv_len < 0 || p->max_kv_len > p->n_ctx ||
+        p->q_stride < 0 || p->out_stride < 0 || p->q_stride % 4 || p->out_stride % 4 || p->tc_group < 0 ||
+        p->tc_group > kMaxG)
+        return cudaErrorInvalidValue;
+    return p->kv_type == ATTN_KV_F16 ? launch_t<__half>(p, stream) : launch_t<__nv_bfloat16>(p, stream);
+}

@@ -1,0 +1,64 @@
+/* cuda/attn_decode_tc.h: tensor-core split-K decode attention for F16 and BF16 KV caches (internal to cuda/:
+ * attn_decode_launch in cuda/attention.cu dispatches here; tests and benches may call it directly).
+ *
+ * Same contract as attn_decode_launch (cuda/attention.h, attn_decode_params). Served shapes: kv_type
+ * ATTN_KV_F16 or ATTN_KV_BF16, head_dim 64 or 128, GQA group (n_heads / n_kv_heads) at most 16; every other
+ * shape stays on the CUDA-core kernels of cuda/attention.cu.
+ *
+ * Arithmetic (what makes a row's bits independent of the batch and of the launch shape):
+ *   - A row (sequence, KV head) is cut into chunks of `chunk` keys, [c * chunk, (c + 1) * chunk). chunk follows
+ *     max_kv_len, the multiprocessor count and the head layout only (or a forced n_splits), never n_seq: about
+ *     L / (8 warps x floor(SMs / KV heads)) keys, at least min(512, max(256, L / 8)), the count a power of two
+ *     up to 8 or else a multiple of 8.
+ *   - One warp computes one chunk's partial (max m, sum l, unnormalised output o for each query head of the
+ *     group): q rows scaled by scale * log2(e) in f32 and rounded once to the cache type, S = Q K^T and
+ *     O += P V on mma.sync m16n8k16 with f32 accumulators over tiles of 16 keys in order, online softmax in f32
+ *     in the log2 domain, P rounded to the cache type before P V.
+ *   - The chunk partials of a row are merged by ONE fixed binary tree: the perfect tree over the chunks in
+ *     order, chunks past kv_len being exact identities (m = -inf). Merge of (a, b): m = max, each side scaled
+ *     by exp2(m_side - m), l and o summed; an identity side returns the other side unchanged.
+ *   - A block of G warps (G = 1, 2, 4 or 8, chosen per launch: tc_group, or from the chunk count and the launch size) takes G aligned
+ *     consecutive chunks and merges them in shared memory (a subtree of that tree); when a row needs more than
+ *     one block, each block stores its subtree's partial in the workspace and the last block of the row to
+ *     finish (an arrival counter at the workspace's end, left at zero again) folds them as the upper levels of
+ *     the same tree. Since every grouping evaluates the same tree, G changes no bit: it can follow the batch
+ *     (fewer, fuller blocks for large batches, no cross-block merge when G covers the row) without touching
+ *     batch invariance. Output: o / l, or zeros for kv_len 0.
+ * Loads: each warp streams its chunk through its own cp.async ring of 16-key K and V tiles in shared memory
+ * (XOR-swizzled rows for ldmatrix), so no block barrier sits in the key loop.
+ * Knobs (read once per process): ZLLM_ATTN_DECODE_TC (0: the CUDA-core kernels for kernel 0),
+ * ZLLM_ATTN_TC_CHUNK_MIN (cap of the chunk floor, default 512), ZLLM_ATTN_TC_WPS (warps per SM the chunk count
+ * aims to fill for one sequence, default 8), ZLLM_ATTN_TC_G (warps per block, overrides the automatic choice:
+ * the smallest power of two covering the row's chunks, at most 8, at most 4 in the deep form; tc_group
+ * overrides both), ZLLM_ATTN_TC_GMAX, ZLLM_ATTN_TC_DEEP, and diagnostics (cuda/attn_decode_tc.cu). */
+#ifndef ZLLM_CUDA_ATTN_DECODE_TC_H
+#define ZLLM_CUDA_ATTN_DECODE_TC_H
+#include "attention.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when attn_decode_launch should run the tensor-core kernel for p: the shape is served and p->kernel is 4, or
+ * p->kernel is 0 and ZLLM_ATTN_DECODE_TC is not "0". Never fails. */
+int attn_decode_tc_wants(const attn_decode_params *p);
+
+/* 1 when the tensor-core kernel serves p's shape (type, head size, GQA group). */
+int attn_decode_tc_served(const attn_decode_params *p);
+
+/* Chunks per row for p (its "split count", >= 1). */
+int attn_decode_tc_chunks(const attn_decode_params *p);
+
+/* Workspace bytes the kernel needs for p, and for p with any smaller n_seq or max_kv_len (group partials from
+ * the start, arrival counters at the end, n_seq * n_heads ints). 0 for invalid parameters. */
+size_t attn_decode_tc_workspace_bytes(const attn_decode_params *p);
+
+/* Enqueues the kernel on stream (no allocation, copy or synchronisation: capturable). Returns cudaSuccess,
+ * cudaErrorInvalidValue for a shape it does not serve, bad parameters or a workspace that is missing or too
+ * small, or the launch error. */
+cudaError_t attn_decode_tc_launch(const attn_decode_params *p, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
