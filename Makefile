@@ -163,7 +163,7 @@ $(BUILD)/bin/zllm-prefillbench: cuda/bench_prefill.cu $(CUDA_LIB)
 test-gpu: all $(GPU_TESTS)
 	@bash tests/run_gpu.sh $(BUILD)
 
-bench: all
+bench: all $(if $(filter 1,$(ZLLM_CUDA)),$(BUILD)/bin/zllm-attentionbench)
 	@bash tests/bench.sh $(BUILD)
 
 run: deps all

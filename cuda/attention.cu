@@ -48,6 +48,7 @@
 #include "attention.h"
 #include "attn_decode_tc.h"
 #include "attn_prefill_tc.h"
+#include "cu_host.h"
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <math.h>
@@ -134,36 +135,27 @@ struct decode_knobs {
     int carve;           /* 1: ask for the largest shared-memory carveout for the chunk kernel */
 };
 
-int env_int(const char *name, int dflt, int lo, int hi) {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    char *end = NULL;
-    const long x = strtol(v, &end, 10);
-    if (*end || x < lo || x > hi) return dflt;
-    return (int)x;
-}
-
 const decode_knobs &knobs() {
     static const decode_knobs k = [] {
         decode_knobs r;
-        r.pdl = env_int("ZLLM_ATTN_PDL", 1, 0, 3);
-        r.chunk_min = (env_int("ZLLM_ATTN_CHUNK_MIN", kChunkMin, 1, 1 << 20) + kChunkAlign - 1) / kChunkAlign *
+        r.pdl = cu_env_int("ZLLM_ATTN_PDL", 1, 0, 3);
+        r.chunk_min = (cu_env_int("ZLLM_ATTN_CHUNK_MIN", kChunkMin, 1, 1 << 20) + kChunkAlign - 1) / kChunkAlign *
                       kChunkAlign;
-        r.blocks_per_sm = env_int("ZLLM_ATTN_BPS", kBlocksPerSm, 1, 64);
-        r.l2_prefetch = env_int("ZLLM_ATTN_L2PF", ZLLM_ATTN_L2PF, 0, 64);
-        r.persist = env_int("ZLLM_ATTN_PERSIST", 0, 0, 1);
-        r.chunk_max = env_int("ZLLM_ATTN_CHUNK_MAX", kChunkMax, 0, 1 << 20);
+        r.blocks_per_sm = cu_env_int("ZLLM_ATTN_BPS", kBlocksPerSm, 1, 64);
+        r.l2_prefetch = cu_env_int("ZLLM_ATTN_L2PF", ZLLM_ATTN_L2PF, 0, 64);
+        r.persist = cu_env_int("ZLLM_ATTN_PERSIST", 0, 0, 1);
+        r.chunk_max = cu_env_int("ZLLM_ATTN_CHUNK_MAX", kChunkMax, 0, 1 << 20);
         if (r.chunk_max > 0) {
             r.chunk_max = (r.chunk_max + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
             if (r.chunk_max < r.chunk_min) r.chunk_max = r.chunk_min;
         }
-        r.skip_reduce = env_int("ZLLM_ATTN_SKIP_REDUCE", 0, 0, 1);
-        r.pf0 = env_int("ZLLM_ATTN_PF0", ZLLM_ATTN_PF0, 0, 1 << 20);
-        r.reduce = env_int("ZLLM_ATTN_REDUCE", 1, 0, 1);
-        r.fused = env_int("ZLLM_ATTN_FUSED", ZLLM_ATTN_FUSED_DEFAULT, 0, 2);
-        r.group = env_int("ZLLM_ATTN_GROUP", 0, 0, 4096);
-        r.group_waves = env_int("ZLLM_ATTN_GROUP_WAVES", 9, 1, 1000);
-        r.carve = env_int("ZLLM_ATTN_CARVE", 1, 0, 1);
+        r.skip_reduce = cu_env_int("ZLLM_ATTN_SKIP_REDUCE", 0, 0, 1);
+        r.pf0 = cu_env_int("ZLLM_ATTN_PF0", ZLLM_ATTN_PF0, 0, 1 << 20);
+        r.reduce = cu_env_int("ZLLM_ATTN_REDUCE", 1, 0, 1);
+        r.fused = cu_env_int("ZLLM_ATTN_FUSED", ZLLM_ATTN_FUSED_DEFAULT, 0, 2);
+        r.group = cu_env_int("ZLLM_ATTN_GROUP", 0, 0, 4096);
+        r.group_waves = cu_env_int("ZLLM_ATTN_GROUP_WAVES", 9, 1, 1000);
+        r.carve = cu_env_int("ZLLM_ATTN_CARVE", 1, 0, 1);
         return r;
     }();
     return k;
@@ -1134,14 +1126,6 @@ int s_pdl_ok() {
     return major >= 9;
 }
 
-int s_sm_count(int given) {
-    if (given > 0) return given;
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 132;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) return 132;
-    return n;
-}
-
 int head_dim_ok(int d) { return d == 8 || d == 16 || d == 32 || d == 64 || d == 128 || d == 256; }
 
 int decode_params_ok(const attn_decode_params *p) {
@@ -1172,7 +1156,7 @@ int decode_hb_log2(const attn_decode_params *p) {
 
 int decode_target(const attn_decode_params *p) {
     if (p->n_splits > 0) return p->n_splits;
-    const int sm = s_sm_count(p->sm_count);
+    const int sm = cu_sm_count(p->sm_count);
     const int group = p->n_heads / p->n_kv_heads;
     const int tiles = (group + kMaxTile - 1) / kMaxTile;
     const int per_split = (p->n_kv_heads >> decode_hb_log2(p)) * tiles;   /* blocks per split, one sequence */
@@ -1312,7 +1296,7 @@ cudaError_t decode_launch_t(const attn_decode_params *p, decode_geom g, cudaStre
     if (stream) {   /* grid: the resident blocks, or fewer (stream_grid) */
         int dev = 0;
         if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
-        const long slots = (long)s_occ[dev & 63].load(std::memory_order_relaxed) * s_sm_count(0);
+        const long slots = (long)s_occ[dev & 63].load(std::memory_order_relaxed) * cu_sm_count(0);
         grid = dim3((unsigned)stream_grid(n_items, slots));
         if (g.splits > 1 && !knobs().skip_reduce) {
             /* the arrival counters start at zero in every launch: a memset node in the same stream (the kernel
@@ -1330,7 +1314,7 @@ cudaError_t decode_launch_t(const attn_decode_params *p, decode_geom g, cudaStre
     const int step_keys = (decode_shape<T, D>::NT >> hb_log2) * U;
     const int P = stream ? 1 : decode_group((long)grid.x * p->n_seq, g.splits,
                                             decode_group_shape<T, D, GM, U>::ok && g.chunk % step_keys == 0,
-                                            s_sm_count(p->sm_count));
+                                            cu_sm_count(p->sm_count));
     if (!stream) grid.y = (unsigned)((g.splits + P - 1) / P);
     const int pdl = s_pdl_ok() ? knobs().pdl : 0;
     cudaLaunchAttribute attr[1];

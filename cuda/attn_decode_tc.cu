@@ -22,6 +22,7 @@
  * Diagnostic and comparison knobs (ZLLM_ATTN_TC_DIAG, _ORDER, _SYNC, _LEVELFOLD) stay for the benchmark; each
  * measured choice is written beside its knob in tc_knobs. */
 #include "attn_decode_tc.h"
+#include "cu_host.h"
 #include "mma_util.cuh"
 #include <math.h>
 #include <stdint.h>
@@ -36,15 +37,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kTileKeys = 16;     /* keys per K/V tile: the k of the P V mma */
 constexpr int kMaxG = 8;          /* warps per block at most (8 x 24 KiB of rings) */
 constexpr int kMaxStack = 24;     /* fold stack depth: enough for 2^23 leaves */
-
-int env_int(const char *name, int dflt, int lo, int hi) {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    char *end = NULL;
-    const long x = strtol(v, &end, 10);
-    if (*end || x < lo || x > hi) return dflt;
-    return (int)x;
-}
 
 /* the environment's knobs, read once per process (attn_decode_tc.h); H100 measurements of each in docs/perf.md */
 struct tc_knobs {
@@ -67,18 +59,18 @@ struct tc_knobs {
 const tc_knobs &knobs() {
     static const tc_knobs k = [] {
         tc_knobs r;
-        r.on = env_int("ZLLM_ATTN_DECODE_TC", 1, 0, 1);
-        r.chunk_min = (env_int("ZLLM_ATTN_TC_CHUNK_MIN", 512, 1, 1 << 20) + kTileKeys - 1) / kTileKeys * kTileKeys;
-        r.wps = env_int("ZLLM_ATTN_TC_WPS", 8, 1, 64);
-        r.g = env_int("ZLLM_ATTN_TC_G", 0, 0, kMaxG);
+        r.on = cu_env_int("ZLLM_ATTN_DECODE_TC", 1, 0, 1);
+        r.chunk_min = (cu_env_int("ZLLM_ATTN_TC_CHUNK_MIN", 512, 1, 1 << 20) + kTileKeys - 1) / kTileKeys * kTileKeys;
+        r.wps = cu_env_int("ZLLM_ATTN_TC_WPS", 8, 1, 64);
+        r.g = cu_env_int("ZLLM_ATTN_TC_G", 0, 0, kMaxG);
         if (r.g & (r.g - 1)) r.g = 0;
-        r.g_max = env_int("ZLLM_ATTN_TC_GMAX", kMaxG, 1, kMaxG);
+        r.g_max = cu_env_int("ZLLM_ATTN_TC_GMAX", kMaxG, 1, kMaxG);
         if (r.g_max & (r.g_max - 1)) r.g_max = kMaxG;
-        r.deep = env_int("ZLLM_ATTN_TC_DEEP", 1, 0, 1);
-        r.order = env_int("ZLLM_ATTN_TC_ORDER", 0, 0, 1);
-        r.diag = env_int("ZLLM_ATTN_TC_DIAG", 0, 0, 6);
-        r.acq_rel = env_int("ZLLM_ATTN_TC_SYNC", 1, 0, 1);
-        r.level_fold = env_int("ZLLM_ATTN_TC_LEVELFOLD", 0, 0, 1);
+        r.deep = cu_env_int("ZLLM_ATTN_TC_DEEP", 1, 0, 1);
+        r.order = cu_env_int("ZLLM_ATTN_TC_ORDER", 0, 0, 1);
+        r.diag = cu_env_int("ZLLM_ATTN_TC_DIAG", 0, 0, 6);
+        r.acq_rel = cu_env_int("ZLLM_ATTN_TC_SYNC", 1, 0, 1);
+        r.level_fold = cu_env_int("ZLLM_ATTN_TC_LEVELFOLD", 0, 0, 1);
         return r;
     }();
     return k;
@@ -595,19 +587,11 @@ bool served(const attn_decode_params *p) {
            p->n_heads / p->n_kv_heads <= 16;
 }
 
-int sm_count(int given) {
-    if (given > 0) return given;
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 132;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) return 132;
-    return n;
-}
-
 /* chunk keys from max_kv_len, the SM count and n_kv_heads (or a forced n_splits): one sequence's chunks make
  * wps warps for each of the floor(sm / n_kv_heads) SMs a KV head gets (so that at G = 8 its blocks fit one
  * wave), each chunk at least chunk_min keys; a multiple of kTileKeys */
 long tc_target(const attn_decode_params *p) {
-    long per_head = sm_count(p->sm_count) / p->n_kv_heads;
+    long per_head = cu_sm_count(p->sm_count) / p->n_kv_heads;
     if (per_head < 1) per_head = 1;
     return per_head * knobs().wps;
 }
@@ -700,7 +684,7 @@ template <typename T, int D>
 cudaError_t launch_d(const attn_decode_params *p, cudaStream_t st) {
     const int chunk = tc_chunk(p), n_chunks = tc_chunks_of(p, chunk);
     const long warps = (long)p->n_seq * p->n_kv_heads * n_chunks;
-    const long sm = sm_count(p->sm_count);
+    const long sm = cu_sm_count(p->sm_count);
     if (knobs().deep && warps <= sm * 4) {
         switch (tc_group_size(p, n_chunks, 4)) {
         case 1: return launch_g<T, D, 1, true>(p, chunk, n_chunks, st);

@@ -20,6 +20,7 @@
  * ZLLM_ATTN_PREFILL_TC_SPLIT=1 (separate K and V waits: 17% slower in the kernel bench on H100). Every
  * variant passes the same checks (cuda/test_attention.cu); none changes the arithmetic of a row. */
 #include "attn_prefill_tc.h"
+#include "cu_host.h"
 #include "mma_util.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -38,14 +39,6 @@ constexpr int kWarpRows = 16;      /* query rows per warp (the mma's M) */
 
 std::atomic<int> s_force{-1};      /* attn_prefill_tc_force: -1 environment, 0 off, 1 on */
 
-int env_int(const char *name, int dflt) {
-    const char *s = getenv(name);
-    if (!s || !*s) return dflt;
-    char *end = nullptr;
-    const long v = strtol(s, &end, 10);
-    return end && *end == '\0' ? (int)v : dflt;
-}
-
 /* the environment's knobs, read once per process */
 struct tc_knobs {
     int on;      /* ZLLM_ATTN_PREFILL_TC: 0 scalar kernel, otherwise tensor cores where served (default 1) */
@@ -56,9 +49,9 @@ struct tc_knobs {
 const tc_knobs &knobs() {
     static const tc_knobs k = [] {
         tc_knobs r;
-        r.on = env_int("ZLLM_ATTN_PREFILL_TC", 1) != 0;
-        r.warps = env_int("ZLLM_ATTN_PREFILL_TC_WARPS", 4) == 8 ? 8 : 4;
-        r.split = env_int("ZLLM_ATTN_PREFILL_TC_SPLIT", 0) != 0;
+        r.on = cu_env_int("ZLLM_ATTN_PREFILL_TC", 1, -(1 << 30), 1 << 30) != 0;
+        r.warps = cu_env_int("ZLLM_ATTN_PREFILL_TC_WARPS", 4, -(1 << 30), 1 << 30) == 8 ? 8 : 4;
+        r.split = cu_env_int("ZLLM_ATTN_PREFILL_TC_SPLIT", 0, -(1 << 30), 1 << 30) != 0;
         return r;
     }();
     return k;

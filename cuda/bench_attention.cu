@@ -10,10 +10,14 @@
  * flight per thread) over a 4 GiB buffer, median of 20 runs.
  *
  * usage: zllm-attnbench [-b 1,16,64] [-c 1024,...] [-s B:L,B:L,...] [-n iters] [-m max_gib] [--sweep]
- *                       [-K kernel] [-f splits] [--hm]
+ *                       [-K kernel] [-f splits] [--hm] [--settle ms]
  *   -s: only these (batch, context) pairs instead of the -b x -c table.
  *   --sweep: also forced split counts for batch 1 at 64k and batch 16 at 8k.
- *   -K: attn_decode_params.kernel (0 default, 1 chunk kernel, 2 persistent kernel).
+ *   -K: attn_decode_params.kernel (0 default, 1 chunk kernel + reduce, 2 persistent kernel, 3 chunk kernel with
+ *     its own merge, 4 tensor-core kernel).
+ *   --settle: idle this many milliseconds before each shape's timed calls, so that every row starts, like the read ceiling,
+ *     from an idle GPU (H100: within a second of the 8.6 GB shapes the card sits at its 700 W cap and the SM
+ *     clock drops to 1485-1890 MHz, docs/perf.md; without a pause the rows measured next read lower).
  *   -f: force this split count on every shape.
  *   --hm: head-major emulation, the same bytes and split count as a contiguous per-head layout: batch B runs as
  *     B * 8 sequences of 1 KV head and 4 query heads (each (sequence, head) its own contiguous slab), with the
@@ -24,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <algorithm>
 #include <vector>
 #include "attention.h"
@@ -66,6 +71,7 @@ __global__ void fill_f32(float *p, size_t n, uint64_t seed) {
 }
 
 static int s_kernel = 0;   /* -K */
+static int s_settle_ms = 0;   /* --settle: idle before each shape's timed calls */
 static int s_hm = 0;       /* --hm */
 
 static double median(std::vector<float> v) {
@@ -189,6 +195,11 @@ static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits
     CK(attn_decode_workspace_init(ws, wsb, 0));
     p.workspace = ws;
     p.workspace_bytes = wsb;
+    if (s_settle_ms > 0) {   /* after the fills, right before the timed calls */
+        CK(cudaDeviceSynchronize());
+        const struct timespec ts = {s_settle_ms / 1000, (long)(s_settle_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
@@ -261,9 +272,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-K") && i + 1 < argc) s_kernel = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-f") && i + 1 < argc) force = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--hm")) s_hm = 1;
+        else if (!strcmp(argv[i], "--settle") && i + 1 < argc) s_settle_ms = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [-b 1,16,64] [-c 1024,...] [-s B:L,...] [-n iters] [-m max_gib] [--sweep] "
-                    "[-K kernel] [-f splits] [--hm]\n", argv[0]);
+                    "[-K kernel] [-f splits] [--hm] [--settle ms]\n", argv[0]);
             return 2;
         }
     }
@@ -277,9 +289,9 @@ int main(int argc, char **argv) {
            total_b / 1073741824.0);
     printf("read-only bandwidth (4 GiB streaming read, best shape): %.0f GB/s\n", rbw);
     printf("knobs: ZLLM_ATTN_PDL=%s ZLLM_ATTN_CHUNK_MIN=%s ZLLM_ATTN_BPS=%s ZLLM_ATTN_PERSIST=%s "
-           "ZLLM_ATTN_CHUNK_MAX=%s ZLLM_ATTN_SKIP_REDUCE=%s; -K %d -f %d%s\n", getenv("ZLLM_ATTN_PDL") ?: "-",
+           "ZLLM_ATTN_CHUNK_MAX=%s ZLLM_ATTN_SKIP_REDUCE=%s; -K %d -f %d --settle %d%s\n", getenv("ZLLM_ATTN_PDL") ?: "-",
            getenv("ZLLM_ATTN_CHUNK_MIN") ?: "-", getenv("ZLLM_ATTN_BPS") ?: "-", getenv("ZLLM_ATTN_PERSIST") ?: "-",
-           getenv("ZLLM_ATTN_CHUNK_MAX") ?: "-", getenv("ZLLM_ATTN_SKIP_REDUCE") ?: "-", s_kernel, force,
+           getenv("ZLLM_ATTN_CHUNK_MAX") ?: "-", getenv("ZLLM_ATTN_SKIP_REDUCE") ?: "-", s_kernel, force, s_settle_ms,
            s_hm ? " --hm (head-major emulation)" : "");
     printf("%5s %7s %10s %6s %10s %8s %7s %10s %7s\n", "batch", "ctx", "KV_MB", "splits", "time_us", "GB/s", "%read",
            "sync_us", "%sync");

@@ -4,6 +4,8 @@
 # Llama-3.1-8B shape when ZLLM_BENCH_8B=1, the quantized shapes when ZLLM_BENCH_QUANT=1. After each BF16 shape the
 # PyTorch + transformers peer runs on the same shape and prints zllm/peer for decode (M = 1, 64, 256) and prefill.
 # Extra arguments go to the first two zllm-bench runs. ZLLM_CUDA_GEMV_MAX=all measures qgemv instead of cuBLAS.
+# ZLLM_BENCH_ATTN=1 adds issue 5's table: the decode attention kernels alone (zllm-attentionbench, every shape
+# after a 1 s idle) beside PyTorch's scaled_dot_product_attention on the same shapes.
 set -euo pipefail
 build=${1:-build}; shift || true
 cd "$(dirname "$0")/.."
@@ -35,4 +37,10 @@ if [ "${ZLLM_BENCH_QUANT:-0}" = 1 ]; then
         set -- $spec
         "$build/bin/zllm-bench" --model "$(mk "$1" "$2")" --ctx 1024 --max-m "$3" --prefill 0
     done
+fi
+# ZLLM_BENCH_ATTN=1: decode attention alone, 32/8 heads x 128, BF16, batch 1/16/64 x 1k..128k, beside SDPA
+if [ "${ZLLM_BENCH_ATTN:-0}" = 1 ]; then
+    "$build/bin/zllm-attentionbench" -n 20 --settle 1000
+    if python3 -c 'import torch' 2>/dev/null; then python3 tools/attn_bench_torch.py -n 20
+    else echo "(PyTorch not installed: no SDPA table)"; fi
 fi

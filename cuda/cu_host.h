@@ -1,0 +1,27 @@
+/* cuda/cu_host.h: host helpers shared by the kernel modules of cuda/ (header only). */
+#ifndef ZLLM_CUDA_CU_HOST_H
+#define ZLLM_CUDA_CU_HOST_H
+#include <stdlib.h>
+#include <cuda_runtime.h>
+
+/* A knob from the environment: the integer value of `name`, or dflt when it is unset, empty, not a whole
+ * integer, or outside [lo, hi]. Never fails. */
+static inline int cu_env_int(const char *name, int dflt, int lo, int hi) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end = NULL;
+    const long x = strtol(v, &end, 10);
+    if (*end || x < lo || x > hi) return dflt;
+    return (int)x;
+}
+
+/* `given` when > 0, else the multiprocessor count of the current device (a cached attribute query, safe while a
+ * stream is being captured); 132 (an H100) when the query fails. */
+static inline int cu_sm_count(int given) {
+    if (given > 0) return given;
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) return 132;
+    return n;
+}
+#endif
