@@ -10,11 +10,14 @@
  * flight per thread) over a 4 GiB buffer, median of 20 runs.
  *
  * usage: zllm-attnbench [-b 1,16,64] [-c 1024,...] [-s B:L,B:L,...] [-n iters] [-m max_gib] [--sweep]
- *                       [-K kernel] [-f splits] [--hm] [--settle ms]
+ *                       [-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n]
  *   -s: only these (batch, context) pairs instead of the -b x -c table.
  *   --sweep: also forced split counts for batch 1 at 64k and batch 16 at 8k.
  *   -K: attn_decode_params.kernel (0 default, 1 chunk kernel + reduce, 2 persistent kernel, 3 chunk kernel with
  *     its own merge, 4 tensor-core kernel).
+ *   --kvlen: every sequence attends to n keys while the context (max_kv_len, which fixes the grid and split count
+ *     as the engine's n_ctx does) stays the row's ctx: one short sequence in a long-context engine. KV_MB and
+ *     GB/s then count the n keys actually read.
  *   --settle: idle this many milliseconds before each shape's timed calls, so that every row starts, like the read ceiling,
  *     from an idle GPU (H100: within a second of the 8.6 GB shapes the card sits at its 700 W cap and the SM
  *     clock drops to 1485-1890 MHz, docs/perf.md; without a pause the rows measured next read lower).
@@ -72,6 +75,7 @@ __global__ void fill_f32(float *p, size_t n, uint64_t seed) {
 
 static int s_kernel = 0;   /* -K */
 static int s_settle_ms = 0;   /* --settle: idle before each shape's timed calls */
+static long s_kvlen = 0;      /* --kvlen: every sequence's kv_len (<= the context, which stays max_kv_len) */
 static int s_hm = 0;       /* --hm */
 
 static double median(std::vector<float> v) {
@@ -169,7 +173,8 @@ static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits
     fill_bf16<<<4096, 256>>>(k, cache_n, 1);
     fill_bf16<<<4096, 256>>>(v, cache_n, 2);
     fill_f32<<<256, 256>>>(q, (size_t)B * H * D, 3);
-    std::vector<int32_t> hs(n_slots), hl(B, (int32_t)L);
+    const long kvl = s_kvlen > 0 && s_kvlen < L ? s_kvlen : L;   /* keys each sequence attends to */
+    std::vector<int32_t> hs(n_slots), hl(B, (int32_t)kvl);
     for (int i = 0; i < n_slots; i++) hs[i] = i;
     CK(cudaMemcpy(slot, hs.data(), n_slots * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(len, hl.data(), B * 4, cudaMemcpyHostToDevice));
@@ -232,7 +237,7 @@ static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits
     }
     for (auto &e : ev) cudaEventDestroy(e);
     res->us = median(t) * 1e3;
-    res->gbs = set_bytes / (res->us * 1e-6) / 1e9;
+    res->gbs = set_bytes * ((double)kvl / L) / (res->us * 1e-6) / 1e9;   /* bytes actually read */
     res->splits = attn_decode_splits(&p);
     cudaEventDestroy(a);
     cudaEventDestroy(b);
@@ -273,9 +278,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-f") && i + 1 < argc) force = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--hm")) s_hm = 1;
         else if (!strcmp(argv[i], "--settle") && i + 1 < argc) s_settle_ms = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kvlen") && i + 1 < argc) s_kvlen = atol(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [-b 1,16,64] [-c 1024,...] [-s B:L,...] [-n iters] [-m max_gib] [--sweep] "
-                    "[-K kernel] [-f splits] [--hm] [--settle ms]\n", argv[0]);
+                    "[-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n]\n", argv[0]);
             return 2;
         }
     }
@@ -310,7 +316,7 @@ int main(int argc, char **argv) {
         const long B = pairs[pi], L = pairs[pi + 1];
         {
             result r;
-            const double mb = 2.0 * B * L * 8 * 128 * 2 / 1e6;
+            const double mb = 2.0 * B * (s_kvlen > 0 && s_kvlen < L ? s_kvlen : L) * 8 * 128 * 2 / 1e6;
             if (!bench_shape((int)B, L, iters, max_bytes, force, &r)) {
                 printf("%5ld %7ld %10.1f %6s %10s %8s %7s\n", B, L, mb, "-", "OOM", "-", "-");
                 continue;
