@@ -73,8 +73,9 @@ typedef struct {
                                   invariant on its own; they agree to rounding, not to the bit;
                                   4: the tensor-core kernel (cuda/attn_decode_tc.h; cudaErrorInvalidValue for a
                                   shape it does not serve) */
-    int tc_group;              /* kernel 4 only: warps (chunks) per block, 1, 2, 4 or 8; 0: chosen from the launch.
-                                  Any value gives the same bits (cuda/attn_decode_tc.h): tests and benchmarks */
+    int tc_group;              /* kernel 4 only: warps per block, 1, 2, 4 or 8; 0: chosen from the launch. Any value
+                                  gives the same bits (cuda/attn_decode_tc.h): tests and benchmarks */
+    int tc_lpw;                /* kernel 4 only: chunks per warp, 1 or 2; 0: chosen from the launch. Same bits */
 } attn_decode_params;
 
 /* Bytes of workspace a decode launch with these parameters needs, and also enough for the same parameters

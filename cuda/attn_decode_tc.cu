@@ -41,7 +41,8 @@ constexpr int kMaxStack = 24;     /* fold stack depth: enough for 2^23 leaves */
 /* the environment's knobs, read once per process (attn_decode_tc.h); H100 measurements of each in docs/perf.md */
 struct tc_knobs {
     int on;          /* ZLLM_ATTN_DECODE_TC: 0 keeps kernel 0 on the CUDA-core kernels */
-    int chunk_min;   /* ZLLM_ATTN_TC_CHUNK_MIN: the chunk floor's cap, keys (512; 256: 16 x 4k 78% vs 87%) */
+    int chunk_min;   /* ZLLM_ATTN_TC_CHUNK_MIN: fewest keys per chunk (256) */
+    int lpw;         /* ZLLM_ATTN_TC_LPW: chunks per warp (1, 2); 0 automatic (tc_lpw) */
     int wps;         /* ZLLM_ATTN_TC_WPS: warps per SM one sequence's chunks aim to fill (8; 16: no gain) */
     int g;           /* ZLLM_ATTN_TC_G: warps per block (1, 2, 4, 8); 0 automatic */
     int g_max;       /* ZLLM_ATTN_TC_GMAX: largest automatic G (8; 4: 1 x 64k 75% vs 85%) */
@@ -60,7 +61,8 @@ const tc_knobs &knobs() {
     static const tc_knobs k = [] {
         tc_knobs r;
         r.on = cu_env_int("ZLLM_ATTN_DECODE_TC", 1, 0, 1);
-        r.chunk_min = (cu_env_int("ZLLM_ATTN_TC_CHUNK_MIN", 512, 1, 1 << 20) + kTileKeys - 1) / kTileKeys * kTileKeys;
+        r.chunk_min = (cu_env_int("ZLLM_ATTN_TC_CHUNK_MIN", 256, 1, 1 << 20) + kTileKeys - 1) / kTileKeys * kTileKeys;
+        r.lpw = cu_env_int("ZLLM_ATTN_TC_LPW", 0, 0, 2);
         r.wps = cu_env_int("ZLLM_ATTN_TC_WPS", 8, 1, 64);
         r.g = cu_env_int("ZLLM_ATTN_TC_G", 0, 0, kMaxG);
         if (r.g & (r.g - 1)) r.g = 0;
@@ -113,6 +115,13 @@ __device__ __forceinline__ void ml_merge(float &m, float &l, float &o, float mb,
     m = mn;
 }
 
+/* a lane's partial row sum added over the 4 lanes of its row group, in the same order everywhere */
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v;
+}
+
 __device__ __forceinline__ float finalize(float l, float o) { return l > 0.f ? __fdiv_rn(o, l) : 0.f; }
 
 /* Folds leaves 0..n-1 (leaf(i, m, l, o)) as the perfect binary tree over them padded with identities: a stack
@@ -146,9 +155,10 @@ template <int D> struct warp_part {
 };
 
 /* qscale = scale * log2(e); chunk keys per warp; n_chunks per row; counters: the arrival counters (workspace end) */
-template <typename T, int D, int G, bool DEEP>
-__global__ void __launch_bounds__(G * 32)
+template <typename T, int D, int G, bool DEEP, int LPW>
+__global__ void __launch_bounds__(G * 32, 1)
 decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float qscale, int *counters, int mode) {
+    constexpr int lpw = LPW;   /* chunks per warp, 1 or 2: a template so that 1 carries no saved partial (registers) */
     constexpr int NS = tc_stages<D, DEEP>();
     constexpr int CH = D / 8;            /* 16-byte chunks per key row */
     constexpr int DK = D / 16;           /* k-steps of Q K^T */
@@ -168,8 +178,8 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     int len = p.kv_len[seq];
     const int slot = p.slot[seq];
     if (len > n_chunks * chunk) len = n_chunks * chunk;   /* kv_len <= max_kv_len by contract; never read past */
-    const int n_valid = len > 0 ? (len + chunk - 1) / chunk : 0;   /* chunks holding keys */
-    const int nb_valid = (n_valid + G - 1) / G;                     /* blocks holding keys */
+    const int n_valid = len > 0 ? (len + chunk - 1) / chunk : 0;   /* chunks (tree leaves) holding keys */
+    const int nb_valid = (n_valid + G * lpw - 1) / (G * lpw);       /* blocks holding keys */
     float *orow = p.out + (long)seq * out_stride + (long)kvh * group * D;
     if (blk >= nb_valid) {
         if (blk == 0)   /* kv_len 0: zeros */
@@ -178,8 +188,9 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     }
 
     T *ring = reinterpret_cast<T *>(smem_raw) + (size_t)warp * ring_elems<D, DEEP>();
-    const int k0 = (blk * G + warp) * chunk;
-    const int k1 = min(k0 + chunk, len);
+    const int k0 = (blk * G + warp) * lpw * chunk;   /* the warp's lpw consecutive chunks */
+    const int k1 = min(k0 + lpw * chunk, len);
+    const int tpl = chunk / kTileKeys;                /* tiles per chunk: a chunk boundary is a tile boundary */
     const int ntile = k1 > k0 ? (k1 - k0 + kTileKeys - 1) / kTileKeys : 0;
     const long row_stride = (long)p.n_kv_heads * D;   /* elements between consecutive positions */
     const long base = (long)slot * p.n_ctx * row_stride + (long)kvh * D;
@@ -307,10 +318,31 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     };
     /* (Measured and not kept: in the deep form, S of tile j + 1 computed before the softmax and P V of tile j
      * so that two tiles' chains overlap: batch 1 at 1k-4k 5-7% slower.) */
+    /* a warp with two chunks (lpw 2) keeps the first one's partial (l summed over the 4 lanes as at the end)
+     * and starts the second from scratch: each chunk stays a leaf of the tree */
+    float os[LPW == 2 ? DN : 1][4], ms[2] = {-INFINITY, -INFINITY}, ls[2] = {0.f, 0.f};
+    bool saved = false;
     for (int j = 0; j < ntile; j++) {
         cp_async_wait<NS - 2>();   /* this lane's copies of tile j have landed */
         __syncwarp();              /* ... and every lane's; stage (j - 1) % NS is no longer read */
         load(j + NS - 1);
+        if (LPW == 2 && j == tpl) {   /* the second chunk begins */
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                ls[h] = quad_sum(l[h]);
+                ms[h] = m[h];
+                m[h] = -INFINITY;
+                l[h] = 0.f;
+            }
+#pragma unroll
+            for (int n = 0; n < (LPW == 2 ? DN : 1); n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    os[n][e] = o[n][e];
+                    o[n][e] = 0.f;
+                }
+            saved = true;
+        }
         float s[2][4];
         qk(j % NS, s);
         softmax_pv(j, j % NS, s);
@@ -331,13 +363,23 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
         warp_part<D> wp(ring);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            float sum = l[h];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            float sum = quad_sum(l[h]);
+            float mh = ntile > 0 ? m[h] : -INFINITY;
+            if (LPW == 2 && saved) {   /* the tree's first level for this warp's two chunks, as the folds do */
+                float mn, sa, sb;
+                const int f = ml_factors(ms[h], mh, mn, sa, sb);
+                sum = ml_apply(f, ls[h], sum, sa, sb);
+#pragma unroll
+                for (int n = 0; n < (LPW == 2 ? DN : 0); n++) {
+                    o[n][2 * h] = ml_apply(f, os[n][2 * h], o[n][2 * h], sa, sb);
+                    o[n][2 * h + 1] = ml_apply(f, os[n][2 * h + 1], o[n][2 * h + 1], sa, sb);
+                }
+                mh = mn;
+            }
             const int r = g + 8 * h;
             if (r >= group) continue;
             if (tq == 0) {
-                wp.m[r] = ntile > 0 ? m[h] : -INFINITY;
+                wp.m[r] = mh;
                 wp.l[r] = sum;
             }
 #pragma unroll
@@ -601,10 +643,14 @@ bool served(const attn_decode_params *p) {
 /* chunk keys from max_kv_len, the SM count and n_kv_heads (or a forced n_splits): one sequence's chunks make
  * wps warps for each of the floor(sm / n_kv_heads) SMs a KV head gets (so that at G = 8 its blocks fit one
  * wave), each chunk at least chunk_min keys; a multiple of kTileKeys */
+/* most chunks (tree leaves) per row: two per warp (one from 64k keys) for the warps a KV head gets when one
+ * sequence fills floor(SMs / KV heads) SMs with wps warps each */
 long tc_target(const attn_decode_params *p) {
     long per_head = cu_sm_count(p->sm_count) / p->n_kv_heads;
     if (per_head < 1) per_head = 1;
-    return per_head * knobs().wps;
+    /* from 64k keys, one chunk per warp: there 256-key chunks two per warp read 83.6% at batch 1 against 85.4%
+     * for 512-key chunks one per warp (H100, docs/perf.md) */
+    return (p->max_kv_len >= 65536 ? 1 : 2) * per_head * knobs().wps;
 }
 int tc_chunk(const attn_decode_params *p) {
     const long L = p->max_kv_len > 0 ? p->max_kv_len : 1;
@@ -612,20 +658,15 @@ int tc_chunk(const attn_decode_params *p) {
     if (p->n_splits > 0) {
         c = (L + p->n_splits - 1) / p->n_splits;
     } else {
-        /* fewest keys per chunk: L / 8 between 256 and chunk_min (512). Long chunks amortise a warp's start and
-         * its share of the merges (16 x 4k: 78% of the read bandwidth at 256 keys, 87% at 512); short contexts
-         * keep 256 so that batch 1 still spreads over enough warps (64 x 1k passes at 256 too) */
-        long lo = L / 8;
-        if (lo > knobs().chunk_min) lo = knobs().chunk_min;
-        if (lo < 256) lo = knobs().chunk_min < 256 ? knobs().chunk_min : 256;
-        long n = L / lo;                      /* most chunks at that floor */
+        /* at least chunk_min (256) keys per chunk, at most the target's count; the count a power of two up to 16,
+         * else a multiple of 16: whole blocks of 8 warps x 2 chunks (at L = n_ctx = 1040 a fifth chunk of 16 keys
+         * would hold a block of idle warps' rings per row) */
+        long n = L / knobs().chunk_min;
         const long target = tc_target(p);
         if (n > target) n = target;
-        /* a power of two up to 8, else a multiple of 8: whole blocks of G = 8 (at L = n_ctx = 1040 a fifth chunk
-         * of 16 keys would hold a block of idle warps' rings per row) */
         if (n < 1) n = 1;
-        if (n <= 8) { while (n & (n - 1)) n &= n - 1; }
-        else n -= n % 8;
+        if (n <= 16) { while (n & (n - 1)) n &= n - 1; }
+        else n -= n % 16;
         c = (L + n - 1) / n;
     }
     c = (c + kTileKeys - 1) / kTileKeys * kTileKeys;
@@ -637,20 +678,31 @@ int tc_chunks_of(const attn_decode_params *p, int chunk) {
     return (int)((L + chunk - 1) / chunk);
 }
 
-/* warps per block: tc_group, the knob, or the smallest power of two covering the row's chunks, at most g_max
+/* chunks per warp: tc_lpw, the knob, or 2 when a row has more chunks than one block of 8 warps holds and the
+ * launch has more chunks than one wave of wps warps per SM (long streams amortise a warp's start and the
+ * merges: 16 x 4k read 78% at one 256-key chunk per warp, 87% at 512 keys), else 1 (batch 1: twice the warps) */
+int tc_lpw(const attn_decode_params *p, int n_chunks) {
+    const int f = p->tc_lpw > 0 ? p->tc_lpw : knobs().lpw;
+    if (f == 1 || f == 2) return f;
+    const long total = (long)p->n_seq * p->n_kv_heads * n_chunks;
+    return n_chunks > kMaxG && total > (long)cu_sm_count(p->sm_count) * knobs().wps ? 2 : 1;
+}
+
+/* warps per block: tc_group, the knob, or the smallest power of two covering the row's warps, at most g_max
  * (forced values are capped at g_max too: the deep form holds at most 4 rings per block) */
-int tc_group_size(const attn_decode_params *p, int n_chunks, int g_max) {
+int tc_group_size(const attn_decode_params *p, int n_warps, int g_max) {
     int g = p->tc_group > 0 ? p->tc_group : knobs().g;
     if (g == 1 || g == 2 || g == 4 || g == 8) return g < g_max ? g : g_max;
     g = 1;
-    while (g < n_chunks && g < g_max) g *= 2;
+    while (g < n_warps && g < g_max) g *= 2;
     return g;
 }
 
 size_t ws_counter_bytes(const attn_decode_params *p) { return (size_t)p->n_seq * p->n_heads * sizeof(int); }
 
-template <typename T, int D, int G, bool DEEP>
+template <typename T, int D, int G, bool DEEP, int LPW>
 cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaStream_t st) {
+    constexpr int lpw = LPW;
     constexpr size_t smem = tc_smem<T, D, DEEP>(G);
     static_assert(smem <= 227 * 1024, "a block's rings must fit the shared memory of one SM");
     static std::atomic<unsigned long long> s_set{0};   /* devices whose attributes are set (bit per device) */
@@ -659,16 +711,16 @@ cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaS
     const unsigned long long bit = 1ull << (dev & 63);
     if (!(s_set.load(std::memory_order_relaxed) & bit)) {
         /* function attributes, not stream operations: allowed while the stream is being captured */
-        cudaError_t e = cudaFuncSetAttribute(decode_tc_kernel<T, D, G, DEEP>,
+        cudaError_t e = cudaFuncSetAttribute(decode_tc_kernel<T, D, G, DEEP, LPW>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(decode_tc_kernel<T, D, G, DEEP>, cudaFuncAttributePreferredSharedMemoryCarveout,
+            e = cudaFuncSetAttribute(decode_tc_kernel<T, D, G, DEEP, LPW>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                      cudaSharedmemCarveoutMaxShared);
         if (e != cudaSuccess) return e;
         s_set.fetch_or(bit, std::memory_order_relaxed);
     }
     const int group = p->n_heads / p->n_kv_heads;
-    const int nblk = (n_chunks + G - 1) / G;
+    const int nblk = (n_chunks + G * lpw - 1) / (G * lpw);
     const float scale = p->scale > 0.f ? p->scale : 1.0f / sqrtf((float)D);
     int *counters = nullptr;
     if (nblk > 1) {
@@ -683,32 +735,39 @@ cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaS
     const dim3 grid = knobs().order ? dim3((unsigned)p->n_kv_heads, (unsigned)nblk, (unsigned)p->n_seq)
                                     : dim3((unsigned)nblk, (unsigned)p->n_kv_heads, (unsigned)p->n_seq);
     if (nblk > 65535 && knobs().order) return cudaErrorInvalidValue;
-    decode_tc_kernel<T, D, G, DEEP><<<grid, G * 32, smem, st>>>(*p, group, chunk, n_chunks, scale * kLog2e, counters,
-                                                                 mode);
+    decode_tc_kernel<T, D, G, DEEP, LPW><<<grid, G * 32, smem, st>>>(*p, group, chunk, n_chunks, scale * kLog2e,
+                                                                      counters, mode);
     return cudaGetLastError();
 }
 
 /* The form follows the launch (none of it changes a row's bits): with at most 4 warps of chunks per SM in the
  * whole launch, deep rings (more bytes in flight per warp) and at most 4 warps per block, 1 when there are no
  * more warps than SMs (one warp per SM); otherwise 24 KiB rings and up to g_max (8) warps per block. */
+template <typename T, int D, int LPW>
+cudaError_t launch_l(const attn_decode_params *p, int chunk, int n_chunks, cudaStream_t st) {
+    const int row_warps = (n_chunks + LPW - 1) / LPW;
+    const long warps = (long)p->n_seq * p->n_kv_heads * row_warps;
+    const long sm = cu_sm_count(p->sm_count);
+    if (knobs().deep && warps <= sm * 4) {
+        switch (tc_group_size(p, row_warps, 4)) {
+        case 1: return launch_g<T, D, 1, true, LPW>(p, chunk, n_chunks, st);
+        case 2: return launch_g<T, D, 2, true, LPW>(p, chunk, n_chunks, st);
+        default: return launch_g<T, D, 4, true, LPW>(p, chunk, n_chunks, st);
+        }
+    }
+    switch (tc_group_size(p, row_warps, knobs().g_max)) {
+    case 1: return launch_g<T, D, 1, false, LPW>(p, chunk, n_chunks, st);
+    case 2: return launch_g<T, D, 2, false, LPW>(p, chunk, n_chunks, st);
+    case 4: return launch_g<T, D, 4, false, LPW>(p, chunk, n_chunks, st);
+    default: return launch_g<T, D, 8, false, LPW>(p, chunk, n_chunks, st);
+    }
+}
+
 template <typename T, int D>
 cudaError_t launch_d(const attn_decode_params *p, cudaStream_t st) {
     const int chunk = tc_chunk(p), n_chunks = tc_chunks_of(p, chunk);
-    const long warps = (long)p->n_seq * p->n_kv_heads * n_chunks;
-    const long sm = cu_sm_count(p->sm_count);
-    if (knobs().deep && warps <= sm * 4) {
-        switch (tc_group_size(p, n_chunks, 4)) {
-        case 1: return launch_g<T, D, 1, true>(p, chunk, n_chunks, st);
-        case 2: return launch_g<T, D, 2, true>(p, chunk, n_chunks, st);
-        default: return launch_g<T, D, 4, true>(p, chunk, n_chunks, st);
-        }
-    }
-    switch (tc_group_size(p, n_chunks, knobs().g_max)) {
-    case 1: return launch_g<T, D, 1, false>(p, chunk, n_chunks, st);
-    case 2: return launch_g<T, D, 2, false>(p, chunk, n_chunks, st);
-    case 4: return launch_g<T, D, 4, false>(p, chunk, n_chunks, st);
-    default: return launch_g<T, D, 8, false>(p, chunk, n_chunks, st);
-    }
+    return tc_lpw(p, n_chunks) == 2 ? launch_l<T, D, 2>(p, chunk, n_chunks, st)
+                                    : launch_l<T, D, 1>(p, chunk, n_chunks, st);
 }
 
 template <typename T>
@@ -740,7 +799,7 @@ extern "C" size_t attn_decode_tc_workspace_bytes(const attn_decode_params *p) {
     } else {
         const size_t L = p->max_kv_len > 0 ? (size_t)p->max_kv_len : 1;
         const size_t target = (size_t)tc_target(p);
-        const size_t lo = knobs().chunk_min < 256 ? (size_t)knobs().chunk_min : 256;   /* smallest chunk */
+        const size_t lo = (size_t)knobs().chunk_min;   /* the shortest chunk */
         const size_t c = (L + lo - 1) / lo;
         b = c < target ? c : target;
     }
@@ -754,7 +813,7 @@ extern "C" cudaError_t attn_decode_tc_launch(const attn_decode_params *p, cudaSt
         return cudaErrorInvalidValue;
     if (p->n_seq < 1 || p->n_seq > 65535 || p->n_ctx < 1 || p->max_kv_len < 0 || p->max_kv_len > p->n_ctx ||
         p->q_stride < 0 || p->out_stride < 0 || p->q_stride % 4 || p->out_stride % 4 || p->tc_group < 0 ||
-        p->tc_group > kMaxG)
+        p->tc_group > kMaxG || p->tc_lpw < 0 || p->tc_lpw > 2)
         return cudaErrorInvalidValue;
     return p->kv_type == ATTN_KV_F16 ? launch_t<__half>(p, stream) : launch_t<__nv_bfloat16>(p, stream);
 }

@@ -215,18 +215,20 @@ static void run_decode_case(const decode_case &c) {
         return;
     }
     std::vector<float> first;
-    const int gs[] = {0, 1, 2, 4, 8};
-    for (int gi = 0; gi < 5; gi++) {
-        p4.tc_group = gs[gi];
-        char what[32];
-        snprintf(what, sizeof what, "kernel 4 G %d", gs[gi]);
+    /* (warps per block G, chunks per warp): automatic first, then forced combinations */
+    const int forms[][2] = {{0, 0}, {1, 1}, {2, 2}, {4, 1}, {8, 2}, {1, 2}, {8, 1}};
+    for (int fi = 0; fi < 7; fi++) {
+        p4.tc_group = forms[fi][0];
+        p4.tc_lpw = forms[fi][1];
+        char what[48];
+        snprintf(what, sizeof what, "kernel 4 G %d lpw %d", forms[fi][0], forms[fi][1]);
         const double ek = run_checked(p4, what);
-        if (gi == 0) {
+        if (fi == 0) {
             first = out;
             printf("       kernel 4 (tensor cores, %d chunks) rel_err=%.3g\n", attn_decode_tc_chunks(&p4), ek);
         } else {
             CHECK(memcmp(first.data(), out.data(), qn * 4) == 0,
-                  "decode kernel 4: G %d gives other bits than the automatic G", gs[gi]);
+                  "decode %s gives other bits than the automatic form", what);
         }
     }
 }
@@ -498,6 +500,7 @@ static void run_reuse_case(attn_kv_type t) {
         p.kernel = kernels[it % 8];
         if (p.kernel == 4 && t == ATTN_KV_F32) p.kernel = 1;
         p.tc_group = p.kernel == 4 ? 1 << rnd_i(4) : 0;   /* G 1..8: more blocks per row, more counter use */
+        p.tc_lpw = p.kernel == 4 ? rnd_i(3) : 0;
         std::vector<int32_t> slot(p.n_seq), len(p.n_seq);
         for (int i = 0; i < p.n_seq; i++) {
             slot[i] = (i * 5 + it) % n_slots;
