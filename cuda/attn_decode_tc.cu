@@ -1,8 +1,8 @@
 /* cuda/attn_decode_tc.cu: tensor-core split-K decode attention (see attn_decode_tc.h for the contract and the
  * arithmetic; measurements in docs/perf.md, "Sixth pass").
  *
- * Grid (blocks per row, n_kv_heads, n_seq); a block is G warps, warp w of block b computing chunk b * G + w of
- * its row. Why one warp per chunk: the CUDA-core kernel of cuda/attention.cu is partly issue-bound (its f32
+ * Grid (blocks per row, n_kv_heads, n_seq); a block is G warps, warp w of block b computing chunks
+ * (b * G + w) * lpw .. + lpw - 1 of its row. Why warps that own their chunks: the CUDA-core kernel of cuda/attention.cu is partly issue-bound (its f32
  * dot products and conversions), and its block-wide ring needs barriers; here the GQA group is the M of
  * mma.sync (16 rows, group <= 16 of them real), so a 16-key tile costs 2 * D / 8 mma and D / 8 ldmatrix per
  * warp instead of ~16 * D * group / 32 FMAs, and each warp runs its own cp.async ring (__syncwarp only).
@@ -10,15 +10,15 @@
  * sizes (8-9 warps per SM whatever G is), or 48 KiB in the deep form that launches with at most 4 warps of
  * chunks per SM use (batch 1 at short contexts: each warp then needs more bytes in flight).
  * Rows g + 8 of the mma are used only for groups above 8; below, their P fragments are zero.
- * After its chunk, each warp leaves (m, l, o) for its group rows in its own ring area; the block folds its G
- * chunk partials (factors per row first, then the output elements: the levels of the tree unrolled in
+ * After its chunks (the second one's partial merged with the kept first one), each warp leaves (m, l, o) for its
+ * group rows in its own ring area; the block folds its G warp partials (factors per row first, then the output elements: the levels of the tree unrolled in
  * registers), then either writes o / l (the block holds every non-empty chunk of the row) or stores the
  * subtree partial and counts itself on the row's arrival counter; the block that completes the count copies
  * the row's subtree partials into shared memory and folds them the same way (up to 16 in registers, more level
  * by level in shared memory), writes o / l, then puts the counter back to zero. Blocks whose chunks all lie
  * past kv_len exit at once and do not count (the count awaited is the number of blocks holding a non-empty
  * chunk, known to every block). Every fold evaluates the same perfect tree with the same merge (ml_factors +
- * ml_apply), so any G, and the batch, leave a row's bits unchanged.
+ * ml_apply), so any G and lpw, and the batch, leave a row's bits unchanged.
  * Diagnostic and comparison knobs (ZLLM_ATTN_TC_DIAG, _ORDER, _SYNC, _LEVELFOLD) stay for the benchmark; each
  * measured choice is written beside its knob in tc_knobs. */
 #include "attn_decode_tc.h"
@@ -45,8 +45,8 @@ struct tc_knobs {
     int lpw;         /* ZLLM_ATTN_TC_LPW: chunks per warp (1, 2); 0 automatic (tc_lpw) */
     int wps;         /* ZLLM_ATTN_TC_WPS: warps per SM one sequence's chunks aim to fill (8; 16: no gain) */
     int g;           /* ZLLM_ATTN_TC_G: warps per block (1, 2, 4, 8); 0 automatic */
-    int g_max;       /* ZLLM_ATTN_TC_GMAX: largest automatic G (8; 4: 1 x 64k 75% vs 85%) */
-    int deep;        /* ZLLM_ATTN_TC_DEEP: 0 never uses the deep rings (batch 1 at 4k: 38 us vs 31 us) */
+    int g_max;       /* ZLLM_ATTN_TC_GMAX: largest automatic G (8; 4: 1 x 64k 75% vs 85%, first form) */
+    int deep;        /* ZLLM_ATTN_TC_DEEP: 0 never uses the deep rings (batch 1 at 4k: 38 us vs 31 us, first form) */
     int order;       /* ZLLM_ATTN_TC_ORDER: 1 launches KV heads fastest (grid x), 0 blocks of a row fastest (the
                         same within noise) */
     int level_fold;  /* ZLLM_ATTN_TC_LEVELFOLD: 1 folds up to 16 block partials level by level in shared memory

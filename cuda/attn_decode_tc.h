@@ -6,31 +6,33 @@
  * shape stays on the CUDA-core kernels of cuda/attention.cu.
  *
  * Arithmetic (what makes a row's bits independent of the batch and of the launch shape):
- *   - A row (sequence, KV head) is cut into chunks of `chunk` keys, [c * chunk, (c + 1) * chunk). chunk follows
- *     max_kv_len, the multiprocessor count and the head layout only (or a forced n_splits), never n_seq: about
- *     L / (8 warps x floor(SMs / KV heads)) keys, at least min(512, max(256, L / 8)), the count a power of two
- *     up to 8 or else a multiple of 8.
- *   - One warp computes one chunk's partial (max m, sum l, unnormalised output o for each query head of the
- *     group): q rows scaled by scale * log2(e) in f32 and rounded once to the cache type, S = Q K^T and
+ *   - A row (sequence, KV head) is cut into chunks of `chunk` keys, [c * chunk, (c + 1) * chunk): the leaves of
+ *     the merge tree. chunk follows max_kv_len, the multiprocessor count and the head layout only (or a forced
+ *     n_splits), never n_seq: at least 256 keys, at most 2 x 8 x floor(SMs / KV heads) chunks per row (half that
+ *     from 64k keys), the count a power of two up to 16, else a multiple of 16.
+ *   - Each chunk's partial (max m, sum l, unnormalised output o for each query head of the group) is computed
+ *     by one warp: q rows scaled by scale * log2(e) in f32 and rounded once to the cache type, S = Q K^T and
  *     O += P V on mma.sync m16n8k16 with f32 accumulators over tiles of 16 keys in order, online softmax in f32
- *     in the log2 domain, P rounded to the cache type before P V.
+ *     in the log2 domain, P rounded to the cache type before P V; the lanes' sums of l added in a fixed order.
  *   - The chunk partials of a row are merged by ONE fixed binary tree: the perfect tree over the chunks in
  *     order, chunks past kv_len being exact identities (m = -inf). Merge of (a, b): m = max, each side scaled
  *     by exp2(m_side - m), l and o summed; an identity side returns the other side unchanged.
- *   - A block of G warps (G = 1, 2, 4 or 8, chosen per launch: tc_group, or from the chunk count and the launch size) takes G aligned
- *     consecutive chunks and merges them in shared memory (a subtree of that tree); when a row needs more than
- *     one block, each block stores its subtree's partial in the workspace and the last block of the row to
- *     finish (an arrival counter at the workspace's end, left at zero again) folds them as the upper levels of
- *     the same tree. Since every grouping evaluates the same tree, G changes no bit: it can follow the batch
- *     (fewer, fuller blocks for large batches, no cross-block merge when G covers the row) without touching
- *     batch invariance. Output: o / l, or zeros for kv_len 0.
- * Loads: each warp streams its chunk through its own cp.async ring of 16-key K and V tiles in shared memory
- * (XOR-swizzled rows for ldmatrix), so no block barrier sits in the key loop.
+ *   - Who evaluates which node follows the launch and changes no bit: a warp takes lpw = 1 or 2 consecutive
+ *     chunks (2 in large launches; it keeps the first partial and merges it with the second as the tree's first
+ *     level); a block of G warps (1, 2, 4 or 8) folds its G x lpw aligned chunks in shared memory (a subtree);
+ *     when a row needs more than one block, each block stores its subtree's partial in the workspace and the
+ *     last block of the row to finish (an arrival counter at the workspace's end, left at zero again) folds them
+ *     as the upper levels. tc_group and tc_lpw (attention.h) force the form; the checks compare every form bit
+ *     for bit. Output: o / l, or zeros for kv_len 0.
+ * Loads: each warp streams its keys through its own cp.async ring of 16-key K and V tiles in shared memory
+ * (XOR-swizzled rows for ldmatrix), so no block barrier sits in the key loop; launches with at most 4 warps per
+ * SM use deeper rings.
  * Knobs (read once per process): ZLLM_ATTN_DECODE_TC (0: the CUDA-core kernels for kernel 0),
- * ZLLM_ATTN_TC_CHUNK_MIN (cap of the chunk floor, default 512), ZLLM_ATTN_TC_WPS (warps per SM the chunk count
- * aims to fill for one sequence, default 8), ZLLM_ATTN_TC_G (warps per block, overrides the automatic choice:
- * the smallest power of two covering the row's chunks, at most 8, at most 4 in the deep form; tc_group
- * overrides both), ZLLM_ATTN_TC_GMAX, ZLLM_ATTN_TC_DEEP, and diagnostics (cuda/attn_decode_tc.cu). */
+ * ZLLM_ATTN_TC_CHUNK_MIN (fewest keys per chunk, default 256), ZLLM_ATTN_TC_WPS (warps per SM the chunk count
+ * aims to fill for one sequence, default 8), ZLLM_ATTN_TC_LPW (chunks per warp, 0 automatic), ZLLM_ATTN_TC_G
+ * (warps per block, overrides the automatic choice: the smallest power of two covering the row's warps, at most
+ * 8, at most 4 in the deep form; tc_group overrides both), ZLLM_ATTN_TC_GMAX, ZLLM_ATTN_TC_DEEP, and diagnostics
+ * (cuda/attn_decode_tc.cu). */
 #ifndef ZLLM_CUDA_ATTN_DECODE_TC_H
 #define ZLLM_CUDA_ATTN_DECODE_TC_H
 #include "attention.h"
