@@ -645,12 +645,15 @@ bool served(const attn_decode_params *p) {
  * wave), each chunk at least chunk_min keys; a multiple of kTileKeys */
 /* most chunks (tree leaves) per row: two per warp (one from 64k keys) for the warps a KV head gets when one
  * sequence fills floor(SMs / KV heads) SMs with wps warps each */
-long tc_target(const attn_decode_params *p) {
+long tc_target_short(const attn_decode_params *p) {   /* below 64k keys; the larger of the two targets */
     long per_head = cu_sm_count(p->sm_count) / p->n_kv_heads;
     if (per_head < 1) per_head = 1;
+    return 2 * per_head * knobs().wps;
+}
+long tc_target(const attn_decode_params *p) {
     /* from 64k keys, one chunk per warp: there 256-key chunks two per warp read 83.6% at batch 1 against 85.4%
      * for 512-key chunks one per warp (H100, docs/perf.md) */
-    return (p->max_kv_len >= 65536 ? 1 : 2) * per_head * knobs().wps;
+    return p->max_kv_len >= 65536 ? tc_target_short(p) / 2 : tc_target_short(p);
 }
 int tc_chunk(const attn_decode_params *p) {
     const long L = p->max_kv_len > 0 ? p->max_kv_len : 1;
@@ -792,13 +795,15 @@ extern "C" int attn_decode_tc_chunks(const attn_decode_params *p) {
 extern "C" size_t attn_decode_tc_workspace_bytes(const attn_decode_params *p) {
     if (!served(p) || p->n_seq < 1 || p->max_kv_len < 0) return 0;
     /* a bound that never falls as n_seq or max_kv_len grow: at most n_splits chunks when forced, else at most
-     * the target and at most ceil(L / smallest chunk); G >= 1 blocks of partials per chunk at most */
+     * the larger (short-context) target and at most ceil(L / smallest chunk); G >= 1 blocks of partials per
+     * chunk at most. (tc_target itself halves at 64k keys, so it cannot bound a workspace sized for a longer
+     * context that serves a shorter launch.) */
     size_t b;
     if (p->n_splits > 0) {
         b = (size_t)p->n_splits;
     } else {
         const size_t L = p->max_kv_len > 0 ? (size_t)p->max_kv_len : 1;
-        const size_t target = (size_t)tc_target(p);
+        const size_t target = (size_t)tc_target_short(p);
         const size_t lo = (size_t)knobs().chunk_min;   /* the shortest chunk */
         const size_t c = (L + lo - 1) / lo;
         b = c < target ? c : target;

@@ -447,19 +447,26 @@ static void run_validation(void) {
     p.head_dim = 128;
     p.n_ctx = 200000;
     p.sm_count = 132;
-    int mono = 1;
-    size_t prev = 0;
-    for (int L = 1; L <= 200000; L += 97) {
-        p.max_kv_len = L;
-        const size_t b = attn_decode_workspace_bytes(&p);
-        p.n_seq = 2;
-        const size_t b2 = attn_decode_workspace_bytes(&p);
-        p.n_seq = 3;
-        const size_t need = (size_t)3 * 32 * attn_decode_splits(&p) * 129 * 4;
-        mono &= b >= prev && b2 <= b && b >= need;
-        prev = b;
+    /* F32 caches (the CUDA-core kernels) and BF16 ones (the tensor-core kernel, whose partials carry m and l:
+     * head_dim + 2 floats each, and whose chunk target changes at 64k keys) */
+    const attn_kv_type wt[2] = {ATTN_KV_F32, ATTN_KV_BF16};
+    for (int ti = 0; ti < 2; ti++) {
+        p.kv_type = wt[ti];
+        int mono = 1;
+        size_t prev = 0;
+        for (int L = 1; L <= 200000; L += 97) {
+            p.max_kv_len = L;
+            const size_t b = attn_decode_workspace_bytes(&p);
+            p.n_seq = 2;
+            const size_t b2 = attn_decode_workspace_bytes(&p);
+            p.n_seq = 3;
+            const size_t need = (size_t)3 * 32 * attn_decode_splits(&p) * (ti ? 130 : 129) * 4;
+            mono &= b >= prev && b2 <= b && b >= need;
+            prev = b;
+        }
+        CHECK(mono, "attn_decode_workspace_bytes (%s) must be monotone and cover the launch", type_name(wt[ti]));
     }
-    CHECK(mono, "attn_decode_workspace_bytes must be monotone and cover the launch");
+    p.kv_type = ATTN_KV_F32;
     attn_prefill_params pp;
     memset(&pp, 0, sizeof pp);
     CHECK(attn_prefill_launch(&pp, 0) == cudaErrorInvalidValue, "empty prefill params must be rejected");
