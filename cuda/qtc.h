@@ -1,0 +1,99 @@
+/* cuda/qtc.h: quantized matrix products on tensor cores from a tile-packed copy of the GGUF blocks, one kernel
+ * family for every batch size M (decode M = 1 up to prefill-sized M):
+ *
+ *   y[m][o] = sum_i W[o][i] * x[m][i]  (+ y_in[m][o] when y_in is given: a fused residual add), f32 output
+ *
+ * for m < M, o < n_out, i < n_in; x is f16 (the engine's 16-bit activations), y and y_in f32.
+ *
+ * The weights are repacked once, on the host, by qtc_pack: the GGUF rows are cut into tiles of 16 rows x 256
+ * elements ("tile blocks"), each stored contiguously with its quants laid out in the order the mma fragments
+ * consume them (every lane of a warp reads whole 16-byte words, and a warp reads 512 contiguous bytes per load)
+ * and its scales beside them. A tile block holds exactly the bytes of the 16 x 256 GGUF blocks it replaces
+ * (Q4_K 2304 = 16 x 144, Q6_K 3360 = 16 x 210, Q8_0 4352 = 16 x 8 x 34): the packed copy is the file's size
+ * (plus the zero rows that pad n_out to a multiple of 16).
+ *
+ * Arithmetic (the batch-invariance contract of the engine): y[m][o] is computed by a FIXED sequence of
+ * operations that depends only on (type, n_in, n_out) and the data of row o and batch row m, never on M:
+ *   - each weight is dequantized to f16 by a fixed formula (Q4_K: (q - 0) * f16(d sc) - f16(dmin m) by one f16
+ *     fma; Q6_K: (q - 32) * f16(d sc); Q8_0: q * f16(d)), the same for every M;
+ *   - mma.sync.m16n8k16 (f16 x f16 -> f32) with the weights as the A operand (16 rows) and the activations as
+ *     the B operand (8 batch rows per fragment; a column's result never depends on another column), chained
+ *     from zero over a fixed k order (lane t of a quad owns elements 64t .. 64t+63 of each 256-element unit, four
+ *     per 16-wide k step);
+ *   - split-K: ks = qtc_split(type, n_in, n_out) contiguous ranges of units, one warp each, summed as
+ *     ((p0 + p1) + p2) + ... in split order, then + y_in (the wide kernel sums them in a second kernel from a
+ *     workspace, with the same operations in the same order).
+ * M only decides which of two kernels runs (the narrow one up to 8 columns, the wide one above), how many
+ * 8-column fragments a CTA carries and how many CTAs run. cuda/test_qtc.cu checks
+ * this bit for bit (a row alone vs the same row among others, M up to 2048).
+ * No allocation, no host synchronisation: launches may be captured into CUDA graphs. */
+#ifndef ZLLM_CUDA_QTC_H
+#define ZLLM_CUDA_QTC_H
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "gguf.h"
+
+/* one matrix product; every pointer is device memory */
+typedef struct {
+    ggml_type type;      /* weight type: Q4_K, Q6_K or Q8_0 */
+    const void *w;       /* packed tiles from qtc_pack (qtc_packed_bytes bytes), 16-byte aligned */
+    int n_in;            /* elements per row, a multiple of 256 */
+    int n_out;           /* rows, >= 1 */
+    int m;               /* activation rows (batch), >= 1 */
+    const uint16_t *x;   /* [m][ldx] f16 bit patterns, 16-byte aligned */
+    int ldx;             /* halves between rows of x: >= n_in, a multiple of 8 (0 means n_in) */
+    float *y;            /* [m][ldy] f32 output; must not overlap x */
+    int ldy;             /* floats between rows of y and y_in: >= n_out (0 means n_out) */
+    const float *y_in;   /* NULL, or [m][ldy] added to the product (may equal y: in-place residual add) */
+    void *workspace;     /* scratch of the wide kernel's split partials (m > 8 and ks > 1): at least
+                          * qtc_workspace_bytes(type, n_in, n_out) bytes of device memory, 16-byte aligned, not
+                          * shared with a launch that may run concurrently; NULL when that size is 0 */
+    size_t workspace_bytes;
+} qtc_params;
+
+/* 1 when qtc serves this type and shape (Q4_K, Q6_K, Q8_0; n_in a positive multiple of 256; n_out >= 1) */
+int qtc_supported(ggml_type t, int n_in, int n_out);
+
+/* bytes of the packed copy (0 when unsupported): ceil(n_out / 16) * (n_in / 256) tile blocks */
+size_t qtc_packed_bytes(ggml_type t, int n_in, int n_out);
+
+/* The split-K count (warps per CTA, 1..8): a function of (type, n_in, n_out) only, never of M or of the device.
+ * 0 when unsupported. */
+int qtc_split(ggml_type t, int n_in, int n_out);
+
+/* the most dynamic shared memory per block a qtc kernel of type t asks for (0: unsupported type): a device whose
+ * cudaDevAttrMaxSharedMemoryPerBlockOptin is smaller cannot run it (H100/H200: 227 KiB, all types fit; A100:
+ * 163 KiB, Q4_K only; Ada: 99 KiB, none), and launches there fail with the attribute call's error */
+size_t qtc_smem_bytes(ggml_type t);
+
+/* bytes of workspace a launch of this shape needs (0: none): ks * 256 * n_out floats when ks > 1 */
+size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out);
+
+/* Host: packs n_out GGUF rows (row_bytes apart, exactly as in the file) into dst (qtc_packed_bytes bytes of
+ * host memory). Returns 0, or -1 for an unsupported type/shape or a row_bytes that does not match the type. */
+int qtc_pack(ggml_type t, const void *rows, size_t row_bytes, int n_in, int n_out, void *dst);
+
+/* Enqueues y = W x (+ y_in) on st. Returns cudaSuccess, cudaErrorInvalidValue for an unsupported type, m or
+ * shape, cudaErrorMisalignedAddress for a w or x that is not 16-byte aligned, cudaErrorInvalidValue when the wide kernel
+ * needs a workspace that is missing or too small, or the launch's error. A fault
+ * inside the kernel surfaces at the caller's next synchronisation. */
+cudaError_t qtc_launch(const qtc_params *p, cudaStream_t st);
+
+/* qtc_launch_nf's nf for the wide kernel: 128 weight rows x 64 batch columns per CTA, x staged in shared memory
+ * (the default above 8 columns) */
+#define QTC_WIDE 64
+
+/* qtc_launch with a forced kernel: nf in {1, 2, 4, 8} = the narrow kernel with nf 8-column fragments per CTA,
+ * QTC_WIDE = the wide kernel, 0 = the default chosen from m (narrow with nf 1 up to 8 columns, wide above). Results are bitwise those of qtc_launch. cudaErrorInvalidValue for another nf. For checks and
+ * benchmarks. */
+cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

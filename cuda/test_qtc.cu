@@ -1,0 +1,333 @@
+/* cuda/test_qtc.cu: the tile-packed tensor-core quantized kernels (cuda/qtc.cu) against the CPU oracle.
+ *
+ * For Q4_K, Q6_K and Q8_0, several shapes (split-K counts 1 .. 8; n_out not a multiple of 16): W is half rows
+ * quantized from random f32 rows with quant_quantize_row and half rows of random raw blocks (random bytes, sane
+ * fp16 scales), packed on the host by qtc_pack; x is random, rounded to f16 (the kernel's input type); y is
+ * NaN-poisoned before each launch. Reference: quant_dequant_row of the ORIGINAL GGUF rows (the oracle checked
+ * against the gguf package; so the packing is checked too) and a double dot product. Checks: no NaN, every
+ * element within 1e-3 of sum_i |w_i x_i|, and ||y - ref|| / ||ref|| <= 1e-3 over the case's whole output (the
+ * kernel rounds each dequantized weight to f16, 2^-11 relative, so a batch row of 3 outputs whose sums cancel
+ * can show a larger relative error on its own; the per-element bound holds everywhere); fused residual
+ * (separate and in place); strided x/y; every fragment count nf and the wide kernel bitwise equal to the default; batch
+ * invariance: for M in {1,2,3,7,8,9,16,33,64,128,256}, a row placed at several positions among random rows
+ * gives a y row bit-identical (memcmp) to the row alone, and the same at M = 2048; CUDA-graph replay equal to
+ * eager; packing and launch argument checks. Prints "N passed, N failed". */
+extern "C" {
+#include "quant.h"
+#include "test.h"
+}
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+#include "qtc.h"
+
+#define TEST_RAND_SEED 0x9E3779B97F4A7C15ull
+#include "test_rand.h"
+
+#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
+
+/* a weight matrix: packed tiles on the device, the oracle's dequantized copy of the GGUF rows on the host */
+struct Mat {
+    ggml_type t;
+    int n_in, n_out;
+    std::vector<float> wf;   /* [n_out][n_in] dequantized by the oracle from the GGUF rows */
+    void *dw;                /* qtc_packed_bytes bytes on the device */
+};
+
+static void mat_make(Mat *a, ggml_type t, int n_in, int n_out)
+{
+    a->t = t; a->n_in = n_in; a->n_out = n_out;
+    const size_t rb = ggml_row_bytes(t, n_in);
+    std::vector<uint8_t> raw(rb * n_out);
+    std::vector<float> src(n_in);
+    a->wf.assign((size_t)n_in * n_out, 0.0f);
+    for (int o = 0; o < n_out; o++) {
+        uint8_t *row = raw.data() + (size_t)o * rb;
+        if (o % 2 == 0) {
+            const float scale = 0.02f * (float)(1 + o % 5);
+            for (int i = 0; i < n_in; i++) src[i] = rnd_normal() * scale + (o % 3 == 0 ? 0.01f : 0.0f);
+            if (quant_quantize_row(t, src.data(), row, n_in) != 0) { fprintf(stderr, "quantize failed\n"); exit(2); }
+        } else {
+            raw_row(t, row, rb);
+        }
+        if (quant_dequant_row(t, row, a->wf.data() + (size_t)o * n_in, n_in) != 0) {
+            fprintf(stderr, "dequant failed\n");
+            exit(2);
+        }
+    }
+    const size_t pb = qtc_packed_bytes(t, n_in, n_out);
+    std::vector<uint8_t> packed(pb);
+    CHECK(pb > 0 && qtc_pack(t, raw.data(), rb, n_in, n_out, packed.data()) == 0, "%s %dx%d: qtc_pack failed",
+          ggml_type_name(t), n_out, n_in);
+    CHECK(qtc_pack(t, raw.data(), rb + 2, n_in, n_out, packed.data()) == -1, "row_bytes mismatch accepted");
+    CK(cudaMalloc(&a->dw, pb));
+    CK(cudaMemcpy(a->dw, packed.data(), pb, cudaMemcpyHostToDevice));
+}
+
+static void mat_free(Mat *a) { cudaFree(a->dw); a->dw = NULL; }
+
+/* random activations rounded to f16: bits (for the device) and their exact f32 values (for the oracle) */
+static void rand_x(std::vector<uint16_t> &xh, std::vector<float> &xf, size_t n)
+{
+    xh.resize(n);
+    xf.resize(n);
+    for (size_t i = 0; i < n; i++) {
+        xh[i] = f32_to_fp16(rnd_normal());
+        xf[i] = fp16_to_f32(xh[i]);
+    }
+}
+
+/* y for batch m with nf fragments per CTA (0 default), as host floats; resid: 0 none, 1 y_in separate, 2 in
+ * place; graph: captured in a CUDA graph and replayed */
+static cudaError_t run(const Mat *a, const uint16_t *dx, int m, int ldx, int ldy, const float *yin_h, int resid,
+                       int nf, int graph, std::vector<float> &y)
+{
+    const int ly = ldy ? ldy : a->n_out;
+    const size_t ny = (size_t)m * ly;
+    float *dy, *dyin = NULL;
+    CK(cudaMalloc(&dy, ny * 4));
+    if (resid == 2) {
+        CK(cudaMemcpy(dy, yin_h, ny * 4, cudaMemcpyHostToDevice));
+        dyin = dy;
+    } else {
+        CK(cudaMemset(dy, 0xff, ny * 4));   /* NaN poison */
+        if (resid == 1) {
+            CK(cudaMalloc(&dyin, ny * 4));
+            CK(cudaMemcpy(dyin, yin_h, ny * 4, cudaMemcpyHostToDevice));
+        }
+    }
+    qtc_params p;
+    memset(&p, 0, sizeof p);
+    p.type = a->t; p.w = a->dw; p.n_in = a->n_in; p.n_out = a->n_out; p.m = m;
+    p.x = dx; p.ldx = ldx; p.y = dy; p.ldy = ldy; p.y_in = dyin;
+    p.workspace_bytes = qtc_workspace_bytes(a->t, a->n_in, a->n_out);
+    if (p.workspace_bytes) CK(cudaMalloc(&p.workspace, p.workspace_bytes));
+    cudaError_t e;
+    if (graph) {
+        cudaStream_t st;
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CK(cudaStreamCreate(&st));
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        e = qtc_launch_nf(&p, nf, st);
+        CK(cudaStreamEndCapture(st, &g));
+        CK(cudaGraphInstantiate(&ge, g, 0));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaStreamSynchronize(st));
+        CK(cudaGraphExecDestroy(ge));
+        CK(cudaGraphDestroy(g));
+        CK(cudaStreamDestroy(st));
+    } else {
+        e = qtc_launch_nf(&p, nf, 0);
+    }
+    CK(cudaDeviceSynchronize());
+    y.resize(ny);
+    CK(cudaMemcpy(y.data(), dy, ny * 4, cudaMemcpyDeviceToHost));
+    cudaFree(dy);
+    if (resid == 1) cudaFree(dyin);
+    cudaFree(p.workspace);
+    return e;
+}
+
+/* accuracy of one case against the oracle */
+static void acc_case(const Mat *a, int m, int resid, int pad, int nf)
+{
+    const int n_in = a->n_in, n_out = a->n_out, ldx = n_in + pad, ldy = n_out + (pad ? 3 : 0);
+    std::vector<uint16_t> xh;
+    std::vector<float> xf, yin((size_t)m * ldy), y;
+    rand_x(xh, xf, (size_t)m * ldx);
+    for (auto &v : yin) v = rnd_normal();
+    uint16_t *dx;
+    CK(cudaMalloc(&dx, xh.size() * 2));
+    CK(cudaMemcpy(dx, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+    const cudaError_t e = run(a, dx, m, pad ? ldx : 0, pad ? ldy : 0, yin.data(), resid, nf, 0, y);
+    CHECK(e == cudaSuccess, "%s %dx%d m %d: launch: %s", ggml_type_name(a->t), n_out, n_in, m, cudaGetErrorString(e));
+    int nan = 0, bad = 0;
+    double num = 0.0, den = 0.0;
+    for (int mi = 0; mi < m; mi++) {
+        for (int o = 0; o < n_out; o++) {
+            const float *w = a->wf.data() + (size_t)o * n_in, *xr = xf.data() + (size_t)mi * ldx;
+            double s = 0.0, sa = 0.0;
+            for (int i = 0; i < n_in; i++) {
+                const double t = (double)w[i] * (double)xr[i];
+                s += t;
+                sa += fabs(t);
+            }
+            if (resid) {
+                s += yin[(size_t)mi * ldy + o];
+                sa += fabs(yin[(size_t)mi * ldy + o]);
+            }
+            const double got = y[(size_t)mi * ldy + o];
+            if (isnan(got)) { nan++; continue; }
+            const double err = fabs(got - s);
+            if (err > 1e-3 * sa + 1e-30) bad++;
+            num += err * err;
+            den += s * s;
+        }
+    }
+    const double worst = den > 0 ? sqrt(num / den) : sqrt(num);
+    CHECK(nan == 0 && bad == 0 && worst <= 1e-3,
+          "%s %dx%d (ks %d) m %d resid %d pad %d nf %d: %d NaN, %d elements off, rel err %.3g",
+          ggml_type_name(a->t), n_out, n_in, qtc_split(a->t, n_in, n_out), m, resid, pad, nf, nan, bad, worst);
+    cudaFree(dx);
+}
+
+/* every nf gives the default's bits; graph replay gives the eager bits */
+static void nf_graph_case(const Mat *a, int m)
+{
+    std::vector<uint16_t> xh;
+    std::vector<float> xf, y0, y1;
+    rand_x(xh, xf, (size_t)m * a->n_in);
+    uint16_t *dx;
+    CK(cudaMalloc(&dx, xh.size() * 2));
+    CK(cudaMemcpy(dx, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+    run(a, dx, m, 0, 0, NULL, 0, 0, 0, y0);
+    static const int nfs[] = {1, 2, 4, 8, QTC_WIDE};
+    for (int nf : nfs) {
+        const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, nf, 0, y1);
+        CHECK(e == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4),
+              "%s %dx%d m %d: nf %d differs from the default (launch %s)", ggml_type_name(a->t), a->n_out, a->n_in,
+              m, nf, cudaGetErrorString(e));
+    }
+    const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, 0, 1, y1);
+    CHECK(e == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4), "%s %dx%d m %d: graph replay != eager",
+          ggml_type_name(a->t), a->n_out, a->n_in, m);
+    cudaFree(dx);
+}
+
+/* batch invariance: x row r alone (M = 1) vs the same row at positions 0, M/2 and M-1 among random rows */
+static void invariance_case(const Mat *a)
+{
+    static const int Ms[] = {1, 2, 3, 7, 8, 9, 16, 33, 64, 128, 256};
+    const int n_in = a->n_in, n_out = a->n_out;
+    std::vector<uint16_t> xr, xb;
+    std::vector<float> xf, y1, yM;
+    rand_x(xr, xf, (size_t)n_in);
+    uint16_t *dx;
+    CK(cudaMalloc(&dx, (size_t)256 * n_in * 2));
+    CK(cudaMemcpy(dx, xr.data(), (size_t)n_in * 2, cudaMemcpyHostToDevice));
+    run(a, dx, 1, 0, 0, NULL, 0, 0, 0, y1);
+    for (int M : Ms) {
+        const int pos[3] = {0, M / 2, M - 1};
+        for (int pi = 0; pi < 3; pi++) {
+            if (pi > 0 && pos[pi] == pos[pi - 1]) continue;
+            rand_x(xb, xf, (size_t)M * n_in);
+            memcpy(xb.data() + (size_t)pos[pi] * n_in, xr.data(), (size_t)n_in * 2);
+            CK(cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+            const cudaError_t e = run(a, dx, M, 0, 0, NULL, 0, 0, 0, yM);
+            CHECK(e == cudaSuccess && !memcmp(yM.data() + (size_t)pos[pi] * n_out, y1.data(), (size_t)n_out * 4),
+                  "%s %dx%d (ks %d): row at position %d of M = %d differs from the row alone (launch %s)",
+                  ggml_type_name(a->t), n_out, n_in, qtc_split(a->t, n_in, n_out), pos[pi], M,
+                  cudaGetErrorString(e));
+        }
+    }
+    cudaFree(dx);
+}
+
+static void arg_checks(const Mat *a)
+{
+    uint16_t *dx;
+    float *dy;
+    CK(cudaMalloc(&dx, (size_t)2 * a->n_in * 2 + 64));
+    CK(cudaMalloc(&dy, (size_t)2 * a->n_out * 4));
+    qtc_params p;
+    memset(&p, 0, sizeof p);
+    p.type = a->t; p.w = a->dw; p.n_in = a->n_in; p.n_out = a->n_out; p.m = 1;
+    p.x = dx; p.y = dy;
+    CHECK(qtc_launch(&p, 0) == cudaSuccess, "valid launch refused");
+    qtc_params q = p; q.type = GGML_F32;
+    CHECK(qtc_launch(&q, 0) == cudaErrorInvalidValue && !qtc_supported(GGML_F32, 256, 16), "F32 accepted");
+    q = p; q.type = GGML_Q4_0;
+    CHECK(qtc_launch(&q, 0) == cudaErrorInvalidValue, "Q4_0 accepted");
+    q = p; q.n_in = a->n_in + 32;
+    CHECK(qtc_launch(&q, 0) == cudaErrorInvalidValue, "n_in not a multiple of 256 accepted");
+    q = p; q.x = dx + 4;
+    CHECK(qtc_launch(&q, 0) == cudaErrorMisalignedAddress, "misaligned x accepted");
+    q = p; q.ldx = a->n_in + 4;
+    CHECK(qtc_launch(&q, 0) == cudaErrorInvalidValue, "ldx not a multiple of 8 accepted");
+    q = p; q.ldy = a->n_out - 1;
+    CHECK(qtc_launch(&q, 0) == cudaErrorInvalidValue, "ldy < n_out accepted");
+    q = p; q.m = 0;
+    CHECK(qtc_launch(&q, 0) == cudaErrorInvalidValue, "m = 0 accepted");
+    CHECK(qtc_launch_nf(&p, 3, 0) == cudaErrorInvalidValue, "nf 3 accepted");
+    CHECK(qtc_launch(NULL, 0) == cudaErrorInvalidValue, "NULL params accepted");
+    if (qtc_workspace_bytes(a->t, a->n_in, a->n_out) > 0) {   /* the wide kernel with splits needs its workspace */
+        q = p; q.m = 1;
+        CHECK(qtc_launch_nf(&q, QTC_WIDE, 0) == cudaErrorInvalidValue, "wide launch without a workspace accepted");
+    }
+    CK(cudaDeviceSynchronize());
+    cudaFree(dx);
+    cudaFree(dy);
+}
+
+int main(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        fprintf(stderr, "no CUDA device\n");
+        return 2;
+    }
+    CHECK(qtc_supported(GGML_Q4_K, 256, 1) && qtc_supported(GGML_Q6_K, 4096, 4096) &&
+          qtc_supported(GGML_Q8_0, 512, 3) && !qtc_supported(GGML_Q8_0, 96, 3) && !qtc_supported(GGML_F16, 256, 16) &&
+          !qtc_supported(GGML_Q4_K, 256, 0), "qtc_supported");
+    CHECK(qtc_packed_bytes(GGML_Q4_K, 4096, 4096) == (size_t)4096 * 16 * 144 &&
+          qtc_packed_bytes(GGML_Q6_K, 512, 17) == (size_t)2 * 2 * 3360 &&
+          qtc_packed_bytes(GGML_Q8_0, 256, 16) == 4352, "qtc_packed_bytes");
+    /* split counts: a function of the shape only */
+    CHECK(qtc_split(GGML_Q4_K, 4096, 4096) == 4 && qtc_split(GGML_Q4_K, 256, 40000) == 1 &&
+          qtc_split(GGML_Q4_K, 4096, 128256) == 1 && qtc_split(GGML_Q4_K, 4096, 1024) == 8 &&
+          qtc_split(GGML_Q4_K, 100, 16) == 0,
+          "qtc_split: %d %d %d %d", qtc_split(GGML_Q4_K, 4096, 4096), qtc_split(GGML_Q4_K, 256, 40000),
+          qtc_split(GGML_Q4_K, 4096, 128256), qtc_split(GGML_Q4_K, 4096, 1024));
+    struct { ggml_type t; int n_in, n_out; } shapes[] = {
+        /* ks 1 (one unit / many rows), 2, 4, 8; n_out not a multiple of 16 */
+        {GGML_Q4_K, 256, 17}, {GGML_Q4_K, 2048, 40}, {GGML_Q4_K, 1024, 4001}, {GGML_Q4_K, 768, 20001},
+        {GGML_Q6_K, 256, 17}, {GGML_Q6_K, 2048, 40}, {GGML_Q6_K, 1024, 4001}, {GGML_Q6_K, 768, 20001},
+        {GGML_Q6_K, 1280, 33}, {GGML_Q4_K, 4096, 48}, {GGML_Q6_K, 4096, 48},
+        {GGML_Q8_0, 256, 3}, {GGML_Q8_0, 512, 17}, {GGML_Q8_0, 1536, 129}, {GGML_Q8_0, 4096, 300},
+    };
+    for (const auto &s : shapes) {
+        Mat a;
+        mat_make(&a, s.t, s.n_in, s.n_out);
+        const long work = (long)s.n_in * s.n_out;   /* keep the oracle's time bounded */
+        const int ms[] = {1, 2, 3, 8, 9, 17, 64};
+        for (int m : ms) {
+            if (work * m > 400000000L) continue;
+            acc_case(&a, m, 0, 0, 0);
+        }
+        acc_case(&a, 3, 1, 0, 0);     /* fused residual */
+        acc_case(&a, 5, 2, 0, 0);     /* in place */
+        acc_case(&a, 4, 1, 8, 0);     /* strided x and y */
+        acc_case(&a, 20, 0, 0, 8);    /* the widest narrow tile on a partial column group */
+        acc_case(&a, 3, 1, 8, QTC_WIDE); /* the wide kernel: few columns, strided, residual */
+        nf_graph_case(&a, 37);
+        if (s.n_out >= 40) invariance_case(&a);
+        if (s.n_out == 40 || s.n_out == 129) arg_checks(&a);
+        mat_free(&a);
+    }
+    /* a prefill-sized batch on a layer-sized matrix: the big launch agrees with the same rows alone */
+    {
+        Mat a;
+        mat_make(&a, GGML_Q4_K, 1024, 512);
+        const int M = 2048;
+        std::vector<uint16_t> xh;
+        std::vector<float> xf, yb, ys;
+        rand_x(xh, xf, (size_t)M * a.n_in);
+        uint16_t *dx;
+        CK(cudaMalloc(&dx, xh.size() * 2));
+        CK(cudaMemcpy(dx, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+        run(&a, dx, M, 0, 0, NULL, 0, 0, 0, yb);
+        int same = 1;
+        for (int r0 = 0; r0 < M; r0 += 509) {
+            run(&a, dx + (size_t)r0 * a.n_in, 1, 0, 0, NULL, 0, 0, 0, ys);
+            same &= !memcmp(ys.data(), yb.data() + (size_t)r0 * a.n_out, (size_t)a.n_out * 4);
+        }
+        CHECK(same, "Q4_K M = 2048: rows differ from the same rows alone");
+        cudaFree(dx);
+        mat_free(&a);
+    }
+    return test_report();
+}
