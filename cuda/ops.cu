@@ -1,5 +1,7 @@
 /* cuda/ops.cu: element-wise and row kernels of the CUDA engine (see ops.h). Correct-first versions: one pass
- * per op, grid-stride loops, f32 arithmetic everywhere; fusions come with the speed issue. */
+ * per op, grid-stride loops, f32 arithmetic everywhere. Fused forms (ops_qkv_rope_append, the strided SwiGLU)
+ * share their arithmetic with the separate kernels through one inline helper each (rope_rotate, silu_mul), so
+ * that fusing changes launches, never bits. */
 #include <math.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -112,6 +114,16 @@ void ops_rope_table_host(float *cs, int n_pos, int rope_dim, double base) {
     }
 }
 
+/* the rotation of one pair by (cos, sin) = (c.x, c.y): y0 = x0 cos - x1 sin, y1 = x0 sin + x1 cos, the ONE
+ * definition every RoPE kernel uses. The roundings are spelled out with intrinsics (which nvcc never contracts
+ * or reorders) so that k_rope and k_qkv_rope_append give the same bits whatever their surroundings; they are the
+ * ones nvcc 13.0 chose for the plain expressions on sm_90 (one FMUL and one FFMA per output, as read from the
+ * SASS), so the values are those of the earlier k_rope. */
+__device__ __forceinline__ void rope_rotate(float x0, float x1, float2 c, float *y0, float *y1) {
+    *y0 = __fmaf_rn(x0, c.x, -__fmul_rn(x1, c.y));
+    *y1 = __fmaf_rn(x0, c.y, __fmul_rn(x1, c.x));
+}
+
 __global__ void k_rope(float *x, const int32_t *pos, int n_rows, int n_heads, int head_dim, int rope_dim, int style,
                        const float2 *cs) {
     const int half = rope_dim / 2;
@@ -123,9 +135,10 @@ __global__ void k_rope(float *x, const int32_t *pos, int n_rows, int n_heads, in
         float *hp = x + (size_t)r * n_heads * head_dim + (size_t)h * head_dim;
         const float2 c = cs[(size_t)pos[r] * half + i];
         const int a = style == 0 ? 2 * i : i, b = style == 0 ? 2 * i + 1 : i + half;
-        const float x0 = hp[a], x1 = hp[b];
-        hp[a] = x0 * c.x - x1 * c.y;
-        hp[b] = x0 * c.y + x1 * c.x;
+        float y0, y1;
+        rope_rotate(hp[a], hp[b], c, &y0, &y1);
+        hp[a] = y0;
+        hp[b] = y1;
     }
 }
 
@@ -165,12 +178,79 @@ int ops_kv_append(const float *k, const float *v, const int32_t *slot, const int
     return 0;
 }
 
+/* ---------------------------------------------------------------- fused bias + RoPE + KV append */
+/* One block row (blockIdx.x) per token row, blockIdx.y chunks of its work items: first, per head of q then of k
+ * (adjacent in qkv: k's heads follow q's), `head_dim - half` items: the half RoPE pairs, then the head_dim -
+ * 2 * half dims RoPE leaves alone; then the kv_dim elements of v. Each item reads its qkv element(s), adds the
+ * bias with one f32 add (__fadd_rn: the value ops_bias_add stores; never contracted into another operation),
+ * rotates with rope_rotate (k_rope's expression) and stores f32 (q) or through st_f (caches, ops_kv_append's
+ * conversion). */
+template <typename T>
+__global__ void k_qkv_rope_append(ops_qkv_args a, T *kc, T *vc) {
+    const int r = blockIdx.x, t = blockIdx.y * blockDim.x + threadIdx.x;
+    const int hd = a.head_dim, half = a.rope_dim / 2, per_head = hd - half;
+    const int qd = a.n_heads * hd, kvd = a.n_kv_heads * hd, n_rope = (a.n_heads + a.n_kv_heads) * per_head;
+    if (t >= n_rope + kvd) return;
+    const float *row = a.qkv + (size_t)r * a.ld;
+    const size_t cell = ((size_t)a.slot[r] * a.n_ctx + a.pos[r]) * kvd;   /* ops_kv_append's destination row */
+    if (t >= n_rope) {   /* v */
+        const int i = t - n_rope;
+        float v = row[qd + kvd + i];
+        if (a.bv) v = __fadd_rn(v, a.bv[i]);
+        st_f(vc, cell + i, v);
+        return;
+    }
+    const int h = t / per_head, j = t % per_head, is_k = h >= a.n_heads;
+    const int hk = h - a.n_heads;   /* k head, when is_k */
+    const float *src = row + (size_t)h * hd;   /* q head h, or k head hk (k starts at qd = n_heads * hd) */
+    const float *b = is_k ? (a.bk ? a.bk + (size_t)hk * hd : NULL) : (a.bq ? a.bq + (size_t)h * hd : NULL);
+    int e[2], n_e = 1;
+    float y[2];
+    if (j < half) {   /* a RoPE pair */
+        e[0] = a.style == 0 ? 2 * j : j;
+        e[1] = a.style == 0 ? 2 * j + 1 : j + half;
+        float x0 = src[e[0]], x1 = src[e[1]];
+        if (b) { x0 = __fadd_rn(x0, b[e[0]]); x1 = __fadd_rn(x1, b[e[1]]); }
+        rope_rotate(x0, x1, ((const float2 *)a.cs)[(size_t)a.pos[r] * half + j], &y[0], &y[1]);
+        n_e = 2;
+    } else {          /* a dim past the rotated ones */
+        e[0] = 2 * half + (j - half);
+        y[0] = src[e[0]];
+        if (b) y[0] = __fadd_rn(y[0], b[e[0]]);
+    }
+    for (int u = 0; u < n_e; u++) {
+        if (is_k) st_f(kc, cell + (size_t)hk * hd + e[u], y[u]);
+        else a.q[(size_t)r * qd + (size_t)h * hd + e[u]] = y[u];
+    }
+}
+
+int ops_qkv_rope_append(const ops_qkv_args *a, cudaStream_t st, char *err, size_t errlen) {
+    if (a->n_rows <= 0) return 0;
+    const int hd = a->head_dim, per_head = hd - a->rope_dim / 2;
+    const long long items = (long long)(a->n_heads + a->n_kv_heads) * per_head + (long long)a->n_kv_heads * hd;
+    const long long chunks = (items + 255) / 256;
+    if (chunks > 65535 || a->rope_dim > hd || a->ld < (a->n_heads + 2 * a->n_kv_heads) * hd) {
+        snprintf(err, errlen, "ops_qkv_rope_append: unsupported shape (%d + 2 x %d heads of %d, rope %d, ld %d)",
+                 a->n_heads, a->n_kv_heads, hd, a->rope_dim, a->ld);
+        return -1;
+    }
+    const dim3 grid((unsigned)a->n_rows, (unsigned)chunks);
+    with_type(a->kvdt, [&](auto *tp) {
+        using T = typename std::remove_pointer<decltype(tp)>::type;
+        k_qkv_rope_append<T><<<grid, 256, 0, st>>>(*a, (T *)a->kc, (T *)a->vc);
+    });
+    CU_LAUNCH_CHECK_RET("ops_qkv_rope_append");
+    return 0;
+}
+
 /* ---------------------------------------------------------------- SwiGLU, residual, conversion */
+/* silu(a) * b: the one expression every SwiGLU kernel uses (same bits whatever the kernel's layout) */
+__device__ __forceinline__ float silu_mul(float a, float b) { return a / (1.0f + expf(-a)) * b; }
+
 template <typename T>
 __global__ void k_swiglu(const float *g, const float *u, size_t total, T *out) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        const float a = g[i];
-        st_f(out, i, a / (1.0f + expf(-a)) * u[i]);
+        st_f(out, i, silu_mul(g[i], u[i]));
     }
 }
 
@@ -220,13 +300,15 @@ int ops_convert(const void *src, cu_dtype sdt, void *dst, cu_dtype ddt, size_t n
 
 /* ---------------------------------------------------------------- matrix product */
 int ops_gemm(cublasHandle_t h, const void *x, const void *w, cu_dtype dt, int n_rows, int n_in, int n_out,
-             float *y, float beta, char *err, size_t errlen) {
+             float *y, int ldy, float beta, char *err, size_t errlen) {
     if (n_rows <= 0) return 0;
+    if (ldy == 0) ldy = n_out;
     const float alpha = 1.0f;
     const cudaDataType_t ct = dt == CU_F32 ? CUDA_R_32F : dt == CU_F16 ? CUDA_R_16F : CUDA_R_16BF;
-    /* column-major view: Y^T [n_out x n_rows] = W (seen as n_in x n_out, transposed) x X^T [n_in x n_rows] */
+    /* column-major view: Y^T [n_out x n_rows] (leading dimension ldy) = W (seen as n_in x n_out, transposed) x
+     * X^T [n_in x n_rows] */
     CUBLAS_CHECK_RET(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_rows, n_in, &alpha, w, ct, n_in, x, ct, n_in,
-                                  &beta, y, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                  &beta, y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
 }
 
@@ -269,8 +351,7 @@ int ops_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int di
 template <typename T>
 __global__ void k_swiglu_dual(const float *g, const float *u, size_t total, T *out, float *outf, int round_f) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        const float a = g[i];
-        st_dual(out, outf, round_f, i, a / (1.0f + expf(-a)) * u[i]);
+        st_dual(out, outf, round_f, i, silu_mul(g[i], u[i]));
     }
 }
 
@@ -306,7 +387,7 @@ __global__ void k_swiglu_dual4(const float4 *g, const float4 *u, size_t n4, T *o
         const float4 a4 = g[i], b4 = u[i];
         const float a[4] = {a4.x, a4.y, a4.z, a4.w}, b[4] = {b4.x, b4.y, b4.z, b4.w};
         float v[4];
-        for (int e = 0; e < 4; e++) v[e] = a[e] / (1.0f + expf(-a[e])) * b[e];
+        for (int e = 0; e < 4; e++) v[e] = silu_mul(a[e], b[e]);
         st_dual4(out, outf, round_f, i, v);
     }
 }
@@ -318,6 +399,27 @@ __global__ void k_cast_dual4(const float4 *src, size_t n4, T *out, float *outf, 
         st_dual4(out, outf, round_f, i, v);
     }
 }
+/* strided forms (gate and up rows ld floats apart, out rows n apart): blockIdx.y walks the rows, x the columns;
+ * each element is silu_mul of the same two values as in the flat kernels, stored by the same st_dual/st_dual4 */
+template <typename T>
+__global__ void k_swiglu_dual_ld(const float *g, const float *u, int ld, int n_rows, int n, T *out, float *outf,
+                                 int round_f) {
+    for (int r = blockIdx.y; r < n_rows; r += gridDim.y)
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x)
+            st_dual(out, outf, round_f, (size_t)r * n + j, silu_mul(g[(size_t)r * ld + j], u[(size_t)r * ld + j]));
+}
+template <typename T>
+__global__ void k_swiglu_dual4_ld(const float4 *g, const float4 *u, int ld4, int n_rows, int n4, T *out, float *outf,
+                                  int round_f) {
+    for (int r = blockIdx.y; r < n_rows; r += gridDim.y)
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n4; j += gridDim.x * blockDim.x) {
+            const float4 a4 = g[(size_t)r * ld4 + j], b4 = u[(size_t)r * ld4 + j];
+            const float a[4] = {a4.x, a4.y, a4.z, a4.w}, b[4] = {b4.x, b4.y, b4.z, b4.w};
+            float v[4];
+            for (int e = 0; e < 4; e++) v[e] = silu_mul(a[e], b[e]);
+            st_dual4(out, outf, round_f, (size_t)r * n4 + j, v);
+        }
+}
 static bool vec4_ok(size_t n, const void *a, const void *b, const void *c, const void *d) {
     const void *p[4] = {a, b, c, d};
     for (int i = 0; i < 4; i++)
@@ -325,13 +427,22 @@ static bool vec4_ok(size_t n, const void *a, const void *b, const void *c, const
     return n % 4 == 0;
 }
 
-int ops_swiglu_dual(const float *gate, const float *up, int n_rows, int n, void *out, cu_dtype odt, float *outf,
-                    int round_f, cudaStream_t st, char *err, size_t errlen) {
+int ops_swiglu_dual(const float *gate, const float *up, int ld, int n_rows, int n, void *out, cu_dtype odt,
+                    float *outf, int round_f, cudaStream_t st, char *err, size_t errlen) {
     const size_t total = (size_t)n_rows * n;
     if (!total || (!out && !outf)) return 0;
+    if (ld == 0) ld = n;
+    if (ld < n) { snprintf(err, errlen, "ops_swiglu_dual: row stride %d < %d", ld, n); return -1; }
     with_type(odt, [&](auto *tp) {
         using T = typename std::remove_pointer<decltype(tp)>::type;
-        if (vec4_ok(total, gate, up, out, outf))
+        const unsigned gy = (unsigned)(n_rows < 65535 ? n_rows : 65535);
+        if (ld != n && ld % 4 == 0 && vec4_ok((size_t)n, gate, up, out, outf))
+            k_swiglu_dual4_ld<T><<<dim3((unsigned)(n / 4 + 255) / 256, gy), 256, 0, st>>>(
+                (const float4 *)gate, (const float4 *)up, ld / 4, n_rows, n / 4, (T *)out, outf, round_f);
+        else if (ld != n)
+            k_swiglu_dual_ld<T><<<dim3((unsigned)(n + 255) / 256, gy), 256, 0, st>>>(gate, up, ld, n_rows, n,
+                                                                                     (T *)out, outf, round_f);
+        else if (vec4_ok(total, gate, up, out, outf))
             k_swiglu_dual4<T><<<grid_for(total / 4, 256), 256, 0, st>>>((const float4 *)gate, (const float4 *)up,
                                                                         total / 4, (T *)out, outf, round_f);
         else

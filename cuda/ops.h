@@ -49,6 +49,30 @@ int ops_rope(float *x, const int32_t *pos, int n_rows, int n_heads, int head_dim
 int ops_kv_append(const float *k, const float *v, const int32_t *slot, const int32_t *pos, int n_rows, int kv_dim,
                   int n_ctx, void *kc, void *vc, cu_dtype kvdt, cudaStream_t st, char *err, size_t errlen);
 
+/* arguments of ops_qkv_rope_append (q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim) */
+typedef struct {
+    const float *qkv;          /* [n_rows][ld] f32 products: q at column 0, k at q_dim, v at q_dim + kv_dim */
+    int ld;                    /* floats between rows of qkv: >= q_dim + 2 * kv_dim */
+    const float *bq, *bk, *bv; /* f32 biases [q_dim], [kv_dim], [kv_dim]; each may be NULL (no add at all) */
+    const int32_t *pos;        /* [n_rows] device: position of each row (< n_ctx, < the RoPE table's n_pos) */
+    const int32_t *slot;       /* [n_rows] device: KV slot of each row (the sentinel slot for padded rows) */
+    int n_rows;                /* rows of the step (0: nothing to do) */
+    int n_heads, n_kv_heads, head_dim; /* attention shape */
+    int rope_dim, style;       /* as ops_rope: dims rotated per head (<= head_dim), 0 adjacent pairs / 1 halves */
+    const float *cs;           /* device copy of ops_rope_table_host's table */
+    float *q;                  /* [n_rows][q_dim] f32 output: rotated q, rows contiguous (what attention reads) */
+    int n_ctx;                 /* positions per slot of the caches */
+    void *kc, *vc;             /* this layer's caches [n_slots][n_ctx][kv_dim] of kvdt */
+    cu_dtype kvdt;             /* cache element type */
+} ops_qkv_args;
+
+/* The attention prologue in one launch: q, k, v = the slices of a->qkv (+ bq, bk, bv when given); q and k rotated
+ * as by ops_rope; q written to a->q, k and v to the caches as by ops_kv_append. Bit-for-bit the results of
+ * ops_bias_add (each bias) + ops_rope (q) + ops_rope (k) + ops_kv_append on contiguous q, k, v arrays: the same
+ * f32 operations in the same order (gpu_test_ops checks it). Returns -1 with err set for a launch failure or a
+ * shape the grid cannot cover (a row of more than 65535 * 256 elements). */
+int ops_qkv_rope_append(const ops_qkv_args *a, cudaStream_t st, char *err, size_t errlen);
+
 /* SwiGLU: out[r][i] = silu(gate[r][i]) * up[r][i], out of type odt */
 int ops_swiglu(const float *gate, const float *up, int n_rows, int n, void *out, cu_dtype odt, cudaStream_t st,
                char *err, size_t errlen);
@@ -60,11 +84,14 @@ int ops_residual_add(float *x, const float *y, size_t n, cudaStream_t st, char *
 int ops_convert(const void *src, cu_dtype sdt, void *dst, cu_dtype ddt, size_t n, cudaStream_t st, char *err,
                 size_t errlen);
 
-/* Y[n_rows][n_out] (f32) = X[n_rows][n_in] (type dt) x W^T, W [n_out][n_in] (type dt), + beta * Y.
+/* Y[n_rows][n_out] (f32, rows ldy floats apart: ldy >= n_out, 0 means n_out) = X[n_rows][n_in] (type dt) x W^T,
+ * W [n_out][n_in] (type dt), + beta * Y. ldy > n_out writes a column slice of a wider array (the engine's Q/K/V
+ * and gate/up products when they are separate matrices); the columns in between are left as they are.
  * Through cublasGemmEx with CUBLAS_COMPUTE_32F: F32 stays true f32 (no TF32; the handle keeps the default math
- * mode), F16/BF16 use the tensor cores with f32 accumulation. The handle's stream must be the caller's. */
+ * mode), F16/BF16 use the tensor cores with f32 accumulation. The handle's stream must be the caller's.
+ * Returns -1 with err set when cuBLAS refuses the call (including ldy < n_out). */
 int ops_gemm(cublasHandle_t h, const void *x, const void *w, cu_dtype dt, int n_rows, int n_in, int n_out,
-             float *y, float beta, char *err, size_t errlen);
+             float *y, int ldy, float beta, char *err, size_t errlen);
 
 /* Dual-output variants for the matrix-vector path (cuda/qgemv.h takes f32 inputs). Each writes its value v to
  * out (type odt; skipped when out is NULL) and to outf (f32; skipped when NULL): outf gets v rounded to odt and
@@ -72,8 +99,11 @@ int ops_gemm(cublasHandle_t h, const void *x, const void *w, cu_dtype dt, int n_
  * written is computed exactly as by the single-output function. Same failure contract as the others. */
 int ops_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int dim, float eps, int n_rows,
                      void *out, cu_dtype odt, float *outf, int round_f, cudaStream_t st, char *err, size_t errlen);
-int ops_swiglu_dual(const float *gate, const float *up, int n_rows, int n, void *out, cu_dtype odt, float *outf,
-                    int round_f, cudaStream_t st, char *err, size_t errlen);
+/* SwiGLU dual: gate and up rows are ld floats apart (ld >= n; 0 means n), so both may be column slices of one
+ * [n_rows][2n] product (gate = gu, up = gu + n, ld = 2n); out and outf are [n_rows][n], rows contiguous. The
+ * value of each element does not depend on ld. */
+int ops_swiglu_dual(const float *gate, const float *up, int ld, int n_rows, int n, void *out, cu_dtype odt,
+                    float *outf, int round_f, cudaStream_t st, char *err, size_t errlen);
 /* src (f32, n elements) to out (odt) and/or outf; outf may equal src (rounding in place) */
 int ops_cast_dual(const float *src, size_t n, void *out, cu_dtype odt, float *outf, int round_f, cudaStream_t st,
                   char *err, size_t errlen);

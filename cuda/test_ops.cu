@@ -2,7 +2,9 @@
  * fresh random inputs of several shapes, with outputs poisoned (all bits set: NaN in every type) before each
  * run. Pass: relative error ||gpu - ref|| / ||ref|| <= 1e-5 for f32 outputs, 1e-2 for bf16/f16 outputs, and
  * every element finite (an unwritten element stays NaN). The dual-output variants (qgemv inputs) are checked for
- * exact agreement with the single-output functions. Needs a CUDA GPU. */
+ * exact agreement with the single-output functions, the fused ops_qkv_rope_append for the same bits as the chain
+ * it replaces (bias adds, two RoPEs, KV append), the strided SwiGLU for the bits of the contiguous one, and
+ * ops_gemm's ldy for writing only its column slice. Needs a CUDA GPU. */
 extern "C" {
 #include "quant.h"
 #include "test.h"
@@ -246,7 +248,7 @@ static void test_gemm(cublasHandle_t h, int rows, int n_in, int n_out) {
             }
             void *dx = dnew(hx, t, (size_t)rows * n_in), *dw = dnew(hw, t, (size_t)n_out * n_in);
             void *dy = dnew(beta ? y0 : NULL, CU_F32, (size_t)rows * n_out);
-            CHECK(ops_gemm(h, dx, dw, t, rows, n_in, n_out, (float *)dy, (float)beta, err, errlen) == 0, "gemm: %s", err);
+            CHECK(ops_gemm(h, dx, dw, t, rows, n_in, n_out, (float *)dy, 0, (float)beta, err, errlen) == 0, "gemm: %s", err);
             char what[64];
             snprintf(what, sizeof what, "gemm %dx%dx%d beta %d in %s", rows, n_in, n_out, beta, ops_dtype_name(t));
             /* the reference uses the same rounded 16-bit inputs; products are exact and sums f32 on the tensor
@@ -300,8 +302,8 @@ static void test_dual(int rows, int n) {
         cudaMemset(o2, 0xFF, N * ops_dtype_size(t)); cudaMemset(f2, 0xFF, N * 4); cudaMemset(f3, 0xFF, N * 4);
         CHECK(ops_swiglu((float *)dg, (float *)du, rows, n, o1, t, 0, err, errlen) == 0, "%s", err);
         CHECK(ops_swiglu((float *)dg, (float *)du, rows, n, o32, CU_F32, 0, err, errlen) == 0, "%s", err);
-        CHECK(ops_swiglu_dual((float *)dg, (float *)du, rows, n, o2, t, (float *)f2, 1, 0, err, errlen) == 0, "%s", err);
-        CHECK(ops_swiglu_dual((float *)dg, (float *)du, rows, n, NULL, t, (float *)f3, 0, 0, err, errlen) == 0, "%s",
+        CHECK(ops_swiglu_dual((float *)dg, (float *)du, 0, rows, n, o2, t, (float *)f2, 1, 0, err, errlen) == 0, "%s", err);
+        CHECK(ops_swiglu_dual((float *)dg, (float *)du, 0, rows, n, NULL, t, (float *)f3, 0, 0, err, errlen) == 0, "%s",
               err);
         same_vals("swiglu_dual typed == swiglu", o2, t, o1, t, N);
         same_vals("swiglu_dual f32 (rounded) == typed", f2, CU_F32, o1, t, N);
@@ -314,6 +316,183 @@ static void test_dual(int rows, int n) {
         same_vals("cast_dual in-place rounding == typed", dg, CU_F32, o1, t, N);
         cudaFree(dx); cudaFree(dw); cudaFree(dg); cudaFree(du); cudaFree(o1); cudaFree(o32); cudaFree(o2);
         cudaFree(f2); cudaFree(f3); free(x); free(w); free(g); free(u);
+    }
+}
+
+/* 1 when n bytes of device buffers a and b are identical (poison included) */
+static int same_bits(const char *what, const void *a, const void *b, size_t n) {
+    uint8_t *ha = (uint8_t *)malloc(n + 1), *hb = (uint8_t *)malloc(n + 1);
+    cudaError_t ce = cudaDeviceSynchronize();
+    if (ce == cudaSuccess) ce = cudaMemcpy(ha, a, n, cudaMemcpyDeviceToHost);
+    if (ce == cudaSuccess) ce = cudaMemcpy(hb, b, n, cudaMemcpyDeviceToHost);
+    size_t bad = n;
+    for (size_t i = 0; i < n && ce == cudaSuccess; i++) if (ha[i] != hb[i]) { bad = i; break; }
+    CHECK(ce == cudaSuccess && bad == n, "%s: differs at byte %zu of %zu%s", what, bad, n,
+          ce != cudaSuccess ? cudaGetErrorString(ce) : "");
+    free(ha); free(hb);
+    return ce == cudaSuccess && bad == n;
+}
+
+/* finite elements of a device buffer of n elements of t */
+static size_t count_finite(const void *d, cu_dtype t, size_t n) {
+    void *h = malloc(n * ops_dtype_size(t) + 4);
+    size_t k = 0;
+    if (cudaMemcpy(h, d, n * ops_dtype_size(t), cudaMemcpyDeviceToHost) == cudaSuccess)
+        for (size_t i = 0; i < n; i++) k += isfinite(hget(h, t, i)) ? 1 : 0;
+    free(h);
+    return k;
+}
+
+/* ops_qkv_rope_append against the chain it replaces (ops_bias_add for each bias, ops_rope on q and on k,
+ * ops_kv_append) on the same products, rows ld floats apart: q and both caches must be the same bits, for every
+ * cache type, with and without biases. The last n_pad rows are padded rows as the engine stages them (sentinel
+ * slot n_slots, position 0, the same values in each, so the sentinel cell's content does not depend on which
+ * row writes last); the real rows write distinct cells at high positions (large rotation angles). */
+static void test_qkv_rope_append(int rows, int n_pad, int n_heads, int n_kv, int head_dim, int rope_dim, int style,
+                                 int extra_ld, int n_slots, int n_ctx) {
+    const int qd = n_heads * head_dim, kvd = n_kv * head_dim, ld = qd + 2 * kvd + extra_ld;
+    const size_t C = (size_t)(n_slots + 1) * n_ctx * kvd;   /* the sentinel slot included */
+    float *qkv = hrand((size_t)rows * ld), *bias = hrand((size_t)qd + 2 * kvd);
+    for (int r = rows - n_pad + 1; r < rows; r++)
+        memcpy(qkv + (size_t)r * ld, qkv + (size_t)(rows - n_pad) * ld, (size_t)ld * 4);
+    float *q = (float *)malloc((size_t)rows * qd * 4), *k = (float *)malloc((size_t)rows * kvd * 4);
+    float *v = (float *)malloc((size_t)rows * kvd * 4);
+    for (int r = 0; r < rows; r++) {
+        memcpy(q + (size_t)r * qd, qkv + (size_t)r * ld, (size_t)qd * 4);
+        memcpy(k + (size_t)r * kvd, qkv + (size_t)r * ld + qd, (size_t)kvd * 4);
+        memcpy(v + (size_t)r * kvd, qkv + (size_t)r * ld + qd + kvd, (size_t)kvd * 4);
+    }
+    int32_t *slot = (int32_t *)malloc(rows * 4), *pos = (int32_t *)malloc(rows * 4);
+    for (int r = 0; r < rows; r++) {
+        const int pad = r >= rows - n_pad;
+        slot[r] = pad ? n_slots : r % n_slots;
+        pos[r] = pad ? 0 : n_ctx - 1 - r / n_slots;
+    }
+    float *cs = (float *)malloc((size_t)n_ctx * rope_dim * 4 + 4);
+    ops_rope_table_host(cs, n_ctx, rope_dim, 1000000.0);
+    void *dqkv = dnew(qkv, CU_F32, (size_t)rows * ld), *dcs = dnew(cs, CU_F32, (size_t)n_ctx * rope_dim);
+    void *ds = dnew(slot, CU_F32, rows), *dp = dnew(pos, CU_F32, rows);
+    void *db = dnew(bias, CU_F32, (size_t)qd + 2 * kvd);
+    const float *dbq = (const float *)db, *dbk = dbq + qd, *dbv = dbq + qd + kvd;
+    const int n_cells = (rows - n_pad) + (n_pad > 0);
+    for (int ti = 0; ti < 3; ti++) for (int with_bias = 0; with_bias < 2; with_bias++) {
+        const cu_dtype t = s_types[ti];
+        char what[160];
+        snprintf(what, sizeof what, "qkv_rope_append %s (%d rows, %d padded, %d+%d heads of %d, rope %d style %d, "
+                 "ld +%d, bias %d)", ops_dtype_name(t), rows, n_pad, n_heads, n_kv, head_dim, rope_dim, style,
+                 extra_ld, with_bias);
+        /* the separate chain */
+        void *dq = dnew(q, CU_F32, (size_t)rows * qd), *dk = dnew(k, CU_F32, (size_t)rows * kvd);
+        void *dv = dnew(v, CU_F32, (size_t)rows * kvd);
+        void *kc1 = dnew(NULL, t, C), *vc1 = dnew(NULL, t, C), *kc2 = dnew(NULL, t, C), *vc2 = dnew(NULL, t, C);
+        void *q2 = dnew(NULL, CU_F32, (size_t)rows * qd);
+        if (with_bias) {
+            CHECK(ops_bias_add((float *)dq, dbq, rows, qd, 0, err, errlen) == 0, "%s", err);
+            CHECK(ops_bias_add((float *)dk, dbk, rows, kvd, 0, err, errlen) == 0, "%s", err);
+            CHECK(ops_bias_add((float *)dv, dbv, rows, kvd, 0, err, errlen) == 0, "%s", err);
+        }
+        CHECK(ops_rope((float *)dq, (int32_t *)dp, rows, n_heads, head_dim, rope_dim, style, (float *)dcs, 0, err,
+                       errlen) == 0, "%s", err);
+        CHECK(ops_rope((float *)dk, (int32_t *)dp, rows, n_kv, head_dim, rope_dim, style, (float *)dcs, 0, err,
+                       errlen) == 0, "%s", err);
+        CHECK(ops_kv_append((float *)dk, (float *)dv, (int32_t *)ds, (int32_t *)dp, rows, kvd, n_ctx, kc1, vc1, t, 0,
+                            err, errlen) == 0, "%s", err);
+        /* the fused kernel */
+        ops_qkv_args a;
+        memset(&a, 0, sizeof a);
+        a.qkv = (const float *)dqkv; a.ld = ld;
+        a.bq = with_bias ? dbq : NULL; a.bk = with_bias ? dbk : NULL; a.bv = with_bias ? dbv : NULL;
+        a.pos = (int32_t *)dp; a.slot = (int32_t *)ds; a.n_rows = rows;
+        a.n_heads = n_heads; a.n_kv_heads = n_kv; a.head_dim = head_dim; a.rope_dim = rope_dim; a.style = style;
+        a.cs = (const float *)dcs; a.q = (float *)q2; a.n_ctx = n_ctx; a.kc = kc2; a.vc = vc2; a.kvdt = t;
+        CHECK(ops_qkv_rope_append(&a, 0, err, errlen) == 0, "%s: %s", what, err);
+        int ok = same_bits(what, dq, q2, (size_t)rows * qd * 4);
+        ok &= same_bits(what, kc1, kc2, C * ops_dtype_size(t));
+        ok &= same_bits(what, vc1, vc2, C * ops_dtype_size(t));
+        /* and something was written: every q element, each row's cell (one shared by the padded rows) */
+        CHECK(count_finite(q2, CU_F32, (size_t)rows * qd) == (size_t)rows * qd, "%s: q not fully written", what);
+        CHECK(count_finite(kc2, t, C) == (size_t)n_cells * kvd && count_finite(vc2, t, C) == (size_t)n_cells * kvd,
+              "%s: cache cells written differ from %d rows of %d", what, n_cells, kvd);
+        if (getenv("ZLLM_TEST_VERBOSE")) printf("  %s: %s\n", what, ok ? "same bits" : "DIFFERENT");
+        cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(kc1); cudaFree(vc1); cudaFree(kc2); cudaFree(vc2);
+        cudaFree(q2);
+    }
+    cudaFree(dqkv); cudaFree(dcs); cudaFree(ds); cudaFree(dp); cudaFree(db);
+    free(qkv); free(bias); free(q); free(k); free(v); free(slot); free(pos); free(cs);
+}
+
+/* ops_swiglu_dual on column slices of one [rows][2n] array (ld = 2n, the engine's fused gate/up product) gives
+ * the same bits as on separate contiguous gate and up arrays, for each output type, both outputs and round_f;
+ * n % 4 == 0 takes the float4 kernels, odd n the scalar ones */
+static void test_swiglu_strided(int rows, int n) {
+    const size_t N = (size_t)rows * n;
+    float *g = hrand(N), *u = hrand(N), *gu = (float *)malloc(N * 2 * 4);
+    for (size_t i = 0; i < N; i++) g[i] *= 6.f;
+    for (int r = 0; r < rows; r++) {
+        memcpy(gu + (size_t)r * 2 * n, g + (size_t)r * n, (size_t)n * 4);
+        memcpy(gu + (size_t)r * 2 * n + n, u + (size_t)r * n, (size_t)n * 4);
+    }
+    void *dg = dnew(g, CU_F32, N), *du = dnew(u, CU_F32, N), *dgu = dnew(gu, CU_F32, 2 * N);
+    for (int ti = 0; ti < 3; ti++) for (int round_f = 0; round_f < 2; round_f++) {
+        const cu_dtype t = s_types[ti];
+        void *o1 = dnew(NULL, t, N), *o2 = dnew(NULL, t, N), *f1 = dnew(NULL, CU_F32, N), *f2 = dnew(NULL, CU_F32, N);
+        char what[96];
+        snprintf(what, sizeof what, "swiglu_dual ld 2n == contiguous (%d x %d, %s, round_f %d)", rows, n,
+                 ops_dtype_name(t), round_f);
+        CHECK(ops_swiglu_dual((float *)dg, (float *)du, 0, rows, n, o1, t, (float *)f1, round_f, 0, err, errlen) == 0,
+              "%s", err);
+        CHECK(ops_swiglu_dual((float *)dgu, (float *)dgu + n, 2 * n, rows, n, o2, t, (float *)f2, round_f, 0, err,
+                              errlen) == 0, "%s", err);
+        same_vals(what, o2, t, o1, t, N);
+        same_bits(what, o1, o2, N * ops_dtype_size(t));
+        same_bits(what, f1, f2, N * 4);
+        /* one output only */
+        cudaMemset(f2, 0xFF, N * 4);
+        CHECK(ops_swiglu_dual((float *)dgu, (float *)dgu + n, 2 * n, rows, n, NULL, t, (float *)f2, round_f, 0, err,
+                              errlen) == 0, "%s", err);
+        same_bits(what, f1, f2, N * 4);
+        cudaFree(o1); cudaFree(o2); cudaFree(f1); cudaFree(f2);
+    }
+    CHECK(ops_swiglu_dual((float *)dg, (float *)du, n - 1, rows, n, NULL, CU_F32, (float *)dg, 0, 0, err, errlen) != 0,
+          "swiglu_dual accepted a row stride below n");
+    cudaFree(dg); cudaFree(du); cudaFree(dgu); free(g); free(u); free(gu);
+}
+
+/* ops_gemm writing a column slice (ldy > n_out) leaves the other columns alone and gives the same bits as the
+ * contiguous product */
+static void test_gemm_ldy(cublasHandle_t h, int rows, int n_in, int n_out, int ldy, int col0) {
+    for (int ti = 0; ti < 3; ti++) {
+        const cu_dtype t = s_types[ti];
+        float *x = hrand((size_t)rows * n_in), *w = hrand((size_t)n_out * n_in);
+        void *hx = htyped(x, t, (size_t)rows * n_in, NULL), *hw = htyped(w, t, (size_t)n_out * n_in, NULL);
+        void *dx = dnew(hx, t, (size_t)rows * n_in), *dw = dnew(hw, t, (size_t)n_out * n_in);
+        void *y1 = dnew(NULL, CU_F32, (size_t)rows * n_out), *y2 = dnew(NULL, CU_F32, (size_t)rows * ldy);
+        CHECK(ops_gemm(h, dx, dw, t, rows, n_in, n_out, (float *)y1, 0, 0.f, err, errlen) == 0, "%s", err);
+        CHECK(ops_gemm(h, dx, dw, t, rows, n_in, n_out, (float *)y2 + col0, ldy, 0.f, err, errlen) == 0, "%s", err);
+        float *h1 = (float *)malloc((size_t)rows * n_out * 4), *h2 = (float *)malloc((size_t)rows * ldy * 4);
+        cudaDeviceSynchronize();
+        cudaMemcpy(h1, y1, (size_t)rows * n_out * 4, cudaMemcpyDeviceToHost);
+        cudaMemcpy(h2, y2, (size_t)rows * ldy * 4, cudaMemcpyDeviceToHost);
+        /* cuBLAS may pick another algorithm for another ldc, so the slice is held to 1e-6 of the contiguous
+         * product (not to its bits); every column outside the slice must still hold the poison */
+        size_t bad_in = 0, bad_out = 0, n_diff_bits = 0;
+        for (int r = 0; r < rows; r++) for (int j = 0; j < ldy; j++) {
+            const float g = h2[(size_t)r * ldy + j];
+            if (j >= col0 && j < col0 + n_out) {
+                const float e = h1[(size_t)r * n_out + j - col0];
+                n_diff_bits += memcmp(&g, &e, 4) != 0;
+                bad_in += !(fabsf(g - e) <= 1e-6f * (1.f + fabsf(e)));
+            } else {
+                bad_out += !isnan(g);
+            }
+        }
+        CHECK(bad_in == 0 && bad_out == 0, "gemm ldy %d col %d (%s): %zu slice values differ, %zu outside written",
+              ldy, col0, ops_dtype_name(t), bad_in, bad_out);
+        if (getenv("ZLLM_TEST_VERBOSE"))
+            printf("  gemm ldy %d col %d (%s): %zu of %zu slice values not the contiguous bits\n", ldy, col0,
+                   ops_dtype_name(t), n_diff_bits, (size_t)rows * n_out);
+        cudaFree(dx); cudaFree(dw); cudaFree(y1); cudaFree(y2);
+        free(x); free(w); free(hx); free(hw); free(h1); free(h2);
     }
 }
 
@@ -349,6 +528,20 @@ int main(void) {
     test_gemm(h, 1, 64, 172);
     test_gemm(h, 7, 576, 192);
     test_gemm(h, 33, 256, 512);
+    test_gemm_ldy(h, 5, 256, 64, 384, 256);
+    test_gemm_ldy(h, 33, 576, 192, 960, 0);
+    /* the fused attention prologue: GQA and MHA, full and partial RoPE, both styles, tiny and real head sizes,
+     * exact and wider row strides, padded rows */
+    for (int style = 0; style < 2; style++) {
+        test_qkv_rope_append(7, 0, 8, 8, 8, 8, style, 0, 4, 512);
+        test_qkv_rope_append(13, 3, 32, 8, 128, 128, style, 0, 4, 4096);
+        test_qkv_rope_append(9, 2, 14, 2, 64, 64, style, 8, 3, 8192);
+        test_qkv_rope_append(6, 1, 4, 4, 64, 32, style, 4, 8, 100);
+        test_qkv_rope_append(40, 8, 9, 3, 64, 64, style, 0, 8, 16);
+    }
+    test_swiglu_strided(5, 576);
+    test_swiglu_strided(3, 171);
+    test_swiglu_strided(17, 1536);
     cublasDestroy(h);
     const cudaError_t ce = cudaDeviceSynchronize();
     CHECK(ce == cudaSuccess, "device error at the end: %s", cudaGetErrorString(ce));

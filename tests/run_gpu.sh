@@ -72,6 +72,9 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
             run_one "engine_gpu:$(basename "$out"):cublas" env ZLLM_CUDA_QTC=0 "$eng" "$out"
         else echo "FAIL zllm-mkmodel $spec 256"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
+    # the fused Q/K/V and gate/up products off (ZLLM_CUDA_FUSE=0: separate matrices, as before the fusion)
+    [ -f "$tmp/tiny-qwen2-bf16.gguf" ] && run_one "engine_gpu:tiny-qwen2-bf16.gguf:nofuse" env ZLLM_CUDA_FUSE=0 \
+        "$eng" "$tmp/tiny-qwen2-bf16.gguf"
     [ -f "$tmp/tiny-llama-q8_0.gguf" ] && run_one "engine_gpu:tiny-llama-q8_0.gguf:qmma" env ZLLM_CUDA_QMMA=1 "$eng" \
         "$tmp/tiny-llama-q8_0.gguf"
     # qgemv (cuda/qgemv.cu reading the raw GGUF rows) for every matrix at every step size: ZLLM_CUDA_GEMV_MAX=all
