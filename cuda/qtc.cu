@@ -245,13 +245,10 @@ static __device__ __forceinline__ uint32_t comp(const uint4 &v, int i)
 {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
-static __device__ __forceinline__ void mma_f16(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1)
+/* c[16x8] += A[16x16] b[16x8], f16 operands, f32 accumulators (cuda/mma_util.cuh) */
+static __device__ __forceinline__ void mma_f16(float *c, const uint32_t (&A)[4], uint32_t b0, uint32_t b1)
 {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    tc_type<__half>::mma(c, A, b0, b1);
 }
 
 /* the unit's data a lane needs, read from its ring stage, and the per-step A fragments */
@@ -418,7 +415,7 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
                 R.frag(s, A);
                 const uint4 &xv = xc[s >> 1];
                 const uint32_t b0 = (s & 1) ? xv.z : xv.x, b1 = (s & 1) ? xv.w : xv.y;
-                mma_f16(acc[0], A[0], A[1], A[2], A[3], b0, b1);
+                mma_f16(acc[0], A, b0, b1);
             }
         } else {
 #pragma unroll
@@ -433,7 +430,7 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
                     R.frag(2 * p + h, A);
 #pragma unroll
                     for (int f = 0; f < NF; f++)
-                        mma_f16(acc[f], A[0], A[1], A[2], A[3], h ? xv[f].z : xv[f].x, h ? xv[f].w : xv[f].y);
+                        mma_f16(acc[f], A, h ? xv[f].z : xv[f].x, h ? xv[f].w : xv[f].y);
                 }
             }
         }
@@ -468,6 +465,20 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
                 y[idx] = y_in ? acc[f][e] + y_in[idx] : acc[f][e];
             }
         }
+}
+
+/* raises kernel k's dynamic shared-memory limit to bytes once per device (set: one bit per device, a static of the
+ * caller's instantiation). A function attribute, not a stream operation: allowed while a stream is captured. */
+template <typename K>
+static cudaError_t s_smem_optin(K k, int bytes, std::atomic<unsigned long long> &set)
+{
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+    const unsigned long long bit = 1ull << (dev & 63);
+    if (set.load(std::memory_order_relaxed) & bit) return cudaSuccess;
+    const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) set.fetch_or(bit, std::memory_order_relaxed);
+    return e;
 }
 
 /* ------------------------------------------------------------------------------------------------------
@@ -542,7 +553,7 @@ qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int tiles, int
                     R.frag(2 * p + h, A);
 #pragma unroll
                     for (int f = 0; f < 8; f++)
-                        mma_f16(cur[f], A[0], A[1], A[2], A[3], h ? xv[f].z : xv[f].x, h ? xv[f].w : xv[f].y);
+                        mma_f16(cur[f], A, h ? xv[f].z : xv[f].x, h ? xv[f].w : xv[f].y);
                 }
             }
         }
@@ -584,15 +595,10 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int ldx, int ldy, 
 {
     constexpr int SMEM = QB_STAGES * qb_stage_bytes<TY>();
     static_assert(SMEM <= 227 * 1024, "the wide kernel's stages must fit one SM's shared memory");
-    static std::atomic<unsigned long long> s_set{0};   /* devices whose attribute is set (bit per device) */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
-    const unsigned long long bit = 1ull << (dev & 63);
-    if (!(s_set.load(std::memory_order_relaxed) & bit)) {
-        /* a function attribute, not a stream operation: allowed while the stream is being captured */
-        const cudaError_t e = cudaFuncSetAttribute(qtc_wide_kernel<TY>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+    static std::atomic<unsigned long long> s_set{0};
+    {
+        const cudaError_t e = s_smem_optin(qtc_wide_kernel<TY>, SMEM, s_set);
         if (e != cudaSuccess) return e;
-        s_set.fetch_or(bit, std::memory_order_relaxed);
     }
     const int tiles = (p->n_out + 15) / 16;
     if (ks > 1 && (!p->workspace || p->workspace_bytes < qtc_workspace_bytes(p->type, p->n_in, p->n_out) ||
@@ -623,17 +629,9 @@ static cudaError_t s_launch(const qtc_params *p, int ks, int ldx, int ldy, cudaS
 {
     constexpr int TB = qt_traits<TY>::TB;
     const size_t smem = (size_t)ks * QT_STAGES * TB;
-    static std::atomic<unsigned long long> s_set{0};   /* devices whose attribute is set (bit per device) */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
-    const unsigned long long bit = 1ull << (dev & 63);
-    if (!(s_set.load(std::memory_order_relaxed) & bit)) {
-        /* a function attribute, not a stream operation: allowed while the stream is being captured */
-        const cudaError_t e = cudaFuncSetAttribute(qtc_kernel<TY, NF>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   QT_MAX_KS * QT_STAGES * TB);
-        if (e != cudaSuccess) return e;
-        s_set.fetch_or(bit, std::memory_order_relaxed);
-    }
+    static std::atomic<unsigned long long> s_set{0};
+    const cudaError_t e = s_smem_optin(qtc_kernel<TY, NF>, QT_MAX_KS * QT_STAGES * TB, s_set);
+    if (e != cudaSuccess) return e;
     const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
     qtc_kernel<TY, NF><<<dim3((unsigned)groups, (unsigned)tiles), 32 * ks, smem, st>>>(
         (const uint8_t *)p->w, p->n_in / 256, ks, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in);
