@@ -99,7 +99,8 @@ typedef struct {
                                 * only (s_mat_cublas_only: the default for every model); then wq, wk, wv are empty
                                 * (n_out 0). Otherwise empty, and wq, wk, wv write the column slices of E->qkv. */
     cu_mat wq, wk, wv, wo;     /* attention matrices (wq, wk, wv empty when wqkv holds them) */
-    cu_mat wgu;                /* [2 ffn_dim][dim]: wg rows then wu rows, fused likewise (into E->gu); or empty */
+    cu_mat wgu;                /* [2 ffn_dim][dim]: wg rows then wu rows, fused likewise (into E->gu), or packed
+                                * as one qtc matrix when both are of one type qtc serves; or empty */
     cu_mat wg, wu, wd;         /* FFN matrices (wg, wu empty when wgu holds them) */
     float *attn_norm, *ffn_norm; /* [dim] f32 */
     float *bq, *bk, *bv;       /* biases f32 [rows], NULL when absent */
@@ -454,9 +455,36 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
             s_upload_mat(E, &sg, &w->wk, &d->wk, err, errlen) != 0 ||
             s_upload_mat(E, &sg, &w->wv, &d->wv, err, errlen) != 0 ||
             s_upload_mat(E, &sg, &w->wo, &d->wo, err, errlen) != 0 ||
-            s_upload_mat(E, &sg, &w->w_gate, &d->wg, err, errlen) != 0 ||
-            s_upload_mat(E, &sg, &w->w_up, &d->wu, err, errlen) != 0 ||
             s_upload_mat(E, &sg, &w->w_down, &d->wd, err, errlen) != 0) goto fail;
+        {
+            /* gate and up of one qtc type: packed as ONE qtc matrix [2 ffn][dim] (the rows of the file's two
+             * matrices, gate first), one product into E->gu; otherwise uploaded apart (and maybe fused below) */
+            const int qfuse = E->fuse_env && w->w_gate.type == w->w_up.type && w->w_gate.n_in == w->w_up.n_in &&
+                              w->w_gate.row_bytes == w->w_up.row_bytes && s_qtc_ok(E, &w->w_gate) &&
+                              s_qtc_ok(E, &w->w_up);
+            if (qfuse) {
+                const size_t nb1 = (size_t)w->w_gate.n_out * w->w_gate.row_bytes;
+                const size_t nb2 = (size_t)w->w_up.n_out * w->w_up.row_bytes;
+                uint8_t *cat = (uint8_t *)malloc(nb1 + nb2);
+                if (!cat) { snprintf(err, errlen, "out of host memory joining gate and up"); goto fail; }
+                memcpy(cat, w->w_gate.data, nb1);
+                memcpy(cat + nb1, w->w_up.data, nb2);
+                zl_weight gu = w->w_gate;
+                gu.n_out = w->w_gate.n_out + w->w_up.n_out;
+                gu.data = cat;
+                gu.name = "ffn_gate+ffn_up";
+                const int rc_gu = s_qtc_ok(E, &gu) ? s_upload_mat(E, &sg, &gu, &d->wgu, err, errlen) : 1;
+                free(cat);
+                if (rc_gu < 0) goto fail;
+                if (rc_gu > 0) {   /* the joined shape is not a qtc shape: apart after all */
+                    if (s_upload_mat(E, &sg, &w->w_gate, &d->wg, err, errlen) != 0 ||
+                        s_upload_mat(E, &sg, &w->w_up, &d->wu, err, errlen) != 0) goto fail;
+                }
+            } else if (s_upload_mat(E, &sg, &w->w_gate, &d->wg, err, errlen) != 0 ||
+                       s_upload_mat(E, &sg, &w->w_up, &d->wu, err, errlen) != 0) {
+                goto fail;
+            }
+        }
         if (E->fuse_env) {   /* Q/K/V and gate/up as one product each when cuBLAS serves all parts */
             cu_mat *qkv[] = {&d->wq, &d->wk, &d->wv}, *gu[] = {&d->wg, &d->wu};
             if (s_fuse_mats(E, qkv, 3, &d->wqkv, err, errlen) < 0 || s_fuse_mats(E, gu, 2, &d->wgu, err, errlen) < 0)
@@ -477,8 +505,8 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
         for (int l = 0; l < c->n_layers; l++) {
             const cu_layer *L = &E->L[l];
             n_fused += (L->wqkv.n_out > 0) + (L->wgu.n_out > 0);
-            const cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
-            for (int i = 0; i < 7; i++) {
+            const cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd, &L->wqkv, &L->wgu};
+            for (int i = 0; i < 9; i++) {
                 n_raw += mats[i]->raw && !mats[i]->qmma && !mats[i]->qtc ? 1 : 0;
                 n_qmma += mats[i]->qmma;
                 n_qtc += mats[i]->qtc;
@@ -1193,8 +1221,8 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
             E->qtc_ws_bytes = E->out.qtc ? qtc_workspace_bytes(E->out.qt, E->out.n_in, E->out.n_out) : 0;
             for (int l = b->layer_begin; l < b->layer_end; l++) {
                 const cu_layer *L = &E->L[l];
-                const cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
-                for (int i = 0; i < 7; i++) {
+                const cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd, &L->wgu, &L->wqkv};
+                for (int i = 0; i < 9; i++) {
                     const size_t need = mats[i]->qtc ? qtc_workspace_bytes(mats[i]->qt, mats[i]->n_in, mats[i]->n_out) : 0;
                     if (need > E->qtc_ws_bytes) E->qtc_ws_bytes = need;
                 }
