@@ -24,6 +24,7 @@
 #include "attn_decode_tc.h"
 #include "cu_host.h"
 #include "mma_util.cuh"
+#include "pdl.cuh"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -173,6 +174,8 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     const int blk = (mode & 1) ? blockIdx.y : blockIdx.x, kvh = (mode & 1) ? blockIdx.x : blockIdx.y;
     const int seq = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
     const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
     int len = p.kv_len[seq];
@@ -738,9 +741,8 @@ cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaS
     const dim3 grid = knobs().order ? dim3((unsigned)p->n_kv_heads, (unsigned)nblk, (unsigned)p->n_seq)
                                     : dim3((unsigned)nblk, (unsigned)p->n_kv_heads, (unsigned)p->n_seq);
     if (nblk > 65535 && knobs().order) return cudaErrorInvalidValue;
-    decode_tc_kernel<T, D, G, DEEP, LPW><<<grid, G * 32, smem, st>>>(*p, group, chunk, n_chunks, scale * kLog2e,
-                                                                      counters, mode);
-    return cudaGetLastError();
+    return cu_launch(decode_tc_kernel<T, D, G, DEEP, LPW>, grid, dim3(G * 32), smem, st, *p, group, chunk, n_chunks,
+                     scale * kLog2e, counters, mode);
 }
 
 /* The form follows the launch (none of it changes a row's bits): with at most 4 warps of chunks per SM in the

@@ -23,6 +23,11 @@
  *     for attention and k, v into the caches, and the SwiGLU reads gate and up as the two halves of E->gu's rows.
  *     A decode layer is 10 launches (rmsnorm, QKV, prologue, attention, cast, wo, rmsnorm, gate/up, SwiGLU, wd)
  *     instead of 15 (18 with Q/K/V biases); ZLLM_CUDA_FUSE=0 keeps the matrices separate (docs/notes-fuse.md).
+ *     Matrices served by qtc are joined the same way at load (s_upload_joined: one packed qtc matrix for Q/K/V,
+ *     or for Q/K when V has another type, and one for gate/up).
+ *   - Programmatic dependent launch (cuda/pdl.cuh, sm_90+, ZLLM_CUDA_PDL=0 off): our kernels of a step are
+ *     launched so that each may start while the one before drains; qtc streams its first weight tiles before it
+ *     waits for its input. cuBLAS launches stay plain (full stream order). No result changes.
  * A step
  *   Entries are reordered so that decode entries (one token) come first, one row each, then prefill entries,
  *   each a run of consecutive rows. Every row goes through the same matrix products; attention runs the split-K
@@ -98,7 +103,10 @@ typedef struct {
                                 * one cuBLAS product into E->qkv, when s_upload_mat gave all three a dense copy
                                 * only (s_mat_cublas_only: the default for every model); then wq, wk, wv are empty
                                 * (n_out 0). Otherwise empty, and wq, wk, wv write the column slices of E->qkv. */
-    cu_mat wq, wk, wv, wo;     /* attention matrices (wq, wk, wv empty when wqkv holds them) */
+    cu_mat wqk;                /* [q_dim + kv_dim][dim]: wq rows then wk rows packed as one qtc matrix when both
+                                * are of one qtc type but wv is not (Q4_K_M's Q6_K layers); else empty. wqkv is
+                                * likewise one qtc matrix when all three share a qtc type */
+    cu_mat wq, wk, wv, wo;     /* attention matrices (empty when wqkv or wqk holds them) */
     cu_mat wgu;                /* [2 ffn_dim][dim]: wg rows then wu rows, fused likewise (into E->gu), or packed
                                 * as one qtc matrix when both are of one type qtc serves; or empty */
     cu_mat wg, wu, wd;         /* FFN matrices (wg, wu empty when wgu holds them) */
@@ -411,6 +419,42 @@ static int s_has_bf16(const zl_model *m) {
     return 0;
 }
 
+/* Packs n (2 or 3) matrices of one type and row length that qtc serves as ONE qtc matrix F: their GGUF rows in
+ * order (parts[0] first), so one product fills the adjacent column slices the separate products would fill; each
+ * output element is the same fixed qtc sequence over the same row, so this changes launches, not arithmetic,
+ * except through qtc_split (a function of the joined shape). Returns 1 when packed, 0 when the parts do not
+ * qualify (F untouched), -1 with err set on a failure. Load time only. */
+static int s_upload_joined(cu_engine *E, cu_stage *sg, const zl_weight *const *parts, int n, const char *name,
+                           cu_mat *F, char *err, size_t errlen) {
+    if (!E->fuse_env) return 0;
+    size_t nb = 0;
+    int rows = 0;
+    for (int i = 0; i < n; i++) {
+        const zl_weight *w = parts[i];
+        if (w->type != parts[0]->type || w->n_in != parts[0]->n_in || w->row_bytes != parts[0]->row_bytes ||
+            !s_qtc_ok(E, w))
+            return 0;
+        nb += (size_t)w->n_out * w->row_bytes;
+        rows += (int)w->n_out;
+    }
+    zl_weight j = *parts[0];
+    j.n_out = rows;
+    j.name = name;
+    if (!s_qtc_ok(E, &j)) return 0;   /* the joined shape is not a qtc shape */
+    uint8_t *cat = (uint8_t *)malloc(nb);
+    if (!cat) { snprintf(err, errlen, "out of host memory joining %s", name); return -1; }
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t b = (size_t)parts[i]->n_out * parts[i]->row_bytes;
+        memcpy(cat + off, parts[i]->data, b);
+        off += b;
+    }
+    j.data = cat;
+    const int rc = s_upload_mat(E, sg, &j, F, err, errlen);
+    free(cat);
+    return rc == 0 ? 1 : -1;
+}
+
 static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
     const zl_model *m = E->base.model;
     const zl_config *c = &m->cfg;
@@ -451,39 +495,25 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
         cu_layer *d = &E->L[l];
         if (s_upload(E, &sg, &w->attn_norm, CU_F32, (void **)&d->attn_norm, err, errlen) != 0 ||
             s_upload(E, &sg, &w->ffn_norm, CU_F32, (void **)&d->ffn_norm, err, errlen) != 0 ||
-            s_upload_mat(E, &sg, &w->wq, &d->wq, err, errlen) != 0 ||
-            s_upload_mat(E, &sg, &w->wk, &d->wk, err, errlen) != 0 ||
-            s_upload_mat(E, &sg, &w->wv, &d->wv, err, errlen) != 0 ||
             s_upload_mat(E, &sg, &w->wo, &d->wo, err, errlen) != 0 ||
             s_upload_mat(E, &sg, &w->w_down, &d->wd, err, errlen) != 0) goto fail;
         {
-            /* gate and up of one qtc type: packed as ONE qtc matrix [2 ffn][dim] (the rows of the file's two
-             * matrices, gate first), one product into E->gu; otherwise uploaded apart (and maybe fused below) */
-            const int qfuse = E->fuse_env && w->w_gate.type == w->w_up.type && w->w_gate.n_in == w->w_up.n_in &&
-                              w->w_gate.row_bytes == w->w_up.row_bytes && s_qtc_ok(E, &w->w_gate) &&
-                              s_qtc_ok(E, &w->w_up);
-            if (qfuse) {
-                const size_t nb1 = (size_t)w->w_gate.n_out * w->w_gate.row_bytes;
-                const size_t nb2 = (size_t)w->w_up.n_out * w->w_up.row_bytes;
-                uint8_t *cat = (uint8_t *)malloc(nb1 + nb2);
-                if (!cat) { snprintf(err, errlen, "out of host memory joining gate and up"); goto fail; }
-                memcpy(cat, w->w_gate.data, nb1);
-                memcpy(cat + nb1, w->w_up.data, nb2);
-                zl_weight gu = w->w_gate;
-                gu.n_out = w->w_gate.n_out + w->w_up.n_out;
-                gu.data = cat;
-                gu.name = "ffn_gate+ffn_up";
-                const int rc_gu = s_qtc_ok(E, &gu) ? s_upload_mat(E, &sg, &gu, &d->wgu, err, errlen) : 1;
-                free(cat);
-                if (rc_gu < 0) goto fail;
-                if (rc_gu > 0) {   /* the joined shape is not a qtc shape: apart after all */
-                    if (s_upload_mat(E, &sg, &w->w_gate, &d->wg, err, errlen) != 0 ||
-                        s_upload_mat(E, &sg, &w->w_up, &d->wu, err, errlen) != 0) goto fail;
-                }
-            } else if (s_upload_mat(E, &sg, &w->w_gate, &d->wg, err, errlen) != 0 ||
-                       s_upload_mat(E, &sg, &w->w_up, &d->wu, err, errlen) != 0) {
-                goto fail;
+            /* Q/K/V of one qtc type: one packed qtc matrix (wqkv); else wq and wk of one type: wqk, wv apart; gate
+             * and up of one qtc type: one packed matrix (wgu). Otherwise apart (and maybe fused for cuBLAS below) */
+            const zl_weight *qkv[] = {&w->wq, &w->wk, &w->wv}, *gu[] = {&w->w_gate, &w->w_up};
+            int jq = s_upload_joined(E, &sg, qkv, 3, "attn_q+k+v", &d->wqkv, err, errlen);
+            if (jq == 0) {
+                jq = s_upload_joined(E, &sg, qkv, 2, "attn_q+k", &d->wqk, err, errlen);
+                if (jq == 1 && s_upload_mat(E, &sg, &w->wv, &d->wv, err, errlen) != 0) goto fail;
             }
+            if (jq < 0) goto fail;
+            if (jq == 0 && (s_upload_mat(E, &sg, &w->wq, &d->wq, err, errlen) != 0 ||
+                            s_upload_mat(E, &sg, &w->wk, &d->wk, err, errlen) != 0 ||
+                            s_upload_mat(E, &sg, &w->wv, &d->wv, err, errlen) != 0)) goto fail;
+            const int jg = s_upload_joined(E, &sg, gu, 2, "ffn_gate+ffn_up", &d->wgu, err, errlen);
+            if (jg < 0) goto fail;
+            if (jg == 0 && (s_upload_mat(E, &sg, &w->w_gate, &d->wg, err, errlen) != 0 ||
+                            s_upload_mat(E, &sg, &w->w_up, &d->wu, err, errlen) != 0)) goto fail;
         }
         if (E->fuse_env) {   /* Q/K/V and gate/up as one product each when cuBLAS serves all parts */
             cu_mat *qkv[] = {&d->wq, &d->wk, &d->wv}, *gu[] = {&d->wg, &d->wu};
@@ -504,9 +534,9 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
         int n_fused = 0;
         for (int l = 0; l < c->n_layers; l++) {
             const cu_layer *L = &E->L[l];
-            n_fused += (L->wqkv.n_out > 0) + (L->wgu.n_out > 0);
-            const cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd, &L->wqkv, &L->wgu};
-            for (int i = 0; i < 9; i++) {
+            n_fused += (L->wqkv.n_out > 0) + (L->wqk.n_out > 0) + (L->wgu.n_out > 0);
+            const cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd, &L->wqkv, &L->wgu, &L->wqk};
+            for (int i = 0; i < 10; i++) {
                 n_raw += mats[i]->raw && !mats[i]->qmma && !mats[i]->qtc ? 1 : 0;
                 n_qmma += mats[i]->qmma;
                 n_qtc += mats[i]->qtc;
@@ -605,9 +635,9 @@ static void s_need_inputs(const cu_engine *E, int n_rows, int *need_w, int *need
     *need_w = *need_f = 0;
     for (int l = E->base.layer_begin; l < E->base.layer_end; l++) {
         const cu_layer *L = &E->L[l];
-        const cu_mat *mats[] = {&L->wqkv, &L->wq, &L->wk, &L->wv, &L->wo, &L->wgu, &L->wg, &L->wu, &L->wd};
-        for (int i = 0; i < 9; i++) {
-            if (mats[i]->n_out == 0) continue;   /* empty: fused into wqkv / wgu, or wqkv / wgu unused */
+        const cu_mat *mats[] = {&L->wqkv, &L->wqk, &L->wq, &L->wk, &L->wv, &L->wo, &L->wgu, &L->wg, &L->wu, &L->wd};
+        for (int i = 0; i < 10; i++) {
+            if (mats[i]->n_out == 0) continue;   /* empty: joined into wqkv / wqk / wgu, or those unused */
             if (s_use_qg(E, mats[i], n_rows)) *need_f = 1;
             else *need_w = 1;
         }
@@ -663,6 +693,9 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
         /* Q/K/V products into the column slices of E->qkv: one product when fused, three otherwise */
         if (L->wqkv.n_out) {
             FWD_CHECK(s_matmul(E, &L->wqkv, n_rows, E->xb, E->xf, E->qkv, ldqkv, 0, err, errlen));
+        } else if (L->wqk.n_out) {   /* q and k columns are adjacent in E->qkv: one product, then v */
+            FWD_CHECK(s_matmul(E, &L->wqk, n_rows, E->xb, E->xf, E->qkv, ldqkv, 0, err, errlen));
+            FWD_CHECK(s_matmul(E, &L->wv, n_rows, E->xb, E->xf, E->qkv + qd + kvd, ldqkv, 0, err, errlen));
         } else {
             FWD_CHECK(s_matmul(E, &L->wq, n_rows, E->xb, E->xf, E->qkv, ldqkv, 0, err, errlen));
             FWD_CHECK(s_matmul(E, &L->wk, n_rows, E->xb, E->xf, E->qkv + qd, ldqkv, 0, err, errlen));
@@ -979,7 +1012,7 @@ static void s_destroy(zl_engine *base) {
     if (E->L) {
         for (int l = 0; l < base->model->cfg.n_layers; l++) {
             cu_layer *L = &E->L[l];
-            cu_mat *mats[] = {&L->wqkv, &L->wq, &L->wk, &L->wv, &L->wo, &L->wgu, &L->wg, &L->wu, &L->wd};
+            cu_mat *mats[] = {&L->wqkv, &L->wqk, &L->wq, &L->wk, &L->wv, &L->wo, &L->wgu, &L->wg, &L->wu, &L->wd};
             for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) s_free_mat(mats[i]);
             void *p[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv};
             for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) cudaFree(p[i]);
@@ -1221,8 +1254,9 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
             E->qtc_ws_bytes = E->out.qtc ? qtc_workspace_bytes(E->out.qt, E->out.n_in, E->out.n_out) : 0;
             for (int l = b->layer_begin; l < b->layer_end; l++) {
                 const cu_layer *L = &E->L[l];
-                const cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd, &L->wgu, &L->wqkv};
-                for (int i = 0; i < 9; i++) {
+                const cu_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd, &L->wgu, &L->wqkv,
+                                        &L->wqk};
+                for (int i = 0; i < 10; i++) {
                     const size_t need = mats[i]->qtc ? qtc_workspace_bytes(mats[i]->qt, mats[i]->n_in, mats[i]->n_out) : 0;
                     if (need > E->qtc_ws_bytes) E->qtc_ws_bytes = need;
                 }

@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include "ops.h"
 #include "cuda_common.h"
+#include "pdl.cuh"
 
 size_t ops_dtype_size(cu_dtype t) { return t == CU_F32 ? 4 : 2; }
 const char *ops_dtype_name(cu_dtype t) { return t == CU_F32 ? "f32" : t == CU_F16 ? "f16" : "bf16"; }
@@ -34,6 +35,8 @@ static int grid_for(size_t n, int block) {
 /* ---------------------------------------------------------------- embedding gather */
 template <typename T>
 __global__ void k_embed(const T *table, int dim, const int32_t *tokens, float *out) {
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     const int r = blockIdx.x;
     const T *row = table + (size_t)tokens[r] * dim;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) out[(size_t)r * dim + i] = ld_f(row, i);
@@ -42,10 +45,12 @@ __global__ void k_embed(const T *table, int dim, const int32_t *tokens, float *o
 int ops_embed(const void *table, cu_dtype tdt, int dim, const int32_t *tokens, int n_rows, float *out,
               cudaStream_t st, char *err, size_t errlen) {
     if (n_rows <= 0) return 0;
+    cudaError_t le = cudaSuccess;
     with_type(tdt, [&](auto *tp) {
         using T = typename std::remove_pointer<decltype(tp)>::type;
-        k_embed<T><<<n_rows, 256, 0, st>>>((const T *)table, dim, tokens, out);
+        le = cu_launch(k_embed<T>, n_rows, 256, 0, st, (const T *)table, dim, tokens, out);
     });
+    if (le != cudaSuccess) { snprintf(err, errlen, "%s: launch failed: %s", "ops_embed", cudaGetErrorString(le)); return -1; }
     CU_LAUNCH_CHECK_RET("ops_embed");
     return 0;
 }
@@ -187,6 +192,8 @@ int ops_kv_append(const float *k, const float *v, const int32_t *slot, const int
  * conversion). */
 template <typename T>
 __global__ void k_qkv_rope_append(ops_qkv_args a, T *kc, T *vc) {
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     const int r = blockIdx.x, t = blockIdx.y * blockDim.x + threadIdx.x;
     const int hd = a.head_dim, half = a.rope_dim / 2, per_head = hd - half;
     const int qd = a.n_heads * hd, kvd = a.n_kv_heads * hd, n_rope = (a.n_heads + a.n_kv_heads) * per_head;
@@ -235,10 +242,12 @@ int ops_qkv_rope_append(const ops_qkv_args *a, cudaStream_t st, char *err, size_
         return -1;
     }
     const dim3 grid((unsigned)a->n_rows, (unsigned)chunks);
+    cudaError_t le = cudaSuccess;
     with_type(a->kvdt, [&](auto *tp) {
         using T = typename std::remove_pointer<decltype(tp)>::type;
-        k_qkv_rope_append<T><<<grid, 256, 0, st>>>(*a, (T *)a->kc, (T *)a->vc);
+        le = cu_launch(k_qkv_rope_append<T>, grid, 256, 0, st, *a, (T *)a->kc, (T *)a->vc);
     });
+    if (le != cudaSuccess) { snprintf(err, errlen, "%s: launch failed: %s", "ops_qkv_rope_append", cudaGetErrorString(le)); return -1; }
     CU_LAUNCH_CHECK_RET("ops_qkv_rope_append");
     return 0;
 }
@@ -327,6 +336,8 @@ __device__ __forceinline__ void st_dual(T *out, float *outf, int round_f, size_t
 template <typename T>
 __global__ void k_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int dim, float eps, T *out,
                                float *outf, int round_f) {
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     const int r = blockIdx.x;
     const float *xr = x + (size_t)(rows ? rows[r] : r) * dim;
     float ss = 0.f;
@@ -340,16 +351,20 @@ int ops_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int di
                      void *out, cu_dtype odt, float *outf, int round_f, cudaStream_t st, char *err, size_t errlen) {
     if (n_rows <= 0 || (!out && !outf)) return 0;
     const int block = dim >= 1024 ? 1024 : dim >= 256 ? 256 : 64;
+    cudaError_t le = cudaSuccess;
     with_type(odt, [&](auto *tp) {
         using T = typename std::remove_pointer<decltype(tp)>::type;
-        k_rmsnorm_dual<T><<<n_rows, block, 0, st>>>(x, rows, w, dim, eps, (T *)out, outf, round_f);
+        le = cu_launch(k_rmsnorm_dual<T>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out, outf, round_f);
     });
+    if (le != cudaSuccess) { snprintf(err, errlen, "%s: launch failed: %s", "ops_rmsnorm_dual", cudaGetErrorString(le)); return -1; }
     CU_LAUNCH_CHECK_RET("ops_rmsnorm_dual");
     return 0;
 }
 
 template <typename T>
 __global__ void k_swiglu_dual(const float *g, const float *u, size_t total, T *out, float *outf, int round_f) {
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         st_dual(out, outf, round_f, i, silu_mul(g[i], u[i]));
     }
@@ -383,6 +398,8 @@ __device__ __forceinline__ void st_dual4(T *out, float *outf, int round_f, size_
 }
 template <typename T>
 __global__ void k_swiglu_dual4(const float4 *g, const float4 *u, size_t n4, T *out, float *outf, int round_f) {
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
         const float4 a4 = g[i], b4 = u[i];
         const float a[4] = {a4.x, a4.y, a4.z, a4.w}, b[4] = {b4.x, b4.y, b4.z, b4.w};
@@ -393,6 +410,8 @@ __global__ void k_swiglu_dual4(const float4 *g, const float4 *u, size_t n4, T *o
 }
 template <typename T>
 __global__ void k_cast_dual4(const float4 *src, size_t n4, T *out, float *outf, int round_f) {
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
         const float4 s4 = src[i];
         const float v[4] = {s4.x, s4.y, s4.z, s4.w};
@@ -404,6 +423,8 @@ __global__ void k_cast_dual4(const float4 *src, size_t n4, T *out, float *outf, 
 template <typename T>
 __global__ void k_swiglu_dual_ld(const float *g, const float *u, int ld, int n_rows, int n, T *out, float *outf,
                                  int round_f) {
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     for (int r = blockIdx.y; r < n_rows; r += gridDim.y)
         for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x)
             st_dual(out, outf, round_f, (size_t)r * n + j, silu_mul(g[(size_t)r * ld + j], u[(size_t)r * ld + j]));
@@ -411,6 +432,8 @@ __global__ void k_swiglu_dual_ld(const float *g, const float *u, int ld, int n_r
 template <typename T>
 __global__ void k_swiglu_dual4_ld(const float4 *g, const float4 *u, int ld4, int n_rows, int n4, T *out, float *outf,
                                   int round_f) {
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     for (int r = blockIdx.y; r < n_rows; r += gridDim.y)
         for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n4; j += gridDim.x * blockDim.x) {
             const float4 a4 = g[(size_t)r * ld4 + j], b4 = u[(size_t)r * ld4 + j];
@@ -433,27 +456,32 @@ int ops_swiglu_dual(const float *gate, const float *up, int ld, int n_rows, int 
     if (!total || (!out && !outf)) return 0;
     if (ld == 0) ld = n;
     if (ld < n) { snprintf(err, errlen, "ops_swiglu_dual: row stride %d < %d", ld, n); return -1; }
+    cudaError_t le = cudaSuccess;
     with_type(odt, [&](auto *tp) {
         using T = typename std::remove_pointer<decltype(tp)>::type;
         const unsigned gy = (unsigned)(n_rows < 65535 ? n_rows : 65535);
         if (ld != n && ld % 4 == 0 && vec4_ok((size_t)n, gate, up, out, outf))
-            k_swiglu_dual4_ld<T><<<dim3((unsigned)(n / 4 + 255) / 256, gy), 256, 0, st>>>(
-                (const float4 *)gate, (const float4 *)up, ld / 4, n_rows, n / 4, (T *)out, outf, round_f);
+            le = cu_launch(k_swiglu_dual4_ld<T>, dim3((unsigned)(n / 4 + 255) / 256, gy), 256, 0, st,
+                           (const float4 *)gate, (const float4 *)up, ld / 4, n_rows, n / 4, (T *)out, outf, round_f);
         else if (ld != n)
-            k_swiglu_dual_ld<T><<<dim3((unsigned)(n + 255) / 256, gy), 256, 0, st>>>(gate, up, ld, n_rows, n,
-                                                                                     (T *)out, outf, round_f);
+            le = cu_launch(k_swiglu_dual_ld<T>, dim3((unsigned)(n + 255) / 256, gy), 256, 0, st, gate, up, ld,
+                           n_rows, n, (T *)out, outf, round_f);
         else if (vec4_ok(total, gate, up, out, outf))
-            k_swiglu_dual4<T><<<grid_for(total / 4, 256), 256, 0, st>>>((const float4 *)gate, (const float4 *)up,
-                                                                        total / 4, (T *)out, outf, round_f);
+            le = cu_launch(k_swiglu_dual4<T>, grid_for(total / 4, 256), 256, 0, st, (const float4 *)gate,
+                           (const float4 *)up, total / 4, (T *)out, outf, round_f);
         else
-            k_swiglu_dual<T><<<grid_for(total, 256), 256, 0, st>>>(gate, up, total, (T *)out, outf, round_f);
+            le = cu_launch(k_swiglu_dual<T>, grid_for(total, 256), 256, 0, st, gate, up, total, (T *)out, outf,
+                           round_f);
     });
+    if (le != cudaSuccess) { snprintf(err, errlen, "%s: launch failed: %s", "ops_swiglu_dual", cudaGetErrorString(le)); return -1; }
     CU_LAUNCH_CHECK_RET("ops_swiglu_dual");
     return 0;
 }
 
 template <typename T>
 __global__ void k_cast_dual(const float *src, size_t n, T *out, float *outf, int round_f) {
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         st_dual(out, outf, round_f, i, src[i]);
 }
@@ -462,13 +490,16 @@ int ops_cast_dual(const float *src, size_t n, void *out, cu_dtype odt, float *ou
                   char *err, size_t errlen) {
     if (outf == src && !round_f) outf = NULL;   /* nothing to do in place */
     if (!n || (!out && !outf)) return 0;
+    cudaError_t le = cudaSuccess;
     with_type(odt, [&](auto *tp) {
         using T = typename std::remove_pointer<decltype(tp)>::type;
         if (vec4_ok(n, src, src, out, outf))
-            k_cast_dual4<T><<<grid_for(n / 4, 256), 256, 0, st>>>((const float4 *)src, n / 4, (T *)out, outf, round_f);
+            le = cu_launch(k_cast_dual4<T>, grid_for(n / 4, 256), 256, 0, st, (const float4 *)src, n / 4, (T *)out,
+                           outf, round_f);
         else
-            k_cast_dual<T><<<grid_for(n, 256), 256, 0, st>>>(src, n, (T *)out, outf, round_f);
+            le = cu_launch(k_cast_dual<T>, grid_for(n, 256), 256, 0, st, src, n, (T *)out, outf, round_f);
     });
+    if (le != cudaSuccess) { snprintf(err, errlen, "%s: launch failed: %s", "ops_cast_dual", cudaGetErrorString(le)); return -1; }
     CU_LAUNCH_CHECK_RET("ops_cast_dual");
     return 0;
 }

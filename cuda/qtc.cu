@@ -36,6 +36,7 @@
 #include <atomic>
 
 #include "mma_util.cuh"
+#include "pdl.cuh"
 
 using namespace zmma;
 
@@ -82,9 +83,13 @@ extern "C" size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out)
 extern "C" int qtc_split(ggml_type t, int n_in, int n_out)
 {
     if (!qtc_supported(t, n_in, n_out)) return 0;
+    /* the warps one launch aims for (tiles x ks): 1024 by default; ZLLM_QTC_WARPS (256 .. 65536) for
+     * measurements only. Read once per process: every launch and workspace size must see one value, since ks
+     * decides the summation order (a model loaded with one value keeps it) */
+    static const long s_target = cu_env_int("ZLLM_QTC_WARPS", 1024, 256, 65536);
     const long units = n_in / 256, tiles = (n_out + 15) / 16;
     int ks = 1;
-    while (ks < QT_MAX_KS && 2 * ks <= units && tiles * ks < 1024) ks *= 2;
+    while (ks < QT_MAX_KS && 2 * ks <= units && tiles * ks < s_target) ks *= 2;
     return ks;
 }
 
@@ -373,11 +378,15 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
     const int u0 = (int)((long)units * warp / ks), u1 = (int)((long)units * (warp + 1) / ks), n = u1 - u0;
     uint8_t *ring = s_mem + (size_t)warp * QT_STAGES * TB;
     const uint8_t *src = w + ((size_t)tile * units + u0) * TB;
+    pdl_trigger();
+    /* the weights are written once, at load: their first stages stream in while the kernel before this one (the
+     * producer of x, or the reader of y) finishes (cuda/pdl.cuh); nothing else is touched before pdl_wait */
 #pragma unroll
     for (int i = 0; i < QT_STAGES; i++) {
         if (i < n) issue_block<TB>(ring + i * TB, src + (size_t)i * TB, lane);
         cp_async_commit();
     }
+    pdl_wait();
     /* this lane's B columns: col0 + 8 f + g (NULL past m: zero operand, result not stored) */
     const uint16_t *xr[NF];
 #pragma unroll
@@ -506,24 +515,37 @@ qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int tiles, int
     const int tile0 = blockIdx.y * QB_WARPS, col0 = blockIdx.x * QB_COLS;
     const int n_tiles = tiles - tile0 < QB_WARPS ? tiles - tile0 : QB_WARPS;
     const int kz = blockIdx.z, ub = (int)((long)units * kz / ks), n_units = (int)((long)units * (kz + 1) / ks) - ub;
-    /* the block's copy of unit u into stage st: n_tiles tile blocks (contiguous per tile), then the x slice */
-    auto issue = [&](int u, int st) {
+    /* the block's copy of unit u into stage st: n_tiles tile blocks (contiguous per tile; what & 1), then the x
+     * slice (what & 2) */
+    auto issue = [&](int u, int st, int what) {
         uint8_t *sp = s_mem + (size_t)st * SB;
-        for (int c = threadIdx.x; c < QB_WARPS * (TB / 16); c += QB_WARPS * 32) {
-            const int k = c / (TB / 16), o = c % (TB / 16);
-            if (k < n_tiles)
-                cp_async16_zfill(sp + k * TB + 16 * o, w + ((size_t)(tile0 + k) * units + ub + u) * TB + 16 * o, true);
-        }
+        if (what & 1)
+            for (int c = threadIdx.x; c < QB_WARPS * (TB / 16); c += QB_WARPS * 32) {
+                const int k = c / (TB / 16), o = c % (TB / 16);
+                if (k < n_tiles)
+                    cp_async16_zfill(sp + k * TB + 16 * o, w + ((size_t)(tile0 + k) * units + ub + u) * TB + 16 * o,
+                                     true);
+            }
         uint8_t *xs = sp + QB_WARPS * TB;
-        for (int c = threadIdx.x; c < QB_COLS * 32; c += QB_WARPS * 32) {
-            const int r = c >> 5, ch = c & 31, col = col0 + r;
-            const bool ok = col < m;
-            cp_async16_zfill(xs + qb_xoff(r, ch), ok ? x + (size_t)col * ldx + (size_t)(ub + u) * 256 + 8 * ch : x, ok);
-        }
+        if (what & 2)
+            for (int c = threadIdx.x; c < QB_COLS * 32; c += QB_WARPS * 32) {
+                const int r = c >> 5, ch = c & 31, col = col0 + r;
+                const bool ok = col < m;
+                cp_async16_zfill(xs + qb_xoff(r, ch), ok ? x + (size_t)col * ldx + (size_t)(ub + u) * 256 + 8 * ch : x,
+                                 ok);
+            }
     };
+    /* the prologue's weight tiles stream in while the kernel before finishes (cuda/pdl.cuh); x and everything
+     * else only after pdl_wait. Commit groups: {w0, w1, x0}, {x1}: stage i's weights and x are both complete
+     * once group i is, which is all the main loop's waits assume */
+    pdl_trigger();
+#pragma unroll
+    for (int i = 0; i < QB_STAGES - 1; i++)
+        if (i < n_units) issue(i, i, 1);
+    pdl_wait();
 #pragma unroll
     for (int i = 0; i < QB_STAGES - 1; i++) {
-        if (i < n_units) issue(i, i);
+        if (i < n_units) issue(i, i, 2);
         cp_async_commit();
     }
     float cur[8][4];
@@ -535,7 +557,7 @@ qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int tiles, int
     for (int u = 0; u < n_units; u++) {
         cp_async_wait<QB_STAGES - 2>();
         __syncthreads();   /* unit u landed for every thread; every warp is done with unit u - 1's stage */
-        if (u + QB_STAGES - 1 < n_units) issue(u + QB_STAGES - 1, (u + QB_STAGES - 1) % QB_STAGES);
+        if (u + QB_STAGES - 1 < n_units) issue(u + QB_STAGES - 1, (u + QB_STAGES - 1) % QB_STAGES, 3);
         cp_async_commit();
         const uint8_t *sp = s_mem + (size_t)(u % QB_STAGES) * SB;
         if (active) {
@@ -581,6 +603,8 @@ qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int tiles, int
 __global__ void qtc_merge_kernel(const float *__restrict__ part, int ks, int n_out, int m, float *y, int ldy,
                                  const float *y_in)
 {
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     const size_t n = (size_t)m * n_out;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float v = part[i];
@@ -610,15 +634,15 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int ldx, int ldy, 
         float *yc = p->y + (size_t)c0 * ldy;
         const dim3 grid((unsigned)((mc + QB_COLS - 1) / QB_COLS), (unsigned)((tiles + QB_WARPS - 1) / QB_WARPS),
                         (unsigned)ks);
-        qtc_wide_kernel<TY><<<grid, QB_WARPS * 32, SMEM, st>>>((const uint8_t *)p->w, p->n_in / 256, ks, tiles,
-                                                               p->n_out, mc, p->x + (size_t)c0 * ldx, ldx, yc, ldy,
-                                                               yin, (float *)p->workspace);
-        if (ks > 1) {
+        cudaError_t e = cu_launch(qtc_wide_kernel<TY>, grid, dim3(QB_WARPS * 32), SMEM, st, (const uint8_t *)p->w,
+                                  p->n_in / 256, ks, tiles, p->n_out, mc, p->x + (size_t)c0 * ldx, ldx, yc, ldy, yin,
+                                  (float *)p->workspace);
+        if (e == cudaSuccess && ks > 1) {
             const size_t n = (size_t)mc * p->n_out;
             const unsigned blocks = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
-            qtc_merge_kernel<<<blocks, 256, 0, st>>>((const float *)p->workspace, ks, p->n_out, mc, yc, ldy, yin);
+            e = cu_launch(qtc_merge_kernel, dim3(blocks), dim3(256), 0, st, (const float *)p->workspace, ks, p->n_out,
+                          mc, yc, ldy, yin);
         }
-        const cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
@@ -633,9 +657,8 @@ static cudaError_t s_launch(const qtc_params *p, int ks, int ldx, int ldy, cudaS
     const cudaError_t e = s_smem_optin(qtc_kernel<TY, NF>, QT_MAX_KS * QT_STAGES * TB, s_set);
     if (e != cudaSuccess) return e;
     const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
-    qtc_kernel<TY, NF><<<dim3((unsigned)groups, (unsigned)tiles), 32 * ks, smem, st>>>(
-        (const uint8_t *)p->w, p->n_in / 256, ks, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in);
-    return cudaGetLastError();
+    return cu_launch(qtc_kernel<TY, NF>, dim3((unsigned)groups, (unsigned)tiles), dim3(32 * ks), smem, st,
+                     (const uint8_t *)p->w, p->n_in / 256, ks, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in);
 }
 
 template <int TY>

@@ -13,6 +13,7 @@
  *  - draw: u * total mass, found by a block prefix scan over the kept ids in id order.
  * Histogram atomics are aggregated per warp (__match_any_sync + __reduce_add_sync) to avoid contention on the
  * few bins that similar logits share. */
+#include "pdl.cuh"
 #include "sample.h"
 #include <math.h>
 
@@ -183,6 +184,8 @@ __device__ uint32_t radix_select(block_smem &sm, int vocab, u64 target, F efn, u
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(sample_params p) {
     __shared__ block_smem sm;
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     const int row = blockIdx.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const zl_sampling P = p.params[row];
@@ -370,6 +373,5 @@ extern "C" cudaError_t sample_launch(const sample_params *p, cudaStream_t stream
     if (p->history && (p->history_stride < 1 || !p->history_len)) return cudaErrorInvalidValue;
     if (p->history && (!p->workspace || p->workspace_bytes < sample_workspace_bytes(p->n_rows, p->vocab)))
         return cudaErrorInvalidValue;
-    sample_kernel<<<(unsigned)p->n_rows, kThreads, 0, stream>>>(*p);
-    return cudaGetLastError();
+    return cu_launch(sample_kernel, dim3((unsigned)p->n_rows), dim3(kThreads), 0, stream, *p);
 }

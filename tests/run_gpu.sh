@@ -7,6 +7,8 @@
 #   - the same on three of them with ZLLM_CUDA_GEMV_MAX=all (every matrix product through cuda/qgemv.cu);
 #   - q4_k_m and q8_0 models 256 wide through cuda/qtc.cu (the default), cuda/qmma.cu (ZLLM_CUDA_QTC=0
 #     ZLLM_CUDA_QMMA=1) and cuBLAS on the F16 copy (ZLLM_CUDA_QTC=0);
+#   - one quantized and one bf16 model with programmatic dependent launch off (ZLLM_CUDA_PDL=0), and the
+#     quantized one with qtc's joined Q/K/V and gate/up matrices off (ZLLM_CUDA_FUSE=0);
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
@@ -75,6 +77,13 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
     # the fused Q/K/V and gate/up products off (ZLLM_CUDA_FUSE=0: separate matrices, as before the fusion)
     [ -f "$tmp/tiny-qwen2-bf16.gguf" ] && run_one "engine_gpu:tiny-qwen2-bf16.gguf:nofuse" env ZLLM_CUDA_FUSE=0 \
         "$eng" "$tmp/tiny-qwen2-bf16.gguf"
+    # the same quantized model with qtc's Q/K/V and gate/up joins off (ZLLM_CUDA_FUSE=0), and with programmatic
+    # dependent launch off (ZLLM_CUDA_PDL=0: every kernel waits for the one before, as a plain launch)
+    q4l=$tmp/tiny-llama-q4_k_m-256.gguf
+    [ -f "$q4l" ] && run_one "engine_gpu:$(basename "$q4l"):nofuse" env ZLLM_CUDA_FUSE=0 "$eng" "$q4l"
+    [ -f "$q4l" ] && run_one "engine_gpu:$(basename "$q4l"):nopdl" env ZLLM_CUDA_PDL=0 "$eng" "$q4l"
+    [ -f "$tmp/tiny-llama-bf16.gguf" ] && run_one "engine_gpu:tiny-llama-bf16.gguf:nopdl" env ZLLM_CUDA_PDL=0 "$eng" \
+        "$tmp/tiny-llama-bf16.gguf"
     [ -f "$tmp/tiny-llama-q8_0.gguf" ] && run_one "engine_gpu:tiny-llama-q8_0.gguf:qmma" env ZLLM_CUDA_QMMA=1 "$eng" \
         "$tmp/tiny-llama-q8_0.gguf"
     # qgemv (cuda/qgemv.cu reading the raw GGUF rows) for every matrix at every step size: ZLLM_CUDA_GEMV_MAX=all
