@@ -54,6 +54,8 @@ struct tc_knobs {
                         instead of in registers (1.3 us slower at 1 x 64k) */
     int acq_rel;     /* ZLLM_ATTN_TC_SYNC: 1 arrival by one acq_rel atomic, 0 by fences around a relaxed one
                         (the same within noise) */
+    int pdl;         /* ZLLM_ATTN_TC_PDL: 0 launches the kernel plainly even where the step's other kernels use
+                        programmatic dependent launch (cuda/pdl.cuh); a measurement knob */
     int diag;        /* ZLLM_ATTN_TC_DIAG: diagnostics, wrong results (1: nothing after the loop, 2: no
                         cross-block merge, 3: partials to shared memory and the barrier only, 4: the barrier
                         only, 5: the arrival but no cross-block fold, 6: the cross-block staging but no fold) */
@@ -72,6 +74,7 @@ const tc_knobs &knobs() {
         r.deep = cu_env_int("ZLLM_ATTN_TC_DEEP", 1, 0, 1);
         r.order = cu_env_int("ZLLM_ATTN_TC_ORDER", 0, 0, 1);
         r.diag = cu_env_int("ZLLM_ATTN_TC_DIAG", 0, 0, 6);
+        r.pdl = cu_env_int("ZLLM_ATTN_TC_PDL", 1, 0, 1);
         r.acq_rel = cu_env_int("ZLLM_ATTN_TC_SYNC", 1, 0, 1);
         r.level_fold = cu_env_int("ZLLM_ATTN_TC_LEVELFOLD", 0, 0, 1);
         return r;
@@ -741,8 +744,8 @@ cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaS
     const dim3 grid = knobs().order ? dim3((unsigned)p->n_kv_heads, (unsigned)nblk, (unsigned)p->n_seq)
                                     : dim3((unsigned)nblk, (unsigned)p->n_kv_heads, (unsigned)p->n_seq);
     if (nblk > 65535 && knobs().order) return cudaErrorInvalidValue;
-    return cu_launch(decode_tc_kernel<T, D, G, DEEP, LPW>, grid, dim3(G * 32), smem, st, *p, group, chunk, n_chunks,
-                     scale * kLog2e, counters, mode);
+    return cu_launch_opt(knobs().pdl, decode_tc_kernel<T, D, G, DEEP, LPW>, grid, dim3(G * 32), smem, st, *p, group,
+                         chunk, n_chunks, scale * kLog2e, counters, mode);
 }
 
 /* The form follows the launch (none of it changes a row's bits): with at most 4 warps of chunks per SM in the

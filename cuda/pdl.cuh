@@ -59,22 +59,30 @@ static inline int cu_pdl_on() {
 }
 
 /* Launches kernel k<<<grid, block, smem, st>>>(args...) with the programmatic-serialization attribute when
- * cu_pdl_on(); k must keep the contract above. Returns the launch's error (cudaSuccess when enqueued). */
+ * allow and cu_pdl_on(); k must keep the contract above. Returns the launch's error (cudaSuccess when
+ * enqueued). */
 template <typename... KArgs, typename... Args>
-static inline cudaError_t cu_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                                    Args &&...args) {
+static inline cudaError_t cu_launch_opt(int allow, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                        cudaStream_t st, Args &&...args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cudaLaunchAttribute at[1];
-    if (cu_pdl_on()) {
+    if (allow && cu_pdl_on()) {
         at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         at[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = at;
         cfg.numAttrs = 1;
     }
     return cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
+}
+
+/* cu_launch_opt with allow = 1: the form every kernel of a step uses */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t cu_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                                    Args &&...args) {
+    return cu_launch_opt(1, k, grid, block, smem, st, std::forward<Args>(args)...);
 }
 #endif

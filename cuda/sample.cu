@@ -223,12 +223,22 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(sample_params p) {
     /* argmax (lowest id among maxima, NaN skipped) and the count of finite candidates */
     float bv = -INFINITY;
     int bi = 0x7fffffff, cnt = 0;
-    for (int i = threadIdx.x; i < V; i += kThreads) {
-        const float x = src[i];
-        if (isnan(x)) continue;
+    auto see = [&](float x, int i) {
+        if (isnan(x)) return;
         if (x > bv || (x == bv && i < bi)) { bv = x; bi = i; }
         cnt += x != -INFINITY;
+    };
+    /* 8 independent loads in flight per thread (one block reads a 128k vocabulary: latency-bound otherwise); the
+     * result does not depend on the visiting order (ties go to the lowest id) */
+    int i0 = threadIdx.x;
+    for (; i0 + 7 * kThreads < V; i0 += 8 * kThreads) {
+        float x[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) x[u] = src[i0 + u * kThreads];
+#pragma unroll
+        for (int u = 0; u < 8; u++) see(x[u], i0 + u * kThreads);
     }
+    for (; i0 < V; i0 += kThreads) see(src[i0], i0);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
