@@ -20,9 +20,8 @@ extern "C" {
 #include <vector>
 #include "qgemv.h"
 #include "test_rand.h"
+#include "test_gpu.h"
 
-#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
-    fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
 
 static const ggml_type s_types[] = {GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0, GGML_Q4_1, GGML_Q5_0,
                                     GGML_Q5_1, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K};
@@ -116,20 +115,10 @@ static void run_case(const Mat *a, int m, int rv, int resid, int pad, int graph,
     std::vector<float> x((size_t)m * ldx), yin((size_t)m * ldy), y((size_t)m * ldy);
     for (auto &v : x) v = rnd_normal();
     for (auto &v : yin) v = rnd_normal();
-    float *dx, *dy, *dyin = NULL;
+    float *dx, *dy, *dyin;
     CK(cudaMalloc(&dx, x.size() * 4));
-    CK(cudaMalloc(&dy, y.size() * 4));
     CK(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-    if (resid == 2) {
-        CK(cudaMemcpy(dy, yin.data(), yin.size() * 4, cudaMemcpyHostToDevice));
-        dyin = dy;
-    } else {
-        CK(cudaMemset(dy, 0xff, y.size() * 4));   /* NaN poison */
-        if (resid == 1) {
-            CK(cudaMalloc(&dyin, yin.size() * 4));
-            CK(cudaMemcpy(dyin, yin.data(), yin.size() * 4, cudaMemcpyHostToDevice));
-        }
-    }
+    tg_out_alloc(y.size(), resid, yin.data(), &dy, &dyin);
     qgemv_params p;
     memset(&p, 0, sizeof p);
     p.type = a->t;
@@ -143,61 +132,19 @@ static void run_case(const Mat *a, int m, int rv, int resid, int pad, int graph,
     p.y = dy;
     p.ldy = pad ? ldy : 0;
     p.y_in = dyin;
-    cudaError_t e;
-    if (graph) {
-        cudaStream_t st;
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CK(cudaStreamCreate(&st));
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        e = launch(a, &p, rv, packed, st);
-        CK(cudaStreamEndCapture(st, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaStreamSynchronize(st));
-        CK(cudaGraphExecDestroy(ge));
-        CK(cudaGraphDestroy(g));
-        CK(cudaStreamDestroy(st));
-    } else {
-        e = launch(a, &p, rv, packed, 0);
-    }
+    const cudaError_t e = tg_launch(graph, [&](cudaStream_t st) { return launch(a, &p, rv, packed, st); });
     CHECK(e == cudaSuccess, "%s n_in %d n_out %d m %d r %d packed %d: launch: %s", ggml_type_name(a->t), n_in, n_out,
           m, rv, packed, cudaGetErrorString(e));
-    CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost));
 
-    int nan = 0, bad_el = 0;
-    double worst_rel = 0.0;
-    for (int mi = 0; mi < m; mi++) {
-        double num = 0.0, den = 0.0;
-        for (int o = 0; o < n_out; o++) {
-            const float *w = a->wf.data() + (size_t)o * n_in, *xr = x.data() + (size_t)mi * ldx;
-            double s = 0.0, sa = 0.0;
-            for (int i = 0; i < n_in; i++) {
-                double t = (double)w[i] * (double)xr[i];
-                s += t;
-                sa += fabs(t);
-            }
-            if (resid) {
-                s += yin[(size_t)mi * ldy + o];
-                sa += fabs(yin[(size_t)mi * ldy + o]);
-            }
-            double got = y[(size_t)mi * ldy + o];
-            if (isnan(got)) { nan++; continue; }
-            double err = fabs(got - s);
-            if (err > 1e-3 * sa + 1e-30) bad_el++;
-            num += err * err;
-            den += s * s;
-        }
-        double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-        if (rel > worst_rel) worst_rel = rel;
-    }
+    const tg_cmp c = tg_oracle(a->wf.data(), x.data(), ldx, yin.data(), y.data(), ldy, m, n_in, n_out, resid, 1);
+    const int nan = c.nan, bad_el = c.bad;
+    const double worst_rel = c.rel;
     CHECK(nan == 0 && bad_el == 0 && worst_rel <= 1e-3,
           "%s n_in %d n_out %d m %d r %d resid %d pad %d graph %d packed %d: %d NaN, %d elements off, rel err %.3g",
           ggml_type_name(a->t), n_in, n_out, m, rv, resid, pad, graph, packed, nan, bad_el, worst_rel);
     cudaFree(dx);
-    cudaFree(dy);
-    if (resid == 1) cudaFree(dyin);
+    tg_out_free(resid, dy, dyin);
 }
 
 /* batch invariance of the packed form with kernel variant rv (0 default; 1000 + 100 ks: default rows/slots with

@@ -23,9 +23,7 @@ extern "C" {
 
 #define TEST_RAND_SEED 0x2545F4914F6CDD1Dull
 #include "test_rand.h"
-
-#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
-    fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
+#include "test_gpu.h"
 
 /* a weight matrix: raw rows on the device, their dequantized copy on the host */
 struct Mat {
@@ -63,16 +61,6 @@ static void mat_make(Mat *a, ggml_type t, int n_in, int n_out)
 
 static void mat_free(Mat *a) { cudaFree(a->dw); a->dw = NULL; }
 
-/* random activations rounded to f16: bits (for the device) and their exact f32 values (for the oracle) */
-static void rand_x(std::vector<uint16_t> &xh, std::vector<float> &xf, size_t n)
-{
-    xh.resize(n);
-    xf.resize(n);
-    for (size_t i = 0; i < n; i++) {
-        xh[i] = f32_to_fp16(rnd_normal());
-        xf[i] = fp16_to_f32(xh[i]);
-    }
-}
 
 /* y for batch m with tile (rt, nf) ((0,0) default), as host floats; resid: 0 none, 1 y_in separate, 2 in place;
  * graph: captured in a CUDA graph and replayed */
@@ -81,45 +69,16 @@ static cudaError_t run(const Mat *a, const uint16_t *dx, int m, int ldx, int ldy
 {
     const int ly = ldy ? ldy : a->n_out;
     const size_t ny = (size_t)m * ly;
-    float *dy, *dyin = NULL;
-    CK(cudaMalloc(&dy, ny * 4));
-    if (resid == 2) {
-        CK(cudaMemcpy(dy, yin_h, ny * 4, cudaMemcpyHostToDevice));
-        dyin = dy;
-    } else {
-        CK(cudaMemset(dy, 0xff, ny * 4));   /* NaN poison */
-        if (resid == 1) {
-            CK(cudaMalloc(&dyin, ny * 4));
-            CK(cudaMemcpy(dyin, yin_h, ny * 4, cudaMemcpyHostToDevice));
-        }
-    }
+    float *dy, *dyin;
+    tg_out_alloc(ny, resid, yin_h, &dy, &dyin);
     qmma_params p;
     memset(&p, 0, sizeof p);
     p.type = a->t; p.w = a->dw; p.row_bytes = a->row_bytes; p.n_in = a->n_in; p.n_out = a->n_out; p.m = m;
     p.x = dx; p.ldx = ldx; p.y = dy; p.ldy = ldy; p.y_in = dyin;
-    cudaError_t e;
-    if (graph) {
-        cudaStream_t st;
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CK(cudaStreamCreate(&st));
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        e = qmma_launch_tile(&p, rt, nf, st);
-        CK(cudaStreamEndCapture(st, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaStreamSynchronize(st));
-        CK(cudaGraphExecDestroy(ge));
-        CK(cudaGraphDestroy(g));
-        CK(cudaStreamDestroy(st));
-    } else {
-        e = qmma_launch_tile(&p, rt, nf, 0);
-    }
-    CK(cudaDeviceSynchronize());
+    const cudaError_t e = tg_launch(graph, [&](cudaStream_t st) { return qmma_launch_tile(&p, rt, nf, st); });
     y.resize(ny);
     CK(cudaMemcpy(y.data(), dy, ny * 4, cudaMemcpyDeviceToHost));
-    cudaFree(dy);
-    if (resid == 1) cudaFree(dyin);
+    tg_out_free(resid, dy, dyin);
     return e;
 }
 
@@ -129,39 +88,16 @@ static void acc_case(const Mat *a, int m, int resid, int pad, int rt, int nf)
     const int n_in = a->n_in, n_out = a->n_out, ldx = n_in + pad, ldy = n_out + (pad ? 3 : 0);
     std::vector<uint16_t> xh;
     std::vector<float> xf, yin((size_t)m * ldy), y;
-    rand_x(xh, xf, (size_t)m * ldx);
+    tg_rand_x_f16(xh, xf, (size_t)m * ldx);
     for (auto &v : yin) v = rnd_normal();
     uint16_t *dx;
     CK(cudaMalloc(&dx, xh.size() * 2));
     CK(cudaMemcpy(dx, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
     const cudaError_t e = run(a, dx, m, pad ? ldx : 0, pad ? ldy : 0, yin.data(), resid, rt, nf, 0, y);
     CHECK(e == cudaSuccess, "%s %dx%d m %d: launch: %s", ggml_type_name(a->t), n_out, n_in, m, cudaGetErrorString(e));
-    int nan = 0, bad = 0;
-    double worst = 0.0;
-    for (int mi = 0; mi < m; mi++) {
-        double num = 0.0, den = 0.0;
-        for (int o = 0; o < n_out; o++) {
-            const float *w = a->wf.data() + (size_t)o * n_in, *xr = xf.data() + (size_t)mi * ldx;
-            double s = 0.0, sa = 0.0;
-            for (int i = 0; i < n_in; i++) {
-                const double t = (double)w[i] * (double)xr[i];
-                s += t;
-                sa += fabs(t);
-            }
-            if (resid) {
-                s += yin[(size_t)mi * ldy + o];
-                sa += fabs(yin[(size_t)mi * ldy + o]);
-            }
-            const double got = y[(size_t)mi * ldy + o];
-            if (isnan(got)) { nan++; continue; }
-            const double err = fabs(got - s);
-            if (err > 1e-3 * sa + 1e-30) bad++;
-            num += err * err;
-            den += s * s;
-        }
-        const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-        if (rel > worst) worst = rel;
-    }
+    const tg_cmp c = tg_oracle(a->wf.data(), xf.data(), ldx, yin.data(), y.data(), ldy, m, n_in, n_out, resid, 1);
+    const int nan = c.nan, bad = c.bad;
+    const double worst = c.rel;
     CHECK(nan == 0 && bad == 0 && worst <= 1e-3,
           "%s %dx%d (ks %d) m %d resid %d pad %d tile %d,%d: %d NaN, %d elements off, rel err %.3g",
           ggml_type_name(a->t), n_out, n_in, qmma_split(a->t, n_in, n_out), m, resid, pad, rt, nf, nan, bad, worst);
@@ -173,7 +109,7 @@ static void tiles_graph_case(const Mat *a, int m)
 {
     std::vector<uint16_t> xh;
     std::vector<float> xf, y0, y1;
-    rand_x(xh, xf, (size_t)m * a->n_in);
+    tg_rand_x_f16(xh, xf, (size_t)m * a->n_in);
     uint16_t *dx;
     CK(cudaMalloc(&dx, xh.size() * 2));
     CK(cudaMemcpy(dx, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
@@ -198,7 +134,7 @@ static void invariance_case(const Mat *a)
     const int n_in = a->n_in, n_out = a->n_out;
     std::vector<uint16_t> xr, xb;
     std::vector<float> xf, y1, yM;
-    rand_x(xr, xf, (size_t)n_in);
+    tg_rand_x_f16(xr, xf, (size_t)n_in);
     uint16_t *dx;
     CK(cudaMalloc(&dx, (size_t)256 * n_in * 2));
     CK(cudaMemcpy(dx, xr.data(), (size_t)n_in * 2, cudaMemcpyHostToDevice));
@@ -207,7 +143,7 @@ static void invariance_case(const Mat *a)
         const int pos[3] = {0, M / 2, M - 1};
         for (int pi = 0; pi < 3; pi++) {
             if (pi > 0 && pos[pi] == pos[pi - 1]) continue;
-            rand_x(xb, xf, (size_t)M * n_in);
+            tg_rand_x_f16(xb, xf, (size_t)M * n_in);
             memcpy(xb.data() + (size_t)pos[pi] * n_in, xr.data(), (size_t)n_in * 2);
             CK(cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
             const cudaError_t e = run(a, dx, M, 0, 0, NULL, 0, 0, 0, 0, yM);
@@ -226,7 +162,7 @@ static void forced_ks_case(const Mat *a, int ks)
     const int n_in = a->n_in, n_out = a->n_out, M = 9;
     std::vector<uint16_t> xh;
     std::vector<float> xf, y1((size_t)n_out), yM((size_t)M * n_out);
-    rand_x(xh, xf, (size_t)M * n_in);
+    tg_rand_x_f16(xh, xf, (size_t)M * n_in);
     uint16_t *dx;
     float *dy;
     CK(cudaMalloc(&dx, xh.size() * 2));
@@ -336,7 +272,7 @@ int main(void)
         const int M = 2048;
         std::vector<uint16_t> xh;
         std::vector<float> xf, yb, ys;
-        rand_x(xh, xf, (size_t)M * a.n_in);
+        tg_rand_x_f16(xh, xf, (size_t)M * a.n_in);
         uint16_t *dx;
         CK(cudaMalloc(&dx, xh.size() * 2));
         CK(cudaMemcpy(dx, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
