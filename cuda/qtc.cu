@@ -19,13 +19,14 @@
  *         order; at 4096 + 16 r row r's 8 block scales d (f16). Weight = q * f16(d).
  * Every dequantized weight is one f16 value computed the same way whatever M is.
  *
- * Kernel. A CTA is ks warps on one tile (ks = qtc_split: contiguous ranges of units, one per warp) and NF
+ * Kernel. A CTA is kn warps on one tile (kn = qtc_split_narrow: contiguous ranges of units, one per warp) and NF
  * fragments of 8 batch columns (grid.x: column groups, fastest, so the CTAs of one tile run together and share
  * its weights through L2; grid.y: tiles). Each warp streams its tile blocks through its own 4-stage cp.async
  * ring in shared memory (no block barrier in the loop), reads its quants and scales from the ring into
  * registers, dequantizes a 16x16 A fragment per k step and multiplies it with the NF B fragments (x read from
  * global memory, 16 bytes per lane per two steps; at NF = 1 the next unit's x is loaded before this unit is
- * multiplied). The ks partial tiles are summed by warp 0 in warp order through shared memory, then + y_in.
+ * multiplied). The kn partial tiles are summed by warp 0 through shared memory, in groups of r = kn / ks and then
+ * the groups (qtc.h), then + y_in.
  * Above 8 columns the wide kernel below takes over (same arithmetic per element, another work split). */
 #include "qtc.h"
 
@@ -91,6 +92,24 @@ extern "C" int qtc_split(ggml_type t, int n_in, int n_out)
     int ks = 1;
     while (ks < QT_MAX_KS && 2 * ks <= units && tiles * ks < s_target) ks *= 2;
     return ks;
+}
+
+extern "C" int qtc_split_narrow(ggml_type t, int n_in, int n_out)
+{
+    const int ks = qtc_split(t, n_in, n_out);
+    if (ks < 1) return 0;
+    /* sub-splits: more streams for the narrow kernel (M <= 8 is bound by how many bytes are in flight, not by
+     * its instructions), while the wide kernel keeps ks CTAs per tile group (more would cost it workspace
+     * traffic at M = 64: measured +4% with ks itself doubled). Q4_K and Q6_K aim for 4096 warps (8B Q4_K_M
+     * M = 1: 3.235 against 3.437 ms, H100); Q8_0 keeps kn = ks (its 4352-byte stages fill an SM with fewer
+     * warps: 4.244 against 4.134 ms, same call). ZLLM_QTC_NARROW_WARPS (256 .. 65536) sets one target for every
+     * type, for measurements; read once per process like ZLLM_QTC_WARPS. */
+    static const long s_env = cu_env_int("ZLLM_QTC_NARROW_WARPS", 0, 0, 65536);
+    const long target = s_env > 0 ? s_env : t == GGML_Q8_0 ? 0 : 4096;
+    const long units = n_in / 256, tiles = (n_out + 15) / 16;
+    int kn = ks;
+    while (kn < QT_MAX_KS && 2 * kn <= units && tiles * kn < target) kn *= 2;
+    return kn;
 }
 
 /* ------------------------------------------------------------------------------------------------------
@@ -367,8 +386,8 @@ static __device__ __forceinline__ void issue_block(uint8_t *dst, const uint8_t *
 }
 
 template <int TY, int NF>
-__global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w, int units, int ks, int n_out, int m,
-                                                   const uint16_t *__restrict__ x, int ldx, float *y, int ldy,
+__global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int n_out,
+                                                   int m, const uint16_t *__restrict__ x, int ldx, float *y, int ldy,
                                                    const float *y_in)
 {
     constexpr int TB = qt_traits<TY>::TB;
@@ -454,13 +473,29 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
             *(float4 *)(part + (f * 32 + lane) * 4) = make_float4(acc[f][0], acc[f][1], acc[f][2], acc[f][3]);
         __syncthreads();
         if (warp != 0) return;
+        /* groups of r sub-split partials (the wide kernel's splits) summed first, then the groups, both in order:
+         * ((p0 + .. + p_{r-1}) + (p_r + .. + p_{2r-1})) + ..., the wide kernel's and merge's operations */
+        float tot[NF][4] = {};
         for (int k = 1; k < ks; k++) {
             const float *pk = (const float *)(s_mem + (size_t)k * QT_STAGES * TB);
+            const bool close = k % r == 0;
 #pragma unroll
             for (int f = 0; f < NF; f++) {
                 const float4 v = *(const float4 *)(pk + (f * 32 + lane) * 4);
-                acc[f][0] += v.x; acc[f][1] += v.y; acc[f][2] += v.z; acc[f][3] += v.w;
+                if (close) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) tot[f][e] = k == r ? acc[f][e] : tot[f][e] + acc[f][e];
+                    acc[f][0] = v.x; acc[f][1] = v.y; acc[f][2] = v.z; acc[f][3] = v.w;
+                } else {
+                    acc[f][0] += v.x; acc[f][1] += v.y; acc[f][2] += v.z; acc[f][3] += v.w;
+                }
             }
+        }
+        if (ks > r) {
+#pragma unroll
+            for (int f = 0; f < NF; f++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[f][e] = tot[f][e] + acc[f][e];
         }
     }
     /* lane (g, t): acc[f] = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1] of fragment f */
@@ -506,7 +541,7 @@ static __device__ __forceinline__ int qb_xoff(int r, int c) { return r * 512 + 1
 
 template <int TY>
 __global__ void __launch_bounds__(QB_WARPS * 32, 1)
-qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int tiles, int n_out, int m,
+qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles, int n_out, int m,
                 const uint16_t *__restrict__ x, int ldx, float *y, int ldy, const float *y_in, float *part)
 {
     constexpr int TB = qt_traits<TY>::TB, SB = qb_stage_bytes<TY>();
@@ -548,13 +583,28 @@ qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int tiles, int
         if (i < n_units) issue(i, i, 2);
         cp_async_commit();
     }
-    float cur[8][4];
+    /* cur: the running sub-split (the narrow kernel's warp ranges: r of them per split, boundaries
+     * units * (kz r + i) / (ks r) - ub), chained from zero; tot: the closed sub-splits summed in order */
+    float cur[8][4], tot[8][4] = {};
 #pragma unroll
     for (int f = 0; f < 8; f++)
 #pragma unroll
         for (int e = 0; e < 4; e++) cur[f][e] = 0.f;
     const bool active = warp < n_tiles;
+    const long kn = (long)ks * r;
+    int sub = 1, next = r > 1 ? (int)((long)units * (kz * r + 1) / kn) - ub : n_units;
     for (int u = 0; u < n_units; u++) {
+        if (u == next) {   /* block-uniform: a sub-split ends */
+#pragma unroll
+            for (int f = 0; f < 8; f++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    tot[f][e] = sub == 1 ? cur[f][e] : tot[f][e] + cur[f][e];
+                    cur[f][e] = 0.f;
+                }
+            sub++;
+            next = sub < r ? (int)((long)units * (kz * r + sub) / kn) - ub : n_units;
+        }
         cp_async_wait<QB_STAGES - 2>();
         __syncthreads();   /* unit u landed for every thread; every warp is done with unit u - 1's stage */
         if (u + QB_STAGES - 1 < n_units) issue(u + QB_STAGES - 1, (u + QB_STAGES - 1) % QB_STAGES, 3);
@@ -582,6 +632,12 @@ qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int tiles, int
     }
     cp_async_wait<0>();
     if (!active) return;
+    if (r > 1) {
+#pragma unroll
+        for (int f = 0; f < 8; f++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) cur[f][e] = tot[f][e] + cur[f][e];
+    }
     const int tile = tile0 + warp;
 #pragma unroll
     for (int f = 0; f < 8; f++)
@@ -615,7 +671,7 @@ __global__ void qtc_merge_kernel(const float *__restrict__ part, int ks, int n_o
 }
 
 template <int TY>
-static cudaError_t s_launch_wide(const qtc_params *p, int ks, int ldx, int ldy, cudaStream_t st)
+static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, int ldy, cudaStream_t st)
 {
     constexpr int SMEM = QB_STAGES * qb_stage_bytes<TY>();
     static_assert(SMEM <= 227 * 1024, "the wide kernel's stages must fit one SM's shared memory");
@@ -635,7 +691,7 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int ldx, int ldy, 
         const dim3 grid((unsigned)((mc + QB_COLS - 1) / QB_COLS), (unsigned)((tiles + QB_WARPS - 1) / QB_WARPS),
                         (unsigned)ks);
         cudaError_t e = cu_launch(qtc_wide_kernel<TY>, grid, dim3(QB_WARPS * 32), SMEM, st, (const uint8_t *)p->w,
-                                  p->n_in / 256, ks, tiles, p->n_out, mc, p->x + (size_t)c0 * ldx, ldx, yc, ldy, yin,
+                                  p->n_in / 256, ks, r, tiles, p->n_out, mc, p->x + (size_t)c0 * ldx, ldx, yc, ldy, yin,
                                   (float *)p->workspace);
         if (e == cudaSuccess && ks > 1) {
             const size_t n = (size_t)mc * p->n_out;
@@ -649,7 +705,7 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int ldx, int ldy, 
 }
 
 template <int TY, int NF>
-static cudaError_t s_launch(const qtc_params *p, int ks, int ldx, int ldy, cudaStream_t st)
+static cudaError_t s_launch(const qtc_params *p, int ks, int r, int ldx, int ldy, cudaStream_t st)
 {
     constexpr int TB = qt_traits<TY>::TB;
     const size_t smem = (size_t)ks * QT_STAGES * TB;
@@ -658,18 +714,20 @@ static cudaError_t s_launch(const qtc_params *p, int ks, int ldx, int ldy, cudaS
     if (e != cudaSuccess) return e;
     const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
     return cu_launch(qtc_kernel<TY, NF>, dim3((unsigned)groups, (unsigned)tiles), dim3(32 * ks), smem, st,
-                     (const uint8_t *)p->w, p->n_in / 256, ks, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in);
+                     (const uint8_t *)p->w, p->n_in / 256, ks, r, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in);
 }
 
 template <int TY>
-static cudaError_t s_launch_ty(const qtc_params *p, int nf, int ks, int ldx, int ldy, cudaStream_t st)
+static cudaError_t s_launch_ty(const qtc_params *p, int nf, int ks, int kn, int ldx, int ldy, cudaStream_t st)
 {
+    /* the narrow kernel runs the kn sub-splits one warp each; the wide one ks splits of r = kn / ks each */
+    const int r = kn / ks;
     switch (nf) {
-    case 1: return s_launch<TY, 1>(p, ks, ldx, ldy, st);
-    case 2: return s_launch<TY, 2>(p, ks, ldx, ldy, st);
-    case 4: return s_launch<TY, 4>(p, ks, ldx, ldy, st);
-    case 8: return s_launch<TY, 8>(p, ks, ldx, ldy, st);
-    case QTC_WIDE: return s_launch_wide<TY>(p, ks, ldx, ldy, st);
+    case 1: return s_launch<TY, 1>(p, kn, r, ldx, ldy, st);
+    case 2: return s_launch<TY, 2>(p, kn, r, ldx, ldy, st);
+    case 4: return s_launch<TY, 4>(p, kn, r, ldx, ldy, st);
+    case 8: return s_launch<TY, 8>(p, kn, r, ldx, ldy, st);
+    case QTC_WIDE: return s_launch_wide<TY>(p, ks, r, ldx, ldy, st);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -687,11 +745,11 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
     if (nf == 0) nf = p->m <= 8 ? 1 : QTC_WIDE;
     if (nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_WIDE) return cudaErrorInvalidValue;
     if ((p->m + 8L * nf - 1) / (8L * nf) > 0x7fffffffL) return cudaErrorInvalidValue;
-    const int ks = qtc_split(p->type, p->n_in, p->n_out);
+    const int ks = qtc_split(p->type, p->n_in, p->n_out), kn = qtc_split_narrow(p->type, p->n_in, p->n_out);
     switch (s_ty(p->type)) {
-    case QT_Q4K: return s_launch_ty<QT_Q4K>(p, nf, ks, ldx, ldy, st);
-    case QT_Q6K: return s_launch_ty<QT_Q6K>(p, nf, ks, ldx, ldy, st);
-    case QT_Q8_0: return s_launch_ty<QT_Q8_0>(p, nf, ks, ldx, ldy, st);
+    case QT_Q4K: return s_launch_ty<QT_Q4K>(p, nf, ks, kn, ldx, ldy, st);
+    case QT_Q6K: return s_launch_ty<QT_Q6K>(p, nf, ks, kn, ldx, ldy, st);
+    case QT_Q8_0: return s_launch_ty<QT_Q8_0>(p, nf, ks, kn, ldx, ldy, st);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -20,9 +20,13 @@
  *     the B operand (8 batch rows per fragment; a column's result never depends on another column), chained
  *     from zero over a fixed k order (lane t of a quad owns elements 64t .. 64t+63 of each 256-element unit, four
  *     per 16-wide k step);
- *   - split-K: ks = qtc_split(type, n_in, n_out) contiguous ranges of units, one warp each, summed as
- *     ((p0 + p1) + p2) + ... in split order, then + y_in (the wide kernel sums them in a second kernel from a
- *     workspace, with the same operations in the same order).
+ *   - split-K in two levels: kn = qtc_split_narrow(type, n_in, n_out) contiguous ranges of units ("sub-splits",
+ *     unit range [units s / kn, units (s + 1) / kn)), each chained from zero; consecutive groups of r = kn / ks
+ *     of them (ks = qtc_split) summed in order, then the ks group sums in order, then + y_in:
+ *     ((p0 + .. + p_{r-1}) + (p_r + .. + p_{2r-1})) + ... The narrow kernel runs one warp per sub-split and
+ *     sums all of them in one CTA; the wide kernel runs one CTA per group (its r sub-splits one after another,
+ *     each from zero) and sums the groups in a second kernel from a workspace: the same operations in the same
+ *     order.
  * M only decides which of two kernels runs (the narrow one up to 8 columns, the wide one above), how many
  * 8-column fragments a CTA carries and how many CTAs run. cuda/test_qtc.cu checks
  * this bit for bit (a row alone vs the same row among others, M up to 2048).
@@ -65,6 +69,10 @@ size_t qtc_packed_bytes(ggml_type t, int n_in, int n_out);
 /* The split-K count (warps per CTA, 1..8): a function of (type, n_in, n_out) only, never of M or of the device.
  * 0 when unsupported. */
 int qtc_split(ggml_type t, int n_in, int n_out);
+
+/* The sub-split count of the narrow kernel (warps per CTA, 1..8, a multiple of qtc_split: that many sub-splits
+ * per wide split): a function of (type, n_in, n_out) only. 0 when unsupported. */
+int qtc_split_narrow(ggml_type t, int n_in, int n_out);
 
 /* the most dynamic shared memory per block a qtc kernel of type t asks for (0: unsupported type): a device whose
  * cudaDevAttrMaxSharedMemoryPerBlockOptin is smaller cannot run it (H100/H200: 227 KiB, all types fit; A100:

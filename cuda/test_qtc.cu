@@ -220,6 +220,14 @@ int main(void)
           qtc_split(GGML_Q4_K, 100, 16) == 0,
           "qtc_split: %d %d %d %d", qtc_split(GGML_Q4_K, 4096, 4096), qtc_split(GGML_Q4_K, 256, 40000),
           qtc_split(GGML_Q4_K, 4096, 128256), qtc_split(GGML_Q4_K, 4096, 1024));
+    /* the narrow kernel's sub-splits: a multiple of qtc_split, more warps for matrices with few tiles */
+    CHECK(qtc_split_narrow(GGML_Q4_K, 4096, 4096) == 8 && qtc_split_narrow(GGML_Q4_K, 4096, 28672) == 4 &&
+          qtc_split_narrow(GGML_Q4_K, 4096, 128256) == 1 && qtc_split_narrow(GGML_Q4_K, 768, 20001) == 2 &&
+          qtc_split_narrow(GGML_Q4_K, 100, 16) == 0 && qtc_split_narrow(GGML_Q8_0, 4096, 4096) == 4 &&
+          qtc_split_narrow(GGML_Q6_K, 14336, 4096) == 8,
+          "qtc_split_narrow: %d %d %d %d", qtc_split_narrow(GGML_Q4_K, 4096, 4096),
+          qtc_split_narrow(GGML_Q4_K, 4096, 28672), qtc_split_narrow(GGML_Q4_K, 4096, 128256),
+          qtc_split_narrow(GGML_Q4_K, 768, 20001));
     struct { ggml_type t; int n_in, n_out; } shapes[] = {
         /* ks 1 (one unit / many rows), 2, 4, 8; n_out not a multiple of 16 */
         {GGML_Q4_K, 256, 17}, {GGML_Q4_K, 2048, 40}, {GGML_Q4_K, 1024, 4001}, {GGML_Q4_K, 768, 20001},
@@ -228,6 +236,9 @@ int main(void)
         {GGML_Q8_0, 256, 3}, {GGML_Q8_0, 512, 17}, {GGML_Q8_0, 1536, 129}, {GGML_Q8_0, 4096, 300},
     };
     for (const auto &s : shapes) {
+        const int ks = qtc_split(s.t, s.n_in, s.n_out), kn = qtc_split_narrow(s.t, s.n_in, s.n_out);
+        CHECK(ks >= 1 && kn >= ks && kn % ks == 0 && kn <= 8, "%s %dx%d: ks %d, narrow %d", ggml_type_name(s.t),
+              s.n_out, s.n_in, ks, kn);
         Mat a;
         mat_make(&a, s.t, s.n_in, s.n_out);
         const long work = (long)s.n_in * s.n_out;   /* keep the oracle's time bounded */
