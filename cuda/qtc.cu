@@ -35,6 +35,8 @@
 #include <string.h>
 
 #include <atomic>
+#include <thread>
+#include <vector>
 
 #include "mma_util.cuh"
 #include "pdl.cuh"
@@ -172,13 +174,14 @@ static void s_put_nib(uint8_t *w16, int i, int v)
     memcpy(w16 + 4 * u, &word, 4);
 }
 
-extern "C" int qtc_pack(ggml_type t, const void *rows, size_t row_bytes, int n_in, int n_out, void *dst)
+/* tiles [tile0, tile1) of qtc_pack: each tile's blocks depend on its own 16 rows only (so any split of the tiles
+ * over threads writes the same bytes) */
+static void s_pack_tiles(int ty, const void *rows, size_t row_bytes, int n_in, int n_out, void *dst, int tile0,
+                         int tile1)
 {
-    const int ty = s_ty(t);
-    if (!qtc_supported(t, n_in, n_out) || !rows || !dst || row_bytes != ggml_row_bytes(t, n_in)) return -1;
-    const int units = n_in / 256, tiles = (n_out + 15) / 16, TB = s_tb(ty);
+    const int units = n_in / 256, TB = s_tb(ty);
     s_unit un;
-    for (int tile = 0; tile < tiles; tile++)
+    for (int tile = tile0; tile < tile1; tile++)
         for (int u = 0; u < units; u++) {
             uint8_t *blk = (uint8_t *)dst + ((size_t)tile * units + u) * TB;
             memset(blk, 0, (size_t)TB);
@@ -225,7 +228,38 @@ extern "C" int qtc_pack(ggml_type t, const void *rows, size_t row_bytes, int n_i
                 }
             }
         }
+}
+
+extern "C" int qtc_pack_threads(ggml_type t, const void *rows, size_t row_bytes, int n_in, int n_out, void *dst,
+                                int n_threads)
+{
+    const int ty = s_ty(t);
+    if (!qtc_supported(t, n_in, n_out) || !rows || !dst || row_bytes != ggml_row_bytes(t, n_in) || n_threads < 0)
+        return -1;
+    const int tiles = (n_out + 15) / 16;
+    if (n_threads == 0) {   /* every hardware thread, at most 16, at least 64 tiles each */
+        const unsigned hc = std::thread::hardware_concurrency();
+        n_threads = hc == 0 ? 1 : hc > 16 ? 16 : (int)hc;
+    }
+    if (n_threads > tiles / 64) n_threads = tiles / 64;
+    if (n_threads < 1) n_threads = 1;
+    std::vector<std::thread> th;
+    for (int i = 1; i < n_threads; i++) {
+        const int a = (int)((long)tiles * i / n_threads), b = (int)((long)tiles * (i + 1) / n_threads);
+        try {
+            th.emplace_back(s_pack_tiles, ty, rows, row_bytes, n_in, n_out, dst, a, b);
+        } catch (...) {   /* no thread to be had: this thread packs that range itself */
+            s_pack_tiles(ty, rows, row_bytes, n_in, n_out, dst, a, b);
+        }
+    }
+    s_pack_tiles(ty, rows, row_bytes, n_in, n_out, dst, 0, (int)((long)tiles / n_threads));
+    for (auto &x : th) x.join();
     return 0;
+}
+
+extern "C" int qtc_pack(ggml_type t, const void *rows, size_t row_bytes, int n_in, int n_out, void *dst)
+{
+    return qtc_pack_threads(t, rows, row_bytes, n_in, n_out, dst, 0);
 }
 
 /* ------------------------------------------------------------------------------------------------------

@@ -86,6 +86,12 @@ size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out);
  * host memory). Returns 0, or -1 for an unsupported type/shape or a row_bytes that does not match the type. */
 int qtc_pack(ggml_type t, const void *rows, size_t row_bytes, int n_in, int n_out, void *dst);
 
+/* qtc_pack on n_threads host threads (0: the hardware threads, at most 16; never more than one per 64 tiles): the
+ * same bytes whatever the count (tiles are independent). A thread that cannot be started leaves its share to the
+ * calling thread. Returns as qtc_pack, and -1 for n_threads < 0. qtc_pack is this with n_threads 0. */
+int qtc_pack_threads(ggml_type t, const void *rows, size_t row_bytes, int n_in, int n_out, void *dst,
+                     int n_threads);
+
 /* Enqueues y = W x (+ y_in) on st. Returns cudaSuccess, cudaErrorInvalidValue for an unsupported type, m or
  * shape, cudaErrorMisalignedAddress for a w or x that is not 16-byte aligned, cudaErrorInvalidValue when the wide kernel
  * needs a workspace that is missing or too small, or the launch's error. A fault
