@@ -420,7 +420,7 @@ static __device__ __forceinline__ void issue_block(uint8_t *dst, const uint8_t *
 }
 
 template <int TY, int NF>
-__global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int n_out,
+__global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out,
                                                    int m, const uint16_t *__restrict__ x, int ldx, float *y, int ldy,
                                                    const float *y_in)
 {
@@ -428,7 +428,7 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
     extern __shared__ __align__(16) uint8_t s_mem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tile = blockIdx.y, col0 = blockIdx.x * NF * 8;
-    const int u0 = (int)((long)units * warp / ks), u1 = (int)((long)units * (warp + 1) / ks), n = u1 - u0;
+    const int u0 = (int)((long)units * warp / kn), u1 = (int)((long)units * (warp + 1) / kn), n = u1 - u0;
     uint8_t *ring = s_mem + (size_t)warp * QT_STAGES * TB;
     const uint8_t *src = w + ((size_t)tile * units + u0) * TB;
     pdl_trigger();
@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
         }
     }
     cp_async_wait<0>();
-    if (ks > 1) {
+    if (kn > 1) {
         /* each warp's partial tile goes to its own (now idle) ring; warp 0 sums them in warp order */
         float *part = (float *)ring;
         __syncwarp();
@@ -510,7 +510,7 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
         /* groups of r sub-split partials (the wide kernel's splits) summed first, then the groups, both in order:
          * ((p0 + .. + p_{r-1}) + (p_r + .. + p_{2r-1})) + ..., the wide kernel's and merge's operations */
         float tot[NF][4] = {};
-        for (int k = 1; k < ks; k++) {
+        for (int k = 1; k < kn; k++) {
             const float *pk = (const float *)(s_mem + (size_t)k * QT_STAGES * TB);
             const bool close = k % r == 0;
 #pragma unroll
@@ -525,7 +525,7 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
                 }
             }
         }
-        if (ks > r) {
+        if (kn > r) {
 #pragma unroll
             for (int f = 0; f < NF; f++)
 #pragma unroll
@@ -739,16 +739,16 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, in
 }
 
 template <int TY, int NF>
-static cudaError_t s_launch(const qtc_params *p, int ks, int r, int ldx, int ldy, cudaStream_t st)
+static cudaError_t s_launch(const qtc_params *p, int kn, int r, int ldx, int ldy, cudaStream_t st)
 {
     constexpr int TB = qt_traits<TY>::TB;
-    const size_t smem = (size_t)ks * QT_STAGES * TB;
+    const size_t smem = (size_t)kn * QT_STAGES * TB;
     static std::atomic<unsigned long long> s_set{0};
     const cudaError_t e = s_smem_optin(qtc_kernel<TY, NF>, QT_MAX_KS * QT_STAGES * TB, s_set);
     if (e != cudaSuccess) return e;
     const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
-    return cu_launch(qtc_kernel<TY, NF>, dim3((unsigned)groups, (unsigned)tiles), dim3(32 * ks), smem, st,
-                     (const uint8_t *)p->w, p->n_in / 256, ks, r, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in);
+    return cu_launch(qtc_kernel<TY, NF>, dim3((unsigned)groups, (unsigned)tiles), dim3(32 * kn), smem, st,
+                     (const uint8_t *)p->w, p->n_in / 256, kn, r, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in);
 }
 
 template <int TY>
