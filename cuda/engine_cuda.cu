@@ -41,6 +41,10 @@
  *   (from the SM count and n_ctx, not from the batch) and max_kv_len is always n_ctx, so the split boundaries of
  *   a row do not depend on its neighbours. cuBLAS may pick different algorithms for different batch sizes, which
  *   can change f32 rounding in the last bits; gpu_test_engine_gpu measures whether greedy tokens stay the same.
+ *   They do on the small models of tests/run_gpu.sh, but NOT on 2048-wide 16-bit llamas (measured, H100: 8 to 14
+ *   of 16 sequences differ from their run alone). ZLLM_CUDA_WTC=1 serves the dense 16-bit matrices through
+ *   cuda/wtc.h instead (one arithmetic for every step size: those models pass); it is opt-in until it is as
+ *   fast as cuBLAS (docs/perf.md, session 9).
  *   qgemv and cuBLAS are never mixed by step size by default (s_qg_max): that broke greedy invariance.
  *   By default (ZLLM_CUDA_QTC=0 turns it off) quantized matrices of a type cuda/qtc.h covers (Q4_K, Q6_K, Q8_0
  *   rows of a multiple of 256 elements; F16 engines) keep only a tile-packed copy of their GGUF blocks and go
@@ -76,6 +80,7 @@ extern "C" {
 #include "engine_cuda.h"
 #include "ops.h"
 #include "qgemv.h"
+#include "wtc.h"
 #include "qmma.h"
 #include "qtc.h"
 #include "sample.h"
@@ -155,6 +160,11 @@ typedef struct {
                                 * fused into one product each (cu_layer wqkv, wgu); 0 = separate (comparisons) */
     int qtc_env;               /* ZLLM_CUDA_QTC: 1 (default) = qtc for every matrix it covers (Q4_K, Q6_K, Q8_0
                                 * rows of 256-multiple length in an F16 engine), at every step size; 0 = off */
+    int wtc_on;                /* 1: products on dense 16-bit matrices go through cuda/wtc.h (one arithmetic for
+                                * every step size: batch invariance at every width) instead of cuBLAS. Opt-in
+                                * (ZLLM_CUDA_WTC=1) until it is as fast: cuBLAS, the default, is not batch
+                                * invariant on 2048-wide models (docs/perf.md, session 9). Needs a 16-bit wt and
+                                * wtc_available */
     int round_f;               /* 1: f32 qgemv inputs are rounded to wt (the operands cuBLAS sees); always 1 */
     float *xf;                 /* f32 qgemv input [max_tok][max(dim, ffn_dim, q_dim)] (NULL for F32 models) */
     cudaEvent_t ev0, ev1;      /* around each step's device work (input copy .. output copy) */
@@ -178,7 +188,7 @@ typedef struct {
     float *logits;             /* [max_batch][vocab] */
     void *attn_ws;             /* flash-decoding partials */
     size_t attn_ws_bytes;
-    void *qtc_ws;              /* qtc's split partials for steps of > 16 rows: the largest qtc_workspace_bytes of
+    void *qtc_ws;              /* qtc's and wtc's split partials (never two launches at once) for steps of > 16 rows: the largest qtc_workspace_bytes of
                                 * the qtc matrices (NULL when none needs one); one stream, so one buffer serves all */
     size_t qtc_ws_bytes;
     int n_splits;              /* fixed split count (batch invariance), from attn_decode_splits at n_ctx */
@@ -573,6 +583,12 @@ static int s_use_qg(const cu_engine *E, const cu_mat *W, int n_rows) {
     return W->raw && !W->qmma && !W->qtc && n_rows <= W->qg_max;
 }
 
+/* 1 when W's dense copy goes through wtc instead of cuBLAS (every step size alike: the choice depends on the
+ * matrix only, never on the row count) */
+static int s_use_wtc(const cu_engine *E, const cu_mat *W) {
+    return E->wtc_on && W->dense && !W->qtc && !W->qmma && wtc_supported(W->n_in, W->n_out);
+}
+
 /* y[n_rows][n_out] = x W^T, or y += x W^T when resid (y holds the residual stream): through qgemv on xf (f32)
  * in launches of at most QGEMV_MAX_M rows, or through cuBLAS on xw (wt). y's rows are ldy floats apart (0 means
  * n_out; a larger ldy writes a column slice of a wider array, e.g. wk into E->qkv + q_dim). */
@@ -605,6 +621,20 @@ static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, c
         if (e != cudaSuccess) {
             snprintf(err, errlen, "qmma (%s, %d x %d, m %d): %s", ggml_type_name(W->qt), W->n_out, W->n_in, n_rows,
                      cudaGetErrorString(e));
+            return -1;
+        }
+        return 0;
+    }
+    if (!s_use_qg(E, W, n_rows) && s_use_wtc(E, W)) {
+        /* the dense 16-bit matrix (the one cuBLAS would read), through wtc at every step size */
+        wtc_params p;
+        memset(&p, 0, sizeof p);
+        p.bf16 = E->wt == CU_BF16; p.w = W->dense; p.n_in = W->n_in; p.n_out = W->n_out; p.m = n_rows;
+        p.x = xw; p.ldx = W->n_in; p.y = y; p.ldy = ldy; p.y_in = resid ? y : NULL;
+        p.workspace = E->qtc_ws; p.workspace_bytes = E->qtc_ws_bytes; p.sm_count = E->sm_count;
+        const cudaError_t e = wtc_launch(&p, E->st);
+        if (e != cudaSuccess) {
+            snprintf(err, errlen, "wtc (%d x %d, m %d): %s", W->n_out, W->n_in, n_rows, cudaGetErrorString(e));
             return -1;
         }
         return 0;
@@ -1183,6 +1213,8 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
             E->qtc_env = qt && *qt ? atoi(qt) != 0 : 1;
             const char *fu = getenv("ZLLM_CUDA_FUSE");
             E->fuse_env = fu && *fu ? atoi(fu) != 0 : 1;
+            const char *wc = getenv("ZLLM_CUDA_WTC");
+            E->wtc_on = (wc && *wc ? atoi(wc) != 0 : 0) && E->wt != CU_F32 && wtc_available();
         }
         if (s_upload_model(E, err, errlen) != 0) goto fail;
         E->last_gpu_ms = -1;
@@ -1259,7 +1291,14 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
                 for (int i = 0; i < 10; i++) {
                     const size_t need = mats[i]->qtc ? qtc_workspace_bytes(mats[i]->qt, mats[i]->n_in, mats[i]->n_out) : 0;
                     if (need > E->qtc_ws_bytes) E->qtc_ws_bytes = need;
+                    const size_t wneed = s_use_wtc(E, mats[i]) ? wtc_workspace_bytes(mats[i]->n_in, mats[i]->n_out,
+                                                                                       b->max_step_tokens) : 0;
+                    if (wneed > E->qtc_ws_bytes) E->qtc_ws_bytes = wneed;
                 }
+            }
+            if (s_use_wtc(E, &E->out)) {
+                const size_t wneed = wtc_workspace_bytes(E->out.n_in, E->out.n_out, b->max_batch);
+                if (wneed > E->qtc_ws_bytes) E->qtc_ws_bytes = wneed;
             }
             if (E->qtc_ws_bytes) CU_CHECK(cudaMalloc(&E->qtc_ws, E->qtc_ws_bytes));
             /* the decode kernel's arrival counters start at zero and every launch leaves them so */

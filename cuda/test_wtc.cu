@@ -1,0 +1,222 @@
+/* cuda/test_wtc.cu: the batch-invariant 16-bit weight products (cuda/wtc.cu) against the oracle and against
+ * themselves.
+ *
+ * For BF16 and F16, shapes covering split counts 1, 2 and 8, n_out not a multiple of 16 or 128, and rows of 64
+ * to 14336 elements: W and x random normal values rounded to the type, y NaN-poisoned before each launch.
+ *   - accuracy: the double-precision oracle (tests/test_gpu.h tg_oracle) for batches 1..130: no NaN, every
+ *     element within 1e-3 of sum |w_i x_i|, relative L2 error <= 1e-3; fused residual (separate and in place),
+ *     strided x and y;
+ *   - one arithmetic: every form (narrow, wide chained, wide one CTA per split) gives the same bits for the
+ *     same batch, and a row alone (M = 1) the same bits as that row at several positions among random rows for
+ *     M up to 300 (2048 on one layer-sized shape);
+ *   - CUDA-graph replay equal to eager; argument checks.
+ * Prints "N passed, N failed"; skips (0 checks) on a device without the kernels' shared memory. */
+extern "C" {
+#include "quant.h"
+#include "test.h"
+}
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+#include "wtc.h"
+#include "test_rand.h"
+#include "test_gpu.h"
+
+static uint16_t to16(int bf16, float v) { return bf16 ? f32_to_bf16(v) : f32_to_fp16(v); }
+static float from16(int bf16, uint16_t h) { return bf16 ? bf16_to_f32(h) : fp16_to_f32(h); }
+
+static void rand16(int bf16, float scale, std::vector<uint16_t> &h, std::vector<float> &f, size_t n)
+{
+    h.resize(n);
+    f.resize(n);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = to16(bf16, scale * rnd_normal());
+        f[i] = from16(bf16, h[i]);
+    }
+}
+
+struct Mat {
+    int bf16, n_in, n_out;
+    std::vector<float> wf;
+    void *dw;
+};
+
+/* y of batch m (rows ldx / ldy apart, 0 = packed) in the given form; resid 0 none, 1 separate y_in, 2 in place */
+static cudaError_t run(const Mat *a, const void *dx, int m, int ldx, int ldy, const float *yin_h, int resid, int form,
+                       int graph, std::vector<float> &y)
+{
+    const int ly = ldy ? ldy : a->n_out;
+    const size_t ny = (size_t)m * ly;
+    float *dy, *dyin;
+    tg_out_alloc(ny, resid, yin_h, &dy, &dyin);
+    wtc_params p;
+    memset(&p, 0, sizeof p);
+    p.bf16 = a->bf16; p.w = a->dw; p.n_in = a->n_in; p.n_out = a->n_out; p.m = m;
+    p.x = dx; p.ldx = ldx; p.y = dy; p.ldy = ldy; p.y_in = dyin; p.form = form;
+    p.workspace_bytes = wtc_workspace_bytes(a->n_in, a->n_out, m);
+    if (p.workspace_bytes) CK(cudaMalloc(&p.workspace, p.workspace_bytes));
+    const cudaError_t e = tg_launch(graph, [&](cudaStream_t st) { return wtc_launch(&p, st); });
+    y.resize(ny);
+    CK(cudaMemcpy(y.data(), dy, ny * 4, cudaMemcpyDeviceToHost));
+    tg_out_free(resid, dy, dyin);
+    cudaFree(p.workspace);
+    return e;
+}
+
+static void *upload(const std::vector<uint16_t> &h)
+{
+    void *d;
+    CK(cudaMalloc(&d, h.size() * 2 + 16));
+    CK(cudaMemcpy(d, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static const char *tn(const Mat *a) { return a->bf16 ? "bf16" : "f16"; }
+
+static void acc_case(const Mat *a, int m, int resid, int pad)
+{
+    const int ldx = a->n_in + pad, ldy = a->n_out + (pad ? 3 : 0);
+    std::vector<uint16_t> xh;
+    std::vector<float> xf, yin((size_t)m * ldy), y;
+    rand16(a->bf16, 1.f, xh, xf, (size_t)m * ldx);
+    for (auto &v : yin) v = rnd_normal();
+    void *dx = upload(xh);
+    const cudaError_t e = run(a, dx, m, pad ? ldx : 0, pad ? ldy : 0, yin.data(), resid, 0, 0, y);
+    CHECK(e == cudaSuccess, "%s %dx%d m %d: launch %s", tn(a), a->n_out, a->n_in, m, cudaGetErrorString(e));
+    const tg_cmp c = tg_oracle(a->wf.data(), xf.data(), ldx, yin.data(), y.data(), ldy, m, a->n_in, a->n_out,
+                               resid, 0);
+    CHECK(c.nan == 0 && c.bad == 0 && c.rel <= 1e-3, "%s %dx%d (ks %d) m %d resid %d pad %d: %d NaN, %d off, rel %.3g",
+          tn(a), a->n_out, a->n_in, wtc_split(a->n_in, a->n_out), m, resid, pad, c.nan, c.bad, c.rel);
+    cudaFree(dx);
+}
+
+/* every form gives the default's bits; graph replay the eager bits */
+static void form_case(const Mat *a, int m)
+{
+    std::vector<uint16_t> xh;
+    std::vector<float> xf, y0, y1;
+    rand16(a->bf16, 1.f, xh, xf, (size_t)m * a->n_in);
+    void *dx = upload(xh);
+    run(a, dx, m, 0, 0, NULL, 0, 0, 0, y0);
+    for (int form = 1; form <= 3; form++) {
+        if (form == 1 && m > 8) continue;
+        const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, form, 0, y1);
+        CHECK(e == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4),
+              "%s %dx%d m %d: form %d differs from the default (launch %s)", tn(a), a->n_out, a->n_in, m, form,
+              cudaGetErrorString(e));
+    }
+    const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, 0, 1, y1);
+    CHECK(e == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4), "%s %dx%d m %d: graph replay != eager",
+          tn(a), a->n_out, a->n_in, m);
+    cudaFree(dx);
+}
+
+/* a row alone vs the same row at positions 0, M/2, M-1 among random rows */
+static void invariance_case(const Mat *a, int max_m)
+{
+    static const int Ms[] = {2, 3, 7, 8, 9, 16, 33, 64, 128, 256, 300, 2048};
+    std::vector<uint16_t> xr, xb;
+    std::vector<float> xf, y1, yM;
+    rand16(a->bf16, 1.f, xr, xf, (size_t)a->n_in);
+    void *dx1 = upload(xr);
+    run(a, dx1, 1, 0, 0, NULL, 0, 0, 0, y1);
+    cudaFree(dx1);
+    for (int M : Ms) {
+        if (M > max_m) continue;
+        const int pos[3] = {0, M / 2, M - 1};
+        for (int pi = 0; pi < 3; pi++) {
+            if (pi > 0 && pos[pi] == pos[pi - 1]) continue;
+            rand16(a->bf16, 1.f, xb, xf, (size_t)M * a->n_in);
+            memcpy(xb.data() + (size_t)pos[pi] * a->n_in, xr.data(), (size_t)a->n_in * 2);
+            void *dx = upload(xb);
+            const cudaError_t e = run(a, dx, M, 0, 0, NULL, 0, 0, 0, yM);
+            CHECK(e == cudaSuccess && !memcmp(yM.data() + (size_t)pos[pi] * a->n_out, y1.data(), (size_t)a->n_out * 4),
+                  "%s %dx%d (ks %d): row at %d of M = %d differs from the row alone (launch %s)", tn(a), a->n_out,
+                  a->n_in, wtc_split(a->n_in, a->n_out), pos[pi], M, cudaGetErrorString(e));
+            cudaFree(dx);
+        }
+    }
+}
+
+static void arg_checks(const Mat *a)
+{
+    void *dx;
+    float *dy;
+    CK(cudaMalloc(&dx, (size_t)2 * a->n_in * 2 + 64));
+    CK(cudaMalloc(&dy, (size_t)300 * a->n_out * 4));
+    wtc_params p;
+    memset(&p, 0, sizeof p);
+    p.bf16 = a->bf16; p.w = a->dw; p.n_in = a->n_in; p.n_out = a->n_out; p.m = 1; p.x = dx; p.y = dy;
+    CHECK(wtc_launch(&p, 0) == cudaSuccess, "valid launch refused");
+    wtc_params q = p; q.n_in = a->n_in + 32;
+    CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "n_in not a multiple of 64 accepted");
+    q = p; q.x = (char *)dx + 8;
+    CHECK(wtc_launch(&q, 0) == cudaErrorMisalignedAddress, "misaligned x accepted");
+    q = p; q.ldx = a->n_in + 4;
+    CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "ldx not a multiple of 8 accepted");
+    q = p; q.ldy = a->n_out - 1;
+    CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "ldy < n_out accepted");
+    q = p; q.m = 0;
+    CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "m = 0 accepted");
+    q = p; q.m = 9; q.form = 1;
+    CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "narrow form at m = 9 accepted");
+    q = p; q.form = 4;
+    CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "form 4 accepted");
+    if (wtc_split(a->n_in, a->n_out) > 1) {
+        q = p; q.m = 16; q.form = 3;
+        CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "per-split form without a workspace accepted");
+    }
+    q = p; q.w = NULL;
+    CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "NULL w accepted");
+    CHECK(wtc_launch(NULL, 0) == cudaErrorInvalidValue, "NULL params accepted");
+    CK(cudaDeviceSynchronize());
+    cudaFree(dx);
+    cudaFree(dy);
+}
+
+int main(void)
+{
+    (void)raw_row;   /* tests/test_rand.h's GGUF rows: not needed here */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || !wtc_available()) {
+        printf("test_wtc: no device with the kernels' shared memory: skipped\n");
+        return test_report();
+    }
+    CHECK(wtc_supported(64, 1) && wtc_supported(14336, 4096) && !wtc_supported(96, 4) && !wtc_supported(600, 4) && wtc_supported(576, 4) &&
+          !wtc_supported(4096, 0), "wtc_supported");
+    CHECK(wtc_split(4096, 4096) == 8 && wtc_split(4096, 28672) == 2 && wtc_split(4096, 128256) == 1 &&
+          wtc_split(768, 20001) == 2 && wtc_split(192, 33) == 1 && wtc_split(14336, 4096) == 8 &&
+          wtc_split(100, 16) == 0,
+          "wtc_split: %d %d %d %d %d %d", wtc_split(4096, 4096), wtc_split(4096, 28672), wtc_split(4096, 128256),
+          wtc_split(768, 20001), wtc_split(192, 33), wtc_split(14336, 4096));
+    const int quick = getenv("ZLLM_GPU_TEST_QUICK") && atoi(getenv("ZLLM_GPU_TEST_QUICK"));
+    static const int shapes[][2] = {{64, 1},     {64, 17},    {192, 33},   {2048, 40},  {1024, 4001},
+                                    {768, 20001}, {4096, 300}, {14336, 130}, {2048, 3000}};
+    for (int bf16 = 1; bf16 >= 0; bf16--)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            if (quick && s % 3) continue;
+            Mat a;
+            a.bf16 = bf16; a.n_in = shapes[s][0]; a.n_out = shapes[s][1];
+            std::vector<uint16_t> wh;
+            rand16(bf16, 0.05f, wh, a.wf, (size_t)a.n_in * a.n_out);
+            a.dw = upload(wh);
+            const long work = (long)a.n_in * a.n_out;
+            static const int ms[] = {1, 3, 8, 9, 64, 130};
+            for (int m : ms)
+                if (work * m <= 300000000L) acc_case(&a, m, 0, 0);
+            acc_case(&a, 3, 1, 0);
+            acc_case(&a, 5, 2, 0);
+            acc_case(&a, 4, 1, 8);
+            acc_case(&a, 20, 2, 8);
+            form_case(&a, 1);
+            form_case(&a, 7);
+            form_case(&a, 37);
+            if (work <= 20000000L) form_case(&a, 200);
+            invariance_case(&a, work <= 3000000L ? 2048 : 300);
+            if (s == 3 || s == 6) arg_checks(&a);
+            cudaFree(a.dw);
+        }
+    return test_report();
+}

@@ -1,0 +1,362 @@
+/* cuda/wtc.cu: 16-bit weight products on tensor cores, batch-invariant (contract and arithmetic: wtc.h).
+ *
+ * Shared-memory tiles are [rows][64] 16-bit values (8 chunks of 16 bytes per row), chunk c of row r stored at
+ * chunk c ^ (r & 7): the ldmatrix reads of 8 consecutive rows at one logical chunk hit 8 distinct bank groups.
+ * A operand (W rows) by ldmatrix.x4: lanes 0-15 address rows 0-15 at chunk 2q, lanes 16-31 the same rows at
+ * chunk 2q + 1, which yields a0..a3 of m16n8k16 (rows g / g + 8, k 2t / 2t + 8). B operand (x rows, k
+ * contiguous) by ldmatrix.x4 over 16 batch rows (two n8 fragments), or, in the narrow kernel, straight from
+ * global memory (b0 = k 2t..2t+1, b1 = k 2t+8..2t+9 of batch row g). */
+#include "wtc.h"
+#include "cu_host.h"
+#include "mma_util.cuh"
+#include "pdl.cuh"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include <atomic>
+
+using namespace zmma;
+
+namespace {
+
+constexpr int kKT = 64;            /* k elements per stage of the wide kernel; splits are multiples of it */
+constexpr int kKC = 64;            /* k elements per stage of the narrow kernel (H100, 8B BF16 M = 1: 7.3 ms; 256
+                                    * with 3 stages: 8.7 ms) */
+constexpr int kNS = 8;             /* narrow kernel: stages of each warp's ring */
+constexpr int kStageN = 16 * kKC;  /* narrow stage: 16 rows x 64 (2 KiB) */
+constexpr int kBM = 128, kWS = 4;  /* wide kernel: CTA rows of W and stages (kBN batch rows: a template) */
+constexpr int kMaxKs = 8;
+constexpr int kSplitRows = 256;    /* the one-CTA-per-split form serves launches of at most this many rows */
+constexpr size_t kNarrowSmem = (size_t)kMaxKs * kNS * kStageN * 2;           /* 128 KiB at ks 8 */
+constexpr size_t kWideSmem128 = (size_t)kWS * (kBM + 128) * kKT * 2;        /* 128 KiB at kBN 128 */
+
+/* element offset of 16-byte chunk c of row r in a [rows][W] tile, chunks XOR-swizzled by (r & 7) */
+template <int W> __device__ __forceinline__ int swz(int r, int c) { return r * W + ((c ^ (r & 7)) << 3); }
+
+__device__ __forceinline__ uint32_t ldg32(const void *p) { return __ldg(reinterpret_cast<const unsigned int *>(p)); }
+
+/* M <= 8: CTA = ks warps on one 16-row tile, warp s chains split s through its own ring; warp 0 sums the split
+ * partials in order (wtc.h) and stores columns < m */
+template <typename T>
+__global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ w, int n_in, int n_out, int ks,
+                                                          int m, const T *__restrict__ x, int ldx, float *y, int ldy,
+                                                          const float *y_in) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.x * 16;
+    const int klen = n_in / ks, k0 = warp * klen, nst = (klen + kKC - 1) / kKC;
+    T *ring = reinterpret_cast<T *>(smem) + (size_t)warp * kNS * kStageN;
+    /* stage s (k0 + s kKC .., at most kKC: the last one may be shorter, a multiple of 64) of this warp's split
+     * into slot s % kNS; one commit group per call (empty past the end) */
+    auto load = [&](int s) {
+        if (s < nst) {
+            T *dst = ring + (s % kNS) * kStageN;
+            const int nc = (klen - s * kKC < kKC ? klen - s * kKC : kKC) / 8;   /* 16-byte chunks per row */
+            for (int i = lane; i < 16 * nc; i += 32) {
+                const int r = i / nc, c = i % nc, row = row0 + r;
+                const bool ok = row < n_out;
+                cp_async16_zfill(dst + swz<kKC>(r, c), ok ? w + (size_t)row * n_in + k0 + s * kKC + c * 8 : w, ok);
+            }
+        }
+        cp_async_commit();
+    };
+    pdl_trigger();
+    /* weights are written once, at load: their first stages stream in while the kernel before finishes */
+#pragma unroll
+    for (int s = 0; s < kNS - 1; s++) load(s);
+    pdl_wait();
+    const T *xr = g < m ? x + (size_t)g * ldx + k0 + 2 * t : nullptr;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int s = 0; s < nst; s++) {
+        const int nq = (klen - s * kKC < kKC ? klen - s * kKC : kKC) / 16;   /* k16 steps of this stage */
+        cp_async_wait<kNS - 2>();
+        __syncwarp();   /* stage s landed for every lane; every lane is done with stage s - 1 (refilled next) */
+        load(s + kNS - 1);
+        const T *st = ring + (s % kNS) * kStageN;
+        const T *xs = xr ? xr + s * kKC : nullptr;
+#pragma unroll 4
+        for (int q = 0; q < nq; q++) {
+            const uint32_t b0 = xs ? ldg32(xs + 16 * q) : 0u, b1 = xs ? ldg32(xs + 16 * q + 8) : 0u;
+            uint32_t a[4];
+            ldsm_x4(a, st + swz<kKC>(lane & 15, 2 * q + (lane >> 4)));
+            tc_type<T>::mma(acc, a, b0, b1);
+        }
+    }
+    cp_async_wait<0>();
+    __syncwarp();
+    float *part = reinterpret_cast<float *>(ring);   /* this warp's ring is idle now */
+    *reinterpret_cast<float4 *>(part + lane * 4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    __syncthreads();
+    if (warp != 0) return;
+    for (int k = 1; k < ks; k++) {
+        const float4 v = *reinterpret_cast<const float4 *>(
+            reinterpret_cast<const float *>(smem + (size_t)k * kNS * kStageN * sizeof(T)) + lane * 4);
+        acc[0] = __fadd_rn(acc[0], v.x);
+        acc[1] = __fadd_rn(acc[1], v.y);
+        acc[2] = __fadd_rn(acc[2], v.z);
+        acc[3] = __fadd_rn(acc[3], v.w);
+    }
+    /* lane (g, t): acc = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1] */
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int row = row0 + g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        if (row < n_out && col < m) {
+            const size_t idx = (size_t)col * ldy + row;
+            y[idx] = y_in ? __fadd_rn(acc[e], y_in[idx]) : acc[e];
+        }
+    }
+}
+
+/* M > 8: CTA tile kBM W rows x kBN batch rows (32, 64 or 128: the smallest covering M), 8 warps as WR x WC
+ * (each 16 MI rows x 32 batch rows), kWS-stage cp.async pipeline over 64-wide k tiles. PER_SPLIT: blockIdx.z is one split, its partial goes to part [ks][m][n_out] (the merge
+ * kernel sums); else the CTA runs every split, closing each one into tot in order. */
+template <typename T, bool PER_SPLIT, int kBN>
+__global__ void __launch_bounds__(256, 1) wtc_wide(const T *__restrict__ w, int n_in, int n_out, int ks, int m,
+                                                   const T *__restrict__ x, int ldx, float *y, int ldy,
+                                                   const float *y_in, float *part) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    T *sA = reinterpret_cast<T *>(smem);        /* [kWS][kBM][kKT] */
+    T *sB = sA + (size_t)kWS * kBM * kKT;        /* [kWS][kBN][kKT] */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    /* warps: WC = kBN / 32 columns of 32 batch rows, WR = 8 / WC rows of MI 16-row tiles */
+    constexpr int WC = kBN / 32, WR = 8 / WC, MI = kBM / WR / 16;
+    const int wr = warp / WC, wc = warp % WC;
+    const int col0 = blockIdx.x * kBN, row0 = blockIdx.y * kBM;
+    const int klen = n_in / ks, tps = klen / kKT;
+    const int kbeg = PER_SPLIT ? (int)blockIdx.z * klen : 0;
+    const int nt = PER_SPLIT ? tps : n_in / kKT;
+    auto load_a = [&](int kt, int slot) {
+        T *d = sA + (size_t)slot * kBM * kKT;
+        const int kk = kbeg + kt * kKT;
+#pragma unroll
+        for (int i = tid; i < kBM * 8; i += 256) {
+            const int r = i >> 3, c = i & 7, row = row0 + r;
+            const bool ok = row < n_out;
+            cp_async16_zfill(d + swz<kKT>(r, c), ok ? w + (size_t)row * n_in + kk + c * 8 : w, ok);
+        }
+    };
+    auto load_b = [&](int kt, int slot) {
+        T *d = sB + (size_t)slot * kBN * kKT;
+        const int kk = kbeg + kt * kKT;
+#pragma unroll
+        for (int i = tid; i < kBN * 8; i += 256) {
+            const int r = i >> 3, c = i & 7, col = col0 + r;
+            const bool ok = col < m;
+            cp_async16_zfill(d + swz<kKT>(r, c), ok ? x + (size_t)col * ldx + kk + c * 8 : x, ok);
+        }
+    };
+    pdl_trigger();
+    /* the weight tiles of the first stages before pdl_wait (written once, at load), x only after; commit groups
+     * {A0..A2, B0}, {B1}, {B2}: stage i is complete once group i is, which is all the waits below assume */
+#pragma unroll
+    for (int s = 0; s < kWS - 1; s++)
+        if (s < nt) load_a(s, s);
+    pdl_wait();
+#pragma unroll
+    for (int s = 0; s < kWS - 1; s++) {
+        if (s < nt) load_b(s, s);
+        cp_async_commit();
+    }
+    float cur[MI][4][4], tot[PER_SPLIT ? 1 : MI][4][4];
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) cur[i][j][e] = 0.f;
+    for (int kt = 0; kt < nt; kt++) {
+        if (!PER_SPLIT && kt > 0 && kt % tps == 0) {   /* split kt / tps - 1 ends: tot = ((p0 + p1) + ..) */
+#pragma unroll
+            for (int i = 0; i < MI; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        tot[PER_SPLIT ? 0 : i][j][e] =
+                            kt == tps ? cur[i][j][e] : __fadd_rn(tot[PER_SPLIT ? 0 : i][j][e], cur[i][j][e]);
+                        cur[i][j][e] = 0.f;
+                    }
+        }
+        cp_async_wait<kWS - 2>();
+        __syncthreads();   /* tile kt landed for every thread; every warp is done with tile kt - 1's slot */
+        if (kt + kWS - 1 < nt) {
+            load_a(kt + kWS - 1, (kt + kWS - 1) % kWS);
+            load_b(kt + kWS - 1, (kt + kWS - 1) % kWS);
+        }
+        cp_async_commit();
+        const T *a = sA + (size_t)(kt % kWS) * kBM * kKT, *b = sB + (size_t)(kt % kWS) * kBN * kKT;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            uint32_t af[MI][4], bf[4][2];
+#pragma unroll
+            for (int i = 0; i < MI; i++) ldsm_x4(af[i], a + swz<kKT>(wr * (16 * MI) + 16 * i + (lane & 15), 2 * q + (lane >> 4)));
+#pragma unroll
+            for (int j2 = 0; j2 < 2; j2++) {
+                uint32_t r4[4];
+                ldsm_x4(r4, b + swz<kKT>(wc * 32 + 16 * j2 + (lane & 7) + ((lane >> 4) << 3), 2 * q + ((lane >> 3) & 1)));
+                bf[2 * j2][0] = r4[0];
+                bf[2 * j2][1] = r4[1];
+                bf[2 * j2 + 1][0] = r4[2];
+                bf[2 * j2 + 1][1] = r4[3];
+            }
+#pragma unroll
+            for (int i = 0; i < MI; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) tc_type<T>::mma(cur[i][j], af[i], bf[j][0], bf[j][1]);
+        }
+    }
+    cp_async_wait<0>();
+    if (!PER_SPLIT && ks > 1) {   /* the last split closes the sum */
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) cur[i][j][e] = __fadd_rn(tot[PER_SPLIT ? 0 : i][j][e], cur[i][j][e]);
+    }
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = row0 + wr * (16 * MI) + 16 * i + g + 8 * (e >> 1);
+                const int col = col0 + wc * 32 + 8 * j + 2 * t + (e & 1);
+                if (row < n_out && col < m) {
+                    if (PER_SPLIT) {
+                        part[((size_t)blockIdx.z * m + col) * n_out + row] = cur[i][j][e];
+                    } else {
+                        const size_t idx = (size_t)col * ldy + row;
+                        y[idx] = y_in ? __fadd_rn(cur[i][j][e], y_in[idx]) : cur[i][j][e];
+                    }
+                }
+            }
+}
+
+/* y[c][o] = ((p0 + p1) + ...) (+ y_in[c][o]) over the per-split partials [ks][m][n_out] */
+__global__ void wtc_merge(const float *__restrict__ part, int ks, int n_out, int m, float *y, int ldy,
+                          const float *y_in) {
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
+    const size_t n = (size_t)m * n_out;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float v = part[i];
+        for (int k = 1; k < ks; k++) v = __fadd_rn(v, part[(size_t)k * n + i]);
+        const size_t c = i / n_out, o = i % n_out, idx = c * ldy + o;
+        y[idx] = y_in ? __fadd_rn(v, y_in[idx]) : v;
+    }
+}
+
+/* raises kernel k's dynamic shared-memory limit once per device (a function attribute: allowed while a stream
+ * is captured) */
+template <typename K>
+cudaError_t smem_optin(K k, size_t bytes, std::atomic<unsigned long long> &set) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+    const unsigned long long bit = 1ull << (dev & 63);
+    if (set.load(std::memory_order_relaxed) & bit) return cudaSuccess;
+    const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e == cudaSuccess) set.fetch_or(bit, std::memory_order_relaxed);
+    return e;
+}
+
+template <typename T, int BN>
+cudaError_t launch_wide(const wtc_params *p, int form, int ks, int ldx, int ldy, cudaStream_t st) {
+    constexpr size_t smem = (size_t)kWS * (kBM + BN) * kKT * sizeof(T);
+    const dim3 grid((unsigned)((p->m + BN - 1) / BN), (unsigned)((p->n_out + kBM - 1) / kBM),
+                    form == 3 ? (unsigned)ks : 1u);
+    if (form == 3) {
+        static std::atomic<unsigned long long> s_set{0};
+        cudaError_t e = smem_optin(wtc_wide<T, true, BN>, smem, s_set);
+        if (e != cudaSuccess) return e;
+        e = cu_launch(wtc_wide<T, true, BN>, grid, dim3(256), smem, st, (const T *)p->w, p->n_in, p->n_out, ks, p->m,
+                      (const T *)p->x, ldx, p->y, ldy, p->y_in, (float *)p->workspace);
+        if (e != cudaSuccess) return e;
+        const size_t n = (size_t)p->m * p->n_out;
+        const unsigned blocks = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+        return cu_launch(wtc_merge, dim3(blocks), dim3(256), 0, st, (const float *)p->workspace, ks, p->n_out, p->m,
+                         p->y, ldy, p->y_in);
+    }
+    static std::atomic<unsigned long long> s_set{0};
+    const cudaError_t e = smem_optin(wtc_wide<T, false, BN>, smem, s_set);
+    if (e != cudaSuccess) return e;
+    return cu_launch(wtc_wide<T, false, BN>, grid, dim3(256), smem, st, (const T *)p->w, p->n_in, p->n_out, ks, p->m,
+                     (const T *)p->x, ldx, p->y, ldy, p->y_in, (float *)nullptr);
+}
+
+/* batch rows per wide CTA: the smallest of 32, 64, 128 covering m (fewer idle columns at small m) */
+int wide_bn(int m) { return m <= 32 ? 32 : m <= 64 ? 64 : 128; }
+
+template <typename T>
+cudaError_t launch_t(const wtc_params *p, int form, int ks, int ldx, int ldy, cudaStream_t st) {
+    if (form == 1) {
+        static std::atomic<unsigned long long> s_set{0};
+        const cudaError_t e = smem_optin(wtc_narrow<T>, kNarrowSmem, s_set);
+        if (e != cudaSuccess) return e;
+        const unsigned tiles = (unsigned)((p->n_out + 15) / 16);
+        return cu_launch(wtc_narrow<T>, dim3(tiles), dim3(32 * ks), (size_t)ks * kNS * kStageN * sizeof(T), st,
+                         (const T *)p->w, p->n_in, p->n_out, ks, p->m, (const T *)p->x, ldx, p->y, ldy, p->y_in);
+    }
+    switch (wide_bn(p->m)) {
+    case 32: return launch_wide<T, 32>(p, form, ks, ldx, ldy, st);
+    case 64: return launch_wide<T, 64>(p, form, ks, ldx, ldy, st);
+    default: return launch_wide<T, 128>(p, form, ks, ldx, ldy, st);
+    }
+}
+
+} // namespace
+
+extern "C" int wtc_supported(int n_in, int n_out) { return n_in >= kKT && n_in % kKT == 0 && n_out >= 1 && (n_out + 127) / 128 <= 65535; }
+
+extern "C" int wtc_split(int n_in, int n_out) {
+    if (!wtc_supported(n_in, n_out)) return 0;
+    /* enough warps for one decode row (tiles x ks >= 2048 on the narrow kernel), each split a multiple of the
+     * 64-wide k tile. Shape only: it is part of every element's arithmetic. */
+    const long tiles = (n_out + 15) / 16;
+    int ks = 1;
+    while (ks < kMaxKs && tiles * ks < 2048 && n_in % (kKT * 2 * ks) == 0) ks *= 2;
+    return ks;
+}
+
+extern "C" size_t wtc_workspace_bytes(int n_in, int n_out, int m_max) {
+    const int ks = wtc_split(n_in, n_out);
+    if (ks <= 1 || m_max < 1) return 0;
+    const int m = m_max < kSplitRows ? m_max : kSplitRows;
+    return (size_t)ks * m * n_out * sizeof(float);
+}
+
+extern "C" int wtc_available(void) {
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
+    return (size_t)optin >= (kNarrowSmem > kWideSmem128 ? kNarrowSmem : kWideSmem128);
+}
+
+extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {
+    if (!p || !p->w || !p->x || !p->y || p->m < 1 || !wtc_supported(p->n_in, p->n_out) || p->form < 0 || p->form > 3)
+        return cudaErrorInvalidValue;
+    const int ldx = p->ldx ? p->ldx : p->n_in, ldy = p->ldy ? p->ldy : p->n_out;
+    if (ldx < p->n_in || ldx % 8 || ldy < p->n_out) return cudaErrorInvalidValue;
+    if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
+    const int ks = wtc_split(p->n_in, p->n_out);
+    int form = p->form;
+    if (form == 0) {
+        if (p->m <= 8) {
+            form = 1;
+        } else {
+            /* one CTA per split when the tile grid alone would leave most multiprocessors idle (layer matrices
+             * at batch 16-128); the form never changes a bit (wtc.h) */
+            const int bn = wide_bn(p->m);
+            const long ctas = (long)((p->m + bn - 1) / bn) * ((p->n_out + kBM - 1) / kBM);
+            form = ks > 1 && p->m <= kSplitRows && ctas < 2L * cu_sm_count(p->sm_count) ? 3 : 2;
+        }
+    }
+    if (form == 1 && p->m > 8) return cudaErrorInvalidValue;
+    if (form == 3 && ks > 1) {
+        if (p->m > kSplitRows || !p->workspace || ((uintptr_t)p->workspace & 15) ||
+            p->workspace_bytes < (size_t)ks * p->m * p->n_out * sizeof(float))
+            return cudaErrorInvalidValue;
+    }
+    if (form == 3 && ks == 1) form = 2;   /* one split: nothing to merge */
+    return p->bf16 ? launch_t<__nv_bfloat16>(p, form, ks, ldx, ldy, st) : launch_t<__half>(p, form, ks, ldx, ldy, st);
+}

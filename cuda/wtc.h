@@ -1,0 +1,79 @@
+/* cuda/wtc.h: matrix products with 16-bit weights (F16, BF16) on tensor cores, one arithmetic for every batch
+ * size M (decode M = 1 up to prefill-sized M): the batch-invariant replacement of cuBLAS for 16-bit models.
+ *
+ *   y[m][o] = sum_i W[o][i] * x[m][i]  (+ y_in[m][o] when y_in is given: a fused residual add), f32 output
+ *
+ * for m < M, o < n_out, i < n_in; W [n_out][n_in] and x [M][ldx] in the same 16-bit type (the engine's wt
+ * arrays, used in place: no packed copy), y and y_in f32.
+ *
+ * Why: cuBLAS picks its kernel (tile shape, split-K) by M, so a row's last bits depend on how many rows share its
+ * step, and on 2048-wide llamas that flips greedy tokens of a sequence decoded alone against the same sequence in
+ * a batch (measured: cuda/test_engine_gpu.cu on tests/run_gpu.sh's 2048-wide models, docs/perf.md session 9).
+ *
+ * Arithmetic (a function of (n_in, n_out) and the data of row o and batch row m only, never of M):
+ *   - ks = wtc_split(n_in, n_out) splits of the k range, split s = [s n_in / ks, (s + 1) n_in / ks) (multiples
+ *     of 64);
+ *   - within a split, mma.sync.m16n8k16 (16-bit x 16-bit -> f32) with W as the A operand (16 rows) and x as the
+ *     B operand (8 batch rows per fragment: a column's result never depends on another column), k slot j of a
+ *     step holding element k0 + j (natural order), the steps chained in k order from zero;
+ *   - the split partials summed in split order, ((p0 + p1) + p2) + ..., then + y_in.
+ * Which kernel computes them follows M only: the narrow kernel (M <= 8: one CTA of ks warps per 16 rows, warp s
+ * chains split s from its own cp.async ring, warp 0 sums) or the wide one (M > 8: 128 x 128 CTA tiles, 4-stage
+ * cp.async pipeline, ldmatrix fragments; a CTA chains every split of its tile and sums them as it goes, or, when
+ * the tile grid is small, one CTA per split writes its partial to the workspace and a merge kernel sums them in
+ * order). cuda/test_wtc.cu checks all of it bit for bit (a row alone against the same row inside M up to 2048,
+ * every form) and against a double-precision oracle.
+ * The engine uses it with ZLLM_CUDA_WTC=1 (cuda/engine_cuda.cu): opt-in while it is slower than cuBLAS.
+ * Launches are programmatic dependents (cuda/pdl.cuh): weight tiles stream in before pdl_wait. No allocation, no
+ * host synchronisation: capturable into CUDA graphs. */
+#ifndef ZLLM_CUDA_WTC_H
+#define ZLLM_CUDA_WTC_H
+#include <stddef.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* one product; every pointer is device memory, 16-byte aligned */
+typedef struct {
+    int bf16;            /* 1: W and x are BF16; 0: F16 */
+    const void *w;       /* [n_out][n_in] 16-bit weights, rows n_in apart */
+    int n_in;            /* a positive multiple of 64 */
+    int n_out;           /* >= 1 */
+    int m;               /* batch rows, >= 1 */
+    const void *x;       /* [m][ldx] 16-bit */
+    int ldx;             /* elements between rows of x: >= n_in, a multiple of 8 (0 means n_in) */
+    float *y;            /* [m][ldy] f32; must not overlap w or x */
+    int ldy;             /* floats between rows of y and y_in: >= n_out (0 means n_out) */
+    const float *y_in;   /* NULL, or [m][ldy] added to the product (may equal y: the in-place residual add) */
+    void *workspace;     /* split partials of the wide kernel's small grids: wtc_workspace_bytes bytes, or NULL
+                          * when that is 0; not shared with a launch that may run concurrently */
+    size_t workspace_bytes;
+    int sm_count;        /* multiprocessors (0: the device's): decides the wide kernel's form, never the bits */
+    int form;            /* 0 automatic; 1 narrow; 2 wide, splits chained in the CTA; 3 wide, one CTA per split
+                          * (checks and benchmarks: every form gives the same bits; narrow needs m <= 8) */
+} wtc_params;
+
+/* 1 when wtc serves this shape (n_in a positive multiple of 64, n_out >= 1) */
+int wtc_supported(int n_in, int n_out);
+
+/* the split count (1, 2, 4 or 8): a function of (n_in, n_out) only. 0 when unsupported. */
+int wtc_split(int n_in, int n_out);
+
+/* workspace bytes a launch of up to m_max rows may need (0: none) */
+size_t wtc_workspace_bytes(int n_in, int n_out, int m_max);
+
+/* 1 when the current device gives a block the kernels' shared memory (sm_80 and sm_90 do; sm_89 does not).
+ * Never fails (0 when the query does). */
+int wtc_available(void);
+
+/* Enqueues y = W x (+ y_in) on st. Returns cudaSuccess, cudaErrorInvalidValue for an unserved shape, bad
+ * strides, a NULL pointer, a forced form that cannot run, or a needed workspace that is missing or too small,
+ * cudaErrorMisalignedAddress for a w or x not 16-byte aligned, or the launch's error. */
+cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
