@@ -22,13 +22,17 @@ namespace {
 constexpr int kKT = 64;            /* k elements per stage of the wide kernel; splits are multiples of it */
 constexpr int kKC = 64;            /* k elements per stage of the narrow kernel (H100, 8B BF16 M = 1: 7.3 ms; 256
                                     * with 3 stages: 8.7 ms) */
-constexpr int kNS = 8;             /* narrow kernel: stages of each warp's ring */
+#ifndef WTC_NS
+#define WTC_NS 6
+#endif
+constexpr int kNS = WTC_NS;        /* narrow kernel: stages of each warp's ring (H100, 8B BF16 M = 1: 6 -> 6.49 ms,
+                                    * 4 -> 6.53, 8 -> 7.00: more warps per SM beat deeper rings) */
 constexpr int kStageN = 16 * kKC;  /* narrow stage: 16 rows x 64 (2 KiB) */
 constexpr int kBM = 128, kWS = 4;  /* wide kernel: CTA rows of W and stages (kBN batch rows: a template) */
 constexpr int kMaxKs = 8;
 constexpr int kSplitRows = 256;    /* the one-CTA-per-split form serves launches of at most this many rows */
 constexpr size_t kNarrowSmem = (size_t)kMaxKs * kNS * kStageN * 2;           /* 128 KiB at ks 8 */
-constexpr size_t kWideSmem128 = (size_t)kWS * (kBM + 128) * kKT * 2;        /* 128 KiB at kBN 128 */
+constexpr size_t kWideSmem64 = (size_t)kWS * (kBM + 64) * kKT * 2;          /* 96 KiB at kBN 64: 2 CTAs per SM */
 
 /* element offset of 16-byte chunk c of row r in a [rows][W] tile, chunks XOR-swizzled by (r & 7) */
 template <int W> __device__ __forceinline__ int swz(int r, int c) { return r * W + ((c ^ (r & 7)) << 3); }
@@ -44,19 +48,26 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
     extern __shared__ __align__(16) unsigned char smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.x * 16;
-    const int klen = n_in / ks, k0 = warp * klen, nst = (klen + kKC - 1) / kKC;
+    const int klen = n_in / ks, k0 = warp * klen, nst = klen / kKC;
     T *ring = reinterpret_cast<T *>(smem) + (size_t)warp * kNS * kStageN;
-    /* stage s (k0 + s kKC .., at most kKC: the last one may be shorter, a multiple of 64) of this warp's split
-     * into slot s % kNS; one commit group per call (empty past the end) */
+    /* stage s (k0 + s kKC ..) of this warp's split into slot s % kNS; one commit group per call (empty past the
+     * end) */
+    /* lane's 4 chunks of a stage: rows lane / 8 + 4 j, chunk lane % 8 (addresses computed once) */
+    const T *src[4];
+    int soff[4];
+    bool sok[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int r = (lane >> 3) + 4 * j, row = row0 + r;
+        sok[j] = row < n_out;
+        src[j] = sok[j] ? w + (size_t)row * n_in + k0 + (lane & 7) * 8 : w;
+        soff[j] = swz<kKC>(r, lane & 7);
+    }
     auto load = [&](int s) {
         if (s < nst) {
             T *dst = ring + (s % kNS) * kStageN;
-            const int nc = (klen - s * kKC < kKC ? klen - s * kKC : kKC) / 8;   /* 16-byte chunks per row */
-            for (int i = lane; i < 16 * nc; i += 32) {
-                const int r = i / nc, c = i % nc, row = row0 + r;
-                const bool ok = row < n_out;
-                cp_async16_zfill(dst + swz<kKC>(r, c), ok ? w + (size_t)row * n_in + k0 + s * kKC + c * 8 : w, ok);
-            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) cp_async16_zfill(dst + soff[j], sok[j] ? src[j] + s * kKC : w, sok[j]);
         }
         cp_async_commit();
     };
@@ -67,19 +78,36 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
     pdl_wait();
     const T *xr = g < m ? x + (size_t)g * ldx + k0 + 2 * t : nullptr;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    static_assert(kKC == 64, "a stage is 4 k16 steps and 4 chunks per lane (splits are multiples of 64)");
+    /* x of stage s + 1 is loaded while stage s is multiplied (its latency stays off the mma chain) */
+    uint32_t bx[4][2], bn[4][2];
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        bn[q][0] = xr && nst > 0 ? ldg32(xr + 16 * q) : 0u;
+        bn[q][1] = xr && nst > 0 ? ldg32(xr + 16 * q + 8) : 0u;
+    }
     for (int s = 0; s < nst; s++) {
-        const int nq = (klen - s * kKC < kKC ? klen - s * kKC : kKC) / 16;   /* k16 steps of this stage */
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            bx[q][0] = bn[q][0];
+            bx[q][1] = bn[q][1];
+        }
+        if (xr && s + 1 < nst) {
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                bn[q][0] = ldg32(xr + (s + 1) * kKC + 16 * q);
+                bn[q][1] = ldg32(xr + (s + 1) * kKC + 16 * q + 8);
+            }
+        }
         cp_async_wait<kNS - 2>();
         __syncwarp();   /* stage s landed for every lane; every lane is done with stage s - 1 (refilled next) */
         load(s + kNS - 1);
         const T *st = ring + (s % kNS) * kStageN;
-        const T *xs = xr ? xr + s * kKC : nullptr;
-#pragma unroll 4
-        for (int q = 0; q < nq; q++) {
-            const uint32_t b0 = xs ? ldg32(xs + 16 * q) : 0u, b1 = xs ? ldg32(xs + 16 * q + 8) : 0u;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
             uint32_t a[4];
             ldsm_x4(a, st + swz<kKC>(lane & 15, 2 * q + (lane >> 4)));
-            tc_type<T>::mma(acc, a, b0, b1);
+            tc_type<T>::mma(acc, a, bx[q][0], bx[q][1]);
         }
     }
     cp_async_wait<0>();
@@ -111,7 +139,7 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
  * (each 16 MI rows x 32 batch rows), kWS-stage cp.async pipeline over 64-wide k tiles. PER_SPLIT: blockIdx.z is one split, its partial goes to part [ks][m][n_out] (the merge
  * kernel sums); else the CTA runs every split, closing each one into tot in order. */
 template <typename T, bool PER_SPLIT, int kBN>
-__global__ void __launch_bounds__(256, 1) wtc_wide(const T *__restrict__ w, int n_in, int n_out, int ks, int m,
+__global__ void __launch_bounds__(256, PER_SPLIT ? 2 : 1) wtc_wide(const T *__restrict__ w, int n_in, int n_out, int ks, int m,
                                                    const T *__restrict__ x, int ldx, float *y, int ldy,
                                                    const float *y_in, float *part) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -125,25 +153,34 @@ __global__ void __launch_bounds__(256, 1) wtc_wide(const T *__restrict__ w, int 
     const int klen = n_in / ks, tps = klen / kKT;
     const int kbeg = PER_SPLIT ? (int)blockIdx.z * klen : 0;
     const int nt = PER_SPLIT ? tps : n_in / kKT;
+    /* this thread's chunks of a stage: rows tid / 8 + 32 j, chunk tid % 8; element offsets computed once (they
+     * fit 32 bits: n_out x n_in and m x ldx are below 2^31 for every served model) */
+    constexpr int JA = kBM / 32, JB = kBN / 32;
+    const int lr = tid >> 3, lc = tid & 7;
+    int aoff[JA], boff[JB], asm_[JA], bsm_[JB];
+#pragma unroll
+    for (int j = 0; j < JA; j++) {
+        const int row = row0 + lr + 32 * j;
+        aoff[j] = row < n_out ? row * n_in + kbeg + lc * 8 : -1;
+        asm_[j] = swz<kKT>(lr + 32 * j, lc);
+    }
+#pragma unroll
+    for (int j = 0; j < JB; j++) {
+        const int col = col0 + lr + 32 * j;
+        boff[j] = col < m ? col * ldx + kbeg + lc * 8 : -1;
+        bsm_[j] = swz<kKT>(lr + 32 * j, lc);
+    }
     auto load_a = [&](int kt, int slot) {
         T *d = sA + (size_t)slot * kBM * kKT;
-        const int kk = kbeg + kt * kKT;
 #pragma unroll
-        for (int i = tid; i < kBM * 8; i += 256) {
-            const int r = i >> 3, c = i & 7, row = row0 + r;
-            const bool ok = row < n_out;
-            cp_async16_zfill(d + swz<kKT>(r, c), ok ? w + (size_t)row * n_in + kk + c * 8 : w, ok);
-        }
+        for (int j = 0; j < JA; j++)
+            cp_async16_zfill(d + asm_[j], aoff[j] >= 0 ? w + aoff[j] + kt * kKT : w, aoff[j] >= 0);
     };
     auto load_b = [&](int kt, int slot) {
         T *d = sB + (size_t)slot * kBN * kKT;
-        const int kk = kbeg + kt * kKT;
 #pragma unroll
-        for (int i = tid; i < kBN * 8; i += 256) {
-            const int r = i >> 3, c = i & 7, col = col0 + r;
-            const bool ok = col < m;
-            cp_async16_zfill(d + swz<kKT>(r, c), ok ? x + (size_t)col * ldx + kk + c * 8 : x, ok);
-        }
+        for (int j = 0; j < JB; j++)
+            cp_async16_zfill(d + bsm_[j], boff[j] >= 0 ? x + boff[j] + kt * kKT : x, boff[j] >= 0);
     };
     pdl_trigger();
     /* the weight tiles of the first stages before pdl_wait (written once, at load), x only after; commit groups
@@ -284,8 +321,11 @@ cudaError_t launch_wide(const wtc_params *p, int form, int ks, int ldx, int ldy,
                      (const T *)p->x, ldx, p->y, ldy, p->y_in, (float *)nullptr);
 }
 
-/* batch rows per wide CTA: the smallest of 32, 64, 128 covering m (fewer idle columns at small m) */
-int wide_bn(int m) { return m <= 32 ? 32 : m <= 64 ? 64 : 128; }
+/* batch rows per wide CTA: 32 up to 32 rows, else 64 (96 KiB CTAs; 128-wide tiles were not faster: H100 8B BF16
+ * M=64 11.17 against 10.85 ms, the 2k prefill 161.6 against 161.8 ms). The per-split form holds no running sum
+ * and runs two CTAs per SM; the chained form keeps one (the sum's registers; capped at 128 they spilled: prefill
+ * 179.7 ms) */
+int wide_bn(int m) { return m <= 32 ? 32 : 64; }
 
 template <typename T>
 cudaError_t launch_t(const wtc_params *p, int form, int ks, int ldx, int ldy, cudaStream_t st) {
@@ -299,14 +339,15 @@ cudaError_t launch_t(const wtc_params *p, int form, int ks, int ldx, int ldy, cu
     }
     switch (wide_bn(p->m)) {
     case 32: return launch_wide<T, 32>(p, form, ks, ldx, ldy, st);
-    case 64: return launch_wide<T, 64>(p, form, ks, ldx, ldy, st);
-    default: return launch_wide<T, 128>(p, form, ks, ldx, ldy, st);
+    default: return launch_wide<T, 64>(p, form, ks, ldx, ldy, st);
     }
 }
 
 } // namespace
 
-extern "C" int wtc_supported(int n_in, int n_out) { return n_in >= kKT && n_in % kKT == 0 && n_out >= 1 && (n_out + 127) / 128 <= 65535; }
+extern "C" int wtc_supported(int n_in, int n_out) {
+    return n_in >= kKT && n_in % kKT == 0 && n_out >= 1 && (long)n_out * n_in < (1L << 31);
+}
 
 extern "C" int wtc_split(int n_in, int n_out) {
     if (!wtc_supported(n_in, n_out)) return 0;
@@ -329,14 +370,14 @@ extern "C" int wtc_available(void) {
     int dev = 0, optin = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
-    return (size_t)optin >= (kNarrowSmem > kWideSmem128 ? kNarrowSmem : kWideSmem128);
+    return (size_t)optin >= (kNarrowSmem > kWideSmem64 ? kNarrowSmem : kWideSmem64);
 }
 
 extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {
     if (!p || !p->w || !p->x || !p->y || p->m < 1 || !wtc_supported(p->n_in, p->n_out) || p->form < 0 || p->form > 3)
         return cudaErrorInvalidValue;
     const int ldx = p->ldx ? p->ldx : p->n_in, ldy = p->ldy ? p->ldy : p->n_out;
-    if (ldx < p->n_in || ldx % 8 || ldy < p->n_out) return cudaErrorInvalidValue;
+    if (ldx < p->n_in || ldx % 8 || ldy < p->n_out || (long)p->m * ldx >= (1L << 31)) return cudaErrorInvalidValue;
     if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
     const int ks = wtc_split(p->n_in, p->n_out);
     int form = p->form;
