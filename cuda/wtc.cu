@@ -22,10 +22,7 @@ namespace {
 constexpr int kKT = 64;            /* k elements per stage of the wide kernel; splits are multiples of it */
 constexpr int kKC = 64;            /* k elements per stage of the narrow kernel (H100, 8B BF16 M = 1: 7.3 ms; 256
                                     * with 3 stages: 8.7 ms) */
-#ifndef WTC_NS
-#define WTC_NS 6
-#endif
-constexpr int kNS = WTC_NS;        /* narrow kernel: stages of each warp's ring (H100, 8B BF16 M = 1: 6 -> 6.49 ms,
+constexpr int kNS = 6;             /* narrow kernel: stages of each warp's ring (H100, 8B BF16 M = 1: 6 -> 6.49 ms,
                                     * 4 -> 6.53, 8 -> 7.00: more warps per SM beat deeper rings) */
 constexpr int kStageN = 16 * kKC;  /* narrow stage: 16 rows x 64 (2 KiB) */
 constexpr int kBM = 128, kWS = 4;  /* wide kernel: CTA rows of W and stages (kBN batch rows: a template) */
@@ -270,6 +267,122 @@ __global__ void __launch_bounds__(256, PER_SPLIT ? 2 : 1) wtc_wide(const T *__re
             }
 }
 
+/* M > 64, splits chained in the CTA (the large-M form: prefill): CTA 128 W rows x 128 batch rows, 4 warps of
+ * 64 x 64 (32 mma per 8 ldmatrix), kS2-stage pipeline. The running split sum lives in shared memory, one private
+ * column per thread ([value][thread]: conflict-free), so that the registers hold one 64 x 64 accumulator set; the
+ * same operations and order as the other forms (wtc.h). */
+constexpr int kB2 = 128, kS2 = 3;   /* 4 stages: the same (8B BF16 2k prefill 121.1 against 121.8 ms) */
+constexpr size_t kWide2Smem = (size_t)kS2 * 2 * kB2 * kKT * 2 + (size_t)128 * 128 * 4;   /* 96 + 64 KiB */
+
+template <typename T>
+__global__ void __launch_bounds__(128, 1) wtc_wide2(const T *__restrict__ w, int n_in, int n_out, int ks, int m,
+                                                    const T *__restrict__ x, int ldx, float *y, int ldy,
+                                                    const float *y_in) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    T *sA = reinterpret_cast<T *>(smem);                  /* [kS2][kB2][kKT] */
+    T *sB = sA + (size_t)kS2 * kB2 * kKT;                 /* [kS2][kB2][kKT] */
+    float *tot = reinterpret_cast<float *>(sB + (size_t)kS2 * kB2 * kKT);   /* [128 values][128 threads] */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int wr = warp >> 1, wc = warp & 1;
+    const int col0 = blockIdx.x * kB2, row0 = blockIdx.y * kB2;
+    const int tps = n_in / ks / kKT, nt = n_in / kKT;
+    /* this thread's chunks of a stage: rows tid / 8 + 16 j (j < 8), chunk tid % 8 */
+    const int lr = tid >> 3, lc = tid & 7;
+    const int soff = swz<kKT>(lr, lc);   /* + 16 j rows: the swizzle depends on r & 7 only */
+    const long abase = (long)(row0 + lr) * n_in + lc * 8, bbase = (long)(col0 + lr) * ldx + lc * 8;
+    auto load = [&](int kt, int slot) {
+        T *da = sA + (size_t)slot * kB2 * kKT;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const bool ok = row0 + lr + 16 * j < n_out;
+            cp_async16_zfill(da + soff + 16 * j * kKT, ok ? w + abase + (long)16 * j * n_in + kt * kKT : w, ok);
+        }
+    };
+    auto load_b = [&](int kt, int slot) {
+        T *db = sB + (size_t)slot * kB2 * kKT;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const bool ok = col0 + lr + 16 * j < m;
+            cp_async16_zfill(db + soff + 16 * j * kKT, ok ? x + bbase + (long)16 * j * ldx + kt * kKT : x, ok);
+        }
+    };
+    pdl_trigger();
+#pragma unroll
+    for (int s = 0; s < kS2 - 1; s++)
+        if (s < nt) load(s, s);
+    pdl_wait();
+#pragma unroll
+    for (int s = 0; s < kS2 - 1; s++) {
+        if (s < nt) load_b(s, s);
+        cp_async_commit();
+    }
+    float cur[4][8][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) cur[i][j][e] = 0.f;
+    for (int kt = 0; kt < nt; kt++) {
+        if (kt > 0 && kt % tps == 0) {   /* split kt / tps - 1 ends: tot = ((p0 + p1) + ..) */
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float *tp = tot + ((i * 8 + j) * 4 + e) * 128 + tid;
+                        *tp = kt == tps ? cur[i][j][e] : __fadd_rn(*tp, cur[i][j][e]);
+                        cur[i][j][e] = 0.f;
+                    }
+        }
+        cp_async_wait<kS2 - 2>();
+        __syncthreads();   /* tile kt landed for every thread; every warp is done with tile kt - 1's slot */
+        if (kt + kS2 - 1 < nt) {
+            load(kt + kS2 - 1, (kt + kS2 - 1) % kS2);
+            load_b(kt + kS2 - 1, (kt + kS2 - 1) % kS2);
+        }
+        cp_async_commit();
+        const T *a = sA + (size_t)(kt % kS2) * kB2 * kKT, *b = sB + (size_t)(kt % kS2) * kB2 * kKT;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            uint32_t af[4][4], bf[8][2];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                ldsm_x4(af[i], a + swz<kKT>(wr * 64 + 16 * i + (lane & 15), 2 * q + (lane >> 4)));
+#pragma unroll
+            for (int j2 = 0; j2 < 4; j2++) {
+                uint32_t r4[4];
+                ldsm_x4(r4, b + swz<kKT>(wc * 64 + 16 * j2 + (lane & 7) + ((lane >> 4) << 3), 2 * q + ((lane >> 3) & 1)));
+                bf[2 * j2][0] = r4[0];
+                bf[2 * j2][1] = r4[1];
+                bf[2 * j2 + 1][0] = r4[2];
+                bf[2 * j2 + 1][1] = r4[3];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) tc_type<T>::mma(cur[i][j], af[i], bf[j][0], bf[j][1]);
+        }
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float v = cur[i][j][e];
+                if (ks > 1) v = __fadd_rn(tot[((i * 8 + j) * 4 + e) * 128 + tid], v);   /* the last split closes */
+                const int row = row0 + wr * 64 + 16 * i + g + 8 * (e >> 1);
+                const int col = col0 + wc * 64 + 8 * j + 2 * t + (e & 1);
+                if (row < n_out && col < m) {
+                    const size_t idx = (size_t)col * ldy + row;
+                    y[idx] = y_in ? __fadd_rn(v, y_in[idx]) : v;
+                }
+            }
+}
+
 /* y[c][o] = ((p0 + p1) + ...) (+ y_in[c][o]) over the per-split partials [ks][m][n_out] */
 __global__ void wtc_merge(const float *__restrict__ part, int ks, int n_out, int m, float *y, int ldy,
                           const float *y_in) {
@@ -337,6 +450,14 @@ cudaError_t launch_t(const wtc_params *p, int form, int ks, int ldx, int ldy, cu
         return cu_launch(wtc_narrow<T>, dim3(tiles), dim3(32 * ks), (size_t)ks * kNS * kStageN * sizeof(T), st,
                          (const T *)p->w, p->n_in, p->n_out, ks, p->m, (const T *)p->x, ldx, p->y, ldy, p->y_in);
     }
+    if (form == 2 && p->m > 64) {
+        static std::atomic<unsigned long long> s_set{0};
+        const cudaError_t e = smem_optin(wtc_wide2<T>, kWide2Smem, s_set);
+        if (e != cudaSuccess) return e;
+        const dim3 grid((unsigned)((p->m + kB2 - 1) / kB2), (unsigned)((p->n_out + kB2 - 1) / kB2));
+        return cu_launch(wtc_wide2<T>, grid, dim3(128), kWide2Smem, st, (const T *)p->w, p->n_in, p->n_out, ks, p->m,
+                         (const T *)p->x, ldx, p->y, ldy, p->y_in);
+    }
     switch (wide_bn(p->m)) {
     case 32: return launch_wide<T, 32>(p, form, ks, ldx, ldy, st);
     default: return launch_wide<T, 64>(p, form, ks, ldx, ldy, st);
@@ -370,7 +491,8 @@ extern "C" int wtc_available(void) {
     int dev = 0, optin = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
-    return (size_t)optin >= (kNarrowSmem > kWideSmem64 ? kNarrowSmem : kWideSmem64);
+    const size_t need = kNarrowSmem > kWideSmem64 ? kNarrowSmem : kWideSmem64;
+    return (size_t)optin >= (need > kWide2Smem ? need : kWide2Smem);
 }
 
 extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {

@@ -18,10 +18,11 @@
  *     step holding element k0 + j (natural order), the steps chained in k order from zero;
  *   - the split partials summed in split order, ((p0 + p1) + p2) + ..., then + y_in.
  * Which kernel computes them follows M only: the narrow kernel (M <= 8: one CTA of ks warps per 16 rows, warp s
- * chains split s from its own cp.async ring, warp 0 sums) or the wide one (M > 8: 128 x 128 CTA tiles, 4-stage
- * cp.async pipeline, ldmatrix fragments; a CTA chains every split of its tile and sums them as it goes, or, when
- * the tile grid is small, one CTA per split writes its partial to the workspace and a merge kernel sums them in
- * order). cuda/test_wtc.cu checks all of it bit for bit (a row alone against the same row inside M up to 2048,
+ * chains split s from its own cp.async ring, warp 0 sums) or the wide ones (M > 8, ldmatrix fragments, cp.async
+ * pipelines): when the tile grid is small, one CTA per split (128 x 32 or 128 x 64 tiles) writes its partial to
+ * the workspace and a merge kernel sums them in order; otherwise a CTA chains every split of its tile and sums
+ * them as it goes (128 x 32/64 tiles up to 64 rows, 128 x 128 tiles of 4 warps above, the running sum in shared
+ * memory). cuda/test_wtc.cu checks all of it bit for bit (a row alone against the same row inside M up to 2048,
  * every form) and against a double-precision oracle.
  * The engine uses it with ZLLM_CUDA_WTC=1 (cuda/engine_cuda.cu): opt-in while it is slower than cuBLAS.
  * Launches are programmatic dependents (cuda/pdl.cuh): weight tiles stream in before pdl_wait. No allocation, no
