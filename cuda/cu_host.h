@@ -2,6 +2,7 @@
 #ifndef ZLLM_CUDA_CU_HOST_H
 #define ZLLM_CUDA_CU_HOST_H
 #include <stdlib.h>
+#include <atomic>
 #include <cuda_runtime.h>
 
 /* A knob from the environment: the integer value of `name`, or dflt when it is unset, empty, not a whole
@@ -23,5 +24,19 @@ static inline int cu_sm_count(int given) {
     if (cudaGetDevice(&dev) != cudaSuccess) return 132;
     if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) return 132;
     return n;
+}
+
+/* Raises kernel k's dynamic shared-memory limit to bytes once per device (set: one bit per device, a static of the
+ * caller's kernel instantiation). A function attribute, not a stream operation: allowed while a stream is
+ * captured. Returns cudaSuccess or the attribute call's error (the bit stays clear, so the next call tries again). */
+template <typename K>
+static inline cudaError_t cu_smem_optin(K k, size_t bytes, std::atomic<unsigned long long> &set) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+    const unsigned long long bit = 1ull << (dev & 63);
+    if (set.load(std::memory_order_relaxed) & bit) return cudaSuccess;
+    const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e == cudaSuccess) set.fetch_or(bit, std::memory_order_relaxed);
+    return e;
 }
 #endif

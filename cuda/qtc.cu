@@ -38,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "cu_host.h"
 #include "mma_util.cuh"
 #include "pdl.cuh"
 
@@ -545,20 +546,6 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
         }
 }
 
-/* raises kernel k's dynamic shared-memory limit to bytes once per device (set: one bit per device, a static of the
- * caller's instantiation). A function attribute, not a stream operation: allowed while a stream is captured. */
-template <typename K>
-static cudaError_t s_smem_optin(K k, int bytes, std::atomic<unsigned long long> &set)
-{
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
-    const unsigned long long bit = 1ull << (dev & 63);
-    if (set.load(std::memory_order_relaxed) & bit) return cudaSuccess;
-    const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == cudaSuccess) set.fetch_or(bit, std::memory_order_relaxed);
-    return e;
-}
-
 /* ------------------------------------------------------------------------------------------------------
  * the wide kernel (m > 8): a CTA of QB_WARPS warps owns QB_WARPS row tiles (128 rows), 64 batch columns (8
  * fragments) and one of the ks splits (blockIdx.z); the tile blocks of its 8 tiles and the 64 x 256 x slice of
@@ -711,7 +698,7 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, in
     static_assert(SMEM <= 227 * 1024, "the wide kernel's stages must fit one SM's shared memory");
     static std::atomic<unsigned long long> s_set{0};
     {
-        const cudaError_t e = s_smem_optin(qtc_wide_kernel<TY>, SMEM, s_set);
+        const cudaError_t e = cu_smem_optin(qtc_wide_kernel<TY>, SMEM, s_set);
         if (e != cudaSuccess) return e;
     }
     const int tiles = (p->n_out + 15) / 16;
@@ -744,7 +731,7 @@ static cudaError_t s_launch(const qtc_params *p, int kn, int r, int ldx, int ldy
     constexpr int TB = qt_traits<TY>::TB;
     const size_t smem = (size_t)kn * QT_STAGES * TB;
     static std::atomic<unsigned long long> s_set{0};
-    const cudaError_t e = s_smem_optin(qtc_kernel<TY, NF>, QT_MAX_KS * QT_STAGES * TB, s_set);
+    const cudaError_t e = cu_smem_optin(qtc_kernel<TY, NF>, QT_MAX_KS * QT_STAGES * TB, s_set);
     if (e != cudaSuccess) return e;
     const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
     return cu_launch(qtc_kernel<TY, NF>, dim3((unsigned)groups, (unsigned)tiles), dim3(32 * kn), smem, st,

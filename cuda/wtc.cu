@@ -397,19 +397,6 @@ __global__ void wtc_merge(const float *__restrict__ part, int ks, int n_out, int
     }
 }
 
-/* raises kernel k's dynamic shared-memory limit once per device (a function attribute: allowed while a stream
- * is captured) */
-template <typename K>
-cudaError_t smem_optin(K k, size_t bytes, std::atomic<unsigned long long> &set) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
-    const unsigned long long bit = 1ull << (dev & 63);
-    if (set.load(std::memory_order_relaxed) & bit) return cudaSuccess;
-    const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-    if (e == cudaSuccess) set.fetch_or(bit, std::memory_order_relaxed);
-    return e;
-}
-
 template <typename T, int BN>
 cudaError_t launch_wide(const wtc_params *p, int form, int ks, int ldx, int ldy, cudaStream_t st) {
     constexpr size_t smem = (size_t)kWS * (kBM + BN) * kKT * sizeof(T);
@@ -417,7 +404,7 @@ cudaError_t launch_wide(const wtc_params *p, int form, int ks, int ldx, int ldy,
                     form == 3 ? (unsigned)ks : 1u);
     if (form == 3) {
         static std::atomic<unsigned long long> s_set{0};
-        cudaError_t e = smem_optin(wtc_wide<T, true, BN>, smem, s_set);
+        cudaError_t e = cu_smem_optin(wtc_wide<T, true, BN>, smem, s_set);
         if (e != cudaSuccess) return e;
         e = cu_launch(wtc_wide<T, true, BN>, grid, dim3(256), smem, st, (const T *)p->w, p->n_in, p->n_out, ks, p->m,
                       (const T *)p->x, ldx, p->y, ldy, p->y_in, (float *)p->workspace);
@@ -428,7 +415,7 @@ cudaError_t launch_wide(const wtc_params *p, int form, int ks, int ldx, int ldy,
                          p->y, ldy, p->y_in);
     }
     static std::atomic<unsigned long long> s_set{0};
-    const cudaError_t e = smem_optin(wtc_wide<T, false, BN>, smem, s_set);
+    const cudaError_t e = cu_smem_optin(wtc_wide<T, false, BN>, smem, s_set);
     if (e != cudaSuccess) return e;
     return cu_launch(wtc_wide<T, false, BN>, grid, dim3(256), smem, st, (const T *)p->w, p->n_in, p->n_out, ks, p->m,
                      (const T *)p->x, ldx, p->y, ldy, p->y_in, (float *)nullptr);
@@ -444,7 +431,7 @@ template <typename T>
 cudaError_t launch_t(const wtc_params *p, int form, int ks, int ldx, int ldy, cudaStream_t st) {
     if (form == 1) {
         static std::atomic<unsigned long long> s_set{0};
-        const cudaError_t e = smem_optin(wtc_narrow<T>, kNarrowSmem, s_set);
+        const cudaError_t e = cu_smem_optin(wtc_narrow<T>, kNarrowSmem, s_set);
         if (e != cudaSuccess) return e;
         const unsigned tiles = (unsigned)((p->n_out + 15) / 16);
         return cu_launch(wtc_narrow<T>, dim3(tiles), dim3(32 * ks), (size_t)ks * kNS * kStageN * sizeof(T), st,
@@ -452,7 +439,7 @@ cudaError_t launch_t(const wtc_params *p, int form, int ks, int ldx, int ldy, cu
     }
     if (form == 2 && p->m > 64) {
         static std::atomic<unsigned long long> s_set{0};
-        const cudaError_t e = smem_optin(wtc_wide2<T>, kWide2Smem, s_set);
+        const cudaError_t e = cu_smem_optin(wtc_wide2<T>, kWide2Smem, s_set);
         if (e != cudaSuccess) return e;
         const dim3 grid((unsigned)((p->m + kB2 - 1) / kB2), (unsigned)((p->n_out + kB2 - 1) / kB2));
         return cu_launch(wtc_wide2<T>, grid, dim3(128), kWide2Smem, st, (const T *)p->w, p->n_in, p->n_out, ks, p->m,
