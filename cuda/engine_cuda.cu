@@ -41,8 +41,8 @@
  *   (from the SM count and n_ctx, not from the batch) and max_kv_len is always n_ctx, so the split boundaries of
  *   a row do not depend on its neighbours. cuBLAS may pick different algorithms for different batch sizes, which
  *   can change f32 rounding in the last bits; gpu_test_engine_gpu measures whether greedy tokens stay the same.
- *   They do on the small models of tests/run_gpu.sh, but NOT on 2048-wide 16-bit llamas (measured, H100: 8 to 14
- *   of 16 sequences differ from their run alone). ZLLM_CUDA_WTC=1 serves the dense 16-bit matrices through
+ *   They do on the small models of tests/run_gpu.sh, but NOT on 2048-wide 16-bit llamas (measured, H100: at least
+ *   8 of 16 sequences differ from their run alone in bf16, 2 of 16 in f16). ZLLM_CUDA_WTC=1 serves the dense 16-bit matrices through
  *   cuda/wtc.h instead (one arithmetic for every step size: those models pass); it is opt-in until it is as
  *   fast as cuBLAS (docs/perf.md, session 9).
  *   qgemv and cuBLAS are never mixed by step size by default (s_qg_max): that broke greedy invariance.
@@ -80,10 +80,10 @@ extern "C" {
 #include "engine_cuda.h"
 #include "ops.h"
 #include "qgemv.h"
-#include "wtc.h"
 #include "qmma.h"
 #include "qtc.h"
 #include "sample.h"
+#include "wtc.h"
 
 enum { CU_GEMV_ALL = 1 << 30, /* gemv_env: qgemv for steps of any size */
        CU_HIST = 256,        /* history tokens per row staged for the repetition penalty (repeat_last_n capped) */
@@ -188,8 +188,8 @@ typedef struct {
     float *logits;             /* [max_batch][vocab] */
     void *attn_ws;             /* flash-decoding partials */
     size_t attn_ws_bytes;
-    void *qtc_ws;              /* qtc's and wtc's split partials (never two launches at once) for steps of > 16 rows: the largest qtc_workspace_bytes of
-                                * the qtc matrices (NULL when none needs one); one stream, so one buffer serves all */
+    void *qtc_ws;              /* qtc's and wtc's split partials: the largest qtc_workspace_bytes / wtc_workspace_bytes
+                                * of their matrices (NULL when none needs one); one stream, so one buffer serves all */
     size_t qtc_ws_bytes;
     int n_splits;              /* fixed split count (batch invariance), from attn_decode_splits at n_ctx */
     void *samp_ws;             /* sampler scratch */
@@ -625,7 +625,8 @@ static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, c
         }
         return 0;
     }
-    if (!s_use_qg(E, W, n_rows) && s_use_wtc(E, W)) {
+    const int qg = s_use_qg(E, W, n_rows);
+    if (!qg && s_use_wtc(E, W)) {
         /* the dense 16-bit matrix (the one cuBLAS would read), through wtc at every step size */
         wtc_params p;
         memset(&p, 0, sizeof p);
@@ -639,7 +640,7 @@ static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, c
         }
         return 0;
     }
-    if (!s_use_qg(E, W, n_rows))
+    if (!qg)
         return ops_gemm(E->cb, xw, W->dense, E->wt, n_rows, W->n_in, W->n_out, y, ldy, resid ? 1.f : 0.f, err,
                         errlen);
     for (int r0 = 0; r0 < n_rows; r0 += QGEMV_MAX_M) {
