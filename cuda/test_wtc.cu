@@ -8,7 +8,7 @@
  *     strided x and y;
  *   - one arithmetic: every form (narrow, wide chained, wide one CTA per split) gives the same bits for the
  *     same batch, and a row alone (M = 1) the same bits as that row at several positions among random rows for
- *     M up to 300 (2048 on one layer-sized shape);
+ *     M up to 300 (up to 2048 on the shapes of at most 3M weights);
  *   - CUDA-graph replay equal to eager; argument checks.
  * Prints "N passed, N failed"; skips (0 checks) on a device without the kernels' shared memory. */
 extern "C" {
