@@ -17,6 +17,7 @@ CUDA_HOME  ?= /usr/local/cuda
 NVCC       ?= $(CUDA_HOME)/bin/nvcc
 ZLLM_CUDA  ?= $(if $(wildcard $(NVCC)),1,0)
 # explicit targets (no autodetection): Ampere, Ada, Hopper.  Override with CUDA_ARCHS="90" on the GPU machine.
+# 90 is built as sm_90a (Hopper's wgmma: cuda/wtc.cu's large-batch forms).
 CUDA_ARCHS ?= 80 89 90
 PYTHON     ?= python3
 
@@ -30,7 +31,7 @@ endif
 
 NVCCFLAGS ?= -O3 -lineinfo
 NVCCFLAGS += -std=c++17 --threads=0 -Xcompiler -Wall,-Wextra,-fPIC -Icommon -Iworker -Icuda \
-             $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
+             $(foreach a,$(patsubst 90,90a,$(CUDA_ARCHS)),-gencode arch=compute_$(a),code=sm_$(a))
 ifeq ($(ZLLM_CUDA),1)
 CFLAGS   += -DZLLM_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_LIB := $(BUILD)/lib/libzllm_cuda.a

@@ -42,9 +42,9 @@
  *   a row do not depend on its neighbours. cuBLAS may pick different algorithms for different batch sizes, which
  *   can change f32 rounding in the last bits; gpu_test_engine_gpu measures whether greedy tokens stay the same.
  *   They do on the small models of tests/run_gpu.sh, but NOT on 2048-wide 16-bit llamas (measured, H100: at least
- *   8 of 16 sequences differ from their run alone in bf16, 2 of 16 in f16). ZLLM_CUDA_WTC=1 serves the dense 16-bit matrices through
- *   cuda/wtc.h instead (one arithmetic for every step size: those models pass); it is opt-in until it is as
- *   fast as cuBLAS (docs/perf.md, session 9).
+ *   8 of 16 sequences differ from their run alone in bf16, 2 of 16 in f16). So the dense 16-bit matrices go through
+ *   cuda/wtc.h by default (one arithmetic for every step size: those models pass); ZLLM_CUDA_WTC=0 puts cuBLAS
+ *   back (faster for prefill and batches above 64 rows, docs/perf.md session 10, and not batch invariant).
  *   qgemv and cuBLAS are never mixed by step size by default (s_qg_max): that broke greedy invariance.
  *   By default (ZLLM_CUDA_QTC=0 turns it off) quantized matrices of a type cuda/qtc.h covers (Q4_K, Q6_K, Q8_0
  *   rows of a multiple of 256 elements; F16 engines) keep only a tile-packed copy of their GGUF blocks and go
@@ -160,11 +160,10 @@ typedef struct {
                                 * fused into one product each (cu_layer wqkv, wgu); 0 = separate (comparisons) */
     int qtc_env;               /* ZLLM_CUDA_QTC: 1 (default) = qtc for every matrix it covers (Q4_K, Q6_K, Q8_0
                                 * rows of 256-multiple length in an F16 engine), at every step size; 0 = off */
-    int wtc_on;                /* 1: products on dense 16-bit matrices go through cuda/wtc.h (one arithmetic for
-                                * every step size: batch invariance at every width) instead of cuBLAS. Opt-in
-                                * (ZLLM_CUDA_WTC=1) until it is as fast: cuBLAS, the default, is not batch
-                                * invariant on 2048-wide models (docs/perf.md, session 9). Needs a 16-bit wt and
-                                * wtc_available */
+    int wtc_on;                /* 1 (default): products on dense 16-bit matrices go through cuda/wtc.h (one
+                                * arithmetic for every step size: batch invariance at every width); 0
+                                * (ZLLM_CUDA_WTC=0): cuBLAS, which is not batch invariant on 2048-wide models
+                                * (docs/perf.md, session 9). Needs a 16-bit wt and wtc_available */
     int round_f;               /* 1: f32 qgemv inputs are rounded to wt (the operands cuBLAS sees); always 1 */
     float *xf;                 /* f32 qgemv input [max_tok][max(dim, ffn_dim, q_dim)] (NULL for F32 models) */
     cudaEvent_t ev0, ev1;      /* around each step's device work (input copy .. output copy) */
@@ -1215,7 +1214,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
             const char *fu = getenv("ZLLM_CUDA_FUSE");
             E->fuse_env = fu && *fu ? atoi(fu) != 0 : 1;
             const char *wc = getenv("ZLLM_CUDA_WTC");
-            E->wtc_on = (wc && *wc ? atoi(wc) != 0 : 0) && E->wt != CU_F32 && wtc_available();
+            E->wtc_on = (wc && *wc ? atoi(wc) != 0 : 1) && E->wt != CU_F32 && wtc_available();
         }
         if (s_upload_model(E, err, errlen) != 0) goto fail;
         E->last_gpu_ms = -1;

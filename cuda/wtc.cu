@@ -1,12 +1,21 @@
 /* cuda/wtc.cu: 16-bit weight products on tensor cores, batch-invariant (contract and arithmetic: wtc.h).
  *
  * Shared-memory tiles are [rows][64] 16-bit values (8 chunks of 16 bytes per row), chunk c of row r stored at
- * chunk c ^ (r & 7): the ldmatrix reads of 8 consecutive rows at one logical chunk hit 8 distinct bank groups.
+ * chunk c ^ (r & 7): the ldmatrix reads of 8 consecutive rows at one logical chunk hit 8 distinct bank groups,
+ * and on a 1024-byte aligned tile this is exactly the 128-byte swizzle of Hopper's wgmma descriptors and TMA
+ * boxes, so all the kernels here share one layout.
  * A operand (W rows) by ldmatrix.x4: lanes 0-15 address rows 0-15 at chunk 2q, lanes 16-31 the same rows at
  * chunk 2q + 1, which yields a0..a3 of m16n8k16 (rows g / g + 8, k 2t / 2t + 8). B operand (x rows, k
  * contiguous) by ldmatrix.x4 over 16 batch rows (two n8 fragments), or, in the narrow kernel, straight from
- * global memory (b0 = k 2t..2t+1, b1 = k 2t+8..2t+9 of batch row g). */
+ * global memory (b0 = k 2t..2t+1, b1 = k 2t+8..2t+9 of batch row g).
+ * Kernels: narrow (mma.sync, M <= 8), wide and wide2 (mma.sync, M > 8 below sm_90 or with ZLLM_CUDA_WGMMA=0),
+ * wg (wgmma fed by cp.async: the cluster form for M <= 64 on sm_90), ws (wgmma fed by TMA, warp-specialized: M >
+ * 64 on sm_90). */
 #include "wtc.h"
+#include "wgmma.cuh"
+#include <cooperative_groups.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include "cu_host.h"
 #include "mma_util.cuh"
 #include "pdl.cuh"
@@ -397,6 +406,527 @@ __global__ void wtc_merge(const float *__restrict__ part, int ks, int n_out, int
     }
 }
 
+/* sm_90a: the wgmma forms (cuda/wgmma.cuh; its chains give mma.sync's bits, so these are the same arithmetic).
+ * CTA = WG warpgroups (1 or 2) on 64 W rows each x NX batch rows (16 to 256: wgmma's N), the A tile (W) and the
+ * B tile (x) of a 64-wide k stage in the 128-byte swizzle that both wgmma and these cp.async loads use, S stages
+ * of ring. Iteration kt: stage kt landed (cp.async wait, proxy fence, barrier), stage kt + S - 2 is loaded into
+ * the slot that stage kt - 2 used (every warpgroup retired that stage's wgmma group before the barrier: wait<1>
+ * below), stage kt's 4 k16 steps are issued as one group, and at most one group stays in flight.
+ * CL = false (form 4, chained): the CTA runs every split; at a split's end the accumulator (retired: wait<0>) is
+ * added to the running sum in registers, ((p0 + p1) + ..), and restarts from zero. Checked, not chosen
+ * automatically: form 6 below is faster at every M it would serve. CL = true (form 5, the decode form for M <= 64):
+ * blockIdx.z is the split, the ks CTAs of a tile form one thread-block cluster; each writes its partial to its own
+ * shared memory and the cluster sums them in split order through distributed shared memory (CTA z sums a z-th of
+ * the tile), so no partial goes through global memory. */
+template <int WG, int NX, int S> struct wg_shape {
+    static constexpr int kBM = 64 * WG, kThreads = 128 * WG;                /* W rows and threads of a CTA */
+    static constexpr int kStageElems = (kBM + NX) * kKT;                    /* A then B, 16-bit values */
+    static constexpr size_t kSmem = (size_t)S * kStageElems * 2;            /* the ring */
+    static constexpr int kPld = kBM + 4;                                    /* cluster partials [NX][kPld] f32 */
+    static_assert((size_t)NX * kPld * 4 <= kSmem, "the cluster partial fits in the drained ring");
+    static_assert((kBM * kKT * 2) % 1024 == 0 && (NX * kKT * 2) % 1024 == 0, "1024-byte aligned tiles");
+    static_assert(kSmem <= 227 * 1024, "shared memory of one CTA");
+};
+/* ring depth: 4 stages, 6 for the chained 128 x 128 form (one CTA per SM either way at NX >= 128) */
+template <int WG, int NX, bool CL> constexpr int wg_stages() { return !CL && NX == 128 && WG == 2 ? 6 : 4; }
+
+template <typename T, int WG, int NX, int S, bool CL>
+__global__ void __launch_bounds__(128 * WG, 1) wtc_wg(const T *__restrict__ w, int n_in, int n_out, int ks, int m,
+                                                        const T *__restrict__ x, int ldx, float *y, int ldy,
+                                                        const float *y_in) {
+#if ZWG_ON
+    /* its own name: the other kernels declare the same dynamic memory aligned to 16 */
+    extern __shared__ __align__(1024) unsigned char wg_smem[];
+    using shp = wg_shape<WG, NX, S>;
+    constexpr int kBM = shp::kBM, kNT = shp::kThreads;
+    constexpr uint32_t kStageBytes = shp::kStageElems * 2;
+    const uint32_t ring = smem_u32(wg_smem);   /* [S][A kBM x 64 | B NX x 64] */
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int col0 = blockIdx.x * NX, row0 = blockIdx.y * kBM;
+    const int klen = n_in / ks, tps = klen / kKT;
+    const int kbeg = CL ? (int)blockIdx.z * klen : 0, nt = CL ? tps : n_in / kKT;
+    /* this thread's 16-byte chunks of a stage: chunk i = tid + kNT j of the tile, row i / 8, column chunk i % 8.
+     * The main loop does little besides the wgmma (their issue shares the warps): source pointers advance by one
+     * stage per load (rows past the matrix stay on a valid row and copy nothing), destinations are byte offsets
+     * in a stage, descriptors are slot 0's plus the slot's offset. */
+    constexpr int JA = kBM * 8 / kNT, JB = (NX * 8 + kNT - 1) / kNT;
+    const T *ap[JA];
+    uint32_t aso[JA];
+    int asz[JA];   /* 16 or 0 bytes read: the zero fill of rows past n_out */
+#pragma unroll
+    for (int j = 0; j < JA; j++) {
+        const int i = tid + kNT * j, r = i >> 3, c = i & 7;
+        asz[j] = row0 + r < n_out ? 16 : 0;
+        ap[j] = asz[j] ? w + (size_t)(row0 + r) * n_in + kbeg + c * 8 : w;
+        aso[j] = (uint32_t)swz<kKT>(r, c) * 2;
+    }
+    /* B (up to 16 chunks a thread at NX 256): one row pointer and a mask instead of arrays (registers: the
+     * accumulators take NX / 2). Chunk j is row tid / 8 + j kNT / 8: the same r & 7, so the same swizzle. */
+    const T *bp = x + (size_t)(col0 + (tid >> 3)) * ldx + kbeg + (tid & 7) * 8;
+    const size_t bstride = (size_t)(kNT / 8) * ldx;
+    const uint32_t bso = (uint32_t)(kBM * kKT + swz<kKT>(tid >> 3, tid & 7)) * 2;
+    uint32_t bmask = 0;   /* bit j: chunk j is inside the tile and its batch row exists */
+#pragma unroll
+    for (int j = 0; j < JB; j++)
+        if (tid + kNT * j < NX * 8 && col0 + (tid >> 3) + (kNT / 8) * j < m) bmask |= 1u << j;
+    auto cp16 = [](uint32_t dst, const void *src, int sz) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(sz) : "memory");
+    };
+    auto load_a = [&](int slot) {   /* the next stage of A into slot */
+        const uint32_t d = ring + slot * kStageBytes;
+#pragma unroll
+        for (int j = 0; j < JA; j++) {
+            cp16(d + aso[j], ap[j], asz[j]);
+            ap[j] += asz[j] << 2;   /* 64 elements when the row is real */
+        }
+    };
+    auto load_b = [&](int slot) {
+        const uint32_t d = ring + slot * kStageBytes + bso;
+        const T *p = bp;
+        size_t st = bstride;
+        asm volatile("" : "+l"(st));   /* opaque: keeps the compiler from holding JB row pointers across the loop */
+#pragma unroll
+        for (int j = 0; j < JB; j++, p += st) {
+            if (JB * kNT > NX * 8 && tid + kNT * j >= NX * 8) continue;   /* chunk past the B tile */
+            const bool ok = (bmask >> j) & 1;
+            cp16(d + j * (kNT / 8) * kKT * 2, ok ? p : x, ok ? 16 : 0);
+        }
+        bp += kKT;
+    };
+    pdl_trigger();
+    /* weight tiles of the first stages before pdl_wait (written once, at load), x after; groups {A0.., B0}, {B1},
+     * ..: stage i is complete once group i is */
+#pragma unroll
+    for (int s = 0; s < S - 2; s++)
+        if (s < nt) load_a(s);
+    pdl_wait();
+#pragma unroll
+    for (int s = 0; s < S - 2; s++) {
+        if (s < nt) load_b(s);
+        cp_async_commit();
+    }
+    const uint64_t da0 = zwg::desc(wg_smem + wg * 64 * kKT * 2), db0 = zwg::desc(wg_smem + kBM * kKT * 2);
+    float acc[NX / 2], sum[CL ? 1 : NX / 2];
+#pragma unroll
+    for (int i = 0; i < NX / 2; i++) acc[i] = 0.f;
+    int cslot = 0, lslot = S - 2, left = tps;   /* compute slot, load slot, stages left in this split */
+    for (int kt = 0; kt < nt; kt++) {
+        if (!CL && left == 0) {   /* a split ended: sum = ((p0 + p1) + ..) */
+            zwg::wait<0>();
+#pragma unroll
+            for (int i = 0; i < NX / 2; i++) zwg::reg_fence(acc[i]);
+            if (kt == tps) {
+#pragma unroll
+                for (int i = 0; i < NX / 2; i++) sum[CL ? 0 : i] = acc[i];
+            } else {
+#pragma unroll
+                for (int i = 0; i < NX / 2; i++) sum[CL ? 0 : i] = __fadd_rn(sum[CL ? 0 : i], acc[i]);
+            }
+#pragma unroll
+            for (int i = 0; i < NX / 2; i++) acc[i] = 0.f;
+            left = tps;
+        }
+        left--;
+        cp_async_wait<S - 3>();
+        zwg::proxy_fence();   /* this thread's landed copies, before the wgmma (async proxy) reads */
+        __syncthreads();      /* stage kt landed for all; every warpgroup retired stage kt - 2's group */
+        if (kt + S - 2 < nt) {
+            load_a(lslot);
+            load_b(lslot);
+        }
+        cp_async_commit();
+        lslot = lslot == S - 1 ? 0 : lslot + 1;
+        const uint64_t off = (uint64_t)((cslot * kStageBytes) >> 4);
+        cslot = cslot == S - 1 ? 0 : cslot + 1;
+        zwg::fence();
+#pragma unroll
+        for (int q = 0; q < 4; q++) zwg::mma<T, NX>::run(acc, da0 + off + 2 * q, db0 + off + 2 * q);
+        zwg::commit();
+        zwg::wait<1>();
+    }
+    zwg::wait<0>();
+#pragma unroll
+    for (int i = 0; i < NX / 2; i++) zwg::reg_fence(acc[i]);
+    cp_async_wait<0>();
+    if (!CL || ks == 1) {   /* chained, or a cluster of one: the CTA holds the whole sum */
+        if (!CL && ks > 1) {
+#pragma unroll
+            for (int i = 0; i < NX / 2; i++) acc[i] = __fadd_rn(sum[CL ? 0 : i], acc[i]);   /* the last split */
+        }
+        const int rbase = row0 + wg * 64 + 16 * warp + g;
+        /* in batches of 8 fragments (32 values): the residual's loads of a batch all issued before its stores
+         * (y_in may be y: each element is read, then written, by this thread only) */
+        constexpr int kJB = NX / 8 < 8 ? NX / 8 : 8;
+#pragma unroll
+        for (int j0 = 0; j0 < NX / 8; j0 += kJB) {
+            float yi[kJB * 4];
+#pragma unroll
+            for (int j = 0; j < kJB; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int row = rbase + 8 * (e >> 1), col = col0 + 8 * (j0 + j) + 2 * t + (e & 1);
+                    yi[4 * j + e] = y_in && row < n_out && col < m ? y_in[(size_t)col * ldy + row] : 0.f;
+                }
+#pragma unroll
+            for (int j = 0; j < kJB; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int row = rbase + 8 * (e >> 1), col = col0 + 8 * (j0 + j) + 2 * t + (e & 1);
+                    const float v = acc[4 * (j0 + j) + e];
+                    if (row < n_out && col < m) y[(size_t)col * ldy + row] = y_in ? __fadd_rn(v, yi[4 * j + e]) : v;
+                }
+        }
+        return;
+    }
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    __syncthreads();   /* every warpgroup is done with the ring: it becomes this split's partial */
+    float *part = reinterpret_cast<float *>(wg_smem);   /* [NX][kPld]: column (batch row) major */
+#pragma unroll
+    for (int j = 0; j < NX / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            part[(8 * j + 2 * t + (e & 1)) * shp::kPld + wg * 64 + 16 * warp + g + 8 * (e >> 1)] = acc[4 * j + e];
+    cl.sync();   /* every split's partial is written and visible to the cluster */
+    /* CTA z sums elements [z per, (z + 1) per) of the tile, kU per thread at a time: every load of a batch
+     * (the ks partials in split order, the residual) before its stores */
+    const int z = (int)cl.block_rank(), per = NX * kBM / ks;
+    constexpr int kU = 4;
+    for (int i0 = z * per + tid; i0 < (z + 1) * per; i0 += kU * kNT) {
+        float v[kU], yi[kU];
+        size_t idx[kU];
+        bool ok[kU];
+#pragma unroll
+        for (int u = 0; u < kU; u++) {
+            const int i = i0 + u * kNT, c = i / kBM, r = i % kBM, row = row0 + r, col = col0 + c;
+            ok[u] = i < (z + 1) * per && row < n_out && col < m;
+            idx[u] = (size_t)col * ldy + row;
+            v[u] = 0.f;
+            yi[u] = 0.f;
+            if (ok[u]) {
+                v[u] = cl.map_shared_rank(part, 0)[c * shp::kPld + r];
+                for (int s = 1; s < ks; s++) v[u] = __fadd_rn(v[u], cl.map_shared_rank(part, s)[c * shp::kPld + r]);
+                if (y_in) yi[u] = y_in[idx[u]];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kU; u++)
+            if (ok[u]) y[idx[u]] = y_in ? __fadd_rn(v[u], yi[u]) : v[u];
+    }
+    cl.sync();   /* the partials stay until every CTA of the cluster has read them */
+#else
+    __trap();   /* built without sm_90a code (the Makefile builds 90 as 90a): the host never launches it here */
+#endif
+}
+
+/* sm_90a, warp-specialized, fed by TMA (form 6: the form for M > 64). CTA = 1 producer warpgroup + CW consumer
+ * warpgroups (64 W rows each) x 128 batch rows, splits chained in the CTA as form 4 (the same operations in the
+ * same order). One producer thread streams stages into an S-slot ring: for each stage it arms the stage's full
+ * barrier with the stage's byte count and issues two TMA box loads (W [64 CW][64], x [128][64]; the tensor maps
+ * zero-fill rows past n_out / m and write the 128-byte swizzle wgmma reads), after waiting on the slot's empty
+ * barrier. Consumers wait on the full barrier, issue the stage's 4 wgmma as one group, and once the group before
+ * has retired (wait<1>) lane 0 of each consumer warp arrives on that stage's empty barrier. So the consumers run
+ * nothing but the wgmma chain and the split sums, with no CTA-wide barrier in the loop.
+ * Measured (H100, 8B BF16 2k prefill): form 4 (cp.async by every warp, bar.sync per stage) 80.6 ms with 45-53%
+ * tensor-pipe activity in ncu; the same warp specialization fed by cp.async 84.2 ms; with TMA 68.6 ms (60-68%). */
+constexpr int kWsNX = 128;
+
+#if ZWG_ON
+__device__ __forceinline__ void mbar_init(uint32_t a, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t a) {
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(a) : "memory");
+}
+/* waits for the completion of the barrier's phase with this parity (acquire) */
+__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+#endif
+
+template <int CW, int S> struct ws_shape {
+    static constexpr int kBM = 64 * CW, kThreads = 128 * (CW + 1);
+    static constexpr int kStageElems = (kBM + kWsNX) * kKT;
+    static constexpr uint32_t kStageBytes = kStageElems * 2;
+    static constexpr size_t kSmem = (size_t)S * kStageBytes + 2 * S * 8;   /* ring, then full[S], empty[S] */
+    static_assert(kSmem <= 227 * 1024, "shared memory of one CTA");
+};
+
+template <typename T, int CW, int S>
+__global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constant__ CUtensorMap tw,
+                                                            const __grid_constant__ CUtensorMap tx, int n_in, int n_out,
+                                                            int ks, int m, float *y, int ldy, const float *y_in) {
+#if ZWG_ON
+    extern __shared__ __align__(1024) unsigned char ws_smem[];
+    using shp = ws_shape<CW, S>;
+    constexpr int kBM = shp::kBM;
+    const uint32_t ring = smem_u32(ws_smem), bars = ring + S * shp::kStageBytes;   /* full s: + 8 s; empty: + 8 (S + s) */
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const int col0 = blockIdx.x * kWsNX, row0 = blockIdx.y * kBM;
+    const int tps = n_in / ks / kKT, nt = n_in / kKT;
+    if (tid == 0) {
+        for (int s = 0; s < S; s++) {
+            mbar_init(bars + 8 * s, 1);            /* the producer's arrive.expect_tx; the copies' bytes complete it */
+            mbar_init(bars + 8 * (S + s), 4 * CW); /* lane 0 of every consumer warp, once the stage's wgmma retired */
+        }
+    }
+    __syncthreads();
+    pdl_trigger();
+    if (wg == 0) {
+        /* registers move to the consumers (their accumulators and split sums): with two consumer warpgroups the
+         * launch share (168 a thread) would spill them */
+        if (CW == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid != 0) return;   /* one thread issues every copy */
+        /* a stage = the W box [kBM][64] then the x box [128][64], both written by TMA in the 128-byte swizzle
+         * wgmma reads (rows past n_out / m zero-filled by the tensor maps' bounds) */
+        auto tma = [](uint32_t dst, const CUtensorMap *map, int k, int row, uint32_t bar) {
+            asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+                         "%3}], [%4];\n" ::"r"(dst),
+                         "l"(map), "r"(k), "r"(row), "r"(bar)
+                         : "memory");
+        };
+        auto expect = [](uint32_t bar, uint32_t bytes) {
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+        };
+        const int pre = S < nt ? S : nt;
+        /* the first S stages' weights before pdl_wait (written once, at load), x after */
+        for (int s = 0; s < pre; s++) {
+            expect(bars + 8 * s, shp::kStageBytes);
+            tma(ring + s * shp::kStageBytes, &tw, s * kKT, row0, bars + 8 * s);
+        }
+        pdl_wait();
+        for (int s = 0; s < pre; s++) tma(ring + s * shp::kStageBytes + kBM * kKT * 2, &tx, s * kKT, col0, bars + 8 * s);
+        for (int kt = S; kt < nt; kt++) {
+            const int slot = kt % S;
+            mbar_wait(bars + 8 * (S + slot), ((kt / S) & 1) ^ 1);   /* stage kt - S retired */
+            expect(bars + 8 * slot, shp::kStageBytes);
+            tma(ring + slot * shp::kStageBytes, &tw, kt * kKT, row0, bars + 8 * slot);
+            tma(ring + slot * shp::kStageBytes + kBM * kKT * 2, &tx, kt * kKT, col0, bars + 8 * slot);
+        }
+        return;
+    }
+    /* consumers */
+    if (CW == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    pdl_wait();   /* y and y_in only after the previous kernel (the loads above it wait on the producer anyway) */
+    const int cw = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const uint64_t da0 = zwg::desc(ws_smem + cw * 64 * kKT * 2), db0 = zwg::desc(ws_smem + kBM * kKT * 2);
+    float acc[kWsNX / 2], sum[kWsNX / 2];
+#pragma unroll
+    for (int i = 0; i < kWsNX / 2; i++) acc[i] = 0.f;
+    int slot = 0, prev = S - 1, left = tps;
+    uint32_t parity = 0;
+    /* (two accumulator sets alternating by split, so that a split's end does not drain the tensor pipe, measured
+     * slower: H100, 8B BF16 2k prefill 68.6 -> 71.5 ms) */
+    for (int kt = 0; kt < nt; kt++) {
+        if (left == 0) {   /* a split ended: sum = ((p0 + p1) + ..) */
+            zwg::wait<0>();
+#pragma unroll
+            for (int i = 0; i < kWsNX / 2; i++) zwg::reg_fence(acc[i]);
+            if (kt == tps) {
+#pragma unroll
+                for (int i = 0; i < kWsNX / 2; i++) sum[i] = acc[i];
+            } else {
+#pragma unroll
+                for (int i = 0; i < kWsNX / 2; i++) sum[i] = __fadd_rn(sum[i], acc[i]);
+            }
+#pragma unroll
+            for (int i = 0; i < kWsNX / 2; i++) acc[i] = 0.f;
+            left = tps;
+        }
+        left--;
+        mbar_wait(bars + 8 * slot, parity);
+        const uint64_t off = (uint64_t)((slot * shp::kStageBytes) >> 4);
+        zwg::fence();
+#pragma unroll
+        for (int q = 0; q < 4; q++) zwg::mma<T, kWsNX>::run(acc, da0 + off + 2 * q, db0 + off + 2 * q);
+        zwg::commit();
+        zwg::wait<1>();   /* stage kt - 1's group retired: its slot may be refilled */
+        if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (S + prev));
+        prev = slot;
+        if (++slot == S) {
+            slot = 0;
+            parity ^= 1;
+        }
+    }
+    zwg::wait<0>();
+#pragma unroll
+    for (int i = 0; i < kWsNX / 2; i++) zwg::reg_fence(acc[i]);
+    if (ks > 1) {
+#pragma unroll
+        for (int i = 0; i < kWsNX / 2; i++) acc[i] = __fadd_rn(sum[i], acc[i]);   /* the last split closes the sum */
+    }
+    const int rbase = row0 + cw * 64 + 16 * warp + g;
+    /* in batches of 8 fragments: the residual's loads of a batch before its stores (y_in may be y) */
+#pragma unroll
+    for (int j0 = 0; j0 < kWsNX / 8; j0 += 8) {
+        float yi[32];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = rbase + 8 * (e >> 1), col = col0 + 8 * (j0 + j) + 2 * t + (e & 1);
+                yi[4 * j + e] = y_in && row < n_out && col < m ? y_in[(size_t)col * ldy + row] : 0.f;
+            }
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = rbase + 8 * (e >> 1), col = col0 + 8 * (j0 + j) + 2 * t + (e & 1);
+                const float v = acc[4 * (j0 + j) + e];
+                if (row < n_out && col < m) y[(size_t)col * ldy + row] = y_in ? __fadd_rn(v, yi[4 * j + e]) : v;
+            }
+    }
+#else
+    __trap();   /* built without sm_90a code: the host never launches it here */
+#endif
+}
+
+/* cuTensorMapEncodeTiled from the driver (through the runtime: no -lcuda), once; NULL when unavailable */
+PFN_cuTensorMapEncodeTiled_v12000 tma_encoder() {
+    static std::atomic<int> s_state{0};   /* 0 unknown, 1 found, 2 missing */
+    static PFN_cuTensorMapEncodeTiled_v12000 s_fn = nullptr;
+    if (s_state.load() == 0) {
+        void *fn = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess && q == cudaDriverEntryPointSuccess && fn) {
+            s_fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+            s_state.store(1);
+        } else {
+            s_state.store(2);
+        }
+    }
+    return s_state.load() == 1 ? s_fn : nullptr;
+}
+
+/* the 2-D map of a [rows][ld] 16-bit matrix read in [box_rows][64] boxes, 128-byte swizzle; -1 on failure */
+int tma_map(CUtensorMap *map, int bf16, const void *base, int cols, int rows, int ld, int box_rows) {
+    PFN_cuTensorMapEncodeTiled_v12000 enc = tma_encoder();
+    if (!enc) return -1;
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+    const cuuint32_t box[2] = {(cuuint32_t)kKT, (cuuint32_t)box_rows};
+    const cuuint32_t estr[2] = {1, 1};
+    return enc(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+               const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+                   CUDA_SUCCESS
+               ? 0
+               : -1;
+}
+
+template <typename T, int CW>
+cudaError_t launch_ws_t(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
+    constexpr int S = 6;   /* 6 x 32 KiB (7 stages: the same, H100 8B BF16 2k prefill 69.4 against 68.9 ms) */
+    using shp = ws_shape<CW, S>;
+    CUtensorMap tw, tx;
+    if (tma_map(&tw, p->bf16, p->w, p->n_in, p->n_out, p->n_in, shp::kBM) != 0 ||
+        tma_map(&tx, p->bf16, p->x, p->n_in, p->m, ldx, kWsNX) != 0)
+        return cudaErrorInvalidValue;
+    auto k = wtc_ws<T, CW, S>;
+    static std::atomic<unsigned long long> s_set{0};
+    const cudaError_t e = cu_smem_optin(k, shp::kSmem, s_set);
+    if (e != cudaSuccess) return e;
+    const dim3 grid((unsigned)((p->m + kWsNX - 1) / kWsNX), (unsigned)((p->n_out + shp::kBM - 1) / shp::kBM));
+    return cu_launch(k, grid, dim3(shp::kThreads), shp::kSmem, st, tw, tx, p->n_in, p->n_out, ks, p->m, p->y, ldy,
+                     p->y_in);
+}
+
+template <typename T, bool CL>
+cudaError_t launch_wg(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st);
+
+/* two consumer warpgroups (128 W rows) when those tiles fill the multiprocessors, else one (64 rows); form 4 when
+ * the driver has no tensor-map encoder (the same bits) */
+template <typename T>
+cudaError_t launch_ws(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
+    if (!tma_encoder()) return launch_wg<T, false>(p, ks, ldx, ldy, st);
+    const long tiles = (long)((p->m + kWsNX - 1) / kWsNX) * ((p->n_out + 127) / 128);
+    return tiles >= cu_sm_count(p->sm_count) ? launch_ws_t<T, 2>(p, ks, ldx, ldy, st)
+                                             : launch_ws_t<T, 1>(p, ks, ldx, ldy, st);
+}
+
+/* 1 when the wgmma forms run on the current device: compute capability 9.x (the build's 90 target is sm_90a) and
+ * ZLLM_CUDA_WGMMA not 0. Cached per device. */
+int wg_on() {
+    static int s_state[64];   /* 0 unknown, 1 on, 2 off */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    int *s = &s_state[dev & 63];
+    if (*s == 0) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) major = 0;
+        *s = major == 9 && cu_env_int("ZLLM_CUDA_WGMMA", 1, 0, 1) ? 1 : 2;
+    }
+    return *s == 1;
+}
+
+template <typename T, int WG, int NX, bool CL>
+cudaError_t launch_wg_t(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
+    constexpr int S = wg_stages<WG, NX, CL>();
+    using shp = wg_shape<WG, NX, S>;
+    auto k = wtc_wg<T, WG, NX, S, CL>;
+    static std::atomic<unsigned long long> s_set{0};
+    const cudaError_t e = cu_smem_optin(k, shp::kSmem, s_set);
+    if (e != cudaSuccess) return e;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)((p->m + NX - 1) / NX), (unsigned)((p->n_out + shp::kBM - 1) / shp::kBM),
+                       CL ? (unsigned)ks : 1u);
+    cfg.blockDim = dim3(shp::kThreads);
+    cfg.dynamicSmemBytes = shp::kSmem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[2];
+    unsigned n = 0;
+    if (CL) {   /* the ks split CTAs of a tile: one cluster (ks <= 8, the portable size) */
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = 1;
+        at[n].val.clusterDim.y = 1;
+        at[n].val.clusterDim.z = (unsigned)ks;
+        n++;
+    }
+    if (cu_pdl_on()) {   /* the cu_launch contract (cuda/pdl.cuh) holds: nothing written is read before pdl_wait */
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
+    cfg.attrs = at;
+    cfg.numAttrs = n;
+    return cudaLaunchKernelEx(&cfg, k, (const T *)p->w, p->n_in, p->n_out, ks, p->m, (const T *)p->x, ldx, p->y, ldy,
+                              p->y_in);
+}
+
+/* batch rows per wgmma tile: the smallest of 16, 32, 64, 128 (256 for the cluster form) covering m */
+int wg_nx(int m, bool cl) { return m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : m <= 128 || !cl ? 128 : 256; }
+
+/* warpgroups (64 W rows each) per CTA: 2 when the grid of 128-row tiles fills the multiprocessors */
+int wg_count(const wtc_params *p, int ks, bool cl) {
+    const int nx = wg_nx(p->m, cl);
+    const long ctas = (long)((p->m + nx - 1) / nx) * ((p->n_out + 127) / 128) * (cl ? ks : 1);
+    return ctas >= cu_sm_count(p->sm_count) ? 2 : 1;
+}
+
+template <typename T, int WG, bool CL>
+cudaError_t launch_wg_w(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
+    switch (wg_nx(p->m, CL)) {
+    case 16: return launch_wg_t<T, WG, 16, CL>(p, ks, ldx, ldy, st);
+    case 32: return launch_wg_t<T, WG, 32, CL>(p, ks, ldx, ldy, st);
+    case 64: return launch_wg_t<T, WG, 64, CL>(p, ks, ldx, ldy, st);
+    case 128: return launch_wg_t<T, WG, 128, CL>(p, ks, ldx, ldy, st);
+    default: return launch_wg_t<T, WG, CL ? 256 : 128, CL>(p, ks, ldx, ldy, st);
+    }
+}
+
+template <typename T, bool CL>
+cudaError_t launch_wg(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
+    return wg_count(p, ks, CL) == 2 ? launch_wg_w<T, 2, CL>(p, ks, ldx, ldy, st)
+                                    : launch_wg_w<T, 1, CL>(p, ks, ldx, ldy, st);
+}
+
 template <typename T, int BN>
 cudaError_t launch_wide(const wtc_params *p, int form, int ks, int ldx, int ldy, cudaStream_t st) {
     constexpr size_t smem = (size_t)kWS * (kBM + BN) * kKT * sizeof(T);
@@ -429,6 +959,9 @@ int wide_bn(int m) { return m <= 32 ? 32 : 64; }
 
 template <typename T>
 cudaError_t launch_t(const wtc_params *p, int form, int ks, int ldx, int ldy, cudaStream_t st) {
+    if (form == 4) return launch_wg<T, false>(p, ks, ldx, ldy, st);
+    if (form == 5) return launch_wg<T, true>(p, ks, ldx, ldy, st);
+    if (form == 6) return launch_ws<T>(p, ks, ldx, ldy, st);
     if (form == 1) {
         static std::atomic<unsigned long long> s_set{0};
         const cudaError_t e = cu_smem_optin(wtc_narrow<T>, kNarrowSmem, s_set);
@@ -482,17 +1015,25 @@ extern "C" int wtc_available(void) {
     return (size_t)optin >= (need > kWide2Smem ? need : kWide2Smem);
 }
 
+extern "C" int wtc_wgmma(void) { return wg_on(); }
+
 extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {
-    if (!p || !p->w || !p->x || !p->y || p->m < 1 || !wtc_supported(p->n_in, p->n_out) || p->form < 0 || p->form > 3)
+    if (!p || !p->w || !p->x || !p->y || p->m < 1 || !wtc_supported(p->n_in, p->n_out) || p->form < 0 || p->form > 6)
         return cudaErrorInvalidValue;
     const int ldx = p->ldx ? p->ldx : p->n_in, ldy = p->ldy ? p->ldy : p->n_out;
     if (ldx < p->n_in || ldx % 8 || ldy < p->n_out || (long)p->m * ldx >= (1L << 31)) return cudaErrorInvalidValue;
     if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
     const int ks = wtc_split(p->n_in, p->n_out);
     int form = p->form;
+    static const int s_force = cu_env_int("ZLLM_CUDA_WTC_FORM", 0, 0, 6);   /* benchmarks: the same bits */
+    if (form == 0 && s_force >= 4 && p->m > 8 && wg_on()) form = s_force;
     if (form == 0) {
         if (p->m <= 8) {
             form = 1;
+        } else if (wg_on()) {
+            /* wgmma: splits chained in the CTA while the tile grid fills the multiprocessors, else one cluster
+             * of split CTAs per tile (decode batches on the layer matrices) */
+            form = p->m > 64 ? 6 : 5;
         } else {
             /* one CTA per split when the tile grid alone would leave most multiprocessors idle (layer matrices
              * at batch 16-128); the form never changes a bit (wtc.h) */
@@ -502,6 +1043,7 @@ extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {
         }
     }
     if (form == 1 && p->m > 8) return cudaErrorInvalidValue;
+    if (form >= 4 && !wg_on()) return cudaErrorInvalidValue;
     if (form == 3 && ks > 1) {
         if (p->m > kSplitRows || !p->workspace || ((uintptr_t)p->workspace & 15) ||
             p->workspace_bytes < (size_t)ks * p->m * p->n_out * sizeof(float))

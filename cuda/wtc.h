@@ -17,16 +17,23 @@
  *     B operand (8 batch rows per fragment: a column's result never depends on another column), k slot j of a
  *     step holding element k0 + j (natural order), the steps chained in k order from zero;
  *   - the split partials summed in split order, ((p0 + p1) + p2) + ..., then + y_in.
- * Which kernel computes them follows M only: the narrow kernel (M <= 8: one CTA of ks warps per 16 rows, warp s
- * chains split s from its own cp.async ring, warp 0 sums) or the wide ones (M > 8, ldmatrix fragments, cp.async
- * pipelines): when the tile grid is small, one CTA per split (128 x 32 or 128 x 64 tiles) writes its partial to
- * the workspace and a merge kernel sums them in order; otherwise a CTA chains every split of its tile and sums
- * them as it goes (128 x 32/64 tiles up to 64 rows, 128 x 128 tiles of 4 warps above, the running sum in shared
- * memory). cuda/test_wtc.cu checks all of it bit for bit (a row alone against the same row inside M up to 2048,
+ * Which kernel computes them follows M (and the device) only, never a bit:
+ *   - M <= 8: the narrow kernel (mma.sync; one CTA of ks warps per 16 rows, warp s chains split s from its own
+ *     cp.async ring, warp 0 sums);
+ *   - sm_90 (built as sm_90a), M <= 64: wgmma, one thread-block cluster of ks CTAs per tile, each CTA one split,
+ *     the partials summed in order through distributed shared memory;
+ *   - sm_90, M > 64: wgmma fed by TMA, warp-specialized (a producer warpgroup, one or two consumer warpgroups on
+ *     mbarriers), every split chained in the CTA with the running sum in registers;
+ *   - other devices, or ZLLM_CUDA_WGMMA=0: the mma.sync wide kernels (one CTA per split plus an ordered merge for
+ *     small grids, else splits chained in the CTA).
+ * wgmma chains give the same bits as mma.sync chains (measured, cuda/wgmma.cuh), so every form is one
+ * arithmetic; cuda/test_wtc.cu checks it bit for bit (a row alone against the same row inside M up to 2048,
  * every form) and against a double-precision oracle.
- * The engine uses it with ZLLM_CUDA_WTC=1 (cuda/engine_cuda.cu): opt-in while it is slower than cuBLAS.
+ * The engine uses it by default for its dense 16-bit matrices (cuda/engine_cuda.cu; ZLLM_CUDA_WTC=0 gives cuBLAS
+ * back, faster for prefill and large batches and not batch invariant). ZLLM_CUDA_WTC_FORM=4..6 forces a wgmma
+ * form for M > 8 (benchmarks: the bits are the same).
  * Launches are programmatic dependents (cuda/pdl.cuh): weight tiles stream in before pdl_wait. No allocation, no
- * host synchronisation: capturable into CUDA graphs. */
+ * host synchronisation (the TMA descriptors are built on the host at launch): capturable into CUDA graphs. */
 #ifndef ZLLM_CUDA_WTC_H
 #define ZLLM_CUDA_WTC_H
 #include <stddef.h>
@@ -52,8 +59,10 @@ typedef struct {
                           * when that is 0; not shared with a launch that may run concurrently */
     size_t workspace_bytes;
     int sm_count;        /* multiprocessors (0: the device's): decides the wide kernel's form, never the bits */
-    int form;            /* 0 automatic; 1 narrow; 2 wide, splits chained in the CTA; 3 wide, one CTA per split
-                          * (checks and benchmarks: every form gives the same bits; narrow needs m <= 8) */
+    int form;            /* 0 automatic; 1 narrow; 2 wide, splits chained in the CTA; 3 wide, one CTA per split;
+                          * 4 wgmma, splits chained in the CTA; 5 wgmma, one cluster of split CTAs per tile;
+                          * 6 wgmma fed by TMA, warp-specialized (checks and benchmarks: every form gives the same
+                          * bits; narrow needs m <= 8, 4 to 6 need wtc_wgmma()) */
 } wtc_params;
 
 /* 1 when wtc serves this shape (n_in a positive multiple of 64, n_out >= 1) */
@@ -68,6 +77,10 @@ size_t wtc_workspace_bytes(int n_in, int n_out, int m_max);
 /* 1 when the current device gives a block the kernels' shared memory (sm_80 and sm_90 do; sm_89 does not).
  * Never fails (0 when the query does). */
 int wtc_available(void);
+
+/* 1 when the wgmma forms (4 to 6) run on the current device: an sm_90 device (built as sm_90a) and ZLLM_CUDA_WGMMA
+ * not 0; form 0 then uses them for every m > 8. Never fails (0 when the query does). */
+int wtc_wgmma(void);
 
 /* Enqueues y = W x (+ y_in) on st. Returns cudaSuccess, cudaErrorInvalidValue for an unserved shape, bad
  * strides, a NULL pointer, a forced form that cannot run, or a needed workspace that is missing or too small,

