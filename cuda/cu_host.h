@@ -26,6 +26,21 @@ static inline int cu_sm_count(int given) {
     return n;
 }
 
+/* A per-device switch cached in state[64] (0 unknown, 1 on, 2 off): on when the current device's compute capability
+ * major is within [lo, hi] and the environment knob env (default 1) is not 0. Attribute queries only, so safe while a
+ * stream is captured. Returns 0 when the device query fails. */
+static inline int cu_device_switch(int *state, int lo, int hi, const char *env) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    int *s = &state[dev & 63];
+    if (*s == 0) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) major = 0;
+        *s = major >= lo && major <= hi && cu_env_int(env, 1, 0, 1) ? 1 : 2;
+    }
+    return *s == 1;
+}
+
 /* Raises kernel k's dynamic shared-memory limit to bytes once per device (set: one bit per device, a static of the
  * caller's kernel instantiation). A function attribute, not a stream operation: allowed while a stream is
  * captured. Returns cudaSuccess or the attribute call's error (the bit stays clear, so the next call tries again). */

@@ -46,16 +46,8 @@ static __device__ __forceinline__ void pdl_trigger() {
 /* 1 when launches on the current device get the PDL attribute: compute capability >= 9.0 and ZLLM_CUDA_PDL not 0.
  * Cached per device (64 devices); safe while a stream is captured (attribute queries only). */
 static inline int cu_pdl_on() {
-    static int s_state[64];   /* 0 unknown, 1 on, 2 off */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    int *s = &s_state[dev & 63];
-    if (*s == 0) {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) major = 0;
-        *s = major >= 9 && cu_env_int("ZLLM_CUDA_PDL", 1, 0, 1) ? 1 : 2;
-    }
-    return *s == 1;
+    static int s_state[64];
+    return cu_device_switch(s_state, 9, 1 << 30, "ZLLM_CUDA_PDL");
 }
 
 /* Launches kernel k<<<grid, block, smem, st>>>(args...) with the programmatic-serialization attribute when

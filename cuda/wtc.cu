@@ -642,7 +642,8 @@ __device__ __forceinline__ void mbar_arrive(uint32_t a) {
 __device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
     uint32_t done;
     do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done)
                      : "r"(a), "r"(parity)
                      : "memory");
@@ -666,7 +667,8 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constan
     extern __shared__ __align__(1024) unsigned char ws_smem[];
     using shp = ws_shape<CW, S>;
     constexpr int kBM = shp::kBM;
-    const uint32_t ring = smem_u32(ws_smem), bars = ring + S * shp::kStageBytes;   /* full s: + 8 s; empty: + 8 (S + s) */
+    /* full barrier of slot s at bars + 8 s, empty barrier at bars + 8 (S + s) */
+    const uint32_t ring = smem_u32(ws_smem), bars = ring + S * shp::kStageBytes;
     const int tid = threadIdx.x, wg = tid >> 7;
     const int col0 = blockIdx.x * kWsNX, row0 = blockIdx.y * kBM;
     const int tps = n_in / ks / kKT, nt = n_in / kKT;
@@ -701,7 +703,8 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constan
             tma(ring + s * shp::kStageBytes, &tw, s * kKT, row0, bars + 8 * s);
         }
         pdl_wait();
-        for (int s = 0; s < pre; s++) tma(ring + s * shp::kStageBytes + kBM * kKT * 2, &tx, s * kKT, col0, bars + 8 * s);
+        for (int s = 0; s < pre; s++)
+            tma(ring + s * shp::kStageBytes + kBM * kKT * 2, &tx, s * kKT, col0, bars + 8 * s);
         for (int kt = S; kt < nt; kt++) {
             const int slot = kt % S;
             mbar_wait(bars + 8 * (S + slot), ((kt / S) & 1) ^ 1);   /* stage kt - S retired */
@@ -854,16 +857,8 @@ cudaError_t launch_ws(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_
 /* 1 when the wgmma forms run on the current device: compute capability 9.x (the build's 90 target is sm_90a) and
  * ZLLM_CUDA_WGMMA not 0. Cached per device. */
 int wg_on() {
-    static int s_state[64];   /* 0 unknown, 1 on, 2 off */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    int *s = &s_state[dev & 63];
-    if (*s == 0) {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) major = 0;
-        *s = major == 9 && cu_env_int("ZLLM_CUDA_WGMMA", 1, 0, 1) ? 1 : 2;
-    }
-    return *s == 1;
+    static int s_state[64];
+    return cu_device_switch(s_state, 9, 9, "ZLLM_CUDA_WGMMA");
 }
 
 template <typename T, int WG, int NX, bool CL>
