@@ -1026,8 +1026,10 @@ extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {
         if (p->m <= 8) {
             form = 1;
         } else if (wg_on()) {
-            /* wgmma: splits chained in the CTA while the tile grid fills the multiprocessors, else one cluster
-             * of split CTAs per tile (decode batches on the layer matrices) */
+            /* wgmma. Above 64 rows: TMA-fed and warp-specialized, splits chained in the CTA. Up to 64 (decode
+             * batches): one cluster of split CTAs per tile, since the tile grid alone would leave most
+             * multiprocessors idle. H100, 8B BF16: form 6 beat forms 4 and 5 at M = 128, 256 and the prefill; form
+             * 5 beat form 4 at M = 16 to 64 (docs/perf.md, session 10) */
             form = p->m > 64 ? 6 : 5;
         } else {
             /* one CTA per split when the tile grid alone would leave most multiprocessors idle (layer matrices
