@@ -418,6 +418,35 @@ __global__ void wtc_merge(const float *__restrict__ part, int ks, int n_out, int
  * blockIdx.z is the split, the ks CTAs of a tile form one thread-block cluster; each writes its partial to its own
  * shared memory and the cluster sums them in split order through distributed shared memory (CTA z sums a z-th of
  * the tile), so no partial goes through global memory. */
+/* y = acc (+ y_in) for one consumer warpgroup's [64 W rows][NX batch rows] accumulator in wgmma's layout (thread
+ * lane 4 g + t of warp w holds rows rbase = row0 + 16 w + g and rbase + 8, columns 8 j + 2 t (+ 1)). In batches of
+ * 8 fragments (32 values): the residual's loads of a batch all issued before its stores (y_in may be y: each
+ * element is read, then written, by this thread only). */
+template <int NX>
+__device__ __forceinline__ void wg_store(const float (&acc)[NX / 2], int rbase, int col0, int t, float *y, int ldy,
+                                         const float *y_in, int n_out, int m) {
+    constexpr int kJB = NX / 8 < 8 ? NX / 8 : 8;
+#pragma unroll
+    for (int j0 = 0; j0 < NX / 8; j0 += kJB) {
+        float yi[kJB * 4];
+#pragma unroll
+        for (int j = 0; j < kJB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = rbase + 8 * (e >> 1), col = col0 + 8 * (j0 + j) + 2 * t + (e & 1);
+                yi[4 * j + e] = y_in && row < n_out && col < m ? y_in[(size_t)col * ldy + row] : 0.f;
+            }
+#pragma unroll
+        for (int j = 0; j < kJB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = rbase + 8 * (e >> 1), col = col0 + 8 * (j0 + j) + 2 * t + (e & 1);
+                const float v = acc[4 * (j0 + j) + e];
+                if (row < n_out && col < m) y[(size_t)col * ldy + row] = y_in ? __fadd_rn(v, yi[4 * j + e]) : v;
+            }
+    }
+}
+
 template <int WG, int NX, int S> struct wg_shape {
     static constexpr int kBM = 64 * WG, kThreads = 128 * WG;                /* W rows and threads of a CTA */
     static constexpr int kStageElems = (kBM + NX) * kKT;                    /* A then B, 16-bit values */
@@ -553,29 +582,7 @@ __global__ void __launch_bounds__(128 * WG, 1) wtc_wg(const T *__restrict__ w, i
 #pragma unroll
             for (int i = 0; i < NX / 2; i++) acc[i] = __fadd_rn(sum[CL ? 0 : i], acc[i]);   /* the last split */
         }
-        const int rbase = row0 + wg * 64 + 16 * warp + g;
-        /* in batches of 8 fragments (32 values): the residual's loads of a batch all issued before its stores
-         * (y_in may be y: each element is read, then written, by this thread only) */
-        constexpr int kJB = NX / 8 < 8 ? NX / 8 : 8;
-#pragma unroll
-        for (int j0 = 0; j0 < NX / 8; j0 += kJB) {
-            float yi[kJB * 4];
-#pragma unroll
-            for (int j = 0; j < kJB; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int row = rbase + 8 * (e >> 1), col = col0 + 8 * (j0 + j) + 2 * t + (e & 1);
-                    yi[4 * j + e] = y_in && row < n_out && col < m ? y_in[(size_t)col * ldy + row] : 0.f;
-                }
-#pragma unroll
-            for (int j = 0; j < kJB; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int row = rbase + 8 * (e >> 1), col = col0 + 8 * (j0 + j) + 2 * t + (e & 1);
-                    const float v = acc[4 * (j0 + j) + e];
-                    if (row < n_out && col < m) y[(size_t)col * ldy + row] = y_in ? __fadd_rn(v, yi[4 * j + e]) : v;
-                }
-        }
+        wg_store<NX>(acc, row0 + wg * 64 + 16 * warp + g, col0, t, y, ldy, y_in, n_out, m);
         return;
     }
     namespace cg = cooperative_groups;
@@ -764,27 +771,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constan
 #pragma unroll
         for (int i = 0; i < kWsNX / 2; i++) acc[i] = __fadd_rn(sum[i], acc[i]);   /* the last split closes the sum */
     }
-    const int rbase = row0 + cw * 64 + 16 * warp + g;
-    /* in batches of 8 fragments: the residual's loads of a batch before its stores (y_in may be y) */
-#pragma unroll
-    for (int j0 = 0; j0 < kWsNX / 8; j0 += 8) {
-        float yi[32];
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int row = rbase + 8 * (e >> 1), col = col0 + 8 * (j0 + j) + 2 * t + (e & 1);
-                yi[4 * j + e] = y_in && row < n_out && col < m ? y_in[(size_t)col * ldy + row] : 0.f;
-            }
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int row = rbase + 8 * (e >> 1), col = col0 + 8 * (j0 + j) + 2 * t + (e & 1);
-                const float v = acc[4 * (j0 + j) + e];
-                if (row < n_out && col < m) y[(size_t)col * ldy + row] = y_in ? __fadd_rn(v, yi[4 * j + e]) : v;
-            }
-    }
+    wg_store<kWsNX>(acc, row0 + cw * 64 + 16 * warp + g, col0, t, y, ldy, y_in, n_out, m);
 #else
     __trap();   /* built without sm_90a code: the host never launches it here */
 #endif
