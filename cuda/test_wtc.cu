@@ -6,8 +6,8 @@
  *   - accuracy: the double-precision oracle (tests/test_gpu.h tg_oracle) for batches 1..130: no NaN, every
  *     element within 1e-3 of sum |w_i x_i|, relative L2 error <= 1e-3; fused residual (separate and in place),
  *     strided x and y;
- *   - one arithmetic: every form (narrow, wide chained, wide one CTA per split) gives the same bits for the
- *     same batch, and a row alone (M = 1) the same bits as that row at several positions among random rows for
+ *   - one arithmetic: every form (1 narrow, 2 and 3 the mma.sync wide ones, and on sm_90 4 to 6 the wgmma ones:
+ *     chained, cluster of split CTAs, TMA-fed warp-specialized) gives the same bits for the same batch, and a row alone (M = 1) the same bits as that row at several positions among random rows for
  *     M up to 300 (up to 2048 on the shapes of at most 3M weights);
  *   - CUDA-graph replay equal to eager; argument checks.
  * Prints "N passed, N failed"; skips (0 checks) on a device without the kernels' shared memory. */
