@@ -1566,6 +1566,7 @@ extern "C" int attn_decode_splits(const attn_decode_params *p) {
 extern "C" cudaError_t attn_decode_launch(const attn_decode_params *p, cudaStream_t stream) {
     if (!decode_params_ok(p)) return cudaErrorInvalidValue;
     if (attn_decode_tc_wants(p)) return attn_decode_tc_launch(p, stream);   /* tensor cores: F16/BF16, D 64/128 */
+    if (p->out_w) return cudaErrorInvalidValue;   /* a 16-bit output only from the tensor-core kernel */
     if (p->kernel == 4 || p->kernel < 0 || p->kernel > 4) return cudaErrorInvalidValue;   /* 4: shape not served */
     decode_geom g = decode_geometry(p);
     if (g.splits > 1) {

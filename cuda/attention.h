@@ -76,6 +76,10 @@ typedef struct {
     int tc_group;              /* kernel 4 only: warps per block, 1, 2, 4 or 8; 0: chosen from the launch. Any value
                                   gives the same bits (cuda/attn_decode_tc.h): tests and benchmarks */
     int tc_lpw;                /* kernel 4 only: chunks per warp, 1 or 2; 0: chosen from the launch. Same bits */
+    void *out_w;               /* NULL, or (tensor-core kernel only) the output as values of kv_type, rounded to
+                                  nearest, in rows of out_stride elements (out is then not written): the next
+                                  product's 16-bit input without a cast kernel. A launch the tensor-core kernel
+                                  does not serve fails with cudaErrorInvalidValue */
 } attn_decode_params;
 
 /* Bytes of workspace a decode launch with these parameters needs, and also enough for the same parameters

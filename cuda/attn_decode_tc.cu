@@ -128,6 +128,16 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 __device__ __forceinline__ float finalize(float l, float o) { return l > 0.f ? __fdiv_rn(o, l) : 0.f; }
 
+/* an output element: f32 into out, or rounded to the cache type into out_w (the cast kernel's rounding) */
+__device__ __forceinline__ void put_out(float *o, __half *ow, long e, float v) {
+    if (ow) ow[e] = __float2half_rn(v);
+    else o[e] = v;
+}
+__device__ __forceinline__ void put_out(float *o, __nv_bfloat16 *ow, long e, float v) {
+    if (ow) ow[e] = __float2bfloat16_rn(v);
+    else o[e] = v;
+}
+
 /* Folds leaves 0..n-1 (leaf(i, m, l, o)) as the perfect binary tree over them padded with identities: a stack
  * of complete subtrees (binary counter), then the unfinished ones from the right. */
 template <int DEPTH, typename F>
@@ -187,9 +197,10 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     const int n_valid = len > 0 ? (len + chunk - 1) / chunk : 0;   /* chunks (tree leaves) holding keys */
     const int nb_valid = (n_valid + G * lpw - 1) / (G * lpw);       /* blocks holding keys */
     float *orow = p.out + (long)seq * out_stride + (long)kvh * group * D;
+    T *orow_w = p.out_w ? reinterpret_cast<T *>(p.out_w) + (long)seq * out_stride + (long)kvh * group * D : nullptr;
     if (blk >= nb_valid) {
         if (blk == 0)   /* kv_len 0: zeros */
-            for (int e = tid; e < group * D; e += G * 32) orow[e] = 0.f;
+            for (int e = tid; e < group * D; e += G * 32) put_out(orow, orow_w, e, 0.f);
         return;
     }
 
@@ -204,9 +215,35 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     const T *vg = reinterpret_cast<const T *>(p.v_cache) + base;
 
     /* tile j of the chunk into ring stage j % NS (K then V), keys past k1 zero-filled; one commit group per call,
-     * empty past the last tile so that the wait counts stay uniform */
+     * empty past the last tile so that the wait counts stay uniform. A tile wholly inside the chunk (all but
+     * possibly the last) takes the lean path: lane copies rows lr + RPI u (u < CU) at chunk lc, its source one
+     * pointer advanced by a tile per call and a row step per copy, its destinations the stage's shared address
+     * plus per-copy constants (the swizzle's (row & 7) is lr | (RPI u & 7): lr < RPI). The issue of these copies
+     * was half of a batch-1 warp's instructions (ncu, H100: ~262 of ~514 per tile, the warp issue-bound). */
+    constexpr int RPI = 32 / CH, CU = kTileKeys * CH / 32;
+    const int lr = lane / CH, lc = lane % CH;
+    const uint32_t ring_sa = smem_u32(ring);
+    const uint32_t dst0 = ring_sa + (uint32_t)(lr * D * (int)sizeof(T));          /* row lr of stage 0 */
+    const uint32_t dxor = (uint32_t)((lc ^ lr) << 3) * (uint32_t)sizeof(T);     /* chunk lc ^ lr, bytes */
+    const char *ksrc = reinterpret_cast<const char *>(kg + (long)(k0 + lr) * row_stride + lc * 8);
+    const long vdelta = reinterpret_cast<const char *>(vg) - reinterpret_cast<const char *>(kg);
+    const long rstep = (long)RPI * row_stride * (long)sizeof(T), tstep = (long)kTileKeys * row_stride * (long)sizeof(T);
     auto load = [&](int j) {
-        if (j < ntile) {
+        if (j < ntile && k0 + (j + 1) * kTileKeys <= k1) {
+            const uint32_t sb = dst0 + (uint32_t)((j % NS) * 2 * TILE * (int)sizeof(T));
+            const char *src = ksrc + (long)j * tstep;
+#pragma unroll
+            for (int u = 0; u < CU; u++) {
+                /* element offset (lr + RPI u) D + ((lc ^ (lr | k)) << 3), k = RPI u & 7 */
+                const uint32_t d = sb + (uint32_t)(RPI * u * D * (int)sizeof(T)) +
+                                   ((dxor ^ (uint32_t)(((RPI * u) & 7) << 3) * (uint32_t)sizeof(T)));
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d + (uint32_t)(TILE * sizeof(T))),
+                             "l"(src + vdelta)
+                             : "memory");
+                src += rstep;
+            }
+        } else if (j < ntile) {
             T *dk = ring + (j % NS) * 2 * TILE, *dv = dk + TILE;
 #pragma unroll
             for (int i = lane; i < kTileKeys * CH; i += 32) {
@@ -251,11 +288,32 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     for (int n = 0; n < DN; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
+    /* ldmatrix addresses: K's row (lane & 7) + 8 (lane >> 4) at chunk 2 kk + ((lane >> 3) & 1), V's row
+     * (lane & 7) + 8 ((lane >> 3) & 1) at chunk 2 dp + (lane >> 4), both swizzled by x = lane & 7. With the
+     * chunk 2 s + b: ((2 s + b) ^ x) << 3 = ((b ^ (x & 1)) << 3) + ((16 s) ^ ((x & 6) << 3)), so a lane's address
+     * for step s is its constant plus ((32 s) ^ lx) bytes. */
+    const uint32_t lx = (uint32_t)(lane & 6) << 4;
+    const uint32_t ka = ring_sa + (uint32_t)((((lane & 7) + ((lane >> 4) << 3)) * D + ((((lane >> 3) & 1) ^ (lane & 1)) << 3)) *
+                                             (int)sizeof(T));
+    const uint32_t va = ring_sa + (uint32_t)(TILE * sizeof(T)) +
+                        (uint32_t)((((lane & 7) + (((lane >> 3) & 1) << 3)) * D + (((lane >> 4) ^ (lane & 1)) << 3)) *
+                                   (int)sizeof(T));
+    auto ldsm4 = [](uint32_t (&r)[4], uint32_t a) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    };
+    auto ldsm4t = [](uint32_t (&r)[4], uint32_t a) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    };
+
     /* S = Q K^T for the tile in ring stage st: ldmatrix x4 gives the B fragments of key n-tiles 0 and 1 for one
      * 16-dim step; even and odd steps accumulate apart and are added at the end (4 independent mma chains instead
      * of 2: a warp alone on its SM, as in batch-1 decode, is bound by this chain's latency) */
     auto qk = [&](int st, float (&s)[2][4]) {
-        const T *kb = ring + st * 2 * TILE;
+        const uint32_t kb = ka + (uint32_t)(st * 2 * TILE * (int)sizeof(T));
         float s2[2][4];
 #pragma unroll
         for (int n = 0; n < 2; n++)
@@ -264,7 +322,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
 #pragma unroll
         for (int kk = 0; kk < DK; kk++) {
             uint32_t b[4];
-            ldsm_x4(b, kb + sw<D>((lane & 7) + ((lane >> 4) << 3), 2 * kk + ((lane >> 3) & 1)));
+            ldsm4(b, kb + ((uint32_t)(32 * kk) ^ lx));
             tc_type<T>::mma((kk & 1) ? s2[0] : s[0], qf[kk], b[0], b[1]);
             tc_type<T>::mma((kk & 1) ? s2[1] : s[1], qf[kk], b[2], b[3]);
         }
@@ -275,7 +333,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     };
     /* tile j's scores s (from qk) into the running state: mask, online softmax, O += P V with V from stage st */
     auto softmax_pv = [&](int j, int st, float (&s)[2][4]) {
-        const T *vb = ring + st * 2 * TILE + TILE;
+        const uint32_t vb = va + (uint32_t)(st * 2 * TILE * (int)sizeof(T));
         const int kt = k0 + j * kTileKeys;
         if (kt + kTileKeys > k1) {   /* the chunk's last tile: keys past k1 (zero-filled) take no weight */
 #pragma unroll
@@ -302,10 +360,13 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
                 sum += s[n][2 * h] + s[n][2 * h + 1];
             }
             l[h] = l[h] * alpha + sum;   /* this lane's part; summed over the 4 lanes at the end */
+            /* o *= alpha, skipped when no row's max moved (alpha exactly 1: the product would be o itself) */
+            if (__any_sync(0xffffffffu, alpha != 1.f)) {
 #pragma unroll
-            for (int n = 0; n < DN; n++) {
-                o[n][2 * h] *= alpha;
-                o[n][2 * h + 1] *= alpha;
+                for (int n = 0; n < DN; n++) {
+                    o[n][2 * h] *= alpha;
+                    o[n][2 * h + 1] *= alpha;
+                }
             }
         }
         /* O += P V: the S accumulators of key n-tiles 0 and 1 are the A fragment of one 16-key step */
@@ -317,7 +378,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
 #pragma unroll
         for (int dp = 0; dp < D / 16; dp++) {
             uint32_t b[4];
-            ldsm_x4_t(b, vb + sw<D>((lane & 7) + (((lane >> 3) & 1) << 3), 2 * dp + (lane >> 4)));
+            ldsm4t(b, vb + ((uint32_t)(32 * dp) ^ lx));
             tc_type<T>::mma(o[2 * dp], a, b[0], b[1]);
             tc_type<T>::mma(o[2 * dp + 1], a, b[2], b[3]);
         }
@@ -457,7 +518,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
                     vo[i] = ml_apply(ff[q], vo[i], vo[i + st], fa[q], fb[q]);
                 }
             if (nb_valid == 1) {
-                orow[e] = finalize(fl[r], vo[0]);
+                put_out(orow, orow_w, e, finalize(fl[r], vo[0]));
             } else {
                 const long pi = row_id * nblk + blk;
                 ws_o[pi * n_elem + e] = vo[0];
@@ -593,7 +654,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
                             const int q = (16 - 16 / st + i / (2 * st)) * group + r;
                             vo[i] = ml_apply(tfm[q], vo[i], vo[i + st], ta[q], tb[q]);
                         }
-                    orow[e0 + x] = finalize(tl[r], vo[0]);
+                    put_out(orow, orow_w, e0 + x, finalize(tl[r], vo[0]));
                 }
                 __syncthreads();
                 continue;
@@ -621,7 +682,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
                 }
                 __syncthreads();
             }
-            for (int x = tid; x < w; x += G * 32) orow[e0 + x] = finalize(wl[(e0 + x) / D], sm_o[x]);
+            for (int x = tid; x < w; x += G * 32) put_out(orow, orow_w, e0 + x, finalize(wl[(e0 + x) / D], sm_o[x]));
             __syncthreads();
         }
     } else {   /* more partials than shared memory holds (forced split counts only): fold from global memory */
@@ -634,7 +695,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
                 ll = __ldcg(ws_l + pi * group + r);
                 oo = __ldcg(ws_o + pi * n_elem + e);
             }, bm, bl, bo);
-            orow[e] = finalize(bl, bo);
+            put_out(orow, orow_w, e, finalize(bl, bo));
         }
     }
     if (tid == 0) counters[row_id] = 0;   /* every block of the row has counted: ready for the next launch */

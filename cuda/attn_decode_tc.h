@@ -23,7 +23,8 @@
  *     when a row needs more than one block, each block stores its subtree's partial in the workspace and the
  *     last block of the row to finish (an arrival counter at the workspace's end, left at zero again) folds them
  *     as the upper levels. tc_group and tc_lpw (attention.h) force the form; the checks compare every form bit
- *     for bit. Output: o / l, or zeros for kv_len 0.
+ *     for bit. Output: o / l, or zeros for kv_len 0: f32 into out, or (out_w set) rounded to the cache type
+ *     into out_w, the next product's input, as the engine's cast kernel would round it.
  * Loads: each warp streams its keys through its own cp.async ring of 16-key K and V tiles in shared memory
  * (XOR-swizzled rows for ldmatrix), so no block barrier sits in the key loop; launches with at most 4 warps per
  * SM use deeper rings.

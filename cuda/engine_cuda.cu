@@ -23,6 +23,11 @@
  *     for attention and k, v into the caches, and the SwiGLU reads gate and up as the two halves of E->gu's rows.
  *     A decode layer is 10 launches (rmsnorm, QKV, prologue, attention, cast, wo, rmsnorm, gate/up, SwiGLU, wd)
  *     instead of 15 (18 with Q/K/V biases); ZLLM_CUDA_FUSE=0 keeps the matrices separate (docs/notes-fuse.md).
+ *     Through wtc (16-bit models) fewer still: the decode attention writes the 16-bit input of wo itself (no
+ *     cast), and the gate/up join interleaves its rows in blocks of 8 so that wtc's TMA form (steps above 32
+ *     rows, prefill included) applies the SwiGLU in its epilogue and writes the down product's input (no f32
+ *     gate/up round trip, no SwiGLU kernel); smaller steps run the product and an interleaved SwiGLU kernel, with
+ *     the same bits.
  *     Matrices served by qtc are joined the same way at load (s_upload_joined: one packed qtc matrix for Q/K/V,
  *     or for Q/K when V has another type, and one for gate/up).
  *   - Programmatic dependent launch (cuda/pdl.cuh, sm_90+, ZLLM_CUDA_PDL=0 off): our kernels of a step are
@@ -76,6 +81,7 @@ extern "C" {
 #include <stdlib.h>
 #include <string.h>
 #include "attention.h"
+#include "attn_decode_tc.h"
 #include "cuda_common.h"
 #include "engine_cuda.h"
 #include "ops.h"
@@ -101,6 +107,8 @@ typedef struct {
     int qmma;                  /* 1: raw is served by qmma (cuda/qmma.h) at every step size; dense is NULL */
     int qtc;                   /* 1: raw holds qtc_pack's tiles (cuda/qtc.h), served by qtc at every step size;
                                 * dense is NULL */
+    int glu8;                  /* 1: a gate/up join whose dense rows interleave the two in blocks of 8 (wtc's SwiGLU
+                                * layout, wtc_params.glu): the product's columns are in that order too */
 } cu_mat;
 
 typedef struct {
@@ -112,8 +120,9 @@ typedef struct {
                                 * are of one qtc type but wv is not (Q4_K_M's Q6_K layers); else empty. wqkv is
                                 * likewise one qtc matrix when all three share a qtc type */
     cu_mat wq, wk, wv, wo;     /* attention matrices (empty when wqkv or wqk holds them) */
-    cu_mat wgu;                /* [2 ffn_dim][dim]: wg rows then wu rows, fused likewise (into E->gu), or packed
-                                * as one qtc matrix when both are of one type qtc serves; or empty */
+    cu_mat wgu;                /* [2 ffn_dim][dim]: wg rows then wu rows, fused likewise (into E->gu; through wtc
+                                * interleaved in blocks of 8 instead, glu8), or packed as one qtc matrix when both
+                                * are of one type qtc serves; or empty */
     cu_mat wg, wu, wd;         /* FFN matrices (wg, wu empty when wgu holds them) */
     float *attn_norm, *ffn_norm; /* [dim] f32 */
     float *bq, *bk, *bv;       /* biases f32 [rows], NULL when absent */
@@ -181,9 +190,11 @@ typedef struct {
     float *att;                /* attention output [q_dim] f32 */
     void *att_w;               /* att cast to wt (== att for F32) */
     void *xb;                  /* GEMM input, wt, [max(dim, ffn_dim, q_dim)] */
-    float *gu;                 /* gate/up products [2 ffn_dim]: gate at column 0, up at ffn_dim. The SAME allocation
-                                * as qkv (sized for the wider of the two): qkv lives from the Q/K/V product to
-                                * ops_qkv_rope_append, gu from the gate/up product to the SwiGLU, in stream order */
+    float *gu;                 /* gate/up products [2 ffn_dim]: gate at column 0, up at ffn_dim (interleaved by 8
+                                * for a glu8 join); or, after wtc's SwiGLU epilogue, the down product's wt input
+                                * [ffn_dim]. The SAME allocation as qkv (sized for the wider of the two): qkv lives
+                                * from the Q/K/V product to ops_qkv_rope_append, gu from the gate/up product to the
+                                * SwiGLU (or the down product), in stream order */
     float *logits;             /* [max_batch][vocab] */
     void *attn_ws;             /* flash-decoding partials */
     size_t attn_ws_bytes;
@@ -370,10 +381,12 @@ static int s_mat_cublas_only(const cu_mat *M) {
 
 /* Fuses n matrices of the same n_in that are all s_mat_cublas_only into F: one dense [sum n_out][n_in] array
  * holding their rows in order (one GEMM instead of n, each column block bitwise the product the part would
- * give, up to cuBLAS's choice of algorithm for the wider shape); the parts are then freed and emptied, so the
- * device holds the weights once. Returns 1 when fused, 0 when not (a part is served otherwise, or the new array
- * does not fit next to the parts: they stay as they are), -1 with err set on a CUDA error. Load time only. */
-static int s_fuse_mats(cu_engine *E, cu_mat *const *parts, int n, cu_mat *F, char *err, size_t errlen) {
+ * give, up to cuBLAS's choice of algorithm for the wider shape), or with il8 (two parts of equal n_out, a multiple
+ * of 8: gate and up for wtc) their rows interleaved in blocks of 8 (F->glu8); the parts are then freed and
+ * emptied, so the device holds the weights once. Returns 1 when fused, 0 when not (a part is served otherwise,
+ * or the new array does not fit next to the parts: they stay as they are), -1 with err set on a CUDA error. Load
+ * time only. */
+static int s_fuse_mats(cu_engine *E, cu_mat *const *parts, int n, int il8, cu_mat *F, char *err, size_t errlen) {
     const size_t es = ops_dtype_size(E->wt);
     int rows = 0;
     for (int i = 0; i < n; i++) {
@@ -387,10 +400,16 @@ static int s_fuse_mats(cu_engine *E, cu_mat *const *parts, int n, cu_mat *F, cha
         (void)cudaGetLastError();   /* out of memory is not sticky: keep the separate matrices */
         return 0;
     }
+    if (il8 && (n != 2 || parts[0]->n_out != parts[1]->n_out || parts[0]->n_out % 8)) il8 = 0;
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         const size_t nb = (size_t)parts[i]->n_out * row_bytes;
-        CU_CHECK(cudaMemcpyAsync((uint8_t *)d + off, parts[i]->dense, nb, cudaMemcpyDeviceToDevice, E->st));
+        if (il8)   /* blocks of 8 rows: part i's block b to rows 16 b + 8 i */
+            CU_CHECK(cudaMemcpy2DAsync((uint8_t *)d + (size_t)i * 8 * row_bytes, 16 * row_bytes, parts[i]->dense,
+                                       8 * row_bytes, 8 * row_bytes, (size_t)parts[i]->n_out / 8,
+                                       cudaMemcpyDeviceToDevice, E->st));
+        else
+            CU_CHECK(cudaMemcpyAsync((uint8_t *)d + off, parts[i]->dense, nb, cudaMemcpyDeviceToDevice, E->st));
         off += nb;
     }
     CU_CHECK(cudaStreamSynchronize(E->st));   /* the copies read the parts: done before they are freed */
@@ -400,6 +419,7 @@ static int s_fuse_mats(cu_engine *E, cu_mat *const *parts, int n, cu_mat *F, cha
     F->n_out = rows;
     F->dense = d;
     F->owns_dense = 1;   /* E->weight_bytes unchanged: the same bytes, moved */
+    F->glu8 = il8;
     return 1;
 fail:
     cudaFree(d);
@@ -526,7 +546,11 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
         }
         if (E->fuse_env) {   /* Q/K/V and gate/up as one product each when cuBLAS serves all parts */
             cu_mat *qkv[] = {&d->wq, &d->wk, &d->wv}, *gu[] = {&d->wg, &d->wu};
-            if (s_fuse_mats(E, qkv, 3, &d->wqkv, err, errlen) < 0 || s_fuse_mats(E, gu, 2, &d->wgu, err, errlen) < 0)
+            /* gate/up through wtc: interleaved, for its SwiGLU epilogue (the product's arithmetic per element is
+             * the same: wtc's splits follow the joined shape only) */
+            const int il8 = E->wtc_on && wtc_supported(d->wg.n_in, d->wg.n_out + d->wu.n_out);
+            if (s_fuse_mats(E, qkv, 3, 0, &d->wqkv, err, errlen) < 0 ||
+                s_fuse_mats(E, gu, 2, il8, &d->wgu, err, errlen) < 0)
                 goto fail;
         }
         if (w->bq.data && s_upload(E, &sg, &w->bq, CU_F32, (void **)&d->bq, err, errlen) != 0) goto fail;
@@ -660,6 +684,26 @@ static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, c
     return 0;
 }
 
+/* The interleaved gate/up product W (glu8) with wtc's SwiGLU epilogue: silu(gate) * up as wt values [n_rows][ff]
+ * into out. Returns 1 when launched, 0 when this step's form has no such epilogue (the caller runs the product
+ * and ops_swiglu_il8_dual: the same bits), -1 with err set on a launch error. */
+static int s_glu(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, void *out, int ff, char *err,
+                 size_t errlen) {
+    if (!s_use_wtc(E, W) || s_use_qg(E, W, n_rows)) return 0;
+    wtc_params p;
+    memset(&p, 0, sizeof p);
+    p.bf16 = E->wt == CU_BF16; p.w = W->dense; p.n_in = W->n_in; p.n_out = W->n_out; p.m = n_rows;
+    p.x = xw; p.ldx = W->n_in; p.glu = out; p.ldg = ff;
+    p.workspace = E->qtc_ws; p.workspace_bytes = E->qtc_ws_bytes; p.sm_count = E->sm_count;
+    if (!wtc_glu_fused(&p)) return 0;
+    const cudaError_t e = wtc_launch(&p, E->st);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "wtc glu (%d x %d, m %d): %s", W->n_out, W->n_in, n_rows, cudaGetErrorString(e));
+        return -1;
+    }
+    return 1;
+}
+
 /* which inputs a step of n_rows needs: *need_w (wt, for cuBLAS) and *need_f (f32, for qgemv) */
 static void s_need_inputs(const cu_engine *E, int n_rows, int *need_w, int *need_f) {
     *need_w = *need_f = 0;
@@ -742,6 +786,7 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
             a.n_ctx = E->base.n_ctx; a.kc = L->kc; a.vc = L->vc; a.kvdt = E->wt;
             FWD_CHECK(ops_qkv_rope_append(&a, st, err, errlen));
         }
+        int att_w_done = 0;   /* the decode attention wrote att_w itself: no cast kernel */
         if (n_dec > 0) {
             attn_decode_params p;
             memset(&p, 0, sizeof p);
@@ -753,6 +798,12 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
             /* always the longest context and the start-up split count: a graph serves every length, and a row's
              * split boundaries never depend on the batch (batch invariance) */
             p.max_kv_len = E->base.n_ctx; p.sm_count = E->sm_count; p.n_splits = E->n_splits;
+            /* a decode-only step whose products read only the 16-bit copy: the tensor-core kernel writes att_w
+             * directly, with the cast kernel's rounding (one launch per layer fewer) */
+            if (n_pre == 0 && !nf && E->wt != CU_F32 && attn_decode_tc_wants(&p)) {
+                p.out_w = E->att_w;
+                att_w_done = 1;
+            }
             FWD_CUDA(attn_decode_launch(&p, st));
         }
         if (n_pre > 0) {
@@ -766,22 +817,36 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
             FWD_CUDA(attn_prefill_launch(&p, st));
         }
         /* attention output: wt for cuBLAS (att_w), f32 for qgemv (att itself, rounded in place for 16-bit) */
-        if (E->wt != CU_F32)
+        if (E->wt != CU_F32 && !att_w_done)
             FWD_CHECK(ops_cast_dual(E->att, (size_t)n_rows * qd, nw ? E->att_w : NULL, E->wt, nf ? E->att : NULL, rf,
                                     st, err, errlen));
         /* residual adds fused into the output projections (qgemv's y_in, cuBLAS's beta = 1) */
         FWD_CHECK(s_matmul(E, &L->wo, n_rows, E->att_w, E->att, E->x, 0, 1, err, errlen));
         FWD_CHECK(ops_rmsnorm_dual(E->x, NULL, L->ffn_norm, dim, c->rms_eps, n_rows, xw, E->wt, xf, rf, st, err,
                                    errlen));
-        /* gate and up into the two halves of E->gu's rows: one product when fused, two otherwise */
-        if (L->wgu.n_out) {
-            FWD_CHECK(s_matmul(E, &L->wgu, n_rows, E->xb, E->xf, E->gu, 2 * ff, 0, err, errlen));
+        /* gate and up into the two halves of E->gu's rows: one product when fused, two otherwise; with the
+         * interleaved join through wtc, its SwiGLU epilogue where the step's form has it (the 16-bit result into
+         * E->gu's memory, since the product still reads E->xb), else the interleaved SwiGLU kernel */
+        const void *xd = E->xb;   /* the down product's 16-bit input */
+        if (L->wgu.glu8) {
+            const int g = nf ? 0 : s_glu(E, &L->wgu, n_rows, E->xb, E->gu, ff, err, errlen);
+            if (g < 0) return -1;
+            if (g) {
+                xd = E->gu;
+            } else {
+                FWD_CHECK(s_matmul(E, &L->wgu, n_rows, E->xb, E->xf, E->gu, 2 * ff, 0, err, errlen));
+                FWD_CHECK(ops_swiglu_il8_dual(E->gu, 2 * ff, n_rows, ff, xw, E->wt, xf, rf, st, err, errlen));
+            }
         } else {
-            FWD_CHECK(s_matmul(E, &L->wg, n_rows, E->xb, E->xf, E->gu, 2 * ff, 0, err, errlen));
-            FWD_CHECK(s_matmul(E, &L->wu, n_rows, E->xb, E->xf, E->gu + ff, 2 * ff, 0, err, errlen));
+            if (L->wgu.n_out) {
+                FWD_CHECK(s_matmul(E, &L->wgu, n_rows, E->xb, E->xf, E->gu, 2 * ff, 0, err, errlen));
+            } else {
+                FWD_CHECK(s_matmul(E, &L->wg, n_rows, E->xb, E->xf, E->gu, 2 * ff, 0, err, errlen));
+                FWD_CHECK(s_matmul(E, &L->wu, n_rows, E->xb, E->xf, E->gu + ff, 2 * ff, 0, err, errlen));
+            }
+            FWD_CHECK(ops_swiglu_dual(E->gu, E->gu + ff, 2 * ff, n_rows, ff, xw, E->wt, xf, rf, st, err, errlen));
         }
-        FWD_CHECK(ops_swiglu_dual(E->gu, E->gu + ff, 2 * ff, n_rows, ff, xw, E->wt, xf, rf, st, err, errlen));
-        FWD_CHECK(s_matmul(E, &L->wd, n_rows, E->xb, E->xf, E->x, 0, 1, err, errlen));
+        FWD_CHECK(s_matmul(E, &L->wd, n_rows, xd, E->xf, E->x, 0, 1, err, errlen));
     }
     if (E->base.layer_end < c->n_layers) {   /* a stage before the last: hand the residual stream on */
         s_k_stage_out<<<n_rows, 256, 0, st>>>(E->x, IN_PTR(E, hptr, const unsigned long long),

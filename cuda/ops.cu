@@ -8,6 +8,7 @@
 #include "ops.h"
 #include "cuda_common.h"
 #include "pdl.cuh"
+#include "act.cuh"
 
 size_t ops_dtype_size(cu_dtype t) { return t == CU_F32 ? 4 : 2; }
 const char *ops_dtype_name(cu_dtype t) { return t == CU_F32 ? "f32" : t == CU_F16 ? "f16" : "bf16"; }
@@ -253,8 +254,8 @@ int ops_qkv_rope_append(const ops_qkv_args *a, cudaStream_t st, char *err, size_
 }
 
 /* ---------------------------------------------------------------- SwiGLU, residual, conversion */
-/* silu(a) * b: the one expression every SwiGLU kernel uses (same bits whatever the kernel's layout) */
-__device__ __forceinline__ float silu_mul(float a, float b) { return a / (1.0f + expf(-a)) * b; }
+/* silu_mul (cuda/act.cuh): the one expression every SwiGLU kernel uses (same bits whatever the kernel's layout,
+ * wtc's fused epilogue included) */
 
 template <typename T>
 __global__ void k_swiglu(const float *g, const float *u, size_t total, T *out) {
@@ -475,6 +476,57 @@ int ops_swiglu_dual(const float *gate, const float *up, int ld, int n_rows, int 
     });
     if (le != cudaSuccess) { snprintf(err, errlen, "%s: launch failed: %s", "ops_swiglu_dual", cudaGetErrorString(le)); return -1; }
     CU_LAUNCH_CHECK_RET("ops_swiglu_dual");
+    return 0;
+}
+
+/* SwiGLU of an interleaved gate/up product (wtc_params.glu's layout): feature j of row r is gate
+ * gu[r][16 (j / 8) + j % 8] times up gu[r][16 (j / 8) + 8 + j % 8]; four features per thread (a float4 of gate
+ * and one of up: ld % 4 == 0 and 16-byte aligned rows) or one */
+template <typename T>
+__global__ void k_swiglu_il8_dual4(const float4 *gu, int ld4, int n_rows, int n4, T *out, float *outf, int round_f) {
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
+    for (int r = blockIdx.y; r < n_rows; r += gridDim.y)
+        for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < n4; q += gridDim.x * blockDim.x) {
+            const size_t gi = (size_t)r * ld4 + 4 * (q >> 1) + (q & 1);   /* float4 of the gate values */
+            const float4 a4 = gu[gi], b4 = gu[gi + 2];
+            const float a[4] = {a4.x, a4.y, a4.z, a4.w}, b[4] = {b4.x, b4.y, b4.z, b4.w};
+            float v[4];
+            for (int e = 0; e < 4; e++) v[e] = silu_mul(a[e], b[e]);
+            st_dual4(out, outf, round_f, (size_t)r * n4 + q, v);
+        }
+}
+template <typename T>
+__global__ void k_swiglu_il8_dual(const float *gu, int ld, int n_rows, int n, T *out, float *outf, int round_f) {
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
+    for (int r = blockIdx.y; r < n_rows; r += gridDim.y)
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
+            const size_t gi = (size_t)r * ld + 16 * (j >> 3) + (j & 7);
+            st_dual(out, outf, round_f, (size_t)r * n + j, silu_mul(gu[gi], gu[gi + 8]));
+        }
+}
+
+int ops_swiglu_il8_dual(const float *gu, int ld, int n_rows, int n, void *out, cu_dtype odt, float *outf, int round_f,
+                        cudaStream_t st, char *err, size_t errlen) {
+    if (!n_rows || !n || (!out && !outf)) return 0;
+    if (n % 8 || ld < 2 * n) {
+        snprintf(err, errlen, "ops_swiglu_il8_dual: %d features (a multiple of 8) in rows of %d floats", n, ld);
+        return -1;
+    }
+    cudaError_t le = cudaSuccess;
+    with_type(odt, [&](auto *tp) {
+        using T = typename std::remove_pointer<decltype(tp)>::type;
+        const unsigned gy = (unsigned)(n_rows < 65535 ? n_rows : 65535);
+        if (ld % 4 == 0 && vec4_ok((size_t)n, gu, gu, out, outf))
+            le = cu_launch(k_swiglu_il8_dual4<T>, dim3((unsigned)(n / 4 + 255) / 256, gy), 256, 0, st,
+                           (const float4 *)gu, ld / 4, n_rows, n / 4, (T *)out, outf, round_f);
+        else
+            le = cu_launch(k_swiglu_il8_dual<T>, dim3((unsigned)(n + 255) / 256, gy), 256, 0, st, gu, ld, n_rows, n,
+                           (T *)out, outf, round_f);
+    });
+    if (le != cudaSuccess) { snprintf(err, errlen, "%s: launch failed: %s", "ops_swiglu_il8_dual", cudaGetErrorString(le)); return -1; }
+    CU_LAUNCH_CHECK_RET("ops_swiglu_il8_dual");
     return 0;
 }
 

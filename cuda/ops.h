@@ -104,6 +104,12 @@ int ops_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int di
  * value of each element does not depend on ld. */
 int ops_swiglu_dual(const float *gate, const float *up, int ld, int n_rows, int n, void *out, cu_dtype odt,
                     float *outf, int round_f, cudaStream_t st, char *err, size_t errlen);
+/* SwiGLU dual of an interleaved gate/up product (the layout of wtc_params.glu: each row of gu, ld floats apart,
+ * holds per block of 8 features the 8 gate values then the 8 up values): out[r][j] = silu(gate) * up stored as
+ * ops_swiglu_dual stores it (the same value for the same gate and up). n features, a multiple of 8; ld >= 2 n.
+ * Same failure contract as the others. */
+int ops_swiglu_il8_dual(const float *gu, int ld, int n_rows, int n, void *out, cu_dtype odt, float *outf, int round_f,
+                        cudaStream_t st, char *err, size_t errlen);
 /* src (f32, n elements) to out (odt) and/or outf; outf may equal src (rounding in place) */
 int ops_cast_dual(const float *src, size_t n, void *out, cu_dtype odt, float *outf, int round_f, cudaStream_t st,
                   char *err, size_t errlen);

@@ -231,6 +231,44 @@ static void run_decode_case(const decode_case &c) {
                   "decode %s gives other bits than the automatic form", what);
         }
     }
+    /* the 16-bit output (out_w): exactly the f32 output rounded to nearest in the cache type, out left untouched,
+     * in the automatic form and in forms with cross-block merges; kernels 1-3 refuse it */
+    std::vector<uint16_t> expect(qn), got(qn);
+    for (size_t i = 0; i < qn; i++) {
+        if (c.t == ATTN_KV_F16) {
+            const __half h = __float2half_rn(first[i]);
+            memcpy(&expect[i], &h, 2);
+        } else {
+            const __nv_bfloat16 h = __float2bfloat16_rn(first[i]);
+            memcpy(&expect[i], &h, 2);
+        }
+    }
+    dev_buf dw(qn * 2);
+    const int wforms[][2] = {{0, 0}, {1, 1}, {8, 2}};
+    for (int fi = 0; fi < 3; fi++) {
+        attn_decode_params pw = p4;
+        pw.tc_group = wforms[fi][0];
+        pw.tc_lpw = wforms[fi][1];
+        pw.out_w = dw.p;
+        poison(dout.p, qn * 4);
+        poison(dw.p, qn * 2);
+        const cudaError_t e = attn_decode_launch(&pw, 0);
+        CHECK(e == cudaSuccess, "decode with out_w (G %d lpw %d): %s", wforms[fi][0], wforms[fi][1],
+              cudaGetErrorString(e));
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(got.data(), dw.p, qn * 2, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(out.data(), dout.p, qn * 4, cudaMemcpyDeviceToHost));
+        CHECK(memcmp(expect.data(), got.data(), qn * 2) == 0,
+              "decode %s out_w (G %d lpw %d) differs from the rounded f32 output", type_name(c.t), wforms[fi][0],
+              wforms[fi][1]);
+        size_t touched = 0;
+        for (size_t i = 0; i < qn; i++) touched += !(out[i] != out[i]);   /* the poison is a NaN */
+        CHECK(touched == 0, "decode with out_w wrote %zu f32 outputs", touched);
+    }
+    attn_decode_params p1 = p;
+    p1.kernel = 1;
+    p1.out_w = dw.p;
+    CHECK(attn_decode_launch(&p1, 0) == cudaErrorInvalidValue, "kernel 1 must refuse out_w");
 }
 
 /* CUDA graph: captured once at max_kv_len = n_ctx, replayed with two different length sets; plus batch

@@ -458,6 +458,41 @@ static void test_swiglu_strided(int rows, int n) {
     cudaFree(dg); cudaFree(du); cudaFree(dgu); free(g); free(u); free(gu);
 }
 
+/* ops_swiglu_il8_dual on gate/up rows interleaved in blocks of 8 (wtc's SwiGLU layout; ld >= 2n, padded rows too)
+ * gives the same bits as ops_swiglu_dual on separate gate and up arrays, for each output type, both outputs and
+ * round_f; ld % 4 == 0 takes the float4 kernel, an odd ld the scalar one; n not a multiple of 8 is refused */
+static void test_swiglu_il8(int rows, int n, int ld) {
+    const size_t N = (size_t)rows * n;
+    float *g = hrand(N), *u = hrand(N), *gu = (float *)calloc((size_t)rows * ld, 4);
+    for (size_t i = 0; i < N; i++) g[i] *= 6.f;
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < n; j++) {
+            gu[(size_t)r * ld + 16 * (j / 8) + j % 8] = g[(size_t)r * n + j];
+            gu[(size_t)r * ld + 16 * (j / 8) + 8 + j % 8] = u[(size_t)r * n + j];
+        }
+    void *dg = dnew(g, CU_F32, N), *du = dnew(u, CU_F32, N), *dgu = dnew(gu, CU_F32, (size_t)rows * ld);
+    for (int ti = 0; ti < 3; ti++) for (int round_f = 0; round_f < 2; round_f++) {
+        const cu_dtype t = s_types[ti];
+        void *o1 = dnew(NULL, t, N), *o2 = dnew(NULL, t, N), *f1 = dnew(NULL, CU_F32, N), *f2 = dnew(NULL, CU_F32, N);
+        char what[96];
+        snprintf(what, sizeof what, "swiglu_il8_dual == swiglu_dual (%d x %d, ld %d, %s, round_f %d)", rows, n, ld,
+                 ops_dtype_name(t), round_f);
+        CHECK(ops_swiglu_dual((float *)dg, (float *)du, 0, rows, n, o1, t, (float *)f1, round_f, 0, err, errlen) == 0,
+              "%s", err);
+        CHECK(ops_swiglu_il8_dual((float *)dgu, ld, rows, n, o2, t, (float *)f2, round_f, 0, err, errlen) == 0, "%s",
+              err);
+        same_bits(what, o1, o2, N * ops_dtype_size(t));
+        same_bits(what, f1, f2, N * 4);
+        cudaMemset(o2, 0xFF, N * ops_dtype_size(t));   /* one output only */
+        CHECK(ops_swiglu_il8_dual((float *)dgu, ld, rows, n, o2, t, NULL, round_f, 0, err, errlen) == 0, "%s", err);
+        same_bits(what, o1, o2, N * ops_dtype_size(t));
+        cudaFree(o1); cudaFree(o2); cudaFree(f1); cudaFree(f2);
+    }
+    CHECK(ops_swiglu_il8_dual((float *)dgu, ld, rows, n + 4, NULL, CU_F32, (float *)dg, 0, 0, err, errlen) != 0,
+          "swiglu_il8_dual accepted a feature count that is not a multiple of 8");
+    cudaFree(dg); cudaFree(du); cudaFree(dgu); free(g); free(u); free(gu);
+}
+
 /* ops_gemm writing a column slice (ldy > n_out) leaves the other columns alone and gives the same bits as the
  * contiguous product */
 static void test_gemm_ldy(cublasHandle_t h, int rows, int n_in, int n_out, int ldy, int col0) {
@@ -525,6 +560,9 @@ int main(void) {
     test_convert((size_t)1 << 20);
     test_dual(5, 576);
     test_dual(3, 4096);
+    test_swiglu_il8(3, 4096, 8192);
+    test_swiglu_il8(5, 576, 1160);
+    test_swiglu_il8(2, 64, 131);
     test_gemm(h, 1, 64, 172);
     test_gemm(h, 7, 576, 192);
     test_gemm(h, 33, 256, 512);

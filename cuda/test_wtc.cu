@@ -21,6 +21,7 @@ extern "C" {
 #include <string.h>
 #include <vector>
 #include "wtc.h"
+#include "ops.h"
 #include "test_rand.h"
 #include "test_gpu.h"
 
@@ -90,6 +91,55 @@ static void acc_case(const Mat *a, int m, int resid, int pad)
     CHECK(c.nan == 0 && c.bad == 0 && c.rel <= 1e-3, "%s %dx%d (ks %d) m %d resid %d pad %d: %d NaN, %d off, rel %.3g",
           tn(a), a->n_out, a->n_in, wtc_split(a->n_in, a->n_out), m, resid, pad, c.nan, c.bad, c.rel);
     cudaFree(dx);
+}
+
+/* the SwiGLU epilogue (wtc_params.glu): where wtc_glu_fused says it runs (the TMA form: automatic above 32 rows,
+ * or form 6 forced), the same bits as the product into y followed by ops_swiglu_il8_dual, into a padded [m][ldg];
+ * elsewhere a glu launch is refused. a's rows are read as gate/up blocks of 8 (n_out a multiple of 16). */
+static void glu_case(const Mat *a, int m, int form)
+{
+    const int ff = a->n_out / 2, ldg = ff + 8;
+    std::vector<uint16_t> xh;
+    std::vector<float> xf, y;
+    rand16(a->bf16, 1.f, xh, xf, (size_t)m * a->n_in);
+    void *dx = upload(xh);
+    wtc_params p;
+    memset(&p, 0, sizeof p);
+    p.bf16 = a->bf16; p.w = a->dw; p.n_in = a->n_in; p.n_out = a->n_out; p.m = m; p.x = dx; p.form = form;
+    p.ldg = ldg;
+    const size_t ng = (size_t)m * ldg;
+    void *dg = NULL, *dr = NULL;
+    float *dy = NULL;
+    CK(cudaMalloc(&dg, ng * 2));
+    CK(cudaMalloc(&dr, ng * 2));
+    CK(cudaMalloc(&dy, (size_t)m * a->n_out * 4));
+    p.glu = dg;
+    if (!wtc_glu_fused(&p)) {
+        CHECK(wtc_launch(&p, 0) == cudaErrorInvalidValue, "%s %dx%d m %d form %d: a glu launch without the epilogue "
+              "accepted", tn(a), a->n_out, a->n_in, m, form);
+    } else {
+        CK(cudaMemset(dg, 0xff, ng * 2));
+        CK(cudaMemset(dr, 0xff, ng * 2));
+        cudaError_t e = wtc_launch(&p, 0);
+        CHECK(e == cudaSuccess, "%s %dx%d m %d form %d: glu launch %s", tn(a), a->n_out, a->n_in, m, form,
+              cudaGetErrorString(e));
+        wtc_params q = p;
+        q.glu = NULL; q.y = dy;
+        e = wtc_launch(&q, 0);
+        CHECK(e == cudaSuccess, "plain launch %s", cudaGetErrorString(e));
+        char err[256];
+        for (int r = 0; r < m; r++)   /* the reference SwiGLU, row by row into the padded rows */
+            CHECK(ops_swiglu_il8_dual(dy + (size_t)r * a->n_out, a->n_out, 1, ff, (uint16_t *)dr + (size_t)r * ldg,
+                                      a->bf16 ? CU_BF16 : CU_F16, NULL, 0, 0, err, sizeof err) == 0, "%s", err);
+        std::vector<uint16_t> hg(ng), hr(ng);
+        CK(cudaMemcpy(hg.data(), dg, ng * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hr.data(), dr, ng * 2, cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        for (size_t i = 0; i < ng; i++) bad += hg[i] != hr[i];
+        CHECK(bad == 0, "%s %dx%d m %d form %d: %zu of %zu glu values differ from product + ops_swiglu_il8_dual "
+              "(padding included)", tn(a), a->n_out, a->n_in, m, form, bad, ng);
+    }
+    cudaFree(dx); cudaFree(dg); cudaFree(dr); cudaFree(dy);
 }
 
 /* every form gives the default's bits; graph replay the eager bits */
@@ -216,6 +266,21 @@ int main(void)
             if (work <= 20000000L) form_case(&a, 200);
             invariance_case(&a, work <= 3000000L ? 2048 : 300);
             if (s == 3 || s == 6) arg_checks(&a);
+            cudaFree(a.dw);
+        }
+    /* the SwiGLU epilogue on gate/up-shaped products (n_out = 2 ffn) */
+    static const int gshapes[][2] = {{2048, 2 * 1024}, {1024, 2 * 2816}, {4096, 2 * 512}};
+    for (int bf16 = 1; bf16 >= 0; bf16--)
+        for (size_t s = 0; s < sizeof gshapes / sizeof gshapes[0]; s++) {
+            Mat a;
+            a.bf16 = bf16; a.n_in = gshapes[s][0]; a.n_out = gshapes[s][1];
+            std::vector<uint16_t> wh;
+            rand16(bf16, 0.05f, wh, a.wf, (size_t)a.n_in * a.n_out);
+            a.dw = upload(wh);
+            static const int gm[] = {1, 9, 32, 33, 64, 130, 2048};
+            for (int m : gm) glu_case(&a, m, 0);
+            glu_case(&a, 9, 6);
+            glu_case(&a, 64, 5);
             cudaFree(a.dw);
         }
     return test_report();

@@ -13,6 +13,7 @@
  * 64 on sm_90). */
 #include "wtc.h"
 #include "wgmma.cuh"
+#include "act.cuh"
 #include <cooperative_groups.h>
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -447,6 +448,25 @@ __device__ __forceinline__ void wg_store(const float (&acc)[NX / 2], int rbase, 
     }
 }
 
+/* the SwiGLU epilogue (wtc_params.glu) of the same accumulator: W's rows interleave gate and up in blocks of 8, so
+ * this thread's rows rbase (16 b + g: gate of feature 8 b + g) and rbase + 8 (the up row of that feature) meet in
+ * one thread: out[col][8 b + g] = silu_mul(gate, up), rounded to T as ops_swiglu_il8_dual rounds it */
+__device__ __forceinline__ void glu_put(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void glu_put(__half *p, float v) { *p = __float2half_rn(v); }
+template <typename T, int NX>
+__device__ __forceinline__ void wg_store_glu(const float (&acc)[NX / 2], int rbase, int col0, int t, T *out, int ldg,
+                                             int n_out, int m) {
+    if (rbase >= n_out) return;   /* n_out is a multiple of 16: rbase + 8 is then inside too */
+    const int f = (rbase >> 4) * 8 + (rbase & 7);
+#pragma unroll
+    for (int j = 0; j < NX / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int col = col0 + 8 * j + 2 * t + e;
+            if (col < m) glu_put(out + (size_t)col * ldg + f, silu_mul(acc[4 * j + e], acc[4 * j + e + 2]));
+        }
+}
+
 template <int WG, int NX, int S> struct wg_shape {
     static constexpr int kBM = 64 * WG, kThreads = 128 * WG;                /* W rows and threads of a CTA */
     static constexpr int kStageElems = (kBM + NX) * kKT;                    /* A then B, 16-bit values */
@@ -626,17 +646,17 @@ __global__ void __launch_bounds__(128 * WG, 1) wtc_wg(const T *__restrict__ w, i
 #endif
 }
 
-/* sm_90a, warp-specialized, fed by TMA (form 6: the form for M > 64). CTA = 1 producer warpgroup + CW consumer
- * warpgroups (64 W rows each) x 128 batch rows, splits chained in the CTA as form 4 (the same operations in the
- * same order). One producer thread streams stages into an S-slot ring: for each stage it arms the stage's full
- * barrier with the stage's byte count and issues two TMA box loads (W [64 CW][64], x [128][64]; the tensor maps
+/* sm_90a, warp-specialized, fed by TMA (form 6: the form for M > 32). CTA = 1 producer warpgroup + CW consumer
+ * warpgroups (64 W rows each) x NX batch rows (128 above M = 64; 32 or 16 for decode batches, whose W tiles are
+ * then read by ceil(M / NX) CTAs, the later ones mostly from L2, so that the grid still fills the
+ * multiprocessors), splits chained in the CTA as form 4 (the same operations in the same order). One producer thread streams stages into an S-slot ring: for each stage it arms the stage's full
+ * barrier with the stage's byte count and issues two TMA box loads (W [64 CW][64], x [NX][64]; the tensor maps
  * zero-fill rows past n_out / m and write the 128-byte swizzle wgmma reads), after waiting on the slot's empty
  * barrier. Consumers wait on the full barrier, issue the stage's 4 wgmma as one group, and once the group before
  * has retired (wait<1>) lane 0 of each consumer warp arrives on that stage's empty barrier. So the consumers run
  * nothing but the wgmma chain and the split sums, with no CTA-wide barrier in the loop.
  * Measured (H100, 8B BF16 2k prefill): form 4 (cp.async by every warp, bar.sync per stage) 80.6 ms with 45-53%
  * tensor-pipe activity in ncu; the same warp specialization fed by cp.async 84.2 ms; with TMA 68.6 ms (60-68%). */
-constexpr int kWsNX = 128;
 
 #if ZWG_ON
 __device__ __forceinline__ void mbar_init(uint32_t a, int count) {
@@ -658,26 +678,28 @@ __device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
 }
 #endif
 
-template <int CW, int S> struct ws_shape {
+template <int CW, int NX, int S> struct ws_shape {
     static constexpr int kBM = 64 * CW, kThreads = 128 * (CW + 1);
-    static constexpr int kStageElems = (kBM + kWsNX) * kKT;
+    static constexpr int kStageElems = (kBM + NX) * kKT;
     static constexpr uint32_t kStageBytes = kStageElems * 2;
     static constexpr size_t kSmem = (size_t)S * kStageBytes + 2 * S * 8;   /* ring, then full[S], empty[S] */
     static_assert(kSmem <= 227 * 1024, "shared memory of one CTA");
+    static_assert(kStageBytes % 1024 == 0 && (kBM * kKT * 2) % 1024 == 0, "1024-byte aligned boxes (the swizzle)");
 };
 
-template <typename T, int CW, int S>
+template <typename T, int CW, int NX, int S>
 __global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constant__ CUtensorMap tw,
                                                             const __grid_constant__ CUtensorMap tx, int n_in, int n_out,
-                                                            int ks, int m, float *y, int ldy, const float *y_in) {
+                                                            int ks, int m, float *y, int ldy, const float *y_in, T *glu,
+                                                            int ldg) {
 #if ZWG_ON
     extern __shared__ __align__(1024) unsigned char ws_smem[];
-    using shp = ws_shape<CW, S>;
+    using shp = ws_shape<CW, NX, S>;
     constexpr int kBM = shp::kBM;
     /* full barrier of slot s at bars + 8 s, empty barrier at bars + 8 (S + s) */
     const uint32_t ring = smem_u32(ws_smem), bars = ring + S * shp::kStageBytes;
     const int tid = threadIdx.x, wg = tid >> 7;
-    const int col0 = blockIdx.x * kWsNX, row0 = blockIdx.y * kBM;
+    const int col0 = blockIdx.x * NX, row0 = blockIdx.y * kBM;
     const int tps = n_in / ks / kKT, nt = n_in / kKT;
     if (tid == 0) {
         for (int s = 0; s < S; s++) {
@@ -692,7 +714,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constan
          * launch share (168 a thread) would spill them */
         if (CW == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (tid != 0) return;   /* one thread issues every copy */
-        /* a stage = the W box [kBM][64] then the x box [128][64], both written by TMA in the 128-byte swizzle
+        /* a stage = the W box [kBM][64] then the x box [NX][64], both written by TMA in the 128-byte swizzle
          * wgmma reads (rows past n_out / m zero-filled by the tensor maps' bounds) */
         auto tma = [](uint32_t dst, const CUtensorMap *map, int k, int row, uint32_t bar) {
             asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
@@ -726,9 +748,9 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constan
     pdl_wait();   /* y and y_in only after the previous kernel (the loads above it wait on the producer anyway) */
     const int cw = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const uint64_t da0 = zwg::desc(ws_smem + cw * 64 * kKT * 2), db0 = zwg::desc(ws_smem + kBM * kKT * 2);
-    float acc[kWsNX / 2], sum[kWsNX / 2];
+    float acc[NX / 2], sum[NX / 2];
 #pragma unroll
-    for (int i = 0; i < kWsNX / 2; i++) acc[i] = 0.f;
+    for (int i = 0; i < NX / 2; i++) acc[i] = 0.f;
     int slot = 0, prev = S - 1, left = tps;
     uint32_t parity = 0;
     /* (two accumulator sets alternating by split, so that a split's end does not drain the tensor pipe, measured
@@ -737,16 +759,16 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constan
         if (left == 0) {   /* a split ended: sum = ((p0 + p1) + ..) */
             zwg::wait<0>();
 #pragma unroll
-            for (int i = 0; i < kWsNX / 2; i++) zwg::reg_fence(acc[i]);
+            for (int i = 0; i < NX / 2; i++) zwg::reg_fence(acc[i]);
             if (kt == tps) {
 #pragma unroll
-                for (int i = 0; i < kWsNX / 2; i++) sum[i] = acc[i];
+                for (int i = 0; i < NX / 2; i++) sum[i] = acc[i];
             } else {
 #pragma unroll
-                for (int i = 0; i < kWsNX / 2; i++) sum[i] = __fadd_rn(sum[i], acc[i]);
+                for (int i = 0; i < NX / 2; i++) sum[i] = __fadd_rn(sum[i], acc[i]);
             }
 #pragma unroll
-            for (int i = 0; i < kWsNX / 2; i++) acc[i] = 0.f;
+            for (int i = 0; i < NX / 2; i++) acc[i] = 0.f;
             left = tps;
         }
         left--;
@@ -754,7 +776,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constan
         const uint64_t off = (uint64_t)((slot * shp::kStageBytes) >> 4);
         zwg::fence();
 #pragma unroll
-        for (int q = 0; q < 4; q++) zwg::mma<T, kWsNX>::run(acc, da0 + off + 2 * q, db0 + off + 2 * q);
+        for (int q = 0; q < 4; q++) zwg::mma<T, NX>::run(acc, da0 + off + 2 * q, db0 + off + 2 * q);
         zwg::commit();
         zwg::wait<1>();   /* stage kt - 1's group retired: its slot may be refilled */
         if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (S + prev));
@@ -766,12 +788,15 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constan
     }
     zwg::wait<0>();
 #pragma unroll
-    for (int i = 0; i < kWsNX / 2; i++) zwg::reg_fence(acc[i]);
+    for (int i = 0; i < NX / 2; i++) zwg::reg_fence(acc[i]);
     if (ks > 1) {
 #pragma unroll
-        for (int i = 0; i < kWsNX / 2; i++) acc[i] = __fadd_rn(sum[i], acc[i]);   /* the last split closes the sum */
+        for (int i = 0; i < NX / 2; i++) acc[i] = __fadd_rn(sum[i], acc[i]);   /* the last split closes the sum */
     }
-    wg_store<kWsNX>(acc, row0 + cw * 64 + 16 * warp + g, col0, t, y, ldy, y_in, n_out, m);
+    if (glu)
+        wg_store_glu<T, NX>(acc, row0 + cw * 64 + 16 * warp + g, col0, t, glu, ldg, n_out, m);
+    else
+        wg_store<NX>(acc, row0 + cw * 64 + 16 * warp + g, col0, t, y, ldy, y_in, n_out, m);
 #else
     __trap();   /* built without sm_90a code: the host never launches it here */
 #endif
@@ -811,34 +836,50 @@ int tma_map(CUtensorMap *map, int bf16, const void *base, int cols, int rows, in
                : -1;
 }
 
-template <typename T, int CW>
+/* ring depth: at NX 128, 6 stages (6 x 32 KiB at CW 2; 7 stages: the same, H100 8B BF16 2k prefill 69.4 against
+ * 68.9 ms); for the decode tiles, about 96 KiB at CW 1 (two CTAs per SM) and 180 KiB at CW 2 */
+template <int CW, int NX> constexpr int ws_stages() { return NX == 128 ? 6 : CW == 2 ? 9 : 8; }
+
+template <typename T, int CW, int NX>
 cudaError_t launch_ws_t(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
-    constexpr int S = 6;   /* 6 x 32 KiB (7 stages: the same, H100 8B BF16 2k prefill 69.4 against 68.9 ms) */
-    using shp = ws_shape<CW, S>;
+    constexpr int S = ws_stages<CW, NX>();
+    using shp = ws_shape<CW, NX, S>;
     CUtensorMap tw, tx;
     if (tma_map(&tw, p->bf16, p->w, p->n_in, p->n_out, p->n_in, shp::kBM) != 0 ||
-        tma_map(&tx, p->bf16, p->x, p->n_in, p->m, ldx, kWsNX) != 0)
+        tma_map(&tx, p->bf16, p->x, p->n_in, p->m, ldx, NX) != 0)
         return cudaErrorInvalidValue;
-    auto k = wtc_ws<T, CW, S>;
+    auto k = wtc_ws<T, CW, NX, S>;
     static std::atomic<unsigned long long> s_set{0};
     const cudaError_t e = cu_smem_optin(k, shp::kSmem, s_set);
     if (e != cudaSuccess) return e;
-    const dim3 grid((unsigned)((p->m + kWsNX - 1) / kWsNX), (unsigned)((p->n_out + shp::kBM - 1) / shp::kBM));
+    const dim3 grid((unsigned)((p->m + NX - 1) / NX), (unsigned)((p->n_out + shp::kBM - 1) / shp::kBM));
     return cu_launch(k, grid, dim3(shp::kThreads), shp::kSmem, st, tw, tx, p->n_in, p->n_out, ks, p->m, p->y, ldy,
-                     p->y_in);
+                     p->y_in, (T *)p->glu, p->ldg);
 }
 
 template <typename T, bool CL>
 cudaError_t launch_wg(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st);
+
+/* batch rows per form-6 tile: 128 above 64 rows, else 32 (16 up to 16 rows) */
+int ws_nx(int m) { return m > 64 ? 128 : m > 16 ? 32 : 16; }
+
+template <typename T, int NX>
+cudaError_t launch_ws_n(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
+    const long tiles = (long)((p->m + NX - 1) / NX) * ((p->n_out + 127) / 128);
+    return tiles >= cu_sm_count(p->sm_count) ? launch_ws_t<T, 2, NX>(p, ks, ldx, ldy, st)
+                                             : launch_ws_t<T, 1, NX>(p, ks, ldx, ldy, st);
+}
 
 /* two consumer warpgroups (128 W rows) when those tiles fill the multiprocessors, else one (64 rows); form 4 when
  * the driver has no tensor-map encoder (the same bits) */
 template <typename T>
 cudaError_t launch_ws(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
     if (!tma_encoder()) return launch_wg<T, false>(p, ks, ldx, ldy, st);
-    const long tiles = (long)((p->m + kWsNX - 1) / kWsNX) * ((p->n_out + 127) / 128);
-    return tiles >= cu_sm_count(p->sm_count) ? launch_ws_t<T, 2>(p, ks, ldx, ldy, st)
-                                             : launch_ws_t<T, 1>(p, ks, ldx, ldy, st);
+    switch (ws_nx(p->m)) {
+    case 16: return launch_ws_n<T, 16>(p, ks, ldx, ldy, st);
+    case 32: return launch_ws_n<T, 32>(p, ks, ldx, ldy, st);
+    default: return launch_ws_n<T, 128>(p, ks, ldx, ldy, st);
+    }
 }
 
 /* 1 when the wgmma forms run on the current device: compute capability 9.x (the build's 90 target is sm_90a) and
@@ -999,13 +1040,9 @@ extern "C" int wtc_available(void) {
 
 extern "C" int wtc_wgmma(void) { return wg_on(); }
 
-extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {
-    if (!p || !p->w || !p->x || !p->y || p->m < 1 || !wtc_supported(p->n_in, p->n_out) || p->form < 0 || p->form > 6)
-        return cudaErrorInvalidValue;
-    const int ldx = p->ldx ? p->ldx : p->n_in, ldy = p->ldy ? p->ldy : p->n_out;
-    if (ldx < p->n_in || ldx % 8 || ldy < p->n_out || (long)p->m * ldx >= (1L << 31)) return cudaErrorInvalidValue;
-    if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
-    const int ks = wtc_split(p->n_in, p->n_out);
+/* the form a valid launch of p runs (ks its split count): p->form, ZLLM_CUDA_WTC_FORM, or the automatic choice;
+ * 3 with one split runs as 2 */
+static int s_form(const wtc_params *p, int ks) {
     int form = p->form;
     static const int s_force = cu_env_int("ZLLM_CUDA_WTC_FORM", 0, 0, 6);   /* benchmarks: the same bits */
     if (form == 0 && s_force >= 4 && p->m > 8 && wg_on()) form = s_force;
@@ -1013,11 +1050,12 @@ extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {
         if (p->m <= 8) {
             form = 1;
         } else if (wg_on()) {
-            /* wgmma. Above 64 rows: TMA-fed and warp-specialized, splits chained in the CTA. Up to 64 (decode
-             * batches): one cluster of split CTAs per tile, since the tile grid alone would leave most
-             * multiprocessors idle. H100, 8B BF16: form 6 beat forms 4 and 5 at M = 128, 256 and the prefill; form
-             * 5 beat form 4 at M = 16 to 64 (docs/perf.md, session 10) */
-            form = p->m > 64 ? 6 : 5;
+            /* wgmma. Above 32 rows: TMA-fed and warp-specialized, splits chained in the CTA (up to 64 rows in
+             * tiles of 32 batch rows, so that the grid fills the multiprocessors). Up to 32: one cluster of split
+             * CTAs per tile, since the tile grid alone would leave most multiprocessors idle. H100, 8B BF16: form
+             * 6 beat forms 4 and 5 at M = 128, 256 and the prefill (session 10), and form 5 at M = 64, 10.60 ->
+             * 9.70 ms a step (session 11, docs/perf.md) */
+            form = p->m > 32 ? 6 : 5;
         } else {
             /* one CTA per split when the tile grid alone would leave most multiprocessors idle (layer matrices
              * at batch 16-128); the form never changes a bit (wtc.h) */
@@ -1026,6 +1064,27 @@ extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {
             form = ks > 1 && p->m <= kSplitRows && ctas < 2L * cu_sm_count(p->sm_count) ? 3 : 2;
         }
     }
+    if (form == 3 && ks == 1) form = 2;   /* one split: nothing to merge */
+    return form;
+}
+
+extern "C" int wtc_glu_fused(const wtc_params *p) {
+    if (!p || p->m < 1 || !wtc_supported(p->n_in, p->n_out) || p->n_out % 16 || p->form < 0 || p->form > 6)
+        return 0;
+    return s_form(p, wtc_split(p->n_in, p->n_out)) == 6 && wg_on() && tma_encoder() != nullptr;
+}
+
+extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {
+    if (!p || !p->w || !p->x || (!p->y && !p->glu) || p->m < 1 || !wtc_supported(p->n_in, p->n_out) || p->form < 0 ||
+        p->form > 6)
+        return cudaErrorInvalidValue;
+    const int ldx = p->ldx ? p->ldx : p->n_in, ldy = p->ldy ? p->ldy : p->n_out;
+    if (ldx < p->n_in || ldx % 8 || ldy < p->n_out || (long)p->m * ldx >= (1L << 31)) return cudaErrorInvalidValue;
+    if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
+    if (p->glu && (!wtc_glu_fused(p) || p->ldg < p->n_out / 2 || (long)p->m * p->ldg >= (1L << 31)))
+        return cudaErrorInvalidValue;
+    const int ks = wtc_split(p->n_in, p->n_out);
+    const int form = s_form(p, ks);
     if (form == 1 && p->m > 8) return cudaErrorInvalidValue;
     if (form >= 4 && !wg_on()) return cudaErrorInvalidValue;
     if (form == 3 && ks > 1) {
@@ -1033,6 +1092,5 @@ extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {
             p->workspace_bytes < (size_t)ks * p->m * p->n_out * sizeof(float))
             return cudaErrorInvalidValue;
     }
-    if (form == 3 && ks == 1) form = 2;   /* one split: nothing to merge */
     return p->bf16 ? launch_t<__nv_bfloat16>(p, form, ks, ldx, ldy, st) : launch_t<__half>(p, form, ks, ldx, ldy, st);
 }

@@ -63,6 +63,13 @@ typedef struct {
                           * 4 wgmma, splits chained in the CTA; 5 wgmma, one cluster of split CTAs per tile;
                           * 6 wgmma fed by TMA, warp-specialized (checks and benchmarks: every form gives the same
                           * bits; narrow needs m <= 8, 4 to 6 need wtc_wgmma()) */
+    void *glu;           /* NULL, or the SwiGLU epilogue: W's rows are gate and up rows interleaved in blocks of 8
+                          * (rows 16 b .. 16 b + 7 the gate rows of features 8 b .., rows 16 b + 8 .. the up rows of
+                          * the same features), and instead of y the launch writes
+                          * silu(gate) * up, rounded to the 16-bit type, as [m][ldg] values (n_out / 2 features).
+                          * The same bits as the product into y followed by ops_swiglu_il8_dual. Only where
+                          * wtc_glu_fused(p) is 1; y and y_in are then unused. Must not overlap w or x */
+    int ldg;             /* elements between rows of glu: >= n_out / 2 */
 } wtc_params;
 
 /* 1 when wtc serves this shape (n_in a positive multiple of 64, n_out >= 1) */
@@ -82,8 +89,13 @@ int wtc_available(void);
  * not 0; form 0 then uses them for every m > 8. Never fails (0 when the query does). */
 int wtc_wgmma(void);
 
-/* Enqueues y = W x (+ y_in) on st. Returns cudaSuccess, cudaErrorInvalidValue for an unserved shape, bad
- * strides, a NULL pointer, a forced form that cannot run, or a needed workspace that is missing or too small,
+/* 1 when a launch of p (its shape, m, form and the device) would run the SwiGLU epilogue (p->glu): the TMA-fed
+ * form (form 6, automatic above 32 rows on sm_90) with n_out a multiple of 16. Never fails (0 otherwise). */
+int wtc_glu_fused(const wtc_params *p);
+
+/* Enqueues y = W x (+ y_in), or the SwiGLU of it into p->glu, on st. Returns cudaSuccess, cudaErrorInvalidValue
+ * for an unserved shape, bad strides, a NULL pointer, a forced form that cannot run, a glu launch that
+ * wtc_glu_fused refuses, or a needed workspace that is missing or too small,
  * cudaErrorMisalignedAddress for a w or x not 16-byte aligned, or the launch's error. */
 cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st);
 

@@ -1,9 +1,10 @@
 /* zllm-bench: decode and prefill speed of a model on one GPU, as a fraction of the roofline measured in the same
  * run.
- *   zllm-bench --model F.gguf [--device cuda[:N]] [--ctx 1024] [--prefill P] [--max-m 256] [--steps 20]
- *              [--no-graphs] [--skip-caps]
+ *   zllm-bench --model F.gguf [--device cuda[:N]] [--ctx 1024] [--prefill P] [--max-m 256] [--min-m 1]
+ *              [--steps 20] [--no-graphs] [--skip-caps]
  * First it measures the GPU's device-to-device copy and read-only bandwidth and its BF16 matrix rate
- * (cuda/gpu_caps.cu). Then, for M = 1, 2, 4, ... up to --max-m (and the engine's max batch), it times decode
+ * (cuda/gpu_caps.cu). Then, for M = 1, 2, 4, ... up to --max-m (and the engine's max batch; rows below --min-m
+ * are skipped, e.g. to profile one batch size), it times decode
  * steps of M sequences each at position --ctx (so each reads ctx tokens of KV), and one prefill of P tokens
  * (default min(ctx, 2048)). Roofline time of a step = max(bytes / read bandwidth, flops / BF16 rate):
  *   decode bytes = matrix weights as stored in the file (GGUF row bytes: what qgemv reads for quantized and
@@ -33,7 +34,7 @@ static double s_now(void) {
 
 static void s_usage(FILE *f) {
     fprintf(f, "usage: zllm-bench --model F.gguf [--device cuda[:N]] [--ctx 1024] [--prefill P] [--max-m 256]\n"
-               "                  [--steps 20] [--no-graphs] [--skip-caps]\n");
+               "                  [--min-m 1] [--steps 20] [--no-graphs] [--skip-caps]\n");
 }
 
 static int s_cmp_d(const void *a, const void *b) {
@@ -43,7 +44,7 @@ static int s_cmp_d(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     const char *path = NULL, *device = "cuda";
-    int ctx = 1024, prefill = -1, max_m = 256, steps = 20, no_graphs = 0, skip_caps = 0;
+    int ctx = 1024, prefill = -1, max_m = 256, min_m = 1, steps = 20, no_graphs = 0, skip_caps = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int has = i + 1 < argc;
@@ -52,13 +53,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ctx") && has) ctx = atoi(argv[++i]);
         else if (!strcmp(a, "--prefill") && has) prefill = atoi(argv[++i]);
         else if (!strcmp(a, "--max-m") && has) max_m = atoi(argv[++i]);
+        else if (!strcmp(a, "--min-m") && has) min_m = atoi(argv[++i]);
         else if (!strcmp(a, "--steps") && has) steps = atoi(argv[++i]);
         else if (!strcmp(a, "--no-graphs")) no_graphs = 1;
         else if (!strcmp(a, "--skip-caps")) skip_caps = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { s_usage(stdout); return 0; }
         else { s_usage(stderr); return 2; }
     }
-    if (!path || ctx < 1 || max_m < 1 || steps < 1) { s_usage(stderr); return 2; }
+    if (!path || ctx < 1 || max_m < 1 || min_m < 1 || steps < 1) { s_usage(stderr); return 2; }
     if (prefill < 0) prefill = ctx < 2048 ? ctx : 2048;
 #ifndef ZLLM_HAVE_CUDA
     (void)device; (void)no_graphs; (void)skip_caps; (void)s_now; (void)s_cmp_d;
@@ -126,6 +128,7 @@ int main(int argc, char **argv) {
     if (!toks || !out || !q || !ptoks || !times || !gpu || !gap) { fprintf(stderr, "zllm-bench: out of memory\n"); rc = 1; goto done; }
     for (int i = 0; i < e->max_batch; i++) toks[i] = (int32_t)(1 + (i * 7919) % (c->vocab_size - 1));
     for (int M = 1; M <= e->max_batch; M = M * 2 > e->max_batch && M < e->max_batch ? e->max_batch : M * 2) {
+        if (M < min_m && M < e->max_batch) continue;
         for (int i = 0; i < M; i++) {
             q[i].slot = i; q[i].pos = ctx; q[i].n_tokens = 1; q[i].tokens = &toks[i]; q[i].sample = 1;
         }
