@@ -24,7 +24,7 @@
  *     A decode layer is 10 launches (rmsnorm, QKV, prologue, attention, cast, wo, rmsnorm, gate/up, SwiGLU, wd)
  *     instead of 15 (18 with Q/K/V biases); ZLLM_CUDA_FUSE=0 keeps the matrices separate (docs/notes-fuse.md).
  *     Through wtc (16-bit models) fewer still: the decode attention writes the 16-bit input of wo itself (no
- *     cast), and the gate/up join interleaves its rows in blocks of 8 so that wtc's TMA form (steps above 32
+ *     cast), and the gate/up join interleaves its rows in blocks of 8 so that wtc's TMA form (steps above 16
  *     rows, prefill included) applies the SwiGLU in its epilogue and writes the down product's input (no f32
  *     gate/up round trip, no SwiGLU kernel); smaller steps run the product and an interleaved SwiGLU kernel, with
  *     the same bits.

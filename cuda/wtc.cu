@@ -646,10 +646,10 @@ __global__ void __launch_bounds__(128 * WG, 1) wtc_wg(const T *__restrict__ w, i
 #endif
 }
 
-/* sm_90a, warp-specialized, fed by TMA (form 6: the form for M > 32). CTA = 1 producer warpgroup + CW consumer
- * warpgroups (64 W rows each) x NX batch rows (128 above M = 64; 32 or 16 for decode batches, whose W tiles are
- * then read by ceil(M / NX) CTAs, the later ones mostly from L2, so that the grid still fills the
- * multiprocessors), splits chained in the CTA as form 4 (the same operations in the same order). One producer thread streams stages into an S-slot ring: for each stage it arms the stage's full
+/* sm_90a, warp-specialized, fed by TMA (form 6: the form for M > 16). CTA = 1 producer warpgroup + CW consumer
+ * warpgroups (64 W rows each) x NX batch rows (128 above M = 64; 16, 32 or 64 for decode batches, one batch tile
+ * so that each W tile is read once, with deep rings: few CTAs, each with many bytes in flight), splits chained in
+ * the CTA as form 4 (the same operations in the same order). One producer thread streams stages into an S-slot ring: for each stage it arms the stage's full
  * barrier with the stage's byte count and issues two TMA box loads (W [64 CW][64], x [NX][64]; the tensor maps
  * zero-fill rows past n_out / m and write the 128-byte swizzle wgmma reads), after waiting on the slot's empty
  * barrier. Consumers wait on the full barrier, issue the stage's 4 wgmma as one group, and once the group before
@@ -837,8 +837,11 @@ int tma_map(CUtensorMap *map, int bf16, const void *base, int cols, int rows, in
 }
 
 /* ring depth: at NX 128, 6 stages (6 x 32 KiB at CW 2; 7 stages: the same, H100 8B BF16 2k prefill 69.4 against
- * 68.9 ms); for the decode tiles, about 96 KiB at CW 1 (two CTAs per SM) and 180 KiB at CW 2 */
-template <int CW, int NX> constexpr int ws_stages() { return NX == 128 ? 6 : CW == 2 ? 9 : 8; }
+ * 68.9 ms); for the decode tiles as many as about 220 KiB hold, at most 16 (H100, 8B BF16 M = 64 in tiles of 64
+ * rows: 9.15 ms with 96 KiB rings, 9.01 ms with 208 KiB; 4 stages: 10.65 ms) */
+template <int CW, int NX> constexpr int ws_stages() {
+    return NX == 128 ? 6 : (220 * 1024) / ((64 * CW + NX) * 128) < 16 ? (220 * 1024) / ((64 * CW + NX) * 128) : 16;
+}
 
 template <typename T, int CW, int NX>
 cudaError_t launch_ws_t(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
@@ -860,8 +863,10 @@ cudaError_t launch_ws_t(const wtc_params *p, int ks, int ldx, int ldy, cudaStrea
 template <typename T, bool CL>
 cudaError_t launch_wg(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st);
 
-/* batch rows per form-6 tile: 128 above 64 rows, else 32 (16 up to 16 rows) */
-int ws_nx(int m) { return m > 64 ? 128 : m > 16 ? 32 : 16; }
+/* batch rows per form-6 tile: 128 above 64 rows, else the smallest of 16, 32, 64 covering m: one batch tile, so
+ * that every W tile is read once (H100, 8B BF16 M = 64: two tiles of 32 rows, the second CTA of a W tile reading
+ * it from L2, 9.62 ms; one tile of 64 rows 9.15 ms, same call) */
+int ws_nx(int m) { return m > 64 ? 128 : m > 32 ? 64 : m > 16 ? 32 : 16; }
 
 template <typename T, int NX>
 cudaError_t launch_ws_n(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
@@ -878,6 +883,7 @@ cudaError_t launch_ws(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_
     switch (ws_nx(p->m)) {
     case 16: return launch_ws_n<T, 16>(p, ks, ldx, ldy, st);
     case 32: return launch_ws_n<T, 32>(p, ks, ldx, ldy, st);
+    case 64: return launch_ws_n<T, 64>(p, ks, ldx, ldy, st);
     default: return launch_ws_n<T, 128>(p, ks, ldx, ldy, st);
     }
 }
@@ -1050,12 +1056,11 @@ static int s_form(const wtc_params *p, int ks) {
         if (p->m <= 8) {
             form = 1;
         } else if (wg_on()) {
-            /* wgmma. Above 32 rows: TMA-fed and warp-specialized, splits chained in the CTA (up to 64 rows in
-             * tiles of 32 batch rows, so that the grid fills the multiprocessors). Up to 32: one cluster of split
-             * CTAs per tile, since the tile grid alone would leave most multiprocessors idle. H100, 8B BF16: form
-             * 6 beat forms 4 and 5 at M = 128, 256 and the prefill (session 10), and form 5 at M = 64, 10.60 ->
-             * 9.70 ms a step (session 11, docs/perf.md) */
-            form = p->m > 32 ? 6 : 5;
+            /* wgmma. Above 16 rows: TMA-fed and warp-specialized, splits chained in the CTA, one batch tile of
+             * 32 or 64 rows up to 64 with rings as deep as shared memory allows. Up to 16: one cluster of split
+             * CTAs per tile. H100, 8B BF16: form 6 beat forms 4 and 5 at M = 128, 256 and the prefill (session
+             * 10), and form 5 at M = 64, 10.60 -> 9.01 ms a step (session 11, docs/perf.md) */
+            form = p->m > 16 ? 6 : 5;
         } else {
             /* one CTA per split when the tile grid alone would leave most multiprocessors idle (layer matrices
              * at batch 16-128); the form never changes a bit (wtc.h) */

@@ -20,11 +20,11 @@
  * Which kernel computes them follows M (and the device) only, never a bit:
  *   - M <= 8: the narrow kernel (mma.sync; one CTA of ks warps per 16 rows, warp s chains split s from its own
  *     cp.async ring, warp 0 sums);
- *   - sm_90 (built as sm_90a), M <= 32: wgmma, one thread-block cluster of ks CTAs per tile, each CTA one split,
+ *   - sm_90 (built as sm_90a), M <= 16: wgmma, one thread-block cluster of ks CTAs per tile, each CTA one split,
  *     the partials summed in order through distributed shared memory;
- *   - sm_90, M > 32: wgmma fed by TMA, warp-specialized (a producer warpgroup, one or two consumer warpgroups on
+ *   - sm_90, M > 16: wgmma fed by TMA, warp-specialized (a producer warpgroup, one or two consumer warpgroups on
  *     mbarriers), every split chained in the CTA with the running sum in registers; tiles of 128 batch rows above
- *     M = 64, of 32 up to 64 (the W tile then read by two CTAs, the second mostly from L2);
+ *     M = 64, else one batch tile of 32 or 64 rows with rings as deep as shared memory allows;
  *   - other devices, or ZLLM_CUDA_WGMMA=0: the mma.sync wide kernels (one CTA per split plus an ordered merge for
  *     small grids, else splits chained in the CTA).
  * wgmma chains give the same bits as mma.sync chains (measured, cuda/wgmma.cuh), so every form is one
@@ -91,7 +91,7 @@ int wtc_available(void);
 int wtc_wgmma(void);
 
 /* 1 when a launch of p (its shape, m, form and the device) would run the SwiGLU epilogue (p->glu): the TMA-fed
- * form (form 6, automatic above 32 rows on sm_90) with n_out a multiple of 16. Never fails (0 otherwise). */
+ * form (form 6, automatic above 16 rows on sm_90) with n_out a multiple of 16. Never fails (0 otherwise). */
 int wtc_glu_fused(const wtc_params *p);
 
 /* Enqueues y = W x (+ y_in), or the SwiGLU of it into p->glu, on st. Returns cudaSuccess, cudaErrorInvalidValue
