@@ -12,15 +12,24 @@
  *    by a radix select on the same keys with per-bin masses, then the ties in id order;
  *  - draw: u * total mass, found by a block prefix scan over the kept ids in id order.
  * Histogram atomics are aggregated per warp (__match_any_sync + __reduce_add_sync) to avoid contention on the
- * few bins that similar logits share. */
+ * few bins that similar logits share.
+ * Plain greedy rows (temperature <= 0 or no generator, no repetition penalty) of a large vocabulary on sm_90: a
+ * thread-block cluster of kCl blocks per row, each the argmax of one slice of ids, block 0 combining the slices in
+ * id order through distributed shared memory (the same winner: larger value, then lower id). One block reading a
+ * 128k-logit row alone took ~19 us of a batch-1 step (H100, docs/perf.md session 11); every other row is one
+ * block as before (the cluster's other blocks return at once). */
 #include "pdl.cuh"
 #include "sample.h"
+#include "cu_host.h"
+#include <cooperative_groups.h>
 #include <math.h>
 
 namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
+constexpr int kCl = 8;             /* blocks per plain greedy row (portable cluster size) */
+constexpr int kClMinVocab = 8192;  /* below this a row stays one block */
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kFix = 1099511627776.0f;   /* 2^40: fixed-point scale of the weights */
 
@@ -182,45 +191,10 @@ __device__ uint32_t radix_select(block_smem &sm, int vocab, u64 target, F efn, u
     return prefix;
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(sample_params p) {
-    __shared__ block_smem sm;
-    pdl_trigger();
-    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
-    const int row = blockIdx.x;
+/* argmax over ids [i0, i1) of src (lowest id among maxima, NaN skipped) and the count of finite candidates, for
+ * the whole block: every thread gets *best_v / *best_i / *n (from sm) */
+__device__ void block_argmax(block_smem &sm, const float *src, int i0, int i1, float *best_v, int *best_i, int *n) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const zl_sampling P = p.params[row];
-    const int V = p.vocab;
-    const long lstride = p.logits_stride ? p.logits_stride : V;
-    const float *lg = p.logits + (long)row * lstride;
-    const int sidx = p.row_state ? p.row_state[row] : row;
-    if (V <= 1) {
-        if (threadIdx.x == 0) p.out[row] = 0;
-        return;
-    }
-
-    /* repetition penalty on a copy: each distinct id among the last repeat_last_n once */
-    const float *src = lg;
-    const int hl = p.history_len ? p.history_len[row] : 0;
-    if (p.history && hl > 0 && P.repeat_last_n > 0 && P.repeat_penalty != 1.0f && P.repeat_penalty > 0.0f) {
-        float *wl = reinterpret_cast<float *>(p.workspace) + (long)row * V;
-        for (int i = threadIdx.x; i < V; i += kThreads) wl[i] = lg[i];
-        __syncthreads();
-        const int n = hl < P.repeat_last_n ? hl : P.repeat_last_n;
-        const int32_t *h = p.history + (long)sidx * p.history_stride + (hl - n);
-        for (int i = threadIdx.x; i < n; i += kThreads) {
-            const int32_t id = h[i];
-            if (id < 0 || id >= V) continue;
-            bool dup = false;
-            for (int j = 0; j < i && !dup; j++) dup = h[j] == id;
-            if (dup) continue;
-            const float x = lg[id];
-            wl[id] = x > 0.0f ? x / P.repeat_penalty : x * P.repeat_penalty;
-        }
-        __syncthreads();
-        src = wl;
-    }
-
-    /* argmax (lowest id among maxima, NaN skipped) and the count of finite candidates */
     float bv = -INFINITY;
     int bi = 0x7fffffff, cnt = 0;
     auto see = [&](float x, int i) {
@@ -230,15 +204,15 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(sample_params p) {
     };
     /* 8 independent loads in flight per thread (one block reads a 128k vocabulary: latency-bound otherwise); the
      * result does not depend on the visiting order (ties go to the lowest id) */
-    int i0 = threadIdx.x;
-    for (; i0 + 7 * kThreads < V; i0 += 8 * kThreads) {
+    int i = i0 + threadIdx.x;
+    for (; i + 7 * kThreads < i1; i += 8 * kThreads) {
         float x[8];
 #pragma unroll
-        for (int u = 0; u < 8; u++) x[u] = src[i0 + u * kThreads];
+        for (int u = 0; u < 8; u++) x[u] = src[i + u * kThreads];
 #pragma unroll
-        for (int u = 0; u < 8; u++) see(x[u], i0 + u * kThreads);
+        for (int u = 0; u < 8; u++) see(x[u], i + u * kThreads);
     }
-    for (; i0 < V; i0 += kThreads) see(src[i0], i0);
+    for (; i < i1; i += kThreads) see(src[i], i);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
@@ -262,19 +236,67 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(sample_params p) {
                 id = sm.warp_id[w];
             }
         }
-        if (isnan(src[0]) || id >= V) id = 0;   /* the CPU's scan starts at id 0 and only moves on '>' */
         sm.bcast_int = id;
         sm.bcast_f = v;
         sm.found = c;
     }
     __syncthreads();
+    *best_v = sm.bcast_f;
+    *best_i = sm.bcast_int;
+    *n = sm.found;
+    __syncthreads();
+}
+
+/* one row in one block: every sampling mode */
+/* the repetition penalty applies to this row (history of hl entries) */
+__device__ __forceinline__ bool penalty_on(const sample_params &p, const zl_sampling &P, int hl) {
+    return p.history && hl > 0 && P.repeat_last_n > 0 && P.repeat_penalty != 1.0f && P.repeat_penalty > 0.0f;
+}
+
+__device__ void sample_row(const sample_params &p, int row, block_smem &sm) {
+    const zl_sampling P = p.params[row];
+    const int V = p.vocab;
+    const long lstride = p.logits_stride ? p.logits_stride : V;
+    const float *lg = p.logits + (long)row * lstride;
+    const int sidx = p.row_state ? p.row_state[row] : row;
+    if (V <= 1) {
+        if (threadIdx.x == 0) p.out[row] = 0;
+        return;
+    }
+
+    /* repetition penalty on a copy: each distinct id among the last repeat_last_n once */
+    const float *src = lg;
+    const int hl = p.history_len ? p.history_len[row] : 0;
+    if (penalty_on(p, P, hl)) {
+        float *wl = reinterpret_cast<float *>(p.workspace) + (long)row * V;
+        for (int i = threadIdx.x; i < V; i += kThreads) wl[i] = lg[i];
+        __syncthreads();
+        const int n = hl < P.repeat_last_n ? hl : P.repeat_last_n;
+        const int32_t *h = p.history + (long)sidx * p.history_stride + (hl - n);
+        for (int i = threadIdx.x; i < n; i += kThreads) {
+            const int32_t id = h[i];
+            if (id < 0 || id >= V) continue;
+            bool dup = false;
+            for (int j = 0; j < i && !dup; j++) dup = h[j] == id;
+            if (dup) continue;
+            const float x = lg[id];
+            wl[id] = x > 0.0f ? x / P.repeat_penalty : x * P.repeat_penalty;
+        }
+        __syncthreads();
+        src = wl;
+    }
+
+    /* argmax (lowest id among maxima, NaN skipped) and the count of finite candidates */
+    float bv;
+    int bi, n_found;
+    block_argmax(sm, src, 0, V, &bv, &bi, &n_found);
+    if (isnan(src[0]) || bi >= V) bi = 0;   /* the CPU's scan starts at id 0 and only moves on '>' */
     row_ctx c;
     c.src = src;
     c.vocab = V;
-    c.best = sm.bcast_int;
-    c.lmax = sm.bcast_f;
-    const int n_valid = sm.found;
-    __syncthreads();
+    c.best = bi;
+    c.lmax = bv;
+    const int n_valid = n_found;
     if (!(P.temperature > 0.0f) || !p.rng_state) {
         if (threadIdx.x == 0) p.out[row] = c.best;
         return;
@@ -369,6 +391,56 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(sample_params p) {
     if (threadIdx.x == 0) p.out[row] = pick >= 0 ? pick : c.best;
 }
 
+__global__ void __launch_bounds__(kThreads) sample_kernel(sample_params p) {
+    __shared__ block_smem sm;
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
+    sample_row(p, blockIdx.x, sm);
+}
+
+/* kCl blocks (one cluster) per row: plain greedy rows split their argmax over the cluster, every other row runs
+ * sample_row in block 0. The branch is uniform over a cluster (it depends on the row only), so every block of a
+ * cluster meets the same cluster barriers. */
+__global__ void __launch_bounds__(kThreads) sample_cluster_kernel(sample_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __shared__ block_smem sm;
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    const int row = blockIdx.x / kCl, b = (int)cl.block_rank();
+    const zl_sampling P = p.params[row];
+    const int V = p.vocab;
+    const int hl = p.history_len ? p.history_len[row] : 0;
+    const bool greedy = !(P.temperature > 0.0f) || !p.rng_state;
+    if (!greedy || penalty_on(p, P, hl) || V < kCl) {
+        if (b == 0) sample_row(p, row, sm);
+        return;
+    }
+    const long lstride = p.logits_stride ? p.logits_stride : V;
+    const float *lg = p.logits + (long)row * lstride;
+    const int i0 = (int)((long)V * b / kCl), i1 = (int)((long)V * (b + 1) / kCl);
+    float bv;
+    int bi, n;
+    block_argmax(sm, lg, i0, i1, &bv, &bi, &n);   /* leaves its result in sm.bcast_f / sm.bcast_int */
+    cl.sync();   /* every slice's result is visible to the cluster */
+    if (b == 0 && threadIdx.x == 0) {
+        float v = bv;
+        int id = bi;
+        for (int k = 1; k < kCl; k++) {   /* slices in id order: a later one wins only by a larger value */
+            const float kv = *cl.map_shared_rank(&sm.bcast_f, k);
+            const int ki = *cl.map_shared_rank(&sm.bcast_int, k);
+            if (kv > v || (kv == v && ki < id)) { v = kv; id = ki; }
+        }
+        if (isnan(lg[0]) || id >= V) id = 0;   /* as sample_row */
+        p.out[row] = id;
+    }
+    cl.sync();   /* the slices' shared memory stays until block 0 has read it */
+#else
+    __trap();   /* sm_90 only: the host launches it only there */
+#endif
+}
+
 } // namespace
 
 extern "C" size_t sample_workspace_bytes(int n_rows, int vocab) {
@@ -383,5 +455,28 @@ extern "C" cudaError_t sample_launch(const sample_params *p, cudaStream_t stream
     if (p->history && (p->history_stride < 1 || !p->history_len)) return cudaErrorInvalidValue;
     if (p->history && (!p->workspace || p->workspace_bytes < sample_workspace_bytes(p->n_rows, p->vocab)))
         return cudaErrorInvalidValue;
+    static int s_cl[64];   /* clusters: sm_90 and later (ZLLM_CUDA_SAMPLE_CLUSTER=0 off, for comparisons) */
+    if (p->vocab >= kClMinVocab && (long)p->n_rows * kCl <= 0x7fffffffL &&
+        cu_device_switch(s_cl, 9, 99, "ZLLM_CUDA_SAMPLE_CLUSTER")) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)(p->n_rows * kCl));
+        cfg.blockDim = dim3(kThreads);
+        cfg.stream = stream;
+        cudaLaunchAttribute at[2];
+        unsigned n = 0;
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = kCl;
+        at[n].val.clusterDim.y = 1;
+        at[n].val.clusterDim.z = 1;
+        n++;
+        if (cu_pdl_on()) {   /* the cu_launch contract (cuda/pdl.cuh) holds: nothing touched before pdl_wait */
+            at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            at[n].val.programmaticStreamSerializationAllowed = 1;
+            n++;
+        }
+        cfg.attrs = at;
+        cfg.numAttrs = n;
+        return cudaLaunchKernelEx(&cfg, sample_cluster_kernel, *p);
+    }
     return cu_launch(sample_kernel, dim3((unsigned)p->n_rows), dim3(kThreads), 0, stream, *p);
 }

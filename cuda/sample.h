@@ -1,4 +1,5 @@
-/* cuda/sample.h: token sampling on the GPU, one block per row of logits, so that only ids leave the GPU.
+/* cuda/sample.h: token sampling on the GPU, one block per row of logits (on sm_90, a cluster of blocks for plain
+ * greedy rows of a large vocabulary: cuda/sample.cu), so that only ids leave the GPU.
  *
  * Per row, the order and meaning of common/sampler.h (the CPU reference): repetition penalty over the last
  * repeat_last_n history tokens -> greedy if temperature <= 0 (argmax, lowest id among equal maxima; exactly
