@@ -15,6 +15,7 @@
 #include "wgmma.cuh"
 #include "act.cuh"
 #include <cooperative_groups.h>
+#include <type_traits>
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include "cu_host.h"
@@ -451,8 +452,6 @@ __device__ __forceinline__ void wg_store(const float (&acc)[NX / 2], int rbase, 
 /* the SwiGLU epilogue (wtc_params.glu) of the same accumulator: W's rows interleave gate and up in blocks of 8, so
  * this thread's rows rbase (16 b + g: gate of feature 8 b + g) and rbase + 8 (the up row of that feature) meet in
  * one thread: out[col][8 b + g] = silu_mul(gate, up), rounded to T as ops_swiglu_il8_dual rounds it */
-__device__ __forceinline__ void glu_put(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void glu_put(__half *p, float v) { *p = __float2half_rn(v); }
 template <typename T, int NX>
 __device__ __forceinline__ void wg_store_glu(const float (&acc)[NX / 2], int rbase, int col0, int t, T *out, int ldg,
                                              int n_out, int m) {
@@ -463,7 +462,10 @@ __device__ __forceinline__ void wg_store_glu(const float (&acc)[NX / 2], int rba
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int col = col0 + 8 * j + 2 * t + e;
-            if (col < m) glu_put(out + (size_t)col * ldg + f, silu_mul(acc[4 * j + e], acc[4 * j + e + 2]));
+            if (col >= m) continue;
+            const float v = silu_mul(acc[4 * j + e], acc[4 * j + e + 2]);
+            if constexpr (std::is_same<T, __nv_bfloat16>::value) out[(size_t)col * ldg + f] = __float2bfloat16_rn(v);
+            else out[(size_t)col * ldg + f] = __float2half_rn(v);
         }
 }
 
