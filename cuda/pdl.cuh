@@ -50,25 +50,41 @@ static inline int cu_pdl_on() {
     return cu_device_switch(s_state, 9, 1 << 30, "ZLLM_CUDA_PDL");
 }
 
-/* Launches kernel k<<<grid, block, smem, st>>>(args...) with the programmatic-serialization attribute when
- * allow and cu_pdl_on(); k must keep the contract above. Returns the launch's error (cudaSuccess when
- * enqueued). */
+/* Launches kernel k<<<grid, block, smem, st>>>(args...) in thread-block clusters of `cluster` blocks (sm_90;
+ * cluster.x == 0: no clusters), with the programmatic-serialization attribute when allow and cu_pdl_on(); k must
+ * keep the contract above. Returns the launch's error (cudaSuccess when enqueued). */
 template <typename... KArgs, typename... Args>
-static inline cudaError_t cu_launch_opt(int allow, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                        cudaStream_t st, Args &&...args) {
+static inline cudaError_t cu_launch_cl(int allow, dim3 cluster, void (*k)(KArgs...), dim3 grid, dim3 block,
+                                       size_t smem, cudaStream_t st, Args &&...args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
-    cudaLaunchAttribute at[1];
-    if (allow && cu_pdl_on()) {
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
+    cudaLaunchAttribute at[2];
+    unsigned n = 0;
+    if (cluster.x) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = cluster.x;
+        at[n].val.clusterDim.y = cluster.y;
+        at[n].val.clusterDim.z = cluster.z;
+        n++;
     }
+    if (allow && cu_pdl_on()) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
+    cfg.attrs = n ? at : nullptr;
+    cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
+}
+
+/* cu_launch_cl without clusters */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t cu_launch_opt(int allow, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                        cudaStream_t st, Args &&...args) {
+    return cu_launch_cl(allow, dim3(0, 0, 0), k, grid, block, smem, st, std::forward<Args>(args)...);
 }
 
 /* cu_launch_opt with allow = 1: the form every kernel of a step uses */

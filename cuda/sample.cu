@@ -247,12 +247,12 @@ __device__ void block_argmax(block_smem &sm, const float *src, int i0, int i1, f
     __syncthreads();
 }
 
-/* one row in one block: every sampling mode */
 /* the repetition penalty applies to this row (history of hl entries) */
 __device__ __forceinline__ bool penalty_on(const sample_params &p, const zl_sampling &P, int hl) {
     return p.history && hl > 0 && P.repeat_last_n > 0 && P.repeat_penalty != 1.0f && P.repeat_penalty > 0.0f;
 }
 
+/* one row in one block: every sampling mode */
 __device__ void sample_row(const sample_params &p, int row, block_smem &sm) {
     const zl_sampling P = p.params[row];
     const int V = p.vocab;
@@ -458,25 +458,8 @@ extern "C" cudaError_t sample_launch(const sample_params *p, cudaStream_t stream
     static int s_cl[64];   /* clusters: sm_90 and later (ZLLM_CUDA_SAMPLE_CLUSTER=0 off, for comparisons) */
     if (p->vocab >= kClMinVocab && (long)p->n_rows * kCl <= 0x7fffffffL &&
         cu_device_switch(s_cl, 9, 99, "ZLLM_CUDA_SAMPLE_CLUSTER")) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3((unsigned)(p->n_rows * kCl));
-        cfg.blockDim = dim3(kThreads);
-        cfg.stream = stream;
-        cudaLaunchAttribute at[2];
-        unsigned n = 0;
-        at[n].id = cudaLaunchAttributeClusterDimension;
-        at[n].val.clusterDim.x = kCl;
-        at[n].val.clusterDim.y = 1;
-        at[n].val.clusterDim.z = 1;
-        n++;
-        if (cu_pdl_on()) {   /* the cu_launch contract (cuda/pdl.cuh) holds: nothing touched before pdl_wait */
-            at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            at[n].val.programmaticStreamSerializationAllowed = 1;
-            n++;
-        }
-        cfg.attrs = at;
-        cfg.numAttrs = n;
-        return cudaLaunchKernelEx(&cfg, sample_cluster_kernel, *p);
+        return cu_launch_cl(1, dim3(kCl, 1, 1), sample_cluster_kernel, dim3((unsigned)(p->n_rows * kCl)),
+                            dim3(kThreads), 0, stream, *p);
     }
     return cu_launch(sample_kernel, dim3((unsigned)p->n_rows), dim3(kThreads), 0, stream, *p);
 }

@@ -651,8 +651,8 @@ __global__ void __launch_bounds__(128 * WG, 1) wtc_wg(const T *__restrict__ w, i
 /* sm_90a, warp-specialized, fed by TMA (form 6: the form for M > 16). CTA = 1 producer warpgroup + CW consumer
  * warpgroups (64 W rows each) x NX batch rows (128 above M = 64; 16, 32 or 64 for decode batches, one batch tile
  * so that each W tile is read once, with deep rings: few CTAs, each with many bytes in flight), splits chained in
- * the CTA as form 4 (the same operations in the same order). One producer thread streams stages into an S-slot ring: for each stage it arms the stage's full
- * barrier with the stage's byte count and issues two TMA box loads (W [64 CW][64], x [NX][64]; the tensor maps
+ * the CTA as form 4 (the same operations in the same order). One producer thread streams stages into an S-slot
+ * ring: for each stage it arms the stage's full barrier with the stage's byte count and issues two TMA box loads (W [64 CW][64], x [NX][64]; the tensor maps
  * zero-fill rows past n_out / m and write the 128-byte swizzle wgmma reads), after waiting on the slot's empty
  * barrier. Consumers wait on the full barrier, issue the stage's 4 wgmma as one group, and once the group before
  * has retired (wait<1>) lane 0 of each consumer warp arrives on that stage's empty barrier. So the consumers run
@@ -842,7 +842,8 @@ int tma_map(CUtensorMap *map, int bf16, const void *base, int cols, int rows, in
  * 68.9 ms); for the decode tiles as many as about 220 KiB hold, at most 16 (H100, 8B BF16 M = 64 in tiles of 64
  * rows: 9.15 ms with 96 KiB rings, 9.01 ms with 208 KiB; 4 stages: 10.65 ms) */
 template <int CW, int NX> constexpr int ws_stages() {
-    return NX == 128 ? 6 : (220 * 1024) / ((64 * CW + NX) * 128) < 16 ? (220 * 1024) / ((64 * CW + NX) * 128) : 16;
+    constexpr int fit = (220 * 1024) / ((64 * CW + NX) * 128);   /* stages of (64 CW + NX) x 64 16-bit values */
+    return NX == 128 ? 6 : fit < 16 ? fit : 16;
 }
 
 template <typename T, int CW, int NX>
@@ -870,6 +871,7 @@ cudaError_t launch_wg(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_
  * it from L2, 9.62 ms; one tile of 64 rows 9.15 ms, same call) */
 int ws_nx(int m) { return m > 64 ? 128 : m > 32 ? 64 : m > 16 ? 32 : 16; }
 
+/* two consumer warpgroups (128 W rows) when those tiles fill the multiprocessors, else one (64 rows) */
 template <typename T, int NX>
 cudaError_t launch_ws_n(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
     const long tiles = (long)((p->m + NX - 1) / NX) * ((p->n_out + 127) / 128);
@@ -877,8 +879,7 @@ cudaError_t launch_ws_n(const wtc_params *p, int ks, int ldx, int ldy, cudaStrea
                                              : launch_ws_t<T, 1, NX>(p, ks, ldx, ldy, st);
 }
 
-/* two consumer warpgroups (128 W rows) when those tiles fill the multiprocessors, else one (64 rows); form 4 when
- * the driver has no tensor-map encoder (the same bits) */
+/* form 6 in tiles of ws_nx(m) batch rows; form 4 when the driver has no tensor-map encoder (the same bits) */
 template <typename T>
 cudaError_t launch_ws(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
     if (!tma_encoder()) return launch_wg<T, false>(p, ks, ldx, ldy, st);
@@ -905,30 +906,11 @@ cudaError_t launch_wg_t(const wtc_params *p, int ks, int ldx, int ldy, cudaStrea
     static std::atomic<unsigned long long> s_set{0};
     const cudaError_t e = cu_smem_optin(k, shp::kSmem, s_set);
     if (e != cudaSuccess) return e;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)((p->m + NX - 1) / NX), (unsigned)((p->n_out + shp::kBM - 1) / shp::kBM),
-                       CL ? (unsigned)ks : 1u);
-    cfg.blockDim = dim3(shp::kThreads);
-    cfg.dynamicSmemBytes = shp::kSmem;
-    cfg.stream = st;
-    cudaLaunchAttribute at[2];
-    unsigned n = 0;
-    if (CL) {   /* the ks split CTAs of a tile: one cluster (ks <= 8, the portable size) */
-        at[n].id = cudaLaunchAttributeClusterDimension;
-        at[n].val.clusterDim.x = 1;
-        at[n].val.clusterDim.y = 1;
-        at[n].val.clusterDim.z = (unsigned)ks;
-        n++;
-    }
-    if (cu_pdl_on()) {   /* the cu_launch contract (cuda/pdl.cuh) holds: nothing written is read before pdl_wait */
-        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[n].val.programmaticStreamSerializationAllowed = 1;
-        n++;
-    }
-    cfg.attrs = at;
-    cfg.numAttrs = n;
-    return cudaLaunchKernelEx(&cfg, k, (const T *)p->w, p->n_in, p->n_out, ks, p->m, (const T *)p->x, ldx, p->y, ldy,
-                              p->y_in);
+    const dim3 grid((unsigned)((p->m + NX - 1) / NX), (unsigned)((p->n_out + shp::kBM - 1) / shp::kBM),
+                    CL ? (unsigned)ks : 1u);
+    /* CL: the ks split CTAs of a tile are one cluster (ks <= 8, the portable size) */
+    return cu_launch_cl(1, CL ? dim3(1, 1, (unsigned)ks) : dim3(0, 0, 0), k, grid, dim3(shp::kThreads), shp::kSmem,
+                        st, (const T *)p->w, p->n_in, p->n_out, ks, p->m, (const T *)p->x, ldx, p->y, ldy, p->y_in);
 }
 
 /* batch rows per wgmma tile: the smallest of 16, 32, 64, 128 (256 for the cluster form) covering m */
@@ -1075,10 +1057,14 @@ static int s_form(const wtc_params *p, int ks) {
     return form;
 }
 
+/* the SwiGLU epilogue runs in a launch of p in this form: the TMA form, rows in whole gate/up blocks */
+static bool s_glu_ok(const wtc_params *p, int form) {
+    return form == 6 && p->n_out % 16 == 0 && wg_on() && tma_encoder() != nullptr;
+}
+
 extern "C" int wtc_glu_fused(const wtc_params *p) {
-    if (!p || p->m < 1 || !wtc_supported(p->n_in, p->n_out) || p->n_out % 16 || p->form < 0 || p->form > 6)
-        return 0;
-    return s_form(p, wtc_split(p->n_in, p->n_out)) == 6 && wg_on() && tma_encoder() != nullptr;
+    if (!p || p->m < 1 || !wtc_supported(p->n_in, p->n_out) || p->form < 0 || p->form > 6) return 0;
+    return s_glu_ok(p, s_form(p, wtc_split(p->n_in, p->n_out)));
 }
 
 extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {
@@ -1088,10 +1074,10 @@ extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {
     const int ldx = p->ldx ? p->ldx : p->n_in, ldy = p->ldy ? p->ldy : p->n_out;
     if (ldx < p->n_in || ldx % 8 || ldy < p->n_out || (long)p->m * ldx >= (1L << 31)) return cudaErrorInvalidValue;
     if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
-    if (p->glu && (!wtc_glu_fused(p) || p->ldg < p->n_out / 2 || (long)p->m * p->ldg >= (1L << 31)))
-        return cudaErrorInvalidValue;
     const int ks = wtc_split(p->n_in, p->n_out);
     const int form = s_form(p, ks);
+    if (p->glu && (!s_glu_ok(p, form) || p->ldg < p->n_out / 2 || (long)p->m * p->ldg >= (1L << 31)))
+        return cudaErrorInvalidValue;
     if (form == 1 && p->m > 8) return cudaErrorInvalidValue;
     if (form >= 4 && !wg_on()) return cudaErrorInvalidValue;
     if (form == 3 && ks > 1) {
