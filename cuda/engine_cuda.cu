@@ -612,6 +612,16 @@ static int s_use_wtc(const cu_engine *E, const cu_mat *W) {
     return E->wtc_on && W->dense && !W->qtc && !W->qmma && wtc_supported(W->n_in, W->n_out);
 }
 
+/* the wtc product of W's dense 16-bit copy over n_rows rows of xw (n_in apart); output fields left unset */
+static wtc_params s_wtc_params(const cu_engine *E, const cu_mat *W, int n_rows, const void *xw) {
+    wtc_params p;
+    memset(&p, 0, sizeof p);
+    p.bf16 = E->wt == CU_BF16; p.w = W->dense; p.n_in = W->n_in; p.n_out = W->n_out; p.m = n_rows;
+    p.x = xw; p.ldx = W->n_in;
+    p.workspace = E->qtc_ws; p.workspace_bytes = E->qtc_ws_bytes; p.sm_count = E->sm_count;
+    return p;
+}
+
 /* y[n_rows][n_out] = x W^T, or y += x W^T when resid (y holds the residual stream): through qgemv on xf (f32)
  * in launches of at most QGEMV_MAX_M rows, or through cuBLAS on xw (wt). y's rows are ldy floats apart (0 means
  * n_out; a larger ldy writes a column slice of a wider array, e.g. wk into E->qkv + q_dim). */
@@ -651,11 +661,8 @@ static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, c
     const int qg = s_use_qg(E, W, n_rows);
     if (!qg && s_use_wtc(E, W)) {
         /* the dense 16-bit matrix (the one cuBLAS would read), through wtc at every step size */
-        wtc_params p;
-        memset(&p, 0, sizeof p);
-        p.bf16 = E->wt == CU_BF16; p.w = W->dense; p.n_in = W->n_in; p.n_out = W->n_out; p.m = n_rows;
-        p.x = xw; p.ldx = W->n_in; p.y = y; p.ldy = ldy; p.y_in = resid ? y : NULL;
-        p.workspace = E->qtc_ws; p.workspace_bytes = E->qtc_ws_bytes; p.sm_count = E->sm_count;
+        wtc_params p = s_wtc_params(E, W, n_rows, xw);
+        p.y = y; p.ldy = ldy; p.y_in = resid ? y : NULL;
         const cudaError_t e = wtc_launch(&p, E->st);
         if (e != cudaSuccess) {
             snprintf(err, errlen, "wtc (%d x %d, m %d): %s", W->n_out, W->n_in, n_rows, cudaGetErrorString(e));
@@ -690,11 +697,8 @@ static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, c
 static int s_glu(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, void *out, int ff, char *err,
                  size_t errlen) {
     if (!s_use_wtc(E, W) || s_use_qg(E, W, n_rows)) return 0;
-    wtc_params p;
-    memset(&p, 0, sizeof p);
-    p.bf16 = E->wt == CU_BF16; p.w = W->dense; p.n_in = W->n_in; p.n_out = W->n_out; p.m = n_rows;
-    p.x = xw; p.ldx = W->n_in; p.glu = out; p.ldg = ff;
-    p.workspace = E->qtc_ws; p.workspace_bytes = E->qtc_ws_bytes; p.sm_count = E->sm_count;
+    wtc_params p = s_wtc_params(E, W, n_rows, xw);
+    p.glu = out; p.ldg = ff;
     if (!wtc_glu_fused(&p)) return 0;
     const cudaError_t e = wtc_launch(&p, E->st);
     if (e != cudaSuccess) {
