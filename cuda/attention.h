@@ -75,7 +75,11 @@ typedef struct {
                                   shape it does not serve) */
     int tc_group;              /* kernel 4 only: warps per block, 1, 2, 4 or 8; 0: chosen from the launch. Any value
                                   gives the same bits (cuda/attn_decode_tc.h): tests and benchmarks */
-    int tc_lpw;                /* kernel 4 only: chunks per warp, 1 or 2; 0: chosen from the launch. Same bits */
+    int tc_lpw;                /* kernel 4 only: chunks per warp, 1, 2 or 4 (4 serves GQA groups up to 8; above,
+                                  2 runs); 0: chosen from the launch. Same bits */
+    int tc_cluster;            /* kernel 4 only: -1 never folds a row's blocks through a thread-block cluster, 0
+                                  or 1 does where the launch allows it (2..8 blocks per row, sm_90, the
+                                  ZLLM_ATTN_TC_CLUSTER knob not 0). Same bits */
     void *out_w;               /* NULL, or (tensor-core kernel only) the output as values of kv_type, rounded to
                                   nearest, in rows of out_stride elements (out is then not written): the next
                                   product's 16-bit input without a cast kernel. A launch the tensor-core kernel

@@ -2,22 +2,27 @@
  * arithmetic; measurements in docs/perf.md, "Sixth pass").
  *
  * Grid (blocks per row, n_kv_heads, n_seq); a block is G warps, warp w of block b computing chunks
- * (b * G + w) * lpw .. + lpw - 1 of its row. Why warps that own their chunks: the CUDA-core kernel of cuda/attention.cu is partly issue-bound (its f32
- * dot products and conversions), and its block-wide ring needs barriers; here the GQA group is the M of
+ * (b * G + w) * lpw .. + lpw - 1 of its row. Why warps that own their chunks: the CUDA-core kernel of
+ * cuda/attention.cu is partly issue-bound (its f32 dot products and conversions), and its block-wide ring needs barriers; here the GQA group is the M of
  * mma.sync (16 rows, group <= 16 of them real), so a 16-key tile costs 2 * D / 8 mma and D / 8 ldmatrix per
  * warp instead of ~16 * D * group / 32 FMAs, and each warp runs its own cp.async ring (__syncwarp only).
  * The per-warp ring is NS tiles deep (NS - 1 in flight while one is computed): 24 KiB per warp for both head
  * sizes (8-9 warps per SM whatever G is), or 48 KiB in the deep form that launches with at most 4 warps of
  * chunks per SM use (batch 1 at short contexts: each warp then needs more bytes in flight).
  * Rows g + 8 of the mma are used only for groups above 8; below, their P fragments are zero.
- * After its chunks (the second one's partial merged with the kept first one), each warp leaves (m, l, o) for its
- * group rows in its own ring area; the block folds its G warp partials (factors per row first, then the output elements: the levels of the tree unrolled in
- * registers), then either writes o / l (the block holds every non-empty chunk of the row) or stores the
- * subtree partial and counts itself on the row's arrival counter; the block that completes the count copies
- * the row's subtree partials into shared memory and folds them the same way (up to 16 in registers, more level
- * by level in shared memory), writes o / l, then puts the counter back to zero. Blocks whose chunks all lie
- * past kv_len exit at once and do not count (the count awaited is the number of blocks holding a non-empty
- * chunk, known to every block). Every fold evaluates the same perfect tree with the same merge (ml_factors +
+ * After its chunks (with lpw > 1 each chunk's partial goes through a binary counter of saved subtree partials in
+ * registers, so the warp leaves its aligned subtree of lpw leaves), each warp leaves (m, l, o) for its group
+ * rows in its own ring area; the block folds its G warp partials (factors per row first, then the output
+ * elements: the levels of the tree unrolled in registers), then either writes o / l (the block holds every
+ * non-empty chunk of the row) or, when the row has more blocks:
+ *   - cluster fold (2..8 blocks per row on sm_90, the default there): the row's blocks are one thread-block
+ *     cluster; each leaves its subtree partial in its own shared memory, and after a cluster barrier every
+ *     block folds a slice of the output elements from all of them through distributed shared memory;
+ *   - otherwise each block stores its subtree partial and counts itself on the row's arrival counter; the
+ *     block that completes the count copies the row's subtree partials into shared memory and folds them the
+ *     same way (up to 16 in registers, more level by level in shared memory), writes o / l, then puts the
+ *     counter back to zero. Blocks whose chunks all lie past kv_len exit at once and do not count (the count
+ *     awaited is the number of blocks holding a non-empty chunk, known to every block). Every fold evaluates the same perfect tree with the same merge (ml_factors +
  * ml_apply), so any G and lpw, and the batch, leave a row's bits unchanged.
  * Diagnostic and comparison knobs (ZLLM_ATTN_TC_DIAG, _ORDER, _SYNC, _LEVELFOLD) stay for the benchmark; each
  * measured choice is written beside its knob in tc_knobs. */
@@ -29,6 +34,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <atomic>
+#include <cooperative_groups.h>
 
 namespace {
 
@@ -42,8 +48,9 @@ constexpr int kMaxStack = 24;     /* fold stack depth: enough for 2^23 leaves */
 /* the environment's knobs, read once per process (attn_decode_tc.h); H100 measurements of each in docs/perf.md */
 struct tc_knobs {
     int on;          /* ZLLM_ATTN_DECODE_TC: 0 keeps kernel 0 on the CUDA-core kernels */
-    int chunk_min;   /* ZLLM_ATTN_TC_CHUNK_MIN: fewest keys per chunk (256) */
-    int lpw;         /* ZLLM_ATTN_TC_LPW: chunks per warp (1, 2); 0 automatic (tc_lpw) */
+    int chunk_min;   /* ZLLM_ATTN_TC_CHUNK_MIN: fewest keys per chunk (256; 64 and 128 measured in session 12,
+                        docs/perf.md: 64 makes 8B BF16 M=1 1.7% faster and M=64 2.6% slower) */
+    int lpw;         /* ZLLM_ATTN_TC_LPW: chunks per warp (1, 2, 4); 0 automatic (tc_lpw) */
     int wps;         /* ZLLM_ATTN_TC_WPS: warps per SM one sequence's chunks aim to fill (8; 16: no gain) */
     int g;           /* ZLLM_ATTN_TC_G: warps per block (1, 2, 4, 8); 0 automatic */
     int g_max;       /* ZLLM_ATTN_TC_GMAX: largest automatic G (8; 4: 1 x 64k 75% vs 85%, first form) */
@@ -65,7 +72,8 @@ const tc_knobs &knobs() {
         tc_knobs r;
         r.on = cu_env_int("ZLLM_ATTN_DECODE_TC", 1, 0, 1);
         r.chunk_min = (cu_env_int("ZLLM_ATTN_TC_CHUNK_MIN", 256, 1, 1 << 20) + kTileKeys - 1) / kTileKeys * kTileKeys;
-        r.lpw = cu_env_int("ZLLM_ATTN_TC_LPW", 0, 0, 2);
+        r.lpw = cu_env_int("ZLLM_ATTN_TC_LPW", 0, 0, 4);
+        if (r.lpw == 3) r.lpw = 0;
         r.wps = cu_env_int("ZLLM_ATTN_TC_WPS", 8, 1, 64);
         r.g = cu_env_int("ZLLM_ATTN_TC_G", 0, 0, kMaxG);
         if (r.g & (r.g - 1)) r.g = 0;
@@ -138,6 +146,30 @@ __device__ __forceinline__ void put_out(float *o, __nv_bfloat16 *ow, long e, flo
     else o[e] = v;
 }
 
+/* Thread-block cluster helpers (sm_90; the host launches the cluster fold only there, so below they compile to
+ * nothing): a cluster barrier whose arrival releases this block's shared-memory stores and whose wait acquires
+ * the other blocks', and the address of the same shared-memory variable in block `rank` of the cluster. */
+__device__ __forceinline__ void cl_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ const float *cl_peer(const float *p, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return cooperative_groups::this_cluster().map_shared_rank(const_cast<float *>(p), rank);
+#else
+    (void)rank;
+    return p;
+#endif
+}
+
+/* a block's subtree partial for the cluster fold, after its rings and flag: m [16], l [16], o [group][D] floats */
+template <typename T, int D, bool DEEP> __host__ __device__ constexpr size_t tc_export_off(int G) {
+    return (size_t)G * ring_elems<D, DEEP>() * sizeof(T) + 16;
+}
+template <int D> constexpr size_t tc_export_bytes() { return sizeof(float) * (32 + 16 * D); }
+
 /* Folds leaves 0..n-1 (leaf(i, m, l, o)) as the perfect binary tree over them padded with identities: a stack
  * of complete subtrees (binary counter), then the unfinished ones from the right. */
 template <int DEPTH, typename F>
@@ -198,9 +230,49 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     const int nb_valid = (n_valid + G * lpw - 1) / (G * lpw);       /* blocks holding keys */
     float *orow = p.out + (long)seq * out_stride + (long)kvh * group * D;
     T *orow_w = p.out_w ? reinterpret_cast<T *>(p.out_w) + (long)seq * out_stride + (long)kvh * group * D : nullptr;
+    /* Cluster fold (mode bit 6: the row's blocks are one thread-block cluster, at most 8, sm_90): instead of the
+     * workspace, an arrival counter and a last block, each block holding keys leaves its subtree partial in its
+     * own shared memory (the export area after its rings); after a cluster barrier every block of the cluster
+     * folds a slice of the row's output elements from all of them through distributed shared memory: the
+     * block partials as the perfect tree over 8 leaves (past nb_valid identities), merged with ml_merge as
+     * the other folds merge, so the same bits. A second barrier keeps each block's shared memory alive until
+     * every block has read it. Compact on purpose: each SM runs this code once per launch, from a cold
+     * instruction cache (ncu, 1 x 1040: the unrolled 16-leaf fold of the last-block path stalled on
+     * instruction fetch while the row's other blocks waited). Every block of the cluster, with keys or not,
+     * meets both barriers. */
+    const bool clu = (mode >> 6) & 1;
+    const float *ex = reinterpret_cast<const float *>(smem_raw + tc_export_off<T, D, DEEP>(G));
+    auto cl_fold = [&]() {
+        cl_sync();
+        if (nb_valid > 1) {
+            const int ncl = gridDim.x;   /* the cluster's blocks (grid x in cluster launches) */
+            for (int e = blk * G * 32 + tid; e < group * D; e += ncl * G * 32) {
+                const int r = e / D;
+                float vm[8], vl[8], vo[8];
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    vm[i] = -INFINITY;
+                    vl[i] = vo[i] = 0.f;
+                    if (i < nb_valid) {
+                        const float *px = cl_peer(ex, i);
+                        vm[i] = px[r];
+                        vl[i] = px[16 + r];
+                        vo[i] = px[32 + e];
+                    }
+                }
+#pragma unroll
+                for (int st = 1; st < 8; st *= 2)
+#pragma unroll
+                    for (int i = 0; i < 8; i += 2 * st) ml_merge(vm[i], vl[i], vo[i], vm[i + st], vl[i + st], vo[i + st]);
+                put_out(orow, orow_w, e, finalize(vl[0], vo[0]));
+            }
+        }
+        cl_sync();
+    };
     if (blk >= nb_valid) {
         if (blk == 0)   /* kv_len 0: zeros */
             for (int e = tid; e < group * D; e += G * 32) put_out(orow, orow_w, e, 0.f);
+        if (clu) cl_fold();
         return;
     }
 
@@ -263,7 +335,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     /* Q as A fragments, straight from the f32 rows while the first tiles are in flight: a0/a2 row g, dims 2tq and
      * 2tq + 8 of each 16-dim step, a1/a3 the same for row g + 8; rows past the group are zero */
     const int g = lane >> 2, tq = lane & 3;
-    const bool hi_rows = group > 8;
+    const bool hi_rows = LPW != 4 && group > 8;   /* lpw 4 serves groups up to 8 only (tc_lpw) */
     uint32_t qf[DK][4];
     {
         const float *q0 = p.q + (long)seq * q_stride + (long)kvh * group * D;
@@ -385,30 +457,75 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     };
     /* (Measured and not kept: in the deep form, S of tile j + 1 computed before the softmax and P V of tile j
      * so that two tiles' chains overlap: batch 1 at 1k-4k 5-7% slower.) */
-    /* a warp with two chunks (lpw 2) keeps the first one's partial (l summed over the 4 lanes as at the end)
-     * and starts the second from scratch: each chunk stays a leaf of the tree */
-    float os[LPW == 2 ? DN : 1][4], ms[2] = {-INFINITY, -INFINITY}, ls[2] = {0.f, 0.f};
-    bool saved = false;
+    /* A warp with lpw > 1 chunks keeps each one a leaf of the tree: at a chunk boundary the finished leaf's
+     * partial (m, l summed over the quad as at the end, o) goes through a binary counter of saved subtree
+     * partials in registers. Level k holds the left sibling of the subtree the running partial completes: a
+     * set bit k of the leaf's index merges level k (left) with it, the first clear bit stores it there. lpw 4
+     * keeps two levels of rows g only (the host runs it for groups up to 8: rows g + 8 are padding). */
+    constexpr int NSV = LPW == 4 ? 2 : LPW == 2 ? 1 : 0;   /* saved levels */
+    constexpr int NSA = NSV > 0 ? NSV : 1;
+    constexpr int SH = LPW == 4 ? 1 : 2;                    /* row halves merged: g, and g + 8 (lpw <= 2) */
+    float so[NSA][NSV > 0 ? DN : 1][2 * SH], sm[NSA][SH], sl[NSA][SH];
+#pragma unroll
+    for (int k = 0; k < NSA; k++)   /* identities (every level is stored before it is read) */
+#pragma unroll
+        for (int h = 0; h < SH; h++) {
+            sm[k][h] = -INFINITY;
+            sl[k][h] = 0.f;
+#pragma unroll
+            for (int n = 0; n < (NSV > 0 ? DN : 1); n++) so[k][n][2 * h] = so[k][n][2 * h + 1] = 0.f;
+        }
+    int leaf = 0;        /* this warp's leaves finished */
+    int jb = tpl;        /* the tile that starts the next leaf */
+    /* level k (left) merged with the running partial (m, lq, o) into the running partial, rows half h */
+    auto carry = [&](int k, int h, float &lq) {
+        float mn, sa, sb;
+        h = h < SH ? h : 0;   /* callers pass h < SH only */
+        const int f = ml_factors(sm[k][h], m[h], mn, sa, sb);
+        lq = ml_apply(f, sl[k][h], lq, sa, sb);
+#pragma unroll
+        for (int n = 0; n < (NSV > 0 ? DN : 0); n++) {
+            o[n][2 * h] = ml_apply(f, so[k][n][2 * h], o[n][2 * h], sa, sb);
+            o[n][2 * h + 1] = ml_apply(f, so[k][n][2 * h + 1], o[n][2 * h + 1], sa, sb);
+        }
+        m[h] = mn;
+    };
     for (int j = 0; j < ntile; j++) {
         cp_async_wait<NS - 2>();   /* this lane's copies of tile j have landed */
         __syncwarp();              /* ... and every lane's; stage (j - 1) % NS is no longer read */
         load(j + NS - 1);
-        if (LPW == 2 && j == tpl) {   /* the second chunk begins */
+        if (LPW > 1 && j == jb) {   /* a new chunk begins: leaf `leaf` is complete */
+            jb += tpl;
+            bool stored = false;
+#pragma unroll
+            for (int h = 0; h < SH; h++) {
+                float lq = quad_sum(l[h]);
+                stored = false;
+#pragma unroll
+                for (int k = 0; k < NSV; k++) {
+                    if (stored) continue;
+                    if ((leaf >> k) & 1) {
+                        carry(k, h, lq);
+                    } else {
+                        sm[k][h] = m[h];
+                        sl[k][h] = lq;
+#pragma unroll
+                        for (int n = 0; n < (NSV > 0 ? DN : 0); n++) {
+                            so[k][n][2 * h] = o[n][2 * h];
+                            so[k][n][2 * h + 1] = o[n][2 * h + 1];
+                        }
+                        stored = true;
+                    }
+                }
+            }
+            leaf++;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                ls[h] = quad_sum(l[h]);
-                ms[h] = m[h];
                 m[h] = -INFINITY;
                 l[h] = 0.f;
             }
 #pragma unroll
-            for (int n = 0; n < (LPW == 2 ? DN : 1); n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    os[n][e] = o[n][e];
-                    o[n][e] = 0.f;
-                }
-            saved = true;
+            for (int n = 0; n < DN; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
         }
         float s[2][4];
         qk(j % NS, s);
@@ -431,18 +548,14 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             float sum = quad_sum(l[h]);
-            float mh = ntile > 0 ? m[h] : -INFINITY;
-            if (LPW == 2 && saved) {   /* the tree's first level for this warp's two chunks, as the folds do */
-                float mn, sa, sb;
-                const int f = ml_factors(ms[h], mh, mn, sa, sb);
-                sum = ml_apply(f, ls[h], sum, sa, sb);
+            if (ntile == 0) m[h] = -INFINITY;
+            /* the last leaf closes the warp's subtree: leaves past it are identities, so each saved level
+             * whose bit is set in the last leaf's index is its left sibling at that level (lpw 4: rows g) */
+            if (h < SH)
 #pragma unroll
-                for (int n = 0; n < (LPW == 2 ? DN : 0); n++) {
-                    o[n][2 * h] = ml_apply(f, os[n][2 * h], o[n][2 * h], sa, sb);
-                    o[n][2 * h + 1] = ml_apply(f, os[n][2 * h + 1], o[n][2 * h + 1], sa, sb);
-                }
-                mh = mn;
-            }
+                for (int k = 0; k < NSV; k++)
+                    if ((leaf >> k) & 1) carry(k, h, sum);
+            const float mh = m[h];
             const int r = g + 8 * h;
             if (r >= group) continue;
             if (tq == 0) {
@@ -519,6 +632,13 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
                 }
             if (nb_valid == 1) {
                 put_out(orow, orow_w, e, finalize(fl[r], vo[0]));
+            } else if (clu) {   /* the export area, for the cluster fold */
+                float *xo = const_cast<float *>(ex);
+                xo[32 + e] = vo[0];
+                if (e % D == 0) {
+                    xo[r] = fm[r];
+                    xo[16 + r] = fl[r];
+                }
             } else {
                 const long pi = row_id * nblk + blk;
                 ws_o[pi * n_elem + e] = vo[0];
@@ -528,6 +648,10 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
                 }
             }
         }
+    }
+    if (clu) {
+        cl_fold();
+        return;
     }
     if (nb_valid == 1 || diag == 2) return;
 
@@ -748,14 +872,21 @@ int tc_chunks_of(const attn_decode_params *p, int chunk) {
     return (int)((L + chunk - 1) / chunk);
 }
 
-/* chunks per warp: tc_lpw, the knob, or 2 when a row has more chunks than one block of 8 warps holds and the
- * launch has more chunks than one wave of wps warps per SM (long streams amortise a warp's start and the
- * merges: 16 x 4k read 78% at one 256-key chunk per warp, 87% at 512 keys), else 1 (batch 1: twice the warps) */
-int tc_lpw(const attn_decode_params *p, int n_chunks) {
+/* chunks per warp: tc_lpw or the knob (4 becomes 2 for GQA groups above 8: lpw 4 keeps rows g only), else 1
+ * unless a row has more chunks than one block of 8 warps holds and the launch has more chunks than one wave of
+ * wps warps per SM; then as many as make a warp's keys at least kWarpKeys (long streams amortise a warp's start
+ * and its merges: 16 x 4k read 78% at one 256-key chunk per warp, 87% at 512 keys), at most 2 for groups above
+ * 8, else 4 (batch 1 keeps one chunk per warp: more warps) */
+constexpr int kWarpKeys = 512;
+int tc_lpw(const attn_decode_params *p, int chunk, int n_chunks) {
+    const int lmax = p->n_heads / p->n_kv_heads > 8 ? 2 : 4;
     const int f = p->tc_lpw > 0 ? p->tc_lpw : knobs().lpw;
-    if (f == 1 || f == 2) return f;
+    if (f == 1 || f == 2 || f == 4) return f < lmax ? f : lmax;
     const long total = (long)p->n_seq * p->n_kv_heads * n_chunks;
-    return n_chunks > kMaxG && total > (long)cu_sm_count(p->sm_count) * knobs().wps ? 2 : 1;
+    if (n_chunks <= kMaxG || total <= (long)cu_sm_count(p->sm_count) * knobs().wps) return 1;
+    int l = 2;
+    while (l < lmax && (long)l * chunk < kWarpKeys) l *= 2;
+    return l;
 }
 
 /* warps per block: tc_group, the knob, or the smallest power of two covering the row's warps, at most g_max
@@ -768,13 +899,23 @@ int tc_group_size(const attn_decode_params *p, int n_warps, int g_max) {
     return g;
 }
 
+/* 1 when a row of nblk blocks folds through a thread-block cluster (the cluster fold of decode_tc_kernel): 2..8
+ * blocks (the portable cluster size), compute capability 9.0 or later, ZLLM_ATTN_TC_CLUSTER not 0, tc_cluster
+ * not -1, and neither the launch-order nor a diagnostic knob set. Either fold gives the same bits. */
+bool tc_cluster(const attn_decode_params *p, int nblk) {
+    static int s_state[64];
+    if (nblk < 2 || nblk > 8 || p->tc_cluster < 0 || knobs().order || knobs().diag) return false;
+    return cu_device_switch(s_state, 9, 1 << 30, "ZLLM_ATTN_TC_CLUSTER") != 0;
+}
+
 size_t ws_counter_bytes(const attn_decode_params *p) { return (size_t)p->n_seq * p->n_heads * sizeof(int); }
 
 template <typename T, int D, int G, bool DEEP, int LPW>
 cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaStream_t st) {
     constexpr int lpw = LPW;
     constexpr size_t smem = tc_smem<T, D, DEEP>(G);
-    static_assert(smem <= 227 * 1024, "a block's rings must fit the shared memory of one SM");
+    constexpr size_t smem_cl = tc_export_off<T, D, DEEP>(G) + tc_export_bytes<D>();   /* the cluster fold's */
+    static_assert(smem_cl <= 227 * 1024, "a block's rings must fit the shared memory of one SM");
     static std::atomic<unsigned long long> s_set{0};   /* devices whose attributes are set (bit per device) */
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
@@ -782,7 +923,7 @@ cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaS
     if (!(s_set.load(std::memory_order_relaxed) & bit)) {
         /* function attributes, not stream operations: allowed while the stream is being captured */
         cudaError_t e = cudaFuncSetAttribute(decode_tc_kernel<T, D, G, DEEP, LPW>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_cl);
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(decode_tc_kernel<T, D, G, DEEP, LPW>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                      cudaSharedmemCarveoutMaxShared);
@@ -792,8 +933,9 @@ cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaS
     const int group = p->n_heads / p->n_kv_heads;
     const int nblk = (n_chunks + G * lpw - 1) / (G * lpw);
     const float scale = p->scale > 0.f ? p->scale : 1.0f / sqrtf((float)D);
+    const bool clu = tc_cluster(p, nblk);
     int *counters = nullptr;
-    if (nblk > 1) {
+    if (nblk > 1 && !clu) {
         const size_t need = (size_t)p->n_seq * p->n_kv_heads * nblk * group * (D + 2) * sizeof(float) +
                             ws_counter_bytes(p);
         if (!p->workspace || p->workspace_bytes < need) return cudaErrorInvalidValue;
@@ -801,7 +943,11 @@ cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaS
                                            ws_counter_bytes(p));
     }
     const int mode = (knobs().order ? 1 : 0) | (knobs().diag << 1) | (knobs().acq_rel << 4) |
-                     (knobs().level_fold << 5);
+                     (knobs().level_fold << 5) | (clu ? 64 : 0);
+    if (clu)   /* one cluster per row: grid x is the row's blocks (order 0, tc_cluster) */
+        return cu_launch_cl(knobs().pdl, dim3((unsigned)nblk, 1, 1), decode_tc_kernel<T, D, G, DEEP, LPW>,
+                            dim3((unsigned)nblk, (unsigned)p->n_kv_heads, (unsigned)p->n_seq), dim3(G * 32),
+                            smem_cl, st, *p, group, chunk, n_chunks, scale * kLog2e, counters, mode);
     const dim3 grid = knobs().order ? dim3((unsigned)p->n_kv_heads, (unsigned)nblk, (unsigned)p->n_seq)
                                     : dim3((unsigned)nblk, (unsigned)p->n_kv_heads, (unsigned)p->n_seq);
     if (nblk > 65535 && knobs().order) return cudaErrorInvalidValue;
@@ -817,8 +963,12 @@ cudaError_t launch_l(const attn_decode_params *p, int chunk, int n_chunks, cudaS
     const int row_warps = (n_chunks + LPW - 1) / LPW;
     const long warps = (long)p->n_seq * p->n_kv_heads * row_warps;
     const long sm = cu_sm_count(p->sm_count);
-    if (knobs().deep && warps <= sm * 4) {
-        switch (tc_group_size(p, row_warps, 4)) {
+    const int gd = tc_group_size(p, row_warps, 4), nbd = (row_warps + gd - 1) / gd;
+    /* deep rings only where the row then needs no cross-block fold or folds in one cluster (where clusters run
+     * at all): 16 deep blocks per row folding through the workspace took 23.0 us at 1 x 4096, 8 blocks of the
+     * 24 KiB form in a cluster 16.3 (H100) */
+    if (knobs().deep && warps <= sm * 4 && (nbd == 1 || tc_cluster(p, nbd) || !tc_cluster(p, 2))) {
+        switch (gd) {
         case 1: return launch_g<T, D, 1, true, LPW>(p, chunk, n_chunks, st);
         case 2: return launch_g<T, D, 2, true, LPW>(p, chunk, n_chunks, st);
         default: return launch_g<T, D, 4, true, LPW>(p, chunk, n_chunks, st);
@@ -835,8 +985,11 @@ cudaError_t launch_l(const attn_decode_params *p, int chunk, int n_chunks, cudaS
 template <typename T, int D>
 cudaError_t launch_d(const attn_decode_params *p, cudaStream_t st) {
     const int chunk = tc_chunk(p), n_chunks = tc_chunks_of(p, chunk);
-    return tc_lpw(p, n_chunks) == 2 ? launch_l<T, D, 2>(p, chunk, n_chunks, st)
-                                    : launch_l<T, D, 1>(p, chunk, n_chunks, st);
+    switch (tc_lpw(p, chunk, n_chunks)) {
+    case 4: return launch_l<T, D, 4>(p, chunk, n_chunks, st);
+    case 2: return launch_l<T, D, 2>(p, chunk, n_chunks, st);
+    default: return launch_l<T, D, 1>(p, chunk, n_chunks, st);
+    }
 }
 
 template <typename T>
@@ -884,7 +1037,8 @@ extern "C" cudaError_t attn_decode_tc_launch(const attn_decode_params *p, cudaSt
         return cudaErrorInvalidValue;
     if (p->n_seq < 1 || p->n_seq > 65535 || p->n_ctx < 1 || p->max_kv_len < 0 || p->max_kv_len > p->n_ctx ||
         p->q_stride < 0 || p->out_stride < 0 || p->q_stride % 4 || p->out_stride % 4 || p->tc_group < 0 ||
-        p->tc_group > kMaxG || p->tc_lpw < 0 || p->tc_lpw > 2)
+        p->tc_group > kMaxG || p->tc_lpw < 0 || p->tc_lpw > 4 || p->tc_lpw == 3 || p->tc_cluster < -1 ||
+        p->tc_cluster > 1)
         return cudaErrorInvalidValue;
     return p->kv_type == ATTN_KV_F16 ? launch_t<__half>(p, stream) : launch_t<__nv_bfloat16>(p, stream);
 }

@@ -17,20 +17,22 @@
  *   - The chunk partials of a row are merged by ONE fixed binary tree: the perfect tree over the chunks in
  *     order, chunks past kv_len being exact identities (m = -inf). Merge of (a, b): m = max, each side scaled
  *     by exp2(m_side - m), l and o summed; an identity side returns the other side unchanged.
- *   - Who evaluates which node follows the launch and changes no bit: a warp takes lpw = 1 or 2 consecutive
- *     chunks (2 in large launches; it keeps the first partial and merges it with the second as the tree's first
- *     level); a block of G warps (1, 2, 4 or 8) folds its G x lpw aligned chunks in shared memory (a subtree);
- *     when a row needs more than one block, each block stores its subtree's partial in the workspace and the
- *     last block of the row to finish (an arrival counter at the workspace's end, left at zero again) folds them
- *     as the upper levels. tc_group and tc_lpw (attention.h) force the form; the checks compare every form bit
- *     for bit. Output: o / l, or zeros for kv_len 0: f32 into out, or (out_w set) rounded to the cache type
+ *   - Who evaluates which node follows the launch and changes no bit: a warp takes lpw = 1, 2 or 4 consecutive
+ *     chunks (more in large launches, so that a warp streams about 512 keys; 4 only for groups up to 8); it
+ *     folds them as the tree's lower levels through a binary counter of saved partials in registers. A block
+ *     of G warps (1, 2, 4 or 8) folds its G x lpw aligned chunks in shared memory (a subtree). When a row needs
+ *     2..8 blocks on sm_90 they run as one thread-block cluster and fold the upper levels through distributed
+ *     shared memory; otherwise each block stores its subtree's partial in the workspace and the last block of
+ *     the row to finish (an arrival counter at the workspace's end, left at zero again) folds them. tc_group,
+ *     tc_lpw and tc_cluster (attention.h) force the form; the checks compare every form bit for bit. Output: o / l, or zeros for kv_len 0: f32 into out, or (out_w set) rounded to the cache type
  *     into out_w, the next product's input, as the engine's cast kernel would round it.
  * Loads: each warp streams its keys through its own cp.async ring of 16-key K and V tiles in shared memory
  * (XOR-swizzled rows for ldmatrix), so no block barrier sits in the key loop; launches with at most 4 warps per
- * SM use deeper rings.
+ * SM use deeper rings, where the row then needs no cross-block fold or folds in one cluster.
  * Knobs (read once per process): ZLLM_ATTN_DECODE_TC (0: the CUDA-core kernels for kernel 0),
  * ZLLM_ATTN_TC_CHUNK_MIN (fewest keys per chunk, default 256), ZLLM_ATTN_TC_WPS (warps per SM the chunk count
- * aims to fill for one sequence, default 8), ZLLM_ATTN_TC_LPW (chunks per warp, 0 automatic), ZLLM_ATTN_TC_G
+ * aims to fill for one sequence, default 8), ZLLM_ATTN_TC_LPW (chunks per warp, 0 automatic),
+ * ZLLM_ATTN_TC_CLUSTER (0: no cluster fold), ZLLM_ATTN_TC_G
  * (warps per block, overrides the automatic choice: the smallest power of two covering the row's warps, at most
  * 8, at most 4 in the deep form; tc_group overrides both), ZLLM_ATTN_TC_GMAX, ZLLM_ATTN_TC_DEEP, and diagnostics
  * (cuda/attn_decode_tc.cu). */

@@ -215,13 +215,18 @@ static void run_decode_case(const decode_case &c) {
         return;
     }
     std::vector<float> first;
-    /* (warps per block G, chunks per warp): automatic first, then forced combinations */
-    const int forms[][2] = {{0, 0}, {1, 1}, {2, 2}, {4, 1}, {8, 2}, {1, 2}, {8, 1}};
-    for (int fi = 0; fi < 7; fi++) {
+    /* (warps per block G, chunks per warp, cluster fold): automatic first, then forced combinations; cluster -1
+     * folds a row's blocks through the workspace, 0 through a thread-block cluster where the launch allows (2..8
+     * blocks per row on sm_90), lpw 4 runs as 2 for groups above 8 */
+    const int forms[][3] = {{0, 0, 0}, {0, 0, -1}, {1, 1, -1}, {2, 2, -1}, {4, 1, -1}, {8, 2, -1}, {1, 2, -1},
+                            {8, 1, -1}, {1, 1, 0}, {2, 2, 0}, {4, 1, 0}, {1, 4, 0}, {2, 4, -1}, {4, 4, 0},
+                            {8, 4, -1}, {1, 4, -1}};
+    for (int fi = 0; fi < (int)(sizeof forms / sizeof forms[0]); fi++) {
         p4.tc_group = forms[fi][0];
         p4.tc_lpw = forms[fi][1];
-        char what[48];
-        snprintf(what, sizeof what, "kernel 4 G %d lpw %d", forms[fi][0], forms[fi][1]);
+        p4.tc_cluster = forms[fi][2];
+        char what[64];
+        snprintf(what, sizeof what, "kernel 4 G %d lpw %d cluster %d", forms[fi][0], forms[fi][1], forms[fi][2]);
         const double ek = run_checked(p4, what);
         if (fi == 0) {
             first = out;
@@ -244,11 +249,12 @@ static void run_decode_case(const decode_case &c) {
         }
     }
     dev_buf dw(qn * 2);
-    const int wforms[][2] = {{0, 0}, {1, 1}, {8, 2}};
-    for (int fi = 0; fi < 3; fi++) {
+    const int wforms[][3] = {{0, 0, 0}, {1, 1, -1}, {8, 2, -1}, {2, 1, 0}, {1, 4, 0}};
+    for (int fi = 0; fi < (int)(sizeof wforms / sizeof wforms[0]); fi++) {
         attn_decode_params pw = p4;
         pw.tc_group = wforms[fi][0];
         pw.tc_lpw = wforms[fi][1];
+        pw.tc_cluster = wforms[fi][2];
         pw.out_w = dw.p;
         poison(dout.p, qn * 4);
         poison(dw.p, qn * 2);
@@ -545,7 +551,9 @@ static void run_reuse_case(attn_kv_type t) {
         p.kernel = kernels[it % 8];
         if (p.kernel == 4 && t == ATTN_KV_F32) p.kernel = 1;
         p.tc_group = p.kernel == 4 ? 1 << rnd_i(4) : 0;   /* G 1..8: more blocks per row, more counter use */
-        p.tc_lpw = p.kernel == 4 ? rnd_i(3) : 0;
+        p.tc_lpw = p.kernel == 4 ? rnd_i(4) : 0;
+        if (p.tc_lpw == 3) p.tc_lpw = 4;
+        p.tc_cluster = p.kernel == 4 ? rnd_i(2) - 1 : 0;
         std::vector<int32_t> slot(p.n_seq), len(p.n_seq);
         for (int i = 0; i < p.n_seq; i++) {
             slot[i] = (i * 5 + it) % n_slots;
