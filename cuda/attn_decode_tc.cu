@@ -3,9 +3,10 @@
  *
  * Grid (blocks per row, n_kv_heads, n_seq); a block is G warps, warp w of block b computing chunks
  * (b * G + w) * lpw .. + lpw - 1 of its row. Why warps that own their chunks: the CUDA-core kernel of
- * cuda/attention.cu is partly issue-bound (its f32 dot products and conversions), and its block-wide ring needs barriers; here the GQA group is the M of
- * mma.sync (16 rows, group <= 16 of them real), so a 16-key tile costs 2 * D / 8 mma and D / 8 ldmatrix per
- * warp instead of ~16 * D * group / 32 FMAs, and each warp runs its own cp.async ring (__syncwarp only).
+ * cuda/attention.cu is partly issue-bound (its f32 dot products and conversions), and its block-wide ring needs
+ * barriers; here the GQA group is the M of mma.sync (16 rows, group <= 16 of them real), so a 16-key tile costs
+ * 2 * D / 8 mma and D / 8 ldmatrix per warp instead of ~16 * D * group / 32 FMAs, and each warp runs its own
+ * cp.async ring (__syncwarp only).
  * The per-warp ring is NS tiles deep (NS - 1 in flight while one is computed): 24 KiB per warp for both head
  * sizes (8-9 warps per SM whatever G is), or 48 KiB in the deep form that launches with at most 4 warps of
  * chunks per SM use (batch 1 at short contexts: each warp then needs more bytes in flight).
@@ -22,8 +23,9 @@
  *     block that completes the count copies the row's subtree partials into shared memory and folds them the
  *     same way (up to 16 in registers, more level by level in shared memory), writes o / l, then puts the
  *     counter back to zero. Blocks whose chunks all lie past kv_len exit at once and do not count (the count
- *     awaited is the number of blocks holding a non-empty chunk, known to every block). Every fold evaluates the same perfect tree with the same merge (ml_factors +
- * ml_apply), so any G and lpw, and the batch, leave a row's bits unchanged.
+ *     awaited is the number of blocks holding a non-empty chunk, known to every block).
+ * Every fold evaluates the same perfect tree with the same merge (ml_factors + ml_apply), so any G, lpw and
+ * fold, and the batch, leave a row's bits unchanged.
  * Diagnostic and comparison knobs (ZLLM_ATTN_TC_DIAG, _ORDER, _SYNC, _LEVELFOLD) stay for the benchmark; each
  * measured choice is written beside its knob in tc_knobs. */
 #include "attn_decode_tc.h"
@@ -241,7 +243,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
      * instruction fetch while the row's other blocks waited). Every block of the cluster, with keys or not,
      * meets both barriers. */
     const bool clu = (mode >> 6) & 1;
-    const float *ex = reinterpret_cast<const float *>(smem_raw + tc_export_off<T, D, DEEP>(G));
+    float *ex = reinterpret_cast<float *>(smem_raw + tc_export_off<T, D, DEEP>(G));
     auto cl_fold = [&]() {
         cl_sync();
         if (nb_valid > 1) {
@@ -263,7 +265,8 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
 #pragma unroll
                 for (int st = 1; st < 8; st *= 2)
 #pragma unroll
-                    for (int i = 0; i < 8; i += 2 * st) ml_merge(vm[i], vl[i], vo[i], vm[i + st], vl[i + st], vo[i + st]);
+                    for (int i = 0; i < 8; i += 2 * st)
+                        ml_merge(vm[i], vl[i], vo[i], vm[i + st], vl[i + st], vo[i + st]);
                 put_out(orow, orow_w, e, finalize(vl[0], vo[0]));
             }
         }
@@ -496,11 +499,10 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
         load(j + NS - 1);
         if (LPW > 1 && j == jb) {   /* a new chunk begins: leaf `leaf` is complete */
             jb += tpl;
-            bool stored = false;
 #pragma unroll
             for (int h = 0; h < SH; h++) {
                 float lq = quad_sum(l[h]);
-                stored = false;
+                bool stored = false;
 #pragma unroll
                 for (int k = 0; k < NSV; k++) {
                     if (stored) continue;
@@ -633,11 +635,10 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
             if (nb_valid == 1) {
                 put_out(orow, orow_w, e, finalize(fl[r], vo[0]));
             } else if (clu) {   /* the export area, for the cluster fold */
-                float *xo = const_cast<float *>(ex);
-                xo[32 + e] = vo[0];
+                ex[32 + e] = vo[0];
                 if (e % D == 0) {
-                    xo[r] = fm[r];
-                    xo[16 + r] = fl[r];
+                    ex[r] = fm[r];
+                    ex[16 + r] = fl[r];
                 }
             } else {
                 const long pi = row_id * nblk + blk;
@@ -899,14 +900,16 @@ int tc_group_size(const attn_decode_params *p, int n_warps, int g_max) {
     return g;
 }
 
-/* 1 when a row of nblk blocks folds through a thread-block cluster (the cluster fold of decode_tc_kernel): 2..8
- * blocks (the portable cluster size), compute capability 9.0 or later, ZLLM_ATTN_TC_CLUSTER not 0, tc_cluster
- * not -1, and neither the launch-order nor a diagnostic knob set. Either fold gives the same bits. */
-bool tc_cluster(const attn_decode_params *p, int nblk) {
+/* 1 when launches for p may fold rows through thread-block clusters (the cluster fold of decode_tc_kernel):
+ * compute capability 9.0 or later, ZLLM_ATTN_TC_CLUSTER not 0, tc_cluster not -1, and neither the launch-order
+ * nor a diagnostic knob set. Either fold gives the same bits. */
+bool tc_cluster_on(const attn_decode_params *p) {
     static int s_state[64];
-    if (nblk < 2 || nblk > 8 || p->tc_cluster < 0 || knobs().order || knobs().diag) return false;
+    if (p->tc_cluster < 0 || knobs().order || knobs().diag) return false;
     return cu_device_switch(s_state, 9, 1 << 30, "ZLLM_ATTN_TC_CLUSTER") != 0;
 }
+/* 1 when a row of nblk blocks folds through one cluster: 2..8 blocks (the portable cluster size) */
+bool tc_cluster(const attn_decode_params *p, int nblk) { return nblk >= 2 && nblk <= 8 && tc_cluster_on(p); }
 
 size_t ws_counter_bytes(const attn_decode_params *p) { return (size_t)p->n_seq * p->n_heads * sizeof(int); }
 
@@ -967,7 +970,7 @@ cudaError_t launch_l(const attn_decode_params *p, int chunk, int n_chunks, cudaS
     /* deep rings only where the row then needs no cross-block fold or folds in one cluster (where clusters run
      * at all): 16 deep blocks per row folding through the workspace took 23.0 us at 1 x 4096, 8 blocks of the
      * 24 KiB form in a cluster 16.3 (H100) */
-    if (knobs().deep && warps <= sm * 4 && (nbd == 1 || tc_cluster(p, nbd) || !tc_cluster(p, 2))) {
+    if (knobs().deep && warps <= sm * 4 && (nbd == 1 || tc_cluster(p, nbd) || !tc_cluster_on(p))) {
         switch (gd) {
         case 1: return launch_g<T, D, 1, true, LPW>(p, chunk, n_chunks, st);
         case 2: return launch_g<T, D, 2, true, LPW>(p, chunk, n_chunks, st);

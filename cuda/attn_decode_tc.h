@@ -24,8 +24,9 @@
  *     2..8 blocks on sm_90 they run as one thread-block cluster and fold the upper levels through distributed
  *     shared memory; otherwise each block stores its subtree's partial in the workspace and the last block of
  *     the row to finish (an arrival counter at the workspace's end, left at zero again) folds them. tc_group,
- *     tc_lpw and tc_cluster (attention.h) force the form; the checks compare every form bit for bit. Output: o / l, or zeros for kv_len 0: f32 into out, or (out_w set) rounded to the cache type
- *     into out_w, the next product's input, as the engine's cast kernel would round it.
+ *     tc_lpw and tc_cluster (attention.h) force the form; the checks compare every form bit for bit.
+ *     Output: o / l, or zeros for kv_len 0: f32 into out, or (out_w set) rounded to the cache type into out_w,
+ *     the next product's input, as the engine's cast kernel would round it.
  * Loads: each warp streams its keys through its own cp.async ring of 16-key K and V tiles in shared memory
  * (XOR-swizzled rows for ldmatrix), so no block barrier sits in the key loop; launches with at most 4 warps per
  * SM use deeper rings, where the row then needs no cross-block fold or folds in one cluster.
