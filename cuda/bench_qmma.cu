@@ -14,7 +14,8 @@
  *   --tiles: also every tile (rt, nf) at each M (the default picks one from M).
  *   --ks: also every forced split count 1, 2, 4, 8 (qmma_launch_variant; another arithmetic) at each M.
  *   --qtc: time the tile-packed kernels of cuda/qtc.cu instead (weights packed by qtc_pack, same bytes; with
- *          --tiles every fragment count nf 1, 2, 4, 8). */
+ *          --tiles every fragment count nf 1, 2, 4, 8 and the wide forms QTC_WIDE, QTC_WG, QTC_WG32).
+ *   --shape I: only shape I of the list (0-based; for profilers). --nf NF: with --qtc, only that form. */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -94,7 +95,7 @@ int main(int argc, char **argv)
 {
     const char *types_arg = "Q4_K,Q6_K,Q8_0";
     std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-    int tiles = 0, cublas = 1, kss = 0, use_qtc = 0;
+    int tiles = 0, cublas = 1, kss = 0, use_qtc = 0, only_shape = -1, only_nf = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--types") && i + 1 < argc) types_arg = argv[++i];
         else if (!strcmp(argv[i], "--ms") && i + 1 < argc) {
@@ -108,8 +109,11 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--ks")) kss = 1;
         else if (!strcmp(argv[i], "--no-cublas")) cublas = 0;
         else if (!strcmp(argv[i], "--qtc")) use_qtc = 1;
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = atoi(argv[++i]);   /* index, for profiling */
+        else if (!strcmp(argv[i], "--nf") && i + 1 < argc) only_nf = atoi(argv[++i]);         /* one qtc form */
         else {
-            fprintf(stderr, "usage: zllm-qmmabench [--types Q4_K,Q6_K,Q8_0] [--ms 1,2,...] [--tiles] [--ks] [--no-cublas] [--qtc]\n");
+            fprintf(stderr, "usage: zllm-qmmabench [--types Q4_K,Q6_K,Q8_0] [--ms 1,2,...] [--tiles] [--ks] [--no-cublas] [--qtc] [--shape I]\n"
+                            "                      [--nf NF]\n");
             return 2;
         }
     }
@@ -161,8 +165,9 @@ int main(int argc, char **argv)
     const ggml_type all_types[] = {GGML_Q4_K, GGML_Q6_K, GGML_Q8_0};
     for (ggml_type t : all_types) {
         if (!strstr(types_arg, tname_of(t))) continue;
-        for (const auto &sh : shapes) {
-            const int n_out = sh[0], n_in = sh[1];
+        for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++) {
+            if (only_shape >= 0 && si != only_shape) continue;
+            const int n_out = shapes[si][0], n_in = shapes[si][1];
             const size_t rb = (size_t)(n_in / unit_elems(t)) * unit_bytes(t), wbytes = rb * n_out;
             const int nbuf = (int)std::max<size_t>(2, (((size_t)1 << 30) + wbytes - 1) / wbytes);
             std::vector<uint8_t> host(wbytes);
@@ -208,7 +213,8 @@ int main(int argc, char **argv)
                 std::vector<std::vector<int>> tl = {{0, 0, 0}};
                 if (tiles) tl = {{0, 0, 0}, {1, 1, 0}, {1, 2, 0}, {1, 4, 0}, {2, 2, 0}, {2, 4, 0}};
                 if (use_qtc) tl = {{0, 0, 0}};
-                if (use_qtc && tiles) tl = {{0, 0, 0}, {1, 1, 0}, {1, 2, 0}, {1, 4, 0}, {1, 8, 0}, {1, QTC_WIDE, 0}};
+                if (use_qtc && tiles) tl = {{0, 0, 0}, {1, 1, 0}, {1, 2, 0}, {1, 4, 0}, {1, 8, 0}, {1, QTC_WIDE, 0}, {1, QTC_WG, 0}, {1, QTC_WG32, 0}};
+                if (use_qtc && only_nf) tl = {{1, only_nf, 0}};
                 if (kss && !use_qtc) for (int k = 1; k <= 8; k *= 2) tl.push_back({0, 0, k});
                 double cub_us = 0;
                 if (cublas) {

@@ -198,8 +198,9 @@ typedef struct {
     float *logits;             /* [max_batch][vocab] */
     void *attn_ws;             /* flash-decoding partials */
     size_t attn_ws_bytes;
-    void *qtc_ws;              /* qtc's and wtc's split partials: the largest qtc_workspace_bytes / wtc_workspace_bytes
-                                * of their matrices (NULL when none needs one); one stream, so one buffer serves all */
+    void *qtc_ws;              /* qtc's and wtc's split partials (and qtc's slot-order copy of x): the largest
+                                * qtc_workspace_bytes / wtc_workspace_bytes of their matrices (NULL when none needs
+                                * one); one stream, so one buffer serves all */
     size_t qtc_ws_bytes;
     int n_splits;              /* fixed split count (batch invariance), from attn_decode_splits at n_ctx */
     void *samp_ws;             /* sampler scratch */

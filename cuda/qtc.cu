@@ -27,7 +27,8 @@
  * global memory, 16 bytes per lane per two steps; at NF = 1 the next unit's x is loaded before this unit is
  * multiplied). The kn partial tiles are summed by warp 0 through shared memory, in groups of r = kn / ks and then
  * the groups (qtc.h), then + y_in.
- * Above 8 columns the wide kernel below takes over (same arithmetic per element, another work split). */
+ * Above 8 columns a wide kernel below takes over (same arithmetic per element, another work split): on sm_90 the
+ * one whose k16 steps are wgmma (qtc_wg_kernel), elsewhere the mma.sync one (qtc_wide_kernel). */
 #include "qtc.h"
 
 #include <cuda_fp16.h>
@@ -41,6 +42,8 @@
 #include "cu_host.h"
 #include "mma_util.cuh"
 #include "pdl.cuh"
+#include "wgmma.cuh"
+#include "wtc.h"
 
 using namespace zmma;
 
@@ -78,10 +81,14 @@ extern "C" size_t qtc_smem_bytes(ggml_type t)
     return narrow > wide ? narrow : wide;
 }
 
+static size_t s_part_bytes(int ks, int n_out);
+
 extern "C" size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out)
 {
     const int ks = qtc_split(t, n_in, n_out);
-    return ks > 1 ? (size_t)ks * QB_CHUNK * (size_t)n_out * sizeof(float) : 0;
+    if (ks < 1) return 0;
+    /* the split partials, then the wgmma kernel's copy of x in slot order */
+    return s_part_bytes(ks, n_out) + (size_t)QB_CHUNK * (size_t)n_in * 2;
 }
 
 extern "C" int qtc_split(ggml_type t, int n_in, int n_out)
@@ -676,6 +683,225 @@ qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int til
         }
 }
 
+/* ------------------------------------------------------------------------------------------------------
+ * the wgmma wide kernel (sm_90a; m > 8 by default there): the wide kernel's work split (a CTA of 8 warps on 8 row
+ * tiles and NX batch columns, one of the ks splits per blockIdx.z, its r sub-splits chained from zero one after
+ * another, the same workspace and merge), with the k16 steps run by wgmma.mma_async: the two warpgroups each
+ * multiply 64 rows (A: the dequantized fragments, in registers, in exactly the mma.sync layout the narrow kernel
+ * feeds) by the NX x 16 slice of x, which wgmma reads from shared memory. wgmma chains give mma.sync's bits
+ * (cuda/wgmma.cuh; gpu_test_qtc compares the forms bit for bit), so every element is the same sequence of
+ * operations as in the other kernels.
+ *
+ * x in slot order. Step s of lane t takes unit elements 64 t + 4 s + j (j < 4) in k slots 2t + (j & 1) +
+ * 8 (j >> 1), so wgmma needs each unit's 256 elements at positions 16 s + slot: 4-byte word w = 32 t + 2 s + h of
+ * a unit goes to position word 8 s + 4 h + t. That gathers 4-byte words, which a CTA would redo for every row
+ * block (measured: copying x by 4-byte cp.async inside the kernel cost it 28% against 16-byte copies), so
+ * qtc_xperm_kernel writes the launch's x once in slot order to the workspace, and the CTAs copy it in 16-byte
+ * chunks: position chunk c (words 4c .. 4c + 3) of a unit holds words c, 32 + c, 64 + c, 96 + c.
+ * Stage st: [4 k tiles x NX x 128 B of x (the 128-byte swizzle of cuda/wgmma.cuh) | 8 tile blocks], 1024-byte
+ * aligned. The ring issues S - 2 units ahead: at the barrier of unit u every wgmma of unit u - 2 has completed
+ * (each commit group waits for the one two back, and the last of unit u - 1 is the only one pending), so stage
+ * (u + S - 2) % S is free to refill. */
+
+/* xp[c][i] = x[c][slot-order position of i within its unit], c < m: the copy the wgmma kernel reads */
+__global__ void qtc_xperm_kernel(const uint16_t *__restrict__ x, int ldx, int m, int units, uint16_t *__restrict__ xp)
+{
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
+    const size_t per_col = (size_t)units * 32, n = (size_t)m * per_col;
+    for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
+        const size_t col = q / per_col, cu = q % per_col;
+        const int c = (int)(cu & 31);
+        const uint32_t *src = (const uint32_t *)(x + col * ldx + (cu >> 5) * 256) + c;
+        uint4 v;
+        v.x = src[0];
+        v.y = src[32];
+        v.z = src[64];
+        v.w = src[96];
+        *(uint4 *)(xp + col * per_col * 8 + cu * 8) = v;
+    }
+}
+
+template <int NX> __host__ __device__ constexpr int qw_xbytes() { return 4 * NX * 128; }
+template <int TY, int NX> __host__ __device__ constexpr int qw_stage_bytes()
+{
+    return (qw_xbytes<NX>() + QB_WARPS * qt_traits<TY>::TB + 1023) / 1024 * 1024;
+}
+/* 4 stages where they fit in 227 KiB, else 3 */
+template <int TY, int NX> __host__ __device__ constexpr int qw_stages()
+{
+    return 4 * qw_stage_bytes<TY, NX>() <= 227 * 1024 ? 4 : 3;
+}
+/* k16 steps per wgmma commit group, of 1, 2, 4, 8, 16 (H100, 8B layer shapes at M = 64: all within 2%) */
+constexpr int QW_G = 8;
+
+#if ZWG_ON
+/* D[64 x NX] += A[64 x 16] (registers, the m16n8k16 A layout per warp) B[16 x NX] (shared, K-major, 128B swizzle) */
+template <int NX> struct qw_mma;
+template <> struct qw_mma<32> {
+    static __device__ __forceinline__ void run(float *d, const uint32_t (&a)[4], uint64_t db)
+    {
+        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {"
+                     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+                     "}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                       "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                       "+f"(d[14]), "+f"(d[15])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+    }
+};
+template <> struct qw_mma<64> {
+    static __device__ __forceinline__ void run(float *d, const uint32_t (&a)[4], uint64_t db)
+    {
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+                     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                     "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                       "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                       "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+                       "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+                       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+    }
+};
+/* keeps the compiler from reusing a register an issued wgmma may still read, or reading one it may still write,
+ * before the wait that covers it */
+static __device__ __forceinline__ void qw_keep(uint32_t &r) { asm volatile("" : "+r"(r)::"memory"); }
+#endif
+
+template <int TY, int NX>
+__global__ void __launch_bounds__(QB_WARPS * 32, 1)
+qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles, int n_out, int m,
+              const uint16_t *__restrict__ xp, float *y, int ldy, const float *y_in, float *part)
+{
+#if ZWG_ON
+    constexpr int TB = qt_traits<TY>::TB, SB = qw_stage_bytes<TY, NX>(), S = qw_stages<TY, NX>(),
+                  XB = qw_xbytes<NX>(), NA = NX / 2, TL = QB_WARPS;
+    extern __shared__ __align__(1024) uint8_t qw_smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int tile0 = blockIdx.y * TL, col0 = blockIdx.x * NX;
+    const int n_tiles = tiles - tile0 < TL ? tiles - tile0 : TL;
+    const int kz = blockIdx.z, ub = (int)((long)units * kz / ks), n_units = (int)((long)units * (kz + 1) / ks) - ub;
+    auto issue = [&](int u, int st, int what) {
+        uint8_t *sp = qw_smem + (size_t)st * SB;
+        if (what & 1) /* tile blocks past the last tile are zero-filled: their warps multiply zeros */
+            for (int c = threadIdx.x; c < TL * (TB / 16); c += TL * 32) {
+                const int k = c / (TB / 16), o = c % (TB / 16);
+                const bool ok = k < n_tiles;
+                cp_async16_zfill(sp + XB + k * TB + 16 * o,
+                                 ok ? w + ((size_t)(tile0 + k) * units + ub + u) * TB + 16 * o : w, ok);
+            }
+        if (what & 2) /* position chunk ch of column n: k tile ch / 8, row chunk ch % 8 */
+            for (int c = threadIdx.x; c < NX * 32; c += TL * 32) {
+                const int n = c >> 5, ch = c & 31, col = col0 + n;
+                const bool ok = col < m;
+                cp_async16_zfill(sp + (ch >> 3) * (NX * 128) + n * 128 + (((ch & 7) ^ (n & 7)) << 4),
+                                 ok ? xp + (size_t)col * units * 256 + (size_t)(ub + u) * 256 + 8 * ch : xp, ok);
+            }
+    };
+    pdl_trigger();
+#pragma unroll
+    for (int i = 0; i < S - 2; i++)
+        if (i < n_units) issue(i, i, 1);
+    pdl_wait();
+#pragma unroll
+    for (int i = 0; i < S - 2; i++) {
+        if (i < n_units) issue(i, i, 2);
+        cp_async_commit();
+    }
+    float cur[NA], tot[NA];
+#pragma unroll
+    for (int i = 0; i < NA; i++) cur[i] = tot[i] = 0.f;
+    const bool active = 4 * (warp >> 2) < n_tiles;   /* warpgroup-uniform: wgmma needs all four warps */
+    const long kn = (long)ks * r;
+    int sub = 1, next = r > 1 ? (int)((long)units * (kz * r + 1) / kn) - ub : n_units;
+    /* A fragments of G k16 steps per commit group; two buffers below 16 steps a group (the dequantization of a
+     * group overlaps the wgmma of the one before), one at 16 */
+    constexpr int NB = QW_G < 16 ? 2 : 1;
+    uint32_t A[NB][QW_G][4];
+    for (int u = 0; u < n_units; u++) {
+        if (u == next) {   /* block-uniform: a sub-split ends; its wgmma must have landed in cur */
+            zwg::wait<0>();
+#pragma unroll
+            for (int i = 0; i < NA; i++) {
+                zwg::reg_fence(cur[i]);
+                tot[i] = sub == 1 ? cur[i] : tot[i] + cur[i];
+                cur[i] = 0.f;
+            }
+            sub++;
+            next = sub < r ? (int)((long)units * (kz * r + sub) / kn) - ub : n_units;
+        }
+        cp_async_wait<S - 3>();
+        /* this thread's cp.async writes (generic proxy) before the barrier, then wgmma's reads (async proxy) */
+        zwg::proxy_fence();
+        __syncthreads();   /* unit u landed for every thread; unit u - 2's wgmma are complete in every warp */
+        if (u + S - 2 < n_units) issue(u + S - 2, (u + S - 2) % S, 3);
+        cp_async_commit();
+        const uint8_t *sp = qw_smem + (size_t)(u % S) * SB;
+        if (active) {
+            unit_regs<TY> R;
+            R.load(sp + XB + warp * TB, lane);
+#pragma unroll
+            for (int q = 0; q < 16 / QW_G; q++) {
+                uint32_t(&Ab)[QW_G][4] = A[NB == 2 ? (q & 1) : 0];
+                /* the group that last read Ab (two groups back; one back with a single buffer) is complete */
+                if (NB == 2) zwg::wait<1>();
+                else zwg::wait<0>();
+#pragma unroll
+                for (int j = 0; j < QW_G; j++) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) qw_keep(Ab[j][i]);
+                    R.frag(q * QW_G + j, Ab[j]);
+                }
+                zwg::fence();   /* Ab and cur written before the wgmma read them */
+#pragma unroll
+                for (int j = 0; j < QW_G; j++) {
+                    const int s = q * QW_G + j;
+                    qw_mma<NX>::run(cur, Ab[j], zwg::desc(sp + (s >> 2) * (NX * 128) + 32 * (s & 3)));
+                }
+                zwg::commit();
+            }
+        }
+    }
+    zwg::wait<0>();
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+#pragma unroll
+        for (int j = 0; j < QW_G; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) qw_keep(A[b][j][i]);
+#pragma unroll
+    for (int i = 0; i < NA; i++) zwg::reg_fence(cur[i]);
+    cp_async_wait<0>();
+    if (warp >= n_tiles) return;
+    if (r > 1) {
+#pragma unroll
+        for (int i = 0; i < NA; i++) cur[i] = tot[i] + cur[i];
+    }
+    const int tile = tile0 + warp;
+#pragma unroll
+    for (int f = 0; f < NX / 8; f++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int o = tile * 16 + g + 8 * (e >> 1), c = col0 + 8 * f + 2 * t + (e & 1);
+            if (o < n_out && c < m) {
+                const float v = cur[4 * f + e];
+                if (ks > 1) {
+                    part[((size_t)kz * m + c) * n_out + o] = v;
+                } else {
+                    const size_t idx = (size_t)c * ldy + o;
+                    y[idx] = y_in ? v + y_in[idx] : v;
+                }
+            }
+        }
+#else
+    (void)w; (void)units; (void)ks; (void)r; (void)tiles; (void)n_out; (void)m; (void)xp; (void)y;
+    (void)ldy; (void)y_in; (void)part;
+    __trap();   /* launched only where wtc_wgmma() says sm_90a code runs */
+#endif
+}
+
 /* y[c][o] = ((p0 + p1) + ... + p_{ks-1}) (+ y_in[c][o]) over the wide kernel's split partials [ks][m][n_out] */
 __global__ void qtc_merge_kernel(const float *__restrict__ part, int ks, int n_out, int m, float *y, int ldy,
                                  const float *y_in)
@@ -691,34 +917,55 @@ __global__ void qtc_merge_kernel(const float *__restrict__ part, int ks, int n_o
     }
 }
 
-template <int TY>
+/* bytes of the wide kernels' split partials [ks][QB_CHUNK][n_out] f32 (0 with one split); the slot-order copy of x
+ * [QB_CHUNK][n_in] f16 follows them in the workspace */
+static size_t s_part_bytes(int ks, int n_out) { return ks > 1 ? (size_t)ks * QB_CHUNK * (size_t)n_out * sizeof(float) : 0; }
+
+/* NX 0: the mma.sync wide kernel (64 columns a CTA); 32 or 64: the wgmma one with NX columns a CTA, after
+ * qtc_xperm_kernel has written the chunk's x in slot order to the workspace */
+template <int TY, int NX>
 static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, int ldy, cudaStream_t st)
 {
-    constexpr int SMEM = QB_STAGES * qb_stage_bytes<TY>();
+    constexpr int SMEM = NX ? qw_stages<TY, NX>() * qw_stage_bytes<TY, NX>() : QB_STAGES * qb_stage_bytes<TY>();
+    constexpr int COLS = NX ? NX : QB_COLS;
     static_assert(SMEM <= 227 * 1024, "the wide kernel's stages must fit one SM's shared memory");
     static std::atomic<unsigned long long> s_set{0};
     {
-        const cudaError_t e = cu_smem_optin(qtc_wide_kernel<TY>, SMEM, s_set);
+        const cudaError_t e = NX ? cu_smem_optin(qtc_wg_kernel<TY, NX ? NX : 64>, SMEM, s_set)
+                                 : cu_smem_optin(qtc_wide_kernel<TY>, SMEM, s_set);
         if (e != cudaSuccess) return e;
     }
-    const int tiles = (p->n_out + 15) / 16;
-    if (ks > 1 && (!p->workspace || p->workspace_bytes < qtc_workspace_bytes(p->type, p->n_in, p->n_out) ||
-                   ((uintptr_t)p->workspace & 15)))
+    const int tiles = (p->n_out + 15) / 16, units = p->n_in / 256;
+    if ((ks > 1 || NX) && (!p->workspace || p->workspace_bytes < qtc_workspace_bytes(p->type, p->n_in, p->n_out) ||
+                           ((uintptr_t)p->workspace & 15)))
         return cudaErrorInvalidValue;
+    float *part = (float *)p->workspace;
+    uint16_t *xp = NX ? (uint16_t *)((uint8_t *)p->workspace + s_part_bytes(ks, p->n_out)) : nullptr;
     for (int c0 = 0; c0 < p->m; c0 += QB_CHUNK) {
         const int mc = p->m - c0 < QB_CHUNK ? p->m - c0 : QB_CHUNK;
         const float *yin = p->y_in ? p->y_in + (size_t)c0 * ldy : nullptr;
+        const uint16_t *xc = p->x + (size_t)c0 * ldx;
         float *yc = p->y + (size_t)c0 * ldy;
-        const dim3 grid((unsigned)((mc + QB_COLS - 1) / QB_COLS), (unsigned)((tiles + QB_WARPS - 1) / QB_WARPS),
+        const dim3 grid((unsigned)((mc + COLS - 1) / COLS), (unsigned)((tiles + QB_WARPS - 1) / QB_WARPS),
                         (unsigned)ks);
-        cudaError_t e = cu_launch(qtc_wide_kernel<TY>, grid, dim3(QB_WARPS * 32), SMEM, st, (const uint8_t *)p->w,
-                                  p->n_in / 256, ks, r, tiles, p->n_out, mc, p->x + (size_t)c0 * ldx, ldx, yc, ldy, yin,
-                                  (float *)p->workspace);
+        cudaError_t e;
+        if (NX) {
+            const size_t n = (size_t)mc * units * 32;   /* 16-byte chunks of the copy */
+            const unsigned blocks = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+            e = cu_launch(qtc_xperm_kernel, dim3(blocks), dim3(256), 0, st, xc, ldx, mc, units, xp);
+            if (e == cudaSuccess)
+                e = cu_launch(qtc_wg_kernel<TY, NX ? NX : 64>, grid, dim3(QB_WARPS * 32), SMEM, st,
+                              (const uint8_t *)p->w, units, ks, r, tiles, p->n_out, mc, (const uint16_t *)xp, yc, ldy,
+                              yin, part);
+        } else {
+            e = cu_launch(qtc_wide_kernel<TY>, grid, dim3(QB_WARPS * 32), SMEM, st, (const uint8_t *)p->w, units, ks,
+                          r, tiles, p->n_out, mc, xc, ldx, yc, ldy, yin, part);
+        }
         if (e == cudaSuccess && ks > 1) {
             const size_t n = (size_t)mc * p->n_out;
             const unsigned blocks = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
-            e = cu_launch(qtc_merge_kernel, dim3(blocks), dim3(256), 0, st, (const float *)p->workspace, ks, p->n_out,
-                          mc, yc, ldy, yin);
+            e = cu_launch(qtc_merge_kernel, dim3(blocks), dim3(256), 0, st, (const float *)part, ks, p->n_out, mc, yc,
+                          ldy, yin);
         }
         if (e != cudaSuccess) return e;
     }
@@ -748,9 +995,22 @@ static cudaError_t s_launch_ty(const qtc_params *p, int nf, int ks, int kn, int 
     case 2: return s_launch<TY, 2>(p, kn, r, ldx, ldy, st);
     case 4: return s_launch<TY, 4>(p, kn, r, ldx, ldy, st);
     case 8: return s_launch<TY, 8>(p, kn, r, ldx, ldy, st);
-    case QTC_WIDE: return s_launch_wide<TY>(p, ks, r, ldx, ldy, st);
+    case QTC_WIDE: return s_launch_wide<TY, 0>(p, ks, r, ldx, ldy, st);
+    case QTC_WG: return s_launch_wide<TY, 64>(p, ks, r, ldx, ldy, st);
+    case QTC_WG32: return s_launch_wide<TY, 32>(p, ks, r, ldx, ldy, st);
     default: return cudaErrorInvalidValue;
     }
+}
+
+/* the wgmma form above 8 columns (sm_90): ZLLM_QTC_WG = 64 / 32 forces one width, 0 the mma.sync wide kernel
+ * (measurements only: every form gives the same bits) */
+static int s_wg_form(int m)
+{
+    static const int s_env = cu_env_int("ZLLM_QTC_WG", -1, -1, 64);
+    if (s_env == 0) return QTC_WIDE;
+    if (s_env == 32) return QTC_WG32;
+    if (s_env == 64) return QTC_WG;
+    return m <= 32 ? QTC_WG32 : QTC_WG;
 }
 
 extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t st)
@@ -763,8 +1023,10 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
     /* the narrow kernel up to 8 columns (one fragment; its CTAs read x straight from global memory), the wide one
      * above (x staged in shared memory and shared by 8 row tiles): at 16 columns the wide kernel was faster on
      * every 8B-layer shape on an H100 (docs/perf.md, "qtc") */
-    if (nf == 0) nf = p->m <= 8 ? 1 : QTC_WIDE;
-    if (nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_WIDE) return cudaErrorInvalidValue;
+    if (nf == 0) nf = p->m <= 8 ? 1 : !wtc_wgmma() ? QTC_WIDE : s_wg_form(p->m);
+    if (nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_WIDE && nf != QTC_WG && nf != QTC_WG32)
+        return cudaErrorInvalidValue;
+    if ((nf == QTC_WG || nf == QTC_WG32) && !wtc_wgmma()) return cudaErrorInvalidValue;
     if ((p->m + 8L * nf - 1) / (8L * nf) > 0x7fffffffL) return cudaErrorInvalidValue;
     const int ks = qtc_split(p->type, p->n_in, p->n_out), kn = qtc_split_narrow(p->type, p->n_in, p->n_out);
     switch (s_ty(p->type)) {

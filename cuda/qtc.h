@@ -27,8 +27,9 @@
  *     sums all of them in one CTA; the wide kernel runs one CTA per group (its r sub-splits one after another,
  *     each from zero) and sums the groups in a second kernel from a workspace: the same operations in the same
  *     order.
- * M only decides which of two kernels runs (the narrow one up to 8 columns, the wide one above), how many
- * 8-column fragments a CTA carries and how many CTAs run. cuda/test_qtc.cu checks
+ * M only decides which kernel runs (the narrow one up to 8 columns, a wide one above: on sm_90 the wide split with
+ * its k16 steps issued as wgmma, whose chains give mma.sync's bits, cuda/wgmma.cuh), how many 8-column fragments a
+ * CTA carries and how many CTAs run. cuda/test_qtc.cu checks
  * this bit for bit (a row alone vs the same row among others, M up to 2048).
  * No allocation, no host synchronisation: launches may be captured into CUDA graphs. */
 #ifndef ZLLM_CUDA_QTC_H
@@ -54,9 +55,10 @@ typedef struct {
     float *y;            /* [m][ldy] f32 output; must not overlap x */
     int ldy;             /* floats between rows of y and y_in: >= n_out (0 means n_out) */
     const float *y_in;   /* NULL, or [m][ldy] added to the product (may equal y: in-place residual add) */
-    void *workspace;     /* scratch of the wide kernel's split partials (m > 8 and ks > 1): at least
-                          * qtc_workspace_bytes(type, n_in, n_out) bytes of device memory, 16-byte aligned, not
-                          * shared with a launch that may run concurrently; NULL when that size is 0 */
+    void *workspace;     /* scratch of the wide kernels (m > 8): the split partials (ks > 1) and the wgmma
+                          * kernel's slot-order copy of x; at least qtc_workspace_bytes(type, n_in, n_out) bytes of
+                          * device memory, 16-byte aligned, not shared with a launch that may run concurrently; may
+                          * be NULL for m <= 8 */
     size_t workspace_bytes;
 } qtc_params;
 
@@ -79,7 +81,8 @@ int qtc_split_narrow(ggml_type t, int n_in, int n_out);
  * 163 KiB, Q4_K only; Ada: 99 KiB, none), and launches there fail with the attribute call's error */
 size_t qtc_smem_bytes(ggml_type t);
 
-/* bytes of workspace a launch of this shape needs (0: none): ks * 256 * n_out floats when ks > 1 */
+/* bytes of workspace a wide launch (m > 8) of this shape needs (0: unsupported shape): ks * 256 * n_out floats when
+ * ks > 1, then 256 * n_in halves (x in slot order, used by the wgmma kernel) */
 size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out);
 
 /* Host: packs n_out GGUF rows (row_bytes apart, exactly as in the file) into dst (qtc_packed_bytes bytes of
@@ -101,10 +104,17 @@ cudaError_t qtc_launch(const qtc_params *p, cudaStream_t st);
 /* qtc_launch_nf's nf for the wide kernel: 128 weight rows x 64 batch columns per CTA, x staged in shared memory
  * (the default above 8 columns) */
 #define QTC_WIDE 64
+/* ... for the wgmma wide kernel (sm_90a only: wtc_wgmma() true): the wide kernel's split and arithmetic, its k16
+ * steps issued as wgmma with the dequantized A fragments in registers; 64 or 32 batch columns per CTA. The
+ * default above 8 columns where wtc_wgmma() (32 columns up to m = 32, 64 above) */
+#define QTC_WG 65
+#define QTC_WG32 66
 
 /* qtc_launch with a forced kernel: nf in {1, 2, 4, 8} = the narrow kernel with nf 8-column fragments per CTA,
- * QTC_WIDE = the wide kernel, 0 = the default chosen from m (narrow with nf 1 up to 8 columns, wide above). Results are bitwise those of qtc_launch. cudaErrorInvalidValue for another nf. For checks and
- * benchmarks. */
+ * QTC_WIDE = the mma.sync wide kernel, QTC_WG / QTC_WG32 = the wgmma one, 0 = the default chosen from m (narrow
+ * with nf 1 up to 8 columns, wgmma above on sm_90, the mma.sync wide kernel above elsewhere). Results are bitwise
+ * those of qtc_launch. cudaErrorInvalidValue for another nf, or for QTC_WG / QTC_WG32 where wtc_wgmma() is 0. For
+ * checks and benchmarks. */
 cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t st);
 
 #ifdef __cplusplus

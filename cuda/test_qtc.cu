@@ -22,6 +22,7 @@ extern "C" {
 #include <string.h>
 #include <vector>
 #include "qtc.h"
+#include "wtc.h"
 
 #define TEST_RAND_SEED 0x9E3779B97F4A7C15ull
 #include "test_rand.h"
@@ -123,9 +124,13 @@ static void nf_graph_case(const Mat *a, int m)
     CK(cudaMalloc(&dx, xh.size() * 2));
     CK(cudaMemcpy(dx, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
     run(a, dx, m, 0, 0, NULL, 0, 0, 0, y0);
-    static const int nfs[] = {1, 2, 4, 8, QTC_WIDE};
+    static const int nfs[] = {1, 2, 4, 8, QTC_WIDE, QTC_WG, QTC_WG32};
     for (int nf : nfs) {
         const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, nf, 0, y1);
+        if ((nf == QTC_WG || nf == QTC_WG32) && !wtc_wgmma()) {   /* refused where no sm_90a code runs */
+            CHECK(e == cudaErrorInvalidValue, "nf %d launched without wgmma: %s", nf, cudaGetErrorString(e));
+            continue;
+        }
         CHECK(e == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4),
               "%s %dx%d m %d: nf %d differs from the default (launch %s)", ggml_type_name(a->t), a->n_out, a->n_in,
               m, nf, cudaGetErrorString(e));
@@ -192,9 +197,22 @@ static void arg_checks(const Mat *a)
     CHECK(qtc_launch(&q, 0) == cudaErrorInvalidValue, "m = 0 accepted");
     CHECK(qtc_launch_nf(&p, 3, 0) == cudaErrorInvalidValue, "nf 3 accepted");
     CHECK(qtc_launch(NULL, 0) == cudaErrorInvalidValue, "NULL params accepted");
-    if (qtc_workspace_bytes(a->t, a->n_in, a->n_out) > 0) {   /* the wide kernel with splits needs its workspace */
+    if (qtc_split(a->t, a->n_in, a->n_out) > 1) {   /* the wide kernel with splits needs its workspace */
         q = p; q.m = 1;
         CHECK(qtc_launch_nf(&q, QTC_WIDE, 0) == cudaErrorInvalidValue, "wide launch without a workspace accepted");
+    }
+    if (wtc_wgmma()) {   /* the wgmma kernel always (x in slot order), and all of it */
+        q = p; q.m = 1;
+        CHECK(qtc_launch_nf(&q, QTC_WG, 0) == cudaErrorInvalidValue, "wgmma launch without a workspace accepted");
+        void *ws;
+        const size_t need = qtc_workspace_bytes(a->t, a->n_in, a->n_out);
+        CK(cudaMalloc(&ws, need));
+        q.workspace = ws; q.workspace_bytes = need - 16;
+        CHECK(qtc_launch_nf(&q, QTC_WG32, 0) == cudaErrorInvalidValue, "wgmma launch with a short workspace accepted");
+        q.workspace_bytes = need;
+        CHECK(qtc_launch_nf(&q, QTC_WG32, 0) == cudaSuccess, "wgmma launch with its workspace refused");
+        CK(cudaDeviceSynchronize());
+        cudaFree(ws);
     }
     CK(cudaDeviceSynchronize());
     cudaFree(dx);
@@ -252,7 +270,12 @@ int main(void)
         acc_case(&a, 4, 1, 8, 0);     /* strided x and y */
         acc_case(&a, 20, 0, 0, 8);    /* the widest narrow tile on a partial column group */
         acc_case(&a, 3, 1, 8, QTC_WIDE); /* the wide kernel: few columns, strided, residual */
+        if (wtc_wgmma()) {               /* the wgmma forms, the same way */
+            acc_case(&a, 3, 1, 8, QTC_WG);
+            acc_case(&a, 3, 1, 8, QTC_WG32);
+        }
         nf_graph_case(&a, 37);
+        if (work * 100 <= 400000000L) nf_graph_case(&a, 100);   /* several column groups of every width */
         if (s.n_out >= 40) invariance_case(&a);
         if (s.n_out == 40 || s.n_out == 129) arg_checks(&a);
         mat_free(&a);
