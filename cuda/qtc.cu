@@ -732,10 +732,9 @@ template <int TY, int NX> __host__ __device__ constexpr int qw_stages()
 {
     return 4 * qw_stage_bytes<TY, NX>() <= 227 * 1024 ? 4 : 3;
 }
+#if ZWG_ON
 /* k16 steps per wgmma commit group, of 1, 2, 4, 8, 16 (H100, 8B layer shapes at M = 64: all within 2%) */
 constexpr int QW_G = 8;
-
-#if ZWG_ON
 /* D[64 x NX] += A[64 x 16] (registers, the m16n8k16 A layout per warp) B[16 x NX] (shared, K-major, 128B swizzle) */
 template <int NX> struct qw_mma;
 template <> struct qw_mma<32> {
