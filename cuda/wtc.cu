@@ -891,11 +891,24 @@ cudaError_t launch_ws(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_
     }
 }
 
-/* 1 when the wgmma forms run on the current device: compute capability 9.x (the build's 90 target is sm_90a) and
- * ZLLM_CUDA_WGMMA not 0. Cached per device. */
+/* an empty kernel compiled with the same targets as the wgmma kernels: its PTX version says which code of this
+ * binary a device runs */
+__global__ void wg_probe() {}
+
+/* 1 when the wgmma forms run on the current device: compute capability 9.x, this binary holds the sm_90a code
+ * (a build whose CUDA_ARCHS lacks 90 would run the wgmma kernels from older PTX, where their bodies are a trap)
+ * and ZLLM_CUDA_WGMMA not 0. Attribute queries only (safe while a stream is captured); cached per device. */
 int wg_on() {
-    static int s_state[64];
-    return cu_device_switch(s_state, 9, 9, "ZLLM_CUDA_WGMMA");
+    static int s_state[64], s_code[64];
+    if (!cu_device_switch(s_state, 9, 9, "ZLLM_CUDA_WGMMA")) return 0;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    int *c = &s_code[dev & 63];
+    if (*c == 0) {
+        cudaFuncAttributes a;
+        *c = cudaFuncGetAttributes(&a, wg_probe) == cudaSuccess && a.ptxVersion >= 90 ? 1 : 2;
+    }
+    return *c == 1;
 }
 
 template <typename T, int WG, int NX, bool CL>
