@@ -799,6 +799,8 @@ qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles
                                  ok ? xp + (size_t)col * units * 256 + (size_t)(ub + u) * 256 + 8 * ch : xp, ok);
             }
     };
+    /* the wide kernel's prologue, S - 2 units deep: weights before pdl_wait, x (written by qtc_xperm_kernel, the
+     * kernel before) after it */
     pdl_trigger();
 #pragma unroll
     for (int i = 0; i < S - 2; i++)
