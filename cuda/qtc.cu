@@ -1021,9 +1021,10 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
     const int ldx = p->ldx ? p->ldx : p->n_in, ldy = p->ldy ? p->ldy : p->n_out;
     if (ldx < p->n_in || ldx % 8 != 0 || ldy < p->n_out) return cudaErrorInvalidValue;
     if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
-    /* the narrow kernel up to 8 columns (one fragment; its CTAs read x straight from global memory), the wide one
+    /* the narrow kernel up to 8 columns (one fragment; its CTAs read x straight from global memory), a wide one
      * above (x staged in shared memory and shared by 8 row tiles): at 16 columns the wide kernel was faster on
-     * every 8B-layer shape on an H100 (docs/perf.md, "qtc") */
+     * every 8B-layer shape on an H100 (docs/perf.md, "qtc"), and its wgmma form faster again on most of them
+     * (docs/perf.md, "Session 13 update") */
     if (nf == 0) nf = p->m <= 8 ? 1 : !wtc_wgmma() ? QTC_WIDE : s_wg_form(p->m);
     if (nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_WIDE && nf != QTC_WG && nf != QTC_WG32)
         return cudaErrorInvalidValue;

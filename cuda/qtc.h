@@ -78,7 +78,8 @@ int qtc_split_narrow(ggml_type t, int n_in, int n_out);
 
 /* the most dynamic shared memory per block a qtc kernel of type t asks for (0: unsupported type): a device whose
  * cudaDevAttrMaxSharedMemoryPerBlockOptin is smaller cannot run it (H100/H200: 227 KiB, all types fit; A100:
- * 163 KiB, Q4_K only; Ada: 99 KiB, none), and launches there fail with the attribute call's error */
+ * 163 KiB, Q4_K only; Ada: 99 KiB, none), and launches there fail with the attribute call's error. The wgmma
+ * forms, which run only on sm_90, are not counted: they ask up to 200 KiB of its 227 KiB. */
 size_t qtc_smem_bytes(ggml_type t);
 
 /* bytes of workspace a wide launch (m > 8) of this shape needs (0: unsupported shape): ks * 256 * n_out floats when
