@@ -735,38 +735,6 @@ template <int TY, int NX> __host__ __device__ constexpr int qw_stages()
 #if ZWG_ON
 /* k16 steps per wgmma commit group, of 1, 2, 4, 8, 16 (H100, 8B layer shapes at M = 64: all within 2%) */
 constexpr int QW_G = 8;
-/* D[64 x NX] += A[64 x 16] (registers, the m16n8k16 A layout per warp) B[16 x NX] (shared, K-major, 128B swizzle) */
-template <int NX> struct qw_mma;
-template <> struct qw_mma<32> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t (&a)[4], uint64_t db)
-    {
-        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {"
-                     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
-                     "}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-                       "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-                       "+f"(d[14]), "+f"(d[15])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-    }
-};
-template <> struct qw_mma<64> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t (&a)[4], uint64_t db)
-    {
-        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-                     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-                     "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-                       "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-                       "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-                       "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-                       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-    }
-};
-/* keeps the compiler from reusing a register an issued wgmma may still read, or reading one it may still write,
- * before the wait that covers it */
-static __device__ __forceinline__ void qw_keep(uint32_t &r) { asm volatile("" : "+r"(r)::"memory"); }
 #endif
 
 template <int TY, int NX>
@@ -852,14 +820,14 @@ qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles
 #pragma unroll
                 for (int j = 0; j < QW_G; j++) {
 #pragma unroll
-                    for (int i = 0; i < 4; i++) qw_keep(Ab[j][i]);
+                    for (int i = 0; i < 4; i++) zwg::reg_keep(Ab[j][i]);
                     R.frag(q * QW_G + j, Ab[j]);
                 }
                 zwg::fence();   /* Ab and cur written before the wgmma read them */
 #pragma unroll
                 for (int j = 0; j < QW_G; j++) {
                     const int s = q * QW_G + j;
-                    qw_mma<NX>::run(cur, Ab[j], zwg::desc(sp + (s >> 2) * (NX * 128) + 32 * (s & 3)));
+                    zwg::mma_ra<NX>::run(cur, Ab[j], zwg::desc(sp + (s >> 2) * (NX * 128) + 32 * (s & 3)));
                 }
                 zwg::commit();
             }
@@ -871,7 +839,7 @@ qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles
 #pragma unroll
         for (int j = 0; j < QW_G; j++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) qw_keep(A[b][j][i]);
+            for (int i = 0; i < 4; i++) zwg::reg_keep(A[b][j][i]);
 #pragma unroll
     for (int i = 0; i < NA; i++) zwg::reg_fence(cur[i]);
     cp_async_wait<0>();

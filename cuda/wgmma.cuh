@@ -1,4 +1,5 @@
-/* cuda/wgmma.cuh: Hopper warpgroup matrix multiply (wgmma.mma_async, sm_90a only) for the kernels of cuda/wtc.cu.
+/* cuda/wgmma.cuh: Hopper warpgroup matrix multiply (wgmma.mma_async, sm_90a only) for the kernels of cuda/wtc.cu and
+ * cuda/qtc.cu (whose register-A form, mma_ra, is at the end).
  *
  * One warpgroup (4 consecutive warps, 128 threads) issues D[64 x N] += A[64 x 16] B[16 x N] with both operands in
  * shared memory as K-major tiles in the 128-byte swizzle: [rows][64] 16-bit values, 128 bytes a row, 16-byte
@@ -159,6 +160,40 @@ ZWG_MMA_N128(__half, "f16")
 ZWG_MMA_N256(__nv_bfloat16, "bf16")
 ZWG_MMA_N256(__half, "f16")
 #undef ZWG_MMA_N256
+/* register-A form, F16 only (cuda/qtc.cu: A is a fragment dequantized in registers): D[64 x N] += A[64 x 16] B[16 x N],
+ * warp w of the group holding rows 16 w .. 16 w + 15 of A in the m16n8k16 A layout, B in shared memory as above.
+ * The registers of A must not change until a wait covers the wgmma (reg_keep after that wait) */
+template <int N> struct mma_ra;
+template <> struct mma_ra<32> {
+    static __device__ __forceinline__ void run(float *d, const uint32_t (&a)[4], uint64_t db)
+    {
+        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {"
+                     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+                     "}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                       "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                       "+f"(d[14]), "+f"(d[15])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+    }
+};
+template <> struct mma_ra<64> {
+    static __device__ __forceinline__ void run(float *d, const uint32_t (&a)[4], uint64_t db)
+    {
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+                     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                     "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                       "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                       "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+                       "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+                       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+    }
+};
+/* keeps the compiler from reusing a register an issued wgmma may still read, or reading one it may still write,
+ * before the wait that covers it */
+__device__ __forceinline__ void reg_keep(uint32_t &r) { asm volatile("" : "+r"(r)::"memory"); }
 #else
 #define ZWG_ON 0
 #endif
