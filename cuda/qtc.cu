@@ -561,6 +561,24 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
  * does; with ks > 1 the partial goes to the workspace and qtc_merge_kernel sums the splits as ((p0 + p1) + p2)
  * + ... then + y_in, the operations and order of the narrow kernel's warp 0, so an element's bits do not depend
  * on which kernel computed it. Columns go in launches of at most QB_CHUNK (bounding the workspace). */
+/* the wide kernels' prologue, the first D units into stages 0 .. D - 1 (issue(u, stage, what): what 1 the tile
+ * blocks, 2 the x slice): the weight tiles stream in while the kernel before finishes (cuda/pdl.cuh); x and
+ * everything else only after pdl_wait. Commit groups, at D = 2: {w0, w1, x0}, {x1}: stage i's weights and x are
+ * both complete once group i is, which is all the main loops' waits assume */
+template <int D, typename F> static __device__ __forceinline__ void wide_prologue(F &issue, int n_units)
+{
+    pdl_trigger();
+#pragma unroll
+    for (int i = 0; i < D; i++)
+        if (i < n_units) issue(i, i, 1);
+    pdl_wait();
+#pragma unroll
+    for (int i = 0; i < D; i++) {
+        if (i < n_units) issue(i, i, 2);
+        cp_async_commit();
+    }
+}
+
 template <int TY> __host__ __device__ constexpr int qb_stage_bytes() { return QB_WARPS * qt_traits<TY>::TB + QB_XBYTES; }
 
 /* byte offset of 16-byte chunk c (0..31) of column r in a stage's x slice [64][256] halves: chunks XOR-swizzled so
@@ -598,19 +616,7 @@ qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int til
                                  ok);
             }
     };
-    /* the prologue's weight tiles stream in while the kernel before finishes (cuda/pdl.cuh); x and everything
-     * else only after pdl_wait. Commit groups: {w0, w1, x0}, {x1}: stage i's weights and x are both complete
-     * once group i is, which is all the main loop's waits assume */
-    pdl_trigger();
-#pragma unroll
-    for (int i = 0; i < QB_STAGES - 1; i++)
-        if (i < n_units) issue(i, i, 1);
-    pdl_wait();
-#pragma unroll
-    for (int i = 0; i < QB_STAGES - 1; i++) {
-        if (i < n_units) issue(i, i, 2);
-        cp_async_commit();
-    }
+    wide_prologue<QB_STAGES - 1>(issue, n_units);
     /* cur: the running sub-split (the narrow kernel's warp ranges: r of them per split, boundaries
      * units * (kz r + i) / (ks r) - ub), chained from zero; tot: the closed sub-splits summed in order */
     float cur[8][4], tot[8][4] = {};
@@ -767,18 +773,7 @@ qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles
                                  ok ? xp + (size_t)col * units * 256 + (size_t)(ub + u) * 256 + 8 * ch : xp, ok);
             }
     };
-    /* the wide kernel's prologue, S - 2 units deep: weights before pdl_wait, x (written by qtc_xperm_kernel, the
-     * kernel before) after it */
-    pdl_trigger();
-#pragma unroll
-    for (int i = 0; i < S - 2; i++)
-        if (i < n_units) issue(i, i, 1);
-    pdl_wait();
-#pragma unroll
-    for (int i = 0; i < S - 2; i++) {
-        if (i < n_units) issue(i, i, 2);
-        cp_async_commit();
-    }
+    wide_prologue<S - 2>(issue, n_units);   /* x: written by qtc_xperm_kernel, the kernel before */
     float cur[NA], tot[NA];
 #pragma unroll
     for (int i = 0; i < NA; i++) cur[i] = tot[i] = 0.f;
