@@ -750,23 +750,23 @@ qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles
 {
 #if ZWG_ON
     constexpr int TB = qt_traits<TY>::TB, SB = qw_stage_bytes<TY, NX>(), S = qw_stages<TY, NX>(),
-                  XB = qw_xbytes<NX>(), NA = NX / 2, TL = QB_WARPS;
+                  XB = qw_xbytes<NX>(), NA = NX / 2;
     extern __shared__ __align__(1024) uint8_t qw_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int tile0 = blockIdx.y * TL, col0 = blockIdx.x * NX;
-    const int n_tiles = tiles - tile0 < TL ? tiles - tile0 : TL;
+    const int tile0 = blockIdx.y * QB_WARPS, col0 = blockIdx.x * NX;
+    const int n_tiles = tiles - tile0 < QB_WARPS ? tiles - tile0 : QB_WARPS;
     const int kz = blockIdx.z, ub = (int)((long)units * kz / ks), n_units = (int)((long)units * (kz + 1) / ks) - ub;
     auto issue = [&](int u, int st, int what) {
         uint8_t *sp = qw_smem + (size_t)st * SB;
         if (what & 1) /* tile blocks past the last tile are zero-filled: their warps multiply zeros */
-            for (int c = threadIdx.x; c < TL * (TB / 16); c += TL * 32) {
+            for (int c = threadIdx.x; c < QB_WARPS * (TB / 16); c += QB_WARPS * 32) {
                 const int k = c / (TB / 16), o = c % (TB / 16);
                 const bool ok = k < n_tiles;
                 cp_async16_zfill(sp + XB + k * TB + 16 * o,
                                  ok ? w + ((size_t)(tile0 + k) * units + ub + u) * TB + 16 * o : w, ok);
             }
         if (what & 2) /* position chunk ch of column n: k tile ch / 8, row chunk ch % 8 */
-            for (int c = threadIdx.x; c < NX * 32; c += TL * 32) {
+            for (int c = threadIdx.x; c < NX * 32; c += QB_WARPS * 32) {
                 const int n = c >> 5, ch = c & 31, col = col0 + n;
                 const bool ok = col < m;
                 cp_async16_zfill(sp + (ch >> 3) * (NX * 128) + n * 128 + (((ch & 7) ^ (n & 7)) << 4),
