@@ -39,16 +39,21 @@ constexpr int kStageN = 16 * kKC;  /* narrow stage: 16 rows x 64 (2 KiB) */
 constexpr int kBM = 128, kWS = 4;  /* wide kernel: CTA rows of W and stages (kBN batch rows: a template) */
 constexpr int kMaxKs = 8;
 constexpr int kSplitRows = 256;    /* the one-CTA-per-split form serves launches of at most this many rows */
-constexpr size_t kNarrowSmem = (size_t)kMaxKs * kNS * kStageN * 2;           /* 128 KiB at ks 8 */
+/* narrow kernel: elements of one ring stage at m batch rows (W [16][kKC], then x [m][kKC]) */
+__host__ __device__ constexpr int narrow_stage(int m) { return kStageN + m * kKC; }
+constexpr size_t kNarrowSmem = (size_t)kMaxKs * kNS * narrow_stage(8) * 2;   /* 144 KiB at ks 8, m 8 */
 constexpr size_t kWideSmem64 = (size_t)kWS * (kBM + 64) * kKT * 2;          /* 96 KiB at kBN 64: 2 CTAs per SM */
 
 /* element offset of 16-byte chunk c of row r in a [rows][W] tile, chunks XOR-swizzled by (r & 7) */
 template <int W> __device__ __forceinline__ int swz(int r, int c) { return r * W + ((c ^ (r & 7)) << 3); }
 
-__device__ __forceinline__ uint32_t ldg32(const void *p) { return __ldg(reinterpret_cast<const unsigned int *>(p)); }
 
 /* M <= 8: CTA = ks warps on one 16-row tile, warp s chains split s through its own ring; warp 0 sums the split
- * partials in order (wtc.h) and stores columns < m */
+ * partials in order (wtc.h) and stores columns < m. A ring stage holds the W tile [16][64] (2 KiB) and the m x rows
+ * of the same 64 k [m][64] (chunk c of row r at chunk c ^ r: the B reads of the 8 rows hit distinct banks), both
+ * by cp.async in one commit group: x then arrives with its weights, kNS - 1 stages ahead. (x read from global
+ * memory one stage ahead, as before, held each warp to one stage per L2 round trip under full DRAM load: H100
+ * 8B BF16 M = 1, gate/up and down at 2.72 TB/s in the graph, 89% of the read ceiling.) */
 template <typename T>
 __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ w, int n_in, int n_out, int ks,
                                                           int m, const T *__restrict__ x, int ldx, float *y, int ldy,
@@ -57,10 +62,9 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.x * 16;
     const int klen = n_in / ks, k0 = warp * klen, nst = klen / kKC;
-    T *ring = reinterpret_cast<T *>(smem) + (size_t)warp * kNS * kStageN;
-    /* stage s (k0 + s kKC ..) of this warp's split into slot s % kNS; one commit group per call (empty past the
-     * end) */
-    /* lane's 4 chunks of a stage: rows lane / 8 + 4 j, chunk lane % 8 (addresses computed once) */
+    const int sst = narrow_stage(m);   /* elements per stage: W, then x */
+    T *ring = reinterpret_cast<T *>(smem) + (size_t)warp * kNS * sst;
+    /* lane's 4 W chunks of a stage: rows lane / 8 + 4 j, chunk lane % 8 (addresses computed once) */
     const T *src[4];
     int soff[4];
     bool sok[4];
@@ -71,51 +75,58 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
         src[j] = sok[j] ? w + (size_t)row * n_in + k0 + (lane & 7) * 8 : w;
         soff[j] = swz<kKC>(r, lane & 7);
     }
-    auto load = [&](int s) {
+    /* lane's x chunks: row lane / 8 and row lane / 8 + 4 (when < m), chunk lane % 8 */
+    const int xr = lane >> 3, xc = lane & 7;
+    const T *xsrc0 = x + (size_t)xr * ldx + k0 + xc * 8, *xsrc1 = x + (size_t)(xr + 4) * ldx + k0 + xc * 8;
+    const int xoff0 = kStageN + xr * kKC + ((xc ^ xr) << 3), xoff1 = kStageN + (xr + 4) * kKC + ((xc ^ (xr + 4)) << 3);
+    auto load_w = [&](int s) {
         if (s < nst) {
-            T *dst = ring + (s % kNS) * kStageN;
+            T *dst = ring + (s % kNS) * sst;
 #pragma unroll
             for (int j = 0; j < 4; j++) cp_async16_zfill(dst + soff[j], sok[j] ? src[j] + s * kKC : w, sok[j]);
         }
-        cp_async_commit();
+    };
+    auto load_x = [&](int s) {
+        if (s < nst) {
+            T *dst = ring + (s % kNS) * sst;
+            if (xr < m) cp_async16_zfill(dst + xoff0, xsrc0 + s * kKC, true);
+            if (xr + 4 < m) cp_async16_zfill(dst + xoff1, xsrc1 + s * kKC, true);
+        }
     };
     pdl_trigger();
-    /* weights are written once, at load: their first stages stream in while the kernel before finishes */
+    /* weights are written once, at load: their first stages stream in while the kernel before finishes (one
+     * commit group each); x only after pdl_wait, all kNS - 1 stages' rows in one more group, waited for in full
+     * before stage 0. From then on group s + 1 carries stage s (its W and its x), so waiting for all but the newest
+     * kNS - 2 groups before stage s is enough, as with a plain ring */
 #pragma unroll
-    for (int s = 0; s < kNS - 1; s++) load(s);
+    for (int s = 0; s < kNS - 1; s++) {
+        load_w(s);
+        cp_async_commit();
+    }
     pdl_wait();
-    const T *xr = g < m ? x + (size_t)g * ldx + k0 + 2 * t : nullptr;
+#pragma unroll
+    for (int s = 0; s < kNS - 1; s++) load_x(s);
+    cp_async_commit();
+    cp_async_wait<0>();
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     static_assert(kKC == 64, "a stage is 4 k16 steps and 4 chunks per lane (splits are multiples of 64)");
-    /* x of stage s + 1 is loaded while stage s is multiplied (its latency stays off the mma chain) */
-    uint32_t bx[4][2], bn[4][2];
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        bn[q][0] = xr && nst > 0 ? ldg32(xr + 16 * q) : 0u;
-        bn[q][1] = xr && nst > 0 ? ldg32(xr + 16 * q + 8) : 0u;
-    }
     for (int s = 0; s < nst; s++) {
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            bx[q][0] = bn[q][0];
-            bx[q][1] = bn[q][1];
-        }
-        if (xr && s + 1 < nst) {
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                bn[q][0] = ldg32(xr + (s + 1) * kKC + 16 * q);
-                bn[q][1] = ldg32(xr + (s + 1) * kKC + 16 * q + 8);
-            }
-        }
         cp_async_wait<kNS - 2>();
         __syncwarp();   /* stage s landed for every lane; every lane is done with stage s - 1 (refilled next) */
-        load(s + kNS - 1);
-        const T *st = ring + (s % kNS) * kStageN;
+        load_w(s + kNS - 1);
+        load_x(s + kNS - 1);
+        cp_async_commit();
+        const T *st = ring + (s % kNS) * sst;
+        const uint32_t *xs = reinterpret_cast<const uint32_t *>(st + kStageN + g * kKC);
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             uint32_t a[4];
             ldsm_x4(a, st + swz<kKC>(lane & 15, 2 * q + (lane >> 4)));
-            tc_type<T>::mma(acc, a, bx[q][0], bx[q][1]);
+            /* b0 = x[g][16 q + 2t, +1], b1 = x[g][16 q + 8 + 2t, +1]: chunks 2q and 2q + 1 of row g (rows >= m:
+             * zero operand, never stored) */
+            const uint32_t b0 = g < m ? xs[(((2 * q) ^ g) << 2) + t] : 0u;
+            const uint32_t b1 = g < m ? xs[(((2 * q + 1) ^ g) << 2) + t] : 0u;
+            tc_type<T>::mma(acc, a, b0, b1);
         }
     }
     cp_async_wait<0>();
@@ -126,7 +137,7 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
     if (warp != 0) return;
     for (int k = 1; k < ks; k++) {
         const float4 v = *reinterpret_cast<const float4 *>(
-            reinterpret_cast<const float *>(smem + (size_t)k * kNS * kStageN * sizeof(T)) + lane * 4);
+            reinterpret_cast<const float *>(smem + (size_t)k * kNS * sst * sizeof(T)) + lane * 4);
         acc[0] = __fadd_rn(acc[0], v.x);
         acc[1] = __fadd_rn(acc[1], v.y);
         acc[2] = __fadd_rn(acc[2], v.z);
@@ -993,7 +1004,7 @@ cudaError_t launch_t(const wtc_params *p, int form, int ks, int ldx, int ldy, cu
         const cudaError_t e = cu_smem_optin(wtc_narrow<T>, kNarrowSmem, s_set);
         if (e != cudaSuccess) return e;
         const unsigned tiles = (unsigned)((p->n_out + 15) / 16);
-        return cu_launch(wtc_narrow<T>, dim3(tiles), dim3(32 * ks), (size_t)ks * kNS * kStageN * sizeof(T), st,
+        return cu_launch(wtc_narrow<T>, dim3(tiles), dim3(32 * ks), (size_t)ks * kNS * narrow_stage(p->m) * sizeof(T), st,
                          (const T *)p->w, p->n_in, p->n_out, ks, p->m, (const T *)p->x, ldx, p->y, ldy, p->y_in);
     }
     if (form == 2 && p->m > 64) {
