@@ -26,6 +26,16 @@ static inline int cu_sm_count(int given) {
     return n;
 }
 
+/* The current device's opt-in shared memory per block in bytes (an attribute query, safe while a stream is being
+ * captured); 48 KiB when the query fails. */
+static inline size_t cu_smem_optin_max() {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || v <= 0)
+        return 48 * 1024;
+    return (size_t)v;
+}
+
 /* A per-device switch cached in state[64] (0 unknown, 1 on, 2 off): on when the current device's compute capability
  * major is within [lo, hi] and the environment knob env (default 1) is not 0. Attribute queries only, so safe while a
  * stream is captured. Returns 0 when the device query fails. */

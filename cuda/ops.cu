@@ -348,6 +348,41 @@ __global__ void k_rmsnorm_dual(const float *x, const int32_t *rows, const float 
     for (int i = threadIdx.x; i < dim; i += blockDim.x) st_dual(out, outf, round_f, (size_t)r * dim + i, xr[i] * scale * w[i]);
 }
 
+/* k_rmsnorm_dual for rows of at most V x blockDim.x elements, the same operations in the same order per thread:
+ * the weights are read into registers before pdl_wait (written once, at load), the row once after it, and both
+ * stay in registers for the second pass. At batch 1 the norm is one block between two matrix products on the
+ * critical path, so its latency is what counts. */
+template <typename T, int V>
+__global__ void k_rmsnorm_dual_r(const float *x, const int32_t *rows, const float *w, int dim, float eps, T *out,
+                                 float *outf, int round_f) {
+    float wv[V], xv[V];
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        const int i = threadIdx.x + j * blockDim.x;
+        wv[j] = i < dim ? w[i] : 0.f;
+    }
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): only the weights read before */
+    const int r = blockIdx.x;
+    const float *xr = x + (size_t)(rows ? rows[r] : r) * dim;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        const int i = threadIdx.x + j * blockDim.x;
+        xv[j] = i < dim ? xr[i] : 0.f;
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < V; j++)
+        if (threadIdx.x + j * blockDim.x < dim) ss += xv[j] * xv[j];
+    ss = block_sum(ss);
+    const float scale = 1.0f / sqrtf(ss / (float)dim + eps);
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < dim) st_dual(out, outf, round_f, (size_t)r * dim + i, xv[j] * scale * wv[j]);
+    }
+}
+
 int ops_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int dim, float eps, int n_rows,
                      void *out, cu_dtype odt, float *outf, int round_f, cudaStream_t st, char *err, size_t errlen) {
     if (n_rows <= 0 || (!out && !outf)) return 0;
@@ -355,7 +390,11 @@ int ops_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int di
     cudaError_t le = cudaSuccess;
     with_type(odt, [&](auto *tp) {
         using T = typename std::remove_pointer<decltype(tp)>::type;
-        le = cu_launch(k_rmsnorm_dual<T>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out, outf, round_f);
+        if (dim <= 8 * block)
+            le = cu_launch(k_rmsnorm_dual_r<T, 8>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out, outf,
+                           round_f);
+        else
+            le = cu_launch(k_rmsnorm_dual<T>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out, outf, round_f);
     });
     if (le != cudaSuccess) { snprintf(err, errlen, "%s: launch failed: %s", "ops_rmsnorm_dual", cudaGetErrorString(le)); return -1; }
     CU_LAUNCH_CHECK_RET("ops_rmsnorm_dual");

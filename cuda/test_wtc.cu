@@ -236,14 +236,15 @@ int main(void)
     }
     CHECK(wtc_supported(64, 1) && wtc_supported(14336, 4096) && !wtc_supported(96, 4) && !wtc_supported(600, 4) && wtc_supported(576, 4) &&
           !wtc_supported(4096, 0), "wtc_supported");
-    CHECK(wtc_split(4096, 4096) == 8 && wtc_split(4096, 28672) == 2 && wtc_split(4096, 128256) == 1 &&
+    CHECK(wtc_split(4096, 4096) == 8 && wtc_split(4096, 28672) == 8 && wtc_split(4096, 128256) == 4 &&
           wtc_split(768, 20001) == 2 && wtc_split(192, 33) == 1 && wtc_split(14336, 4096) == 8 &&
-          wtc_split(100, 16) == 0,
-          "wtc_split: %d %d %d %d %d %d", wtc_split(4096, 4096), wtc_split(4096, 28672), wtc_split(4096, 128256),
-          wtc_split(768, 20001), wtc_split(192, 33), wtc_split(14336, 4096));
+          wtc_split(100, 16) == 0 && wtc_split(2048, 16400) == 4 && wtc_split(2048, 8192) == 4,
+          "wtc_split: %d %d %d %d %d %d %d", wtc_split(4096, 4096), wtc_split(4096, 28672), wtc_split(4096, 128256),
+          wtc_split(768, 20001), wtc_split(192, 33), wtc_split(14336, 4096), wtc_split(2048, 16400));
     const int quick = getenv("ZLLM_GPU_TEST_QUICK") && atoi(getenv("ZLLM_GPU_TEST_QUICK"));
     static const int shapes[][2] = {{64, 1},     {64, 17},    {192, 33},   {2048, 40},  {1024, 4001},
-                                    {768, 20001}, {4096, 300}, {14336, 130}, {2048, 3000}};
+                                    {768, 20001}, {4096, 300}, {14336, 130}, {2048, 3000},
+                                    {2048, 16400}};   /* the last: 4 splits by the second rule of wtc_split */
     for (int bf16 = 1; bf16 >= 0; bf16--)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             if (quick && s % 3) continue;

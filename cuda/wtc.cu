@@ -33,15 +33,15 @@ namespace {
 constexpr int kKT = 64;            /* k elements per stage of the wide kernel; splits are multiples of it */
 constexpr int kKC = 64;            /* k elements per stage of the narrow kernel (H100, 8B BF16 M = 1: 7.3 ms; 256
                                     * with 3 stages: 8.7 ms) */
-constexpr int kNS = 6;             /* narrow kernel: stages of each warp's ring (H100, 8B BF16 M = 1: 6 -> 6.49 ms,
-                                    * 4 -> 6.53, 8 -> 7.00: more warps per SM beat deeper rings) */
+constexpr int kNS = 6;             /* narrow kernel: stages of each warp's ring up to 2 batch rows (4 above; see
+                                    * launch_t) */
 constexpr int kStageN = 16 * kKC;  /* narrow stage: 16 rows x 64 (2 KiB) */
 constexpr int kBM = 128, kWS = 4;  /* wide kernel: CTA rows of W and stages (kBN batch rows: a template) */
 constexpr int kMaxKs = 8;
 constexpr int kSplitRows = 256;    /* the one-CTA-per-split form serves launches of at most this many rows */
 /* narrow kernel: elements of one ring stage at m batch rows (W [16][kKC], then x [m][kKC]) */
 __host__ __device__ constexpr int narrow_stage(int m) { return kStageN + m * kKC; }
-constexpr size_t kNarrowSmem = (size_t)kMaxKs * kNS * narrow_stage(8) * 2;   /* 144 KiB at ks 8, m 8 */
+constexpr size_t kNarrowSmem = (size_t)kMaxKs * 4 * narrow_stage(8) * 2;   /* 96 KiB: ks 8, m 8, 4 stages */
 constexpr size_t kWideSmem64 = (size_t)kWS * (kBM + 64) * kKT * 2;          /* 96 KiB at kBN 64: 2 CTAs per SM */
 
 /* element offset of 16-byte chunk c of row r in a [rows][W] tile, chunks XOR-swizzled by (r & 7) */
@@ -54,7 +54,7 @@ template <int W> __device__ __forceinline__ int swz(int r, int c) { return r * W
  * by cp.async in one commit group: x then arrives with its weights, kNS - 1 stages ahead. (x read from global
  * memory one stage ahead, as before, held each warp to one stage per L2 round trip under full DRAM load: H100
  * 8B BF16 M = 1, gate/up and down at 2.72 TB/s in the graph, 89% of the read ceiling.) */
-template <typename T>
+template <typename T, int NS = kNS>
 __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ w, int n_in, int n_out, int ks,
                                                           int m, const T *__restrict__ x, int ldx, float *y, int ldy,
                                                           const float *y_in) {
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
     const int row0 = blockIdx.x * 16;
     const int klen = n_in / ks, k0 = warp * klen, nst = klen / kKC;
     const int sst = narrow_stage(m);   /* elements per stage: W, then x */
-    T *ring = reinterpret_cast<T *>(smem) + (size_t)warp * kNS * sst;
+    T *ring = reinterpret_cast<T *>(smem) + (size_t)warp * NS * sst;
     /* lane's 4 W chunks of a stage: rows lane / 8 + 4 j, chunk lane % 8 (addresses computed once) */
     const T *src[4];
     int soff[4];
@@ -81,42 +81,42 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
     const int xoff0 = kStageN + xr * kKC + ((xc ^ xr) << 3), xoff1 = kStageN + (xr + 4) * kKC + ((xc ^ (xr + 4)) << 3);
     auto load_w = [&](int s) {
         if (s < nst) {
-            T *dst = ring + (s % kNS) * sst;
+            T *dst = ring + (s % NS) * sst;
 #pragma unroll
             for (int j = 0; j < 4; j++) cp_async16_zfill(dst + soff[j], sok[j] ? src[j] + s * kKC : w, sok[j]);
         }
     };
     auto load_x = [&](int s) {
         if (s < nst) {
-            T *dst = ring + (s % kNS) * sst;
+            T *dst = ring + (s % NS) * sst;
             if (xr < m) cp_async16_zfill(dst + xoff0, xsrc0 + s * kKC, true);
             if (xr + 4 < m) cp_async16_zfill(dst + xoff1, xsrc1 + s * kKC, true);
         }
     };
     pdl_trigger();
     /* weights are written once, at load: their first stages stream in while the kernel before finishes (one
-     * commit group each); x only after pdl_wait, all kNS - 1 stages' rows in one more group, waited for in full
+     * commit group each); x only after pdl_wait, all NS - 1 stages' rows in one more group, waited for in full
      * before stage 0. From then on group s + 1 carries stage s (its W and its x), so waiting for all but the newest
-     * kNS - 2 groups before stage s is enough, as with a plain ring */
+     * NS - 2 groups before stage s is enough, as with a plain ring */
 #pragma unroll
-    for (int s = 0; s < kNS - 1; s++) {
+    for (int s = 0; s < NS - 1; s++) {
         load_w(s);
         cp_async_commit();
     }
     pdl_wait();
 #pragma unroll
-    for (int s = 0; s < kNS - 1; s++) load_x(s);
+    for (int s = 0; s < NS - 1; s++) load_x(s);
     cp_async_commit();
     cp_async_wait<0>();
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     static_assert(kKC == 64, "a stage is 4 k16 steps and 4 chunks per lane (splits are multiples of 64)");
     for (int s = 0; s < nst; s++) {
-        cp_async_wait<kNS - 2>();
+        cp_async_wait<NS - 2>();
         __syncwarp();   /* stage s landed for every lane; every lane is done with stage s - 1 (refilled next) */
-        load_w(s + kNS - 1);
-        load_x(s + kNS - 1);
+        load_w(s + NS - 1);
+        load_x(s + NS - 1);
         cp_async_commit();
-        const T *st = ring + (s % kNS) * sst;
+        const T *st = ring + (s % NS) * sst;
         const uint32_t *xs = reinterpret_cast<const uint32_t *>(st + kStageN + g * kKC);
 #pragma unroll
         for (int q = 0; q < 4; q++) {
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
     if (warp != 0) return;
     for (int k = 1; k < ks; k++) {
         const float4 v = *reinterpret_cast<const float4 *>(
-            reinterpret_cast<const float *>(smem + (size_t)k * kNS * sst * sizeof(T)) + lane * 4);
+            reinterpret_cast<const float *>(smem + (size_t)k * NS * sst * sizeof(T)) + lane * 4);
         acc[0] = __fadd_rn(acc[0], v.x);
         acc[1] = __fadd_rn(acc[1], v.y);
         acc[2] = __fadd_rn(acc[2], v.z);
@@ -994,18 +994,36 @@ cudaError_t launch_wide(const wtc_params *p, int form, int ks, int ldx, int ldy,
  * 179.7 ms) */
 int wide_bn(int m) { return m <= 32 ? 32 : 64; }
 
+/* the narrow kernel with NS-stage rings (the caller checked that ks warps' rings fit optin bytes) */
+template <typename T, int NS>
+cudaError_t launch_narrow(const wtc_params *p, int ks, int ldx, int ldy, size_t optin, cudaStream_t st) {
+    static std::atomic<unsigned long long> s_set{0};
+    const size_t most = (size_t)kMaxKs * NS * narrow_stage(8) * sizeof(T);
+    const cudaError_t e = cu_smem_optin(wtc_narrow<T, NS>, most < optin ? most : optin, s_set);
+    if (e != cudaSuccess) return e;
+    const unsigned tiles = (unsigned)((p->n_out + 15) / 16);
+    return cu_launch(wtc_narrow<T, NS>, dim3(tiles), dim3(32 * ks), (size_t)ks * NS * narrow_stage(p->m) * sizeof(T),
+                     st, (const T *)p->w, p->n_in, p->n_out, ks, p->m, (const T *)p->x, ldx, p->y, ldy, p->y_in);
+}
+
 template <typename T>
 cudaError_t launch_t(const wtc_params *p, int form, int ks, int ldx, int ldy, cudaStream_t st) {
     if (form == 4) return launch_wg<T, false>(p, ks, ldx, ldy, st);
     if (form == 5) return launch_wg<T, true>(p, ks, ldx, ldy, st);
     if (form == 6) return launch_ws<T>(p, ks, ldx, ldy, st);
     if (form == 1) {
-        static std::atomic<unsigned long long> s_set{0};
-        const cudaError_t e = cu_smem_optin(wtc_narrow<T>, kNarrowSmem, s_set);
-        if (e != cudaSuccess) return e;
-        const unsigned tiles = (unsigned)((p->n_out + 15) / 16);
-        return cu_launch(wtc_narrow<T>, dim3(tiles), dim3(32 * ks), (size_t)ks * kNS * narrow_stage(p->m) * sizeof(T), st,
-                         (const T *)p->w, p->n_in, p->n_out, ks, p->m, (const T *)p->x, ldx, p->y, ldy, p->y_in);
+        /* ring depth: 6 stages up to 2 rows, 4 above (each stage carries m x rows, and more warps per SM beat
+         * deeper rings: H100 8B BF16 M = 4 / 8 6.28 / 6.53 ms at 6 stages, 6.13 / 6.31 at 4; M = 1 6.03 at 6,
+         * 6.21 at 4, 6.33 at 8, 6.22 at 12). ZLLM_WTC_NS = 4, 6, 8 or 12 forces one depth where the block fits
+         * the device (measurements: the depth never changes a bit) */
+        static const int s_ns = cu_env_int("ZLLM_WTC_NS", 0, 0, 12);
+        const size_t optin = cu_smem_optin_max();
+        int ns = s_ns == 4 || s_ns == 6 || s_ns == 8 || s_ns == 12 ? s_ns : p->m <= 2 ? kNS : 4;
+        if ((size_t)ks * ns * narrow_stage(p->m) * sizeof(T) > optin) ns = 4;
+        if (ns == 4) return launch_narrow<T, 4>(p, ks, ldx, ldy, optin, st);
+        if (ns == 8) return launch_narrow<T, 8>(p, ks, ldx, ldy, optin, st);
+        if (ns == 12) return launch_narrow<T, 12>(p, ks, ldx, ldy, optin, st);
+        return launch_narrow<T, 6>(p, ks, ldx, ldy, optin, st);
     }
     if (form == 2 && p->m > 64) {
         static std::atomic<unsigned long long> s_set{0};
@@ -1029,11 +1047,20 @@ extern "C" int wtc_supported(int n_in, int n_out) {
 
 extern "C" int wtc_split(int n_in, int n_out) {
     if (!wtc_supported(n_in, n_out)) return 0;
-    /* enough warps for one decode row (tiles x ks >= 2048 on the narrow kernel), each split a multiple of the
-     * 64-wide k tile. Shape only: it is part of every element's arithmetic. */
+    /* Enough warps for one decode row (tiles x ks >= 2048 on the narrow kernel); then more splits while each keeps
+     * at least 512 k (8 ring stages) and tiles x ks < 16384: a split is one warp's unit of work at M <= 8, and
+     * many short units balance the SMs where few long ones leave a tail (H100, M = 1: 8B BF16 6.03 -> 5.88 ms,
+     * gate/up 2 -> 8 splits and the LM head 1 -> 4; 1B 1.234 -> 1.205 ms). Each split a multiple of the 64-wide
+     * k tile. Shape only: it is part of every element's arithmetic. ZLLM_WTC_WARPS (2048), ZLLM_WTC_WARPS2
+     * (16384; 0: no second rule) and ZLLM_WTC_KMIN (512) are for measurements, read once per process (a model
+     * loaded with one value keeps it). */
+    static const long s_target = cu_env_int("ZLLM_WTC_WARPS", 2048, 256, 65536);
+    static const long s_target2 = cu_env_int("ZLLM_WTC_WARPS2", 16384, 0, 65536);
+    static const long s_kmin = cu_env_int("ZLLM_WTC_KMIN", 512, 64, 65536);
     const long tiles = (n_out + 15) / 16;
     int ks = 1;
-    while (ks < kMaxKs && tiles * ks < 2048 && n_in % (kKT * 2 * ks) == 0) ks *= 2;
+    while (ks < kMaxKs && tiles * ks < s_target && n_in % (kKT * 2 * ks) == 0) ks *= 2;
+    while (ks < kMaxKs && tiles * ks < s_target2 && n_in / (2 * ks) >= s_kmin && n_in % (kKT * 2 * ks) == 0) ks *= 2;
     return ks;
 }
 
