@@ -84,6 +84,10 @@ typedef struct {
                                   nearest, in rows of out_stride elements (out is then not written): the next
                                   product's 16-bit input without a cast kernel. A launch the tensor-core kernel
                                   does not serve fails with cudaErrorInvalidValue */
+    int kv_pre;                /* tensor-core kernel only: 1 when slot and kv_len were written before the launch by
+                                  something other than a kernel of its stream that may still run (a host copy
+                                  ahead of the step), so that a block may read them before it waits for the
+                                  kernel before it (cuda/pdl.cuh); the same bits either way; 0: read after */
 } attn_decode_params;
 
 /* Bytes of workspace a decode launch with these parameters needs, and also enough for the same parameters

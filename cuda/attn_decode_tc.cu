@@ -222,11 +222,14 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     const int seq = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     pdl_trigger();
-    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
+    /* kv_pre: slot and kv_len are host-written inputs, read before the wait (one L2 round trip off the critical
+     * path of a batch-1 layer); otherwise after it (cu_launch contract, cuda/pdl.cuh) */
+    int len = 0, slot = 0;
+    if (p.kv_pre) { len = p.kv_len[seq]; slot = p.slot[seq]; }
+    pdl_wait();
+    if (!p.kv_pre) { len = p.kv_len[seq]; slot = p.slot[seq]; }
     const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
     const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
-    int len = p.kv_len[seq];
-    const int slot = p.slot[seq];
     if (len > n_chunks * chunk) len = n_chunks * chunk;   /* kv_len <= max_kv_len by contract; never read past */
     const int n_valid = len > 0 ? (len + chunk - 1) / chunk : 0;   /* chunks (tree leaves) holding keys */
     const int nb_valid = (n_valid + G * lpw - 1) / (G * lpw);       /* blocks holding keys */

@@ -82,6 +82,7 @@ extern "C" {
 #include <string.h>
 #include "attention.h"
 #include "attn_decode_tc.h"
+#include "cu_host.h"
 #include "cuda_common.h"
 #include "engine_cuda.h"
 #include "ops.h"
@@ -789,6 +790,8 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
             a.n_rows = n_rows; a.n_heads = c->n_heads; a.n_kv_heads = c->n_kv_heads; a.head_dim = c->head_dim;
             a.rope_dim = c->rope_dim; a.style = (int)c->rope_style; a.cs = E->rope_cs; a.q = E->q;
             a.n_ctx = E->base.n_ctx; a.kc = L->kc; a.vc = L->vc; a.kvdt = E->wt;
+            static const int s_pos_pre = cu_env_int("ZLLM_CUDA_KV_PRE", 1, 0, 1);   /* input block: as kv_pre */
+            a.pos_pre = s_pos_pre;
             FWD_CHECK(ops_qkv_rope_append(&a, st, err, errlen));
         }
         int att_w_done = 0;   /* the decode attention wrote att_w itself: no cast kernel */
@@ -803,6 +806,10 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
             /* always the longest context and the start-up split count: a graph serves every length, and a row's
              * split boundaries never depend on the batch (batch invariance) */
             p.max_kv_len = E->base.n_ctx; p.sm_count = E->sm_count; p.n_splits = E->n_splits;
+            /* slot and kv_len live in the input block, copied from the host before the step's first kernel and
+             * written by no kernel: attention may read them before its PDL wait (ZLLM_CUDA_KV_PRE=0: after) */
+            static const int s_kv_pre = cu_env_int("ZLLM_CUDA_KV_PRE", 1, 0, 1);
+            p.kv_pre = s_kv_pre;
             /* a decode-only step whose products read only the 16-bit copy: the tensor-core kernel writes att_w
              * directly, with the cast kernel's rounding (one launch per layer fewer) */
             if (n_pre == 0 && !nf && E->wt != CU_F32 && attn_decode_tc_wants(&p)) {

@@ -194,13 +194,26 @@ int ops_kv_append(const float *k, const float *v, const int32_t *slot, const int
 template <typename T>
 __global__ void k_qkv_rope_append(ops_qkv_args a, T *kc, T *vc) {
     pdl_trigger();
-    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     const int r = blockIdx.x, t = blockIdx.y * blockDim.x + threadIdx.x;
     const int hd = a.head_dim, half = a.rope_dim / 2, per_head = hd - half;
     const int qd = a.n_heads * hd, kvd = a.n_kv_heads * hd, n_rope = (a.n_heads + a.n_kv_heads) * per_head;
+    /* pos_pre: the row's position, slot and RoPE pair (cos, sin) before the wait (host-written inputs and a
+     * table written once: two dependent L2 round trips off a batch-1 layer's critical path) */
+    const int jr = t < n_rope ? t % per_head : 0;
+    int pr = 0, sr = 0;
+    float2 cr = make_float2(0.f, 0.f);
+    if (a.pos_pre) {
+        pr = a.pos[r]; sr = a.slot[r];
+        if (t < n_rope && jr < half) cr = ((const float2 *)a.cs)[(size_t)pr * half + jr];
+    }
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): before it only the pos_pre reads */
     if (t >= n_rope + kvd) return;
+    if (!a.pos_pre) {
+        pr = a.pos[r]; sr = a.slot[r];
+        if (t < n_rope && jr < half) cr = ((const float2 *)a.cs)[(size_t)pr * half + jr];
+    }
     const float *row = a.qkv + (size_t)r * a.ld;
-    const size_t cell = ((size_t)a.slot[r] * a.n_ctx + a.pos[r]) * kvd;   /* ops_kv_append's destination row */
+    const size_t cell = ((size_t)sr * a.n_ctx + pr) * kvd;   /* ops_kv_append's destination row */
     if (t >= n_rope) {   /* v */
         const int i = t - n_rope;
         float v = row[qd + kvd + i];
@@ -219,7 +232,7 @@ __global__ void k_qkv_rope_append(ops_qkv_args a, T *kc, T *vc) {
         e[1] = a.style == 0 ? 2 * j + 1 : j + half;
         float x0 = src[e[0]], x1 = src[e[1]];
         if (b) { x0 = __fadd_rn(x0, b[e[0]]); x1 = __fadd_rn(x1, b[e[1]]); }
-        rope_rotate(x0, x1, ((const float2 *)a.cs)[(size_t)a.pos[r] * half + j], &y[0], &y[1]);
+        rope_rotate(x0, x1, cr, &y[0], &y[1]);
         n_e = 2;
     } else {          /* a dim past the rotated ones */
         e[0] = 2 * half + (j - half);

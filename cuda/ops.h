@@ -64,6 +64,10 @@ typedef struct {
     int n_ctx;                 /* positions per slot of the caches */
     void *kc, *vc;             /* this layer's caches [n_slots][n_ctx][kv_dim] of kvdt */
     cu_dtype kvdt;             /* cache element type */
+    int pos_pre;               /* 1: pos and slot were written before the launch by something other than a kernel
+                                  of its stream that may still run (the engine's host copy ahead of the step): the
+                                  kernel reads them, and its RoPE pair, before its PDL wait (cuda/pdl.cuh); the
+                                  same bits either way */
 } ops_qkv_args;
 
 /* The attention prologue in one launch: q, k, v = the slices of a->qkv (+ bq, bk, bv when given); q and k rotated

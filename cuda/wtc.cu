@@ -1019,7 +1019,8 @@ cudaError_t launch_t(const wtc_params *p, int form, int ks, int ldx, int ldy, cu
         static const int s_ns = cu_env_int("ZLLM_WTC_NS", 0, 0, 12);
         const size_t optin = cu_smem_optin_max();
         int ns = s_ns == 4 || s_ns == 6 || s_ns == 8 || s_ns == 12 ? s_ns : p->m <= 2 ? kNS : 4;
-        if ((size_t)ks * ns * narrow_stage(p->m) * sizeof(T) > optin) ns = 4;
+        auto fits = [&](int n) { return (size_t)ks * n * narrow_stage(p->m) * sizeof(T) <= optin; };
+        if (!fits(ns)) ns = fits(kNS) ? kNS : 4;
         if (ns == 4) return launch_narrow<T, 4>(p, ks, ldx, ldy, optin, st);
         if (ns == 8) return launch_narrow<T, 8>(p, ks, ldx, ldy, optin, st);
         if (ns == 12) return launch_narrow<T, 12>(p, ks, ldx, ldy, optin, st);
