@@ -225,8 +225,10 @@ static void run_decode_case(const decode_case &c) {
         p4.tc_group = forms[fi][0];
         p4.tc_lpw = forms[fi][1];
         p4.tc_cluster = forms[fi][2];
-        char what[64];
-        snprintf(what, sizeof what, "kernel 4 G %d lpw %d cluster %d", forms[fi][0], forms[fi][1], forms[fi][2]);
+        p4.kv_pre = fi & 1;   /* slot and kv_len (host-copied here) and the first stages read before the PDL wait */
+        char what[80];
+        snprintf(what, sizeof what, "kernel 4 G %d lpw %d cluster %d kv_pre %d", forms[fi][0], forms[fi][1],
+                 forms[fi][2], p4.kv_pre);
         const double ek = run_checked(p4, what);
         if (fi == 0) {
             first = out;

@@ -6,8 +6,8 @@
  * boxes, so all the kernels here share one layout.
  * A operand (W rows) by ldmatrix.x4: lanes 0-15 address rows 0-15 at chunk 2q, lanes 16-31 the same rows at
  * chunk 2q + 1, which yields a0..a3 of m16n8k16 (rows g / g + 8, k 2t / 2t + 8). B operand (x rows, k
- * contiguous) by ldmatrix.x4 over 16 batch rows (two n8 fragments), or, in the narrow kernel, straight from
- * global memory (b0 = k 2t..2t+1, b1 = k 2t+8..2t+9 of batch row g).
+ * contiguous) by ldmatrix.x4 over 16 batch rows (two n8 fragments), or, in the narrow kernel, by 32-bit shared
+ * loads from the x rows its ring stage carries (b0 = k 2t..2t+1, b1 = k 2t+8..2t+9 of batch row g).
  * Kernels: narrow (mma.sync, M <= 8), wide and wide2 (mma.sync, M > 8 below sm_90 or with ZLLM_CUDA_WGMMA=0),
  * wg (wgmma fed by cp.async: the cluster form for M <= 64 on sm_90), ws (wgmma fed by TMA, warp-specialized: M >
  * 64 on sm_90). */

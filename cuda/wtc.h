@@ -19,7 +19,7 @@
  *   - the split partials summed in split order, ((p0 + p1) + p2) + ..., then + y_in.
  * Which kernel computes them follows M (and the device) only, never a bit:
  *   - M <= 8: the narrow kernel (mma.sync; one CTA of ks warps per 16 rows, warp s chains split s from its own
- *     cp.async ring, warp 0 sums);
+ *     cp.async ring of weights and x rows, warp 0 sums);
  *   - sm_90 (built as sm_90a), M <= 16: wgmma, one thread-block cluster of ks CTAs per tile, each CTA one split,
  *     the partials summed in order through distributed shared memory;
  *   - sm_90, M > 16: wgmma fed by TMA, warp-specialized (a producer warpgroup, one or two consumer warpgroups on
