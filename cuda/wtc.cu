@@ -47,7 +47,6 @@ constexpr size_t kWideSmem64 = (size_t)kWS * (kBM + 64) * kKT * 2;          /* 9
 /* element offset of 16-byte chunk c of row r in a [rows][W] tile, chunks XOR-swizzled by (r & 7) */
 template <int W> __device__ __forceinline__ int swz(int r, int c) { return r * W + ((c ^ (r & 7)) << 3); }
 
-
 /* M <= 8: CTA = ks warps on one 16-row tile, warp s chains split s through its own ring; warp 0 sums the split
  * partials in order (wtc.h) and stores columns < m. A ring stage holds the W tile [16][64] (2 KiB) and the m x rows
  * of the same 64 k [m][64] (chunk c of row r at chunk c ^ r: the B reads of the 8 rows hit distinct banks), both
