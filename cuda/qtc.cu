@@ -21,7 +21,7 @@
  *
  * Kernel. A CTA is kn warps on one tile (kn = qtc_split_narrow: contiguous ranges of units, one per warp) and NF
  * fragments of 8 batch columns (grid.x: column groups, fastest, so the CTAs of one tile run together and share
- * its weights through L2; grid.y: tiles). Each warp streams its tile blocks through its own 4-stage cp.async
+ * its weights through L2; grid.y: tiles). Each warp streams its tile blocks through its own 2-stage cp.async
  * ring in shared memory (no block barrier in the loop), reads its quants and scales from the ring into
  * registers, dequantizes a 16x16 A fragment per k step and multiplies it with the NF B fragments (x read from
  * global memory, 16 bytes per lane per two steps; at NF = 1 the next unit's x is loaded before this unit is
@@ -48,7 +48,9 @@
 using namespace zmma;
 
 enum { QT_Q4K = 0, QT_Q6K = 1, QT_Q8_0 = 2 };
-enum { QT_STAGES = 4, QT_MAX_KS = 8 };
+/* QT_STAGES: the narrow kernel's ring depth per warp (units in flight); QT_STAGES_MAX the deepest a knob may ask
+ * for, which sizes the narrow kernel's shared-memory requirement (qtc_smem_bytes) */
+enum { QT_STAGES = 2, QT_STAGES_MAX = 4, QT_MAX_KS = 8 };
 enum { QB_WARPS = 8, QB_COLS = 64, QB_STAGES = 3, QB_XBYTES = QB_COLS * 512, QB_CHUNK = 256 };
 
 template <int TY> struct qt_traits;
@@ -76,7 +78,7 @@ extern "C" size_t qtc_smem_bytes(ggml_type t)
 {
     const int ty = s_ty(t);
     if (ty < 0) return 0;
-    const size_t narrow = (size_t)QT_MAX_KS * QT_STAGES * s_tb(ty);
+    const size_t narrow = (size_t)QT_MAX_KS * QT_STAGES_MAX * s_tb(ty);
     const size_t wide = (size_t)QB_STAGES * (QB_WARPS * (size_t)s_tb(ty) + QB_XBYTES);
     return narrow > wide ? narrow : wide;
 }
@@ -427,7 +429,7 @@ static __device__ __forceinline__ void issue_block(uint8_t *dst, const uint8_t *
     for (int c = lane; c < TB / 16; c += 32) cp_async16_zfill(dst + 16 * c, src + 16 * c, true);
 }
 
-template <int TY, int NF>
+template <int TY, int NF, int ST = QT_STAGES>
 __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out,
                                                    int m, const uint16_t *__restrict__ x, int ldx, float *y, int ldy,
                                                    const float *y_in)
@@ -437,13 +439,13 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tile = blockIdx.y, col0 = blockIdx.x * NF * 8;
     const int u0 = (int)((long)units * warp / kn), u1 = (int)((long)units * (warp + 1) / kn), n = u1 - u0;
-    uint8_t *ring = s_mem + (size_t)warp * QT_STAGES * TB;
+    uint8_t *ring = s_mem + (size_t)warp * ST * TB;
     const uint8_t *src = w + ((size_t)tile * units + u0) * TB;
     pdl_trigger();
     /* the weights are written once, at load: their first stages stream in while the kernel before this one (the
      * producer of x, or the reader of y) finishes (cuda/pdl.cuh); nothing else is touched before pdl_wait */
 #pragma unroll
-    for (int i = 0; i < QT_STAGES; i++) {
+    for (int i = 0; i < ST; i++) {
         if (i < n) issue_block<TB>(ring + i * TB, src + (size_t)i * TB, lane);
         cp_async_commit();
     }
@@ -464,12 +466,12 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
         for (int p = 0; p < 8; p++) xn[p] = xr[0] && n > 0 ? __ldg((const uint4 *)(xr[0]) + p) : make_uint4(0, 0, 0, 0);
     }
     for (int i = 0; i < n; i++) {
-        cp_async_wait<QT_STAGES - 1>();
+        cp_async_wait<ST - 1>();
         __syncwarp();
         unit_regs<TY> R;
-        R.load(ring + (i % QT_STAGES) * TB, lane);
+        R.load(ring + (i % ST) * TB, lane);
         __syncwarp();   /* every lane has read the stage before it is refilled */
-        if (i + QT_STAGES < n) issue_block<TB>(ring + (i % QT_STAGES) * TB, src + (size_t)(i + QT_STAGES) * TB, lane);
+        if (i + ST < n) issue_block<TB>(ring + (i % ST) * TB, src + (size_t)(i + ST) * TB, lane);
         cp_async_commit();
         if (NF == 1) {
             uint4 xc[8];
@@ -519,7 +521,7 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
          * ((p0 + .. + p_{r-1}) + (p_r + .. + p_{2r-1})) + ..., the wide kernel's and merge's operations */
         float tot[NF][4] = {};
         for (int k = 1; k < kn; k++) {
-            const float *pk = (const float *)(s_mem + (size_t)k * QT_STAGES * TB);
+            const float *pk = (const float *)(s_mem + (size_t)k * ST * TB);
             const bool close = k % r == 0;
 #pragma unroll
             for (int f = 0; f < NF; f++) {
@@ -936,17 +938,29 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, in
     return cudaSuccess;
 }
 
+template <int TY, int NF, int ST>
+static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int ldy, cudaStream_t st)
+{
+    constexpr int TB = qt_traits<TY>::TB;
+    const size_t smem = (size_t)kn * ST * TB;
+    static std::atomic<unsigned long long> s_set{0};
+    const cudaError_t e = cu_smem_optin(qtc_kernel<TY, NF, ST>, QT_MAX_KS * ST * TB, s_set);
+    if (e != cudaSuccess) return e;
+    const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
+    return cu_launch(qtc_kernel<TY, NF, ST>, dim3((unsigned)groups, (unsigned)tiles), dim3(32 * kn), smem, st,
+                     (const uint8_t *)p->w, p->n_in / 256, kn, r, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in);
+}
+
+/* the narrow kernel with QT_STAGES-deep rings: 2, since more warps per SM beat deeper rings (H100 M=1: 8B
+ * Q4_K_M 3.004 / 3.021 ms at 4 stages, 2.944 at 3, 2.881 at 2; Q8_0 3.865 / 3.876, 3.830, 3.793);
+ * ZLLM_QTC_STAGES = 3 or 4 for measurements (the depth never changes a bit) */
 template <int TY, int NF>
 static cudaError_t s_launch(const qtc_params *p, int kn, int r, int ldx, int ldy, cudaStream_t st)
 {
-    constexpr int TB = qt_traits<TY>::TB;
-    const size_t smem = (size_t)kn * QT_STAGES * TB;
-    static std::atomic<unsigned long long> s_set{0};
-    const cudaError_t e = cu_smem_optin(qtc_kernel<TY, NF>, QT_MAX_KS * QT_STAGES * TB, s_set);
-    if (e != cudaSuccess) return e;
-    const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
-    return cu_launch(qtc_kernel<TY, NF>, dim3((unsigned)groups, (unsigned)tiles), dim3(32 * kn), smem, st,
-                     (const uint8_t *)p->w, p->n_in / 256, kn, r, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in);
+    static const int s_st = cu_env_int("ZLLM_QTC_STAGES", QT_STAGES, 2, QT_STAGES_MAX);
+    if (s_st == 3) return s_launch_st<TY, NF, 3>(p, kn, r, ldx, ldy, st);
+    if (s_st == 4) return s_launch_st<TY, NF, 4>(p, kn, r, ldx, ldy, st);
+    return s_launch_st<TY, NF, 2>(p, kn, r, ldx, ldy, st);
 }
 
 template <int TY>
