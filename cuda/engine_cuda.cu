@@ -724,6 +724,14 @@ static void s_need_inputs(const cu_engine *E, int n_rows, int *need_w, int *need
     }
 }
 
+/* 1 when kernels may read the step's input block (pos, slot, kv_len) before their PDL wait: it is copied from the
+ * host before the step's first kernel and written by no kernel (cuda/pdl.cuh). ZLLM_CUDA_KV_PRE=0 reads them after
+ * the wait (comparisons; the same bits). Read once per process. */
+static int s_inputs_early(void) {
+    static const int s_on = cu_env_int("ZLLM_CUDA_KV_PRE", 1, 0, 1);
+    return s_on;
+}
+
 /* pipeline stage input: x[r] = src[perm[r]] (zeros for padded rows, perm -1); src's address is read from the
  * input block (hptr[0]) so that one captured graph serves every transport buffer */
 static __global__ void s_k_stage_in(float *x, const unsigned long long *hptr, const int32_t *perm, int dim) {
@@ -790,8 +798,7 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
             a.n_rows = n_rows; a.n_heads = c->n_heads; a.n_kv_heads = c->n_kv_heads; a.head_dim = c->head_dim;
             a.rope_dim = c->rope_dim; a.style = (int)c->rope_style; a.cs = E->rope_cs; a.q = E->q;
             a.n_ctx = E->base.n_ctx; a.kc = L->kc; a.vc = L->vc; a.kvdt = E->wt;
-            static const int s_pos_pre = cu_env_int("ZLLM_CUDA_KV_PRE", 1, 0, 1);   /* input block: as kv_pre */
-            a.pos_pre = s_pos_pre;
+            a.pos_pre = s_inputs_early();
             FWD_CHECK(ops_qkv_rope_append(&a, st, err, errlen));
         }
         int att_w_done = 0;   /* the decode attention wrote att_w itself: no cast kernel */
@@ -806,10 +813,7 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
             /* always the longest context and the start-up split count: a graph serves every length, and a row's
              * split boundaries never depend on the batch (batch invariance) */
             p.max_kv_len = E->base.n_ctx; p.sm_count = E->sm_count; p.n_splits = E->n_splits;
-            /* slot and kv_len live in the input block, copied from the host before the step's first kernel and
-             * written by no kernel: attention may read them before its PDL wait (ZLLM_CUDA_KV_PRE=0: after) */
-            static const int s_kv_pre = cu_env_int("ZLLM_CUDA_KV_PRE", 1, 0, 1);
-            p.kv_pre = s_kv_pre;
+            p.kv_pre = s_inputs_early();
             /* a decode-only step whose products read only the 16-bit copy: the tensor-core kernel writes att_w
              * directly, with the cast kernel's rounding (one launch per layer fewer) */
             if (n_pre == 0 && !nf && E->wt != CU_F32 && attn_decode_tc_wants(&p)) {

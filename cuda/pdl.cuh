@@ -12,7 +12,10 @@
  * The contract of a kernel launched by cu_launch (with the attribute on):
  *   - every block calls pdl_wait() before its first read of anything an earlier kernel of the stream wrote and
  *     before its first write of anything an earlier kernel reads or writes (write-after-read counts too); before
- *     it, only memory that no kernel writes (weights, constant tables) may be read;
+ *     it, only memory that no kernel writes (weights, constant tables) may be read, and memory a plain copy put
+ *     there ahead of the chain's first kernel (the engine's per-step input block, copied from the host before the
+ *     step: every kernel of the step starts after that copy has completed; attn_decode_params.kv_pre and
+ *     ops_qkv_args.pos_pre say when a caller guarantees this);
  *   - a block may return before pdl_wait() only if it touches no such memory at all.
  * Completion is transitive: kernel n itself passed its pdl_wait() (or was launched plainly), so when kernel n
  * has completed, so has everything before it. A plain launch (a cuBLAS kernel, a copy) after or before a PDL one
