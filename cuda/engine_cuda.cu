@@ -29,7 +29,9 @@
  *     gate/up round trip, no SwiGLU kernel); smaller steps run the product and an interleaved SwiGLU kernel, with
  *     the same bits.
  *     Matrices served by qtc are joined the same way at load (s_upload_joined: one packed qtc matrix for Q/K/V,
- *     or for Q/K when V has another type, and one for gate/up).
+ *     or for Q/K when V has another type, and one for gate/up, its rows interleaved in blocks of 8 so that qtc's
+ *     narrow kernel (decode steps of <= 8 rows) applies the SwiGLU in its epilogue; larger steps run the product
+ *     and the interleaved SwiGLU kernel, with the same bits).
  *   - Programmatic dependent launch (cuda/pdl.cuh, sm_90+, ZLLM_CUDA_PDL=0 off): our kernels of a step are
  *     launched so that each may start while the one before drains; qtc streams its first weight tiles before it
  *     waits for its input. cuBLAS launches stay plain (full stream order). No result changes.
@@ -166,6 +168,9 @@ typedef struct {
     int qmma_env;              /* ZLLM_CUDA_QMMA: 1 = qmma for the matrices it covers (at every step size), 0 =
                                 * off, the default: qmma is 1.3x faster at M = 1..8 but 2.1x slower at M = 64 on
                                 * the 8B shape (docs/notes-qmma.md), and one path must serve every M */
+    int qtc_glu_env;           /* ZLLM_CUDA_QTC_GLU: 1 (default) = a qtc gate/up join interleaves its rows in blocks
+                                * of 8 (glu8) and decode steps of <= 8 rows take qtc's SwiGLU epilogue; 0 = in
+                                * order, the product and ops_swiglu_dual (the same bits either way) */
     int fuse_env;              /* ZLLM_CUDA_FUSE: 1 (default) = Q/K/V and gate/up matrices served by cuBLAS are
                                 * fused into one product each (cu_layer wqkv, wgu); 0 = separate (comparisons) */
     int qtc_env;               /* ZLLM_CUDA_QTC: 1 (default) = qtc for every matrix it covers (Q4_K, Q6_K, Q8_0
@@ -455,7 +460,7 @@ static int s_has_bf16(const zl_model *m) {
  * output element is the same fixed qtc sequence over the same row, so this changes launches, not arithmetic,
  * except through qtc_split (a function of the joined shape). Returns 1 when packed, 0 when the parts do not
  * qualify (F untouched), -1 with err set on a failure. Load time only. */
-static int s_upload_joined(cu_engine *E, cu_stage *sg, const zl_weight *const *parts, int n, const char *name,
+static int s_upload_joined(cu_engine *E, cu_stage *sg, const zl_weight *const *parts, int n, int il8, const char *name,
                            cu_mat *F, char *err, size_t errlen) {
     if (!E->fuse_env) return 0;
     size_t nb = 0;
@@ -474,15 +479,22 @@ static int s_upload_joined(cu_engine *E, cu_stage *sg, const zl_weight *const *p
     if (!s_qtc_ok(E, &j)) return 0;   /* the joined shape is not a qtc shape */
     uint8_t *cat = (uint8_t *)malloc(nb);
     if (!cat) { snprintf(err, errlen, "out of host memory joining %s", name); return -1; }
+    if (il8 && (n != 2 || parts[0]->n_out != parts[1]->n_out || parts[0]->n_out % 8)) il8 = 0;
     size_t off = 0;
     for (int i = 0; i < n; i++) {
-        const size_t b = (size_t)parts[i]->n_out * parts[i]->row_bytes;
-        memcpy(cat + off, parts[i]->data, b);
+        const size_t b = (size_t)parts[i]->n_out * parts[i]->row_bytes, rb = parts[i]->row_bytes;
+        if (il8) {   /* blocks of 8 rows: part i's block q to rows 16 q + 8 i */
+            for (size_t q = 0; q < (size_t)parts[i]->n_out / 8; q++)
+                memcpy(cat + (16 * q + 8 * (size_t)i) * rb, (const uint8_t *)parts[i]->data + 8 * q * rb, 8 * rb);
+        } else {
+            memcpy(cat + off, parts[i]->data, b);
+        }
         off += b;
     }
     j.data = cat;
     const int rc = s_upload_mat(E, sg, &j, F, err, errlen);
     free(cat);
+    if (rc == 0) F->glu8 = il8;
     return rc == 0 ? 1 : -1;
 }
 
@@ -532,16 +544,17 @@ static int s_upload_model(cu_engine *E, char *err, size_t errlen) {
             /* Q/K/V of one qtc type: one packed qtc matrix (wqkv); else wq and wk of one type: wqk, wv apart; gate
              * and up of one qtc type: one packed matrix (wgu). Otherwise apart (and maybe fused for cuBLAS below) */
             const zl_weight *qkv[] = {&w->wq, &w->wk, &w->wv}, *gu[] = {&w->w_gate, &w->w_up};
-            int jq = s_upload_joined(E, &sg, qkv, 3, "attn_q+k+v", &d->wqkv, err, errlen);
+            int jq = s_upload_joined(E, &sg, qkv, 3, 0, "attn_q+k+v", &d->wqkv, err, errlen);
             if (jq == 0) {
-                jq = s_upload_joined(E, &sg, qkv, 2, "attn_q+k", &d->wqk, err, errlen);
+                jq = s_upload_joined(E, &sg, qkv, 2, 0, "attn_q+k", &d->wqk, err, errlen);
                 if (jq == 1 && s_upload_mat(E, &sg, &w->wv, &d->wv, err, errlen) != 0) goto fail;
             }
             if (jq < 0) goto fail;
             if (jq == 0 && (s_upload_mat(E, &sg, &w->wq, &d->wq, err, errlen) != 0 ||
                             s_upload_mat(E, &sg, &w->wk, &d->wk, err, errlen) != 0 ||
                             s_upload_mat(E, &sg, &w->wv, &d->wv, err, errlen) != 0)) goto fail;
-            const int jg = s_upload_joined(E, &sg, gu, 2, "ffn_gate+ffn_up", &d->wgu, err, errlen);
+            /* gate and up interleaved in blocks of 8 (glu8) for qtc's SwiGLU epilogue, unless ZLLM_CUDA_QTC_GLU=0 */
+            const int jg = s_upload_joined(E, &sg, gu, 2, E->qtc_glu_env, "ffn_gate+ffn_up", &d->wgu, err, errlen);
             if (jg < 0) goto fail;
             if (jg == 0 && (s_upload_mat(E, &sg, &w->w_gate, &d->wg, err, errlen) != 0 ||
                             s_upload_mat(E, &sg, &w->w_up, &d->wu, err, errlen) != 0)) goto fail;
@@ -597,6 +610,18 @@ static attn_kv_type s_kvt(cu_dtype t) { return t == CU_F32 ? ATTN_KV_F32 : t == 
 #define FWD_CUDA(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
     snprintf(err, errlen, "%s: %s", #call, cudaGetErrorString(e_)); return -1; } } while (0)
 
+/* the qtc launch of W on n_rows rows of xw (f16, n_in apart) into y (ldy floats apart; resid: + y itself) */
+static qtc_params s_qtc_params(const cu_engine *E, const cu_mat *W, int n_rows, const void *xw, float *y, int ldy,
+                               int resid) {
+    qtc_params p;
+    memset(&p, 0, sizeof p);
+    p.type = W->qt; p.w = W->raw; p.n_in = W->n_in; p.n_out = W->n_out;
+    p.m = n_rows; p.x = (const uint16_t *)xw; p.ldx = W->n_in; p.y = y; p.ldy = ldy;
+    p.y_in = resid ? y : NULL;
+    p.workspace = E->qtc_ws; p.workspace_bytes = E->qtc_ws_bytes;
+    return p;
+}
+
 /* 1 when W goes through qgemv in a step of n_rows rows. The choice depends on the matrix and the row count
  * only (a graph bucket's size, or an eager step's rows), never on the rows' contents. Both paths multiply the
  * same activations (rounded to wt: round_f) with f32 accumulation; they differ in the weights' rounding (qgemv
@@ -632,12 +657,7 @@ static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, c
     if (n_rows <= 0) return 0;
     if (ldy == 0) ldy = W->n_out;
     if (W->qtc) {   /* every step size: xw holds the f16 inputs (wt == F16), n_in apart */
-        qtc_params p;
-        memset(&p, 0, sizeof p);
-        p.type = W->qt; p.w = W->raw; p.n_in = W->n_in; p.n_out = W->n_out;
-        p.m = n_rows; p.x = (const uint16_t *)xw; p.ldx = W->n_in; p.y = y; p.ldy = ldy;
-        p.y_in = resid ? y : NULL;
-        p.workspace = E->qtc_ws; p.workspace_bytes = E->qtc_ws_bytes;
+        const qtc_params p = s_qtc_params(E, W, n_rows, xw, y, ldy, resid);
         const cudaError_t e = qtc_launch(&p, E->st);
         if (e != cudaSuccess) {
             snprintf(err, errlen, "qtc (%s, %d x %d, m %d): %s", ggml_type_name(W->qt), W->n_out, W->n_in, n_rows,
@@ -693,11 +713,23 @@ static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, c
     return 0;
 }
 
-/* The interleaved gate/up product W (glu8) with wtc's SwiGLU epilogue: silu(gate) * up as wt values [n_rows][ff]
- * into out. Returns 1 when launched, 0 when this step's form has no such epilogue (the caller runs the product
+/* The interleaved gate/up product W (glu8) with wtc's or qtc's SwiGLU epilogue: silu(gate) * up as wt values
+ * [n_rows][ff] into out. Returns 1 when launched, 0 when this step's form has no such epilogue (the caller runs the product
  * and ops_swiglu_il8_dual: the same bits), -1 with err set on a launch error. */
 static int s_glu(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, void *out, int ff, char *err,
                  size_t errlen) {
+    if (W->qtc) {   /* qtc's narrow kernel (decode batches of <= 8 rows): the f16 result (qtc: E->wt is F16) */
+        qtc_params p = s_qtc_params(E, W, n_rows, xw, NULL, 0, 0);
+        p.glu = (uint16_t *)out; p.ldg = ff;
+        if (!qtc_glu_fused(&p)) return 0;
+        const cudaError_t e = qtc_launch(&p, E->st);
+        if (e != cudaSuccess) {
+            snprintf(err, errlen, "qtc glu (%s %d x %d, m %d): %s", ggml_type_name(W->qt), W->n_out, W->n_in,
+                     n_rows, cudaGetErrorString(e));
+            return -1;
+        }
+        return 1;
+    }
     if (!s_use_wtc(E, W) || s_use_qg(E, W, n_rows)) return 0;
     wtc_params p = s_wtc_params(E, W, n_rows, xw);
     p.glu = out; p.ldg = ff;
@@ -1294,6 +1326,8 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
             E->qtc_env = qt && *qt ? atoi(qt) != 0 : 1;
             const char *fu = getenv("ZLLM_CUDA_FUSE");
             E->fuse_env = fu && *fu ? atoi(fu) != 0 : 1;
+            const char *qg = getenv("ZLLM_CUDA_QTC_GLU");
+            E->qtc_glu_env = qg && *qg ? atoi(qg) != 0 : 1;
             const char *wc = getenv("ZLLM_CUDA_WTC");
             E->wtc_on = (wc && *wc ? atoi(wc) != 0 : 1) && E->wt != CU_F32 && wtc_available();
         }

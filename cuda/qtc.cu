@@ -19,14 +19,14 @@
  *         order; at 4096 + 16 r row r's 8 block scales d (f16). Weight = q * f16(d).
  * Every dequantized weight is one f16 value computed the same way whatever M is.
  *
- * Kernel. A CTA is kn warps on one tile (kn = qtc_split_narrow: contiguous ranges of units, one per warp) and NF
- * fragments of 8 batch columns (grid.x: column groups, fastest, so the CTAs of one tile run together and share
- * its weights through L2; grid.y: tiles). Each warp streams its tile blocks through its own 2-stage cp.async
- * ring in shared memory (no block barrier in the loop), reads its quants and scales from the ring into
- * registers, dequantizes a 16x16 A fragment per k step and multiplies it with the NF B fragments (x read from
- * global memory, 16 bytes per lane per two steps; at NF = 1 the next unit's x is loaded before this unit is
- * multiplied). The kn partial tiles are summed by warp 0 through shared memory, in groups of r = kn / ks and then
- * the groups (qtc.h), then + y_in.
+ * Kernel. A CTA is kn warps (kn = qtc_split_narrow: contiguous ranges of units, one per warp) and NF fragments of
+ * 8 batch columns (grid.x: column groups, fastest, so the CTAs of one tile run together and share its weights
+ * through L2), persistent over tiles (grid.y: at most the CTAs the GPU holds at once; CTA b takes tiles b, b +
+ * gridDim.y, ...). Each warp streams the tile blocks of its unit range, tile after tile, through its own 2-stage
+ * cp.async ring in shared memory, reads its quants and scales from the ring into registers, dequantizes a 16x16 A
+ * fragment per k step and multiplies it with the NF B fragments (x read from global memory, 16 bytes per lane per
+ * two steps; at NF = 1 the next unit's x is loaded before this unit is multiplied). A tile's kn partials are
+ * summed by warp 0 through shared memory, in groups of r = kn / ks and then the groups (qtc.h), then + y_in.
  * Above 8 columns a wide kernel below takes over (same arithmetic per element, another work split): on sm_90 the
  * one whose k16 steps are wgmma (qtc_wg_kernel), elsewhere the mma.sync one (qtc_wide_kernel). */
 #include "qtc.h"
@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "act.cuh"
 #include "cu_host.h"
 #include "mma_util.cuh"
 #include "pdl.cuh"
@@ -78,7 +79,7 @@ extern "C" size_t qtc_smem_bytes(ggml_type t)
 {
     const int ty = s_ty(t);
     if (ty < 0) return 0;
-    const size_t narrow = (size_t)QT_MAX_KS * QT_STAGES_MAX * s_tb(ty);
+    const size_t narrow = (size_t)QT_MAX_KS * QT_STAGES_MAX * s_tb(ty) + (size_t)2 * QT_MAX_KS * 8 * 512;
     const size_t wide = (size_t)QB_STAGES * (QB_WARPS * (size_t)s_tb(ty) + QB_XBYTES);
     return narrow > wide ? narrow : wide;
 }
@@ -112,12 +113,12 @@ extern "C" int qtc_split_narrow(ggml_type t, int n_in, int n_out)
     if (ks < 1) return 0;
     /* sub-splits: more streams for the narrow kernel (M <= 8 is bound by how many bytes are in flight, not by
      * its instructions), while the wide kernel keeps ks CTAs per tile group (more would cost it workspace
-     * traffic at M = 64: measured +4% with ks itself doubled). Q4_K and Q6_K aim for 4096 warps (8B Q4_K_M
-     * M = 1: 3.235 against 3.437 ms, H100); Q8_0 keeps kn = ks (its 4352-byte stages fill an SM with fewer
-     * warps: 4.244 against 4.134 ms, same call). ZLLM_QTC_NARROW_WARPS (256 .. 65536) sets one target for every
-     * type, for measurements; read once per process like ZLLM_QTC_WARPS. */
+     * traffic at M = 64: measured +4% with ks itself doubled). Every type aims for 4096 warps (8B Q4_K_M M = 1:
+     * 3.235 against 3.437 ms with kn = ks, H100; 8B Q8_0 M = 1 with 2-unit rings and persistent CTAs: 3.633
+     * against 3.744 ms with kn = ks, 3.650 at 2048). ZLLM_QTC_NARROW_WARPS (256 .. 65536) sets another target,
+     * for measurements; read once per process like ZLLM_QTC_WARPS. */
     static const long s_env = cu_env_int("ZLLM_QTC_NARROW_WARPS", 0, 0, 65536);
-    const long target = s_env > 0 ? s_env : t == GGML_Q8_0 ? 0 : 4096;
+    const long target = s_env > 0 ? s_env : 4096;
     const long units = n_in / 256, tiles = (n_out + 15) / 16;
     int kn = ks;
     while (kn < QT_MAX_KS && 2 * kn <= units && tiles * kn < target) kn *= 2;
@@ -429,24 +430,51 @@ static __device__ __forceinline__ void issue_block(uint8_t *dst, const uint8_t *
     for (int c = lane; c < TB / 16; c += 32) cp_async16_zfill(dst + 16 * c, src + 16 * c, true);
 }
 
+/* The narrow kernel's CTAs are persistent: grid.y is at most the CTAs that fit the GPU at once (qtc_launch), and
+ * CTA b takes tiles b, b + gridDim.y, ... . A warp streams the tile blocks of its unit range for each of its tiles
+ * as one run through its ring, so the next tile's blocks are in flight while this tile is multiplied and summed
+ * (with one tile per CTA a warp had 2 units: its ring drained before every CTA's end). A tile's kn partials pass
+ * through a partial area double-buffered by tile parity: every warp but 0 writes its partial of tile k, one block
+ * barrier, warp 0 sums them in warp order and stores. Warp 0 read tile k - 2's partials before it reached tile
+ * k - 1's barrier, which every warp passed before writing tile k's: the one barrier per tile orders both. Each
+ * tile's arithmetic is that of one CTA per tile, whatever the grid.
+ */
 template <int TY, int NF, int ST = QT_STAGES>
-__global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out,
-                                                   int m, const uint16_t *__restrict__ x, int ldx, float *y, int ldy,
-                                                   const float *y_in)
+__global__ void __launch_bounds__(256)
+    qtc_kernel(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int m,
+               const uint16_t *__restrict__ x, int ldx, float *y, int ldy, const float *y_in, __half *glu, int ldg)
 {
     constexpr int TB = qt_traits<TY>::TB;
     extern __shared__ __align__(16) uint8_t s_mem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int tile = blockIdx.y, col0 = blockIdx.x * NF * 8;
+    const int col0 = blockIdx.x * NF * 8, tiles = (n_out + 15) / 16;
     const int u0 = (int)((long)units * warp / kn), u1 = (int)((long)units * (warp + 1) / kn), n = u1 - u0;
     uint8_t *ring = s_mem + (size_t)warp * ST * TB;
-    const uint8_t *src = w + ((size_t)tile * units + u0) * TB;
+    float *part = (float *)(s_mem + (size_t)kn * ST * TB);   /* [2][kn][NF * 32][4] partials */
+    /* this CTA's tiles: blockIdx.y + k gridDim.y for k < nt; the warp's stream: item j = unit j % n of tile j / n */
+    const int nt = (tiles - (int)blockIdx.y + (int)gridDim.y - 1) / (int)gridDim.y, total = nt * n;
+    const size_t tstep = (size_t)gridDim.y * units * TB;   /* bytes from one of this CTA's tiles to the next */
+    /* the next item to issue: its source, and its unit within the range (the source steps to the next tile after
+     * unit n - 1) */
+    const uint8_t *nsrc = w + ((size_t)blockIdx.y * units + u0) * TB;
+    int ni = 0;
+    auto advance = [&]() {
+        if (++ni < n) {
+            nsrc += TB;
+        } else {
+            ni = 0;
+            nsrc += tstep - (size_t)(n - 1) * TB;
+        }
+    };
     pdl_trigger();
     /* the weights are written once, at load: their first stages stream in while the kernel before this one (the
      * producer of x, or the reader of y) finishes (cuda/pdl.cuh); nothing else is touched before pdl_wait */
 #pragma unroll
     for (int i = 0; i < ST; i++) {
-        if (i < n) issue_block<TB>(ring + i * TB, src + (size_t)i * TB, lane);
+        if (i < total) {
+            issue_block<TB>(ring + i * TB, nsrc, lane);
+            advance();
+        }
         cp_async_commit();
     }
     pdl_wait();
@@ -460,99 +488,126 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
     float acc[NF][4];
 #pragma unroll
     for (int f = 0; f < NF; f++) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.f;
-    uint4 xn[8];   /* NF == 1: the next unit's x, loaded one unit ahead */
+    uint4 xn[8];   /* NF == 1: the next item's x, loaded one item ahead */
     if (NF == 1) {
 #pragma unroll
-        for (int p = 0; p < 8; p++) xn[p] = xr[0] && n > 0 ? __ldg((const uint4 *)(xr[0]) + p) : make_uint4(0, 0, 0, 0);
+        for (int p = 0; p < 8; p++) xn[p] = xr[0] && total > 0 ? __ldg((const uint4 *)(xr[0]) + p) : make_uint4(0, 0, 0, 0);
     }
-    for (int i = 0; i < n; i++) {
-        cp_async_wait<ST - 1>();
-        __syncwarp();
-        unit_regs<TY> R;
-        R.load(ring + (i % ST) * TB, lane);
-        __syncwarp();   /* every lane has read the stage before it is refilled */
-        if (i + ST < n) issue_block<TB>(ring + (i % ST) * TB, src + (size_t)(i + ST) * TB, lane);
-        cp_async_commit();
-        if (NF == 1) {
-            uint4 xc[8];
-#pragma unroll
-            for (int p = 0; p < 8; p++) xc[p] = xn[p];
-            if (i + 1 < n && xr[0]) {
-#pragma unroll
-                for (int p = 0; p < 8; p++) xn[p] = __ldg((const uint4 *)(xr[0] + (size_t)(i + 1) * 256) + p);
+    int j = 0;   /* items consumed */
+    for (int k = 0; k < nt; k++) {
+        for (int i = 0; i < n; i++, j++) {
+            cp_async_wait<ST - 1>();
+            __syncwarp();
+            unit_regs<TY> R;
+            R.load(ring + (j % ST) * TB, lane);
+            __syncwarp();   /* every lane has read the stage before it is refilled */
+            if (j + ST < total) {
+                issue_block<TB>(ring + (j % ST) * TB, nsrc, lane);
+                advance();
             }
+            cp_async_commit();
+            if (NF == 1) {
+                uint4 xc[8];
 #pragma unroll
-            for (int s = 0; s < 16; s++) {
-                uint32_t A[4];
-                R.frag(s, A);
-                const uint4 &xv = xc[s >> 1];
-                const uint32_t b0 = (s & 1) ? xv.z : xv.x, b1 = (s & 1) ? xv.w : xv.y;
-                mma_f16(acc[0], A, b0, b1);
-            }
-        } else {
+                for (int p = 0; p < 8; p++) xc[p] = xn[p];
+                if (j + 1 < total && xr[0]) {
+                    const int in = i + 1 < n ? i + 1 : 0;
 #pragma unroll
-            for (int p = 0; p < 8; p++) {
-                uint4 xv[NF];
+                    for (int p = 0; p < 8; p++) xn[p] = __ldg((const uint4 *)(xr[0] + (size_t)in * 256) + p);
+                }
 #pragma unroll
-                for (int f = 0; f < NF; f++)
-                    xv[f] = xr[f] ? __ldg((const uint4 *)(xr[f] + (size_t)i * 256) + p) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
+                for (int s = 0; s < 16; s++) {
                     uint32_t A[4];
-                    R.frag(2 * p + h, A);
+                    R.frag(s, A);
+                    const uint4 &xv = xc[s >> 1];
+                    const uint32_t b0 = (s & 1) ? xv.z : xv.x, b1 = (s & 1) ? xv.w : xv.y;
+                    mma_f16(acc[0], A, b0, b1);
+                }
+            } else {
+#pragma unroll
+                for (int p = 0; p < 8; p++) {
+                    uint4 xv[NF];
 #pragma unroll
                     for (int f = 0; f < NF; f++)
-                        mma_f16(acc[f], A, h ? xv[f].z : xv[f].x, h ? xv[f].w : xv[f].y);
+                        xv[f] = xr[f] ? __ldg((const uint4 *)(xr[f] + (size_t)i * 256) + p) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        uint32_t A[4];
+                        R.frag(2 * p + h, A);
+#pragma unroll
+                        for (int f = 0; f < NF; f++)
+                            mma_f16(acc[f], A, h ? xv[f].z : xv[f].x, h ? xv[f].w : xv[f].y);
+                    }
                 }
             }
         }
-    }
-    cp_async_wait<0>();
-    if (kn > 1) {
-        /* each warp's partial tile goes to its own (now idle) ring; warp 0 sums them in warp order */
-        float *part = (float *)ring;
-        __syncwarp();
+        /* tile k of this CTA is done: its kn partials summed in warp order by warp 0, then stored */
+        const int tile = (int)blockIdx.y + k * (int)gridDim.y;
+        if (kn > 1) {
+            float *pb = part + (size_t)(k & 1) * kn * NF * 128;
+            if (warp != 0) {
 #pragma unroll
-        for (int f = 0; f < NF; f++)
-            *(float4 *)(part + (f * 32 + lane) * 4) = make_float4(acc[f][0], acc[f][1], acc[f][2], acc[f][3]);
-        __syncthreads();
-        if (warp != 0) return;
-        /* groups of r sub-split partials (the wide kernel's splits) summed first, then the groups, both in order:
-         * ((p0 + .. + p_{r-1}) + (p_r + .. + p_{2r-1})) + ..., the wide kernel's and merge's operations */
-        float tot[NF][4] = {};
-        for (int k = 1; k < kn; k++) {
-            const float *pk = (const float *)(s_mem + (size_t)k * ST * TB);
-            const bool close = k % r == 0;
-#pragma unroll
-            for (int f = 0; f < NF; f++) {
-                const float4 v = *(const float4 *)(pk + (f * 32 + lane) * 4);
-                if (close) {
-#pragma unroll
-                    for (int e = 0; e < 4; e++) tot[f][e] = k == r ? acc[f][e] : tot[f][e] + acc[f][e];
-                    acc[f][0] = v.x; acc[f][1] = v.y; acc[f][2] = v.z; acc[f][3] = v.w;
-                } else {
-                    acc[f][0] += v.x; acc[f][1] += v.y; acc[f][2] += v.z; acc[f][3] += v.w;
+                for (int f = 0; f < NF; f++) {
+                    *(float4 *)(pb + ((size_t)warp * NF * 32 + f * 32 + lane) * 4) =
+                        make_float4(acc[f][0], acc[f][1], acc[f][2], acc[f][3]);
+                    acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.f;
                 }
             }
+            __syncthreads();
+            if (warp != 0) continue;
+            /* groups of r sub-split partials (the wide kernel's splits) summed first, then the groups, both in
+             * order: ((p0 + .. + p_{r-1}) + (p_r + .. + p_{2r-1})) + ..., the wide kernel's and merge's
+             * operations */
+            float tot[NF][4] = {};
+            for (int q = 1; q < kn; q++) {
+                const float *pk = pb + (size_t)q * NF * 128;
+                const bool close = q % r == 0;
+#pragma unroll
+                for (int f = 0; f < NF; f++) {
+                    const float4 v = *(const float4 *)(pk + (f * 32 + lane) * 4);
+                    if (close) {
+#pragma unroll
+                        for (int e = 0; e < 4; e++) tot[f][e] = q == r ? acc[f][e] : tot[f][e] + acc[f][e];
+                        acc[f][0] = v.x; acc[f][1] = v.y; acc[f][2] = v.z; acc[f][3] = v.w;
+                    } else {
+                        acc[f][0] += v.x; acc[f][1] += v.y; acc[f][2] += v.z; acc[f][3] += v.w;
+                    }
+                }
+            }
+            if (kn > r) {
+#pragma unroll
+                for (int f = 0; f < NF; f++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[f][e] = tot[f][e] + acc[f][e];
+            }
         }
-        if (kn > r) {
+        /* lane (g, t): acc[f] = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1] of fragment f */
+        if (glu) {
+            /* rows g and g + 8 of the tile are gate and up of feature 8 tile + g (n_out % 16 == 0) */
 #pragma unroll
             for (int f = 0; f < NF; f++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[f][e] = tot[f][e] + acc[f][e];
+                for (int e = 0; e < 2; e++) {
+                    const int c = col0 + 8 * f + 2 * t + e;
+                    if (c < m)
+                        glu[(size_t)c * ldg + tile * 8 + g] = __float2half_rn(silu_mul(acc[f][e], acc[f][2 + e]));
+                }
+        } else {
+#pragma unroll
+            for (int f = 0; f < NF; f++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int o = tile * 16 + g + 8 * (e >> 1), c = col0 + 8 * f + 2 * t + (e & 1);
+                    if (o < n_out && c < m) {
+                        const size_t idx = (size_t)c * ldy + o;
+                        y[idx] = y_in ? acc[f][e] + y_in[idx] : acc[f][e];
+                    }
+                }
         }
+#pragma unroll
+        for (int f = 0; f < NF; f++) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.f;
     }
-    /* lane (g, t): acc[f] = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1] of fragment f */
-#pragma unroll
-    for (int f = 0; f < NF; f++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int o = tile * 16 + g + 8 * (e >> 1), c = col0 + 8 * f + 2 * t + (e & 1);
-            if (o < n_out && c < m) {
-                const size_t idx = (size_t)c * ldy + o;
-                y[idx] = y_in ? acc[f][e] + y_in[idx] : acc[f][e];
-            }
-        }
+    cp_async_wait<0>();
 }
 
 /* ------------------------------------------------------------------------------------------------------
@@ -938,17 +993,58 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, in
     return cudaSuccess;
 }
 
+/* the narrow kernel's dynamic shared memory: kn rings, then the double-buffered partial area */
+static size_t s_narrow_bytes(int tb, int st, int kn, int nf)
+{
+    return (size_t)kn * st * tb + (size_t)2 * kn * nf * 512;
+}
+
+/* the narrow kernel's grid height (CTAs over tiles): per (the CTAs one SM holds for this block size and shared
+ * memory) x the SMs x ZLLM_QTC_WAVES (default 1; 0 = one CTA per tile, as before the CTAs were persistent), at
+ * most the tiles; ZLLM_QTC_GRID (> 0) caps it further, for checks that want every CTA to take several tiles.
+ * Neither changes a bit: a tile's arithmetic does not depend on which CTA takes it. */
+static int s_grid_y(int per, int tiles, int groups)
+{
+    static const int s_waves = cu_env_int("ZLLM_QTC_WAVES", 1, 0, 64);
+    static const int s_cap = cu_env_int("ZLLM_QTC_GRID", 0, 0, 1 << 30);
+    static const int s_sms = [] {
+        int dev = 0, v = 0;
+        return cudaGetDevice(&dev) == cudaSuccess &&
+                       cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0
+                   ? v
+                   : 0;
+    }();
+    int gy = tiles;
+    if (s_waves > 0 && per > 0 && s_sms > 0) {
+        const long fit = (long)per * s_sms * s_waves / groups;
+        if (fit >= 1 && fit < gy) gy = (int)fit;
+    }
+    if (s_cap > 0 && s_cap < gy) gy = s_cap;
+    return gy;
+}
+
 template <int TY, int NF, int ST>
 static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int ldy, cudaStream_t st)
 {
     constexpr int TB = qt_traits<TY>::TB;
-    const size_t smem = (size_t)kn * ST * TB;
+    const size_t smem = s_narrow_bytes(TB, ST, kn, NF);
     static std::atomic<unsigned long long> s_set{0};
-    const cudaError_t e = cu_smem_optin(qtc_kernel<TY, NF, ST>, QT_MAX_KS * ST * TB, s_set);
+    const cudaError_t e = cu_smem_optin(qtc_kernel<TY, NF, ST>, s_narrow_bytes(TB, ST, QT_MAX_KS, NF), s_set);
     if (e != cudaSuccess) return e;
+    /* CTAs an SM holds, by kn (1, 2, 4, 8), asked once: the block size and shared memory depend on kn only */
+    static std::atomic<int> s_per[4] = {{0}, {0}, {0}, {0}};
+    const int slot = kn == 1 ? 0 : kn == 2 ? 1 : kn == 4 ? 2 : 3;
+    int per = s_per[slot].load(std::memory_order_relaxed);
+    if (per <= 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, qtc_kernel<TY, NF, ST>, 32 * kn, smem) != cudaSuccess)
+            per = 0;
+        if (per > 0) s_per[slot].store(per, std::memory_order_relaxed);
+    }
     const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
-    return cu_launch(qtc_kernel<TY, NF, ST>, dim3((unsigned)groups, (unsigned)tiles), dim3(32 * kn), smem, st,
-                     (const uint8_t *)p->w, p->n_in / 256, kn, r, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in);
+    const int gy = s_grid_y(per, tiles, groups);
+    return cu_launch(qtc_kernel<TY, NF, ST>, dim3((unsigned)groups, (unsigned)gy), dim3(32 * kn), smem, st,
+                     (const uint8_t *)p->w, p->n_in / 256, kn, r, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in,
+                     (__half *)p->glu, p->ldg);
 }
 
 /* the narrow kernel with QT_STAGES-deep rings: 2, since more warps per SM beat deeper rings (H100 M=1: 8B
@@ -991,12 +1087,21 @@ static int s_wg_form(int m)
     return m <= 32 ? QTC_WG32 : QTC_WG;
 }
 
+extern "C" int qtc_glu_fused(const qtc_params *p)
+{
+    return p && p->glu && p->m >= 1 && p->m <= 8 && p->n_out % 16 == 0 && qtc_supported(p->type, p->n_in, p->n_out);
+}
+
 extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t st)
 {
-    if (!p || !p->w || !p->x || !p->y || p->m < 1 || !qtc_supported(p->type, p->n_in, p->n_out))
+    if (!p || !p->w || !p->x || (!p->y && !p->glu) || p->m < 1 || !qtc_supported(p->type, p->n_in, p->n_out))
         return cudaErrorInvalidValue;
     const int ldx = p->ldx ? p->ldx : p->n_in, ldy = p->ldy ? p->ldy : p->n_out;
-    if (ldx < p->n_in || ldx % 8 != 0 || ldy < p->n_out) return cudaErrorInvalidValue;
+    if (ldx < p->n_in || ldx % 8 != 0 || (!p->glu && ldy < p->n_out)) return cudaErrorInvalidValue;
+    /* the SwiGLU epilogue: the narrow kernel only (any nf up to 8 fragments), f16 rows of n_out / 2 */
+    if (p->glu && (!qtc_glu_fused(p) || p->ldg < p->n_out / 2 || (nf != 0 && nf != 1 && nf != 2 && nf != 4 &&
+                                                                    nf != 8)))
+        return cudaErrorInvalidValue;
     if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
     /* the narrow kernel up to 8 columns (one fragment; its CTAs read x straight from global memory), a wide one
      * above (x staged in shared memory and shared by 8 row tiles): at 16 columns the wide kernel was faster on

@@ -60,6 +60,13 @@ typedef struct {
                           * device memory, 16-byte aligned, not shared with a launch that may run concurrently; may
                           * be NULL for m <= 8 */
     size_t workspace_bytes;
+    uint16_t *glu;       /* NULL, or the SwiGLU epilogue: W's rows are gate and up rows interleaved in blocks of 8
+                          * (tile k = gate features 8k..8k+7, then up features 8k..8k+7), and the launch writes
+                          * f16(silu(gate) * up) (cuda/act.cuh silu_mul, round to nearest) as [m][ldg] f16 bit
+                          * patterns instead of y: the same bits as the product into y followed by
+                          * ops_swiglu_il8_dual. Only where qtc_glu_fused(p) is 1; y, ldy and y_in are then unused.
+                          * Must not overlap w or x */
+    int ldg;             /* halves between rows of glu: >= n_out / 2 */
 } qtc_params;
 
 /* 1 when qtc serves this type and shape (Q4_K, Q6_K, Q8_0; n_in a positive multiple of 256; n_out >= 1) */
@@ -101,6 +108,10 @@ int qtc_pack_threads(ggml_type t, const void *rows, size_t row_bytes, int n_in, 
  * needs a workspace that is missing or too small, or the launch's error. A fault
  * inside the kernel surfaces at the caller's next synchronisation. */
 cudaError_t qtc_launch(const qtc_params *p, cudaStream_t st);
+
+/* 1 when qtc_launch(p) runs the SwiGLU epilogue (p->glu): the narrow kernel's batches (m <= 8) of an n_out that is
+ * a multiple of 16. Otherwise the caller runs the product into y and ops_swiglu_il8_dual. */
+int qtc_glu_fused(const qtc_params *p);
 
 /* qtc_launch_nf's nf for the wide kernel: 128 weight rows x 64 batch columns per CTA, x staged in shared memory
  * (the default above 8 columns) */

