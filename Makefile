@@ -61,7 +61,7 @@ ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 ASAN_LIB  := $(BUILD)/asan/lib/libzllm.a
 TEST_C_PLAIN := $(filter-out tests/test_asan_%,$(TEST_C))
 
-.PHONY: all deps test test-gpu bench fuzz run clean
+.PHONY: all deps test test-gpu bench fuzz run clean trace
 all: $(BINS) $(TESTS) $(FUZZ_REPLAY)
 	@echo "built: $(notdir $(BINS)) (CUDA=$(ZLLM_CUDA) archs=$(if $(filter 1,$(ZLLM_CUDA)),$(CUDA_ARCHS),none))"
 
@@ -160,6 +160,13 @@ $(BUILD)/bin/zllm-%bench: cuda/bench_%.cu $(CUDA_LIB)
 $(BUILD)/bin/zllm-prefillbench: cuda/bench_prefill.cu $(CUDA_LIB)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIB) -lcublas -lcudart
+
+# a CUPTI injection library for kernel timelines (cuda/cupti_trace.c, tools/trace_step.py): a measurement tool
+trace: $(BUILD)/lib/libzllm_trace.so
+$(BUILD)/lib/libzllm_trace.so: cuda/cupti_trace.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -Wall -Wextra -shared -fPIC -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 \
+	    -Wl,-rpath,$(CUDA_HOME)/lib64 -lcupti
 
 test-gpu: all $(GPU_TESTS)
 	@bash tests/run_gpu.sh $(BUILD)
