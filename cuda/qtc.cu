@@ -449,7 +449,8 @@ static __device__ __forceinline__ void issue_block(uint8_t *dst, const uint8_t *
 template <int TY, int NF, int ST = QT_STAGES>
 __global__ void __launch_bounds__(256)
     qtc_kernel(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int m,
-               const uint16_t *__restrict__ x, int ldx, float *y, int ldy, const float *y_in, __half *glu, int ldg)
+               const uint16_t *__restrict__ x, int ldx, float *y, int ldy, const float *y_in, __half *glu, int ldg,
+               int pre)
 {
     constexpr int TB = qt_traits<TY>::TB;
     extern __shared__ __align__(16) uint8_t s_mem[];
@@ -475,7 +476,9 @@ __global__ void __launch_bounds__(256)
     };
     pdl_trigger();
     /* the weights are written once, at load: their first stages stream in while the kernel before this one (the
-     * producer of x, or the reader of y) finishes (cuda/pdl.cuh); nothing else is touched before pdl_wait */
+     * producer of x, or the reader of y) finishes (cuda/pdl.cuh); nothing else is touched before pdl_wait. pre 0
+     * (ZLLM_QTC_PREWAIT=0, measurements) waits first */
+    if (!pre) pdl_wait();
 #pragma unroll
     for (int i = 0; i < ST; i++) {
         if (i < total) {
@@ -1030,6 +1033,14 @@ static int s_grid_y(int per, int tiles, int groups)
     return gy;
 }
 
+/* 1: the narrow kernel streams its first stages before its PDL wait (default); ZLLM_QTC_PREWAIT=0 after it, to
+ * measure what the early stream buys (the same bits) */
+static int s_prewait()
+{
+    static const int s_v = cu_env_int("ZLLM_QTC_PREWAIT", 1, 0, 1);
+    return s_v;
+}
+
 template <int TY, int NF, int ST>
 static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int ldy, cudaStream_t st)
 {
@@ -1051,7 +1062,7 @@ static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int 
     const int gy = s_grid_y(per, tiles, groups);
     return cu_launch(qtc_kernel<TY, NF, ST>, dim3((unsigned)groups, (unsigned)gy), dim3(32 * kn), smem, st,
                      (const uint8_t *)p->w, p->n_in / 256, kn, r, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in,
-                     (__half *)p->glu, p->ldg);
+                     (__half *)p->glu, p->ldg, s_prewait());
 }
 
 /* the narrow kernel with QT_STAGES-deep rings: 2, since more warps per SM beat deeper rings (H100 M=1: 8B
