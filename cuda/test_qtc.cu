@@ -5,9 +5,9 @@
  * fp16 scales), packed on the host by qtc_pack; x is random, rounded to f16 (the kernel's input type); y is
  * NaN-poisoned before each launch. Reference: quant_dequant_row of the ORIGINAL GGUF rows (the oracle checked
  * against the gguf package; so the packing is checked too) and a double dot product. Checks: no NaN, every
- * element within 1e-3 of sum_i |w_i x_i|, and ||y - ref|| / ||ref|| <= 1e-3 over the case's whole output where
- * it has 64 elements or more (the kernel rounds each dequantized weight to f16, 2^-11 relative, so an output of
- * a few elements whose sums cancel can show a larger relative error; the per-element bound holds everywhere); fused residual
+ * element within 1e-3 of sum_i |w_i x_i|, and ||y - ref|| / ||ref|| <= 1e-3 over the case's whole output (the
+ * kernel rounds each dequantized weight to f16, 2^-11 relative, so a batch row of 3 outputs whose sums cancel
+ * can show a larger relative error on its own; the per-element bound holds everywhere); fused residual
  * (separate and in place); strided x/y; every fragment count nf and the wide kernel bitwise equal to the default; batch
  * invariance: for M in {1,2,3,7,8,9,16,33,64,128,256}, a row placed at several positions among random rows
  * gives a y row bit-identical (memcmp) to the row alone, and the same at M = 2048; CUDA-graph replay equal to
@@ -166,10 +166,7 @@ static void acc_case(const Mat *a, int m, int resid, int pad, int nf)
     const tg_cmp c = tg_oracle(a->wf.data(), xf.data(), ldx, yin.data(), y.data(), ldy, m, n_in, n_out, resid, 0);
     const int nan = c.nan, bad = c.bad;
     const double worst = c.rel;
-    /* the norm bound over the whole output needs enough elements for its cancellations to average out: a 3-element
-     * output whose sums cancel came in at 1.02e-3 with every element inside its own bound (which always holds) */
-    const bool norm_ok = worst <= 1e-3 || (long)m * n_out < 64;
-    CHECK(nan == 0 && bad == 0 && norm_ok,
+    CHECK(nan == 0 && bad == 0 && worst <= 1e-3,
           "%s %dx%d (ks %d) m %d resid %d pad %d nf %d: %d NaN, %d elements off, rel err %.3g",
           ggml_type_name(a->t), n_out, n_in, qtc_split(a->t, n_in, n_out), m, resid, pad, nf, nan, bad, worst);
     cudaFree(dx);
@@ -341,12 +338,18 @@ int main(void)
         nf_graph_case(&a, 37);
         if (work * 100 <= 400000000L) nf_graph_case(&a, 100);   /* several column groups of every width */
         if (s.n_out >= 40) invariance_case(&a);
-        if (s.n_out % 16 == 0) {   /* the SwiGLU epilogue: every narrow batch size and form, refused above 8 */
-            for (int m : {1, 2, 3, 8}) glu_case(&a, m, 0);
-            for (int nf : {1, 2, 4, 8}) glu_case(&a, 5, nf);
-            glu_case(&a, 9, 0);
-        }
         if (s.n_out == 40 || s.n_out == 129) arg_checks(&a);
+        mat_free(&a);
+    }
+    /* the SwiGLU epilogue on the shapes of 16-row multiples: every narrow batch size and form, refused above 8
+     * (after the loop above, so that its random draws stay those the accuracy cases always had) */
+    for (const auto &s : shapes) {
+        if (s.n_out % 16) continue;
+        Mat a;
+        mat_make(&a, s.t, s.n_in, s.n_out);
+        for (int m : {1, 2, 3, 8}) glu_case(&a, m, 0);
+        for (int nf : {1, 2, 4, 8}) glu_case(&a, 5, nf);
+        glu_case(&a, 9, 0);
         mat_free(&a);
     }
     /* a prefill-sized batch on a layer-sized matrix: the big launch agrees with the same rows alone */
