@@ -458,10 +458,11 @@ static int s_has_bf16(const zl_model *m) {
 /* Packs n (2 or 3) matrices of one type and row length that qtc serves as ONE qtc matrix F: their GGUF rows in
  * order (parts[0] first), so one product fills the adjacent column slices the separate products would fill; each
  * output element is the same fixed qtc sequence over the same row, so this changes launches, not arithmetic,
- * except through qtc_split (a function of the joined shape). Returns 1 when packed, 0 when the parts do not
- * qualify (F untouched), -1 with err set on a failure. Load time only. */
-static int s_upload_joined(cu_engine *E, cu_stage *sg, const zl_weight *const *parts, int n, int il8, const char *name,
-                           cu_mat *F, char *err, size_t errlen) {
+ * except through qtc_split (a function of the joined shape). il8 (two parts of equal rows, a multiple of 8: gate
+ * and up) interleaves their rows in blocks of 8 instead (F->glu8, qtc's SwiGLU epilogue). Returns 1 when packed, 0
+ * when the parts do not qualify (F untouched), -1 with err set on a failure. Load time only. */
+static int s_upload_joined(cu_engine *E, cu_stage *sg, const zl_weight *const *parts, int n, int il8,
+                           const char *name, cu_mat *F, char *err, size_t errlen) {
     if (!E->fuse_env) return 0;
     size_t nb = 0;
     int rows = 0;
@@ -714,8 +715,8 @@ static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, c
 }
 
 /* The interleaved gate/up product W (glu8) with wtc's or qtc's SwiGLU epilogue: silu(gate) * up as wt values
- * [n_rows][ff] into out. Returns 1 when launched, 0 when this step's form has no such epilogue (the caller runs the product
- * and ops_swiglu_il8_dual: the same bits), -1 with err set on a launch error. */
+ * [n_rows][ff] into out. Returns 1 when launched, 0 when this step's form has no such epilogue (the caller runs
+ * the product and ops_swiglu_il8_dual: the same bits), -1 with err set on a launch error. */
 static int s_glu(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, void *out, int ff, char *err,
                  size_t errlen) {
     if (W->qtc) {   /* qtc's narrow kernel (decode batches of <= 8 rows): the f16 result (qtc: E->wt is F16) */

@@ -501,7 +501,8 @@ __global__ void __launch_bounds__(256)
     uint4 xn[8];   /* NF == 1: the next item's x, loaded one item ahead */
     if (NF == 1) {
 #pragma unroll
-        for (int p = 0; p < 8; p++) xn[p] = xr[0] && total > 0 ? __ldg((const uint4 *)(xr[0]) + p) : make_uint4(0, 0, 0, 0);
+        for (int p = 0; p < 8; p++)
+            xn[p] = xr[0] && total > 0 ? __ldg((const uint4 *)(xr[0]) + p) : make_uint4(0, 0, 0, 0);
     }
     int j = 0;   /* items consumed */
     for (int k = 0; k < nt; k++) {

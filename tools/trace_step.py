@@ -12,9 +12,9 @@ import csv, re, sys, collections
 def kind(name):
     n = name
     for pat, k in (('embed', 'embed'), ('rmsnorm', 'rmsnorm'), ('qkv_rope', 'rope+append'), ('swiglu', 'swiglu'),
-                   ('attn', 'attention'), ('decode', 'attention'), ('merge', 'merge'), ('cast', 'cast'), ('sampl', 'sample'),
-                   ('qtc_kernel', 'qtc'), ('qtc_wg', 'qtc-wg'), ('qtc_wide', 'qtc-wide'), ('wtc', 'wtc'),
-                   ('gemm', 'cublas'), ('Kernel', 'cublas')):
+                   ('attn', 'attention'), ('decode', 'attention'), ('merge', 'merge'), ('cast', 'cast'),
+                   ('sampl', 'sample'), ('qtc_kernel', 'qtc'), ('qtc_wg', 'qtc-wg'), ('qtc_wide', 'qtc-wide'),
+                   ('wtc', 'wtc'), ('gemm', 'cublas'), ('Kernel', 'cublas')):
         if pat in n: return k
     return re.sub(r'^_Z\d+', '', n)[:24]
 
