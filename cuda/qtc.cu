@@ -73,13 +73,19 @@ extern "C" size_t qtc_packed_bytes(ggml_type t, int n_in, int n_out)
     return (size_t)((n_out + 15) / 16) * (size_t)(n_in / 256) * (size_t)s_tb(s_ty(t));
 }
 
+/* the narrow kernel's dynamic shared memory: kn rings, then the double-buffered partial area */
+static size_t s_narrow_bytes(int tb, int st, int kn, int nf)
+{
+    return (size_t)kn * st * tb + (size_t)2 * kn * nf * 512;
+}
+
 /* Grow ks (powers of two, at most 8 and at most half the units per row) while the matrix has fewer than 1024
  * warps: enough streams in flight at M = 1 on a 132-SM H100. Shape only: part of every element's arithmetic. */
 extern "C" size_t qtc_smem_bytes(ggml_type t)
 {
     const int ty = s_ty(t);
     if (ty < 0) return 0;
-    const size_t narrow = (size_t)QT_MAX_KS * QT_STAGES_MAX * s_tb(ty) + (size_t)2 * QT_MAX_KS * 8 * 512;
+    const size_t narrow = s_narrow_bytes(s_tb(ty), QT_STAGES_MAX, QT_MAX_KS, 8);
     const size_t wide = (size_t)QB_STAGES * (QB_WARPS * (size_t)s_tb(ty) + QB_XBYTES);
     return narrow > wide ? narrow : wide;
 }
@@ -1004,12 +1010,6 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, in
     return cudaSuccess;
 }
 
-/* the narrow kernel's dynamic shared memory: kn rings, then the double-buffered partial area */
-static size_t s_narrow_bytes(int tb, int st, int kn, int nf)
-{
-    return (size_t)kn * st * tb + (size_t)2 * kn * nf * 512;
-}
-
 /* the narrow kernel's grid height (CTAs over tiles): per (the CTAs one SM holds for this block size and shared
  * memory) x the SMs x ZLLM_QTC_WAVES (default 1; 0 = one CTA per tile, as before the CTAs were persistent), at
  * most the tiles; ZLLM_QTC_GRID (> 0) caps it further, for checks that want every CTA to take several tiles.
@@ -1018,16 +1018,9 @@ static int s_grid_y(int per, int tiles, int groups)
 {
     static const int s_waves = cu_env_int("ZLLM_QTC_WAVES", 1, 0, 64);
     static const int s_cap = cu_env_int("ZLLM_QTC_GRID", 0, 0, 1 << 30);
-    static const int s_sms = [] {
-        int dev = 0, v = 0;
-        return cudaGetDevice(&dev) == cudaSuccess &&
-                       cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0
-                   ? v
-                   : 0;
-    }();
     int gy = tiles;
-    if (s_waves > 0 && per > 0 && s_sms > 0) {
-        const long fit = (long)per * s_sms * s_waves / groups;
+    if (s_waves > 0 && per > 0) {
+        const long fit = (long)per * cu_sm_count(0) * s_waves / groups;
         if (fit >= 1 && fit < gy) gy = (int)fit;
     }
     if (s_cap > 0 && s_cap < gy) gy = s_cap;
