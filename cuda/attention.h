@@ -88,6 +88,12 @@ typedef struct {
                                   something other than a kernel of its stream that may still run (a host copy
                                   ahead of the step), so that a block may read them before it waits for the
                                   kernel before it (cuda/pdl.cuh); the same bits either way; 0: read after */
+    int kv_early;              /* tensor-core kernel only, with kv_pre: 1 when every row's cache positions below
+                                  kv_len - 1 were written by kernels that completed before this launch's stream
+                                  predecessors began (earlier engine steps: the host waits for each step, and
+                                  the next one starts after its input copy), so that a warp may start streaming
+                                  its first K/V tiles before its PDL wait; position kv_len - 1 (this step's
+                                  append) and later are read only after it. The same bits either way */
 } attn_decode_params;
 
 /* Bytes of workspace a decode launch with these parameters needs, and also enough for the same parameters

@@ -65,9 +65,11 @@ struct tc_knobs {
                         (the same within noise) */
     int pdl;         /* ZLLM_ATTN_TC_PDL: 0 launches the kernel plainly even where the step's other kernels use
                         programmatic dependent launch (cuda/pdl.cuh); a measurement knob */
+    int early;       /* ZLLM_ATTN_TC_EARLY: 0 ignores attn_decode_params.kv_early (every stage after the wait) */
     int diag;        /* ZLLM_ATTN_TC_DIAG: diagnostics, wrong results (1: nothing after the loop, 2: no
                         cross-block merge, 3: partials to shared memory and the barrier only, 4: the barrier
-                        only, 5: the arrival but no cross-block fold, 6: the cross-block staging but no fold) */
+                        only, 5: the arrival but no cross-block fold, 6: the cross-block staging but no fold, 7: no
+                        copies after the first NS - 1 stages: the cost of issuing them) */
 };
 const tc_knobs &knobs() {
     static const tc_knobs k = [] {
@@ -83,10 +85,11 @@ const tc_knobs &knobs() {
         if (r.g_max & (r.g_max - 1)) r.g_max = kMaxG;
         r.deep = cu_env_int("ZLLM_ATTN_TC_DEEP", 1, 0, 1);
         r.order = cu_env_int("ZLLM_ATTN_TC_ORDER", 0, 0, 1);
-        r.diag = cu_env_int("ZLLM_ATTN_TC_DIAG", 0, 0, 6);
+        r.diag = cu_env_int("ZLLM_ATTN_TC_DIAG", 0, 0, 7);
         r.pdl = cu_env_int("ZLLM_ATTN_TC_PDL", 1, 0, 1);
         r.acq_rel = cu_env_int("ZLLM_ATTN_TC_SYNC", 1, 0, 1);
         r.level_fold = cu_env_int("ZLLM_ATTN_TC_LEVELFOLD", 0, 0, 1);
+        r.early = cu_env_int("ZLLM_ATTN_TC_EARLY", 1, 0, 1);
         return r;
     }();
     return k;
@@ -226,7 +229,10 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
      * path of a batch-1 layer); otherwise after it (cu_launch contract, cuda/pdl.cuh) */
     int len = 0, slot = 0;
     if (p.kv_pre) { len = p.kv_len[seq]; slot = p.slot[seq]; }
-    pdl_wait();
+    /* early (mode bit 7, kv_early): the first ring stages whose keys all lie below len - 1 are issued before the
+     * wait (written by earlier steps, attention.h); the wait then comes just before the rest of the stages */
+    const bool early = p.kv_pre && ((mode >> 7) & 1);
+    if (!early) pdl_wait();
     if (!p.kv_pre) { len = p.kv_len[seq]; slot = p.slot[seq]; }
     const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
     const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
@@ -276,6 +282,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
         cl_sync();
     };
     if (blk >= nb_valid) {
+        if (early) pdl_wait();   /* before any write (cuda/pdl.cuh) */
         if (blk == 0)   /* kv_len 0: zeros */
             for (int e = tid; e < group * D; e += G * 32) put_out(orow, orow_w, e, 0.f);
         if (clu) cl_fold();
@@ -306,7 +313,12 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     const char *ksrc = reinterpret_cast<const char *>(kg + (long)(k0 + lr) * row_stride + lc * 8);
     const long vdelta = reinterpret_cast<const char *>(vg) - reinterpret_cast<const char *>(kg);
     const long rstep = (long)RPI * row_stride * (long)sizeof(T), tstep = (long)kTileKeys * row_stride * (long)sizeof(T);
+    const bool no_refill = ((mode >> 1) & 7) == 7;   /* diagnostic 7: the first NS - 1 stages only */
     auto load = [&](int j) {
+        if (no_refill && j >= NS - 1) {
+            cp_async_commit();
+            return;
+        }
         if (j < ntile && k0 + (j + 1) * kTileKeys <= k1) {
             const uint32_t sb = dst0 + (uint32_t)((j % NS) * 2 * TILE * (int)sizeof(T));
             const char *src = ksrc + (long)j * tstep;
@@ -335,8 +347,19 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
         }
         cp_async_commit();
     };
+    int j_pre = 0;   /* stages issued before the wait (early launches): whole tiles of keys below len - 1 */
+    if (early) {
 #pragma unroll
-    for (int j = 0; j < NS - 1; j++) load(j);
+        for (int j = 0; j < NS - 1; j++)
+            if (j == j_pre && j < ntile && k0 + (j + 1) * kTileKeys <= len - 1) {
+                load(j);
+                j_pre++;
+            }
+        pdl_wait();
+    }
+#pragma unroll
+    for (int j = 0; j < NS - 1; j++)
+        if (j >= j_pre) load(j);
 
     /* Q as A fragments, straight from the f32 rows while the first tiles are in flight: a0/a2 row g, dims 2tq and
      * 2tq + 8 of each 16-dim step, a1/a3 the same for row g + 8; rows past the group are zero */
@@ -949,7 +972,7 @@ cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaS
                                            ws_counter_bytes(p));
     }
     const int mode = (knobs().order ? 1 : 0) | (knobs().diag << 1) | (knobs().acq_rel << 4) |
-                     (knobs().level_fold << 5) | (clu ? 64 : 0);
+                     (knobs().level_fold << 5) | (clu ? 64 : 0) | (p->kv_early && knobs().early ? 128 : 0);
     if (clu)   /* one cluster per row: grid x is the row's blocks (order 0, tc_cluster) */
         return cu_launch_cl(knobs().pdl, dim3((unsigned)nblk, 1, 1), decode_tc_kernel<T, D, G, DEEP, LPW>,
                             dim3((unsigned)nblk, (unsigned)p->n_kv_heads, (unsigned)p->n_seq), dim3(G * 32),

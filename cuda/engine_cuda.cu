@@ -800,6 +800,10 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
     void *xw = nw ? E->xb : NULL;
     float *xf = nf ? E->xf : NULL;
     const int rf = E->round_f;
+    /* ZLLM_CUDA_DIAG_SKIP: a measurement knob, WRONG RESULTS: leaves launches out of every layer to bound what
+     * fusing them away could gain (bit 0 the attention RMSNorm, 1 the FFN RMSNorm, 2 RoPE/append, 3 decode
+     * attention, 4 a V product apart from Q/K) */
+    static const int s_skip = cu_env_int("ZLLM_CUDA_DIAG_SKIP", 0, 0, 255);
     if (E->base.layer_begin == 0) {
         FWD_CHECK(ops_embed(E->tok_embd, E->wt, dim, tokens, n_rows, E->x, st, err, errlen));
     } else {
@@ -809,14 +813,16 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
     }
     for (int l = E->base.layer_begin; l < E->base.layer_end; l++) {
         const cu_layer *L = &E->L[l];
-        FWD_CHECK(ops_rmsnorm_dual(E->x, NULL, L->attn_norm, dim, c->rms_eps, n_rows, xw, E->wt, xf, rf, st, err,
-                                   errlen));
+        if (!(s_skip & 1))
+            FWD_CHECK(ops_rmsnorm_dual(E->x, NULL, L->attn_norm, dim, c->rms_eps, n_rows, xw, E->wt, xf, rf, st,
+                                       err, errlen));
         /* Q/K/V products into the column slices of E->qkv: one product when fused, three otherwise */
         if (L->wqkv.n_out) {
             FWD_CHECK(s_matmul(E, &L->wqkv, n_rows, E->xb, E->xf, E->qkv, ldqkv, 0, err, errlen));
         } else if (L->wqk.n_out) {   /* q and k columns are adjacent in E->qkv: one product, then v */
             FWD_CHECK(s_matmul(E, &L->wqk, n_rows, E->xb, E->xf, E->qkv, ldqkv, 0, err, errlen));
-            FWD_CHECK(s_matmul(E, &L->wv, n_rows, E->xb, E->xf, E->qkv + qd + kvd, ldqkv, 0, err, errlen));
+            if (!(s_skip & 16))
+                FWD_CHECK(s_matmul(E, &L->wv, n_rows, E->xb, E->xf, E->qkv + qd + kvd, ldqkv, 0, err, errlen));
         } else {
             FWD_CHECK(s_matmul(E, &L->wq, n_rows, E->xb, E->xf, E->qkv, ldqkv, 0, err, errlen));
             FWD_CHECK(s_matmul(E, &L->wk, n_rows, E->xb, E->xf, E->qkv + qd, ldqkv, 0, err, errlen));
@@ -832,7 +838,7 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
             a.rope_dim = c->rope_dim; a.style = (int)c->rope_style; a.cs = E->rope_cs; a.q = E->q;
             a.n_ctx = E->base.n_ctx; a.kc = L->kc; a.vc = L->vc; a.kvdt = E->wt;
             a.pos_pre = s_inputs_early();
-            FWD_CHECK(ops_qkv_rope_append(&a, st, err, errlen));
+            if (!(s_skip & 4)) FWD_CHECK(ops_qkv_rope_append(&a, st, err, errlen));
         }
         int att_w_done = 0;   /* the decode attention wrote att_w itself: no cast kernel */
         if (n_dec > 0) {
@@ -847,13 +853,16 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
              * split boundaries never depend on the batch (batch invariance) */
             p.max_kv_len = E->base.n_ctx; p.sm_count = E->sm_count; p.n_splits = E->n_splits;
             p.kv_pre = s_inputs_early();
+            /* positions below kv_len - 1 come from earlier steps: every kernel of a step starts after the step's
+             * input copy, a plain copy that itself starts after everything before it on the stream */
+            p.kv_early = p.kv_pre;
             /* a decode-only step whose products read only the 16-bit copy: the tensor-core kernel writes att_w
              * directly, with the cast kernel's rounding (one launch per layer fewer) */
             if (n_pre == 0 && !nf && E->wt != CU_F32 && attn_decode_tc_wants(&p)) {
                 p.out_w = E->att_w;
                 att_w_done = 1;
             }
-            FWD_CUDA(attn_decode_launch(&p, st));
+            if (!(s_skip & 8)) FWD_CUDA(attn_decode_launch(&p, st));
         }
         if (n_pre > 0) {
             attn_prefill_params p;
@@ -871,8 +880,9 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
                                     st, err, errlen));
         /* residual adds fused into the output projections (qgemv's y_in, cuBLAS's beta = 1) */
         FWD_CHECK(s_matmul(E, &L->wo, n_rows, E->att_w, E->att, E->x, 0, 1, err, errlen));
-        FWD_CHECK(ops_rmsnorm_dual(E->x, NULL, L->ffn_norm, dim, c->rms_eps, n_rows, xw, E->wt, xf, rf, st, err,
-                                   errlen));
+        if (!(s_skip & 2))
+            FWD_CHECK(ops_rmsnorm_dual(E->x, NULL, L->ffn_norm, dim, c->rms_eps, n_rows, xw, E->wt, xf, rf, st,
+                                       err, errlen));
         /* gate and up into the two halves of E->gu's rows: one product when fused, two otherwise; with the
          * interleaved join through wtc, its SwiGLU epilogue where the step's form has it (the 16-bit result into
          * E->gu's memory, since the product still reads E->xb), else the interleaved SwiGLU kernel */

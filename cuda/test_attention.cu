@@ -225,7 +225,8 @@ static void run_decode_case(const decode_case &c) {
         p4.tc_group = forms[fi][0];
         p4.tc_lpw = forms[fi][1];
         p4.tc_cluster = forms[fi][2];
-        p4.kv_pre = fi & 1;   /* slot and kv_len (host-copied here) and the first stages read before the PDL wait */
+        p4.kv_pre = fi & 1;   /* slot and kv_len (host-copied here) read before the PDL wait */
+        p4.kv_early = (fi & 3) == 1;   /* ... and the first stages below kv_len - 1 */
         char what[80];
         snprintf(what, sizeof what, "kernel 4 G %d lpw %d cluster %d kv_pre %d", forms[fi][0], forms[fi][1],
                  forms[fi][2], p4.kv_pre);
