@@ -93,8 +93,9 @@ static void acc_case(const Mat *a, int m, int resid, int pad)
     cudaFree(dx);
 }
 
-/* the SwiGLU epilogue (wtc_params.glu): where wtc_glu_fused says it runs (the TMA form: automatic above 16 rows,
- * or form 6 forced), the same bits as the product into y followed by ops_swiglu_il8_dual, into a padded [m][ldg];
+/* the SwiGLU epilogue (wtc_params.glu): where wtc_glu_fused says it runs (the narrow kernel: automatic up to 8 rows;
+ * the TMA form: automatic above 16 rows, or form 6 forced), the same bits as the product into y followed by
+ * ops_swiglu_il8_dual, into a padded [m][ldg];
  * elsewhere a glu launch is refused. a's rows are read as gate/up blocks of 8 (n_out a multiple of 16). */
 static void glu_case(const Mat *a, int m, int form)
 {
@@ -279,7 +280,7 @@ int main(void)
             std::vector<uint16_t> wh;
             rand16(bf16, 0.05f, wh, a.wf, (size_t)a.n_in * a.n_out);
             a.dw = upload(wh);
-            static const int gm[] = {1, 9, 16, 17, 32, 33, 64, 130, 2048};
+            static const int gm[] = {1, 2, 3, 8, 9, 16, 17, 32, 33, 64, 130, 2048};
             for (int m : gm) glu_case(&a, m, 0);
             glu_case(&a, 9, 6);
             glu_case(&a, 64, 5);

@@ -56,7 +56,7 @@ template <int W> __device__ __forceinline__ int swz(int r, int c) { return r * W
 template <typename T, int NS = kNS>
 __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ w, int n_in, int n_out, int ks,
                                                           int m, const T *__restrict__ x, int ldx, float *y, int ldy,
-                                                          const float *y_in) {
+                                                          const float *y_in, T *glu, int ldg) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.x * 16;
@@ -143,6 +143,20 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
         acc[3] = __fadd_rn(acc[3], v.w);
     }
     /* lane (g, t): acc = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1] */
+    if (glu) {
+        /* the SwiGLU epilogue: rows g and g + 8 of the tile are gate and up of feature 8 blockIdx.x + g (n_out a
+         * multiple of 16), rounded as ops_swiglu_il8_dual rounds */
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int col = 2 * t + e;
+            if (col >= m) continue;
+            const float v = silu_mul(acc[e], acc[2 + e]);
+            T *o = glu + (size_t)col * ldg + (size_t)blockIdx.x * 8 + g;
+            if constexpr (std::is_same<T, __nv_bfloat16>::value) *o = __float2bfloat16_rn(v);
+            else *o = __float2half_rn(v);
+        }
+        return;
+    }
 #pragma unroll
     for (int e = 0; e < 4; e++) {
         const int row = row0 + g + 8 * (e >> 1), col = 2 * t + (e & 1);
@@ -1002,7 +1016,8 @@ cudaError_t launch_narrow(const wtc_params *p, int ks, int ldx, int ldy, size_t 
     if (e != cudaSuccess) return e;
     const unsigned tiles = (unsigned)((p->n_out + 15) / 16);
     return cu_launch(wtc_narrow<T, NS>, dim3(tiles), dim3(32 * ks), (size_t)ks * NS * narrow_stage(p->m) * sizeof(T),
-                     st, (const T *)p->w, p->n_in, p->n_out, ks, p->m, (const T *)p->x, ldx, p->y, ldy, p->y_in);
+                     st, (const T *)p->w, p->n_in, p->n_out, ks, p->m, (const T *)p->x, ldx, p->y, ldy, p->y_in,
+                     (T *)p->glu, p->ldg);
 }
 
 template <typename T>
@@ -1108,9 +1123,13 @@ static int s_form(const wtc_params *p, int ks) {
     return form;
 }
 
-/* the SwiGLU epilogue runs in a launch of p in this form: the TMA form, rows in whole gate/up blocks */
+/* the SwiGLU epilogue runs in a launch of p in this form: the narrow kernel (m <= 8) or the TMA form, rows in whole
+ * gate/up blocks */
 static bool s_glu_ok(const wtc_params *p, int form) {
-    return form == 6 && p->n_out % 16 == 0 && wg_on() && tma_encoder() != nullptr;
+    /* ZLLM_WTC_NARROW_GLU=0: the narrow kernel without it (measurements; the same bits either way) */
+    static const int s_narrow = cu_env_int("ZLLM_WTC_NARROW_GLU", 1, 0, 1);
+    if (p->n_out % 16) return false;
+    return (form == 1 && s_narrow) || (form == 6 && wg_on() && tma_encoder() != nullptr);
 }
 
 extern "C" int wtc_glu_fused(const wtc_params *p) {

@@ -90,8 +90,9 @@ int wtc_available(void);
  * not 0; form 0 then uses them for every m > 8. Never fails (0 when the query does). */
 int wtc_wgmma(void);
 
-/* 1 when a launch of p (its shape, m, form and the device) would run the SwiGLU epilogue (p->glu): the TMA-fed
- * form (form 6, automatic above 16 rows on sm_90) with n_out a multiple of 16. Never fails (0 otherwise). */
+/* 1 when a launch of p (its shape, m, form and the device) would run the SwiGLU epilogue (p->glu): n_out a multiple
+ * of 16, and the narrow kernel (form 1, automatic up to 8 rows) or the TMA-fed form (form 6, automatic above 16
+ * rows on sm_90). Never fails (0 otherwise). */
 int wtc_glu_fused(const wtc_params *p);
 
 /* Enqueues y = W x (+ y_in), or the SwiGLU of it into p->glu, on st. Returns cudaSuccess, cudaErrorInvalidValue
