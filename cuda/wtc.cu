@@ -47,8 +47,28 @@ constexpr size_t kWideSmem64 = (size_t)kWS * (kBM + 64) * kKT * 2;          /* 9
 /* element offset of 16-byte chunk c of row r in a [rows][W] tile, chunks XOR-swizzled by (r & 7) */
 template <int W> __device__ __forceinline__ int swz(int r, int c) { return r * W + ((c ^ (r & 7)) << 3); }
 
+/* the SwiGLU epilogue (wtc_params.glu) of the same accumulator: W's rows interleave gate and up in blocks of 8, so
+ * this thread's rows rbase (16 b + g: gate of feature 8 b + g) and rbase + 8 (the up row of that feature) meet in
+ * one thread: out[col][8 b + g] = silu_mul(gate, up), rounded to T as ops_swiglu_il8_dual rounds it */
+template <typename T, int NX>
+__device__ __forceinline__ void wg_store_glu(const float (&acc)[NX / 2], int rbase, int col0, int t, T *out, int ldg,
+                                             int n_out, int m) {
+    if (rbase >= n_out) return;   /* n_out is a multiple of 16: rbase + 8 is then inside too */
+    const int f = (rbase >> 4) * 8 + (rbase & 7);
+#pragma unroll
+    for (int j = 0; j < NX / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int col = col0 + 8 * j + 2 * t + e;
+            if (col >= m) continue;
+            const float v = silu_mul(acc[4 * j + e], acc[4 * j + e + 2]);
+            if constexpr (std::is_same<T, __nv_bfloat16>::value) out[(size_t)col * ldg + f] = __float2bfloat16_rn(v);
+            else out[(size_t)col * ldg + f] = __float2half_rn(v);
+        }
+}
+
 /* M <= 8: CTA = ks warps on one 16-row tile, warp s chains split s through its own ring; warp 0 sums the split
- * partials in order (wtc.h) and stores columns < m. A ring stage holds the W tile [16][64] (2 KiB) and the m x rows
+ * partials in order (wtc.h) and stores columns < m (with glu, their SwiGLU: wg_store_glu). A ring stage holds the W tile [16][64] (2 KiB) and the m x rows
  * of the same 64 k [m][64] (chunk c of row r at chunk c ^ r: the B reads of the 8 rows hit distinct banks), both
  * by cp.async in one commit group: x then arrives with its weights, kNS - 1 stages ahead. (x read from global
  * memory one stage ahead, as before, held each warp to one stage per L2 round trip under full DRAM load: H100
@@ -143,18 +163,8 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
         acc[3] = __fadd_rn(acc[3], v.w);
     }
     /* lane (g, t): acc = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1] */
-    if (glu) {
-        /* the SwiGLU epilogue: rows g and g + 8 of the tile are gate and up of feature 8 blockIdx.x + g (n_out a
-         * multiple of 16), rounded as ops_swiglu_il8_dual rounds */
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int col = 2 * t + e;
-            if (col >= m) continue;
-            const float v = silu_mul(acc[e], acc[2 + e]);
-            T *o = glu + (size_t)col * ldg + (size_t)blockIdx.x * 8 + g;
-            if constexpr (std::is_same<T, __nv_bfloat16>::value) *o = __float2bfloat16_rn(v);
-            else *o = __float2half_rn(v);
-        }
+    if (glu) {   /* the SwiGLU epilogue: rows g and g + 8 of the tile are gate and up of one feature */
+        wg_store_glu<T, 8>(acc, row0 + g, 0, t, glu, ldg, n_out, m);
         return;
     }
 #pragma unroll
@@ -471,26 +481,6 @@ __device__ __forceinline__ void wg_store(const float (&acc)[NX / 2], int rbase, 
                 if (row < n_out && col < m) y[(size_t)col * ldy + row] = y_in ? __fadd_rn(v, yi[4 * j + e]) : v;
             }
     }
-}
-
-/* the SwiGLU epilogue (wtc_params.glu) of the same accumulator: W's rows interleave gate and up in blocks of 8, so
- * this thread's rows rbase (16 b + g: gate of feature 8 b + g) and rbase + 8 (the up row of that feature) meet in
- * one thread: out[col][8 b + g] = silu_mul(gate, up), rounded to T as ops_swiglu_il8_dual rounds it */
-template <typename T, int NX>
-__device__ __forceinline__ void wg_store_glu(const float (&acc)[NX / 2], int rbase, int col0, int t, T *out, int ldg,
-                                             int n_out, int m) {
-    if (rbase >= n_out) return;   /* n_out is a multiple of 16: rbase + 8 is then inside too */
-    const int f = (rbase >> 4) * 8 + (rbase & 7);
-#pragma unroll
-    for (int j = 0; j < NX / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int col = col0 + 8 * j + 2 * t + e;
-            if (col >= m) continue;
-            const float v = silu_mul(acc[4 * j + e], acc[4 * j + e + 2]);
-            if constexpr (std::is_same<T, __nv_bfloat16>::value) out[(size_t)col * ldg + f] = __float2bfloat16_rn(v);
-            else out[(size_t)col * ldg + f] = __float2half_rn(v);
-        }
 }
 
 template <int WG, int NX, int S> struct wg_shape {
