@@ -95,13 +95,22 @@ const tc_knobs &knobs() {
     return k;
 }
 
-/* ring depth per warp: 24 KiB for both head sizes, or 48 KiB in the deep form (launches with few warps, where
- * each warp must keep more bytes in flight; the depth changes no arithmetic) */
+/* a ring row: D elements, in the deep form at D = 64 and 16 bytes of padding. Padded rows keep the 8 rows an
+ * ldmatrix reads in 8 distinct bank groups without the XOR swizzle, so every ldmatrix and copy address is the
+ * lane's base plus an immediate: the swizzle's LOP3 and add per ldmatrix and per copy were ~45 of a batch-1
+ * warp's ~326 instructions a tile (ncu, D = 128). Measured (H100, docs/perf.md, session 17): padding every form
+ * made 1B BF16 (D = 64) M=1 1.9% faster but M=256 1.8% slower, and at D = 128 no batch-1 step faster and batches
+ * of 64-256 3-6% slower; padding the deep form (small launches) at D = 64 only keeps the M=1 gain (1.9%) and
+ * leaves M=64 and M=256 unchanged. The layout changes no arithmetic. */
+template <int D, bool DEEP> __host__ __device__ constexpr bool tc_pad() { return D == 64 && DEEP; }
+template <int D, bool DEEP> __host__ __device__ constexpr int tc_rp() { return tc_pad<D, DEEP>() ? D + 8 : D; }
+/* ring depth per warp: 24 KiB for both head sizes, or twice that in the deep form (launches with few warps,
+ * where each warp must keep more bytes in flight; the depth changes no arithmetic; 54 KiB padded) */
 template <int D, bool DEEP> __host__ __device__ constexpr int tc_stages() {
     return (D == 64 ? 6 : 3) * (DEEP ? 2 : 1);
 }
 template <int D, bool DEEP> __host__ __device__ constexpr size_t ring_elems() {
-    return (size_t)tc_stages<D, DEEP>() * 2 * kTileKeys * D;
+    return (size_t)tc_stages<D, DEEP>() * 2 * kTileKeys * tc_rp<D, DEEP>();
 }
 template <typename T, int D, bool DEEP> constexpr size_t tc_smem(int G) {
     return (size_t)G * ring_elems<D, DEEP>() * sizeof(T) + 16;   /* + the last-block flag */
@@ -214,7 +223,9 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     constexpr int CH = D / 8;            /* 16-byte chunks per key row */
     constexpr int DK = D / 16;           /* k-steps of Q K^T */
     constexpr int DN = D / 8;            /* n-tiles of the O accumulator */
-    constexpr int TILE = kTileKeys * D;  /* elements of one K or V tile */
+    constexpr bool PAD = tc_pad<D, DEEP>();   /* padded ring rows instead of the swizzle */
+    constexpr int RP = tc_rp<D, DEEP>();      /* elements of a ring row */
+    constexpr int TILE = kTileKeys * RP; /* elements of one K or V tile in the ring */
     static_assert(sizeof(float) * 16 * (D + 2) <= ring_elems<D, DEEP>() * sizeof(T), "partial must fit the ring");
     extern __shared__ __align__(16) unsigned char smem_raw[];
 
@@ -308,8 +319,9 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     constexpr int RPI = 32 / CH, CU = kTileKeys * CH / 32;
     const int lr = lane / CH, lc = lane % CH;
     const uint32_t ring_sa = smem_u32(ring);
-    const uint32_t dst0 = ring_sa + (uint32_t)(lr * D * (int)sizeof(T));          /* row lr of stage 0 */
-    const uint32_t dxor = (uint32_t)((lc ^ lr) << 3) * (uint32_t)sizeof(T);     /* chunk lc ^ lr, bytes */
+    const uint32_t dst0 = ring_sa + (uint32_t)(lr * RP * (int)sizeof(T));         /* row lr of stage 0 */
+    const uint32_t dxor = PAD ? (uint32_t)(lc * 8 * (int)sizeof(T))             /* chunk lc, bytes */
+                              : (uint32_t)((lc ^ lr) << 3) * (uint32_t)sizeof(T);   /* chunk lc ^ lr */
     const char *ksrc = reinterpret_cast<const char *>(kg + (long)(k0 + lr) * row_stride + lc * 8);
     const long vdelta = reinterpret_cast<const char *>(vg) - reinterpret_cast<const char *>(kg);
     const long rstep = (long)RPI * row_stride * (long)sizeof(T), tstep = (long)kTileKeys * row_stride * (long)sizeof(T);
@@ -324,9 +336,9 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
             const char *src = ksrc + (long)j * tstep;
 #pragma unroll
             for (int u = 0; u < CU; u++) {
-                /* element offset (lr + RPI u) D + ((lc ^ (lr | k)) << 3), k = RPI u & 7 */
-                const uint32_t d = sb + (uint32_t)(RPI * u * D * (int)sizeof(T)) +
-                                   ((dxor ^ (uint32_t)(((RPI * u) & 7) << 3) * (uint32_t)sizeof(T)));
+                /* element offset (lr + RPI u) RP + ((lc ^ (lr | k)) << 3), k = RPI u & 7; padded: + (lc << 3) */
+                const uint32_t d = sb + (uint32_t)(RPI * u * RP * (int)sizeof(T)) +
+                                   (PAD ? dxor : (dxor ^ (uint32_t)(((RPI * u) & 7) << 3) * (uint32_t)sizeof(T)));
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d + (uint32_t)(TILE * sizeof(T))),
                              "l"(src + vdelta)
@@ -341,8 +353,9 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
                 const int key = k0 + j * kTileKeys + r;
                 const bool ok = key < k1;
                 const long off = ok ? (long)key * row_stride + c * 8 : 0;
-                cp_async16_zfill(dk + sw<D>(r, c), kg + off, ok);
-                cp_async16_zfill(dv + sw<D>(r, c), vg + off, ok);
+                const int e = PAD ? r * RP + c * 8 : sw<D>(r, c);
+                cp_async16_zfill(dk + e, kg + off, ok);
+                cp_async16_zfill(dv + e, vg + off, ok);
             }
         }
         cp_async_commit();
@@ -392,12 +405,13 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     /* ldmatrix addresses: K's row (lane & 7) + 8 (lane >> 4) at chunk 2 kk + ((lane >> 3) & 1), V's row
      * (lane & 7) + 8 ((lane >> 3) & 1) at chunk 2 dp + (lane >> 4), both swizzled by x = lane & 7. With the
      * chunk 2 s + b: ((2 s + b) ^ x) << 3 = ((b ^ (x & 1)) << 3) + ((16 s) ^ ((x & 6) << 3)), so a lane's address
-     * for step s is its constant plus ((32 s) ^ lx) bytes. */
-    const uint32_t lx = (uint32_t)(lane & 6) << 4;
-    const uint32_t ka = ring_sa + (uint32_t)((((lane & 7) + ((lane >> 4) << 3)) * D + ((((lane >> 3) & 1) ^ (lane & 1)) << 3)) *
+     * for step s is its constant plus ((32 s) ^ lx) bytes. Padded rows (no swizzle): plus 32 s bytes (lx 0). */
+    const uint32_t lx = PAD ? 0u : (uint32_t)(lane & 6) << 4;
+    const int xk = PAD ? 0 : (lane & 1);   /* the swizzle's low bit */
+    const uint32_t ka = ring_sa + (uint32_t)((((lane & 7) + ((lane >> 4) << 3)) * RP + ((((lane >> 3) & 1) ^ xk) << 3)) *
                                              (int)sizeof(T));
     const uint32_t va = ring_sa + (uint32_t)(TILE * sizeof(T)) +
-                        (uint32_t)((((lane & 7) + (((lane >> 3) & 1) << 3)) * D + (((lane >> 4) ^ (lane & 1)) << 3)) *
+                        (uint32_t)((((lane & 7) + (((lane >> 3) & 1) << 3)) * RP + (((lane >> 4) ^ xk) << 3)) *
                                    (int)sizeof(T));
     auto ldsm4 = [](uint32_t (&r)[4], uint32_t a) {
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"

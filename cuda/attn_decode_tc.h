@@ -28,8 +28,9 @@
  *     Output: o / l, or zeros for kv_len 0: f32 into out, or (out_w set) rounded to the cache type into out_w,
  *     the next product's input, as the engine's cast kernel would round it.
  * Loads: each warp streams its keys through its own cp.async ring of 16-key K and V tiles in shared memory
- * (XOR-swizzled rows for ldmatrix), so no block barrier sits in the key loop; launches with at most 4 warps per
- * SM use deeper rings, where the row then needs no cross-block fold or folds in one cluster.
+ * (rows XOR-swizzled for ldmatrix; in the deep form at head size 64 padded by 16 bytes instead), so no block
+ * barrier sits in the key loop; launches with at most 4 warps per SM use deeper rings, where the row then needs
+ * no cross-block fold or folds in one cluster.
  * Knobs (read once per process): ZLLM_ATTN_DECODE_TC (0: the CUDA-core kernels for kernel 0),
  * ZLLM_ATTN_TC_CHUNK_MIN (fewest keys per chunk, default 256), ZLLM_ATTN_TC_WPS (warps per SM the chunk count
  * aims to fill for one sequence, default 8), ZLLM_ATTN_TC_LPW (chunks per warp, 0 automatic),
