@@ -66,6 +66,11 @@ struct tc_knobs {
     int pdl;         /* ZLLM_ATTN_TC_PDL: 0 launches the kernel plainly even where the step's other kernels use
                         programmatic dependent launch (cuda/pdl.cuh); a measurement knob */
     int early;       /* ZLLM_ATTN_TC_EARLY: 0 ignores attn_decode_params.kv_early (every stage after the wait) */
+    int trig;        /* ZLLM_ATTN_TC_TRIG: where a block lets the next kernel launch (pdl_trigger): 0 at its start, 1
+                        after q is loaded, 2 after its key loop; -1 (default) tc_trig. H100, docs/perf.md session 18:
+                        at batch 1, 1 made 8B Q4_K_M 1.1% faster (the output projection's weight stream no longer
+                        meets q's load) and left Q8_0 and 1B BF16 unchanged; at batch 4, 1 made Q8_0 1.5% slower
+                        (that stream then ends after attention); 2 was slower everywhere */
     int diag;        /* ZLLM_ATTN_TC_DIAG: diagnostics, wrong results (1: nothing after the loop, 2: no
                         cross-block merge, 3: partials to shared memory and the barrier only, 4: the barrier
                         only, 5: the arrival but no cross-block fold, 6: the cross-block staging but no fold, 7: no
@@ -90,6 +95,7 @@ const tc_knobs &knobs() {
         r.acq_rel = cu_env_int("ZLLM_ATTN_TC_SYNC", 1, 0, 1);
         r.level_fold = cu_env_int("ZLLM_ATTN_TC_LEVELFOLD", 0, 0, 1);
         r.early = cu_env_int("ZLLM_ATTN_TC_EARLY", 1, 0, 1);
+        r.trig = cu_env_int("ZLLM_ATTN_TC_TRIG", -1, -1, 2);
         return r;
     }();
     return k;
@@ -235,7 +241,11 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     const int blk = (mode & 1) ? blockIdx.y : blockIdx.x, kvh = (mode & 1) ? blockIdx.x : blockIdx.y;
     const int seq = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    pdl_trigger();
+    /* mode bits 8-9: where the block lets the next kernel launch (tc_trig): 0 here; 1 once q is loaded, so that
+     * at batch 1 the next kernel's weight stream does not meet q's load; 2 after the key loop. Blocks that
+     * return early count as triggered. Moves no arithmetic. */
+    const int trig = (mode >> 8) & 3;
+    if (trig == 0) pdl_trigger();
     /* kv_pre: slot and kv_len are host-written inputs, read before the wait (one L2 round trip off the critical
      * path of a batch-1 layer); otherwise after it (cu_launch contract, cuda/pdl.cuh) */
     int len = 0, slot = 0;
@@ -397,6 +407,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
         }
     }
 
+    if (trig == 1) pdl_trigger();
     float o[DN][4];
 #pragma unroll
     for (int n = 0; n < DN; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
@@ -575,6 +586,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     }
     cp_async_wait<0>();
     __syncwarp();   /* every lane is done with the ring: it now holds the warp's partial */
+    if (trig == 2) pdl_trigger();
     const int diag = (mode >> 1) & 7;
     if (diag == 1 || diag == 4) {   /* diagnostic: keep the loop's results alive, nothing else */
         float acc = l[0] + l[1] + m[0] + m[1];
@@ -951,6 +963,9 @@ bool tc_cluster_on(const attn_decode_params *p) {
 /* 1 when a row of nblk blocks folds through one cluster: 2..8 blocks (the portable cluster size) */
 bool tc_cluster(const attn_decode_params *p, int nblk) { return nblk >= 2 && nblk <= 8 && tc_cluster_on(p); }
 
+/* where a block lets the next kernel launch: after its q loads at batch 1, at its start otherwise (the knob) */
+int tc_trig(const attn_decode_params *p) { return knobs().trig >= 0 ? knobs().trig : p->n_seq == 1 ? 1 : 0; }
+
 size_t ws_counter_bytes(const attn_decode_params *p) { return (size_t)p->n_seq * p->n_heads * sizeof(int); }
 
 template <typename T, int D, int G, bool DEEP, int LPW>
@@ -986,7 +1001,8 @@ cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaS
                                            ws_counter_bytes(p));
     }
     const int mode = (knobs().order ? 1 : 0) | (knobs().diag << 1) | (knobs().acq_rel << 4) |
-                     (knobs().level_fold << 5) | (clu ? 64 : 0) | (p->kv_early && knobs().early ? 128 : 0);
+                     (knobs().level_fold << 5) | (clu ? 64 : 0) | (p->kv_early && knobs().early ? 128 : 0) |
+                     (tc_trig(p) << 8);
     if (clu)   /* one cluster per row: grid x is the row's blocks (order 0, tc_cluster) */
         return cu_launch_cl(knobs().pdl, dim3((unsigned)nblk, 1, 1), decode_tc_kernel<T, D, G, DEEP, LPW>,
                             dim3((unsigned)nblk, (unsigned)p->n_kv_heads, (unsigned)p->n_seq), dim3(G * 32),

@@ -42,6 +42,7 @@
 #include "act.cuh"
 #include "cu_host.h"
 #include "mma_util.cuh"
+#include "qtc_f16.cuh"
 #include "pdl.cuh"
 #include "wgmma.cuh"
 #include "wtc.h"
@@ -282,30 +283,6 @@ extern "C" int qtc_pack(ggml_type t, const void *rows, size_t row_bytes, int n_i
 /* ------------------------------------------------------------------------------------------------------
  * device helpers */
 
-static __device__ __forceinline__ uint32_t h2sub(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-static __device__ __forceinline__ uint32_t h2fma(uint32_t a, uint32_t b, uint32_t c)
-{
-    uint32_t d;
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-static __device__ __forceinline__ uint32_t h2mul(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
-{
-    uint32_t d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
 /* two copies of f16(v) (round to nearest) */
 static __device__ __forceinline__ uint32_t h2_of(float v)
 {
@@ -340,18 +317,18 @@ template <> struct unit_regs<QT_Q4K> {
         for (int j = 0; j < 4; j++) q[j] = *(const uint4 *)(sp + 512 * j + 16 * lane);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const uint4 rec = *(const uint4 *)(sp + 2048 + 16 * (g + 8 * h));
-            const float d = h_to_f(rec.x), dmin = h_to_f(rec.x >> 16);
+            const uint4 rec = *(const uint4 *)(sp + 2048 + 16 * (g + 8 * h));   /* d, dmin, packed scales */
             const unsigned long long v = t < 2 ? (((unsigned long long)rec.z << 32 | rec.y) >> (24 * t))
                                                : (((unsigned long long)rec.w << 32 | rec.z) >> (24 * t - 32));
-            const int sc0 = (int)(v & 63), m0 = (int)((v >> 6) & 63), sc1 = (int)((v >> 12) & 63),
-                      m1 = (int)((v >> 18) & 63);
-            a[h][0] = h2_of(d * (float)sc0);
-            nb[h][0] = h2_of(-(dmin * (float)m0));
-            a[h][1] = h2_of(d * (float)sc1);
-            nb[h][1] = h2_of(-(dmin * (float)m1));
-            a16[h][0] = h2_of(d * (float)sc0 * 0.0625f);
-            a16[h][1] = h2_of(d * (float)sc1 * 0.0625f);
+            /* f16(d sc), f16(-(dmin m)), f16(d sc / 16) of sub-blocks 2t and 2t + 1 (cuda/qtc_f16.cuh) */
+            uint32_t a01, n01, s01;
+            q4k_scales(rec.x, (uint32_t)v, a01, n01, s01);
+            a[h][0] = prmt(a01, 0u, 0x1010u);
+            a[h][1] = prmt(a01, 0u, 0x3232u);
+            nb[h][0] = prmt(n01, 0u, 0x1010u);
+            nb[h][1] = prmt(n01, 0u, 0x3232u);
+            a16[h][0] = prmt(s01, 0u, 0x1010u);
+            a16[h][1] = prmt(s01, 0u, 0x3232u);
         }
     }
     /* A fragment of step s: a0 = row g (e0,e1), a1 = row g+8 (e0,e1), a2 = row g (e2,e3), a3 = row g+8 (e2,e3).

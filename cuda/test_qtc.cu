@@ -12,7 +12,8 @@
  * invariance: for M in {1,2,3,7,8,9,16,33,64,128,256}, a row placed at several positions among random rows
  * gives a y row bit-identical (memcmp) to the row alone, and the same at M = 2048; CUDA-graph replay equal to
  * eager; the narrow kernel's SwiGLU epilogue (qtc_params.glu) bitwise equal to the product followed by
- * ops_swiglu_il8_dual; packing and launch argument checks. Prints "N passed, N failed". */
+ * ops_swiglu_il8_dual; the Q4_K scale formula (q4k_scales) bit for bit against its f32 definition for every f16
+ * d and every 6-bit scale; packing and launch argument checks. Prints "N passed, N failed". */
 extern "C" {
 #include "quant.h"
 #include "test.h"
@@ -24,11 +25,61 @@ extern "C" {
 #include <vector>
 #include "ops.h"
 #include "qtc.h"
+#include "qtc_f16.cuh"
 #include "wtc.h"
 
 #define TEST_RAND_SEED 0x9E3779B97F4A7C15ull
 #include "test_rand.h"
 #include "test_gpu.h"
+
+/* q4k_scales (cuda/qtc_f16.cuh, the Q4_K scales of every qtc kernel) against its f32 definition,
+ * __float2half_rn(d * (float)sc), of -(dmin * (float)m) and of d * (float)sc * 0.0625f, for every f16 d and dmin
+ * but NaN and every 6-bit sc and m (both halves: sub-block 0 takes (v, w), sub-block 1 (63 - v, 63 - w)): one
+ * thread per d bit pattern; bad[0] counts mismatching bit patterns, bad[1] the d tried */
+__global__ void q4k_scales_kernel(unsigned long long *bad)
+{
+    const uint32_t db = blockIdx.x * blockDim.x + threadIdx.x;
+    if (db >= 65536) return;
+    const float d = __half2float(__ushort_as_half((unsigned short)db));
+    if (d != d) return;
+    atomicAdd(&bad[1], 1ull);
+    const uint32_t mb = db ^ 0x8001u;   /* dmin: another pattern, either sign */
+    const float dmin = __half2float(__ushort_as_half((unsigned short)mb));
+    if (dmin != dmin) return;
+    auto bits = [](float v) { return (uint32_t)__half_as_ushort(__float2half_rn(v)); };
+    unsigned long long n = 0;
+    for (uint32_t v = 0; v < 64; v++)
+        for (uint32_t w = 0; w < 64; w++) {
+            const uint32_t v1 = 63 - v, w1 = 63 - w;
+            uint32_t a01, n01, s01;
+            q4k_scales(db | (mb << 16), v | (w << 6) | (v1 << 12) | (w1 << 18), a01, n01, s01);
+            const uint32_t ea = bits(d * (float)v) | bits(d * (float)v1) << 16;
+            const uint32_t en = bits(-(dmin * (float)w)) | bits(-(dmin * (float)w1)) << 16;
+            const uint32_t es = bits(d * (float)v * 0.0625f) | bits(d * (float)v1 * 0.0625f) << 16;
+            /* inf * 0 gives a NaN whose payload may differ: any NaN matches a NaN */
+            auto same = [](uint32_t x, uint32_t y) {
+                for (int h = 0; h < 2; h++) {
+                    const uint32_t a = (x >> (16 * h)) & 0xffff, b = (y >> (16 * h)) & 0xffff;
+                    const bool na = (a & 0x7c00) == 0x7c00 && (a & 0x3ff), nb = (b & 0x7c00) == 0x7c00 && (b & 0x3ff);
+                    if (na != nb || (!na && a != b)) return false;
+                }
+                return true;
+            };
+            n += !same(a01, ea) + !same(n01, en) + !same(s01, es);
+        }
+    if (n) atomicAdd(&bad[0], n);
+}
+
+static void q4k_scales_case(void)
+{
+    unsigned long long *d = NULL, h[2] = {1, 0};
+    if (cudaMalloc(&d, sizeof h) == cudaSuccess && cudaMemset(d, 0, sizeof h) == cudaSuccess) {
+        q4k_scales_kernel<<<256, 256>>>(d);
+        if (cudaDeviceSynchronize() == cudaSuccess) cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    }
+    cudaFree(d);
+    CHECK(h[0] == 0 && h[1] == 65536 - 2046, "q4k_scales: %llu mismatches over %llu d", h[0], h[1]);
+}
 
 /* a weight matrix: packed tiles on the device, the oracle's dequantized copy of the GGUF rows on the host */
 struct Mat {
@@ -287,6 +338,7 @@ int main(void)
     CHECK(qtc_supported(GGML_Q4_K, 256, 1) && qtc_supported(GGML_Q6_K, 4096, 4096) &&
           qtc_supported(GGML_Q8_0, 512, 3) && !qtc_supported(GGML_Q8_0, 96, 3) && !qtc_supported(GGML_F16, 256, 16) &&
           !qtc_supported(GGML_Q4_K, 256, 0), "qtc_supported");
+    q4k_scales_case();
     CHECK(qtc_packed_bytes(GGML_Q4_K, 4096, 4096) == (size_t)4096 * 16 * 144 &&
           qtc_packed_bytes(GGML_Q6_K, 512, 17) == (size_t)2 * 2 * 3360 &&
           qtc_packed_bytes(GGML_Q8_0, 256, 16) == 4352, "qtc_packed_bytes");

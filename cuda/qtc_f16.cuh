@@ -1,0 +1,50 @@
+/* cuda/qtc_f16.cuh: the f16x2 helpers of qtc's dequantization (cuda/qtc.cu), header only, for .cu files, and the
+ * Q4_K scale formula that gpu_test_qtc checks exhaustively against its f32 definition. */
+#ifndef ZLLM_CUDA_QTC_F16_CUH
+#define ZLLM_CUDA_QTC_F16_CUH
+#include <stdint.h>
+
+static __device__ __forceinline__ uint32_t h2sub(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+static __device__ __forceinline__ uint32_t h2fma(uint32_t a, uint32_t b, uint32_t c)
+{
+    uint32_t d;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+static __device__ __forceinline__ uint32_t h2mul(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
+{
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+/* The scales of two Q4_K sub-blocks as f16x2 pairs (low half the first sub-block, high half the second):
+ *   a01 = (f16(d sc0), f16(d sc1)), n01 = (f16(-(dmin m0)), f16(-(dmin m1))), s01 = (f16(d sc0 / 16), f16(d sc1 / 16))
+ * from dm (d in bits 0..15, dmin in bits 16..31, f16) and f (sc0 in bits 0..5, m0 6..11, sc1 12..17, m1 18..23).
+ * The 6-bit integers become f16 exactly (1024 + v under 0x6400, less 1024), and each scale is one f16x2 product:
+ * d and dmin are f16 and the integers below 64, so the exact product is rounded once, which gives the bits of
+ * __float2half_rn(d * (float)sc) (whose f32 product is exact too); d sc / 16 goes through sc / 16, exact. Five
+ * f16x2 operations instead of six f32 products and six conversions (H100: 16 fewer instructions per tile unit of
+ * the narrow kernel). Any d but NaN; gpu_test_qtc checks every d against the f32 form. */
+static __device__ __forceinline__ void q4k_scales(uint32_t dm, uint32_t f, uint32_t &a01, uint32_t &n01,
+                                                  uint32_t &s01)
+{
+    const uint32_t scf = h2sub(((f & 0x3Fu) | ((f << 4) & 0x3F0000u)) | 0x64006400u, 0x64006400u);
+    const uint32_t mf = h2sub((((f >> 6) & 0x3Fu) | ((f >> 2) & 0x3F0000u)) | 0x64006400u, 0x64006400u);
+    const uint32_t dd = prmt(dm, 0u, 0x1010u), nm = prmt(dm, 0u, 0x3232u) ^ 0x80008000u;
+    a01 = h2mul(dd, scf);
+    n01 = h2mul(nm, mf);
+    s01 = h2mul(dd, h2mul(scf, 0x2C002C00u));   /* 0x2C00: 1/16 */
+}
+#endif
