@@ -29,6 +29,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "f16x2.cuh"
+
 enum { QM_Q4K = 0, QM_Q6K = 1, QM_Q80 = 2 };
 
 /* elements per scale unit and bytes per unit */
@@ -60,20 +62,6 @@ static __device__ __forceinline__ void mma16816(float c[4], uint32_t a0, uint32_
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-static __device__ __forceinline__ uint32_t h2_sub(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
-static __device__ __forceinline__ uint32_t h2_fma(uint32_t a, uint32_t b, uint32_t c)
-{
-    uint32_t d;
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
 }
 
 /* two copies of the f16 of an integer |v| <= 2048 (exact) */
@@ -194,8 +182,8 @@ template <int RT> struct Raw<QM_Q4K, RT> {
                             uint32_t p01 = __byte_perm(v, 0, 0x4140), p23 = __byte_perm(v, 0, 0x4342);
                             if (nib) { p01 >>= 4; p23 >>= 4; }
                             /* (1024 + q) * sc - 1024 sc = q * sc, exact (one rounding of an exact value) */
-                            A[r] = h2_fma((p01 & 0x000F000Fu) | 0x64006400u, scv[rt][r], nsc[rt][r]);
-                            A[r + 2] = h2_fma((p23 & 0x000F000Fu) | 0x64006400u, scv[rt][r], nsc[rt][r]);
+                            A[r] = h2fma((p01 & 0x000F000Fu) | 0x64006400u, scv[rt][r], nsc[rt][r]);
+                            A[r + 2] = h2fma((p23 & 0x000F000Fu) | 0x64006400u, scv[rt][r], nsc[rt][r]);
                         }
 #pragma unroll
                         for (int nf = 0; nf < NF; nf++) {
@@ -271,8 +259,8 @@ template <int RT> struct Raw<QM_Q6K, RT> {
                             const uint32_t h01 = __byte_perm(H, 0, 0x4140), h23 = __byte_perm(H, 0, 0x4342);
                             const uint32_t q01 = ((l01 >> nsh) & 0x000F000Fu) | (((h01 >> hsh) & 0x00030003u) << 4);
                             const uint32_t q23 = ((l23 >> nsh) & 0x000F000Fu) | (((h23 >> hsh) & 0x00030003u) << 4);
-                            A[r] = h2_sub(q01 | 0x64006400u, 0x64206420u);       /* 1024 + q - 1056 = q - 32 */
-                            A[r + 2] = h2_sub(q23 | 0x64006400u, 0x64206420u);
+                            A[r] = h2sub(q01 | 0x64006400u, 0x64206420u);       /* 1024 + q - 1056 = q - 32 */
+                            A[r + 2] = h2sub(q23 | 0x64006400u, 0x64206420u);
                             const int s8 = (int)(int8_t)((sc[rt][r][si >> 2] >> (8 * (si & 3))) & 0xff);
                             dsc[r] = dd[rt][r] * (float)s8;
                         }
@@ -317,10 +305,10 @@ template <int RT> struct Raw<QM_Q80, RT> {
             for (int r = 0; r < 2; r++) {
                 /* int8 -> f16: (q ^ 0x80) = q + 128 as a byte under 0x64: 1024 + 128 + q, minus 1152 */
                 const uint32_t v0 = w0[rt][r] ^ 0x80808080u, v1 = w1[rt][r] ^ 0x80808080u;
-                A0[r] = h2_sub(__byte_perm(v0, 0x64646464u, 0x4140), 0x64806480u);
-                A0[r + 2] = h2_sub(__byte_perm(v0, 0x64646464u, 0x4342), 0x64806480u);
-                A1[r] = h2_sub(__byte_perm(v1, 0x64646464u, 0x4140), 0x64806480u);
-                A1[r + 2] = h2_sub(__byte_perm(v1, 0x64646464u, 0x4342), 0x64806480u);
+                A0[r] = h2sub(__byte_perm(v0, 0x64646464u, 0x4140), 0x64806480u);
+                A0[r + 2] = h2sub(__byte_perm(v0, 0x64646464u, 0x4342), 0x64806480u);
+                A1[r] = h2sub(__byte_perm(v1, 0x64646464u, 0x4140), 0x64806480u);
+                A1[r + 2] = h2sub(__byte_perm(v1, 0x64646464u, 0x4342), 0x64806480u);
             }
             const float d0 = h_f32(d[rt][0]), d1 = h_f32(d[rt][1]);
 #pragma unroll

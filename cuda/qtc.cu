@@ -42,7 +42,7 @@
 #include "act.cuh"
 #include "cu_host.h"
 #include "mma_util.cuh"
-#include "qtc_f16.cuh"
+#include "f16x2.cuh"
 #include "pdl.cuh"
 #include "wgmma.cuh"
 #include "wtc.h"
@@ -320,7 +320,7 @@ template <> struct unit_regs<QT_Q4K> {
             const uint4 rec = *(const uint4 *)(sp + 2048 + 16 * (g + 8 * h));   /* d, dmin, packed scales */
             const unsigned long long v = t < 2 ? (((unsigned long long)rec.z << 32 | rec.y) >> (24 * t))
                                                : (((unsigned long long)rec.w << 32 | rec.z) >> (24 * t - 32));
-            /* f16(d sc), f16(-(dmin m)), f16(d sc / 16) of sub-blocks 2t and 2t + 1 (cuda/qtc_f16.cuh) */
+            /* f16(d sc), f16(-(dmin m)), f16(d sc / 16) of sub-blocks 2t and 2t + 1 (cuda/f16x2.cuh) */
             uint32_t a01, n01, s01;
             q4k_scales(rec.x, (uint32_t)v, a01, n01, s01);
             a[h][0] = prmt(a01, 0u, 0x1010u);

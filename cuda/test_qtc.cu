@@ -25,14 +25,14 @@ extern "C" {
 #include <vector>
 #include "ops.h"
 #include "qtc.h"
-#include "qtc_f16.cuh"
+#include "f16x2.cuh"
 #include "wtc.h"
 
 #define TEST_RAND_SEED 0x9E3779B97F4A7C15ull
 #include "test_rand.h"
 #include "test_gpu.h"
 
-/* q4k_scales (cuda/qtc_f16.cuh, the Q4_K scales of every qtc kernel) against its f32 definition,
+/* q4k_scales (cuda/f16x2.cuh, the Q4_K scales of every qtc kernel) against its f32 definition,
  * __float2half_rn(d * (float)sc), of -(dmin * (float)m) and of d * (float)sc * 0.0625f, for every f16 d and dmin
  * but NaN and every 6-bit sc and m (both halves: sub-block 0 takes (v, w), sub-block 1 (63 - v, 63 - w)): one
  * thread per d bit pattern; bad[0] counts mismatching bit patterns, bad[1] the d tried */

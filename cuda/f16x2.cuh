@@ -1,7 +1,8 @@
-/* cuda/qtc_f16.cuh: the f16x2 helpers of qtc's dequantization (cuda/qtc.cu), header only, for .cu files, and the
- * Q4_K scale formula that gpu_test_qtc checks exhaustively against its f32 definition. */
-#ifndef ZLLM_CUDA_QTC_F16_CUH
-#define ZLLM_CUDA_QTC_F16_CUH
+/* cuda/f16x2.cuh: the f16x2 helpers of the quantized kernels' dequantization (cuda/qtc.cu, cuda/qmma.cu), header
+ * only, for .cu files, and qtc's Q4_K scale formula, which gpu_test_qtc checks exhaustively against its f32
+ * definition. */
+#ifndef ZLLM_CUDA_F16X2_CUH
+#define ZLLM_CUDA_F16X2_CUH
 #include <stdint.h>
 
 static __device__ __forceinline__ uint32_t h2sub(uint32_t a, uint32_t b)
