@@ -412,6 +412,13 @@ template <> struct unit_regs<QT_Q8_0> {
     }
 };
 
+/* 4-byte copy global -> shared (cp.async.ca, joins this thread's open group) */
+static __device__ __forceinline__ void cp_async4(void *smem, const void *gmem)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((uint32_t)__cvta_generic_to_shared(smem)), "l"(gmem)
+                 : "memory");
+}
+
 /* copy tile block src (TB bytes, 16-byte aligned) into the ring stage dst; one commit group per call site */
 template <int TB>
 static __device__ __forceinline__ void issue_block(uint8_t *dst, const uint8_t *src, int lane)
@@ -488,7 +495,23 @@ __global__ void __launch_bounds__(256)
             xn[p] = xr[0] && total > 0 ? __ldg((const uint4 *)(xr[0]) + p) : make_uint4(0, 0, 0, 0);
     }
     int j = 0;   /* items consumed */
+    const bool ycp = NF <= 2 && !glu && y_in && warp == 0;   /* warp 0 copies each tile's y_in ahead (below) */
     for (int k = 0; k < nt; k++) {
+        if (ycp) {
+            /* warp 0 stores this tile: its y_in elements are copied into warp 0's own slot of the partial area
+             * (no other warp writes it) in the group that the tile's first unit commits, so that their L2 round
+             * trip overlaps the tile's products instead of following its last barrier. No other CTA writes them
+             * (y_in may be y); the slot is read at this tile's end and next written at tile k + 2's start */
+            const int tile = (int)blockIdx.y + k * (int)gridDim.y;
+            float *ys = part + (size_t)(k & 1) * kn * NF * 128;
+#pragma unroll
+            for (int f = 0; f < NF; f++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int o = tile * 16 + g + 8 * (e >> 1), c = col0 + 8 * f + 2 * t + (e & 1);
+                    if (o < n_out && c < m) cp_async4(ys + (f * 32 + lane) * 4 + e, y_in + (size_t)c * ldy + o);
+                }
+        }
         for (int i = 0; i < n; i++, j++) {
             cp_async_wait<ST - 1>();
             __syncwarp();
@@ -537,6 +560,15 @@ __global__ void __launch_bounds__(256)
         }
         /* tile k of this CTA is done: its kn partials summed in warp order by warp 0, then stored */
         const int tile = (int)blockIdx.y + k * (int)gridDim.y;
+        /* the y_in copies went with the tile's first unit's group, which n - 1 newer groups follow: the loop's
+         * last wait (at most ST - 1 pending) covered it where n > ST; otherwise warp 0 waits here, for all but
+         * the newest group at n = 2 and ST = 2 (the output projection's launches) */
+        if (ycp) {
+            if (n == 1 || (ST > 2 && n <= ST))
+                cp_async_wait<0>();
+            else if (n == 2)
+                cp_async_wait<1>();
+        }
         if (kn > 1) {
             float *pb = part + (size_t)(k & 1) * kn * NF * 128;
             if (warp != 0) {
@@ -594,7 +626,10 @@ __global__ void __launch_bounds__(256)
                     const int o = tile * 16 + g + 8 * (e >> 1), c = col0 + 8 * f + 2 * t + (e & 1);
                     if (o < n_out && c < m) {
                         const size_t idx = (size_t)c * ldy + o;
-                        y[idx] = y_in ? acc[f][e] + y_in[idx] : acc[f][e];
+                        const float yi = !y_in ? 0.f
+                                         : ycp ? part[(size_t)(k & 1) * kn * NF * 128 + (f * 32 + lane) * 4 + e]
+                                               : y_in[idx];
+                        y[idx] = y_in ? acc[f][e] + yi : acc[f][e];
                     }
                 }
         }
