@@ -57,6 +57,10 @@ __device__ __forceinline__ void cp_async16_zfill(void *smem, const void *gmem, b
                  "r"(valid ? 16 : 0)
                  : "memory");
 }
+/* 4-byte copy global -> shared (cp.async.ca; joins this thread's open group like the 16-byte copies) */
+__device__ __forceinline__ void cp_async4(void *smem, const void *gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(smem)), "l"(gmem) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 /* waits until at most N of this thread's committed groups are pending */
 template <int N> __device__ __forceinline__ void cp_async_wait() {

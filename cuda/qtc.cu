@@ -412,13 +412,6 @@ template <> struct unit_regs<QT_Q8_0> {
     }
 };
 
-/* 4-byte copy global -> shared (cp.async.ca, joins this thread's open group) */
-static __device__ __forceinline__ void cp_async4(void *smem, const void *gmem)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((uint32_t)__cvta_generic_to_shared(smem)), "l"(gmem)
-                 : "memory");
-}
-
 /* copy tile block src (TB bytes, 16-byte aligned) into the ring stage dst; one commit group per call site */
 template <int TB>
 static __device__ __forceinline__ void issue_block(uint8_t *dst, const uint8_t *src, int lane)

@@ -125,6 +125,16 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
     pdl_wait();
 #pragma unroll
     for (int s = 0; s < NS - 1; s++) load_x(s);
+    /* warp 0 stores the tile: its y_in elements come with the x group (waited for in full just below), into
+     * s_yin, instead of one L2 round trip after the last barrier (no other CTA writes them; y_in may be y) */
+    __shared__ float s_yin[128];
+    if (y_in && !glu && warp == 0) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int row = row0 + g + 8 * (e >> 1), col = 2 * t + (e & 1);
+            if (row < n_out && col < m) cp_async4(s_yin + lane * 4 + e, y_in + (size_t)col * ldy + row);
+        }
+    }
     cp_async_commit();
     cp_async_wait<0>();
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -172,7 +182,7 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
         const int row = row0 + g + 8 * (e >> 1), col = 2 * t + (e & 1);
         if (row < n_out && col < m) {
             const size_t idx = (size_t)col * ldy + row;
-            y[idx] = y_in ? __fadd_rn(acc[e], y_in[idx]) : acc[e];
+            y[idx] = y_in ? __fadd_rn(acc[e], s_yin[lane * 4 + e]) : acc[e];
         }
     }
 }
