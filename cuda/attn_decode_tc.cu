@@ -50,8 +50,8 @@ constexpr int kMaxStack = 24;     /* fold stack depth: enough for 2^23 leaves */
 /* the environment's knobs, read once per process (attn_decode_tc.h); H100 measurements of each in docs/perf.md */
 struct tc_knobs {
     int on;          /* ZLLM_ATTN_DECODE_TC: 0 keeps kernel 0 on the CUDA-core kernels */
-    int chunk_min;   /* ZLLM_ATTN_TC_CHUNK_MIN: fewest keys per chunk (256; 64 and 128 measured in session 12,
-                        docs/perf.md: 64 makes 8B BF16 M=1 1.7% faster and M=64 2.6% slower) */
+    int chunk_min;   /* ZLLM_ATTN_TC_CHUNK_MIN: fewest keys per chunk; 0 (default) tc_floor: 128 at head size 128
+                        up to 2048 keys, else 256 (docs/perf.md, sessions 12 and 20) */
     int lpw;         /* ZLLM_ATTN_TC_LPW: chunks per warp (1, 2, 4); 0 automatic (tc_lpw) */
     int wps;         /* ZLLM_ATTN_TC_WPS: warps per SM one sequence's chunks aim to fill (8; 16: no gain) */
     int g;           /* ZLLM_ATTN_TC_G: warps per block (1, 2, 4, 8); 0 automatic */
@@ -80,7 +80,7 @@ const tc_knobs &knobs() {
     static const tc_knobs k = [] {
         tc_knobs r;
         r.on = cu_env_int("ZLLM_ATTN_DECODE_TC", 1, 0, 1);
-        r.chunk_min = (cu_env_int("ZLLM_ATTN_TC_CHUNK_MIN", 256, 1, 1 << 20) + kTileKeys - 1) / kTileKeys * kTileKeys;
+        r.chunk_min = (cu_env_int("ZLLM_ATTN_TC_CHUNK_MIN", 0, 0, 1 << 20) + kTileKeys - 1) / kTileKeys * kTileKeys;
         r.lpw = cu_env_int("ZLLM_ATTN_TC_LPW", 0, 0, 4);
         if (r.lpw == 3) r.lpw = 0;
         r.wps = cu_env_int("ZLLM_ATTN_TC_WPS", 8, 1, 64);
@@ -899,16 +899,26 @@ long tc_target(const attn_decode_params *p) {
      * for 512-key chunks one per warp (H100, docs/perf.md) */
     return p->max_kv_len >= 65536 ? tc_target_short(p) / 2 : tc_target_short(p);
 }
+/* fewest keys per chunk (a function of the head size and max_kv_len only, like the whole tree): 128 at head size
+ * 128 up to 2048 keys, 256 otherwise, or the knob. H100, 8B models at n_ctx 1040 (docs/perf.md, session 20): 8
+ * leaves of 144 keys in one 8-warp block per row against 4 of 272 keys in one 4-warp block made Q4_K_M M=1 1.8%
+ * and M=4 3.8% faster, Q8_0 M=1 1.0% and BF16 M=1 0.5%, BF16 M=64 1.4% slower; at head size 64 (1B) and
+ * from 4k keys (session 12: 1 x 16384 35.4 against 31.4 us) 256 stays. */
+constexpr long kFloorShortMax = 2048;
+long tc_floor(const attn_decode_params *p) {
+    if (knobs().chunk_min > 0) return knobs().chunk_min;
+    return p->head_dim == 128 && p->max_kv_len <= kFloorShortMax ? 128 : 256;
+}
 int tc_chunk(const attn_decode_params *p) {
     const long L = p->max_kv_len > 0 ? p->max_kv_len : 1;
     long c;
     if (p->n_splits > 0) {
         c = (L + p->n_splits - 1) / p->n_splits;
     } else {
-        /* at least chunk_min (256) keys per chunk, at most the target's count; the count a power of two up to 16,
+        /* at least tc_floor keys per chunk, at most the target's count; the count a power of two up to 16,
          * else a multiple of 16: whole blocks of 8 warps x 2 chunks (at L = n_ctx = 1040 a fifth chunk of 16 keys
          * would hold a block of idle warps' rings per row) */
-        long n = L / knobs().chunk_min;
+        long n = L / tc_floor(p);
         const long target = tc_target(p);
         if (n > target) n = target;
         if (n < 1) n = 1;
@@ -1025,8 +1035,11 @@ cudaError_t launch_l(const attn_decode_params *p, int chunk, int n_chunks, cudaS
     const int gd = tc_group_size(p, row_warps, 4), nbd = (row_warps + gd - 1) / gd;
     /* deep rings only where the row then needs no cross-block fold or folds in one cluster (where clusters run
      * at all): 16 deep blocks per row folding through the workspace took 23.0 us at 1 x 4096, 8 blocks of the
-     * 24 KiB form in a cluster 16.3 (H100) */
-    if (knobs().deep && warps <= sm * 4 && (nbd == 1 || tc_cluster(p, nbd) || !tc_cluster_on(p))) {
+     * 24 KiB form in a cluster 16.3 (H100); and not where one block of the 24 KiB form (up to 8 warps) holds
+     * the whole row while the deep form would need a cluster (8 chunks at 1 x 1040: 14.0 us in one 8-warp block
+     * against 14.5 in two deep 4-warp blocks; 8B Q4_K_M M=1 1.8% faster in the engine, docs/perf.md session 20) */
+    const bool one_block = row_warps <= tc_group_size(p, row_warps, knobs().g_max);
+    if (knobs().deep && warps <= sm * 4 && (nbd == 1 || (!one_block && (tc_cluster(p, nbd) || !tc_cluster_on(p))))) {
         switch (gd) {
         case 1: return launch_g<T, D, 1, true, LPW>(p, chunk, n_chunks, st);
         case 2: return launch_g<T, D, 2, true, LPW>(p, chunk, n_chunks, st);
@@ -1082,7 +1095,8 @@ extern "C" size_t attn_decode_tc_workspace_bytes(const attn_decode_params *p) {
     } else {
         const size_t L = p->max_kv_len > 0 ? (size_t)p->max_kv_len : 1;
         const size_t target = (size_t)tc_target_short(p);
-        const size_t lo = (size_t)knobs().chunk_min;   /* the shortest chunk */
+        /* the shortest chunk any max_kv_len up to L may use (tc_floor) */
+        const size_t lo = knobs().chunk_min > 0 ? (size_t)knobs().chunk_min : p->head_dim == 128 ? 128 : 256;
         const size_t c = (L + lo - 1) / lo;
         b = c < target ? c : target;
     }

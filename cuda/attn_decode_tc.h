@@ -8,8 +8,9 @@
  * Arithmetic (what makes a row's bits independent of the batch and of the launch shape):
  *   - A row (sequence, KV head) is cut into chunks of `chunk` keys, [c * chunk, (c + 1) * chunk): the leaves of
  *     the merge tree. chunk follows max_kv_len, the multiprocessor count and the head layout only (or a forced
- *     n_splits), never n_seq: at least 256 keys, at most 2 x 8 x floor(SMs / KV heads) chunks per row (half that
- *     from 64k keys), the count a power of two up to 16, else a multiple of 16.
+ *     n_splits), never n_seq: at least 128 keys at head size 128 up to 2048 keys, else 256, at most 2 x 8 x
+ *     floor(SMs / KV heads) chunks per row (half that from 64k keys), the count a power of two up to 16, else a
+ *     multiple of 16.
  *   - Each chunk's partial (max m, sum l, unnormalised output o for each query head of the group) is computed
  *     by one warp: q rows scaled by scale * log2(e) in f32 and rounded once to the cache type, S = Q K^T and
  *     O += P V on mma.sync m16n8k16 with f32 accumulators over tiles of 16 keys in order, online softmax in f32
@@ -30,16 +31,16 @@
  * Loads: each warp streams its keys through its own cp.async ring of 16-key K and V tiles in shared memory
  * (rows XOR-swizzled for ldmatrix; in the deep form at head size 64 padded by 16 bytes instead), so no block
  * barrier sits in the key loop; launches with at most 4 warps per SM use deeper rings, where the row then needs
- * no cross-block fold or folds in one cluster.
+ * no cross-block fold, or folds in one cluster and is too long for one block of up to 8 warps of the 24 KiB form.
  * Knobs (read once per process): ZLLM_ATTN_DECODE_TC (0: the CUDA-core kernels for kernel 0),
- * ZLLM_ATTN_TC_CHUNK_MIN (fewest keys per chunk, default 256), ZLLM_ATTN_TC_WPS (warps per SM the chunk count
- * aims to fill for one sequence, default 8), ZLLM_ATTN_TC_LPW (chunks per warp, 0 automatic),
- * ZLLM_ATTN_TC_CLUSTER (0: no cluster fold), ZLLM_ATTN_TC_G
- * (warps per block, overrides the automatic choice: the smallest power of two covering the row's warps, at most
- * 8, at most 4 in the deep form; tc_group overrides both), ZLLM_ATTN_TC_GMAX, ZLLM_ATTN_TC_DEEP,
- * ZLLM_ATTN_TC_EARLY (0: no stage issued before the PDL wait), ZLLM_ATTN_TC_TRIG (where a block lets the next kernel
- * launch: 0 at its start, 1 after its q loads, 2 after its key loop; default 1 at batch 1, else 0), and
- * diagnostics (cuda/attn_decode_tc.cu). */
+ * ZLLM_ATTN_TC_CHUNK_MIN (fewest keys per chunk; default 128 at head size 128 up to 2048 keys, else 256),
+ * ZLLM_ATTN_TC_WPS (warps per SM the chunk count aims to fill for one sequence, default 8), ZLLM_ATTN_TC_LPW
+ * (chunks per warp, 0 automatic), ZLLM_ATTN_TC_CLUSTER (0: no cluster fold), ZLLM_ATTN_TC_G (warps per block,
+ * overrides the automatic choice: the smallest power of two covering the row's warps, at most 8, at most 4 in the
+ * deep form; tc_group overrides both), ZLLM_ATTN_TC_GMAX, ZLLM_ATTN_TC_DEEP, ZLLM_ATTN_TC_EARLY (0: no stage
+ * issued before the PDL wait), ZLLM_ATTN_TC_TRIG (where a block lets the next kernel launch: 0 at its start, 1
+ * after its q loads, 2 after its key loop; default 1 at batch 1, else 0), and diagnostics
+ * (cuda/attn_decode_tc.cu). */
 #ifndef ZLLM_CUDA_ATTN_DECODE_TC_H
 #define ZLLM_CUDA_ATTN_DECODE_TC_H
 #include "attention.h"
