@@ -66,6 +66,8 @@ struct tc_knobs {
     int pdl;         /* ZLLM_ATTN_TC_PDL: 0 launches the kernel plainly even where the step's other kernels use
                         programmatic dependent launch (cuda/pdl.cuh); a measurement knob */
     int early;       /* ZLLM_ATTN_TC_EARLY: 0 ignores attn_decode_params.kv_early (every stage after the wait) */
+    int l2pf;        /* ZLLM_ATTN_TC_L2PF: 0 never prefetches into L2 the keys that the early stream leaves for
+                        after the wait; 1 (default) at batch 1 (tc_l2pf); 2 in every launch with kv_early */
     int trig;        /* ZLLM_ATTN_TC_TRIG: where a block lets the next kernel launch (pdl_trigger): 0 at its start, 1
                         after q is loaded, 2 after its key loop; -1 (default) tc_trig. H100, docs/perf.md session 18:
                         at batch 1, 1 made 8B Q4_K_M 1.1% faster (the output projection's weight stream no longer
@@ -96,6 +98,7 @@ const tc_knobs &knobs() {
         r.level_fold = cu_env_int("ZLLM_ATTN_TC_LEVELFOLD", 0, 0, 1);
         r.early = cu_env_int("ZLLM_ATTN_TC_EARLY", 1, 0, 1);
         r.trig = cu_env_int("ZLLM_ATTN_TC_TRIG", -1, -1, 2);
+        r.l2pf = cu_env_int("ZLLM_ATTN_TC_L2PF", 1, 0, 2);
         return r;
     }();
     return k;
@@ -378,6 +381,24 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
                 load(j);
                 j_pre++;
             }
+        /* mode bit 10 (tc_l2pf): the warp's other rows below len - 1 (written by earlier steps, like the stages
+         * above) are prefetched into L2 with the evict_last policy, a row's K and V lines per lane. At batch 1
+         * the key loop after the wait is a chain of dependent ring refills; when they come from DRAM they queue
+         * behind the output projection's weight stream, which starts when this kernel triggers (H100, 8B Q8_0
+         * M=1, globaltimer probe, docs/perf.md session 20: the loop took 10.3 us after q with that stream and 5.4
+         * without it). Moves no arithmetic. */
+        if ((mode >> 10) & 1) {
+            const int r1 = min(k1, len - 1);
+            for (int r = k0 + j_pre * kTileKeys + lane; r < r1; r += 32) {
+                const char *kr = reinterpret_cast<const char *>(kg + (long)r * row_stride);
+                const char *vr = reinterpret_cast<const char *>(vg + (long)r * row_stride);
+#pragma unroll
+                for (int b = 0; b < D * (int)sizeof(T); b += 128) {
+                    asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(kr + b));
+                    asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(vr + b));
+                }
+            }
+        }
         pdl_wait();
     }
 #pragma unroll
@@ -973,6 +994,15 @@ bool tc_cluster_on(const attn_decode_params *p) {
 /* 1 when a row of nblk blocks folds through one cluster: 2..8 blocks (the portable cluster size) */
 bool tc_cluster(const attn_decode_params *p, int nblk) { return nblk >= 2 && nblk <= 8 && tc_cluster_on(p); }
 
+/* whether the early stream also prefetches a warp's later keys into L2 (mode bit 10): at batch 1 (H100, same
+ * call, docs/perf.md session 20: 8B Q8_0 M=1 3.448-3.455 ms against 3.471-3.474 without, Q4_K_M 2.653-2.654
+ * against 2.662-2.666; in every small launch it made M=4 and M=8 2.5% slower, Qwen2.5-1.5B M=16 2.4%, and in
+ * every launch 8B BF16 M=64 11%), or every launch with ZLLM_ATTN_TC_L2PF=2 (measurements) */
+bool tc_l2pf(const attn_decode_params *p) {
+    if (knobs().l2pf == 0 || !p->kv_early || !knobs().early) return false;
+    return knobs().l2pf == 2 || p->n_seq == 1;
+}
+
 /* where a block lets the next kernel launch: after its q loads at batch 1, at its start otherwise (the knob) */
 int tc_trig(const attn_decode_params *p) { return knobs().trig >= 0 ? knobs().trig : p->n_seq == 1 ? 1 : 0; }
 
@@ -1012,6 +1042,7 @@ cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaS
     }
     const int mode = (knobs().order ? 1 : 0) | (knobs().diag << 1) | (knobs().acq_rel << 4) |
                      (knobs().level_fold << 5) | (clu ? 64 : 0) | (p->kv_early && knobs().early ? 128 : 0) |
+                     (tc_l2pf(p) ? 1024 : 0) |
                      (tc_trig(p) << 8);
     if (clu)   /* one cluster per row: grid x is the row's blocks (order 0, tc_cluster) */
         return cu_launch_cl(knobs().pdl, dim3((unsigned)nblk, 1, 1), decode_tc_kernel<T, D, G, DEEP, LPW>,

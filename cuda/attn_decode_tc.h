@@ -39,7 +39,8 @@
  * overrides the automatic choice: the smallest power of two covering the row's warps, at most 8, at most 4 in the
  * deep form; tc_group overrides both), ZLLM_ATTN_TC_GMAX, ZLLM_ATTN_TC_DEEP, ZLLM_ATTN_TC_EARLY (0: no stage
  * issued before the PDL wait), ZLLM_ATTN_TC_TRIG (where a block lets the next kernel launch: 0 at its start, 1
- * after its q loads, 2 after its key loop; default 1 at batch 1, else 0), and diagnostics
+ * after its q loads, 2 after its key loop; default 1 at batch 1, else 0), ZLLM_ATTN_TC_L2PF (at batch 1 the early
+ * stream also prefetches a warp's later keys into L2; 0: never, 2: in every launch), and diagnostics
  * (cuda/attn_decode_tc.cu). */
 #ifndef ZLLM_CUDA_ATTN_DECODE_TC_H
 #define ZLLM_CUDA_ATTN_DECODE_TC_H
