@@ -926,10 +926,11 @@ long tc_target(const attn_decode_params *p) {
  * and M=4 3.8% faster, Q8_0 M=1 1.0% and BF16 M=1 0.5%, BF16 M=64 1.4% slower; at head size 64 (1B) and
  * from 4k keys (session 12: 1 x 16384 35.4 against 31.4 us) 256 stays. */
 constexpr long kFloorShortMax = 2048;
-long tc_floor(const attn_decode_params *p) {
+long tc_floor_at(int head_dim, long max_kv_len) {   /* never falls as max_kv_len grows */
     if (knobs().chunk_min > 0) return knobs().chunk_min;
-    return p->head_dim == 128 && p->max_kv_len <= kFloorShortMax ? 128 : 256;
+    return head_dim == 128 && max_kv_len <= kFloorShortMax ? 128 : 256;
 }
+long tc_floor(const attn_decode_params *p) { return tc_floor_at(p->head_dim, p->max_kv_len); }
 int tc_chunk(const attn_decode_params *p) {
     const long L = p->max_kv_len > 0 ? p->max_kv_len : 1;
     long c;
@@ -1126,8 +1127,7 @@ extern "C" size_t attn_decode_tc_workspace_bytes(const attn_decode_params *p) {
     } else {
         const size_t L = p->max_kv_len > 0 ? (size_t)p->max_kv_len : 1;
         const size_t target = (size_t)tc_target_short(p);
-        /* the shortest chunk any max_kv_len up to L may use (tc_floor) */
-        const size_t lo = knobs().chunk_min > 0 ? (size_t)knobs().chunk_min : p->head_dim == 128 ? 128 : 256;
+        const size_t lo = (size_t)tc_floor_at(p->head_dim, 1);   /* the shortest chunk of any max_kv_len <= L */
         const size_t c = (L + lo - 1) / lo;
         b = c < target ? c : target;
     }
