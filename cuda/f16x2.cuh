@@ -23,6 +23,25 @@ static __device__ __forceinline__ uint32_t h2mul(uint32_t a, uint32_t b)
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
+/* (a & m) | c in one LOP3: c arrives in a register (see lop_magic), since a SASS LOP3 takes one immediate and
+ * ptxas otherwise splits the expression into two */
+static __device__ __forceinline__ uint32_t lop_andor(uint32_t a, uint32_t m, uint32_t c)
+{
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
+    return d;
+}
+/* the f16x2 (x.lo, x.lo) (hi = 0) or (x.hi, x.hi) (hi = 1), written so that ptxas reads it as an operand
+ * selector (.H0_H0 / .H1_H1) of the f16x2 instruction that uses it instead of a PRMT */
+static __device__ __forceinline__ uint32_t h2bc(uint32_t x, int hi)
+{
+    uint32_t d;
+    if (hi)
+        asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; mov.b32 %0, {h, h};}" : "=r"(d) : "r"(x));
+    else
+        asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; mov.b32 %0, {l, l};}" : "=r"(d) : "r"(x));
+    return d;
+}
 static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
 {
     uint32_t d;

@@ -14,9 +14,10 @@
  *         sc(2t+1), m(2t+1), 6 bits each. Weight = f16 fma((q), f16(d sc), -f16(dmin m)).
  *   Q6_K (3360): the low 4 bits as Q4_K's quants (b = 32-element run); at 2048 + 512 h + 16 L the high 2 bits of
  *         row g + 8 h: word v holds lane elements 16 v .. 16 v + 15, element 16 v + 2 P + c at bit 16 c + 2 P;
- *         at 3072 + 16 r row r's 16 int8 sub-block scales, at 3328 + 2 r its d. Weight = (q - 32) * f16(d sc).
- *   Q8_0 (4352): at 512 j + 16 L, j = 4 h + c: the int8 levels of row g + 8 h, lane elements 16 c .. 16 c + 15 in
- *         order; at 4096 + 16 r row r's 8 block scales d (f16). Weight = q * f16(d).
+ *         at 3072 + 16 r row r's 16 int8 sub-block scales, at 3328 + 2 r its d. Weight = (q - 32) * f16(d sc),
+ *         as 16 (q - 32) * f16(d sc) / 16 for the pairs read 4 bits up (the same wherever d sc / 16 is normal).
+ *   Q8_0 (4352): at 512 j + 16 L, j = 4 h + c: the levels q + 128 (uint8) of row g + 8 h, lane elements 16 c ..
+ *         16 c + 15 in order; at 4096 + 16 r row r's 8 block scales d (f16). Weight = q * f16(d).
  * Every dequantized weight is one f16 value computed the same way whatever M is.
  *
  * Kernel. A CTA is kn warps (kn = qtc_split_narrow: contiguous ranges of units, one per warp) and NF fragments of
@@ -203,6 +204,7 @@ static void s_pack_tiles(int ty, const void *rows, size_t row_bytes, int n_in, i
         for (int u = 0; u < units; u++) {
             uint8_t *blk = (uint8_t *)dst + ((size_t)tile * units + u) * TB;
             memset(blk, 0, (size_t)TB);
+            if (ty == QT_Q8_0) memset(blk, 0x80, 4096);   /* padded rows: level q + 128 = 128, i.e. q = 0 */
             for (int r = 0; r < 16; r++) {
                 const int o = tile * 16 + r;
                 if (o >= n_out) break;   /* padded rows: all zero (zero scales and levels: weight 0) */
@@ -238,9 +240,10 @@ static void s_pack_tiles(int ty, const void *rows, size_t row_bytes, int n_in, i
                     memcpy(blk + 3072 + 16 * r, un.sc, 16);
                     memcpy(blk + 3328 + 2 * r, &un.d, 2);
                 } else {
+                    /* stored as q + 128 (the bit pattern ^ 0x80), what the dequantization's PRMT wants */
                     for (int e = 0; e < 256; e++) {
                         const int tt = e / 64, el = e % 64, c = el / 16, i = el % 16;
-                        blk[512 * (4 * h + c) + 16 * (4 * g + tt) + i] = un.q[e];
+                        blk[512 * (4 * h + c) + 16 * (4 * g + tt) + i] = (uint8_t)(un.q[e] ^ 0x80u);
                     }
                     memcpy(blk + 4096 + 16 * r, un.d8, 16);
                 }
@@ -283,12 +286,6 @@ extern "C" int qtc_pack(ggml_type t, const void *rows, size_t row_bytes, int n_i
 /* ------------------------------------------------------------------------------------------------------
  * device helpers */
 
-/* two copies of f16(v) (round to nearest) */
-static __device__ __forceinline__ uint32_t h2_of(float v)
-{
-    const uint32_t h = __half_as_ushort(__float2half_rn(v));
-    return h | (h << 16);
-}
 static __device__ __forceinline__ float h_to_f(uint32_t bits16)
 {
     return __half2float(__ushort_as_half((unsigned short)(bits16 & 0xffff)));
@@ -308,8 +305,10 @@ template <int TY> struct unit_regs;
 
 template <> struct unit_regs<QT_Q4K> {
     uint4 q[4];                 /* j = 2h + b */
-    uint32_t a[2][2], nb[2][2]; /* [h][b]: f16x2 of d sc and of -(dmin m) */
-    uint32_t a16[2][2];         /* [h][b]: f16x2 of d sc / 16, the scale of a level read 4 bits up (16 q) */
+    /* [h]: f16x2 pairs (sub-block 2t in the low half, 2t + 1 in the high half) of d sc, of -(dmin m) and of
+     * d sc / 16 (the scale of a level read 4 bits up, 16 q); frag picks half b through h2bc, an operand
+     * selector of the HFMA2, not an instruction */
+    uint32_t a[2], nb[2], a16[2];
     __device__ __forceinline__ void load(const uint8_t *sp, int lane)
     {
         const int g = lane >> 2, t = lane & 3;
@@ -321,14 +320,7 @@ template <> struct unit_regs<QT_Q4K> {
             const unsigned long long v = t < 2 ? (((unsigned long long)rec.z << 32 | rec.y) >> (24 * t))
                                                : (((unsigned long long)rec.w << 32 | rec.z) >> (24 * t - 32));
             /* f16(d sc), f16(-(dmin m)), f16(d sc / 16) of sub-blocks 2t and 2t + 1 (cuda/f16x2.cuh) */
-            uint32_t a01, n01, s01;
-            q4k_scales(rec.x, (uint32_t)v, a01, n01, s01);
-            a[h][0] = prmt(a01, 0u, 0x1010u);
-            a[h][1] = prmt(a01, 0u, 0x3232u);
-            nb[h][0] = prmt(n01, 0u, 0x1010u);
-            nb[h][1] = prmt(n01, 0u, 0x3232u);
-            a16[h][0] = prmt(s01, 0u, 0x1010u);
-            a16[h][1] = prmt(s01, 0u, 0x3232u);
+            q4k_scales(rec.x, (uint32_t)v, a[h], nb[h], a16[h]);
         }
     }
     /* A fragment of step s: a0 = row g (e0,e1), a1 = row g+8 (e0,e1), a2 = row g (e2,e3), a3 = row g+8 (e2,e3).
@@ -342,18 +334,25 @@ template <> struct unit_regs<QT_Q4K> {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const uint32_t w = (s & 1) ? comp(q[2 * h + b], u) >> 8 : comp(q[2 * h + b], u);
-            const uint32_t v0 = (w & 0x000F000Fu) | 0x64006400u;   /* 1024 + q */
-            const uint32_t v1 = (w & 0x00F000F0u) | 0x64006400u;   /* 1024 + 16 q */
-            A[h] = h2fma(h2sub(v0, 0x64006400u), a[h][b], nb[h][b]);
-            A[2 + h] = h2fma(h2sub(v1, 0x64006400u), a16[h][b], nb[h][b]);
+            const uint32_t v0 = lop_andor(w, 0x000F000Fu, 0x64006400u);   /* 1024 + q */
+            const uint32_t v1 = lop_andor(w, 0x00F000F0u, 0x64006400u);   /* 1024 + 16 q */
+            A[h] = h2fma(h2sub(v0, 0x64006400u), h2bc(a[h], b), h2bc(nb[h], b));
+            A[2 + h] = h2fma(h2sub(v1, 0x64006400u), h2bc(a16[h], b), h2bc(nb[h], b));
         }
     }
 };
 
+/* x shifted left by S bits (right by -S), S a compile-time constant after unrolling */
+static __device__ __forceinline__ uint32_t shl_s(uint32_t x, int S)
+{
+    return S >= 0 ? x << S : x >> -S;
+}
+
 template <> struct unit_regs<QT_Q6K> {
     uint4 q[4];               /* low nibbles, j = 2h + b */
     uint4 hi[2];              /* high 2 bits, [h] */
-    uint32_t a[2][4];         /* [h][sub-block 4t + i]: f16x2 of d sc */
+    uint32_t a[2][2];         /* [h][i]: f16x2 of d sc of sub-blocks 4t + 2i (low half) and 4t + 2i + 1 (high) */
+    uint32_t a16[2][2];       /* [h][i]: the same / 16, the scale of 16 (q - 32) */
     __device__ __forceinline__ void load(const uint8_t *sp, int lane)
     {
         const int g = lane >> 2, t = lane & 3;
@@ -366,20 +365,32 @@ template <> struct unit_regs<QT_Q6K> {
             const uint32_t scw = *(const uint32_t *)(sp + 3072 + 16 * r + 4 * t);
             const float d = h_to_f(*(const unsigned short *)(sp + 3328 + 2 * r));
 #pragma unroll
-            for (int i = 0; i < 4; i++) a[h][i] = h2_of(d * (float)(int8_t)(scw >> (8 * i)));
+            for (int i = 0; i < 2; i++) {
+                /* f16(d sc) of two sub-blocks, one conversion (the f32 products are exact) */
+                const __half2 p2 = __floats2half2_rn(d * (float)(int8_t)(scw >> (16 * i)),
+                                                     d * (float)(int8_t)(scw >> (16 * i + 8)));
+                a[h][i] = *(const uint32_t *)&p2;
+                a16[h][i] = h2mul(a[h][i], 0x2C002C00u);   /* 0x2C00: 1/16 */
+            }
         }
     }
+    /* A fragment of step s (layout as Q4_K's). v0 holds the pair whose low 4 bits are at bit 0 of each half-word
+     * of w, its 2 high bits moved to bits 4..5: 1024 + q under 0x6400. v1 reads the pair at bit 4 in place with its
+     * high bits moved to bits 8..9: 1024 + 16 q (at most 2032), whose 16 (q - 32) = v1 - 1536 is exact and times
+     * d sc / 16 gives (q - 32) d sc exactly wherever d sc / 16 is a normal f16 (as Q4_K's 16 q). Per register: one
+     * shift of the high word, two LOP3 and the two f16x2 operations; the scale's half is an operand selector */
     __device__ __forceinline__ void frag(int s, uint32_t (&A)[4]) const
     {
-        const int b = s >> 3, u = (s & 7) >> 1, sh = (s & 1) * 8, v = s >> 2, P0 = 2 * (s & 3);
+        const int b = s >> 3, u = (s & 7) >> 1, v = s >> 2, k = s & 3;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const uint32_t w = comp(q[2 * h + b], u), H = comp(hi[h], v);
-            const uint32_t v0 = ((w >> sh) & 0x000F000Fu) | (((H >> (2 * P0)) & 0x00030003u) << 4) | 0x64006400u;
-            const uint32_t v1 = ((w >> (sh + 4)) & 0x000F000Fu) | (((H >> (2 * P0 + 2)) & 0x00030003u) << 4) |
-                                0x64006400u;
-            A[h] = h2mul(h2sub(v0, 0x64206420u), a[h][v]);       /* (1024 + q) - 1056 = q - 32, exact */
-            A[2 + h] = h2mul(h2sub(v1, 0x64206420u), a[h][v]);
+            const uint32_t w = (s & 1) ? comp(q[2 * h + b], u) >> 8 : comp(q[2 * h + b], u);
+            const uint32_t H = comp(hi[h], v);
+            /* pair 2k's high bits are at bit 4k of each half-word, pair 2k + 1's at 4k + 2 */
+            const uint32_t v0 = lop_andor(w, 0x000F000Fu, lop_andor(shl_s(H, 4 - 4 * k), 0x00300030u, 0x64006400u));
+            const uint32_t v1 = lop_andor(w, 0x00F000F0u, lop_andor(shl_s(H, 6 - 4 * k), 0x03000300u, 0x64006400u));
+            A[h] = h2mul(h2sub(v0, 0x64206420u), h2bc(a[h][v >> 1], v & 1));        /* (1024 + q) - 1056 = q - 32 */
+            A[2 + h] = h2mul(h2sub(v1, 0x66006600u), h2bc(a16[h][v >> 1], v & 1));  /* - 1536: 16 (q - 32) */
         }
     }
 };
@@ -404,7 +415,7 @@ template <> struct unit_regs<QT_Q8_0> {
         const int c = s >> 2, u = s & 3, bi = s >> 3;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const uint32_t w = comp(q[4 * h + c], u) ^ 0x80808080u;   /* int8 q -> q + 128 */
+            const uint32_t w = comp(q[4 * h + c], u);   /* q + 128, as packed */
             const uint32_t v0 = prmt(w, 0x64646464u, 0x4140u), v1 = prmt(w, 0x64646464u, 0x4342u);
             A[h] = h2mul(h2sub(v0, 0x64806480u), d[h][bi]);          /* (1024 + q + 128) - 1152 = q, exact */
             A[2 + h] = h2mul(h2sub(v1, 0x64806480u), d[h][bi]);
@@ -481,7 +492,7 @@ __global__ void __launch_bounds__(256)
     float acc[NF][4];
 #pragma unroll
     for (int f = 0; f < NF; f++) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.f;
-    uint4 xn[8];   /* NF == 1: the next item's x, loaded one item ahead */
+    uint4 xn[8], xo[8];   /* NF == 1: x of the even items (xn) and of the odd items (xo), loaded one item ahead */
     if (NF == 1) {
 #pragma unroll
         for (int p = 0; p < 8; p++)
@@ -517,22 +528,28 @@ __global__ void __launch_bounds__(256)
             }
             cp_async_commit();
             if (NF == 1) {
-                uint4 xc[8];
+                /* this item's x is in one buffer; the next item's is loaded into the other. The buffers swap
+                 * roles by item parity (two copies of the body) rather than by a copy, which cost 32 register
+                 * moves an item */
+                auto body = [&](const uint4 (&xc)[8], uint4 (&xl)[8]) {
+                    if (j + 1 < total && xr[0]) {
+                        const int in = i + 1 < n ? i + 1 : 0;
 #pragma unroll
-                for (int p = 0; p < 8; p++) xc[p] = xn[p];
-                if (j + 1 < total && xr[0]) {
-                    const int in = i + 1 < n ? i + 1 : 0;
+                        for (int p = 0; p < 8; p++) xl[p] = __ldg((const uint4 *)(xr[0] + (size_t)in * 256) + p);
+                    }
 #pragma unroll
-                    for (int p = 0; p < 8; p++) xn[p] = __ldg((const uint4 *)(xr[0] + (size_t)in * 256) + p);
-                }
-#pragma unroll
-                for (int s = 0; s < 16; s++) {
-                    uint32_t A[4];
-                    R.frag(s, A);
-                    const uint4 &xv = xc[s >> 1];
-                    const uint32_t b0 = (s & 1) ? xv.z : xv.x, b1 = (s & 1) ? xv.w : xv.y;
-                    mma_f16(acc[0], A, b0, b1);
-                }
+                    for (int s = 0; s < 16; s++) {
+                        uint32_t A[4];
+                        R.frag(s, A);
+                        const uint4 &xv = xc[s >> 1];
+                        const uint32_t b0 = (s & 1) ? xv.z : xv.x, b1 = (s & 1) ? xv.w : xv.y;
+                        mma_f16(acc[0], A, b0, b1);
+                    }
+                };
+                if (j & 1)
+                    body(xo, xn);
+                else
+                    body(xn, xo);
             } else {
 #pragma unroll
                 for (int p = 0; p < 8; p++) {
