@@ -60,11 +60,10 @@ static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t
 static __device__ __forceinline__ void q4k_scales(uint32_t dm, uint32_t f, uint32_t &a01, uint32_t &n01,
                                                   uint32_t &s01)
 {
-    const uint32_t scf = h2sub(((f & 0x3Fu) | ((f << 4) & 0x3F0000u)) | 0x64006400u, 0x64006400u);
-    const uint32_t mf = h2sub((((f >> 6) & 0x3Fu) | ((f >> 2) & 0x3F0000u)) | 0x64006400u, 0x64006400u);
-    const uint32_t dd = prmt(dm, 0u, 0x1010u), nm = prmt(dm, 0u, 0x3232u) ^ 0x80008000u;
-    a01 = h2mul(dd, scf);
-    n01 = h2mul(nm, mf);
-    s01 = h2mul(dd, h2mul(scf, 0x2C002C00u));   /* 0x2C00: 1/16 */
+    const uint32_t scf = h2sub(lop_andor(f, 0x3Fu, lop_andor(f << 4, 0x3F0000u, 0x64006400u)), 0x64006400u);
+    const uint32_t mf = h2sub(lop_andor(f >> 6, 0x3Fu, lop_andor(f >> 2, 0x3F0000u, 0x64006400u)), 0x64006400u);
+    a01 = h2mul(h2bc(dm, 0), scf);
+    n01 = h2mul(h2bc(dm ^ 0x80000000u, 1), mf);   /* (-dmin) m: -0 where m = 0, as before */
+    s01 = h2mul(h2bc(dm, 0), h2mul(scf, 0x2C002C00u));   /* 0x2C00: 1/16 */
 }
 #endif
