@@ -23,8 +23,8 @@ static __device__ __forceinline__ uint32_t h2mul(uint32_t a, uint32_t b)
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
-/* (a & m) | c in one LOP3: c arrives in a register (see lop_magic), since a SASS LOP3 takes one immediate and
- * ptxas otherwise splits the expression into two */
+/* (a & m) | c in one LOP3. A SASS LOP3 takes one immediate, so ptxas splits (a & m) | c with two constants into two
+ * LOP3; passed to this asm, the constant c is kept in a register (one move a kernel) and the LOP3 is one */
 static __device__ __forceinline__ uint32_t lop_andor(uint32_t a, uint32_t m, uint32_t c)
 {
     uint32_t d;
