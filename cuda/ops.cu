@@ -43,12 +43,38 @@ __global__ void k_embed(const T *table, int dim, const int32_t *tokens, float *o
     for (int i = threadIdx.x; i < dim; i += blockDim.x) out[(size_t)r * dim + i] = ld_f(row, i);
 }
 
+/* k_embed for 16-bit tables with rows of a multiple of 8 elements: 8 elements (one 16-byte load) per thread, so
+ * that a row is one round trip to memory (the loop above issues its 2-byte loads a few at a time: ~9 us for a
+ * 4096-wide row at the start of every step, H100) */
+template <typename T>
+__global__ void k_embed8(const T *table, int dim, const int32_t *tokens, float *out) {
+    pdl_trigger();
+    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
+    const int r = blockIdx.x;
+    const uint4 *row = reinterpret_cast<const uint4 *>(table + (size_t)tokens[r] * dim);
+    for (int i = threadIdx.x; i < dim / 8; i += blockDim.x) {
+        const uint4 v = row[i];
+        const T *e = reinterpret_cast<const T *>(&v);
+        float4 *o = reinterpret_cast<float4 *>(out + (size_t)r * dim + 8 * (size_t)i);
+        o[0] = make_float4(ld_f(e, 0), ld_f(e, 1), ld_f(e, 2), ld_f(e, 3));
+        o[1] = make_float4(ld_f(e, 4), ld_f(e, 5), ld_f(e, 6), ld_f(e, 7));
+    }
+}
+
 int ops_embed(const void *table, cu_dtype tdt, int dim, const int32_t *tokens, int n_rows, float *out,
               cudaStream_t st, char *err, size_t errlen) {
     if (n_rows <= 0) return 0;
     cudaError_t le = cudaSuccess;
+    const bool vec = tdt != CU_F32 && dim % 8 == 0 && ((uintptr_t)table & 15) == 0 && ((uintptr_t)out & 15) == 0;
     with_type(tdt, [&](auto *tp) {
         using T = typename std::remove_pointer<decltype(tp)>::type;
+        if constexpr (sizeof(T) == 2) {
+            if (vec) {
+                const int th = dim / 8 < 512 ? (dim / 8 + 31) / 32 * 32 : 512;
+                le = cu_launch(k_embed8<T>, n_rows, th, 0, st, (const T *)table, dim, tokens, out);
+                return;
+            }
+        }
         le = cu_launch(k_embed<T>, n_rows, 256, 0, st, (const T *)table, dim, tokens, out);
     });
     if (le != cudaSuccess) { snprintf(err, errlen, "%s: launch failed: %s", "ops_embed", cudaGetErrorString(le)); return -1; }
@@ -81,10 +107,23 @@ __global__ void k_rmsnorm(const float *x, const int32_t *rows, const float *w, i
     for (int i = threadIdx.x; i < dim; i += blockDim.x) st_f(out, (size_t)r * dim + i, xr[i] * scale * w[i]);
 }
 
+/* the RMSNorm block size for rows of dim elements (part of the reduction order; one rule for ops_rmsnorm and
+ * ops_rmsnorm_dual, whose outputs the checks compare bit for bit). Blocks of 512 threads (ZLLM_NORM_THREADS,
+ * 64..1024, for measurements; one value per process): at batch 1 the norm is one block on the critical path
+ * between two matrix products, and it can only start once an SM has room for it. 512 threads of ~56 registers
+ * fit beside a running Q8_0 output projection's CTA (1024 did not: they waited for one to exit), and beside a CTA
+ * of every other qtc product that holds half an SM. H100, docs/perf.md session 22: 8B M=1 Q8_0 3.328 / 3.332
+ * against 3.367 / 3.419 ms with 1024, Q4_K_M 2.454 / 2.471 against 2.479 / 2.482; 256 threads (16 elements each)
+ * were slower than 1024. */
+static int s_norm_block(int dim) {
+    static const int s_thr = cu_env_int("ZLLM_NORM_THREADS", 512, 64, 1024) / 32 * 32;
+    return dim >= s_thr ? s_thr : dim >= 256 ? 256 : 64;
+}
+
 int ops_rmsnorm(const float *x, const int32_t *rows, const float *w, int dim, float eps, int n_rows,
                 void *out, cu_dtype odt, cudaStream_t st, char *err, size_t errlen) {
     if (n_rows <= 0) return 0;
-    const int block = dim >= 1024 ? 1024 : dim >= 256 ? 256 : 64;
+    const int block = s_norm_block(dim);
     with_type(odt, [&](auto *tp) {
         using T = typename std::remove_pointer<decltype(tp)>::type;
         k_rmsnorm<T><<<n_rows, block, 0, st>>>(x, rows, w, dim, eps, (T *)out);
@@ -399,12 +438,15 @@ __global__ void k_rmsnorm_dual_r(const float *x, const int32_t *rows, const floa
 int ops_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int dim, float eps, int n_rows,
                      void *out, cu_dtype odt, float *outf, int round_f, cudaStream_t st, char *err, size_t errlen) {
     if (n_rows <= 0 || (!out && !outf)) return 0;
-    const int block = dim >= 1024 ? 1024 : dim >= 256 ? 256 : 64;
+    const int block = s_norm_block(dim);   /* the same rule as ops_rmsnorm */
     cudaError_t le = cudaSuccess;
     with_type(odt, [&](auto *tp) {
         using T = typename std::remove_pointer<decltype(tp)>::type;
         if (dim <= 8 * block)
             le = cu_launch(k_rmsnorm_dual_r<T, 8>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out, outf,
+                           round_f);
+        else if (dim <= 16 * block)
+            le = cu_launch(k_rmsnorm_dual_r<T, 16>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out, outf,
                            round_f);
         else
             le = cu_launch(k_rmsnorm_dual<T>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out, outf, round_f);

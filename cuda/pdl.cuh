@@ -83,6 +83,46 @@ static inline cudaError_t cu_launch_cl(int allow, dim3 cluster, void (*k)(KArgs.
     return cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
 }
 
+/* cu_launch with an L2 access policy window on [base, base + bytes) (capped at the device's largest window; none
+ * when the device has no windows): accesses of the launch's kernel to the window get hit and miss property
+ * prop (cudaAccessPropertyStreaming: evict first). Safe while a stream is captured (the window is a kernel-node
+ * attribute). Moves no arithmetic. */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t cu_launch_win(const void *base, size_t bytes, cudaAccessProperty prop, void (*k)(KArgs...),
+                                        dim3 grid, dim3 block, size_t smem, cudaStream_t st, Args &&...args) {
+    static const size_t s_max = [] {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&v, cudaDevAttrMaxAccessPolicyWindowSize, dev) != cudaSuccess || v < 0)
+            v = 0;
+        return (size_t)v;
+    }();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[2];
+    unsigned n = 0;
+    if (s_max > 0 && base && bytes) {
+        at[n].id = cudaLaunchAttributeAccessPolicyWindow;
+        at[n].val.accessPolicyWindow.base_ptr = const_cast<void *>(base);
+        at[n].val.accessPolicyWindow.num_bytes = bytes < s_max ? bytes : s_max;
+        at[n].val.accessPolicyWindow.hitRatio = 1.0f;
+        at[n].val.accessPolicyWindow.hitProp = prop;
+        at[n].val.accessPolicyWindow.missProp = prop;
+        n++;
+    }
+    if (cu_pdl_on()) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
+    cfg.attrs = n ? at : nullptr;
+    cfg.numAttrs = n;
+    return cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
+}
+
 /* cu_launch_cl without clusters */
 template <typename... KArgs, typename... Args>
 static inline cudaError_t cu_launch_opt(int allow, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,

@@ -471,10 +471,10 @@ __global__ void __launch_bounds__(256)
     pdl_trigger();
     /* the weights are written once, at load: their first stages stream in while the kernel before this one (the
      * producer of x, or the reader of y) finishes (cuda/pdl.cuh); nothing else is touched before pdl_wait. pre 0
-     * (ZLLM_QTC_PREWAIT=0, measurements) waits first */
-    if (!pre) pdl_wait();
+     * (ZLLM_QTC_PREWAIT=0, measurements) waits first; 0 < pre < ST issues pre stages before the wait */
 #pragma unroll
     for (int i = 0; i < ST; i++) {
+        if (i == pre) pdl_wait();
         if (i < total) {
             issue_block<TB>(ring + i * TB, nsrc, lane);
             advance();
@@ -574,10 +574,20 @@ __global__ void __launch_bounds__(256)
          * last wait (at most ST - 1 pending) covered it where n > ST; otherwise warp 0 waits here, for all but
          * the newest group at n = 2 and ST = 2 (the output projection's launches) */
         if (ycp) {
-            if (n == 1 || (ST > 2 && n <= ST))
-                cp_async_wait<0>();
-            else if (n == 2)
+            /* the y_in group has n - 1 newer groups (one per later unit of the tile); where n > ST the loop's last
+             * wait already covered it */
+            if (n == 1 || (ST > 2 && n <= ST)) {
+                if (ST > 2 && n == 2)
+                    cp_async_wait<1>();
+                else if (ST > 2 && n == 3)
+                    cp_async_wait<2>();
+                else if (ST > 3 && n == 4)
+                    cp_async_wait<3>();
+                else
+                    cp_async_wait<0>();
+            } else if (n == 2) {
                 cp_async_wait<1>();
+            }
         }
         if (kn > 1) {
             float *pb = part + (size_t)(k & 1) * kn * NF * 128;
@@ -1060,6 +1070,43 @@ static int s_prewait()
     return s_v;
 }
 
+/* CTAs an SM holds for the narrow kernel <TY, NF, ST> at kn warps, asked once per kn: the block size and shared
+ * memory depend on kn only; 0 when the query fails */
+template <int TY, int NF, int ST>
+static int s_narrow_per(int kn)
+{
+    constexpr int TB = qt_traits<TY>::TB;
+    static std::atomic<unsigned long long> s_set{0};
+    if (cu_smem_optin(qtc_kernel<TY, NF, ST>, s_narrow_bytes(TB, ST, QT_MAX_KS, NF), s_set) != cudaSuccess) return 0;
+    static std::atomic<int> s_per[4] = {{0}, {0}, {0}, {0}};
+    const int slot = kn == 1 ? 0 : kn == 2 ? 1 : kn == 4 ? 2 : 3;
+    int per = s_per[slot].load(std::memory_order_relaxed);
+    if (per <= 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, qtc_kernel<TY, NF, ST>, 32 * kn,
+                                                          s_narrow_bytes(TB, ST, kn, NF)) != cudaSuccess)
+            per = 0;
+        if (per > 0) s_per[slot].store(per, std::memory_order_relaxed);
+    }
+    return per;
+}
+
+/* The narrow launches mark their matrix's window as streaming in L2 (an access policy window, hit and miss
+ * property cudaAccessPropertyStreaming: evict first), so that the weight stream, read once a step, does not push
+ * out what the step's other kernels reuse (activations, the code, decode attention's keys prefetched into L2).
+ * Moves no arithmetic. H100, docs/perf.md session 22: 8B M=1 Q4_K_M 2.490 / 2.502 against 2.515 / 2.512 ms,
+ * Q8_0 3.378 / 3.373 against 3.399 / 3.398 (alternating, same binary). ZLLM_QTC_L2STREAM=0 turns it off. */
+static int s_l2stream()
+{
+    static const int s_v = cu_env_int("ZLLM_QTC_L2STREAM", 1, 0, 1);
+    return s_v;
+}
+
+/* stages the narrow kernel issues before its PDL wait: all (ST) by default, none with ZLLM_QTC_PREWAIT=0 */
+static int s_pre(int st)
+{
+    return s_prewait() ? st : 0;
+}
+
 template <int TY, int NF, int ST>
 static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int ldy, cudaStream_t st)
 {
@@ -1068,20 +1115,14 @@ static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int 
     static std::atomic<unsigned long long> s_set{0};
     const cudaError_t e = cu_smem_optin(qtc_kernel<TY, NF, ST>, s_narrow_bytes(TB, ST, QT_MAX_KS, NF), s_set);
     if (e != cudaSuccess) return e;
-    /* CTAs an SM holds, by kn (1, 2, 4, 8), asked once: the block size and shared memory depend on kn only */
-    static std::atomic<int> s_per[4] = {{0}, {0}, {0}, {0}};
-    const int slot = kn == 1 ? 0 : kn == 2 ? 1 : kn == 4 ? 2 : 3;
-    int per = s_per[slot].load(std::memory_order_relaxed);
-    if (per <= 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, qtc_kernel<TY, NF, ST>, 32 * kn, smem) != cudaSuccess)
-            per = 0;
-        if (per > 0) s_per[slot].store(per, std::memory_order_relaxed);
-    }
+    const int per = s_narrow_per<TY, NF, ST>(kn);   /* 0: the grid is not capped (s_grid_y) */
     const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
     const int gy = s_grid_y(per, tiles, groups);
-    return cu_launch(qtc_kernel<TY, NF, ST>, dim3((unsigned)groups, (unsigned)gy), dim3(32 * kn), smem, st,
-                     (const uint8_t *)p->w, p->n_in / 256, kn, r, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in,
-                     (__half *)p->glu, p->ldg, s_prewait());
+    const dim3 grid((unsigned)groups, (unsigned)gy), block(32 * kn);
+    return cu_launch_win(s_l2stream() ? p->w : nullptr, qtc_packed_bytes(p->type, p->n_in, p->n_out),
+                         cudaAccessPropertyStreaming, qtc_kernel<TY, NF, ST>, grid, block, smem, st,
+                         (const uint8_t *)p->w, p->n_in / 256, kn, r, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in,
+                         (__half *)p->glu, p->ldg, s_pre(ST));
 }
 
 /* the narrow kernel with QT_STAGES-deep rings: 2, since more warps per SM beat deeper rings (H100 M=1: 8B
