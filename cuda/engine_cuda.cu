@@ -783,6 +783,25 @@ static __global__ void s_k_stage_out(const float *x, const unsigned long long *h
     for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
 }
 
+/* ya = x A^T and yb = x B^T (ldy floats apart) in one qtc launch (qtc_launch_pair: the same bits as two): for the
+ * layers whose Q/K matrix and V matrix are of two qtc types (Q4_K_M's Q6_K V layers), in steps of at most 8 rows.
+ * Returns 1 when launched, 0 when the pair has no such form (the caller launches the two products), -1 with err
+ * set on a launch error. ZLLM_CUDA_QTC_PAIR=0 turns it off. */
+static int s_matmul_pair(cu_engine *E, const cu_mat *A, const cu_mat *B, int n_rows, const void *xw, float *ya,
+                         float *yb, int ldy, char *err, size_t errlen) {
+    static const int s_on = cu_env_int("ZLLM_CUDA_QTC_PAIR", 1, 0, 1);
+    if (!s_on || n_rows > 8 || !A->qtc || !B->qtc) return 0;
+    const qtc_params pa = s_qtc_params(E, A, n_rows, xw, ya, ldy, 0), pb = s_qtc_params(E, B, n_rows, xw, yb, ldy, 0);
+    const cudaError_t e = qtc_launch_pair(&pa, &pb, E->st);
+    if (e == cudaErrorNotSupported) return 0;
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "qtc pair (%s %d + %s %d rows, m %d): %s", ggml_type_name(A->qt), A->n_out,
+                 ggml_type_name(B->qt), B->n_out, n_rows, cudaGetErrorString(e));
+        return -1;
+    }
+    return 1;
+}
+
 /* Enqueues the forward pass and the sampling for the inputs already in d_in: n_rows rows, of which the first
  * n_dec are decode rows and the rest belong to n_pre prefill entries (at most max_rows rows each); n_samp
  * sampling rows (= entries, including padded ones). No host synchronisation, allocation or copy: it is the
@@ -819,9 +838,13 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
         /* Q/K/V products into the column slices of E->qkv: one product when fused, three otherwise */
         if (L->wqkv.n_out) {
             FWD_CHECK(s_matmul(E, &L->wqkv, n_rows, E->xb, E->xf, E->qkv, ldqkv, 0, err, errlen));
-        } else if (L->wqk.n_out) {   /* q and k columns are adjacent in E->qkv: one product, then v */
-            FWD_CHECK(s_matmul(E, &L->wqk, n_rows, E->xb, E->xf, E->qkv, ldqkv, 0, err, errlen));
-            if (!(s_skip & 16))
+        } else if (L->wqk.n_out) {   /* q and k columns are adjacent in E->qkv: one product, then v (or both in
+                                        * one launch, s_matmul_pair) */
+            const int pr = (s_skip & 16) ? 0 : s_matmul_pair(E, &L->wqk, &L->wv, n_rows, E->xb, E->qkv,
+                                                             E->qkv + qd + kvd, ldqkv, err, errlen);
+            if (pr < 0) return -1;
+            if (!pr) FWD_CHECK(s_matmul(E, &L->wqk, n_rows, E->xb, E->xf, E->qkv, ldqkv, 0, err, errlen));
+            if (!pr && !(s_skip & 16))
                 FWD_CHECK(s_matmul(E, &L->wv, n_rows, E->xb, E->xf, E->qkv + qd + kvd, ldqkv, 0, err, errlen));
         } else {
             FWD_CHECK(s_matmul(E, &L->wq, n_rows, E->xb, E->xf, E->qkv, ldqkv, 0, err, errlen));

@@ -440,11 +440,10 @@ static __device__ __forceinline__ void issue_block(uint8_t *dst, const uint8_t *
  * k - 1's barrier, which every warp passed before writing tile k's: the one barrier per tile orders both. Each
  * tile's arithmetic is that of one CTA per tile, whatever the grid.
  */
-template <int TY, int NF, int ST = QT_STAGES>
-__global__ void __launch_bounds__(256)
-    qtc_kernel(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int m,
-               const uint16_t *__restrict__ x, int ldx, float *y, int ldy, const float *y_in, __half *glu, int ldg,
-               int pre)
+template <int TY, int NF, int ST>
+static __device__ __forceinline__ void qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out,
+                                                int m, const uint16_t *__restrict__ x, int ldx, float *y, int ldy,
+                                                const float *y_in, __half *glu, int ldg, int pre, int by, int gy)
 {
     constexpr int TB = qt_traits<TY>::TB;
     extern __shared__ __align__(16) uint8_t s_mem[];
@@ -453,12 +452,12 @@ __global__ void __launch_bounds__(256)
     const int u0 = (int)((long)units * warp / kn), u1 = (int)((long)units * (warp + 1) / kn), n = u1 - u0;
     uint8_t *ring = s_mem + (size_t)warp * ST * TB;
     float *part = (float *)(s_mem + (size_t)kn * ST * TB);   /* [2][kn][NF * 32][4] partials */
-    /* this CTA's tiles: blockIdx.y + k gridDim.y for k < nt; the warp's stream: item j = unit j % n of tile j / n */
-    const int nt = (tiles - (int)blockIdx.y + (int)gridDim.y - 1) / (int)gridDim.y, total = nt * n;
-    const size_t tstep = (size_t)gridDim.y * units * TB;   /* bytes from one of this CTA's tiles to the next */
+    /* this CTA's tiles: by + k gy for k < nt (by, gy: the CTA's index and count among those of this matrix); the warp's stream: item j = unit j % n of tile j / n */
+    const int nt = (tiles - by + gy - 1) / gy, total = nt * n;
+    const size_t tstep = (size_t)gy * units * TB;   /* bytes from one of this CTA's tiles to the next */
     /* the next item to issue: its source, and its unit within the range (the source steps to the next tile after
      * unit n - 1) */
-    const uint8_t *nsrc = w + ((size_t)blockIdx.y * units + u0) * TB;
+    const uint8_t *nsrc = w + ((size_t)by * units + u0) * TB;
     int ni = 0;
     auto advance = [&]() {
         if (++ni < n) {
@@ -506,7 +505,7 @@ __global__ void __launch_bounds__(256)
              * (no other warp writes it) in the group that the tile's first unit commits, so that their L2 round
              * trip overlaps the tile's products instead of following its last barrier. No other CTA writes them
              * (y_in may be y); the slot is read at this tile's end and next written at tile k + 2's start */
-            const int tile = (int)blockIdx.y + k * (int)gridDim.y;
+            const int tile = by + k * gy;
             float *ys = part + (size_t)(k & 1) * kn * NF * 128;
 #pragma unroll
             for (int f = 0; f < NF; f++)
@@ -569,7 +568,7 @@ __global__ void __launch_bounds__(256)
             }
         }
         /* tile k of this CTA is done: its kn partials summed in warp order by warp 0, then stored */
-        const int tile = (int)blockIdx.y + k * (int)gridDim.y;
+        const int tile = by + k * gy;
         /* the y_in copies went with the tile's first unit's group, which n - 1 newer groups follow: the loop's
          * last wait (at most ST - 1 pending) covered it where n > ST; otherwise warp 0 waits here, for all but
          * the newest group at n = 2 and ST = 2 (the output projection's launches) */
@@ -660,6 +659,33 @@ __global__ void __launch_bounds__(256)
         for (int f = 0; f < NF; f++) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.f;
     }
     cp_async_wait<0>();
+}
+
+template <int TY, int NF, int ST = QT_STAGES>
+__global__ void __launch_bounds__(256)
+    qtc_kernel(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int m,
+               const uint16_t *__restrict__ x, int ldx, float *y, int ldy, const float *y_in, __half *glu, int ldg,
+               int pre)
+{
+    qtc_body<TY, NF, ST>(w, units, kn, r, n_out, m, x, ldx, y, ldy, y_in, glu, ldg, pre, (int)blockIdx.y,
+                         (int)gridDim.y);
+}
+
+/* Two products of one x in one launch (qtc_launch_pair): CTAs below gya run matrix a (type TA), the others matrix
+ * b (type TBT), each with the narrow kernel's body and its own CTA count, so each element has its bits of a
+ * launch of its own. Why: Q4_K_M's layers with a Q6_K V product ran it as a second launch after the Q4_K Q/K
+ * one, a dependent kernel boundary (release, first loads, its own tail) on every such layer's critical path. */
+template <int TA, int TBT, int ST>
+__global__ void __launch_bounds__(256)
+    qtc_pair_kernel(const uint8_t *__restrict__ wa, int na, int ra, float *ya, const uint8_t *__restrict__ wb, int nb,
+                    int rb, float *yb, int gya, int units, int kn, int m, const uint16_t *__restrict__ x, int ldx,
+                    int ldy, int pre)
+{
+    if ((int)blockIdx.y < gya)
+        qtc_body<TA, 1, ST>(wa, units, kn, ra, na, m, x, ldx, ya, ldy, nullptr, nullptr, 0, pre, (int)blockIdx.y, gya);
+    else
+        qtc_body<TBT, 1, ST>(wb, units, kn, rb, nb, m, x, ldx, yb, ldy, nullptr, nullptr, 0, pre,
+                             (int)blockIdx.y - gya, (int)gridDim.y - gya);
 }
 
 /* ------------------------------------------------------------------------------------------------------
@@ -1200,3 +1226,50 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
 }
 
 extern "C" cudaError_t qtc_launch(const qtc_params *p, cudaStream_t st) { return qtc_launch_nf(p, 0, st); }
+
+/* the pair kernel's CTAs an SM for its shared memory (the larger of the two bodies'), asked once */
+template <int TA, int TBT, int ST>
+static int s_pair_per(size_t smem)
+{
+    static std::atomic<unsigned long long> s_set{0};
+    if (cu_smem_optin(qtc_pair_kernel<TA, TBT, ST>, smem, s_set) != cudaSuccess) return 0;
+    static std::atomic<int> s_per{0};
+    int per = s_per.load(std::memory_order_relaxed);
+    if (per <= 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, qtc_pair_kernel<TA, TBT, ST>, 32 * QT_MAX_KS, smem) !=
+            cudaSuccess)
+            per = 0;
+        if (per > 0) s_per.store(per, std::memory_order_relaxed);
+    }
+    return per;
+}
+
+extern "C" cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b, cudaStream_t st)
+{
+    if (!a || !b) return cudaErrorInvalidValue;
+    if (s_ty(a->type) != QT_Q4K || s_ty(b->type) != QT_Q6K || a->m != b->m || a->m < 1 || a->m > 8 ||
+        a->x != b->x || a->n_in != b->n_in || a->ldx != b->ldx || a->ldy != b->ldy || a->y_in || b->y_in ||
+        a->glu || b->glu || !a->y || !b->y || !qtc_supported(a->type, a->n_in, a->n_out) ||
+        !qtc_supported(b->type, b->n_in, b->n_out))
+        return cudaErrorNotSupported;
+    const int kn = qtc_split_narrow(a->type, a->n_in, a->n_out);
+    if (kn != QT_MAX_KS || qtc_split_narrow(b->type, b->n_in, b->n_out) != kn) return cudaErrorNotSupported;
+    const int ldx = a->ldx ? a->ldx : a->n_in, ldy = a->ldy ? a->ldy : (a->n_out > b->n_out ? a->n_out : b->n_out);
+    if (ldx < a->n_in || ldx % 8 != 0 || ldy < a->n_out || ldy < b->n_out) return cudaErrorInvalidValue;
+    if (((uintptr_t)a->w & 15) || ((uintptr_t)b->w & 15) || ((uintptr_t)a->x & 15)) return cudaErrorMisalignedAddress;
+    constexpr int ST = QT_STAGES;
+    const size_t sa = s_narrow_bytes(qt_traits<QT_Q4K>::TB, ST, kn, 1), sb = s_narrow_bytes(qt_traits<QT_Q6K>::TB, ST, kn, 1);
+    const size_t smem = sa > sb ? sa : sb;
+    const int per = s_pair_per<QT_Q4K, QT_Q6K, ST>(smem);
+    if (per <= 0) return cudaErrorNotSupported;
+    /* the CTAs the GPU holds at once: b's tiles one CTA each (its tiles carry more bytes), a's over the rest */
+    const int ta = (a->n_out + 15) / 16, tb = (b->n_out + 15) / 16, slots = per * cu_sm_count(0);
+    const int gyb = tb, gya = ta < slots - gyb ? ta : slots - gyb;
+    if (gya < 1 || gyb > slots / 2) return cudaErrorNotSupported;
+    const int ks = qtc_split(a->type, a->n_in, a->n_out), ksb = qtc_split(b->type, b->n_in, b->n_out);
+    return cu_launch_win(s_l2stream() ? a->w : nullptr, qtc_packed_bytes(a->type, a->n_in, a->n_out),
+                         cudaAccessPropertyStreaming, qtc_pair_kernel<QT_Q4K, QT_Q6K, ST>,
+                         dim3((unsigned)((a->m + 7) / 8), (unsigned)(gya + gyb)), dim3(32 * kn), smem, st,
+                         (const uint8_t *)a->w, a->n_out, kn / ks, a->y, (const uint8_t *)b->w, b->n_out, kn / ksb,
+                         b->y, gya, a->n_in / 256, kn, a->m, a->x, ldx, ldy, s_pre(ST));
+}

@@ -12,7 +12,8 @@
  * invariance: for M in {1,2,3,7,8,9,16,33,64,128,256}, a row placed at several positions among random rows
  * gives a y row bit-identical (memcmp) to the row alone, and the same at M = 2048; CUDA-graph replay equal to
  * eager; the narrow kernel's SwiGLU epilogue (qtc_params.glu) bitwise equal to the product followed by
- * ops_swiglu_il8_dual; the Q4_K scale formula (q4k_scales) bit for bit against its f32 definition for every f16
+ * ops_swiglu_il8_dual; two products in one launch (qtc_launch_pair) bitwise equal to two launches; the Q4_K
+ * scale formula (q4k_scales) bit for bit against its f32 definition for every f16
  * d and every 6-bit scale; packing and launch argument checks. Prints "N passed, N failed". */
 extern "C" {
 #include "quant.h"
@@ -199,6 +200,54 @@ static void glu_case(const Mat *a, int m, int nf)
     cudaFree(dg);
     cudaFree(dr);
     cudaFree(dy);
+}
+
+/* qtc_launch_pair: a Q/K matrix (Q4_K) and a V matrix (Q6_K) of one x in one launch, into the column slices of
+ * one [m][ld] array, bitwise equal to the two launches; refused (cudaErrorNotSupported, nothing written) where it
+ * does not apply */
+static void pair_case(const Mat *a, const Mat *b, int m)
+{
+    const int ld = a->n_out + b->n_out + 5;
+    std::vector<uint16_t> xh;
+    std::vector<float> xf;
+    tg_rand_x_f16(xh, xf, (size_t)m * a->n_in);
+    uint16_t *dx;
+    float *y0, *y1;
+    const size_t ny = (size_t)m * ld;
+    CK(cudaMalloc(&dx, xh.size() * 2));
+    CK(cudaMemcpy(dx, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&y0, ny * 4));
+    CK(cudaMalloc(&y1, ny * 4));
+    CK(cudaMemset(y0, 0xff, ny * 4));
+    CK(cudaMemset(y1, 0xff, ny * 4));
+    qtc_params p[2];
+    for (int i = 0; i < 2; i++) {
+        const Mat *w = i ? b : a;
+        memset(&p[i], 0, sizeof p[i]);
+        p[i].type = w->t; p[i].w = w->dw; p[i].n_in = w->n_in; p[i].n_out = w->n_out; p[i].m = m; p[i].x = dx;
+        p[i].ldy = ld; p[i].y = y0 + (i ? a->n_out : 0);
+        const cudaError_t e = qtc_launch(&p[i], 0);
+        CHECK(e == cudaSuccess, "pair reference %d: %s", i, cudaGetErrorString(e));
+    }
+    p[0].y = y1; p[1].y = y1 + a->n_out;
+    cudaError_t e = qtc_launch_pair(&p[0], &p[1], 0);
+    CHECK(e == cudaSuccess, "qtc_launch_pair %s %d + %s %d, m %d: %s", ggml_type_name(a->t), a->n_out,
+          ggml_type_name(b->t), b->n_out, m, cudaGetErrorString(e));
+    std::vector<float> h0(ny), h1(ny);
+    CK(cudaMemcpy(h0.data(), y0, ny * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(h1.data(), y1, ny * 4, cudaMemcpyDeviceToHost));
+    CHECK(!memcmp(h0.data(), h1.data(), ny * 4), "qtc_launch_pair m %d: differs from the two launches", m);
+    qtc_params q[2] = {p[0], p[1]};   /* refusals */
+    q[0].m = q[1].m = 9;
+    CHECK(qtc_launch_pair(&q[0], &q[1], 0) == cudaErrorNotSupported, "pair at m 9 accepted");
+    CHECK(qtc_launch_pair(&p[1], &p[0], 0) == cudaErrorNotSupported, "pair (Q6_K, Q4_K) accepted");
+    q[0] = p[0]; q[1] = p[1];
+    q[0].y_in = q[0].y;
+    CHECK(qtc_launch_pair(&q[0], &q[1], 0) == cudaErrorNotSupported, "pair with y_in accepted");
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h0.data(), y1, ny * 4, cudaMemcpyDeviceToHost));
+    CHECK(!memcmp(h0.data(), h1.data(), ny * 4), "a refused pair wrote");
+    cudaFree(dx); cudaFree(y0); cudaFree(y1);
 }
 
 /* accuracy of one case against the oracle */
@@ -403,6 +452,14 @@ int main(void)
         for (int nf : {1, 2, 4, 8}) glu_case(&a, 5, nf);
         glu_case(&a, 9, 0);
         mat_free(&a);
+    }
+    /* two products in one launch: Q4_K_M's Q/K (Q4_K) and V (Q6_K) */
+    {
+        Mat qk, v;
+        mat_make(&qk, GGML_Q4_K, 4096, 640);   /* 16 units a row: the narrow split of 8 both need */
+        mat_make(&v, GGML_Q6_K, 4096, 128);
+        for (int m : {1, 2, 5, 8}) pair_case(&qk, &v, m);
+        mat_free(&qk); mat_free(&v);
     }
     /* a prefill-sized batch on a layer-sized matrix: the big launch agrees with the same rows alone */
     {
