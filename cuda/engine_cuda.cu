@@ -32,6 +32,8 @@
  *     or for Q/K when V has another type, and one for gate/up, its rows interleaved in blocks of 8 so that qtc's
  *     narrow kernel (decode steps of <= 8 rows) applies the SwiGLU in its epilogue; larger steps run the product
  *     and the interleaved SwiGLU kernel, with the same bits).
+ *     Where Q/K and V stay two qtc matrices of two types (Q4_K_M's Q6_K V layers), steps of <= 8 rows run both
+ *     in one launch (s_matmul_pair, qtc_launch_pair: the same bits as two).
  *   - Programmatic dependent launch (cuda/pdl.cuh, sm_90+, ZLLM_CUDA_PDL=0 off): our kernels of a step are
  *     launched so that each may start while the one before drains; qtc streams its first weight tiles before it
  *     waits for its input. cuBLAS launches stay plain (full stream order). No result changes.
