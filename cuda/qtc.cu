@@ -573,20 +573,10 @@ static __device__ __forceinline__ void qtc_body(const uint8_t *__restrict__ w, i
          * last wait (at most ST - 1 pending) covered it where n > ST; otherwise warp 0 waits here, for all but
          * the newest group at n = 2 and ST = 2 (the output projection's launches) */
         if (ycp) {
-            /* the y_in group has n - 1 newer groups (one per later unit of the tile); where n > ST the loop's last
-             * wait already covered it */
-            if (n == 1 || (ST > 2 && n <= ST)) {
-                if (ST > 2 && n == 2)
-                    cp_async_wait<1>();
-                else if (ST > 2 && n == 3)
-                    cp_async_wait<2>();
-                else if (ST > 3 && n == 4)
-                    cp_async_wait<3>();
-                else
-                    cp_async_wait<0>();
-            } else if (n == 2) {
+            if (n == 1 || (ST > 2 && n <= ST))
+                cp_async_wait<0>();
+            else if (n == 2)
                 cp_async_wait<1>();
-            }
         }
         if (kn > 1) {
             float *pb = part + (size_t)(k & 1) * kn * NF * 128;
@@ -1096,26 +1086,6 @@ static int s_prewait()
     return s_v;
 }
 
-/* CTAs an SM holds for the narrow kernel <TY, NF, ST> at kn warps, asked once per kn: the block size and shared
- * memory depend on kn only; 0 when the query fails */
-template <int TY, int NF, int ST>
-static int s_narrow_per(int kn)
-{
-    constexpr int TB = qt_traits<TY>::TB;
-    static std::atomic<unsigned long long> s_set{0};
-    if (cu_smem_optin(qtc_kernel<TY, NF, ST>, s_narrow_bytes(TB, ST, QT_MAX_KS, NF), s_set) != cudaSuccess) return 0;
-    static std::atomic<int> s_per[4] = {{0}, {0}, {0}, {0}};
-    const int slot = kn == 1 ? 0 : kn == 2 ? 1 : kn == 4 ? 2 : 3;
-    int per = s_per[slot].load(std::memory_order_relaxed);
-    if (per <= 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, qtc_kernel<TY, NF, ST>, 32 * kn,
-                                                          s_narrow_bytes(TB, ST, kn, NF)) != cudaSuccess)
-            per = 0;
-        if (per > 0) s_per[slot].store(per, std::memory_order_relaxed);
-    }
-    return per;
-}
-
 /* The narrow launches mark their matrix's window as streaming in L2 (an access policy window, hit and miss
  * property cudaAccessPropertyStreaming: evict first), so that the weight stream, read once a step, does not push
  * out what the step's other kernels reuse (activations, the code, decode attention's keys prefetched into L2).
@@ -1141,7 +1111,15 @@ static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int 
     static std::atomic<unsigned long long> s_set{0};
     const cudaError_t e = cu_smem_optin(qtc_kernel<TY, NF, ST>, s_narrow_bytes(TB, ST, QT_MAX_KS, NF), s_set);
     if (e != cudaSuccess) return e;
-    const int per = s_narrow_per<TY, NF, ST>(kn);   /* 0: the grid is not capped (s_grid_y) */
+    /* CTAs an SM holds, by kn (1, 2, 4, 8), asked once: the block size and shared memory depend on kn only */
+    static std::atomic<int> s_per[4] = {{0}, {0}, {0}, {0}};
+    const int slot = kn == 1 ? 0 : kn == 2 ? 1 : kn == 4 ? 2 : 3;
+    int per = s_per[slot].load(std::memory_order_relaxed);
+    if (per <= 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, qtc_kernel<TY, NF, ST>, 32 * kn, smem) != cudaSuccess)
+            per = 0;
+        if (per > 0) s_per[slot].store(per, std::memory_order_relaxed);
+    }
     const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
     const int gy = s_grid_y(per, tiles, groups);
     const dim3 grid((unsigned)groups, (unsigned)gy), block(32 * kn);
