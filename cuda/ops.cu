@@ -117,7 +117,14 @@ __global__ void k_rmsnorm(const float *x, const int32_t *rows, const float *w, i
  * were slower than 1024. */
 static int s_norm_block(int dim) {
     static const int s_thr = cu_env_int("ZLLM_NORM_THREADS", 512, 64, 1024) / 32 * 32;
-    return dim >= s_thr ? s_thr : dim >= 256 ? 256 : 64;
+    const int b = dim >= s_thr ? s_thr : dim >= 256 ? 256 : 64;
+    /* rows wider than 8 elements a thread: a larger block (up to 1024), so that ops_rmsnorm_dual keeps its
+     * 8-register form (k_rmsnorm_dual_r<T, 8>) as it had with 1024 threads */
+    if (dim > 8 * b) {
+        const int w = ((dim + 7) / 8 + 31) / 32 * 32;
+        return w < 1024 ? w : 1024;
+    }
+    return b;
 }
 
 int ops_rmsnorm(const float *x, const int32_t *rows, const float *w, int dim, float eps, int n_rows,
@@ -444,9 +451,6 @@ int ops_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int di
         using T = typename std::remove_pointer<decltype(tp)>::type;
         if (dim <= 8 * block)
             le = cu_launch(k_rmsnorm_dual_r<T, 8>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out, outf,
-                           round_f);
-        else if (dim <= 16 * block)
-            le = cu_launch(k_rmsnorm_dual_r<T, 16>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out, outf,
                            round_f);
         else
             le = cu_launch(k_rmsnorm_dual<T>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out, outf, round_f);
