@@ -121,12 +121,15 @@ extern "C" int qtc_split_narrow(ggml_type t, int n_in, int n_out)
     if (ks < 1) return 0;
     /* sub-splits: more streams for the narrow kernel (M <= 8 is bound by how many bytes are in flight, not by
      * its instructions), while the wide kernel keeps ks CTAs per tile group (more would cost it workspace
-     * traffic at M = 64: measured +4% with ks itself doubled). Every type aims for 4096 warps (8B Q4_K_M M = 1:
-     * 3.235 against 3.437 ms with kn = ks, H100; 8B Q8_0 M = 1 with 2-unit rings and persistent CTAs: 3.633
-     * against 3.744 ms with kn = ks, 3.650 at 2048). ZLLM_QTC_NARROW_WARPS (256 .. 65536) sets another target,
-     * for measurements; read once per process like ZLLM_QTC_WARPS. */
+     * traffic at M = 64: measured +4% with ks itself doubled). Q8_0 aims for 4096 warps (8B Q8_0 M = 1 with
+     * 2-unit rings and persistent CTAs: 3.633 against 3.744 ms with kn = ks, 3.650 at 2048; 8192 measured no
+     * faster). Q4_K and Q6_K aim for 8192, which gives the 14336-row gate and up matrices and the 128256-row LM
+     * head twice the streams (their units are 144 and 210 bytes a row against Q8_0's 272, so they need more
+     * warps for the same bytes in flight): 8B Q4_K_M M = 1 2.378 / 2.389 against 2.407 / 2.409 ms at 4096, H100,
+     * session 22; 4096 itself was 3.235 against 3.437 ms with kn = ks. ZLLM_QTC_NARROW_WARPS (256 .. 65536) sets
+     * another target for every type, for measurements; read once per process like ZLLM_QTC_WARPS. */
     static const long s_env = cu_env_int("ZLLM_QTC_NARROW_WARPS", 0, 0, 65536);
-    const long target = s_env > 0 ? s_env : 4096;
+    const long target = s_env > 0 ? s_env : t == GGML_Q8_0 ? 4096 : 8192;
     const long units = n_in / 256, tiles = (n_out + 15) / 16;
     int kn = ks;
     while (kn < QT_MAX_KS && 2 * kn <= units && tiles * kn < target) kn *= 2;

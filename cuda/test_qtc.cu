@@ -398,11 +398,12 @@ int main(void)
           "qtc_split: %d %d %d %d", qtc_split(GGML_Q4_K, 4096, 4096), qtc_split(GGML_Q4_K, 256, 40000),
           qtc_split(GGML_Q4_K, 4096, 128256), qtc_split(GGML_Q4_K, 4096, 1024));
     /* the narrow kernel's sub-splits: a multiple of qtc_split, more warps for matrices with few tiles */
-    CHECK(qtc_split_narrow(GGML_Q4_K, 4096, 4096) == 8 && qtc_split_narrow(GGML_Q4_K, 4096, 28672) == 4 &&
-          qtc_split_narrow(GGML_Q4_K, 4096, 128256) == 1 && qtc_split_narrow(GGML_Q4_K, 768, 20001) == 2 &&
+    CHECK(qtc_split_narrow(GGML_Q4_K, 4096, 4096) == 8 && qtc_split_narrow(GGML_Q4_K, 4096, 28672) == 8 &&
+          qtc_split_narrow(GGML_Q4_K, 4096, 128256) == 2 && qtc_split_narrow(GGML_Q4_K, 768, 20001) == 2 &&
           qtc_split_narrow(GGML_Q4_K, 100, 16) == 0 && qtc_split_narrow(GGML_Q8_0, 4096, 4096) == 8 &&
           qtc_split(GGML_Q8_0, 4096, 4097) == 4 && qtc_split_narrow(GGML_Q8_0, 4096, 4097) == 8 &&
-          qtc_split_narrow(GGML_Q6_K, 14336, 4096) == 8,
+          qtc_split_narrow(GGML_Q6_K, 14336, 4096) == 8 && qtc_split_narrow(GGML_Q6_K, 4096, 128256) == 2 &&
+          qtc_split_narrow(GGML_Q8_0, 4096, 28672) == 4,
           "qtc_split_narrow: %d %d %d %d", qtc_split_narrow(GGML_Q4_K, 4096, 4096),
           qtc_split_narrow(GGML_Q4_K, 4096, 28672), qtc_split_narrow(GGML_Q4_K, 4096, 128256),
           qtc_split_narrow(GGML_Q4_K, 768, 20001));
