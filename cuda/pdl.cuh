@@ -53,17 +53,32 @@ static inline int cu_pdl_on() {
     return cu_device_switch(s_state, 9, 1 << 30, "ZLLM_CUDA_PDL");
 }
 
+/* cudaLaunchKernelEx with the n attributes at[] (room for one more) and, where allow and cu_pdl_on(), the
+ * programmatic-serialization attribute after them: the launch path cu_launch_cl and cu_launch_win share */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t cu_launch_attrs(cudaLaunchAttribute *at, unsigned n, int allow, void (*k)(KArgs...),
+                                          dim3 grid, dim3 block, size_t smem, cudaStream_t st, Args &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    if (allow && cu_pdl_on()) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
+    cfg.attrs = n ? at : nullptr;
+    cfg.numAttrs = n;
+    return cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
+}
+
 /* Launches kernel k<<<grid, block, smem, st>>>(args...) in thread-block clusters of `cluster` blocks (sm_90;
  * cluster.x == 0: no clusters), with the programmatic-serialization attribute when allow and cu_pdl_on(); k must
  * keep the contract above. Returns the launch's error (cudaSuccess when enqueued). */
 template <typename... KArgs, typename... Args>
 static inline cudaError_t cu_launch_cl(int allow, dim3 cluster, void (*k)(KArgs...), dim3 grid, dim3 block,
                                        size_t smem, cudaStream_t st, Args &&...args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
     cudaLaunchAttribute at[2];
     unsigned n = 0;
     if (cluster.x) {
@@ -73,14 +88,7 @@ static inline cudaError_t cu_launch_cl(int allow, dim3 cluster, void (*k)(KArgs.
         at[n].val.clusterDim.z = cluster.z;
         n++;
     }
-    if (allow && cu_pdl_on()) {
-        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[n].val.programmaticStreamSerializationAllowed = 1;
-        n++;
-    }
-    cfg.attrs = n ? at : nullptr;
-    cfg.numAttrs = n;
-    return cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
+    return cu_launch_attrs(at, n, allow, k, grid, block, smem, st, std::forward<Args>(args)...);
 }
 
 /* cu_launch with an L2 access policy window on [base, base + bytes) (capped at the device's largest window; none
@@ -97,11 +105,6 @@ static inline cudaError_t cu_launch_win(const void *base, size_t bytes, cudaAcce
             v = 0;
         return (size_t)v;
     }();
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
     cudaLaunchAttribute at[2];
     unsigned n = 0;
     if (s_max > 0 && base && bytes) {
@@ -113,14 +116,7 @@ static inline cudaError_t cu_launch_win(const void *base, size_t bytes, cudaAcce
         at[n].val.accessPolicyWindow.missProp = prop;
         n++;
     }
-    if (cu_pdl_on()) {
-        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[n].val.programmaticStreamSerializationAllowed = 1;
-        n++;
-    }
-    cfg.attrs = n ? at : nullptr;
-    cfg.numAttrs = n;
-    return cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
+    return cu_launch_attrs(at, n, 1, k, grid, block, smem, st, std::forward<Args>(args)...);
 }
 
 /* cu_launch_cl without clusters */
