@@ -455,7 +455,8 @@ static __device__ __forceinline__ void qtc_body(const uint8_t *__restrict__ w, i
     const int u0 = (int)((long)units * warp / kn), u1 = (int)((long)units * (warp + 1) / kn), n = u1 - u0;
     uint8_t *ring = s_mem + (size_t)warp * ST * TB;
     float *part = (float *)(s_mem + (size_t)kn * ST * TB);   /* [2][kn][NF * 32][4] partials */
-    /* this CTA's tiles: by + k gy for k < nt (by, gy: the CTA's index and count among those of this matrix); the warp's stream: item j = unit j % n of tile j / n */
+    /* this CTA's tiles: by + k gy for k < nt (by, gy: the CTA's index and count among those of this matrix); the
+     * warp's stream: item j = unit j % n of tile j / n */
     const int nt = (tiles - by + gy - 1) / gy, total = nt * n;
     const size_t tstep = (size_t)gy * units * TB;   /* bytes from one of this CTA's tiles to the next */
     /* the next item to issue: its source, and its unit within the range (the source steps to the next tile after
@@ -473,7 +474,7 @@ static __device__ __forceinline__ void qtc_body(const uint8_t *__restrict__ w, i
     pdl_trigger();
     /* the weights are written once, at load: their first stages stream in while the kernel before this one (the
      * producer of x, or the reader of y) finishes (cuda/pdl.cuh); nothing else is touched before pdl_wait. pre 0
-     * (ZLLM_QTC_PREWAIT=0, measurements) waits first; 0 < pre < ST issues pre stages before the wait */
+     * (ZLLM_QTC_PREWAIT=0, measurements) waits first; pre ST (the default, s_pre) issues every stage before it */
 #pragma unroll
     for (int i = 0; i < ST; i++) {
         if (i == pre) pdl_wait();
@@ -1235,7 +1236,9 @@ extern "C" cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b,
         return cudaErrorNotSupported;
     const int kn = qtc_split_narrow(a->type, a->n_in, a->n_out);
     if (kn != QT_MAX_KS || qtc_split_narrow(b->type, b->n_in, b->n_out) != kn) return cudaErrorNotSupported;
-    const int ldx = a->ldx ? a->ldx : a->n_in, ldy = a->ldy ? a->ldy : (a->n_out > b->n_out ? a->n_out : b->n_out);
+    /* ldy 0 means each product's own n_out in qtc_launch: one launch has one stride, so only equal n_out share it */
+    if (!a->ldy && a->n_out != b->n_out) return cudaErrorNotSupported;
+    const int ldx = a->ldx ? a->ldx : a->n_in, ldy = a->ldy ? a->ldy : a->n_out;
     if (ldx < a->n_in || ldx % 8 != 0 || ldy < a->n_out || ldy < b->n_out) return cudaErrorInvalidValue;
     if (((uintptr_t)a->w & 15) || ((uintptr_t)b->w & 15) || ((uintptr_t)a->x & 15)) return cudaErrorMisalignedAddress;
     constexpr int ST = QT_STAGES;

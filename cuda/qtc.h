@@ -116,9 +116,10 @@ int qtc_glu_fused(const qtc_params *p);
 /* Two products of the same activations in ONE launch of the narrow kernel: a->y and b->y exactly as qtc_launch(a)
  * and qtc_launch(b) would write them (the same bits: each CTA runs one of the two with its own CTA count). For
  * Q4_K_M's layers whose Q/K matrix is Q4_K and V matrix Q6_K: the second product then costs no dependent launch.
- * Both must have m <= 8, the same m, x, ldx, ldy and n_in, the same narrow split, no y_in and no glu, and types
- * (Q4_K, Q6_K) in that order; otherwise returns cudaErrorNotSupported without launching (the caller launches
- * them one after the other). Other errors as qtc_launch. */
+ * Both must have m <= 8, the same m, x, ldx, ldy and n_in, the same narrow split, no y_in and no glu, types
+ * (Q4_K, Q6_K) in that order, and an ldy given unless both n_out are equal; otherwise returns
+ * cudaErrorNotSupported without launching (the caller launches them one after the other). Other errors as
+ * qtc_launch. */
 cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b, cudaStream_t st);
 
 /* qtc_launch_nf's nf for the wide kernel: 128 weight rows x 64 batch columns per CTA, x staged in shared memory

@@ -244,6 +244,9 @@ static void pair_case(const Mat *a, const Mat *b, int m)
     q[0] = p[0]; q[1] = p[1];
     q[0].y_in = q[0].y;
     CHECK(qtc_launch_pair(&q[0], &q[1], 0) == cudaErrorNotSupported, "pair with y_in accepted");
+    q[0] = p[0]; q[1] = p[1];
+    q[0].ldy = q[1].ldy = 0;   /* each product's own stride: one launch cannot serve both */
+    CHECK(qtc_launch_pair(&q[0], &q[1], 0) == cudaErrorNotSupported, "pair with ldy 0 and unequal n_out accepted");
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(h0.data(), y1, ny * 4, cudaMemcpyDeviceToHost));
     CHECK(!memcmp(h0.data(), h1.data(), ny * 4), "a refused pair wrote");
