@@ -25,6 +25,13 @@ typedef struct {
     const int32_t *history;    /* the sequence's tokens so far incl. these (for the repetition penalty), or NULL */
     int n_history;             /* entries in history */
     uint64_t *rng;             /* per-sequence generator state, advanced when sampling (may be NULL if greedy) */
+    int feed;                  /* 1: a decode entry (n_tokens 1) whose token is the id the engine sampled for this
+                                * slot in the latest earlier step (launched or run) that had the slot, and whose
+                                * generator state continues from that step's on the device: tokens and *rng are
+                                * not read (engine_step_launch keeps a step queued behind one whose ids the host
+                                * has not seen yet). That step must have sampled the slot (sample 1), and the
+                                * entry may not use the repetition penalty (its history would lack the fed id);
+                                * otherwise the step fails with nothing started. 0: tokens as given */
 } zl_seq;
 
 typedef struct zl_engine zl_engine;
@@ -76,6 +83,21 @@ struct zl_engine {
     int lanes;
     int (*step_submit)(zl_engine *e, const zl_seq *seqs, int n, int lane);
     int (*step_collect)(zl_engine *e, int lane, int32_t *out_tokens);
+    /* Steps queued ahead (optional, NULL: not supported; docs/perf.md "host gap"): the device never waits for the
+     * host between steps when the next step is already queued behind the one it runs. Unlike lanes, the steps
+     * share sequences: a slot may appear in consecutive launched steps, which run in launch order (its KV
+     * positions and the fed ids follow that order).
+     * step_launch: queues a step of seqs behind the steps already launched (at most 2 uncollected) and returns
+     * without waiting. Entries with feed = 1 take their token and generator state from the slot's previous step
+     * on the device (zl_seq.feed). seqs and what it points to stay the caller's and must stay valid and
+     * unchanged until the step's wait. Returns 0, or -1 with e->err: bad arguments, 2 steps already
+     * uncollected, a feed the engine cannot serve (nothing queued, the engine stays usable), or a device error
+     * (the caller must exit).
+     * step_wait: waits for the oldest launched step, writes out_tokens[n] (its n and order; -1 where sample was
+     * 0) and the advanced generator states into *rng. Returns 0, or -1 with e->err (none launched; a device
+     * error). step() and step_hidden() must not be called while a launched step is not waited for. */
+    int (*step_launch)(zl_engine *e, const zl_seq *seqs, int n);
+    int (*step_wait)(zl_engine *e, int32_t *out_tokens);
 };
 
 typedef struct {
@@ -131,6 +153,24 @@ static inline int engine_step_collect(zl_engine *e, int lane, int32_t *tok) {
     }
     return e->step_collect(e, lane, tok);
 }
+/* queues a step behind those launched (see zl_engine.step_launch); -1 with e->err when the backend cannot */
+static inline int engine_step_launch(zl_engine *e, const zl_seq *s, int n) {
+    if (!e->step_launch || !e->step_wait) {
+        snprintf(e->err, sizeof e->err, "the %s backend does not queue steps ahead", e->device);
+        return -1;
+    }
+    return e->step_launch(e, s, n);
+}
+/* waits for the oldest launched step (see zl_engine.step_wait) */
+static inline int engine_step_wait(zl_engine *e, int32_t *tok) {
+    if (!e->step_launch || !e->step_wait) {
+        snprintf(e->err, sizeof e->err, "the %s backend does not queue steps ahead", e->device);
+        return -1;
+    }
+    return e->step_wait(e, tok);
+}
+/* 1 when e queues steps ahead (engine_step_launch) */
+static inline int engine_can_launch(const zl_engine *e) { return e->step_launch && e->step_wait; }
 /* idempotent; sets *e to NULL */
 void engine_destroy(zl_engine **e);
 #endif

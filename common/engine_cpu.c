@@ -74,6 +74,18 @@ typedef struct {
     float *th_att;             /* [nth][n_ctx] attention scores per thread */
     float *th_w;               /* [nth][chunk floats] dequantized weight rows per thread */
     size_t th_w_floats;        /* floats per thread in th_w */
+    /* steps queued ahead (zl_engine.step_launch): this backend runs a launched step at once and keeps its ids
+     * until the wait, so the caller's protocol is the one the CUDA engine needs */
+    int32_t *carry_tok;        /* [n_slots] id sampled for each slot by the last step that had it (zl_seq.feed) */
+    uint64_t *carry_rng;       /* [n_slots] that entry's generator state after its draw */
+    uint8_t *carry_ok;         /* [n_slots] 1 when that step sampled the slot (a feed may follow) */
+    zl_seq *fseq;              /* [max_batch] the step's entries with their feeds resolved */
+    int32_t *ftok;             /* [max_batch] fed ids */
+    uint64_t *frng;            /* [max_batch] fed generator states */
+    int32_t *q_out;            /* [2][max_batch] ids of the launched steps not yet waited for */
+    int q_n[2];                /* entries of each */
+    int q_head;                /* index (0, 1) of the oldest launched step */
+    int q_count;               /* launched steps not yet waited for, 0..2 */
 } s_cpu;
 
 static void *s_worker(void *arg) {
@@ -285,6 +297,10 @@ static int s_check(s_cpu *e, const zl_seq *seqs, int n, int need_tokens, int *T_
                 snprintf(b->err, sizeof b->err, "step: slot %d appears twice", s->slot);
                 return -1;
             }
+        if (s->feed) {   /* resolved by s_step_fed before this check; step_hidden has no carried ids */
+            snprintf(b->err, sizeof b->err, "step: seq %d: feed is served only by step and step_launch", i);
+            return -1;
+        }
         if (s->n_tokens < 1 || s->pos < 0 || (need_tokens && !s->tokens) ||
             (int64_t)s->pos + s->n_tokens > b->n_ctx) {
             snprintf(b->err, sizeof b->err, "step: seq %d: pos %d + %d tokens outside the context of %d", i,
@@ -422,13 +438,85 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
     return 0;
 }
 
+/* a whole-model step with its feeds resolved (zl_seq.feed): fed entries read the slot's carried id and
+ * generator state; afterwards every entry's slot carries what it sampled. Returns 0 or -1 with eb->err (nothing
+ * run, nothing carried) */
+static int s_step_fed(s_cpu *e, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
+    zl_engine *eb = &e->base;
+    if (!seqs || n < 1 || n > eb->max_batch || !out_tokens) {
+        snprintf(eb->err, sizeof eb->err, "step: %d sequences (1..%d allowed) or no output", n, eb->max_batch);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const zl_seq *s = &seqs[i];
+        e->fseq[i] = *s;
+        if (!s->feed) continue;
+        const zl_sampling *sp = s->samp;
+        if (s->slot < 0 || s->slot >= eb->n_slots || s->n_tokens != 1 || !e->carry_ok[s->slot] ||
+            (sp && sp->repeat_penalty != 1.0f && sp->repeat_last_n > 0)) {
+            snprintf(eb->err, sizeof eb->err, "step: seq %d: a fed entry needs one token, a slot whose last step "
+                     "sampled, and no repetition penalty (slot %d)", i, s->slot);
+            return -1;
+        }
+        e->ftok[i] = e->carry_tok[s->slot];
+        e->frng[i] = e->carry_rng[s->slot];
+        e->fseq[i].tokens = &e->ftok[i];
+        e->fseq[i].rng = &e->frng[i];
+        e->fseq[i].history = NULL;
+        e->fseq[i].n_history = 0;
+        e->fseq[i].feed = 0;
+    }
+    if (s_forward(eb, e->fseq, n, NULL, NULL, out_tokens, out_logits) != 0) return -1;
+    for (int i = 0; i < n; i++) {
+        const zl_seq *s = &seqs[i];
+        e->carry_ok[s->slot] = s->sample != 0;
+        if (!s->sample) continue;
+        e->carry_tok[s->slot] = out_tokens[i];
+        const uint64_t st = s->feed ? e->frng[i] : (s->rng ? *s->rng : 0);
+        e->carry_rng[s->slot] = st;
+        if (s->feed && s->rng) *s->rng = st;
+    }
+    return 0;
+}
+
 static int s_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
-    if (eb->layer_begin != 0 || eb->layer_end != ((s_cpu *)eb)->c.n_layers) {
+    s_cpu *e = (s_cpu *)eb;
+    if (eb->layer_begin != 0 || eb->layer_end != e->c.n_layers) {
         snprintf(eb->err, sizeof eb->err, "step: this engine runs layers [%d, %d) only (use step_hidden)",
                  eb->layer_begin, eb->layer_end);
         return -1;
     }
-    return s_forward(eb, seqs, n, NULL, NULL, out_tokens, out_logits);
+    if (e->q_count > 0) {
+        snprintf(eb->err, sizeof eb->err, "step: %d launched steps are not waited for", e->q_count);
+        return -1;
+    }
+    return s_step_fed(e, seqs, n, out_tokens, out_logits);
+}
+
+/* step_launch: runs the step now and keeps its ids for the wait (at most 2) */
+static int s_launch(zl_engine *eb, const zl_seq *seqs, int n) {
+    s_cpu *e = (s_cpu *)eb;
+    if (e->q_count >= 2) {
+        snprintf(eb->err, sizeof eb->err, "step_launch: 2 launched steps are not waited for");
+        return -1;
+    }
+    const int k = (e->q_head + e->q_count) & 1;
+    if (s_step_fed(e, seqs, n, e->q_out + (size_t)k * eb->max_batch, NULL) != 0) return -1;
+    e->q_n[k] = n;
+    e->q_count++;
+    return 0;
+}
+
+static int s_wait(zl_engine *eb, int32_t *out_tokens) {
+    s_cpu *e = (s_cpu *)eb;
+    if (e->q_count == 0 || !out_tokens) {
+        snprintf(eb->err, sizeof eb->err, "step_wait: no launched step (or no output)");
+        return -1;
+    }
+    memcpy(out_tokens, e->q_out + (size_t)e->q_head * eb->max_batch, (size_t)e->q_n[e->q_head] * sizeof(int32_t));
+    e->q_head ^= 1;
+    e->q_count--;
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -454,6 +542,13 @@ static void s_destroy(zl_engine *eb) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e->row_slot);
     free(e->row_pos);
+    free(e->carry_tok);
+    free(e->carry_rng);
+    free(e->carry_ok);
+    free(e->fseq);
+    free(e->ftok);
+    free(e->frng);
+    free(e->q_out);
     free(e);
 }
 
@@ -506,6 +601,10 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
     b->layer_begin = lb;
     b->layer_end = le;
     b->step_hidden = s_forward;
+    if (lb == 0 && le == c->n_layers) {   /* steps queued ahead: whole models only (the sampler carries ids) */
+        b->step_launch = s_launch;
+        b->step_wait = s_wait;
+    }
     snprintf(b->device, sizeof b->device, "cpu");
     b->max_batch = o->max_batch ? o->max_batch : 16;
     b->n_slots = o->n_slots ? o->n_slots : b->max_batch;
@@ -554,6 +653,17 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
     e->th_w = s_alloc((size_t)e->nth * e->th_w_floats);
     e->row_slot = calloc(T, sizeof(int));
     e->row_pos = calloc(T, sizeof(int));
+    e->carry_tok = calloc((size_t)b->n_slots, sizeof(int32_t));
+    e->carry_rng = calloc((size_t)b->n_slots, sizeof(uint64_t));
+    e->carry_ok = calloc((size_t)b->n_slots, 1);
+    e->fseq = calloc((size_t)b->max_batch, sizeof(zl_seq));
+    e->ftok = calloc((size_t)b->max_batch, sizeof(int32_t));
+    e->frng = calloc((size_t)b->max_batch, sizeof(uint64_t));
+    e->q_out = calloc(2 * (size_t)b->max_batch, sizeof(int32_t));
+    if (!e->carry_tok || !e->carry_rng || !e->carry_ok || !e->fseq || !e->ftok || !e->frng || !e->q_out) {
+        snprintf(err, errlen, "cpu engine: out of memory");
+        goto fail;
+    }
     if (!e->attn_norm || !e->ffn_norm || !e->out_norm || !e->kc || !e->vc || !e->x || !e->xb || !e->xb2 ||
         !e->q || !e->k || !e->v || !e->hb || !e->hb2 || !e->xl || !e->lg || !e->lgs || !e->rope_cs ||
         !e->th_att || !e->th_w || !e->row_slot || !e->row_pos) {

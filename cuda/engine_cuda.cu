@@ -142,6 +142,8 @@ typedef struct {
     size_t kv_len;             /* int32 [max_batch] decode rows: attend to [0, kv_len) */
     size_t seq_row0, seq_rows, seq_slot, seq_pos0; /* int32 [max_batch] prefill entries */
     size_t last_row;           /* int32 [max_batch] per sampling row (= ordered entry): its last token's row */
+    size_t eslot;              /* int32 [max_batch] per sampling row: its KV slot (n_slots for a padded row), the
+                                * index of the sampler's carry (sample_params.carry_idx) */
     size_t hist_len;           /* int32 [max_batch] staged history tokens per sampling row */
     size_t params;             /* zl_sampling [max_batch] */
     size_t perm;               /* int32 [max_tok] pipeline stage: engine row -> caller's row (-1: padded row) */
@@ -150,6 +152,17 @@ typedef struct {
     size_t core_end;           /* end of everything but hist: the copy length when no row needs a penalty */
     size_t total;              /* whole block */
 } cu_inputs;
+
+/* one launched step's results on their way back (cu_engine.fl) */
+typedef struct {
+    const zl_seq *seqs;        /* the caller's entries (theirs until the wait: rng written back there) */
+    int n;                     /* entries */
+    int *order;                /* [max_batch] ordered entry k -> caller index */
+    uint8_t *h_out;            /* pinned [in.tokens - in.rng]: the step's rng and out_tok areas of the input block
+                                * (a later step rewrites h_in before this one is waited for) */
+    float *logits;             /* caller's [n][vocab] logits buffer (synchronous steps only), or NULL */
+    cudaEvent_t ev0, ev1;      /* around the step's device work (input copy .. output copy) */
+} cu_flight;
 
 typedef struct {
     zl_engine base;            /* public part; must be first */
@@ -183,8 +196,7 @@ typedef struct {
                                 * (docs/perf.md, session 9). Needs a 16-bit wt and wtc_available */
     int round_f;               /* 1: f32 qgemv inputs are rounded to wt (the operands cuBLAS sees); always 1 */
     float *xf;                 /* f32 qgemv input [max_tok][max(dim, ffn_dim, q_dim)] (NULL for F32 models) */
-    cudaEvent_t ev0, ev1;      /* around each step's device work (input copy .. output copy) */
-    double last_gpu_ms;        /* device time of the last step, from ev0/ev1; -1 before the first */
+    double last_gpu_ms;        /* device time of the last step waited for, from its flight's ev0/ev1; -1 before */
     float *out_norm;           /* [dim] */
     float *rope_cs;            /* [n_ctx][rope_dim/2] (cos, sin) */
     void *kv;                  /* one allocation holding every layer's K and V */
@@ -220,12 +232,22 @@ typedef struct {
     int n_buckets;             /* CUDA graphs: batch sizes and executables (none when no_graphs) */
     int bucket[CU_MAX_BUCKETS];
     cudaGraphExec_t gexec[CU_MAX_BUCKETS];
-    int *order;                /* host scratch [max_batch]: ordered entry k -> caller index */
+    int *order;                /* the flight being built's order (cu_flight.order) */
     int *crow;                 /* host scratch [max_batch]: caller index -> its first row in caller order */
     float *hbuf;               /* pipeline stage: [max_tok][dim] device staging of step_hidden's host h_in/h_out */
     cudaEvent_t ev_in;         /* recorded after each step's input copy (no timing) */
     int in_pending;            /* 1: a step returned without synchronising; wait ev_in before rewriting h_in */
     int abandoned;             /* 1: engine_cuda_abandon: destroy frees host memory only (stream may never end) */
+    /* steps queued ahead (zl_engine.step_launch): a step's results leave through its flight, so that the next
+     * step can be staged and queued before this one's ids reach the host. The sampler writes each entry's id and
+     * generator state into the slot's carry, and the next step's embedding gather reads them for fed rows: the
+     * ids never make a host round trip between two steps of a sequence */
+    cu_flight fl[2];           /* the launched steps' results, oldest at fl_head */
+    int fl_head;               /* index of the oldest launched step not waited for */
+    int fl_count;              /* launched steps not waited for, 0..2 (a synchronous step is one launch + wait) */
+    int32_t *carry_tok;        /* device [n_slots + 1]: the id last sampled for each slot (+ the padded rows') */
+    uint64_t *carry_rng;       /* device [n_slots + 1]: that entry's generator state after its draw */
+    uint8_t *carry_ok;         /* host [n_slots]: 1 when the slot's latest launched step sampled it (may feed) */
 } cu_engine;
 
 /* ------------------------------------------------------------------ weight upload */
@@ -826,7 +848,9 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
      * attention, 4 a V product apart from Q/K) */
     static const int s_skip = cu_env_int("ZLLM_CUDA_DIAG_SKIP", 0, 0, 255);
     if (E->base.layer_begin == 0) {
-        FWD_CHECK(ops_embed(E->tok_embd, E->wt, dim, tokens, n_rows, E->x, st, err, errlen));
+        ops_feed fd;   /* fed rows (zl_seq.feed): their ids and generator states from the slots' carries */
+        fd.slot = slot; fd.carry_tok = E->carry_tok; fd.carry_rng = E->carry_rng; fd.rng = IN_PTR(E, rng, uint64_t);
+        FWD_CHECK(ops_embed(E->tok_embd, E->wt, dim, tokens, n_rows, E->x, &fd, st, err, errlen));
     } else {
         s_k_stage_in<<<n_rows, 256, 0, st>>>(E->x, IN_PTR(E, hptr, const unsigned long long),
                                              IN_PTR(E, perm, const int32_t), dim);
@@ -952,6 +976,7 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
     sp.history = IN_PTR(E, hist, int32_t); sp.history_stride = CU_HIST; sp.history_len = IN_PTR(E, hist_len, int32_t);
     sp.rng_state = IN_PTR(E, rng, uint64_t); sp.out = IN_PTR(E, out_tok, int32_t);
     sp.workspace = E->samp_ws; sp.workspace_bytes = E->samp_ws_bytes;
+    sp.carry_tok = E->carry_tok; sp.carry_rng = E->carry_rng; sp.carry_idx = IN_PTR(E, eslot, int32_t);
     FWD_CUDA(sample_launch(&sp, st));
     return 0;
 }
@@ -994,17 +1019,25 @@ static void s_fail_step(cu_engine *E, const zl_seq *seqs, int n, const char *wha
  * stream waits for after the input copy (h_in written, h_out free); recs: events recorded after the step's
  * kernels (h_in consumed, h_out written). A stage that is not last and gets device pointers returns without
  * synchronising. */
+static int s_collect(cu_engine *E, int32_t *out_tokens);
+
 static int s_run(cu_engine *E, const zl_seq *seqs, int n, const float *h_in, float *h_out, int dev,
                  void *const *waits, int n_waits, void *const *recs, int n_recs, int32_t *out_tokens,
-                 float *out_logits) {
+                 float *out_logits, int launch) {
     zl_engine *base = &E->base;
     const zl_config *c = &base->model->cfg;
     const int embed = base->layer_begin == 0, last = base->layer_end == c->n_layers;
     char err[200];
     const size_t errlen = sizeof err;
     if (E->dead) { snprintf(base->err, sizeof base->err, "cuda engine unusable after an earlier device error"); return -1; }
-    if (!seqs || n < 1 || n > base->max_batch || (last && !out_tokens) || (!embed && !h_in) || (!last && !h_out) ||
-        n_waits < 0 || n_waits > 4 || n_recs < 0 || n_recs > 4) {
+    if (launch ? E->fl_count >= 2 || !embed || !last : E->fl_count > 0) {
+        snprintf(base->err, sizeof base->err, launch ? (E->fl_count >= 2 ? "step_launch: 2 launched steps are not "
+                 "waited for" : "step_launch: this engine runs a pipeline stage") :
+                 "step: %d launched steps are not waited for", E->fl_count);
+        return -1;
+    }
+    if (!seqs || n < 1 || n > base->max_batch || (last && !launch && !out_tokens) || (!embed && !h_in) ||
+        (!last && !h_out) || n_waits < 0 || n_waits > 4 || n_recs < 0 || n_recs > 4) {
         snprintf(base->err, sizeof base->err, "bad step: %d entries (max %d), or a missing output/hidden-state buffer "
                  "for layers [%d, %d)", n, base->max_batch, base->layer_begin, base->layer_end);
         return -1;
@@ -1014,7 +1047,7 @@ static int s_run(cu_engine *E, const zl_seq *seqs, int n, const float *h_in, flo
     for (int i = 0; i < n; i++) {
         const zl_seq *s = &seqs[i];
         if (s->slot < 0 || s->slot >= base->n_slots || s->pos < 0 || s->n_tokens < 1 ||
-            s->pos + s->n_tokens > base->n_ctx || (embed && !s->tokens)) {
+            s->pos + s->n_tokens > base->n_ctx || (embed && !s->feed && !s->tokens)) {
             snprintf(base->err, sizeof base->err, "bad entry %d: slot %d pos %d n_tokens %d (n_slots %d, n_ctx %d)",
                      i, s->slot, s->pos, s->n_tokens, base->n_slots, base->n_ctx);
             return -1;
@@ -1023,7 +1056,13 @@ static int s_run(cu_engine *E, const zl_seq *seqs, int n, const float *h_in, flo
             snprintf(base->err, sizeof base->err, "entries %d and %d share slot %d", j, i, s->slot);
             return -1;
         }
-        for (int t = 0; embed && t < s->n_tokens; t++) if (s->tokens[t] < 0 || s->tokens[t] >= c->vocab_size) {
+        if (s->feed && (!embed || !last || s->n_tokens != 1 || !E->carry_ok[s->slot] ||
+                        (s->samp && s->samp->repeat_penalty != 1.0f && s->samp->repeat_last_n > 0))) {
+            snprintf(base->err, sizeof base->err, "entry %d: a fed entry needs one token, a whole-model engine, a "
+                     "slot whose last step sampled, and no repetition penalty (slot %d)", i, s->slot);
+            return -1;
+        }
+        for (int t = 0; embed && !s->feed && t < s->n_tokens; t++) if (s->tokens[t] < 0 || s->tokens[t] >= c->vocab_size) {
             snprintf(base->err, sizeof base->err, "entry %d: token %d out of range", i, (int)s->tokens[t]);
             return -1;
         }
@@ -1044,6 +1083,9 @@ static int s_run(cu_engine *E, const zl_seq *seqs, int n, const float *h_in, flo
         if (cudaEventSynchronize(E->ev_in) != cudaSuccess) { s_fail_step(E, seqs, n, "input event failed"); return -1; }
         E->in_pending = 0;
     }
+    /* the flight this step's results leave through (a pipeline stage's steps use fl[fl_head] only) */
+    cu_flight *f = &E->fl[(E->fl_head + E->fl_count) & 1];
+    E->order = f->order;
     /* order: decode entries first (one row each), then prefill entries as runs of rows */
     int k = 0;
     for (int i = 0; i < n; i++) if (seqs[i].n_tokens == 1) E->order[k++] = i;
@@ -1056,6 +1098,7 @@ static int s_run(cu_engine *E, const zl_seq *seqs, int n, const float *h_in, flo
     int32_t *r0 = (int32_t *)(E->h_in + E->in.seq_row0), *nr = (int32_t *)(E->h_in + E->in.seq_rows);
     int32_t *ss = (int32_t *)(E->h_in + E->in.seq_slot), *sp0 = (int32_t *)(E->h_in + E->in.seq_pos0);
     int32_t *lastr = (int32_t *)(E->h_in + E->in.last_row), *perm = (int32_t *)(E->h_in + E->in.perm);
+    int32_t *eslot = (int32_t *)(E->h_in + E->in.eslot);
     int row = 0;
     for (k = 0; k < n; k++) {
         const zl_seq *s = &seqs[E->order[k]];
@@ -1066,14 +1109,17 @@ static int s_run(cu_engine *E, const zl_seq *seqs, int n, const float *h_in, flo
             kvl[k] = s->pos + 1;
         }
         for (int t = 0; t < s->n_tokens; t++, row++) {
-            tok[row] = embed ? s->tokens[t] : 0; pos[row] = s->pos + t; slot[row] = s->slot;
+            /* a fed row: -1, which the embedding gather replaces with the slot's carried id (ops_feed) */
+            tok[row] = embed && !s->feed ? s->tokens[t] : embed ? -1 : 0; pos[row] = s->pos + t; slot[row] = s->slot;
         }
         lastr[k] = row - 1;
+        eslot[k] = s->slot;
         s_stage_sampling(E, k, s);
     }
     /* padded rows of a graph bucket: the sentinel slot at position 0 with kv_len 0, greedy, no history */
     for (; k < n_samp; k++, row++) {
         tok[row] = 0; pos[row] = 0; slot[row] = base->n_slots; kvl[k] = 0; lastr[k] = row; perm[row] = -1;
+        eslot[k] = base->n_slots;
         s_stage_sampling(E, k, NULL);
     }
     /* ONE host-to-device copy of every per-step input, on the engine's stream: the kernels (or the graph) that
@@ -1085,7 +1131,7 @@ static int s_run(cu_engine *E, const zl_seq *seqs, int n, const float *h_in, flo
     unsigned long long *hp = (unsigned long long *)(E->h_in + E->in.hptr);
     hp[0] = (unsigned long long)(uintptr_t)(dev ? (const void *)h_in : (const void *)E->hbuf);
     hp[1] = (unsigned long long)(uintptr_t)(dev ? (void *)h_out : (void *)E->hbuf);
-    if (cudaEventRecord(E->ev0, E->st) != cudaSuccess || cudaMemcpyAsync(E->d_in, E->h_in, nbytes, cudaMemcpyHostToDevice, E->st) != cudaSuccess ||
+    if (cudaEventRecord(f->ev0, E->st) != cudaSuccess || cudaMemcpyAsync(E->d_in, E->h_in, nbytes, cudaMemcpyHostToDevice, E->st) != cudaSuccess ||
         cudaEventRecord(E->ev_in, E->st) != cudaSuccess ||
         (stage_io && !dev && !embed &&
          cudaMemcpyAsync(E->hbuf, h_in, (size_t)total * c->dim * 4, cudaMemcpyHostToDevice, E->st) != cudaSuccess)) {
@@ -1130,31 +1176,62 @@ static int s_run(cu_engine *E, const zl_seq *seqs, int n, const float *h_in, flo
         }
         return 0;
     }
-    /* ids and the advanced generator states come back in one copy (rng and out_tok are adjacent) */
-    cudaError_t ce = cudaMemcpyAsync(E->h_in + E->in.rng, E->d_in + E->in.rng, E->in.tokens - E->in.rng,
+    /* ids and the advanced generator states come back in one copy (rng and out_tok are adjacent), into the
+     * flight's own pinned area: a step launched behind this one rewrites h_in before this one is waited for */
+    cudaError_t ce = cudaMemcpyAsync(f->h_out, E->d_in + E->in.rng, E->in.tokens - E->in.rng,
                                      cudaMemcpyDeviceToHost, E->st);
     if (ce == cudaSuccess && out_logits)
         ce = cudaMemcpyAsync(E->h_logits, E->logits, (size_t)n * c->vocab_size * 4, cudaMemcpyDeviceToHost, E->st);
-    if (ce == cudaSuccess) ce = cudaEventRecord(E->ev1, E->st);
-    if (ce == cudaSuccess) ce = cudaStreamSynchronize(E->st);
-    if (ce == cudaSuccess) {
-        float ms = 0.f;
-        ce = cudaEventElapsedTime(&ms, E->ev0, E->ev1);
-        E->last_gpu_ms = ms;
-    }
+    if (ce == cudaSuccess) ce = cudaEventRecord(f->ev1, E->st);
     if (ce != cudaSuccess) {
         snprintf(err, errlen, "%s", cudaGetErrorString(ce));
         s_fail_step(E, seqs, n, err);
         return -1;
     }
-    const int32_t *otok = (const int32_t *)(E->h_in + E->in.out_tok);
-    const uint64_t *orng = (const uint64_t *)(E->h_in + E->in.rng);
-    for (k = 0; k < n; k++) {
-        const int i = E->order[k];
+    /* the slots' carries as the device will leave them, in launch order: a later step may feed from a slot
+     * whose latest step sampled it */
+    for (int i = 0; i < n; i++) E->carry_ok[seqs[i].slot] = seqs[i].sample != 0;
+    f->seqs = seqs;
+    f->n = n;
+    f->logits = out_logits;
+    E->fl_count++;
+    E->in_pending = 1;   /* the next step waits for this one's input copy (ev_in) before rewriting h_in */
+    return launch ? 0 : s_collect(E, out_tokens);
+}
+
+/* waits for the oldest launched step and hands its ids (and logits, generator states) to the caller */
+static int s_collect(cu_engine *E, int32_t *out_tokens) {
+    zl_engine *base = &E->base;
+    if (E->fl_count == 0 || !out_tokens) {
+        snprintf(base->err, sizeof base->err, "step_wait: no launched step (or no output)");
+        return -1;
+    }
+    cu_flight *f = &E->fl[E->fl_head];
+    const zl_seq *seqs = f->seqs;
+    const int n = f->n;
+    const size_t V = (size_t)base->model->cfg.vocab_size;
+    cudaError_t ce = cudaSetDevice(E->dev);
+    if (ce == cudaSuccess) ce = cudaEventSynchronize(f->ev1);
+    if (ce == cudaSuccess) {
+        float ms = 0.f;
+        ce = cudaEventElapsedTime(&ms, f->ev0, f->ev1);
+        E->last_gpu_ms = ms;
+    }
+    if (ce != cudaSuccess) {
+        char err[200];
+        snprintf(err, sizeof err, "%s", cudaGetErrorString(ce));
+        s_fail_step(E, seqs, n, err);
+        return -1;
+    }
+    E->fl_head ^= 1;
+    if (--E->fl_count == 0) E->in_pending = 0;   /* every copy of the stream is done */
+    const int32_t *otok = (const int32_t *)(f->h_out + (E->in.out_tok - E->in.rng));
+    const uint64_t *orng = (const uint64_t *)f->h_out;
+    for (int k = 0; k < n; k++) {
+        const int i = f->order[k];
         out_tokens[i] = seqs[i].sample ? otok[k] : -1;
         if (seqs[i].sample && seqs[i].rng) *seqs[i].rng = orng[k];
-        if (out_logits) memcpy(out_logits + (size_t)i * c->vocab_size, E->h_logits + (size_t)k * c->vocab_size,
-                               (size_t)c->vocab_size * 4);
+        if (f->logits) memcpy(f->logits + (size_t)i * V, E->h_logits + (size_t)k * V, V * 4);
     }
     return 0;
 }
@@ -1165,12 +1242,22 @@ static int s_step(zl_engine *base, const zl_seq *seqs, int n, int32_t *out_token
                  base->layer_begin, base->layer_end);
         return -1;
     }
-    return s_run((cu_engine *)base, seqs, n, NULL, NULL, 0, NULL, 0, NULL, 0, out_tokens, out_logits);
+    return s_run((cu_engine *)base, seqs, n, NULL, NULL, 0, NULL, 0, NULL, 0, out_tokens, out_logits, 0);
 }
 
 static int s_step_hidden(zl_engine *base, const zl_seq *seqs, int n, const float *h_in, float *h_out,
                          int32_t *out_tokens, float *out_logits) {
-    return s_run((cu_engine *)base, seqs, n, h_in, h_out, 0, NULL, 0, NULL, 0, out_tokens, out_logits);
+    return s_run((cu_engine *)base, seqs, n, h_in, h_out, 0, NULL, 0, NULL, 0, out_tokens, out_logits, 0);
+}
+
+static int s_launch(zl_engine *base, const zl_seq *seqs, int n) {
+    return s_run((cu_engine *)base, seqs, n, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, 1);
+}
+
+static int s_wait(zl_engine *base, int32_t *out_tokens) {
+    cu_engine *E = (cu_engine *)base;
+    if (E->dead) { snprintf(base->err, sizeof base->err, "cuda engine unusable after an earlier device error"); return -1; }
+    return s_collect(E, out_tokens);
 }
 
 /* ------------------------------------------------------------------ lifetime */
@@ -1180,7 +1267,8 @@ static void s_destroy(zl_engine *base) {
     if (!E) return;
     if (E->abandoned) {   /* the stream may wait forever on a dead peer's event: free host memory only */
         free(E->L);
-        free(E->order);
+        for (int i = 0; i < 2; i++) free(E->fl[i].order);
+        free(E->carry_ok);
         free(E->crow);
         free(E);
         return;
@@ -1199,21 +1287,25 @@ static void s_destroy(zl_engine *base) {
         free(E->L);
     }
     s_free_mat(&E->out);
-    if (E->ev0) cudaEventDestroy(E->ev0);
-    if (E->ev1) cudaEventDestroy(E->ev1);
+    for (int i = 0; i < 2; i++) {
+        if (E->fl[i].ev0) cudaEventDestroy(E->fl[i].ev0);
+        if (E->fl[i].ev1) cudaEventDestroy(E->fl[i].ev1);
+        cudaFreeHost(E->fl[i].h_out);
+        free(E->fl[i].order);
+    }
+    free(E->carry_ok);
     if (E->ev_in) cudaEventDestroy(E->ev_in);
     cudaFree(E->xf);
     cudaFree(E->hbuf);
     /* E->gu is E->qkv's allocation: freed once, as qkv */
     void *d[] = {E->tok_embd, E->out_norm, E->rope_cs, E->kv, E->x, E->qkv, E->q, E->att, E->xb, E->logits,
-                 E->attn_ws, E->samp_ws, E->d_in, E->cb_ws, E->qtc_ws};
+                 E->attn_ws, E->samp_ws, E->d_in, E->cb_ws, E->qtc_ws, E->carry_tok, E->carry_rng};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) cudaFree(d[i]);
     if (E->att_w != (void *)E->att) cudaFree(E->att_w);
     cudaFreeHost(E->h_in);
     cudaFreeHost(E->h_logits);
     if (E->cb) cublasDestroy(E->cb);
     if (E->st) cudaStreamDestroy(E->st);
-    free(E->order);
     free(E->crow);
     free(E);
 }
@@ -1237,6 +1329,7 @@ static void s_layout_inputs(cu_inputs *in, int max_tok, int max_batch) {
     in->seq_slot = o; o = s_align(o + (size_t)max_batch * 4);
     in->seq_pos0 = o; o = s_align(o + (size_t)max_batch * 4);
     in->last_row = o; o = s_align(o + (size_t)max_batch * 4);
+    in->eslot = o;    o = s_align(o + (size_t)max_batch * 4);
     in->hist_len = o; o = s_align(o + (size_t)max_batch * 4);
     in->params = o;   o = s_align(o + (size_t)max_batch * sizeof(zl_sampling));
     in->perm = o;     o = s_align(o + (size_t)max_tok * 4);
@@ -1318,6 +1411,10 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
     zl_engine *b = &E->base;
     b->ops = &s_ops_cuda;
     b->step_hidden = s_step_hidden;
+    if (lb == 0 && le == c->n_layers) {   /* steps queued ahead: whole models only (the sampler carries ids) */
+        b->step_launch = s_launch;
+        b->step_wait = s_wait;
+    }
     b->layer_begin = lb;
     b->layer_end = le;
     b->model = m;
@@ -1369,8 +1466,10 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         }
         if (s_upload_model(E, err, errlen) != 0) goto fail;
         E->last_gpu_ms = -1;
-        CU_CHECK(cudaEventCreate(&E->ev0));
-        CU_CHECK(cudaEventCreate(&E->ev1));
+        for (int i = 0; i < 2; i++) {
+            CU_CHECK(cudaEventCreate(&E->fl[i].ev0));
+            CU_CHECK(cudaEventCreate(&E->fl[i].ev1));
+        }
         CU_CHECK(cudaEventCreateWithFlags(&E->ev_in, cudaEventDisableTiming));
         
         /* RoPE table for every position of a slot */
@@ -1411,9 +1510,20 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         memset(E->h_in, 0, E->in.total);
         CU_CHECK(cudaMalloc((void **)&E->d_in, E->in.total));
         CU_CHECK(cudaMemset(E->d_in, 0, E->in.total));
-        E->order = (int *)malloc((size_t)b->max_batch * sizeof(int));
+        for (int i = 0; i < 2; i++) {
+            E->fl[i].order = (int *)malloc((size_t)b->max_batch * sizeof(int));
+            if (!E->fl[i].order) { snprintf(err, errlen, "out of memory"); goto fail; }
+            CU_CHECK(cudaMallocHost((void **)&E->fl[i].h_out, E->in.tokens - E->in.rng));
+        }
+        E->order = E->fl[0].order;
         E->crow = (int *)malloc((size_t)b->max_batch * sizeof(int));
-        if (!E->order || !E->crow) { snprintf(err, errlen, "out of memory"); goto fail; }
+        E->carry_ok = (uint8_t *)calloc((size_t)b->n_slots, 1);
+        if (!E->crow || !E->carry_ok) { snprintf(err, errlen, "out of memory"); goto fail; }
+        /* the carries start zeroed: every id and state a fed row could read is valid before the first sample */
+        CU_CHECK(cudaMalloc((void **)&E->carry_tok, ((size_t)b->n_slots + 1) * 4));
+        CU_CHECK(cudaMemset(E->carry_tok, 0, ((size_t)b->n_slots + 1) * 4));
+        CU_CHECK(cudaMalloc((void **)&E->carry_rng, ((size_t)b->n_slots + 1) * 8));
+        CU_CHECK(cudaMemset(E->carry_rng, 0, ((size_t)b->n_slots + 1) * 8));
         if (lb > 0 || le < c->n_layers) CU_CHECK(cudaMalloc((void **)&E->hbuf, T * c->dim * 4));
         E->samp_ws_bytes = sample_workspace_bytes(b->max_batch, c->vocab_size);
         CU_CHECK(cudaMalloc(&E->samp_ws, E->samp_ws_bytes ? E->samp_ws_bytes : 16));
@@ -1501,7 +1611,7 @@ int engine_cuda_step_hidden_dev(zl_engine *e, const zl_seq *seqs, int n, const f
                                 int32_t *out_tokens) {
     if (!e || !e->ops || e->ops != &s_ops_cuda) return -1;
     return s_run((cu_engine *)e, seqs, n, d_h_in, d_h_out, 1, wait_events, n_wait, record_events, n_record,
-                 out_tokens, NULL);
+                 out_tokens, NULL, 0);
 }
 
 int engine_cuda_device(const zl_engine *e) {

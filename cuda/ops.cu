@@ -3,6 +3,7 @@
  * share their arithmetic with the separate kernels through one inline helper each (rope_rotate, silu_mul), so
  * that fusing changes launches, never bits. */
 #include <math.h>
+#include <string.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include "ops.h"
@@ -34,12 +35,25 @@ static int grid_for(size_t n, int block) {
 }
 
 /* ---------------------------------------------------------------- embedding gather */
+/* row r's token; a fed row (negative id) reads its slot's carried id, and thread 0 moves the carried generator
+ * state into the entry's sampling state (ops_feed) */
+__device__ __forceinline__ int embed_token(const int32_t *tokens, const ops_feed &fd, int r) {
+    int t = tokens[r];
+    if (t < 0) {
+        if (!fd.carry_tok) return 0;
+        const int s = fd.slot[r];
+        t = fd.carry_tok[s];
+        if (threadIdx.x == 0) fd.rng[r] = fd.carry_rng[s];
+    }
+    return t;
+}
+
 template <typename T>
-__global__ void k_embed(const T *table, int dim, const int32_t *tokens, float *out) {
+__global__ void k_embed(const T *table, int dim, const int32_t *tokens, float *out, ops_feed fd) {
     pdl_trigger();
     pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     const int r = blockIdx.x;
-    const T *row = table + (size_t)tokens[r] * dim;
+    const T *row = table + (size_t)embed_token(tokens, fd, r) * dim;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) out[(size_t)r * dim + i] = ld_f(row, i);
 }
 
@@ -47,11 +61,11 @@ __global__ void k_embed(const T *table, int dim, const int32_t *tokens, float *o
  * that a row is one round trip to memory (the loop above issues its 2-byte loads a few at a time: ~9 us for a
  * 4096-wide row at the start of every step, H100) */
 template <typename T>
-__global__ void k_embed8(const T *table, int dim, const int32_t *tokens, float *out) {
+__global__ void k_embed8(const T *table, int dim, const int32_t *tokens, float *out, ops_feed fd) {
     pdl_trigger();
     pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     const int r = blockIdx.x;
-    const uint4 *row = reinterpret_cast<const uint4 *>(table + (size_t)tokens[r] * dim);
+    const uint4 *row = reinterpret_cast<const uint4 *>(table + (size_t)embed_token(tokens, fd, r) * dim);
     for (int i = threadIdx.x; i < dim / 8; i += blockDim.x) {
         const uint4 v = row[i];
         const T *e = reinterpret_cast<const T *>(&v);
@@ -62,8 +76,15 @@ __global__ void k_embed8(const T *table, int dim, const int32_t *tokens, float *
 }
 
 int ops_embed(const void *table, cu_dtype tdt, int dim, const int32_t *tokens, int n_rows, float *out,
-              cudaStream_t st, char *err, size_t errlen) {
+              const ops_feed *fdp, cudaStream_t st, char *err, size_t errlen) {
     if (n_rows <= 0) return 0;
+    ops_feed fd;
+    memset(&fd, 0, sizeof fd);
+    if (fdp) fd = *fdp;
+    if (fd.carry_tok && (!fd.slot || !fd.carry_rng || !fd.rng)) {
+        snprintf(err, errlen, "ops_embed: incomplete feed arguments");
+        return -1;
+    }
     cudaError_t le = cudaSuccess;
     const bool vec = tdt != CU_F32 && dim % 8 == 0 && ((uintptr_t)table & 15) == 0 && ((uintptr_t)out & 15) == 0;
     with_type(tdt, [&](auto *tp) {
@@ -71,11 +92,11 @@ int ops_embed(const void *table, cu_dtype tdt, int dim, const int32_t *tokens, i
         if constexpr (sizeof(T) == 2) {
             if (vec) {
                 const int th = dim / 8 < 512 ? (dim / 8 + 31) / 32 * 32 : 512;
-                le = cu_launch(k_embed8<T>, n_rows, th, 0, st, (const T *)table, dim, tokens, out);
+                le = cu_launch(k_embed8<T>, n_rows, th, 0, st, (const T *)table, dim, tokens, out, fd);
                 return;
             }
         }
-        le = cu_launch(k_embed<T>, n_rows, 256, 0, st, (const T *)table, dim, tokens, out);
+        le = cu_launch(k_embed<T>, n_rows, 256, 0, st, (const T *)table, dim, tokens, out, fd);
     });
     if (le != cudaSuccess) { snprintf(err, errlen, "%s: launch failed: %s", "ops_embed", cudaGetErrorString(le)); return -1; }
     CU_LAUNCH_CHECK_RET("ops_embed");

@@ -21,10 +21,21 @@ typedef enum { CU_F32 = 0, CU_F16 = 1, CU_BF16 = 2 } cu_dtype;
 size_t ops_dtype_size(cu_dtype t);
 const char *ops_dtype_name(cu_dtype t);
 
+/* fed rows of an embedding gather (zl_seq.feed): a row whose token is negative takes the id carried for its
+ * slot (the sampler's last id for it, sample_params.carry_tok) and its generator state (carry_rng into rng). */
+typedef struct {
+    const int32_t *slot;       /* device [n_rows]: each row's KV slot (the carry index) */
+    const int32_t *carry_tok;  /* device [n_slots + 1]: carried ids */
+    const uint64_t *carry_rng; /* device [n_slots + 1]: carried generator states */
+    uint64_t *rng;             /* device [n_rows]: sampling state of entry r, written for fed rows (a fed row is
+                                * a decode row, and decode rows come first: row r is entry r) */
+} ops_feed;
+
 /* out[t][0..dim) = f32(table[tokens[t]][0..dim)); table [vocab][dim] of type tdt. Token ids must be < vocab
- * (the engine checks them before the step). */
+ * (the engine checks them before the step); with fd (may be NULL), a negative id is a fed row (ops_feed), and
+ * without fd it reads row 0. */
 int ops_embed(const void *table, cu_dtype tdt, int dim, const int32_t *tokens, int n_rows, float *out,
-              cudaStream_t st, char *err, size_t errlen);
+              const ops_feed *fd, cudaStream_t st, char *err, size_t errlen);
 
 /* RMSNorm: out[r] = x[rows ? rows[r] : r] / sqrt(mean(x^2) + eps) * w, with f32 statistics; out [n_rows][dim]
  * of type odt. rows (device, may be NULL) gathers rows, e.g. the last token of each sequence before the LM head. */

@@ -252,6 +252,17 @@ __device__ __forceinline__ bool penalty_on(const sample_params &p, const zl_samp
     return p.history && hl > 0 && P.repeat_last_n > 0 && P.repeat_penalty != 1.0f && P.repeat_penalty > 0.0f;
 }
 
+/* the row's id into out and, with a carry, into the carry at the row's index with the generator state after
+ * the draw (thread 0, after its own rng write, so the state read is the advanced one) */
+__device__ __forceinline__ void put_id(const sample_params &p, int row, int sidx, int id) {
+    p.out[row] = id;
+    if (p.carry_tok) {
+        const int ci = p.carry_idx[row];
+        p.carry_tok[ci] = id;
+        p.carry_rng[ci] = p.rng_state ? p.rng_state[sidx] : 0;
+    }
+}
+
 /* one row in one block: every sampling mode */
 __device__ void sample_row(const sample_params &p, int row, block_smem &sm) {
     const zl_sampling P = p.params[row];
@@ -260,7 +271,7 @@ __device__ void sample_row(const sample_params &p, int row, block_smem &sm) {
     const float *lg = p.logits + (long)row * lstride;
     const int sidx = p.row_state ? p.row_state[row] : row;
     if (V <= 1) {
-        if (threadIdx.x == 0) p.out[row] = 0;
+        if (threadIdx.x == 0) put_id(p, row, sidx, 0);
         return;
     }
 
@@ -298,11 +309,11 @@ __device__ void sample_row(const sample_params &p, int row, block_smem &sm) {
     c.lmax = bv;
     const int n_valid = n_found;
     if (!(P.temperature > 0.0f) || !p.rng_state) {
-        if (threadIdx.x == 0) p.out[row] = c.best;
+        if (threadIdx.x == 0) put_id(p, row, sidx, c.best);
         return;
     }
     if (n_valid == 0) {   /* everything masked: the CPU answers 0 without drawing */
-        if (threadIdx.x == 0) p.out[row] = 0;
+        if (threadIdx.x == 0) put_id(p, row, sidx, 0);
         return;
     }
     c.invt_l2 = kLog2e / P.temperature;
@@ -388,7 +399,7 @@ __device__ void sample_row(const sample_params &p, int row, block_smem &sm) {
         const float x = src[i];
         return weight3(cc, i, x, fkey(x));
     });
-    if (threadIdx.x == 0) p.out[row] = pick >= 0 ? pick : c.best;
+    if (threadIdx.x == 0) put_id(p, row, sidx, pick >= 0 ? pick : c.best);
 }
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(sample_params p) {
@@ -433,7 +444,7 @@ __global__ void __launch_bounds__(kThreads) sample_cluster_kernel(sample_params 
             if (kv > v || (kv == v && ki < id)) { v = kv; id = ki; }
         }
         if (isnan(lg[0]) || id >= V) id = 0;   /* as sample_row */
-        p.out[row] = id;
+        put_id(p, row, p.row_state ? p.row_state[row] : row, id);
     }
     cl.sync();   /* the slices' shared memory stays until block 0 has read it */
 #else
@@ -455,6 +466,7 @@ extern "C" cudaError_t sample_launch(const sample_params *p, cudaStream_t stream
     if (p->history && (p->history_stride < 1 || !p->history_len)) return cudaErrorInvalidValue;
     if (p->history && (!p->workspace || p->workspace_bytes < sample_workspace_bytes(p->n_rows, p->vocab)))
         return cudaErrorInvalidValue;
+    if (p->carry_tok && (!p->carry_rng || !p->carry_idx)) return cudaErrorInvalidValue;
     static int s_cl[64];   /* clusters: sm_90 and later (ZLLM_CUDA_SAMPLE_CLUSTER=0 off, for comparisons) */
     if (p->vocab >= kClMinVocab && (long)p->n_rows * kCl <= 0x7fffffffL &&
         cu_device_switch(s_cl, 9, 99, "ZLLM_CUDA_SAMPLE_CLUSTER")) {

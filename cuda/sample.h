@@ -39,6 +39,11 @@ typedef struct {
     void *workspace;           /* device scratch of sample_workspace_bytes(n_rows, vocab) bytes (penalized logits);
                                   may be NULL when history is NULL */
     size_t workspace_bytes;    /* its size; the launcher fails with cudaErrorInvalidValue when too small */
+    int32_t *carry_tok;        /* device [*]: each row's id is also written at carry_idx[r] (the next step's fed
+                                  token, ops_feed); NULL: no carry */
+    uint64_t *carry_rng;       /* device [*]: with carry_tok, the row's generator state after its draw (unchanged
+                                  for greedy rows; 0 without rng_state) */
+    const int32_t *carry_idx;  /* device [n_rows]: row r's carry index (its KV slot); required with carry_tok */
 } sample_params;
 
 /* Workspace bytes for n_rows rows of vocab logits (also enough for fewer rows). */

@@ -6,13 +6,16 @@
  *     (bitwise when the batch fills its bucket, within 1e-5 when padded rows change the product's shape);
  *   - batch invariance: 16 sequences with different prompts and lengths, joining at different steps, each
  *     produce the same 128 greedy tokens as when run alone;
- *   - stories260K only: the 200 golden greedy ids from BOS, with and without graphs.
+ *   - stories260K only: the 200 golden greedy ids from BOS, with and without graphs;
+ *   - steps queued ahead (engine_step_launch, fed tokens; tests/launch_check.h): the tokens of synchronous
+ *     steps, with graphs and eagerly, and the refusals.
  * ZLLM_GPU_TEST_QUICK=1 shortens the invariance run (for compute-sanitizer). */
 extern "C" {
 #include "engine.h"
 #include "model.h"
 #include "sampler.h"
 #include "test.h"
+#include "launch_check.h"
 }
 #include <math.h>
 #include <stdint.h>
@@ -401,6 +404,15 @@ int main(int argc, char **argv) {
         test_logits(m, name);
         test_graphs(m, name);
         test_invariance(m, name, quick ? 8 : 128);
+        for (int ng = 0; ng < 2; ng++) {
+            zl_engine *e = new_engine(m, "cuda", 16, 256, ng);
+            if (!e) continue;
+            char nm[1200];
+            snprintf(nm, sizeof nm, "%s%s", name, ng ? " (no graphs)" : "");
+            launch_check_refusals(e, nm);
+            launch_check_tokens(e, nm, m->cfg.vocab_size, quick ? 8 : 48);
+            engine_destroy(&e);
+        }
         model_destroy(&m);
     }
     if (argc == 1) {   /* default run: the transformers references that this checkout carries */

@@ -96,7 +96,7 @@ static void test_embed(int vocab, int dim, int rows) {
         for (int r = 0; r < rows; r++) tok[r] = (int32_t)((frand() * 0.5f + 0.5f) * (vocab - 1));
         for (int r = 0; r < rows; r++) for (int i = 0; i < dim; i++) ref[(size_t)r * dim + i] = tr[(size_t)tok[r] * dim + i];
         void *dt = dnew(ht, t, (size_t)vocab * dim), *dtok = dnew(tok, CU_F32, rows), *dout = dnew(NULL, CU_F32, (size_t)rows * dim);
-        CHECK(ops_embed(dt, t, dim, (int32_t *)dtok, rows, (float *)dout, 0, err, errlen) == 0, "embed: %s", err);
+        CHECK(ops_embed(dt, t, dim, (int32_t *)dtok, rows, (float *)dout, NULL, 0, err, errlen) == 0, "embed: %s", err);
         cmp("embed", dout, CU_F32, ref, (size_t)rows * dim);
         cudaFree(dt); cudaFree(dtok); cudaFree(dout); free(tab); free(tr); free(ref); free(ht); free(tok);
     }

@@ -7,7 +7,9 @@
  * test engine with the asynchronous API (t_async: a step runs only at its collect, like a pipeline's) that checks
  * the lane protocol: one step per lane, collects in submission order, no KV slot in two steps in flight, the
  * caller's entries unchanged until the collect. Seeded sampling with a repetition penalty gives the same tokens
- * with 1, 2 and 3 lanes. Cancels and clears while a step is in flight, and random churn of adds and cancels. */
+ * with 1, 2 and 3 lanes. Cancels and clears while a step is in flight, and random churn of adds and cancels.
+ * Steps queued ahead (the default over the CPU engine with one lane, so the tests above run that way): the same
+ * events as synchronous steps, and churn with steps in flight (test_ahead). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +267,15 @@ static int s_run_one(wk_batcher *b, uint64_t rid, int *got, int *n_got) {
                 fin = ev[j].fin;
             }
     }
+    /* with steps queued ahead, the step behind the final one is still in flight (its result for rid dropped):
+     * collected here, so that another batcher may use the engine, and it must say nothing more of rid */
+    for (int k = 0; k < 3 && batcher_in_flight(b) > 0; k++) {
+        int n_ev = 0;
+        CHECK(batcher_step(b, ev, cap, &n_ev, err, sizeof err) >= 0, "drain: %s", err);
+        for (int j = 0; j < n_ev; j++) CHECK(ev[j].rid != rid, "rid %llu: an event after its final one",
+                                             (unsigned long long)rid);
+    }
+    CHECK(batcher_in_flight(b) == 0, "nothing in flight after the drain");
     free(ev);
     return fin;
 }
@@ -326,6 +337,8 @@ static void test_rejects_and_cancel(const zl_model *m) {
     int32_t buf[NG + 1], buf2[NG + 1];
     wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
     if (!b) goto out;
+    /* the call-by-call expectations below are those of synchronous steps (test_ahead has the queued ones) */
+    CHECK(batcher_ahead(b) == 1 && batcher_set_ahead(b, 0) == 0 && !batcher_ahead(b), "steps queued ahead: off");
     int cap = batcher_event_cap(b), n_ev = 0;
     wk_event *ev = calloc((size_t)cap, sizeof *ev);
     wk_request r = s_req(1, buf, 5, 50);
@@ -643,6 +656,118 @@ static void test_churn(const zl_model *m) {
     }
 }
 
+/* ------------------------------------------------------------------------------------------------------------
+ * steps queued ahead (the CPU engine has engine_step_launch): the same requests with and without give every rid
+ * the same tokens and final code (greedy golden continuations, a stop id, seeded sampling fed on the device, a
+ * repetition penalty that is never fed), with more requests than slots; then random adds and cancels with steps
+ * in flight: golden tokens, one final event per rid, none after it, and every slot back at the end. */
+#define NA 10
+static void test_ahead(const zl_model *m) {
+    static int32_t got[2][NA][NG], bufs[NA][NG + 1];
+    int n_got[2][NA], fin[2][NA], in_flight_seen[2] = {0, 0}, stop_at = 0;
+    for (int mode = 0; mode < 2; mode++) {
+        zl_engine *e = s_engine(m, 4, 4, 128, 16);
+        if (!e) return;
+        char err[256];
+        wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+        CHECK(b && batcher_set_ahead(b, mode) == mode, "batcher with steps queued ahead %s", mode ? "on" : "off");
+        if (!b) { engine_destroy(&e); return; }
+        int cap = batcher_event_cap(b), next = 0, ended = 0;
+        wk_event *ev = calloc((size_t)cap, sizeof *ev);
+        memset(n_got[mode], 0, sizeof n_got[mode]);
+        memset(fin[mode], 0, sizeof fin[mode]);
+        for (int call = 0; call < 600 && ended < NA; call++) {
+            while (next < NA && batcher_free_slots(b) > 0) {
+                wk_request r = s_req(100 + next, bufs[next], 2 + 7 * next % 23, 3 + 5 * next % 17);
+                if (next == 2) { stop_at = 2 + 7 * 2 % 23 + 4; r.stop_ids = &s_gold[stop_at]; r.n_stop_ids = 1; }
+                if (next == 4 || next == 7) { r.samp.temperature = 0.8f; r.samp.top_k = 30; r.samp.seed = 5 + next; }
+                if (next == 7) { r.samp.repeat_penalty = 1.2f; r.samp.repeat_last_n = 16; }
+                CHECK(batcher_add(b, &r, err, sizeof err) == 0, "add %d: %s", next, err);
+                next++;
+            }
+            int n_ev = 0;
+            if (batcher_step(b, ev, cap, &n_ev, err, sizeof err) < 0) { CHECK(0, "ahead %d: %s", mode, err); break; }
+            in_flight_seen[mode] |= batcher_in_flight(b) > 0;
+            for (int j = 0; j < n_ev; j++) {
+                const int k = (int)ev[j].rid - 100;
+                if (k < 0 || k >= NA) continue;
+                CHECK(!fin[mode][k], "rid %d: an event after its final one", k);
+                if (ev[j].tok >= 0 && n_got[mode][k] < NG) got[mode][k][n_got[mode][k]++] = ev[j].tok;
+                if (ev[j].fin) { fin[mode][k] = ev[j].fin; ended++; }
+            }
+        }
+        CHECK(ended == NA, "ahead %d: %d of %d requests ended", mode, ended, NA);
+        for (int k = 0; k < 3 && batcher_in_flight(b); k++) {
+            int n_ev = 0;
+            batcher_step(b, ev, cap, &n_ev, err, sizeof err);
+        }
+        CHECK(batcher_in_flight(b) == 0 && batcher_free_slots(b) == 4, "ahead %d: every slot back", mode);
+        free(ev);
+        batcher_destroy(&b);
+        engine_destroy(&e);
+    }
+    CHECK(!in_flight_seen[0] && in_flight_seen[1], "steps stay in flight between calls only when queued ahead");
+    for (int k = 0; k < NA; k++) {
+        CHECK(n_got[0][k] == n_got[1][k] && fin[0][k] == fin[1][k] &&
+              !memcmp(got[0][k], got[1][k], (size_t)n_got[0][k] * sizeof(int32_t)),
+              "rid %d: %d tokens (fin %d) queued ahead, %d (fin %d) synchronously", k, n_got[1][k], fin[1][k],
+              n_got[0][k], fin[0][k]);
+        const int kp = 2 + 7 * k % 23;
+        if (k != 4 && k != 7)
+            CHECK(n_got[1][k] > 0 && !memcmp(got[1][k], &s_gold[kp], (size_t)n_got[1][k] * sizeof(int32_t)),
+                  "rid %d: golden continuation", k);
+    }
+    CHECK(fin[1][2] == WK_FIN_STOP && got[1][2][n_got[1][2] - 1] == s_gold[stop_at], "the stop id ends rid 2");
+
+    /* churn: adds and cancels at random calls, with steps in flight */
+    zl_engine *e = s_engine(m, 3, 3, 96, 8);
+    if (!e) return;
+    char err[256];
+    wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+    CHECK(b && batcher_ahead(b), "churn: steps queued ahead");
+    if (!b) { engine_destroy(&e); return; }
+    enum { NC = 30 };
+    static int32_t cb[NC][NG + 1], cg[NC][NG];
+    int cn[NC] = {0}, cf[NC] = {0}, plen[NC] = {0}, cancelled[NC] = {0}, finals = 0, n_add = 0;
+    uint64_t r = 77;
+    int cap = batcher_event_cap(b);
+    wk_event *ev = calloc((size_t)cap, sizeof *ev);
+    for (int call = 0; call < 2000 && finals < NC; call++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        const int pick = (int)((r >> 33) % 8);
+        if (pick < 3 && n_add < NC && batcher_free_slots(b) > 0) {
+            plen[n_add] = 1 + (int)((r >> 40) % 30);
+            wk_request q = s_req(500 + n_add, cb[n_add], plen[n_add], 1 + (int)((r >> 50) % 12));
+            CHECK(batcher_add(b, &q, err, sizeof err) == 0, "churn add: %s", err);
+            n_add++;
+        } else if (pick == 3 && n_add > 0) {
+            const int k = (int)((r >> 45) % (uint64_t)n_add);
+            if (batcher_cancel(b, 500 + k)) cancelled[k] = 1;
+        }
+        int n_ev = 0;
+        if (batcher_step(b, ev, cap, &n_ev, err, sizeof err) < 0) { CHECK(0, "churn: %s", err); break; }
+        for (int j = 0; j < n_ev; j++) {
+            const int k = (int)ev[j].rid - 500;
+            if (k < 0 || k >= NC) continue;
+            CHECK(!cf[k], "churn rid %d: an event after its final one", k);
+            if (ev[j].tok >= 0) cg[k][cn[k]++] = ev[j].tok;
+            if (ev[j].fin) { cf[k] = ev[j].fin; finals++; }
+        }
+        if (n_add == NC && batcher_running(b) == 0 && !batcher_in_flight(b)) break;
+    }
+    int golden = 1, ends = 1;
+    for (int k = 0; k < n_add; k++) {
+        ends &= cf[k] != 0 && (cancelled[k] || cf[k] == WK_FIN_LENGTH);
+        golden &= cn[k] == 0 || !memcmp(cg[k], &s_gold[plen[k]], (size_t)cn[k] * sizeof(int32_t));
+    }
+    CHECK(n_add == NC && ends, "churn: %d rids added, each with one final event (cancelled or at its length)", n_add);
+    CHECK(golden, "churn: every rid's tokens are its golden continuation");
+    CHECK(batcher_free_slots(b) == 3 && !batcher_in_flight(b), "churn: every slot back, nothing in flight");
+    free(ev);
+    batcher_destroy(&b);
+    engine_destroy(&e);
+}
+
 int main(void) {
     char p[1100], err[256];
     snprintf(p, sizeof p, "%s/stories260K/golden_greedy_ids.txt", test_fixtures());
@@ -668,6 +793,7 @@ int main(void) {
     test_churn(m);
     test_stops(m);
     test_rejects_and_cancel(m);
+    test_ahead(m);
     free(s_eog);
     model_destroy(&m);
     return test_report();

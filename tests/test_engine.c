@@ -1,7 +1,8 @@
 /* tests/test_engine.c: the CPU engine on stories260K (golden greedy ids from llama2.c's run.c), model
  * validation (malformed configurations refused by name), the sampler, and batch invariance: sequences with
  * different prompts and lengths, joining the batch at different steps, give bitwise the same logits and
- * greedy tokens as each run alone, whatever the thread count. */
+ * greedy tokens as each run alone, whatever the thread count; steps queued ahead with tokens fed from the
+ * previous step (tests/launch_check.h) give the tokens of synchronous steps. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "model.h"
 #include "sampler.h"
 #include "test.h"
+#include "launch_check.h"
 
 static char s_path[1024];
 
@@ -439,6 +441,13 @@ int main(void) {
         test_golden(m);
         test_bad_steps(m);
         test_batch_invariance(m);
+        /* steps queued ahead with fed tokens give the synchronous run's tokens (tests/launch_check.h) */
+        zl_engine *e = new_engine(m, 16, 2, 128);
+        if (e) {
+            launch_check_refusals(e, "stories260K cpu");
+            launch_check_tokens(e, "stories260K cpu", c->vocab_size, 24);
+        }
+        engine_destroy(&e);
     }
     /* again on qwen2 (RoPE on halves, Q/K/V biases, tied LM head, heads * head_dim != dim) */
     zl_model *q = model_load("tests/ref/tiny-qwen2.gguf", err, sizeof err);

@@ -1,7 +1,7 @@
 /* zllm-bench: decode and prefill speed of a model on one GPU, as a fraction of the roofline measured in the same
  * run.
  *   zllm-bench --model F.gguf [--device cuda[:N]] [--ctx 1024] [--prefill P] [--max-m 256] [--min-m 1]
- *              [--steps 20] [--no-graphs] [--skip-caps]
+ *              [--steps 20] [--no-graphs] [--skip-caps] [--sync]
  * First it measures the GPU's device-to-device copy and read-only bandwidth and its BF16 matrix rate
  * (cuda/gpu_caps.cu). Then, for M = 1, 2, 4, ... up to --max-m (and the engine's max batch; rows below --min-m
  * are skipped, e.g. to profile one batch size), it times decode
@@ -11,9 +11,13 @@
  *   16-bit matrices; the embedding gather is not counted) + M * ctx * layers * 2 * kv_dim * kv element size,
  *   decode flops = 2 * M * matrix parameters + 4 * M * ctx * n_heads * head_dim * layers,
  *   prefill bytes = the weights, flops = 2 * P * parameters + 2 * P^2 * n_heads * head_dim * layers (causal).
- * The table prints tokens/s, ms per step (host clock around engine_step), the GPU's own time per step (events
- * around the step's device work) and the idle gap (host minus GPU: time the GPU waited for the host), the
- * roofline time and the ratio. The KV contents are whatever the
+ * Decode steps run as a server runs them: each step is queued (engine_step_launch) behind the one in flight,
+ * its tokens fed on the device from that step's samples (zl_seq.feed), before the host waits for the older
+ * step, so the GPU does not wait for the host between steps; --sync times one engine_step at a time instead
+ * (the host's round trip then lies between every two steps). The table prints tokens/s, ms per step (host
+ * clock: from one step's results to the next one's, or around engine_step with --sync), the GPU's own time per
+ * step (events around the step's device work) and the idle gap (host minus GPU: time the GPU waited for the
+ * host), the roofline time and the ratio. The KV contents are whatever the
  * slots hold (zeros at start): the speed of attention does not depend on the values. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +38,7 @@ static double s_now(void) {
 
 static void s_usage(FILE *f) {
     fprintf(f, "usage: zllm-bench --model F.gguf [--device cuda[:N]] [--ctx 1024] [--prefill P] [--max-m 256]\n"
-               "                  [--min-m 1] [--steps 20] [--no-graphs] [--skip-caps]\n");
+               "                  [--min-m 1] [--steps 20] [--no-graphs] [--skip-caps] [--sync]\n");
 }
 
 static int s_cmp_d(const void *a, const void *b) {
@@ -44,7 +48,7 @@ static int s_cmp_d(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     const char *path = NULL, *device = "cuda";
-    int ctx = 1024, prefill = -1, max_m = 256, min_m = 1, steps = 20, no_graphs = 0, skip_caps = 0;
+    int ctx = 1024, prefill = -1, max_m = 256, min_m = 1, steps = 20, no_graphs = 0, skip_caps = 0, sync = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int has = i + 1 < argc;
@@ -57,13 +61,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--steps") && has) steps = atoi(argv[++i]);
         else if (!strcmp(a, "--no-graphs")) no_graphs = 1;
         else if (!strcmp(a, "--skip-caps")) skip_caps = 1;
+        else if (!strcmp(a, "--sync")) sync = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { s_usage(stdout); return 0; }
         else { s_usage(stderr); return 2; }
     }
     if (!path || ctx < 1 || max_m < 1 || min_m < 1 || steps < 1) { s_usage(stderr); return 2; }
     if (prefill < 0) prefill = ctx < 2048 ? ctx : 2048;
 #ifndef ZLLM_HAVE_CUDA
-    (void)device; (void)no_graphs; (void)skip_caps; (void)s_now; (void)s_cmp_d;
+    (void)device; (void)no_graphs; (void)skip_caps; (void)s_now; (void)s_cmp_d; (void)sync;
     fprintf(stderr, "zllm-bench: this zllm was built without CUDA\n");
     return 1;
 #else
@@ -116,7 +121,9 @@ int main(int argc, char **argv) {
     printf("matrix parameters %.3g (%.2f GB of matrix rows read per step; q/ffn_down/head types %s/%s/%s)\n\n",
            params, wbytes / 1e9, ggml_type_name(m->layers[0].wq.type), ggml_type_name(m->layers[0].w_down.type),
            ggml_type_name(m->output.data ? m->output.type : m->tok_embd.type));
-    printf("decode at context %d, %d timed steps each%s\n", ctx, steps, no_graphs ? " (no graphs)" : " (CUDA graphs)");
+    const int pipe = !sync && engine_can_launch(e);
+    printf("decode at context %d, %d timed steps each%s, %s\n", ctx, steps, no_graphs ? " (no graphs)" : " (CUDA graphs)",
+           pipe ? "each queued behind the one in flight (tokens fed on the device)" : "one synchronous step at a time");
     printf("%6s %12s %10s %10s %10s %12s %10s %8s\n", "M", "tokens/s", "ms/step", "gpu ms", "idle ms", "roofline ms",
            "bound", "ratio");
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)e->max_batch), *out = malloc(sizeof(int32_t) * (size_t)e->max_batch);
@@ -133,12 +140,32 @@ int main(int argc, char **argv) {
             q[i].slot = i; q[i].pos = ctx; q[i].n_tokens = 1; q[i].tokens = &toks[i]; q[i].sample = 1;
         }
         for (int w = 0; w < 3; w++) if (engine_step(e, q, M, out, NULL) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
-        for (int s = 0; s < steps; s++) {
-            const double a = s_now();
-            if (engine_step(e, q, M, out, NULL) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
-            times[s] = s_now() - a;
-            gpu[s] = engine_cuda_last_step_gpu_ms(e) * 1e-3;
-            gap[s] = times[s] - gpu[s];
+        if (pipe) {
+            /* one step in flight, then each turn queues the next (fed from the one before) and waits for the
+             * older: a turn lasts one step of the GPU's steady state. Two untimed turns first. The positions
+             * stay at ctx (the same KV length every step); only the tokens come from the device. */
+            for (int i = 0; i < M; i++) q[i].feed = 1;
+            if (engine_step_launch(e, q, M) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
+            for (int s = -2; s < steps; s++) {
+                const double a = s_now();
+                if (engine_step_launch(e, q, M) != 0 || engine_step_wait(e, out) != 0) {
+                    fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done;
+                }
+                if (s < 0) continue;
+                times[s] = s_now() - a;
+                gpu[s] = engine_cuda_last_step_gpu_ms(e) * 1e-3;
+                gap[s] = times[s] - gpu[s];
+            }
+            if (engine_step_wait(e, out) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
+            for (int i = 0; i < M; i++) q[i].feed = 0;
+        } else {
+            for (int s = 0; s < steps; s++) {
+                const double a = s_now();
+                if (engine_step(e, q, M, out, NULL) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
+                times[s] = s_now() - a;
+                gpu[s] = engine_cuda_last_step_gpu_ms(e) * 1e-3;
+                gap[s] = times[s] - gpu[s];
+            }
         }
         qsort(times, (size_t)steps, sizeof *times, s_cmp_d);
         qsort(gpu, (size_t)steps, sizeof *gpu, s_cmp_d);

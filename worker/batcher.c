@@ -14,7 +14,18 @@
  * writes its KV slot and generator state), while the broker already counts the slot as free and may assign a
  * new sequence, which then waits in a record without a KV slot (kv = -1) and gets the first slot released. With
  * one lane nothing is ever in flight between calls, so only records [0, n_slots) are used and record i holds
- * KV slot i, as before lanes existed. */
+ * KV slot i, as before lanes existed.
+ *
+ * Steps queued ahead (one lane over an engine with engine_step_launch, the default there): a step stays in
+ * flight between calls, and each call queues the next step behind it before it waits for it, so the device
+ * goes from one step to the next without waiting for the host. The next step cannot know the tokens the step
+ * in flight will sample, so a sequence in flight whose entry samples continues with a fed entry (zl_seq.feed:
+ * the engine takes the id its sampler left for the slot). That is a guess that the sequence goes on: when the
+ * step in flight ends it (a stop id, end of generation, a cancel), the fed step's result for it is dropped and
+ * its record and KV slot are released when that step is collected, as for a cancel in flight. The guess is not
+ * made where the end is certain (max_tokens, the context) or where a fed entry is not allowed (the repetition
+ * penalty: such a sequence waits for its token and runs in the step after). A record may then be in two steps
+ * in flight (inflight counts them), so records beyond n_slots are used as with lanes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +38,11 @@ typedef struct {
     int live;                      /* 1 while the sequence runs (not ended, not cancelled) */
     int kv;                        /* engine KV slot it holds, in [0, n_slots); -1 while waiting for one */
     int lane;                      /* lane its steps run in, [0, lanes) */
-    int inflight;                  /* 1 while a submitted, uncollected step holds an entry for it */
+    int inflight;                  /* submitted, uncollected steps holding an entry for it (0..2: two only with
+                                    * steps queued ahead) */
+    int n_sched;                   /* tokens in the KV cache once the steps in flight are done (n_past + theirs) */
+    int n_gen_sched;               /* tokens generated once the steps in flight are done (n_gen + theirs) */
+    int last_sampled;              /* 1: its latest launched entry samples (a fed entry may follow it) */
     uint64_t rid;                  /* its broker id */
     uint64_t order;                /* admission counter, for FIFO prefill and slot hand-over */
     int32_t *toks;                 /* [n_ctx] prompt then generated tokens (points into b->tok_buf) */
@@ -49,6 +64,7 @@ typedef struct {
     int *seq_rec;                  /* [max_batch] record of each entry */
     int32_t *out_tok;              /* [max_batch] sampled ids (an engine without lanes writes them at the submit) */
     int n;                         /* entries of the step in flight */
+    int prefill;                   /* with ahead: its prompt tokens (batcher_last_prefill_tokens at its collect) */
     int busy;                      /* 1 while a step of this lane is submitted and not collected */
     uint64_t ord;                  /* that step's submission ordinal (collects go in submission order) */
     int rotate;                    /* decode start offset when more decodes than max_batch */
@@ -69,6 +85,11 @@ struct wk_batcher {
     int n_pending;                 /* entries in pending */
     int pending_cap;               /* bound on pending (a broker flooding bad assignments loses the excess) */
     int lanes;                     /* lanes in use, 1..WK_MAX_LANES */
+    int ahead;                     /* 1: one lane, steps queued ahead (engine_step_launch; lane[0..1] are the two
+                                    * steps in flight, the older at fl_head) */
+    int ahead_off;                 /* batcher_set_ahead(b, 0) or ZLLM_WORKER_AHEAD=0: never queue ahead */
+    int fl_head;                   /* with ahead: lane index of the older step in flight */
+    int fl_count;                  /* with ahead: steps in flight, 0..2 */
     int async;                     /* 1: the engine has step_submit/step_collect (else steps run at the submit) */
     s_lane lane[WK_MAX_LANES];     /* per lane */
     int next_lane;                 /* the lane whose turn is next */
@@ -115,6 +136,8 @@ wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, 
         if (!L->seqs || !L->seq_rec || !L->out_tok) goto oom;
     }
     memcpy(b->eog, eog, (size_t)vocab);
+    const char *ah = getenv("ZLLM_WORKER_AHEAD");
+    b->ahead_off = ah && *ah && atoi(ah) == 0;
     for (int i = 0; i < b->n_rec; i++) {
         b->recs[i].toks = b->tok_buf + (size_t)i * (size_t)b->n_ctx;
         b->recs[i].kv = -1;
@@ -146,12 +169,24 @@ void batcher_destroy(wk_batcher **pb) {
 }
 
 int batcher_in_flight(const wk_batcher *b) {
+    if (b->ahead) return b->fl_count;
     int n = 0;
     for (int l = 0; l < WK_MAX_LANES; l++) n += b->lane[l].busy;
     return n;
 }
 
 int batcher_lanes(const wk_batcher *b) { return b->lanes; }
+
+int batcher_set_ahead(wk_batcher *b, int on) {
+    for (int i = 0; i < b->n_rec; i++)
+        if (b->recs[i].active) return -1;
+    if (batcher_in_flight(b)) return -1;
+    b->ahead_off = !on;
+    batcher_set_lanes(b, b->lanes);
+    return b->ahead;
+}
+
+int batcher_ahead(const wk_batcher *b) { return b->ahead; }
 
 int batcher_set_lanes(wk_batcher *b, int lanes) {
     for (int i = 0; i < b->n_rec; i++)
@@ -162,8 +197,11 @@ int batcher_set_lanes(wk_batcher *b, int lanes) {
     if (b->async && lanes > engine_lanes(b->e)) lanes = engine_lanes(b->e);
     if (lanes < 1) lanes = 1;
     b->lanes = lanes;
-    /* one lane: the decode rotation over the first n_slots records only, exactly as before lanes */
-    b->n_scan = lanes > 1 ? b->n_rec : b->n_slots;
+    b->ahead = lanes == 1 && !b->ahead_off && engine_can_launch(b->e);
+    b->fl_head = b->fl_count = 0;
+    /* one lane: the decode rotation over the first n_slots records only, exactly as before lanes (not with steps
+     * queued ahead: a record ended in flight keeps its slot while a new one waits) */
+    b->n_scan = lanes > 1 || b->ahead ? b->n_rec : b->n_slots;
     b->next_lane = 0;
     for (int l = 0; l < WK_MAX_LANES; l++) b->lane[l].rotate = 0;
     return lanes;
@@ -287,6 +325,9 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
     s->len = s->n_prompt = r->n_tokens;
     s->n_past = 0;
     s->n_gen = 0;
+    s->n_sched = 0;
+    s->n_gen_sched = 0;
+    s->last_sampled = 0;
     s->max_tokens = r->max_tokens;
     s->samp = r->samp;
     s->rng = sampler_rng_init(r->samp.seed);
@@ -381,23 +422,52 @@ static int s_entry(wk_batcher *b, s_lane *L, int i, int n, int budget) {
     q->history = s->toks;
     q->n_history = s->n_past + chunk;
     q->rng = &s->rng;
+    q->feed = 0;
     L->seq_rec[n] = i;
     return chunk;
 }
 
-/* builds lane l's next step in its seqs; returns the entries and the prompt tokens in *prefill */
-static int s_build(wk_batcher *b, int l, int *prefill) {
+/* adds record i (in flight, its entry sampling) to L's step as entry n: one token fed from that entry's sample */
+static void s_entry_fed(wk_batcher *b, s_lane *L, int i, int n) {
+    s_rec *s = &b->recs[i];
+    zl_seq *q = &L->seqs[n];
+    q->slot = s->kv;
+    q->pos = s->n_sched;
+    q->n_tokens = 1;
+    q->tokens = NULL;
+    q->sample = 1;
+    q->samp = &s->samp;
+    q->history = NULL;
+    q->n_history = 0;
+    q->rng = &s->rng;
+    q->feed = 1;
+    L->seq_rec[n] = i;
+}
+
+/* record i, in flight, may continue with a fed entry in the step queued behind: it runs, its latest entry
+ * samples, the repetition penalty is off, and neither max_tokens nor the context ends it for certain when that
+ * entry's token arrives (s_finish: n_gen reaches n_gen_sched, len reaches n_sched + 1) */
+static int s_can_feed(const wk_batcher *b, int i) {
+    const s_rec *s = &b->recs[i];
+    const int pen = s->samp.repeat_penalty != 1.0f && s->samp.repeat_last_n > 0;
+    return s->active && s->live && s->kv >= 0 && s->inflight == 1 && s->last_sampled && !pen &&
+           s->n_gen_sched < s->max_tokens && s->n_sched + 1 < b->n_ctx;
+}
+
+/* builds the next step of lane l's records into L's seqs after its first n0 entries, within budget tokens;
+ * returns the entries and the prompt tokens in *prefill */
+static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int *prefill) {
     zl_engine *e = b->e;
-    s_lane *L = &b->lane[l];
-    int n = 0, budget = e->max_step_tokens;
+    int n = n0;
+    int *rot = &b->lane[l].rotate;   /* the lane's rotation (with steps queued ahead, L is either buffer) */
     /* decodes first, rotating the start so that every decoding sequence gets its turn */
     for (int k = 0; k < b->n_scan && n < e->max_batch && budget > 0; k++) {
-        int i = (k + L->rotate) % b->n_scan;
+        int i = (k + *rot) % b->n_scan;
         const s_rec *s = &b->recs[i];
         if (!s_ready(b, i, l) || s->len - s->n_past != 1) continue;
         budget -= s_entry(b, L, i, n++, 1);
     }
-    L->rotate = (L->rotate + 1) % b->n_scan;
+    *rot = (*rot + 1) % b->n_scan;
     /* then prefills, oldest admission first, within the prefill cap */
     if (budget > b->prefill_cap) budget = b->prefill_cap;
     int n_decode = n, budget0 = budget;
@@ -418,6 +488,75 @@ static int s_build(wk_batcher *b, int l, int *prefill) {
     return n;
 }
 
+/* builds lane l's next step in its seqs; returns the entries and the prompt tokens in *prefill */
+static int s_build(wk_batcher *b, int l, int *prefill) {
+    return s_build_into(b, l, &b->lane[l], 0, b->e->max_step_tokens, prefill);
+}
+
+static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne);
+
+/* queues L's n entries behind the step in flight (steps queued ahead) and books them on their records */
+static int s_launch_ahead(wk_batcher *b, s_lane *L, int n, int prefill, char *err, size_t errlen) {
+    if (engine_step_launch(b->e, L->seqs, n) != 0) {
+        snprintf(err, errlen, "%s", b->e->err);
+        return -1;
+    }
+    for (int j = 0; j < n; j++) {
+        s_rec *s = &b->recs[L->seq_rec[j]];
+        const zl_seq *q = &L->seqs[j];
+        s->inflight++;
+        s->n_sched += q->n_tokens;
+        s->n_gen_sched += q->sample != 0;
+        s->last_sampled = q->sample != 0;
+    }
+    L->n = n;
+    L->prefill = prefill;
+    L->busy = 1;
+    L->ord = b->ord_next++;
+    b->fl_count++;
+    return 0;
+}
+
+/* one call with steps queued ahead: with nothing in flight, the next step is launched; then the step behind it
+ * (the fed continuations of its sampling entries, then whatever else can run) is queued before the older one
+ * is waited for and applied */
+static int s_step_ahead(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *err, size_t errlen) {
+    zl_engine *e = b->e;
+    *n_ev = ne;
+    if (b->fl_count == 0) {
+        s_lane *L = &b->lane[b->fl_head];
+        int prefill, n = s_build_into(b, 0, L, 0, e->max_step_tokens, &prefill);
+        if (n == 0) return 0;
+        if (s_launch_ahead(b, L, n, prefill, err, errlen) != 0) return -1;
+    }
+    s_lane *A = &b->lane[b->fl_head], *B = &b->lane[b->fl_head ^ 1];
+    if (b->fl_count == 1) {
+        int nb = 0, budget = e->max_step_tokens, prefill = 0;
+        for (int j = 0; j < A->n && nb < e->max_batch && budget > 0; j++)
+            if (s_can_feed(b, A->seq_rec[j])) {
+                s_entry_fed(b, B, A->seq_rec[j], nb++);
+                budget--;
+            }
+        if (nb < e->max_batch && budget > 0) nb = s_build_into(b, 0, B, nb, budget, &prefill);
+        if (nb > 0 && s_launch_ahead(b, B, nb, prefill, err, errlen) != 0) return -1;
+    }
+    if (engine_step_wait(e, A->out_tok) != 0) {
+        snprintf(err, errlen, "%s", e->err);
+        return -1;
+    }
+    A->busy = 0;
+    b->fl_head ^= 1;
+    b->fl_count--;
+    b->ord_collect++;
+    b->steps++;
+    b->last_prefill = A->prefill;
+    b->last_tokens = 0;
+    for (int j = 0; j < A->n; j++) b->last_tokens += A->seqs[j].n_tokens;
+    s_apply(b, A, A->n, ev, &ne);
+    *n_ev = ne;
+    return 1;
+}
+
 /* applies the results of lane L's n entries (out_tok): positions advance, tokens and events for the running
  * sequences, records of ended or cancelled sequences are released (their KV slots go to waiting records) */
 static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
@@ -426,10 +565,13 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
         int i = L->seq_rec[j];
         s_rec *s = &b->recs[i];
         const zl_seq *q = &L->seqs[j];
-        s->inflight = 0;
-        if (!s->live) {   /* cancelled or cleared while in flight: drop the results, free the slot now */
-            s_release(b, i);
-            released = 1;
+        s->inflight--;
+        if (!s->live) {   /* cancelled, cleared or ended while in flight: drop the results, free the slot with
+                           * its last step in flight */
+            if (s->inflight == 0) {
+                s_release(b, i);
+                released = 1;
+            }
             continue;
         }
         s->n_past += q->n_tokens;
@@ -438,17 +580,23 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
         if (t < 0 || t >= b->vocab) {
             /* an engine that returns an impossible id is broken; end the sequence rather than index with it */
             ev[(*ne)++] = (wk_event){s->rid, -1, WK_FIN_ERROR};
-            s_release(b, i);
-            released = 1;
+            if (s->inflight == 0) {
+                s_release(b, i);
+                released = 1;
+            } else {
+                s->live = 0;
+            }
             continue;
         }
         s->toks[s->len++] = t;
         s->n_gen++;
         int fin = s_finish(b, s, t);
         ev[(*ne)++] = (wk_event){s->rid, t, fin};
-        if (fin) {
+        if (fin && s->inflight == 0) {
             s_release(b, i);
             released = 1;
+        } else if (fin) {
+            s->live = 0;   /* a fed step for it is in flight: its result is dropped, the slot freed with it */
         }
     }
     if (released) s_give_slots(b);
@@ -496,6 +644,7 @@ int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, siz
     for (int i = 0; i < b->n_pending; i++) ev[ne++] = b->pending[i];
     b->n_pending = 0;
     zl_engine *e = b->e;
+    if (b->ahead) return s_step_ahead(b, ev, ne, n_ev, err, errlen);
     if (b->lanes == 1) {   /* one synchronous step over every sequence */
         s_lane *L = &b->lane[0];
         int prefill, n = s_build(b, 0, &prefill);
@@ -511,7 +660,10 @@ int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, siz
         }
         b->steps++;
         b->last_tokens = 0;
-        for (int j = 0; j < n; j++) b->last_tokens += L->seqs[j].n_tokens;
+        for (int j = 0; j < n; j++) {
+            b->last_tokens += L->seqs[j].n_tokens;
+            b->recs[L->seq_rec[j]].inflight++;   /* s_apply counts the step off */
+        }
         s_apply(b, L, n, ev, &ne);
         *n_ev = ne;
         return 1;
@@ -562,7 +714,7 @@ int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, siz
             *n_ev = ne;
             return -1;
         }
-        for (int j = 0; j < n; j++) b->recs[L->seq_rec[j]].inflight = 1;
+        for (int j = 0; j < n; j++) b->recs[L->seq_rec[j]].inflight++;
         L->n = n;
         L->busy = 1;
         L->ord = b->ord_next++;

@@ -18,7 +18,13 @@
  * with the collect), which gives the same tokens. With 1 lane (the default for such engines) batcher_step()
  * runs one synchronous engine_step() over all sequences, as it always did. A sequence belongs to one lane
  * (assigned at admission to the lane with the fewest sequences; moved only between its steps to even the lanes
- * out), and never has two steps in flight. */
+ * out), and never has two steps in flight.
+ *
+ * Steps queued ahead (one lane, an engine with engine_step_launch: the CUDA and CPU engines): each
+ * batcher_step() queues the next step behind the one in flight, its sequences' tokens fed on the device from the
+ * samples of the step in flight, and then collects that step: the GPU does not wait for the host between
+ * steps. A step is then in flight between calls (batcher_in_flight), and a sequence that ends may have one more
+ * step in flight, whose result is dropped; its events are those of synchronous steps. */
 #ifndef ZLLM_BATCHER_H
 #define ZLLM_BATCHER_H
 #include <stddef.h>
@@ -62,6 +68,11 @@ void batcher_destroy(wk_batcher **b);
  * driven synchronously, any number of lanes). Returns the lanes now in use, or -1 (nothing changed) while
  * sequences run or steps are in flight. */
 int batcher_set_lanes(wk_batcher *b, int lanes);
+/* steps queued ahead (batcher.c): on (the default where the engine has engine_step_launch, with one lane, unless
+ * ZLLM_WORKER_AHEAD=0) or off (one synchronous step per call). Refused (-1) while sequences run or a step is in
+ * flight; returns whether steps are now queued ahead (0 where the engine or the lanes do not allow it) */
+int batcher_set_ahead(wk_batcher *b, int on);
+int batcher_ahead(const wk_batcher *b);        /* 1 while steps are queued ahead */
 int batcher_lanes(const wk_batcher *b);       /* lanes in use */
 int batcher_in_flight(const wk_batcher *b);   /* lanes with a step submitted and not yet collected */
 
