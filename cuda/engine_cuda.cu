@@ -159,7 +159,9 @@ typedef struct {
     int n;                     /* entries */
     int *order;                /* [max_batch] ordered entry k -> caller index */
     uint8_t *h_out;            /* pinned [in.tokens - in.rng]: the step's rng and out_tok areas of the input block
-                                * (a later step rewrites h_in before this one is waited for) */
+                                * (a later step rewrites h_in before this one is waited for); mapped, and written
+                                * by the sampler itself, with two input blocks (cu_engine.n_inb) */
+    uint8_t *d_out;            /* h_out's device address (mapped host memory) */
     float *logits;             /* caller's [n][vocab] logits buffer (synchronous steps only), or NULL */
     cudaEvent_t ev0, ev1;      /* around the step's device work (input copy .. output copy) */
 } cu_flight;
@@ -226,12 +228,24 @@ typedef struct {
     void *samp_ws;             /* sampler scratch */
     size_t samp_ws_bytes;
     cu_inputs in;              /* input block layout */
-    uint8_t *h_in;             /* pinned host input block */
-    uint8_t *d_in;             /* device input block */
+    uint8_t *h_in;             /* the pinned host input block of the step being staged (h_inb[cur_p]) */
+    uint8_t *d_in;             /* its device input block (d_inb[cur_p]): what IN_PTR addresses */
+    int n_inb;                 /* input blocks: 2 for a whole-model engine, 1 for a pipeline stage. With 2, step k
+                                * uses block k & 1 (the flight index), its graphs are captured once per block, its
+                                * input copy runs on cst while the step before still runs, and the sampler writes
+                                * the ids straight into the flight's mapped h_out: no copy lies between two steps'
+                                * kernels (H100 trace, docs/perf.md session 24: 16-24 us a step went to the two
+                                * copies and the boundary). A stage keeps one block, copied on st (its stream also
+                                * waits on the other stages' events) */
+    uint8_t *h_inb[2];         /* pinned host input blocks */
+    uint8_t *d_inb[2];         /* device input blocks */
+    int cur_p;                 /* the block (and flight) the step being staged, or the graph being captured, uses */
+    cudaStream_t cst;          /* n_inb 2: the input copies' stream */
+    cudaEvent_t ev_cp[2];      /* n_inb 2: recorded on cst after block p's copy; st waits on it before the step */
     float *h_logits;           /* pinned [max_batch][vocab] */
     int n_buckets;             /* CUDA graphs: batch sizes and executables (none when no_graphs) */
     int bucket[CU_MAX_BUCKETS];
-    cudaGraphExec_t gexec[CU_MAX_BUCKETS];
+    cudaGraphExec_t gexec[2][CU_MAX_BUCKETS];   /* [input block][bucket] */
     int *order;                /* the flight being built's order (cu_flight.order) */
     int *crow;                 /* host scratch [max_batch]: caller index -> its first row in caller order */
     float *hbuf;               /* pipeline stage: [max_tok][dim] device staging of step_hidden's host h_in/h_out */
@@ -975,6 +989,10 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
     sp.params = IN_PTR(E, params, zl_sampling); sp.row_state = NULL;
     sp.history = IN_PTR(E, hist, int32_t); sp.history_stride = CU_HIST; sp.history_len = IN_PTR(E, hist_len, int32_t);
     sp.rng_state = IN_PTR(E, rng, uint64_t); sp.out = IN_PTR(E, out_tok, int32_t);
+    if (E->n_inb == 2) {   /* the ids and states straight into the flight's mapped results (no copy after) */
+        sp.out = (int32_t *)(E->fl[E->cur_p].d_out + (E->in.out_tok - E->in.rng));
+        sp.rng_out = (uint64_t *)E->fl[E->cur_p].d_out;
+    }
     sp.workspace = E->samp_ws; sp.workspace_bytes = E->samp_ws_bytes;
     sp.carry_tok = E->carry_tok; sp.carry_rng = E->carry_rng; sp.carry_idx = IN_PTR(E, eslot, int32_t);
     FWD_CUDA(sample_launch(&sp, st));
@@ -1077,14 +1095,18 @@ static int s_run(cu_engine *E, const zl_seq *seqs, int n, const float *h_in, flo
         return -1;
     }
     if (cudaSetDevice(E->dev) != cudaSuccess) { s_fail_step(E, seqs, n, "cudaSetDevice failed"); return -1; }
+    /* the flight (and with two blocks, the input block) of this step */
+    cu_flight *f = &E->fl[(E->fl_head + E->fl_count) & 1];
+    E->cur_p = E->n_inb == 2 ? (int)(f - E->fl) : 0;
+    E->h_in = E->h_inb[E->cur_p];
+    E->d_in = E->d_inb[E->cur_p];
     /* the previous step may have returned without synchronising: its input copy must be done before the pinned
-     * block is rewritten (callers that must not block poll engine_cuda_ready first) */
-    if (E->in_pending) {
+     * block is rewritten (callers that must not block poll engine_cuda_ready first). With two blocks, block p's
+     * last user is the step before the previous one, already waited for (at most 2 launched) */
+    if (E->in_pending && E->n_inb == 1) {
         if (cudaEventSynchronize(E->ev_in) != cudaSuccess) { s_fail_step(E, seqs, n, "input event failed"); return -1; }
         E->in_pending = 0;
     }
-    /* the flight this step's results leave through (a pipeline stage's steps use fl[fl_head] only) */
-    cu_flight *f = &E->fl[(E->fl_head + E->fl_count) & 1];
     E->order = f->order;
     /* order: decode entries first (one row each), then prefill entries as runs of rows */
     int k = 0;
@@ -1131,7 +1153,16 @@ static int s_run(cu_engine *E, const zl_seq *seqs, int n, const float *h_in, flo
     unsigned long long *hp = (unsigned long long *)(E->h_in + E->in.hptr);
     hp[0] = (unsigned long long)(uintptr_t)(dev ? (const void *)h_in : (const void *)E->hbuf);
     hp[1] = (unsigned long long)(uintptr_t)(dev ? (void *)h_out : (void *)E->hbuf);
-    if (cudaEventRecord(f->ev0, E->st) != cudaSuccess || cudaMemcpyAsync(E->d_in, E->h_in, nbytes, cudaMemcpyHostToDevice, E->st) != cudaSuccess ||
+    if (E->n_inb == 2) {
+        /* the copy on cst may run while the step before runs on st: it writes the other block */
+        if (cudaEventRecord(f->ev0, E->st) != cudaSuccess ||
+            cudaMemcpyAsync(E->d_in, E->h_in, nbytes, cudaMemcpyHostToDevice, E->cst) != cudaSuccess ||
+            cudaEventRecord(E->ev_cp[E->cur_p], E->cst) != cudaSuccess ||
+            cudaStreamWaitEvent(E->st, E->ev_cp[E->cur_p], 0) != cudaSuccess) {
+            s_fail_step(E, seqs, n, "input copy failed");
+            return -1;
+        }
+    } else if (cudaEventRecord(f->ev0, E->st) != cudaSuccess || cudaMemcpyAsync(E->d_in, E->h_in, nbytes, cudaMemcpyHostToDevice, E->st) != cudaSuccess ||
         cudaEventRecord(E->ev_in, E->st) != cudaSuccess ||
         (stage_io && !dev && !embed &&
          cudaMemcpyAsync(E->hbuf, h_in, (size_t)total * c->dim * 4, cudaMemcpyHostToDevice, E->st) != cudaSuccess)) {
@@ -1146,7 +1177,7 @@ static int s_run(cu_engine *E, const zl_seq *seqs, int n, const float *h_in, flo
             return -1;
         }
     if (gi >= 0) {
-        const cudaError_t ce = cudaGraphLaunch(E->gexec[gi], E->st);
+        const cudaError_t ce = cudaGraphLaunch(E->gexec[E->cur_p][gi], E->st);
         if (ce != cudaSuccess) {
             snprintf(err, errlen, "cudaGraphLaunch(bucket %d): %s", E->bucket[gi], cudaGetErrorString(ce));
             s_fail_step(E, seqs, n, err);
@@ -1178,8 +1209,9 @@ static int s_run(cu_engine *E, const zl_seq *seqs, int n, const float *h_in, flo
     }
     /* ids and the advanced generator states come back in one copy (rng and out_tok are adjacent), into the
      * flight's own pinned area: a step launched behind this one rewrites h_in before this one is waited for */
-    cudaError_t ce = cudaMemcpyAsync(f->h_out, E->d_in + E->in.rng, E->in.tokens - E->in.rng,
-                                     cudaMemcpyDeviceToHost, E->st);
+    cudaError_t ce = E->n_inb == 2 ? cudaSuccess   /* the sampler wrote them into h_out */
+                     : cudaMemcpyAsync(f->h_out, E->d_in + E->in.rng, E->in.tokens - E->in.rng,
+                                       cudaMemcpyDeviceToHost, E->st);
     if (ce == cudaSuccess && out_logits)
         ce = cudaMemcpyAsync(E->h_logits, E->logits, (size_t)n * c->vocab_size * 4, cudaMemcpyDeviceToHost, E->st);
     if (ce == cudaSuccess) ce = cudaEventRecord(f->ev1, E->st);
@@ -1195,7 +1227,7 @@ static int s_run(cu_engine *E, const zl_seq *seqs, int n, const float *h_in, flo
     f->n = n;
     f->logits = out_logits;
     E->fl_count++;
-    E->in_pending = 1;   /* the next step waits for this one's input copy (ev_in) before rewriting h_in */
+    E->in_pending = E->n_inb == 1;   /* the next step waits for this one's input copy (ev_in) before rewriting h_in */
     return launch ? 0 : s_collect(E, out_tokens);
 }
 
@@ -1275,7 +1307,9 @@ static void s_destroy(zl_engine *base) {
     }
     cudaSetDevice(E->dev);
     if (E->st) cudaStreamSynchronize(E->st);
-    for (int i = 0; i < E->n_buckets; i++) if (E->gexec[i]) cudaGraphExecDestroy(E->gexec[i]);
+    if (E->cst) cudaStreamSynchronize(E->cst);
+    for (int p = 0; p < 2; p++)
+        for (int i = 0; i < E->n_buckets; i++) if (E->gexec[p][i]) cudaGraphExecDestroy(E->gexec[p][i]);
     if (E->L) {
         for (int l = 0; l < base->model->cfg.n_layers; l++) {
             cu_layer *L = &E->L[l];
@@ -1295,14 +1329,19 @@ static void s_destroy(zl_engine *base) {
     }
     free(E->carry_ok);
     if (E->ev_in) cudaEventDestroy(E->ev_in);
+    for (int p = 0; p < 2; p++) {
+        if (E->ev_cp[p]) cudaEventDestroy(E->ev_cp[p]);
+        cudaFreeHost(E->h_inb[p]);
+        cudaFree(E->d_inb[p]);
+    }
+    if (E->cst) cudaStreamDestroy(E->cst);
     cudaFree(E->xf);
     cudaFree(E->hbuf);
     /* E->gu is E->qkv's allocation: freed once, as qkv */
     void *d[] = {E->tok_embd, E->out_norm, E->rope_cs, E->kv, E->x, E->qkv, E->q, E->att, E->xb, E->logits,
-                 E->attn_ws, E->samp_ws, E->d_in, E->cb_ws, E->qtc_ws, E->carry_tok, E->carry_rng};
+                 E->attn_ws, E->samp_ws, E->cb_ws, E->qtc_ws, E->carry_tok, E->carry_rng};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) cudaFree(d[i]);
     if (E->att_w != (void *)E->att) cudaFree(E->att_w);
-    cudaFreeHost(E->h_in);
     cudaFreeHost(E->h_logits);
     if (E->cb) cublasDestroy(E->cb);
     if (E->st) cudaStreamDestroy(E->st);
@@ -1349,23 +1388,29 @@ static int s_capture_graphs(cu_engine *E, char *err, size_t errlen) {
     if (E->bucket[nb - 1] != mb) E->bucket[nb++] = mb;
     for (int i = 0; i < nb; i++) {
         const int B = E->bucket[i];
-        cudaGraph_t g = NULL;
-        /* thread-local capture: other threads of the process may keep using CUDA (e.g. another engine) */
-        CU_CHECK(cudaStreamBeginCapture(E->st, cudaStreamCaptureModeThreadLocal));
-        if (s_forward(E, B, B, 0, 1, B, err, errlen) != 0) {
-            cudaStreamEndCapture(E->st, &g);
-            if (g) cudaGraphDestroy(g);
-            goto fail;
+        for (int p = 0; p < E->n_inb; p++) {   /* one graph per input block: a graph records its addresses */
+            cudaGraph_t g = NULL;
+            E->cur_p = p;
+            E->d_in = E->d_inb[p];
+            /* thread-local capture: other threads of the process may keep using CUDA (e.g. another engine) */
+            CU_CHECK(cudaStreamBeginCapture(E->st, cudaStreamCaptureModeThreadLocal));
+            if (s_forward(E, B, B, 0, 1, B, err, errlen) != 0) {
+                cudaStreamEndCapture(E->st, &g);
+                if (g) cudaGraphDestroy(g);
+                goto fail;
+            }
+            CU_CHECK(cudaStreamEndCapture(E->st, &g));
+            {
+                const cudaError_t ce = cudaGraphInstantiate(&E->gexec[p][i], g, 0);
+                cudaGraphDestroy(g);
+                CU_CHECK(ce);
+            }
+            E->n_buckets = i + 1;
+            CU_CHECK(cudaGraphUpload(E->gexec[p][i], E->st));
         }
-        CU_CHECK(cudaStreamEndCapture(E->st, &g));
-        {
-            const cudaError_t ce = cudaGraphInstantiate(&E->gexec[i], g, 0);
-            cudaGraphDestroy(g);
-            CU_CHECK(ce);
-        }
-        E->n_buckets = i + 1;
-        CU_CHECK(cudaGraphUpload(E->gexec[i], E->st));
     }
+    E->cur_p = 0;
+    E->d_in = E->d_inb[0];
     CU_CHECK(cudaStreamSynchronize(E->st));
     return 0;
 fail:
@@ -1506,14 +1551,23 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         CU_CHECK(cudaMalloc((void **)&E->logits, (size_t)b->max_batch * c->vocab_size * 4));
         CU_CHECK(cudaMallocHost((void **)&E->h_logits, (size_t)b->max_batch * c->vocab_size * 4));
         s_layout_inputs(&E->in, E->max_tok, b->max_batch);
-        CU_CHECK(cudaMallocHost((void **)&E->h_in, E->in.total));
-        memset(E->h_in, 0, E->in.total);
-        CU_CHECK(cudaMalloc((void **)&E->d_in, E->in.total));
-        CU_CHECK(cudaMemset(E->d_in, 0, E->in.total));
+        E->n_inb = lb == 0 && le == c->n_layers ? 2 : 1;
+        for (int p = 0; p < E->n_inb; p++) {
+            CU_CHECK(cudaMallocHost((void **)&E->h_inb[p], E->in.total));
+            memset(E->h_inb[p], 0, E->in.total);
+            CU_CHECK(cudaMalloc((void **)&E->d_inb[p], E->in.total));
+            CU_CHECK(cudaMemset(E->d_inb[p], 0, E->in.total));
+            if (E->n_inb == 2) CU_CHECK(cudaEventCreateWithFlags(&E->ev_cp[p], cudaEventDisableTiming));
+        }
+        if (E->n_inb == 2) CU_CHECK(cudaStreamCreateWithFlags(&E->cst, cudaStreamNonBlocking));
+        E->h_in = E->h_inb[0];
+        E->d_in = E->d_inb[0];
         for (int i = 0; i < 2; i++) {
             E->fl[i].order = (int *)malloc((size_t)b->max_batch * sizeof(int));
             if (!E->fl[i].order) { snprintf(err, errlen, "out of memory"); goto fail; }
-            CU_CHECK(cudaMallocHost((void **)&E->fl[i].h_out, E->in.tokens - E->in.rng));
+            CU_CHECK(cudaHostAlloc((void **)&E->fl[i].h_out, E->in.tokens - E->in.rng, cudaHostAllocMapped));
+            memset(E->fl[i].h_out, 0, E->in.tokens - E->in.rng);
+            CU_CHECK(cudaHostGetDevicePointer((void **)&E->fl[i].d_out, E->fl[i].h_out, 0));
         }
         E->order = E->fl[0].order;
         E->crow = (int *)malloc((size_t)b->max_batch * sizeof(int));

@@ -256,6 +256,7 @@ __device__ __forceinline__ bool penalty_on(const sample_params &p, const zl_samp
  * the draw (thread 0, after its own rng write, so the state read is the advanced one) */
 __device__ __forceinline__ void put_id(const sample_params &p, int row, int sidx, int id) {
     p.out[row] = id;
+    if (p.rng_out) p.rng_out[row] = p.rng_state ? p.rng_state[sidx] : 0;
     if (p.carry_tok) {
         const int ci = p.carry_idx[row];
         p.carry_tok[ci] = id;

@@ -44,6 +44,8 @@ typedef struct {
     uint64_t *carry_rng;       /* device [*]: with carry_tok, the row's generator state after its draw (unchanged
                                   for greedy rows; 0 without rng_state) */
     const int32_t *carry_idx;  /* device [n_rows]: row r's carry index (its KV slot); required with carry_tok */
+    uint64_t *rng_out;         /* device [n_rows] (mapped host memory, say): each row's generator state after its
+                                  draw (0 without rng_state); NULL: not written */
 } sample_params;
 
 /* Workspace bytes for n_rows rows of vocab logits (also enough for fewer rows). */
