@@ -597,10 +597,11 @@ int main(int argc, char **argv) {
     if (!w.ev || !w.out_rids || !w.out_toks || !w.out_fin) goto oom;
     w.zctx = zmq_ctx_new();
     if (!w.zctx) goto oom;
-    s_log(&w, "model %s (%s) on %s: %d slots of %d tokens, batch %d, %d tokens per step, %d lane%s, broker %s",
+    s_log(&w, "model %s (%s) on %s: %d slots of %d tokens, batch %d, %d tokens per step, %d lane%s%s, broker %s",
           w.o.model_name, w.o.model_path, w.engine->device, w.engine->n_slots, w.engine->n_ctx,
           w.engine->max_batch, w.engine->max_step_tokens, batcher_lanes(w.batcher),
-          batcher_lanes(w.batcher) > 1 ? "s" : "", w.o.broker);
+          batcher_lanes(w.batcher) > 1 ? "s" : "", batcher_ahead(w.batcher) ? ", steps queued ahead" : "",
+          w.o.broker);
     rc = s_run(&w) == 0 ? 0 : 1;
     if (stage_leader_failed(w.engine)) {
         s_log(&w, "pipeline group %s failed", w.o.group);
