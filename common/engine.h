@@ -98,6 +98,9 @@ struct zl_engine {
      * error). step() and step_hidden() must not be called while a launched step is not waited for. */
     int (*step_launch)(zl_engine *e, const zl_seq *seqs, int n);
     int (*step_wait)(zl_engine *e, int32_t *out_tokens);
+    int launch_async;          /* 1: step_launch returns while the step runs (CUDA): queuing ahead hides the host;
+                                * 0: it runs the step before it returns (CPU), so queuing ahead only delays each
+                                * step's ids by one step (callers queue ahead there only when asked to) */
 };
 
 typedef struct {

@@ -493,6 +493,22 @@ static int s_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_tokens,
     return s_step_fed(e, seqs, n, out_tokens, out_logits);
 }
 
+/* step_hidden: on a whole model with ids wanted, a step (feeds served, carries kept, as the CUDA engine does);
+ * otherwise the forward pass over this engine's layers, after which no slot it touched may be fed */
+static int s_hidden(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in, float *h_out, int32_t *out_tokens,
+                    float *out_logits) {
+    s_cpu *e = (s_cpu *)eb;
+    if (e->q_count > 0) {
+        snprintf(eb->err, sizeof eb->err, "step_hidden: %d launched steps are not waited for", e->q_count);
+        return -1;
+    }
+    const int whole = eb->layer_begin == 0 && eb->layer_end == e->c.n_layers;
+    if (whole && out_tokens) return s_step_fed(e, seqs, n, out_tokens, out_logits);
+    if (s_forward(eb, seqs, n, h_in, h_out, out_tokens, out_logits) != 0) return -1;
+    for (int i = 0; whole && i < n; i++) e->carry_ok[seqs[i].slot] = 0;
+    return 0;
+}
+
 /* step_launch: runs the step now and keeps its ids for the wait (at most 2) */
 static int s_launch(zl_engine *eb, const zl_seq *seqs, int n) {
     s_cpu *e = (s_cpu *)eb;
@@ -600,7 +616,7 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
     b->model = m;
     b->layer_begin = lb;
     b->layer_end = le;
-    b->step_hidden = s_forward;
+    b->step_hidden = s_hidden;
     if (lb == 0 && le == c->n_layers) {   /* steps queued ahead: whole models only (the sampler carries ids) */
         b->step_launch = s_launch;
         b->step_wait = s_wait;

@@ -90,10 +90,16 @@ typedef struct {
                                   kernel before it (cuda/pdl.cuh); the same bits either way; 0: read after */
     int kv_early;              /* tensor-core kernel only, with kv_pre: 1 when every row's cache positions below
                                   kv_len - 1 were written by kernels that completed before this launch's stream
-                                  predecessors began (earlier engine steps: the host waits for each step, and
-                                  the next one starts after its input copy), so that a warp may start streaming
+                                  predecessors began (earlier engine steps: a step's first kernel starts after
+                                  the step before has completed, since neither a graph launch nor an event wait
+                                  on the stream carries a programmatic edge), so that a warp may start streaming
                                   its first K/V tiles before its PDL wait; position kv_len - 1 (this step's
                                   append) and later are read only after it. The same bits either way */
+    int max_seq;               /* tensor-core kernel, automatic split count only: the most sequences any launch with
+                                  this split count will have (an engine's max batch); 0 unknown. Where max_seq
+                                  rows of 32-key leaves still fit one wave, short contexts at head size 128 take
+                                  them (cuda/attn_decode_tc.cu, tc_floor); the split count then serves every n_seq
+                                  up to max_seq with the same leaves */
 } attn_decode_params;
 
 /* Bytes of workspace a decode launch with these parameters needs, and also enough for the same parameters

@@ -51,7 +51,8 @@ constexpr int kMaxStack = 24;     /* fold stack depth: enough for 2^23 leaves */
 struct tc_knobs {
     int on;          /* ZLLM_ATTN_DECODE_TC: 0 keeps kernel 0 on the CUDA-core kernels */
     int chunk_min;   /* ZLLM_ATTN_TC_CHUNK_MIN: fewest keys per chunk; 0 (default) tc_floor: 128 at head size 128
-                        up to 2048 keys, else 256 (docs/perf.md, sessions 12 and 20) */
+                        up to 2048 keys (32 where the engine's fullest batch of those leaves fits one wave), else
+                        256 (docs/perf.md, sessions 12, 20 and 24) */
     int lpw;         /* ZLLM_ATTN_TC_LPW: chunks per warp (1, 2, 4); 0 automatic (tc_lpw) */
     int wps;         /* ZLLM_ATTN_TC_WPS: warps per SM one sequence's chunks aim to fill (8; 16: no gain) */
     int g;           /* ZLLM_ATTN_TC_G: warps per block (1, 2, 4, 8); 0 automatic */
@@ -930,17 +931,34 @@ long tc_floor_at(int head_dim, long max_kv_len) {   /* never falls as max_kv_len
     if (knobs().chunk_min > 0) return knobs().chunk_min;
     return head_dim == 128 && max_kv_len <= kFloorShortMax ? 128 : 256;
 }
-long tc_floor(const attn_decode_params *p) { return tc_floor_at(p->head_dim, p->max_kv_len); }
+int tc_chunk_with(const attn_decode_params *p, long floor);
+/* the small leaf floor: an engine whose fullest batch of 32-key leaves still fits one wave takes them (H100,
+ * docs/perf.md session 24, 8B at n_ctx 1040: 22 leaves of 48 keys a row against 8 of 144 made batch-1 steps 2-3%
+ * faster (the warp's serial chain of tiles is shorter) and batch 4 2-3%; past a wave they cost: batch 16 2%,
+ * 64 5%, 256 3% slower) */
+constexpr long kFloorSmall = 32;
+long tc_floor(const attn_decode_params *p) {
+    const long f = tc_floor_at(p->head_dim, p->max_kv_len);
+    if (knobs().chunk_min > 0 || f != 128 || p->max_seq < 1) return f;
+    const long L = p->max_kv_len > 0 ? p->max_kv_len : 1;
+    const long c = tc_chunk_with(p, kFloorSmall), leaves = (L + c - 1) / c;
+    return (long)p->max_seq * p->n_kv_heads * leaves <= (long)cu_sm_count(p->sm_count) * knobs().wps ? kFloorSmall
+                                                                                                      : f;
+}
 int tc_chunk(const attn_decode_params *p) {
+    return tc_chunk_with(p, p->n_splits > 0 ? 0 : tc_floor(p));
+}
+/* chunk keys: from a forced n_splits, or at least `floor` keys (see below) */
+int tc_chunk_with(const attn_decode_params *p, long floor) {
     const long L = p->max_kv_len > 0 ? p->max_kv_len : 1;
     long c;
     if (p->n_splits > 0) {
         c = (L + p->n_splits - 1) / p->n_splits;
     } else {
-        /* at least tc_floor keys per chunk, at most the target's count; the count a power of two up to 16,
+        /* at least floor keys per chunk, at most the target's count; the count a power of two up to 16,
          * else a multiple of 16: whole blocks of 8 warps x 2 chunks (at L = n_ctx = 1040 a fifth chunk of 16 keys
          * would hold a block of idle warps' rings per row) */
-        long n = L / tc_floor(p);
+        long n = L / floor;
         const long target = tc_target(p);
         if (n > target) n = target;
         if (n < 1) n = 1;
@@ -1127,7 +1145,8 @@ extern "C" size_t attn_decode_tc_workspace_bytes(const attn_decode_params *p) {
     } else {
         const size_t L = p->max_kv_len > 0 ? (size_t)p->max_kv_len : 1;
         const size_t target = (size_t)tc_target_short(p);
-        const size_t lo = (size_t)tc_floor_at(p->head_dim, 1);   /* the shortest chunk of any max_kv_len <= L */
+        size_t lo = (size_t)tc_floor_at(p->head_dim, 1);   /* the shortest chunk of any max_kv_len <= L */
+        if (!knobs().chunk_min && p->head_dim == 128 && lo > (size_t)kFloorSmall) lo = kFloorSmall;   /* tc_floor */
         const size_t c = (L + lo - 1) / lo;
         b = c < target ? c : target;
     }

@@ -916,8 +916,9 @@ static int s_forward(cu_engine *E, int n_rows, int n_dec, int n_pre, int max_row
              * split boundaries never depend on the batch (batch invariance) */
             p.max_kv_len = E->base.n_ctx; p.sm_count = E->sm_count; p.n_splits = E->n_splits;
             p.kv_pre = s_inputs_early();
-            /* positions below kv_len - 1 come from earlier steps: every kernel of a step starts after the step's
-             * input copy, a plain copy that itself starts after everything before it on the stream */
+            /* positions below kv_len - 1 come from earlier steps: every kernel of a step starts after the step
+             * before has completed (a graph launch, a copy or an event wait on the stream carries no
+             * programmatic edge), also with steps queued ahead */
             p.kv_early = p.kv_pre;
             /* a decode-only step whose products read only the 16-bit copy: the tensor-core kernel writes att_w
              * directly, with the cast kernel's rounding (one launch per layer fewer) */
@@ -1459,6 +1460,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
     if (lb == 0 && le == c->n_layers) {   /* steps queued ahead: whole models only (the sampler carries ids) */
         b->step_launch = s_launch;
         b->step_wait = s_wait;
+        b->launch_async = 1;
     }
     b->layer_begin = lb;
     b->layer_end = le;
@@ -1571,13 +1573,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         }
         E->order = E->fl[0].order;
         E->crow = (int *)malloc((size_t)b->max_batch * sizeof(int));
-        E->carry_ok = (uint8_t *)calloc((size_t)b->n_slots, 1);
-        if (!E->crow || !E->carry_ok) { snprintf(err, errlen, "out of memory"); goto fail; }
-        /* the carries start zeroed: every id and state a fed row could read is valid before the first sample */
-        CU_CHECK(cudaMalloc((void **)&E->carry_tok, ((size_t)b->n_slots + 1) * 4));
-        CU_CHECK(cudaMemset(E->carry_tok, 0, ((size_t)b->n_slots + 1) * 4));
-        CU_CHECK(cudaMalloc((void **)&E->carry_rng, ((size_t)b->n_slots + 1) * 8));
-        CU_CHECK(cudaMemset(E->carry_rng, 0, ((size_t)b->n_slots + 1) * 8));
+        if (!E->crow) { snprintf(err, errlen, "out of memory"); goto fail; }
         if (lb > 0 || le < c->n_layers) CU_CHECK(cudaMalloc((void **)&E->hbuf, T * c->dim * 4));
         E->samp_ws_bytes = sample_workspace_bytes(b->max_batch, c->vocab_size);
         CU_CHECK(cudaMalloc(&E->samp_ws, E->samp_ws_bytes ? E->samp_ws_bytes : 16));
@@ -1586,8 +1582,10 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
             memset(&p, 0, sizeof p);
             p.kv_type = s_kvt(E->wt); p.n_heads = c->n_heads; p.n_kv_heads = c->n_kv_heads;
             p.head_dim = c->head_dim; p.n_ctx = b->n_ctx; p.max_kv_len = b->n_ctx; p.sm_count = E->sm_count;
-            /* the split count a single sequence at full context would get, fixed for every batch */
+            /* the split count a single sequence at full context would get, fixed for every batch up to the
+             * engine's largest (max_seq: whether small leaves still fit one wave at that batch) */
             p.n_seq = 1;
+            p.max_seq = b->max_batch;
             E->n_splits = attn_decode_splits(&p);
             p.n_splits = E->n_splits;
             p.n_seq = b->max_batch;
@@ -1639,6 +1637,14 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         CU_CHECK(cudaMalloc(&E->kv, E->kv_bytes));
         /* zeroed once: the sentinel and not-yet-written positions hold finite values */
         CU_CHECK(cudaMemset(E->kv, 0, E->kv_bytes));
+        /* the slots' carries (zl_seq.feed), sized now that the KV budget has fixed n_slots (+ the sentinel); they
+         * start zeroed: every id and state a fed row could read is valid before the first sample */
+        E->carry_ok = (uint8_t *)calloc((size_t)b->n_slots, 1);
+        if (!E->carry_ok) { snprintf(err, errlen, "out of memory"); goto fail; }
+        CU_CHECK(cudaMalloc((void **)&E->carry_tok, ((size_t)b->n_slots + 1) * 4));
+        CU_CHECK(cudaMemset(E->carry_tok, 0, ((size_t)b->n_slots + 1) * 4));
+        CU_CHECK(cudaMalloc((void **)&E->carry_rng, ((size_t)b->n_slots + 1) * 8));
+        CU_CHECK(cudaMemset(E->carry_rng, 0, ((size_t)b->n_slots + 1) * 8));
         const size_t layer_half = (size_t)(b->n_slots + 1) * b->n_ctx * kvd * es;
         for (int l = lb; l < le; l++) {
             E->L[l].kc = (uint8_t *)E->kv + (size_t)(l - lb) * 2 * layer_half;

@@ -13,7 +13,7 @@
 #   - one quantized and one bf16 model with programmatic dependent launch off (ZLLM_CUDA_PDL=0), and the
 #     quantized one with qtc's joined Q/K/V and gate/up matrices off (ZLLM_CUDA_FUSE=0);
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
-#   - a broker and a CUDA worker: 4 concurrent requests give the golden ids, steps queued ahead and not;
+#   - tests/test_worker_golden.sh cuda: a broker and a CUDA worker give the golden ids to concurrent requests;
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
 #     the tool is absent).
@@ -140,55 +140,9 @@ else
     echo "FAIL zllm-run not built"; tf=$((tf + 1))
 fi
 
-# a broker and a CUDA worker serving stories260K over ipc sockets (the worker queues each step behind the one in
-# flight, tokens fed on the device; then again with ZLLM_WORKER_AHEAD=0): 4 concurrent greedy requests from BOS
-# each give the 200 golden ids, and two concurrent sampled requests with one seed give the same 64 ids
-wk=$build/bin/zllm-worker; bk=$build/bin/zllm-broker; cl=$build/bin/zllm
-worker_golden() {   # DEVICE, extra environment for the worker (VAR=value ...)
-    local dv=$1; shift
-    local d=$tmp/e2e.$RANDOM pass=0 fail=0 pids=()
-    mkdir -p "$d"
-    "$bk" --clients "ipc://$d/c" --workers "ipc://$d/w" --model "s=$st/stories260K.gguf" >"$d/broker.log" 2>&1 &
-    local bpid=$!
-    env "$@" "$wk" --broker "ipc://$d/w" -m "$st/stories260K.gguf" --model-name s --device "$dv" --max-batch 8 \
-        --ctx 256 >"$d/worker.log" 2>&1 &
-    local wpid=$!
-    tr -s ' \n' '  ' <"$st/golden_greedy_ids.txt" | sed 's/ *$//' >"$d/gold"
-    local ok=0
-    for i in $(seq 100); do "$cl" status --broker "ipc://$d/c" 2>/dev/null | grep -q "device $dv" && { ok=1; break; }; sleep 0.2; done
-    [ $ok -eq 1 ] || { echo "worker not ready"; tail -5 "$d/worker.log"; }
-    local want=1; [[ " $* " == *" ZLLM_WORKER_AHEAD=0 "* ]] && want=0
-    local have=0; grep -q "steps queued ahead" "$d/worker.log" && have=1
-    if [ $have -eq $want ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "worker: steps queued ahead $have, wanted $want"; fi
-    for i in 1 2 3 4; do
-        "$cl" generate --broker "ipc://$d/c" --model s --tokens 1 --ids -n 200 --temp 0 --ignore-eos >"$d/ids$i" &
-        pids+=($!)
-    done
-    for i in 1 2; do
-        "$cl" generate --broker "ipc://$d/c" --model s --tokens 1 --ids -n 64 --temp 0.8 --top-k 40 --seed 5 \
-            --ignore-eos >"$d/smp$i" &
-        pids+=($!)
-    done
-    wait "${pids[@]}"
-    for i in 1 2 3 4; do
-        tr -s ' \n' '  ' <"$d/ids$i" | sed 's/ *$//' >"$d/got$i"
-        if cmp -s "$d/got$i" "$d/gold"; then pass=$((pass + 1)); else
-            fail=$((fail + 1)); echo "request $i: not the golden ids:"; head -c 300 "$d/got$i"; echo; fi
-    done
-    local n1 n2
-    n1=$(tr -s ' \n' '\n\n' <"$d/smp1" | grep -c '[0-9]'); n2=$(tr -s ' \n' '\n\n' <"$d/smp2" | grep -c '[0-9]')
-    if [ "$n1" -eq 64 ] && cmp -s "$d/smp1" "$d/smp2"; then pass=$((pass + 1)); else
-        fail=$((fail + 1)); echo "seeded requests: $n1 and $n2 ids, equal: $(cmp -s "$d/smp1" "$d/smp2" && echo yes || echo no)"; fi
-    kill "$wpid" "$bpid" 2>/dev/null; wait "$wpid" "$bpid" 2>/dev/null
-    echo "$pass passed, $fail failed"
-    [ $fail -eq 0 ]
-}
-if [ -x "$wk" ] && [ -x "$bk" ] && [ -x "$cl" ]; then
-    run_one "worker-cuda-golden" worker_golden cuda ZLLM_WORKER_AHEAD=1
-    run_one "worker-cuda-golden-sync" worker_golden cuda ZLLM_WORKER_AHEAD=0
-else
-    echo "FAIL zllm-worker, zllm-broker or zllm not built"; tf=$((tf + 1))
-fi
+# a broker and a CUDA worker serving stories260K (tests/test_worker_golden.sh): concurrent requests give the golden
+# ids, with steps queued ahead (the CUDA default) and without
+run_one "worker-cuda-golden" env ZLLM_BUILD="$build" bash tests/test_worker_golden.sh cuda
 
 # compute-sanitizer memcheck over a short engine run (golden ids, mixed batches, graphs, invariance with 8 tokens)
 if command -v compute-sanitizer >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then

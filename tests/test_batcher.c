@@ -8,8 +8,8 @@
  * the lane protocol: one step per lane, collects in submission order, no KV slot in two steps in flight, the
  * caller's entries unchanged until the collect. Seeded sampling with a repetition penalty gives the same tokens
  * with 1, 2 and 3 lanes. Cancels and clears while a step is in flight, and random churn of adds and cancels.
- * Steps queued ahead (the default over the CPU engine with one lane, so the tests above run that way): the same
- * events as synchronous steps, and churn with steps in flight (test_ahead). */
+ * Steps queued ahead (forced over the CPU engine, whose default is off): the same events as synchronous steps,
+ * prompt chunks one a step, churn with steps in flight (test_ahead), and the one-lane tests again queued ahead. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,7 +338,8 @@ static void test_rejects_and_cancel(const zl_model *m) {
     wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
     if (!b) goto out;
     /* the call-by-call expectations below are those of synchronous steps (test_ahead has the queued ones) */
-    CHECK(batcher_ahead(b) == 1 && batcher_set_ahead(b, 0) == 0 && !batcher_ahead(b), "steps queued ahead: off");
+    CHECK(batcher_ahead(b) == (getenv("ZLLM_WORKER_AHEAD") ? 1 : 0) && batcher_set_ahead(b, 0) == 0 && !batcher_ahead(b),
+          "steps queued ahead: off (the CPU engine's default)");
     int cap = batcher_event_cap(b), n_ev = 0;
     wk_event *ev = calloc((size_t)cap, sizeof *ev);
     wk_request r = s_req(1, buf, 5, 50);
@@ -719,12 +720,46 @@ static void test_ahead(const zl_model *m) {
     }
     CHECK(fin[1][2] == WK_FIN_STOP && got[1][2][n_got[1][2] - 1] == s_gold[stop_at], "the stop id ends rid 2");
 
+    /* a prompt in chunks keeps one chunk a step while queued ahead (its next chunk is queued behind the one in
+     * flight), beside a sequence that decodes: 41 tokens under a cap of 4 sample in the 11th step after the add
+     * synchronously, in the 12th queued ahead (the step in flight at the add comes first) */
+    for (int mode = 0; mode < 2; mode++) {
+        zl_engine *e = s_engine(m, 2, 2, 96, 16);
+        if (!e) return;
+        char err[256];
+        wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+        CHECK(b && batcher_set_ahead(b, mode) == mode, "prompt chunks: batcher");
+        if (!b) { engine_destroy(&e); return; }
+        batcher_set_prefill_cap(b, 4);
+        wk_request d = s_req(901, bufs[1], 2, 60);
+        CHECK(batcher_add(b, &d, err, sizeof err) == 0, "prompt chunks: add the decoder: %s", err);
+        int cap = batcher_event_cap(b), first = -1, ended = 0, n_ev = 0;
+        wk_event *ev = calloc((size_t)cap, sizeof *ev);
+        for (int call = 0; call < 3; call++) batcher_step(b, ev, cap, &n_ev, err, sizeof err);
+        wk_request q = s_req(900, bufs[0], 40, 3);
+        CHECK(batcher_add(b, &q, err, sizeof err) == 0, "prompt chunks: add: %s", err);
+        for (int call = 0; call < 40 && !ended; call++) {
+            if (batcher_step(b, ev, cap, &n_ev, err, sizeof err) < 0) { CHECK(0, "prompt chunks: %s", err); break; }
+            for (int j = 0; j < n_ev; j++) {
+                if (ev[j].rid != 900) continue;
+                if (ev[j].tok >= 0 && first < 0) first = call;
+                ended |= ev[j].fin != 0;
+            }
+        }
+        CHECK(first == 10 + mode, "prompt chunks (ahead %d): first token at call %d, not %d", mode, first, 10 + mode);
+        batcher_clear(b);
+        for (int k = 0; k < 3 && batcher_in_flight(b); k++) batcher_step(b, ev, cap, &n_ev, err, sizeof err);
+        free(ev);
+        batcher_destroy(&b);
+        engine_destroy(&e);
+    }
+
     /* churn: adds and cancels at random calls, with steps in flight */
     zl_engine *e = s_engine(m, 3, 3, 96, 8);
     if (!e) return;
     char err[256];
     wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
-    CHECK(b && batcher_ahead(b), "churn: steps queued ahead");
+    CHECK(b && batcher_set_ahead(b, 1) == 1, "churn: steps queued ahead");
     if (!b) { engine_destroy(&e); return; }
     enum { NC = 30 };
     static int32_t cb[NC][NG + 1], cg[NC][NG];
@@ -794,6 +829,13 @@ int main(void) {
     test_stops(m);
     test_rejects_and_cancel(m);
     test_ahead(m);
+    /* the one-lane tests again with steps queued ahead over the CPU engine (forced: not its default) */
+    setenv("ZLLM_WORKER_AHEAD", "1", 1);
+    test_mixed(m, 0, 1);
+    test_sampled(m);
+    test_stops(m);
+    test_rejects_and_cancel(m);
+    unsetenv("ZLLM_WORKER_AHEAD");
     free(s_eog);
     model_destroy(&m);
     return test_report();

@@ -16,7 +16,8 @@
  * one lane nothing is ever in flight between calls, so only records [0, n_slots) are used and record i holds
  * KV slot i, as before lanes existed.
  *
- * Steps queued ahead (one lane over an engine with engine_step_launch, the default there): a step stays in
+ * Steps queued ahead (one lane over an engine whose launch is asynchronous, the default there; batcher_set_ahead
+ * and ZLLM_WORKER_AHEAD force it on or off): a step stays in
  * flight between calls, and each call queues the next step behind it before it waits for it, so the device
  * goes from one step to the next without waiting for the host. The next step cannot know the tokens the step
  * in flight will sample, so a sequence in flight whose entry samples continues with a fed entry (zl_seq.feed:
@@ -24,8 +25,9 @@
  * step in flight ends it (a stop id, end of generation, a cancel), the fed step's result for it is dropped and
  * its record and KV slot are released when that step is collected, as for a cancel in flight. The guess is not
  * made where the end is certain (max_tokens, the context) or where a fed entry is not allowed (the repetition
- * penalty: such a sequence waits for its token and runs in the step after). A record may then be in two steps
- * in flight (inflight counts them), so records beyond n_slots are used as with lanes. */
+ * penalty: such a sequence waits for its token and runs in the step after). A prompt whose chunk in flight does
+ * not sample goes on with its next chunk in the step queued behind (its tokens are known). A record may then be
+ * in two steps in flight (inflight counts them), so records beyond n_slots are used as with lanes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,7 +89,8 @@ struct wk_batcher {
     int lanes;                     /* lanes in use, 1..WK_MAX_LANES */
     int ahead;                     /* 1: one lane, steps queued ahead (engine_step_launch; lane[0..1] are the two
                                     * steps in flight, the older at fl_head) */
-    int ahead_off;                 /* batcher_set_ahead(b, 0) or ZLLM_WORKER_AHEAD=0: never queue ahead */
+    int ahead_want;                /* -1: as the engine says (zl_engine.launch_async); 0: never queue ahead
+                                    * (ZLLM_WORKER_AHEAD=0, batcher_set_ahead(b, 0)); 1: wherever the engine can */
     int fl_head;                   /* with ahead: lane index of the older step in flight */
     int fl_count;                  /* with ahead: steps in flight, 0..2 */
     int async;                     /* 1: the engine has step_submit/step_collect (else steps run at the submit) */
@@ -137,7 +140,7 @@ wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, 
     }
     memcpy(b->eog, eog, (size_t)vocab);
     const char *ah = getenv("ZLLM_WORKER_AHEAD");
-    b->ahead_off = ah && *ah && atoi(ah) == 0;
+    b->ahead_want = ah && *ah ? atoi(ah) != 0 : -1;
     for (int i = 0; i < b->n_rec; i++) {
         b->recs[i].toks = b->tok_buf + (size_t)i * (size_t)b->n_ctx;
         b->recs[i].kv = -1;
@@ -181,7 +184,7 @@ int batcher_set_ahead(wk_batcher *b, int on) {
     for (int i = 0; i < b->n_rec; i++)
         if (b->recs[i].active) return -1;
     if (batcher_in_flight(b)) return -1;
-    b->ahead_off = !on;
+    b->ahead_want = on != 0;
     batcher_set_lanes(b, b->lanes);
     return b->ahead;
 }
@@ -197,7 +200,7 @@ int batcher_set_lanes(wk_batcher *b, int lanes) {
     if (b->async && lanes > engine_lanes(b->e)) lanes = engine_lanes(b->e);
     if (lanes < 1) lanes = 1;
     b->lanes = lanes;
-    b->ahead = lanes == 1 && !b->ahead_off && engine_can_launch(b->e);
+    b->ahead = lanes == 1 && engine_can_launch(b->e) && (b->ahead_want < 0 ? b->e->launch_async : b->ahead_want);
     b->fl_head = b->fl_count = 0;
     /* one lane: the decode rotation over the first n_slots records only, exactly as before lanes (not with steps
      * queued ahead: a record ended in flight keeps its slot while a new one waits) */
@@ -404,23 +407,30 @@ static int s_finish(const wk_batcher *b, const s_rec *s, int32_t t) {
 /* record i may join a step of lane l: running, holding a KV slot, in that lane, nothing in flight */
 static int s_ready(const wk_batcher *b, int i, int l) {
     const s_rec *s = &b->recs[i];
-    return s->active && s->live && s->kv >= 0 && s->lane == l && !s->inflight;
+    if (!s->active || !s->live || s->kv < 0 || s->lane != l) return 0;
+    /* with steps queued ahead, a prompt whose chunk in flight does not sample goes on with its next chunk (the
+     * host has its tokens), positioned after what is in flight */
+    return !s->inflight || (b->ahead && s->inflight == 1 && !s->last_sampled && s->n_sched < s->len);
 }
+
+/* tokens of record i already in the KV cache or in steps in flight: where its next entry starts */
+static int s_at(const wk_batcher *b, const s_rec *s) { return b->ahead ? s->n_sched : s->n_past; }
 
 /* adds record i to lane L's step as entry n with a chunk of at most budget tokens; returns the tokens taken */
 static int s_entry(wk_batcher *b, s_lane *L, int i, int n, int budget) {
     s_rec *s = &b->recs[i];
-    int chunk = s->len - s->n_past;
+    const int at = s_at(b, s);
+    int chunk = s->len - at;
     if (chunk > budget) chunk = budget;
     zl_seq *q = &L->seqs[n];
     q->slot = s->kv;
-    q->pos = s->n_past;
+    q->pos = at;
     q->n_tokens = chunk;
-    q->tokens = s->toks + s->n_past;
-    q->sample = s->n_past + chunk == s->len;
+    q->tokens = s->toks + at;
+    q->sample = at + chunk == s->len;
     q->samp = &s->samp;
     q->history = s->toks;
-    q->n_history = s->n_past + chunk;
+    q->n_history = at + chunk;
     q->rng = &s->rng;
     q->feed = 0;
     L->seq_rec[n] = i;
@@ -464,7 +474,7 @@ static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int
     for (int k = 0; k < b->n_scan && n < e->max_batch && budget > 0; k++) {
         int i = (k + *rot) % b->n_scan;
         const s_rec *s = &b->recs[i];
-        if (!s_ready(b, i, l) || s->len - s->n_past != 1) continue;
+        if (!s_ready(b, i, l) || s->len - s_at(b, s) != 1) continue;
         budget -= s_entry(b, L, i, n++, 1);
     }
     *rot = (*rot + 1) % b->n_scan;
@@ -475,7 +485,7 @@ static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int
         int best = -1;
         for (int i = 0; i < b->n_rec; i++) {
             const s_rec *s = &b->recs[i];
-            if (!s_ready(b, i, l) || s->len - s->n_past <= 1) continue;
+            if (!s_ready(b, i, l) || s->len - s_at(b, s) <= 1) continue;
             int taken = 0;
             for (int j = 0; j < n; j++) taken |= L->seq_rec[j] == i;
             if (taken) continue;

@@ -20,7 +20,7 @@
  * (assigned at admission to the lane with the fewest sequences; moved only between its steps to even the lanes
  * out), and never has two steps in flight.
  *
- * Steps queued ahead (one lane, an engine with engine_step_launch: the CUDA and CPU engines): each
+ * Steps queued ahead (one lane over the CUDA engine; batcher_set_ahead): each
  * batcher_step() queues the next step behind the one in flight, its sequences' tokens fed on the device from the
  * samples of the step in flight, and then collects that step: the GPU does not wait for the host between
  * steps. A step is then in flight between calls (batcher_in_flight), and a sequence that ends may have one more
@@ -68,8 +68,10 @@ void batcher_destroy(wk_batcher **b);
  * driven synchronously, any number of lanes). Returns the lanes now in use, or -1 (nothing changed) while
  * sequences run or steps are in flight. */
 int batcher_set_lanes(wk_batcher *b, int lanes);
-/* steps queued ahead (batcher.c): on (the default where the engine has engine_step_launch, with one lane, unless
- * ZLLM_WORKER_AHEAD=0) or off (one synchronous step per call). Refused (-1) while sequences run or a step is in
+/* steps queued ahead (batcher.c): on or off (one synchronous step per call). By default on with one lane over an
+ * engine whose launch is asynchronous (zl_engine.launch_async: CUDA), off over the CPU engine (its launch runs the
+ * step, so queuing ahead would only delay the ids); ZLLM_WORKER_AHEAD=1 / 0 at batcher_new, or this call, force
+ * it on (wherever the engine has engine_step_launch) or off. Refused (-1) while sequences run or a step is in
  * flight; returns whether steps are now queued ahead (0 where the engine or the lanes do not allow it) */
 int batcher_set_ahead(wk_batcher *b, int on);
 int batcher_ahead(const wk_batcher *b);        /* 1 while steps are queued ahead */

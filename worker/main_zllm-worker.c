@@ -10,9 +10,9 @@
  * With lanes (a pipeline leader: 2; --lanes N), each turn collects one lane's step in flight and submits its
  * next one: a turn waits for at most one step, and cancels and heartbeats are handled between turns while the
  * other lane's step is in flight (a cancelled sequence's slot is reused only after its step is collected).
- * With one lane over an engine that queues steps ahead (CUDA, CPU; ZLLM_WORKER_AHEAD=0 turns it off), each turn
- * queues the next step, its tokens fed on the device, before it waits for the step in flight: the GPU goes from
- * step to step without waiting for this loop (worker/batcher.h).
+ * With one lane over an engine whose steps run asynchronously (CUDA; ZLLM_WORKER_AHEAD=0 / 1 forces it off / on),
+ * each turn queues the next step, its tokens fed on the device, before it waits for the step in flight: the GPU
+ * goes from step to step without waiting for this loop (worker/batcher.h).
  * A broker silent for 3 of its heartbeat intervals is presumed gone: the worker drops its sequences, opens a new
  * socket and registers again (ZeroMQ's reconnect alone does not re-register). An engine error is fatal: the
  * worker logs the step and the rids it held and exits 3, because a device in an unknown state must not keep
