@@ -17,9 +17,9 @@
  * KV slot i, as before lanes existed.
  *
  * Steps queued ahead (one lane over an engine whose launch is asynchronous, the default there; batcher_set_ahead
- * and ZLLM_WORKER_AHEAD force it on or off): a step stays in
- * flight between calls, and each call queues the next step behind it before it waits for it, so the device
- * goes from one step to the next without waiting for the host. The next step cannot know the tokens the step
+ * and ZLLM_WORKER_AHEAD force it on or off): a step stays in flight between calls, and each call queues the next
+ * step behind it before it waits for it, so the device goes from one step to the next without waiting for the
+ * host. The next step cannot know the tokens the step
  * in flight will sample, so a sequence in flight whose entry samples continues with a fed entry (zl_seq.feed:
  * the engine takes the id its sampler left for the slot). That is a guess that the sequence goes on: when the
  * step in flight ends it (a stop id, end of generation, a cancel), the fed step's result for it is dropped and
@@ -404,7 +404,8 @@ static int s_finish(const wk_batcher *b, const s_rec *s, int32_t t) {
     return WK_FIN_NONE;
 }
 
-/* record i may join a step of lane l: running, holding a KV slot, in that lane, nothing in flight */
+/* record i may join a step of lane l: running, holding a KV slot, in that lane, nothing in flight (or, queued
+ * ahead, only a prompt chunk that does not sample) */
 static int s_ready(const wk_batcher *b, int i, int l) {
     const s_rec *s = &b->recs[i];
     if (!s->active || !s->live || s->kv < 0 || s->lane != l) return 0;
