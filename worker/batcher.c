@@ -522,9 +522,7 @@ static int s_launch_ahead(wk_batcher *b, s_lane *L, int n, int prefill, char *er
     }
     L->n = n;
     L->prefill = prefill;
-    L->busy = 1;
-    L->ord = b->ord_next++;
-    b->fl_count++;
+    b->fl_count++;   /* fl_head and fl_count order the two steps (busy and ord are the lanes' bookkeeping) */
     return 0;
 }
 
@@ -555,10 +553,8 @@ static int s_step_ahead(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *er
         snprintf(err, errlen, "%s", e->err);
         return -1;
     }
-    A->busy = 0;
     b->fl_head ^= 1;
     b->fl_count--;
-    b->ord_collect++;
     b->steps++;
     b->last_prefill = A->prefill;
     b->last_tokens = 0;
