@@ -1,13 +1,24 @@
 # zllm: one flat Makefile. Conventions (so adding a file rarely means editing this):
-#   common/*.c broker/*.c worker/*.c clients/*.c tools/*.c  -> objects in $(BUILD)/lib/libzllm.a,
-#       except files named main_NAME.c, which each become the binary $(BUILD)/bin/NAME.
-#   cuda/*.cu -> $(BUILD)/lib/libzllm_cuda.a when ZLLM_CUDA=1 (default when nvcc exists).
-#   tests/test_*.c -> $(BUILD)/tests/test_* (run by tests/run.sh); tests/fuzz_*.c -> libFuzzer
-#       targets under $(BUILD)/fuzz (make fuzz) and replay drivers under $(BUILD)/tests (run in CI).
+#   Each directory below is a layer with its own archive $(BUILD)/lib/libzllm_DIR.a, built from DIR/*.c (and
+#   cuda/*.cu), except files named main_NAME.c, which each become the binary $(BUILD)/bin/NAME. A directory
+#   compiles with its own include path and those of the layers below it (INC_DIR), so that a layer cannot
+#   include a layer above it:
+#       common   what every process shares: wire protocol, GGUF reader, tokenizer, chat templates, key files
+#       engine   the model runtime: engine interface, CPU engine, model, quantization, sampler  (over common)
+#       cuda     the CUDA back-end, which registers itself with the engine layer                (over engine)
+#       worker   batcher, pipeline stages, shared-memory rings, zllm-worker                  (over engine, cuda)
+#       broker   zllm-broker                                                                   (over common)
+#       clients  C library and the zllm CLI                                                    (over common)
+#       deploy   zllm-deploy (links neither CUDA nor ZeroMQ)                                   (over common)
+#       tools    benchmarks and model tools                                           (over worker and below)
+#   A binary links the archives of its layer and of those below, each once, top down; libzllm_cuda.a is
+#   linked whole (cuda/cuda_register.cu registers the engine before main).
+#   tests/test_*.c -> $(BUILD)/tests/test_* (run by tests/run.sh); tests/fuzz_*.c -> libFuzzer targets under
+#       $(BUILD)/fuzz (make fuzz) and replay drivers under $(BUILD)/tests (run in CI).
 #   tests/test_asan_*.c and the fuzz replay drivers link an AddressSanitizer+UBSan build of the library
 #       ($(BUILD)/asan, C only): everything that parses files or network bytes is tested under ASan in CI.
 #   cuda/test_*.cu -> $(BUILD)/tests/gpu_test_* (make test-gpu).
-# Knobs: BUILD, CC, NVCC, OPT, SAN (address|undefined|... -> -fsanitize=), ZLLM_CUDA, CUDA_ARCHS.
+# Knobs: BUILD, CC, NVCC, OPT, SAN (address|undefined|... -> -fsanitize=), ZLLM_CUDA, CUDA_ARCHS, JOBS.
 
 BUILD      ?= build
 CC         ?= gcc
@@ -15,14 +26,25 @@ OPT        ?= -O2
 SAN        ?=
 CUDA_HOME  ?= /usr/local/cuda
 NVCC       ?= $(CUDA_HOME)/bin/nvcc
-ZLLM_CUDA  ?= $(if $(wildcard $(NVCC)),1,0)
-# explicit targets (no autodetection): Ampere, Ada, Hopper.  Override with CUDA_ARCHS="90" on the GPU machine.
-# 90 is built as sm_90a (Hopper's wgmma: cuda/wtc.cu's large-batch forms).
-CUDA_ARCHS ?= 80 89 90
 PYTHON     ?= python3
+# parallel jobs for the builds that `make run` and `make test` start (unless make already runs with -j)
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+
+# CUDA is built when nvcc exists and a GPU answers (nvidia-smi), or when asked for with ZLLM_CUDA=1; a machine
+# with the toolkit but no GPU builds the CPU engine only (CUDA kernels take minutes to compile per architecture).
+ifeq ($(origin ZLLM_CUDA),undefined)
+GPU_CAP    := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ')
+ZLLM_CUDA  := $(if $(and $(wildcard $(NVCC)),$(GPU_CAP)),1,0)
+endif
+# the GPU's own architecture when one answers; otherwise Ampere, Ada and Hopper.
+# 90 is built as sm_90a (Hopper's wgmma: cuda/wtc.cu's large-batch forms).
+ifeq ($(origin CUDA_ARCHS),undefined)
+GPU_CAP    ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ')
+CUDA_ARCHS := $(if $(GPU_CAP),$(GPU_CAP),80 89 90)
+endif
 
 CFLAGS   ?= $(OPT) -g
-CFLAGS   += -std=c11 -Wall -Wextra -D_GNU_SOURCE -pthread -fno-omit-frame-pointer -Icommon -Iworker -Ibroker -Iclients -Icuda
+CFLAGS   += -std=c11 -Wall -Wextra -D_GNU_SOURCE -pthread -fno-omit-frame-pointer
 LDLIBS   += -lzmq -lmsgpackc -lpcre2-8 -lutf8proc -lm -lpthread
 ifneq ($(SAN),)
 CFLAGS   += -fsanitize=$(SAN) $(if $(findstring undefined,$(SAN)),-fno-sanitize-recover=undefined)
@@ -30,19 +52,50 @@ LDFLAGS  += -fsanitize=$(SAN)
 endif
 
 NVCCFLAGS ?= -O3 -lineinfo
-NVCCFLAGS += -std=c++17 --threads=0 -Xcompiler -Wall,-Wextra,-fPIC -Icommon -Iworker -Icuda \
+NVCCFLAGS += -std=c++17 --threads=0 -Xcompiler -Wall,-Wextra,-fPIC \
              $(foreach a,$(patsubst 90,90a,$(CUDA_ARCHS)),-gencode arch=compute_$(a),code=sm_$(a))
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
 ifeq ($(ZLLM_CUDA),1)
 CFLAGS   += -DZLLM_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-CUDA_LIB := $(BUILD)/lib/libzllm_cuda.a
-LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
 endif
 
-LIB_DIRS  := common broker worker clients tools
+# include paths per layer: its own headers and those below it
+INC_common  := -Icommon
+INC_engine  := -Iengine $(INC_common)
+INC_cuda    := -Icuda $(INC_engine)
+INC_worker  := -Iworker $(INC_cuda)
+INC_broker  := -Ibroker $(INC_common)
+INC_clients := -Iclients $(INC_common)
+INC_deploy  := -Ideploy $(INC_common)
+INC_tools   := -Itools -Iworker $(INC_cuda)
+INC_tests   := -Itests -Itools -Ideploy -Ibroker -Iclients $(INC_worker)
+
+# archives each layer links, top down (libzllm_cuda.a whole, where CUDA is built)
+LIB_DIRS    := common engine worker broker clients deploy tools
+ARCH        = $(BUILD)/lib/libzllm_$(1).a
+CUDA_LIB    := $(if $(filter 1,$(ZLLM_CUDA)),$(call ARCH,cuda))
+comma       := ,
+CUDA_LINK   := $(if $(CUDA_LIB),-Wl$(comma)--whole-archive $(CUDA_LIB) -Wl$(comma)--no-whole-archive)
+LINK_common  = $(call ARCH,common)
+LINK_engine  = $(call ARCH,engine) $(LINK_common)
+LINK_cudaeng = $(CUDA_LINK) $(LINK_engine)
+LINK_worker  = $(call ARCH,worker) $(LINK_cudaeng)
+LINK_broker  = $(call ARCH,broker) $(LINK_common)
+LINK_clients = $(call ARCH,clients) $(LINK_common)
+LINK_deploy  = $(call ARCH,deploy) $(LINK_common)
+LINK_tools   = $(call ARCH,tools) $(call ARCH,worker) $(LINK_cudaeng)
+LINK_tests   = $(call ARCH,tools) $(call ARCH,deploy) $(call ARCH,worker) $(call ARCH,broker) $(call ARCH,clients) \
+               $(LINK_cudaeng)
+# the archive files a link line names (its prerequisites)
+libs_of      = $(filter %.a,$(1))
+# extra libraries a layer's binaries need beyond LDLIBS
+XLIBS_worker = $(if $(CUDA_LIB),$(CUDA_LDLIBS))
+XLIBS_tools  = $(XLIBS_worker)
+XLIBS_tests  = $(XLIBS_worker)
+
 ALL_C     := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
-MAIN_C    := $(filter %.c,$(foreach f,$(ALL_C),$(if $(findstring main_,$(notdir $(f))),$(f))))
+MAIN_C    := $(foreach f,$(ALL_C),$(if $(findstring main_,$(notdir $(f))),$(f)))
 LIB_C     := $(filter-out $(MAIN_C),$(ALL_C))
-LIB_O     := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_C))
 BINS      := $(foreach f,$(MAIN_C),$(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(f))))
 TEST_C    := $(wildcard tests/test_*.c)
 TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_C))
@@ -52,18 +105,24 @@ CU_ALL    := $(wildcard cuda/*.cu)
 CU_TEST   := $(wildcard cuda/test_*.cu)
 CU_BENCH  := $(wildcard cuda/bench_*.cu)
 CU_LIB    := $(filter-out $(CU_TEST) $(CU_BENCH),$(CU_ALL))
-CU_O      := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_LIB))
 GPU_TESTS := $(patsubst cuda/test_%.cu,$(BUILD)/tests/gpu_test_%,$(CU_TEST))
-LIB       := $(BUILD)/lib/libzllm.a
+LIBS      := $(foreach d,$(LIB_DIRS),$(call ARCH,$(d))) $(CUDA_LIB)
 # objects depend on a stamp named after the flags, so changing CFLAGS/SAN/ZLLM_CUDA/CUDA_ARCHS rebuilds them
 FLAGS_STAMP := $(BUILD)/obj/.flags-$(shell echo '$(CC) $(CFLAGS) $(NVCCFLAGS)' | md5sum | cut -c1-12)
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
-ASAN_LIB  := $(BUILD)/asan/lib/libzllm.a
-TEST_C_PLAIN := $(filter-out tests/test_asan_%,$(TEST_C))
+ASAN_LIBS := $(foreach d,$(LIB_DIRS),$(BUILD)/asan/lib/libzllm_$(d).a)
+# the ASan build's link line for tests: the same layers as LINK_tests, without CUDA
+ASAN_LINK := $(foreach d,tools deploy worker broker clients engine common,$(BUILD)/asan/lib/libzllm_$(d).a)
+# the binaries `make run` starts (deploy/run-default.sh, deploy/run-local.sh)
+RUN_BINS  := $(BUILD)/bin/zllm-broker $(BUILD)/bin/zllm-worker $(BUILD)/bin/zllm
+# -jJOBS for the builds started by run and test, unless make already runs in parallel
+PAR       = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(JOBS))
+ARCHS_SAY := $(if $(filter 1,$(ZLLM_CUDA)),CUDA for sm_$(CUDA_ARCHS): several minutes a first time,CPU only: about a minute on 2 cores a first time)
 
-.PHONY: all deps test test-gpu bench fuzz run clean trace
+.PHONY: all libs asan-libs deps test test-gpu bench fuzz run clean trace build-run build-test FORCE
 all: $(BINS) $(TESTS) $(FUZZ_REPLAY)
 	@echo "built: $(notdir $(BINS)) (CUDA=$(ZLLM_CUDA) archs=$(if $(filter 1,$(ZLLM_CUDA)),$(CUDA_ARCHS),none))"
+libs: $(LIBS)
 
 # deps: installs what is missing (as root), otherwise prints the command.
 deps:
@@ -73,93 +132,92 @@ $(FLAGS_STAMP):
 	@mkdir -p $(dir $@)
 	@rm -f $(BUILD)/obj/.flags-* && touch $@
 
-$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
-
-$(BUILD)/obj/%.o: %.cu $(FLAGS_STAMP)
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
-
-$(LIB): $(LIB_O)
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
-
-$(BUILD)/lib/libzllm_cuda.a: $(CU_O)
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
-
-# binaries: whole archive order is lib, then cuda lib (cuda code calls common code), then lib again.
-$(BUILD)/bin/%: $(BUILD)/obj/main_%.o $(LIB) $(CUDA_LIB)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(CUDA_LIB) $(LIB) $(LDLIBS)
-
-# zllm-deploy forks the GPU workers: it links no CUDA (nor ZeroMQ) library, so no device runtime is ever
-# initialized in the supervisor and every forked worker starts clean (tools/main_zllm-deploy.c)
-$(BUILD)/bin/zllm-deploy: $(BUILD)/obj/main_zllm-deploy.o $(LIB)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(LIB)
-
-# main_NAME.c may live in any LIB_DIR: find its object
-define MAIN_RULE
-$(BUILD)/obj/main_$(patsubst main_%.c,%,$(notdir $(1))).o: $(1) $$(FLAGS_STAMP)
+# objects: DIR/x.c -> $(BUILD)/obj/DIR/x.o with DIR's include path
+define LAYER_RULES
+$(BUILD)/obj/$(1)/%.o: $(1)/%.c $$(FLAGS_STAMP)
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(CFLAGS) -MMD -MP -c $$< -o $$@
+	$$(CC) $$(CFLAGS) $$(INC_$(1)) -MMD -MP -c $$< -o $$@
+$(call ARCH,$(1)): $$(patsubst %.c,$$(BUILD)/obj/%.o,$$(filter $(1)/%,$$(LIB_C)))
+	@mkdir -p $$(dir $$@)
+	rm -f $$@ && ar rcs $$@ $$^
 endef
-$(foreach f,$(MAIN_C),$(eval $(call MAIN_RULE,$(f))))
+$(foreach d,$(LIB_DIRS),$(eval $(call LAYER_RULES,$(d))))
 
-$(BUILD)/tests/test_%: tests/test_%.c tests/test.h $(LIB) $(CUDA_LIB)
+$(BUILD)/obj/cuda/%.o: cuda/%.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -Itests -o $@ $< $(LIB) $(CUDA_LIB) $(LIB) $(LDLIBS)
+	$(NVCC) $(NVCCFLAGS) $(INC_cuda) -MMD -MP -c $< -o $@
 
-# the sanitizer build of the library (no CUDA): rebuilt by a sub-make, which checks its own dependencies
-.PHONY: asan-lib
-asan-lib:
-	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=address,undefined ZLLM_CUDA=0 $(ASAN_LIB)
-$(ASAN_LIB): | asan-lib
-
-$(BUILD)/tests/test_asan_%: tests/test_asan_%.c tests/test.h asan-lib
+$(call ARCH,cuda): $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_LIB))
 	@mkdir -p $(dir $@)
-	$(CC) $(filter-out -DZLLM_HAVE_CUDA=1,$(CFLAGS)) $(ASAN_FLAGS) -Itests -o $@ $< $(ASAN_LIB) \
-	    $(filter-out -lcublasLt -lcublas -lcudart -lstdc++,$(LDLIBS))
+	rm -f $@ && ar rcs $@ $^
+
+# binaries: main_NAME.c in DIR links DIR's archive and those below it (LINK_DIR); zllm-deploy forks the GPU
+# workers and links neither CUDA nor ZeroMQ, so no device runtime is ever initialized in the supervisor and every
+# forked worker starts clean (deploy/main_zllm-deploy.c)
+LDLIBS_deploy := -lm -lpthread
+define MAIN_RULE
+$(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(1))): $(BUILD)/obj/$(2)/$(basename $(notdir $(1))).o $$(call libs_of,$$(LINK_$(2)))
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS) -o $$@ $$< $$(LINK_$(2)) $$(or $$(LDLIBS_$(2)),$$(LDLIBS)) $$(XLIBS_$(2))
+endef
+$(foreach f,$(MAIN_C),$(eval $(call MAIN_RULE,$(f),$(patsubst %/,%,$(dir $(f))))))
+
+$(BUILD)/tests/test_%: tests/test_%.c tests/test.h $(call libs_of,$(LINK_tests))
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(INC_tests) $(LDFLAGS) -o $@ $< $(LINK_tests) $(LDLIBS) $(XLIBS_tests)
+
+# the sanitizer build of the library (no CUDA), made by a sub-make that checks its own dependencies: tests
+# relink only when an archive changed
+$(ASAN_LIBS) &: FORCE
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=address,undefined ZLLM_CUDA=0 libs
+FORCE:
+asan-libs: $(ASAN_LIBS)
+
+$(BUILD)/tests/test_asan_%: tests/test_asan_%.c tests/test.h $(ASAN_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -DZLLM_HAVE_CUDA=1,$(CFLAGS)) $(INC_tests) $(ASAN_FLAGS) -o $@ $< $(ASAN_LINK) $(LDLIBS)
 
 # fuzz targets: replay driver (reads files/dirs given on the command line, or a built-in corpus) for CI, under ASan
-$(BUILD)/tests/fuzz_%: tests/fuzz_%.c tests/fuzz_main.h asan-lib
+$(BUILD)/tests/fuzz_%: tests/fuzz_%.c tests/fuzz_main.h $(ASAN_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(filter-out -DZLLM_HAVE_CUDA=1,$(CFLAGS)) $(ASAN_FLAGS) -Itests -DFUZZ_REPLAY_MAIN -o $@ $< $(ASAN_LIB) \
-	    $(filter-out -lcublasLt -lcublas -lcudart -lstdc++,$(LDLIBS))
+	$(CC) $(filter-out -DZLLM_HAVE_CUDA=1,$(CFLAGS)) $(INC_tests) $(ASAN_FLAGS) -DFUZZ_REPLAY_MAIN -o $@ $< \
+	    $(ASAN_LINK) $(LDLIBS)
 
 # libFuzzer builds (clang): make fuzz, then $(BUILD)/fuzz/fuzz_NAME corpus_dir
 fuzz:
-	$(MAKE) BUILD=$(BUILD)/fuzzlib CC=clang SAN=address,fuzzer-no-link ZLLM_CUDA=0 $(BUILD)/fuzzlib/lib/libzllm.a
+	$(MAKE) BUILD=$(BUILD)/fuzzlib CC=clang SAN=address,fuzzer-no-link ZLLM_CUDA=0 libs
 	@mkdir -p $(BUILD)/fuzz
 	for f in $(FUZZ_C); do n=$$(basename $$f .c); \
-	  clang -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=address,fuzzer -Icommon -Iworker -Ibroker -Iclients -Itests \
-	    -o $(BUILD)/fuzz/$$n $$f $(BUILD)/fuzzlib/lib/libzllm.a $(LDLIBS) || exit 1; done
+	  clang -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=address,fuzzer $(INC_tests) -o $(BUILD)/fuzz/$$n $$f \
+	    $(foreach d,tools deploy worker broker clients engine common,$(BUILD)/fuzzlib/lib/libzllm_$(d).a) \
+	    $(LDLIBS) || exit 1; done
 
-# compiled by nvcc, linked by $(CC) (nvcc does not take -Wl,-rpath; LDLIBS already names cudart and stdc++)
-$(BUILD)/tests/gpu_test_%: cuda/test_%.cu $(LIB) $(CUDA_LIB)
+# compiled by nvcc, linked by $(CC) (nvcc does not take -Wl,-rpath)
+$(BUILD)/tests/gpu_test_%: cuda/test_%.cu $(call libs_of,$(LINK_tests))
 	@mkdir -p $(dir $@) $(BUILD)/obj/cuda
-	$(NVCC) $(NVCCFLAGS) -Itests -c $< -o $(BUILD)/obj/cuda/test_$*.o
-	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/cuda/test_$*.o $(LIB) $(CUDA_LIB) $(LIB) $(LDLIBS)
+	$(NVCC) $(NVCCFLAGS) $(INC_tests) -c $< -o $(BUILD)/obj/cuda/test_$*.o
+	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/cuda/test_$*.o $(LINK_tests) $(LDLIBS) $(CUDA_LDLIBS)
 
-test: deps all
+build-test: deps
+	@echo "zllm: building binaries and tests ($(ARCHS_SAY))"
+	@$(MAKE) --no-print-directory $(PAR) all
+test: build-test
 	@bash tests/run.sh $(BUILD)
 
 # cuda/bench_NAME.cu -> $(BUILD)/bin/zllm-NAMEbench (GPU micro-benchmarks, e.g. zllm-attentionbench)
 # zllm-qmmabench also times cuBLAS BF16 beside the qmma kernels: it links cuBLAS (and libzllm for qtc_pack)
-$(BUILD)/bin/zllm-qmmabench: cuda/bench_qmma.cu $(CUDA_LIB) $(LIB)
+$(BUILD)/bin/zllm-qmmabench: cuda/bench_qmma.cu $(CUDA_LIB) $(call libs_of,$(LINK_engine))
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIB) $(LIB) -lcublas -lcudart
+	$(NVCC) $(NVCCFLAGS) $(INC_cuda) -o $@ $< $(CUDA_LIB) $(LINK_engine) -lcublas -lcudart
 
 $(BUILD)/bin/zllm-%bench: cuda/bench_%.cu $(CUDA_LIB)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIB) -lcudart
+	$(NVCC) $(NVCCFLAGS) $(INC_cuda) -o $@ $< $(CUDA_LIB) -lcudart
 
 # zllm-prefillbench also times the engine's cuBLAS products (cuda/bench_prefill.cu)
 $(BUILD)/bin/zllm-prefillbench: cuda/bench_prefill.cu $(CUDA_LIB)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIB) -lcublas -lcudart
+	$(NVCC) $(NVCCFLAGS) $(INC_cuda) -o $@ $< $(CUDA_LIB) -lcublas -lcudart
 
 # a CUPTI injection library for kernel timelines (cuda/cupti_trace.c, tools/trace_step.py): a measurement tool
 trace: $(BUILD)/lib/libzllm_trace.so
@@ -174,7 +232,11 @@ test-gpu: all $(GPU_TESTS)
 bench: all $(if $(filter 1,$(ZLLM_CUDA)),$(BUILD)/bin/zllm-attentionbench)
 	@bash tests/bench.sh $(BUILD)
 
-run: deps all
+# run builds only the three binaries it starts
+build-run: deps
+	@echo "zllm: building zllm-broker, zllm-worker and zllm ($(ARCHS_SAY))"
+	@$(MAKE) --no-print-directory $(PAR) $(RUN_BINS)
+run: build-run
 	@bash deploy/run-default.sh $(BUILD)
 
 clean:

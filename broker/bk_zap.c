@@ -1,5 +1,6 @@
 /* broker/bk_zap.c: CURVE key files and the ZAP (RFC 27) handler, failing closed. */
 #include "bk_zap.h"
+#include "zkey.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -32,47 +33,6 @@ static void zerr(char *err, size_t errlen, const char *fmt, ...) {
     va_end(ap);
 }
 
-static int write_file(const char *path, const char *text, mode_t mode, char *err, size_t errlen) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
-    if (fd < 0) { zerr(err, errlen, "%s: %s", path, strerror(errno)); return -1; }
-    size_t n = strlen(text);
-    ssize_t w = write(fd, text, n);
-    close(fd);
-    if (w != (ssize_t)n) { zerr(err, errlen, "%s: short write", path); return -1; }
-    return 0;
-}
-
-int bk_keygen(const char *prefix, char *err, size_t errlen) {
-    char pub[41], sec[41], path[4096], line[48];
-    if (!zmq_has("curve")) { zerr(err, errlen, "this libzmq has no CURVE support"); return -1; }
-    if (zmq_curve_keypair(pub, sec) != 0) { zerr(err, errlen, "zmq_curve_keypair: %s", zmq_strerror(errno)); return -1; }
-    snprintf(path, sizeof path, "%s.key", prefix);
-    snprintf(line, sizeof line, "%s\n", sec);
-    if (write_file(path, line, 0600, err, errlen)) return -1;
-    snprintf(path, sizeof path, "%s.pub", prefix);
-    snprintf(line, sizeof line, "%s\n", pub);
-    return write_file(path, line, 0644, err, errlen);
-}
-
-int bk_read_key(const char *path, char z85[41], char *err, size_t errlen) {
-    FILE *f = fopen(path, "r");
-    if (!f) { zerr(err, errlen, "%s: %s", path, strerror(errno)); return -1; }
-    char buf[128];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *s = buf;
-    while (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t') s++;
-    size_t k = 0;
-    while (s[k] && s[k] != ' ' && s[k] != '\n' && s[k] != '\r' && s[k] != '\t') k++;
-    if (k != 40) { zerr(err, errlen, "%s: expected a 40-character Z85 key", path); return -1; }
-    memcpy(z85, s, 40);
-    z85[40] = 0;
-    uint8_t bin[32];
-    if (!zmq_z85_decode(bin, z85)) { zerr(err, errlen, "%s: not a Z85 key", path); return -1; }
-    return 0;
-}
-
 /* appends every *.pub key of allow_dir; 0, or -1 with a message (also for a directory without keys) */
 static int load_dir(bk_zap *z, const char *allow_dir, char *err, size_t errlen) {
     int n0 = z->n_keys;
@@ -84,7 +44,7 @@ static int load_dir(bk_zap *z, const char *allow_dir, char *err, size_t errlen) 
         if (n < 5 || strcmp(e->d_name + n - 4, ".pub") != 0) continue;
         char path[4096], z85[41], kerr[256];
         snprintf(path, sizeof path, "%s/%s", allow_dir, e->d_name);
-        if (bk_read_key(path, z85, kerr, sizeof kerr) != 0) { zerr(err, errlen, "%s", kerr); closedir(d); return -1; }
+        if (zkey_read(path, z85, kerr, sizeof kerr) != 0) { zerr(err, errlen, "%s", kerr); closedir(d); return -1; }
         if (z->n_keys >= ZAP_MAX_KEYS) { zerr(err, errlen, "%s: more than %d keys", allow_dir, ZAP_MAX_KEYS); closedir(d); return -1; }
         zmq_z85_decode(z->keys[z->n_keys++], z85);
     }

@@ -9,13 +9,6 @@
 
 typedef struct bk_zap bk_zap;
 
-/* Writes PREFIX.key (the Z85 secret key, mode 0600) and PREFIX.pub (the Z85 public key). 0, or -1 with a
- * message (CURVE unavailable, file errors). */
-int bk_keygen(const char *prefix, char *err, size_t errlen);
-
-/* Reads a Z85 key file (40 characters, surrounding whitespace ignored) into z85[41]. 0 or -1 with a message. */
-int bk_read_key(const char *path, char z85[41], char *err, size_t errlen);
-
 /* Binds the ZAP REP socket (inproc://zeromq.zap.01) in ctx and loads every *.pub file of allow_dir.
  * Must be called before any CURVE socket binds. NULL with a message on failure (including an empty
  * allow-list: failing closed at startup is better than a server nobody can use by mistake). */

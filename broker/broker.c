@@ -10,6 +10,7 @@
 #include "broker.h"
 #include "bk_stop.h"
 #include "bk_zap.h"
+#include "zkey.h"
 #include "gguf.h"
 #include "proto.h"
 #include "tokenizer.h"
@@ -1093,7 +1094,7 @@ static int setup_socket(broker *b, void *s, int max_frame, int hwm, const char *
         char sec[41], cerr[256];
         /* curve 2: the worker socket with its own allow-list (its own ZAP domain) */
         const char *dom = curve == 2 ? BK_ZAP_DOMAIN_WORKERS : BK_ZAP_DOMAIN;
-        if (bk_read_key(b->cfg.curve_secret, sec, cerr, sizeof cerr) != 0) { berr(err, errlen, "%s", cerr); return -1; }
+        if (zkey_read(b->cfg.curve_secret, sec, cerr, sizeof cerr) != 0) { berr(err, errlen, "%s", cerr); return -1; }
         if (zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
             zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, sec, 40) != 0 ||
             zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, dom, strlen(dom)) != 0) {

@@ -5,6 +5,7 @@
  *   zllm-broker --keygen PREFIX        writes PREFIX.key (Z85 secret) and PREFIX.pub (Z85 public) */
 #include "broker.h"
 #include "bk_zap.h"
+#include "zkey.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@ int main(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(a, "--keygen") && v) {
-            if (bk_keygen(v, err, sizeof err) != 0) { fprintf(stderr, "zllm-broker: %s\n", err); return 1; }
+            if (zkey_generate(v, err, sizeof err) != 0) { fprintf(stderr, "zllm-broker: %s\n", err); return 1; }
             printf("%s.key %s.pub\n", v, v);
             return 0;
         } else if (!strcmp(a, "--clients") && v) { c.clients_ep = v; i++; }

@@ -1,4 +1,4 @@
-/* cuda/engine_cuda.cu: the CUDA backend of common/engine.h (one GPU).
+/* cuda/engine_cuda.cu: the CUDA backend of engine/engine.h (one GPU).
  *
  * Data layout and types
  *   - Matrices live on the GPU in one compute type `wt`: F32 when every matrix of the file is F32, otherwise

@@ -1,4 +1,4 @@
-/* cuda/engine_cuda.h: what the CUDA backend (cuda/engine_cuda.cu) exposes beyond common/engine.h. */
+/* cuda/engine_cuda.h: what the CUDA backend (cuda/engine_cuda.cu) exposes beyond engine/engine.h. */
 #ifndef ZLLM_CUDA_ENGINE_CUDA_H
 #define ZLLM_CUDA_ENGINE_CUDA_H
 #include <stdint.h>
@@ -7,6 +7,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* The CUDA back-end's constructor (devices "cuda" and "cuda:N"), registered with the engine layer by
+ * cuda/cuda_register.cu; tests may call it directly. NULL with a message in err (no GPU, out of memory, a model the
+ * back-end does not run). */
+zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);
 /* Device time (ms) of e's last successful step, from an event recorded before its input copy to one after its
  * output copy (so host time of a step minus this is the time the GPU sat idle waiting for the host). Returns
  * -1 when e is not a CUDA engine or has not stepped yet. */

@@ -145,7 +145,7 @@ template <> struct Dec<GGML_Q5_1> {
     }
 };
 
-/* Q6_K piece t (0..7) = elements 32t..32t+31: half n = t/4, quarter qq = t%4 of common/quant.c's loop */
+/* Q6_K piece t (0..7) = elements 32t..32t+31: half n = t/4, quarter qq = t%4 of engine/quant.c's loop */
 template <> struct Dec<GGML_Q6_K> {
     static __device__ __forceinline__ void run(const uint8_t *b, int t, int g, float *q, float &d, float &mn)
     {

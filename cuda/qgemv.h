@@ -4,7 +4,7 @@
  *
  * for m < M (1..QGEMV_MAX_M), o < n_out, i < n_in. W is n_out rows of raw GGUF blocks, row_bytes apart
  * (ggml_row_bytes(type, n_in)), laid out exactly as in the file; x and y are f32. Dequantization follows
- * common/quant.c (the CPU oracle, cuda/test_qgemv.cu checks every type against it); accumulation is f32.
+ * engine/quant.c (the CPU oracle, cuda/test_qgemv.cu checks every type against it); accumulation is f32.
  *
  * How: each warp owns R output rows (R = 2 or 4) and walks n_in in steps of 1024 elements, f32 accumulation,
  * one warp-shuffle reduction at the end; x (f32, read through L1) is shared by the R rows; integer levels become

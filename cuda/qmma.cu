@@ -97,7 +97,7 @@ static __device__ __forceinline__ int q4k_byte(int k, uint32_t s0, uint32_t s1, 
     return (int)((w >> (8 * (k & 3))) & 0xff);
 }
 
-/* 6-bit scale and min of sub-block j (0..7) of a Q4_K super-block (common/quant.c s_scale_min_k4) */
+/* 6-bit scale and min of sub-block j (0..7) of a Q4_K super-block (engine/quant.c s_scale_min_k4) */
 static __device__ __forceinline__ void q4k_scale_min(int j, uint32_t s0, uint32_t s1, uint32_t s2, int *sc, int *m)
 {
     if (j < 4) {

@@ -41,7 +41,7 @@ __device__ __forceinline__ uint32_t fkey(float x) {
 }
 __device__ __forceinline__ bool finite_cand(float x) { return !isnan(x) && x != -INFINITY; }
 
-/* splitmix64, as common/sampler.c */
+/* splitmix64, as engine/sampler.c */
 __device__ __forceinline__ float rng_uniform(uint64_t *st) {
     uint64_t z = (*st += 0x9E3779B97F4A7C15ULL);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;

@@ -1,7 +1,7 @@
 /* cuda/sample.h: token sampling on the GPU, one block per row of logits (on sm_90, a cluster of blocks for plain
  * greedy rows of a large vocabulary: cuda/sample.cu), so that only ids leave the GPU.
  *
- * Per row, the order and meaning of common/sampler.h (the CPU reference): repetition penalty over the last
+ * Per row, the order and meaning of engine/sampler.h (the CPU reference): repetition penalty over the last
  * repeat_last_n history tokens -> greedy if temperature <= 0 (argmax, lowest id among equal maxima; exactly
  * the CPU's pick) -> top-k -> temperature -> softmax -> min-p -> top-p -> draw with one uniform number from
  * the row's generator, advanced in device memory exactly as sampler_rng_uniform() advances it on the CPU

@@ -1,9 +1,9 @@
-/* cuda/test_sample.cu: the GPU sampler against common/sampler.c on fresh random logits (seed printed; set
+/* cuda/test_sample.cu: the GPU sampler against engine/sampler.c on fresh random logits (seed printed; set
  * ZLLM_TEST_SEED to repeat a run).
  *  - greedy: the id equals sampler_sample()'s exactly, with planted ties, NaN and -inf, with and without the
  *    repetition penalty, vocab sizes 1..151936;
  *  - top-k / top-p / min-p / temperature / penalty: thousands of draws never leave the CPU's candidate set
- *    (computed the way common/sampler.c does, with the cut thresholds relaxed by 1e-4 for rounding), and the
+ *    (computed the way engine/sampler.c does, with the cut thresholds relaxed by 1e-4 for rounding), and the
  *    empirical frequencies are close to the CPU's probabilities (total variation);
  *  - determinism: the same seeds give the same ids, each non-greedy draw advances the state exactly as one
  *    sampler_rng_uniform() call, greedy rows leave it alone; a captured CUDA graph replays the same way. */
@@ -41,7 +41,7 @@ template <typename X> struct dev_arr {
     void get(X *h) const { CUDA_OK(cudaMemcpy(h, p, n * sizeof(X), cudaMemcpyDeviceToHost)); }
 };
 
-/* the CPU penalty rule (llama.cpp's: each distinct id among the last n once), as common/sampler.c */
+/* the CPU penalty rule (llama.cpp's: each distinct id among the last n once), as engine/sampler.c */
 static void penalize(float *l, int vocab, const int32_t *hist, int n_hist, const zl_sampling &s) {
     if (s.repeat_penalty == 1.0f || s.repeat_last_n <= 0 || n_hist <= 0 || !(s.repeat_penalty > 0.0f)) return;
     const int n = std::min(n_hist, s.repeat_last_n);
@@ -55,7 +55,7 @@ static void penalize(float *l, int vocab, const int32_t *hist, int n_hist, const
     }
 }
 
-/* candidate probabilities after top-k, temperature, min-p and top-p as common/sampler.c computes them
+/* candidate probabilities after top-k, temperature, min-p and top-p as engine/sampler.c computes them
  * (prob[i] = 0 outside the set); min_p_scale/top_p_add loosen the cuts for a rounding margin */
 static void cpu_probs(const float *l, int vocab, const zl_sampling &s, double min_p_scale, double top_p_add,
                       std::vector<double> *prob) {

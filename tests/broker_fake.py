@@ -35,23 +35,24 @@ def asan_broker(build):
     its path; falls back to BUILD/bin/zllm-broker when the sanitizer build is not possible."""
     out = os.path.join(build, "asan-bin", "zllm-broker")
     src = os.path.join(ROOT, "broker", "main_zllm-broker.c")
-    lib = os.path.join(build, "asan", "lib", "libzllm.a")
-    r = subprocess.run(["make", "--no-print-directory", "-s", "BUILD=" + build, "asan-lib"], cwd=ROOT,
+    libs = [os.path.join(build, "asan", "lib", "libzllm_%s.a" % d) for d in ("broker", "common")]
+    lib = libs[0]
+    r = subprocess.run(["make", "--no-print-directory", "-s", "BUILD=" + build, "asan-libs"], cwd=ROOT,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if r.returncode == 0 and os.path.exists(lib):
-        newest = max(os.path.getmtime(lib), os.path.getmtime(src))
+        newest = max([os.path.getmtime(x) for x in libs] + [os.path.getmtime(src)])
         if not os.path.exists(out) or os.path.getmtime(out) < newest:
             os.makedirs(os.path.dirname(out), exist_ok=True)
             cmd = ["cc", "-std=c11", "-O1", "-g", "-D_GNU_SOURCE", "-pthread", "-fno-omit-frame-pointer",
                    "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
-                   "-Icommon", "-Ibroker", "-o", out, src, lib,
+                   "-Icommon", "-Ibroker", "-o", out, src] + libs + [
                    "-lzmq", "-lmsgpackc", "-lpcre2-8", "-lutf8proc", "-lm", "-lpthread"]
             r = subprocess.run(cmd, cwd=ROOT, stderr=subprocess.PIPE)
             if r.returncode != 0:
                 print("asan broker build failed:", r.stderr.decode()[-2000:])
                 return None
         return out
-    print("asan-lib failed:", r.stderr.decode()[-2000:])
+    print("asan-libs failed:", r.stderr.decode()[-2000:])
     return None
 
 

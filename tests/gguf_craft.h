@@ -1,5 +1,5 @@
 /* tests/gguf_craft.h: builds small GGUF files byte by byte for the reader's tests and fuzz seeds, so that each
- * field can be set to a hostile value on purpose. Independent of common/gguf_write.c on purpose. */
+ * field can be set to a hostile value on purpose. Independent of tools/gguf_write.c on purpose. */
 #ifndef ZLLM_GGUF_CRAFT_H
 #define ZLLM_GGUF_CRAFT_H
 #include <stdint.h>

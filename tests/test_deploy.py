@@ -1,4 +1,4 @@
-"""tests/test_deploy.py: zllm-deploy (tools/main_zllm-deploy.c, docs/deploy.md) end to end on the CPU.
+"""tests/test_deploy.py: zllm-deploy (deploy/main_zllm-deploy.c, docs/deploy.md) end to end on the CPU.
 
 A layout of one broker, 2 replicas and one 2-stage pipeline group (stories260K, 1 thread each) is started by
 zllm-deploy: concurrent requests all get exactly one final with llama2.c's golden ids and both replicas get

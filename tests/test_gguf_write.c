@@ -1,4 +1,4 @@
-/* tests/test_gguf_write.c: common/gguf_write.c read back by common/gguf.c: metadata of every value type
+/* tests/test_gguf_write.c: tools/gguf_write.c read back by common/gguf.c: metadata of every value type
  * (incl. arrays of strings and a nested array copied with gguf_writer_set_value), tensor infos, alignment and
  * padding, streaming appends split across tensors, pwrite-style writes, and the recorded errors.
  * (Reading the same files with the gguf Python package is tests/test_mkmodel.py's job.) */

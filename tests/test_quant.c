@@ -1,4 +1,4 @@
-/* tests/test_quant.c: common/quant.c on its own: fp16/bf16 conversion edge cases (subnormals, overflow, inf,
+/* tests/test_quant.c: engine/quant.c on its own: fp16/bf16 conversion edge cases (subnormals, overflow, inf,
  * NaN, round-to-nearest-even ties), quantize -> dequantize round-trip error bounds per type, argument checks,
  * and quant_dot_row against a double-precision dot of the dequantized row. (Bit-exactness against the GGUF
  * reference implementation is tests/test_quant_gguf.py's job.) */

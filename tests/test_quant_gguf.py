@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/test_quant_gguf.py: common/quant.c against the GGUF reference (gguf-py's numpy quants module).
+"""tests/test_quant_gguf.py: engine/quant.c against the GGUF reference (gguf-py's numpy quants module).
 
 For every weight type zllm reads: random blocks (random bytes with finite fp16 scales) and blocks from our own
 quantizer, dequantized by our C code (through build/bin/zllm-dequant) and by gguf.quants.dequantize; the

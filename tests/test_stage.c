@@ -1,4 +1,4 @@
-/* tests/test_stage.c: pipeline stages (worker/stage.h) over host shared memory (common/shmring.h), with real
+/* tests/test_stage.c: pipeline stages (worker/stage.h) over host shared memory (worker/shmring.h), with real
  * processes (fork): the shm rings refuse corrupt indexes and stale generations; 2-stage and 3-stage pipelines
  * of stories260K give exactly the golden 200 greedy ids (llama2.c's run.c); several sequences at once (prompts
  * in chunks, temperature sampling with seeds, repetition penalty) give the same tokens through 3 stages as one

@@ -26,7 +26,7 @@ done
 ATT="/tmp/attnb/attention.o /tmp/attnb/attn_prefill_tc.o /tmp/attnb/attn_decode_tc.o"
 for m in attention attn_prefill_tc attn_decode_tc sample; do nvcc $F -c cuda/$m.cu -o /tmp/attnb/$m.o & done; wait
 nvcc $F -o /tmp/attnb/gpu_test_attention cuda/test_attention.cu $ATT &
-nvcc $F -o /tmp/attnb/gpu_test_sample cuda/test_sample.cu /tmp/attnb/sample.o common/sampler.c &
+nvcc $F -o /tmp/attnb/gpu_test_sample cuda/test_sample.cu /tmp/attnb/sample.o engine/sampler.c &
 nvcc $F -o /tmp/attnb/zllm-attentionbench cuda/bench_attention.cu $ATT &
 wait
 echo "build: $((SECONDS - t0))s"

@@ -1,4 +1,4 @@
-/* worker/batcher.h: continuous batching over an engine (common/engine.h).
+/* worker/batcher.h: continuous batching over an engine (engine/engine.h).
  *
  * The batcher owns the engine's KV slots: a sequence (an `assign` entry from the broker) takes a free slot, is
  * prefilled in chunks that share steps with the other sequences' decodes, samples one token per step once its

@@ -35,7 +35,7 @@
 #include <unistd.h>
 #include <zmq.h>
 #include "batcher.h"
-#include "bk_zap.h"
+#include "zkey.h"
 #include "stage.h"
 #include "engine.h"
 #include "model.h"
@@ -238,8 +238,8 @@ static int s_parse(int argc, char **argv, s_opts *o) {
     }
     if (o->curve_key) {   /* read once: a missing or malformed key file fails at startup, not per connection */
         char kerr[256];
-        if (bk_read_key(o->curve_server_key, o->curve_srv, kerr, sizeof kerr) != 0 ||
-            bk_read_key(o->curve_key, o->curve_sec, kerr, sizeof kerr) != 0) {
+        if (zkey_read(o->curve_server_key, o->curve_srv, kerr, sizeof kerr) != 0 ||
+            zkey_read(o->curve_key, o->curve_sec, kerr, sizeof kerr) != 0) {
             fprintf(stderr, "zllm-worker: %s\n", kerr);
             return -1;
         }

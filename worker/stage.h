@@ -9,7 +9,7 @@
  *
  * A link i -> i+1 carries, per micro-batch, a step descriptor (stage_desc, always in host shared memory) and
  * the micro-batch's hidden states, [n_rows][dim] f32, through a stage_transport. The host transport keeps both
- * in shm rings (common/shmring.h); a GPU transport replaces only the hidden-state buffers (device memory
+ * in shm rings (worker/shmring.h); a GPU transport replaces only the hidden-state buffers (device memory
  * shared by CUDA IPC, ordered by interprocess events) and keeps the descriptor ring.
  *
  * Failure: any error or dead peer aborts the whole group (shm abort word); every stage then returns -1 (a

@@ -1,4 +1,4 @@
-/* common/gguf_write.h: a GGUF v3 writer that streams tensor data.
+/* tools/gguf_write.h: a GGUF v3 writer that streams tensor data.
  *
  * Use: gguf_writer_new(); set metadata (gguf_writer_set_*) and declare every tensor (gguf_writer_add_tensor) in
  * file order; gguf_writer_open() computes the layout (each tensor's data aligned to general.alignment, default

@@ -1,4 +1,4 @@
-/* common/shmring.c: see shmring.h. Counters in shared memory are 32-bit words touched only with __atomic
+/* worker/shmring.c: see shmring.h. Counters in shared memory are 32-bit words touched only with __atomic
  * builtins (acquire/release), so that futex(2) can sleep on them; they wrap, and only differences are used. */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* common/engine_cpu.c: the CPU reference backend: an f32 forward pass of a Llama-family model over a batch of
+/* engine/engine_cpu.c: the CPU reference backend: an f32 forward pass of a Llama-family model over a batch of
  * sequences at independent positions, with per-slot f32 KV caches. Weights stay in the file's type and are
  * dequantized row by row as the matrix-vector products read them.
  *

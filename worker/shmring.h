@@ -1,4 +1,4 @@
-/* common/shmring.h: single-producer single-consumer rings of fixed-size slots in one POSIX shared-memory
+/* worker/shmring.h: single-producer single-consumer rings of fixed-size slots in one POSIX shared-memory
  * segment (a "group"), shared by the processes of a pipeline (worker/stage.h) on one host.
  *
  * Layout of the segment /NAME: a header (magic, version, total size, a generation nonce, an abort word, one

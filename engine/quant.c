@@ -1,4 +1,4 @@
-/* common/quant.c: GGUF weight types. Block layouts follow the GGUF format (ggml's block_q4_0 ... block_q6_K);
+/* engine/quant.c: GGUF weight types. Block layouts follow the GGUF format (ggml's block_q4_0 ... block_q6_K);
  * every dequantizer evaluates the same float expression as the format's reference, term by term, so results
  * are bit-identical to gguf-py's numpy dequantizers (checked by tests/test_quant_gguf.py).
  *

@@ -1,4 +1,4 @@
-/* common/engine.h: the model interface every backend implements (CPU reference, CUDA).
+/* engine/engine.h: the model interface every backend implements (CPU reference, CUDA).
  *
  * An engine owns n_slots per-sequence KV caches of n_ctx tokens each. One engine_step() runs a batch of
  * sequences at independent positions: each entry appends n_tokens tokens to its slot starting at pos (a
@@ -119,9 +119,15 @@ typedef struct {
 /* Creates the backend named by o->device. Returns NULL with a message in err (unknown device, CUDA not
  * built in or no GPU, out of memory, model not supported by the backend). */
 zl_engine *engine_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);
-/* backends, called by engine_new */
+/* A back-end's constructor: as engine_new, for a device name the back-end registered. */
+typedef zl_engine *(*zl_engine_new_fn)(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);
+/* Registers the back-end serving devices "name" and "name:N". Back-ends below the engine layer (cuda/) call it
+ * from a constructor function, before main, so that this layer never names them: a binary serves the devices whose
+ * back-ends it links. 0, or -1 when the name is empty or longer than 15 bytes, already taken, or the table (8
+ * entries) is full. */
+int engine_register(const char *name, zl_engine_new_fn fn);
+/* the CPU engine, the one back-end of this layer (engine_new's "cpu") */
 zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);
-zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);
 
 static inline int engine_step(zl_engine *e, const zl_seq *s, int n, int32_t *tok, float *logits) {
     return e->ops->step(e, s, n, tok, logits);

@@ -1,4 +1,4 @@
-/* common/model.h: a Llama-family model as read from a GGUF file: its configuration from the metadata and
+/* engine/model.h: a Llama-family model as read from a GGUF file: its configuration from the metadata and
  * its weights as typed views into the mapping (no copy; backends dequantize or upload as they need).
  * Architectures: llama (Llama 2/3, Mistral, TinyLlama, SmolLM) and qwen2 (Q/K/V biases). */
 #ifndef ZLLM_MODEL_H

@@ -1,4 +1,4 @@
-/* common/sampler.c: token sampling on the CPU, in the order documented in sampler.h:
+/* engine/sampler.c: token sampling on the CPU, in the order documented in sampler.h:
  * repetition penalty -> greedy (temperature <= 0) -> top-k -> temperature -> softmax -> min-p -> top-p -> draw.
  * Ties are broken by the lower id everywhere (greedy and the candidate order), so results are deterministic. */
 #include <math.h>

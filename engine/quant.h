@@ -1,4 +1,4 @@
-/* common/quant.h: GGUF weight types: block layouts, dequantization (the oracle for every GPU kernel) and
+/* engine/quant.h: GGUF weight types: block layouts, dequantization (the oracle for every GPU kernel) and
  * quantization (for zllm-mkmodel). Layouts and formulas are those of the GGUF format (ggml's block_q4_0 ...).
  * Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K. */
 #ifndef ZLLM_QUANT_H

@@ -1,4 +1,4 @@
-/* common/model.c: reads a Llama-family configuration from GGUF metadata and binds every weight tensor,
+/* engine/model.c: reads a Llama-family configuration from GGUF metadata and binds every weight tensor,
  * checking presence, shape and type against that configuration. Nothing is copied: zl_weight points into
  * the mapping owned by the gguf. Every check returns an error message; nothing is asserted. */
 #include <math.h>
@@ -110,6 +110,54 @@ static int s_bind(const gguf *g, zl_weight *w, const char *name, int64_t n_in, i
     return 0;
 }
 
+/* metadata that changes the function and that zllm does not compute: its presence (with a value other than the
+ * neutral one) is a load error naming the key, never ignored */
+static const struct {
+    const char *suffix;        /* "{arch}.SUFFIX" */
+    double neutral;            /* a numeric value equal to this is accepted (the feature is off) */
+    const char *what;          /* for the message */
+} s_refused_keys[] = {
+    {"rope.scaling.factor", 1.0, "RoPE scaling"},
+    {"rope.scaling.attn_factor", 1.0, "YaRN attention scaling"},
+    {"attention.sliding_window", 0.0, "sliding-window attention"},
+    {"attn_logit_softcapping", 0.0, "attention logit soft-capping"},
+    {"final_logit_softcapping", 0.0, "final logit soft-capping"},
+    {"expert_count", 0.0, "mixture of experts"},
+    {"expert_used_count", 0.0, "mixture of experts"},
+    {"attention.clamp_kqv", 0.0, "Q/K/V clamping"},
+    {"embedding_scale", 1.0, "embedding scaling"},
+    {"residual_scale", 1.0, "residual scaling"},
+    {"logit_scale", 1.0, "logit scaling"},
+    {"attention.scale", 0.0, "a custom attention scale"},
+};
+
+static int s_refuse_keys(const gguf *g, const char *arch, char *err, size_t errlen) {
+    for (size_t i = 0; i < sizeof s_refused_keys / sizeof s_refused_keys[0]; i++) {
+        char key[128];
+        snprintf(key, sizeof key, "%s.%s", arch, s_refused_keys[i].suffix);
+        const gguf_value *v = gguf_get(g, key);
+        if (!v) continue;
+        double x;
+        switch (v->type) {
+        case GGUF_T_UINT8: case GGUF_T_UINT16: case GGUF_T_UINT32: case GGUF_T_UINT64: case GGUF_T_BOOL:
+            x = (double)v->v.u64;
+            break;
+        case GGUF_T_INT8: case GGUF_T_INT16: case GGUF_T_INT32: case GGUF_T_INT64:
+            x = (double)v->v.i64;
+            break;
+        case GGUF_T_FLOAT32: case GGUF_T_FLOAT64:
+            x = v->v.f64;
+            break;
+        default:
+            x = NAN;   /* arrays (per-layer values) and strings: never neutral */
+        }
+        if (x == s_refused_keys[i].neutral) continue;
+        snprintf(err, errlen, "%s: metadata %s (%s) is not supported", g->path, key, s_refused_keys[i].what);
+        return -1;
+    }
+    return 0;
+}
+
 static int s_read_config(const gguf *g, zl_config *c, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     const gguf_value *av = gguf_get(g, "general.architecture");
@@ -180,6 +228,43 @@ static int s_read_config(const gguf *g, zl_config *c, char *err, size_t errlen) 
         snprintf(err, errlen, "%s: RoPE scaling (%s) is not supported", g->path, key);
         return -1;
     }
+    return s_refuse_keys(g, arch, err, errlen);
+}
+
+/* 1 when `name` is a tensor that s_bind_all binds for this configuration */
+static int s_known_tensor(const zl_config *c, const char *name) {
+    static const char *const global[] = {"token_embd.weight", "output_norm.weight", "output.weight"};
+    static const char *const block[] = {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+                                        "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
+                                        "ffn_up.weight", "ffn_down.weight"};
+    static const char *const bias[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
+    for (size_t i = 0; i < sizeof global / sizeof global[0]; i++)
+        if (strcmp(name, global[i]) == 0) return 1;
+    int layer, off = 0;
+    if (sscanf(name, "blk.%d.%n", &layer, &off) != 1 || off == 0 || layer < 0 || layer >= c->n_layers) return 0;
+    const char *rest = name + off;
+    for (size_t i = 0; i < sizeof block / sizeof block[0]; i++)
+        if (strcmp(rest, block[i]) == 0) return 1;
+    for (size_t i = 0; c->has_qkv_bias && i < sizeof bias / sizeof bias[0]; i++)
+        if (strcmp(rest, bias[i]) == 0) return 1;
+    return 0;
+}
+
+/* a tensor that zllm does not bind would be ignored, and the model computed without it: refuse the file,
+ * naming the tensor (rope_freqs.weight: llama3 RoPE frequency factors; attn_q_norm: Q/K norms; ...) */
+static int s_refuse_tensors(const zl_model *m, char *err, size_t errlen) {
+    const gguf *g = m->gguf;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const char *name = g->tensors[i].name;
+        if (s_known_tensor(&m->cfg, name)) continue;
+        if (strcmp(name, "rope_freqs.weight") == 0)
+            snprintf(err, errlen, "%s: tensor rope_freqs.weight (RoPE frequency factors, llama3 scaling) is not "
+                     "supported", g->path);
+        else
+            snprintf(err, errlen, "%s: tensor %s is not used by zllm's %s model (unsupported)", g->path, name,
+                     m->cfg.arch == ZL_ARCH_QWEN2 ? "qwen2" : "llama");
+        return -1;
+    }
     return 0;
 }
 
@@ -243,7 +328,7 @@ static int s_bind_all(zl_model *m, char *err, size_t errlen) {
         }
         c->has_qkv_bias = need_bias;
     }
-    return 0;
+    return s_refuse_tensors(m, err, errlen);
 }
 
 zl_model *model_from_gguf(gguf *g, char *err, size_t errlen) {

@@ -1,4 +1,4 @@
-/* common/sampler.h: token sampling on the CPU (the reference for the GPU sampler).
+/* engine/sampler.h: token sampling on the CPU (the reference for the GPU sampler).
  * Order (as llama.cpp's common sampler): repetition penalty -> greedy if temperature <= 0 -> top-k ->
  * temperature -> softmax -> min-p -> top-p -> draw. Greedy picks the lowest id among equal maxima. */
 #ifndef ZLLM_SAMPLER_H

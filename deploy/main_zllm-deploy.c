@@ -1,4 +1,4 @@
-/* tools/main_zllm-deploy.c: zllm-deploy, one command that runs a broker and its workers from a layout file,
+/* deploy/main_zllm-deploy.c: zllm-deploy, one command that runs a broker and its workers from a layout file,
  * supervises them and stops them (docs/deploy.md).
  *
  *   zllm-deploy [--run-dir DIR] [--bin DIR] [--check] LAYOUT

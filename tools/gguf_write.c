@@ -1,4 +1,4 @@
-/* common/gguf_write.c: GGUF v3 writer (see gguf_write.h). The header (metadata + tensor infos) is encoded into
+/* tools/gguf_write.c: GGUF v3 writer (see gguf_write.h). The header (metadata + tensor infos) is encoded into
  * a growing byte buffer as calls arrive; tensor infos are encoded at open time, when offsets are known. */
 #include "gguf_write.h"
 

@@ -1,4 +1,4 @@
-/* tools/deploy_layout.c: parse and validate a zllm-deploy layout (tools/deploy_layout.h, docs/deploy.md). */
+/* deploy/deploy_layout.c: parse and validate a zllm-deploy layout (deploy/deploy_layout.h, docs/deploy.md). */
 #include "deploy_layout.h"
 
 #include <ctype.h>

@@ -1,4 +1,4 @@
-/* tools/deploy_layout.h: the zllm-deploy layout file (docs/deploy.md): parsed, validated and expanded into the
+/* deploy/deploy_layout.h: the zllm-deploy layout file (docs/deploy.md): parsed, validated and expanded into the
  * exact command lines of a broker, single workers and pipeline groups. Pure C: no ZeroMQ, no CUDA, so the
  * supervisor that forks the workers never initializes a device runtime itself.
  *
