@@ -83,7 +83,7 @@ struct zl_engine {
     int lanes;
     int (*step_submit)(zl_engine *e, const zl_seq *seqs, int n, int lane);
     int (*step_collect)(zl_engine *e, int lane, int32_t *out_tokens);
-    /* Steps queued ahead (optional, NULL: not supported; docs/perf.md "host gap"): the device never waits for the
+    /* Steps queued ahead (optional, NULL: not supported; docs/architecture.md): the device never waits for the
      * host between steps when the next step is already queued behind the one it runs. Unlike lanes, the steps
      * share sequences: a slot may appear in consecutive launched steps, which run in launch order (its KV
      * positions and the fed ids follow that order).

@@ -4,7 +4,7 @@
 # Llama-3.1-8B shape when ZLLM_BENCH_8B=1, the quantized shapes when ZLLM_BENCH_QUANT=1. After each BF16 shape the
 # PyTorch + transformers peer runs on the same shape and prints zllm/peer for decode (M = 1, 64, 256) and prefill.
 # Extra arguments go to the first two zllm-bench runs. ZLLM_CUDA_GEMV_MAX=all measures qgemv instead of cuBLAS.
-# ZLLM_BENCH_ATTN=1 adds issue 5's table: the decode attention kernels alone (zllm-attentionbench, every shape
+# ZLLM_BENCH_ATTN=1 adds the decode attention kernels alone (zllm-attentionbench, every shape
 # after a 1 s idle) beside PyTorch's scaled_dot_product_attention on the same shapes.
 set -euo pipefail
 build=${1:-build}; shift || true
@@ -31,7 +31,7 @@ if [ "${ZLLM_BENCH_8B:-0}" = 1 ]; then
     "$build/bin/zllm-bench" --model "$m8" --ctx 1024 --max-m 256 "$@" | tee "$dir/zllm-8b.txt"
     peer llama-3.1-8b "$dir/zllm-8b.txt"
 fi
-# ZLLM_BENCH_QUANT=1: the 8B shape in Q4_K_M and Q8_0, and Qwen2.5-1.5B Q4_K_M (issue 6's quantized rows)
+# ZLLM_BENCH_QUANT=1: the 8B shape in Q4_K_M and Q8_0, and Qwen2.5-1.5B Q4_K_M (docs/perf.md's quantized rows)
 if [ "${ZLLM_BENCH_QUANT:-0}" = 1 ]; then
     for spec in "llama-3.1-8b q4_k_m 64" "llama-3.1-8b q8_0 16" "qwen2.5-1.5b q4_k_m 16"; do
         set -- $spec

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/bench_stage.sh BUILD [PRESET TYPE]: decode tokens/s of one GPU against a 2-stage pipeline (GPU transport,
-# worker/stage_cuda.c), for the lead's 2-GPU measurement (issue 7). Makes a zllm-mkmodel model (default the
+# worker/stage_cuda.c), for the 2-GPU rows of docs/perf.md. Makes a zllm-mkmodel model (default the
 # Llama-3.1-8B shape in BF16, as tests/bench.sh with ZLLM_BENCH_8B=1) once under $ZLLM_BENCH_DIR (default
 # BUILD/bench), then runs gpu_test_stage_gpu --bench: 64 sequences decoding at context 1024 (each step reads
 # 1024 tokens of KV per sequence, as zllm-bench), first on cuda:0 alone, then as stage 0 on cuda:0 + stage 1 on

@@ -84,7 +84,7 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
         else echo "FAIL zllm-mkmodel $spec 256"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
     # 2048-wide 16-bit llamas through cuda/wtc.cu (the default for 16-bit matrices, one arithmetic for every step
-    # size; cuBLAS, ZLLM_CUDA_WTC=0, is not batch invariant at this width: docs/perf.md session 9)
+    # size; cuBLAS, ZLLM_CUDA_WTC=0, is not batch invariant at this width: cuda/wtc.h)
     for t in bf16 f16; do
         out=$tmp/tiny-llama-$t-2048.gguf
         if "$mk" -o "$out" --preset tiny-llama --layers 2 --dim 2048 --heads 16 --kv-heads 4 --head-dim 128 \
@@ -99,7 +99,7 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
     for mdl in "$tmp/tiny-llama-bf16.gguf" "$tmp/smollm2-135m-bf16.gguf"; do
         [ -f "$mdl" ] && run_one "engine_gpu:$(basename "$mdl"):cublas" env ZLLM_CUDA_WTC=0 "$eng" "$mdl"
     done
-    # the fused Q/K/V and gate/up products off (ZLLM_CUDA_FUSE=0: separate matrices, as before the fusion)
+    # the fused Q/K/V and gate/up products off (ZLLM_CUDA_FUSE=0: separate matrices)
     [ -f "$tmp/tiny-qwen2-bf16.gguf" ] && run_one "engine_gpu:tiny-qwen2-bf16.gguf:nofuse" env ZLLM_CUDA_FUSE=0 \
         "$eng" "$tmp/tiny-qwen2-bf16.gguf"
     # the same quantized model with qtc's Q/K/V and gate/up joins off (ZLLM_CUDA_FUSE=0), and with programmatic

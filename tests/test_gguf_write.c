@@ -14,8 +14,7 @@
 
 static char s_dir[] = "/tmp/zllm-gw-XXXXXX";
 
-static void test_roundtrip(int alignment, int use_append)
-{
+static void test_roundtrip(int alignment, int use_append) {
     char path[256], err[512];
     snprintf(path, sizeof path, "%s/rt-%d-%d.gguf", s_dir, alignment, use_append);
     gguf_writer *w = gguf_writer_new();
@@ -160,8 +159,7 @@ static void test_roundtrip(int alignment, int use_append)
 
 /* a file built byte by byte by tests/gguf_craft.h (every value type, arrays of strings, a nested array),
  * copied key by key and tensor by tensor through the writer, comes out byte-identical (plus end padding) */
-static void test_copy_crafted(void)
-{
+static void test_copy_crafted(void) {
     char err[512], path[256];
     snprintf(path, sizeof path, "%s/crafted.gguf", s_dir);
     craft_buf c = craft_valid();
@@ -198,8 +196,7 @@ static void test_copy_crafted(void)
     unlink(path);
 }
 
-static void test_errors(void)
-{
+static void test_errors(void) {
     char err[512], path[256];
     snprintf(path, sizeof path, "%s/err.gguf", s_dir);
     gguf_writer *w = gguf_writer_new();
@@ -242,8 +239,7 @@ static void test_errors(void)
     gguf_writer_destroy(&w);
 }
 
-int main(void)
-{
+int main(void) {
     if (!mkdtemp(s_dir)) {
         perror("mkdtemp");
         return 1;

@@ -14,8 +14,7 @@ static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
 static uint64_t s_rng = 88172645463325252ull;
-static double rnd_normal(void)
-{
+static double rnd_normal(void) {
     /* Box-Muller over xorshift64 */
     s_rng ^= s_rng << 13; s_rng ^= s_rng >> 7; s_rng ^= s_rng << 17;
     double u1 = ((double)(s_rng >> 11) + 0.5) * 0x1p-53;
@@ -24,8 +23,7 @@ static double rnd_normal(void)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static void test_fp16(void)
-{
+static void test_fp16(void) {
     CHECK(fp16_to_f32(0x0000) == 0.0f && !signbit(fp16_to_f32(0x0000)), "+0");
     CHECK(fp16_to_f32(0x8000) == 0.0f && signbit(fp16_to_f32(0x8000)), "-0");
     CHECK(fp16_to_f32(0x3c00) == 1.0f, "1.0");
@@ -82,8 +80,7 @@ static void test_fp16(void)
     CHECK(bad == 0, "%d in-between values round wrongly", bad);
 }
 
-static void test_bf16(void)
-{
+static void test_bf16(void) {
     CHECK(bf16_to_f32(0x3f80) == 1.0f, "bf16 1.0");
     CHECK(bf16_to_f32(0x8000) == 0.0f && signbit(bf16_to_f32(0x8000)), "bf16 -0");
     CHECK(isinf(bf16_to_f32(0x7f80)), "bf16 inf");
@@ -105,8 +102,7 @@ typedef struct {
     double max_rel_rms;   /* bound on rms(error) / rms(signal) for gaussian data */
 } s_case;
 
-static void test_roundtrip(void)
-{
+static void test_roundtrip(void) {
     /* bounds: about 2x what these reference quantizers reach on gaussian data */
     const s_case cases[] = {
         {GGML_F32, 0.0},     {GGML_F16, 0.001},  {GGML_BF16, 0.005}, {GGML_Q8_0, 0.01},
@@ -182,8 +178,7 @@ static void test_roundtrip(void)
 }
 
 /* the CPU engine's hot path: report throughput (informational, no check on speed) */
-static void bench_dot(void)
-{
+static void bench_dot(void) {
     enum { N = 4096, ROWS = 256 };
     static float x[N], w[N];
     static uint8_t q[ROWS][N * 4];
@@ -206,8 +201,7 @@ static void bench_dot(void)
     }
 }
 
-int main(void)
-{
+int main(void) {
     test_fp16();
     test_bf16();
     test_roundtrip();

@@ -11,24 +11,21 @@
 #define TEST_RAND_SEED 0x9E3779B97F4A7C15ull
 #endif
 static uint64_t s_rng = TEST_RAND_SEED;
-static uint64_t rnd_u64(void)
-{
+static uint64_t rnd_u64(void) {
     uint64_t z = (s_rng += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
 static double rnd_unit(void) { return (double)(rnd_u64() >> 11) * 0x1p-53; }
-static float rnd_normal(void)
-{
+static float rnd_normal(void) {
     double u = rnd_unit() + 1e-300, v = rnd_unit();
     return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
 }
 
 /* one row of random raw GGUF data of type t: F16/BF16 values of moderate exponent; for block types random bytes
  * with the fp16 scale (and min) fields replaced by values in [-0.05, 0.05) */
-static void raw_row(ggml_type t, uint8_t *row, size_t row_bytes)
-{
+static void raw_row(ggml_type t, uint8_t *row, size_t row_bytes) {
     for (size_t i = 0; i < row_bytes; i++) row[i] = (uint8_t)rnd_u64();
     if (t == GGML_F16) {
         for (size_t i = 0; i < row_bytes; i += 2) {

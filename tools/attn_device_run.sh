@@ -6,7 +6,7 @@
 #     -DZLLM_ATTN_BLOCKS_PER_SM=BPS -DZLLM_ATTN_CHUNK_MIN=CMIN -DZLLM_ATTN_STAGES=STAGES (default 4)
 #   ZLLM_ATTN_ENV_VARIANTS="PDL=0,L2PF=2 CHUNK_MIN=512 ...": also run the default build with each set of
 #     run-time knobs (KEY=VAL sets ZLLM_ATTN_KEY; see cuda/attention.cu)
-#   variants run on ZLLM_ATTN_VARIANT_SHAPES (-s list; default: the shapes of issue 5's bar)
+#   variants run on ZLLM_ATTN_VARIANT_SHAPES (-s list; default: the large shapes of docs/perf.md)
 #   ZLLM_ATTN_SKIP_SAMPLE=1 skips gpu_test_sample; ZLLM_ATTN_SKIP_TORCH=1 skips the PyTorch table.
 set -u
 out=${1:-/tmp/attn-out}; what=${2:-all}; shift 2 || true

@@ -12,8 +12,7 @@
 #include "gguf.h"
 #include "quant.h"
 
-static unsigned char *s_slurp(const char *path, size_t *n)
-{
+static unsigned char *s_slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     unsigned char *buf = NULL;
     if (!f) return NULL;
@@ -31,16 +30,14 @@ fail:
     return NULL;
 }
 
-static int s_spit(const char *path, const void *p, size_t n)
-{
+static int s_spit(const char *path, const void *p, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
     int ok = fwrite(p, 1, n, f) == n;
     return (fclose(f) == 0 && ok) ? 0 : -1;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int mode = 0, a = 1;   /* 0 dequant, 1 quantize, 2 dot */
     if (argc > 1 && strcmp(argv[1], "-q") == 0) mode = 1, a = 2;
     else if (argc > 1 && strcmp(argv[1], "--dot") == 0) mode = 2, a = 2;

@@ -84,8 +84,7 @@ typedef struct {
     pthread_mutex_t err_mu;    /* guards err */
 } s_pool;
 
-static uint64_t s_splitmix(uint64_t *s)
-{
+static uint64_t s_splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -93,8 +92,7 @@ static uint64_t s_splitmix(uint64_t *s)
 }
 
 /* n values uniform in [center - a, center + a) */
-static void s_fill(float *x, int64_t n, uint64_t *rng, float center, float a)
-{
+static void s_fill(float *x, int64_t n, uint64_t *rng, float center, float a) {
     const float k = 0x1p-24f * 2.0f * a;
     int64_t i = 0;
     for (; i + 1 < n; i += 2) {
@@ -105,16 +103,14 @@ static void s_fill(float *x, int64_t n, uint64_t *rng, float center, float a)
     if (i < n) x[i] = center - a + (float)(s_splitmix(rng) & 0xffffff) * k;
 }
 
-static void s_pool_fail(s_pool *p, const char *msg)
-{
+static void s_pool_fail(s_pool *p, const char *msg) {
     pthread_mutex_lock(&p->err_mu);
     if (!atomic_load(&p->failed)) snprintf(p->err, sizeof p->err, "%s", msg);
     atomic_store(&p->failed, 1);
     pthread_mutex_unlock(&p->err_mu);
 }
 
-static void *s_worker(void *arg)
-{
+static void *s_worker(void *arg) {
     s_pool *p = arg;
     size_t max_qbytes = (size_t)p->max_chunk * 4;   /* no type is wider than f32 */
     float *f = malloc((size_t)p->max_chunk * sizeof *f);
@@ -156,8 +152,7 @@ out:
     return NULL;
 }
 
-static void s_usage(FILE *o)
-{
+static void s_usage(FILE *o) {
     fprintf(o,
             "usage: zllm-mkmodel -o OUT.gguf [--preset NAME] [--arch llama|qwen2] [--layers N] [--dim N]\n"
             "         [--heads N] [--kv-heads N] [--head-dim N] [--ffn N] [--vocab N] [--ctx N] [--rope-base F]\n"
@@ -171,8 +166,7 @@ static void s_usage(FILE *o)
 /* llama.cpp's use_more_bits(): which layers' attn_v / ffn_down get Q6_K in Q4_K_M */
 static int s_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
-static ggml_type s_fit(ggml_type t, int64_t n_in, const char *name)
-{
+static ggml_type s_fit(ggml_type t, int64_t n_in, const char *name) {
     ggml_type want = t;
     for (;;) {
         if (n_in % ggml_type_block(t) == 0) break;
@@ -192,8 +186,7 @@ static ggml_type s_fit(ggml_type t, int64_t n_in, const char *name)
 
 /* the synthetic byte-level SentencePiece-style vocabulary: <unk> <s> </s>, the 256 byte tokens <0xXX>,
  * "\u2581" (the SentencePiece space), printable ASCII, then control fillers <|extra_N|>. Needs vocab >= 259. */
-static int s_write_vocab(gguf_writer *w, int vocab)
-{
+static int s_write_vocab(gguf_writer *w, int vocab) {
     char **tok = calloc((size_t)vocab, sizeof *tok);
     float *score = calloc((size_t)vocab, sizeof *score);
     int32_t *type = calloc((size_t)vocab, sizeof *type);
@@ -231,16 +224,14 @@ out:
     return rc;
 }
 
-static double s_now(void)
-{
+static double s_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* integer option value; exits with usage on a bad number (this is a program, not library code) */
-static long long s_int_arg(const char *opt, const char *v)
-{
+static long long s_int_arg(const char *opt, const char *v) {
     char *end;
     long long x = strtoll(v, &end, 10);
     if (*v == 0 || *end != 0 || x < 0) {
@@ -250,8 +241,7 @@ static long long s_int_arg(const char *opt, const char *v)
     return x;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     const char *out = NULL, *preset = "tiny-llama", *arch = NULL, *type_name = "f32", *vocab_from = NULL;
     long long ov[9];   /* layers dim heads kv_heads head_dim ffn vocab ctx threads; -1 = unset */
     for (int i = 0; i < 9; i++) ov[i] = -1;

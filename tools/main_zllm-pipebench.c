@@ -1,5 +1,5 @@
 /* tools/main_zllm-pipebench.c: zllm-pipebench, the decode speed of a model split over pipeline stages on this
- * host (worker/stage.h), driven by the worker's batcher with 1 or more lanes (docs/pipeline.md, notes-lanes.md).
+ * host (worker/stage.h), driven by the worker's batcher with 1 or more lanes (docs/pipeline.md, docs/perf.md).
  *
  *   zllm-pipebench -m MODEL.gguf [--stages N] [--lanes L] [--seqs S] [--prompt P] [--gen G] [--threads T]
  *                  [--repeat R]

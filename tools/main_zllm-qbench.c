@@ -19,8 +19,7 @@
 #include <string.h>
 
 #ifndef ZLLM_HAVE_CUDA
-int main(void)
-{
+int main(void) {
     fprintf(stderr, "zllm-qbench: built without CUDA (ZLLM_CUDA=0)\n");
     return 1;
 }
@@ -35,8 +34,7 @@ int main(void)
     fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 static uint64_t s_rng = 0x243F6A8885A308D3ull;
-static inline uint64_t rnd_u64(void)
-{
+static inline uint64_t rnd_u64(void) {
     uint64_t z = (s_rng += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -45,8 +43,7 @@ static inline uint64_t rnd_u64(void)
 
 /* random valid blocks: random bytes, fp16 scale fields set to small finite values, F16/BF16 elements
  * finite and of moderate size */
-static void fill_weights(ggml_type t, uint8_t *buf, size_t bytes)
-{
+static void fill_weights(ggml_type t, uint8_t *buf, size_t bytes) {
     for (size_t i = 0; i + 8 <= bytes; i += 8) {
         uint64_t r = rnd_u64();
         memcpy(buf + i, &r, 8);
@@ -76,15 +73,13 @@ static void fill_weights(ggml_type t, uint8_t *buf, size_t bytes)
     }
 }
 
-static int cmp_f(const void *a, const void *b)
-{
+static int cmp_f(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return x < y ? -1 : x > y;
 }
 
 /* median over reps replays of graph ge, in ms */
-static float time_graph(cudaGraphExec_t ge, cudaStream_t st, int reps)
-{
+static float time_graph(cudaGraphExec_t ge, cudaStream_t st, int reps) {
     cudaEvent_t e0, e1;
     float t[16];
     CK(cudaEventCreate(&e0));
@@ -105,8 +100,7 @@ static float time_graph(cudaGraphExec_t ge, cudaStream_t st, int reps)
     return t[reps / 2];
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int quick = 0, variants = 0;
     const char *types_arg = NULL, *shapes_arg = NULL;
     for (int i = 1; i < argc; i++) {

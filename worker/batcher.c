@@ -14,7 +14,7 @@
  * writes its KV slot and generator state), while the broker already counts the slot as free and may assign a
  * new sequence, which then waits in a record without a KV slot (kv = -1) and gets the first slot released. With
  * one lane nothing is ever in flight between calls, so only records [0, n_slots) are used and record i holds
- * KV slot i, as before lanes existed.
+ * KV slot i.
  *
  * Steps queued ahead (one lane over an engine whose launch is asynchronous, the default there; batcher_set_ahead
  * and ZLLM_WORKER_AHEAD force it on or off): a step stays in flight between calls, and each call queues the next
@@ -202,7 +202,7 @@ int batcher_set_lanes(wk_batcher *b, int lanes) {
     b->lanes = lanes;
     b->ahead = lanes == 1 && engine_can_launch(b->e) && (b->ahead_want < 0 ? b->e->launch_async : b->ahead_want);
     b->fl_head = b->fl_count = 0;
-    /* one lane: the decode rotation over the first n_slots records only, exactly as before lanes (not with steps
+    /* one lane: the decode rotation over the first n_slots records only, record i on KV slot i (not with steps
      * queued ahead: a record ended in flight keeps its slot while a new one waits) */
     b->n_scan = lanes > 1 || b->ahead ? b->n_rec : b->n_slots;
     b->next_lane = 0;
