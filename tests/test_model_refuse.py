@@ -1,0 +1,110 @@
+"""tests/test_model_refuse.py: a GGUF file carrying a tensor or a metadata key that changes the model's function
+and that zllm does not compute is refused at load with an error naming it, never run without it.
+
+Each variant is stories260K (a real tiny Llama) rewritten by the `gguf` package's writer with one item added:
+rope_freqs.weight (llama3 RoPE frequency factors, as llama.cpp's converter writes for Llama 3.1/3.2), per-head
+Q/K norms, a stray tensor in a block, and each refused metadata key. The unchanged copy must still load and
+generate, so a loader that refuses everything fails this test too."""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from broker_fake import ROOT, model_path  # noqa: E402
+
+import gguf  # noqa: E402
+
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what)
+
+
+def rewrite(src, dst, extra_tensors=(), extra_keys=()):
+    """copies src to dst with the gguf package, adding (name, f32 array) tensors and (key, type, value) keys"""
+    r = gguf.GGUFReader(src)
+    arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+    w = gguf.GGUFWriter(dst, arch)
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        t = f.types[0]
+        if t == gguf.GGUFValueType.ARRAY:
+            et = f.types[1]
+            if et == gguf.GGUFValueType.STRING:
+                vals = [bytes(f.parts[i]) for i in f.data]
+            else:
+                vals = [f.parts[i].tolist()[0] for i in f.data]
+            w.add_array(name, vals)
+        elif t == gguf.GGUFValueType.STRING:
+            w.add_string(name, bytes(f.parts[-1]).decode("utf-8"))
+        else:
+            w.add_key_value(name, f.parts[-1].tolist()[0], t)
+    for key, vtype, val in extra_keys:
+        w.add_key_value(key, val, vtype)
+    for t in r.tensors:
+        shape = list(reversed([int(x) for x in t.shape]))
+        if t.tensor_type == gguf.GGMLQuantizationType.F32:
+            w.add_tensor(t.name, np.asarray(t.data).reshape(shape))
+        else:
+            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    for name, arr in extra_tensors:
+        w.add_tensor(name, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def run(path):
+    exe = os.path.join(ROOT, os.environ.get("ZLLM_BUILD", "build"), "bin", "zllm-run")
+    p = subprocess.run([exe, "-m", path, "-n", "4", "--temp", "0", "--ids"], capture_output=True, text=True,
+                       timeout=60)
+    return p.returncode, p.stdout + p.stderr
+
+
+def main():
+    src = model_path()
+    if not os.path.exists(src):
+        print("FAIL: missing fixture", src)
+        print("0 passed, 1 failed")
+        return 1
+    f32 = gguf.GGUFValueType.FLOAT32
+    u32 = gguf.GGUFValueType.UINT32
+    variants = [
+        ("plain", [], [], None),
+        ("rope_freqs", [("rope_freqs.weight", np.ones(4, dtype=np.float32))], [], "rope_freqs.weight"),
+        ("q_norm", [("blk.0.attn_q_norm.weight", np.ones(8, dtype=np.float32))], [], "blk.0.attn_q_norm.weight"),
+        ("stray", [("blk.4.ffn_gate_up.weight", np.ones(8, dtype=np.float32))], [], "blk.4.ffn_gate_up.weight"),
+        ("beyond", [("blk.5.attn_norm.weight", np.ones(64, dtype=np.float32))], [], "blk.5.attn_norm.weight"),
+        ("scale", [], [("llama.rope.scaling.factor", f32, 8.0)], "llama.rope.scaling.factor"),
+        ("swa", [], [("llama.attention.sliding_window", u32, 4096)], "llama.attention.sliding_window"),
+        ("softcap", [], [("llama.final_logit_softcapping", f32, 30.0)], "llama.final_logit_softcapping"),
+        ("experts", [], [("llama.expert_count", u32, 8)], "llama.expert_count"),
+        ("neutral", [], [("llama.rope.scaling.factor", f32, 1.0), ("llama.expert_count", u32, 0)], None),
+    ]
+    with tempfile.TemporaryDirectory() as d:
+        for tag, tensors, keys, refused in variants:
+            path = os.path.join(d, tag + ".gguf")
+            rewrite(src, path, tensors, keys)
+            rc, out = run(path)
+            if refused is None:
+                check(rc == 0 and out.strip() != "", "%s: loads and generates (rc %d): %s" % (tag, rc, out[-300:]))
+            else:
+                check(rc != 0, "%s: refused (rc %d)" % (tag, rc))
+                check(refused in out, "%s: the error names %s: %s" % (tag, refused, out[-300:]))
+    print("%d passed, %d failed" % (passed, failed))
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
