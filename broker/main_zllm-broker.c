@@ -2,7 +2,8 @@
  *   zllm-broker --clients EP --workers EP --model [NAME=]PATH.gguf [--model ...] [--queue N] [--queue-tokens N]
  *               [--client-hwm N] [--drain-ms MS] [--heartbeat-ms MS] [--dead-ms MS] [--hang-ms MS]
  *               [--curve-secret FILE --curve-allow DIR [--curve-workers [--curve-allow-workers DIR]]] [-v]
- *   zllm-broker --keygen PREFIX        writes PREFIX.key (Z85 secret) and PREFIX.pub (Z85 public) */
+ *   zllm-broker --keygen PREFIX        writes PREFIX.key (Z85 secret) and PREFIX.pub (Z85 public)
+ *   zllm-broker --help | --version     the full usage (every option, its range and default) / `zllm-broker VERSION` */
 #include "broker.h"
 #include "bk_zap.h"
 #include "version.h"

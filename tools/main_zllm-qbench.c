@@ -23,7 +23,7 @@ static void s_usage(FILE *f)
 {
     fprintf(f, "usage: zllm-qbench [--quick] [--types Q4_K,Q6_K,...] [--shapes 0,1,2,3,4] [--variants]\n"
                "       zllm-qbench --help | --version\n"
-               "  --quick           fewer replays (default: full)\n"
+               "  --quick           the first shape only (default: all five)\n"
                "  --types LIST      weight types to time (default: every supported type)\n"
                "  --shapes LIST     matrix shapes by index (default: all five)\n"
                "  --variants        also every kernel variant at M = 1 (default off)\n"
