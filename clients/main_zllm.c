@@ -1,52 +1,83 @@
 /* clients/main_zllm.c: the `zllm` command, a client of the broker.
  *
- *   zllm generate --broker EP -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--ids] [--chat]
- *                 [--system TEXT] [--tokens ID,ID,...] [--model NAME] [--deadline-ms MS] [--stop STR]
- *   zllm chat     --broker EP [--system TEXT] [-n N] [--temp T] ...     (interactive; conversation kept)
+ *   zllm generate --broker EP (-p TEXT | --tokens ID,ID,...) [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
+ *                 [--repeat-penalty R] [--repeat-last-n N] [--seed S] [--stop STR]... [--stop-ids ID,...]
+ *                 [--ignore-eos] [--special] [--bos | --no-bos] [--no-stream] [--deadline-ms MS] [--model NAME]
+ *                 [--ids] [--chat] [--system TEXT]
+ *   zllm chat     --broker EP [--system TEXT] [sampling options]     (interactive; conversation kept)
  *   zllm status   --broker EP
  *   zllm bench    --broker EP [-N REQUESTS] [-c CONCURRENCY] [--prompt-len DIST] [--out-len DIST] [--vocab V]
  *                 DIST: N (fixed) or A:B (uniform in [A, B])
+ *   zllm --help | --version       (also after any subcommand)
  *
+ * Every option value is checked here, against the ranges of docs/protocol.md, before anything is sent: a value
+ * out of range is a usage error naming the option and the accepted range, never a silent default.
  * Every wait is bounded: a request whose final does not come within its deadline plus a grace period is
- * cancelled and reported as a client timeout (exit 1), so a vanished broker never hangs the command.
+ * cancelled and reported as a client timeout (exit 1), so a vanished broker never hangs the command. A request
+ * without a first token after S_WAIT_NOTICE_S seconds makes the command ask the broker's status, and say on
+ * stderr when no live worker serves the model (the request keeps waiting: a worker may still come).
  * Exit status: 0 when every request ended with stop or length (status: when the broker is ready), 1 otherwise,
- * 2 on a usage error.
+ * 2 on a usage error, 130 when SIGINT cancelled the request.
  *
  * Include map:
  *   zllm_client.h - zllm_client_new/submit/recv/cancel/status/destroy
- *   proto.h       - proto_generate and the decoded messages */
+ *   proto.h       - proto_generate and the decoded messages, the protocol's limits
+ *   version.h     - ZLLM_VERSION */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include "proto.h"
+#include "version.h"
 #include "zllm_client.h"
 
 #define S_GRACE_MS 5000            /* client-side wait beyond a request's deadline */
+#define S_CANCEL_WAIT_S 2.0        /* after SIGINT: wait this long for the cancelled final, then leave */
+#define S_WAIT_NOTICE_S 2.0        /* no first token this long: check the broker has a worker for the model */
 #define S_MAX_TOKENS_ARG 4096      /* --tokens entries */
 #define S_LINE_MAX 65536           /* chat input line */
+#define S_EXIT_INTERRUPTED 130     /* 128 + SIGINT, as shells report it */
+
+/* the subcommands, as a mask of the ones an option applies to */
+enum { C_GEN = 1, C_CHAT = 2, C_STATUS = 4, C_BENCH = 8, C_SAMPLE = C_GEN | C_CHAT | C_BENCH, C_ALL = 15 };
+
+/* s_num flags */
+enum { N_INT = 1, N_LO_OPEN = 2, N_HI_OPEN = 4 };
 
 typedef struct {
+    int cmd;                       /* C_GEN, C_CHAT, C_STATUS or C_BENCH */
+    const char *cmd_name;          /* argv[1] */
     const char *broker;            /* endpoint */
     const char *prompt;            /* -p */
     const char *system;            /* --system */
     const char *model;             /* --model */
-    const char *stop;              /* --stop (one string) */
+    const char *stop[PROTO_MAX_STOP]; /* --stop, in the order given */
+    int n_stop;
+    int32_t stop_ids[PROTO_MAX_STOP_IDS]; /* --stop-ids, all given */
+    int n_stop_ids;
     int32_t tokens[S_MAX_TOKENS_ARG]; /* --tokens */
     int n_tokens;                  /* -1 when not given */
-    int max_tokens;                /* -n */
+    int max_tokens;                /* -n; -1 = broker default */
     double temp;                   /* --temp; NAN = broker default */
-    int top_k;                     /* --top-k; -1 = default */
+    long long top_k;               /* --top-k; -1 = default */
     double top_p;                  /* --top-p; NAN = default */
-    long long seed;                /* --seed; -1 = broker's choice */
+    double min_p;                  /* --min-p; NAN = default */
+    double repeat_penalty;         /* --repeat-penalty; NAN = default */
+    long long repeat_last_n;       /* --repeat-last-n; -1 = default */
+    uint64_t seed;                 /* --seed, when has_seed */
+    int has_seed;                  /* 0 = the broker's choice */
     int ids;                       /* --ids: print ids */
     int chat;                      /* --chat: prompt as a user message */
     int ignore_eos;                /* --ignore-eos */
-    unsigned deadline_ms;          /* --deadline-ms */
+    int special;                   /* --special */
+    int add_bos;                   /* --bos 1 / --no-bos 0; -1 = the vocabulary's flag */
+    int no_stream;                 /* --no-stream */
+    unsigned deadline_ms;          /* --deadline-ms; 0 = default */
     /* bench */
     int n_requests;                /* -N */
     int concurrency;               /* -c */
@@ -68,104 +99,296 @@ static double s_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void s_usage(void) {
-    fprintf(stderr,
-            "usage: zllm generate --broker EP -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
-            "                     [--ids] [--chat] [--system TEXT] [--tokens ID,ID,..] [--model NAME]\n"
-            "                     [--stop STR] [--ignore-eos] [--deadline-ms MS]\n"
-            "       zllm chat     --broker EP [--system TEXT] [-n N] [--temp T] ...\n"
-            "       zllm status   --broker EP\n"
-            "       zllm bench    --broker EP [-N REQUESTS] [-c CONCURRENCY] [--prompt-len A[:B]]\n"
-            "                     [--out-len A[:B]] [--vocab V] [--model NAME]\n"
-            "EP defaults to $ZLLM_BROKER, else tcp://127.0.0.1:5555\n");
+static void s_usage(FILE *f) {
+    fprintf(f,
+            "usage: zllm generate [options] (-p TEXT | --tokens ID,ID,...)   one request, streamed to stdout\n"
+            "       zllm chat     [options]     interactive chat on stdin (the conversation is kept; /quit ends)\n"
+            "       zllm status   [--broker EP] the broker's workers, queue and counters\n"
+            "       zllm bench    [options]     closed-loop load: requests of random token ids, latency percentiles\n"
+            "       zllm --help | --version     (also after a subcommand)\n"
+            "\n"
+            "every subcommand:\n"
+            "  --broker EP          broker client endpoint (default $ZLLM_BROKER, else tcp://127.0.0.1:5555)\n"
+            "generate, chat, bench (request fields, docs/protocol.md; default: the broker's):\n"
+            "  --model NAME         model name (default: the broker's first model)\n"
+            "  -n, --max-tokens N   most tokens to generate, 1..%d (default 128)\n"
+            "  --temp T             temperature, 0..100, 0 = greedy (default 1.0; bench: 0)\n"
+            "  --top-k K            0..%d, 0 = off (default 0)\n"
+            "  --top-p P            (0, 1], 1 = off (default 1)\n"
+            "  --min-p P            [0, 1), 0 = off (default 0)\n"
+            "  --repeat-penalty R   (0, 100], 1 = off (default 1)\n"
+            "  --repeat-last-n N    tokens the penalty looks back, 0..%d (default 64)\n"
+            "  --seed S             0..18446744073709551615 (default: chosen by the broker)\n"
+            "  --stop STR           stop string, 1..%d bytes; repeat for more, at most %d (default none)\n"
+            "  --stop-ids ID,...    token ids that end generation, 0..%d; repeatable, at most %d (default none)\n"
+            "  --ignore-eos         keep generating past end-of-generation tokens (default off; bench: on)\n"
+            "  --deadline-ms MS     time budget, 1..86400000 (default 600000; bench 60000)\n"
+            "generate and chat:\n"
+            "  --system TEXT        a system message (generate: the prompt becomes a chat)\n"
+            "  --special            special-token text in the prompt becomes single tokens (default off)\n"
+            "  --bos, --no-bos      prepend BOS to a text prompt or not (default: the vocabulary's flag)\n"
+            "  --no-stream          one final with all the text instead of tokens as they come (default: stream)\n"
+            "generate:\n"
+            "  -p, --prompt TEXT    the prompt text (or --tokens; not both)\n"
+            "  --tokens ID,ID,...   the prompt as token ids, 0..%d, at most %d (no BOS added)\n"
+            "  --chat               send the prompt as a user message (the model's chat template)\n"
+            "  --ids                print token ids instead of text\n"
+            "bench:\n"
+            "  -N REQUESTS          requests in all, 1..1000000 (default 64)\n"
+            "  -c CONCURRENCY       requests in flight, 1..65536 (default 8)\n"
+            "  --prompt-len A[:B]   prompt tokens, fixed or uniform in [A, B], 1..1000000 (default 32)\n"
+            "  --out-len A[:B]      output tokens, likewise (default 32)\n"
+            "  --vocab V            prompt ids drawn from [3, V), 4..%d (default 256)\n"
+            "  --bench-seed S       the prompts' random seed, 0..18446744073709551615 (default 1)\n"
+            "\n"
+            "environment:\n"
+            "  ZLLM_BROKER          the default for --broker\n"
+            "  ZLLM_VERBOSE         when set (any value), each final's usage and timings go to stderr\n"
+            "exit status: 0 when every request ended with stop or length (status: the broker is ready), 1 otherwise,\n"
+            "2 on a usage error, 130 when Ctrl-C (SIGINT) cancelled the request.\n",
+            PROTO_MAX_GEN, PROTO_TOKEN_ID_MAX, PROTO_MAX_TOKENS, PROTO_STOP_MAX_LEN, PROTO_MAX_STOP,
+            PROTO_TOKEN_ID_MAX, PROTO_MAX_STOP_IDS, PROTO_TOKEN_ID_MAX, S_MAX_TOKENS_ARG, PROTO_TOKEN_ID_MAX);
 }
 
-static int s_range(const char *v, int *lo, int *hi) {
-    char *end;
-    long a = strtol(v, &end, 10), b = a;
-    if (end == v) return -1;
-    if (*end == ':') {
-        const char *q = end + 1;
-        b = strtol(q, &end, 10);
-        if (end == q) return -1;
+/* One numeric option value. The whole of v must be a decimal integer (N_INT) or a finite real number; reals
+ * are rounded to 32-bit float first, as the broker checks them. It must lie in [lo, hi], an end excluded
+ * where N_LO_OPEN / N_HI_OPEN say. Integers are parsed as unsigned 64-bit (every integer option here is >= 0),
+ * so *u gets them exactly and *x as a double; u may be NULL. Returns 0, or -1 after a message naming the
+ * option and the accepted range. */
+static int s_num(const char *opt, const char *v, double lo, double hi, int flags, double *x, uint64_t *u) {
+    char *end = NULL;
+    double d = 0;
+    uint64_t w = 0;
+    int ok = 0;
+    errno = 0;
+    if (flags & N_INT) {
+        /* strtoull takes "-5" as 2^64-5 and skips spaces: only digits may come */
+        if (v[0] >= '0' && v[0] <= '9') {
+            w = strtoull(v, &end, 10);
+            d = (double)w;
+            ok = !errno && !*end && d >= lo && d <= hi;
+        }
+    } else if (*v && !(v[0] == ' ' || v[0] == '\t')) {
+        d = strtod(v, &end);
+        if (!errno && !*end && isfinite(d)) {
+            d = (double)(float)d;
+            ok = isfinite(d) && ((flags & N_LO_OPEN) ? d > lo : d >= lo) && ((flags & N_HI_OPEN) ? d < hi : d <= hi);
+        }
     }
-    if (*end || a < 1 || b < a || b > 1000000) return -1;
+    if (!ok) {
+        if ((flags & N_INT) && hi >= 18446744073709551615.0)   /* 2^64 - 1 has no double: the text */
+            fprintf(stderr, "zllm: %s: expected a whole number in %.0f..18446744073709551615, got '%s'\n", opt, lo, v);
+        else if (flags & N_INT)
+            fprintf(stderr, "zllm: %s: expected a whole number in %.0f..%.0f, got '%s'\n", opt, lo, hi, v);
+        else
+            fprintf(stderr, "zllm: %s: expected a number in %c%g, %g%c, got '%s'\n", opt,
+                    (flags & N_LO_OPEN) ? '(' : '[', lo, hi, (flags & N_HI_OPEN) ? ')' : ']', v);
+        return -1;
+    }
+    *x = d;
+    if (u) *u = w;
+    return 0;
+}
+
+/* a comma (or space) separated list of token ids 0..PROTO_TOKEN_ID_MAX appended to ids[*n], at most max in
+ * all; returns 0 or -1 after a message */
+static int s_ids(const char *opt, const char *v, int32_t *ids, int *n, int max) {
+    const char *p = v;
+    int got = 0;
+    while (*p == ',' || *p == ' ') p++;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long long t = (*p >= '0' && *p <= '9') ? strtoll(p, &end, 10) : -1;
+        if (t < 0 || errno || t > PROTO_TOKEN_ID_MAX || (*end && *end != ',' && *end != ' ')) {
+            fprintf(stderr, "zllm: %s: expected token ids 0..%d separated by commas, got '%s'\n", opt,
+                    PROTO_TOKEN_ID_MAX, v);
+            return -1;
+        }
+        if (*n >= max) {
+            fprintf(stderr, "zllm: %s: at most %d ids\n", opt, max);
+            return -1;
+        }
+        ids[(*n)++] = (int32_t)t;
+        got++;
+        p = end;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    if (!got) {
+        fprintf(stderr, "zllm: %s: expected at least one token id, got '%s'\n", opt, v);
+        return -1;
+    }
+    return 0;
+}
+
+/* --prompt-len / --out-len: N or A:B with 1 <= A <= B <= 1000000 */
+static int s_range(const char *opt, const char *v, int *lo, int *hi) {
+    char *end;
+    errno = 0;
+    long a = (*v >= '0' && *v <= '9') ? strtol(v, &end, 10) : -1, b = a;
+    if (a >= 0 && *end == ':') {
+        const char *q = end + 1;
+        b = (*q >= '0' && *q <= '9') ? strtol(q, &end, 10) : -1;
+    }
+    if (a < 1 || b < a || b > 1000000 || errno || *end) {
+        fprintf(stderr, "zllm: %s: expected N or A:B with 1 <= A <= B <= 1000000, got '%s'\n", opt, v);
+        return -1;
+    }
     *lo = (int)a;
     *hi = (int)b;
     return 0;
 }
 
+/* 0 to go on, 1 after --help / --version (exit 0), -1 on a usage error (exit 2, the message printed) */
 static int s_parse(int argc, char **argv, s_args *a) {
     memset(a, 0, sizeof *a);
+    a->cmd_name = argv[1];
+    if (!strcmp(argv[1], "generate")) a->cmd = C_GEN;
+    else if (!strcmp(argv[1], "chat")) a->cmd = C_CHAT;
+    else if (!strcmp(argv[1], "status")) a->cmd = C_STATUS;
+    else if (!strcmp(argv[1], "bench")) a->cmd = C_BENCH;
+    else {
+        fprintf(stderr, "zllm: unknown command '%s' (generate, chat, status, bench; zllm --help)\n", argv[1]);
+        return -1;
+    }
     a->broker = getenv("ZLLM_BROKER");
     if (!a->broker || !*a->broker) a->broker = "tcp://127.0.0.1:5555";
     a->n_tokens = -1;
     a->max_tokens = -1;
-    a->temp = NAN;
-    a->top_k = -1;
-    a->top_p = NAN;
-    a->seed = -1;
-    a->deadline_ms = 0;
+    a->temp = a->top_p = a->min_p = a->repeat_penalty = NAN;
+    a->top_k = a->repeat_last_n = -1;
+    a->add_bos = -1;
     a->n_requests = 64;
     a->concurrency = 8;
     a->plen_lo = a->plen_hi = 32;
     a->olen_lo = a->olen_hi = 32;
     a->vocab = 256;
     a->bench_seed = 1;
+    /* --help and --version win wherever they are, so that a bad value elsewhere does not hide the usage */
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            s_usage(stdout);
+            return 1;
+        }
+        if (!strcmp(argv[i], "--version")) {
+            printf("zllm %s\n", ZLLM_VERSION);
+            return 1;
+        }
+    }
     for (int i = 2; i < argc; i++) {
         const char *k = argv[i];
-        if (!strcmp(k, "--ids")) { a->ids = 1; continue; }
-        if (!strcmp(k, "--chat")) { a->chat = 1; continue; }
-        if (!strcmp(k, "--ignore-eos")) { a->ignore_eos = 1; continue; }
+        double x;
+        uint64_t u;
+        int mask = 0;   /* the commands the option applies to (0: unknown) */
+#define FLAG(name, m, stmt) if (!strcmp(k, name)) { mask = (m); if (mask & a->cmd) { stmt; } }
+        FLAG("--ids", C_GEN, a->ids = 1)
+        else FLAG("--chat", C_GEN, a->chat = 1)
+        else FLAG("--ignore-eos", C_SAMPLE, a->ignore_eos = 1)
+        else FLAG("--special", C_GEN | C_CHAT, a->special = 1)
+        else FLAG("--bos", C_GEN | C_CHAT, a->add_bos = 1)
+        else FLAG("--no-bos", C_GEN | C_CHAT, a->add_bos = 0)
+        else FLAG("--no-stream", C_GEN | C_CHAT, a->no_stream = 1)
+#undef FLAG
+        if (mask) {
+            if (!(mask & a->cmd)) goto not_here;
+            continue;
+        }
+        static const struct {
+            const char *name, *alias;
+            int mask;
+        } opts[] = {
+            {"--broker", NULL, C_ALL},         {"--prompt", "-p", C_GEN},        {"--system", NULL, C_GEN | C_CHAT},
+            {"--model", NULL, C_SAMPLE},       {"--stop", NULL, C_SAMPLE},       {"--stop-ids", NULL, C_SAMPLE},
+            {"--tokens", NULL, C_GEN},         {"--max-tokens", "-n", C_SAMPLE}, {"--temp", NULL, C_SAMPLE},
+            {"--top-k", NULL, C_SAMPLE},       {"--top-p", NULL, C_SAMPLE},      {"--min-p", NULL, C_SAMPLE},
+            {"--repeat-penalty", NULL, C_SAMPLE}, {"--repeat-last-n", NULL, C_SAMPLE}, {"--seed", NULL, C_SAMPLE},
+            {"--deadline-ms", NULL, C_SAMPLE}, {"-N", NULL, C_BENCH},            {"-c", NULL, C_BENCH},
+            {"--vocab", NULL, C_BENCH},        {"--bench-seed", NULL, C_BENCH},  {"--prompt-len", NULL, C_BENCH},
+            {"--out-len", NULL, C_BENCH},
+        };
+        const char *o = NULL;   /* the option's long name */
+        for (size_t j = 0; j < sizeof opts / sizeof opts[0] && !o; j++)
+            if (!strcmp(k, opts[j].name) || (opts[j].alias && !strcmp(k, opts[j].alias))) {
+                o = opts[j].name;
+                mask = opts[j].mask;
+            }
+        if (!o) {
+            fprintf(stderr, "zllm: unknown option %s (zllm --help)\n", k);
+            return -1;
+        }
+        if (!(mask & a->cmd)) goto not_here;
         if (i + 1 >= argc) {
-            fprintf(stderr, "zllm: %s needs a value (or is unknown)\n", k);
+            fprintf(stderr, "zllm: %s needs a value (zllm --help)\n", k);
             return -1;
         }
         const char *v = argv[++i];
-        char *end = NULL;
-        errno = 0;
-        if (!strcmp(k, "--broker")) a->broker = v;
-        else if (!strcmp(k, "-p") || !strcmp(k, "--prompt")) a->prompt = v;
-        else if (!strcmp(k, "--system")) a->system = v;
-        else if (!strcmp(k, "--model")) a->model = v;
-        else if (!strcmp(k, "--stop")) a->stop = v;
-        else if (!strcmp(k, "-n") || !strcmp(k, "--max-tokens")) a->max_tokens = (int)strtol(v, &end, 10);
-        else if (!strcmp(k, "--temp")) a->temp = strtod(v, &end);
-        else if (!strcmp(k, "--top-k")) a->top_k = (int)strtol(v, &end, 10);
-        else if (!strcmp(k, "--top-p")) a->top_p = strtod(v, &end);
-        else if (!strcmp(k, "--seed")) a->seed = strtoll(v, &end, 10);
-        else if (!strcmp(k, "--deadline-ms")) a->deadline_ms = (unsigned)strtoul(v, &end, 10);
-        else if (!strcmp(k, "-N")) a->n_requests = (int)strtol(v, &end, 10);
-        else if (!strcmp(k, "-c")) a->concurrency = (int)strtol(v, &end, 10);
-        else if (!strcmp(k, "--vocab")) a->vocab = (int)strtol(v, &end, 10);
-        else if (!strcmp(k, "--bench-seed")) a->bench_seed = strtoull(v, &end, 10);
-        else if (!strcmp(k, "--prompt-len")) { if (s_range(v, &a->plen_lo, &a->plen_hi)) goto bad; }
-        else if (!strcmp(k, "--out-len")) { if (s_range(v, &a->olen_lo, &a->olen_hi)) goto bad; }
-        else if (!strcmp(k, "--tokens")) {
-            a->n_tokens = 0;
-            const char *p = v;
-            while (*p) {
-                if (a->n_tokens >= S_MAX_TOKENS_ARG) goto bad;
-                long t = strtol(p, &end, 10);
-                if (end == p || t < 0 || t > PROTO_TOKEN_ID_MAX) goto bad;
-                a->tokens[a->n_tokens++] = (int32_t)t;
-                p = end;
-                while (*p == ',' || *p == ' ') p++;
+        int bad = 0;
+        if (!strcmp(o, "--broker")) a->broker = v;
+        else if (!strcmp(o, "--prompt")) a->prompt = v;
+        else if (!strcmp(o, "--system")) a->system = v;
+        else if (!strcmp(o, "--model")) a->model = v;
+        else if (!strcmp(o, "--stop")) {
+            size_t n = strlen(v);
+            if (n < 1 || n > PROTO_STOP_MAX_LEN) {
+                fprintf(stderr, "zllm: --stop: a stop string has 1..%d bytes, got %zu\n", PROTO_STOP_MAX_LEN, n);
+                return -1;
             }
-            end = NULL;
-        } else {
-            fprintf(stderr, "zllm: unknown option %s\n", k);
-            return -1;
-        }
-        if (errno || (end && *end)) goto bad;
+            if (a->n_stop >= PROTO_MAX_STOP) {
+                fprintf(stderr, "zllm: --stop: at most %d stop strings\n", PROTO_MAX_STOP);
+                return -1;
+            }
+            a->stop[a->n_stop++] = v;
+        } else if (!strcmp(o, "--stop-ids")) bad = s_ids(k, v, a->stop_ids, &a->n_stop_ids, PROTO_MAX_STOP_IDS);
+        else if (!strcmp(o, "--tokens")) {
+            if (a->n_tokens < 0) a->n_tokens = 0;
+            bad = s_ids(k, v, a->tokens, &a->n_tokens, S_MAX_TOKENS_ARG);
+        } else if (!strcmp(o, "--max-tokens")) {
+            if (!(bad = s_num(k, v, 1, PROTO_MAX_GEN, N_INT, &x, NULL))) a->max_tokens = (int)x;
+        } else if (!strcmp(o, "--temp")) bad = s_num(k, v, 0, 100, 0, &a->temp, NULL);
+        else if (!strcmp(o, "--top-k")) {
+            if (!(bad = s_num(k, v, 0, PROTO_TOKEN_ID_MAX, N_INT, &x, NULL))) a->top_k = (long long)x;
+        } else if (!strcmp(o, "--top-p")) bad = s_num(k, v, 0, 1, N_LO_OPEN, &a->top_p, NULL);
+        else if (!strcmp(o, "--min-p")) bad = s_num(k, v, 0, 1, N_HI_OPEN, &a->min_p, NULL);
+        else if (!strcmp(o, "--repeat-penalty")) bad = s_num(k, v, 0, 100, N_LO_OPEN, &a->repeat_penalty, NULL);
+        else if (!strcmp(o, "--repeat-last-n")) {
+            if (!(bad = s_num(k, v, 0, PROTO_MAX_TOKENS, N_INT, &x, NULL))) a->repeat_last_n = (long long)x;
+        } else if (!strcmp(o, "--seed")) {
+            if (!(bad = s_num(k, v, 0, 18446744073709551615.0, N_INT, &x, &u))) {
+                a->seed = u;
+                a->has_seed = 1;
+            }
+        } else if (!strcmp(o, "--deadline-ms")) {
+            if (!(bad = s_num(k, v, 1, 86400000, N_INT, &x, NULL))) a->deadline_ms = (unsigned)x;
+        } else if (!strcmp(o, "-N")) {
+            if (!(bad = s_num(k, v, 1, 1000000, N_INT, &x, NULL))) a->n_requests = (int)x;
+        } else if (!strcmp(o, "-c")) {
+            if (!(bad = s_num(k, v, 1, 65536, N_INT, &x, NULL))) a->concurrency = (int)x;
+        } else if (!strcmp(o, "--vocab")) {
+            if (!(bad = s_num(k, v, 4, PROTO_TOKEN_ID_MAX, N_INT, &x, NULL))) a->vocab = (int)x;
+        } else if (!strcmp(o, "--bench-seed")) {
+            if (!(bad = s_num(k, v, 0, 18446744073709551615.0, N_INT, &x, &u))) a->bench_seed = u;
+        } else if (!strcmp(o, "--prompt-len")) bad = s_range(k, v, &a->plen_lo, &a->plen_hi);
+        else if (!strcmp(o, "--out-len")) bad = s_range(k, v, &a->olen_lo, &a->olen_hi);
+        if (bad) return -1;
         continue;
-    bad:
-        fprintf(stderr, "zllm: bad value for %s: %s\n", k, v);
+    not_here:
+        fprintf(stderr, "zllm %s: %s does not apply to this command (zllm --help)\n", a->cmd_name, k);
         return -1;
     }
-    if (a->n_requests < 1 || a->concurrency < 1 || a->vocab < 4) {
-        fprintf(stderr, "zllm: -N, -c must be >= 1 and --vocab >= 4\n");
-        return -1;
+    if (a->cmd == C_GEN) {
+        if (a->prompt && a->n_tokens >= 0) {
+            fprintf(stderr, "zllm generate: -p and --tokens both give the prompt: use one\n");
+            return -1;
+        }
+        if (a->n_tokens >= 0 && (a->chat || a->system || a->special || a->add_bos >= 0)) {
+            fprintf(stderr, "zllm generate: --tokens is the prompt as ids: --chat, --system, --special, --bos and "
+                            "--no-bos apply to text\n");
+            return -1;
+        }
+        if (!a->prompt && a->n_tokens < 0) {
+            fprintf(stderr, "zllm generate: -p TEXT or --tokens ID,ID,... is required\n");
+            return -1;
+        }
     }
     return 0;
 }
@@ -177,22 +400,42 @@ static void s_fill(const s_args *a, proto_generate *g, const char *id) {
     if (a->model) g->model = proto_cstr(a->model);
     if (a->max_tokens > 0) g->max_tokens = (uint32_t)a->max_tokens;
     if (!isnan(a->temp)) g->sampling.temperature = (float)a->temp;
-    if (a->top_k >= 0) g->sampling.top_k = a->top_k;
+    if (a->top_k >= 0) g->sampling.top_k = (int32_t)a->top_k;
     if (!isnan(a->top_p)) g->sampling.top_p = (float)a->top_p;
-    if (a->seed >= 0) {
-        g->sampling.seed = (uint64_t)a->seed;
+    if (!isnan(a->min_p)) g->sampling.min_p = (float)a->min_p;
+    if (!isnan(a->repeat_penalty)) g->sampling.repeat_penalty = (float)a->repeat_penalty;
+    if (a->repeat_last_n >= 0) g->sampling.repeat_last_n = (uint32_t)a->repeat_last_n;
+    if (a->has_seed) {
+        g->sampling.seed = a->seed;
         g->sampling.has_seed = 1;
     }
     g->sampling.ignore_eos = a->ignore_eos;
     if (a->deadline_ms) g->deadline_ms = a->deadline_ms;
-    if (a->stop) {
-        g->stop[0] = proto_cstr(a->stop);
-        g->n_stop = 1;
+    for (int i = 0; i < a->n_stop; i++) g->stop[i] = proto_cstr(a->stop[i]);
+    g->n_stop = (uint32_t)a->n_stop;
+    if (a->n_stop_ids) {
+        g->stop_ids = a->stop_ids;
+        g->n_stop_ids = (uint32_t)a->n_stop_ids;
     }
+    g->special = a->special;
+    g->add_bos = a->add_bos;
+    g->stream = !a->no_stream;
 }
 
-/* runs one streaming request, printing text (or ids) as it comes; returns 0 on stop/length, 1 otherwise.
- * reply, when not NULL, gets the whole answer (malloc'd) for the chat history. */
+/* on a status reply while a request waits for its first token: 1 when no live worker serves the model the
+ * request names (or, without one, the broker's first model), with that model's name in name[] */
+static int s_no_worker(const proto_status *s, const s_args *a, char *name, size_t cap) {
+    proto_str want = a->model ? proto_cstr(a->model) : (s->n_models ? s->models[0] : (proto_str){0});
+    proto_str_copy(want, name, cap);
+    for (uint32_t i = 0; i < s->n_workers; i++)
+        if (s->workers[i].alive && s->workers[i].model.n == want.n &&
+            (!want.n || !memcmp(s->workers[i].model.p, want.p, want.n)))
+            return 0;
+    return 1;
+}
+
+/* runs one request, printing text (or ids) as it comes; returns 0 on stop/length, S_EXIT_INTERRUPTED after
+ * SIGINT cancelled it, 1 otherwise. reply, when not NULL, gets the whole answer (malloc'd) for the chat history. */
 static int s_run_one(zllm_client *c, const s_args *a, proto_generate *g, char **reply) {
     char err[256], id[PROTO_ID_MAX + 1];
     proto_str_copy(g->id, id, sizeof id);
@@ -202,19 +445,31 @@ static int s_run_one(zllm_client *c, const s_args *a, proto_generate *g, char **
         fprintf(stderr, "zllm: %s\n", err);
         return 1;
     }
-    double t_end = s_now() + (g->deadline_ms + S_GRACE_MS) / 1000.0;
-    int cancelled = 0, rc = 1;
+    double t0 = s_now(), t_end = t0 + (g->deadline_ms + S_GRACE_MS) / 1000.0;
+    int cancelled = 0, rc = 1, got_first = 0, asked = 0;
+    unsigned long n_tokens = 0;   /* ids received so far */
     for (;;) {
         if (s_interrupted && !cancelled) {
             zllm_client_cancel(c, id, err, sizeof err);
             cancelled = 1;
+            if (t_end > s_now() + S_CANCEL_WAIT_S) t_end = s_now() + S_CANCEL_WAIT_S;
         }
         double left = t_end - s_now();
         if (left <= 0) {
             zllm_client_cancel(c, id, err, sizeof err);
-            fprintf(stderr, "\nzllm: no final for %s within %u ms: giving up (broker gone?)\n", id,
-                    g->deadline_ms + S_GRACE_MS);
+            if (cancelled) {
+                fprintf(stderr, "\nzllm: interrupted: request cancelled after %lu tokens (the broker did not "
+                                "confirm within %.0f s)\n", n_tokens, S_CANCEL_WAIT_S);
+                rc = S_EXIT_INTERRUPTED;
+            } else {
+                fprintf(stderr, "\nzllm: no final for %s within %u ms: giving up (broker gone?)\n", id,
+                        g->deadline_ms + S_GRACE_MS);
+            }
             break;
+        }
+        if (!got_first && !asked && !cancelled && s_now() - t0 >= S_WAIT_NOTICE_S) {
+            asked = 1;   /* one question: the answer is said once */
+            zllm_client_status(c, "zllm-wait", err, sizeof err);
         }
         const proto_msg *m;
         int r = zllm_client_recv(c, left > 0.2 ? 200 : (int)(left * 1000) + 1, &m, err, sizeof err);
@@ -228,6 +483,12 @@ static int s_run_one(zllm_client *c, const s_args *a, proto_generate *g, char **
                     m->error.code_str.p ? m->error.code_str.p : "", (int)m->error.message.n,
                     m->error.message.p ? m->error.message.p : "");
             break;   /* this client has only this request in flight: the broker could not read it */
+        }
+        if (m->type == PROTO_STATUS) {
+            char name[PROTO_NAME_MAX + 1];
+            if (!got_first && !cancelled && s_no_worker(&m->status, a, name, sizeof name))
+                fprintf(stderr, "zllm: waiting for a worker for model %s\n", name[0] ? name : "(none)");
+            continue;
         }
         proto_str text = {0};
         const int32_t *ids = NULL;
@@ -245,6 +506,8 @@ static int s_run_one(zllm_client *c, const s_args *a, proto_generate *g, char **
         } else {
             continue;
         }
+        got_first = 1;
+        if (m->type == PROTO_TOKEN) n_tokens += n_ids;
         if (a->ids) {
             for (uint32_t i = 0; i < n_ids; i++) printf("%d ", (int)ids[i]);
         } else if (text.n) {
@@ -269,11 +532,18 @@ static int s_run_one(zllm_client *c, const s_args *a, proto_generate *g, char **
         if (m->type == PROTO_FINAL) {
             const proto_final *f = &m->final;
             printf("\n");
+            fflush(stdout);
             if (f->finish == PROTO_FINISH_STOP || f->finish == PROTO_FINISH_LENGTH) {
                 rc = 0;
+            } else if (f->finish == PROTO_FINISH_CANCELLED && cancelled) {
+                fprintf(stderr, "zllm: interrupted: request cancelled after %u tokens\n", f->completion_tokens);
+                rc = S_EXIT_INTERRUPTED;
+            } else if (f->code_str.n || f->message.n) {
+                fprintf(stderr, "zllm: %s: %.*s%s%.*s\n", proto_finish_name(f->finish), (int)f->code_str.n,
+                        f->code_str.p ? f->code_str.p : "", f->code_str.n && f->message.n ? ": " : "",
+                        (int)f->message.n, f->message.p ? f->message.p : "");
             } else {
-                fprintf(stderr, "zllm: %s %.*s: %.*s\n", proto_finish_name(f->finish), (int)f->code_str.n,
-                        f->code_str.p ? f->code_str.p : "", (int)f->message.n, f->message.p ? f->message.p : "");
+                fprintf(stderr, "zllm: request ended with finish %s\n", proto_finish_name(f->finish));
             }
             if (getenv("ZLLM_VERBOSE"))
                 fprintf(stderr, "[%s: %u prompt + %u completion tokens, queue %.1f ms, ttft %.1f ms, total %.1f ms]\n",
@@ -288,10 +558,6 @@ static int s_run_one(zllm_client *c, const s_args *a, proto_generate *g, char **
 }
 
 static int s_generate(zllm_client *c, const s_args *a) {
-    if (!a->prompt && a->n_tokens < 0) {
-        fprintf(stderr, "zllm generate: -p TEXT or --tokens is required\n");
-        return 2;
-    }
     char id[64];
     snprintf(id, sizeof id, "zllm-%d", (int)getpid());
     proto_generate g;
@@ -550,13 +816,21 @@ static int s_bench(zllm_client *c, const s_args *a) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        s_usage();
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        s_usage(stderr);
+        return 2;
     }
-    const char *cmd = argv[1];
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        s_usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("zllm %s\n", ZLLM_VERSION);
+        return 0;
+    }
     s_args a;
-    if (s_parse(argc, argv, &a) != 0) return 2;
+    int pr = s_parse(argc, argv, &a);
+    if (pr != 0) return pr > 0 ? 0 : 2;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = s_on_sigint;
@@ -568,15 +842,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "zllm: %s\n", err);
         return 1;
     }
-    int rc;
-    if (!strcmp(cmd, "generate")) rc = s_generate(c, &a);
-    else if (!strcmp(cmd, "chat")) rc = s_chat(c, &a);
-    else if (!strcmp(cmd, "status")) rc = s_status(c, a.broker);
-    else if (!strcmp(cmd, "bench")) rc = s_bench(c, &a);
-    else {
-        s_usage();
-        rc = 2;
-    }
+    int rc = 2;
+    if (a.cmd == C_GEN) rc = s_generate(c, &a);
+    else if (a.cmd == C_CHAT) rc = s_chat(c, &a);
+    else if (a.cmd == C_STATUS) rc = s_status(c, a.broker);
+    else if (a.cmd == C_BENCH) rc = s_bench(c, &a);
     zllm_client_destroy(&c);
     return rc;
 }

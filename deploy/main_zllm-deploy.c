@@ -22,6 +22,7 @@
  * Include map:
  *   deploy_layout.h - dl_load/dl_destroy: the layout file, validated, as command lines */
 #include "deploy_layout.h"
+#include "version.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -342,12 +343,15 @@ static int64_t s_timers(s_sup *S) {
 static void s_usage(FILE *f) {
     fprintf(f,
             "usage: zllm-deploy [--run-dir DIR] [--bin DIR] [--check] LAYOUT\n"
+            "       zllm-deploy --help | --version\n"
             "  --run-dir DIR   logs and the lock file (default: the layout's 'rundir', else /tmp/zllm-deploy)\n"
             "  --bin DIR       where zllm-broker and zllm-worker are (default: the layout's 'bin', else the\n"
             "                  directory of zllm-deploy itself)\n"
             "  --check         validate the layout, print the command lines, start nothing\n"
             "Runs until SIGTERM/SIGINT (exit 0 after stopping everything); exit 1 when a unit exceeds its\n"
-            "restart limit, 2 for a bad layout or arguments. Layout format: docs/deploy.md.\n");
+            "restart limit, 2 for a bad layout or arguments. Layout format: docs/deploy.md.\n"
+            "  -h, --help      this text;  --version  print the version\n"
+            "Environment: none read (the units it starts get the environment it was started with).\n");
 }
 
 int main(int argc, char **argv) {
@@ -355,6 +359,7 @@ int main(int argc, char **argv) {
     int check = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { s_usage(stdout); return 0; }
+        else if (!strcmp(argv[i], "--version")) { printf("zllm-deploy %s\n", ZLLM_VERSION); return 0; }
         else if (!strcmp(argv[i], "--check")) check = 1;
         else if (!strcmp(argv[i], "--run-dir") && i + 1 < argc) rundir = argv[++i];
         else if (!strcmp(argv[i], "--bin") && i + 1 < argc) bindir = argv[++i];

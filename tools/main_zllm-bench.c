@@ -25,6 +25,7 @@
 #include <time.h>
 #include "engine.h"
 #include "model.h"
+#include "version.h"
 #ifdef ZLLM_HAVE_CUDA
 #include "engine_cuda.h"
 #include "gpu_caps.h"
@@ -37,8 +38,22 @@ static double s_now(void) {
 }
 
 static void s_usage(FILE *f) {
-    fprintf(f, "usage: zllm-bench --model F.gguf [--device cuda[:N]] [--ctx 1024] [--prefill P] [--max-m 256]\n"
-               "                  [--min-m 1] [--steps 20] [--no-graphs] [--skip-caps] [--sync]\n");
+    fprintf(f, "usage: zllm-bench --model F.gguf [options]\n"
+               "       zllm-bench --help | --version\n"
+               "Decode and prefill speed of a model on one GPU against the roofline measured in the same run.\n"
+               "  --model F.gguf    the model (required)\n"
+               "  --device DEV      cuda or cuda:N (default cuda)\n"
+               "  --ctx N           KV tokens each decode step reads, >= 1 (default 1024)\n"
+               "  --prefill P       prompt tokens of the prefill row (default min(ctx, 2048))\n"
+               "  --max-m M         largest batch timed, >= 1 (default 256)\n"
+               "  --min-m M         smallest batch timed, >= 1 (default 1)\n"
+               "  --steps N         decode steps timed per row, >= 1 (default 20)\n"
+               "  --no-graphs       no CUDA graphs (default: graphs)\n"
+               "  --skip-caps       do not measure the bandwidth and matrix rate (default: measure)\n"
+               "  --sync            one engine_step at a time (default: steps queued ahead)\n"
+               "  -h, --help        this text;  --version  print the version\n"
+               "Environment: ZLLM_CUDA_*, ZLLM_ATTN_*, ZLLM_QTC_*, ZLLM_WTC_*, ZLLM_NORM_THREADS: CUDA kernel choices\n"
+               "and tuning knobs for measurements (docs/perf.md).\n");
 }
 
 static int s_cmp_d(const void *a, const void *b) {
@@ -63,6 +78,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--skip-caps")) skip_caps = 1;
         else if (!strcmp(a, "--sync")) sync = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { s_usage(stdout); return 0; }
+        else if (!strcmp(a, "--version")) { printf("zllm-bench %s\n", ZLLM_VERSION); return 0; }
         else { s_usage(stderr); return 2; }
     }
     if (!path || ctx < 1 || max_m < 1 || min_m < 1 || steps < 1) { s_usage(stderr); return 2; }

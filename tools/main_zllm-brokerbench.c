@@ -7,6 +7,7 @@
  *   zllm-brokerbench --broker BUILD/bin/zllm-broker --model stories260K.gguf [--workers 4] [--slots 64]
  *                    [--clients 16] [--inflight 8] [--max-tokens 256] [--seconds 5] */
 #include "proto.h"
+#include "version.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -190,11 +191,32 @@ static double proc_cpu(pid_t pid) {
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+static void s_usage(FILE *f) {
+    fprintf(f, "usage: zllm-brokerbench --broker PATH --model PATH.gguf [options]\n"
+               "       zllm-brokerbench --help | --version\n"
+               "The broker's CPU time per streamed token, with fake workers and clients over ipc sockets.\n"
+               "  --broker PATH     the zllm-broker binary to start (required)\n"
+               "  --model PATH      a GGUF file for its vocabulary (required)\n"
+               "  --workers W       fake workers, 1..256 (default 4)\n"
+               "  --slots S         sequences each fake worker holds, >= 1 (default 64)\n"
+               "  --clients C       client threads, 1..1024 (default 16)\n"
+               "  --inflight K      streaming requests each client keeps in flight, >= 1 (default 8)\n"
+               "  --max-tokens N    tokens per request, >= 1 (default 256)\n"
+               "  --seconds S       measured window, > 0 (default 5)\n"
+               "  -h, --help        this text;  --version  print the version\n"
+               "Environment: none read.\n");
+}
+
 int main(int argc, char **argv) {
     const char *broker = NULL, *model = NULL;
     int n_workers = 4, n_clients = 16;
     double seconds = 5;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { s_usage(stdout); return 0; }
+        if (!strcmp(argv[i], "--version")) { printf("zllm-brokerbench %s\n", ZLLM_VERSION); return 0; }
+    }
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 >= argc) { fprintf(stderr, "zllm-brokerbench: %s needs a value\n", argv[i]); return 2; }
         if (!strcmp(argv[i], "--broker")) broker = argv[i + 1];
         else if (!strcmp(argv[i], "--model")) model = argv[i + 1];
         else if (!strcmp(argv[i], "--workers")) n_workers = atoi(argv[i + 1]);
@@ -207,8 +229,7 @@ int main(int argc, char **argv) {
     }
     if (!broker || !model || n_workers < 1 || n_workers > 256 || n_clients < 1 || n_clients > 1024 ||
         s_slots < 1 || s_inflight < 1 || s_max_tokens < 1 || seconds <= 0) {
-        fprintf(stderr, "usage: zllm-brokerbench --broker PATH --model PATH.gguf [--workers 4] [--slots 64] "
-                        "[--clients 16] [--inflight 8] [--max-tokens 256] [--seconds 5]\n");
+        s_usage(stderr);
         return 2;
     }
     snprintf(s_cep, sizeof s_cep, "ipc:///tmp/zllm-bench-%d-c", (int)getpid());

@@ -1,4 +1,4 @@
-/* tools/main_zllm-dequant.c: exposes engine/quant.c to scripts (tests/test_quant_gguf.py checks it against
+/* tools/main_zllm-dequant.c: exposes common/quant.c to scripts (tests/test_quant_gguf.py checks it against
  * gguf-py's numpy implementation).
  *   zllm-dequant TYPE IN OUT            raw blocks of TYPE -> little-endian f32
  *   zllm-dequant -q TYPE IN OUT         f32 -> raw blocks (quant_quantize_row)
@@ -11,6 +11,7 @@
 
 #include "gguf.h"
 #include "quant.h"
+#include "version.h"
 
 static unsigned char *s_slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -37,12 +38,29 @@ static int s_spit(const char *path, const void *p, size_t n) {
     return (fclose(f) == 0 && ok) ? 0 : -1;
 }
 
+static void s_usage(FILE *f) {
+    fprintf(f, "usage: zllm-dequant TYPE IN OUT            raw blocks of TYPE -> little-endian f32\n"
+               "       zllm-dequant -q TYPE IN OUT         f32 -> raw blocks of TYPE\n"
+               "       zllm-dequant --dot TYPE ROW X OUT   one row of TYPE dotted with f32 X -> one f32\n"
+               "       zllm-dequant --help | --version\n"
+               "TYPE is a ggml type name (F32 F16 BF16 Q8_0 Q4_0 ... Q6_K, any case); no option has a default.\n"
+               "Environment: none read.\n");
+}
+
 int main(int argc, char **argv) {
     int mode = 0, a = 1;   /* 0 dequant, 1 quantize, 2 dot */
+    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        s_usage(stdout);
+        return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+        printf("zllm-dequant %s\n", ZLLM_VERSION);
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "-q") == 0) mode = 1, a = 2;
     else if (argc > 1 && strcmp(argv[1], "--dot") == 0) mode = 2, a = 2;
     if (argc - a != (mode == 2 ? 4 : 3)) {
-        fprintf(stderr, "usage: zllm-dequant [-q] TYPE IN OUT | zllm-dequant --dot TYPE ROW X OUT\n");
+        s_usage(stderr);
         return 2;
     }
     int t = -1;

@@ -17,6 +17,7 @@
 #include "gguf.h"
 #include "gguf_write.h"
 #include "quant.h"
+#include "version.h"
 
 typedef struct {
     const char *name;   /* preset name */
@@ -160,7 +161,11 @@ static void s_usage(FILE *o) {
             "presets: tiny-llama tiny-qwen2 llama-3.1-8b llama-3.2-1b qwen2.5-1.5b smollm2-135m (default tiny-llama)\n"
             "types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m (default f32)\n"
             "Explicit shape options override the preset's values. Matrices whose row length does not fit the\n"
-            "type's block fall back as llama.cpp does (q4_k->q5_0, q5_k->q5_1, q6_k->q8_0, then f16).\n");
+            "type's block fall back as llama.cpp does (q4_k->q5_0, q5_k->q5_1, q6_k->q8_0, then f16).\n"
+            "Defaults: the shape, --arch, --rope-base, --rms-eps and --tied/--untied come from the preset;\n"
+            "--seed 1234; --threads: all cores (at most 256); --vocab-from: the synthetic byte-level vocabulary.\n"
+            "       zllm-mkmodel --help | --version\n"
+            "Environment: none read.\n");
 }
 
 /* llama.cpp's use_more_bits(): which layers' attn_v / ffn_down get Q6_K in Q4_K_M */
@@ -272,6 +277,9 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--untied") == 0) tied = 0;
         else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             s_usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--version") == 0) {
+            printf("zllm-mkmodel %s\n", ZLLM_VERSION);
             return 0;
         } else {
             fprintf(stderr, "zllm-mkmodel: unknown or incomplete option %s\n", a);

@@ -17,9 +17,36 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "version.h"
+
+static void s_usage(FILE *f) {
+    fprintf(f, "usage: zllm-qbench [--quick] [--types Q4_K,Q6_K,...] [--shapes 0,1,2,3,4] [--variants]\n"
+               "       zllm-qbench --help | --version\n"
+               "  --quick           the first shape only (default: all five)\n"
+               "  --types LIST      weight types to time (default: every supported type)\n"
+               "  --shapes LIST     matrix shapes by index (default: all five)\n"
+               "  --variants        also every kernel variant at M = 1 (default off)\n"
+               "Needs a GPU (a build with ZLLM_CUDA=1). Environment: the CUDA tuning knobs (docs/perf.md).\n");
+}
+
+/* --help / --version anywhere on the line: prints and returns 1 (the caller exits 0), else 0 */
+static int s_info(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            s_usage(stdout);
+            return 1;
+        }
+        if (!strcmp(argv[i], "--version")) {
+            printf("zllm-qbench %s\n", ZLLM_VERSION);
+            return 1;
+        }
+    }
+    return 0;
+}
 
 #ifndef ZLLM_HAVE_CUDA
-int main(void) {
+int main(int argc, char **argv) {
+    if (s_info(argc, argv)) return 0;
     fprintf(stderr, "zllm-qbench: built without CUDA (ZLLM_CUDA=0)\n");
     return 1;
 }
@@ -103,13 +130,14 @@ static float time_graph(cudaGraphExec_t ge, cudaStream_t st, int reps) {
 int main(int argc, char **argv) {
     int quick = 0, variants = 0;
     const char *types_arg = NULL, *shapes_arg = NULL;
+    if (s_info(argc, argv)) return 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--variants")) variants = 1;
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) types_arg = argv[++i];
         else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) shapes_arg = argv[++i];
         else {
-            fprintf(stderr, "usage: zllm-qbench [--quick] [--types Q4_K,Q6_K,...] [--shapes 0,1,2,3,4] [--variants]\n");
+            s_usage(stderr);
             return 2;
         }
     }

@@ -18,6 +18,7 @@
 #include "model.h"
 #include "sampler.h"
 #include "tokenizer.h"
+#include "version.h"
 
 typedef struct {
     const char *model;         /* -m */
@@ -38,7 +39,12 @@ static void s_usage(FILE *f) {
             "                [--repeat-penalty R] [--repeat-last-n N] [--seed S] [--ids] [--device cpu|cuda[:N]]\n"
             "                [--threads N] [--chat] [--ctx N]\n"
             "defaults: -n 128 --temp 0.8 --top-k 40 --top-p 0.95 --min-p 0.05 --repeat-penalty 1 (off)\n"
-            "          --repeat-last-n 64, --seed from the clock (printed), --device cpu; --temp 0 is greedy\n");
+            "          --repeat-last-n 64, --seed from the clock (printed), --device cpu; --temp 0 is greedy\n"
+            "          -p \"\" (an empty prompt), --threads 0 (all cores), --ctx 0 (prompt + n, at most the\n"
+            "          model's); --ids prints token ids, --chat wraps the prompt as a user message\n"
+            "       zllm-run --help | --version\n"
+            "Environment: ZLLM_CUDA_*, ZLLM_ATTN_*, ZLLM_QTC_*, ZLLM_WTC_*, ZLLM_NORM_THREADS with --device cuda:\n"
+            "CUDA kernel choices and tuning knobs for measurements (docs/perf.md).\n");
 }
 
 static int s_num(const char *opt, const char *v, double lo, double hi, double *out) {
@@ -71,6 +77,9 @@ static int s_parse(int argc, char **argv, s_args *a) {
 #define NUM(lo, hi) do { if (!v || s_num(o, v, lo, hi, &x)) return -1; i++; } while (0)
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             s_usage(stdout);
+            exit(0);
+        } else if (!strcmp(o, "--version")) {
+            printf("zllm-run %s\n", ZLLM_VERSION);
             exit(0);
         } else if (!strcmp(o, "--ids")) a->ids = 1;
         else if (!strcmp(o, "--chat")) a->chat = 1;

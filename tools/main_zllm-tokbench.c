@@ -9,6 +9,7 @@
  * --ids writes the ids (one line, spaces), --text the text, so another tokenizer can be compared on the same input. */
 #include "gguf.h"
 #include "tokenizer.h"
+#include "version.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -50,19 +51,33 @@ static int s_append_file(const char *path, char **buf, size_t *n, size_t *cap) {
 
 static int s_cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+static void s_usage(FILE *f) {
+    fprintf(f, "usage: zllm-tokbench -m MODEL.gguf [-f TEXT] [--mb N] [--chunk BYTES] [--ids OUT] [--text OUT]\n"
+               "       zllm-tokbench --help | --version\n"
+               "  -m MODEL.gguf     the model whose tokenizer is timed (required)\n"
+               "  -f TEXT           the text (default: /usr/share/common-licenses, repeated)\n"
+               "  --mb N            megabytes encoded, > 0 (default 8)\n"
+               "  --chunk BYTES     bytes per encode call, >= 0 (default 4096; 0 = the whole text at once)\n"
+               "  --ids OUT         write the ids (default: not written)\n"
+               "  --text OUT        write the text (default: not written)\n"
+               "Environment: none read.\n");
+}
+
 int main(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *ids_out = NULL, *text_out = NULL;
     double mb = 8;
     long chunk = 4096;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { s_usage(stdout); return 0; }
+        else if (!strcmp(argv[i], "--version")) { printf("zllm-tokbench %s\n", ZLLM_VERSION); return 0; }
+        else if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "-f") && i + 1 < argc) file = argv[++i];
         else if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = atof(argv[++i]);
         else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = atol(argv[++i]);
         else if (!strcmp(argv[i], "--ids") && i + 1 < argc) ids_out = argv[++i];
         else if (!strcmp(argv[i], "--text") && i + 1 < argc) text_out = argv[++i];
         else {
-            fprintf(stderr, "usage: zllm-tokbench -m MODEL.gguf [-f TEXT] [--mb N] [--chunk BYTES] [--ids OUT] [--text OUT]\n");
+            s_usage(stderr);
             return 2;
         }
     }

@@ -9,6 +9,7 @@
  * <|im_start|> into single tokens when encoding, print control tokens when decoding. Exit status 1 on any error. */
 #include "gguf.h"
 #include "tokenizer.h"
+#include "version.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,25 +34,38 @@ static char *s_read_all(FILE *f, size_t *n) {
     return b;
 }
 
-static void s_usage(void) {
-    fprintf(stderr, "usage: zllm-tokenize -m MODEL.gguf [--no-bos] [--special] [--decode] "
-                    "[--chat [--template FILE] [--no-gen]] < input\n");
+static void s_usage(FILE *f) {
+    fprintf(f, "usage: zllm-tokenize -m MODEL.gguf [--no-bos] [--special] [--decode] "
+               "[--chat [--template FILE] [--no-gen]] < input\n"
+               "       zllm-tokenize --help | --version\n"
+               "  -m MODEL.gguf     the model whose tokenizer is used (required)\n"
+               "  (default)         stdin text -> ids separated by spaces\n"
+               "  --decode          stdin ids -> text\n"
+               "  --chat            stdin NUL-separated role, content, ... -> the rendered chat prompt\n"
+               "  --template FILE   with --chat: this Jinja template (default: the model's)\n"
+               "  --no-gen          with --chat: no generation prompt (default: appended)\n"
+               "  --no-bos          no BOS even if the vocabulary asks for it (default: the vocabulary's flag)\n"
+               "  --special         special-token text becomes single tokens / control tokens are printed\n"
+               "                    (default off)\n"
+               "Environment: none read. Exit status 1 on any error, 2 on a usage error.\n");
 }
 
 int main(int argc, char **argv) {
     const char *model = NULL, *tmpl_path = NULL;
     int no_bos = 0, special = 0, decode = 0, chat = 0, gen = 1, rc = 1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { s_usage(stdout); return 0; }
+        else if (!strcmp(argv[i], "--version")) { printf("zllm-tokenize %s\n", ZLLM_VERSION); return 0; }
+        else if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--no-bos")) no_bos = 1;
         else if (!strcmp(argv[i], "--special")) special = 1;
         else if (!strcmp(argv[i], "--decode")) decode = 1;
         else if (!strcmp(argv[i], "--chat")) chat = 1;
         else if (!strcmp(argv[i], "--no-gen")) gen = 0;
         else if (!strcmp(argv[i], "--template") && i + 1 < argc) tmpl_path = argv[++i];
-        else { s_usage(); return 2; }
+        else { s_usage(stderr); return 2; }
     }
-    if (!model) { s_usage(); return 2; }
+    if (!model) { s_usage(stderr); return 2; }
     char err[512] = "";
     gguf *g = gguf_open(model, err, sizeof err);
     zl_tokenizer *t = NULL;

@@ -41,6 +41,7 @@
 #include "model.h"
 #include "proto.h"
 #include "tokenizer.h"
+#include "version.h"
 
 #define S_REGISTER_RETRY_MS 250    /* resend `register` until `registered` comes back (a send fails while the
                                     * connection is not up: ZMQ_IMMEDIATE) */
@@ -127,26 +128,36 @@ static void s_log(const s_worker *w, const char *fmt, ...) {
 static void s_usage(FILE *f) {
     fprintf(f,
             "usage: zllm-worker --broker ENDPOINT -m MODEL.gguf [options]\n"
+            "       zllm-worker --help | --version\n"
+            "  --broker EP          the broker's worker endpoint (required, except for pipeline stages 1..N-1)\n"
+            "  -m, --model FILE     the GGUF model (required)\n"
             "  --name NAME          worker name (default host:pid)\n"
             "  --model-name NAME    model name to register (default: the file name without .gguf)\n"
             "  --device DEV         cpu, cuda or cuda:N (default cpu)\n"
-            "  --max-batch M        sequences per step and slots (default 16)\n"
-            "  --ctx N              tokens per sequence slot (default: the model's, at most 4096)\n"
-            "  --step-tokens T      most tokens per step (default 256 on cpu, 2048 on cuda;\n"
+            "  --max-batch M        sequences per step and slots, 1..4096 (default 16)\n"
+            "  --ctx N              tokens per sequence slot, 2..1048576 (default: the model's, at most 4096)\n"
+            "  --step-tokens T      most tokens per step, 1..1048576 (default 256 on cpu, 2048 on cuda;\n"
             "                       prompt chunks shrink further to keep steps near half a heartbeat)\n"
-            "  --threads N          CPU threads (default: all cores)\n"
-            "  --heartbeat-ms MS    heartbeat interval (default 500)\n"
-            "  --debug-step-delay-ms MS  sleep after every step (tests: slows streams down)\n"
-            "  --debug-fail-at-step N    step N fails as a device error would (tests: the fatal path)\n"
+            "  --threads N          CPU threads, 0..1024 (default 0: all cores)\n"
+            "  --heartbeat-ms MS    heartbeat interval, 10..60000 (default 500)\n"
+            "  --debug-step-delay-ms MS  sleep after every step, 0..10000 (default 0; tests: slows streams down)\n"
+            "  --debug-fail-at-step N    step N fails as a device error would (default never; tests: the fatal path)\n"
             "  --stage I/N          pipeline stage I of N (docs/pipeline.md; all cpu, or all cuda[:K]): stage 0\n"
             "                       talks to the broker,\n"
             "                       stages 1..N-1 need no --broker and serve stage 0 through shared memory\n"
-            "  --group NAME         the pipeline's shared-memory group (the same for all its stages)\n"
+            "  --group NAME         the pipeline's shared-memory group (the same for all its stages; required with --stage)\n"
             "  --lanes N            independent groups of sequences with a step in flight each (default: the\n"
             "                       engine's, 2 for a pipeline leader so that every stage stays busy; 1 disables)\n"
             "  --curve-server-key FILE  CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
             "  --curve-key FILE     CURVE: this worker's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
-            "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n");
+            "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n"
+            "  -h, --help           this text;  --version  print the version\n"
+            "Environment:\n"
+            "  ZLLM_WORKER_AHEAD=0|1  queue each step before waiting for the one in flight: off / on (default: on\n"
+            "                       where the engine's steps run asynchronously, i.e. CUDA)\n"
+            "  ZLLM_CUDA_*, ZLLM_ATTN_*, ZLLM_QTC_*, ZLLM_WTC_*, ZLLM_NORM_THREADS  CUDA kernel choices and tuning\n"
+            "                       knobs for measurements (docs/perf.md); the defaults are the tested ones\n"
+            "Exit status: 0 after SIGINT/SIGTERM, 2 on a usage error, 3 on an engine error, 1 on any other error.\n");
 }
 
 /* parses a decimal int in [lo, hi]; returns 0 or -1 */
@@ -169,6 +180,10 @@ static int s_parse(int argc, char **argv, s_opts *o) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             s_usage(stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "--version")) {
+            printf("zllm-worker %s\n", ZLLM_VERSION);
             exit(0);
         }
         if (i + 1 >= argc) {

@@ -6,9 +6,17 @@
     print(r.text, r.token_ids, r.finish_reason)
     for d in c.stream(messages=[{"role": "user", "content": "Hi"}], max_tokens=64):
         print(d.text, end="", flush=True)
+    r = c.chat([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
 
-Every call is bounded in time: a request whose final does not arrive within its deadline plus `grace` seconds
-raises ZllmTimeout (after cancelling it), so a vanished or restarted broker gives an error, never a hang.
+Errors are exceptions by default: a request that does not end with "stop" or "length" raises a ZllmError
+subclass (ZllmRequestError, ZllmUnavailable, ZllmServerError, ZllmTimeout, ZllmCancelled) whose .code is the
+protocol's stable code ("bad_request", "overloaded", "worker_failed", "timeout", ...) and whose .result holds what
+arrived. With raise_on_error=False the same outcomes come back as a Result instead (result.ok is False,
+result.code and result.message say why), including a broker that cannot be reached ("unreachable") and a final
+that never comes ("client_timeout").
+
+Every call is bounded in time: a request whose final does not arrive within its deadline plus `grace` seconds is
+cancelled and reported as "client_timeout", so a vanished or restarted broker gives an error, never a hang.
 Several requests may be in flight on one Client (submit / next_message); messages are routed by request id.
 `AsyncClient` is the same over zmq.asyncio.
 """
@@ -20,14 +28,17 @@ import time
 import msgpack
 import zmq
 
-__all__ = ["Client", "AsyncClient", "Result", "Delta", "ZllmError", "ZllmTimeout", "PROTOCOL_VERSION"]
+__all__ = ["Client", "AsyncClient", "Result", "Delta", "ZllmError", "ZllmRequestError", "ZllmUnavailable",
+           "ZllmServerError", "ZllmTimeout", "ZllmCancelled", "error_for", "PROTOCOL_VERSION", "__version__"]
 
+__version__ = "0.9.0"  # ZLLM_VERSION in common/version.h
 PROTOCOL_VERSION = 1
 _MAX_FRAME = 16 << 20  # bytes: the largest reply we accept (the broker's worker-side limit; replies are smaller)
 
 
 class ZllmError(Exception):
-    """A request could not be served. .code is the protocol's stable code ("bad_message", "timeout", ...)."""
+    """A request could not be served. .code is the protocol's stable code ("bad_request", "timeout", ...), or
+    the client's own ("unreachable", "client_timeout", "cancelled"); .result is the Result so far, or None."""
 
     def __init__(self, message, code="error", result=None):
         super().__init__(message)
@@ -35,11 +46,78 @@ class ZllmError(Exception):
         self.result = result
 
 
-class ZllmTimeout(ZllmError):
-    """No final arrived in time (the broker may be gone or restarted)."""
+class ZllmRequestError(ZllmError):
+    """The request itself was refused: bad_request, unknown_model, prompt_too_long, template_error,
+    duplicate_id, bad_message. Sending it again will not help."""
 
-    def __init__(self, message, result=None):
-        super().__init__(message, "client_timeout", result)
+
+class ZllmUnavailable(ZllmError):
+    """The service cannot take the request now: overloaded, shutting_down, or unreachable (no broker
+    connection). Trying again later may help."""
+
+
+class ZllmServerError(ZllmError):
+    """The request failed on the way: worker_failed, internal (or a code this client does not know)."""
+
+
+class ZllmTimeout(ZllmError):
+    """Time ran out: the broker's deadline passed (code "timeout") or no final arrived in time (code
+    "client_timeout": the broker may be gone or restarted)."""
+
+    def __init__(self, message, code="client_timeout", result=None):
+        super().__init__(message, code, result)
+
+
+class ZllmCancelled(ZllmError):
+    """The request was cancelled (Client.cancel) before it ended."""
+
+
+_CLASS_OF_CODE = {
+    "bad_request": ZllmRequestError, "unknown_model": ZllmRequestError, "prompt_too_long": ZllmRequestError,
+    "template_error": ZllmRequestError, "duplicate_id": ZllmRequestError, "bad_message": ZllmRequestError,
+    "overloaded": ZllmUnavailable, "shutting_down": ZllmUnavailable, "unreachable": ZllmUnavailable,
+    "worker_failed": ZllmServerError, "internal": ZllmServerError,
+    "timeout": ZllmTimeout, "client_timeout": ZllmTimeout, "cancelled": ZllmCancelled,
+}
+
+
+def error_for(code, message, result=None):
+    """The ZllmError subclass instance for a protocol or client code."""
+    cls = _CLASS_OF_CODE.get(code, ZllmServerError)
+    if cls is ZllmTimeout:
+        return ZllmTimeout(message, code, result)
+    return cls(message, code, result)
+
+
+def _result_error(result):
+    """The exception for a Result that did not end with stop or length."""
+    code = result.code or ("cancelled" if result.finish_reason == "cancelled" else result.finish_reason or "error")
+    msg = "%s: %s" % (code, result.message) if result.message else "request %s ended: %s" % (result.id, code)
+    return error_for(code, msg, result)
+
+
+def _failed_result(id, e):
+    """A Result standing for an exception (the raise_on_error=False form)."""
+    r = Result(id)
+    r.finish_reason = "timeout" if isinstance(e, ZllmTimeout) else "error"
+    r.code = e.code
+    r.message = str(e)
+    if e.result is not None:
+        r.text, r.token_ids = e.result.text, e.result.token_ids
+    return r
+
+
+def _chat_messages(messages):
+    """messages as the protocol's list of {role, content}: dicts or (role, content) pairs, strings only."""
+    out = []
+    for m in messages:
+        role, content = (m["role"], m["content"]) if isinstance(m, dict) else m
+        if not isinstance(role, str) or not isinstance(content, str):
+            raise TypeError("chat messages need string role and content, got %r" % (m,))
+        out.append({"role": role, "content": content})
+    if not out:
+        raise ValueError("chat needs at least one message")
+    return out
 
 
 class Result:
@@ -195,7 +273,7 @@ class Client:
         try:
             self._sock.send(msgpack.packb(m, use_bin_type=True))
         except zmq.Again:
-            raise ZllmError("broker %s unreachable" % self.endpoint, "unreachable")
+            raise ZllmUnavailable("broker %s unreachable" % self.endpoint, "unreachable")
 
     def _recv_one(self, timeout):
         """Receives and files one message; returns False on timeout."""
@@ -253,38 +331,60 @@ class Client:
                 raise ZllmTimeout("no status from %s within %.1f s" % (self.endpoint, timeout))
             self._recv_one(left)
 
-    def stream(self, prompt=None, *, id=None, timeout=None, **kw):
+    def stream(self, prompt=None, *, id=None, timeout=None, raise_on_error=True, **kw):
         """Yields Delta objects as tokens arrive; the last one has finish_reason and .result.
-        timeout: seconds to wait for the final (default: deadline_ms + grace, or 600 + grace)."""
+        timeout: seconds to wait for the final (default: deadline_ms + grace, or 600 + grace).
+        raise_on_error (default): a request that does not end with stop or length raises its ZllmError instead
+        of yielding its last delta; False: the last delta's result says what happened (result.ok, .code)."""
         kw["stream"] = True
-        id = self.submit(prompt, id=id, **kw)
+        id = id or _new_id()
         if timeout is None:
             timeout = (kw.get("deadline_ms") or 600000) / 1000.0 + self.grace
-        end = time.monotonic() + timeout
         result = Result(id)
         try:
+            try:
+                self.submit(prompt, id=id, **kw)
+            except ZllmError as e:
+                if raise_on_error:
+                    raise
+                r = _failed_result(id, e)
+                yield Delta(id, "", [], r.finish_reason, r)
+                return
+            end = time.monotonic() + timeout
             while True:
                 left = end - time.monotonic()
                 m = self.next_message(id, timeout=max(0.0, left)) if left > 0 else None
                 if m is None:
                     self.cancel(id)
-                    raise ZllmTimeout("no final for %s within %.1f s" % (id, timeout), result)
+                    e = ZllmTimeout("no final for %s within %.1f s" % (id, timeout), "client_timeout", result)
+                    if raise_on_error:
+                        raise e
+                    r = _failed_result(id, e)
+                    yield Delta(id, "", [], r.finish_reason, r)
+                    return
                 d = _apply(result, m)
+                if d.finish_reason is not None and raise_on_error and not result.ok:
+                    raise _result_error(result)
                 yield d
                 if d.finish_reason is not None:
                     return
         finally:
             self._queues.pop(id, None)
 
-    def generate(self, prompt=None, *, raise_on_error=False, **kw):
+    def generate(self, prompt=None, *, raise_on_error=True, **kw):
         """Runs one request to its end and returns a Result (token_ids, text, finish_reason, usage, timings).
-        With raise_on_error, a finish of error/timeout/overloaded raises ZllmError."""
+        A request that does not end with stop or length raises a ZllmError subclass carrying the code;
+        raise_on_error=False returns its Result instead (result.ok False, result.code says why)."""
         result = None
-        for d in self.stream(prompt, **kw):
+        for d in self.stream(prompt, raise_on_error=raise_on_error, **kw):
             result = d.result or result
-        if raise_on_error and not result.ok and result.finish_reason != "cancelled":
-            raise ZllmError("%s: %s" % (result.code, result.message), result.code or "error", result)
         return result
+
+    def chat(self, messages, *, raise_on_error=True, **kw):
+        """One chat turn: messages ([{"role": ..., "content": ...}] or (role, content) pairs) go as the
+        protocol's `messages` (rendered with the model's chat template and the generation prompt); returns the
+        Result whose .text is the assistant's answer. Other keywords as generate()."""
+        return self.generate(messages=_chat_messages(messages), raise_on_error=raise_on_error, **kw)
 
 
 class AsyncClient:
@@ -326,7 +426,7 @@ class AsyncClient:
         try:
             await self._asyncio.wait_for(self._sock.send(msgpack.packb(m, use_bin_type=True)), 5.0)
         except self._asyncio.TimeoutError:
-            raise ZllmError("broker %s unreachable" % self.endpoint, "unreachable")
+            raise ZllmUnavailable("broker %s unreachable" % self.endpoint, "unreachable")
 
     async def cancel(self, id):
         await self._send({"zllm": PROTOCOL_VERSION, "type": "cancel", "id": id})
@@ -344,7 +444,8 @@ class AsyncClient:
         finally:
             self._status.pop(sid, None)
 
-    async def stream(self, prompt=None, *, id=None, timeout=None, **kw):
+    async def stream(self, prompt=None, *, id=None, timeout=None, raise_on_error=True, **kw):
+        """As Client.stream."""
         self._ensure_reader()
         id = id or _new_id()
         kw["stream"] = True
@@ -356,27 +457,44 @@ class AsyncClient:
         end = loop.time() + timeout
         result = Result(id)
         try:
-            await self._send(build_generate(id, prompt, **kw))
+            try:
+                await self._send(build_generate(id, prompt, **kw))
+            except ZllmError as e:
+                if raise_on_error:
+                    raise
+                r = _failed_result(id, e)
+                yield Delta(id, "", [], r.finish_reason, r)
+                return
             while True:
                 try:
                     m = await self._asyncio.wait_for(q.get(), max(0.0, end - loop.time()))
                 except self._asyncio.TimeoutError:
                     await self.cancel(id)
-                    raise ZllmTimeout("no final for %s within %.1f s" % (id, timeout), result)
+                    e = ZllmTimeout("no final for %s within %.1f s" % (id, timeout), "client_timeout", result)
+                    if raise_on_error:
+                        raise e
+                    r = _failed_result(id, e)
+                    yield Delta(id, "", [], r.finish_reason, r)
+                    return
                 d = _apply(result, m)
+                if d.finish_reason is not None and raise_on_error and not result.ok:
+                    raise _result_error(result)
                 yield d
                 if d.finish_reason is not None:
                     return
         finally:
             self._queues.pop(id, None)
 
-    async def generate(self, prompt=None, *, raise_on_error=False, **kw):
+    async def generate(self, prompt=None, *, raise_on_error=True, **kw):
+        """As Client.generate."""
         result = None
-        async for d in self.stream(prompt, **kw):
+        async for d in self.stream(prompt, raise_on_error=raise_on_error, **kw):
             result = d.result or result
-        if raise_on_error and not result.ok and result.finish_reason != "cancelled":
-            raise ZllmError("%s: %s" % (result.code, result.message), result.code or "error", result)
         return result
+
+    async def chat(self, messages, *, raise_on_error=True, **kw):
+        """As Client.chat."""
+        return await self.generate(messages=_chat_messages(messages), raise_on_error=raise_on_error, **kw)
 
     def close(self):
         if self._reader is not None:
