@@ -57,7 +57,22 @@ typedef struct {
     int dim;                       /* floats per hidden row */
     stage_desc *w_desc;            /* reserved descriptor (producer) */
     stage_cuda_link *cu;           /* GPU transport: the link's device end (s_cuda_ops), NULL for the host one */
+    stage_desc *r_desc;            /* consumer: private copy of the descriptor peeked (desc_cap bytes) */
+    uint64_t desc_cap;             /* bytes of r_desc */
 } s_host_link;
+
+/* Consumer: copies the descriptor peeked from shared memory (d, bytes) into the link's private buffer, which
+ * is what the stage then checks and uses: another process writing the slot meanwhile cannot change a count
+ * between its check and its use. 0, or -1 with a message. */
+static int s_desc_take(s_host_link *l, const void *d, uint64_t bytes, char *err, size_t errlen) {
+    if (!l->r_desc || bytes < sizeof(stage_desc) || bytes > l->desc_cap) {
+        snprintf(err, errlen, "step descriptor of %llu bytes (most %llu)", (unsigned long long)bytes,
+                 (unsigned long long)l->desc_cap);
+        return -1;
+    }
+    memcpy(l->r_desc, d, bytes);
+    return 0;
+}
 
 static int s_host_reserve(void *ctx, stage_desc **desc, float **hidden, char *err, size_t errlen) {
     s_host_link *l = ctx;
@@ -92,12 +107,13 @@ static int s_host_peek(void *ctx, const stage_desc **desc, uint64_t *desc_bytes,
         snprintf(err + strlen(err), errlen - strlen(err), " (hidden states missing for a descriptor)");
         return -1;
     }
-    const stage_desc *dd = d;
-    if (*desc_bytes < sizeof *dd || dd->n_rows < 1 || hb != (uint64_t)dd->n_rows * (uint64_t)l->dim * sizeof(float)) {
+    if (s_desc_take(l, d, *desc_bytes, err, errlen)) return -1;
+    const stage_desc *dd = l->r_desc;
+    if (dd->n_rows < 1 || hb != (uint64_t)dd->n_rows * (uint64_t)l->dim * sizeof(float)) {
         snprintf(err, errlen, "hidden states of %llu bytes do not match the descriptor", (unsigned long long)hb);
         return -1;
     }
-    *desc = d;
+    *desc = dd;
     *hidden = h;
     return 0;
 }
@@ -139,14 +155,11 @@ static int s_cuda_peek(void *ctx, const stage_desc **desc, uint64_t *desc_bytes,
     const void *d;
     int rc = shm_ring_peek(l->g, l->ring_desc, S_WAIT_MS, &d, desc_bytes, err, errlen);
     if (rc) return rc;
-    const stage_desc *dd = d;
-    if (*desc_bytes < sizeof *dd) {
-        snprintf(err, errlen, "step descriptor of %llu bytes", (unsigned long long)*desc_bytes);
-        return -1;
-    }
+    if (s_desc_take(l, d, *desc_bytes, err, errlen)) return -1;
+    const stage_desc *dd = l->r_desc;
     /* the record was published before the descriptor; its rows must match (checked against the capacity) */
     if (stage_cuda_link_peek(l->cu, dd->n_rows, hidden, err, errlen)) return -1;
-    *desc = d;
+    *desc = dd;
     return 0;
 }
 
@@ -554,22 +567,26 @@ static int s_leader_collect(zl_engine *eb, int lane, int32_t *out_tokens) {
         while ((rc = shm_ring_peek(L->g, L->ring_ret, 1000, &p, &bytes, err, sizeof err)) == 1)
             ;
         if (rc) return s_leader_fail(L, "receive", err);
-        const s_ret *r = p;
-        if (bytes < sizeof *r || r->step != step || r->micro != mi || r->n != hi - lo ||
-            bytes != sizeof *r + (uint64_t)r->n * sizeof(s_ret_entry)) {
+        s_ret r;   /* a private copy: checked once, used as checked */
+        memset(&r, 0, sizeof r);
+        if (bytes >= sizeof r) memcpy(&r, p, sizeof r);
+        if (bytes < sizeof r || r.step != step || r.micro != mi || r.n != hi - lo ||
+            bytes != sizeof r + (uint64_t)(hi - lo) * sizeof(s_ret_entry)) {
             snprintf(err, sizeof err, "return slot for step %llu micro %d n %d does not match step %llu micro %d n %d",
-                     (unsigned long long)r->step, r->micro, r->n, (unsigned long long)step, mi, hi - lo);
+                     (unsigned long long)r.step, r.micro, r.n, (unsigned long long)step, mi, hi - lo);
             return s_leader_fail(L, "receive", err);
         }
-        const s_ret_entry *re = (const s_ret_entry *)(r + 1);
+        const s_ret_entry *re = (const s_ret_entry *)((const s_ret *)p + 1);   /* hi - lo entries fit: bytes */
         for (int i = lo; i < hi; i++) {
-            int32_t tok = re[i - lo].tok;
+            s_ret_entry x;
+            memcpy(&x, &re[i - lo], sizeof x);   /* read once */
+            int32_t tok = x.tok;
             if (tok < -1 || tok >= L->info.vocab || (tok < 0 && seqs[i].sample)) {
                 shm_ring_release(L->g, L->ring_ret);
                 return s_leader_fail(L, "receive", "token id out of range");
             }
             if (out_tokens) out_tokens[i] = seqs[i].sample ? tok : -1;
-            if (seqs[i].rng && seqs[i].sample) *seqs[i].rng = re[i - lo].rng;
+            if (seqs[i].rng && seqs[i].sample) *seqs[i].rng = x.rng;
         }
         shm_ring_release(L->g, L->ring_ret);
     }
@@ -695,7 +712,7 @@ zl_engine *stage_leader_new(const zl_model *m, const zl_engine_opts *o, const st
     L->g = shm_group_create(so.group, so.n_stages, sp, nr, in, sizeof *in, err, errlen);
     if (!L->g) goto fail;
     shm_group_set_dead_ms(L->g, so.dead_ms);
-    L->link0 = (s_host_link){ L->g, 0, 1, sp[1].payload_bytes, in->dim, NULL, NULL };
+    L->link0 = (s_host_link){ L->g, 0, 1, sp[1].payload_bytes, in->dim, NULL, NULL, NULL, 0 };
     L->tx = &s_host_ops;
     L->micro = so.micro_batches;
     L->ring_ret = 2 * (so.n_stages - 1);
@@ -812,9 +829,15 @@ int stage_run_follower(const zl_model *m, const stage_opts *so_in, const volatil
         goto fail;
     }
     int li = so.stage - 1;
-    in_link = (s_host_link){ g, 2 * li, 2 * li + 1, shm_ring_payload_bytes(g, 2 * li + 1), in.dim, NULL, NULL };
+    in_link = (s_host_link){ g, 2 * li, 2 * li + 1, shm_ring_payload_bytes(g, 2 * li + 1), in.dim, NULL, NULL,
+                             NULL, s_desc_cap(&in) };
+    in_link.r_desc = malloc((size_t)in_link.desc_cap);   /* the largest descriptor s_desc_check accepts */
+    if (!in_link.r_desc) {
+        snprintf(err, errlen, "pipeline: out of memory");
+        goto fail;
+    }
     out_link = (s_host_link){ g, 2 * so.stage, 2 * so.stage + 1,
-                              last ? 0 : shm_ring_payload_bytes(g, 2 * so.stage + 1), in.dim, NULL, NULL };
+                              last ? 0 : shm_ring_payload_bytes(g, 2 * so.stage + 1), in.dim, NULL, NULL, NULL, 0 };
     const stage_transport_ops *tx = &s_host_ops;
     int ring_ret = 2 * (so.n_stages - 1);
     uint64_t hidden_need_max = (uint64_t)in.max_step_tokens * in.dim * sizeof(float);
@@ -906,6 +929,7 @@ done:
     free(seqs);
     free(rngs);
     free(toks);
+    free(in_link.r_desc);
     engine_destroy(&e);
     shm_group_destroy(&g);
     return rc;
