@@ -278,6 +278,23 @@ static int s_check_group(shm_group *g, char *err, size_t errlen) {
         snprintf(err, errlen, "group generation changed (restarted by another process)");
         return -1;
     }
+    /* the geometry in use is the private copy; a shared one that differs was rewritten by another process */
+    if (__atomic_load_n(&h->n_members, __ATOMIC_RELAXED) != g->n_members ||
+        __atomic_load_n(&h->n_rings, __ATOMIC_RELAXED) != g->n_rings ||
+        __atomic_load_n(&h->total_bytes, __ATOMIC_RELAXED) != g->size) {
+        snprintf(err, errlen, "group header corrupt: counts or size changed by another process");
+        return -1;
+    }
+    for (uint32_t r = 0; r < g->n_rings; r++) {
+        const s_ring_hdr *rh = &h->rings[r];
+        if (__atomic_load_n(&rh->cap, __ATOMIC_RELAXED) != g->geo[r].cap ||
+            __atomic_load_n(&rh->slot_bytes, __ATOMIC_RELAXED) != g->geo[r].slot_bytes ||
+            __atomic_load_n(&rh->off, __ATOMIC_RELAXED) != g->geo[r].off) {
+            snprintf(err, errlen, "ring %u corrupt: its geometry (offset, slots, slot size) was changed by another "
+                     "process", r);
+            return -1;
+        }
+    }
     uint64_t now = s_now_ms();
     for (uint32_t m = 0; m < g->n_members; m++) {
         if ((int)m == g->member) continue;

@@ -197,16 +197,20 @@ typedef struct {
     int started;                   /* 1 once created */
     int quit;                      /* set (atomically) to stop it */
     int term_on_failure;           /* 1: SIGTERM this process when the group fails */
+    int fired;                     /* set (atomically, after why) once the monitor failed the group */
+    char why[200];                 /* what it saw (a dead peer, a corrupt header), valid once fired */
 } s_monitor;
 
 static void *s_monitor_fn(void *arg) {
     s_monitor *mo = arg;
-    char err[160];
+    char err[200];
     int fired = 0;
     while (!__atomic_load_n(&mo->quit, __ATOMIC_ACQUIRE)) {
         shm_group_heartbeat(mo->g);
         if (!fired && shm_group_check(mo->g, err, sizeof err) != 0 && shm_group_aborted(mo->g) != SHM_SHUTDOWN) {
             fired = 1;
+            snprintf(mo->why, sizeof mo->why, "%s", err);
+            __atomic_store_n(&mo->fired, 1, __ATOMIC_RELEASE);
             shm_group_abort(mo->g, SHM_FAILED);
             if (mo->term_on_failure) {
                 fprintf(stderr, "pipeline: %s: stopping this process\n", err);
@@ -228,6 +232,11 @@ static int s_monitor_start(s_monitor *mo, shm_group *g, int term, char *err, siz
     }
     mo->started = 1;
     return 0;
+}
+
+/* the reason the monitor failed the group, or NULL when it did not */
+static const char *s_monitor_why(const s_monitor *mo) {
+    return __atomic_load_n(&mo->fired, __ATOMIC_ACQUIRE) ? mo->why : NULL;
 }
 
 static void s_monitor_stop(s_monitor *mo) {
@@ -359,8 +368,11 @@ static void s_leader_destroy(zl_engine *eb) {
 /* fails the step: the group is aborted (a half-run step leaves the followers' state unknown) */
 static int s_leader_fail(s_leader *L, const char *what, const char *why) {
     char msg[200];
+    const char *mw = s_monitor_why(&L->mon);   /* what the monitor saw, when it failed the group */
     snprintf(msg, sizeof msg, "%.199s", why);   /* why may be base.err itself */
-    snprintf(L->base.err, sizeof L->base.err, "pipeline: %.20s: %s", what, msg);
+    int k = snprintf(L->base.err, sizeof L->base.err, "pipeline: %.20s: %s", what, msg);
+    if (mw && k > 0 && (size_t)k + 4 < sizeof L->base.err)
+        snprintf(L->base.err + k, sizeof L->base.err - (size_t)k, " (%s)", mw);
     shm_group_abort(L->g, SHM_FAILED);
     return -1;
 }
@@ -919,6 +931,8 @@ done:
     if (rc != 0 && g && shm_group_aborted(g) == SHM_SHUTDOWN && !(stop && *stop)) rc = 0;   /* planned */
     if (rc != 0 && g) shm_group_abort(g, SHM_FAILED);
     s_monitor_stop(&mon);
+    if (rc != 0 && s_monitor_why(&mon) && strlen(err) + 4 < errlen)   /* what this stage's monitor saw */
+        snprintf(err + strlen(err), errlen - strlen(err), " (%s)", s_monitor_why(&mon));
     /* GPU links: drain this stage's stream, close the imports (input link), then free the output link's buffer
      * once the next stage has left the group; all before this stage leaves it (two-phase teardown) */
     if (in_link.cu || out_link.cu) {
