@@ -19,6 +19,9 @@
 #define S_INFO_MAGIC 0x45474154u   /* "TAGE" */
 #define S_INFO_VERSION 2u
 #define S_WAIT_MS 200              /* follower's wait slice between checks of *stop */
+#define S_FULL_MS 30000            /* a reservation waits at most this long for a full ring: in a working group no
+                                    * stage ever waits for one (at most ring_cap micro-batches are in flight), so
+                                    * a ring full this long means its consumer stopped consuming */
 
 /* what the leader writes into the group for the followers (and what they check) */
 typedef struct {
@@ -74,12 +77,18 @@ static int s_desc_take(s_host_link *l, const void *d, uint64_t bytes, char *err,
     return 0;
 }
 
+/* reserves a slot of ring r, waiting at most S_FULL_MS; 0, or -1 with a message */
+static int s_reserve(shm_group *g, int r, void **p, char *err, size_t errlen) {
+    int rc = shm_ring_reserve(g, r, S_FULL_MS, p, err, errlen);
+    if (rc == 1) snprintf(err, errlen, "ring %d stayed full for %d ms: its consumer stopped consuming", r, S_FULL_MS);
+    return rc ? -1 : 0;
+}
+
 static int s_host_reserve(void *ctx, stage_desc **desc, float **hidden, char *err, size_t errlen) {
     s_host_link *l = ctx;
     void *h, *d;
     /* hidden first: a descriptor is never published before its hidden states */
-    if (shm_ring_reserve(l->g, l->ring_hidden, -1, &h, err, errlen) ||
-        shm_ring_reserve(l->g, l->ring_desc, -1, &d, err, errlen))
+    if (s_reserve(l->g, l->ring_hidden, &h, err, errlen) || s_reserve(l->g, l->ring_desc, &d, err, errlen))
         return -1;
     *hidden = h;
     *desc = l->w_desc = d;
@@ -135,7 +144,7 @@ static int s_cuda_reserve(void *ctx, stage_desc **desc, float **hidden, char *er
     void *d;
     /* the record's host slot first, as the host transport reserves its hidden slot first */
     if (stage_cuda_link_reserve(l->cu, hidden, err, errlen) ||
-        shm_ring_reserve(l->g, l->ring_desc, -1, &d, err, errlen))
+        s_reserve(l->g, l->ring_desc, &d, err, errlen))
         return -1;
     *desc = l->w_desc = d;
     return 0;
@@ -903,7 +912,7 @@ int stage_run_follower(const zl_model *m, const stage_opts *so_in, const volatil
                 goto fail;
             }
             void *p;
-            if (shm_ring_reserve(g, ring_ret, -1, &p, err, errlen)) goto done;
+            if (s_reserve(g, ring_ret, &p, err, errlen)) goto done;
             s_ret *r = p;
             r->step = d->step;
             r->micro = d->micro;

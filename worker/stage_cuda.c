@@ -15,6 +15,7 @@
 #define S_REC_MAGIC 0x43455243u    /* "CREC" */
 #define S_VERSION 1u
 #define S_CHECK_US 2000            /* group checks between polls of an event, at most this often */
+#define S_FULL_MS 30000            /* longest wait for a slot of the record ring (never full in a working group) */
 
 /* the set-up message of each end: the producer's (kind 1, on the hidden ring) carries the buffer and the ready
  * events, the consumer's (kind 2, on the back ring) its consumed events */
@@ -263,7 +264,10 @@ int stage_cuda_link_reserve(stage_cuda_link *l, float **d_hidden, char *err, siz
         return -1;
     }
     /* a reservation not published (the step failed before any kernel was queued) is simply taken again */
-    if (shm_ring_reserve(l->g, l->ring_fwd, -1, &p, err, errlen) != 0) return -1;
+    /* bounded as stage.c's reservations: in a working group the ring is never full */
+    int rc = shm_ring_reserve(l->g, l->ring_fwd, S_FULL_MS, &p, err, errlen);
+    if (rc == 1) snprintf(err, errlen, "pipeline gpu link: record ring full for %d ms", S_FULL_MS);
+    if (rc != 0) return -1;
     l->w_rec = p;
     l->cur = (int)(l->count % (uint64_t)l->cap);
     *d_hidden = l->buf + (size_t)l->cur * l->max_rows * l->dim;
