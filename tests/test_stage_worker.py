@@ -66,6 +66,19 @@ def wait_gone(cl, name, timeout=10.0):
     return False
 
 
+def segments(group):
+    """the group's shm segments: /dev/shm/zllm-GROUP.UID.* (shmring.h), and the fixed name of older versions"""
+    return glob.glob("/dev/shm/zllm-%s.%d.*" % (group, os.geteuid())) + glob.glob("/dev/shm/zllm-" + group)
+
+
+def no_segments(group, timeout=3.0):
+    """True once no segment of the group is left (the last stage out removes it)"""
+    end = time.monotonic() + timeout
+    while segments(group) and time.monotonic() < end:
+        time.sleep(0.05)
+    return not segments(group)
+
+
 def start_group(cl, name, n, group, *leader_extra, max_batch=4):
     cl.start_worker(name, "--stage", "0/%d" % n, "--group", group, *leader_extra, max_batch=max_batch)
     for i in range(1, n):
@@ -121,6 +134,7 @@ def main():
                 ck.ok(p.returncode == 0, "%d stages: follower %d exits 0 after the leader's shutdown (%s)" % (
                     n, i, p.returncode))
             ck.ok(wait_gone(cl, name), "%d-stage leader gone from the broker" % n)
+            ck.ok(no_segments(group), "%d stages: no shm segment left after the shutdown: %r" % (n, segments(group)))
 
         # 2 lanes: a cancel while the stream's step is in flight; the broker reuses the slot at once
         start_group(cl, "c", 2, group, "--debug-step-delay-ms", "10", max_batch=2)
@@ -172,6 +186,8 @@ def main():
                 down[nm] = (p.returncode, time.monotonic() - t_kill)
                 ck.ok(p.returncode not in (None, 0), "kill -9 of stage 1: %s exits non-zero within 5 s (%s)" % (
                     nm, down[nm]))
+            ck.ok(no_segments(group), "kill -9 of stage 1: no shm segment left once the others are down: %r"
+                  % segments(group))
             t.pump(20, lambda tr: tr.all_final(ids))
             for i, rid in enumerate(ids):
                 r = t.r[rid]
@@ -197,11 +213,12 @@ def main():
                 ck.ok(p.returncode not in (None, 0), "idle group: leader exits non-zero after kill -9 of stage 2 (%s)"
                       % p.returncode)
                 ck.ok(wait_gone(cl, "k"), "idle group: the broker sees the leader gone")
+                ck.ok(no_segments(group), "idle group: no shm segment left: %r" % segments(group))
         if ck.failed:
             cl.dump_logs()
     finally:
         cl.close()
-        for f in glob.glob("/dev/shm/zllm-%s.%d.*" % (group, os.geteuid())):   # shmring.h's segment names
+        for f in segments(group):
             try:
                 os.unlink(f)
             except FileNotFoundError:
