@@ -99,6 +99,7 @@ struct shm_group {
     uint32_t peeked[SHM_MAX_RINGS];     /* 1 while a consumer holds a peeked slot */
     uint32_t info_bytes;           /* bytes of info */
     uint8_t info[SHM_MAX_INFO];    /* the creator's blob, copied */
+    uint32_t pid[SHM_MAX_MEMBERS]; /* each member's pid as first seen (0: not yet; atomics: two threads check) */
 };
 
 static uint64_t s_now_ms(void) {
@@ -299,6 +300,20 @@ static int s_check_group(shm_group *g, char *err, size_t errlen) {
     for (uint32_t m = 0; m < g->n_members; m++) {
         if ((int)m == g->member) continue;
         uint32_t pid = __atomic_load_n(&h->members[m].pid, __ATOMIC_ACQUIRE);
+        /* a member's pid is recorded when first seen: a record rewritten later (to another live process, or back
+         * to 0 so that the member looks not attached yet) would hide its death */
+        uint32_t seen = 0;
+        if (pid != 0 && !__atomic_compare_exchange_n(&g->pid[m], &seen, pid, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+            seen != pid) {
+            snprintf(err, errlen, "member %u's record corrupt: pid %u changed to %u by another process", m, seen,
+                     pid);
+            return -1;
+        }
+        seen = __atomic_load_n(&g->pid[m], __ATOMIC_ACQUIRE);
+        if (pid == 0 && seen != 0) {
+            snprintf(err, errlen, "member %u's record corrupt: pid %u cleared by another process", m, seen);
+            return -1;
+        }
         if (pid == 0) continue;   /* not attached yet (creator waits for all before running) */
         uint64_t hb = __atomic_load_n(&h->members[m].heartbeat_ms, __ATOMIC_RELAXED);
         if (!s_pid_alive(pid)) {
@@ -440,6 +455,7 @@ shm_group *shm_group_create(const char *name, int n_members, const shm_ring_spec
     g->size = (size_t)total;
     s_hdr *h = g->h;
     h->members[0].pid = (uint32_t)getpid();   /* first: a sweep must see whose segment this is */
+    g->pid[0] = h->members[0].pid;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t rnd = 0;
@@ -562,6 +578,8 @@ static int s_attach_one(shm_group *g, int dfd, const char *f, int member, char *
     g->member = member;
     g->gen = copy->gen;
     g->dead_ms = 10000;
+    g->pid[0] = copy->members[0].pid;
+    g->pid[member] = me;
     for (uint32_t r = 0; r < g->n_rings; r++) {
         g->head[r] = __atomic_load_n(&h->rings[r].head, __ATOMIC_ACQUIRE);
         g->tail[r] = __atomic_load_n(&h->rings[r].tail, __ATOMIC_ACQUIRE);
@@ -622,10 +640,13 @@ int shm_group_wait_members(shm_group *g, int timeout_ms, char *err, size_t errle
     for (;;) {
         uint32_t m = 1;
         for (; m < g->n_members; m++)
-            if (__atomic_load_n(&g->h->members[m].state, __ATOMIC_ACQUIRE) != 1) break;
-        if (m == g->n_members) return 0;
+            if (__atomic_load_n(&g->h->members[m].state, __ATOMIC_ACQUIRE) != 1 ||
+                __atomic_load_n(&g->h->members[m].pid, __ATOMIC_ACQUIRE) == 0)
+                break;
         shm_group_heartbeat(g);
+        /* also records every attached member's pid (s_check_group), so none can be made to look absent later */
         if (s_check_group(g, err, errlen)) return -1;
+        if (m == g->n_members) return 0;
         if (timeout_ms >= 0 && s_now_ms() - t0 >= (uint64_t)timeout_ms) {
             snprintf(err, errlen, "member %u did not attach within %d ms", m, timeout_ms);
             return -1;
@@ -659,7 +680,8 @@ int shm_group_member_gone(const shm_group *g, int member) {
     if (!g || member < 0 || (uint32_t)member >= g->n_members) return -1;
     const s_member *mb = &g->h->members[member];
     if (__atomic_load_n(&mb->state, __ATOMIC_ACQUIRE) == 2) return 1;
-    return s_pid_alive(__atomic_load_n(&mb->pid, __ATOMIC_ACQUIRE)) ? 0 : 1;
+    uint32_t pid = __atomic_load_n(&g->pid[member], __ATOMIC_ACQUIRE);   /* as first seen, when it was */
+    return s_pid_alive(pid ? pid : __atomic_load_n(&mb->pid, __ATOMIC_ACQUIRE)) ? 0 : 1;
 }
 
 void shm_group_destroy(shm_group **gp) {

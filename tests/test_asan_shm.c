@@ -7,8 +7,8 @@
  * Checks: A cannot open or resize V's segment; files that A puts under V's names beforehand (any mode, with a
  * valid header and a live creator) neither stop V's leader nor are attached to; a segment of V with group or
  * other permission bits is refused; rewriting a ring's offset, capacity or slot size, or moving a ring counter
- * back, in a live group (as V: a writer of the segment) gives an error naming the corruption within a bounded
- * time, and in a running 2-stage pipeline makes both stages exit non-zero (not by a signal); segments whose
+ * back, or a member's pid record, in a live group (as V: a writer of the segment) gives an error naming the
+ * corruption within a bounded time, and in a running 2-stage pipeline makes both stages exit non-zero (not by a signal); segments whose
  * creator died are removed by the next creator; no segment is left after a failure (leader killed, group
  * failed and leader gone without cleanup, follower killed, members that never came). */
 #include <errno.h>
@@ -387,6 +387,39 @@ static int s_counter_child(const void *argp) {
     return rc;
 }
 
+/* a member's record rewritten, then the member killed: the creator, waiting for work without a time limit,
+ * must still see the death. which: "pid0" (the record cleared: looks not attached yet) or "pidlive" (the record
+ * pointing at another live process) */
+static int s_record_child(const void *argp) {
+    const char *which = argp;
+    char name[64];
+    snprintf(name, sizeof name, "r%d", (int)getpid());
+    shm_ring_spec sp[1] = { { 2, 64 } };
+    shm_group *p = shm_group_create(name, 2, sp, 1, NULL, 0, s_err, sizeof s_err);
+    if (!p) return 10;
+    pid_t m = fork();
+    if (m == 0) {
+        shm_group *c = shm_group_attach(name, 1, 5000, s_err, sizeof s_err);
+        if (!c) _exit(1);
+        for (;;) pause();
+    }
+    if (shm_group_wait_members(p, 5000, s_err, sizeof s_err)) return 11;
+    size_t sz;
+    m_hdr *h = s_map(shm_group_path(p), &sz, shm_group_generation(p), 2);
+    if (!h) return 12;
+    h->members[1].pid = !strcmp(which, "pid0") ? 0 : (uint32_t)getppid();
+    kill(m, SIGKILL);
+    waitpid(m, NULL, 0);
+    const void *r;
+    uint64_t n;
+    int rc = shm_ring_peek(p, 0, -1, &r, &n, s_err, sizeof s_err);
+    int ok = rc == -1 && strstr(s_err, "corrupt");
+    if (!ok) fprintf(stderr, "[%s] %d %s\n", which, rc, s_err);
+    munmap(h, sz);
+    shm_group_destroy(&p);
+    return ok ? 0 : 20;
+}
+
 static void test_corrupt(void) {
     as_user(UID_V);
     static const char *fields[] = { "off", "off0", "offbig", "cap", "capbig", "slot", "rings" };
@@ -403,6 +436,13 @@ static void test_corrupt(void) {
         int rc = in_child(s_counter_child, ctr[i], 5.0);
         CHECK(rc == 0, "%s moved back: the waits end with an error within 5 s (child %d%s, %.2f s)", ctr[i], rc,
               rc == -1 ? ": hung" : "", now_s() - t0);
+    }
+    static const char *rec[] = { "pid0", "pidlive" };
+    for (int i = 0; i < 2; i++) {
+        double t0 = now_s();
+        int rc = in_child(s_record_child, rec[i], 5.0);
+        CHECK(rc == 0, "member record %s, member killed: the creator's wait ends with an error within 5 s (child "
+              "%d%s, %.2f s)", rec[i], rc, rc == -1 ? ": hung" : "", now_s() - t0);
     }
     as_user(0);
 }
