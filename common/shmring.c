@@ -205,14 +205,14 @@ int shm_group_sweep(void) {
     return removed;
 }
 
-/* unlinks every segment of this user's group `name` (prefix from s_prefix) but `keep`; returns how many */
-static int s_unlink_group(const char *prefix, const char *keep) {
+/* unlinks every segment of this user's group (prefix from s_prefix); returns how many */
+static int s_unlink_group(const char *prefix) {
     DIR *d = opendir(S_DIR);
     if (!d) return 0;
     int removed = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
-        if (!s_ours(de->d_name, prefix) || (keep && strcmp(de->d_name, keep) == 0)) continue;
+        if (!s_ours(de->d_name, prefix)) continue;
         struct stat st;
         char why[300];
         int fd = s_open_own(dirfd(d), de->d_name, O_RDONLY, &st, why, sizeof why);
@@ -403,13 +403,13 @@ shm_group *shm_group_create(const char *name, int n_members, const shm_ring_spec
         snprintf(err, errlen, "shm group: out of memory");
         return NULL;
     }
-    int fd = -1;
+    int fd = -1, made = 0;   /* made: the file at g->path is ours (the failure path removes it) */
     /* segments whose creator is gone (any group of this user), then the earlier segments of this group: their
      * members, if any survive, see their creator gone or the group failed and leave */
     shm_group_sweep();
     char prefix[96];
     s_prefix(name, prefix, sizeof prefix);
-    s_unlink_group(prefix, NULL);
+    s_unlink_group(prefix);
     /* a name nobody else can predict: another user may create files in S_DIR, so a fixed name could be taken
      * (the creation would fail) or be a trap; O_EXCL never opens an existing file */
     for (int tries = 0; fd < 0 && tries < 16; tries++) {
@@ -423,15 +423,14 @@ shm_group *shm_group_create(const char *name, int n_members, const shm_ring_spec
         fd = open(g->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0 && errno != EEXIST) {
             snprintf(err, errlen, "create %s: %s", g->path, strerror(errno));
-            g->name[0] = 0;
             goto fail;
         }
     }
     if (fd < 0) {
         snprintf(err, errlen, "create %s*: every name tried exists", prefix);
-        g->name[0] = 0;
         goto fail;
     }
+    made = 1;
     g->creator = 1;
     g->dead_ms = 10000;
     if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)total) != 0) {
@@ -486,7 +485,7 @@ shm_group *shm_group_create(const char *name, int n_members, const shm_ring_spec
     return g;
 fail:
     if (fd >= 0) close(fd);
-    if (g->name[0]) unlink(g->path);
+    if (made) unlink(g->path);
     free(g);
     return NULL;
 }
@@ -704,7 +703,7 @@ int shm_group_unlink(const char *name) {
     char err[128], prefix[96];
     if (s_check_name(name, err, sizeof err)) return -1;
     s_prefix(name, prefix, sizeof prefix);
-    return s_unlink_group(prefix, NULL) > 0 ? 0 : -1;
+    return s_unlink_group(prefix) > 0 ? 0 : -1;
 }
 
 /* ------------------------------------------------------------------------------------------------------------
