@@ -10,7 +10,7 @@
  * back, or a member's pid record, in a live group (as V: a writer of the segment) gives an error naming the
  * corruption within a bounded time, and in a running 2-stage pipeline makes both stages exit non-zero (not by a signal); segments whose
  * creator died are removed by the next creator; no segment is left after a failure (leader killed, group
- * failed and leader gone without cleanup, follower killed, members that never came). */
+ * failed and leader gone without cleanup, follower killed or stopped by SIGTERM, members that never came). */
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -464,15 +464,28 @@ static stage_opts s_sopts(const char *group, int stage) {
     return so;
 }
 
+static volatile sig_atomic_t s_stop;   /* a follower's stop flag, set by SIGTERM as in zllm-worker */
+
+static void s_on_term(int sig) {
+    (void)sig;
+    s_stop = 1;
+}
+
 static int s_follower_child(const void *group) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = s_on_term;
+    sigaction(SIGTERM, &sa, NULL);
     zl_model *m = model_load(s_model, s_err, sizeof s_err);
     if (!m) return 2;
     stage_opts so = s_sopts(group, 1);
-    int rc = stage_run_follower(m, &so, NULL, s_err, sizeof s_err);
+    int rc = stage_run_follower(m, &so, &s_stop, s_err, sizeof s_err);
     fprintf(stderr, "[follower] %s\n", rc ? s_err : "shut down");
     model_destroy(&m);
     return rc ? 3 : 0;
 }
+
+static int s_leader_exits;   /* 1: the leader _exits after a failed step, without cleanup, as zllm-worker does */
 
 static int s_leader_child(const void *group) {
     zl_model *m = model_load(s_model, s_err, sizeof s_err);
@@ -497,6 +510,7 @@ static int s_leader_child(const void *group) {
         if (engine_step(e, &s, 1, &out, NULL) != 0) {
             fprintf(stderr, "[leader] step %d: %s\n", i, e->err);
             rc = strstr(e->err, "corrupt") ? 5 : 6;
+            if (s_leader_exits) _exit(rc);
             break;
         }
         tok = out;
@@ -536,6 +550,31 @@ static void test_pipeline(void) {
     CHECK(rl == 5 || rl == 6, "the leader's step fails, not by a signal or a hang (%d)", rl);
     printf("pipeline: rewritten return ring offset: both stages down in %.2f s\n", now_s() - t0);
     CHECK(seg_count(group, UID_V) == 0, "no segment left after the failed group");
+    as_user(0);
+}
+
+/* SIGTERM of a follower (zllm-worker's handler sets the stop flag) fails the group; the leader _exits after
+ * its failed step without cleanup, as zllm-worker does: no segment is left */
+static void test_signal(void) {
+    char group[64];
+    snprintf(group, sizeof group, "g%d", (int)getpid());
+    as_user(UID_V);
+    *s_steps = 0;
+    s_leader_exits = 1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t l = fork();
+    if (l == 0) _exit(s_leader_child(group));
+    pid_t f = fork();
+    if (f == 0) _exit(s_follower_child(group));
+    double t0 = now_s();
+    while (*s_steps < 5 && now_s() - t0 < 60) usleep(10000);
+    CHECK(*s_steps >= 5, "the pipeline ran %llu steps", (unsigned long long)*s_steps);
+    kill(f, SIGTERM);
+    int rf = wait_for(f, 10.0), rl = wait_for(l, 10.0);
+    CHECK(rf == 3 && rl == 6, "SIGTERM of the follower: it exits 3 (%d), the leader's step fails (%d)", rf, rl);
+    CHECK(seg_count(group, UID_V) == 0, "SIGTERM of the follower, leader gone without cleanup: no segment left");
+    s_leader_exits = 0;
     as_user(0);
 }
 
@@ -657,6 +696,7 @@ int main(void) {
     test_corrupt();
     test_cleanup();
     test_pipeline();
+    test_signal();
     munmap(shared, 4096);
     return test_report();
 }
