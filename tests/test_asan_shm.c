@@ -74,8 +74,8 @@ static void as_user(unsigned uid) {
     }
 }
 
-/* segment files of group NAME owned by uid: /dev/shm/zllm-NAME.UID.* (and the fixed name zllm-NAME, which
- * earlier versions used: so that a check of what is left behind cannot pass by looking at the wrong name).
+/* segment files of group NAME owned by uid: /dev/shm/zllm-NAME.UID.* and the plain zllm-NAME (so that a check
+ * of what is left behind cannot pass by looking under the wrong name).
  * count: how many; path (may be NULL): the first one */
 static int seg_find(const char *name, unsigned uid, char *path, size_t pathlen) {
     char p[2][160];

@@ -67,7 +67,8 @@ def wait_gone(cl, name, timeout=10.0):
 
 
 def segments(group):
-    """the group's shm segments: /dev/shm/zllm-GROUP.UID.* (shmring.h), and the fixed name of older versions"""
+    """the group's shm segments: /dev/shm/zllm-GROUP.UID.* (shmring.h), and the plain zllm-GROUP (so that a check
+    of what is left cannot pass by looking under the wrong name)"""
     return glob.glob("/dev/shm/zllm-%s.%d.*" % (group, os.geteuid())) + glob.glob("/dev/shm/zllm-" + group)
 
 
