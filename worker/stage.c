@@ -504,8 +504,10 @@ static int s_leader_submit_n(s_leader *L, const zl_seq *seqs, int n, int lane, i
         d->n_micro = n_micro;
         d->n = hi - lo;
         d->pad = 0;
+        /* the slot is shared: nothing written into it is read back (another process may change it meanwhile),
+         * so its layout comes from the local count */
         stage_entry *e = s_entries(d);
-        int32_t *hist = s_hist(d);
+        int32_t *hist = (int32_t *)(e + (hi - lo));
         int64_t rows = 0, nh = 0;
         for (int i = lo; i < hi; i++) {
             const zl_seq *s = &seqs[i];
@@ -538,7 +540,7 @@ static int s_leader_submit_n(s_leader *L, const zl_seq *seqs, int n, int lane, i
             }
             return s_leader_fail(L, "stage 0", L->local->err);
         }
-        uint64_t bytes = sizeof *d + (uint64_t)d->n * sizeof(stage_entry) + (uint64_t)nh * 4;
+        uint64_t bytes = sizeof *d + (uint64_t)(hi - lo) * sizeof(stage_entry) + (uint64_t)nh * 4;
         if (L->tx->publish(&L->link0, bytes, err, sizeof err)) return s_leader_fail(L, "send", err);
     }
     ln->busy = 1;
