@@ -9,7 +9,7 @@
 #       worker   batcher, pipeline stages, shared-memory rings, zllm-worker                  (over engine, cuda)
 #       broker   zllm-broker                                                                   (over common)
 #       clients  C library and the zllm CLI                                                    (over common)
-#       deploy   zllm-deploy (links neither CUDA nor ZeroMQ)                                   (over common)
+#       deploy   zllm-deploy (links neither CUDA nor ZeroMQ: only shmring of worker/)    (over worker, common)
 #       tools    benchmarks and model tools                                           (over worker and below)
 #   A binary links the archives of its layer and of those below, each once, top down; libzllm_cuda.a is
 #   linked whole (cuda/cuda_register.cu registers the engine before main).
@@ -66,7 +66,7 @@ INC_cuda    := -Icuda $(INC_engine)
 INC_worker  := -Iworker $(INC_cuda)
 INC_broker  := -Ibroker $(INC_common)
 INC_clients := -Iclients $(INC_common)
-INC_deploy  := -Ideploy $(INC_common)
+INC_deploy  := -Ideploy -Iworker $(INC_common)
 INC_tools   := -Itools -Iworker $(INC_cuda)
 INC_tests   := -Itests -Itools -Ideploy -Ibroker -Iclients $(INC_worker)
 
@@ -82,7 +82,7 @@ LINK_cudaeng = $(CUDA_LINK) $(LINK_engine)
 LINK_worker  = $(call ARCH,worker) $(LINK_cudaeng)
 LINK_broker  = $(call ARCH,broker) $(LINK_common)
 LINK_clients = $(call ARCH,clients) $(LINK_common)
-LINK_deploy  = $(call ARCH,deploy) $(LINK_common)
+LINK_deploy  = $(call ARCH,deploy) $(call ARCH,worker) $(LINK_common)
 LINK_tools   = $(call ARCH,tools) $(call ARCH,worker) $(LINK_cudaeng)
 LINK_tests   = $(call ARCH,tools) $(call ARCH,deploy) $(call ARCH,worker) $(call ARCH,broker) $(call ARCH,clients) \
                $(LINK_cudaeng)

@@ -30,6 +30,7 @@ extern "C" {
 }
 #include <cuda_runtime.h>
 #include <errno.h>
+#include <glob.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -150,10 +151,14 @@ static int wait_for(pid_t pid, double secs) {
     }
 }
 
+/* 1 when a segment of group s_group (any generation: /dev/shm/zllm-NAME.UID.*, shmring.h) is in /dev/shm */
 static int shm_exists(void) {
     char p[128];
-    snprintf(p, sizeof p, "/dev/shm/zllm-%s", s_group);
-    return access(p, F_OK) == 0;
+    snprintf(p, sizeof p, "/dev/shm/zllm-%s.%u.*", s_group, (unsigned)geteuid());
+    glob_t gl;
+    int found = glob(p, 0, NULL, &gl) == 0 && gl.gl_pathc > 0;
+    globfree(&gl);
+    return found;
 }
 
 static const char *base_name(const char *p) {

@@ -17,11 +17,13 @@
  * restarting cannot help), stops everything and exits 1.
  * Stop (SIGTERM/SIGINT/SIGHUP): SIGTERM the broker and wait for its drain (up to the stop timeout), then SIGTERM
  * the workers and pipeline leaders, and the followers once their leader is gone; SIGKILL whatever is left after
- * another stop timeout; remove the groups' /dev/shm/zllm-NAME segments; exit 0. A second signal kills at once.
+ * another stop timeout; remove the groups' shm segments (shm_group_unlink); exit 0. A second signal kills at once.
  *
  * Include map:
- *   deploy_layout.h - dl_load/dl_destroy: the layout file, validated, as command lines */
+ *   deploy_layout.h - dl_load/dl_destroy: the layout file, validated, as command lines
+ *   shmring.h       - shm_group_unlink: a failed group's segment */
 #include "deploy_layout.h"
+#include "shmring.h"
 #include "version.h"
 
 #include <errno.h>
@@ -242,9 +244,7 @@ static void s_unlink_groups(const s_sup *S) {
     for (int i = 0; i < S->plan->n_units; i++) {
         const dl_unit *d = &S->plan->units[i];
         if (d->kind != DL_GROUP || !S->u[i].shm_dirty) continue;
-        char path[DL_NAME_MAX + 32];
-        snprintf(path, sizeof path, "/dev/shm/zllm-%s", d->name);
-        if (unlink(path) == 0) s_say("removed %s", path);
+        if (shm_group_unlink(d->name) == 0) s_say("removed the shm segment of group %s", d->name);
     }
 }
 

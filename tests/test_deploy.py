@@ -6,6 +6,7 @@ load (the broker's per-worker step counters); kill -9 of a replica -> zllm-deplo
 again; kill -9 of stage 1 of the group -> the whole group is restarted (the surviving leader is stopped, both
 stages start again) and serves again; SIGTERM to zllm-deploy -> exit 0, every child gone, the group's
 /dev/shm segment removed. Malformed layouts -> exit 2 with a line-numbered message, nothing started."""
+import glob
 import os
 import re
 import signal
@@ -22,7 +23,7 @@ DEPLOY = os.path.join(BIN, "zllm-deploy")
 ck = Checks("deploy")
 watchdog(120)
 tmp = tempfile.mkdtemp(prefix="zllm-deploy-test-", dir="/tmp")
-tag = "t%d" % os.getpid()   # unit names are unique per test run: the shm group is /dev/shm/zllm-<tag>p-0
+tag = "t%d" % os.getpid()   # unit names are unique per test run: the shm group is /dev/shm/zllm-<tag>p-0.UID.*
 procs = []
 
 
@@ -74,7 +75,7 @@ restart limit=3 window=60 backoff-ms=100..1000
 stop timeout=5
 """ % (rundir, STORIES, tag, tag))
 r0, r1, grp = tag + "r-0", tag + "r-1", tag + "p-0"
-shm = "/dev/shm/zllm-" + grp
+shm = "/dev/shm/zllm-%s.%d.*" % (grp, os.geteuid())   # the group's segment, any generation (shmring.h)
 
 rc = subprocess.run([DEPLOY, "--check", layout], capture_output=True, timeout=10)
 chk = rc.stdout.decode()
@@ -234,7 +235,7 @@ st = wait_reregistered(grp, grp + ".s0", 2, 20)
 ck.ok(st is not None, "restarted group registered, the failed one is gone from the broker")
 serve(12, 24, "after-stage-kill")
 ck.ok(steps(status()).get(grp, 0) > 0, "the restarted group serves: %r" % steps(status()))
-ck.ok(os.path.exists(shm), "the group's shm segment exists while it runs: %s" % shm)
+ck.ok(glob.glob(shm), "the group's shm segment exists while it runs: %s" % shm)
 
 # ---- SIGTERM: everything stops, exit 0, no shm left
 children = all_pids()
@@ -246,7 +247,7 @@ except subprocess.TimeoutExpired:
 ck.ok(rc == 0, "zllm-deploy exits 0 on SIGTERM (got %r)" % rc)
 left = [p for p in children if alive(p)]
 ck.ok(len(children) >= 7 and not left, "every child gone (%d started, alive: %r)" % (len(children), left))
-ck.ok(not os.path.exists(shm), "no %s left" % shm)
+ck.ok(not glob.glob(shm), "no %s left" % shm)
 ck.ok(re.search(r"stopped \(exit 0\)", sup_text()), "supervisor logged the stop")
 for n in (r0, r1, grp + ".s0"):
     try:

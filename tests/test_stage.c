@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <glob.h>
 #include "engine.h"
 #include "model.h"
 #include "sampler.h"
@@ -95,10 +96,14 @@ static zl_engine_opts eopts(int slots) {
     return o;
 }
 
+/* 1 when a segment of group s_group (any generation) is in /dev/shm */
 static int shm_exists(void) {
     char p[128];
-    snprintf(p, sizeof p, "/dev/shm/zllm-%s", s_group);
-    return access(p, F_OK) == 0;
+    snprintf(p, sizeof p, "/dev/shm/zllm-%s.%u.*", s_group, (unsigned)geteuid());
+    glob_t gl;
+    int found = glob(p, 0, NULL, &gl) == 0 && gl.gl_pathc > 0;
+    globfree(&gl);
+    return found;
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -147,9 +152,7 @@ static void test_rings(void) {
     CHECK(shm_ring_peek(b, 5, 50, &r, &n, err, sizeof err) == -1, "ring index out of range refused");
 
     /* corruption through the mapping: a stale generation in the next slot, then a head far past the tail */
-    char nm[96];
-    snprintf(nm, sizeof nm, "/zllm-%s", s_group);
-    int fd = shm_open(nm, O_RDWR, 0);
+    int fd = open(shm_group_path(a), O_RDWR);
     CHECK(fd >= 0, "open for corruption");
     off_t size = lseek(fd, 0, SEEK_END);
     unsigned char *raw = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -8,6 +8,7 @@ the broker too. Lanes (docs/pipeline.md): the leader keeps 2 steps in flight by 
 3 stages) and --lanes 1 give the same outputs as one stage, and with 2 lanes a stream cancelled while its step
 is in flight ends once, the request the broker puts into its slot at once runs golden, and the worker stays
 alive (heartbeats between lane turns). Skips (passes with a note) when the worker has no --stage."""
+import glob
 import os
 import signal
 import subprocess
@@ -65,6 +66,20 @@ def wait_gone(cl, name, timeout=10.0):
     return False
 
 
+def segments(group):
+    """the group's shm segments: /dev/shm/zllm-GROUP.UID.* (shmring.h), and the plain zllm-GROUP (so that a check
+    of what is left cannot pass by looking under the wrong name)"""
+    return glob.glob("/dev/shm/zllm-%s.%d.*" % (group, os.geteuid())) + glob.glob("/dev/shm/zllm-" + group)
+
+
+def no_segments(group, timeout=3.0):
+    """True once no segment of the group is left (the last stage out removes it)"""
+    end = time.monotonic() + timeout
+    while segments(group) and time.monotonic() < end:
+        time.sleep(0.05)
+    return not segments(group)
+
+
 def start_group(cl, name, n, group, *leader_extra, max_batch=4):
     cl.start_worker(name, "--stage", "0/%d" % n, "--group", group, *leader_extra, max_batch=max_batch)
     for i in range(1, n):
@@ -120,6 +135,7 @@ def main():
                 ck.ok(p.returncode == 0, "%d stages: follower %d exits 0 after the leader's shutdown (%s)" % (
                     n, i, p.returncode))
             ck.ok(wait_gone(cl, name), "%d-stage leader gone from the broker" % n)
+            ck.ok(no_segments(group), "%d stages: no shm segment left after the shutdown: %r" % (n, segments(group)))
 
         # 2 lanes: a cancel while the stream's step is in flight; the broker reuses the slot at once
         start_group(cl, "c", 2, group, "--debug-step-delay-ms", "10", max_batch=2)
@@ -171,6 +187,8 @@ def main():
                 down[nm] = (p.returncode, time.monotonic() - t_kill)
                 ck.ok(p.returncode not in (None, 0), "kill -9 of stage 1: %s exits non-zero within 5 s (%s)" % (
                     nm, down[nm]))
+            ck.ok(no_segments(group), "kill -9 of stage 1: no shm segment left once the others are down: %r"
+                  % segments(group))
             t.pump(20, lambda tr: tr.all_final(ids))
             for i, rid in enumerate(ids):
                 r = t.r[rid]
@@ -196,11 +214,16 @@ def main():
                 ck.ok(p.returncode not in (None, 0), "idle group: leader exits non-zero after kill -9 of stage 2 (%s)"
                       % p.returncode)
                 ck.ok(wait_gone(cl, "k"), "idle group: the broker sees the leader gone")
+                ck.ok(no_segments(group), "idle group: no shm segment left: %r" % segments(group))
         if ck.failed:
             cl.dump_logs()
     finally:
         cl.close()
-        subprocess.run(["rm", "-f", "/dev/shm/zllm-" + group])
+        for f in segments(group):
+            try:
+                os.unlink(f)
+            except FileNotFoundError:
+                pass
     return ck.report()
 
 

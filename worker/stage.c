@@ -19,6 +19,9 @@
 #define S_INFO_MAGIC 0x45474154u   /* "TAGE" */
 #define S_INFO_VERSION 2u
 #define S_WAIT_MS 200              /* follower's wait slice between checks of *stop */
+#define S_FULL_MS 30000            /* a reservation waits at most this long for a full ring: in a working group no
+                                    * stage ever waits for one (at most ring_cap micro-batches are in flight), so
+                                    * a ring full this long means its consumer stopped consuming */
 
 /* what the leader writes into the group for the followers (and what they check) */
 typedef struct {
@@ -57,14 +60,35 @@ typedef struct {
     int dim;                       /* floats per hidden row */
     stage_desc *w_desc;            /* reserved descriptor (producer) */
     stage_cuda_link *cu;           /* GPU transport: the link's device end (s_cuda_ops), NULL for the host one */
+    stage_desc *r_desc;            /* consumer: private copy of the descriptor peeked (desc_cap bytes) */
+    uint64_t desc_cap;             /* bytes of r_desc */
 } s_host_link;
+
+/* Consumer: copies the descriptor peeked from shared memory (d, bytes) into the link's private buffer, which
+ * is what the stage then checks and uses: another process writing the slot meanwhile cannot change a count
+ * between its check and its use. 0, or -1 with a message. */
+static int s_desc_take(s_host_link *l, const void *d, uint64_t bytes, char *err, size_t errlen) {
+    if (!l->r_desc || bytes < sizeof(stage_desc) || bytes > l->desc_cap) {
+        snprintf(err, errlen, "step descriptor of %llu bytes (most %llu)", (unsigned long long)bytes,
+                 (unsigned long long)l->desc_cap);
+        return -1;
+    }
+    memcpy(l->r_desc, d, bytes);
+    return 0;
+}
+
+/* reserves a slot of ring r, waiting at most S_FULL_MS; 0, or -1 with a message */
+static int s_reserve(shm_group *g, int r, void **p, char *err, size_t errlen) {
+    int rc = shm_ring_reserve(g, r, S_FULL_MS, p, err, errlen);
+    if (rc == 1) snprintf(err, errlen, "ring %d stayed full for %d ms: its consumer stopped consuming", r, S_FULL_MS);
+    return rc ? -1 : 0;
+}
 
 static int s_host_reserve(void *ctx, stage_desc **desc, float **hidden, char *err, size_t errlen) {
     s_host_link *l = ctx;
     void *h, *d;
     /* hidden first: a descriptor is never published before its hidden states */
-    if (shm_ring_reserve(l->g, l->ring_hidden, -1, &h, err, errlen) ||
-        shm_ring_reserve(l->g, l->ring_desc, -1, &d, err, errlen))
+    if (s_reserve(l->g, l->ring_hidden, &h, err, errlen) || s_reserve(l->g, l->ring_desc, &d, err, errlen))
         return -1;
     *hidden = h;
     *desc = l->w_desc = d;
@@ -92,12 +116,13 @@ static int s_host_peek(void *ctx, const stage_desc **desc, uint64_t *desc_bytes,
         snprintf(err + strlen(err), errlen - strlen(err), " (hidden states missing for a descriptor)");
         return -1;
     }
-    const stage_desc *dd = d;
-    if (*desc_bytes < sizeof *dd || dd->n_rows < 1 || hb != (uint64_t)dd->n_rows * (uint64_t)l->dim * sizeof(float)) {
+    if (s_desc_take(l, d, *desc_bytes, err, errlen)) return -1;
+    const stage_desc *dd = l->r_desc;
+    if (dd->n_rows < 1 || hb != (uint64_t)dd->n_rows * (uint64_t)l->dim * sizeof(float)) {
         snprintf(err, errlen, "hidden states of %llu bytes do not match the descriptor", (unsigned long long)hb);
         return -1;
     }
-    *desc = d;
+    *desc = dd;
     *hidden = h;
     return 0;
 }
@@ -119,7 +144,7 @@ static int s_cuda_reserve(void *ctx, stage_desc **desc, float **hidden, char *er
     void *d;
     /* the record's host slot first, as the host transport reserves its hidden slot first */
     if (stage_cuda_link_reserve(l->cu, hidden, err, errlen) ||
-        shm_ring_reserve(l->g, l->ring_desc, -1, &d, err, errlen))
+        s_reserve(l->g, l->ring_desc, &d, err, errlen))
         return -1;
     *desc = l->w_desc = d;
     return 0;
@@ -139,14 +164,11 @@ static int s_cuda_peek(void *ctx, const stage_desc **desc, uint64_t *desc_bytes,
     const void *d;
     int rc = shm_ring_peek(l->g, l->ring_desc, S_WAIT_MS, &d, desc_bytes, err, errlen);
     if (rc) return rc;
-    const stage_desc *dd = d;
-    if (*desc_bytes < sizeof *dd) {
-        snprintf(err, errlen, "step descriptor of %llu bytes", (unsigned long long)*desc_bytes);
-        return -1;
-    }
+    if (s_desc_take(l, d, *desc_bytes, err, errlen)) return -1;
+    const stage_desc *dd = l->r_desc;
     /* the record was published before the descriptor; its rows must match (checked against the capacity) */
     if (stage_cuda_link_peek(l->cu, dd->n_rows, hidden, err, errlen)) return -1;
-    *desc = d;
+    *desc = dd;
     return 0;
 }
 
@@ -184,16 +206,20 @@ typedef struct {
     int started;                   /* 1 once created */
     int quit;                      /* set (atomically) to stop it */
     int term_on_failure;           /* 1: SIGTERM this process when the group fails */
+    int fired;                     /* set (atomically, after why) once the monitor failed the group */
+    char why[200];                 /* what it saw (a dead peer, a corrupt header), valid once fired */
 } s_monitor;
 
 static void *s_monitor_fn(void *arg) {
     s_monitor *mo = arg;
-    char err[160];
+    char err[200];
     int fired = 0;
     while (!__atomic_load_n(&mo->quit, __ATOMIC_ACQUIRE)) {
         shm_group_heartbeat(mo->g);
         if (!fired && shm_group_check(mo->g, err, sizeof err) != 0 && shm_group_aborted(mo->g) != SHM_SHUTDOWN) {
             fired = 1;
+            snprintf(mo->why, sizeof mo->why, "%s", err);
+            __atomic_store_n(&mo->fired, 1, __ATOMIC_RELEASE);
             shm_group_abort(mo->g, SHM_FAILED);
             if (mo->term_on_failure) {
                 fprintf(stderr, "pipeline: %s: stopping this process\n", err);
@@ -215,6 +241,11 @@ static int s_monitor_start(s_monitor *mo, shm_group *g, int term, char *err, siz
     }
     mo->started = 1;
     return 0;
+}
+
+/* the reason the monitor failed the group, or NULL when it did not */
+static const char *s_monitor_why(const s_monitor *mo) {
+    return __atomic_load_n(&mo->fired, __ATOMIC_ACQUIRE) ? mo->why : NULL;
 }
 
 static void s_monitor_stop(s_monitor *mo) {
@@ -346,8 +377,11 @@ static void s_leader_destroy(zl_engine *eb) {
 /* fails the step: the group is aborted (a half-run step leaves the followers' state unknown) */
 static int s_leader_fail(s_leader *L, const char *what, const char *why) {
     char msg[200];
+    const char *mw = s_monitor_why(&L->mon);   /* what the monitor saw, when it failed the group */
     snprintf(msg, sizeof msg, "%.199s", why);   /* why may be base.err itself */
-    snprintf(L->base.err, sizeof L->base.err, "pipeline: %.20s: %s", what, msg);
+    int k = snprintf(L->base.err, sizeof L->base.err, "pipeline: %.20s: %s", what, msg);
+    if (mw && k > 0 && (size_t)k + 4 < sizeof L->base.err)
+        snprintf(L->base.err + k, sizeof L->base.err - (size_t)k, " (%s)", mw);
     shm_group_abort(L->g, SHM_FAILED);
     return -1;
 }
@@ -470,8 +504,10 @@ static int s_leader_submit_n(s_leader *L, const zl_seq *seqs, int n, int lane, i
         d->n_micro = n_micro;
         d->n = hi - lo;
         d->pad = 0;
+        /* the slot is shared: nothing written into it is read back (another process may change it meanwhile),
+         * so its layout comes from the local count */
         stage_entry *e = s_entries(d);
-        int32_t *hist = s_hist(d);
+        int32_t *hist = (int32_t *)(e + (hi - lo));
         int64_t rows = 0, nh = 0;
         for (int i = lo; i < hi; i++) {
             const zl_seq *s = &seqs[i];
@@ -504,7 +540,7 @@ static int s_leader_submit_n(s_leader *L, const zl_seq *seqs, int n, int lane, i
             }
             return s_leader_fail(L, "stage 0", L->local->err);
         }
-        uint64_t bytes = sizeof *d + (uint64_t)d->n * sizeof(stage_entry) + (uint64_t)nh * 4;
+        uint64_t bytes = sizeof *d + (uint64_t)(hi - lo) * sizeof(stage_entry) + (uint64_t)nh * 4;
         if (L->tx->publish(&L->link0, bytes, err, sizeof err)) return s_leader_fail(L, "send", err);
     }
     ln->busy = 1;
@@ -554,22 +590,26 @@ static int s_leader_collect(zl_engine *eb, int lane, int32_t *out_tokens) {
         while ((rc = shm_ring_peek(L->g, L->ring_ret, 1000, &p, &bytes, err, sizeof err)) == 1)
             ;
         if (rc) return s_leader_fail(L, "receive", err);
-        const s_ret *r = p;
-        if (bytes < sizeof *r || r->step != step || r->micro != mi || r->n != hi - lo ||
-            bytes != sizeof *r + (uint64_t)r->n * sizeof(s_ret_entry)) {
+        s_ret r;   /* a private copy: checked once, used as checked */
+        memset(&r, 0, sizeof r);
+        if (bytes >= sizeof r) memcpy(&r, p, sizeof r);
+        if (bytes < sizeof r || r.step != step || r.micro != mi || r.n != hi - lo ||
+            bytes != sizeof r + (uint64_t)(hi - lo) * sizeof(s_ret_entry)) {
             snprintf(err, sizeof err, "return slot for step %llu micro %d n %d does not match step %llu micro %d n %d",
-                     (unsigned long long)r->step, r->micro, r->n, (unsigned long long)step, mi, hi - lo);
+                     (unsigned long long)r.step, r.micro, r.n, (unsigned long long)step, mi, hi - lo);
             return s_leader_fail(L, "receive", err);
         }
-        const s_ret_entry *re = (const s_ret_entry *)(r + 1);
+        const s_ret_entry *re = (const s_ret_entry *)((const s_ret *)p + 1);   /* hi - lo entries fit: bytes */
         for (int i = lo; i < hi; i++) {
-            int32_t tok = re[i - lo].tok;
+            s_ret_entry x;
+            memcpy(&x, &re[i - lo], sizeof x);   /* read once */
+            int32_t tok = x.tok;
             if (tok < -1 || tok >= L->info.vocab || (tok < 0 && seqs[i].sample)) {
                 shm_ring_release(L->g, L->ring_ret);
                 return s_leader_fail(L, "receive", "token id out of range");
             }
             if (out_tokens) out_tokens[i] = seqs[i].sample ? tok : -1;
-            if (seqs[i].rng && seqs[i].sample) *seqs[i].rng = re[i - lo].rng;
+            if (seqs[i].rng && seqs[i].sample) *seqs[i].rng = x.rng;
         }
         shm_ring_release(L->g, L->ring_ret);
     }
@@ -695,7 +735,7 @@ zl_engine *stage_leader_new(const zl_model *m, const zl_engine_opts *o, const st
     L->g = shm_group_create(so.group, so.n_stages, sp, nr, in, sizeof *in, err, errlen);
     if (!L->g) goto fail;
     shm_group_set_dead_ms(L->g, so.dead_ms);
-    L->link0 = (s_host_link){ L->g, 0, 1, sp[1].payload_bytes, in->dim, NULL, NULL };
+    L->link0 = (s_host_link){ L->g, 0, 1, sp[1].payload_bytes, in->dim, NULL, NULL, NULL, 0 };
     L->tx = &s_host_ops;
     L->micro = so.micro_batches;
     L->ring_ret = 2 * (so.n_stages - 1);
@@ -812,9 +852,15 @@ int stage_run_follower(const zl_model *m, const stage_opts *so_in, const volatil
         goto fail;
     }
     int li = so.stage - 1;
-    in_link = (s_host_link){ g, 2 * li, 2 * li + 1, shm_ring_payload_bytes(g, 2 * li + 1), in.dim, NULL, NULL };
+    in_link = (s_host_link){ g, 2 * li, 2 * li + 1, shm_ring_payload_bytes(g, 2 * li + 1), in.dim, NULL, NULL,
+                             NULL, s_desc_cap(&in) };
+    in_link.r_desc = malloc((size_t)in_link.desc_cap);   /* the largest descriptor s_desc_check accepts */
+    if (!in_link.r_desc) {
+        snprintf(err, errlen, "pipeline: out of memory");
+        goto fail;
+    }
     out_link = (s_host_link){ g, 2 * so.stage, 2 * so.stage + 1,
-                              last ? 0 : shm_ring_payload_bytes(g, 2 * so.stage + 1), in.dim, NULL, NULL };
+                              last ? 0 : shm_ring_payload_bytes(g, 2 * so.stage + 1), in.dim, NULL, NULL, NULL, 0 };
     const stage_transport_ops *tx = &s_host_ops;
     int ring_ret = 2 * (so.n_stages - 1);
     uint64_t hidden_need_max = (uint64_t)in.max_step_tokens * in.dim * sizeof(float);
@@ -868,7 +914,7 @@ int stage_run_follower(const zl_model *m, const stage_opts *so_in, const volatil
                 goto fail;
             }
             void *p;
-            if (shm_ring_reserve(g, ring_ret, -1, &p, err, errlen)) goto done;
+            if (s_reserve(g, ring_ret, &p, err, errlen)) goto done;
             s_ret *r = p;
             r->step = d->step;
             r->micro = d->micro;
@@ -896,6 +942,8 @@ done:
     if (rc != 0 && g && shm_group_aborted(g) == SHM_SHUTDOWN && !(stop && *stop)) rc = 0;   /* planned */
     if (rc != 0 && g) shm_group_abort(g, SHM_FAILED);
     s_monitor_stop(&mon);
+    if (rc != 0 && s_monitor_why(&mon) && strlen(err) + 4 < errlen)   /* what this stage's monitor saw */
+        snprintf(err + strlen(err), errlen - strlen(err), " (%s)", s_monitor_why(&mon));
     /* GPU links: drain this stage's stream, close the imports (input link), then free the output link's buffer
      * once the next stage has left the group; all before this stage leaves it (two-phase teardown) */
     if (in_link.cu || out_link.cu) {
@@ -906,6 +954,7 @@ done:
     free(seqs);
     free(rngs);
     free(toks);
+    free(in_link.r_desc);
     engine_destroy(&e);
     shm_group_destroy(&g);
     return rc;

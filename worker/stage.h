@@ -69,9 +69,9 @@ typedef struct {
 
 /* What carries micro-batches over one link. The producer reserves a slot (a descriptor of desc_bytes and a
  * hidden-state buffer of [max_rows][dim] f32 that its engine writes into directly), fills both and publishes;
- * the consumer peeks the next one (validated), uses it in place and releases it. All return 0, or -1 with a
- * message (dead peer, abort, corrupt slot); peek also returns -1 on a clean shutdown, with stage_opts' group
- * reporting SHM_SHUTDOWN. */
+ * the consumer peeks the next one (the descriptor as a private copy, checked before use; the hidden states in
+ * place), uses it and releases it. All return 0, or -1 with a message (dead peer, abort, corrupt slot); peek
+ * also returns -1 on a clean shutdown, with stage_opts' group reporting SHM_SHUTDOWN. */
 typedef struct {
     int (*reserve)(void *ctx, stage_desc **desc, float **hidden, char *err, size_t errlen);
     int (*publish)(void *ctx, uint64_t desc_bytes, char *err, size_t errlen);

@@ -15,6 +15,7 @@
 #define S_REC_MAGIC 0x43455243u    /* "CREC" */
 #define S_VERSION 1u
 #define S_CHECK_US 2000            /* group checks between polls of an event, at most this often */
+#define S_FULL_MS 30000            /* longest wait for a slot of the record ring (never full in a working group) */
 
 /* the set-up message of each end: the producer's (kind 1, on the hidden ring) carries the buffer and the ready
  * events, the consumer's (kind 2, on the back ring) its consumed events */
@@ -123,9 +124,11 @@ static int s_hello_fill(stage_cuda_link *l, s_hello *h, int kind, char *err, siz
                       errlen);
 }
 
-/* waits for the other end's hello on ring r (validated: kind, geometry, generation); the slot stays peeked */
+/* waits for the other end's hello on ring r and copies it into *out, then validates the copy (kind, geometry,
+ * generation) and releases the slot: the hello is used only from private memory, so another process writing
+ * the slot cannot change a field between its check and its use */
 static int s_hello_take(stage_cuda_link *l, int r, int kind, int timeout_ms, const volatile sig_atomic_t *stop,
-                        const s_hello **out, char *err, size_t errlen) {
+                        s_hello *out, char *err, size_t errlen) {
     const void *p;
     uint64_t bytes;
     uint64_t t0 = s_now_us();
@@ -144,18 +147,18 @@ static int s_hello_take(stage_cuda_link *l, int r, int kind, int timeout_ms, con
         }
     }
     if (rc) return -1;
-    const s_hello *h = p;
+    memset(out, 0, sizeof *out);
+    if (bytes == sizeof *out) memcpy(out, p, sizeof *out);
+    shm_ring_release(l->g, r);
+    const s_hello *h = out;
     if (bytes != sizeof *h || h->magic != S_HELLO_MAGIC || h->version != S_VERSION || h->kind != kind ||
         h->gen != shm_group_generation(l->g) || h->cap != l->cap || h->max_rows != l->max_rows || h->dim != l->dim ||
         memchr(h->bus_id, 0, sizeof h->bus_id) == NULL) {
         snprintf(err, errlen, "pipeline gpu link: bad set-up message from stage %d (%llu bytes, kind %d, cap %d/%d, "
                  "rows %d/%d, dim %d/%d, or another generation or build)", l->peer, (unsigned long long)bytes,
-                 bytes >= sizeof *h ? h->kind : -1, bytes >= sizeof *h ? h->cap : -1, l->cap,
-                 bytes >= sizeof *h ? h->max_rows : -1, l->max_rows, bytes >= sizeof *h ? h->dim : -1, l->dim);
-        shm_ring_release(l->g, r);
+                 h->kind, h->cap, l->cap, h->max_rows, l->max_rows, h->dim, l->dim);
         return -1;
     }
-    *out = h;
     return 0;
 }
 
@@ -184,8 +187,7 @@ stage_cuda_link *stage_cuda_link_export(shm_group *g, int ring_fwd, int ring_bac
     stage_cuda_link *l = s_link_new(g, ring_fwd, ring_back, peer, dev, cap, max_rows, dim, err, errlen);
     if (!l) return NULL;
     l->producer = 1;
-    s_hello *h = calloc(1, sizeof *h);
-    const s_hello *back;
+    s_hello *h = calloc(2, sizeof *h), *back = h ? h + 1 : NULL;   /* ours, and the consumer's answer */
     if (!h) {
         snprintf(err, errlen, "pipeline gpu link: out of memory");
         goto fail;
@@ -198,10 +200,8 @@ stage_cuda_link *stage_cuda_link_export(shm_group *g, int ring_fwd, int ring_bac
         s_cuda_err(cudaIpcGetMemHandle(&h->mem, l->buf), "cudaIpcGetMemHandle", err, errlen) ||
         s_make_events(l, h, err, errlen) || s_hello_send(l, ring_fwd, h, err, errlen))
         goto fail;
-    if (s_hello_take(l, ring_back, 2, timeout_ms, NULL, &back, err, errlen)) goto fail;
-    int rc = s_open_events(l, back, err, errlen);
-    shm_ring_release(g, ring_back);
-    if (rc) goto fail;
+    if (s_hello_take(l, ring_back, 2, timeout_ms, NULL, back, err, errlen) || s_open_events(l, back, err, errlen))
+        goto fail;
     free(h);
     return l;
 fail:
@@ -215,13 +215,12 @@ stage_cuda_link *stage_cuda_link_import(shm_group *g, int ring_fwd, int ring_bac
                                         char *err, size_t errlen) {
     stage_cuda_link *l = s_link_new(g, ring_fwd, ring_back, peer, dev, cap, max_rows, dim, err, errlen);
     if (!l) return NULL;
-    s_hello *h = calloc(1, sizeof *h);
-    const s_hello *fw;
+    s_hello *h = calloc(2, sizeof *h), *fw = h ? h + 1 : NULL;   /* ours, and the producer's */
     if (!h) {
         snprintf(err, errlen, "pipeline gpu link: out of memory");
         goto fail;
     }
-    if (s_hello_take(l, ring_fwd, 1, timeout_ms, stop, &fw, err, errlen)) goto fail;
+    if (s_hello_take(l, ring_fwd, 1, timeout_ms, stop, fw, err, errlen)) goto fail;
     {
         int pdev = -1, can = 0, rc = 0;
         cudaError_t ce = cudaDeviceGetByPCIBusId(&pdev, fw->bus_id);
@@ -245,7 +244,6 @@ stage_cuda_link *stage_cuda_link_import(shm_group *g, int ring_fwd, int ring_bac
                               "cudaIpcOpenMemHandle", err, errlen))
             rc = -1;
         if (!rc) rc = s_open_events(l, fw, err, errlen);
-        shm_ring_release(g, ring_fwd);
         if (rc) goto fail;
     }
     if (s_hello_fill(l, h, 2, err, errlen) || s_make_events(l, h, err, errlen) ||
@@ -266,7 +264,10 @@ int stage_cuda_link_reserve(stage_cuda_link *l, float **d_hidden, char *err, siz
         return -1;
     }
     /* a reservation not published (the step failed before any kernel was queued) is simply taken again */
-    if (shm_ring_reserve(l->g, l->ring_fwd, -1, &p, err, errlen) != 0) return -1;
+    /* bounded as stage.c's reservations: in a working group the ring is never full */
+    int rc = shm_ring_reserve(l->g, l->ring_fwd, S_FULL_MS, &p, err, errlen);
+    if (rc == 1) snprintf(err, errlen, "pipeline gpu link: record ring full for %d ms", S_FULL_MS);
+    if (rc != 0) return -1;
     l->w_rec = p;
     l->cur = (int)(l->count % (uint64_t)l->cap);
     *d_hidden = l->buf + (size_t)l->cur * l->max_rows * l->dim;
