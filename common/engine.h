@@ -56,7 +56,7 @@ typedef struct {
                                 * layer layer_end - 1, and out_tokens/out_logits are not touched. NULL on the last
                                 * stage or a whole model */
     int32_t *out_tokens;       /* [n] the sampled ids (-1 where sample == 0); needed on the last stage or a whole
-                                * model (the CPU engine also runs a synchronous step without it) */
+                                * model (a synchronous step on the CPU engine may leave it NULL: logits only) */
     float *out_logits;         /* [n][vocab] f32 logits of each entry's last position, or NULL (tests and the
                                 * reference harness); taken only by a step launched with no other in flight */
 } zl_step;

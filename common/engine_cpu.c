@@ -86,6 +86,7 @@ typedef struct {
     const zl_step *fl[2];      /* the launched steps not yet waited for, oldest at q_head */
     int q_head;                /* index (0, 1) of the oldest launched step */
     int q_count;               /* launched steps not yet waited for, 0..depth */
+    int q_sync;                /* 1: the one launched step is synchronous (nothing may launch before its wait) */
 } s_cpu;
 
 static void *s_worker(void *arg) {
@@ -492,12 +493,16 @@ static int s_launch(zl_engine *eb, const zl_step *st) {
         snprintf(eb->err, sizeof eb->err, "launch: lane %d outside 0..0", st->lane);
         return -1;
     }
-    const int busy = e->q_count > 0 && (st->sync || st->out_logits || e->fl[e->q_head]->sync);
+    const int busy = e->q_count > 0 && (st->sync || st->out_logits || e->q_sync);
     if (e->q_count >= engine_depth(eb) || busy) {
         snprintf(eb->err, sizeof eb->err, "launch: %d launched steps are not waited for", e->q_count);
         return -1;
     }
     const int whole = eb->layer_begin == 0 && eb->layer_end == e->c.n_layers;
+    if (whole && !st->sync && !st->out_tokens) {
+        snprintf(eb->err, sizeof eb->err, "launch: a queued step needs out_tokens");
+        return -1;
+    }
     if (whole && st->out_tokens) {
         if (s_step_fed(e, st->seqs, st->n, st->out_tokens, st->out_logits) != 0) return -1;
     } else {
@@ -506,6 +511,7 @@ static int s_launch(zl_engine *eb, const zl_step *st) {
     }
     e->fl[(e->q_head + e->q_count) & 1] = st;
     e->q_count++;
+    e->q_sync = st->sync != 0;
     return 0;
 }
 
@@ -519,6 +525,7 @@ static int s_wait(zl_engine *eb, const zl_step *st) {
     }
     e->q_head ^= 1;
     e->q_count--;
+    e->q_sync = 0;
     return 0;
 }
 
