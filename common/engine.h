@@ -75,9 +75,10 @@ typedef struct {
  * error: the caller must then exit. An engine may run the step before launch returns (CPU: zl_engine.launch_async
  * 0) or leave it running (CUDA, the pipeline leader).
  * wait: waits for st, which must be the oldest step launched and not waited for (steps are waited for in launch
- * order, across lanes too), and leaves its results in st's outputs (out_tokens, out_logits, h_out) and the
- * advanced generator states in *seqs[].rng, wherever the engine wrote them before. Returns 0, or -1 with e->err:
- * st not in flight or not the oldest (nothing changes), or a device or peer error (the caller must exit). */
+ * order, across lanes too). On return st's outputs (out_tokens, out_logits, h_out) hold its results and
+ * *seqs[].rng the advanced generator states (an engine may write them earlier: the CPU engine does at the
+ * launch). Returns 0, or -1 with e->err: st not in flight or not the oldest (nothing changes), or a device or
+ * peer error (the caller must exit). */
 typedef struct {
     int (*launch)(zl_engine *e, const zl_step *st);
     int (*wait)(zl_engine *e, const zl_step *st);
@@ -94,7 +95,7 @@ struct zl_engine {
     int max_step_tokens;       /* most tokens (sum of n_tokens) in one step */
     char err[256];             /* last error */
     int layer_begin;           /* first layer this engine runs (0 unless opts->layer_end was set) */
-    int layer_end;             /* one past its last layer (n_layers for a whole model) */
+    int layer_end;             /* one past its last layer (n_layers for a whole model; 0: backend without stages) */
     int lanes;                 /* lanes the engine keeps steps in flight on (0 or 1: one lane, id 0; the pipeline
                                 * leader says 2, so that its stages all work, docs/pipeline.md) */
     int depth;                 /* most steps in flight on one lane (0 or 1: a launch on a lane with a step in
@@ -125,7 +126,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
 
 /* starts a step (zl_engine_ops.launch) */
 static inline int engine_launch(zl_engine *e, const zl_step *st) { return e->ops->launch(e, st); }
-/* waits for the oldest step launched (zl_engine_ops.wait) */
+/* waits for st, the oldest step launched and not waited for (zl_engine_ops.wait) */
 static inline int engine_wait(zl_engine *e, const zl_step *st) { return e->ops->wait(e, st); }
 /* runs st synchronously: launch, then wait (st->sync should be 1: refused while a step is in flight) */
 static inline int engine_run(zl_engine *e, const zl_step *st) {

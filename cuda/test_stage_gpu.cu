@@ -9,7 +9,7 @@
  * With GPUS visible devices, stage i runs on cuda:(i mod GPUS): on one GPU both stage processes share it (CUDA
  * IPC works between processes of one device), on two or more the hidden states cross GPUs (peer access).
  * Checks:
- *   - partial CUDA engines (layer ranges) chained in this process through host buffers (engine_run with h_in/h_out) give the
+ *   - partial CUDA engines (layer ranges) chained in this process through host buffers (zl_step.h_in/h_out) give the
  *     whole model's logits within 1e-3 relative and its tokens, and chained through device buffers and events
  *     (engine_cuda_step_hidden_dev) its tokens: stories260K, and F32_MODEL when given (a zllm-mkmodel F32 llama);
  *   - a 2-stage pipeline of processes (the follower is this program re-executed, so it starts CUDA afresh) gives

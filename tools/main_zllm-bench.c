@@ -126,7 +126,8 @@ int main(int argc, char **argv) {
            pipe ? "each queued behind the one in flight (tokens fed on the device)" : "one synchronous step at a time");
     printf("%6s %12s %10s %10s %10s %12s %10s %8s\n", "M", "tokens/s", "ms/step", "gpu ms", "idle ms", "roofline ms",
            "bound", "ratio");
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)e->max_batch), *out = malloc(sizeof(int32_t) * 2 * (size_t)e->max_batch);
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)e->max_batch);
+    int32_t *out = malloc(sizeof(int32_t) * 2 * (size_t)e->max_batch);   /* [2][max_batch]: two steps in flight */
     zl_seq *q = calloc((size_t)e->max_batch, sizeof *q);
     int32_t *ptoks = malloc(sizeof(int32_t) * (size_t)(prefill > 0 ? prefill : 1));
     double *times = malloc(sizeof(double) * (size_t)steps), *gpu = malloc(sizeof(double) * (size_t)steps);

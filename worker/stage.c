@@ -407,11 +407,11 @@ static int s_leader_check(s_leader *L, const zl_seq *seqs, int n) {
 
 /* Steps in flight (lanes, zl_engine_ops.launch): submit cuts a lane's step into micro-batches, runs stage 0's
  * layers on each and publishes it at once; the wait (collect) takes the step's returns later. The return ring is
- * FIFO, so steps are collected in submission order. A micro-batch in flight holds at most one slot of each ring, and the
- * micro-batches of all steps in flight never exceed ring_cap (per_step and the room check below): so no stage
- * ever waits for a full ring, which could deadlock (the last stage blocked on the return ring that the leader
- * drains only in collect, while the leader is blocked on link 0 in a submit). per_step: most micro-batches of
- * this step (ring_cap / lanes, so that every lane finds room). */
+ * FIFO, so steps are collected in submission order. A micro-batch in flight holds at most one slot of each ring,
+ * and the micro-batches of all steps in flight never exceed ring_cap (per_step and the room check below): so no
+ * stage ever waits for a full ring, which could deadlock (the last stage blocked on the return ring that the
+ * leader drains only in collect, while the leader is blocked on link 0 in a submit). per_step: most micro-batches
+ * of this step (ring_cap / lanes, so that every lane finds room). */
 static int s_leader_submit_n(s_leader *L, const zl_step *st, int per_step) {
     zl_engine *eb = &L->base;
     const zl_seq *seqs = st->seqs;
