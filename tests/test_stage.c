@@ -472,6 +472,10 @@ static void test_golden_lanes(const zl_model *m, int n) {
                 CHECK(engine_step(e, &x, 1, &o2, NULL) != 0 && strstr(e->err, "in flight"),
                       "step() while steps are in flight refused: %s", e->err);
                 CHECK(engine_wait(e, &si) != 0, "wait on an idle lane refused");
+                float lg[1];
+                si.out_logits = lg;
+                CHECK(engine_launch(e, &si) != 0 && strstr(e->err, "logits"), "logits asked of the leader refused: %s",
+                      e->err);
             }
             for (int l = 0; l < 2 && !bad; l++) {
                 if (engine_wait(e, &st[l]) != 0) {
