@@ -55,6 +55,16 @@ typedef struct {
     float *h_out;              /* pipeline stage (layer_end < n_layers): [T][dim] f32 gets the residual stream after
                                 * layer layer_end - 1, and out_tokens/out_logits are not touched. NULL on the last
                                 * stage or a whole model */
+    int h_dev;                 /* 1: h_in and h_out are device memory of the engine's GPU (CUDA pipeline stages: the
+                                * hidden states never pass through the host); 0: host memory */
+    void *const *wait_ev;      /* [n_wait] backend events (cudaEvent_t, often imported from a peer process) the
+                                * step waits for after its input copy and before any kernel (h_in written, h_out
+                                * free), or NULL; CUDA only */
+    int n_wait;                /* 0..4 */
+    void *const *record_ev;    /* [n_record] backend events recorded after the step's kernels (h_in consumed,
+                                * h_out written), or NULL; CUDA only. A CUDA stage before the last that takes
+                                * device memory returns from its wait without synchronising (engine_cuda_ready) */
+    int n_record;              /* 0..4 */
     int32_t *out_tokens;       /* [n] the sampled ids (-1 where sample == 0); needed on the last stage or a whole
                                 * model (a synchronous step on the CPU engine may leave it NULL: logits only) */
     float *out_logits;         /* [n][vocab] f32 logits of each entry's last position, or NULL (tests and the

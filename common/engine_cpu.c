@@ -493,6 +493,10 @@ static int s_launch(zl_engine *eb, const zl_step *st) {
         snprintf(eb->err, sizeof eb->err, "launch: lane %d outside 0..0", st->lane);
         return -1;
     }
+    if (st->h_dev || st->n_wait || st->n_record) {
+        snprintf(eb->err, sizeof eb->err, "launch: device hidden states and events need the CUDA engine");
+        return -1;
+    }
     const int busy = e->q_count > 0 && (st->sync || st->out_logits || e->q_sync);
     if (e->q_count >= engine_depth(eb) || busy) {
         snprintf(eb->err, sizeof eb->err, "launch: %d launched steps are not waited for", e->q_count);

@@ -1333,7 +1333,8 @@ static void s_destroy(zl_engine *base) {
  * Thin dispatch to s_run and s_collect (zl_engine_ops). A whole model keeps up to 2 steps in flight
  * (zl_engine.depth 2): a queued step is started by s_run(launch 1) and its wait collects it (s_collect). A
  * synchronous step (zl_step.sync) and every step of a pipeline stage run whole at their launch (s_run(launch 0),
- * its collect included); their wait only checks the order. op_q keeps the steps launched and not waited for, so
+ * its collect included, device hidden states and events as engine_cuda_step_hidden_dev); their wait only checks
+ * the order. op_q keeps the steps launched and not waited for, so
  * that a wait names the oldest one. */
 
 static int s_op_launch(zl_engine *base, const zl_step *st) {
@@ -1352,9 +1353,10 @@ static int s_op_launch(zl_engine *base, const zl_step *st) {
         snprintf(base->err, sizeof base->err, "launch: a queued step needs out_tokens");
         return -1;
     }
-    const int rc = now ? s_run(E, st->seqs, st->n, st->h_in, st->h_out, 0, NULL, 0, NULL, 0, st->out_tokens,
-                               st->out_logits, 0)
-                       : s_run(E, st->seqs, st->n, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, st->out_logits, 1);
+    const int rc = now ? s_run(E, st->seqs, st->n, st->h_in, st->h_out, st->h_dev, st->wait_ev, st->n_wait,
+                               st->record_ev, st->n_record, st->out_tokens, st->out_logits, 0)
+                       : s_run(E, st->seqs, st->n, NULL, NULL, 0, st->wait_ev, st->n_wait, st->record_ev,
+                               st->n_record, NULL, st->out_logits, 1);
     if (rc != 0) return -1;
     E->op_q[(E->op_head + E->op_count) & 1] = st;
     E->op_count++;

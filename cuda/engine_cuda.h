@@ -11,7 +11,7 @@ extern "C" {
  * output copy (so host time of a step minus this is the time the GPU sat idle waiting for the host). Returns
  * -1 when e is not a CUDA engine or has not stepped yet. */
 double engine_cuda_last_step_gpu_ms(const zl_engine *e);
-/* Pipeline stages (worker/stage_cuda.c): a stage step (zl_step.h_in/h_out) on device pointers, ordered by events.
+/* Pipeline stages: what engine_run does for a stage step with zl_step.h_dev 1 and events (worker/stage_cuda.c).
  * e runs its layers [layer_begin, layer_end) on one micro-batch: d_h_in [T][dim] f32 device memory holding the
  * hidden states entering layer_begin (rows in seqs order, T = sum of n_tokens; unused when layer_begin == 0,
  * which embeds seqs[].tokens), d_h_out [T][dim] f32 device memory for the residual stream after layer_end - 1

@@ -11,7 +11,7 @@
  * Checks:
  *   - partial CUDA engines (layer ranges) chained in this process through host buffers (zl_step.h_in/h_out) give the
  *     whole model's logits within 1e-3 relative and its tokens, and chained through device buffers and events
- *     (engine_cuda_step_hidden_dev) its tokens: stories260K, and F32_MODEL when given (a zllm-mkmodel F32 llama);
+ *     (zl_step.h_dev) its tokens: stories260K, and F32_MODEL when given (a zllm-mkmodel F32 llama);
  *   - a 2-stage pipeline of processes (the follower is this program re-executed, so it starts CUDA afresh) gives
  *     the 200 golden greedy stories260K ids (llama2.c's run.c), also on each of 2 lanes with steps in flight
  *     (engine_launch/engine_wait on lanes 0 and 1), and for several sequences (prompts in one step
@@ -261,6 +261,21 @@ static int run_hidden(zl_engine *e, const zl_seq *q, int n, const float *h_in, f
     return engine_run(e, &st);
 }
 
+/* one step of a partial engine through device buffers, ordered by events (the GPU transport's way) */
+static int run_dev(zl_engine *e, const zl_seq *q, int n, const float *d_in, float *d_out, void *const *waits,
+                   void *const *recs, int32_t *out) {
+    zl_step st = lane_step(q, n, 0, out);
+    st.sync = 1;
+    st.h_in = d_in;
+    st.h_out = d_out;
+    st.h_dev = 1;
+    st.wait_ev = waits;
+    st.n_wait = 1;
+    st.record_ev = recs;
+    st.n_record = 1;
+    return engine_run(e, &st);
+}
+
 static int step_engine(void *ctx, const zl_seq *s, int n, int32_t *out) {
     zl_engine *e = (zl_engine *)ctx;
     if (engine_step(e, s, n, out, NULL) != 0) {
@@ -271,7 +286,7 @@ static int step_engine(void *ctx, const zl_seq *s, int n, int32_t *out) {
 }
 
 /* two partial engines chained in this process: host buffers (run_hidden, logits compared with a whole
- * engine's) or device buffers and events (engine_cuda_step_hidden_dev) */
+ * engine's) or device buffers and events (run_dev) */
 typedef struct {
     zl_engine *a, *b, *whole;      /* layers [0, h), [h, L), all */
     int dev_path;                  /* 1: device pointers and events */
@@ -318,8 +333,8 @@ static int step_chain(void *ctx, const zl_seq *s, int n, int32_t *out) {
         }
     } else {
         void *wa[1] = {c->ev_b}, *ra[1] = {c->ev_a}, *wb[1] = {c->ev_a}, *rb[1] = {c->ev_b};
-        if (engine_cuda_step_hidden_dev(c->a, s, n, NULL, c->d_h, wa, 1, ra, 1, NULL) != 0 ||
-            engine_cuda_step_hidden_dev(c->b, s, n, c->d_h, NULL, wb, 1, rb, 1, out) != 0) {
+        if (run_dev(c->a, s, n, NULL, c->d_h, wa, ra, NULL) != 0 ||
+            run_dev(c->b, s, n, c->d_h, NULL, wb, rb, out) != 0) {
             fprintf(stderr, "dev chain: %s / %s\n", c->a->err, c->b->err);
             return -1;
         }

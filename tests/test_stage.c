@@ -246,6 +246,19 @@ static void test_chain(const zl_model *m) {
     CHECK(engine_step(part[0], s, 2, tp, NULL) != 0, "step() on a partial engine refused: %s", part[0]->err);
     CHECK(run_hidden(part[1], s, 2, NULL, h2, NULL, NULL) != 0, "middle stage without h_in refused");
     CHECK(run_hidden(part[0], s, 2, NULL, NULL, NULL, NULL) != 0, "first stage without h_out refused");
+    {
+        zl_step dv = lane_step(s, 2, 0, NULL);
+        void *ev = NULL;
+        dv.sync = 1;
+        dv.h_out = h2;
+        dv.h_dev = 1;
+        CHECK(engine_run(part[0], &dv) != 0 && strstr(part[0]->err, "CUDA"), "device hidden states refused: %s",
+              part[0]->err);
+        dv.h_dev = 0;
+        dv.wait_ev = &ev;
+        dv.n_wait = 1;
+        CHECK(engine_run(part[0], &dv) != 0, "events refused by the CPU engine");
+    }
     CHECK(engine_step(whole, s, 2, tw, lw) == 0, "whole step: %s", whole->err);
     CHECK(run_hidden(part[0], s, 2, NULL, h1, NULL, NULL) == 0, "part 0: %s", part[0]->err);
     zl_seq s_nt[2] = { s[0], s[1] };

@@ -539,7 +539,7 @@ static int s_leader_launch(zl_engine *eb, const zl_step *st) {
         snprintf(eb->err, sizeof eb->err, "launch: no step");
         return -1;
     }
-    if (st->out_logits || st->h_in || st->h_out) {
+    if (st->out_logits || st->h_in || st->h_out || st->h_dev || st->n_wait || st->n_record) {
         snprintf(eb->err, sizeof eb->err, "pipeline: logits and hidden states are not returned by the last stage");
         return -1;
     }
