@@ -509,18 +509,17 @@ static int s_build(wk_batcher *b, int l, int *prefill) {
 static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne);
 
 /* L's step of its first n entries on engine lane `lane`, its ids into out_tok */
-static void s_set_step(s_lane *L, int n, int lane, int sync) {
+static void s_set_step(s_lane *L, int n, int lane) {
     memset(&L->st, 0, sizeof L->st);
     L->st.seqs = L->seqs;
     L->st.n = n;
     L->st.lane = lane;
-    L->st.sync = sync;
     L->st.out_tokens = L->out_tok;
 }
 
 /* queues L's n entries behind the step in flight (steps queued ahead) and books them on their records */
 static int s_launch_ahead(wk_batcher *b, s_lane *L, int n, int prefill, char *err, size_t errlen) {
-    s_set_step(L, n, 0, 0);
+    s_set_step(L, n, 0);
     if (engine_launch(b->e, &L->st) != 0) {
         snprintf(err, errlen, "%s", b->e->err);
         return -1;
@@ -728,7 +727,7 @@ int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, siz
         b->last_tokens = 0;
         for (int j = 0; j < n; j++) b->last_tokens += L->seqs[j].n_tokens;
         /* an engine without lanes runs the step now; its tokens wait in out_tok for the lane's collect */
-        s_set_step(L, n, l, 0);
+        s_set_step(L, n, l);
         int rc = b->async ? engine_launch(e, &L->st) : engine_step(e, L->seqs, n, L->out_tok, NULL);
         if (rc != 0) {
             snprintf(err, errlen, "%s", e->err);
