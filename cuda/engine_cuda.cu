@@ -1334,8 +1334,7 @@ static void s_destroy(zl_engine *base) {
  * (zl_engine.depth 2): a queued step is started by s_run(launch 1) and its wait collects it (s_collect). A
  * synchronous step (zl_step.sync) and every step of a pipeline stage run whole at their launch (s_run(launch 0),
  * its collect included, device hidden states and events as engine_cuda_step_hidden_dev); their wait only checks
- * the order. op_q keeps the steps launched and not waited for, so
- * that a wait names the oldest one. */
+ * the order. op_q keeps the steps launched and not waited for, so that a wait names the oldest one. */
 
 static int s_op_launch(zl_engine *base, const zl_step *st) {
     cu_engine *E = (cu_engine *)base;
