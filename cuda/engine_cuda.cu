@@ -65,7 +65,7 @@
  *   only when it ends at the last layer. A later stage reads its input rows through a gather kernel and an
  *   earlier one writes its output rows through a scatter kernel; both take the buffer's address from the step's
  *   input block (hptr) and the caller's row of every engine row from a permutation (perm: entries are
- *   reordered decode-first), so the same captured decode graph serves every transport buffer. step_hidden takes
+ *   reordered decode-first), so the same captured decode graph serves every transport buffer. A launched step takes
  *   host pointers (staged through hbuf); engine_cuda_step_hidden_dev takes device pointers and cross-process
  *   events, waited on the stream before the graph replay and recorded after it (not captured as graph event
  *   nodes: the transport has one event per ring slot, so captured nodes would need a graph per slot or an
@@ -248,11 +248,11 @@ typedef struct {
     cudaGraphExec_t gexec[2][CU_MAX_BUCKETS];   /* [input block][bucket] */
     int *order;                /* the flight being built's order (cu_flight.order) */
     int *crow;                 /* host scratch [max_batch]: caller index -> its first row in caller order */
-    float *hbuf;               /* pipeline stage: [max_tok][dim] device staging of step_hidden's host h_in/h_out */
+    float *hbuf;               /* pipeline stage: [max_tok][dim] device staging of a step's host h_in/h_out */
     cudaEvent_t ev_in;         /* recorded after each step's input copy (no timing) */
     int in_pending;            /* 1: a step returned without synchronising; wait ev_in before rewriting h_in */
     int abandoned;             /* 1: engine_cuda_abandon: destroy frees host memory only (stream may never end) */
-    /* steps queued ahead (zl_engine.step_launch): a step's results leave through its flight, so that the next
+    /* steps queued ahead (zl_engine.depth 2): a step's results leave through its flight, so that the next
      * step can be staged and queued before this one's ids reach the host. The sampler writes each entry's id and
      * generator state into the slot's carry, and the next step's embedding gather reads them for fed rows: the
      * ids never make a host round trip between two steps of a sequence */
@@ -262,6 +262,9 @@ typedef struct {
     int32_t *carry_tok;        /* device [n_slots + 1]: the id last sampled for each slot (+ the padded rows') */
     uint64_t *carry_rng;       /* device [n_slots + 1]: that entry's generator state after its draw */
     uint8_t *carry_ok;         /* host [n_slots]: 1 when the slot's latest launched step sampled it (may feed) */
+    const zl_step *op_q[2];    /* zl_engine_ops glue: the steps launched and not waited for, oldest at op_head */
+    int op_head, op_count;     /* (index of the oldest, how many: 0..2) */
+    int op_ran;                /* 1: the one step in op_q ran whole at its launch (synchronous, or a stage) */
 } cu_engine;
 
 /* ------------------------------------------------------------------ weight upload */
@@ -1269,30 +1272,6 @@ static int s_collect(cu_engine *E, int32_t *out_tokens) {
     return 0;
 }
 
-static int s_step(zl_engine *base, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
-    if (base->layer_begin != 0 || base->layer_end != base->model->cfg.n_layers) {
-        snprintf(base->err, sizeof base->err, "step: this engine runs layers [%d, %d) only (use step_hidden)",
-                 base->layer_begin, base->layer_end);
-        return -1;
-    }
-    return s_run((cu_engine *)base, seqs, n, NULL, NULL, 0, NULL, 0, NULL, 0, out_tokens, out_logits, 0);
-}
-
-static int s_step_hidden(zl_engine *base, const zl_seq *seqs, int n, const float *h_in, float *h_out,
-                         int32_t *out_tokens, float *out_logits) {
-    return s_run((cu_engine *)base, seqs, n, h_in, h_out, 0, NULL, 0, NULL, 0, out_tokens, out_logits, 0);
-}
-
-static int s_launch(zl_engine *base, const zl_seq *seqs, int n) {
-    return s_run((cu_engine *)base, seqs, n, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, 1);
-}
-
-static int s_wait(zl_engine *base, int32_t *out_tokens) {
-    cu_engine *E = (cu_engine *)base;
-    if (E->dead) { snprintf(base->err, sizeof base->err, "cuda engine unusable after an earlier device error"); return -1; }
-    return s_collect(E, out_tokens);
-}
-
 /* ------------------------------------------------------------------ lifetime */
 
 static void s_destroy(zl_engine *base) {
@@ -1350,7 +1329,61 @@ static void s_destroy(zl_engine *base) {
     free(E);
 }
 
-static const zl_engine_ops s_ops_cuda = {s_step, s_destroy};
+/* ------------------------------------------------------------------ launch/wait: the ops table's glue
+ * Thin dispatch to s_run and s_collect (zl_engine_ops). A whole model keeps up to 2 steps in flight
+ * (zl_engine.depth 2): a queued step is started by s_run(launch 1) and its wait collects it (s_collect). A
+ * synchronous step (zl_step.sync) and every step of a pipeline stage run whole at their launch (s_run(launch 0),
+ * its collect included, device hidden states and events as engine_cuda_step_hidden_dev); their wait only checks
+ * the order. op_q keeps the steps launched and not waited for, so that a wait names the oldest one. */
+
+static int s_op_launch(zl_engine *base, const zl_step *st) {
+    cu_engine *E = (cu_engine *)base;
+    const int whole = base->layer_begin == 0 && base->layer_end == base->model->cfg.n_layers;
+    if (!st || st->lane != 0) {
+        snprintf(base->err, sizeof base->err, "launch: no step, or lane %d outside 0..0", st ? st->lane : -1);
+        return -1;
+    }
+    const int now = st->sync || !whole;   /* runs whole before launch returns */
+    if (E->op_count >= 2 || (E->op_count > 0 && (E->op_ran || now || st->out_logits))) {
+        snprintf(base->err, sizeof base->err, "launch: %d launched steps are not waited for", E->op_count);
+        return -1;
+    }
+    if (!now && !st->out_tokens) {
+        snprintf(base->err, sizeof base->err, "launch: a queued step needs out_tokens");
+        return -1;
+    }
+    const int rc = now ? s_run(E, st->seqs, st->n, st->h_in, st->h_out, st->h_dev, st->wait_ev, st->n_wait,
+                               st->record_ev, st->n_record, st->out_tokens, st->out_logits, 0)
+                       : s_run(E, st->seqs, st->n, NULL, NULL, 0, st->wait_ev, st->n_wait, st->record_ev,
+                               st->n_record, NULL, st->out_logits, 1);
+    if (rc != 0) return -1;
+    E->op_q[(E->op_head + E->op_count) & 1] = st;
+    E->op_count++;
+    E->op_ran = now;
+    return 0;
+}
+
+static int s_op_wait(zl_engine *base, const zl_step *st) {
+    cu_engine *E = (cu_engine *)base;
+    if (E->op_count == 0 || !st || E->op_q[E->op_head] != st) {
+        snprintf(base->err, sizeof base->err, "%s", E->op_count == 0 ? "wait: no launched step" :
+                 "wait: not the oldest launched step (wait in launch order)");
+        return -1;
+    }
+    if (!E->op_ran) {
+        if (E->dead) {
+            snprintf(base->err, sizeof base->err, "cuda engine unusable after an earlier device error");
+            return -1;
+        }
+        if (s_collect(E, st->out_tokens) != 0) return -1;
+    }
+    E->op_head ^= 1;
+    E->op_count--;
+    E->op_ran = 0;
+    return 0;
+}
+
+static const zl_engine_ops s_ops_cuda = {s_op_launch, s_op_wait, s_destroy};
 
 static size_t s_align(size_t o) { return (o + 255) & ~(size_t)255; }
 
@@ -1456,10 +1489,9 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
     if (!E) { snprintf(err, errlen, "out of memory"); return NULL; }
     zl_engine *b = &E->base;
     b->ops = &s_ops_cuda;
-    b->step_hidden = s_step_hidden;
+    b->lanes = 1;
     if (lb == 0 && le == c->n_layers) {   /* steps queued ahead: whole models only (the sampler carries ids) */
-        b->step_launch = s_launch;
-        b->step_wait = s_wait;
+        b->depth = 2;
         b->launch_async = 1;
     }
     b->layer_begin = lb;

@@ -15,7 +15,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
  * output copy (so host time of a step minus this is the time the GPU sat idle waiting for the host). Returns
  * -1 when e is not a CUDA engine or has not stepped yet. */
 double engine_cuda_last_step_gpu_ms(const zl_engine *e);
-/* Pipeline stages (worker/stage_cuda.c): engine_step_hidden with device pointers and cross-process ordering.
+/* Pipeline stages: what engine_run does for a stage step with zl_step.h_dev 1 and events (worker/stage_cuda.c).
  * e runs its layers [layer_begin, layer_end) on one micro-batch: d_h_in [T][dim] f32 device memory holding the
  * hidden states entering layer_begin (rows in seqs order, T = sum of n_tokens; unused when layer_begin == 0,
  * which embeds seqs[].tokens), d_h_out [T][dim] f32 device memory for the residual stream after layer_end - 1

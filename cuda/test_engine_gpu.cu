@@ -7,7 +7,7 @@
  *   - batch invariance: 16 sequences with different prompts and lengths, joining at different steps, each
  *     produce the same 128 greedy tokens as when run alone;
  *   - stories260K only: the 200 golden greedy ids from BOS, with and without graphs;
- *   - steps queued ahead (engine_step_launch, fed tokens; tests/launch_check.h): the tokens of synchronous
+ *   - steps queued ahead (engine_launch at depth 2, fed tokens; tests/launch_check.h): the tokens of synchronous
  *     steps, with graphs and eagerly, and the refusals.
  * ZLLM_GPU_TEST_QUICK=1 shortens the invariance run (for compute-sanitizer). */
 extern "C" {

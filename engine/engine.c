@@ -43,8 +43,9 @@ zl_engine *engine_new(const zl_model *m, const zl_engine_opts *o, char *err, siz
     else if (strncmp(dev, "cuda", 4) == 0 && (dev[4] == 0 || dev[4] == ':'))
         snprintf(err, errlen, "this zllm was built without CUDA (rebuild with ZLLM_CUDA=1 and the CUDA toolkit)");
     else snprintf(err, errlen, "unknown device '%s' (expected cpu, cuda or cuda:N)", dev);
-    /* a layer range asked of a backend that does not run pipeline stages is refused, not silently ignored */
-    if (e && o && (o->layer_begin || o->layer_end) && !e->step_hidden) {
+    /* a layer range asked of a backend that does not run pipeline stages (layer_end 0) is refused, not
+     * silently ignored */
+    if (e && o && (o->layer_begin || o->layer_end) && e->layer_end == 0) {
         snprintf(err, errlen, "the %s backend does not run pipeline stages (layer ranges)", e->device);
         engine_destroy(&e);
     }

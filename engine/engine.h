@@ -1,10 +1,10 @@
 /* engine/engine.h: the model interface every backend implements (CPU reference, CUDA).
  *
- * An engine owns n_slots per-sequence KV caches of n_ctx tokens each. One engine_step() runs a batch of
- * sequences at independent positions: each entry appends n_tokens tokens to its slot starting at pos (a
- * whole or partial prompt: prefill; or one token: decode), and, when `sample` is set, samples the next
- * token from the logits of its last position. Slots need no reset: writing at pos overwrites, and attention
- * reads only positions [0, pos + n_tokens).
+ * An engine owns n_slots per-sequence KV caches of n_ctx tokens each. One step (zl_step: engine_launch then
+ * engine_wait, or engine_step for both) runs a batch of sequences at independent positions: each entry appends
+ * n_tokens tokens to its slot starting at pos (a whole or partial prompt: prefill; or one token: decode), and,
+ * when `sample` is set, samples the next token from the logits of its last position. Slots need no reset:
+ * writing at pos overwrites, and attention reads only positions [0, pos + n_tokens).
  * Batch invariance is part of the contract: a sequence's tokens and logits do not depend on which other
  * sequences share its step, nor on its index in the batch. */
 #ifndef ZLLM_ENGINE_H
@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include "model.h"
 #include "sampler.h"
 
@@ -28,19 +29,69 @@ typedef struct {
     int feed;                  /* 1: a decode entry (n_tokens 1) whose token is the id the engine sampled for this
                                 * slot in the latest earlier step (launched or run) that had the slot, and whose
                                 * generator state continues from that step's on the device: tokens and *rng are
-                                * not read (engine_step_launch keeps a step queued behind one whose ids the host
-                                * has not seen yet). That step must have sampled the slot (sample 1), and the
+                                * not read (a step queued behind one whose ids the host has not seen yet, depth 2
+                                * in zl_engine_ops). That step must have sampled the slot (sample 1), and the
                                 * entry may not use the repetition penalty (its history would lack the fed id);
                                 * otherwise the step fails with nothing started. 0: tokens as given */
 } zl_seq;
 
 typedef struct zl_engine zl_engine;
 
+/* One step's arguments and results (zl_engine_ops.launch and .wait). The struct and everything it points to
+ * (seqs and their tokens, history, samp, rng; the output buffers) belong to the caller and stay valid and
+ * unchanged from the launch until its wait returns; the wait names the step by this same pointer.
+ * T below is the step's rows: the sum of seqs[].n_tokens, in seqs order. */
 typedef struct {
-    /* runs one step; out_tokens[n] gets sampled ids (-1 where sample == 0); out_logits, when not NULL, gets
-     * [n][vocab] f32 logits of each entry's last position (tests and the reference harness).
-     * Returns 0, or -1 with e->err set (bad arguments, or a device error: the caller must then exit). */
-    int (*step)(zl_engine *e, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits);
+    const zl_seq *seqs;        /* [n] entries, at most one per slot */
+    int n;                     /* entries, 1..max_batch */
+    int lane;                  /* lane in [0, engine_lanes(e)) (see zl_engine.lanes) */
+    int sync;                  /* 1: the caller waits for this step before it launches another (engine_step,
+                                * engine_run): refused while another step is in flight; an engine may give it all
+                                * it has (the pipeline leader cuts it into as many micro-batches as its rings
+                                * hold). 0: a step that may stay in flight beside others */
+    const float *h_in;         /* pipeline stage (layer_begin > 0): [T][dim] f32 hidden states entering layer
+                                * layer_begin; seqs[].tokens are then not read (may be NULL). NULL when
+                                * layer_begin == 0: the step embeds seqs[].tokens */
+    float *h_out;              /* pipeline stage (layer_end < n_layers): [T][dim] f32 gets the residual stream after
+                                * layer layer_end - 1, and out_tokens/out_logits are not touched. NULL on the last
+                                * stage or a whole model */
+    int h_dev;                 /* 1: h_in and h_out are device memory of the engine's GPU (CUDA pipeline stages: the
+                                * hidden states never pass through the host); 0: host memory */
+    void *const *wait_ev;      /* [n_wait] backend events (cudaEvent_t, often imported from a peer process) the
+                                * step waits for after its input copy and before any kernel (h_in written, h_out
+                                * free), or NULL; CUDA only */
+    int n_wait;                /* 0..4 */
+    void *const *record_ev;    /* [n_record] backend events recorded after the step's kernels (h_in consumed,
+                                * h_out written), or NULL; CUDA only. A CUDA stage before the last that takes
+                                * device memory returns from its wait without synchronising (engine_cuda_ready) */
+    int n_record;              /* 0..4 */
+    int32_t *out_tokens;       /* [n] the sampled ids (-1 where sample == 0); needed on the last stage or a whole
+                                * model (a synchronous step on the CPU engine may leave it NULL: logits only) */
+    float *out_logits;         /* [n][vocab] f32 logits of each entry's last position, or NULL (tests and the
+                                * reference harness); taken only by a step launched with no other in flight */
+} zl_step;
+
+/* The engine's one way to run steps: launch starts a step, wait finishes it. A synchronous step is a launch
+ * followed at once by its wait (engine_step, engine_run).
+ * lanes (zl_engine.lanes): independent groups of sequences; a slot may be in steps in flight on one lane only
+ * (its KV positions are written in launch order). depth (zl_engine.depth): the most steps in flight on one lane.
+ * Steps on one lane share sequences and run in launch order: with depth 2 a step may be queued behind the one
+ * in flight, and its entries with feed = 1 take the id and generator state that the slot's previous step sampled
+ * on the device (zl_seq.feed), so the device never waits for the host between the two.
+ * launch: starts st (checked whole before anything runs). Returns 0, or -1 with e->err: bad arguments, a lane
+ * outside [0, lanes), a lane already holding depth steps in flight (a third launch), a sync step with another
+ * in flight, out_logits with another step in flight, a slot already in flight on another lane, a feed the engine
+ * cannot serve (see zl_seq.feed); then nothing started and the engine stays usable. -1 after a device or peer
+ * error: the caller must then exit. An engine may run the step before launch returns (CPU: zl_engine.launch_async
+ * 0) or leave it running (CUDA, the pipeline leader).
+ * wait: waits for st, which must be the oldest step launched and not waited for (steps are waited for in launch
+ * order, across lanes too). On return st's outputs (out_tokens, out_logits, h_out) hold its results and
+ * *seqs[].rng the advanced generator states (an engine may write them earlier: the CPU engine does at the
+ * launch). Returns 0, or -1 with e->err: st not in flight or not the oldest (nothing changes), or a device or
+ * peer error (the caller must exit). */
+typedef struct {
+    int (*launch)(zl_engine *e, const zl_step *st);
+    int (*wait)(zl_engine *e, const zl_step *st);
     void (*destroy)(zl_engine *e);   /* frees everything the backend owns, including e */
 } zl_engine_ops;
 
@@ -55,54 +106,14 @@ struct zl_engine {
     char err[256];             /* last error */
     int layer_begin;           /* first layer this engine runs (0 unless opts->layer_end was set) */
     int layer_end;             /* one past its last layer (n_layers for a whole model; 0: backend without stages) */
-    /* pipeline stages (worker/stage.h): runs layers [layer_begin, layer_end) only. h_in: [T][dim] f32 hidden
-     * states entering layer_begin (T = sum of n_tokens, rows in seqs order), or NULL when layer_begin == 0
-     * (embeds seqs[].tokens; otherwise tokens may be NULL). When layer_end < n_layers, h_out gets [T][dim] the
-     * residual stream after layer_end - 1 and out_tokens/out_logits are not touched; when layer_end ==
-     * n_layers, h_out may be NULL and the final norm, LM head and sampling run as in step. NULL in a backend that
-     * has no stages (set by the backend at creation, beside ops; kept out of zl_engine_ops so that existing ops
-     * tables stay complete) (engine_step_hidden then fails). Returns 0 or -1 with e->err set. */
-    int (*step_hidden)(zl_engine *e, const zl_seq *seqs, int n, const float *h_in, float *h_out,
-                       int32_t *out_tokens, float *out_logits);
-    /* Asynchronous steps ("lanes", docs/pipeline.md), optional like step_hidden (NULL: the engine is driven
-     * synchronously through step). A lane is an independent group of sequences with at most one step in
-     * flight; the caller keeps several lanes' steps in flight so that the stages of a pipeline all work.
-     * lanes: the most steps the engine keeps in flight at once (0 or 1: only synchronous steps; the stage
-     * leader says 2); lane ids are 0..lanes-1.
-     * step_submit: starts a step of seqs on `lane` (which must have no step in flight) and returns without
-     * waiting for its tokens. The seqs array and everything it points to (tokens, history, samp, rng) belong to
-     * the caller and must stay valid and unchanged until the step is collected; the engine writes the advanced
-     * generator states into *rng by the collect at the latest. A slot may appear in at most one step in flight
-     * (its KV positions are written in submission order, so its next step must wait for the collect). Returns 0,
-     * or -1 with e->err set: bad arguments or a lane already in flight (nothing started, the engine stays
-     * usable), or a device/peer error (the caller must exit).
-     * step_collect: waits for `lane`'s step and writes out_tokens[n] (n and order as submitted; -1 where sample
-     * was 0). Steps are collected in the order they were submitted: collecting another lane first fails with -1
-     * and changes nothing. Returns 0, or -1 with e->err set (as step). step() must not be called while a
-     * submitted step is not collected. */
-    int lanes;
-    int (*step_submit)(zl_engine *e, const zl_seq *seqs, int n, int lane);
-    int (*step_collect)(zl_engine *e, int lane, int32_t *out_tokens);
-    /* Steps queued ahead (optional, NULL: not supported; docs/architecture.md): the device never waits for the
-     * host between steps when the next step is already queued behind the one it runs. Unlike lanes, the steps
-     * share sequences: a slot may appear in consecutive launched steps, which run in launch order (its KV
-     * positions and the fed ids follow that order).
-     * step_launch: queues a step of seqs behind the steps already launched (at most 2 uncollected) and returns
-     * without waiting. Entries with feed = 1 take their token and generator state from the slot's previous step
-     * on the device (zl_seq.feed). seqs and what it points to stay the caller's and must stay valid and
-     * unchanged until the step's wait. Returns 0, or -1 with e->err: bad arguments, 2 steps already
-     * uncollected, a feed the engine cannot serve (nothing queued, the engine stays usable), or a device error
-     * (the caller must exit).
-     * step_wait: waits for the oldest launched step, writes out_tokens[n] (its n and order; -1 where sample was
-     * 0) and the advanced generator states into *rng. Returns 0, or -1 with e->err (none launched; a device
-     * error). step() and step_hidden() must not be called while a launched step is not waited for. */
-    int (*step_launch)(zl_engine *e, const zl_seq *seqs, int n);
-    int (*step_wait)(zl_engine *e, int32_t *out_tokens);
-    int launch_async;          /* 1: step_launch returns while the step runs (CUDA): queuing ahead hides the host;
+    int lanes;                 /* lanes the engine keeps steps in flight on (0 or 1: one lane, id 0; the pipeline
+                                * leader says 2, so that its stages all work, docs/pipeline.md) */
+    int depth;                 /* most steps in flight on one lane (0 or 1: a launch on a lane with a step in
+                                * flight is refused; 2: a step may be queued behind the one in flight, with feeds) */
+    int launch_async;          /* 1: launch returns while the step runs (CUDA): queuing ahead hides the host;
                                 * 0: it runs the step before it returns (CPU), so queuing ahead only delays each
                                 * step's ids by one step (callers queue ahead there only when asked to) */
 };
-
 typedef struct {
     const char *device;        /* "cpu", "cuda", "cuda:N" */
     int n_slots;               /* 0: max_batch */
@@ -129,57 +140,30 @@ int engine_register(const char *name, zl_engine_new_fn fn);
 /* the CPU engine, the one back-end of this layer (engine_new's "cpu") */
 zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);
 
-static inline int engine_step(zl_engine *e, const zl_seq *s, int n, int32_t *tok, float *logits) {
-    return e->ops->step(e, s, n, tok, logits);
+/* starts a step (zl_engine_ops.launch) */
+static inline int engine_launch(zl_engine *e, const zl_step *st) { return e->ops->launch(e, st); }
+/* waits for st, the oldest step launched and not waited for (zl_engine_ops.wait) */
+static inline int engine_wait(zl_engine *e, const zl_step *st) { return e->ops->wait(e, st); }
+/* runs st synchronously: launch, then wait (st->sync should be 1: refused while a step is in flight) */
+static inline int engine_run(zl_engine *e, const zl_step *st) {
+    return engine_launch(e, st) != 0 ? -1 : engine_wait(e, st);
 }
-/* one pipeline stage's share of a step (see zl_engine_ops.step_hidden); -1 with e->err when the backend has
- * no stages */
-static inline int engine_step_hidden(zl_engine *e, const zl_seq *s, int n, const float *h_in, float *h_out,
-                                     int32_t *tok, float *logits) {
-    if (!e->step_hidden) {
-        snprintf(e->err, sizeof e->err, "the %s backend does not run pipeline stages", e->device);
-        return -1;
-    }
-    return e->step_hidden(e, s, n, h_in, h_out, tok, logits);
+/* one synchronous whole-model step on lane 0: out_tokens[n] gets the sampled ids (-1 where sample == 0),
+ * out_logits, when not NULL, [n][vocab] f32 logits. Returns 0, or -1 with e->err (see zl_engine_ops) */
+static inline int engine_step(zl_engine *e, const zl_seq *s, int n, int32_t *out_tokens, float *out_logits) {
+    zl_step st;
+    memset(&st, 0, sizeof st);
+    st.seqs = s;
+    st.n = n;
+    st.sync = 1;
+    st.out_tokens = out_tokens;
+    st.out_logits = out_logits;
+    return engine_run(e, &st);
 }
-/* the most steps e keeps in flight (1 for an engine without step_submit/step_collect) */
-static inline int engine_lanes(const zl_engine *e) {
-    return e->step_submit && e->step_collect && e->lanes > 1 ? e->lanes : 1;
-}
-/* starts a step on a lane (see zl_engine.step_submit); -1 with e->err when the backend has no lanes */
-static inline int engine_step_submit(zl_engine *e, const zl_seq *s, int n, int lane) {
-    if (!e->step_submit || !e->step_collect) {
-        snprintf(e->err, sizeof e->err, "the %s backend does not run asynchronous steps", e->device);
-        return -1;
-    }
-    return e->step_submit(e, s, n, lane);
-}
-/* waits for a lane's step (see zl_engine.step_collect); -1 with e->err when the backend has no lanes */
-static inline int engine_step_collect(zl_engine *e, int lane, int32_t *tok) {
-    if (!e->step_submit || !e->step_collect) {
-        snprintf(e->err, sizeof e->err, "the %s backend does not run asynchronous steps", e->device);
-        return -1;
-    }
-    return e->step_collect(e, lane, tok);
-}
-/* queues a step behind those launched (see zl_engine.step_launch); -1 with e->err when the backend cannot */
-static inline int engine_step_launch(zl_engine *e, const zl_seq *s, int n) {
-    if (!e->step_launch || !e->step_wait) {
-        snprintf(e->err, sizeof e->err, "the %s backend does not queue steps ahead", e->device);
-        return -1;
-    }
-    return e->step_launch(e, s, n);
-}
-/* waits for the oldest launched step (see zl_engine.step_wait) */
-static inline int engine_step_wait(zl_engine *e, int32_t *tok) {
-    if (!e->step_launch || !e->step_wait) {
-        snprintf(e->err, sizeof e->err, "the %s backend does not queue steps ahead", e->device);
-        return -1;
-    }
-    return e->step_wait(e, tok);
-}
-/* 1 when e queues steps ahead (engine_step_launch) */
-static inline int engine_can_launch(const zl_engine *e) { return e->step_launch && e->step_wait; }
+/* the lanes of e (zl_engine.lanes), >= 1 */
+static inline int engine_lanes(const zl_engine *e) { return e->lanes > 1 ? e->lanes : 1; }
+/* the most steps in flight on one lane of e (zl_engine.depth), >= 1: 2 when e queues steps ahead */
+static inline int engine_depth(const zl_engine *e) { return e->depth > 1 ? e->depth : 1; }
 /* idempotent; sets *e to NULL */
 void engine_destroy(zl_engine **e);
 #endif

@@ -9,7 +9,7 @@
  * Step layout: the step's T = sum(n_tokens) token rows are stacked into [T][width] activations; each weight
  * row is dequantized once per step and applied to all T rows. Matrix products and attention run on a small
  * pool of pthreads (opts->threads); element-wise work stays on the calling thread. One engine serves one caller
- * at a time (engine_step is not reentrant); separate engines are independent. */
+ * at a time (steps are not reentrant); separate engines are independent. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -74,18 +74,19 @@ typedef struct {
     float *th_att;             /* [nth][n_ctx] attention scores per thread */
     float *th_w;               /* [nth][chunk floats] dequantized weight rows per thread */
     size_t th_w_floats;        /* floats per thread in th_w */
-    /* steps queued ahead (zl_engine.step_launch): this backend runs a launched step at once and keeps its ids
-     * until the wait, so the caller's protocol is the one the CUDA engine needs */
+    /* steps queued ahead (zl_engine.depth 2, whole models): this backend runs a launched step at once and
+     * writes its results then; the wait only checks the order, so the caller's protocol is the one the CUDA
+     * engine needs */
     int32_t *carry_tok;        /* [n_slots] id sampled for each slot by the last step that had it (zl_seq.feed) */
     uint64_t *carry_rng;       /* [n_slots] that entry's generator state after its draw */
     uint8_t *carry_ok;         /* [n_slots] 1 when that step sampled the slot (a feed may follow) */
     zl_seq *fseq;              /* [max_batch] the step's entries with their feeds resolved */
     int32_t *ftok;             /* [max_batch] fed ids */
     uint64_t *frng;            /* [max_batch] fed generator states */
-    int32_t *q_out;            /* [2][max_batch] ids of the launched steps not yet waited for */
-    int q_n[2];                /* entries of each */
+    const zl_step *fl[2];      /* the launched steps not yet waited for, oldest at q_head */
     int q_head;                /* index (0, 1) of the oldest launched step */
-    int q_count;               /* launched steps not yet waited for, 0..2 */
+    int q_count;               /* launched steps not yet waited for, 0..depth */
+    int q_sync;                /* 1: the one launched step is synchronous (nothing may launch before its wait) */
 } s_cpu;
 
 static void *s_worker(void *arg) {
@@ -297,8 +298,8 @@ static int s_check(s_cpu *e, const zl_seq *seqs, int n, int need_tokens, int *T_
                 snprintf(b->err, sizeof b->err, "step: slot %d appears twice", s->slot);
                 return -1;
             }
-        if (s->feed) {   /* resolved by s_step_fed before this check; step_hidden has no carried ids */
-            snprintf(b->err, sizeof b->err, "step: seq %d: feed is served only by step and step_launch", i);
+        if (s->feed) {   /* resolved by s_step_fed before this check; a stage or a step without ids has none */
+            snprintf(b->err, sizeof b->err, "step: seq %d: feed is served only by a whole model's step with ids", i);
             return -1;
         }
         if (s->n_tokens < 1 || s->pos < 0 || (need_tokens && !s->tokens) ||
@@ -479,59 +480,56 @@ static int s_step_fed(s_cpu *e, const zl_seq *seqs, int n, int32_t *out_tokens, 
     return 0;
 }
 
-static int s_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
+/* launch (zl_engine_ops): runs the step now. A whole model with ids wanted serves feeds and keeps the slots'
+ * carries (as the CUDA engine does); otherwise the forward pass over this engine's layers, after which no slot it
+ * touched may be fed. The step is then kept until its wait. */
+static int s_launch(zl_engine *eb, const zl_step *st) {
     s_cpu *e = (s_cpu *)eb;
-    if (eb->layer_begin != 0 || eb->layer_end != e->c.n_layers) {
-        snprintf(eb->err, sizeof eb->err, "step: this engine runs layers [%d, %d) only (use step_hidden)",
-                 eb->layer_begin, eb->layer_end);
+    if (!st) {
+        snprintf(eb->err, sizeof eb->err, "launch: no step");
         return -1;
     }
-    if (e->q_count > 0) {
-        snprintf(eb->err, sizeof eb->err, "step: %d launched steps are not waited for", e->q_count);
+    if (st->lane != 0) {
+        snprintf(eb->err, sizeof eb->err, "launch: lane %d outside 0..0", st->lane);
         return -1;
     }
-    return s_step_fed(e, seqs, n, out_tokens, out_logits);
-}
-
-/* step_hidden: on a whole model with ids wanted, a step (feeds served, carries kept, as the CUDA engine does);
- * otherwise the forward pass over this engine's layers, after which no slot it touched may be fed */
-static int s_hidden(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in, float *h_out, int32_t *out_tokens,
-                    float *out_logits) {
-    s_cpu *e = (s_cpu *)eb;
-    if (e->q_count > 0) {
-        snprintf(eb->err, sizeof eb->err, "step_hidden: %d launched steps are not waited for", e->q_count);
+    if (st->h_dev || st->n_wait || st->n_record) {
+        snprintf(eb->err, sizeof eb->err, "launch: device hidden states and events need the CUDA engine");
+        return -1;
+    }
+    const int busy = e->q_count > 0 && (st->sync || st->out_logits || e->q_sync);
+    if (e->q_count >= engine_depth(eb) || busy) {
+        snprintf(eb->err, sizeof eb->err, "launch: %d launched steps are not waited for", e->q_count);
         return -1;
     }
     const int whole = eb->layer_begin == 0 && eb->layer_end == e->c.n_layers;
-    if (whole && out_tokens) return s_step_fed(e, seqs, n, out_tokens, out_logits);
-    if (s_forward(eb, seqs, n, h_in, h_out, out_tokens, out_logits) != 0) return -1;
-    for (int i = 0; whole && i < n; i++) e->carry_ok[seqs[i].slot] = 0;
-    return 0;
-}
-
-/* step_launch: runs the step now and keeps its ids for the wait (at most 2) */
-static int s_launch(zl_engine *eb, const zl_seq *seqs, int n) {
-    s_cpu *e = (s_cpu *)eb;
-    if (e->q_count >= 2) {
-        snprintf(eb->err, sizeof eb->err, "step_launch: 2 launched steps are not waited for");
+    if (whole && !st->sync && !st->out_tokens) {
+        snprintf(eb->err, sizeof eb->err, "launch: a queued step needs out_tokens");
         return -1;
     }
-    const int k = (e->q_head + e->q_count) & 1;
-    if (s_step_fed(e, seqs, n, e->q_out + (size_t)k * eb->max_batch, NULL) != 0) return -1;
-    e->q_n[k] = n;
+    if (whole && st->out_tokens) {
+        if (s_step_fed(e, st->seqs, st->n, st->out_tokens, st->out_logits) != 0) return -1;
+    } else {
+        if (s_forward(eb, st->seqs, st->n, st->h_in, st->h_out, st->out_tokens, st->out_logits) != 0) return -1;
+        for (int i = 0; whole && i < st->n; i++) e->carry_ok[st->seqs[i].slot] = 0;
+    }
+    e->fl[(e->q_head + e->q_count) & 1] = st;
     e->q_count++;
+    e->q_sync = st->sync != 0;
     return 0;
 }
 
-static int s_wait(zl_engine *eb, int32_t *out_tokens) {
+/* wait (zl_engine_ops): the results are in place since the launch; only the order is checked */
+static int s_wait(zl_engine *eb, const zl_step *st) {
     s_cpu *e = (s_cpu *)eb;
-    if (e->q_count == 0 || !out_tokens) {
-        snprintf(eb->err, sizeof eb->err, "step_wait: no launched step (or no output)");
+    if (e->q_count == 0 || !st || e->fl[e->q_head] != st) {
+        snprintf(eb->err, sizeof eb->err, e->q_count == 0 ? "wait: no launched step" :
+                 "wait: not the oldest launched step (wait in launch order)");
         return -1;
     }
-    memcpy(out_tokens, e->q_out + (size_t)e->q_head * eb->max_batch, (size_t)e->q_n[e->q_head] * sizeof(int32_t));
     e->q_head ^= 1;
     e->q_count--;
+    e->q_sync = 0;
     return 0;
 }
 
@@ -564,11 +562,10 @@ static void s_destroy(zl_engine *eb) {
     free(e->fseq);
     free(e->ftok);
     free(e->frng);
-    free(e->q_out);
     free(e);
 }
 
-static const zl_engine_ops s_ops = { s_step, s_destroy };
+static const zl_engine_ops s_ops = { s_launch, s_wait, s_destroy };
 
 /* n floats, zeroed; NULL when n overflows or memory is short (calloc leaves untouched pages unbacked) */
 static float *s_alloc(size_t n) {
@@ -616,11 +613,9 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
     b->model = m;
     b->layer_begin = lb;
     b->layer_end = le;
-    b->step_hidden = s_hidden;
-    if (lb == 0 && le == c->n_layers) {   /* steps queued ahead: whole models only (the sampler carries ids) */
-        b->step_launch = s_launch;
-        b->step_wait = s_wait;
-    }
+    b->lanes = 1;
+    b->depth = lb == 0 && le == c->n_layers ? 2 : 1;   /* steps queued ahead: whole models only (the sampler
+                                                        * carries ids) */
     snprintf(b->device, sizeof b->device, "cpu");
     b->max_batch = o->max_batch ? o->max_batch : 16;
     b->n_slots = o->n_slots ? o->n_slots : b->max_batch;
@@ -675,8 +670,7 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
     e->fseq = calloc((size_t)b->max_batch, sizeof(zl_seq));
     e->ftok = calloc((size_t)b->max_batch, sizeof(int32_t));
     e->frng = calloc((size_t)b->max_batch, sizeof(uint64_t));
-    e->q_out = calloc(2 * (size_t)b->max_batch, sizeof(int32_t));
-    if (!e->carry_tok || !e->carry_rng || !e->carry_ok || !e->fseq || !e->ftok || !e->frng || !e->q_out) {
+    if (!e->carry_tok || !e->carry_rng || !e->carry_ok || !e->fseq || !e->ftok || !e->frng) {
         snprintf(err, errlen, "cpu engine: out of memory");
         goto fail;
     }

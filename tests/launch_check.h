@@ -1,4 +1,4 @@
-/* tests/launch_check.h: steps queued ahead (engine_step_launch / engine_step_wait, zl_seq.feed) against plain
+/* tests/launch_check.h: steps queued ahead (engine_launch / engine_wait at depth 2, zl_seq.feed) against plain
  * synchronous steps, for any backend that has them: included by tests/test_engine.c (CPU) and
  * cuda/test_engine_gpu.cu (CUDA). C and C++.
  *
@@ -7,8 +7,8 @@
  * sequence it can from its previous step on the device, and gives the penalty sequence its token from the host
  * once its step is back. Each sequence must produce exactly the tokens of a synchronous run with host tokens
  * (batch invariance makes every schedule equal).
- * launch_check_refusals: a third launch, a step or wait out of turn, and feeds the engine cannot serve are
- * refused with an error, and the engine keeps working. */
+ * launch_check_refusals: a third launch, a step or wait out of turn, logits asked of a step queued behind another,
+ * and feeds the engine cannot serve are refused with an error, and the engine keeps working. */
 #ifndef ZLLM_TEST_LAUNCH_CHECK_H
 #define ZLLM_TEST_LAUNCH_CHECK_H
 #include <stdint.h>
@@ -77,12 +77,22 @@ static int lc_reference(zl_engine *e, const lc_seq *sq, int n_gen, int32_t *ref,
     return 0;
 }
 
-/* one launched step's entries, kept until its wait (the engine reads them until then) */
+/* one launched step's entries and outputs, kept until its wait (the engine reads them until then) */
 typedef struct {
     zl_seq q[LC_NS];
     int who[LC_NS];
     int n;
+    int32_t out[LC_NS];
+    zl_step st;
 } lc_flight;
+
+/* f's step of its f->n entries, queued on lane 0 */
+static void lc_step_of(lc_flight *f) {
+    memset(&f->st, 0, sizeof f->st);
+    f->st.seqs = f->q;
+    f->st.n = f->n;
+    f->st.out_tokens = f->out;
+}
 
 static void launch_check_tokens(zl_engine *e, const char *name, int vocab, int n_gen) {
     lc_seq sq[LC_NS];
@@ -130,13 +140,14 @@ static void launch_check_tokens(zl_engine *e, const char *name, int vocab, int n
             f->who[f->n++] = s;
         }
         if (f->n > 0) {
-            if (engine_step_launch(e, f->q, f->n) != 0) { CHECK(0, "%s: launch at step %d: %s", name, step, e->err); ok = 0; break; }
+            lc_step_of(f);
+            if (engine_launch(e, &f->st) != 0) { CHECK(0, "%s: launch at step %d: %s", name, step, e->err); ok = 0; break; }
             count++;
         }
         if (count == 2 || (f->n == 0 && count > 0)) {   /* wait for the oldest */
             lc_flight *w = &fl[head];
-            int32_t out[LC_NS];
-            if (engine_step_wait(e, out) != 0) { CHECK(0, "%s: wait at step %d: %s", name, step, e->err); ok = 0; break; }
+            const int32_t *out = w->out;
+            if (engine_wait(e, &w->st) != 0) { CHECK(0, "%s: wait at step %d: %s", name, step, e->err); ok = 0; break; }
             for (int i = 0; i < w->n; i++) {
                 const int s = w->who[i];
                 infl[s]--;
@@ -151,8 +162,8 @@ static void launch_check_tokens(zl_engine *e, const char *name, int vocab, int n
         if (all) break;
     }
     while (ok && count > 0) {   /* never left in flight, whatever happened above */
-        int32_t out[LC_NS];
-        if (engine_step_wait(e, out) != 0) { CHECK(0, "%s: final wait: %s", name, e->err); break; }
+        if (engine_wait(e, &fl[head].st) != 0) { CHECK(0, "%s: final wait: %s", name, e->err); break; }
+        head ^= 1;
         count--;
     }
     int same = 0;
@@ -168,6 +179,14 @@ static void launch_check_tokens(zl_engine *e, const char *name, int vocab, int n
     free(ref); free(got); free(hist);
 }
 
+/* st: a queued step of n entries from q into out */
+static zl_step lc_queued(const zl_seq *q, int n, int32_t *out) {
+    zl_step st;
+    memset(&st, 0, sizeof st);
+    st.seqs = q; st.n = n; st.out_tokens = out;
+    return st;
+}
+
 static void launch_check_refusals(zl_engine *e, const char *name) {
     int32_t t = 1, out[2];
     zl_seq q;
@@ -175,17 +194,29 @@ static void launch_check_refusals(zl_engine *e, const char *name) {
     /* a fresh slot has no sampled step: a feed is refused, nothing runs */
     q.slot = e->n_slots - 1; q.pos = 0; q.n_tokens = 1; q.feed = 1; q.sample = 1;
     CHECK(engine_step(e, &q, 1, out, NULL) != 0, "%s: feed of a slot that never sampled accepted", name);
-    CHECK(engine_step_wait(e, out) != 0, "%s: wait with nothing launched accepted", name);
+    zl_step s0 = lc_queued(&q, 1, &out[0]);
+    CHECK(engine_wait(e, &s0) != 0, "%s: wait with nothing launched accepted", name);
     q.feed = 0; q.tokens = &t;
-    CHECK(engine_step_launch(e, &q, 1) == 0, "%s: launch: %s", name, e->err);
+    CHECK(engine_launch(e, &s0) == 0, "%s: launch: %s", name, e->err);
     zl_seq f = q;
     f.feed = 1; f.tokens = NULL; f.pos = 1;
-    CHECK(engine_step_launch(e, &f, 1) == 0, "%s: fed launch: %s", name, e->err);
+    zl_step s1 = lc_queued(&f, 1, &out[1]);
+    float lg[1];
+    s1.out_logits = lg;
+    CHECK(engine_launch(e, &s1) != 0, "%s: logits asked of a step queued behind another accepted", name);
+    s1.out_logits = NULL;
+    CHECK(engine_launch(e, &s1) == 0, "%s: fed launch: %s", name, e->err);
     zl_seq g = f;
     g.pos = 2;
-    CHECK(engine_step_launch(e, &g, 1) != 0, "%s: a third launch accepted", name);
-    CHECK(engine_step(e, &q, 1, out, NULL) != 0, "%s: a step between launch and wait accepted", name);
-    CHECK(engine_step_wait(e, &out[0]) == 0 && engine_step_wait(e, &out[1]) == 0, "%s: waits: %s", name, e->err);
+    int32_t og = -1;
+    zl_step s2 = lc_queued(&g, 1, &og);
+    CHECK(engine_launch(e, &s2) != 0, "%s: a third launch accepted", name);
+    s2.lane = 1;
+    CHECK(engine_launch(e, &s2) != 0, "%s: a launch on lane 1 of %d accepted", name, engine_lanes(e));
+    CHECK(engine_step(e, &q, 1, &og, NULL) != 0, "%s: a step between launch and wait accepted", name);
+    CHECK(engine_wait(e, &s1) != 0, "%s: a wait out of launch order accepted", name);
+    CHECK(engine_wait(e, &s0) == 0 && engine_wait(e, &s1) == 0, "%s: waits: %s", name, e->err);
+    CHECK(engine_wait(e, &s1) != 0, "%s: a second wait for the same step accepted", name);
     /* the fed step continued from the first one's sample: the same as feeding that id from the host */
     zl_seq h = q;
     int32_t prev = out[0], again = -1;

@@ -4,9 +4,9 @@
  * chunked, and whenever the sequence joins. Also: stop ids, max_tokens, context full, cancel acknowledgements,
  * rejection of bad assignments (ids outside the vocabulary, too long, no free slot), duplicate rids.
  * Lanes: the same golden continuations with 2 and 3 lanes, over the CPU engine driven synchronously and over a
- * test engine with the asynchronous API (t_async: a step runs only at its collect, like a pipeline's) that checks
- * the lane protocol: one step per lane, collects in submission order, no KV slot in two steps in flight, the
- * caller's entries unchanged until the collect. Seeded sampling with a repetition penalty gives the same tokens
+ * test engine of several lanes (t_async: a step runs only at its wait, like a pipeline's) that checks the lane
+ * protocol: one step per lane, waits in launch order, no KV slot in two steps in flight, the caller's entries
+ * unchanged until the wait. Seeded sampling with a repetition penalty gives the same tokens
  * with 1, 2 and 3 lanes. Cancels and clears while a step is in flight, and random churn of adds and cancels.
  * Steps queued ahead (forced over the CPU engine, whose default is off): the same events as synchronous steps,
  * prompt chunks one a step, churn with steps in flight (test_ahead), and the one-lane tests again queued ahead. */
@@ -23,13 +23,15 @@ static int32_t s_gold[NG];
 static uint8_t *s_eog;
 
 /* ------------------------------------------------------------------------------------------------------------
- * t_async: the asynchronous engine API over a CPU engine, for the lane tests */
+ * t_async: an engine of several lanes over a CPU engine, for the lane tests */
 
 #define TA_LANES 4
 typedef struct {
     zl_engine base;                /* must stay first */
     zl_engine *inner;              /* the CPU engine that runs the steps */
-    const zl_seq *seqs[TA_LANES];  /* each lane's step in flight (the batcher's entries) */
+    const zl_step *st[TA_LANES];   /* each lane's step in flight */
+    const zl_seq *seqs[TA_LANES];  /* its entries (the batcher's) */
+    const zl_step *sync_st;        /* a synchronous step run at its launch, until its wait */
     int n[TA_LANES];               /* its entries */
     int busy[TA_LANES];            /* 1 while in flight */
     uint64_t ord[TA_LANES];        /* its submission ordinal */
@@ -60,14 +62,28 @@ static int ta_fail(t_async *a, const char *why, int lane) {
     return -1;
 }
 
-static int ta_submit(zl_engine *e, const zl_seq *seqs, int n, int lane) {
+/* launch: a synchronous step runs now; any other is only booked on its lane (it runs at its wait) */
+static int ta_launch(zl_engine *e, const zl_step *st) {
     t_async *a = (t_async *)e;
+    if (a->sync_st) return ta_fail(a, "launch before the synchronous step's wait", -1);
+    if (st->sync) {
+        if (a->in_flight) return ta_fail(a, "synchronous step with steps in flight", -1);
+        if (engine_step(a->inner, st->seqs, st->n, st->out_tokens, st->out_logits) != 0) {
+            snprintf(e->err, sizeof e->err, "%s", a->inner->err);
+            return -1;
+        }
+        a->sync_st = st;
+        return 0;
+    }
+    const zl_seq *seqs = st->seqs;
+    const int n = st->n, lane = st->lane;
     if (lane < 0 || lane >= e->lanes) return ta_fail(a, "lane out of range", lane);
     if (a->busy[lane]) return ta_fail(a, "lane already in flight", lane);
     for (int k = 0; k < TA_LANES; k++)
         for (int j = 0; a->busy[k] && j < a->n[k]; j++)
             for (int i = 0; i < n; i++)
                 if (a->seqs[k][j].slot == seqs[i].slot) return ta_fail(a, "KV slot reused while in flight", lane);
+    a->st[lane] = st;
     a->seqs[lane] = seqs;
     a->n[lane] = n;
     a->busy[lane] = 1;
@@ -77,26 +93,27 @@ static int ta_submit(zl_engine *e, const zl_seq *seqs, int n, int lane) {
     return 0;
 }
 
-static int ta_collect(zl_engine *e, int lane, int32_t *out) {
+static int ta_wait(zl_engine *e, const zl_step *st) {
     t_async *a = (t_async *)e;
-    if (lane < 0 || lane >= e->lanes || !a->busy[lane]) return ta_fail(a, "collect without a step", lane);
-    if (a->ord[lane] != a->ord_collect) return ta_fail(a, "collect out of submission order", lane);
+    if (a->sync_st) {
+        if (st != a->sync_st) return ta_fail(a, "wait for another step than the synchronous one", -1);
+        a->sync_st = NULL;
+        return 0;
+    }
+    const int lane = st->lane;
+    if (lane < 0 || lane >= e->lanes || !a->busy[lane] || a->st[lane] != st)
+        return ta_fail(a, "wait without a step", lane);
+    if (a->ord[lane] != a->ord_collect) return ta_fail(a, "wait out of launch order", lane);
     if (ta_sum(a->seqs[lane], a->n[lane]) != a->sum[lane]) return ta_fail(a, "entries changed in flight", lane);
     a->busy[lane] = 0;
     a->ord_collect++;
     a->in_flight--;
     /* the step runs now, reading the caller's entries as a pipeline's later stages would */
-    if (engine_step(a->inner, a->seqs[lane], a->n[lane], out, NULL) != 0) {
+    if (engine_step(a->inner, a->seqs[lane], a->n[lane], st->out_tokens, NULL) != 0) {
         snprintf(e->err, sizeof e->err, "%s", a->inner->err);
         return -1;
     }
     return 0;
-}
-
-static int ta_step(zl_engine *e, const zl_seq *seqs, int n, int32_t *out, float *logits) {
-    t_async *a = (t_async *)e;
-    if (a->in_flight) return ta_fail(a, "step() with steps in flight", -1);
-    return engine_step(a->inner, seqs, n, out, logits);
 }
 
 static void ta_destroy(zl_engine *e) {
@@ -105,7 +122,7 @@ static void ta_destroy(zl_engine *e) {
     free(a);
 }
 
-static const zl_engine_ops ta_ops = { ta_step, ta_destroy };
+static const zl_engine_ops ta_ops = { ta_launch, ta_wait, ta_destroy };
 
 /* wraps inner (taken over) into an engine of `lanes` lanes; NULL on failure (inner destroyed) */
 static zl_engine *ta_new(zl_engine *inner, int lanes) {
@@ -125,8 +142,7 @@ static zl_engine *ta_new(zl_engine *inner, int lanes) {
     b->max_batch = inner->max_batch;
     b->max_step_tokens = inner->max_step_tokens;
     b->lanes = lanes;
-    b->step_submit = ta_submit;
-    b->step_collect = ta_collect;
+    b->depth = 1;
     return b;
 }
 
@@ -658,7 +674,7 @@ static void test_churn(const zl_model *m) {
 }
 
 /* ------------------------------------------------------------------------------------------------------------
- * steps queued ahead (the CPU engine has engine_step_launch): the same requests with and without give every rid
+ * steps queued ahead (the CPU engine has depth 2): the same requests with and without give every rid
  * the same tokens and final code (greedy golden continuations, a stop id, seeded sampling fed on the device, a
  * repetition penalty that is never fed), with more requests than slots; then random adds and cancels with steps
  * in flight: golden tokens, one final event per rid, none after it, and every slot back at the end. */

@@ -5,10 +5,10 @@
  * whole-model engine; the partial engines' hidden states chain to the whole model's logits bitwise; kill -9 of
  * any stage mid-run brings the other stages down (non-zero exit) within a few seconds; and a group restarted
  * under the same name works again.
- * Lanes (steps in flight, engine_step_submit/collect): 2 and 3 stages give the golden ids on two lanes at once
- * and the same tokens as one whole-model engine for the mixed set of sequences split over two lanes; protocol
- * misuse (collect out of order, a busy lane, a slot in two steps, step() while in flight) fails cleanly and the
- * group keeps serving; and stage 1 really works while stage 0 computes: its CPU time during the leader's
+ * Lanes (steps in flight, engine_launch/engine_wait on lanes 0 and 1): 2 and 3 stages give the golden ids on two
+ * lanes at once and the same tokens as one whole-model engine for the mixed set of sequences split over two lanes;
+ * protocol misuse (a wait out of order, a busy lane, a slot in two steps, step() while in flight) fails cleanly
+ * and the group keeps serving; and stage 1 really works while stage 0 computes: its CPU time during the leader's
  * submits is measured (clock_getcpuclockid), which does not depend on how loaded the machine is. */
 #include <errno.h>
 #include <pthread.h>
@@ -35,6 +35,28 @@ static int32_t s_gold[256];
 static char s_group[64];
 static int s_dead_ms = 3000;   /* heartbeat age that means a dead peer */
 static volatile uint64_t *s_progress;   /* shared with forked leaders: steps done */
+
+/* a step of n entries q on `lane`, its ids into out (launched and waited for by the caller) */
+static zl_step lane_step(const zl_seq *q, int n, int lane, int32_t *out) {
+    zl_step st;
+    memset(&st, 0, sizeof st);
+    st.seqs = q;
+    st.n = n;
+    st.lane = lane;
+    st.out_tokens = out;
+    return st;
+}
+
+/* one synchronous step of a partial engine (a pipeline stage): hidden states in and out */
+static int run_hidden(zl_engine *e, const zl_seq *q, int n, const float *h_in, float *h_out, int32_t *out,
+                      float *logits) {
+    zl_step st = lane_step(q, n, 0, out);
+    st.sync = 1;
+    st.h_in = h_in;
+    st.h_out = h_out;
+    st.out_logits = logits;
+    return engine_run(e, &st);
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -225,14 +247,27 @@ static void test_chain(const zl_model *m) {
     float *lw = malloc(sizeof(float) * 2 * V), *lp = malloc(sizeof(float) * 2 * V);
     float *h1 = malloc(sizeof(float) * 6 * D), *h2 = malloc(sizeof(float) * 6 * D);
     CHECK(engine_step(part[0], s, 2, tp, NULL) != 0, "step() on a partial engine refused: %s", part[0]->err);
-    CHECK(engine_step_hidden(part[1], s, 2, NULL, h2, NULL, NULL) != 0, "middle stage without h_in refused");
-    CHECK(engine_step_hidden(part[0], s, 2, NULL, NULL, NULL, NULL) != 0, "first stage without h_out refused");
+    CHECK(run_hidden(part[1], s, 2, NULL, h2, NULL, NULL) != 0, "middle stage without h_in refused");
+    CHECK(run_hidden(part[0], s, 2, NULL, NULL, NULL, NULL) != 0, "first stage without h_out refused");
+    {
+        zl_step dv = lane_step(s, 2, 0, NULL);
+        void *ev = NULL;
+        dv.sync = 1;
+        dv.h_out = h2;
+        dv.h_dev = 1;
+        CHECK(engine_run(part[0], &dv) != 0 && strstr(part[0]->err, "CUDA"), "device hidden states refused: %s",
+              part[0]->err);
+        dv.h_dev = 0;
+        dv.wait_ev = &ev;
+        dv.n_wait = 1;
+        CHECK(engine_run(part[0], &dv) != 0, "events refused by the CPU engine");
+    }
     CHECK(engine_step(whole, s, 2, tw, lw) == 0, "whole step: %s", whole->err);
-    CHECK(engine_step_hidden(part[0], s, 2, NULL, h1, NULL, NULL) == 0, "part 0: %s", part[0]->err);
+    CHECK(run_hidden(part[0], s, 2, NULL, h1, NULL, NULL) == 0, "part 0: %s", part[0]->err);
     zl_seq s_nt[2] = { s[0], s[1] };
     s_nt[0].tokens = s_nt[1].tokens = NULL;   /* later stages do not need tokens */
-    CHECK(engine_step_hidden(part[1], s_nt, 2, h1, h2, NULL, NULL) == 0, "part 1: %s", part[1]->err);
-    CHECK(engine_step_hidden(part[2], s_nt, 2, h2, NULL, tp, lp) == 0, "part 2: %s", part[2]->err);
+    CHECK(run_hidden(part[1], s_nt, 2, h1, h2, NULL, NULL) == 0, "part 1: %s", part[1]->err);
+    CHECK(run_hidden(part[2], s_nt, 2, h2, NULL, tp, lp) == 0, "part 2: %s", part[2]->err);
     CHECK(memcmp(lw, lp, sizeof(float) * 2 * V) == 0 && tw[0] == tp[0] && tw[1] == tp[1],
           "3 partial engines give bitwise the whole model's logits");
     free(lw);
@@ -429,9 +464,11 @@ static void test_golden_lanes(const zl_model *m, int n) {
         CHECK(engine_lanes(e) == 2, "%d stages: the leader asks for 2 lanes (%d)", n, engine_lanes(e));
         int32_t tok[2] = {1, 1}, out[2] = {-1, -1};
         zl_seq s[2];
+        zl_step st[2];
         for (int l = 0; l < 2; l++) {
             s[l] = (zl_seq){ .slot = l, .pos = 0, .n_tokens = 1, .tokens = &tok[l], .sample = 1 };
-            if (engine_step_submit(e, &s[l], 1, l) != 0) {
+            st[l] = lane_step(&s[l], 1, l, &out[l]);
+            if (engine_launch(e, &st[l]) != 0) {
                 CHECK(0, "%d stages: submit lane %d: %s", n, l, e->err);
                 bad = 1;
             }
@@ -441,27 +478,32 @@ static void test_golden_lanes(const zl_model *m, int n) {
                 int32_t t = 1, o2;
                 zl_seq x = { .slot = 2, .pos = 0, .n_tokens = 1, .tokens = &t, .sample = 1 };
                 zl_seq y = { .slot = 1, .pos = 0, .n_tokens = 1, .tokens = &t, .sample = 1 };
-                CHECK(engine_step_collect(e, 1, &o2) != 0 && strstr(e->err, "oldest"),
-                      "collect out of submission order refused: %s", e->err);
-                CHECK(engine_step_submit(e, &x, 1, 0) != 0 && strstr(e->err, "in flight"),
-                      "submit on a busy lane refused: %s", e->err);
-                CHECK(engine_step_submit(e, &y, 1, 2) != 0 && strstr(e->err, "slot 1"),
+                zl_step sx = lane_step(&x, 1, 0, &o2), sy = lane_step(&y, 1, 2, &o2), si = lane_step(&x, 1, 2, &o2);
+                CHECK(engine_wait(e, &st[1]) != 0 && strstr(e->err, "oldest"),
+                      "wait out of launch order refused: %s", e->err);
+                CHECK(engine_launch(e, &sx) != 0 && strstr(e->err, "in flight"),
+                      "launch on a busy lane refused: %s", e->err);
+                CHECK(engine_launch(e, &sy) != 0 && strstr(e->err, "slot 1"),
                       "a slot in two steps in flight refused: %s", e->err);
                 CHECK(engine_step(e, &x, 1, &o2, NULL) != 0 && strstr(e->err, "in flight"),
                       "step() while steps are in flight refused: %s", e->err);
-                CHECK(engine_step_collect(e, 2, &o2) != 0, "collect of an idle lane refused");
+                CHECK(engine_wait(e, &si) != 0, "wait on an idle lane refused");
+                float lg[1];
+                si.out_logits = lg;
+                CHECK(engine_launch(e, &si) != 0 && strstr(e->err, "logits"), "logits asked of the leader refused: %s",
+                      e->err);
             }
             for (int l = 0; l < 2 && !bad; l++) {
-                if (engine_step_collect(e, l, &out[l]) != 0) {
-                    CHECK(0, "%d stages: collect lane %d at %d: %s", n, l, i, e->err);
+                if (engine_wait(e, &st[l]) != 0) {
+                    CHECK(0, "%d stages: wait lane %d at %d: %s", n, l, i, e->err);
                     bad = 1;
                     break;
                 }
                 if (out[l] == s_gold[i]) same[l]++;
                 tok[l] = out[l];
                 s[l].pos = i + 1;
-                if (i + 1 < 200 && engine_step_submit(e, &s[l], 1, l) != 0) {
-                    CHECK(0, "%d stages: submit lane %d at %d: %s", n, l, i + 1, e->err);
+                if (i + 1 < 200 && engine_launch(e, &st[l]) != 0) {
+                    CHECK(0, "%d stages: launch lane %d at %d: %s", n, l, i + 1, e->err);
                     bad = 1;
                 }
             }
@@ -486,13 +528,15 @@ static void test_golden_lanes(const zl_model *m, int n) {
 /* the mixed set (seqs_init) with sequence i on lane i % 2, the lanes' steps alternating with both in flight */
 static int seqs_run_lanes(zl_engine *e, seqst *ss) {
     zl_seq sq[2][NS];
+    int32_t outs[2][NS];
+    zl_step st[2];
     int idx[2][NS], n[2] = {0, 0}, busy[2] = {0, 0};
     for (int turn = 0; turn < 400; turn++) {
         int l = turn % 2;
         if (busy[l]) {
-            int32_t out[NS];
-            if (engine_step_collect(e, l, out) != 0) {
-                CHECK(0, "lanes: collect: %s", e->err);
+            const int32_t *out = outs[l];
+            if (engine_wait(e, &st[l]) != 0) {
+                CHECK(0, "lanes: wait: %s", e->err);
                 return -1;
             }
             busy[l] = 0;
@@ -519,8 +563,9 @@ static int seqs_run_lanes(zl_engine *e, seqst *ss) {
             idx[l][n[l]++] = i;
         }
         if (n[l] > 0) {
-            if (engine_step_submit(e, sq[l], n[l], l) != 0) {
-                CHECK(0, "lanes: submit: %s", e->err);
+            st[l] = lane_step(sq[l], n[l], l, outs[l]);
+            if (engine_launch(e, &st[l]) != 0) {
+                CHECK(0, "lanes: launch: %s", e->err);
                 return -1;
             }
             busy[l] = 1;
@@ -646,38 +691,39 @@ static void test_overlap(const zl_model *m) {
     for (int attempt = 0; attempt < 3 && !pass && same; attempt++) {
     for (int mode = 0; mode < 2 && e; mode++) {   /* 0: one step at a time; 1: both lanes in flight */
         zl_seq sq[2][2];
+        int32_t out[2][2];
+        zl_step st[2];
         double over = 0, lead = 0, f_start = cpu_s(fc), t_start = now_s();
         int bad = 0;
         for (int k = 0; k < K && !bad; k++) {
             for (int l = 0; l < 2 && !bad; l++) {
-                for (int j = 0; j < 2; j++)
-                    sq[l][j] = (zl_seq){ .slot = 2 * l + j, .pos = (k % 7) * CH, .n_tokens = CH,
-                                         .tokens = toks[2 * l + j], .sample = 1 };
-                int32_t out[2];
-                /* mode 1 collects this lane's previous step just before submitting its next one */
-                if (mode == 1 && k > 0 && engine_step_collect(e, l, out) == 0) {
-                    res[l][k - 1][0] = out[0];
-                    res[l][k - 1][1] = out[1];
+                /* mode 1 waits for this lane's previous step just before launching its next one */
+                if (mode == 1 && k > 0 && engine_wait(e, &st[l]) == 0) {
+                    res[l][k - 1][0] = out[l][0];
+                    res[l][k - 1][1] = out[l][1];
                 } else if (mode == 1 && k > 0) {
                     bad = 1;
                 }
+                for (int j = 0; j < 2; j++)
+                    sq[l][j] = (zl_seq){ .slot = 2 * l + j, .pos = (k % 7) * CH, .n_tokens = CH,
+                                         .tokens = toks[2 * l + j], .sample = 1 };
+                st[l] = lane_step(sq[l], 2, l, out[l]);
                 double l0 = cpu_s(CLOCK_THREAD_CPUTIME_ID), f0 = cpu_s(fc);
-                bad |= engine_step_submit(e, sq[l], 2, l) != 0;
+                bad |= engine_launch(e, &st[l]) != 0;
                 double dl = cpu_s(CLOCK_THREAD_CPUTIME_ID) - l0, df = cpu_s(fc) - f0;
                 lead += dl;
                 over += df < dl ? df : dl;
                 if (mode == 0) {
-                    bad |= engine_step_collect(e, l, out) != 0;
-                    res[l][k][2] = out[0];
-                    res[l][k][3] = out[1];
+                    bad |= engine_wait(e, &st[l]) != 0;
+                    res[l][k][2] = out[l][0];
+                    res[l][k][3] = out[l][1];
                 }
             }
         }
         for (int l = 0; l < 2 && mode == 1 && !bad; l++) {
-            int32_t out[2];
-            bad |= engine_step_collect(e, l, out) != 0;
-            res[l][K - 1][0] = out[0];
-            res[l][K - 1][1] = out[1];
+            bad |= engine_wait(e, &st[l]) != 0;
+            res[l][K - 1][0] = out[l][0];
+            res[l][K - 1][1] = out[l][1];
         }
         if (bad) {
             CHECK(0, "overlap: steps run (%s)", e->err);

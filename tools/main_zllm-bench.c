@@ -11,7 +11,7 @@
  *   16-bit matrices; the embedding gather is not counted) + M * ctx * layers * 2 * kv_dim * kv element size,
  *   decode flops = 2 * M * matrix parameters + 4 * M * ctx * n_heads * head_dim * layers,
  *   prefill bytes = the weights, flops = 2 * P * parameters + 2 * P^2 * n_heads * head_dim * layers (causal).
- * Decode steps run as a server runs them: each step is queued (engine_step_launch) behind the one in flight,
+ * Decode steps run as a server runs them: each step is queued (engine_launch) behind the one in flight,
  * its tokens fed on the device from that step's samples (zl_seq.feed), before the host waits for the older
  * step, so the GPU does not wait for the host between steps; --sync times one engine_step at a time instead
  * (the host's round trip then lies between every two steps). The table prints tokens/s, ms per step (host
@@ -137,12 +137,13 @@ int main(int argc, char **argv) {
     printf("matrix parameters %.3g (%.2f GB of matrix rows read per step; q/ffn_down/head types %s/%s/%s)\n\n",
            params, wbytes / 1e9, ggml_type_name(m->layers[0].wq.type), ggml_type_name(m->layers[0].w_down.type),
            ggml_type_name(m->output.data ? m->output.type : m->tok_embd.type));
-    const int pipe = !sync && engine_can_launch(e);
+    const int pipe = !sync && engine_depth(e) >= 2;
     printf("decode at context %d, %d timed steps each%s, %s\n", ctx, steps, no_graphs ? " (no graphs)" : " (CUDA graphs)",
            pipe ? "each queued behind the one in flight (tokens fed on the device)" : "one synchronous step at a time");
     printf("%6s %12s %10s %10s %10s %12s %10s %8s\n", "M", "tokens/s", "ms/step", "gpu ms", "idle ms", "roofline ms",
            "bound", "ratio");
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)e->max_batch), *out = malloc(sizeof(int32_t) * (size_t)e->max_batch);
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)e->max_batch);
+    int32_t *out = malloc(sizeof(int32_t) * 2 * (size_t)e->max_batch);   /* [2][max_batch]: two steps in flight */
     zl_seq *q = calloc((size_t)e->max_batch, sizeof *q);
     int32_t *ptoks = malloc(sizeof(int32_t) * (size_t)(prefill > 0 ? prefill : 1));
     double *times = malloc(sizeof(double) * (size_t)steps), *gpu = malloc(sizeof(double) * (size_t)steps);
@@ -161,10 +162,18 @@ int main(int argc, char **argv) {
              * older: a turn lasts one step of the GPU's steady state. Two untimed turns first. The positions
              * stay at ctx (the same KV length every step); only the tokens come from the device. */
             for (int i = 0; i < M; i++) q[i].feed = 1;
-            if (engine_step_launch(e, q, M) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
+            zl_step st[2];   /* the same entries each turn; st[k & 1] is turn k's step */
+            for (int k = 0; k < 2; k++) {
+                memset(&st[k], 0, sizeof st[k]);
+                st[k].seqs = q;
+                st[k].n = M;
+                st[k].out_tokens = out + (size_t)k * e->max_batch;
+            }
+            if (engine_launch(e, &st[0]) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
             for (int s = -2; s < steps; s++) {
                 const double a = s_now();
-                if (engine_step_launch(e, q, M) != 0 || engine_step_wait(e, out) != 0) {
+                const int k = (s + 3) & 1;   /* turn s launches st[k] and waits for the other */
+                if (engine_launch(e, &st[k]) != 0 || engine_wait(e, &st[k ^ 1]) != 0) {
                     fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done;
                 }
                 if (s < 0) continue;
@@ -172,7 +181,7 @@ int main(int argc, char **argv) {
                 gpu[s] = engine_cuda_last_step_gpu_ms(e) * 1e-3;
                 gap[s] = times[s] - gpu[s];
             }
-            if (engine_step_wait(e, out) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
+            if (engine_wait(e, &st[(steps + 2) & 1]) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
             for (int i = 0; i < M; i++) q[i].feed = 0;
         } else {
             for (int s = 0; s < steps; s++) {

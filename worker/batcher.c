@@ -65,6 +65,7 @@ typedef struct {
                                     * them until the collect) */
     int *seq_rec;                  /* [max_batch] record of each entry */
     int32_t *out_tok;              /* [max_batch] sampled ids (an engine without lanes writes them at the submit) */
+    zl_step st;                    /* the step in flight (engine_launch/engine_wait name it by this address) */
     int n;                         /* entries of the step in flight */
     int prefill;                   /* with ahead: its prompt tokens (batcher_last_prefill_tokens at its collect) */
     int busy;                      /* 1 while a step of this lane is submitted and not collected */
@@ -87,13 +88,14 @@ struct wk_batcher {
     int n_pending;                 /* entries in pending */
     int pending_cap;               /* bound on pending (a broker flooding bad assignments loses the excess) */
     int lanes;                     /* lanes in use, 1..WK_MAX_LANES */
-    int ahead;                     /* 1: one lane, steps queued ahead (engine_step_launch; lane[0..1] are the two
+    int ahead;                     /* 1: one lane, steps queued ahead (engine depth 2; lane[0..1] are the two
                                     * steps in flight, the older at fl_head) */
     int ahead_want;                /* -1: as the engine says (zl_engine.launch_async); 0: never queue ahead
                                     * (ZLLM_WORKER_AHEAD=0, batcher_set_ahead(b, 0)); 1: wherever the engine can */
     int fl_head;                   /* with ahead: lane index of the older step in flight */
     int fl_count;                  /* with ahead: steps in flight, 0..2 */
-    int async;                     /* 1: the engine has step_submit/step_collect (else steps run at the submit) */
+    int async;                     /* 1: the engine keeps steps in flight on several lanes (else steps run
+                                    * synchronously at the submit) */
     s_lane lane[WK_MAX_LANES];     /* per lane */
     int next_lane;                 /* the lane whose turn is next */
     uint64_t ord_next;             /* submission ordinal of the next submitted step */
@@ -195,12 +197,12 @@ int batcher_set_lanes(wk_batcher *b, int lanes) {
     for (int i = 0; i < b->n_rec; i++)
         if (b->recs[i].active) return -1;
     if (batcher_in_flight(b)) return -1;
-    b->async = b->e->step_submit && b->e->step_collect;
+    b->async = engine_lanes(b->e) > 1;
     if (lanes > WK_MAX_LANES) lanes = WK_MAX_LANES;
     if (b->async && lanes > engine_lanes(b->e)) lanes = engine_lanes(b->e);
     if (lanes < 1) lanes = 1;
     b->lanes = lanes;
-    b->ahead = lanes == 1 && engine_can_launch(b->e) && (b->ahead_want < 0 ? b->e->launch_async : b->ahead_want);
+    b->ahead = lanes == 1 && engine_depth(b->e) >= 2 && (b->ahead_want < 0 ? b->e->launch_async : b->ahead_want);
     b->fl_head = b->fl_count = 0;
     /* one lane: the decode rotation over the first n_slots records only, record i on KV slot i (not with steps
      * queued ahead: a record ended in flight keeps its slot while a new one waits) */
@@ -506,9 +508,19 @@ static int s_build(wk_batcher *b, int l, int *prefill) {
 
 static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne);
 
+/* L's step of its first n entries on engine lane `lane`, its ids into out_tok */
+static void s_set_step(s_lane *L, int n, int lane) {
+    memset(&L->st, 0, sizeof L->st);
+    L->st.seqs = L->seqs;
+    L->st.n = n;
+    L->st.lane = lane;
+    L->st.out_tokens = L->out_tok;
+}
+
 /* queues L's n entries behind the step in flight (steps queued ahead) and books them on their records */
 static int s_launch_ahead(wk_batcher *b, s_lane *L, int n, int prefill, char *err, size_t errlen) {
-    if (engine_step_launch(b->e, L->seqs, n) != 0) {
+    s_set_step(L, n, 0);
+    if (engine_launch(b->e, &L->st) != 0) {
         snprintf(err, errlen, "%s", b->e->err);
         return -1;
     }
@@ -549,7 +561,7 @@ static int s_step_ahead(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *er
         if (nb < e->max_batch && budget > 0) nb = s_build_into(b, 0, B, nb, budget, &prefill);
         if (nb > 0 && s_launch_ahead(b, B, nb, prefill, err, errlen) != 0) return -1;
     }
-    if (engine_step_wait(e, A->out_tok) != 0) {
+    if (engine_wait(e, &A->st) != 0) {
         snprintf(err, errlen, "%s", e->err);
         return -1;
     }
@@ -697,7 +709,7 @@ int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, siz
             *n_ev = ne;
             return -1;
         }
-        if (b->async && engine_step_collect(e, l, L->out_tok) != 0) {
+        if (b->async && engine_wait(e, &L->st) != 0) {
             snprintf(err, errlen, "%s", e->err);
             *n_ev = ne;
             return -1;
@@ -715,7 +727,8 @@ int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, siz
         b->last_tokens = 0;
         for (int j = 0; j < n; j++) b->last_tokens += L->seqs[j].n_tokens;
         /* an engine without lanes runs the step now; its tokens wait in out_tok for the lane's collect */
-        int rc = b->async ? engine_step_submit(e, L->seqs, n, l) : engine_step(e, L->seqs, n, L->out_tok, NULL);
+        s_set_step(L, n, l);
+        int rc = b->async ? engine_launch(e, &L->st) : engine_step(e, L->seqs, n, L->out_tok, NULL);
         if (rc != 0) {
             snprintf(err, errlen, "%s", e->err);
             *n_ev = ne;

@@ -11,10 +11,10 @@
  * duplicate rids, sampling ranges): a bad sequence is rejected with fin=4, never run.
  *
  * Lanes (docs/pipeline.md): with lanes > 1 the sequences are split into that many independent groups, each
- * with at most one step in flight (engine_step_submit / engine_step_collect), so that a pipelined engine keeps
- * every stage busy: submit A, submit B, collect A, submit A, collect B, submit B, ... Each batcher_step()
+ * with at most one step in flight (engine_launch / engine_wait on the engine's lanes), so that a pipelined engine
+ * keeps every stage busy: submit A, submit B, collect A, submit A, collect B, submit B, ... Each batcher_step()
  * handles one lane: it collects that lane's step in flight (its events) and submits the lane's next step. An
- * engine without the asynchronous API is driven synchronously (the step runs at the submit, its events come
+ * engine of one lane (engine_lanes) is driven synchronously (the step runs at the submit, its events come
  * with the collect), which gives the same tokens. With 1 lane (the default for such engines) batcher_step()
  * runs one synchronous engine_step() over all sequences, as it always did. A sequence belongs to one lane
  * (assigned at admission to the lane with the fewest sequences; moved only between its steps to even the lanes
@@ -64,15 +64,15 @@ wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, 
 /* idempotent; sets *b to NULL. Steps still in flight are not collected (the engine's destroy copes). */
 void batcher_destroy(wk_batcher **b);
 /* Sets the number of lanes (1 disables them), before any sequence is added: lanes is clamped to
- * 1..WK_MAX_LANES, and to engine_lanes() for an engine with the asynchronous API (an engine without it is
- * driven synchronously, any number of lanes). Returns the lanes now in use, or -1 (nothing changed) while
+ * 1..WK_MAX_LANES, and to engine_lanes() for an engine of several lanes (an engine of one lane is driven
+ * synchronously, any number of lanes). Returns the lanes now in use, or -1 (nothing changed) while
  * sequences run or steps are in flight. */
 int batcher_set_lanes(wk_batcher *b, int lanes);
 /* steps queued ahead (batcher.c): on or off (one synchronous step per call). By default on with one lane over an
  * engine whose launch is asynchronous (zl_engine.launch_async: CUDA), off over the CPU engine (its launch runs the
  * step, so queuing ahead would only delay the ids); ZLLM_WORKER_AHEAD=1 / 0 at batcher_new, or this call, force
- * it on (wherever the engine has engine_step_launch) or off. Refused (-1) while sequences run or a step is in
- * flight; returns whether steps are now queued ahead (0 where the engine or the lanes do not allow it) */
+ * it on (wherever the engine queues steps ahead: engine_depth 2) or off. Refused (-1) while sequences run or a
+ * step is in flight; returns whether steps are now queued ahead (0 where the engine or the lanes do not allow it) */
 int batcher_set_ahead(wk_batcher *b, int on);
 int batcher_ahead(const wk_batcher *b);        /* 1 while steps are queued ahead */
 int batcher_lanes(const wk_batcher *b);       /* lanes in use */

@@ -194,7 +194,15 @@ static int s_run_layers(zl_engine *e, shm_group *g, const zl_seq *seqs, int n, s
         }
         return 0;
     }
-    return engine_step_hidden(e, seqs, n, h_in, h_out, toks, NULL);
+    zl_step st;
+    memset(&st, 0, sizeof st);
+    st.seqs = seqs;
+    st.n = n;
+    st.sync = 1;
+    st.h_in = h_in;
+    st.h_out = h_out;
+    st.out_tokens = toks;
+    return engine_run(e, &st);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -321,14 +329,15 @@ static void s_opts_defaults(const stage_opts *so, stage_opts *out) {
 /* ------------------------------------------------------------------------------------------------------------
  * leader */
 
-#define S_LANES 8                  /* lane ids a leader accepts (zl_engine.step_submit); it asks for 2 */
+#define S_LANES 8                  /* lane ids a leader accepts (zl_step.lane); it asks for 2 */
 
-/* one lane's step in flight (submitted, not yet collected) */
+/* one lane's step in flight (launched, not yet waited for) */
 typedef struct {
     int busy;                      /* 1 while the step is in flight */
     uint64_t ord;                  /* submission ordinal: steps are collected in this order (FIFO return ring) */
     uint64_t step;                 /* its step number in the descriptors */
-    const zl_seq *seqs;            /* the caller's entries, valid until the collect (rng written back there) */
+    const zl_step *st;             /* the caller's step, valid until its wait (ids and rng written back there) */
+    const zl_seq *seqs;            /* st->seqs */
     int n;                         /* entries */
     int n_micro;                   /* micro-batches published */
     int bnd[STAGE_MAX * 4 + 1];    /* micro-batch k is seqs[bnd[k], bnd[k+1]) */
@@ -430,15 +439,17 @@ static int s_leader_check(s_leader *L, const zl_seq *seqs, int n) {
     return 0;
 }
 
-/* Steps in flight (lanes, zl_engine.step_submit): submit cuts a lane's step into micro-batches, runs stage 0's
- * layers on each and publishes it at once; collect takes the step's returns later. The return ring is FIFO, so
- * steps are collected in submission order. A micro-batch in flight holds at most one slot of each ring, and the
- * micro-batches of all steps in flight never exceed ring_cap (per_step and the room check below): so no stage
- * ever waits for a full ring, which could deadlock (the last stage blocked on the return ring that the leader
- * drains only in collect, while the leader is blocked on link 0 in a submit). per_step: most micro-batches of
- * this step (ring_cap / lanes, so that every lane finds room). */
-static int s_leader_submit_n(s_leader *L, const zl_seq *seqs, int n, int lane, int per_step) {
+/* Steps in flight (lanes, zl_engine_ops.launch): submit cuts a lane's step into micro-batches, runs stage 0's
+ * layers on each and publishes it at once; the wait (collect) takes the step's returns later. The return ring is
+ * FIFO, so steps are collected in submission order. A micro-batch in flight holds at most one slot of each ring,
+ * and the micro-batches of all steps in flight never exceed ring_cap (per_step and the room check below): so no
+ * stage ever waits for a full ring, which could deadlock (the last stage blocked on the return ring that the
+ * leader drains only in collect, while the leader is blocked on link 0 in a submit). per_step: most micro-batches
+ * of this step (ring_cap / lanes, so that every lane finds room). */
+static int s_leader_submit_n(s_leader *L, const zl_step *st, int per_step) {
     zl_engine *eb = &L->base;
+    const zl_seq *seqs = st->seqs;
+    const int n = st->n, lane = st->lane;
     char err[256];
     if (lane < 0 || lane >= S_LANES) {
         snprintf(eb->err, sizeof eb->err, "step: lane %d outside 0..%d", lane, S_LANES - 1);
@@ -546,6 +557,7 @@ static int s_leader_submit_n(s_leader *L, const zl_seq *seqs, int n, int lane, i
     ln->busy = 1;
     ln->ord = L->ord_next++;
     ln->step = step;
+    ln->st = st;
     ln->seqs = seqs;
     ln->n = n;
     ln->n_micro = n_micro;
@@ -553,31 +565,49 @@ static int s_leader_submit_n(s_leader *L, const zl_seq *seqs, int n, int lane, i
     return 0;
 }
 
-/* A lane's step is cut into at most ceil(n_stages / lanes) micro-batches: the lanes together then keep about
- * n_stages micro-batches in flight, one per stage. More parts would not add overlap, only cost: a decode
- * micro-batch's time is mostly the stage reading its share of the weights, once per micro-batch. */
-static int s_leader_submit(zl_engine *eb, const zl_seq *seqs, int n, int lane) {
+/* launch (zl_engine_ops): a lane's step is cut into at most ceil(n_stages / lanes) micro-batches: the lanes
+ * together then keep about n_stages micro-batches in flight, one per stage. More parts would not add overlap,
+ * only cost: a decode micro-batch's time is mostly the stage reading its share of the weights, once per
+ * micro-batch. A synchronous step (st->sync) gets the whole ring capacity for its micro-batches. */
+static int s_leader_launch(zl_engine *eb, const zl_step *st) {
     s_leader *L = (s_leader *)eb;
+    if (!st) {
+        snprintf(eb->err, sizeof eb->err, "launch: no step");
+        return -1;
+    }
+    if (st->out_logits || st->h_in || st->h_out || st->h_dev || st->n_wait || st->n_record) {
+        snprintf(eb->err, sizeof eb->err, "pipeline: logits and hidden states are not returned by the last stage");
+        return -1;
+    }
+    if (st->sync) {
+        if (L->ord_next != L->ord_collect) {
+            snprintf(eb->err, sizeof eb->err, "step: asynchronous steps are in flight (wait for them first)");
+            return -1;
+        }
+        return s_leader_submit_n(L, st, L->info.ring_cap);
+    }
     int lanes = eb->lanes > 1 ? eb->lanes : 1;
     int per = (L->info.n_stages + lanes - 1) / lanes;
     if (per > L->info.ring_cap / lanes) per = L->info.ring_cap / lanes;
-    return s_leader_submit_n(L, seqs, n, lane, per);
+    return s_leader_submit_n(L, st, per);
 }
 
-/* waits for lane's step: its micro-batches' returns, in order, from the FIFO return ring */
-static int s_leader_collect(zl_engine *eb, int lane, int32_t *out_tokens) {
+/* wait (zl_engine_ops): st's micro-batches' returns, in order, from the FIFO return ring */
+static int s_leader_wait(zl_engine *eb, const zl_step *st) {
     s_leader *L = (s_leader *)eb;
     char err[256];
-    if (lane < 0 || lane >= S_LANES || !L->lane[lane].busy) {
-        snprintf(eb->err, sizeof eb->err, "collect: lane %d has no step in flight", lane);
+    const int lane = st ? st->lane : -1;
+    if (lane < 0 || lane >= S_LANES || !L->lane[lane].busy || L->lane[lane].st != st) {
+        snprintf(eb->err, sizeof eb->err, "wait: lane %d has no such step in flight", lane);
         return -1;
     }
     s_lane_step *ln = &L->lane[lane];
     if (ln->ord != L->ord_collect) {   /* nothing read: the caller's mistake leaves the group as it was */
-        snprintf(eb->err, sizeof eb->err, "collect: lane %d's step is not the oldest in flight (collect in "
-                 "submission order)", lane);
+        snprintf(eb->err, sizeof eb->err, "wait: lane %d's step is not the oldest in flight (wait in launch "
+                 "order)", lane);
         return -1;
     }
+    int32_t *out_tokens = st->out_tokens;
     const zl_seq *seqs = ln->seqs;
     const int *bnd = ln->bnd;
     int n_micro = ln->n_micro;
@@ -619,22 +649,7 @@ static int s_leader_collect(zl_engine *eb, int lane, int32_t *out_tokens) {
     return 0;
 }
 
-/* one synchronous step: submit and collect, with the whole ring capacity for its micro-batches */
-static int s_leader_step(zl_engine *eb, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
-    s_leader *L = (s_leader *)eb;
-    if (out_logits) {
-        snprintf(eb->err, sizeof eb->err, "pipeline: logits are not returned by the last stage");
-        return -1;
-    }
-    if (L->ord_next != L->ord_collect) {
-        snprintf(eb->err, sizeof eb->err, "step: asynchronous steps are in flight (collect them first)");
-        return -1;
-    }
-    if (s_leader_submit_n(L, seqs, n, 0, L->info.ring_cap)) return -1;
-    return s_leader_collect(eb, 0, out_tokens);
-}
-
-static const zl_engine_ops s_leader_ops = { s_leader_step, s_leader_destroy };
+static const zl_engine_ops s_leader_ops = { s_leader_launch, s_leader_wait, s_leader_destroy };
 
 int stage_leader_failed(const zl_engine *e) {
     if (!e || e->ops != &s_leader_ops) return 0;
@@ -710,8 +725,7 @@ zl_engine *stage_leader_new(const zl_model *m, const zl_engine_opts *o, const st
     b->layer_end = m->cfg.n_layers;
     /* two lanes keep every stage busy across step boundaries (docs/pipeline.md); ring_cap / 2 micro-batches each */
     b->lanes = 2;
-    b->step_submit = s_leader_submit;
-    b->step_collect = s_leader_collect;
+    b->depth = 1;
     s_info *in = &L->info;
     in->magic = S_INFO_MAGIC;
     in->version = S_INFO_VERSION;

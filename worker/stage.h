@@ -88,8 +88,8 @@ int stage_parse(const char *arg, int *stage, int *n_stages);
 /* The leader: creates its engine for stage 0's layers (options o, device o->device: cpu, or cuda[:K] for the
  * GPU transport, worker/stage_cuda.h), creates the shm group so->group sized for o, and waits for every
  * follower to attach (and, with CUDA, for every link's set-up). Returns an engine that runs whole steps through the pipeline
- * (engine_step; out_logits is not supported and must be NULL) and also steps in flight on 2 lanes
- * (engine_step_submit/collect, docs/pipeline.md), or NULL with a message. engine_destroy() shuts
+ * (engine_step; out_logits and hidden states are not supported and must be NULL) and also steps in flight on 2
+ * lanes (engine_launch/engine_wait, depth 1 per lane, docs/pipeline.md), or NULL with a message. engine_destroy() shuts
  * the group down (followers return 0) and removes the segment. Every stage process runs a monitor thread that
  * heartbeats in the group every 100 ms and checks its peers, so idle stages stay alive and notice deaths. */
 zl_engine *stage_leader_new(const zl_model *m, const zl_engine_opts *o, const stage_opts *so, char *err,

@@ -373,7 +373,20 @@ int stage_cuda_run(zl_engine *e, shm_group *g, const zl_seq *seqs, int n, stage_
     if (!out && in && s_poll(s_event_done, in->peer_ev[in->cur], g, "the previous stage's hidden states", err,
                              errlen))
         return -1;
-    if (engine_cuda_step_hidden_dev(e, seqs, n, h_in, h_out, waits, nw, recs, nr, out_tokens) != 0) {
+    zl_step st;
+    memset(&st, 0, sizeof st);
+    st.seqs = seqs;
+    st.n = n;
+    st.sync = 1;
+    st.h_in = h_in;
+    st.h_out = h_out;
+    st.h_dev = 1;
+    st.wait_ev = waits;
+    st.n_wait = nw;
+    st.record_ev = recs;
+    st.n_record = nr;
+    st.out_tokens = out_tokens;
+    if (engine_run(e, &st) != 0) {
         snprintf(err, errlen, "%s", e->err);
         return -1;
     }
