@@ -13,16 +13,14 @@ import time
 import msgpack
 import zmq
 
+import fixtures
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _counter = [0]
 
 
-def fixtures():
-    return os.environ.get("ZLLM_FIXTURES") or os.path.join(ROOT, "..", "shared", "fixtures")
-
-
 def model_path():
-    return os.path.join(fixtures(), "stories260K", "stories260K.gguf")
+    return fixtures.path("stories260K", "stories260K.gguf")
 
 
 def ipc(tag):
@@ -71,6 +69,13 @@ class Broker:
         self.log = tempfile.TemporaryFile(mode="w+")   # deleted when closed; read by logtext()
         self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log, env=e, cwd=ROOT)
         lines = [self.p.stdout.readline().decode().split() for _ in range(2)]
+        if not lines[0]:   # end of file: the broker exited before it printed its endpoints
+            try:
+                rc = self.p.wait(5)
+            except subprocess.TimeoutExpired:
+                rc = None
+            raise RuntimeError("zllm-broker exited (rc %s) before it printed its endpoints:\n%s" % (
+                rc, self.logtext()[-3000:]))
         if len(lines[0]) == 2:
             self.clients = lines[0][1]
             self.workers = lines[1][1]
