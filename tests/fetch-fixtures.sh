@@ -6,7 +6,7 @@
 #   vocab/        llama.cpp's vocabulary GGUFs with their .inp/.out test vectors and licence (MIT), taken from
 #                 vendor/llama.cpp of the llama-cpp-python==0.3.36 source distribution on PyPI, downloaded once
 # Every vocab file is checked against the sha256 pinned below, whether fetched, already cached, or copied from
-# ../shared/fixtures/vocab (a local copy used when present, never required).
+# ../shared/fixtures/vocab or shared/fixtures/vocab (local copies used when present, never required).
 # Progress goes to stderr; stdout carries only the folder's path, printed even when a file could not be had (the
 # tests that need it then fail naming it). Exit status: 0 when every file is in place, 1 otherwise.
 set -uo pipefail
@@ -50,15 +50,14 @@ for n in stories260K.gguf golden_greedy_ids.txt golden_greedy_text.txt; do
     [ -s "$root/tests/data/stories260K/$n" ] || { say "missing $root/tests/data/stories260K/$n"; rc=1; }
 done
 
-# vocab: what the cache lacks comes from ../shared/fixtures/vocab, else from the source distribution
+# vocab: what the cache lacks comes from a local copy, else from the source distribution
 need=()
 for n in "${!sum[@]}"; do
     good "$fx/vocab/$n" "${sum[$n]}" && continue
-    s=$root/../shared/fixtures/vocab/$n
-    if good "$s" "${sum[$n]}"; then
-        cp "$s" "$fx/vocab/$n.part.$$" && mv "$fx/vocab/$n.part.$$" "$fx/vocab/$n" && continue
-    fi
-    need+=("$n")
+    for s in "$root/../shared/fixtures/vocab/$n" "$root/shared/fixtures/vocab/$n"; do
+        good "$s" "${sum[$n]}" && cp "$s" "$fx/vocab/$n.part.$$" && mv "$fx/vocab/$n.part.$$" "$fx/vocab/$n" && break
+    done
+    good "$fx/vocab/$n" "${sum[$n]}" || need+=("$n")
 done
 if [ ${#need[@]} -gt 0 ]; then
     tmp=$(mktemp -d)
