@@ -17,6 +17,31 @@ import fixtures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _counter = [0]
+_brokers = {}   # endpoint -> Broker: the waits below end early once that broker's process has exited
+
+
+def _broker_gone(endpoint):
+    b = _brokers.get(endpoint)
+    return b is not None and b.p.poll() is not None
+
+
+class _Registered(threading.Event):
+    """FakeWorker.registered: wait(timeout) also returns (False) as soon as the broker's process has exited."""
+
+    def __init__(self, endpoint):
+        super().__init__()
+        self.endpoint = endpoint
+
+    def wait(self, timeout=None):
+        end = None if timeout is None else time.time() + timeout
+        while end is None or time.time() < end:
+            step = 0.1 if end is None else max(0.0, min(0.1, end - time.time()))
+            if super().wait(step):
+                return True
+            if _broker_gone(self.endpoint):
+                print("FakeWorker: the broker at %s has exited" % self.endpoint, flush=True)
+                return super().wait(0)
+        return self.is_set()
 
 
 def model_path():
@@ -79,6 +104,7 @@ class Broker:
         if len(lines[0]) == 2:
             self.clients = lines[0][1]
             self.workers = lines[1][1]
+        _brokers[self.clients] = _brokers[self.workers] = self
 
     def alive(self):
         return self.p.poll() is None
@@ -133,7 +159,7 @@ class FakeWorker:
         self.assigned = []        # every rid assigned
         self.cancelled = []       # every rid cancelled
         self.reregisters = 0
-        self.registered = threading.Event()
+        self.registered = _Registered(endpoint)
         self.lock = threading.Lock()
         self.t = threading.Thread(target=self.run, daemon=True)
         self.t.start()
@@ -215,6 +241,7 @@ class Client:
             self.s.curve_secretkey = sec
             self.s.curve_serverkey = server
         self.s.connect(endpoint)
+        self.endpoint = endpoint
         self.pending = {}   # id -> list of messages
 
     def send(self, d):
@@ -229,9 +256,19 @@ class Client:
         self.send(d)
 
     def recv(self, timeout=5.0):
-        if not self.s.poll(int(timeout * 1000)):
-            return None
-        return msgpack.unpackb(self.s.recv(), raw=False)
+        """the next message, or None after timeout seconds, or sooner once the broker's process has exited and
+        nothing more arrives within 0.2 s"""
+        end = time.time() + timeout
+        while True:
+            left = end - time.time()
+            if self.s.poll(max(0, int(min(left, 0.1) * 1000))):
+                return msgpack.unpackb(self.s.recv(), raw=False)
+            if left <= 0:
+                return None
+            if _broker_gone(self.endpoint):
+                if not self.s.poll(int(min(max(left, 0), 0.2) * 1000)):
+                    return None
+                return msgpack.unpackb(self.s.recv(), raw=False)
 
     def wait_final(self, rid, timeout=10.0):
         """Messages until the final of rid (others are kept). Returns (tokens_msgs, final or None)."""
