@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # deploy/deps.sh: installs what zllm needs and is missing. As root it installs; otherwise it prints the commands.
 # Debian packages: build tools, ZeroMQ, msgpack-c, PCRE2, utf8proc. Python: the packages the tests and clients use.
+# It names each package before installing it, and waits (up to 10 minutes) for the package manager's lock when
+# another apt or dpkg holds it instead of failing.
 set -u
 pkgs=(build-essential pkg-config libzmq3-dev libmsgpack-dev libpcre2-dev libutf8proc-dev python3 python3-pip)
 missing=()
@@ -24,12 +26,14 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 if [ ${#missing[@]} -gt 0 ]; then
-    echo "deps: apt-get install ${missing[*]}"
+    echo "deps: installing Debian packages: ${missing[*]} (apt-get update, then apt-get install)"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null && apt-get install -y -qq "${missing[@]}" >/dev/null || { echo "deps: apt-get failed" >&2; exit 1; }
+    lock=(-o DPkg::Lock::Timeout=600)
+    apt-get "${lock[@]}" update -qq >/dev/null && apt-get "${lock[@]}" install -y -qq "${missing[@]}" >/dev/null ||
+        { echo "deps: apt-get failed" >&2; exit 1; }
 fi
 if [ ${#pymissing[@]} -gt 0 ]; then
-    echo "deps: pip install ${pymissing[*]}"
+    echo "deps: installing Python packages: ${pymissing[*]} (pip install)"
     # Debian 12's own python3 refuses plain pip installs (PEP 668, "externally managed"): retry with the flag
     # that allows them, which only affects this machine's python3 site-packages.
     if ! python3 -m pip install -q "${pymissing[@]}" >/tmp/zllm-deps-pip.log 2>&1; then

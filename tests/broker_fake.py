@@ -13,16 +13,39 @@ import time
 import msgpack
 import zmq
 
+import fixtures
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _counter = [0]
+_brokers = {}   # endpoint -> Broker: the waits below end early once that broker's process has exited
 
 
-def fixtures():
-    return os.environ.get("ZLLM_FIXTURES") or os.path.join(ROOT, "..", "shared", "fixtures")
+def _broker_gone(endpoint):
+    b = _brokers.get(endpoint)
+    return b is not None and b.p.poll() is not None
+
+
+class _Registered(threading.Event):
+    """FakeWorker.registered: wait(timeout) also returns (False) as soon as the broker's process has exited."""
+
+    def __init__(self, endpoint):
+        super().__init__()
+        self.endpoint = endpoint
+
+    def wait(self, timeout=None):
+        end = None if timeout is None else time.time() + timeout
+        while end is None or time.time() < end:
+            step = 0.1 if end is None else max(0.0, min(0.1, end - time.time()))
+            if super().wait(step):
+                return True
+            if _broker_gone(self.endpoint):
+                print("FakeWorker: the broker at %s has exited" % self.endpoint, flush=True)
+                return super().wait(0)
+        return self.is_set()
 
 
 def model_path():
-    return os.path.join(fixtures(), "stories260K", "stories260K.gguf")
+    return fixtures.path("stories260K", "stories260K.gguf")
 
 
 def ipc(tag):
@@ -72,9 +95,17 @@ class Broker:
         self.log = tempfile.TemporaryFile(mode="w+")   # deleted when closed; read by logtext()
         self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log, env=e, cwd=ROOT)
         lines = [self.p.stdout.readline().decode().split() for _ in range(2)]
+        if not lines[0]:   # end of file: the broker exited before it printed its endpoints
+            try:
+                rc = self.p.wait(5)
+            except subprocess.TimeoutExpired:
+                rc = None
+            raise RuntimeError("zllm-broker exited (rc %s) before it printed its endpoints:\n%s" % (
+                rc, self.logtext()[-3000:]))
         if len(lines[0]) == 2:
             self.clients = lines[0][1]
             self.workers = lines[1][1]
+        _brokers[self.clients] = _brokers[self.workers] = self
 
     def alive(self):
         return self.p.poll() is None
@@ -129,7 +160,7 @@ class FakeWorker:
         self.assigned = []        # every rid assigned
         self.cancelled = []       # every rid cancelled
         self.reregisters = 0
-        self.registered = threading.Event()
+        self.registered = _Registered(endpoint)
         self.lock = threading.Lock()
         self.t = threading.Thread(target=self.run, daemon=True)
         self.t.start()
@@ -211,6 +242,7 @@ class Client:
             self.s.curve_secretkey = sec
             self.s.curve_serverkey = server
         self.s.connect(endpoint)
+        self.endpoint = endpoint
         self.pending = {}   # id -> list of messages
 
     def send(self, d):
@@ -225,9 +257,19 @@ class Client:
         self.send(d)
 
     def recv(self, timeout=5.0):
-        if not self.s.poll(int(timeout * 1000)):
-            return None
-        return msgpack.unpackb(self.s.recv(), raw=False)
+        """the next message, or None after timeout seconds, or sooner once the broker's process has exited and
+        nothing more arrives within 0.2 s"""
+        end = time.time() + timeout
+        while True:
+            left = end - time.time()
+            if self.s.poll(max(0, int(min(left, 0.1) * 1000))):
+                return msgpack.unpackb(self.s.recv(), raw=False)
+            if left <= 0:
+                return None
+            if _broker_gone(self.endpoint):
+                if not self.s.poll(int(min(max(left, 0), 0.2) * 1000)):
+                    return None
+                return msgpack.unpackb(self.s.recv(), raw=False)
 
     def wait_final(self, rid, timeout=10.0):
         """Messages until the final of rid (others are kept). Returns (tokens_msgs, final or None)."""

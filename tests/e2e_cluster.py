@@ -13,19 +13,26 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 import zllm  # noqa: E402
+import fixtures  # noqa: E402
 
 BUILD = os.environ.get("ZLLM_BUILD", "build")
 BIN = os.path.join(ROOT, BUILD, "bin") if not os.path.isabs(BUILD) else os.path.join(BUILD, "bin")
-FIXTURES = os.environ.get("ZLLM_FIXTURES") or os.path.join(ROOT, "..", "shared", "fixtures")
-STORIES = os.path.join(FIXTURES, "stories260K", "stories260K.gguf")
+FIXTURES = fixtures.root()
+STORIES = os.path.join(FIXTURES, "stories260K", "stories260K.gguf")   # Cluster checks its model is there
 # the workers' device: cpu in CI; ZLLM_E2E_DEVICE=cuda runs the same tests against the CUDA engine
 DEVICE = os.environ.get("ZLLM_E2E_DEVICE", "cpu")
 
 
 def golden_ids():
-    with open(os.path.join(FIXTURES, "stories260K", "golden_greedy_ids.txt")) as f:
-        return [int(x) for x in f.read().split()]
+    """llama2.c's 200 greedy ids from BOS; raises unless the file holds exactly 200"""
+    p = fixtures.path("stories260K", "golden_greedy_ids.txt")
+    with open(p) as f:
+        ids = [int(x) for x in f.read().split()]
+    if len(ids) != 200:
+        raise ValueError("%s: %d ids, expected 200" % (p, len(ids)))
+    return ids
 
 
 def golden_req(gold, k, mt):
@@ -83,6 +90,8 @@ class Cluster:
     """One broker and any number of workers in a private folder. model: the GGUF file both load."""
 
     def __init__(self, model=STORIES, model_name="stories"):
+        if not os.path.isfile(model) or os.path.getsize(model) == 0:
+            raise FileNotFoundError("missing model %s (tests/fetch-fixtures.sh assembles the fixtures)" % model)
         self.dir = tempfile.mkdtemp(prefix="zllm-e2e-", dir="/tmp")
         self.model = model
         self.model_name = model_name
@@ -123,13 +132,24 @@ class Cluster:
         return zllm.Client(self.clients_ep, **kw)
 
     def status(self, timeout=2.0):
-        with self.client() as c:
+        with self.client(send_timeout=timeout) as c:   # bounded also while the endpoint does not exist yet
             return c.status(timeout=timeout)
 
+    def exited(self, names=()):
+        """The processes among the broker and the workers in names that have exited, as 'name (rc N)' strings."""
+        procs = [("broker", self.broker)] + [(n, self.workers.get(n)) for n in names]
+        return ["%s (rc %s)" % (n, p.returncode) for n, p in procs if p is not None and p.poll() is not None]
+
     def wait_workers(self, names, timeout=10.0, need_alive=True):
-        """Waits until the broker lists every worker in names as alive; returns the status or None."""
+        """Waits until the broker lists every worker in names as alive; returns the status or None. Gives up at
+        once, printing the log tails, when the broker or one of those workers has exited."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
+            gone = self.exited(names)
+            if gone:
+                print("wait_workers: exited: %s" % ", ".join(gone), flush=True)
+                self.dump_logs()
+                return None
             try:
                 st = self.status(timeout=1.0)
                 have = {w["name"]: w for w in st.get("workers", [])}

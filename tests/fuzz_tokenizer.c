@@ -1,6 +1,7 @@
 /* tests/fuzz_tokenizer.c: fuzz target for the tokenizer and chat templates.
  *
- * The vocab GGUFs of $ZLLM_FIXTURES/vocab are loaded once. The first input byte picks what to do with the rest:
+ * The vocab GGUFs of $ZLLM_FIXTURES/vocab (default: the folder tests/fetch-fixtures.sh prints) are loaded once.
+ * The first input byte picks what to do with the rest:
  *   mode 0: encode with one of the three vocabularies (parse_special / add_bos from bits), decode, and require
  *           decode(encode(x)) == x for the BPE ones (any bytes: invalid UTF-8 is encoded byte-wise) and for SPM
  *           without special parsing when x has no U+2581 (SentencePiece's escaped space, which decodes as ' ');
@@ -25,7 +26,16 @@ static void s_load(void) {
     if (s_loaded) return;
     s_loaded = 1;
     const char *fx = getenv("ZLLM_FIXTURES");
-    if (!fx || !*fx) fx = "../shared/fixtures";
+    char dir[1024] = "";
+    if (!fx || !*fx) {   /* the folder tests/fetch-fixtures.sh assembles (run from the repository root) */
+        FILE *p = popen("bash tests/fetch-fixtures.sh", "r");
+        if (p) {
+            if (!fgets(dir, sizeof dir, p)) dir[0] = 0;
+            pclose(p);
+        }
+        dir[strcspn(dir, "\n")] = 0;
+        fx = dir;
+    }
     static const char *names[3] = {"llama-spm", "llama-bpe", "qwen2"};
     for (int i = 0; i < 3; i++) {
         char path[1024], err[256];

@@ -21,9 +21,14 @@
 set -u
 build=${1:-build}
 cd "$(dirname "$0")/.."
-export ZLLM_FIXTURES=${ZLLM_FIXTURES:-$(cd .. && pwd)/shared/fixtures}
 filter=${ZLLM_TEST_FILTER:-.}
 tp=0; tf=0; bad=()
+# test data: as in tests/run.sh ($ZLLM_FIXTURES, else the folder tests/fetch-fixtures.sh assembles)
+if [ -z "${ZLLM_FIXTURES:-}" ]; then
+    ZLLM_FIXTURES=$(bash tests/fetch-fixtures.sh)
+    if [ $? -ne 0 ]; then tf=$((tf + 1)); bad+=(fetch-fixtures.sh); echo "FAIL tests/fetch-fixtures.sh"; fi
+fi
+export ZLLM_FIXTURES
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 run_one() {   # name, command...
     local name=$1; shift

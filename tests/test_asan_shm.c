@@ -680,13 +680,31 @@ static void test_cleanup(void) {
     as_user(0);
 }
 
+/* copies src to dst; 0 or -1 */
+static int s_copy_file(const char *src, const char *dst) {
+    FILE *in = fopen(src, "rb"), *out = in ? fopen(dst, "wb") : NULL;
+    char buf[65536];
+    size_t n;
+    int rc = in && out ? 0 : -1;
+    while (rc == 0 && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) rc = -1;
+    if (in) fclose(in);
+    if (out && fclose(out) != 0) rc = -1;
+    return rc;
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     CHECK(getuid() == 0, "runs as root, to play two other users (CI runs as root)");
     if (getuid() != 0) return test_report();
     if (setgroups(0, NULL) != 0) CHECK(0, "setgroups: %s", strerror(errno));
-    snprintf(s_model, sizeof s_model, "%s/stories260K/stories260K.gguf", test_fixtures());
-    CHECK(access(s_model, R_OK) == 0, "model %s", s_model);
+    /* the stages run as the victim's uid, which cannot enter root's cache: a world-readable copy */
+    char src[1024], dir[] = "/tmp/zllm-test-shm.XXXXXX";
+    snprintf(src, sizeof src, "%s/stories260K/stories260K.gguf", test_fixtures());
+    CHECK(access(src, R_OK) == 0, "model %s", src);
+    CHECK(mkdtemp(dir) != NULL && chmod(dir, 0755) == 0, "model directory %s", dir);
+    snprintf(s_model, sizeof s_model, "%s/stories260K.gguf", dir);
+    CHECK(s_copy_file(src, s_model) == 0 && chmod(s_model, 0644) == 0, "copy %s to %s", src, s_model);
     void *shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(shared != MAP_FAILED, "shared page");
     if (shared == MAP_FAILED) return test_report();
@@ -698,5 +716,7 @@ int main(void) {
     test_pipeline();
     test_signal();
     munmap(shared, 4096);
+    unlink(s_model);
+    rmdir(dir);
     return test_report();
 }

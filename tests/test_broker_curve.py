@@ -11,7 +11,7 @@ import time
 import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from broker_fake import Broker, Checker, Client, FakeWorker, asan_broker  # noqa: E402
+from broker_fake import Broker, Checker, Client, FakeWorker, asan_broker, model_path  # noqa: E402
 
 build = os.environ.get("ZLLM_BUILD", "build")
 ck = Checker()
@@ -71,9 +71,7 @@ ck.check(st is not None and st["counters"]["accepted"] == 1, "only the allowed c
 empty = os.path.join(tmp, "empty")
 os.makedirs(empty)
 r = subprocess.run([binary, "--clients", "tcp://127.0.0.1:0", "--workers", "ipc://%s/w" % tmp, "--model",
-                    os.path.join(os.environ.get("ZLLM_FIXTURES", os.path.join(os.path.dirname(__file__), "..", "..",
-                                 "shared", "fixtures")), "stories260K", "stories260K.gguf"),
-                    "--curve-secret", os.path.join(tmp, "server.key"), "--curve-allow", empty],
+                    model_path(), "--curve-secret", os.path.join(tmp, "server.key"), "--curve-allow", empty],
                    capture_output=True, timeout=10)
 ck.check(r.returncode != 0 and b"no *.pub" in r.stderr, "an empty allow-list refuses to start: %r" % r.stderr)
 

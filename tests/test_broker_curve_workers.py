@@ -68,10 +68,24 @@ def worker(name, endpoint, *keys):
     return p
 
 
-def wait_workers(c, names, timeout):
+def log_of(name):
+    try:
+        with open(os.path.join(tmp, name + ".log"), "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def wait_workers(c, names, timeout, watch=()):
+    """until the broker lists every name alive; gives up at once, printing the process's log tail, when a process
+    of watch ((name, Popen, function returning its log)) has exited"""
     end = time.monotonic() + timeout
     st = None
     while time.monotonic() < end:
+        for n, p, log in watch:
+            if p.poll() is not None:
+                print("wait_workers: %s exited (rc %s):\n%s" % (n, p.returncode, log()[-2000:]), flush=True)
+                return None
         st = c.status(1.0)
         if st and all(any(w["name"] == n and w.get("alive") for w in st.get("workers", [])) for n in names):
             return st
@@ -99,7 +113,7 @@ good = worker("good", b.workers, "--curve-server-key", spre + ".pub", "--curve-k
 bad = worker("bad", b.workers, "--curve-server-key", spre + ".pub", "--curve-key", bpre + ".key")
 plain = worker("plain", b.workers)
 c = Client(ctx, b.clients, curve=(cpub, csec, spub))
-st = wait_workers(c, ["good"], 15)
+st = wait_workers(c, ["good"], 15, [("broker", b.p, b.logtext), ("good", good, lambda: log_of("good"))])
 ck.ok(st is not None and any(w["name"] == "good" and w.get("alive") for w in st.get("workers", [])),
       "the worker with an allowed key registered: %r" % (st and st.get("workers")))
 fin, ids = serve(c, "g1")
@@ -142,7 +156,7 @@ b = Broker(BROKER, models=["stories=" + STORIES], clients="tcp://127.0.0.1:0", w
 good = worker("good2", b.workers, "--curve-server-key", spre + ".pub", "--curve-key", gpre + ".key")
 ckey = worker("clientkey", b.workers, "--curve-server-key", spre + ".pub", "--curve-key", cpre + ".key")
 c = Client(ctx, b.clients, curve=(cpub, csec, spub))
-st = wait_workers(c, ["good2"], 15)
+st = wait_workers(c, ["good2"], 15, [("broker", b.p, b.logtext), ("good2", good, lambda: log_of("good2"))])
 ck.ok(st is not None and any(w["name"] == "good2" for w in st.get("workers", [])),
       "separate lists: the worker key registers")
 fin, ids = serve(c, "s1")
@@ -205,7 +219,7 @@ sup_log = os.path.join(tmp, "deploy.out")
 sup = subprocess.Popen([DEPLOY, "--run-dir", rundir, layout], stdout=open(sup_log, "w"), stderr=subprocess.STDOUT)
 procs.append(sup)
 c = Client(ctx, "tcp://127.0.0.1:%d" % cport, curve=(cpub, csec, spub))
-st = wait_workers(c, ["cw-0"], 15)
+st = wait_workers(c, ["cw-0"], 15, [("zllm-deploy", sup, lambda: open(sup_log, errors="replace").read())])
 ck.ok(st is not None and any(w["name"] == "cw-0" and w.get("alive") for w in st.get("workers", [])),
       "zllm-deploy: the CURVE worker registered over tcp")
 fin, ids = serve(c, "d1")

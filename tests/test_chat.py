@@ -16,7 +16,8 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("ZLLM_BUILD", "build")
-FIX = os.environ.get("ZLLM_FIXTURES") or os.path.join(ROOT, "..", "shared", "fixtures")
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import fixtures  # noqa: E402
 TOOL = os.path.join(ROOT, BUILD, "bin", "zllm-tokenize")
 
 passed = failed = 0
@@ -188,7 +189,9 @@ def main():
         print("FAIL %s not built" % TOOL, file=sys.stderr)
         print("0 passed, 1 failed")
         return 1
-    vocab = os.path.join(FIX, "vocab")
+    for n in ("qwen2", "llama-bpe", "llama-spm"):
+        fixtures.path("vocab", "ggml-vocab-%s.gguf" % n)   # raises, naming the file, when it is missing
+    vocab = os.path.join(fixtures.root(), "vocab")
     smol = subprocess.run(["bash", os.path.join(ROOT, "deploy", "fetch-model.sh")], capture_output=True,
                           text=True).stdout.strip()
     check(os.path.isfile(smol), "SmolLM2 model from deploy/fetch-model.sh: %r" % smol)

@@ -128,10 +128,18 @@ def status():
         return None
 
 
+def sup_exited():
+    """True (after printing its output's tail) when zllm-deploy has exited: nothing to wait for then"""
+    if sup.poll() is None:
+        return False
+    print("zllm-deploy exited (rc %s):\n%s" % (sup.returncode, sup_text()[-3000:]), flush=True)
+    return True
+
+
 def wait_alive(names, timeout, newer_than=None):
     """until the broker lists every name alive (and, for newer_than {name: step}, re-registered: any entry)"""
     end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    while time.monotonic() < end and not sup_exited():
         st = status()
         if st:
             have = {}
@@ -156,7 +164,7 @@ def wait_reregistered(name, logname, n, timeout):
     """until the process log shows its n-th registration and the broker lists one entry of that name, alive
     (the killed process's entry is gone: the broker declared it dead)"""
     end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    while time.monotonic() < end and not sup_exited():
         st = status()
         if st and registrations(logname) >= n:
             entries = [w for w in st.get("workers", []) if w["name"] == name]
@@ -205,7 +213,7 @@ ck.ok(len(old) == 1, "one start of %s so far: %r" % (r0, old))
 if old:
     os.kill(old[-1], signal.SIGKILL)
 end = time.monotonic() + 15
-while time.monotonic() < end and len(pids_of(r0)) < 2:
+while time.monotonic() < end and len(pids_of(r0)) < 2 and not sup_exited():
     time.sleep(0.1)
 new = pids_of(r0)
 ck.ok(len(new) == 2 and alive(new[-1]), "%s restarted: pids %r" % (r0, new))
@@ -225,7 +233,8 @@ ck.ok(len(s0) == 1 and len(s1) == 1, "one start of each stage so far: %r %r" % (
 if s1:
     os.kill(s1[-1], signal.SIGKILL)
 end = time.monotonic() + 15
-while time.monotonic() < end and (len(pids_of(grp + ".s0")) < 2 or len(pids_of(grp + ".s1")) < 2):
+while time.monotonic() < end and (len(pids_of(grp + ".s0")) < 2 or len(pids_of(grp + ".s1")) < 2) and \
+        not sup_exited():
     time.sleep(0.1)
 s0n, s1n = pids_of(grp + ".s0"), pids_of(grp + ".s1")
 ck.ok(len(s0n) == 2 and len(s1n) == 2, "both stages started again: %r %r" % (s0n, s1n))
@@ -291,7 +300,7 @@ sup2 = subprocess.Popen([DEPLOY, "--run-dir", run2, lay2], stdout=open(log2, "w"
 procs.append(sup2)
 end = time.monotonic() + 10
 kids = []
-while time.monotonic() < end and len(kids) < 2:
+while time.monotonic() < end and len(kids) < 2 and sup2.poll() is None:
     with open(log2) as f:
         kids = [int(p) for p in re.findall(r" start \S+ pid (\d+)", f.read())]
     time.sleep(0.05)

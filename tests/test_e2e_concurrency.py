@@ -9,14 +9,14 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_cluster import BIN, Cluster, Checks, collect, golden_ids, watchdog, FIXTURES  # noqa: E402
+from e2e_cluster import BIN, Cluster, Checks, collect, golden_ids, watchdog, fixtures  # noqa: E402
 
 
 def main():
     watchdog(90)
     ck = Checks("e2e_concurrency")
     gold = golden_ids()
-    with open(os.path.join(FIXTURES, "stories260K", "golden_greedy_text.txt")) as f:
+    with open(fixtures.path("stories260K", "golden_greedy_text.txt")) as f:
         words = f.read().split()
     rng = random.Random(1234)
     reqs = []

@@ -2,13 +2,16 @@
 # tests/test_e2e_deploy.sh: deploy/run-local.sh starts one broker and 2 CPU workers (stories260K) with logs,
 # `zllm status` lists both, `zllm generate` prints llama2.c's golden ids, and `stop` ends every process it
 # started (SIGTERM: the broker drains) and removes the pid files. Also: `zllm` with no broker fails (exit 1)
-# in bounded time instead of hanging.
+# in bounded time instead of hanging. Test data: $ZLLM_FIXTURES, else the folder tests/fetch-fixtures.sh prints.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${ZLLM_BUILD:-build}
 case "$build" in /*) ;; *) build=$root/$build ;; esac
-fx=${ZLLM_FIXTURES:-$root/../shared/fixtures}
+fx=${ZLLM_FIXTURES:-$(bash "$root/tests/fetch-fixtures.sh")}
 model=$fx/stories260K/stories260K.gguf
+for f in "$model" "$fx/stories260K/golden_greedy_ids.txt"; do
+    [ -s "$f" ] || { echo "FAIL: missing fixture $f"; echo "0 passed, 1 failed"; exit 1; }
+done
 dir=$(mktemp -d /tmp/zllm-deploy.XXXXXX)
 pass=0; fail=0
 check() { if [ "$1" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2"; fi; }
@@ -33,7 +36,8 @@ check $([ "$(echo "$st" | grep -c ' alive$')" = 2 ] && echo 0 || echo 1) "status
 gold=$(head -c 2000 "$fx/stories260K/golden_greedy_ids.txt" | tr -s ' \n' ' ' | cut -d' ' -f1-30)
 out=$(timeout 20 "$build/bin/zllm" generate --broker "ipc://$dir/clients" --tokens 1 -n 30 --temp 0 --ignore-eos --ids)
 check $? "zllm generate exit 0"
-check $([ "$(echo $out)" = "$(echo $gold)" ] && echo 0 || echo 1) "golden ids through the deployment: $out"
+check $([ -n "$gold" ] && [ "$(echo $out)" = "$(echo $gold)" ] && echo 0 || echo 1) \
+    "golden ids through the deployment: $out"
 for f in "$dir"/broker.log "$dir"/worker-1.log "$dir"/worker-2.log; do
     check $([ -s "$f" ] && echo 0 || echo 1) "log $f written"
 done

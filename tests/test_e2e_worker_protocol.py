@@ -30,6 +30,7 @@ class FakeBroker:
         self.ident = None
         self.beat = True          # send broker heartbeats while receiving
         self.last_hb = 0.0
+        self.proc = None          # the worker (Popen): recv stops waiting once it has exited
 
     def send(self, m, ident=None):
         self.s.send_multipart([ident or self.ident, msgpack.packb(m)])
@@ -38,13 +39,16 @@ class FakeBroker:
         self.s.send_multipart([self.ident] + list(frames))
 
     def recv(self, timeout, want=None):
-        """Next message (ident, map) of type want (others are returned only when want is None)."""
+        """Next message (ident, map) of type want (others are returned only when want is None); (None, None) at
+        the timeout, or at once when nothing is queued and the worker has exited."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self.beat and self.ident and time.monotonic() - self.last_hb > HB_MS / 1000.0:
                 self.send({"zllm": 1, "type": "hb"})
                 self.last_hb = time.monotonic()
             if not self.s.poll(20):
+                if self.proc is not None and self.proc.poll() is not None:
+                    return None, None
                 continue
             fr = self.s.recv_multipart()
             if len(fr) != 2:
@@ -66,9 +70,11 @@ def main():
     w = subprocess.Popen([os.path.join(BIN, "zllm-worker"), "--broker", ep, "-m", STORIES, "--name", "wp",
                           "--max-batch", "4", "--ctx", "256", "--threads", "1", "--heartbeat-ms", str(HB_MS),
                           "--step-tokens", "8"], stdout=log, stderr=subprocess.STDOUT)
+    fb.proc = w
     try:
         ident, reg = fb.recv(5, "register")
-        if not ck.ok(reg is not None, "register received"):
+        if not ck.ok(reg is not None, "register received (worker %s)" % (
+                "running" if w.poll() is None else "exited, rc %s" % w.returncode)):
             return ck.report()
         fb.ident = ident
         ck.ok(reg.get("zllm") == 1 and reg.get("name") == "wp" and reg.get("model") == "stories260K" and

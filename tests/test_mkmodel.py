@@ -18,7 +18,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("ZLLM_BUILD", "build")
 MK = os.path.join(ROOT, BUILD, "bin", "zllm-mkmodel")
 RD = os.path.join(ROOT, BUILD, "bin", "zllm-gguf")
-FIX = os.environ.get("ZLLM_FIXTURES", os.path.join(os.path.dirname(ROOT), "shared", "fixtures"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import fixtures  # noqa: E402
+FIX = fixtures.root()
 
 passed = failed = 0
 

@@ -4,17 +4,24 @@
 # two concurrent sampled requests with one seed give the same 64 ids. Three times: with steps queued ahead
 # (ZLLM_WORKER_AHEAD=1), without (=0), and as the device's default (on for cuda, off for cpu); the worker's start
 # line must say which.
-# ZLLM_BUILD names the build folder (default build). Prints "N passed, N failed".
+# ZLLM_BUILD names the build folder (default build); test data comes from $ZLLM_FIXTURES, else the folder
+# tests/fetch-fixtures.sh prints, and a missing file fails the test. Waiting for the worker to register stops as
+# soon as the broker or the worker has exited, with their log tails. Prints "N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
 build=${ZLLM_BUILD:-build}
 dev=${1:-cpu}
-st=${ZLLM_FIXTURES:-$(cd .. && pwd)/shared/fixtures}/stories260K
+st=${ZLLM_FIXTURES:-$(bash tests/fetch-fixtures.sh)}/stories260K
 wk=$build/bin/zllm-worker; bk=$build/bin/zllm-broker; cl=$build/bin/zllm
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for x in "$wk" "$bk" "$cl"; do
     [ -x "$x" ] || { echo "FAIL: $x not built"; echo "0 passed, 1 failed"; exit 1; }
 done
+for f in stories260K.gguf golden_greedy_ids.txt; do
+    [ -s "$st/$f" ] || { echo "FAIL: missing fixture $st/$f"; echo "0 passed, 1 failed"; exit 1; }
+done
+[ "$(wc -w <"$st/golden_greedy_ids.txt")" -eq 200 ] ||
+    { echo "FAIL: $st/golden_greedy_ids.txt does not hold 200 ids"; echo "0 passed, 1 failed"; exit 1; }
 worker_golden() {   # DEVICE, 1/0: steps queued ahead expected, extra environment (VAR=value ...); prints counts
     local dv=$1 want=$2; shift 2
     local d=$tmp/e2e.$RANDOM pass=0 fail=0 pids=()
@@ -25,9 +32,19 @@ worker_golden() {   # DEVICE, 1/0: steps queued ahead expected, extra environmen
         --ctx 256 >"$d/worker.log" 2>&1 &
     local wpid=$!
     tr -s ' \n' '  ' <"$st/golden_greedy_ids.txt" | sed 's/ *$//' >"$d/gold"
-    local ok=0
-    for i in $(seq 100); do "$cl" status --broker "ipc://$d/c" 2>/dev/null | grep -q "device $dv" && { ok=1; break; }; sleep 0.2; done
-    [ $ok -eq 1 ] || { echo "worker not ready"; tail -5 "$d/worker.log"; }
+    local ok=0 i
+    for i in $(seq 100); do
+        kill -0 "$bpid" 2>/dev/null && kill -0 "$wpid" 2>/dev/null || break
+        timeout 5 "$cl" status --broker "ipc://$d/c" 2>/dev/null | grep -q "device $dv" && { ok=1; break; }
+        sleep 0.2
+    done
+    if [ $ok -ne 1 ]; then
+        kill "$wpid" "$bpid" 2>/dev/null; wait "$wpid" "$bpid" 2>/dev/null
+        echo "worker not ready after $i polls; broker log:"; tail -n 10 "$d/broker.log"
+        echo "worker log:"; tail -n 10 "$d/worker.log"
+        echo "0 passed, 1 failed"
+        return 1
+    fi
     local have=0; grep -q "steps queued ahead" "$d/worker.log" && have=1
     if [ $have -eq $want ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "worker: steps queued ahead $have, wanted $want"; fi
     for i in 1 2 3 4; do
@@ -42,7 +59,7 @@ worker_golden() {   # DEVICE, 1/0: steps queued ahead expected, extra environmen
     wait "${pids[@]}"
     for i in 1 2 3 4; do
         tr -s ' \n' '  ' <"$d/ids$i" | sed 's/ *$//' >"$d/got$i"
-        if cmp -s "$d/got$i" "$d/gold"; then pass=$((pass + 1)); else
+        if [ -s "$d/got$i" ] && cmp -s "$d/got$i" "$d/gold"; then pass=$((pass + 1)); else
             fail=$((fail + 1)); echo "request $i: not the golden ids:"; head -c 300 "$d/got$i"; echo; fi
     done
     local n1 n2

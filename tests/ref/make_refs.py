@@ -16,7 +16,7 @@ tokens, n_prefill, rows, vocab, dtype, producer versions) and OUT/NAME.logits.f3
 [rows][vocab]).
 
 Before anything else the script checks itself: greedy generation with transformers from BOS on stories260K must
-reproduce the 200 golden ids of llama2.c's run.c (--fixtures DIR, default $ZLLM_FIXTURES or ../shared/fixtures).
+reproduce the 200 golden ids of llama2.c's run.c (--fixtures DIR, default $ZLLM_FIXTURES or tests/data).
 
 A real quantized model (--hf-gguf, e.g. SmolLM2-135M-Instruct Q4_1 from deploy/fetch-model.sh) is loaded by
 transformers' own GGUF loader instead (needs accelerate too) and only a subset of each logits row is stored
@@ -24,7 +24,7 @@ transformers' own GGUF loader instead (needs accelerate too) and only a subset o
 
 Usage (from the repository root; needs torch, transformers, accelerate, gguf, numpy), as run to make the
 committed files:
-    python3 tests/ref/make_refs.py --out tests/ref ../shared/fixtures/stories260K/stories260K.gguf \
+    python3 tests/ref/make_refs.py --out tests/ref tests/data/stories260K/stories260K.gguf \
         tests/ref/tiny-llama.gguf tests/ref/tiny-qwen2.gguf --hf-gguf $(bash deploy/fetch-model.sh)
 """
 import argparse
@@ -257,7 +257,7 @@ def make_ref_hf_gguf(path, outdir, text, k_top=256, k_rand=256):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="tests/ref")
-    ap.add_argument("--fixtures", default=os.environ.get("ZLLM_FIXTURES") or "../shared/fixtures")
+    ap.add_argument("--fixtures", default=os.environ.get("ZLLM_FIXTURES") or "tests/data")
     ap.add_argument("--skip-golden", action="store_true")
     ap.add_argument("--hf-gguf", action="append", default=[],
                     help="a real (quantized) model to load with transformers' GGUF loader; subset refs")

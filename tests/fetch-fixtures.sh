@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# tests/fetch-fixtures.sh: assembles the tests' data folder once and prints its path (the value of $ZLLM_FIXTURES
+# that tests/run.sh exports). The folder is $ZLLM_CACHE/fixtures ($ZLLM_CACHE defaults to
+# ${XDG_CACHE_HOME:-~/.cache}/zllm) and holds:
+#   stories260K/  copied from the repository (tests/data/stories260K: the model, its golden ids and text)
+#   vocab/        llama.cpp's vocabulary GGUFs with their .inp/.out test vectors and licence (MIT), taken from
+#                 vendor/llama.cpp of the llama-cpp-python==0.3.36 source distribution on PyPI, downloaded once
+# Every vocab file is checked against the sha256 pinned below, whether fetched, already cached, or copied from
+# ../shared/fixtures/vocab or shared/fixtures/vocab (local copies used when present, never required).
+# Progress goes to stderr; stdout carries only the folder's path, printed even when a file could not be had (the
+# tests that need it then fail naming it). Exit status: 0 when every file is in place, 1 otherwise.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${ZLLM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/zllm}
+fx=$cache/fixtures
+pkg=llama-cpp-python==0.3.36
+sdist=llama_cpp_python-0.3.36
+# file in vocab/ -> sha256 (and its path inside the source distribution)
+declare -A sum=(
+    [ggml-vocab-llama-spm.gguf]=16c3724582d59aa8bf84711894e833f916ee46a31d80e21312759c48bf8d0e69
+    [ggml-vocab-llama-spm.gguf.inp]=be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0
+    [ggml-vocab-llama-spm.gguf.out]=ad6905c925c49c022974fe67e030382e8a4f56eb4489a0b9481dcedb1ec73b29
+    [ggml-vocab-llama-bpe.gguf]=97272e430d53bc7688f52d5e0ad8ea8f163ede9f1bbd1694feaa504797d5d96e
+    [ggml-vocab-llama-bpe.gguf.inp]=be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0
+    [ggml-vocab-llama-bpe.gguf.out]=118abf2034a197fc5c9dec5204dfdeee7004c7c70952ae577f66b99e212fab9b
+    [ggml-vocab-qwen2.gguf]=44c2f46b715f585c6ab513970e8a006bfa5badd6108560054921cf598d154d8c
+    [ggml-vocab-qwen2.gguf.inp]=be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0
+    [ggml-vocab-qwen2.gguf.out]=de785bb305cc6fa9d43908ed5da337f853c0b79e971348fcfb9f0915a39c5363
+    [LICENSE.llama.cpp]=94f29bbed6a22c35b992c5c6ebf0e7c92f13b836b90f36f461c9cf2f0f1d010d
+)
+inner() {   # vocab/ file name -> its path inside the source distribution
+    case $1 in
+        LICENSE.llama.cpp) echo "$sdist/vendor/llama.cpp/LICENSE" ;;
+        *) echo "$sdist/vendor/llama.cpp/models/$1" ;;
+    esac
+}
+say() { echo "fetch-fixtures: $*" >&2; }
+good() { [ -f "$1" ] && [ "$(sha256sum <"$1" | cut -d' ' -f1)" = "$2" ]; }
+rc=0
+mkdir -p "$fx/stories260K" "$fx/vocab" || { say "cannot create $fx"; echo "$fx"; exit 1; }
+
+# stories260K: the repository's copy, refreshed whenever it differs
+for f in "$root"/tests/data/stories260K/*; do
+    n=$(basename "$f")
+    cmp -s "$f" "$fx/stories260K/$n" && continue
+    cp "$f" "$fx/stories260K/$n.part.$$" && mv "$fx/stories260K/$n.part.$$" "$fx/stories260K/$n" ||
+        { say "cannot copy $f into $fx/stories260K"; rc=1; }
+done
+for n in stories260K.gguf golden_greedy_ids.txt golden_greedy_text.txt; do
+    [ -s "$root/tests/data/stories260K/$n" ] || { say "missing $root/tests/data/stories260K/$n"; rc=1; }
+done
+
+# vocab: what the cache lacks comes from a local copy, else from the source distribution
+need=()
+for n in "${!sum[@]}"; do
+    good "$fx/vocab/$n" "${sum[$n]}" && continue
+    for s in "$root/../shared/fixtures/vocab/$n" "$root/shared/fixtures/vocab/$n"; do
+        good "$s" "${sum[$n]}" && cp "$s" "$fx/vocab/$n.part.$$" && mv "$fx/vocab/$n.part.$$" "$fx/vocab/$n" && break
+    done
+    good "$fx/vocab/$n" "${sum[$n]}" || need+=("$n")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    say "fetching ${#need[@]} vocabulary files from the $pkg source distribution (PyPI, about 77 MB) into $fx/vocab"
+    if python3 -m pip download --no-deps --no-binary :all: -d "$tmp" "$pkg" >&2 &&
+       [ -f "$tmp/$sdist.tar.gz" ]; then
+        members=()
+        for n in "${need[@]}"; do members+=("$(inner "$n")"); done
+        say "extracting ${need[*]}"
+        tar -xzf "$tmp/$sdist.tar.gz" -C "$tmp" "${members[@]}" || say "tar could not extract every file"
+        for n in "${need[@]}"; do
+            src=$tmp/$(inner "$n")
+            if good "$src" "${sum[$n]}"; then
+                mv "$src" "$fx/vocab/$n.part.$$" && mv "$fx/vocab/$n.part.$$" "$fx/vocab/$n" || rc=1
+            else
+                say "$n: missing from $sdist.tar.gz or its sha256 is not ${sum[$n]}"; rc=1
+            fi
+        done
+    else
+        say "pip download $pkg failed"; rc=1
+    fi
+fi
+for n in "${!sum[@]}"; do good "$fx/vocab/$n" "${sum[$n]}" || { say "not in place: $fx/vocab/$n"; rc=1; }; done
+[ $rc -eq 0 ] || say "incomplete: the tests that need the files named above will fail"
+echo "$fx"
+exit $rc
