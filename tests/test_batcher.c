@@ -22,6 +22,14 @@
 static int32_t s_gold[NG];
 static uint8_t *s_eog;
 
+/* -1: each batcher as batcher_new makes it; 0 / 1: steps queued ahead forced off / on (zllm-worker --ahead) */
+static int s_force_ahead = -1;
+static wk_batcher *s_batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, size_t errlen) {
+    wk_batcher *b = batcher_new(e, eog, vocab, err, errlen);
+    if (b && s_force_ahead >= 0) batcher_set_ahead(b, s_force_ahead);
+    return b;
+}
+
 /* ------------------------------------------------------------------------------------------------------------
  * t_async: an engine of several lanes over a CPU engine, for the lane tests */
 
@@ -194,7 +202,7 @@ static void test_mixed(const zl_model *m, int async, int lanes) {
     if (!e) return;
     if (async && !(e = ta_new(e, lanes))) return;
     char err[256];
-    wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+    wk_batcher *b = s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
     CHECK(b != NULL, "batcher_new: %s", err);
     if (!b) goto out;
     CHECK(batcher_lanes(b) == (async ? lanes : 1), "default lanes: the engine's (%d)", batcher_lanes(b));
@@ -302,7 +310,7 @@ static void test_stops(const zl_model *m) {
     char err[256];
     int got[NG], n_got = 0;
     int32_t buf[NG + 1];
-    wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+    wk_batcher *b = s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
     if (!b) goto out;
     /* a stop id: the first golden id after position 10 that did not occur in 10..i */
     int k = 10, at = -1;
@@ -320,7 +328,7 @@ static void test_stops(const zl_model *m) {
     CHECK(n_got == at - k + 1 && got[n_got - 1] == s_gold[at], "stop id: %d tokens, the stop id included", n_got);
     /* end-of-generation ids (the bitmap is copied at creation) stop unless ignore_eos */
     s_eog[s_gold[k + 2]] = 1;
-    wk_batcher *b2 = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+    wk_batcher *b2 = s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
     s_eog[s_gold[k + 2]] = 0;
     CHECK(b2 != NULL, "batcher_new: %s", err);
     if (b2) {
@@ -351,10 +359,10 @@ static void test_rejects_and_cancel(const zl_model *m) {
     if (!e) return;
     char err[256];
     int32_t buf[NG + 1], buf2[NG + 1];
-    wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+    wk_batcher *b = s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
     if (!b) goto out;
     /* the call-by-call expectations below are those of synchronous steps (test_ahead has the queued ones) */
-    CHECK(batcher_ahead(b) == (getenv("ZLLM_WORKER_AHEAD") ? 1 : 0) && batcher_set_ahead(b, 0) == 0 && !batcher_ahead(b),
+    CHECK(batcher_ahead(b) == (s_force_ahead == 1) && batcher_set_ahead(b, 0) == 0 && !batcher_ahead(b),
           "steps queued ahead: off (the CPU engine's default)");
     int cap = batcher_event_cap(b), n_ev = 0;
     wk_event *ev = calloc((size_t)cap, sizeof *ev);
@@ -462,7 +470,7 @@ static void test_sampled(const zl_model *m) {
         if (e && cfg[c][0]) e = ta_new(e, cfg[c][1]);
         if (!e) return;
         char err[256];
-        wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+        wk_batcher *b = s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
         CHECK(b && batcher_set_lanes(b, cfg[c][1]) == cfg[c][1], "batcher with %d lanes", cfg[c][1]);
         if (!b) {
             engine_destroy(&e);
@@ -531,7 +539,7 @@ static void test_lanes_cancel(const zl_model *m) {
     t_async *a = (t_async *)e;
     char err[256];
     int32_t buf[4][NG + 1];
-    wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+    wk_batcher *b = s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
     CHECK(b && batcher_lanes(b) == 2, "2 lanes from the engine");
     if (!b) goto out;
     CHECK(batcher_set_lanes(b, 5) == 2, "no more lanes than the engine keeps in flight");
@@ -606,7 +614,7 @@ static void test_churn(const zl_model *m) {
         zl_engine *e = ta_new(s_engine(m, 4, 3, 160, 7), lanes);
         if (!e) return;
         char err[256];
-        wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+        wk_batcher *b = s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
         if (!b) {
             engine_destroy(&e);
             return;
@@ -686,7 +694,7 @@ static void test_ahead(const zl_model *m) {
         zl_engine *e = s_engine(m, 4, 4, 128, 16);
         if (!e) return;
         char err[256];
-        wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+        wk_batcher *b = s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
         CHECK(b && batcher_set_ahead(b, mode) == mode, "batcher with steps queued ahead %s", mode ? "on" : "off");
         if (!b) { engine_destroy(&e); return; }
         int cap = batcher_event_cap(b), next = 0, ended = 0;
@@ -743,7 +751,7 @@ static void test_ahead(const zl_model *m) {
         zl_engine *e = s_engine(m, 2, 2, 96, 16);
         if (!e) return;
         char err[256];
-        wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+        wk_batcher *b = s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
         CHECK(b && batcher_set_ahead(b, mode) == mode, "prompt chunks: batcher");
         if (!b) { engine_destroy(&e); return; }
         batcher_set_prefill_cap(b, 4);
@@ -774,7 +782,7 @@ static void test_ahead(const zl_model *m) {
     zl_engine *e = s_engine(m, 3, 3, 96, 8);
     if (!e) return;
     char err[256];
-    wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+    wk_batcher *b = s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
     CHECK(b && batcher_set_ahead(b, 1) == 1, "churn: steps queued ahead");
     if (!b) { engine_destroy(&e); return; }
     enum { NC = 30 };
@@ -846,12 +854,12 @@ int main(void) {
     test_rejects_and_cancel(m);
     test_ahead(m);
     /* the one-lane tests again with steps queued ahead over the CPU engine (forced: not its default) */
-    setenv("ZLLM_WORKER_AHEAD", "1", 1);
+    s_force_ahead = 1;
     test_mixed(m, 0, 1);
     test_sampled(m);
     test_stops(m);
     test_rejects_and_cancel(m);
-    unsetenv("ZLLM_WORKER_AHEAD");
+    s_force_ahead = -1;
     free(s_eog);
     model_destroy(&m);
     return test_report();

@@ -2,7 +2,7 @@
 # tests/test_worker_golden.sh [DEVICE]: a broker and a worker on DEVICE (default cpu; make test-gpu runs it on cuda)
 # serve stories260K over ipc sockets: 4 concurrent greedy requests from BOS each give llama2.c's 200 golden ids, and
 # two concurrent sampled requests with one seed give the same 64 ids. Three times: with steps queued ahead
-# (ZLLM_WORKER_AHEAD=1), without (=0), and as the device's default (on for cuda, off for cpu); the worker's start
+# (zllm-worker --ahead 1), without (--ahead 0), and as the device's default (on for cuda, off for cpu); the worker's start
 # line must say which.
 # ZLLM_BUILD names the build folder (default build); test data comes from $ZLLM_FIXTURES, else the folder
 # tests/fetch-fixtures.sh prints, and a missing file fails the test. Waiting for the worker to register stops as
@@ -22,14 +22,14 @@ for f in stories260K.gguf golden_greedy_ids.txt; do
 done
 [ "$(wc -w <"$st/golden_greedy_ids.txt")" -eq 200 ] ||
     { echo "FAIL: $st/golden_greedy_ids.txt does not hold 200 ids"; echo "0 passed, 1 failed"; exit 1; }
-worker_golden() {   # DEVICE, 1/0: steps queued ahead expected, extra environment (VAR=value ...); prints counts
+worker_golden() {   # DEVICE, 1/0: steps queued ahead expected, extra worker options; prints counts
     local dv=$1 want=$2; shift 2
     local d=$tmp/e2e.$RANDOM pass=0 fail=0 pids=()
     mkdir -p "$d"
     "$bk" --clients "ipc://$d/c" --workers "ipc://$d/w" --model "s=$st/stories260K.gguf" >"$d/broker.log" 2>&1 &
     local bpid=$!
-    env "$@" "$wk" --broker "ipc://$d/w" -m "$st/stories260K.gguf" --model-name s --device "$dv" --max-batch 8 \
-        --ctx 256 >"$d/worker.log" 2>&1 &
+    "$wk" --broker "ipc://$d/w" -m "$st/stories260K.gguf" --model-name s --device "$dv" --max-batch 8 \
+        --ctx 256 "$@" >"$d/worker.log" 2>&1 &
     local wpid=$!
     tr -s ' \n' '  ' <"$st/golden_greedy_ids.txt" | sed 's/ *$//' >"$d/gold"
     local ok=0 i
@@ -72,7 +72,7 @@ worker_golden() {   # DEVICE, 1/0: steps queued ahead expected, extra environmen
 }
 tp=0; tf=0
 def=0; [ "$dev" = cpu ] || def=1   # queued ahead by default where steps run asynchronously (CUDA)
-for run in "1 ZLLM_WORKER_AHEAD=1" "0 ZLLM_WORKER_AHEAD=0" "$def"; do
+for run in "1 --ahead 1" "0 --ahead 0" "$def"; do
     set -- $run
     out=$(worker_golden "$dev" "$@")
     echo "$out" | grep -v " passed, " | sed "s/^/[$run] /"

@@ -17,7 +17,7 @@
  * KV slot i.
  *
  * Steps queued ahead (one lane over an engine whose launch is asynchronous, the default there; batcher_set_ahead
- * and ZLLM_WORKER_AHEAD force it on or off): a step stays in flight between calls, and each call queues the next
+ * and zllm-worker --ahead forces it on or off): a step stays in flight between calls, and each call queues the next
  * step behind it before it waits for it, so the device goes from one step to the next without waiting for the
  * host. The next step cannot know the tokens the step
  * in flight will sample, so a sequence in flight whose entry samples continues with a fed entry (zl_seq.feed:
@@ -91,7 +91,7 @@ struct wk_batcher {
     int ahead;                     /* 1: one lane, steps queued ahead (engine depth 2; lane[0..1] are the two
                                     * steps in flight, the older at fl_head) */
     int ahead_want;                /* -1: as the engine says (zl_engine.launch_async); 0: never queue ahead
-                                    * (ZLLM_WORKER_AHEAD=0, batcher_set_ahead(b, 0)); 1: wherever the engine can */
+                                    * (zllm-worker --ahead 0: batcher_set_ahead(b, 0)); 1: wherever the engine can */
     int fl_head;                   /* with ahead: lane index of the older step in flight */
     int fl_count;                  /* with ahead: steps in flight, 0..2 */
     int async;                     /* 1: the engine keeps steps in flight on several lanes (else steps run
@@ -141,8 +141,7 @@ wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, 
         if (!L->seqs || !L->seq_rec || !L->out_tok) goto oom;
     }
     memcpy(b->eog, eog, (size_t)vocab);
-    const char *ah = getenv("ZLLM_WORKER_AHEAD");
-    b->ahead_want = ah && *ah ? atoi(ah) != 0 : -1;
+    b->ahead_want = -1;
     for (int i = 0; i < b->n_rec; i++) {
         b->recs[i].toks = b->tok_buf + (size_t)i * (size_t)b->n_ctx;
         b->recs[i].kv = -1;

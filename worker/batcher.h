@@ -70,7 +70,7 @@ void batcher_destroy(wk_batcher **b);
 int batcher_set_lanes(wk_batcher *b, int lanes);
 /* steps queued ahead (batcher.c): on or off (one synchronous step per call). By default on with one lane over an
  * engine whose launch is asynchronous (zl_engine.launch_async: CUDA), off over the CPU engine (its launch runs the
- * step, so queuing ahead would only delay the ids); ZLLM_WORKER_AHEAD=1 / 0 at batcher_new, or this call, force
+ * step, so queuing ahead would only delay the ids); this call (zllm-worker --ahead 1 / 0) forces
  * it on (wherever the engine queues steps ahead: engine_depth 2) or off. Refused (-1) while sequences run or a
  * step is in flight; returns whether steps are now queued ahead (0 where the engine or the lanes do not allow it) */
 int batcher_set_ahead(wk_batcher *b, int on);

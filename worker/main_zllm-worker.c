@@ -10,7 +10,7 @@
  * With lanes (a pipeline leader: 2; --lanes N), each turn collects one lane's step in flight and submits its
  * next one: a turn waits for at most one step, and cancels and heartbeats are handled between turns while the
  * other lane's step is in flight (a cancelled sequence's slot is reused only after its step is collected).
- * With one lane over an engine whose steps run asynchronously (CUDA; ZLLM_WORKER_AHEAD=0 / 1 forces it off / on),
+ * With one lane over an engine whose steps run asynchronously (CUDA; --ahead 0 / 1 forces it off / on),
  * each turn queues the next step, its tokens fed on the device, before it waits for the step in flight: the GPU
  * goes from step to step without waiting for this loop (worker/batcher.h).
  * A broker silent for 3 of its heartbeat intervals is presumed gone: the worker drops its sequences, opens a new
@@ -69,6 +69,7 @@ typedef struct {
     int stage, n_stages;           /* pipeline stage I of N (worker/stage.h); n_stages 0: no pipeline */
     const char *group;             /* pipeline shm group name (--group) */
     int lanes;                     /* --lanes: steps in flight (batcher.h); 0: what the engine asks for */
+    int ahead;                     /* --ahead: 1 / 0 queue steps ahead on / off; -1: as the engine says */
     const char *curve_server_key;  /* --curve-server-key: file with the broker's Z85 public key, or NULL */
     const char *curve_key;         /* --curve-key: file with this worker's Z85 secret key, or NULL */
     char curve_srv[41], curve_pub[41], curve_sec[41]; /* the keys in Z85 (read at startup; pub derived) */
@@ -148,13 +149,13 @@ static void s_usage(FILE *f) {
             "  --group NAME         the pipeline's shared-memory group (the same for all its stages; required with --stage)\n"
             "  --lanes N            independent groups of sequences with a step in flight each (default: the\n"
             "                       engine's, 2 for a pipeline leader so that every stage stays busy; 1 disables)\n"
+            "  --ahead 0|1          queue each step before waiting for the one in flight: off / on (default: on\n"
+            "                       where the engine's steps run asynchronously, i.e. CUDA; one lane only)\n"
             "  --curve-server-key FILE  CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
             "  --curve-key FILE     CURVE: this worker's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
             "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n"
             "  -h, --help           this text;  --version  print the version\n"
             "Environment:\n"
-            "  ZLLM_WORKER_AHEAD=0|1  queue each step before waiting for the one in flight: off / on (default: on\n"
-            "                       where the engine's steps run asynchronously, i.e. CUDA)\n"
             "  ZLLM_CUDA_*, ZLLM_ATTN_*, ZLLM_QTC_*, ZLLM_WTC_*, ZLLM_NORM_THREADS  CUDA kernel choices and tuning\n"
             "                       knobs for measurements (docs/perf.md); the defaults are the tested ones\n"
             "Exit status: 0 after SIGINT/SIGTERM, 2 on a usage error, 3 on an engine error, 1 on any other error.\n");
@@ -175,6 +176,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
     o->device = "cpu";
     o->max_batch = 16;
     o->heartbeat_ms = 500;
+    o->ahead = -1;
     const char *name = NULL, *model_name = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -207,6 +209,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
         else if (!strcmp(a, "--stage")) bad = stage_parse(v, &o->stage, &o->n_stages);
         else if (!strcmp(a, "--group")) o->group = v;
         else if (!strcmp(a, "--lanes")) bad = s_int(v, 1, WK_MAX_LANES, &o->lanes);
+        else if (!strcmp(a, "--ahead")) bad = s_int(v, 0, 1, &o->ahead);
         else if (!strcmp(a, "--curve-server-key")) o->curve_server_key = v;
         else if (!strcmp(a, "--curve-key")) o->curve_key = v;
         else {
@@ -604,6 +607,9 @@ int main(int argc, char **argv) {
     if (w.o.lanes && batcher_set_lanes(w.batcher, w.o.lanes) != w.o.lanes)
         s_log(&w, "--lanes %d: the %s engine keeps at most %d steps in flight: %d lanes", w.o.lanes, w.engine->device,
               engine_lanes(w.engine), batcher_lanes(w.batcher));
+    if (w.o.ahead >= 0 && batcher_set_ahead(w.batcher, w.o.ahead) != w.o.ahead)
+        s_log(&w, "--ahead 1: the %s engine with %d lane%s does not queue steps ahead", w.engine->device,
+              batcher_lanes(w.batcher), batcher_lanes(w.batcher) > 1 ? "s" : "");
     w.ev_cap = batcher_event_cap(w.batcher);
     w.ev = calloc((size_t)w.ev_cap, sizeof *w.ev);
     w.out_rids = calloc((size_t)w.ev_cap, sizeof *w.out_rids);
