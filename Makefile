@@ -7,6 +7,7 @@
 #   tests/test_asan_*.c and the fuzz replay drivers link an AddressSanitizer+UBSan build of the library
 #       ($(BUILD)/asan, C only): everything that parses files or network bytes is tested under ASan in CI.
 #   cuda/test_*.cu -> $(BUILD)/tests/gpu_test_* (make test-gpu).
+#   cuda/lab/ (measurement-only kernels, benchmarks, their checks) -> built by make bench only.
 # Knobs: BUILD, CC, NVCC, OPT, SAN (address|undefined|... -> -fsanitize=), ZLLM_CUDA, CUDA_ARCHS.
 
 BUILD      ?= build
@@ -50,10 +51,15 @@ FUZZ_C    := $(wildcard tests/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/%.c,$(BUILD)/tests/%,$(FUZZ_C))
 CU_ALL    := $(wildcard cuda/*.cu)
 CU_TEST   := $(wildcard cuda/test_*.cu)
-CU_BENCH  := $(wildcard cuda/bench_*.cu)
-CU_LIB    := $(filter-out $(CU_TEST) $(CU_BENCH),$(CU_ALL))
+CU_LIB    := $(filter-out $(CU_TEST),$(CU_ALL))
 CU_O      := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_LIB))
 GPU_TESTS := $(patsubst cuda/test_%.cu,$(BUILD)/tests/gpu_test_%,$(CU_TEST))
+# cuda/lab/: measurement-only kernels, benchmarks and their GPU checks, built by make bench (never linked into the
+# binaries or libzllm_cuda.a)
+LAB_CU    := $(filter-out cuda/lab/test_% cuda/lab/bench_%,$(wildcard cuda/lab/*.cu))
+LAB_LIB   := $(BUILD)/lib/libzllm_lab.a
+LAB_BINS  := $(patsubst cuda/lab/bench_%.cu,$(BUILD)/bin/zllm-%bench,$(wildcard cuda/lab/bench_*.cu)) $(BUILD)/bin/zllm-qbench
+LAB_TESTS := $(patsubst cuda/lab/test_%.cu,$(BUILD)/lab/gpu_test_%,$(wildcard cuda/lab/test_*.cu))
 LIB       := $(BUILD)/lib/libzllm.a
 # objects depend on a stamp named after the flags, so changing CFLAGS/SAN/ZLLM_CUDA/CUDA_ARCHS rebuilds them
 FLAGS_STAMP := $(BUILD)/obj/.flags-$(shell echo '$(CC) $(CFLAGS) $(NVCCFLAGS)' | md5sum | cut -c1-12)
@@ -146,24 +152,28 @@ $(BUILD)/tests/gpu_test_%: cuda/test_%.cu $(LIB) $(CUDA_LIB)
 test: deps all
 	@bash tests/run.sh $(BUILD)
 
-# cuda/bench_NAME.cu -> $(BUILD)/bin/zllm-NAMEbench (GPU micro-benchmarks, e.g. zllm-attentionbench)
-# zllm-qmmabench also times cuBLAS BF16 beside the qmma kernels: it links cuBLAS (and libzllm for qtc_pack)
-$(BUILD)/bin/zllm-qmmabench: cuda/bench_qmma.cu $(CUDA_LIB) $(LIB)
+# the lab (cuda/lab/): cuda/lab/bench_NAME.cu -> $(BUILD)/bin/zllm-NAMEbench, zllm-qbench, and the lab kernels'
+# GPU checks $(BUILD)/lab/gpu_test_* (run by hand: they are not part of make test-gpu)
+$(LAB_LIB): $(patsubst %.cu,$(BUILD)/obj/%.o,$(LAB_CU))
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIB) $(LIB) -lcublas -lcudart
+	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/zllm-%bench: cuda/bench_%.cu $(CUDA_LIB)
+$(BUILD)/bin/zllm-%bench: cuda/lab/bench_%.cu $(LAB_LIB) $(CUDA_LIB) $(LIB)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIB) -lcudart
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(LAB_LIB) $(CUDA_LIB) $(LIB) -lcublas -lcudart
 
-# zllm-prefillbench also times the engine's cuBLAS products (cuda/bench_prefill.cu)
-$(BUILD)/bin/zllm-prefillbench: cuda/bench_prefill.cu $(CUDA_LIB)
+$(BUILD)/bin/zllm-qbench: $(BUILD)/obj/cuda/lab/qbench.o $(LAB_LIB) $(LIB) $(CUDA_LIB)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(CUDA_LIB) -lcublas -lcudart
+	$(CC) $(LDFLAGS) -o $@ $< $(LAB_LIB) $(LIB) $(CUDA_LIB) $(LIB) $(LDLIBS)
 
-# a CUPTI injection library for kernel timelines (cuda/cupti_trace.c, tools/trace_step.py): a measurement tool
+$(BUILD)/lab/gpu_test_%: cuda/lab/test_%.cu $(LAB_LIB) $(LIB) $(CUDA_LIB)
+	@mkdir -p $(dir $@) $(BUILD)/obj/cuda/lab
+	$(NVCC) $(NVCCFLAGS) -Itests -c $< -o $(BUILD)/obj/cuda/lab/test_$*.o
+	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/cuda/lab/test_$*.o $(LAB_LIB) $(LIB) $(CUDA_LIB) $(LIB) $(LDLIBS)
+
+# a CUPTI injection library for kernel timelines (cuda/lab/cupti_trace.c, tools/trace_step.py): a measurement tool
 trace: $(BUILD)/lib/libzllm_trace.so
-$(BUILD)/lib/libzllm_trace.so: cuda/cupti_trace.c
+$(BUILD)/lib/libzllm_trace.so: cuda/lab/cupti_trace.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -Wall -Wextra -shared -fPIC -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 \
 	    -Wl,-rpath,$(CUDA_HOME)/lib64 -lcupti
@@ -171,7 +181,7 @@ $(BUILD)/lib/libzllm_trace.so: cuda/cupti_trace.c
 test-gpu: all $(GPU_TESTS)
 	@bash tests/run_gpu.sh $(BUILD)
 
-bench: all $(if $(filter 1,$(ZLLM_CUDA)),$(BUILD)/bin/zllm-attentionbench)
+bench: all $(if $(filter 1,$(ZLLM_CUDA)),$(LAB_BINS) $(LAB_TESTS))
 	@bash tests/bench.sh $(BUILD)
 
 run: deps all

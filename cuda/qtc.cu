@@ -51,8 +51,8 @@
 using namespace zmma;
 
 enum { QT_Q4K = 0, QT_Q6K = 1, QT_Q8_0 = 2 };
-/* QT_STAGES: the narrow kernel's ring depth per warp (units in flight); QT_STAGES_MAX the deepest a knob may ask
- * for, which sizes the narrow kernel's shared-memory requirement (qtc_smem_bytes) */
+/* QT_STAGES: the narrow kernel's ring depth per warp (units in flight); QT_STAGES_MAX sizes the narrow kernel's
+ * shared-memory requirement (qtc_smem_bytes, which decides at load whether a device serves qtc at all) */
 enum { QT_STAGES = 2, QT_STAGES_MAX = 4, QT_MAX_KS = 8 };
 enum { QB_WARPS = 8, QB_COLS = 64, QB_STAGES = 3, QB_XBYTES = QB_COLS * 512, QB_CHUNK = 256 };
 
@@ -105,10 +105,8 @@ extern "C" size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out)
 extern "C" int qtc_split(ggml_type t, int n_in, int n_out)
 {
     if (!qtc_supported(t, n_in, n_out)) return 0;
-    /* the warps one launch aims for (tiles x ks): 1024 by default; ZLLM_QTC_WARPS (256 .. 65536) for
-     * measurements only. Read once per process: every launch and workspace size must see one value, since ks
-     * decides the summation order (a model loaded with one value keeps it) */
-    static const long s_target = cu_env_int("ZLLM_QTC_WARPS", 1024, 256, 65536);
+    /* the warps one launch aims for (tiles x ks). ks decides the summation order: a function of the shape only */
+    constexpr long s_target = 1024;
     const long units = n_in / 256, tiles = (n_out + 15) / 16;
     int ks = 1;
     while (ks < QT_MAX_KS && 2 * ks <= units && tiles * ks < s_target) ks *= 2;
@@ -125,11 +123,9 @@ extern "C" int qtc_split_narrow(ggml_type t, int n_in, int n_out)
      * 2-unit rings and persistent CTAs: 3.633 against 3.744 ms with kn = ks, 3.650 at 2048; 8192 measured no
      * faster). Q4_K and Q6_K aim for 8192, which gives the 14336-row gate and up matrices and the 128256-row LM
      * head twice the streams (their units are 144 and 210 bytes a row against Q8_0's 272, so they need more
-     * warps for the same bytes in flight): 8B Q4_K_M M = 1 2.378 / 2.389 against 2.407 / 2.409 ms at 4096, H100,
-     * session 22; 4096 itself was 3.235 against 3.437 ms with kn = ks. ZLLM_QTC_NARROW_WARPS (256 .. 65536) sets
-     * another target for every type, for measurements; read once per process like ZLLM_QTC_WARPS. */
-    static const long s_env = cu_env_int("ZLLM_QTC_NARROW_WARPS", 0, 0, 65536);
-    const long target = s_env > 0 ? s_env : t == GGML_Q8_0 ? 4096 : 8192;
+     * warps for the same bytes in flight): 8B Q4_K_M M = 1 about 1% faster than at 4096, itself about 6% faster
+     * than kn = ks (H100). */
+    const long target = t == GGML_Q8_0 ? 4096 : 8192;
     const long units = n_in / 256, tiles = (n_out + 15) / 16;
     int kn = ks;
     while (kn < QT_MAX_KS && 2 * kn <= units && tiles * kn < target) kn *= 2;
@@ -473,8 +469,8 @@ static __device__ __forceinline__ void qtc_body(const uint8_t *__restrict__ w, i
     };
     pdl_trigger();
     /* the weights are written once, at load: their first stages stream in while the kernel before this one (the
-     * producer of x, or the reader of y) finishes (cuda/pdl.cuh); nothing else is touched before pdl_wait. pre 0
-     * (ZLLM_QTC_PREWAIT=0, measurements) waits first; pre ST (the default, s_pre) issues every stage before it */
+     * producer of x, or the reader of y) finishes (cuda/pdl.cuh); nothing else is touched before pdl_wait. The
+     * launcher passes pre = ST: every stage is issued before it (pre 0 would wait first) */
 #pragma unroll
     for (int i = 0; i < ST; i++) {
         if (i == pre) pdl_wait();
@@ -1066,46 +1062,26 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, in
 }
 
 /* the narrow kernel's grid height (CTAs over tiles): per (the CTAs one SM holds for this block size and shared
- * memory) x the SMs x ZLLM_QTC_WAVES (default 1; 0 = one CTA per tile, as before the CTAs were persistent), at
- * most the tiles; ZLLM_QTC_GRID (> 0) caps it further, for checks that want every CTA to take several tiles.
- * Neither changes a bit: a tile's arithmetic does not depend on which CTA takes it. */
+ * memory) x the SMs (one wave of persistent CTAs), at most the tiles; cu_settings.qtc_grid (> 0) caps it further,
+ * for checks that want every CTA to take several tiles. Neither changes a bit: a tile's arithmetic does not depend
+ * on which CTA takes it. */
 static int s_grid_y(int per, int tiles, int groups)
 {
-    static const int s_waves = cu_env_int("ZLLM_QTC_WAVES", 1, 0, 64);
-    static const int s_cap = cu_env_int("ZLLM_QTC_GRID", 0, 0, 1 << 30);
+    const int s_cap = cu_settings_get()->qtc_grid;
     int gy = tiles;
-    if (s_waves > 0 && per > 0) {
-        const long fit = (long)per * cu_sm_count(0) * s_waves / groups;
+    if (per > 0) {
+        const long fit = (long)per * cu_sm_count(0) / groups;
         if (fit >= 1 && fit < gy) gy = (int)fit;
     }
     if (s_cap > 0 && s_cap < gy) gy = s_cap;
     return gy;
 }
 
-/* 1: the narrow kernel streams its first stages before its PDL wait (default); ZLLM_QTC_PREWAIT=0 after it, to
- * measure what the early stream buys (the same bits) */
-static int s_prewait()
-{
-    static const int s_v = cu_env_int("ZLLM_QTC_PREWAIT", 1, 0, 1);
-    return s_v;
-}
-
 /* The narrow launches mark their matrix's window as streaming in L2 (an access policy window, hit and miss
  * property cudaAccessPropertyStreaming: evict first), so that the weight stream, read once a step, does not push
  * out what the step's other kernels reuse (activations, the code, decode attention's keys prefetched into L2).
- * Moves no arithmetic. H100, docs/perf.md session 22: 8B M=1 Q4_K_M 2.490 / 2.502 against 2.515 / 2.512 ms,
- * Q8_0 3.378 / 3.373 against 3.399 / 3.398 (alternating, same binary). ZLLM_QTC_L2STREAM=0 turns it off. */
-static int s_l2stream()
-{
-    static const int s_v = cu_env_int("ZLLM_QTC_L2STREAM", 1, 0, 1);
-    return s_v;
-}
-
-/* stages the narrow kernel issues before its PDL wait: all (ST) by default, none with ZLLM_QTC_PREWAIT=0 */
-static int s_pre(int st)
-{
-    return s_prewait() ? st : 0;
-}
+ * Moves no arithmetic. H100, 8B M=1 Q4_K_M 2.490 / 2.502 against 2.515 / 2.512 ms,
+ * Q8_0 about 0.7% faster than without. */
 
 template <int TY, int NF, int ST>
 static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int ldy, cudaStream_t st)
@@ -1127,22 +1103,18 @@ static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int 
     const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
     const int gy = s_grid_y(per, tiles, groups);
     const dim3 grid((unsigned)groups, (unsigned)gy), block(32 * kn);
-    return cu_launch_win(s_l2stream() ? p->w : nullptr, qtc_packed_bytes(p->type, p->n_in, p->n_out),
+    return cu_launch_win(p->w, qtc_packed_bytes(p->type, p->n_in, p->n_out),
                          cudaAccessPropertyStreaming, qtc_kernel<TY, NF, ST>, grid, block, smem, st,
                          (const uint8_t *)p->w, p->n_in / 256, kn, r, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in,
-                         (__half *)p->glu, p->ldg, s_pre(ST));
+                         (__half *)p->glu, p->ldg, ST);
 }
 
-/* the narrow kernel with QT_STAGES-deep rings: 2, since more warps per SM beat deeper rings (H100 M=1: 8B
- * Q4_K_M 3.004 / 3.021 ms at 4 stages, 2.944 at 3, 2.881 at 2; Q8_0 3.865 / 3.876, 3.830, 3.793);
- * ZLLM_QTC_STAGES = 3 or 4 for measurements (the depth never changes a bit) */
+/* the narrow kernel with QT_STAGES-deep rings: 2, since more warps per SM beat deeper rings (8B M=1, Q4_K_M and
+ * Q8_0: 2 stages faster than 3, 3 faster than 4; the depth never changes a bit) */
 template <int TY, int NF>
 static cudaError_t s_launch(const qtc_params *p, int kn, int r, int ldx, int ldy, cudaStream_t st)
 {
-    static const int s_st = cu_env_int("ZLLM_QTC_STAGES", QT_STAGES, 2, QT_STAGES_MAX);
-    if (s_st == 3) return s_launch_st<TY, NF, 3>(p, kn, r, ldx, ldy, st);
-    if (s_st == 4) return s_launch_st<TY, NF, 4>(p, kn, r, ldx, ldy, st);
-    return s_launch_st<TY, NF, 2>(p, kn, r, ldx, ldy, st);
+    return s_launch_st<TY, NF, QT_STAGES>(p, kn, r, ldx, ldy, st);
 }
 
 template <int TY>
@@ -1162,14 +1134,10 @@ static cudaError_t s_launch_ty(const qtc_params *p, int nf, int ks, int kn, int 
     }
 }
 
-/* the wgmma form above 8 columns (sm_90): ZLLM_QTC_WG = 64 / 32 forces one width, 0 the mma.sync wide kernel
- * (measurements only: every form gives the same bits) */
+/* the wgmma form above 8 columns (sm_90): 32 columns a tile up to 32 rows, 64 above (every form gives the same
+ * bits) */
 static int s_wg_form(int m)
 {
-    static const int s_env = cu_env_int("ZLLM_QTC_WG", -1, -1, 64);
-    if (s_env == 0) return QTC_WIDE;
-    if (s_env == 32) return QTC_WG32;
-    if (s_env == 64) return QTC_WG;
     return m <= 32 ? QTC_WG32 : QTC_WG;
 }
 
@@ -1191,8 +1159,8 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
     if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
     /* the narrow kernel up to 8 columns (one fragment; its CTAs read x straight from global memory), a wide one
      * above (x staged in shared memory and shared by 8 row tiles): at 16 columns the wide kernel was faster on
-     * every 8B-layer shape on an H100 (docs/perf.md, "qtc"), and its wgmma form faster again on most of them
-     * (docs/perf.md, "Session 13 update") */
+     * every 8B-layer shape on an H100 , and its wgmma form faster again on most of them
+     * */
     if (nf == 0) nf = p->m <= 8 ? 1 : !wtc_wgmma() ? QTC_WIDE : s_wg_form(p->m);
     if (nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_WIDE && nf != QTC_WG && nf != QTC_WG32)
         return cudaErrorInvalidValue;
@@ -1251,9 +1219,9 @@ extern "C" cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b,
     const int gyb = tb, gya = ta < slots - gyb ? ta : slots - gyb;
     if (gya < 1 || gyb > slots / 2) return cudaErrorNotSupported;
     const int ks = qtc_split(a->type, a->n_in, a->n_out), ksb = qtc_split(b->type, b->n_in, b->n_out);
-    return cu_launch_win(s_l2stream() ? a->w : nullptr, qtc_packed_bytes(a->type, a->n_in, a->n_out),
+    return cu_launch_win(a->w, qtc_packed_bytes(a->type, a->n_in, a->n_out),
                          cudaAccessPropertyStreaming, qtc_pair_kernel<QT_Q4K, QT_Q6K, ST>,
                          dim3((unsigned)((a->m + 7) / 8), (unsigned)(gya + gyb)), dim3(32 * kn), smem, st,
                          (const uint8_t *)a->w, a->n_out, kn / ks, a->y, (const uint8_t *)b->w, b->n_out, kn / ksb,
-                         b->y, gya, a->n_in / 256, kn, a->m, a->x, ldx, ldy, s_pre(ST));
+                         b->y, gya, a->n_in / 256, kn, a->m, a->x, ldx, ldy, ST);
 }

@@ -146,7 +146,9 @@ static void s_usage(FILE *f) {
             "                       engine's, 2 for a pipeline leader so that every stage stays busy; 1 disables)\n"
             "  --curve-server-key FILE  CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
             "  --curve-key FILE     CURVE: this worker's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
-            "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n");
+            "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n"
+            "Environment: ZLLM_CUDA_* switches turn single paths of the CUDA engine off, for comparisons\n"
+            "  (docs/cuda.md lists them; none is needed for correct results).\n");
 }
 
 /* parses a decimal int in [lo, hi]; returns 0 or -1 */
