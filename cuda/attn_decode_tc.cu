@@ -840,7 +840,7 @@ long tc_target(const attn_decode_params *p) {
     return p->max_kv_len >= 65536 ? tc_target_short(p) / 2 : tc_target_short(p);
 }
 /* fewest keys per chunk (a function of the head size and max_kv_len only, like the whole tree): 128 at head size
- * 128 up to 2048 keys, 256 otherwise. H100, 8B models at n_ctx 1040 (): 8
+ * 128 up to 2048 keys, 256 otherwise. H100, 8B models at n_ctx 1040: 8
  * leaves of 144 keys in one 8-warp block per row against 4 of 272 keys in one 4-warp block made Q4_K_M M=1 1.8%
  * and M=4 3.8% faster, Q8_0 M=1 1.0% and BF16 M=1 0.5%, BF16 M=64 1.4% slower; at head size 64 (1B) and
  * from 4k keys (1 x 16384 35.4 against 31.4 us) 256 stays. */
@@ -850,7 +850,7 @@ long tc_floor_at(int head_dim, long max_kv_len) {   /* never falls as max_kv_len
 }
 int tc_chunk_with(const attn_decode_params *p, long floor);
 /* the small leaf floor: an engine whose fullest batch of 32-key leaves still fits one wave takes them (H100,
- * , 8B at n_ctx 1040: 22 leaves of 48 keys a row against 8 of 144 made batch-1 steps 2-3%
+ * 8B at n_ctx 1040: 22 leaves of 48 keys a row against 8 of 144 made batch-1 steps 2-3%
  * faster (the warp's serial chain of tiles is shorter) and batch 4 2-3%; past a wave they cost: batch 16 2%,
  * 64 5%, 256 3% slower) */
 constexpr long kFloorSmall = 32;
@@ -998,7 +998,7 @@ cudaError_t launch_l(const attn_decode_params *p, int chunk, int n_chunks, cudaS
      * at all): 16 deep blocks per row folding through the workspace took 23.0 us at 1 x 4096, 8 blocks of the
      * 24 KiB form in a cluster 16.3 (H100); and not where one block of the 24 KiB form (up to 8 warps) holds
      * the whole row while the deep form would need a cluster (8 chunks at 1 x 1040: 14.0 us in one 8-warp block
-     * against 14.5 in two deep 4-warp blocks; 8B Q4_K_M M=1 1.8% faster in the engine, ) */
+     * against 14.5 in two deep 4-warp blocks; 8B Q4_K_M M=1 1.8% faster in the engine) */
     const bool one_block = row_warps <= tc_group_size(p, row_warps, kMaxG);
     if (kDeep && warps <= sm * 4 && (nbd == 1 || (!one_block && (tc_cluster(p, nbd) || !tc_cluster_on(p))))) {
         switch (gd) {

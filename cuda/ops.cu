@@ -400,7 +400,7 @@ int ops_gemm(cublasHandle_t h, const void *x, const void *w, cu_dtype dt, int n_
     return 0;
 }
 
-/* ---------------------------------------------------------------- dual-output variants (qgemv inputs) */
+/* ---------------------------------------------------------------- dual-output variants (ops.h) */
 __device__ __forceinline__ float rnd_f(const float *, float v) { return v; }
 __device__ __forceinline__ float rnd_f(const __half *, float v) { return __half2float(__float2half_rn(v)); }
 __device__ __forceinline__ float rnd_f(const __nv_bfloat16 *, float v) {

@@ -1159,8 +1159,7 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
     if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
     /* the narrow kernel up to 8 columns (one fragment; its CTAs read x straight from global memory), a wide one
      * above (x staged in shared memory and shared by 8 row tiles): at 16 columns the wide kernel was faster on
-     * every 8B-layer shape on an H100 , and its wgmma form faster again on most of them
-     * */
+     * every 8B-layer shape on an H100, and its wgmma form faster again on most of them */
     if (nf == 0) nf = p->m <= 8 ? 1 : !wtc_wgmma() ? QTC_WIDE : s_wg_form(p->m);
     if (nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_WIDE && nf != QTC_WG && nf != QTC_WG32)
         return cudaErrorInvalidValue;

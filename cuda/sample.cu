@@ -16,7 +16,7 @@
  * Plain greedy rows (temperature <= 0 or no generator, no repetition penalty) of a large vocabulary on sm_90: a
  * thread-block cluster of kCl blocks per row, each the argmax of one slice of ids, block 0 combining the slices in
  * id order through distributed shared memory (the same winner: larger value, then lower id). One block reading a
- * 128k-logit row alone took ~19 us of a batch-1 step (H100, ); every other row is one
+ * 128k-logit row alone took ~19 us of a batch-1 step (H100); every other row is one
  * block as before (the cluster's other blocks return at once). */
 #include "pdl.cuh"
 #include "sample.h"

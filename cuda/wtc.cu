@@ -1098,8 +1098,8 @@ static int s_form(const wtc_params *p, int ks) {
         } else if (wg_on()) {
             /* wgmma. Above 16 rows: TMA-fed and warp-specialized, splits chained in the CTA, one batch tile of
              * 32 or 64 rows up to 64 with rings as deep as shared memory allows. Up to 16: one cluster of split
-             * CTAs per tile. H100, 8B BF16: form 6 beat forms 4 and 5 at M = 128, 256 and the prefill 
-             * and form 5 at M = 64 */
+             * CTAs per tile. H100, 8B BF16: form 6 beat forms 4 and 5 at M = 128, 256 and the prefill, and form
+             * 5 at M = 64 */
             form = p->m > 16 ? 6 : 5;
         } else {
             /* one CTA per split when the tile grid alone would leave most multiprocessors idle (layer matrices

@@ -8,7 +8,7 @@
  *
  * Why: cuBLAS picks its kernel (tile shape, split-K) by M, so a row's last bits depend on how many rows share its
  * step, and on 2048-wide llamas that flips greedy tokens of a sequence decoded alone against the same sequence in
- * a batch (measured: cuda/test_engine_gpu.cu on tests/run_gpu.sh's 2048-wide models, ).
+ * a batch (measured: cuda/test_engine_gpu.cu on tests/run_gpu.sh's 2048-wide models).
  *
  * Arithmetic (a function of (n_in, n_out) and the data of row o and batch row m only, never of M):
  *   - ks = wtc_split(n_in, n_out) splits of the k range, split s = [s n_in / ks, (s + 1) n_in / ks) (multiples

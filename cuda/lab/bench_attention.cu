@@ -1,4 +1,4 @@
-/* cuda/bench_attention.cu: zllm-attnbench, the flash-decoding kernels alone against the GPU's measured
+/* cuda/lab/bench_attention.cu: zllm-attnbench, the flash-decoding kernels alone against the GPU's measured
  * read-only bandwidth (docs/perf.md, "Decode attention").
  *
  * Shapes: 32 query heads, 8 KV heads, head size 128, BF16 KV; batches and contexts from the command line.

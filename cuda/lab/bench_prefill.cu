@@ -1,4 +1,4 @@
-/* cuda/bench_prefill.cu: zllm-prefillbench, where the time of a prefill step goes (issue 6, docs/notes-prefill.md).
+/* cuda/lab/bench_prefill.cu: zllm-prefillbench, where the time of a prefill step goes (docs/cuda.md).
  *
  *   zllm-prefillbench [--shape 8b|1b] [--tokens P] [--reps N] [--attn-only]
  *
