@@ -18,6 +18,7 @@
 #   tests/test_asan_*.c and the fuzz replay drivers link an AddressSanitizer+UBSan build of the library
 #       ($(BUILD)/asan, C only): everything that parses files or network bytes is tested under ASan in CI.
 #   cuda/test_*.cu -> $(BUILD)/tests/gpu_test_* (make test-gpu).
+#   cuda/lab/ (measurement-only kernels, benchmarks, their checks) -> built by make bench only.
 # Knobs: BUILD, CC, NVCC, OPT, SAN (address|undefined|... -> -fsanitize=), ZLLM_CUDA, CUDA_ARCHS, JOBS.
 
 BUILD      ?= build
@@ -103,10 +104,17 @@ FUZZ_C    := $(wildcard tests/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/%.c,$(BUILD)/tests/%,$(FUZZ_C))
 CU_ALL    := $(wildcard cuda/*.cu)
 CU_TEST   := $(wildcard cuda/test_*.cu)
-CU_BENCH  := $(wildcard cuda/bench_*.cu)
-CU_LIB    := $(filter-out $(CU_TEST) $(CU_BENCH),$(CU_ALL))
+CU_LIB    := $(filter-out $(CU_TEST),$(CU_ALL))
 GPU_TESTS := $(patsubst cuda/test_%.cu,$(BUILD)/tests/gpu_test_%,$(CU_TEST))
 LIBS      := $(foreach d,$(LIB_DIRS),$(call ARCH,$(d))) $(CUDA_LIB)
+# cuda/lab/: measurement-only kernels, benchmarks and their GPU checks, built by make bench (never linked into the
+# binaries or libzllm_cuda.a); a layer over cuda/
+INC_lab   := -Icuda/lab $(INC_cuda)
+LAB_CU    := $(filter-out cuda/lab/test_% cuda/lab/bench_%,$(wildcard cuda/lab/*.cu))
+LAB_LIB   := $(BUILD)/lib/libzllm_lab.a
+LAB_BINS  := $(patsubst cuda/lab/bench_%.cu,$(BUILD)/bin/zllm-%bench,$(wildcard cuda/lab/bench_*.cu)) $(BUILD)/bin/zllm-qbench
+LAB_TESTS := $(patsubst cuda/lab/test_%.cu,$(BUILD)/lab/gpu_test_%,$(wildcard cuda/lab/test_*.cu))
+LINK_lab   = $(LAB_LIB) $(LINK_cudaeng)
 # objects depend on a stamp named after the flags, so changing CFLAGS/SAN/ZLLM_CUDA/CUDA_ARCHS rebuilds them
 FLAGS_STAMP := $(BUILD)/obj/.flags-$(shell echo '$(CC) $(CFLAGS) $(NVCCFLAGS)' | md5sum | cut -c1-12)
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
@@ -204,24 +212,34 @@ build-test: deps
 test: build-test
 	@bash tests/run.sh $(BUILD)
 
-# cuda/bench_NAME.cu -> $(BUILD)/bin/zllm-NAMEbench (GPU micro-benchmarks, e.g. zllm-attentionbench)
-# zllm-qmmabench also times cuBLAS BF16 beside the qmma kernels: it links cuBLAS (and libzllm for qtc_pack)
-$(BUILD)/bin/zllm-qmmabench: cuda/bench_qmma.cu $(CUDA_LIB) $(call libs_of,$(LINK_engine))
+# the lab (cuda/lab/): cuda/lab/bench_NAME.cu -> $(BUILD)/bin/zllm-NAMEbench, zllm-qbench, and the lab kernels'
+# GPU checks $(BUILD)/lab/gpu_test_* (run by hand: they are not part of make test-gpu)
+$(BUILD)/obj/cuda/lab/%.o: cuda/lab/%.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(INC_cuda) -o $@ $< $(CUDA_LIB) $(LINK_engine) -lcublas -lcudart
-
-$(BUILD)/bin/zllm-%bench: cuda/bench_%.cu $(CUDA_LIB)
+	$(NVCC) $(NVCCFLAGS) $(INC_lab) -MMD -MP -c $< -o $@
+$(BUILD)/obj/cuda/lab/%.o: cuda/lab/%.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(INC_cuda) -o $@ $< $(CUDA_LIB) -lcudart
-
-# zllm-prefillbench also times the engine's cuBLAS products (cuda/bench_prefill.cu)
-$(BUILD)/bin/zllm-prefillbench: cuda/bench_prefill.cu $(CUDA_LIB)
+	$(CC) $(CFLAGS) $(INC_lab) -MMD -MP -c $< -o $@
+$(LAB_LIB): $(patsubst %.cu,$(BUILD)/obj/%.o,$(LAB_CU))
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(INC_cuda) -o $@ $< $(CUDA_LIB) -lcublas -lcudart
+	rm -f $@ && ar rcs $@ $^
 
-# a CUPTI injection library for kernel timelines (cuda/cupti_trace.c, tools/trace_step.py): a measurement tool
+$(BUILD)/bin/zllm-%bench: cuda/lab/bench_%.cu $(LAB_LIB) $(CUDA_LIB) $(call libs_of,$(LINK_engine))
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(INC_lab) -o $@ $< $(LAB_LIB) $(CUDA_LIB) $(LINK_engine) $(LDLIBS) -lcublasLt -lcublas -lcudart
+
+$(BUILD)/bin/zllm-qbench: $(BUILD)/obj/cuda/lab/qbench.o $(call libs_of,$(LINK_lab))
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< $(LINK_lab) $(LDLIBS) $(CUDA_LDLIBS)
+
+$(BUILD)/lab/gpu_test_%: cuda/lab/test_%.cu $(call libs_of,$(LINK_lab))
+	@mkdir -p $(dir $@) $(BUILD)/obj/cuda/lab
+	$(NVCC) $(NVCCFLAGS) $(INC_lab) -Itests -c $< -o $(BUILD)/obj/cuda/lab/test_$*.o
+	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/cuda/lab/test_$*.o $(LINK_lab) $(LDLIBS) $(CUDA_LDLIBS)
+
+# a CUPTI injection library for kernel timelines (cuda/lab/cupti_trace.c, tools/trace_step.py): a measurement tool
 trace: $(BUILD)/lib/libzllm_trace.so
-$(BUILD)/lib/libzllm_trace.so: cuda/cupti_trace.c
+$(BUILD)/lib/libzllm_trace.so: cuda/lab/cupti_trace.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -Wall -Wextra -shared -fPIC -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 \
 	    -Wl,-rpath,$(CUDA_HOME)/lib64 -lcupti
@@ -229,7 +247,7 @@ $(BUILD)/lib/libzllm_trace.so: cuda/cupti_trace.c
 test-gpu: all $(GPU_TESTS)
 	@bash tests/run_gpu.sh $(BUILD)
 
-bench: all $(if $(filter 1,$(ZLLM_CUDA)),$(BUILD)/bin/zllm-attentionbench)
+bench: all $(if $(filter 1,$(ZLLM_CUDA)),$(LAB_BINS) $(LAB_TESTS))
 	@bash tests/bench.sh $(BUILD)
 
 # run builds only the three binaries it starts

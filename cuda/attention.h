@@ -4,12 +4,10 @@
  * 16-bit or quantized form) the default is the tensor-core kernel of cuda/attn_decode_tc.h (one warp per chunk,
  * mma.sync, the chunks merged by one fixed tree, so the block shape may follow the batch); the rest of this
  * paragraph describes the CUDA-core kernels that serve the other shapes (F32 caches, head sizes 8-32 and 256)
- * and ZLLM_ATTN_DECODE_TC=0. Work items are (sequence, KV head, split): each loads a chunk of the
+ * and cu_settings.attn_tc = 0. Work items are (sequence, KV head, split): each loads a chunk of the
  * sequence's K/V once and serves every query head of that GQA group from it, keeping a running (max, sum,
- * output) in f32; a reduce kernel merges the splits' partials through log-sum-exp. By default a chunk kernel
- * runs one block per item; a persistent kernel (as many blocks as are resident, each walking a range of items
- * with its copy pipeline running across them and merging the splits itself) is selectable (measurements in
- * docs/notes-attn.md). The split
+ * output) in f32; the splits' partials merge through log-sum-exp (in the chunk kernel's last block per row, or
+ * a reduce kernel). A chunk kernel runs one block per item. The split
  * count follows the multiprocessor count and max_kv_len, never the actual lengths, which are read from
  * device memory at run time: a launch captured in a CUDA graph serves any kv_len <= max_kv_len, and splits
  * past a sequence's length exit at once.
@@ -65,10 +63,10 @@ typedef struct {
                                   device (a cached attribute query, safe during capture) */
     int n_splits;              /* 0: chosen from sm_count, n_seq, n_kv_heads and max_kv_len; > 0 forces it (tests) */
     int kernel;                /* 0: the default: 4 where it serves the shape (F16/BF16 caches, head sizes 64 and
-                                  128, GQA groups up to 16) unless ZLLM_ATTN_DECODE_TC=0, else 3 from 9 splits on,
-                                  else 1 (ZLLM_ATTN_FUSED and ZLLM_ATTN_PERSIST override it, cuda/attention.cu);
+                                  128, GQA groups up to 16) unless cu_settings.attn_tc is 0, else 3 from 9 splits
+                                  on, else 1 (cuda/attention.cu);
                                   1: the chunk kernel, one block per (split, sequence, head), then the reduce
-                                  kernel; 2: the persistent kernel (splits merged inside it); 3: the chunk kernel
+                                  kernel; 2: refused (cudaErrorInvalidValue); 3: the chunk kernel
                                   whose last block per row merges the splits (no reduce kernel). Each is batch
                                   invariant on its own; they agree to rounding, not to the bit;
                                   4: the tensor-core kernel (cuda/attn_decode_tc.h; cudaErrorInvalidValue for a
@@ -79,7 +77,7 @@ typedef struct {
                                   2 runs); 0: chosen from the launch. Same bits */
     int tc_cluster;            /* kernel 4 only: -1 never folds a row's blocks through a thread-block cluster, 0
                                   or 1 does where the launch allows it (2..8 blocks per row, sm_90, the
-                                  ZLLM_ATTN_TC_CLUSTER knob not 0). Same bits */
+                                  cu_settings.attn_cluster not 0). Same bits */
     void *out_w;               /* NULL, or (tensor-core kernel only) the output as values of kv_type, rounded to
                                   nearest, in rows of out_stride elements (out is then not written): the next
                                   product's 16-bit input without a cast kernel. A launch the tensor-core kernel
@@ -117,9 +115,7 @@ cudaError_t attn_decode_workspace_init(void *workspace, size_t bytes, cudaStream
 int attn_decode_splits(const attn_decode_params *p);
 
 /* Enqueues the chunk kernel (by default it merges the splits itself), or the chunk and reduce kernels (on sm_90
- * the reduce is a programmatic dependent launch of the chunk kernel), or with the persistent kernel a memset of
- * its arrival counters and the kernel; all of it
- * capturable in a CUDA graph. Returns cudaSuccess, cudaErrorInvalidValue for bad
+ * the reduce is a programmatic dependent launch of the chunk kernel); all of it capturable in a CUDA graph. Returns cudaSuccess, cudaErrorInvalidValue for bad
  * parameters (unsupported head_dim or type, n_heads % n_kv_heads != 0, max_kv_len > n_ctx, workspace too
  * small), or the launch error. Kernel faults surface at the next synchronization as usual. */
 cudaError_t attn_decode_launch(const attn_decode_params *p, cudaStream_t stream);

@@ -1,5 +1,5 @@
 /* cuda/attn_decode_tc.cu: tensor-core split-K decode attention (see attn_decode_tc.h for the contract and the
- * arithmetic; measurements in docs/perf.md, "Sixth pass").
+ * arithmetic; measurements in docs/cuda.md).
  *
  * Grid (blocks per row, n_kv_heads, n_seq); a block is G warps, warp w of block b computing chunks
  * (b * G + w) * lpw .. + lpw - 1 of its row. Why warps that own their chunks: the CUDA-core kernel of
@@ -26,8 +26,7 @@
  *     awaited is the number of blocks holding a non-empty chunk, known to every block).
  * Every fold evaluates the same perfect tree with the same merge (ml_factors + ml_apply), so any G, lpw and
  * fold, and the batch, leave a row's bits unchanged.
- * Diagnostic and comparison knobs (ZLLM_ATTN_TC_DIAG, _ORDER, _SYNC, _LEVELFOLD) stay for the benchmark; each
- * measured choice is written beside its knob in tc_knobs. */
+ * Each shape rule below carries the measurement that chose it (docs/cuda.md). */
 #include "attn_decode_tc.h"
 #include "cu_host.h"
 #include "mma_util.cuh"
@@ -47,68 +46,15 @@ constexpr int kTileKeys = 16;     /* keys per K/V tile: the k of the P V mma */
 constexpr int kMaxG = 8;          /* warps per block at most (8 x 24 KiB of rings) */
 constexpr int kMaxStack = 24;     /* fold stack depth: enough for 2^23 leaves */
 
-/* the environment's knobs, read once per process (attn_decode_tc.h); H100 measurements of each in docs/perf.md */
-struct tc_knobs {
-    int on;          /* ZLLM_ATTN_DECODE_TC: 0 keeps kernel 0 on the CUDA-core kernels */
-    int chunk_min;   /* ZLLM_ATTN_TC_CHUNK_MIN: fewest keys per chunk; 0 (default) tc_floor: 128 at head size 128
-                        up to 2048 keys (32 where the engine's fullest batch of those leaves fits one wave), else
-                        256 (docs/perf.md, sessions 12, 20 and 24) */
-    int lpw;         /* ZLLM_ATTN_TC_LPW: chunks per warp (1, 2, 4); 0 automatic (tc_lpw) */
-    int wps;         /* ZLLM_ATTN_TC_WPS: warps per SM one sequence's chunks aim to fill (8; 16: no gain) */
-    int g;           /* ZLLM_ATTN_TC_G: warps per block (1, 2, 4, 8); 0 automatic */
-    int g_max;       /* ZLLM_ATTN_TC_GMAX: largest automatic G (8; 4: 1 x 64k 75% vs 85%, first form) */
-    int deep;        /* ZLLM_ATTN_TC_DEEP: 0 never uses the deep rings (batch 1 at 4k: 38 us vs 31 us, first form) */
-    int order;       /* ZLLM_ATTN_TC_ORDER: 1 launches KV heads fastest (grid x), 0 blocks of a row fastest (the
-                        same within noise) */
-    int level_fold;  /* ZLLM_ATTN_TC_LEVELFOLD: 1 folds up to 16 block partials level by level in shared memory
-                        instead of in registers (1.3 us slower at 1 x 64k) */
-    int acq_rel;     /* ZLLM_ATTN_TC_SYNC: 1 arrival by one acq_rel atomic, 0 by fences around a relaxed one
-                        (the same within noise) */
-    int pdl;         /* ZLLM_ATTN_TC_PDL: 0 launches the kernel plainly even where the step's other kernels use
-                        programmatic dependent launch (cuda/pdl.cuh); a measurement knob */
-    int early;       /* ZLLM_ATTN_TC_EARLY: 0 ignores attn_decode_params.kv_early (every stage after the wait) */
-    int l2pf;        /* ZLLM_ATTN_TC_L2PF: 0 never prefetches into L2 the keys that the early stream leaves for
-                        after the wait; 1 (default) at batch 1 (tc_l2pf); 2 in every launch with kv_early */
-    int trig;        /* ZLLM_ATTN_TC_TRIG: where a block lets the next kernel launch (pdl_trigger): 0 at its start, 1
-                        after q is loaded, 2 after its key loop; -1 (default) tc_trig. H100, docs/perf.md session 18:
-                        at batch 1, 1 made 8B Q4_K_M 1.1% faster (the output projection's weight stream no longer
-                        meets q's load) and left Q8_0 and 1B BF16 unchanged; at batch 4, 1 made Q8_0 1.5% slower
-                        (that stream then ends after attention); 2 was slower everywhere */
-    int diag;        /* ZLLM_ATTN_TC_DIAG: diagnostics, wrong results (1: nothing after the loop, 2: no
-                        cross-block merge, 3: partials to shared memory and the barrier only, 4: the barrier
-                        only, 5: the arrival but no cross-block fold, 6: the cross-block staging but no fold, 7: no
-                        copies after the first NS - 1 stages: the cost of issuing them) */
-};
-const tc_knobs &knobs() {
-    static const tc_knobs k = [] {
-        tc_knobs r;
-        r.on = cu_env_int("ZLLM_ATTN_DECODE_TC", 1, 0, 1);
-        r.chunk_min = (cu_env_int("ZLLM_ATTN_TC_CHUNK_MIN", 0, 0, 1 << 20) + kTileKeys - 1) / kTileKeys * kTileKeys;
-        r.lpw = cu_env_int("ZLLM_ATTN_TC_LPW", 0, 0, 4);
-        if (r.lpw == 3) r.lpw = 0;
-        r.wps = cu_env_int("ZLLM_ATTN_TC_WPS", 8, 1, 64);
-        r.g = cu_env_int("ZLLM_ATTN_TC_G", 0, 0, kMaxG);
-        if (r.g & (r.g - 1)) r.g = 0;
-        r.g_max = cu_env_int("ZLLM_ATTN_TC_GMAX", kMaxG, 1, kMaxG);
-        if (r.g_max & (r.g_max - 1)) r.g_max = kMaxG;
-        r.deep = cu_env_int("ZLLM_ATTN_TC_DEEP", 1, 0, 1);
-        r.order = cu_env_int("ZLLM_ATTN_TC_ORDER", 0, 0, 1);
-        r.diag = cu_env_int("ZLLM_ATTN_TC_DIAG", 0, 0, 7);
-        r.pdl = cu_env_int("ZLLM_ATTN_TC_PDL", 1, 0, 1);
-        r.acq_rel = cu_env_int("ZLLM_ATTN_TC_SYNC", 1, 0, 1);
-        r.level_fold = cu_env_int("ZLLM_ATTN_TC_LEVELFOLD", 0, 0, 1);
-        r.early = cu_env_int("ZLLM_ATTN_TC_EARLY", 1, 0, 1);
-        r.trig = cu_env_int("ZLLM_ATTN_TC_TRIG", -1, -1, 2);
-        r.l2pf = cu_env_int("ZLLM_ATTN_TC_L2PF", 1, 0, 2);
-        return r;
-    }();
-    return k;
-}
+/* launch-shape constants (each leaves a row's bits unchanged: every fold evaluates the same tree) */
+constexpr int kWps = 8;           /* warps per SM one sequence's chunks aim to fill (16 measured no faster) */
+/* deep rings (twice the stages) for launches with few warps: each warp must keep more bytes in flight */
+constexpr bool kDeep = true;
 
 /* a ring row: D elements, in the deep form at D = 64 and 16 bytes of padding. Padded rows keep the 8 rows an
  * ldmatrix reads in 8 distinct bank groups without the XOR swizzle, so every ldmatrix and copy address is the
  * lane's base plus an immediate: the swizzle's LOP3 and add per ldmatrix and per copy were ~45 of a batch-1
- * warp's ~326 instructions a tile (ncu, D = 128). Measured (H100, docs/perf.md, session 17): padding every form
+ * warp's ~326 instructions a tile (ncu, D = 128). Measured (H100): padding every form
  * made 1B BF16 (D = 64) M=1 1.9% faster but M=256 1.8% slower, and at D = 128 no batch-1 step faster and batches
  * of 64-256 3-6% slower; padding the deep form (small launches) at D = 64 only keeps the M=1 gain (1.9%) and
  * leaves M=64 and M=256 unchanged. The layout changes no arithmetic. */
@@ -239,10 +185,8 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     static_assert(sizeof(float) * 16 * (D + 2) <= ring_elems<D, DEEP>() * sizeof(T), "partial must fit the ring");
     extern __shared__ __align__(16) unsigned char smem_raw[];
 
-    /* mode bit 0: grid (KV head, block, sequence) instead of (block, KV head, sequence) (launch order, a knob);
-     * bits 1-3: diagnostics only (ZLLM_ATTN_TC_DIAG, wrong results; see tc_knobs.diag); bit 4: arrival by an
-     * acq_rel atomic (ZLLM_ATTN_TC_SYNC); bit 5: the shared-memory level fold for <= 16 block partials too */
-    const int blk = (mode & 1) ? blockIdx.y : blockIdx.x, kvh = (mode & 1) ? blockIdx.x : blockIdx.y;
+    /* grid (block, KV head, sequence) */
+    const int blk = blockIdx.x, kvh = blockIdx.y;
     const int seq = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     /* mode bits 8-9: where the block lets the next kernel launch (tc_trig): 0 here; 1 once q is loaded, so that
@@ -339,12 +283,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     const char *ksrc = reinterpret_cast<const char *>(kg + (long)(k0 + lr) * row_stride + lc * 8);
     const long vdelta = reinterpret_cast<const char *>(vg) - reinterpret_cast<const char *>(kg);
     const long rstep = (long)RPI * row_stride * (long)sizeof(T), tstep = (long)kTileKeys * row_stride * (long)sizeof(T);
-    const bool no_refill = ((mode >> 1) & 7) == 7;   /* diagnostic 7: the first NS - 1 stages only */
     auto load = [&](int j) {
-        if (no_refill && j >= NS - 1) {
-            cp_async_commit();
-            return;
-        }
         if (j < ntile && k0 + (j + 1) * kTileKeys <= k1) {
             const uint32_t sb = dst0 + (uint32_t)((j % NS) * 2 * TILE * (int)sizeof(T));
             const char *src = ksrc + (long)j * tstep;
@@ -386,7 +325,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
          * above) are prefetched into L2 with the evict_last policy, a row's K and V lines per lane. At batch 1
          * the key loop after the wait is a chain of dependent ring refills; when they come from DRAM they queue
          * behind the output projection's weight stream, which starts when this kernel triggers (H100, 8B Q8_0
-         * M=1, globaltimer probe, docs/perf.md session 20: the loop took 10.3 us after q with that stream and 5.4
+         * M=1, globaltimer probe, the loop took 10.3 us after q with that stream and 5.4
          * without it). Moves no arithmetic. */
         if ((mode >> 10) & 1) {
             const int r1 = min(k1, len - 1);
@@ -609,15 +548,6 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     cp_async_wait<0>();
     __syncwarp();   /* every lane is done with the ring: it now holds the warp's partial */
     if (trig == 2) pdl_trigger();
-    const int diag = (mode >> 1) & 7;
-    if (diag == 1 || diag == 4) {   /* diagnostic: keep the loop's results alive, nothing else */
-        float acc = l[0] + l[1] + m[0] + m[1];
-#pragma unroll
-        for (int n = 0; n < DN; n++) acc += o[n][0] + o[n][1] + o[n][2] + o[n][3];
-        if (acc == 12345.f) orow[0] = acc;
-        if (diag == 4) __syncthreads();
-        return;
-    }
 
     {
         warp_part<D> wp(ring);
@@ -644,11 +574,10 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
         }
     }
     __syncthreads();
-    if (diag == 3) return;   /* diagnostic: partials written, barrier passed, no fold */
 
     /* the block's subtree: one thread per (group row, dim) */
     const int n_elem = group * D;
-    const int nblk = (mode & 1) ? gridDim.y : gridDim.x;
+    const int nblk = gridDim.x;
     const long row_id = (long)seq * p.n_kv_heads + kvh;
     float *ws_o = reinterpret_cast<float *>(p.workspace);                     /* [rows][nblk][group][D] */
     float *ws_m = ws_o + (long)gridDim.z * p.n_kv_heads * nblk * n_elem;      /* [rows][nblk][group] */
@@ -728,30 +657,20 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
         cl_fold();
         return;
     }
-    if (nb_valid == 1 || diag == 2) return;
+    if (nb_valid == 1) return;
 
     /* arrival: the block that completes the row's count folds the subtree partials (classic last-block pattern:
      * the barrier orders the block's stores before thread 0's fence and atomic) */
     int *flag = reinterpret_cast<int *>(smem_raw + G * wstride);
     __syncthreads();
-    const bool acq_rel = (mode >> 4) & 1;
     if (tid == 0) {
         int prev;
-        if (acq_rel) {   /* release of the block's stores (ordered before by the barrier), acquire of the others' */
-            asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], 1;\n" : "=r"(prev) : "l"(counters + row_id) : "memory");
-        } else {
-            __threadfence();
-            prev = atomicAdd(&counters[row_id], 1);
-        }
+        /* release of the block's stores (ordered before by the barrier), acquire of the others' */
+        asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], 1;\n" : "=r"(prev) : "l"(counters + row_id) : "memory");
         *flag = prev == nb_valid - 1;
     }
     __syncthreads();
     if (!*flag) return;
-    if (!acq_rel) __threadfence();
-    if (diag == 5) {   /* diagnostic: arrival only, no fold */
-        if (tid == 0) counters[row_id] = 0;
-        return;
-    }
     /* The row's subtree partials are first copied into shared memory (the rings are free now) with every load
      * of a pass in flight at once, then folded from there: folding straight from global memory leaves one
      * dependent L2 round trip per leaf on the critical path (measured: 1 x 64k at 53% of the read bandwidth).
@@ -811,8 +730,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
                 wl[i] = sm_l[i];
             }
             __syncthreads();
-            if (diag == 6) break;   /* diagnostic: staging only */
-            if (nb_valid <= 16 && !(mode & 32)) {
+            if (nb_valid <= 16) {
                 /* up to 16 leaves: the factor-first fold of the in-block step over 16 leaves (leaves past nb_valid
                  * are identities: the same tree, the same bits); factors in tf [15 nodes][group] x 3, then the
                  * row's m and l */
@@ -914,35 +832,34 @@ bool served(const attn_decode_params *p) {
 long tc_target_short(const attn_decode_params *p) {   /* below 64k keys; the larger of the two targets */
     long per_head = cu_sm_count(p->sm_count) / p->n_kv_heads;
     if (per_head < 1) per_head = 1;
-    return 2 * per_head * knobs().wps;
+    return 2 * per_head * kWps;
 }
 long tc_target(const attn_decode_params *p) {
     /* from 64k keys, one chunk per warp: there 256-key chunks two per warp read 83.6% at batch 1 against 85.4%
-     * for 512-key chunks one per warp (H100, docs/perf.md) */
+     * for 512-key chunks one per warp (H100) */
     return p->max_kv_len >= 65536 ? tc_target_short(p) / 2 : tc_target_short(p);
 }
 /* fewest keys per chunk (a function of the head size and max_kv_len only, like the whole tree): 128 at head size
- * 128 up to 2048 keys, 256 otherwise, or the knob. H100, 8B models at n_ctx 1040 (docs/perf.md, session 20): 8
+ * 128 up to 2048 keys, 256 otherwise. H100, 8B models at n_ctx 1040: 8
  * leaves of 144 keys in one 8-warp block per row against 4 of 272 keys in one 4-warp block made Q4_K_M M=1 1.8%
  * and M=4 3.8% faster, Q8_0 M=1 1.0% and BF16 M=1 0.5%, BF16 M=64 1.4% slower; at head size 64 (1B) and
- * from 4k keys (session 12: 1 x 16384 35.4 against 31.4 us) 256 stays. */
+ * from 4k keys (1 x 16384 35.4 against 31.4 us) 256 stays. */
 constexpr long kFloorShortMax = 2048;
 long tc_floor_at(int head_dim, long max_kv_len) {   /* never falls as max_kv_len grows */
-    if (knobs().chunk_min > 0) return knobs().chunk_min;
     return head_dim == 128 && max_kv_len <= kFloorShortMax ? 128 : 256;
 }
 int tc_chunk_with(const attn_decode_params *p, long floor);
 /* the small leaf floor: an engine whose fullest batch of 32-key leaves still fits one wave takes them (H100,
- * docs/perf.md session 24, 8B at n_ctx 1040: 22 leaves of 48 keys a row against 8 of 144 made batch-1 steps 2-3%
+ * 8B at n_ctx 1040: 22 leaves of 48 keys a row against 8 of 144 made batch-1 steps 2-3%
  * faster (the warp's serial chain of tiles is shorter) and batch 4 2-3%; past a wave they cost: batch 16 2%,
  * 64 5%, 256 3% slower) */
 constexpr long kFloorSmall = 32;
 long tc_floor(const attn_decode_params *p) {
     const long f = tc_floor_at(p->head_dim, p->max_kv_len);
-    if (knobs().chunk_min > 0 || f != 128 || p->max_seq < 1) return f;
+    if (f != 128 || p->max_seq < 1) return f;
     const long L = p->max_kv_len > 0 ? p->max_kv_len : 1;
     const long c = tc_chunk_with(p, kFloorSmall), leaves = (L + c - 1) / c;
-    return (long)p->max_seq * p->n_kv_heads * leaves <= (long)cu_sm_count(p->sm_count) * knobs().wps ? kFloorSmall
+    return (long)p->max_seq * p->n_kv_heads * leaves <= (long)cu_sm_count(p->sm_count) * kWps ? kFloorSmall
                                                                                                       : f;
 }
 int tc_chunk(const attn_decode_params *p) {
@@ -983,10 +900,10 @@ int tc_chunks_of(const attn_decode_params *p, int chunk) {
 constexpr int kWarpKeys = 512;
 int tc_lpw(const attn_decode_params *p, int chunk, int n_chunks) {
     const int lmax = p->n_heads / p->n_kv_heads > 8 ? 2 : 4;
-    const int f = p->tc_lpw > 0 ? p->tc_lpw : knobs().lpw;
+    const int f = p->tc_lpw;
     if (f == 1 || f == 2 || f == 4) return f < lmax ? f : lmax;
     const long total = (long)p->n_seq * p->n_kv_heads * n_chunks;
-    if (n_chunks <= kMaxG || total <= (long)cu_sm_count(p->sm_count) * knobs().wps) return 1;
+    if (n_chunks <= kMaxG || total <= (long)cu_sm_count(p->sm_count) * kWps) return 1;
     int l = 2;
     while (l < lmax && (long)l * chunk < kWarpKeys) l *= 2;
     return l;
@@ -995,7 +912,7 @@ int tc_lpw(const attn_decode_params *p, int chunk, int n_chunks) {
 /* warps per block: tc_group, the knob, or the smallest power of two covering the row's warps, at most g_max
  * (forced values are capped at g_max too: the deep form holds at most 4 rings per block) */
 int tc_group_size(const attn_decode_params *p, int n_warps, int g_max) {
-    int g = p->tc_group > 0 ? p->tc_group : knobs().g;
+    int g = p->tc_group;
     if (g == 1 || g == 2 || g == 4 || g == 8) return g < g_max ? g : g_max;
     g = 1;
     while (g < n_warps && g < g_max) g *= 2;
@@ -1003,27 +920,26 @@ int tc_group_size(const attn_decode_params *p, int n_warps, int g_max) {
 }
 
 /* 1 when launches for p may fold rows through thread-block clusters (the cluster fold of decode_tc_kernel):
- * compute capability 9.0 or later, ZLLM_ATTN_TC_CLUSTER not 0, tc_cluster not -1, and neither the launch-order
- * nor a diagnostic knob set. Either fold gives the same bits. */
+ * compute capability 9.0 or later, cu_settings.attn_cluster not 0 and tc_cluster not -1. Either fold gives the
+ * same bits. */
 bool tc_cluster_on(const attn_decode_params *p) {
     static int s_state[64];
-    if (p->tc_cluster < 0 || knobs().order || knobs().diag) return false;
-    return cu_device_switch(s_state, 9, 1 << 30, "ZLLM_ATTN_TC_CLUSTER") != 0;
+    if (p->tc_cluster < 0) return false;
+    return cu_device_switch(s_state, 9, 1 << 30, cu_settings_get()->attn_cluster) != 0;
 }
 /* 1 when a row of nblk blocks folds through one cluster: 2..8 blocks (the portable cluster size) */
 bool tc_cluster(const attn_decode_params *p, int nblk) { return nblk >= 2 && nblk <= 8 && tc_cluster_on(p); }
 
 /* whether the early stream also prefetches a warp's later keys into L2 (mode bit 10): at batch 1 (H100, same
- * call, docs/perf.md session 20: 8B Q8_0 M=1 3.448-3.455 ms against 3.471-3.474 without, Q4_K_M 2.653-2.654
+ * call, 8B Q8_0 M=1 3.448-3.455 ms against 3.471-3.474 without, Q4_K_M 2.653-2.654
  * against 2.662-2.666; in every small launch it made M=4 and M=8 2.5% slower, Qwen2.5-1.5B M=16 2.4%, and in
- * every launch 8B BF16 M=64 11%), or every launch with ZLLM_ATTN_TC_L2PF=2 (measurements) */
-bool tc_l2pf(const attn_decode_params *p) {
-    if (knobs().l2pf == 0 || !p->kv_early || !knobs().early) return false;
-    return knobs().l2pf == 2 || p->n_seq == 1;
-}
+ * every launch 8B BF16 M=64 11%) */
+bool tc_l2pf(const attn_decode_params *p) { return p->kv_early && p->n_seq == 1; }
 
-/* where a block lets the next kernel launch: after its q loads at batch 1, at its start otherwise (the knob) */
-int tc_trig(const attn_decode_params *p) { return knobs().trig >= 0 ? knobs().trig : p->n_seq == 1 ? 1 : 0; }
+/* where a block lets the next kernel launch: after its q loads at batch 1 (8B Q4_K_M M=1 1.1% faster: the output
+ * projection's weight stream no longer meets q's load), at its start otherwise (after q at batch 4 made Q8_0 1.5%
+ * slower; after the key loop was slower everywhere) */
+int tc_trig(const attn_decode_params *p) { return p->n_seq == 1 ? 1 : 0; }
 
 size_t ws_counter_bytes(const attn_decode_params *p) { return (size_t)p->n_seq * p->n_heads * sizeof(int); }
 
@@ -1059,18 +975,13 @@ cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaS
         counters = reinterpret_cast<int *>(static_cast<char *>(p->workspace) + p->workspace_bytes -
                                            ws_counter_bytes(p));
     }
-    const int mode = (knobs().order ? 1 : 0) | (knobs().diag << 1) | (knobs().acq_rel << 4) |
-                     (knobs().level_fold << 5) | (clu ? 64 : 0) | (p->kv_early && knobs().early ? 128 : 0) |
-                     (tc_l2pf(p) ? 1024 : 0) |
-                     (tc_trig(p) << 8);
-    if (clu)   /* one cluster per row: grid x is the row's blocks (order 0, tc_cluster) */
-        return cu_launch_cl(knobs().pdl, dim3((unsigned)nblk, 1, 1), decode_tc_kernel<T, D, G, DEEP, LPW>,
+    const int mode = (clu ? 64 : 0) | (p->kv_early ? 128 : 0) | (tc_l2pf(p) ? 1024 : 0) | (tc_trig(p) << 8);
+    if (clu)   /* one cluster per row: grid x is the row's blocks (tc_cluster) */
+        return cu_launch_cl(1, dim3((unsigned)nblk, 1, 1), decode_tc_kernel<T, D, G, DEEP, LPW>,
                             dim3((unsigned)nblk, (unsigned)p->n_kv_heads, (unsigned)p->n_seq), dim3(G * 32),
                             smem_cl, st, *p, group, chunk, n_chunks, scale * kLog2e, counters, mode);
-    const dim3 grid = knobs().order ? dim3((unsigned)p->n_kv_heads, (unsigned)nblk, (unsigned)p->n_seq)
-                                    : dim3((unsigned)nblk, (unsigned)p->n_kv_heads, (unsigned)p->n_seq);
-    if (nblk > 65535 && knobs().order) return cudaErrorInvalidValue;
-    return cu_launch_opt(knobs().pdl, decode_tc_kernel<T, D, G, DEEP, LPW>, grid, dim3(G * 32), smem, st, *p, group,
+    const dim3 grid((unsigned)nblk, (unsigned)p->n_kv_heads, (unsigned)p->n_seq);
+    return cu_launch_opt(1, decode_tc_kernel<T, D, G, DEEP, LPW>, grid, dim3(G * 32), smem, st, *p, group,
                          chunk, n_chunks, scale * kLog2e, counters, mode);
 }
 
@@ -1087,16 +998,16 @@ cudaError_t launch_l(const attn_decode_params *p, int chunk, int n_chunks, cudaS
      * at all): 16 deep blocks per row folding through the workspace took 23.0 us at 1 x 4096, 8 blocks of the
      * 24 KiB form in a cluster 16.3 (H100); and not where one block of the 24 KiB form (up to 8 warps) holds
      * the whole row while the deep form would need a cluster (8 chunks at 1 x 1040: 14.0 us in one 8-warp block
-     * against 14.5 in two deep 4-warp blocks; 8B Q4_K_M M=1 1.8% faster in the engine, docs/perf.md session 20) */
-    const bool one_block = row_warps <= tc_group_size(p, row_warps, knobs().g_max);
-    if (knobs().deep && warps <= sm * 4 && (nbd == 1 || (!one_block && (tc_cluster(p, nbd) || !tc_cluster_on(p))))) {
+     * against 14.5 in two deep 4-warp blocks; 8B Q4_K_M M=1 1.8% faster in the engine) */
+    const bool one_block = row_warps <= tc_group_size(p, row_warps, kMaxG);
+    if (kDeep && warps <= sm * 4 && (nbd == 1 || (!one_block && (tc_cluster(p, nbd) || !tc_cluster_on(p))))) {
         switch (gd) {
         case 1: return launch_g<T, D, 1, true, LPW>(p, chunk, n_chunks, st);
         case 2: return launch_g<T, D, 2, true, LPW>(p, chunk, n_chunks, st);
         default: return launch_g<T, D, 4, true, LPW>(p, chunk, n_chunks, st);
         }
     }
-    switch (tc_group_size(p, row_warps, knobs().g_max)) {
+    switch (tc_group_size(p, row_warps, kMaxG)) {
     case 1: return launch_g<T, D, 1, false, LPW>(p, chunk, n_chunks, st);
     case 2: return launch_g<T, D, 2, false, LPW>(p, chunk, n_chunks, st);
     case 4: return launch_g<T, D, 4, false, LPW>(p, chunk, n_chunks, st);
@@ -1125,7 +1036,7 @@ extern "C" int attn_decode_tc_served(const attn_decode_params *p) { return serve
 
 extern "C" int attn_decode_tc_wants(const attn_decode_params *p) {
     if (!served(p)) return 0;
-    return p->kernel == 4 || (p->kernel == 0 && knobs().on);
+    return p->kernel == 4 || (p->kernel == 0 && cu_settings_get()->attn_tc);
 }
 
 extern "C" int attn_decode_tc_chunks(const attn_decode_params *p) {
@@ -1146,7 +1057,7 @@ extern "C" size_t attn_decode_tc_workspace_bytes(const attn_decode_params *p) {
         const size_t L = p->max_kv_len > 0 ? (size_t)p->max_kv_len : 1;
         const size_t target = (size_t)tc_target_short(p);
         size_t lo = (size_t)tc_floor_at(p->head_dim, 1);   /* the shortest chunk of any max_kv_len <= L */
-        if (!knobs().chunk_min && p->head_dim == 128 && lo > (size_t)kFloorSmall) lo = kFloorSmall;   /* tc_floor */
+        if (p->head_dim == 128 && lo > (size_t)kFloorSmall) lo = kFloorSmall;   /* tc_floor */
         const size_t c = (L + lo - 1) / lo;
         b = c < target ? c : target;
     }

@@ -32,16 +32,10 @@
  * (rows XOR-swizzled for ldmatrix; in the deep form at head size 64 padded by 16 bytes instead), so no block
  * barrier sits in the key loop; launches with at most 4 warps per SM use deeper rings, where the row then needs
  * no cross-block fold, or folds in one cluster and is too long for one block of up to 8 warps of the 24 KiB form.
- * Knobs (read once per process): ZLLM_ATTN_DECODE_TC (0: the CUDA-core kernels for kernel 0),
- * ZLLM_ATTN_TC_CHUNK_MIN (fewest keys per chunk; default 128 at head size 128 up to 2048 keys, else 256),
- * ZLLM_ATTN_TC_WPS (warps per SM the chunk count aims to fill for one sequence, default 8), ZLLM_ATTN_TC_LPW
- * (chunks per warp, 0 automatic), ZLLM_ATTN_TC_CLUSTER (0: no cluster fold), ZLLM_ATTN_TC_G (warps per block,
- * overrides the automatic choice: the smallest power of two covering the row's warps, at most 8, at most 4 in the
- * deep form; tc_group overrides both), ZLLM_ATTN_TC_GMAX, ZLLM_ATTN_TC_DEEP, ZLLM_ATTN_TC_EARLY (0: no stage
- * issued before the PDL wait), ZLLM_ATTN_TC_TRIG (where a block lets the next kernel launch: 0 at its start, 1
- * after its q loads, 2 after its key loop; default 1 at batch 1, else 0), ZLLM_ATTN_TC_L2PF (at batch 1 the early
- * stream also prefetches a warp's later keys into L2; 0: never, 2: in every launch), and diagnostics
- * (cuda/attn_decode_tc.cu). */
+ * Shape rules (cuda/attn_decode_tc.cu): fewest keys per chunk 128 at head size 128 up to 2048 keys (32 where the
+ * engine's fullest batch of such leaves fits one wave), else 256; warps per block the smallest power of two
+ * covering the row's warps, at most 8 (4 in the deep form); cu_settings.attn_tc = 0 keeps kernel 0 on the
+ * CUDA-core kernels, cu_settings.attn_cluster = 0 never folds through a cluster. */
 #ifndef ZLLM_CUDA_ATTN_DECODE_TC_H
 #define ZLLM_CUDA_ATTN_DECODE_TC_H
 #include "attention.h"
@@ -51,7 +45,7 @@ extern "C" {
 #endif
 
 /* 1 when attn_decode_launch should run the tensor-core kernel for p: the shape is served and p->kernel is 4, or
- * p->kernel is 0 and ZLLM_ATTN_DECODE_TC is not "0". Never fails. */
+ * p->kernel is 0 and cu_settings.attn_tc is not 0. Never fails. */
 int attn_decode_tc_wants(const attn_decode_params *p);
 
 /* 1 when the tensor-core kernel serves p's shape (type, head size, GQA group). */

@@ -1,24 +1,23 @@
 /* cuda/attn_prefill_tc.cu: tensor-core causal prefill attention (FlashAttention-2 style) for F16/BF16 KV caches,
  * head sizes 64 and 128 (see attn_prefill_tc.h for the contract and the arithmetic).
  *
- * One block per (query head, tile of 16 * W query rows, sequence), W warps of 16 rows each (W = 4 by default,
- * 8 with ZLLM_ATTN_PREFILL_TC_WARPS=8). The block converts its q rows (f32, scaled by scale * log2 e) to the
- * cache type once into shared memory, and each warp keeps its 16 x head_dim Q fragments in registers. K/V tiles
- * of 64 keys stream through two shared-memory buffers with cp.async (tile j + 1 is in flight while tile j is
- * computed); positions past the last key the block needs are zero-filled, never read. Shared rows are stored
- * with their 16-byte chunks XOR-swizzled by (row & 7), so the ldmatrix reads of 8 rows x 16 bytes hit 8
- * distinct bank groups. Per tile each warp computes S = Q K^T (mma.sync m16n8k16, f32 accumulators; K read by
- * ldmatrix), masks keys past each row's position only on tiles that reach past the block's first row position
- * (the diagonal tiles), updates the running max and sum in f32 (exp2), rescales its O accumulators, rounds P
- * to the cache type in registers (the S accumulator layout is the A operand layout of the next mma) and adds
- * P V (V read by ldmatrix.trans). A key tile entirely past a row's position leaves that row's state exactly as
- * it was (max unchanged, alpha = 1, p = 0), so a row's result does not depend on which block or chunk held it.
+ * One block per (query head, tile of 16 * W query rows, sequence), W = kWarps warps of 16 rows each. The block
+ * converts its q rows (f32, scaled by scale * log2 e) to the cache type once into shared memory, and each warp
+ * keeps its 16 x head_dim Q fragments in registers. K/V tiles of 64 keys stream through two shared-memory buffers
+ * with cp.async (tile j + 1 is in flight while tile j is computed); positions past the last key the block needs are
+ * zero-filled, never read. Shared rows are stored with their 16-byte chunks XOR-swizzled by (row & 7), so the
+ * ldmatrix reads of 8 rows x 16 bytes hit 8 distinct bank groups. Per tile each warp computes S = Q K^T (mma.sync
+ * m16n8k16, f32 accumulators; K read by ldmatrix), masks keys past each row's position only on tiles that reach
+ * past the block's first row position (the diagonal tiles), updates the running max and sum in f32 (exp2), rescales
+ * its O accumulators, rounds P to the cache type in registers (the S accumulator layout is the A operand layout of
+ * the next mma) and adds P V (V read by ldmatrix.trans). A key tile entirely past a row's position leaves that
+ * row's state exactly as it was (max unchanged, alpha = 1, p = 0), so a row's result does not depend on which block
+ * or chunk held it.
  * The tile order runs the last query tiles of a sequence (the most keys) first, so the short ones fill the
  * tail of the wave.
- * Knobs (read once per process; measurements in docs/notes-prefill.md): ZLLM_ATTN_PREFILL_TC=0 (the scalar
- * kernel of cuda/attention.cu everywhere), ZLLM_ATTN_PREFILL_TC_WARPS=8 (128-row tiles: 2-3% slower on H100),
- * ZLLM_ATTN_PREFILL_TC_SPLIT=1 (separate K and V waits: 17% slower in the kernel bench on H100). Every
- * variant passes the same checks (cuda/test_attention.cu); none changes the arithmetic of a row. */
+ * cu_settings.prefill_tc = 0 runs the scalar kernel of cuda/attention.cu everywhere. The kernel keeps a SPLIT
+ * template form (separate K and V waits) that the launcher does not instantiate: it measured 17% slower, as did
+ * 8-warp tiles (2-3%). */
 #include "attn_prefill_tc.h"
 #include "cu_host.h"
 #include "mma_util.cuh"
@@ -37,25 +36,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kKeys = 64;          /* keys per K/V tile */
 constexpr int kWarpRows = 16;      /* query rows per warp (the mma's M) */
 
-std::atomic<int> s_force{-1};      /* attn_prefill_tc_force: -1 environment, 0 off, 1 on */
-
-/* the environment's knobs, read once per process */
-struct tc_knobs {
-    int on;      /* ZLLM_ATTN_PREFILL_TC: 0 scalar kernel, otherwise tensor cores where served (default 1) */
-    int warps;   /* ZLLM_ATTN_PREFILL_TC_WARPS: 4 (64-row tiles, default) or 8 (128-row tiles) */
-    int split;   /* ZLLM_ATTN_PREFILL_TC_SPLIT: 1 waits for K and V separately (S on tile j while V(j) is still
-                    in flight, K(j + 1) loading during softmax and P V), 0 one wait per tile */
-};
-const tc_knobs &knobs() {
-    static const tc_knobs k = [] {
-        tc_knobs r;
-        r.on = cu_env_int("ZLLM_ATTN_PREFILL_TC", 1, -(1 << 30), 1 << 30) != 0;
-        r.warps = cu_env_int("ZLLM_ATTN_PREFILL_TC_WARPS", 4, -(1 << 30), 1 << 30) == 8 ? 8 : 4;
-        r.split = cu_env_int("ZLLM_ATTN_PREFILL_TC_SPLIT", 0, -(1 << 30), 1 << 30) != 0;
-        return r;
-    }();
-    return k;
-}
+std::atomic<int> s_force{-1};      /* attn_prefill_tc_force: -1 the settings, 0 off, 1 on */
+constexpr int kWarps = 4;          /* warps per block: 64-row query tiles */
 
 template <typename T, int D, int W> constexpr size_t tc_smem() {
     return sizeof(T) * ((size_t)W * kWarpRows * D + 4 * (size_t)kKeys * D);   /* Q + 2 x (K + V) */
@@ -273,15 +255,15 @@ cudaError_t tc_launch_t(const attn_prefill_params *p, cudaStream_t st) {
 template <typename T, int W>
 cudaError_t tc_launch_d(const attn_prefill_params *p, cudaStream_t st) {
     switch (p->head_dim) {
-    case 64: return knobs().split ? tc_launch_t<T, 64, W, true>(p, st) : tc_launch_t<T, 64, W, false>(p, st);
-    case 128: return knobs().split ? tc_launch_t<T, 128, W, true>(p, st) : tc_launch_t<T, 128, W, false>(p, st);
+    case 64: return tc_launch_t<T, 64, W, false>(p, st);
+    case 128: return tc_launch_t<T, 128, W, false>(p, st);
     default: return cudaErrorInvalidValue;
     }
 }
 
 template <typename T>
 cudaError_t tc_launch_w(const attn_prefill_params *p, cudaStream_t st) {
-    return knobs().warps == 8 ? tc_launch_d<T, 8>(p, st) : tc_launch_d<T, 4>(p, st);
+    return tc_launch_d<T, kWarps>(p, st);
 }
 
 bool tc_served(const attn_prefill_params *p) {
@@ -293,7 +275,7 @@ bool tc_served(const attn_prefill_params *p) {
 extern "C" int attn_prefill_tc_wants(const attn_prefill_params *p) {
     if (!p || !tc_served(p)) return 0;
     const int f = s_force.load(std::memory_order_relaxed);
-    return f >= 0 ? f : knobs().on;
+    return f >= 0 ? f : cu_settings_get()->prefill_tc;
 }
 
 extern "C" void attn_prefill_tc_force(int mode) { s_force.store(mode < 0 ? -1 : mode ? 1 : 0); }

@@ -18,8 +18,8 @@ extern "C" {
 #endif
 
 /* 1 when attn_prefill_launch should use the tensor-core kernel for p: the shape is served (above) and the knob
- * allows it. Knob: attn_prefill_tc_force(0/1) if called, else the environment variable ZLLM_ATTN_PREFILL_TC
- * (read once per process; "0" selects the scalar kernel for every shape), default on. Never fails. */
+ * allows it: attn_prefill_tc_force(0/1) if called, else cu_settings.prefill_tc (0 selects the scalar kernel for
+ * every shape), default on. Never fails. */
 int attn_prefill_tc_wants(const attn_prefill_params *p);
 
 /* Overrides the knob for this process (benchmarks, tests): 0 scalar kernel, 1 tensor-core kernel where the shape

@@ -1,20 +1,9 @@
 /* cuda/cu_host.h: host helpers shared by the kernel modules of cuda/ (header only). */
 #ifndef ZLLM_CUDA_CU_HOST_H
 #define ZLLM_CUDA_CU_HOST_H
-#include <stdlib.h>
 #include <atomic>
 #include <cuda_runtime.h>
-
-/* A knob from the environment: the integer value of `name`, or dflt when it is unset, empty, not a whole
- * integer, or outside [lo, hi]. Never fails. */
-static inline int cu_env_int(const char *name, int dflt, int lo, int hi) {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    char *end = NULL;
-    const long x = strtol(v, &end, 10);
-    if (*end || x < lo || x > hi) return dflt;
-    return (int)x;
-}
+#include "cu_settings.h"
 
 /* `given` when > 0, else the multiprocessor count of the current device (a cached attribute query, safe while a
  * stream is being captured); 132 (an H100) when the query fails. */
@@ -37,16 +26,16 @@ static inline size_t cu_smem_optin_max() {
 }
 
 /* A per-device switch cached in state[64] (0 unknown, 1 on, 2 off): on when the current device's compute capability
- * major is within [lo, hi] and the environment knob env (default 1) is not 0. Attribute queries only, so safe while a
- * stream is captured. Returns 0 when the device query fails. */
-static inline int cu_device_switch(int *state, int lo, int hi, const char *env) {
+ * major is within [lo, hi] and `on` (a cu_settings field) is not 0 at the first call for the device. Attribute
+ * queries only, so safe while a stream is captured. Returns 0 when the device query fails. */
+static inline int cu_device_switch(int *state, int lo, int hi, int on) {
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return 0;
     int *s = &state[dev & 63];
     if (*s == 0) {
         int major = 0;
         if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) major = 0;
-        *s = major >= lo && major <= hi && cu_env_int(env, 1, 0, 1) ? 1 : 2;
+        *s = major >= lo && major <= hi && on ? 1 : 2;
     }
     return *s == 1;
 }

@@ -1,4 +1,4 @@
-/* cuda/f16x2.cuh: the f16x2 helpers of the quantized kernels' dequantization (cuda/qtc.cu, cuda/qmma.cu), header
+/* cuda/f16x2.cuh: the f16x2 helpers of the quantized kernels' dequantization (cuda/qtc.cu, cuda/lab/qmma.cu), header
  * only, for .cu files, and qtc's Q4_K scale formula, which gpu_test_qtc checks exhaustively against its f32
  * definition. */
 #ifndef ZLLM_CUDA_F16X2_CUH

@@ -129,16 +129,14 @@ __global__ void k_rmsnorm(const float *x, const int32_t *rows, const float *w, i
 }
 
 /* the RMSNorm block size for rows of dim elements (part of the reduction order; one rule for ops_rmsnorm and
- * ops_rmsnorm_dual, whose outputs the checks compare bit for bit). Blocks of 512 threads (ZLLM_NORM_THREADS,
- * 64..1024, for measurements; one value per process): at batch 1 the norm is one block on the critical path
+ * ops_rmsnorm_dual, whose outputs the checks compare bit for bit). Blocks of kNormThreads (512) threads: at batch 1 the norm is one block on the critical path
  * between two matrix products, and it can only start once an SM has room for it. 512 threads of ~56 registers
  * fit beside a running Q8_0 output projection's CTA (1024 did not: they waited for one to exit), and beside a CTA
- * of every other qtc product that holds half an SM. H100, docs/perf.md session 22: 8B M=1 Q8_0 3.328 / 3.332
- * against 3.367 / 3.419 ms with 1024, Q4_K_M 2.454 / 2.471 against 2.479 / 2.482; 256 threads (16 elements each)
- * were slower than 1024. */
+ * of every other qtc product that holds half an SM; measured faster than 1024 (and 256, 16 elements a thread,
+ * slower than 1024) on the 8B decode step (docs/cuda.md). */
+static constexpr int kNormThreads = 512;
 static int s_norm_block(int dim) {
-    static const int s_thr = cu_env_int("ZLLM_NORM_THREADS", 512, 64, 1024) / 32 * 32;
-    const int b = dim >= s_thr ? s_thr : dim >= 256 ? 256 : 64;
+    const int b = dim >= kNormThreads ? kNormThreads : dim >= 256 ? 256 : 64;
     /* rows wider than 8 elements a thread: a larger block (up to 1024), so that ops_rmsnorm_dual keeps its
      * 8-register form (k_rmsnorm_dual_r<T, 8>) as it had with 1024 threads */
     if (dim > 8 * b) {
@@ -402,7 +400,7 @@ int ops_gemm(cublasHandle_t h, const void *x, const void *w, cu_dtype dt, int n_
     return 0;
 }
 
-/* ---------------------------------------------------------------- dual-output variants (qgemv inputs) */
+/* ---------------------------------------------------------------- dual-output variants (ops.h) */
 __device__ __forceinline__ float rnd_f(const float *, float v) { return v; }
 __device__ __forceinline__ float rnd_f(const __half *, float v) { return __half2float(__float2half_rn(v)); }
 __device__ __forceinline__ float rnd_f(const __nv_bfloat16 *, float v) {

@@ -108,10 +108,11 @@ int ops_convert(const void *src, cu_dtype sdt, void *dst, cu_dtype ddt, size_t n
 int ops_gemm(cublasHandle_t h, const void *x, const void *w, cu_dtype dt, int n_rows, int n_in, int n_out,
              float *y, int ldy, float beta, char *err, size_t errlen);
 
-/* Dual-output variants for the matrix-vector path (cuda/qgemv.h takes f32 inputs). Each writes its value v to
- * out (type odt; skipped when out is NULL) and to outf (f32; skipped when NULL): outf gets v rounded to odt and
- * back when round_f is 1 (so qgemv multiplies exactly the operands cuBLAS would see), v itself when 0. The value
- * written is computed exactly as by the single-output function. Same failure contract as the others. */
+/* Dual-output variants: each writes its value v to out (type odt; skipped when out is NULL) and to outf (f32;
+ * skipped when NULL): outf gets v rounded to odt and back when round_f is 1 (the operands a 16-bit product sees),
+ * v itself when 0. The value written is computed exactly as by the single-output function. The engine passes
+ * outf NULL; the f32 copy serves f32-input kernels such as cuda/lab/qgemv.h. Same failure contract as the
+ * others. */
 int ops_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int dim, float eps, int n_rows,
                      void *out, cu_dtype odt, float *outf, int round_f, cudaStream_t st, char *err, size_t errlen);
 /* SwiGLU dual: gate and up rows are ld floats apart (ld >= n; 0 means n), so both may be column slices of one

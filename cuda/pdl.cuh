@@ -50,7 +50,7 @@ static __device__ __forceinline__ void pdl_trigger() {
  * Cached per device (64 devices); safe while a stream is captured (attribute queries only). */
 static inline int cu_pdl_on() {
     static int s_state[64];
-    return cu_device_switch(s_state, 9, 1 << 30, "ZLLM_CUDA_PDL");
+    return cu_device_switch(s_state, 9, 1 << 30, cu_settings_get()->pdl);
 }
 
 /* cudaLaunchKernelEx with the n attributes at[] (room for one more) and, where allow and cu_pdl_on(), the

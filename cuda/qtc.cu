@@ -1,7 +1,7 @@
 /* cuda/qtc.cu: tensor-core products of tile-packed GGUF weights (contract and batch-invariance argument:
  * cuda/qtc.h).
  *
- * Packed layout. Rows are grouped in tiles of 16 (zero rows pad the last tile), each row cut in 256-element
+ * Packed layout (written on the host by cuda/qtc_pack.cu). Rows are grouped in tiles of 16 (zero rows pad the last tile), each row cut in 256-element
  * units; tile block (tile, unit) is TB bytes at ((tile * n_units) + unit) * TB, so one tile's blocks are
  * contiguous and a warp streams its split as one run. Lane L = 4 g + t of the warp that multiplies a tile block
  * holds rows g and g + 8 (the mma A fragment rows) and owns elements 64 t .. 64 t + 63 of the unit; its 16-wide
@@ -31,14 +31,13 @@
  * Above 8 columns a wide kernel below takes over (same arithmetic per element, another work split): on sm_90 the
  * one whose k16 steps are wgmma (qtc_wg_kernel), elsewhere the mma.sync one (qtc_wide_kernel). */
 #include "qtc.h"
+#include "qtc_layout.h"
 
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include <string.h>
 
 #include <atomic>
-#include <thread>
-#include <vector>
 
 #include "act.cuh"
 #include "cu_host.h"
@@ -50,9 +49,8 @@
 
 using namespace zmma;
 
-enum { QT_Q4K = 0, QT_Q6K = 1, QT_Q8_0 = 2 };
-/* QT_STAGES: the narrow kernel's ring depth per warp (units in flight); QT_STAGES_MAX the deepest a knob may ask
- * for, which sizes the narrow kernel's shared-memory requirement (qtc_smem_bytes) */
+/* QT_STAGES: the narrow kernel's ring depth per warp (units in flight); QT_STAGES_MAX sizes the narrow kernel's
+ * shared-memory requirement (qtc_smem_bytes, which decides at load whether a device serves qtc at all) */
 enum { QT_STAGES = 2, QT_STAGES_MAX = 4, QT_MAX_KS = 8 };
 enum { QB_WARPS = 8, QB_COLS = 64, QB_STAGES = 3, QB_XBYTES = QB_COLS * 512, QB_CHUNK = 256 };
 
@@ -61,18 +59,16 @@ template <> struct qt_traits<QT_Q4K> { static constexpr int TB = 2304; };
 template <> struct qt_traits<QT_Q6K> { static constexpr int TB = 3360; };
 template <> struct qt_traits<QT_Q8_0> { static constexpr int TB = 4352; };
 
-static int s_ty(ggml_type t) { return t == GGML_Q4_K ? QT_Q4K : t == GGML_Q6_K ? QT_Q6K : t == GGML_Q8_0 ? QT_Q8_0 : -1; }
-static int s_tb(int ty) { return ty == QT_Q4K ? 2304 : ty == QT_Q6K ? 3360 : ty == QT_Q8_0 ? 4352 : 0; }
 
 extern "C" int qtc_supported(ggml_type t, int n_in, int n_out)
 {
-    return s_ty(t) >= 0 && n_in > 0 && n_in % 256 == 0 && n_out > 0 && (n_out + 15) / 16 <= 65535;
+    return qt_ty(t) >= 0 && n_in > 0 && n_in % 256 == 0 && n_out > 0 && (n_out + 15) / 16 <= 65535;
 }
 
 extern "C" size_t qtc_packed_bytes(ggml_type t, int n_in, int n_out)
 {
     if (!qtc_supported(t, n_in, n_out)) return 0;
-    return (size_t)((n_out + 15) / 16) * (size_t)(n_in / 256) * (size_t)s_tb(s_ty(t));
+    return (size_t)((n_out + 15) / 16) * (size_t)(n_in / 256) * (size_t)qt_tb(qt_ty(t));
 }
 
 /* the narrow kernel's dynamic shared memory: kn rings, then the double-buffered partial area */
@@ -85,10 +81,10 @@ static size_t s_narrow_bytes(int tb, int st, int kn, int nf)
  * warps: enough streams in flight at M = 1 on a 132-SM H100. Shape only: part of every element's arithmetic. */
 extern "C" size_t qtc_smem_bytes(ggml_type t)
 {
-    const int ty = s_ty(t);
+    const int ty = qt_ty(t);
     if (ty < 0) return 0;
-    const size_t narrow = s_narrow_bytes(s_tb(ty), QT_STAGES_MAX, QT_MAX_KS, 8);
-    const size_t wide = (size_t)QB_STAGES * (QB_WARPS * (size_t)s_tb(ty) + QB_XBYTES);
+    const size_t narrow = s_narrow_bytes(qt_tb(ty), QT_STAGES_MAX, QT_MAX_KS, 8);
+    const size_t wide = (size_t)QB_STAGES * (QB_WARPS * (size_t)qt_tb(ty) + QB_XBYTES);
     return narrow > wide ? narrow : wide;
 }
 
@@ -105,10 +101,8 @@ extern "C" size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out)
 extern "C" int qtc_split(ggml_type t, int n_in, int n_out)
 {
     if (!qtc_supported(t, n_in, n_out)) return 0;
-    /* the warps one launch aims for (tiles x ks): 1024 by default; ZLLM_QTC_WARPS (256 .. 65536) for
-     * measurements only. Read once per process: every launch and workspace size must see one value, since ks
-     * decides the summation order (a model loaded with one value keeps it) */
-    static const long s_target = cu_env_int("ZLLM_QTC_WARPS", 1024, 256, 65536);
+    /* the warps one launch aims for (tiles x ks). ks decides the summation order: a function of the shape only */
+    constexpr long s_target = 1024;
     const long units = n_in / 256, tiles = (n_out + 15) / 16;
     int ks = 1;
     while (ks < QT_MAX_KS && 2 * ks <= units && tiles * ks < s_target) ks *= 2;
@@ -125,165 +119,13 @@ extern "C" int qtc_split_narrow(ggml_type t, int n_in, int n_out)
      * 2-unit rings and persistent CTAs: 3.633 against 3.744 ms with kn = ks, 3.650 at 2048; 8192 measured no
      * faster). Q4_K and Q6_K aim for 8192, which gives the 14336-row gate and up matrices and the 128256-row LM
      * head twice the streams (their units are 144 and 210 bytes a row against Q8_0's 272, so they need more
-     * warps for the same bytes in flight): 8B Q4_K_M M = 1 2.378 / 2.389 against 2.407 / 2.409 ms at 4096, H100,
-     * session 22; 4096 itself was 3.235 against 3.437 ms with kn = ks. ZLLM_QTC_NARROW_WARPS (256 .. 65536) sets
-     * another target for every type, for measurements; read once per process like ZLLM_QTC_WARPS. */
-    static const long s_env = cu_env_int("ZLLM_QTC_NARROW_WARPS", 0, 0, 65536);
-    const long target = s_env > 0 ? s_env : t == GGML_Q8_0 ? 4096 : 8192;
+     * warps for the same bytes in flight): 8B Q4_K_M M = 1 about 1% faster than at 4096, itself about 6% faster
+     * than kn = ks (H100). */
+    const long target = t == GGML_Q8_0 ? 4096 : 8192;
     const long units = n_in / 256, tiles = (n_out + 15) / 16;
     int kn = ks;
     while (kn < QT_MAX_KS && 2 * kn <= units && tiles * kn < target) kn *= 2;
     return kn;
-}
-
-/* ------------------------------------------------------------------------------------------------------
- * host packing */
-
-/* levels and scales of one 256-element unit of one row, in the packed form's terms */
-typedef struct {
-    uint8_t q[256];       /* levels: Q4_K 0..15, Q6_K 0..63, Q8_0 the int8 bit pattern */
-    uint16_t d, dmin;     /* Q4_K d / dmin bits; Q6_K d bits */
-    uint8_t sc[16], mn[8];/* Q4_K: 8 sc, 8 m (6-bit); Q6_K: 16 int8 scales */
-    uint16_t d8[8];       /* Q8_0: the 8 block scales (bits) */
-} s_unit;
-
-static void s_unit_read(int ty, const uint8_t *row, int u, s_unit *o)
-{
-    memset(o, 0, sizeof *o);
-    if (ty == QT_Q4K) {
-        const uint8_t *b = row + (size_t)u * 144, *sc = b + 4, *qs = b + 16;
-        memcpy(&o->d, b, 2);
-        memcpy(&o->dmin, b + 2, 2);
-        for (int j = 0; j < 8; j++) {
-            if (j < 4) { o->sc[j] = sc[j] & 63; o->mn[j] = sc[j + 4] & 63; }
-            else {
-                o->sc[j] = (uint8_t)((sc[j + 4] & 0xf) | ((sc[j - 4] >> 6) << 4));
-                o->mn[j] = (uint8_t)((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
-            }
-        }
-        for (int j = 0; j < 4; j++)
-            for (int l = 0; l < 32; l++) {
-                o->q[64 * j + l] = qs[32 * j + l] & 15;
-                o->q[64 * j + 32 + l] = qs[32 * j + l] >> 4;
-            }
-    } else if (ty == QT_Q6K) {
-        const uint8_t *b = row + (size_t)u * 210, *ql = b, *qh = b + 128;
-        memcpy(o->sc, b + 192, 16);
-        memcpy(&o->d, b + 208, 2);
-        for (int e = 0; e < 256; e++) {
-            const int n = e / 128, r = e % 128, qq = r / 32, l = r % 32;
-            const uint8_t lo = ql[64 * n + (qq & 1 ? l + 32 : l)];
-            const int lo4 = qq >= 2 ? lo >> 4 : lo & 15;
-            const int hi2 = (qh[32 * n + l] >> (2 * qq)) & 3;
-            o->q[e] = (uint8_t)(lo4 | (hi2 << 4));
-        }
-    } else {
-        for (int k = 0; k < 8; k++) {
-            const uint8_t *b = row + (size_t)(8 * u + k) * 34;
-            memcpy(&o->d8[k], b, 2);
-            memcpy(o->q + 32 * k, b + 2, 32);
-        }
-    }
-}
-
-/* the 4-bit field of element i (0..31) of a 32-element run into 16 bytes (Q4_K/Q6_K low nibbles) */
-static void s_put_nib(uint8_t *w16, int i, int v)
-{
-    const int u = i / 8, p = (i % 8) / 2, c = i % 2, bit = 16 * c + 4 * p;
-    uint32_t word;
-    memcpy(&word, w16 + 4 * u, 4);
-    word |= (uint32_t)(v & 15) << bit;
-    memcpy(w16 + 4 * u, &word, 4);
-}
-
-/* tiles [tile0, tile1) of qtc_pack: each tile's blocks depend on its own 16 rows only (so any split of the tiles
- * over threads writes the same bytes) */
-static void s_pack_tiles(int ty, const void *rows, size_t row_bytes, int n_in, int n_out, void *dst, int tile0,
-                         int tile1)
-{
-    const int units = n_in / 256, TB = s_tb(ty);
-    s_unit un;
-    for (int tile = tile0; tile < tile1; tile++)
-        for (int u = 0; u < units; u++) {
-            uint8_t *blk = (uint8_t *)dst + ((size_t)tile * units + u) * TB;
-            memset(blk, 0, (size_t)TB);
-            if (ty == QT_Q8_0) memset(blk, 0x80, 4096);   /* padded rows: level q + 128 = 128, i.e. q = 0 */
-            for (int r = 0; r < 16; r++) {
-                const int o = tile * 16 + r;
-                if (o >= n_out) break;   /* padded rows: all zero (zero scales and levels: weight 0) */
-                s_unit_read(ty, (const uint8_t *)rows + (size_t)o * row_bytes, u, &un);
-                const int g = r % 8, h = r / 8;
-                if (ty == QT_Q4K || ty == QT_Q6K) {
-                    for (int e = 0; e < 256; e++) {
-                        const int tt = e / 64, b = (e % 64) / 32, i = e % 32;
-                        s_put_nib(blk + 512 * (2 * h + b) + 16 * (4 * g + tt), i, un.q[e]);
-                    }
-                }
-                if (ty == QT_Q4K) {
-                    uint8_t *rec = blk + 2048 + 16 * r;
-                    memcpy(rec, &un.d, 2);
-                    memcpy(rec + 2, &un.dmin, 2);
-                    uint8_t bits[12] = {0};
-                    for (int tt = 0; tt < 4; tt++) {
-                        const uint32_t f = (uint32_t)un.sc[2 * tt] | (uint32_t)un.mn[2 * tt] << 6 |
-                                           (uint32_t)un.sc[2 * tt + 1] << 12 | (uint32_t)un.mn[2 * tt + 1] << 18;
-                        for (int k = 0; k < 24; k++)
-                            if (f >> k & 1) bits[(24 * tt + k) / 8] |= (uint8_t)(1u << ((24 * tt + k) % 8));
-                    }
-                    memcpy(rec + 4, bits, 12);
-                } else if (ty == QT_Q6K) {
-                    for (int e = 0; e < 256; e++) {
-                        const int tt = e / 64, el = e % 64, v = el / 16, ee = el % 16, P = ee / 2, c = ee % 2;
-                        uint8_t *w = blk + 2048 + 512 * h + 16 * (4 * g + tt) + 4 * v;
-                        uint32_t word;
-                        memcpy(&word, w, 4);
-                        word |= (uint32_t)((un.q[e] >> 4) & 3) << (16 * c + 2 * P);
-                        memcpy(w, &word, 4);
-                    }
-                    memcpy(blk + 3072 + 16 * r, un.sc, 16);
-                    memcpy(blk + 3328 + 2 * r, &un.d, 2);
-                } else {
-                    /* stored as q + 128 (the bit pattern ^ 0x80), what the dequantization's PRMT wants */
-                    for (int e = 0; e < 256; e++) {
-                        const int tt = e / 64, el = e % 64, c = el / 16, i = el % 16;
-                        blk[512 * (4 * h + c) + 16 * (4 * g + tt) + i] = (uint8_t)(un.q[e] ^ 0x80u);
-                    }
-                    memcpy(blk + 4096 + 16 * r, un.d8, 16);
-                }
-            }
-        }
-}
-
-extern "C" int qtc_pack_threads(ggml_type t, const void *rows, size_t row_bytes, int n_in, int n_out, void *dst,
-                                int n_threads)
-{
-    const int ty = s_ty(t);
-    if (!qtc_supported(t, n_in, n_out) || !rows || !dst || row_bytes != ggml_row_bytes(t, n_in) || n_threads < 0)
-        return -1;
-    const int tiles = (n_out + 15) / 16;
-    if (n_threads == 0) {   /* every hardware thread, at most 16, at least 64 tiles each */
-        const unsigned hc = std::thread::hardware_concurrency();
-        n_threads = hc == 0 ? 1 : hc > 16 ? 16 : (int)hc;
-    }
-    if (n_threads > tiles / 64) n_threads = tiles / 64;
-    if (n_threads < 1) n_threads = 1;
-    std::vector<std::thread> th;
-    for (int i = 1; i < n_threads; i++) {
-        const int a = (int)((long)tiles * i / n_threads), b = (int)((long)tiles * (i + 1) / n_threads);
-        try {
-            th.emplace_back(s_pack_tiles, ty, rows, row_bytes, n_in, n_out, dst, a, b);
-        } catch (...) {   /* no thread to be had: this thread packs that range itself */
-            s_pack_tiles(ty, rows, row_bytes, n_in, n_out, dst, a, b);
-        }
-    }
-    s_pack_tiles(ty, rows, row_bytes, n_in, n_out, dst, 0, (int)((long)tiles / n_threads));
-    for (auto &x : th) x.join();
-    return 0;
-}
-
-extern "C" int qtc_pack(ggml_type t, const void *rows, size_t row_bytes, int n_in, int n_out, void *dst)
-{
-    return qtc_pack_threads(t, rows, row_bytes, n_in, n_out, dst, 0);
 }
 
 /* ------------------------------------------------------------------------------------------------------
@@ -473,8 +315,8 @@ static __device__ __forceinline__ void qtc_body(const uint8_t *__restrict__ w, i
     };
     pdl_trigger();
     /* the weights are written once, at load: their first stages stream in while the kernel before this one (the
-     * producer of x, or the reader of y) finishes (cuda/pdl.cuh); nothing else is touched before pdl_wait. pre 0
-     * (ZLLM_QTC_PREWAIT=0, measurements) waits first; pre ST (the default, s_pre) issues every stage before it */
+     * producer of x, or the reader of y) finishes (cuda/pdl.cuh); nothing else is touched before pdl_wait. The
+     * launcher passes pre = ST: every stage is issued before it (pre 0 would wait first) */
 #pragma unroll
     for (int i = 0; i < ST; i++) {
         if (i == pre) pdl_wait();
@@ -1066,46 +908,26 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, in
 }
 
 /* the narrow kernel's grid height (CTAs over tiles): per (the CTAs one SM holds for this block size and shared
- * memory) x the SMs x ZLLM_QTC_WAVES (default 1; 0 = one CTA per tile, as before the CTAs were persistent), at
- * most the tiles; ZLLM_QTC_GRID (> 0) caps it further, for checks that want every CTA to take several tiles.
- * Neither changes a bit: a tile's arithmetic does not depend on which CTA takes it. */
+ * memory) x the SMs (one wave of persistent CTAs), at most the tiles; cu_settings.qtc_grid (> 0) caps it further,
+ * for checks that want every CTA to take several tiles. Neither changes a bit: a tile's arithmetic does not depend
+ * on which CTA takes it. */
 static int s_grid_y(int per, int tiles, int groups)
 {
-    static const int s_waves = cu_env_int("ZLLM_QTC_WAVES", 1, 0, 64);
-    static const int s_cap = cu_env_int("ZLLM_QTC_GRID", 0, 0, 1 << 30);
+    const int s_cap = cu_settings_get()->qtc_grid;
     int gy = tiles;
-    if (s_waves > 0 && per > 0) {
-        const long fit = (long)per * cu_sm_count(0) * s_waves / groups;
+    if (per > 0) {
+        const long fit = (long)per * cu_sm_count(0) / groups;
         if (fit >= 1 && fit < gy) gy = (int)fit;
     }
     if (s_cap > 0 && s_cap < gy) gy = s_cap;
     return gy;
 }
 
-/* 1: the narrow kernel streams its first stages before its PDL wait (default); ZLLM_QTC_PREWAIT=0 after it, to
- * measure what the early stream buys (the same bits) */
-static int s_prewait()
-{
-    static const int s_v = cu_env_int("ZLLM_QTC_PREWAIT", 1, 0, 1);
-    return s_v;
-}
-
 /* The narrow launches mark their matrix's window as streaming in L2 (an access policy window, hit and miss
  * property cudaAccessPropertyStreaming: evict first), so that the weight stream, read once a step, does not push
  * out what the step's other kernels reuse (activations, the code, decode attention's keys prefetched into L2).
- * Moves no arithmetic. H100, docs/perf.md session 22: 8B M=1 Q4_K_M 2.490 / 2.502 against 2.515 / 2.512 ms,
- * Q8_0 3.378 / 3.373 against 3.399 / 3.398 (alternating, same binary). ZLLM_QTC_L2STREAM=0 turns it off. */
-static int s_l2stream()
-{
-    static const int s_v = cu_env_int("ZLLM_QTC_L2STREAM", 1, 0, 1);
-    return s_v;
-}
-
-/* stages the narrow kernel issues before its PDL wait: all (ST) by default, none with ZLLM_QTC_PREWAIT=0 */
-static int s_pre(int st)
-{
-    return s_prewait() ? st : 0;
-}
+ * Moves no arithmetic. H100, 8B M=1 Q4_K_M 2.490 / 2.502 against 2.515 / 2.512 ms,
+ * Q8_0 about 0.7% faster than without. */
 
 template <int TY, int NF, int ST>
 static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int ldy, cudaStream_t st)
@@ -1127,22 +949,18 @@ static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int 
     const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
     const int gy = s_grid_y(per, tiles, groups);
     const dim3 grid((unsigned)groups, (unsigned)gy), block(32 * kn);
-    return cu_launch_win(s_l2stream() ? p->w : nullptr, qtc_packed_bytes(p->type, p->n_in, p->n_out),
+    return cu_launch_win(p->w, qtc_packed_bytes(p->type, p->n_in, p->n_out),
                          cudaAccessPropertyStreaming, qtc_kernel<TY, NF, ST>, grid, block, smem, st,
                          (const uint8_t *)p->w, p->n_in / 256, kn, r, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in,
-                         (__half *)p->glu, p->ldg, s_pre(ST));
+                         (__half *)p->glu, p->ldg, ST);
 }
 
-/* the narrow kernel with QT_STAGES-deep rings: 2, since more warps per SM beat deeper rings (H100 M=1: 8B
- * Q4_K_M 3.004 / 3.021 ms at 4 stages, 2.944 at 3, 2.881 at 2; Q8_0 3.865 / 3.876, 3.830, 3.793);
- * ZLLM_QTC_STAGES = 3 or 4 for measurements (the depth never changes a bit) */
+/* the narrow kernel with QT_STAGES-deep rings: 2, since more warps per SM beat deeper rings (8B M=1, Q4_K_M and
+ * Q8_0: 2 stages faster than 3, 3 faster than 4; the depth never changes a bit) */
 template <int TY, int NF>
 static cudaError_t s_launch(const qtc_params *p, int kn, int r, int ldx, int ldy, cudaStream_t st)
 {
-    static const int s_st = cu_env_int("ZLLM_QTC_STAGES", QT_STAGES, 2, QT_STAGES_MAX);
-    if (s_st == 3) return s_launch_st<TY, NF, 3>(p, kn, r, ldx, ldy, st);
-    if (s_st == 4) return s_launch_st<TY, NF, 4>(p, kn, r, ldx, ldy, st);
-    return s_launch_st<TY, NF, 2>(p, kn, r, ldx, ldy, st);
+    return s_launch_st<TY, NF, QT_STAGES>(p, kn, r, ldx, ldy, st);
 }
 
 template <int TY>
@@ -1162,14 +980,10 @@ static cudaError_t s_launch_ty(const qtc_params *p, int nf, int ks, int kn, int 
     }
 }
 
-/* the wgmma form above 8 columns (sm_90): ZLLM_QTC_WG = 64 / 32 forces one width, 0 the mma.sync wide kernel
- * (measurements only: every form gives the same bits) */
+/* the wgmma form above 8 columns (sm_90): 32 columns a tile up to 32 rows, 64 above (every form gives the same
+ * bits) */
 static int s_wg_form(int m)
 {
-    static const int s_env = cu_env_int("ZLLM_QTC_WG", -1, -1, 64);
-    if (s_env == 0) return QTC_WIDE;
-    if (s_env == 32) return QTC_WG32;
-    if (s_env == 64) return QTC_WG;
     return m <= 32 ? QTC_WG32 : QTC_WG;
 }
 
@@ -1191,15 +1005,14 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
     if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
     /* the narrow kernel up to 8 columns (one fragment; its CTAs read x straight from global memory), a wide one
      * above (x staged in shared memory and shared by 8 row tiles): at 16 columns the wide kernel was faster on
-     * every 8B-layer shape on an H100 (docs/perf.md, "qtc"), and its wgmma form faster again on most of them
-     * (docs/perf.md, "Session 13 update") */
+     * every 8B-layer shape on an H100, and its wgmma form faster again on most of them */
     if (nf == 0) nf = p->m <= 8 ? 1 : !wtc_wgmma() ? QTC_WIDE : s_wg_form(p->m);
     if (nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_WIDE && nf != QTC_WG && nf != QTC_WG32)
         return cudaErrorInvalidValue;
     if ((nf == QTC_WG || nf == QTC_WG32) && !wtc_wgmma()) return cudaErrorInvalidValue;
     if ((p->m + 8L * nf - 1) / (8L * nf) > 0x7fffffffL) return cudaErrorInvalidValue;
     const int ks = qtc_split(p->type, p->n_in, p->n_out), kn = qtc_split_narrow(p->type, p->n_in, p->n_out);
-    switch (s_ty(p->type)) {
+    switch (qt_ty(p->type)) {
     case QT_Q4K: return s_launch_ty<QT_Q4K>(p, nf, ks, kn, ldx, ldy, st);
     case QT_Q6K: return s_launch_ty<QT_Q6K>(p, nf, ks, kn, ldx, ldy, st);
     case QT_Q8_0: return s_launch_ty<QT_Q8_0>(p, nf, ks, kn, ldx, ldy, st);
@@ -1229,7 +1042,7 @@ static int s_pair_per(size_t smem)
 extern "C" cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b, cudaStream_t st)
 {
     if (!a || !b) return cudaErrorInvalidValue;
-    if (s_ty(a->type) != QT_Q4K || s_ty(b->type) != QT_Q6K || a->m != b->m || a->m < 1 || a->m > 8 ||
+    if (qt_ty(a->type) != QT_Q4K || qt_ty(b->type) != QT_Q6K || a->m != b->m || a->m < 1 || a->m > 8 ||
         a->x != b->x || a->n_in != b->n_in || a->ldx != b->ldx || a->ldy != b->ldy || a->y_in || b->y_in ||
         a->glu || b->glu || !a->y || !b->y || !qtc_supported(a->type, a->n_in, a->n_out) ||
         !qtc_supported(b->type, b->n_in, b->n_out))
@@ -1251,9 +1064,9 @@ extern "C" cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b,
     const int gyb = tb, gya = ta < slots - gyb ? ta : slots - gyb;
     if (gya < 1 || gyb > slots / 2) return cudaErrorNotSupported;
     const int ks = qtc_split(a->type, a->n_in, a->n_out), ksb = qtc_split(b->type, b->n_in, b->n_out);
-    return cu_launch_win(s_l2stream() ? a->w : nullptr, qtc_packed_bytes(a->type, a->n_in, a->n_out),
+    return cu_launch_win(a->w, qtc_packed_bytes(a->type, a->n_in, a->n_out),
                          cudaAccessPropertyStreaming, qtc_pair_kernel<QT_Q4K, QT_Q6K, ST>,
                          dim3((unsigned)((a->m + 7) / 8), (unsigned)(gya + gyb)), dim3(32 * kn), smem, st,
                          (const uint8_t *)a->w, a->n_out, kn / ks, a->y, (const uint8_t *)b->w, b->n_out, kn / ksb,
-                         b->y, gya, a->n_in / 256, kn, a->m, a->x, ldx, ldy, s_pre(ST));
+                         b->y, gya, a->n_in / 256, kn, a->m, a->x, ldx, ldy, ST);
 }

@@ -16,7 +16,7 @@
  * Plain greedy rows (temperature <= 0 or no generator, no repetition penalty) of a large vocabulary on sm_90: a
  * thread-block cluster of kCl blocks per row, each the argmax of one slice of ids, block 0 combining the slices in
  * id order through distributed shared memory (the same winner: larger value, then lower id). One block reading a
- * 128k-logit row alone took ~19 us of a batch-1 step (H100, docs/perf.md session 11); every other row is one
+ * 128k-logit row alone took ~19 us of a batch-1 step (H100); every other row is one
  * block as before (the cluster's other blocks return at once). */
 #include "pdl.cuh"
 #include "sample.h"
@@ -470,7 +470,7 @@ extern "C" cudaError_t sample_launch(const sample_params *p, cudaStream_t stream
     if (p->carry_tok && (!p->carry_rng || !p->carry_idx)) return cudaErrorInvalidValue;
     static int s_cl[64];   /* clusters: sm_90 and later (ZLLM_CUDA_SAMPLE_CLUSTER=0 off, for comparisons) */
     if (p->vocab >= kClMinVocab && (long)p->n_rows * kCl <= 0x7fffffffL &&
-        cu_device_switch(s_cl, 9, 99, "ZLLM_CUDA_SAMPLE_CLUSTER")) {
+        cu_device_switch(s_cl, 9, 99, cu_settings_get()->sample_cluster)) {
         return cu_launch_cl(1, dim3(kCl, 1, 1), sample_cluster_kernel, dim3((unsigned)(p->n_rows * kCl)),
                             dim3(kThreads), 0, stream, *p);
     }

@@ -1,10 +1,10 @@
-/* cuda/test_ops.cu -> gpu_test_ops: every kernel of cuda/ops.h against a CPU reference (double precision) on
- * fresh random inputs of several shapes, with outputs poisoned (all bits set: NaN in every type) before each
- * run. Pass: relative error ||gpu - ref|| / ||ref|| <= 1e-5 for f32 outputs, 1e-2 for bf16/f16 outputs, and
- * every element finite (an unwritten element stays NaN). The dual-output variants (qgemv inputs) are checked for
- * exact agreement with the single-output functions, the fused ops_qkv_rope_append for the same bits as the chain
- * it replaces (bias adds, two RoPEs, KV append), the strided SwiGLU for the bits of the contiguous one, and
- * ops_gemm's ldy for writing only its column slice. Needs a CUDA GPU. */
+/* cuda/test_ops.cu -> gpu_test_ops: every kernel of cuda/ops.h against a CPU reference (double precision) on fresh
+ * random inputs of several shapes, with outputs poisoned (all bits set: NaN in every type) before each run. Pass:
+ * relative error ||gpu - ref|| / ||ref|| <= 1e-5 for f32 outputs, 1e-2 for bf16/f16 outputs, and every element
+ * finite (an unwritten element stays NaN). The dual-output variants (an f32 copy beside the typed output) are
+ * checked for exact agreement with the single-output functions, the fused ops_qkv_rope_append for the same bits as
+ * the chain it replaces (bias adds, two RoPEs, KV append), the strided SwiGLU for the bits of the contiguous one,
+ * and ops_gemm's ldy for writing only its column slice. Needs a CUDA GPU. */
 extern "C" {
 #include "quant.h"
 #include "test.h"
@@ -277,9 +277,9 @@ static int same_vals(const char *what, const void *a, cu_dtype ta, const void *b
     return ce == cudaSuccess && bad == n;
 }
 
-/* the dual-output variants (qgemv inputs): the typed output is bitwise the single-output function's, the f32
- * output holds exactly those rounded values (round_f 1) or the f32 function's values (round_f 0); each output
- * may be left out; the cast may round in place */
+/* the dual-output variants (an f32 copy beside the typed output): the typed output is bitwise the single-output
+ * function's, the f32 output holds exactly those rounded values (round_f 1) or the f32 function's values
+ * (round_f 0); each output may be left out; the cast may round in place */
 static void test_dual(int rows, int n) {
     for (int ti = 0; ti < 3; ti++) {
         const cu_dtype t = s_types[ti];

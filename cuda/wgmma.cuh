@@ -8,7 +8,7 @@
  * thread (warp w of the group, lane = 4 g + t) holds d[4 j + e] = D[16 w + g + 8 (e >> 1)][8 j + 2 t + (e & 1)],
  * the m16n8 accumulator layout of mma.sync repeated over j < N / 8.
  *
- * Arithmetic: measured on an H100 (session 10, a probe of 786,432 elements per type over three value
+ * Arithmetic: measured on an H100 (a probe of 786,432 elements per type over three value
  * distributions, K up to 4096, N 8..256, either operand order): a chain of wgmma k16 steps gives the same bits as
  * the chain of mma.sync.m16n8k16 steps over the same k order, for BF16 and F16. cuda/test_wtc.cu checks it for
  * every shape it runs (the wgmma forms against the mma.sync ones, bit for bit).

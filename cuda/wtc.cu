@@ -924,7 +924,7 @@ __global__ void wg_probe() {}
  * and ZLLM_CUDA_WGMMA not 0. Attribute queries only (safe while a stream is captured); cached per device. */
 int wg_on() {
     static int s_state[64], s_code[64];
-    if (!cu_device_switch(s_state, 9, 9, "ZLLM_CUDA_WGMMA")) return 0;
+    if (!cu_device_switch(s_state, 9, 9, cu_settings_get()->wgmma)) return 0;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return 0;
     int *c = &s_code[dev & 63];
@@ -1027,17 +1027,13 @@ cudaError_t launch_t(const wtc_params *p, int form, int ks, int ldx, int ldy, cu
     if (form == 6) return launch_ws<T>(p, ks, ldx, ldy, st);
     if (form == 1) {
         /* ring depth: 6 stages up to 2 rows, 4 above (each stage carries m x rows, and more warps per SM beat
-         * deeper rings: H100 8B BF16 M = 4 / 8 6.28 / 6.53 ms at 6 stages, 6.13 / 6.31 at 4; M = 1 6.03 at 6,
-         * 6.21 at 4, 6.33 at 8, 6.22 at 12). ZLLM_WTC_NS = 4, 6, 8 or 12 forces one depth where the block fits
-         * the device (measurements: the depth never changes a bit) */
-        static const int s_ns = cu_env_int("ZLLM_WTC_NS", 0, 0, 12);
+         * deeper rings: on the 8B BF16 shape 4 stages were faster than 6 at M = 4 and 8, and 6 faster than 4, 8
+         * and 12 at M = 1). The depth never changes a bit */
         const size_t optin = cu_smem_optin_max();
-        int ns = s_ns == 4 || s_ns == 6 || s_ns == 8 || s_ns == 12 ? s_ns : p->m <= 2 ? kNS : 4;
+        int ns = p->m <= 2 ? kNS : 4;
         auto fits = [&](int n) { return (size_t)ks * n * narrow_stage(p->m) * sizeof(T) <= optin; };
         if (!fits(ns)) ns = fits(kNS) ? kNS : 4;
         if (ns == 4) return launch_narrow<T, 4>(p, ks, ldx, ldy, optin, st);
-        if (ns == 8) return launch_narrow<T, 8>(p, ks, ldx, ldy, optin, st);
-        if (ns == 12) return launch_narrow<T, 12>(p, ks, ldx, ldy, optin, st);
         return launch_narrow<T, 6>(p, ks, ldx, ldy, optin, st);
     }
     if (form == 2 && p->m > 64) {
@@ -1066,12 +1062,8 @@ extern "C" int wtc_split(int n_in, int n_out) {
      * at least 512 k (8 ring stages) and tiles x ks < 16384: a split is one warp's unit of work at M <= 8, and
      * many short units balance the SMs where few long ones leave a tail (H100, M = 1: 8B BF16 6.03 -> 5.88 ms,
      * gate/up 2 -> 8 splits and the LM head 1 -> 4; 1B 1.234 -> 1.205 ms). Each split a multiple of the 64-wide
-     * k tile. Shape only: it is part of every element's arithmetic. ZLLM_WTC_WARPS (2048), ZLLM_WTC_WARPS2
-     * (16384; 0: no second rule) and ZLLM_WTC_KMIN (512) are for measurements, read once per process (a model
-     * loaded with one value keeps it). */
-    static const long s_target = cu_env_int("ZLLM_WTC_WARPS", 2048, 256, 65536);
-    static const long s_target2 = cu_env_int("ZLLM_WTC_WARPS2", 16384, 0, 65536);
-    static const long s_kmin = cu_env_int("ZLLM_WTC_KMIN", 512, 64, 65536);
+     * k tile. Shape only: it is part of every element's arithmetic. */
+    constexpr long s_target = 2048, s_target2 = 16384, s_kmin = 512;
     const long tiles = (n_out + 15) / 16;
     int ks = 1;
     while (ks < kMaxKs && tiles * ks < s_target && n_in % (kKT * 2 * ks) == 0) ks *= 2;
@@ -1096,20 +1088,18 @@ extern "C" int wtc_available(void) {
 
 extern "C" int wtc_wgmma(void) { return wg_on(); }
 
-/* the form a valid launch of p runs (ks its split count): p->form, ZLLM_CUDA_WTC_FORM, or the automatic choice;
- * 3 with one split runs as 2 */
+/* the form a valid launch of p runs (ks its split count): p->form, or the automatic choice; 3 with one split runs
+ * as 2 */
 static int s_form(const wtc_params *p, int ks) {
     int form = p->form;
-    static const int s_force = cu_env_int("ZLLM_CUDA_WTC_FORM", 0, 0, 6);   /* benchmarks: the same bits */
-    if (form == 0 && s_force >= 4 && p->m > 8 && wg_on()) form = s_force;
     if (form == 0) {
         if (p->m <= 8) {
             form = 1;
         } else if (wg_on()) {
             /* wgmma. Above 16 rows: TMA-fed and warp-specialized, splits chained in the CTA, one batch tile of
              * 32 or 64 rows up to 64 with rings as deep as shared memory allows. Up to 16: one cluster of split
-             * CTAs per tile. H100, 8B BF16: form 6 beat forms 4 and 5 at M = 128, 256 and the prefill (session
-             * 10), and form 5 at M = 64, 10.60 -> 9.01 ms a step (session 11, docs/perf.md) */
+             * CTAs per tile. H100, 8B BF16: form 6 beat forms 4 and 5 at M = 128, 256 and the prefill, and form
+             * 5 at M = 64 */
             form = p->m > 16 ? 6 : 5;
         } else {
             /* one CTA per split when the tile grid alone would leave most multiprocessors idle (layer matrices
@@ -1126,8 +1116,8 @@ static int s_form(const wtc_params *p, int ks) {
 /* the SwiGLU epilogue runs in a launch of p in this form: the narrow kernel (m <= 8) or the TMA form, rows in whole
  * gate/up blocks */
 static bool s_glu_ok(const wtc_params *p, int form) {
-    /* ZLLM_WTC_NARROW_GLU=0: the narrow kernel without it (measurements; the same bits either way) */
-    static const int s_narrow = cu_env_int("ZLLM_WTC_NARROW_GLU", 1, 0, 1);
+    /* ZLLM_CUDA_WTC_GLU=0: the narrow kernel without it (the same bits either way) */
+    const int s_narrow = cu_settings_get()->wtc_glu;
     if (p->n_out % 16) return false;
     return (form == 1 && s_narrow) || (form == 6 && wg_on() && tma_encoder() != nullptr);
 }

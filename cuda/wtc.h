@@ -8,7 +8,7 @@
  *
  * Why: cuBLAS picks its kernel (tile shape, split-K) by M, so a row's last bits depend on how many rows share its
  * step, and on 2048-wide llamas that flips greedy tokens of a sequence decoded alone against the same sequence in
- * a batch (measured: cuda/test_engine_gpu.cu on tests/run_gpu.sh's 2048-wide models, docs/perf.md session 9).
+ * a batch (measured: cuda/test_engine_gpu.cu on tests/run_gpu.sh's 2048-wide models).
  *
  * Arithmetic (a function of (n_in, n_out) and the data of row o and batch row m only, never of M):
  *   - ks = wtc_split(n_in, n_out) splits of the k range, split s = [s n_in / ks, (s + 1) n_in / ks) (multiples
@@ -30,9 +30,9 @@
  * wgmma chains give the same bits as mma.sync chains (measured, cuda/wgmma.cuh), so every form is one
  * arithmetic; cuda/test_wtc.cu checks it bit for bit (a row alone against the same row inside M up to 2048,
  * every form) and against a double-precision oracle.
- * The engine uses it by default for its dense 16-bit matrices (cuda/engine_cuda.cu; ZLLM_CUDA_WTC=0 gives cuBLAS
- * back, faster for prefill and large batches and not batch invariant). ZLLM_CUDA_WTC_FORM=4..6 forces a wgmma
- * form for M > 8 (benchmarks: the bits are the same).
+ * The engine uses it by default for its dense 16-bit matrices (cuda/cuda_weights.cu; ZLLM_CUDA_WTC=0 gives cuBLAS
+ * back, faster for prefill and large batches and not batch invariant). wtc_params.form forces a form (tests and
+ * benchmarks: the bits are the same).
  * Launches are programmatic dependents (cuda/pdl.cuh): weight tiles stream in before pdl_wait. No allocation, no
  * host synchronisation (the TMA descriptors are built on the host at launch): capturable into CUDA graphs. */
 #ifndef ZLLM_CUDA_WTC_H

@@ -3,7 +3,7 @@
 # (made here, once, under $ZLLM_BENCH_DIR, default BUILD/bench) at a 1k context, M = 1 .. 256; then the
 # Llama-3.1-8B shape when ZLLM_BENCH_8B=1, the quantized shapes when ZLLM_BENCH_QUANT=1. After each BF16 shape the
 # PyTorch + transformers peer runs on the same shape and prints zllm/peer for decode (M = 1, 64, 256) and prefill.
-# Extra arguments go to the first two zllm-bench runs. ZLLM_CUDA_GEMV_MAX=all measures qgemv instead of cuBLAS.
+# Extra arguments go to the first two zllm-bench runs.
 # ZLLM_BENCH_ATTN=1 adds the decode attention kernels alone (zllm-attentionbench, every shape
 # after a 1 s idle) beside PyTorch's scaled_dot_product_attention on the same shapes.
 set -euo pipefail

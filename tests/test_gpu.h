@@ -1,4 +1,4 @@
-/* tests/test_gpu.h: host helpers shared by the GPU matrix-kernel checks (cuda/test_qgemv.cu, cuda/test_qmma.cu,
+/* tests/test_gpu.h: host helpers shared by the GPU matrix-kernel checks (cuda/lab/test_qgemv.cu, cuda/lab/test_qmma.cu,
  * cuda/test_qtc.cu): the CUDA-call check, f16 activations, the output buffers with NaN poison and the residual
  * forms, a launch captured into a CUDA graph or not, and the double-precision oracle comparison. C++ (CUDA
  * runtime); include after quant.h, test.h and tests/test_rand.h. A failing CUDA call of the harness itself (not

@@ -1,5 +1,5 @@
 /* tests/test_rand.h: the random numbers and random GGUF weight rows of the GPU matrix-kernel checks
- * (cuda/test_qgemv.cu, cuda/test_qmma.cu, cuda/test_qtc.cu). A file-static splitmix64 stream: define TEST_RAND_SEED before the
+ * (cuda/lab/test_qgemv.cu, cuda/lab/test_qmma.cu, cuda/test_qtc.cu). A file-static splitmix64 stream: define TEST_RAND_SEED before the
  * include for another start. Needs quant.h (ggml_type_block_bytes, f32_to_fp16) and <string.h>. */
 #ifndef ZLLM_TEST_RAND_H
 #define ZLLM_TEST_RAND_H

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tools/trace_step.py TRACE.csv [--step K]: where one decode step's time goes, from cuda/cupti_trace.c's CSV.
+"""tools/trace_step.py TRACE.csv [--step K]: where one decode step's time goes, from cuda/lab/cupti_trace.c's CSV.
 
 Takes the K-th last complete step (default 2: the one before the last; a step starts at the embedding kernel),
 walks its kernels in start order and charges each kernel the time it advanced the step's frontier (the latest end

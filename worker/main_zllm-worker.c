@@ -155,9 +155,8 @@ static void s_usage(FILE *f) {
             "  --curve-key FILE     CURVE: this worker's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
             "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n"
             "  -h, --help           this text;  --version  print the version\n"
-            "Environment:\n"
-            "  ZLLM_CUDA_*, ZLLM_ATTN_*, ZLLM_QTC_*, ZLLM_WTC_*, ZLLM_NORM_THREADS  CUDA kernel choices and tuning\n"
-            "                       knobs for measurements (docs/perf.md); the defaults are the tested ones\n"
+            "Environment: ZLLM_CUDA_* switches turn single paths of the CUDA engine off, for comparisons\n"
+            "  (docs/cuda.md lists them; none is needed for correct results).\n"
             "Exit status: 0 after SIGINT/SIGTERM, 2 on a usage error, 3 on an engine error, 1 on any other error.\n");
 }
 

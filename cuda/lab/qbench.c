@@ -1,4 +1,4 @@
-/* tools/main_zllm-qbench.c: benchmark of the quantized matrix-vector kernels (cuda/qgemv.h).
+/* cuda/lab/qbench.c: benchmark of the quantized matrix-vector kernels (cuda/qgemv.h).
  *
  *   zllm-qbench [--quick] [--types Q4_K,Q6_K,...] [--shapes 0,1,2,3,4] [--variants]
  *

@@ -1,4 +1,4 @@
-/* cuda/bench_qmma.cu: zllm-qmmabench, the tensor-core quantized kernels (cuda/qmma.cu) per type, shape and
+/* cuda/lab/bench_qmma.cu: zllm-qmmabench, the tensor-core quantized kernels (cuda/qmma.cu) per type, shape and
  * batch M, against the read-only bandwidth measured in the same run and cuBLAS BF16 (cublasGemmEx, f32
  * accumulate and output) on the same shape and M.
  *

@@ -1,4 +1,4 @@
-/* cuda/test_qgemv.cu: the quantized matrix-vector kernels (cuda/qgemv.cu) against the CPU oracle.
+/* cuda/lab/test_qgemv.cu: the quantized matrix-vector kernels (cuda/qgemv.cu) against the CPU oracle.
  *
  * For every weight type, shapes with n_in from 32 to 14336 (rows that are and are not 16-byte aligned) and odd
  * n_out, and every batch M = 1..8: W is half rows quantized from random f32 rows with quant_quantize_row and

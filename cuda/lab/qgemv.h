@@ -1,4 +1,4 @@
-/* cuda/qgemv.h: matrix-vector kernels for small batches (decode) that read GGUF weight blocks directly.
+/* cuda/lab/qgemv.h: matrix-vector kernels for small batches (decode) that read GGUF weight blocks directly.
  *
  *   y[m][o] = sum_i W[o][i] * x[m][i]  (+ y_in[m][o] when y_in is given: a fused residual add)
  *
@@ -18,7 +18,7 @@
  * CUDA call but the launch: launchers may be captured into CUDA graphs. Measured speed: docs/perf.md
  * ("Quantized matrix-vector kernels"), from zllm-qbench.
  * A third, faster kernel reads a load-time repacked copy (Q8_0, Q6_K; for the other types the GGUF rows are
- * already that form): qgemv_repack + qgemv_launch_packed below (measurements: docs/notes-quant.md). */
+ * already that form): qgemv_repack + qgemv_launch_packed below (measurements: docs/cuda.md). */
 #ifndef ZLLM_CUDA_QGEMV_H
 #define ZLLM_CUDA_QGEMV_H
 #include <stddef.h>
@@ -69,7 +69,7 @@ cudaError_t qgemv_launch(const qgemv_params *p, cudaStream_t st);
  * cudaErrorInvalidValue for a combination that does not exist. */
 cudaError_t qgemv_launch_variant(const qgemv_params *p, int variant, cudaStream_t st);
 
-/* ---- the packed layout (additive; docs/notes-quant.md) ----
+/* ---- the packed layout (additive; docs/cuda.md) ----
  * A load-time copy of a matrix in which every weight word the kernel reads is 16-byte aligned, of exactly the
  * same size as the GGUF rows (qgemv_repack_bytes == n_out * ggml_row_bytes(t, n_in)):
  *   Q8_0: the int8 quants [n_out][n_in], then the fp16 scales [n_out][n_in / 32];

@@ -1,4 +1,4 @@
-/* cuda/qmma.cu: tensor-core products of GGUF-quantized weights with f16 activations, every batch size
+/* cuda/lab/qmma.cu: tensor-core products of GGUF-quantized weights with f16 activations, every batch size
  * (contract and batch-invariance argument: cuda/qmma.h).
  *
  * Work decomposition. A CTA owns RT tiles of 16 weight rows and NF fragments of 8 batch columns; its ks warps
@@ -76,7 +76,7 @@ static __device__ __forceinline__ uint2 ldg8(const void *p) { return __ldg((cons
 
 /* weight loads: the read-only path (__ldg). The L2 256-byte prefetch hint with L1::no_allocate (as in
  * cuda/qgemv.cu's packed kernel) was measured here too and was slower at M = 1 (Q6_K 4096x4096 16.2 us against
- * 12.9 us, Q4_K 4096x4096 9.3 against 8.8; docs/notes-qmma.md), so plain __ldg it is. */
+ * 12.9 us, Q4_K 4096x4096 9.3 against 8.8; docs/cuda.md), so plain __ldg it is. */
 static __device__ __forceinline__ uint4 ldw16(const void *p) { return __ldg((const uint4 *)p); }
 static __device__ __forceinline__ uint32_t ldw4(const void *p) { return __ldg((const uint32_t *)p); }
 static __device__ __forceinline__ uint32_t ldw2(const void *p) { return __ldg((const unsigned short *)p); }
@@ -462,7 +462,7 @@ extern "C" cudaError_t qmma_launch_variant(const qmma_params *pp, int rt, int nf
     if (((uintptr_t)p.w & 15) != 0 || ((uintptr_t)p.x & 15) != 0) return cudaErrorMisalignedAddress;
     if (rt == 0 && nf == 0) {
         /* tile from the batch: one column fragment up to 8 rows, wider tiles for larger batches (more reuse of
-         * each weight fragment), as measured fastest by zllm-qmmabench --tiles on an H100 (docs/notes-qmma.md);
+         * each weight fragment), as measured fastest by zllm-qmmabench --tiles on an H100 (docs/cuda.md);
          * the tile never changes an element's arithmetic */
         if (p.m <= 8) { rt = 1; nf = 1; }
         else if (p.m <= 16 && p.type == GGML_Q8_0) { rt = 1; nf = 2; }

@@ -1,10 +1,10 @@
-/* cuda/bench_prefill.cu: zllm-prefillbench, where the time of a prefill step goes (issue 6, docs/notes-prefill.md).
+/* cuda/lab/bench_prefill.cu: zllm-prefillbench, where the time of a prefill step goes (docs/cuda.md).
  *
  *   zllm-prefillbench [--shape 8b|1b] [--tokens P] [--reps N] [--attn-only]
  *
  * 1. Prefill attention alone at the shape (8b: 32/8 heads x 128, 1b: 32/8 heads x 64; BF16 KV cache, one
  *    sequence of P rows at pos0 0): the scalar kernel (cuda/attention.cu) and the tensor-core kernel
- *    (cuda/attn_prefill_tc.cu, tile size from ZLLM_ATTN_PREFILL_TC_WARPS), median of N launches timed by CUDA
+ *    (cuda/attn_prefill_tc.cu), median of N launches timed by CUDA
  *    event pairs; TFLOP/s counted as zllm-bench counts attention (2 * P^2 * n_heads * head_dim per layer,
  *    causal), and the relative difference between the two kernels' outputs.
  * 2. One transformer layer of prefill, op by op in the order of s_forward (cuda/engine_cuda.cu) with the same
@@ -260,8 +260,7 @@ int main(int argc, char **argv) {
     if (reps < 1) reps = 1;
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, %d SMs; ZLLM_ATTN_PREFILL_TC_WARPS=%s\n", prop.name, prop.multiProcessorCount,
-           getenv("ZLLM_ATTN_PREFILL_TC_WARPS") ? getenv("ZLLM_ATTN_PREFILL_TC_WARPS") : "(default 4)");
+    printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
     for (const shape &s : kShapes) {
         if (sh && strcmp(sh, s.name)) continue;
         const int p = P > 0 ? P : !strcmp(s.name, "8b") ? 2048 : 1024;

@@ -1,4 +1,4 @@
-/* cuda/test_qmma.cu: the tensor-core quantized matrix kernels (cuda/qmma.cu) against the CPU oracle.
+/* cuda/lab/test_qmma.cu: the tensor-core quantized matrix kernels (cuda/qmma.cu) against the CPU oracle.
  *
  * For Q4_K, Q6_K and Q8_0, several shapes (split-K counts 1, 2, 4, 8; odd n_out; rows that are and are not
  * 4-byte aligned for the 210/34-byte blocks): W is half rows quantized from random f32 rows with

@@ -1,4 +1,4 @@
-/* cuda/bench_attention.cu: zllm-attnbench, the flash-decoding kernels alone against the GPU's measured
+/* cuda/lab/bench_attention.cu: zllm-attnbench, the flash-decoding kernels alone against the GPU's measured
  * read-only bandwidth (docs/perf.md, "Decode attention").
  *
  * Shapes: 32 query heads, 8 KV heads, head size 128, BF16 KV; batches and contexts from the command line.
@@ -294,10 +294,7 @@ int main(int argc, char **argv) {
     printf("device: %s, %d SMs, L2 %d MiB, %.1f GiB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
            total_b / 1073741824.0);
     printf("read-only bandwidth (4 GiB streaming read, best shape): %.0f GB/s\n", rbw);
-    printf("knobs: ZLLM_ATTN_PDL=%s ZLLM_ATTN_CHUNK_MIN=%s ZLLM_ATTN_BPS=%s ZLLM_ATTN_PERSIST=%s "
-           "ZLLM_ATTN_CHUNK_MAX=%s ZLLM_ATTN_SKIP_REDUCE=%s; -K %d -f %d --settle %d%s\n", getenv("ZLLM_ATTN_PDL") ?: "-",
-           getenv("ZLLM_ATTN_CHUNK_MIN") ?: "-", getenv("ZLLM_ATTN_BPS") ?: "-", getenv("ZLLM_ATTN_PERSIST") ?: "-",
-           getenv("ZLLM_ATTN_CHUNK_MAX") ?: "-", getenv("ZLLM_ATTN_SKIP_REDUCE") ?: "-", s_kernel, force, s_settle_ms,
+    printf("options: -K %d -f %d --settle %d%s\n", s_kernel, force, s_settle_ms,
            s_hm ? " --hm (head-major emulation)" : "");
     printf("%5s %7s %10s %6s %10s %8s %7s %10s %7s\n", "batch", "ctx", "KV_MB", "splits", "time_us", "GB/s", "%read",
            "sync_us", "%sync");

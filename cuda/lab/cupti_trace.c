@@ -1,4 +1,4 @@
-/* cuda/cupti_trace.c: libzllm_trace.so, a CUPTI injection library that writes one CSV line per kernel execution
+/* cuda/lab/cupti_trace.c: libzllm_trace.so, a CUPTI injection library that writes one CSV line per kernel execution
  * (graph-launched kernels included), for timelines of a decode step on the GPU machine:
  *
  *   CUDA_INJECTION64_PATH=$PWD/build/lib/libzllm_trace.so ZLLM_TRACE_OUT=trace.csv zllm-bench ...

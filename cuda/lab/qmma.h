@@ -1,4 +1,4 @@
-/* cuda/qmma.h: one tensor-core matrix kernel family for GGUF-quantized weights, for every batch size M (decode
+/* cuda/lab/qmma.h: one tensor-core matrix kernel family for GGUF-quantized weights, for every batch size M (decode
  * M = 1 up to prefill-sized M), reading the GGUF blocks directly (no 16-bit copy of the weights):
  *
  *   y[m][o] = sum_i W[o][i] * x[m][i]  (+ y_in[m][o] when y_in is given: a fused residual add), f32 output
@@ -21,7 +21,7 @@
  * M only changes how many B fragments and CTAs there are (the tile shape (RT, NF) chosen from M changes which
  * warp computes an element, not its arithmetic). cuda/test_qmma.cu checks this bit for bit.
  * No allocation, no synchronisation with the host, no CUDA call but the launch: launchers may be captured
- * into CUDA graphs. Types: Q4_K, Q6_K, Q8_0 (qmma_supported). Measurements: docs/notes-qmma.md. */
+ * into CUDA graphs. Types: Q4_K, Q6_K, Q8_0 (qmma_supported). Measurements: docs/cuda.md. */
 #ifndef ZLLM_CUDA_QMMA_H
 #define ZLLM_CUDA_QMMA_H
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* cuda/qgemv.cu: small-batch matrix-vector products over raw GGUF weight blocks (see qgemv.h).
+/* cuda/lab/qgemv.cu: small-batch matrix-vector products over raw GGUF weight blocks (see qgemv.h).
  *
  * Staged kernel (k_qgemv, any type): warp w of the grid owns the R output rows [R*w, R*w + R) and walks their
  * n_in elements in chunks of KC = 1024 (32 lanes x 32-element pieces). For each chunk the warp copies the bytes
@@ -855,7 +855,7 @@ __global__ void __launch_bounds__(128, MINB) k_pk(qgemv_params p, const uint8_t 
  * F16/BF16/Q4_K: short matrices get split rows so that about 4096 warps (32 per SM of a 132-SM H100) carry
  * loads, counting 2 rows per warp, each warp keeping >= 2 slots. Q8_0: 1 for n_out >= 8192, else 4; Q6_K: 1 for
  * n_out > 65536 (the LM head), else 4; both at most one warp per slot. These are the fastest ks measured at M = 1
- * on the 8B shapes (zllm-qbench --variants, H100, docs/notes-quant.md): e.g. Q8_0 4096x4096 ks 1/2/4 = 50/42/52%
+ * on the 8B shapes (zllm-qbench --variants, H100, docs/cuda.md): e.g. Q8_0 4096x4096 ks 1/2/4 = 50/42/52%
  * of read bandwidth, down (n_in 14336, n_out 4096) 65/54/69%; Q6_K 4096x4096 42/34/43%, LM head 80/75/66%. */
 template <int T> int pk_ks(int n_in, int n_out)
 {
@@ -897,7 +897,7 @@ cudaError_t launch_pk(const qgemv_params &p, int ks, cudaStream_t st)
     return cudaGetLastError();
 }
 
-/* default rows per warp and slots per trip (zllm-qbench --variants, H100; see docs/notes-quant.md). At M = 1:
+/* default rows per warp and slots per trip (zllm-qbench --variants, H100; see docs/cuda.md). At M = 1:
  * F16/BF16 (2, 2) (84/55/93/95/100% of read bandwidth on the five 8B shapes against 79/52/90/93/100% with
  * (2, 4)); Q8_0 (2, 4), but (2, 2) for n_out >= 8192 (pk_q8_narrow: 83% against 66% on gate/up); Q4_K and
  * Q6_K (2, 2). Neither changes the arithmetic of a row (batch invariance). */

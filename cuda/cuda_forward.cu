@@ -1,0 +1,330 @@
+/* cuda/cuda_forward.cu: the forward pass of one CUDA engine step (cu_engine.h), the body graph capture records.
+ *
+ * A step's rows: decode rows (one token each) first, then each prefill entry's run of consecutive rows. Every row
+ * goes through the same matrix products; attention runs the split-K flash-decoding kernels over the decode rows
+ * and the prefill kernel over the prefill runs. The final norm gathers each entry's last row, the LM head makes
+ * [n][vocab] logits, and the GPU sampler writes one id per entry.
+ * Data: the residual stream x and every matrix-product output are f32; matrix-product inputs (normalised rows,
+ * attention output, SwiGLU product) are cast to wt (xb, att_w), so F32 models run in f32 end to end and 16-bit
+ * models get tensor-core products with f32 accumulation and an f32 residual. The residual adds are fused into the
+ * output projections (y += x W^T). The Q/K/V products write the column slices of E->qkv (one product when joined),
+ * one kernel (ops_qkv_rope_append) then adds the biases, applies RoPE, writes q for attention and k, v into the
+ * caches; the gate/up products write E->gu's halves (or interleaved blocks of 8) for the SwiGLU.
+ * Each matrix's kernel family and each layer's joins were decided at load (cuda/cuda_weights.cu); nothing here
+ * depends on a row's contents, only on the step's shape. Programmatic dependent launch (cuda/pdl.cuh) lets each
+ * of our kernels start while the one before drains; cuBLAS launches stay plain. No result changes. */
+extern "C" {
+#include "sampler.h"
+}
+#include <stdio.h>
+#include <string.h>
+#include "attention.h"
+#include "attn_decode_tc.h"
+#include "cu_engine.h"
+#include "cu_settings.h"
+#include "qtc.h"
+#include "sample.h"
+#include "wtc.h"
+
+#define IN_PTR(E, field, type) ((type *)((E)->d_in + (E)->in.field))
+#define FWD_CHECK(call) do { if ((call) != 0) return -1; } while (0)
+#define FWD_CUDA(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+    snprintf(err, errlen, "%s: %s", #call, cudaGetErrorString(e_)); return -1; } } while (0)
+
+/* ------------------------------------------------------------------ matrix products */
+
+/* the qtc launch of W on n_rows rows of xw (f16, n_in apart) into y (ldy floats apart; resid: + y itself) */
+static qtc_params s_qtc_params(const cu_engine *E, const cu_mat *W, int n_rows, const void *xw, float *y, int ldy,
+                               int resid) {
+    qtc_params p;
+    memset(&p, 0, sizeof p);
+    p.type = W->qt; p.w = W->w; p.n_in = W->n_in; p.n_out = W->n_out;
+    p.m = n_rows; p.x = (const uint16_t *)xw; p.ldx = W->n_in; p.y = y; p.ldy = ldy;
+    p.y_in = resid ? y : NULL;
+    p.workspace = E->qtc_ws; p.workspace_bytes = E->qtc_ws_bytes;
+    return p;
+}
+
+/* the wtc product of W's dense 16-bit copy over n_rows rows of xw (n_in apart); output fields left unset */
+static wtc_params s_wtc_params(const cu_engine *E, const cu_mat *W, int n_rows, const void *xw) {
+    wtc_params p;
+    memset(&p, 0, sizeof p);
+    p.bf16 = E->wt == CU_BF16; p.w = W->w; p.n_in = W->n_in; p.n_out = W->n_out; p.m = n_rows;
+    p.x = xw; p.ldx = W->n_in;
+    p.workspace = E->qtc_ws; p.workspace_bytes = E->qtc_ws_bytes; p.sm_count = E->sm_count;
+    return p;
+}
+
+/* y[n_rows][n_out] = x W^T, or y += x W^T when resid (y holds the residual stream), on W's path; x is xw (wt,
+ * n_in apart). y's rows are ldy floats apart (0 means n_out; a larger ldy writes a column slice of a wider array,
+ * e.g. wk into E->qkv + q_dim). */
+static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, float *y, int ldy, int resid,
+                    char *err, size_t errlen) {
+    if (n_rows <= 0) return 0;
+    if (ldy == 0) ldy = W->n_out;
+    cudaError_t e = cudaSuccess;
+    switch (W->path) {
+    case CU_PATH_QTC: {
+        const qtc_params p = s_qtc_params(E, W, n_rows, xw, y, ldy, resid);
+        e = qtc_launch(&p, E->st);
+        break;
+    }
+    case CU_PATH_WTC: {
+        wtc_params p = s_wtc_params(E, W, n_rows, xw);
+        p.y = y; p.ldy = ldy; p.y_in = resid ? y : NULL;
+        e = wtc_launch(&p, E->st);
+        break;
+    }
+    case CU_PATH_CUBLAS:
+        return ops_gemm(E->cb, xw, W->w, E->wt, n_rows, W->n_in, W->n_out, y, ldy, resid ? 1.f : 0.f, err, errlen);
+    default:
+        snprintf(err, errlen, "a matrix (%d x %d) without a path", W->n_out, W->n_in);
+        return -1;
+    }
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "%s (%s, %d x %d, m %d): %s", W->path == CU_PATH_QTC ? "qtc" : "wtc",
+                 W->path == CU_PATH_QTC ? ggml_type_name(W->qt) : ops_dtype_name(E->wt), W->n_out, W->n_in, n_rows,
+                 cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
+/* The interleaved gate/up product W (glu8) with its path's SwiGLU epilogue: silu(gate) * up as wt values
+ * [n_rows][ff] into out. Returns 1 when launched, 0 when this step's form has no such epilogue (the caller runs
+ * the product and ops_swiglu_il8_dual: the same bits), -1 with err set on a launch error. */
+static int s_glu(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, void *out, int ff, char *err,
+                 size_t errlen) {
+    cudaError_t e;
+    if (W->path == CU_PATH_QTC) {   /* qtc's narrow kernel (decode batches of <= 8 rows): f16 (E->wt is F16) */
+        qtc_params p = s_qtc_params(E, W, n_rows, xw, NULL, 0, 0);
+        p.glu = (uint16_t *)out; p.ldg = ff;
+        if (!qtc_glu_fused(&p)) return 0;
+        e = qtc_launch(&p, E->st);
+    } else if (W->path == CU_PATH_WTC) {
+        wtc_params p = s_wtc_params(E, W, n_rows, xw);
+        p.glu = out; p.ldg = ff;
+        if (!wtc_glu_fused(&p)) return 0;
+        e = wtc_launch(&p, E->st);
+    } else {
+        return 0;
+    }
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "glu (%d x %d, m %d): %s", W->n_out, W->n_in, n_rows, cudaGetErrorString(e));
+        return -1;
+    }
+    return 1;
+}
+
+/* ya = x A^T and yb = x B^T (ldy floats apart) in one qtc launch (qtc_launch_pair: the same bits as two), for a
+ * layer's qkv_pair in steps of at most 8 rows. Returns 1 when launched, 0 when the pair has no such form (the
+ * caller launches the two products), -1 with err set on a launch error. */
+static int s_matmul_pair(cu_engine *E, const cu_mat *A, const cu_mat *B, int n_rows, const void *xw, float *ya,
+                         float *yb, int ldy, char *err, size_t errlen) {
+    if (n_rows > 8) return 0;
+    const qtc_params pa = s_qtc_params(E, A, n_rows, xw, ya, ldy, 0), pb = s_qtc_params(E, B, n_rows, xw, yb, ldy, 0);
+    const cudaError_t e = qtc_launch_pair(&pa, &pb, E->st);
+    if (e == cudaErrorNotSupported) return 0;
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "qtc pair (%s %d + %s %d rows, m %d): %s", ggml_type_name(A->qt), A->n_out,
+                 ggml_type_name(B->qt), B->n_out, n_rows, cudaGetErrorString(e));
+        return -1;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ the operations of a layer */
+
+/* pipeline stage input: x[r] = src[perm[r]] (zeros for padded rows, perm -1); src's address is read from the
+ * input block (hptr[0]) so that one captured graph serves every transport buffer */
+static __global__ void s_k_stage_in(float *x, const unsigned long long *hptr, const int32_t *perm, int dim) {
+    const int r = blockIdx.x, p = perm[r];
+    const float *src = (const float *)(uintptr_t)hptr[0];
+    float *dst = x + (size_t)r * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = p >= 0 ? src[(size_t)p * dim + i] : 0.f;
+}
+
+/* pipeline stage output: dst[perm[r]] = x[r] for every real row; dst's address is hptr[1] */
+static __global__ void s_k_stage_out(const float *x, const unsigned long long *hptr, const int32_t *perm, int dim) {
+    const int r = blockIdx.x, p = perm[r];
+    if (p < 0) return;
+    float *dst = (float *)(uintptr_t)hptr[1] + (size_t)p * dim;
+    const float *src = x + (size_t)r * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
+}
+
+/* x = the rows' token embeddings (fed rows: the slots' carried ids), or on a later pipeline stage the hidden
+ * states the stage before handed on */
+static int s_embed(cu_engine *E, int n_rows, char *err, size_t errlen) {
+    const int dim = E->base.model->cfg.dim;
+    if (E->base.layer_begin == 0) {
+        ops_feed fd;   /* fed rows (zl_seq.feed): their ids and generator states from the slots' carries */
+        fd.slot = IN_PTR(E, slot, int32_t); fd.carry_tok = E->carry_tok; fd.carry_rng = E->carry_rng;
+        fd.rng = IN_PTR(E, rng, uint64_t);
+        return ops_embed(E->tok_embd, E->wt, dim, IN_PTR(E, tokens, int32_t), n_rows, E->x, &fd, E->st, err, errlen);
+    }
+    s_k_stage_in<<<n_rows, 256, 0, E->st>>>(E->x, IN_PTR(E, hptr, const unsigned long long),
+                                              IN_PTR(E, perm, const int32_t), dim);
+    FWD_CUDA(cudaGetLastError());
+    return 0;
+}
+
+/* xb = rmsnorm(x) * w as wt, for the next products */
+static int s_rmsnorm(cu_engine *E, const float *w, int n_rows, char *err, size_t errlen) {
+    const zl_config *c = &E->base.model->cfg;
+    return ops_rmsnorm_dual(E->x, NULL, w, c->dim, c->rms_eps, n_rows, E->xb, E->wt, NULL, 1, E->st, err, errlen);
+}
+
+/* the Q/K/V products of xb into the column slices of E->qkv, in the layer's form */
+static int s_qkv(cu_engine *E, const cu_layer *L, int n_rows, char *err, size_t errlen) {
+    const zl_config *c = &E->base.model->cfg;
+    const int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim, ld = qd + 2 * kvd;
+    float *q = E->qkv, *k = E->qkv + qd, *v = E->qkv + qd + kvd;
+    switch (L->qkv) {
+    case CU_QKV_JOINED:
+        return s_matmul(E, &L->wqkv, n_rows, E->xb, q, ld, 0, err, errlen);
+    case CU_QKV_QK_V: {   /* q and k columns are adjacent in E->qkv: one product, then v (or both in one launch) */
+        const int pr = L->qkv_pair ? s_matmul_pair(E, &L->wqk, &L->wv, n_rows, E->xb, q, v, ld, err, errlen) : 0;
+        if (pr != 0) return pr < 0 ? -1 : 0;
+        FWD_CHECK(s_matmul(E, &L->wqk, n_rows, E->xb, q, ld, 0, err, errlen));
+        return s_matmul(E, &L->wv, n_rows, E->xb, v, ld, 0, err, errlen);
+    }
+    default:
+        FWD_CHECK(s_matmul(E, &L->wq, n_rows, E->xb, q, ld, 0, err, errlen));
+        FWD_CHECK(s_matmul(E, &L->wk, n_rows, E->xb, k, ld, 0, err, errlen));
+        return s_matmul(E, &L->wv, n_rows, E->xb, v, ld, 0, err, errlen);
+    }
+}
+
+/* biases, RoPE of q and k, q into E->q, k and v into the layer's caches: one kernel. The append precedes
+ * attention on the same stream: every row then attends to itself through the cache */
+static int s_rope_append(cu_engine *E, const cu_layer *L, int n_rows, char *err, size_t errlen) {
+    const zl_config *c = &E->base.model->cfg;
+    ops_qkv_args a;
+    memset(&a, 0, sizeof a);
+    a.qkv = E->qkv; a.ld = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim; a.bq = L->bq; a.bk = L->bk; a.bv = L->bv;
+    a.pos = IN_PTR(E, pos, int32_t); a.slot = IN_PTR(E, slot, int32_t);
+    a.n_rows = n_rows; a.n_heads = c->n_heads; a.n_kv_heads = c->n_kv_heads; a.head_dim = c->head_dim;
+    a.rope_dim = c->rope_dim; a.style = (int)c->rope_style; a.cs = E->rope_cs; a.q = E->q;
+    a.n_ctx = E->base.n_ctx; a.kc = L->kc; a.vc = L->vc; a.kvdt = E->wt;
+    a.pos_pre = cu_settings_get()->inputs_early;
+    return ops_qkv_rope_append(&a, E->st, err, errlen);
+}
+
+/* attention of the step's rows into att_w (wt, the output projection's input): the decode kernels over the decode
+ * rows, the prefill kernel over the prefill runs, then the cast, unless the decode kernel wrote att_w itself */
+static int s_attention(cu_engine *E, const cu_layer *L, const cu_batch *b, char *err, size_t errlen) {
+    const zl_config *c = &E->base.model->cfg;
+    cudaStream_t st = E->st;
+    int att_w_done = 0;   /* the decode attention wrote att_w itself: no cast kernel */
+    if (b->n_dec > 0) {
+        attn_decode_params p;
+        memset(&p, 0, sizeof p);
+        p.q = E->q; p.k_cache = L->kc; p.v_cache = L->vc; p.kv_type = cu_kv_type(E->wt);
+        p.slot = IN_PTR(E, slot, int32_t); p.kv_len = IN_PTR(E, kv_len, int32_t); p.out = E->att;
+        p.workspace = E->attn_ws; p.workspace_bytes = E->attn_ws_bytes;
+        p.n_seq = b->n_dec; p.n_heads = c->n_heads; p.n_kv_heads = c->n_kv_heads; p.head_dim = c->head_dim;
+        p.n_ctx = E->base.n_ctx;
+        /* always the longest context and the start-up split count: a graph serves every length, and a row's split
+         * boundaries never depend on the batch (batch invariance) */
+        p.max_kv_len = E->base.n_ctx; p.sm_count = E->sm_count; p.n_splits = E->n_splits;
+        p.kv_pre = cu_settings_get()->inputs_early;
+        /* positions below kv_len - 1 come from earlier steps: every kernel of a step starts after the step before
+         * has completed (a graph launch, a copy or an event wait on the stream carries no programmatic edge), also
+         * with steps queued ahead */
+        p.kv_early = p.kv_pre;
+        /* a decode-only step of a 16-bit engine: the tensor-core kernel writes att_w directly, with the cast
+         * kernel's rounding (one launch per layer fewer) */
+        if (b->n_pre == 0 && E->wt != CU_F32 && attn_decode_tc_wants(&p)) {
+            p.out_w = E->att_w;
+            att_w_done = 1;
+        }
+        FWD_CUDA(attn_decode_launch(&p, st));
+    }
+    if (b->n_pre > 0) {
+        attn_prefill_params p;
+        memset(&p, 0, sizeof p);
+        p.q = E->q; p.k_cache = L->kc; p.v_cache = L->vc; p.kv_type = cu_kv_type(E->wt);
+        p.seq_row0 = IN_PTR(E, seq_row0, int32_t); p.seq_rows = IN_PTR(E, seq_rows, int32_t);
+        p.seq_slot = IN_PTR(E, seq_slot, int32_t); p.seq_pos0 = IN_PTR(E, seq_pos0, int32_t);
+        p.out = E->att; p.n_seq = b->n_pre; p.max_rows = b->max_rows;
+        p.n_heads = c->n_heads; p.n_kv_heads = c->n_kv_heads; p.head_dim = c->head_dim; p.n_ctx = E->base.n_ctx;
+        FWD_CUDA(attn_prefill_launch(&p, st));
+    }
+    if (E->wt == CU_F32 || att_w_done) return 0;   /* F32: att_w is att */
+    return ops_cast_dual(E->att, (size_t)b->n_rows * c->n_heads * c->head_dim, E->att_w, E->wt, NULL, 1, st, err,
+                         errlen);
+}
+
+/* the gate/up products of xb and the SwiGLU, in the layer's form; *xd = the down product's input (xb, or E->gu's
+ * memory after a SwiGLU epilogue) */
+static int s_ffn_up(cu_engine *E, const cu_layer *L, int n_rows, const void **xd, char *err, size_t errlen) {
+    const int ff = E->base.model->cfg.ffn_dim;
+    *xd = E->xb;
+    switch (L->ffn) {
+    case CU_FFN_GLU8: {   /* the product's SwiGLU epilogue (into E->gu's memory: the product still reads xb) */
+        const int g = s_glu(E, &L->wgu, n_rows, E->xb, E->gu, ff, err, errlen);
+        if (g < 0) return -1;
+        if (g) { *xd = E->gu; return 0; }
+        FWD_CHECK(s_matmul(E, &L->wgu, n_rows, E->xb, E->gu, 2 * ff, 0, err, errlen));
+        return ops_swiglu_il8_dual(E->gu, 2 * ff, n_rows, ff, E->xb, E->wt, NULL, 1, E->st, err, errlen);
+    }
+    case CU_FFN_JOINED:
+        FWD_CHECK(s_matmul(E, &L->wgu, n_rows, E->xb, E->gu, 2 * ff, 0, err, errlen));
+        break;
+    default:
+        FWD_CHECK(s_matmul(E, &L->wg, n_rows, E->xb, E->gu, 2 * ff, 0, err, errlen));
+        FWD_CHECK(s_matmul(E, &L->wu, n_rows, E->xb, E->gu + ff, 2 * ff, 0, err, errlen));
+    }
+    return ops_swiglu_dual(E->gu, E->gu + ff, 2 * ff, n_rows, ff, E->xb, E->wt, NULL, 1, E->st, err, errlen);
+}
+
+/* the sampler over the LM head's logits: one id per sampling row, generator states advanced; with two input
+ * blocks straight into the flight's mapped results (no copy after) */
+static int s_sample(cu_engine *E, int n_samp, char *err, size_t errlen) {
+    sample_params sp;
+    memset(&sp, 0, sizeof sp);
+    sp.logits = E->logits; sp.n_rows = n_samp; sp.vocab = E->base.model->cfg.vocab_size;
+    sp.params = IN_PTR(E, params, zl_sampling); sp.row_state = NULL;
+    sp.history = IN_PTR(E, hist, int32_t); sp.history_stride = CU_HIST; sp.history_len = IN_PTR(E, hist_len, int32_t);
+    sp.rng_state = IN_PTR(E, rng, uint64_t); sp.out = IN_PTR(E, out_tok, int32_t);
+    if (E->n_inb == 2) {
+        sp.out = (int32_t *)(E->fl[E->cur_p].d_out + (E->in.out_tok - E->in.rng));
+        sp.rng_out = (uint64_t *)E->fl[E->cur_p].d_out;
+    }
+    sp.workspace = E->samp_ws; sp.workspace_bytes = E->samp_ws_bytes;
+    sp.carry_tok = E->carry_tok; sp.carry_rng = E->carry_rng; sp.carry_idx = IN_PTR(E, eslot, int32_t);
+    FWD_CUDA(sample_launch(&sp, E->st));
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the forward pass */
+
+int cuda_forward(cu_engine *E, const cu_batch *b, char *err, size_t errlen) {
+    const zl_config *c = &E->base.model->cfg;
+    const int n = b->n_rows;
+    FWD_CHECK(s_embed(E, n, err, errlen));
+    for (int l = E->base.layer_begin; l < E->base.layer_end; l++) {
+        const cu_layer *L = &E->L[l];
+        const void *xd = NULL;
+        FWD_CHECK(s_rmsnorm(E, L->attn_norm, n, err, errlen));                 /* xb = norm(x) */
+        FWD_CHECK(s_qkv(E, L, n, err, errlen));                                /* qkv = xb [Wq Wk Wv] */
+        FWD_CHECK(s_rope_append(E, L, n, err, errlen));                        /* q, caches += k, v */
+        FWD_CHECK(s_attention(E, L, b, err, errlen));                          /* att_w = attention(q) */
+        FWD_CHECK(s_matmul(E, &L->wo, n, E->att_w, E->x, 0, 1, err, errlen));  /* x += att_w Wo */
+        FWD_CHECK(s_rmsnorm(E, L->ffn_norm, n, err, errlen));                  /* xb = norm(x) */
+        FWD_CHECK(s_ffn_up(E, L, n, &xd, err, errlen));                        /* xd = silu(xb Wg) * xb Wu */
+        FWD_CHECK(s_matmul(E, &L->wd, n, xd, E->x, 0, 1, err, errlen));        /* x += xd Wd */
+    }
+    if (E->base.layer_end < c->n_layers) {   /* a stage before the last: hand the residual stream on */
+        s_k_stage_out<<<n, 256, 0, E->st>>>(E->x, IN_PTR(E, hptr, const unsigned long long),
+                                            IN_PTR(E, perm, const int32_t), c->dim);
+        FWD_CUDA(cudaGetLastError());
+        return 0;
+    }
+    /* the final norm of each entry's last row only, then the LM head for those rows, then the sampler */
+    FWD_CHECK(ops_rmsnorm_dual(E->x, IN_PTR(E, last_row, int32_t), E->out_norm, c->dim, c->rms_eps, b->n_samp, E->xb,
+                               E->wt, NULL, 1, E->st, err, errlen));
+    FWD_CHECK(s_matmul(E, &E->out, b->n_samp, E->xb, E->logits, 0, 0, err, errlen));
+    return s_sample(E, b->n_samp, err, errlen);
+}
