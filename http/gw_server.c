@@ -225,7 +225,9 @@ static void s_leave_broker(gw_conn *c) {
     gw_metrics_inflight(c->srv->metrics, -1);
 }
 
+/* counts the request's outcome once (the first status decided is the one the client saw) */
 static void s_count(gw_conn *c, int status) {
+    if (c->http_status) return;
     c->http_status = status;
     gw_metrics_request(c->srv->metrics, c->model, s_route_name[c->rt], status);
 }
@@ -688,13 +690,11 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
         }
     case S_WAIT: return MHD_YES;   /* not reached: a suspended connection is not called */
     case S_REPLY: {
-        if (c->reply_status == 200) s_count(c, 200);
-        else if (!c->http_status) s_count(c, c->reply_status);
+        s_count(c, c->reply_status);
         if (!c->reply_body) return MHD_NO;
         return s_queue(conn, c->reply_status, c->reply_type, c->reply_body, c->retry_after);
     }
     case S_STREAM: {
-        if (c->http_status == -1) return MHD_YES;   /* queued already */
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, s_sse_read, c, NULL);
         if (!r) return MHD_NO;
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
@@ -718,8 +718,8 @@ static void s_completed(void *cls, struct MHD_Connection *conn, void **con_cls, 
         gw_broker_cancel(s->broker, c->bid);
         s_leave_broker(c);
         s_count(c, 499);
-    } else if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && c->state == S_STREAM && !c->eof) {
-        s_count(c, 499);
+    } else if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && c->state == S_STREAM) {
+        s_count(c, 499);   /* unless the stream's outcome was counted already */
     }
     s_unwatch(c);
     s_slot_give(s, c);
