@@ -202,9 +202,9 @@ fuzz:
 	$(MAKE) BUILD=$(BUILD)/fuzzlib CC=clang SAN=address,fuzzer-no-link ZLLM_CUDA=0 libs
 	@mkdir -p $(BUILD)/fuzz
 	for f in $(FUZZ_C); do n=$$(basename $$f .c); \
-	  clang -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=address,fuzzer $(INC_tests) -o $(BUILD)/fuzz/$$n $$f \
-	    $(foreach d,tools deploy worker broker clients engine common,$(BUILD)/fuzzlib/lib/libzllm_$(d).a) \
-	    $(LDLIBS) || exit 1; done
+	  clang -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=address,fuzzer $(INC_tests) $(INC_http) -o $(BUILD)/fuzz/$$n $$f \
+	    $(foreach d,$(if $(HTTP_OK),http) tools deploy worker broker clients engine common,$(BUILD)/fuzzlib/lib/libzllm_$(d).a) \
+	    $(LDLIBS) $(HTTP_LIBS) || exit 1; done
 
 # compiled by nvcc, linked by $(CC) (nvcc does not take -Wl,-rpath)
 $(BUILD)/tests/gpu_test_%: cuda/test_%.cu $(call libs_of,$(LINK_tests))
