@@ -75,6 +75,7 @@ INC_http    := -Ihttp -Iclients $(INC_common)
 # the HTTP gateway's libraries (absent on the GPU machines: the layer is then left out)
 HTTP_OK     := $(shell pkg-config --exists libmicrohttpd jansson 2>/dev/null && echo 1)
 HTTP_LIBS   := $(if $(HTTP_OK),$(shell pkg-config --libs libmicrohttpd jansson))
+HTTP_ASAN   := $(if $(HTTP_OK),$(BUILD)/tests/zllm-http-asan)
 
 # archives each layer links, top down (libzllm_cuda.a whole, where CUDA is built)
 LIB_DIRS    := common engine worker broker clients deploy tools $(if $(HTTP_OK),http)
@@ -127,7 +128,7 @@ PAR       = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(JOBS))
 ARCHS_SAY := $(if $(filter 1,$(ZLLM_CUDA)),CUDA for sm_$(CUDA_ARCHS): several minutes a first time,CPU only: about a minute on 2 cores a first time)
 
 .PHONY: all libs asan-libs deps test test-gpu bench fuzz run clean trace build-run build-test FORCE
-all: $(BINS) $(TESTS) $(FUZZ_REPLAY)
+all: $(BINS) $(TESTS) $(FUZZ_REPLAY) $(HTTP_ASAN)
 	@echo "built: $(notdir $(BINS)) (CUDA=$(ZLLM_CUDA) archs=$(if $(filter 1,$(ZLLM_CUDA)),$(CUDA_ARCHS),none))"
 libs: $(LIBS)
 
@@ -196,6 +197,12 @@ $(BUILD)/tests/fuzz_http_%: tests/fuzz_http_%.c tests/fuzz_main.h $(ASAN_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(filter-out -DZLLM_HAVE_CUDA=1,$(CFLAGS)) $(INC_tests) $(INC_http) $(ASAN_FLAGS) -DFUZZ_REPLAY_MAIN -o $@ $< \
 	    $(BUILD)/asan/lib/libzllm_http.a $(ASAN_LINK) $(LDLIBS) $(HTTP_LIBS)
+
+# zllm-http under ASan+UBSan, for tests/test_http_hostile.py (the HTTP and JSON layers facing hostile clients)
+$(BUILD)/tests/zllm-http-asan: http/main_zllm-http.c $(ASAN_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -DZLLM_HAVE_CUDA=1,$(CFLAGS)) $(INC_http) $(ASAN_FLAGS) -o $@ $< \
+	    $(foreach d,http clients common,$(BUILD)/asan/lib/libzllm_$(d).a) $(LDLIBS) $(HTTP_LIBS)
 
 # libFuzzer builds (clang): make fuzz, then $(BUILD)/fuzz/fuzz_NAME corpus_dir
 fuzz:
