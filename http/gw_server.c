@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -823,6 +824,20 @@ fail:
 }
 
 int gw_server_port(const gw_server *s) { return s->port; }
+
+int gw_server_wait_broker(gw_server *s, int ms) {
+    double end = s_now() + ms / 1e3, sent = 0;
+    while (!s->has_status && s_now() < end) {
+        if (s_now() - sent > 0.1) {
+            gw_broker_status(s->broker);
+            sent = s_now();
+        }
+        struct pollfd p = {.fd = gw_broker_fd(s->broker), .events = POLLIN};
+        poll(&p, 1, 10);
+        s_broker_drain(s);
+    }
+    return s->has_status ? 0 : -1;
+}
 
 int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t errlen) {
     struct epoll_event evs[256];

@@ -39,6 +39,9 @@ typedef struct gw_server gw_server;
 /* Binds and connects; NULL with a message. */
 gw_server *gw_server_new(const gw_config *c, char *err, size_t errlen);
 int gw_server_port(const gw_server *s);
+/* Waits up to ms for the broker's first status reply (so that the first requests do not meet "broker
+ * unreachable" while the connection is still being made); 0 when it came, -1 otherwise. */
+int gw_server_wait_broker(gw_server *s, int ms);
 /* Runs the event loop until *stop is set; 0, or -1 with a message on a fatal error. */
 int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t errlen);
 void gw_server_destroy(gw_server **s);

@@ -3,7 +3,8 @@
  *   zllm-http --broker EP [--listen HOST:PORT] [--api-key-file F] [--served-model-name NAME[=MODEL]]...
  *             [--model NAME=PATH]... [--max-body BYTES] [--max-connections N] [--idle-timeout S] [-v]
  *
- * Prints `listening http://HOST:PORT` (port 0 resolved) on stdout once bound; SIGTERM or SIGINT stops it
+ * Prints `listening http://HOST:PORT` (port 0 resolved) on stdout once bound and the broker has answered (or
+ * after 3 s without an answer); SIGTERM or SIGINT stops it
  * (requests in flight are cancelled at the broker). */
 #include <signal.h>
 #include <stdio.h>
@@ -135,6 +136,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "zllm-http: %s\n", err);
         return 1;
     }
+    if (gw_server_wait_broker(s, 3000) != 0)
+        fprintf(stderr, "zllm-http: no answer from the broker at %s yet: requests get 503 until it answers\n",
+                cfg.broker);
     printf("listening http://%s:%d\n", cfg.host, gw_server_port(s));
     fflush(stdout);
     int rc = gw_server_run(s, &s_stop, err, sizeof err);
