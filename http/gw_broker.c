@@ -69,7 +69,7 @@ static int s_send(gw_broker *b, int rc) {
 
 int gw_broker_submit(gw_broker *b, const proto_generate *g) {
     if (proto_encode_generate(&b->buf, g) != 0 || b->buf.failed) return -1;
-    if (b->buf.len > PROTO_CLIENT_MAX_FRAME) return -2;   /* the broker would drop the connection */
+    if (b->buf.len > PROTO_CLIENT_MAX_FRAME) return -2; /* the broker would drop the connection */
     return s_send(b, 0);
 }
 int gw_broker_cancel(gw_broker *b, const char *id) { return s_send(b, proto_encode_cancel(&b->buf, proto_cstr(id))); }
@@ -90,7 +90,7 @@ int gw_broker_recv(gw_broker *b, const proto_msg **m) {
             int e = zmq_errno();
             return e == EAGAIN || e == EINTR ? 0 : -1;
         }
-        if (zmq_msg_more(&b->frame)) {   /* one frame per message: drop the rest */
+        if (zmq_msg_more(&b->frame)) { /* one frame per message: drop the rest */
             b->bad++;
             int more = 1;
             while (more) {

@@ -7,8 +7,7 @@
 #include <jansson.h>
 #include "gw_encode.h"
 
-int gw_error_set(gw_error *e, int status, const char *type, const char *param, const char *code, const char *fmt,
-                 ...) {
+int gw_error_set(gw_error *e, int status, const char *type, const char *param, const char *code, const char *fmt, ...) {
     e->status = status;
     snprintf(e->type, sizeof e->type, "%s", type ? type : "");
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
@@ -65,7 +64,7 @@ int gw_buf_json_str(gw_buf *b, const char *s, size_t n) {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *u = (const unsigned char *)s;
     gw_buf_add(b, "\"", 1);
-    size_t run = 0;   /* start of the pending run of bytes copied as they are */
+    size_t run = 0; /* start of the pending run of bytes copied as they are */
     for (size_t i = 0; i < n;) {
         unsigned c = u[i];
         const char *esc = NULL;
@@ -182,14 +181,13 @@ char *gw_encode_full(const gw_resp *r, const char *text, size_t text_n, const ch
     json_t *t = s_jstring(text, text_n);
     json_t *choice;
     if (r->ep == GW_EP_CHAT)
-        choice = json_pack("{s:i, s:{s:s, s:o, s:o}, s:n, s:s}", "index", 0, "message", "role", "assistant",
-                           "content", t, "refusal", json_null(), "logprobs", "finish_reason", finish);
-    else
-        choice = json_pack("{s:o, s:i, s:n, s:s}", "text", t, "index", 0, "logprobs", "finish_reason", finish);
-    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", r->id, "object",
-                          r->ep == GW_EP_CHAT ? "chat.completion" : "text_completion", "created",
-                          (json_int_t)r->created, "model", r->model, "choices", choice, "usage",
-                          s_usage(prompt_tokens, completion_tokens));
+        choice = json_pack("{s:i, s:{s:s, s:o, s:o}, s:n, s:s}", "index", 0, "message", "role", "assistant", "content",
+                           t, "refusal", json_null(), "logprobs", "finish_reason", finish);
+    else choice = json_pack("{s:o, s:i, s:n, s:s}", "text", t, "index", 0, "logprobs", "finish_reason", finish);
+    json_t *o =
+        json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", r->id, "object",
+                  r->ep == GW_EP_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)r->created,
+                  "model", r->model, "choices", choice, "usage", s_usage(prompt_tokens, completion_tokens));
     return s_dump(o);
 }
 
@@ -197,8 +195,7 @@ int gw_sse_delta(gw_buf *b, const gw_resp *r, const char *text, size_t n, int fi
     gw_buf_str(b, r->chunk_pre);
     if (r->ep == GW_EP_CHAT)
         gw_buf_str(b, first ? "\"delta\":{\"role\":\"assistant\",\"content\":" : "\"delta\":{\"content\":");
-    else
-        gw_buf_str(b, "\"text\":");
+    else gw_buf_str(b, "\"text\":");
     gw_buf_json_str(b, text, n);
     return gw_buf_str(b, r->ep == GW_EP_CHAT ? "},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
                                              : ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");

@@ -13,23 +13,23 @@
 typedef struct {
     char *p;
     size_t n, cap;
-    int failed;                  /* an allocation failed: contents incomplete */
+    int failed; /* an allocation failed: contents incomplete */
 } gw_buf;
 
-int gw_buf_add(gw_buf *b, const void *s, size_t n);   /* 0 or -1 (sets failed) */
+int gw_buf_add(gw_buf *b, const void *s, size_t n); /* 0 or -1 (sets failed) */
 int gw_buf_str(gw_buf *b, const char *s);
 /* appends s[n] as a JSON string literal (quotes included); bytes that are not valid UTF-8 become U+FFFD */
 int gw_buf_json_str(gw_buf *b, const char *s, size_t n);
-void gw_buf_consume(gw_buf *b, size_t n);             /* drops the first n bytes */
+void gw_buf_consume(gw_buf *b, size_t n); /* drops the first n bytes */
 void gw_buf_free(gw_buf *b);
 
 /* what every body and chunk of one response repeats */
 typedef struct {
     gw_endpoint ep;
-    char id[64];                 /* "chatcmpl-..." or "cmpl-..." */
-    long long created;           /* Unix seconds */
+    char id[64];       /* "chatcmpl-..." or "cmpl-..." */
+    long long created; /* Unix seconds */
     char model[PROTO_NAME_MAX + 1];
-    char *chunk_pre;             /* `data: {"id":...,"choices":[{"index":0,` (owned) */
+    char *chunk_pre; /* `data: {"id":...,"choices":[{"index":0,` (owned) */
 } gw_resp;
 
 /* Fills r (ep, id from the gateway's unique request number, created = now, model); 0 or -1 (out of memory). */

@@ -5,36 +5,36 @@
 #include <string.h>
 #include "gw_metrics.h"
 
-static const double s_ttft_b[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                                  7.5, 10.0, 20.0, 40.0, 80.0};
-static const double s_itl_b[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
-                                 1.0, 2.5, 5.0, 7.5, 10.0};
-static const double s_e2e_b[] = {0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-                                 60.0, 120.0, 240.0, 480.0};
+static const double s_ttft_b[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
+                                  0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
+static const double s_itl_b[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+                                 0.3,   0.4,    0.5,   0.75, 1.0,   2.5,  5.0,   7.5, 10.0};
+static const double s_e2e_b[] = {0.1,  0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,  10.0,
+                                 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0};
 #define NB 19
 
 typedef struct {
-    uint64_t count[NB + 1];      /* per bucket (not cumulative); [NB] = +Inf only */
+    uint64_t count[NB + 1]; /* per bucket (not cumulative); [NB] = +Inf only */
     uint64_t n;
     double sum;
 } hist;
 
 #define MAX_ENDPOINTS 8
 #define MAX_STATUS 16
-static const char *s_endpoints[MAX_ENDPOINTS] = {"chat", "completions", "models", "health", "tokenize",
-                                                 "detokenize", "metrics", "other"};
+static const char *s_endpoints[MAX_ENDPOINTS] = {"chat",     "completions", "models",  "health",
+                                                 "tokenize", "detokenize",  "metrics", "other"};
 
 typedef struct {
     char name[PROTO_NAME_MAX + 1];
     uint64_t req[MAX_ENDPOINTS][MAX_STATUS];
-    int status_code[MAX_STATUS];  /* the statuses seen, shared by the endpoints of this model */
+    int status_code[MAX_STATUS]; /* the statuses seen, shared by the endpoints of this model */
     int n_status;
     uint64_t prompt_tokens, gen_tokens;
     hist ttft, itl, e2e;
 } model_m;
 
 struct gw_metrics {
-    model_m models[GW_METRICS_MAX_MODELS + 1];  /* [GW_METRICS_MAX_MODELS] = "other" */
+    model_m models[GW_METRICS_MAX_MODELS + 1]; /* [GW_METRICS_MAX_MODELS] = "other" */
     int n_models;
     long connections, inflight;
 };
@@ -69,7 +69,7 @@ void gw_metrics_request(gw_metrics *m, const char *model, const char *endpoint, 
     for (int i = 0; i < x->n_status; i++)
         if (x->status_code[i] == status) s = i;
     if (s < 0) {
-        if (x->n_status == MAX_STATUS) return;   /* more distinct statuses than the gateway sends */
+        if (x->n_status == MAX_STATUS) return; /* more distinct statuses than the gateway sends */
         s = x->n_status++;
         x->status_code[s] = status;
     }
@@ -172,19 +172,31 @@ int gw_metrics_render(const gw_metrics *m, const proto_status *st, int broker_up
            offsetof(model_m, itl), s_itl_b);
     s_hist(b, "zllm_http_e2e_request_latency_seconds", "Time from the request to its last byte.", m,
            offsetof(model_m, e2e), s_e2e_b);
-    s_printf(b, "# HELP zllm_http_connections Open HTTP connections.\n# TYPE zllm_http_connections gauge\n"
-                "zllm_http_connections %ld\n", m->connections);
-    s_printf(b, "# HELP zllm_http_requests_in_flight Generate requests at the broker.\n"
-                "# TYPE zllm_http_requests_in_flight gauge\nzllm_http_requests_in_flight %ld\n", m->inflight);
-    s_printf(b, "# HELP zllm_broker_up 1 when the broker answered a status request recently.\n"
-                "# TYPE zllm_broker_up gauge\nzllm_broker_up %d\n", broker_up);
+    s_printf(b,
+             "# HELP zllm_http_connections Open HTTP connections.\n# TYPE zllm_http_connections gauge\n"
+             "zllm_http_connections %ld\n",
+             m->connections);
+    s_printf(b,
+             "# HELP zllm_http_requests_in_flight Generate requests at the broker.\n"
+             "# TYPE zllm_http_requests_in_flight gauge\nzllm_http_requests_in_flight %ld\n",
+             m->inflight);
+    s_printf(b,
+             "# HELP zllm_broker_up 1 when the broker answered a status request recently.\n"
+             "# TYPE zllm_broker_up gauge\nzllm_broker_up %d\n",
+             broker_up);
     if (st) {
-        s_printf(b, "# HELP zllm_broker_ready 1 when a worker is ready.\n# TYPE zllm_broker_ready gauge\n"
-                    "zllm_broker_ready %d\n", st->ready);
-        s_printf(b, "# HELP zllm_broker_queue_depth Requests waiting for a worker.\n"
-                    "# TYPE zllm_broker_queue_depth gauge\nzllm_broker_queue_depth %u\n", st->queue);
-        s_printf(b, "# HELP zllm_broker_requests_active Requests admitted to workers.\n"
-                    "# TYPE zllm_broker_requests_active gauge\nzllm_broker_requests_active %u\n", st->active);
+        s_printf(b,
+                 "# HELP zllm_broker_ready 1 when a worker is ready.\n# TYPE zllm_broker_ready gauge\n"
+                 "zllm_broker_ready %d\n",
+                 st->ready);
+        s_printf(b,
+                 "# HELP zllm_broker_queue_depth Requests waiting for a worker.\n"
+                 "# TYPE zllm_broker_queue_depth gauge\nzllm_broker_queue_depth %u\n",
+                 st->queue);
+        s_printf(b,
+                 "# HELP zllm_broker_requests_active Requests admitted to workers.\n"
+                 "# TYPE zllm_broker_requests_active gauge\nzllm_broker_requests_active %u\n",
+                 st->active);
         s_printf(b, "# HELP zllm_workers Workers per model and state.\n# TYPE zllm_workers gauge\n");
         for (uint32_t i = 0; i < st->n_models; i++) {
             uint32_t alive = 0, dead = 0;
@@ -196,10 +208,14 @@ int gw_metrics_render(const gw_metrics *m, const proto_status *st, int broker_up
             s_printf(b, "zllm_workers{model=\"%s\",state=\"alive\"} %u\nzllm_workers{model=\"%s\",state=\"dead\"} %u\n",
                      lab, alive, lab, dead);
         }
-        static const struct { const char *name, *help; size_t off; } wf[] = {
+        static const struct {
+            const char *name, *help;
+            size_t off;
+        } wf[] = {
             {"zllm_worker_running_sequences", "Sequences in the worker's batch.", offsetof(proto_worker_info, running)},
             {"zllm_worker_kv_slots", "Sequence slots (KV cache) of the worker.", offsetof(proto_worker_info, n_slots)},
-            {"zllm_worker_kv_slots_free", "Free sequence slots of the worker.", offsetof(proto_worker_info, free_slots)},
+            {"zllm_worker_kv_slots_free", "Free sequence slots of the worker.",
+             offsetof(proto_worker_info, free_slots)},
             {"zllm_worker_max_batch", "Sequences the worker batches per step.", offsetof(proto_worker_info, max_batch)},
             {"zllm_worker_context_tokens", "Tokens per sequence slot.", offsetof(proto_worker_info, n_ctx)},
         };
@@ -208,7 +224,8 @@ int gw_metrics_render(const gw_metrics *m, const proto_status *st, int broker_up
             for (uint32_t w = 0; w < st->n_workers; w++) {
                 const proto_worker_info *wi = &st->workers[w];
                 s_printf(b, "%s{model=\"%s\",worker=\"%s\",device=\"%s\"} %u\n", wf[f].name,
-                         s_label(wi->model.p, wi->model.n, lab, sizeof lab), s_label(wi->name.p, wi->name.n, lab2, sizeof lab2),
+                         s_label(wi->model.p, wi->model.n, lab, sizeof lab),
+                         s_label(wi->name.p, wi->name.n, lab2, sizeof lab2),
                          s_label(wi->device.p, wi->device.n, lab3, sizeof lab3),
                          *(const uint32_t *)((const char *)wi + wf[f].off));
             }
@@ -217,7 +234,8 @@ int gw_metrics_render(const gw_metrics *m, const proto_status *st, int broker_up
         for (uint32_t w = 0; w < st->n_workers; w++) {
             const proto_worker_info *wi = &st->workers[w];
             s_printf(b, "zllm_worker_up{model=\"%s\",worker=\"%s\",device=\"%s\"} %d\n",
-                     s_label(wi->model.p, wi->model.n, lab, sizeof lab), s_label(wi->name.p, wi->name.n, lab2, sizeof lab2),
+                     s_label(wi->model.p, wi->model.n, lab, sizeof lab),
+                     s_label(wi->name.p, wi->name.n, lab2, sizeof lab2),
                      s_label(wi->device.p, wi->device.n, lab3, sizeof lab3), wi->alive);
         }
         for (uint32_t i = 0; i < st->n_counters; i++) {
@@ -228,8 +246,9 @@ int gw_metrics_render(const gw_metrics *m, const proto_status *st, int broker_up
                 name[o++] = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ? c : '_';
             }
             name[o] = 0;
-            s_printf(b, "# HELP zllm_broker_%s_total The broker's `%s` status counter.\n"
-                        "# TYPE zllm_broker_%s_total counter\nzllm_broker_%s_total %llu\n",
+            s_printf(b,
+                     "# HELP zllm_broker_%s_total The broker's `%s` status counter.\n"
+                     "# TYPE zllm_broker_%s_total counter\nzllm_broker_%s_total %llu\n",
                      name, name, name, name, (unsigned long long)st->counters[i].value);
         }
     }

@@ -24,8 +24,8 @@ void gw_metrics_tokens(gw_metrics *m, const char *model, uint32_t prompt_tokens,
 void gw_metrics_ttft(gw_metrics *m, const char *model, double seconds);
 void gw_metrics_itl(gw_metrics *m, const char *model, double seconds);
 void gw_metrics_e2e(gw_metrics *m, const char *model, double seconds);
-void gw_metrics_connections(gw_metrics *m, int delta);   /* open HTTP connections */
-void gw_metrics_inflight(gw_metrics *m, int delta);      /* generate requests at the broker */
+void gw_metrics_connections(gw_metrics *m, int delta); /* open HTTP connections */
+void gw_metrics_inflight(gw_metrics *m, int delta);    /* generate requests at the broker */
 
 /* Appends the exposition to out. st: the broker's last status reply (NULL when none); broker_up: 1 when it
  * answered recently. Returns 0 or -1 (out of memory). */

@@ -16,16 +16,14 @@ static int s_bad(gw_error *e, const char *param, const char *fmt, const char *de
 }
 
 static int s_unsupported(gw_error *e, const char *param, const char *what) {
-    return gw_error_set(e, 400, INVALID, param, "unsupported_field", "'%s' %s is not supported by zllm", param,
-                        what);
+    return gw_error_set(e, 400, INVALID, param, "unsupported_field", "'%s' %s is not supported by zllm", param, what);
 }
 
 static json_t *s_parse(const char *body, size_t len, gw_error *e) {
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        gw_error_set(e, 400, INVALID, NULL, "invalid_json", "invalid JSON body: %s (at byte %d)", je.text,
-                     je.position);
+        gw_error_set(e, 400, INVALID, NULL, "invalid_json", "invalid JSON body: %s (at byte %d)", je.text, je.position);
         return NULL;
     }
     if (!json_is_object(root)) {
@@ -43,8 +41,7 @@ static json_t *s_get(json_t *o, const char *key) {
 }
 
 /* a number field into *out within [lo, hi] (lo_open/hi_open: exclusive); 0 absent, 1 set, -1 error */
-static int s_num(json_t *o, const char *key, double lo, int lo_open, double hi, int hi_open, double *out,
-                 gw_error *e) {
+static int s_num(json_t *o, const char *key, double lo, int lo_open, double hi, int hi_open, double *out, gw_error *e) {
     json_t *v = s_get(o, key);
     if (!v) return 0;
     if (!json_is_number(v)) return s_bad(e, key, "'%s' must be a number", key);
@@ -77,14 +74,14 @@ static int s_bool(json_t *o, const char *key, int *out, gw_error *e) {
 
 /* fields zllm does not support: refused when given a value other than the neutral one */
 static int s_refuse_unsupported(json_t *o, gw_endpoint ep, gw_error *e) {
-    static const char *never[] = {"tools", "tool_choice", "functions", "function_call", "audio", "prediction",
-                                  "top_logprobs", "suffix", "web_search_options"};
+    static const char *never[] = {"tools",      "tool_choice",  "functions", "function_call",     "audio",
+                                  "prediction", "top_logprobs", "suffix",    "web_search_options"};
     for (size_t i = 0; i < sizeof never / sizeof *never; i++) {
         json_t *v = s_get(o, never[i]);
         if (!v) continue;
         if (!strcmp(never[i], "suffix") && json_is_string(v) && json_string_length(v) == 0) continue;
-        if ((json_is_array(v) && json_array_size(v) == 0) || (json_is_string(v) && !strcmp(never[i], "tool_choice") &&
-                                                             !strcmp(json_string_value(v), "none")))
+        if ((json_is_array(v) && json_array_size(v) == 0) ||
+            (json_is_string(v) && !strcmp(never[i], "tool_choice") && !strcmp(json_string_value(v), "none")))
             continue;
         return s_unsupported(e, never[i], "");
     }
@@ -93,8 +90,8 @@ static int s_refuse_unsupported(json_t *o, gw_endpoint ep, gw_error *e) {
         return s_unsupported(e, "n", "other than 1");
     if ((v = s_get(o, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
         return s_unsupported(e, "best_of", "other than 1");
-    if ((v = s_get(o, "logprobs")) && !json_is_false(v) && !(ep == GW_EP_COMPLETIONS && json_is_integer(v) &&
-                                                             json_integer_value(v) == 0))
+    if ((v = s_get(o, "logprobs")) && !json_is_false(v) &&
+        !(ep == GW_EP_COMPLETIONS && json_is_integer(v) && json_integer_value(v) == 0))
         return s_unsupported(e, "logprobs", "");
     if ((v = s_get(o, "echo")) && !json_is_false(v)) return s_unsupported(e, "echo", "");
     if ((v = s_get(o, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
@@ -108,8 +105,9 @@ static int s_refuse_unsupported(json_t *o, gw_endpoint ep, gw_error *e) {
         if (!json_is_array(v)) return s_unsupported(e, "modalities", "");
         size_t i;
         json_t *m;
-        json_array_foreach(v, i, m) if (!json_is_string(m) || strcmp(json_string_value(m), "text"))
-            return s_unsupported(e, "modalities", "other than [\"text\"]");
+        json_array_foreach(v, i, m) if (!json_is_string(m) ||
+                                        strcmp(json_string_value(m),
+                                               "text")) return s_unsupported(e, "modalities", "other than [\"text\"]");
     }
     static const char *zero[] = {"presence_penalty", "frequency_penalty"};
     for (size_t i = 0; i < 2; i++)
@@ -175,10 +173,10 @@ static int s_messages(gw_request *r, json_t *o, gw_error *e) {
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
             return gw_error_set(e, 400, INVALID, param, "unsupported_field",
                                 "'%s' role '%.32s' is not supported by zllm (system, user, assistant)", param, rs);
-        if (s_get(m, "tool_calls") && !(json_is_array(s_get(m, "tool_calls")) &&
-                                        json_array_size(s_get(m, "tool_calls")) == 0))
-            return gw_error_set(e, 400, INVALID, param, "unsupported_field",
-                                "'%s.tool_calls' is not supported by zllm", param);
+        if (s_get(m, "tool_calls") &&
+            !(json_is_array(s_get(m, "tool_calls")) && json_array_size(s_get(m, "tool_calls")) == 0))
+            return gw_error_set(e, 400, INVALID, param, "unsupported_field", "'%s.tool_calls' is not supported by zllm",
+                                param);
         json_t *c = s_get(m, "content");
         if (!c) {
             if (strcmp(rs, "assistant")) return s_bad(e, param, "'%s' needs 'content'", param);
@@ -222,7 +220,7 @@ static int s_prompt(gw_request *r, json_t *o, gw_error *e) {
     if (!p) return s_bad(e, "prompt", "'%s' is required", "prompt");
     if (json_is_array(p) && json_array_size(p) == 1 &&
         (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-        p = json_array_get(p, 0);   /* a batch of one prompt */
+        p = json_array_get(p, 0); /* a batch of one prompt */
     else if (json_is_array(p) && json_array_size(p) > 1 && !json_is_integer(json_array_get(p, 0)))
         return s_unsupported(e, "prompt", "as a batch of several prompts");
     if (json_is_string(p)) {
@@ -262,8 +260,7 @@ static int s_stop(gw_request *r, json_t *o, gw_error *e) {
         size_t len = json_string_length(x);
         if (len == 0) continue;
         if (len > PROTO_STOP_MAX_LEN)
-            return gw_error_set(e, 400, INVALID, "stop", NULL, "stop strings are at most %d bytes",
-                                PROTO_STOP_MAX_LEN);
+            return gw_error_set(e, 400, INVALID, "stop", NULL, "stop strings are at most %d bytes", PROTO_STOP_MAX_LEN);
         if (memchr(json_string_value(x), 0, len)) return s_bad(e, "stop", "'%s' contains a NUL character", "stop");
         r->gen.stop[r->gen.n_stop++] = (proto_str){json_string_value(x), (uint32_t)len};
     }
@@ -284,7 +281,7 @@ static int s_sampling(gw_request *r, json_t *o, gw_error *e) {
     if ((rc = s_num(o, "repetition_penalty", 0, 1, 100, 0, &x, e)) < 0) return -1;
     if (rc) s->repeat_penalty = (float)x;
     if ((rc = s_int(o, "top_k", -1, 0x7fffffff, &k, e)) < 0) return -1;
-    if (rc) s->top_k = k < 0 ? 0 : (int32_t)k;   /* -1: off, as in vLLM */
+    if (rc) s->top_k = k < 0 ? 0 : (int32_t)k; /* -1: off, as in vLLM */
     json_t *seed = s_get(o, "seed");
     if (seed) {
         if (!json_is_integer(seed)) return s_bad(e, "seed", "'%s' must be an integer", "seed");

@@ -16,20 +16,20 @@
 
 typedef enum { GW_EP_CHAT = 1, GW_EP_COMPLETIONS = 2 } gw_endpoint;
 
-#define GW_DEFAULT_MAX_TOKENS_COMPLETIONS 16   /* OpenAI's documented default for /v1/completions */
+#define GW_DEFAULT_MAX_TOKENS_COMPLETIONS 16 /* OpenAI's documented default for /v1/completions */
 
 typedef struct {
     gw_endpoint ep;
-    const char *model;        /* the model the client named, NUL-terminated ("" when absent); owned */
-    int stream;               /* 0/1 */
-    int include_usage;        /* stream_options.include_usage */
-    int has_max_tokens;       /* 1 when max_tokens / max_completion_tokens was given */
-    proto_generate gen;       /* prompt and sampling (gen.id and gen.model are the caller's to set) */
+    const char *model;  /* the model the client named, NUL-terminated ("" when absent); owned */
+    int stream;         /* 0/1 */
+    int include_usage;  /* stream_options.include_usage */
+    int has_max_tokens; /* 1 when max_tokens / max_completion_tokens was given */
+    proto_generate gen; /* prompt and sampling (gen.id and gen.model are the caller's to set) */
     /* owned storage the pointers above point into */
-    void *root;               /* the parsed json_t document */
+    void *root; /* the parsed json_t document */
     proto_chat *msgs;
     int32_t *tokens;
-    char **pieces;            /* joined text-part contents */
+    char **pieces; /* joined text-part contents */
     int n_pieces;
 } gw_request;
 

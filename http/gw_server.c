@@ -20,22 +20,22 @@
 #include "gw_vocab.h"
 #include "tokenizer.h"
 
-#define STATUS_EVERY_MS 500     /* status requests to the broker */
-#define BROKER_DOWN_MS 3000     /* no status reply for this long: the broker counts as unreachable */
-#define BROKER_FAIL_MS 6000     /* ... and requests in flight end with 503 after this long */
+#define STATUS_EVERY_MS 500 /* status requests to the broker */
+#define BROKER_DOWN_MS 3000 /* no status reply for this long: the broker counts as unreachable */
+#define BROKER_FAIL_MS 6000 /* ... and requests in flight end with 503 after this long */
 #define TAG_MHD 1
 #define TAG_BROKER 2
-#define TAG_CONN_BASE 16        /* epoll data of a watched client socket: TAG_CONN_BASE + slot */
+#define TAG_CONN_BASE 16 /* epoll data of a watched client socket: TAG_CONN_BASE + slot */
 
 typedef enum { R_CHAT, R_COMPLETIONS, R_MODELS, R_HEALTH, R_TOKENIZE, R_DETOKENIZE, R_METRICS, R_NONE } route;
-static const char *s_route_name[] = {"chat", "completions", "models", "health", "tokenize", "detokenize", "metrics",
-                                     "other"};
+static const char *s_route_name[] = {"chat",     "completions", "models",  "health",
+                                     "tokenize", "detokenize",  "metrics", "other"};
 
 typedef enum {
-    S_NEW,        /* reading the request */
-    S_WAIT,       /* at the broker, suspended until its first message */
-    S_REPLY,      /* a complete response is ready to queue */
-    S_STREAM,     /* an SSE response is queued */
+    S_NEW,    /* reading the request */
+    S_WAIT,   /* at the broker, suspended until its first message */
+    S_REPLY,  /* a complete response is ready to queue */
+    S_STREAM, /* an SSE response is queued */
 } conn_state;
 
 typedef struct gw_conn {
@@ -43,25 +43,25 @@ typedef struct gw_conn {
     struct MHD_Connection *conn;
     route rt;
     conn_state state;
-    gw_buf body;                 /* request body */
-    gw_error err;                /* err.status != 0: answer with it once the request is read */
-    int slot;                    /* index in srv->slots while at the broker or streaming, else -1 */
-    char bid[24];                /* the id of the request at the broker */
-    int at_broker;               /* a generate sent, its final not yet received */
+    gw_buf body;   /* request body */
+    gw_error err;  /* err.status != 0: answer with it once the request is read */
+    int slot;      /* index in srv->slots while at the broker or streaming, else -1 */
+    char bid[24];  /* the id of the request at the broker */
+    int at_broker; /* a generate sent, its final not yet received */
     int suspended;
-    int fd;                      /* the client socket while watched for hang-ups, else -1 */
-    int gone;                    /* the client hung up */
+    int fd;   /* the client socket while watched for hang-ups, else -1 */
+    int gone; /* the client hung up */
     int stream, include_usage, started;
     gw_resp resp;
-    char model[PROTO_NAME_MAX + 1];  /* the metrics label: the model name as resolved */
-    gw_buf out;                  /* SSE bytes not yet handed to libmicrohttpd */
+    char model[PROTO_NAME_MAX + 1]; /* the metrics label: the model name as resolved */
+    gw_buf out;                     /* SSE bytes not yet handed to libmicrohttpd */
     size_t out_off;
-    int eof;                     /* nothing follows out */
-    int reply_status;            /* S_REPLY: status and body */
+    int eof;          /* nothing follows out */
+    int reply_status; /* S_REPLY: status and body */
     char *reply_body;
     const char *reply_type;
     int retry_after;
-    int http_status;             /* what the client was told (metrics) */
+    int http_status; /* what the client was told (metrics) */
     double t0, t_last;
 } gw_conn;
 
@@ -71,9 +71,9 @@ struct gw_server {
     gw_broker *broker;
     gw_metrics *metrics;
     gw_vocab *vocab;
-    int ep;                      /* epoll */
+    int ep; /* epoll */
     int port;
-    gw_conn **slots;             /* requests by slot (broker id "g<slot>.<gen>") */
+    gw_conn **slots; /* requests by slot (broker id "g<slot>.<gen>") */
     uint32_t *gens;
     int *free_slots, n_free, n_slots;
     uint64_t next_uid;
@@ -106,7 +106,9 @@ void gw_config_defaults(gw_config *c) {
 
 static const proto_status *s_status(const gw_server *s) { return s->has_status ? &s->st_msg.status : NULL; }
 
-static int s_broker_up(const gw_server *s) { return s->has_status && s_now() - s->t_status_recv < BROKER_DOWN_MS / 1e3; }
+static int s_broker_up(const gw_server *s) {
+    return s->has_status && s_now() - s->t_status_recv < BROKER_DOWN_MS / 1e3;
+}
 
 static int s_broker_has_model(const gw_server *s, const char *name) {
     const proto_status *st = s_status(s);
@@ -252,8 +254,7 @@ static enum MHD_Result s_queue(struct MHD_Connection *conn, int status, const ch
 static enum MHD_Result s_queue_error(gw_conn *c, const gw_error *e) {
     char *body = gw_encode_error(e);
     s_count(c, e->status);
-    enum MHD_Result rc = s_queue(c->conn, e->status, "application/json", body ? body : "{}",
-                                 e->status == 429 ? 1 : 0);
+    enum MHD_Result rc = s_queue(c->conn, e->status, "application/json", body ? body : "{}", e->status == 429 ? 1 : 0);
     free(body);
     return rc;
 }
@@ -331,7 +332,7 @@ static void s_on_final(gw_conn *c, const proto_final *f) {
     if (!ok) {
         gw_error e;
         s_final_error(f, &e);
-        if (c->started) {   /* after the first event: an error event, then [DONE] */
+        if (c->started) { /* after the first event: an error event, then [DONE] */
             gw_sse_error(&c->out, &e);
             gw_sse_done(&c->out);
             c->eof = 1;
@@ -420,8 +421,7 @@ static void s_broker_drain(gw_server *s) {
             }
             break;
         }
-        default:
-            break;
+        default: break;
         }
     }
 }
@@ -441,7 +441,7 @@ static ssize_t s_sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         return (ssize_t)n;
     }
     if (c->eof) return MHD_CONTENT_READER_END_OF_STREAM;
-    MHD_suspend_connection(c->conn);   /* resumed by s_on_token / s_on_final / a hang-up */
+    MHD_suspend_connection(c->conn); /* resumed by s_on_token / s_on_final / a hang-up */
     c->suspended = 1;
     return 0;
 }
@@ -463,8 +463,7 @@ static enum MHD_Result s_generate(gw_conn *c) {
         goto fail;
     }
     if (bmodel[0] && s_alive_workers(s, bmodel) == 0) {
-        gw_error_set(&e, 503, "service_unavailable", NULL, "no_worker", "no worker serves the model '%s' now",
-                     bmodel);
+        gw_error_set(&e, 503, "service_unavailable", NULL, "no_worker", "no worker serves the model '%s' now", bmodel);
         goto fail;
     }
     char uid[40];
@@ -481,8 +480,7 @@ static enum MHD_Result s_generate(gw_conn *c) {
         if (rc == -2)
             gw_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
                          "the request exceeds the broker's %u-byte message limit", PROTO_CLIENT_MAX_FRAME);
-        else
-            gw_error_set(&e, 503, "service_unavailable", NULL, "broker_unreachable", "the broker is unreachable");
+        else gw_error_set(&e, 503, "service_unavailable", NULL, "broker_unreachable", "the broker is unreachable");
         goto fail;
     }
     c->stream = r.stream;
@@ -511,9 +509,9 @@ static enum MHD_Result s_models(gw_conn *c) {
                                                   "created", (json_int_t)created, "owned_by", "zllm"));
     } else if (st && s_broker_up(s)) {
         for (uint32_t i = 0; i < st->n_models; i++)
-            json_array_append_new(data, json_pack("{s:s%, s:s, s:I, s:s}", "id", st->models[i].p,
-                                                  (size_t)st->models[i].n, "object", "model", "created",
-                                                  (json_int_t)created, "owned_by", "zllm"));
+            json_array_append_new(data,
+                                  json_pack("{s:s%, s:s, s:I, s:s}", "id", st->models[i].p, (size_t)st->models[i].n,
+                                            "object", "model", "created", (json_int_t)created, "owned_by", "zllm"));
     } else {
         json_decref(data);
         gw_error e;
@@ -526,14 +524,16 @@ static enum MHD_Result s_models(gw_conn *c) {
 static enum MHD_Result s_health(gw_conn *c) {
     gw_server *s = c->srv;
     const proto_status *st = s_status(s);
-    if (!s_broker_up(s)) return s_queue_json(c, 503, json_pack("{s:s, s:s}", "status", "unavailable", "reason",
-                                                               "the broker is unreachable"));
+    if (!s_broker_up(s))
+        return s_queue_json(c, 503,
+                            json_pack("{s:s, s:s}", "status", "unavailable", "reason", "the broker is unreachable"));
     for (uint32_t i = 0; i < st->n_models; i++) {
         char name[PROTO_NAME_MAX + 1];
         proto_str_copy(st->models[i], name, sizeof name);
         if (s_alive_workers(s, name) == 0)
-            return s_queue_json(c, 503, json_pack("{s:s, s:s, s:s}", "status", "unavailable", "reason",
-                                                  "no worker serves a model", "model", name));
+            return s_queue_json(c, 503,
+                                json_pack("{s:s, s:s, s:s}", "status", "unavailable", "reason",
+                                          "no worker serves a model", "model", name));
     }
     if (st->n_models == 0)
         return s_queue_json(c, 503, json_pack("{s:s, s:s}", "status", "unavailable", "reason", "no model"));
@@ -563,7 +563,7 @@ static enum MHD_Result s_tokenize(gw_conn *c) {
         char *text = n ? tokenizer_decode_len(t, ids, (int)n, 0, &len) : strdup("");
         free(ids);
         json_t *o = text ? json_stringn(text, len) : NULL;
-        if (text && !o) {   /* not valid UTF-8 on its own (a partial character): replace as the stream does */
+        if (text && !o) { /* not valid UTF-8 on its own (a partial character): replace as the stream does */
             gw_buf b = {0};
             gw_buf_json_str(&b, text, len);
             json_error_t je;
@@ -595,8 +595,8 @@ static enum MHD_Result s_metrics(gw_conn *c) {
     gw_metrics_request(c->srv->metrics, "", "metrics", 200);
     c->http_status = 200;
     gw_metrics_render(c->srv->metrics, s_broker_up(c->srv) ? s_status(c->srv) : NULL, s_broker_up(c->srv), &b);
-    enum MHD_Result rc = s_queue(c->conn, b.failed ? 500 : 200, "text/plain; version=0.0.4; charset=utf-8",
-                                 b.p ? b.p : "", 0);
+    enum MHD_Result rc =
+        s_queue(c->conn, b.failed ? 500 : 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", 0);
     gw_buf_free(&b);
     return rc;
 }
@@ -604,7 +604,10 @@ static enum MHD_Result s_metrics(gw_conn *c) {
 /* ---- libmicrohttpd callbacks ---- */
 
 static route s_route(const char *method, const char *url, int *bad_method) {
-    static const struct { const char *path, *method; route rt; } t[] = {
+    static const struct {
+        const char *path, *method;
+        route rt;
+    } t[] = {
         {"/v1/chat/completions", "POST", R_CHAT}, {"/v1/completions", "POST", R_COMPLETIONS},
         {"/v1/models", "GET", R_MODELS},          {"/health", "GET", R_HEALTH},
         {"/tokenize", "POST", R_TOKENIZE},        {"/detokenize", "POST", R_DETOKENIZE},
@@ -651,15 +654,17 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
         else if (bad_method)
             gw_error_set(&c->err, 405, "invalid_request_error", NULL, "method_not_allowed",
                          "%.10s is not allowed on %.64s", method, url);
-        else if (s->cfg.api_key && (c->rt == R_CHAT || c->rt == R_COMPLETIONS || c->rt == R_MODELS ||
-                                    c->rt == R_TOKENIZE || c->rt == R_DETOKENIZE) && !s_key_ok(s, conn))
+        else if (s->cfg.api_key &&
+                 (c->rt == R_CHAT || c->rt == R_COMPLETIONS || c->rt == R_MODELS || c->rt == R_TOKENIZE ||
+                  c->rt == R_DETOKENIZE) &&
+                 !s_key_ok(s, conn))
             gw_error_set(&c->err, 401, "authentication_error", NULL, "invalid_api_key",
                          "a missing or wrong API key (Authorization: Bearer KEY)");
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (!c->err.status && cl && strtoull(cl, NULL, 10) > s->cfg.max_body)
             gw_error_set(&c->err, 413, "invalid_request_error", NULL, "body_too_large",
                          "the request body exceeds %zu bytes", s->cfg.max_body);
-        if (c->err.status == 413) return s_queue_error(c, &c->err);  /* answered before the body is read */
+        if (c->err.status == 413) return s_queue_error(c, &c->err); /* answered before the body is read */
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -689,7 +694,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
         case R_METRICS: return s_metrics(c);
         default: return MHD_NO;
         }
-    case S_WAIT: return MHD_YES;   /* not reached: a suspended connection is not called */
+    case S_WAIT: return MHD_YES; /* not reached: a suspended connection is not called */
     case S_REPLY: {
         s_count(c, c->reply_status);
         if (!c->reply_body) return MHD_NO;
@@ -715,12 +720,12 @@ static void s_completed(void *cls, struct MHD_Connection *conn, void **con_cls, 
     gw_conn *c = *con_cls;
     if (!c) return;
     *con_cls = NULL;
-    if (c->at_broker) {   /* the client left first: the worker's slot is freed now */
+    if (c->at_broker) { /* the client left first: the worker's slot is freed now */
         gw_broker_cancel(s->broker, c->bid);
         s_leave_broker(c);
         s_count(c, 499);
     } else if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && c->state == S_STREAM) {
-        s_count(c, 499);   /* unless the stream's outcome was counted already */
+        s_count(c, 499); /* unless the stream's outcome was counted already */
     }
     s_unwatch(c);
     s_slot_give(s, c);
@@ -863,7 +868,7 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
             if (evs[i].data.u64 >= TAG_CONN_BASE) s_on_hangup(s, (int)(evs[i].data.u64 - TAG_CONN_BASE));
         s_broker_drain(s);
         MHD_run(s->mhd);
-        s_broker_drain(s);   /* sends inside MHD_run may have consumed the descriptor's edge */
+        s_broker_drain(s); /* sends inside MHD_run may have consumed the descriptor's edge */
     }
     return 0;
 }

@@ -15,20 +15,20 @@
 #define GW_MAX_ALIASES 32
 
 typedef struct {
-    const char *host;            /* address to listen on ("0.0.0.0", "127.0.0.1", "::") */
-    int port;                    /* 0: any free port (gw_server_port tells) */
-    const char *broker;          /* the broker's client endpoint */
-    const char *api_key;         /* NULL: no authentication; else every /v1/ and /tokenize request needs it */
-    const char *alias[GW_MAX_ALIASES];   /* --served-model-name: names clients use ... */
-    const char *target[GW_MAX_ALIASES];  /* ... and the broker models they stand for ("" = the only one) */
+    const char *host;                   /* address to listen on ("0.0.0.0", "127.0.0.1", "::") */
+    int port;                           /* 0: any free port (gw_server_port tells) */
+    const char *broker;                 /* the broker's client endpoint */
+    const char *api_key;                /* NULL: no authentication; else every /v1/ and /tokenize request needs it */
+    const char *alias[GW_MAX_ALIASES];  /* --served-model-name: names clients use ... */
+    const char *target[GW_MAX_ALIASES]; /* ... and the broker models they stand for ("" = the only one) */
     int n_alias;
-    const char *vocab_name[16];  /* --model NAME=PATH: vocabularies for /tokenize and /detokenize */
+    const char *vocab_name[16]; /* --model NAME=PATH: vocabularies for /tokenize and /detokenize */
     const char *vocab_path[16];
     int n_vocab;
-    size_t max_body;             /* bytes of a request body (413 beyond) */
-    size_t max_header;           /* bytes of the request line and headers (libmicrohttpd answers beyond) */
+    size_t max_body;   /* bytes of a request body (413 beyond) */
+    size_t max_header; /* bytes of the request line and headers (libmicrohttpd answers beyond) */
     unsigned max_connections;
-    unsigned idle_timeout_s;     /* a connection that sends nothing for this long is closed (slow clients) */
+    unsigned idle_timeout_s; /* a connection that sends nothing for this long is closed (slow clients) */
     int verbose;
 } gw_config;
 

@@ -20,19 +20,18 @@ static void s_on_signal(int sig) {
 }
 
 static void s_usage(FILE *f) {
-    fprintf(f,
-            "usage: zllm-http --broker EP [--listen HOST:PORT] [--api-key-file F]\n"
-            "                 [--served-model-name NAME[=MODEL]]... [--model NAME=PATH]...\n"
-            "                 [--max-body BYTES] [--max-connections N] [--idle-timeout S] [-v]\n"
-            "  --broker EP             the broker's client endpoint (tcp://HOST:5555, ipc://PATH)\n"
-            "  --listen HOST:PORT      HTTP address (default 127.0.0.1:8000; [::]:PORT for IPv6; port 0: any)\n"
-            "  --api-key-file F        require `Authorization: Bearer KEY` (the file's first line) on /v1/*\n"
-            "  --served-model-name N[=M]  the name clients use for broker model M (default: the only one);\n"
-            "                          repeatable; /v1/models lists these names\n"
-            "  --model NAME=PATH       load the GGUF's vocabulary for /tokenize and /detokenize\n"
-            "  --max-body BYTES        request body limit (default 4194304; 413 beyond)\n"
-            "  --max-connections N     open connections (default 16384)\n"
-            "  --idle-timeout S        close a connection silent for S seconds (default 30)\n");
+    fprintf(f, "usage: zllm-http --broker EP [--listen HOST:PORT] [--api-key-file F]\n"
+               "                 [--served-model-name NAME[=MODEL]]... [--model NAME=PATH]...\n"
+               "                 [--max-body BYTES] [--max-connections N] [--idle-timeout S] [-v]\n"
+               "  --broker EP             the broker's client endpoint (tcp://HOST:5555, ipc://PATH)\n"
+               "  --listen HOST:PORT      HTTP address (default 127.0.0.1:8000; [::]:PORT for IPv6; port 0: any)\n"
+               "  --api-key-file F        require `Authorization: Bearer KEY` (the file's first line) on /v1/*\n"
+               "  --served-model-name N[=M]  the name clients use for broker model M (default: the only one);\n"
+               "                          repeatable; /v1/models lists these names\n"
+               "  --model NAME=PATH       load the GGUF's vocabulary for /tokenize and /detokenize\n"
+               "  --max-body BYTES        request body limit (default 4194304; 413 beyond)\n"
+               "  --max-connections N     open connections (default 16384)\n"
+               "  --idle-timeout S        close a connection silent for S seconds (default 30)\n");
 }
 
 static char *s_read_key(const char *path, char *err, size_t errlen) {

@@ -22,18 +22,18 @@
 
 typedef struct {
     int fd;
-    int id;                 /* request index, -1 when idle */
-    char *req;              /* the request bytes */
+    int id;    /* request index, -1 when idle */
+    char *req; /* the request bytes */
     size_t req_len, req_off;
-    int state;              /* 0 headers, 1 chunk size, 2 chunk data, 3 chunk CRLF, 4 done */
+    int state; /* 0 headers, 1 chunk size, 2 chunk data, 3 chunk CRLF, 4 done */
     size_t chunk_left;
-    char hdr[4096];         /* header bytes / chunk-size line */
+    char hdr[4096]; /* header bytes / chunk-size line */
     size_t hdr_n;
-    char ev[65536];         /* the SSE event being read */
+    char ev[65536]; /* the SSE event being read */
     size_t ev_n;
     int status;
     double t_start, t_first, t_last, t_sent;
-    long tokens;            /* usage.completion_tokens */
+    long tokens; /* usage.completion_tokens */
     int n_events;
 } bconn;
 
@@ -141,12 +141,15 @@ static int s_start(int ep, bconn *c, int id, const char *model, int plen, int ol
     }
     o += snprintf(body + o, sizeof body - (size_t)o,
                   "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
-                  "\"stream_options\":{\"include_usage\":true}}", olen);
+                  "\"stream_options\":{\"include_usage\":true}}",
+                  olen);
     free(c->req);
     c->req = malloc((size_t)o + 256);
     if (!c->req) return -1;
-    c->req_len = (size_t)sprintf(c->req, "POST /v1/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: "
-                                         "application/json\r\nContent-Length: %d\r\n\r\n%s", o, body);
+    c->req_len = (size_t)sprintf(c->req,
+                                 "POST /v1/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: "
+                                 "application/json\r\nContent-Length: %d\r\n\r\n%s",
+                                 o, body);
     c->req_off = 0;
     c->id = id;
     c->state = 0;
@@ -266,8 +269,8 @@ int main(int argc, char **argv) {
                 }
             }
             if (end) {
-                if (end < 0 && c->status != 200) fprintf(stderr, "zllm-httpbench: request %d: status %d\n", c->id,
-                                                          c->status);
+                if (end < 0 && c->status != 200)
+                    fprintf(stderr, "zllm-httpbench: request %d: status %d\n", c->id, c->status);
                 s_finish(c, end > 0);
                 done++;
                 if (next < N && s_start(ep, c, next++, model, plen, olen, vocab, &rng) != 0) {
@@ -281,8 +284,8 @@ int main(int argc, char **argv) {
     qsort(s_ttft, (size_t)s_n_ttft, sizeof *s_ttft, s_cmp);
     qsort(s_itl, (size_t)s_n_itl, sizeof *s_itl, s_cmp);
     qsort(s_sent, (size_t)s_n_sent, sizeof *s_sent, s_cmp);
-    printf("requests: %d (%ld ok, %ld failed), concurrency %d, prompt %d, output %d tokens\n", N, s_ok, s_failed,
-           conc, plen, olen);
+    printf("requests: %d (%ld ok, %ld failed), concurrency %d, prompt %d, output %d tokens\n", N, s_ok, s_failed, conc,
+           plen, olen);
     printf("wall %.2f s, %.1f requests/s, %.1f output tokens/s, %ld tokens\n", wall, s_ok / wall, s_tokens / wall,
            s_tokens);
     printf("ttft ms: p50 %.2f p90 %.2f p99 %.2f\n", s_pct(s_ttft, s_n_ttft, 50) * 1e3,

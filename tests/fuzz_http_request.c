@@ -73,7 +73,8 @@ static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
         "{\"model\":\"m\",\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"stop\":\"x\"}",
         "{\"prompt\":[1,403,407],\"max_completion_tokens\":4,\"n\":1,\"logprobs\":null}",
         "{\"prompt\":[[1,2,3]],\"echo\":false,\"best_of\":1}",
-        "{\"messages\":[{\"role\":\"assistant\",\"content\":null},{\"role\":\"user\",\"content\":\"\\u00e9\\ud83d\\ude00\"}]}",
+        "{\"messages\":[{\"role\":\"assistant\",\"content\":null},{\"role\":\"user\",\"content\":"
+        "\"\\u00e9\\ud83d\\ude00\"}]}",
         "{\"content\":\"Hello world\",\"add_special\":true,\"parse_special\":false}",
         "{\"tokens\":[1,2,3,2147483647]}",
         "{\"prompt\":\"a\",\"max_tokens\":9223372036854775807,\"temperature\":1e308}",
