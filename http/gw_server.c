@@ -83,6 +83,7 @@ struct gw_server {
     size_t st_len;
     proto_msg st_msg;
     int has_status;
+    uint64_t last_accepted; /* the broker's `accepted` counter in its last status */
     double t_status_sent, t_status_recv, t_start;
 };
 
@@ -415,6 +416,13 @@ static void s_broker_drain(gw_server *s) {
                 s->st_len = n;
                 s->has_status = 1;
                 s->t_status_recv = s_now();
+                /* a broker whose `accepted` counter went back is a restarted one: what was in flight is lost */
+                uint64_t acc = 0;
+                for (uint32_t i = 0; i < s->st_msg.status.n_counters; i++)
+                    if (proto_str_eq(s->st_msg.status.counters[i].name, "accepted"))
+                        acc = s->st_msg.status.counters[i].value;
+                if (acc < s->last_accepted) s_fail_all(s, PROTO_CODE_SHUTTING_DOWN, "the broker restarted");
+                s->last_accepted = acc;
             } else {
                 free(copy);
                 s->has_status = 0;

@@ -326,7 +326,7 @@ def main():
                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         time.sleep(0.3)
         w = worker_slots(cl, "wslow")
-        ck.ok(w and w["running"] == 1, "the non-streamed request runs: %r" % w)
+        ck.ok(w and w["free_slots"] == w["n_slots"] - 1, "the non-streamed request runs: %r" % w)
         step0 = w["step"]
         sk.close()
         count("slow", "completions", 499)
@@ -336,6 +336,7 @@ def main():
             t, steps))
 
         # /metrics: parsed by prometheus_client; the request counters equal what this test sent
+        time.sleep(0.6)   # the gateway's copy of the broker's status is at most 500 ms old
         st, h, data = gw.request("GET", "/metrics")
         ck.ok(st == 200 and h.get("Content-Type", "").startswith("text/plain"), "metrics content type")
         fams = {f.name: f for f in promparse.text_string_to_metric_families(data.decode())}
@@ -373,6 +374,41 @@ def main():
             ck.ok(st == 503, "/health needs no key")
         finally:
             os.unlink(kf.name)
+        # --served-model-name: the names clients use
+        ga = Gateway(cl.clients_ep, "--served-model-name", "gpt-zllm=stories")
+        gws.append(ga)
+        oa = openai.OpenAI(base_url=ga.base + "/v1", api_key="unused", max_retries=0)
+        ck.ok([m.id for m in oa.models.list().data] == ["gpt-zllm"], "aliases listed")
+        r = oa.completions.create(model="gpt-zllm", prompt=[1], max_tokens=5, temperature=0)
+        ck.ok(r.model == "gpt-zllm" and r.usage.completion_tokens == 5, "an alias serves its model: %r" % r)
+        expect(openai.NotFoundError, "a name not served", lambda: oa.completions.create(model="stories", prompt="a"),
+               "", "completions", 404)
+        # a broker restart: a stream in flight ends with an error event and [DONE]; new requests work again
+        hc = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+        hc.request("POST", "/v1/completions", json.dumps(dict(long_req, stream=True)))
+        resp = hc.getresponse()
+        first = resp.read1(64)
+        cl.kill("broker")
+        cl.start_broker("--model", "qwen=%s" % QWEN, "--model", "idle=%s" % STORIES, "--model",
+                        "slow=%s" % STORIES, "--queue", "1")
+        t0 = time.monotonic()
+        rest = b""
+        try:
+            while b"[DONE]" not in rest and time.monotonic() - t0 < 15:
+                b = resp.read1(65536)
+                if not b:
+                    break
+                rest += b
+        except Exception as e:
+            print("stream after the restart: %s" % e)
+        ck.ok(first.startswith(b"data: {") and b'"error"' in rest and rest.rstrip().endswith(b"data: [DONE]"),
+              "a stream cut by a broker restart ends with an error event and [DONE] (%.1f s): %r" % (
+                  time.monotonic() - t0, rest[-300:]))
+        hc.close()
+        ck.ok(cl.wait_workers(["ws", "wslow"], timeout=20) is not None, "workers back after the restart")
+        time.sleep(0.6)
+        r = oc.completions.create(model="stories", prompt=[1], max_tokens=5, temperature=0)
+        ck.ok(r.usage.completion_tokens == 5, "served again after the broker restart")
         # 503: a broker that does not answer
         gd = Gateway("ipc:///tmp/zllm-http-no-broker-%d" % os.getpid())
         gws.append(gd)
