@@ -339,10 +339,16 @@ static int s_http(s_parser *p, dl_plan *pl, char **w, int n) {
     static const char *const allowed[] = {"listen", "broker", "name", "api-key-file", "args", NULL};
     const char *v[5];
     if (s_attrs(p, "http", w, n, allowed, v)) return -1;
-    if (!v[0] || !strchr(v[0], ':')) { s_err(p, "http: listen=HOST:PORT is required"); return -1; }
+    if (!v[0] || !strchr(v[0], ':')) {
+        s_err(p, "http: listen=HOST:PORT is required");
+        return -1;
+    }
     char ep[DL_PATH_MAX];
     if (v[1]) {
-        if (!s_endpoint_ok(v[1])) { s_err(p, "http: broker=%s is not a tcp://, ipc:// or inproc:// endpoint", v[1]); return -1; }
+        if (!s_endpoint_ok(v[1])) {
+            s_err(p, "http: broker=%s is not a tcp://, ipc:// or inproc:// endpoint", v[1]);
+            return -1;
+        }
         snprintf(ep, sizeof ep, "%s", v[1]);
     } else if (p->have_broker) {
         const char *c = p->clients;
@@ -360,7 +366,10 @@ static int s_http(s_parser *p, dl_plan *pl, char **w, int n) {
     }
     char key[DL_PATH_MAX] = "";
     if (v[3] && (s_abspath(p, v[3], key, sizeof key, "api-key-file") || s_readable(p, key, "api-key-file"))) return -1;
-    if (pl->n_units == DL_MAX_UNITS) { s_err(p, "more than %d units", DL_MAX_UNITS); return -1; }
+    if (pl->n_units == DL_MAX_UNITS) {
+        s_err(p, "more than %d units", DL_MAX_UNITS);
+        return -1;
+    }
     dl_unit *u = &pl->units[pl->n_units];
     memset(u, 0, sizeof *u);
     for (int k = 0; k < 100000; k++)
@@ -392,7 +401,10 @@ static int s_http(s_parser *p, dl_plan *pl, char **w, int n) {
     int bad = v[4] ? s_push_words(p, &a, v[4]) : 0;
     u->argv[0] = a.v;
     if (bad) return -1;
-    if (a.failed) { s_err(p, "out of memory"); return -1; }
+    if (a.failed) {
+        s_err(p, "out of memory");
+        return -1;
+    }
     return 0;
 }
 
@@ -539,7 +551,8 @@ static int s_line(s_parser *p, dl_plan *pl, char *text, int pass) {
         if (v[0] && s_int(v[0], 1, 3600, &pl->stop_timeout_s)) { s_err(p, "stop: bad timeout=%s (1..3600 s)", v[0]); return -1; }
         return 0;
     }
-    s_err(p, "unknown directive '%s' (expected broker, connect, model, replica, http, rundir, bin, restart, stop)", w[0]);
+    s_err(p, "unknown directive '%s' (expected broker, connect, model, replica, http, rundir, bin, restart, stop)",
+          w[0]);
     return -1;
 }
 
