@@ -2,6 +2,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +27,9 @@
 #define BROKER_FAIL_MS 6000 /* ... and requests in flight end with 503 after this long */
 #define TAG_MHD 1
 #define TAG_BROKER 2
-#define TAG_CONN_BASE 16 /* epoll data of a watched client socket: TAG_CONN_BASE + slot */
+#define TAG_LISTEN 3
+#define ACCEPT_BATCH 1024 /* connections accepted per loop turn at most */
+#define TAG_CONN_BASE 16  /* epoll data of a watched client socket: TAG_CONN_BASE + slot */
 
 typedef enum { R_CHAT, R_COMPLETIONS, R_MODELS, R_HEALTH, R_TOKENIZE, R_DETOKENIZE, R_METRICS, R_NONE } route;
 static const char *s_route_name[] = {"chat",     "completions", "models",  "health",
@@ -71,7 +75,8 @@ struct gw_server {
     gw_broker *broker;
     gw_metrics *metrics;
     gw_vocab *vocab;
-    int ep; /* epoll */
+    int ep;  /* epoll */
+    int lfd; /* the listening socket (accepted here, handed to libmicrohttpd) */
     int port;
     gw_conn **slots; /* requests by slot (broker id "g<slot>.<gen>") */
     uint32_t *gens;
@@ -776,6 +781,7 @@ gw_server *gw_server_new(const gw_config *cfg, char *err, size_t errlen) {
     }
     s->cfg = *cfg;
     s->ep = -1;
+    s->lfd = -1;
     s->t_start = s_now();
     unsigned r = (unsigned)getpid() ^ (unsigned)time(NULL) * 2654435761u;
     int ufd = open("/dev/urandom", O_RDONLY);
@@ -803,21 +809,33 @@ gw_server *gw_server_new(const gw_config *cfg, char *err, size_t errlen) {
         snprintf(err, errlen, "listen address %s: %s", cfg->host, gai_strerror(gai));
         goto fail;
     }
-    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0) |
-                     (cfg->verbose ? MHD_USE_ERROR_LOG : 0);
-    s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, s_handler, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                              MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-                              cfg->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header,
-                              MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096u, MHD_OPTION_NOTIFY_COMPLETED, s_completed, s,
-                              MHD_OPTION_NOTIFY_CONNECTION, s_conn_notify, s, MHD_OPTION_END);
-    freeaddrinfo(ai);
-    if (!s->mhd) {
+    int one = 1;
+    s->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s->lfd < 0 || setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(s->lfd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(s->lfd, 4096) != 0) {
         snprintf(err, errlen, "cannot listen on %s:%d: %s", cfg->host, cfg->port, strerror(errno));
+        freeaddrinfo(ai);
         goto fail;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : cfg->port;
-    di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    freeaddrinfo(ai);
+    struct sockaddr_storage sa;
+    socklen_t salen = sizeof sa;
+    if (getsockname(s->lfd, (struct sockaddr *)&sa, &salen) == 0)
+        s->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                                 : ((struct sockaddr_in *)&sa)->sin_port);
+    /* connections are accepted by the loop (as many as are waiting, see s_accept) and handed over with
+     * MHD_add_connection: libmicrohttpd's own listener takes at most 10 a turn */
+    unsigned flags =
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_NO_LISTEN_SOCKET | (cfg->verbose ? MHD_USE_ERROR_LOG : 0);
+    s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, s_handler, s, MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections,
+                              MHD_OPTION_CONNECTION_TIMEOUT, cfg->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                              cfg->max_header, MHD_OPTION_NOTIFY_COMPLETED, s_completed, s,
+                              MHD_OPTION_NOTIFY_CONNECTION, s_conn_notify, s, MHD_OPTION_END);
+    if (!s->mhd) {
+        snprintf(err, errlen, "libmicrohttpd did not start: %s", strerror(errno));
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
     s->ep = epoll_create1(EPOLL_CLOEXEC);
     if (!di || s->ep < 0) {
         snprintf(err, errlen, "epoll: %s", strerror(errno));
@@ -825,8 +843,10 @@ gw_server *gw_server_new(const gw_config *cfg, char *err, size_t errlen) {
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_MHD};
     struct epoll_event evb = {.events = EPOLLIN, .data.u64 = TAG_BROKER};
+    struct epoll_event evl = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
     if (epoll_ctl(s->ep, EPOLL_CTL_ADD, di->epoll_fd, &ev) != 0 ||
-        epoll_ctl(s->ep, EPOLL_CTL_ADD, gw_broker_fd(s->broker), &evb) != 0) {
+        epoll_ctl(s->ep, EPOLL_CTL_ADD, gw_broker_fd(s->broker), &evb) != 0 ||
+        epoll_ctl(s->ep, EPOLL_CTL_ADD, s->lfd, &evl) != 0) {
         snprintf(err, errlen, "epoll_ctl: %s", strerror(errno));
         goto fail;
     }
@@ -852,6 +872,19 @@ int gw_server_wait_broker(gw_server *s, int ms) {
     return s->has_status ? 0 : -1;
 }
 
+/* accepts the waiting connections and hands them to libmicrohttpd (which closes them when over its limit) */
+static void s_accept(gw_server *s) {
+    for (int i = 0; i < ACCEPT_BATCH; i++) {
+        struct sockaddr_storage sa;
+        socklen_t len = sizeof sa;
+        int fd = accept4(s->lfd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return; /* EAGAIN, or out of descriptors: the rest wait in the backlog */
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        MHD_add_connection(s->mhd, fd, (struct sockaddr *)&sa, len);
+    }
+}
+
 int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t errlen) {
     struct epoll_event evs[256];
     s->t_status_sent = 0;
@@ -872,8 +905,10 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
             snprintf(err, errlen, "epoll_wait: %s", strerror(errno));
             return -1;
         }
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n; i++) {
             if (evs[i].data.u64 >= TAG_CONN_BASE) s_on_hangup(s, (int)(evs[i].data.u64 - TAG_CONN_BASE));
+            else if (evs[i].data.u64 == TAG_LISTEN) s_accept(s);
+        }
         s_broker_drain(s);
         MHD_run(s->mhd);
         s_broker_drain(s); /* sends inside MHD_run may have consumed the descriptor's edge */
@@ -896,6 +931,7 @@ void gw_server_destroy(gw_server **ps) {
         MHD_stop_daemon(s->mhd);
     }
     if (s->ep >= 0) close(s->ep);
+    if (s->lfd >= 0) close(s->lfd);
     gw_broker_destroy(&s->broker);
     gw_metrics_destroy(&s->metrics);
     gw_vocab_destroy(&s->vocab);

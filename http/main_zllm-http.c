@@ -138,7 +138,8 @@ int main(int argc, char **argv) {
     if (gw_server_wait_broker(s, 3000) != 0)
         fprintf(stderr, "zllm-http: no answer from the broker at %s yet: requests get 503 until it answers\n",
                 cfg.broker);
-    printf("listening http://%s:%d\n", cfg.host, gw_server_port(s));
+    int v6 = strchr(cfg.host, ':') != NULL;
+    printf("listening http://%s%s%s:%d\n", v6 ? "[" : "", cfg.host, v6 ? "]" : "", gw_server_port(s));
     fflush(stdout);
     int rc = gw_server_run(s, &s_stop, err, sizeof err);
     if (rc != 0) fprintf(stderr, "zllm-http: %s\n", err);

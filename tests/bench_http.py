@@ -81,6 +81,8 @@ def main():
                            str(conc)] + common)
             hout, _ = run([os.path.join(b, "zllm-httpbench"), "--url", url, "-N", str(n), "-c", str(conc)] + common)
             zp, hp = p99(zout), p99(hout)
+            print("  zllm bench:     " + " | ".join(zout.strip().splitlines()[1:3]))
+            print("  zllm-httpbench: " + " | ".join(hout.strip().splitlines()[1:3]))
             print("concurrency %d: ttft p50/p99 ms: ZeroMQ %.2f / %.2f, HTTP %.2f / %.2f: the gateway adds %.2f ms "
                   "at p99" % (conc, zp[0], zp[1], hp[0], hp[1], hp[1] - zp[1]))
     finally:
