@@ -106,6 +106,7 @@ void gw_config_defaults(gw_config *c) {
     c->max_header = 64u << 10;
     c->max_connections = 16384;
     c->idle_timeout_s = 30;
+    c->max_stream_buffer = 1u << 20;
 }
 
 /* ---- broker state ---- */
@@ -315,8 +316,29 @@ static void s_start_stream(gw_conn *c) {
     c->t_last = t;
 }
 
+/* a client that does not read its stream: the request is cancelled and the connection closed, so that the
+ * gateway's memory stays bounded (the kernel's send buffer is bounded too, see s_accept) */
+static void s_slow_reader(gw_conn *c) {
+    gw_server *s = c->srv;
+    gw_broker_cancel(s->broker, c->bid);
+    s_leave_broker(c);
+    s_count(c, 499);
+    s_unwatch(c);
+    c->gone = 1;
+    s_slot_give(s, c);
+    gw_buf_free(&c->out);
+    c->out_off = 0;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci) shutdown(ci->connect_fd, SHUT_RDWR); /* libmicrohttpd sees the error and closes it */
+    s_resume(c);
+}
+
 static void s_on_token(gw_conn *c, const proto_token *t) {
     if (!c->stream) return;
+    if (c->out.n - c->out_off > c->srv->cfg.max_stream_buffer) {
+        s_slow_reader(c);
+        return;
+    }
     int first = !c->started;
     if (!first) {
         double now = s_now();
@@ -878,9 +900,10 @@ static void s_accept(gw_server *s) {
         struct sockaddr_storage sa;
         socklen_t len = sizeof sa;
         int fd = accept4(s->lfd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) return; /* EAGAIN, or out of descriptors: the rest wait in the backlog */
-        int one = 1;
+        if (fd < 0) return;             /* EAGAIN, or out of descriptors: the rest wait in the backlog */
+        int one = 1, sndbuf = 64 << 10; /* the kernel doubles it; SSE events are small */
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
         MHD_add_connection(s->mhd, fd, (struct sockaddr *)&sa, len);
     }
 }

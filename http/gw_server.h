@@ -28,7 +28,8 @@ typedef struct {
     size_t max_body;   /* bytes of a request body (413 beyond) */
     size_t max_header; /* bytes of the request line and headers (libmicrohttpd answers beyond) */
     unsigned max_connections;
-    unsigned idle_timeout_s; /* a connection that sends nothing for this long is closed (slow clients) */
+    unsigned idle_timeout_s;  /* a connection that sends nothing for this long is closed (slow clients) */
+    size_t max_stream_buffer; /* SSE bytes held for a client that does not read; beyond, its request is cancelled */
     int verbose;
 } gw_config;
 

@@ -1,7 +1,8 @@
 /* http/main_zllm-http.c: zllm-http, the OpenAI-compatible HTTP front end of a zllm broker.
  *
  *   zllm-http --broker EP [--listen HOST:PORT] [--api-key-file F] [--served-model-name NAME[=MODEL]]...
- *             [--model NAME=PATH]... [--max-body BYTES] [--max-connections N] [--idle-timeout S] [-v]
+ *             [--model NAME=PATH]... [--max-body BYTES] [--max-connections N] [--idle-timeout S]
+ *             [--max-stream-buffer B] [-v]
  *
  * Prints `listening http://HOST:PORT` (port 0 resolved) on stdout once bound and the broker has answered (or
  * after 3 s without an answer); SIGTERM or SIGINT stops it
@@ -20,18 +21,21 @@ static void s_on_signal(int sig) {
 }
 
 static void s_usage(FILE *f) {
-    fprintf(f, "usage: zllm-http --broker EP [--listen HOST:PORT] [--api-key-file F]\n"
-               "                 [--served-model-name NAME[=MODEL]]... [--model NAME=PATH]...\n"
-               "                 [--max-body BYTES] [--max-connections N] [--idle-timeout S] [-v]\n"
-               "  --broker EP             the broker's client endpoint (tcp://HOST:5555, ipc://PATH)\n"
-               "  --listen HOST:PORT      HTTP address (default 127.0.0.1:8000; [::]:PORT for IPv6; port 0: any)\n"
-               "  --api-key-file F        require `Authorization: Bearer KEY` (the file's first line) on /v1/*\n"
-               "  --served-model-name N[=M]  the name clients use for broker model M (default: the only one);\n"
-               "                          repeatable; /v1/models lists these names\n"
-               "  --model NAME=PATH       load the GGUF's vocabulary for /tokenize and /detokenize\n"
-               "  --max-body BYTES        request body limit (default 4194304; 413 beyond)\n"
-               "  --max-connections N     open connections (default 16384)\n"
-               "  --idle-timeout S        close a connection silent for S seconds (default 30)\n");
+    fprintf(
+        f, "usage: zllm-http --broker EP [--listen HOST:PORT] [--api-key-file F]\n"
+           "                 [--served-model-name NAME[=MODEL]]... [--model NAME=PATH]...\n"
+           "                 [--max-body BYTES] [--max-connections N] [--idle-timeout S] [--max-stream-buffer B] [-v]\n"
+           "  --broker EP             the broker's client endpoint (tcp://HOST:5555, ipc://PATH)\n"
+           "  --listen HOST:PORT      HTTP address (default 127.0.0.1:8000; [::]:PORT for IPv6; port 0: any)\n"
+           "  --api-key-file F        require `Authorization: Bearer KEY` (the file's first line) on /v1/*\n"
+           "  --served-model-name N[=M]  the name clients use for broker model M (default: the only one);\n"
+           "                          repeatable; /v1/models lists these names\n"
+           "  --model NAME=PATH       load the GGUF's vocabulary for /tokenize and /detokenize\n"
+           "  --max-body BYTES        request body limit (default 4194304; 413 beyond)\n"
+           "  --max-connections N     open connections (default 16384)\n"
+           "  --idle-timeout S        close a connection silent for S seconds (default 30)\n"
+           "  --max-stream-buffer B   SSE bytes held for a client that does not read before its request is\n"
+           "                          cancelled (default 1048576)\n");
 }
 
 static char *s_read_key(const char *path, char *err, size_t errlen) {
@@ -88,6 +92,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--max-body")) cfg.max_body = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--max-connections")) cfg.max_connections = (unsigned)strtoul(v, NULL, 10);
         else if (!strcmp(a, "--idle-timeout")) cfg.idle_timeout_s = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--max-stream-buffer")) cfg.max_stream_buffer = strtoull(v, NULL, 10);
         else if (!strcmp(a, "-v")) cfg.verbose = 1, i--;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             s_usage(stdout);

@@ -83,7 +83,8 @@ def main():
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:exitcode=66",
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
     gw = subprocess.Popen([ASAN_BIN, "--broker", cl.clients_ep, "--listen", "127.0.0.1:0", "--idle-timeout", "2",
-                           "--max-body", "1048576", "--max-connections", "12000"], stdout=subprocess.PIPE,
+                           "--max-body", "1048576", "--max-connections", "12000",
+                           "--max-stream-buffer", "16384"], stdout=subprocess.PIPE,
                           stderr=log, text=True, env=env)
     try:
         line = gw.stdout.readline()
@@ -157,6 +158,32 @@ def main():
         st, out = raw(port, big)
         ck.ok(st in (413, None), "chunked body over --max-body: %s" % st)
         serve_ok("after the malformed requests")
+
+        # a client that asks for a long stream and never reads it: cancelled once 16 KiB wait for it (after the
+        # socket buffers fill), its connection closed, the worker slot freed
+        sk = socket.socket()
+        sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sk.connect(("127.0.0.1", port))
+        b = json.dumps({"prompt": [1], "max_tokens": 2000, "ignore_eos": True, "stream": True}).encode()
+        sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b))
+        time.sleep(3.0)
+        sk.settimeout(5)
+        got = b""
+        try:
+            while True:
+                x = sk.recv(65536)
+                if not x:
+                    break
+                got += x
+        except OSError:
+            pass
+        sk.close()
+        ck.ok(b"data: {" in got and b"[DONE]" not in got, "a stream never read is cut short (%d bytes came)" % len(got))
+        st, out = raw(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        ck.ok(b'status="499"} 1' in out, "... and counted as the client's going (499)")
+        w = cl.wait_workers(["w1"])["workers"][0]
+        ck.ok(w["free_slots"] == w["n_slots"], "... and its worker slot is free: %r" % w)
+        serve_ok("after the client that never read")
 
         # slowloris: 300 clients that send part of a request and then a byte now and then, never finishing
         slow = []
