@@ -317,6 +317,7 @@ def main():
         count("slow", "completions", 499, 3)
         t = wait_free(cl, "wslow", 5.0)
         steps = worker_slots(cl, "wslow")["step"] - step0
+        print("three hung-up streams: slots free after %s s, %d steps" % (t, steps))
         ck.ok(t is not None and steps <= 3, "three hung-up streams free the worker's slots in %s s, %d steps "
               "(20 ms each)" % (t, steps))
         # ... also while waiting for a non-streamed answer (the connection is suspended)
@@ -332,6 +333,7 @@ def main():
         count("slow", "completions", 499)
         t = wait_free(cl, "wslow", 5.0)
         steps = worker_slots(cl, "wslow")["step"] - step0
+        print("a hung-up non-streamed request: slot free after %s s, %d steps" % (t, steps))
         ck.ok(t is not None and steps <= 3, "a hung-up non-streamed request frees its slot in %s s, %d steps" % (
             t, steps))
 
