@@ -8,7 +8,7 @@ the clients are all that is measured). Not a test (run.sh does not run it):
 1. zllm-httpbench with STREAMS streamed /v1/completions requests in flight: the gateway's CPU time (user +
    system, from /proc) divided by the tokens it streamed;
 2. the same load through `zllm bench` (ZeroMQ) and through zllm-httpbench, one after the other in the same
-   run: their p99 time to first token, at STREAMS and at 16 concurrent requests."""
+   run: their p50 and p99 time to first token, at STREAMS, 16 and 1 concurrent requests."""
 import argparse
 import os
 import re
@@ -75,7 +75,7 @@ def main():
         toks = int(re.search(r"(\d+) tokens$", out.splitlines()[1]).group(1))
         print("gateway CPU: %.2f s for %d streamed tokens = %.2f us per token (%.0f%% of one core over %.1f s)" % (
             c1 - c0, toks, (c1 - c0) / max(toks, 1) * 1e6, (c1 - c0) / wall * 100, wall))
-        for conc in (a.streams, 16):
+        for conc in (a.streams, 16, 1):
             n = a.requests if conc == a.streams else 400
             zout, _ = run([os.path.join(b, "zllm"), "bench", "--broker", broker.clients, "-N", str(n), "-c",
                            str(conc)] + common)
