@@ -11,6 +11,8 @@
 #       clients  C library and the zllm CLI                                                    (over common)
 #       deploy   zllm-deploy (links neither CUDA nor ZeroMQ: only shmring of worker/)    (over worker, common)
 #       tools    benchmarks and model tools                                           (over worker and below)
+#       http     zllm-http, the OpenAI-compatible HTTP gateway: built only where pkg-config finds libmicrohttpd
+#                and jansson                                                          (over clients, common)
 #   A binary links the archives of its layer and of those below, each once, top down; libzllm_cuda.a is
 #   linked whole (cuda/cuda_register.cu registers the engine before main).
 #   tests/test_*.c -> $(BUILD)/tests/test_* (run by tests/run.sh); tests/fuzz_*.c -> libFuzzer targets under
@@ -70,9 +72,14 @@ INC_clients := -Iclients $(INC_common)
 INC_deploy  := -Ideploy -Iworker $(INC_common)
 INC_tools   := -Itools -Iworker $(INC_cuda)
 INC_tests   := -Itests -Itools -Ideploy -Ibroker -Iclients $(INC_worker)
+INC_http    := -Ihttp -Iclients $(INC_common)
+# the HTTP gateway's libraries (absent on the GPU machines: the layer is then left out)
+HTTP_OK     := $(shell pkg-config --exists libmicrohttpd jansson 2>/dev/null && echo 1)
+HTTP_LIBS   := $(if $(HTTP_OK),$(shell pkg-config --libs libmicrohttpd jansson))
+HTTP_ASAN   := $(if $(HTTP_OK),$(BUILD)/tests/zllm-http-asan)
 
 # archives each layer links, top down (libzllm_cuda.a whole, where CUDA is built)
-LIB_DIRS    := common engine worker broker clients deploy tools
+LIB_DIRS    := common engine worker broker clients deploy tools $(if $(HTTP_OK),http)
 ARCH        = $(BUILD)/lib/libzllm_$(1).a
 CUDA_LIB    := $(if $(filter 1,$(ZLLM_CUDA)),$(call ARCH,cuda))
 comma       := ,
@@ -84,6 +91,7 @@ LINK_worker  = $(call ARCH,worker) $(LINK_cudaeng)
 LINK_broker  = $(call ARCH,broker) $(LINK_common)
 LINK_clients = $(call ARCH,clients) $(LINK_common)
 LINK_deploy  = $(call ARCH,deploy) $(call ARCH,worker) $(LINK_common)
+LINK_http    = $(call ARCH,http) $(LINK_clients)
 LINK_tools   = $(call ARCH,tools) $(call ARCH,worker) $(LINK_cudaeng)
 LINK_tests   = $(call ARCH,tools) $(call ARCH,deploy) $(call ARCH,worker) $(call ARCH,broker) $(call ARCH,clients) \
                $(LINK_cudaeng)
@@ -100,7 +108,7 @@ LIB_C     := $(filter-out $(MAIN_C),$(ALL_C))
 BINS      := $(foreach f,$(MAIN_C),$(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(f))))
 TEST_C    := $(wildcard tests/test_*.c)
 TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_C))
-FUZZ_C    := $(wildcard tests/fuzz_*.c)
+FUZZ_C    := $(filter-out $(if $(HTTP_OK),,tests/fuzz_http_%),$(wildcard tests/fuzz_*.c))
 FUZZ_REPLAY := $(patsubst tests/%.c,$(BUILD)/tests/%,$(FUZZ_C))
 CU_ALL    := $(wildcard cuda/*.cu)
 CU_TEST   := $(wildcard cuda/test_*.cu)
@@ -128,7 +136,7 @@ PAR       = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(JOBS))
 ARCHS_SAY := $(if $(filter 1,$(ZLLM_CUDA)),CUDA for sm_$(CUDA_ARCHS): several minutes a first time,CPU only: about a minute on 2 cores a first time)
 
 .PHONY: all libs asan-libs deps test test-gpu bench fuzz run clean trace build-run build-test FORCE
-all: $(BINS) $(TESTS) $(FUZZ_REPLAY)
+all: $(BINS) $(TESTS) $(FUZZ_REPLAY) $(HTTP_ASAN)
 	@echo "built: $(notdir $(BINS)) (CUDA=$(ZLLM_CUDA) archs=$(if $(filter 1,$(ZLLM_CUDA)),$(CUDA_ARCHS),none))"
 libs: $(LIBS)
 
@@ -163,6 +171,7 @@ $(call ARCH,cuda): $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_LIB))
 # workers and links neither CUDA nor ZeroMQ, so no device runtime is ever initialized in the supervisor and every
 # forked worker starts clean (deploy/main_zllm-deploy.c)
 LDLIBS_deploy := -lm -lpthread
+LDLIBS_http    = $(LDLIBS) $(HTTP_LIBS)
 define MAIN_RULE
 $(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(1))): $(BUILD)/obj/$(2)/$(basename $(notdir $(1))).o $$(call libs_of,$$(LINK_$(2)))
 	@mkdir -p $$(dir $$@)
@@ -191,14 +200,26 @@ $(BUILD)/tests/fuzz_%: tests/fuzz_%.c tests/fuzz_main.h $(ASAN_LIBS)
 	$(CC) $(filter-out -DZLLM_HAVE_CUDA=1,$(CFLAGS)) $(INC_tests) $(ASAN_FLAGS) -DFUZZ_REPLAY_MAIN -o $@ $< \
 	    $(ASAN_LINK) $(LDLIBS)
 
+# the gateway's fuzz targets also link its layer and libraries
+$(BUILD)/tests/fuzz_http_%: tests/fuzz_http_%.c tests/fuzz_main.h $(ASAN_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -DZLLM_HAVE_CUDA=1,$(CFLAGS)) $(INC_tests) $(INC_http) $(ASAN_FLAGS) -DFUZZ_REPLAY_MAIN -o $@ $< \
+	    $(BUILD)/asan/lib/libzllm_http.a $(ASAN_LINK) $(LDLIBS) $(HTTP_LIBS)
+
+# zllm-http under ASan+UBSan, for tests/test_http_hostile.py (the HTTP and JSON layers facing hostile clients)
+$(BUILD)/tests/zllm-http-asan: http/main_zllm-http.c $(ASAN_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -DZLLM_HAVE_CUDA=1,$(CFLAGS)) $(INC_http) $(ASAN_FLAGS) -o $@ $< \
+	    $(foreach d,http clients common,$(BUILD)/asan/lib/libzllm_$(d).a) $(LDLIBS) $(HTTP_LIBS)
+
 # libFuzzer builds (clang): make fuzz, then $(BUILD)/fuzz/fuzz_NAME corpus_dir
 fuzz:
 	$(MAKE) BUILD=$(BUILD)/fuzzlib CC=clang SAN=address,fuzzer-no-link ZLLM_CUDA=0 libs
 	@mkdir -p $(BUILD)/fuzz
 	for f in $(FUZZ_C); do n=$$(basename $$f .c); \
-	  clang -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=address,fuzzer $(INC_tests) -o $(BUILD)/fuzz/$$n $$f \
-	    $(foreach d,tools deploy worker broker clients engine common,$(BUILD)/fuzzlib/lib/libzllm_$(d).a) \
-	    $(LDLIBS) || exit 1; done
+	  clang -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=address,fuzzer $(INC_tests) $(INC_http) -o $(BUILD)/fuzz/$$n $$f \
+	    $(foreach d,$(if $(HTTP_OK),http) tools deploy worker broker clients engine common,$(BUILD)/fuzzlib/lib/libzllm_$(d).a) \
+	    $(LDLIBS) $(HTTP_LIBS) || exit 1; done
 
 # compiled by nvcc, linked by $(CC) (nvcc does not take -Wl,-rpath)
 $(BUILD)/tests/gpu_test_%: cuda/test_%.cu $(call libs_of,$(LINK_tests))

@@ -332,6 +332,82 @@ static int s_replica(s_parser *p, dl_plan *pl, char **w, int n) {
     return 0;
 }
 
+/* http listen=HOST:PORT [broker=EP] [name=NAME] [api-key-file=FILE] [args="..."]: one zllm-http gateway in front
+ * of the broker (default: this layout's broker, its wildcard host made the loopback), with every model's
+ * vocabulary for /tokenize */
+static int s_http(s_parser *p, dl_plan *pl, char **w, int n) {
+    static const char *const allowed[] = {"listen", "broker", "name", "api-key-file", "args", NULL};
+    const char *v[5];
+    if (s_attrs(p, "http", w, n, allowed, v)) return -1;
+    if (!v[0] || !strchr(v[0], ':')) {
+        s_err(p, "http: listen=HOST:PORT is required");
+        return -1;
+    }
+    char ep[DL_PATH_MAX];
+    if (v[1]) {
+        if (!s_endpoint_ok(v[1])) {
+            s_err(p, "http: broker=%s is not a tcp://, ipc:// or inproc:// endpoint", v[1]);
+            return -1;
+        }
+        snprintf(ep, sizeof ep, "%s", v[1]);
+    } else if (p->have_broker) {
+        const char *c = p->clients;
+        if (!strncmp(c, "tcp://0.0.0.0:", 14)) snprintf(ep, sizeof ep, "tcp://127.0.0.1:%s", c + 14);
+        else if (!strncmp(c, "tcp://*:", 8)) snprintf(ep, sizeof ep, "tcp://127.0.0.1:%s", c + 8);
+        else snprintf(ep, sizeof ep, "%s", c);
+    } else {
+        s_err(p, "http: no 'broker' line in this layout: give broker=ENDPOINT");
+        return -1;
+    }
+    const char *prefix = v[2] ? v[2] : "http";
+    if (!s_name_ok(prefix, DL_NAME_MAX - 4)) {
+        s_err(p, "http: name '%s': 1..%d letters, digits, '_', '-', '.'", prefix, DL_NAME_MAX - 4);
+        return -1;
+    }
+    char key[DL_PATH_MAX] = "";
+    if (v[3] && (s_abspath(p, v[3], key, sizeof key, "api-key-file") || s_readable(p, key, "api-key-file"))) return -1;
+    if (pl->n_units == DL_MAX_UNITS) {
+        s_err(p, "more than %d units", DL_MAX_UNITS);
+        return -1;
+    }
+    dl_unit *u = &pl->units[pl->n_units];
+    memset(u, 0, sizeof *u);
+    for (int k = 0; k < 100000; k++)
+        if (snprintf(u->name, sizeof u->name, "%s-%d", prefix, k) < (int)sizeof u->name &&
+            !s_unit_name_taken(pl, u->name))
+            break;
+    u->kind = DL_HTTP;
+    u->line = p->line;
+    u->n_procs = 1;
+    pl->n_units++;
+    s_vec a = {0};
+    char bin[DL_PATH_MAX + 16];
+    snprintf(bin, sizeof bin, "%s/zllm-http", pl->bindir);
+    s_push(&a, bin);
+    s_push(&a, "--broker");
+    s_push(&a, ep);
+    s_push(&a, "--listen");
+    s_push(&a, v[0]);
+    if (key[0]) {
+        s_push(&a, "--api-key-file");
+        s_push(&a, key);
+    }
+    for (int i = 0; i < p->n_models; i++) {
+        char mv[DL_NAME_MAX + DL_PATH_MAX + 2];
+        snprintf(mv, sizeof mv, "%s=%s", p->models[i].name, p->models[i].path);
+        s_push(&a, "--model");
+        s_push(&a, mv);
+    }
+    int bad = v[4] ? s_push_words(p, &a, v[4]) : 0;
+    u->argv[0] = a.v;
+    if (bad) return -1;
+    if (a.failed) {
+        s_err(p, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 static int s_broker(s_parser *p, char **w, int n) {
     static const char *const allowed[] = {"clients", "workers", "curve-secret", "curve-allow", "curve-workers",
                                           "args", "curve-allow-workers", NULL};
@@ -455,6 +531,7 @@ static int s_line(s_parser *p, dl_plan *pl, char *text, int pass) {
         }
         return s_replica(p, pl, w + 1, n - 1);
     }
+    if (!strcmp(w[0], "http")) return s_http(p, pl, w + 1, n - 1);
     if (!strcmp(w[0], "rundir")) {
         if (p->seen_rundir++) { s_err(p, "a second 'rundir' line"); return -1; }
         return 0;
@@ -474,7 +551,8 @@ static int s_line(s_parser *p, dl_plan *pl, char *text, int pass) {
         if (v[0] && s_int(v[0], 1, 3600, &pl->stop_timeout_s)) { s_err(p, "stop: bad timeout=%s (1..3600 s)", v[0]); return -1; }
         return 0;
     }
-    s_err(p, "unknown directive '%s' (expected broker, connect, model, replica, rundir, bin, restart, stop)", w[0]);
+    s_err(p, "unknown directive '%s' (expected broker, connect, model, replica, http, rundir, bin, restart, stop)",
+          w[0]);
     return -1;
 }
 

@@ -8,6 +8,7 @@
  *   connect EP [server-key=BROKER.pub key=WORKER.key]   (where this host's workers connect; default: workers=)
  *   model NAME=PATH.gguf
  *   replica model=NAME [replicas=N] [stages=S] [devices=LIST] [name=PREFIX] [args="..."]
+ *   http listen=HOST:PORT [broker=EP] [name=PREFIX] [api-key-file=FILE] [args="..."]   (a zllm-http gateway)
  *   rundir DIR | bin DIR | restart [limit=N] [window=S] [backoff-ms=MIN..MAX] | stop [timeout=S]
  * LIST: comma-separated cpu, cuda, cuda:N or cuda:A..B; "{rundir}" in any value is the run directory; relative
  * paths are relative to the layout file's directory. */
@@ -20,11 +21,11 @@
 #define DL_NAME_MAX 48             /* unit names: letters, digits, '_', '-', '.' (also the shm group name) */
 #define DL_PATH_MAX 1024
 
-enum { DL_BROKER = 0, DL_WORKER = 1, DL_GROUP = 2 };
+enum { DL_BROKER = 0, DL_WORKER = 1, DL_GROUP = 2, DL_HTTP = 3 };
 
 typedef struct {
     char name[DL_NAME_MAX + 1];    /* unit name: worker --name, group --group, log file stem */
-    int kind;                      /* DL_BROKER, DL_WORKER (one process) or DL_GROUP (n_procs stages) */
+    int kind;                      /* DL_BROKER, DL_WORKER (one process), DL_GROUP (n_procs stages) or DL_HTTP */
     int line;                      /* layout line that made it */
     int n_procs;                   /* 1, or the group's stages */
     char **argv[DL_MAX_STAGES];    /* [n_procs] NULL-terminated command lines; argv[i][0] an absolute path */

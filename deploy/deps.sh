@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # deploy/deps.sh: installs what zllm needs and is missing. As root it installs; otherwise it prints the commands.
-# Debian packages: build tools, ZeroMQ, msgpack-c, PCRE2, utf8proc. Python: the packages the tests and clients use.
+# Debian packages: build tools, ZeroMQ, msgpack-c, PCRE2, utf8proc, and libmicrohttpd and jansson for zllm-http.
+# Python: the packages the tests and clients use (openai and prometheus_client: the HTTP gateway's test).
 # It names each package before installing it, and waits (up to 10 minutes) for the package manager's lock when
 # another apt or dpkg holds it instead of failing.
 set -u
-pkgs=(build-essential pkg-config libzmq3-dev libmsgpack-dev libpcre2-dev libutf8proc-dev python3 python3-pip)
+pkgs=(build-essential pkg-config libzmq3-dev libmsgpack-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev
+      libjansson-dev python3 python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # python3 may come from elsewhere (pyenv): accept a working python3 + pip instead of Debian's
@@ -12,8 +14,8 @@ if command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1; th
     missing=("${missing[@]/python3-pip}"); missing=("${missing[@]/python3}")
 fi
 missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
-pymods=(numpy gguf zmq msgpack jinja2 flit_core)
-pypkgs=(numpy gguf pyzmq msgpack jinja2 flit_core)
+pymods=(numpy gguf zmq msgpack jinja2 flit_core openai prometheus_client)
+pypkgs=(numpy gguf pyzmq msgpack jinja2 flit_core openai prometheus_client)
 pymissing=()
 for i in "${!pymods[@]}"; do
     python3 -c "import ${pymods[$i]}" >/dev/null 2>&1 || pymissing+=("${pypkgs[$i]}")

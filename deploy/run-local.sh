@@ -2,7 +2,8 @@
 # deploy/run-local.sh: one broker and N workers on this machine, with logs, stopped cleanly.
 #
 #   deploy/run-local.sh start -m MODEL.gguf [-n WORKERS] [--device cpu|cuda|cuda:N|auto] [--build DIR]
-#                             [--dir RUNDIR] [--clients EP] [--max-batch M] [--threads T] [-- WORKER_ARGS...]
+#                             [--dir RUNDIR] [--clients EP] [--max-batch M] [--threads T] [--http HOST:PORT]
+#                             [-- WORKER_ARGS...]
 #   deploy/run-local.sh stop   [--dir RUNDIR]
 #   deploy/run-local.sh status [--dir RUNDIR]
 #   deploy/run-local.sh run    (same options as start: starts, waits until Ctrl-C or a process dies, stops)
@@ -12,7 +13,8 @@
 # tcp:// endpoint, e.g. tcp://0.0.0.0:5555). Device "auto" picks cuda when nvidia-smi works and the build has
 # CUDA, else cpu; with several GPUs worker K gets cuda:(K mod GPUs). Stop sends SIGTERM (the broker drains
 # in-flight requests), waits up to 15 s, then SIGKILLs what is left. Exit status: 0, or 1 when something
-# failed to start (its log is printed).
+# failed to start (its log is printed). --http also starts zllm-http, the OpenAI-compatible HTTP gateway, on
+# HOST:PORT (http.log), once the workers are ready.
 set -u
 cmd=${1:-}
 [ $# -gt 0 ] && shift
@@ -25,6 +27,7 @@ device=auto
 clients=""
 max_batch=16
 threads=0
+http=""
 extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -36,6 +39,7 @@ while [ $# -gt 0 ]; do
         --clients) clients=$2; shift 2 ;;
         --max-batch) max_batch=$2; shift 2 ;;
         --threads) threads=$2; shift 2 ;;
+        --http) http=$2; shift 2 ;;
         --) shift; extra=("$@"); break ;;
         *) echo "run-local.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -53,7 +57,7 @@ s_has_cuda() {   # the build links the CUDA runtime and a GPU answers
 s_stop() {
     [ -d "$dir" ] || return 0
     local pids=() p
-    for f in "$dir"/worker-*.pid "$dir"/broker.pid; do
+    for f in "$dir"/http.pid "$dir"/worker-*.pid "$dir"/broker.pid; do
         [ -f "$f" ] || continue
         p=$(cat "$f")
         if s_alive "$p"; then kill -TERM "$p" 2>/dev/null; pids+=("$p"); fi
@@ -73,7 +77,7 @@ s_stop() {
 
 s_status() {
     local any=0 f p
-    for f in "$dir"/broker.pid "$dir"/worker-*.pid; do
+    for f in "$dir"/broker.pid "$dir"/worker-*.pid "$dir"/http.pid; do
         [ -f "$f" ] || continue
         p=$(cat "$f"); any=1
         if s_alive "$p"; then echo "$(basename "$f" .pid): pid $p running"; else echo "$(basename "$f" .pid): pid $p DEAD"; fi
@@ -123,11 +127,36 @@ s_start() {
         if [ "${alive:-0}" -ge "$workers" ]; then
             echo "zllm: broker and $workers worker(s) on $dev ready; clients: $clients; logs: $dir" >&2
             echo "$dev" >"$dir/device"
-            return 0
+            [ -z "$http" ] && return 0
+            s_start_http
+            return $?
         fi
         sleep 0.1; t=$((t + 1))
     done
     echo "run-local.sh: workers not ready after 60 s (logs in $dir)" >&2
+    s_stop
+    return 1
+}
+
+# zllm-http on $http in front of the broker; the broker names the model after its file (NAME.gguf -> NAME), and
+# the gateway loads the same vocabulary for /tokenize and /detokenize
+s_start_http() {
+    [ -x "$build/bin/zllm-http" ] || { echo "run-local.sh: $build/bin/zllm-http missing (make deps, then make)" >&2; s_stop; return 1; }
+    local name
+    name=$(basename "$model" .gguf)
+    "$build/bin/zllm-http" --broker "$clients" --listen "$http" --model "$name=$model" >"$dir/http.log" 2>&1 &
+    echo $! >"$dir/http.pid"
+    local t=0
+    while [ $t -lt 50 ]; do
+        if grep -q '^listening ' "$dir/http.log" 2>/dev/null; then
+            echo "zllm: OpenAI-compatible API on $(sed -n 's/^listening //p' "$dir/http.log")/v1 (model $name)" >&2
+            return 0
+        fi
+        s_alive "$(cat "$dir/http.pid")" || break
+        sleep 0.1; t=$((t + 1))
+    done
+    echo "run-local.sh: zllm-http failed to start:" >&2
+    tail -n 20 "$dir/http.log" >&2
     s_stop
     return 1
 }
@@ -141,11 +170,11 @@ case "$cmd" in
         trap 's_stop; exit 0' INT TERM
         echo "running; Ctrl-C stops" >&2
         while :; do
-            for f in "$dir"/broker.pid "$dir"/worker-*.pid; do
+            for f in "$dir"/broker.pid "$dir"/worker-*.pid "$dir"/http.pid; do
                 [ -f "$f" ] || continue
                 s_alive "$(cat "$f")" || { echo "run-local.sh: $(basename "$f" .pid) died (see $dir)" >&2; s_stop; exit 1; }
             done
             sleep 1
         done ;;
-    *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -1,0 +1,108 @@
+/* http/gw_internal.h: what the gateway's own files share (not an interface of the layer): a connection's
+ * request state, the server, and the functions one file gives the others. gw_server.c is the HTTP side and the
+ * event loop, gw_session.c the requests at the broker, gw_routes.c the endpoints answered at once. */
+#ifndef ZLLM_GW_INTERNAL_H
+#define ZLLM_GW_INTERNAL_H
+#include <stdint.h>
+#include <microhttpd.h>
+#include <jansson.h>
+#include "gw_broker.h"
+#include "gw_encode.h"
+#include "gw_metrics.h"
+#include "gw_request.h"
+#include "gw_server.h"
+#include "gw_vocab.h"
+
+#define STATUS_EVERY_MS 500 /* status requests to the broker */
+#define BROKER_DOWN_MS 3000 /* no status reply for this long: the broker counts as unreachable */
+#define BROKER_FAIL_MS 6000 /* ... and requests in flight end with 503 after this long */
+
+typedef enum { R_CHAT, R_COMPLETIONS, R_MODELS, R_HEALTH, R_TOKENIZE, R_DETOKENIZE, R_METRICS, R_NONE } route;
+extern const char *const gw_route_name[]; /* metrics label of each route */
+
+typedef enum {
+    S_NEW,    /* reading the request */
+    S_WAIT,   /* at the broker, suspended until its first message */
+    S_REPLY,  /* a complete response is ready to queue */
+    S_STREAM, /* an SSE response is queued */
+} conn_state;
+
+typedef struct gw_conn {
+    struct gw_server *srv;
+    struct MHD_Connection *conn;
+    route rt;
+    conn_state state;
+    gw_buf body;   /* request body */
+    gw_error err;  /* err.status != 0: answer with it once the request is read */
+    int slot;      /* index in srv->slots while at the broker or streaming, else -1 */
+    char bid[24];  /* the id of the request at the broker */
+    int at_broker; /* a generate sent, its final not yet received */
+    int suspended;
+    int fd;   /* the client socket while watched for hang-ups, else -1 */
+    int gone; /* the client hung up */
+    int stream, include_usage, started;
+    gw_resp resp;
+    char model[PROTO_NAME_MAX + 1]; /* the metrics label: the model name as resolved */
+    gw_buf out;                     /* SSE bytes not yet handed to libmicrohttpd */
+    size_t out_off;
+    int eof;          /* nothing follows out */
+    int reply_status; /* S_REPLY: status and body */
+    char *reply_body;
+    const char *reply_type;
+    int retry_after;
+    int http_status; /* what the client was told (metrics) */
+    double t0, t_last;
+} gw_conn;
+
+struct gw_server {
+    gw_config cfg;
+    struct MHD_Daemon *mhd;
+    gw_broker *broker;
+    gw_metrics *metrics;
+    gw_vocab *vocab;
+    int ep;  /* epoll */
+    int lfd; /* the listening socket (accepted here, handed to libmicrohttpd) */
+    int port;
+    gw_conn **slots; /* requests by slot (broker id "g<slot>.<gen>") */
+    uint32_t *gens;
+    int *free_slots, n_free, n_slots;
+    uint64_t next_uid;
+    char instance[12];
+    /* the broker's last status reply (a copy of the frame and its decode) */
+    uint8_t *st_frame;
+    size_t st_len;
+    proto_msg st_msg;
+    int has_status;
+    uint64_t last_accepted; /* the broker's `accepted` counter in its last status */
+    double t_status_sent, t_status_recv, t_start;
+};
+
+
+/* gw_server.c: connection helpers */
+double gw_now(void);             /* monotonic seconds */
+void gw_conn_resume(gw_conn *c); /* resumes c if it is suspended */
+void gw_conn_watch(gw_conn *c);  /* watches c's socket for a hang-up (c->slot set) */
+void gw_conn_unwatch(gw_conn *c);
+void gw_conn_count(gw_conn *c, int status); /* counts c's outcome once */
+enum MHD_Result gw_reply(struct MHD_Connection *conn, int status, const char *type, const char *body, int retry_after);
+enum MHD_Result gw_reply_error(gw_conn *c, const gw_error *e);
+enum MHD_Result gw_reply_json(gw_conn *c, int status, json_t *o); /* takes o */
+
+/* gw_session.c: the requests at the broker */
+const proto_status *gw_session_status(const gw_server *s); /* the broker's last status, or NULL */
+int gw_session_broker_up(const gw_server *s);
+int gw_session_alive_workers(const gw_server *s, const char *model);
+enum MHD_Result gw_session_generate(gw_conn *c);  /* validates, submits, suspends */
+void gw_session_cancel(gw_conn *c, int status);   /* the client left: cancel at the broker */
+void gw_session_release(gw_conn *c);              /* gives back c's slot */
+gw_conn *gw_session_slot(gw_server *s, int slot); /* the request in a slot, or NULL */
+void gw_session_drain(gw_server *s);              /* handles every message the broker sent */
+void gw_session_fail_all(gw_server *s, int code, const char *msg);
+ssize_t gw_session_sse_read(void *cls, uint64_t pos, char *buf, size_t max); /* the SSE body callback */
+
+/* gw_routes.c: the endpoints answered at once */
+enum MHD_Result gw_routes_models(gw_conn *c);
+enum MHD_Result gw_routes_health(gw_conn *c);
+enum MHD_Result gw_routes_tokenize(gw_conn *c); /* /tokenize and /detokenize */
+enum MHD_Result gw_routes_metrics(gw_conn *c);
+#endif

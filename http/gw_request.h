@@ -1,0 +1,48 @@
+/* http/gw_request.h: an OpenAI request body (chat or completions) parsed with jansson and validated into a
+ * proto_generate for the broker. Every field zllm supports is range-checked against docs/protocol.md; every
+ * field it does not support yet (n > 1, logprobs, tools, response_format, ...) is refused with a 400 naming
+ * the field; fields that change nothing (user, store, metadata, ...) are accepted and ignored.
+ *
+ *     gw_request r; gw_error e;
+ *     if (gw_request_parse(GW_EP_CHAT, body, len, &r, &e) != 0) { ... reply e.status with e ... }
+ *     ... r.gen.id = ...; proto_encode_generate(&buf, &r.gen) ...
+ *     gw_request_free(&r);
+ */
+#ifndef ZLLM_GW_REQUEST_H
+#define ZLLM_GW_REQUEST_H
+#include <stddef.h>
+#include "gw_error.h"
+#include "proto.h"
+
+typedef enum { GW_EP_CHAT = 1, GW_EP_COMPLETIONS = 2 } gw_endpoint;
+
+#define GW_DEFAULT_MAX_TOKENS_COMPLETIONS 16 /* OpenAI's documented default for /v1/completions */
+
+typedef struct {
+    gw_endpoint ep;
+    const char *model;  /* the model the client named, NUL-terminated ("" when absent); owned */
+    int stream;         /* 0/1 */
+    int include_usage;  /* stream_options.include_usage */
+    int has_max_tokens; /* 1 when max_tokens / max_completion_tokens was given */
+    proto_generate gen; /* prompt and sampling (gen.id and gen.model are the caller's to set) */
+    /* owned storage the pointers above point into */
+    void *root; /* the parsed json_t document */
+    proto_chat *msgs;
+    int32_t *tokens;
+    char **pieces; /* joined text-part contents */
+    int n_pieces;
+} gw_request;
+
+/* Parses body[len] (need not be NUL-terminated) for endpoint ep into r. Returns 0, or -1 with e filled
+ * (status 400; r is then freed). Never reads outside body, whatever it holds. */
+int gw_request_parse(gw_endpoint ep, const char *body, size_t len, gw_request *r, gw_error *e);
+/* Releases r's storage; idempotent. */
+void gw_request_free(gw_request *r);
+
+/* llama-server's /tokenize body {"content": str, "add_special": bool, "parse_special": bool} and /detokenize
+ * body {"tokens": [int]}. Return 0 or -1 with e (400). *content points into *root (json_decref it after use);
+ * *tokens is malloc'd. */
+int gw_tokenize_parse(const char *body, size_t len, void **root, const char **content, size_t *content_len,
+                      int *add_special, int *parse_special, gw_error *e);
+int gw_detokenize_parse(const char *body, size_t len, int32_t **tokens, size_t *n, gw_error *e);
+#endif

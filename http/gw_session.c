@@ -1,0 +1,369 @@
+/* http/gw_session.c: the requests at the broker (see gw_internal.h): model resolution against the broker's
+ * status, the gateway-made request ids ("g<slot>.<generation>"), submission, and the broker's token, final and
+ * error messages turned into SSE events or complete responses. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include "gw_internal.h"
+
+const proto_status *gw_session_status(const gw_server *s) { return s->has_status ? &s->st_msg.status : NULL; }
+
+int gw_session_broker_up(const gw_server *s) {
+    return s->has_status && gw_now() - s->t_status_recv < BROKER_DOWN_MS / 1e3;
+}
+
+static int s_broker_has_model(const gw_server *s, const char *name) {
+    const proto_status *st = gw_session_status(s);
+    for (uint32_t i = 0; st && i < st->n_models; i++)
+        if (proto_str_eq(st->models[i], name)) return 1;
+    return 0;
+}
+
+int gw_session_alive_workers(const gw_server *s, const char *model) {
+    const proto_status *st = gw_session_status(s);
+    int n = 0;
+    for (uint32_t i = 0; st && i < st->n_workers; i++)
+        if (st->workers[i].alive && proto_str_eq(st->workers[i].model, model)) n++;
+    return n;
+}
+
+/* the broker model behind the client's name, into out; 0, or -1 with e (404) */
+static int s_resolve_model(const gw_server *s, const char *name, char *out, size_t cap, gw_error *e) {
+    const proto_status *st = gw_session_status(s);
+    if (s->cfg.n_alias > 0) {
+        for (int i = 0; i < s->cfg.n_alias; i++) {
+            if (name[0] && strcmp(s->cfg.alias[i], name)) continue;
+            const char *t = s->cfg.target[i];
+            if (!t[0] && st && st->n_models >= 1) {
+                proto_str_copy(st->models[0], out, cap);
+                return 0;
+            }
+            snprintf(out, cap, "%s", t);
+            return 0;
+        }
+    } else if (!name[0]) {
+        if (st && st->n_models >= 1) proto_str_copy(st->models[0], out, cap);
+        else out[0] = 0;
+        return 0;
+    } else if (!st || s_broker_has_model(s, name)) {
+        snprintf(out, cap, "%s", name);
+        return 0;
+    }
+    return gw_error_set(e, 404, "not_found_error", "model", "model_not_found", "The model '%.128s' does not exist",
+                        name);
+}
+
+static int s_slot_take(gw_server *s, gw_conn *c) {
+    if (s->n_free == 0) {
+        int n = s->n_slots ? s->n_slots * 2 : 1024;
+        gw_conn **sl = realloc(s->slots, (size_t)n * sizeof *sl);
+        if (!sl) return -1;
+        s->slots = sl;
+        uint32_t *g = realloc(s->gens, (size_t)n * sizeof *g);
+        if (!g) return -1;
+        s->gens = g;
+        int *f = realloc(s->free_slots, (size_t)n * sizeof *f);
+        if (!f) return -1;
+        s->free_slots = f;
+        for (int i = n - 1; i >= s->n_slots; i--) {
+            s->slots[i] = NULL;
+            s->gens[i] = 0;
+            s->free_slots[s->n_free++] = i;
+        }
+        s->n_slots = n;
+    }
+    int i = s->free_slots[--s->n_free];
+    s->slots[i] = c;
+    s->gens[i]++;
+    c->slot = i;
+    snprintf(c->bid, sizeof c->bid, "g%d.%u", i, s->gens[i]);
+    return 0;
+}
+
+static void s_slot_give(gw_server *s, gw_conn *c) {
+    if (c->slot < 0) return;
+    s->slots[c->slot] = NULL;
+    s->free_slots[s->n_free++] = c->slot;
+    c->slot = -1;
+}
+
+/* the request a broker id names, or NULL (finished, or not ours) */
+static gw_conn *s_slot_find(gw_server *s, proto_str id) {
+    char tmp[32];
+    if (id.n < 2 || id.n >= sizeof tmp || id.p[0] != 'g') return NULL;
+    proto_str_copy(id, tmp, sizeof tmp);
+    char *end;
+    long i = strtol(tmp + 1, &end, 10);
+    if (*end != '.' || i < 0 || i >= s->n_slots) return NULL;
+    unsigned long g = strtoul(end + 1, &end, 10);
+    if (*end || !s->slots[i] || s->gens[i] != g) return NULL;
+    return s->slots[i];
+}
+
+/* the request leaves the broker (final received, or cancelled by us) */
+static void s_leave_broker(gw_conn *c) {
+    if (!c->at_broker) return;
+    c->at_broker = 0;
+    gw_metrics_inflight(c->srv->metrics, -1);
+}
+
+static void s_final_error(const proto_final *f, gw_error *e) {
+    char msg[256];
+    proto_str_copy(f->message, msg, sizeof msg);
+    const char *code = proto_code_name(f->code);
+    int status = 500;
+    const char *type = "server_error";
+    switch (f->code) {
+    case PROTO_CODE_BAD_REQUEST:
+    case PROTO_CODE_PROMPT_TOO_LONG:
+    case PROTO_CODE_TEMPLATE_ERROR: status = 400, type = "invalid_request_error"; break;
+    case PROTO_CODE_UNKNOWN_MODEL: status = 404, type = "not_found_error", code = "model_not_found"; break;
+    case PROTO_CODE_OVERLOADED: status = 429, type = "rate_limit_error"; break;
+    case PROTO_CODE_TIMEOUT: status = 504, type = "timeout_error"; break;
+    case PROTO_CODE_WORKER_FAILED:
+    case PROTO_CODE_SHUTTING_DOWN: status = 503, type = "service_unavailable"; break;
+    default:
+        if (f->finish == PROTO_FINISH_OVERLOADED) status = 429, type = "rate_limit_error", code = "overloaded";
+        else if (f->finish == PROTO_FINISH_TIMEOUT) status = 504, type = "timeout_error", code = "timeout";
+        else if (f->finish == PROTO_FINISH_CANCELLED) status = 503, type = "service_unavailable", code = "cancelled";
+        break;
+    }
+    gw_error_set(e, status, type, NULL, code[0] ? code : NULL, "%s", msg[0] ? msg : (code[0] ? code : "error"));
+}
+
+/* the SSE stream starts: a 200 is queued when libmicrohttpd next calls the handler */
+static void s_start_stream(gw_conn *c) {
+    if (c->started) return;
+    c->started = 1;
+    c->state = S_STREAM;
+    double t = gw_now();
+    gw_metrics_ttft(c->srv->metrics, c->model, t - c->t0);
+    c->t_last = t;
+}
+
+/* a client that does not read its stream: the request is cancelled and the connection closed, so that the
+ * gateway's memory stays bounded (the kernel's send buffer is bounded too, see s_accept) */
+static void s_slow_reader(gw_conn *c) {
+    gw_server *s = c->srv;
+    gw_broker_cancel(s->broker, c->bid);
+    s_leave_broker(c);
+    gw_conn_count(c, 499);
+    gw_conn_unwatch(c);
+    c->gone = 1;
+    s_slot_give(s, c);
+    gw_buf_free(&c->out);
+    c->out_off = 0;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci) shutdown(ci->connect_fd, SHUT_RDWR); /* libmicrohttpd sees the error and closes it */
+    gw_conn_resume(c);
+}
+
+static void s_on_token(gw_conn *c, const proto_token *t) {
+    if (!c->stream) return;
+    if (c->out.n - c->out_off > c->srv->cfg.max_stream_buffer) {
+        s_slow_reader(c);
+        return;
+    }
+    int first = !c->started;
+    if (!first) {
+        double now = gw_now();
+        gw_metrics_itl(c->srv->metrics, c->model, now - c->t_last);
+        c->t_last = now;
+    }
+    s_start_stream(c);
+    if (first || t->text.n) gw_sse_delta(&c->out, &c->resp, t->text.p ? t->text.p : "", t->text.n, first);
+    gw_conn_resume(c);
+}
+
+static void s_on_final(gw_conn *c, const proto_final *f) {
+    gw_server *s = c->srv;
+    s_leave_broker(c);
+    gw_conn_unwatch(c);
+    int ok = f->finish == PROTO_FINISH_STOP || f->finish == PROTO_FINISH_LENGTH;
+    const char *finish = f->finish == PROTO_FINISH_LENGTH ? "length" : "stop";
+    if (ok) gw_metrics_tokens(s->metrics, c->model, f->prompt_tokens, f->completion_tokens);
+    if (!ok) {
+        gw_error e;
+        s_final_error(f, &e);
+        if (c->started) { /* after the first event: an error event, then [DONE] */
+            gw_sse_error(&c->out, &e);
+            gw_sse_done(&c->out);
+            c->eof = 1;
+            gw_conn_count(c, e.status);
+        } else {
+            c->reply_status = e.status;
+            c->reply_body = gw_encode_error(&e);
+            c->reply_type = "application/json";
+            c->retry_after = e.status == 429 ? 1 : 0;
+            c->state = S_REPLY;
+        }
+    } else if (c->stream) {
+        int first = !c->started;
+        s_start_stream(c);
+        if (first || f->text.n) gw_sse_delta(&c->out, &c->resp, f->text.p ? f->text.p : "", f->text.n, first);
+        gw_sse_finish(&c->out, &c->resp, finish);
+        if (c->include_usage) gw_sse_usage(&c->out, &c->resp, f->prompt_tokens, f->completion_tokens);
+        gw_sse_done(&c->out);
+        c->eof = 1;
+        gw_conn_count(c, 200);
+    } else {
+        gw_metrics_ttft(s->metrics, c->model, gw_now() - c->t0);
+        c->reply_status = 200;
+        c->reply_body = gw_encode_full(&c->resp, f->text.p ? f->text.p : "", f->text.n, finish, f->prompt_tokens,
+                                       f->completion_tokens);
+        c->reply_type = "application/json";
+        c->state = S_REPLY;
+    }
+    if (c->eof || c->state == S_REPLY) gw_metrics_e2e(s->metrics, c->model, gw_now() - c->t0);
+    s_slot_give(s, c);
+    gw_conn_resume(c);
+}
+
+/* every request in flight ends with e (the broker went away) */
+void gw_session_fail_all(gw_server *s, int code, const char *msg) {
+    proto_final f = {0};
+    f.finish = PROTO_FINISH_ERROR;
+    f.code = code;
+    f.message = proto_cstr(msg);
+    for (int i = 0; i < s->n_slots; i++) {
+        gw_conn *c = s->slots[i];
+        if (c && c->at_broker) {
+            gw_broker_cancel(s->broker, c->bid);
+            s_on_final(c, &f);
+        }
+    }
+}
+
+void gw_session_drain(gw_server *s) {
+    const proto_msg *m;
+    while (gw_broker_recv(s->broker, &m) == 1) {
+        gw_conn *c;
+        switch (m->type) {
+        case PROTO_TOKEN:
+            if ((c = s_slot_find(s, m->token.id))) s_on_token(c, &m->token);
+            break;
+        case PROTO_FINAL:
+            if ((c = s_slot_find(s, m->final.id)) && c->at_broker) s_on_final(c, &m->final);
+            break;
+        case PROTO_ERROR:
+            if (m->error.id.p && (c = s_slot_find(s, m->error.id)) && c->at_broker) {
+                proto_final f = {0};
+                f.finish = PROTO_FINISH_ERROR;
+                f.code = PROTO_CODE_INTERNAL;
+                f.message = m->error.message;
+                s_on_final(c, &f);
+            }
+            break;
+        case PROTO_STATUS: {
+            size_t n;
+            const void *fr = gw_broker_frame(s->broker, &n);
+            uint8_t *copy = malloc(n ? n : 1);
+            if (!copy) break;
+            memcpy(copy, fr, n);
+            char derr[64];
+            proto_msg_free(&s->st_msg);
+            if (proto_decode(copy, n, &s->st_msg, derr, sizeof derr) == 0) {
+                free(s->st_frame);
+                s->st_frame = copy;
+                s->st_len = n;
+                s->has_status = 1;
+                s->t_status_recv = gw_now();
+                /* a broker whose `accepted` counter went back is a restarted one: what was in flight is lost */
+                uint64_t acc = 0;
+                for (uint32_t i = 0; i < s->st_msg.status.n_counters; i++)
+                    if (proto_str_eq(s->st_msg.status.counters[i].name, "accepted"))
+                        acc = s->st_msg.status.counters[i].value;
+                if (acc < s->last_accepted) gw_session_fail_all(s, PROTO_CODE_SHUTTING_DOWN, "the broker restarted");
+                s->last_accepted = acc;
+            } else {
+                free(copy);
+                s->has_status = 0;
+            }
+            break;
+        }
+        default: break;
+        }
+    }
+}
+
+/* ---- SSE body ---- */
+
+ssize_t gw_session_sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    gw_conn *c = cls;
+    if (c->gone || c->out.failed) return MHD_CONTENT_READER_END_WITH_ERROR;
+    size_t have = c->out.n - c->out_off;
+    if (have) {
+        size_t n = have < max ? have : max;
+        memcpy(buf, c->out.p + c->out_off, n);
+        c->out_off += n;
+        if (c->out_off == c->out.n) c->out_off = c->out.n = 0;
+        return (ssize_t)n;
+    }
+    if (c->eof) return MHD_CONTENT_READER_END_OF_STREAM;
+    MHD_suspend_connection(c->conn); /* resumed by s_on_token / s_on_final / a hang-up */
+    c->suspended = 1;
+    return 0;
+}
+
+enum MHD_Result gw_session_generate(gw_conn *c) {
+    gw_server *s = c->srv;
+    gw_request r;
+    gw_error e;
+    if (gw_request_parse(c->rt == R_CHAT ? GW_EP_CHAT : GW_EP_COMPLETIONS, c->body.p ? c->body.p : "", c->body.n, &r,
+                         &e) != 0)
+        return gw_reply_error(c, &e);
+    char bmodel[PROTO_NAME_MAX + 1];
+    if (s_resolve_model(s, r.model, bmodel, sizeof bmodel, &e) != 0) goto fail;
+    snprintf(c->model, sizeof c->model, "%s", r.model[0] ? r.model : bmodel);
+    if (!gw_session_broker_up(s)) {
+        gw_error_set(&e, 503, "service_unavailable", NULL, "broker_unreachable", "the broker is unreachable");
+        goto fail;
+    }
+    if (bmodel[0] && gw_session_alive_workers(s, bmodel) == 0) {
+        gw_error_set(&e, 503, "service_unavailable", NULL, "no_worker", "no worker serves the model '%s' now", bmodel);
+        goto fail;
+    }
+    char uid[40];
+    snprintf(uid, sizeof uid, "%s%llx", s->instance, (unsigned long long)++s->next_uid);
+    if (s_slot_take(s, c) != 0 || gw_resp_init(&c->resp, r.ep, uid, c->model) != 0) {
+        gw_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+    }
+    r.gen.id = proto_cstr(c->bid);
+    r.gen.model = bmodel[0] ? proto_cstr(bmodel) : (proto_str){0};
+    int rc = gw_broker_submit(s->broker, &r.gen);
+    if (rc != 0) {
+        s_slot_give(s, c);
+        if (rc == -2)
+            gw_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                         "the request exceeds the broker's %u-byte message limit", PROTO_CLIENT_MAX_FRAME);
+        else gw_error_set(&e, 503, "service_unavailable", NULL, "broker_unreachable", "the broker is unreachable");
+        goto fail;
+    }
+    c->stream = r.stream;
+    c->include_usage = r.include_usage;
+    c->at_broker = 1;
+    gw_metrics_inflight(s->metrics, 1);
+    gw_request_free(&r);
+    c->state = S_WAIT;
+    gw_conn_watch(c);
+    MHD_suspend_connection(c->conn);
+    c->suspended = 1;
+    return MHD_YES;
+fail:
+    gw_request_free(&r);
+    return gw_reply_error(c, &e);
+}
+
+void gw_session_cancel(gw_conn *c, int status) {
+    if (!c->at_broker) return;
+    gw_broker_cancel(c->srv->broker, c->bid);
+    s_leave_broker(c);
+    gw_conn_count(c, status);
+}
+
+void gw_session_release(gw_conn *c) { s_slot_give(c->srv, c); }
+
+gw_conn *gw_session_slot(gw_server *s, int slot) { return slot >= 0 && slot < s->n_slots ? s->slots[slot] : NULL; }

@@ -1,0 +1,350 @@
+/* http/main_zllm-httpbench.c: zllm-httpbench, a closed-loop load generator for zllm-http: CONCURRENCY streamed
+ * /v1/completions requests in flight at once (each on its own connection, prompt as random token ids, ignore_eos,
+ * temperature 0), one epoll thread, a small chunked-transfer and SSE reader. Prints the same summary as
+ * `zllm bench` (requests, output tokens/s, time to first token and inter-token percentiles), so the two can be
+ * compared in one run (tests/bench_http.py).
+ *
+ *   zllm-httpbench --url HOST:PORT [-N REQUESTS] [-c CONCURRENCY] [--prompt-len L] [--out-len M] [--vocab V]
+ *                  [--model NAME] */
+#include "version.h"
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    int fd;
+    int id;    /* request index, -1 when idle */
+    char *req; /* the request bytes */
+    size_t req_len, req_off;
+    int state; /* 0 headers, 1 chunk size, 2 chunk data, 3 chunk CRLF, 4 done */
+    size_t chunk_left;
+    char hdr[4096]; /* header bytes / chunk-size line */
+    size_t hdr_n;
+    char ev[65536]; /* the SSE event being read */
+    size_t ev_n;
+    int status;
+    double t_start, t_first, t_last, t_sent;
+    long tokens; /* usage.completion_tokens */
+    int n_events;
+} bconn;
+
+static double s_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int s_cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double s_pct(double *v, long n, double p) {
+    if (n == 0) return NAN;
+    long i = (long)ceil(p / 100.0 * (double)n) - 1;
+    if (i < 0) i = 0;
+    if (i >= n) i = n - 1;
+    return v[i];
+}
+
+static struct sockaddr_in s_addr;
+static double *s_ttft, *s_itl, *s_sent;
+static long s_n_sent;
+static long s_n_ttft, s_n_itl, s_itl_cap, s_tokens, s_ok, s_failed;
+
+/* one complete SSE event ("data: ...") */
+static int s_event(bconn *c, double now) {
+    c->ev[c->ev_n] = 0;
+    if (!strncmp(c->ev, "data: [DONE]", 12)) return 1;
+    if (strstr(c->ev, "\"error\"")) {
+        fprintf(stderr, "zllm-httpbench: %.200s\n", c->ev);
+        c->status = 599;
+        return 1;
+    }
+    const char *u = strstr(c->ev, "\"completion_tokens\":");
+    if (u) c->tokens = atol(u + 20);
+    if (strstr(c->ev, "\"finish_reason\":null")) {
+        if (c->n_events == 0) {
+            c->t_first = now;
+            s_ttft[s_n_ttft++] = now - c->t_start;
+        } else if (s_n_itl < s_itl_cap) {
+            s_itl[s_n_itl++] = now - c->t_last;
+        }
+        c->t_last = now;
+        c->n_events++;
+    }
+    return 0;
+}
+
+/* feeds decoded body bytes; 1 when the stream ended */
+static int s_body(bconn *c, const char *p, size_t n, double now) {
+    for (size_t i = 0; i < n; i++) {
+        if (c->ev_n + 1 < sizeof c->ev) c->ev[c->ev_n++] = p[i];
+        if (c->ev_n >= 2 && c->ev[c->ev_n - 1] == '\n' && c->ev[c->ev_n - 2] == '\n') {
+            c->ev_n -= 2;
+            int end = s_event(c, now);
+            c->ev_n = 0;
+            if (end) return 1;
+        }
+    }
+    return 0;
+}
+
+/* feeds received bytes (HTTP/1.1 response, chunked); 1 when the response ended, -1 on a protocol error */
+static int s_feed(bconn *c, const char *p, size_t n, double now) {
+    size_t i = 0;
+    while (i < n) {
+        if (c->state == 0 || c->state == 1 || c->state == 3) {
+            if (c->hdr_n + 1 >= sizeof c->hdr) return -1;
+            c->hdr[c->hdr_n++] = p[i++];
+            c->hdr[c->hdr_n] = 0;
+            if (c->state == 0 && c->hdr_n >= 4 && !memcmp(c->hdr + c->hdr_n - 4, "\r\n\r\n", 4)) {
+                c->status = atoi(c->hdr + 9);
+                if (c->status != 200 || !strcasestr(c->hdr, "transfer-encoding: chunked")) return -1;
+                c->state = 1;
+                c->hdr_n = 0;
+            } else if (c->state == 1 && c->hdr_n >= 2 && !memcmp(c->hdr + c->hdr_n - 2, "\r\n", 2)) {
+                c->chunk_left = strtoul(c->hdr, NULL, 16);
+                c->hdr_n = 0;
+                if (c->chunk_left == 0) return 1;
+                c->state = 2;
+            } else if (c->state == 3 && c->hdr_n == 2) {
+                c->hdr_n = 0;
+                c->state = 1;
+            }
+        } else if (c->state == 2) {
+            size_t k = n - i < c->chunk_left ? n - i : c->chunk_left;
+            if (s_body(c, p + i, k, now)) return 1;
+            i += k;
+            c->chunk_left -= k;
+            if (c->chunk_left == 0) c->state = 3;
+        }
+    }
+    return 0;
+}
+
+static int s_start(int ep, bconn *c, int id, const char *model, int plen, int olen, int vocab, uint64_t *rng) {
+    char body[65536];
+    int o = snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":[", model);
+    for (int i = 0; i < plen && o < (int)sizeof body - 32; i++) {
+        *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;
+        o += snprintf(body + o, sizeof body - (size_t)o, "%s%d", i ? "," : "", 3 + (int)(*rng % (uint64_t)(vocab - 3)));
+    }
+    o += snprintf(body + o, sizeof body - (size_t)o,
+                  "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
+                  "\"stream_options\":{\"include_usage\":true}}",
+                  olen);
+    free(c->req);
+    c->req = malloc((size_t)o + 256);
+    if (!c->req) return -1;
+    c->req_len = (size_t)sprintf(c->req,
+                                 "POST /v1/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: "
+                                 "application/json\r\nContent-Length: %d\r\n\r\n%s",
+                                 o, body);
+    c->req_off = 0;
+    c->id = id;
+    c->state = 0;
+    c->hdr_n = c->ev_n = 0;
+    c->status = 0;
+    c->tokens = 0;
+    c->n_events = 0;
+    c->t_start = s_now();
+    c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (c->fd < 0) return -1;
+    int one = 1;
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(c->fd, (struct sockaddr *)&s_addr, sizeof s_addr) != 0 && errno != EINPROGRESS) return -1;
+    struct epoll_event ev = {.events = EPOLLOUT | EPOLLIN, .data.ptr = c};
+    return epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
+}
+
+static void s_finish(bconn *c, int ok) {
+    close(c->fd);
+    c->fd = -1;
+    c->id = -1;
+    if (ok && c->status == 200) {
+        s_ok++;
+        s_tokens += c->tokens;
+    } else {
+        s_failed++;
+    }
+}
+
+static void s_usage(FILE *f) {
+    fprintf(f, "usage: zllm-httpbench --url HOST:PORT [-N REQUESTS] [-c CONCURRENCY] [--prompt-len L]\n"
+               "                      [--out-len M] [--vocab V] [--model NAME]\n"
+               "Streams completions through zllm-http and reports time to first token and inter-token latency.\n"
+               "  --url HOST:PORT    the gateway (default 127.0.0.1:8000)\n"
+               "  -N REQUESTS        requests in all, 1..10000000 (default 1000)\n"
+               "  -c CONCURRENCY     requests at once, 1..100000 (default 100)\n"
+               "  --prompt-len L     prompt tokens (random ids), 1..4096 (default 16)\n"
+               "  --out-len M        max_tokens of each request (default 64)\n"
+               "  --vocab V          ids are drawn from [0, V) (default 512)\n"
+               "  --model NAME       the request's model (default: the gateway's only one)\n"
+               "  -h, --help         this text;  --version  print the version\n"
+               "Environment: none read.\n");
+}
+
+/* a whole decimal number in [lo, hi]; 0, or -1 with a message naming the option */
+static int s_int(const char *opt, const char *v, long lo, long hi, int *out) {
+    char *end = NULL;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "zllm-httpbench: %s: expected a whole number in %ld..%ld, got '%s'\n", opt, lo, hi, v);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *url = "127.0.0.1:8000", *model = "";
+    int N = 1000, conc = 100, plen = 16, olen = 64, vocab = 512;
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i];
+        if (!strcmp(k, "-h") || !strcmp(k, "--help")) {
+            s_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(k, "--version")) {
+            printf("zllm-httpbench %s\n", ZLLM_VERSION);
+            return 0;
+        }
+    }
+    for (int i = 1; i < argc; i += 2) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!v) {
+            fprintf(stderr, "zllm-httpbench: %s needs a value\n", k);
+            return 2;
+        }
+        if (!strcmp(k, "--url")) url = v;
+        else if (!strcmp(k, "-N")) bad = s_int(k, v, 1, 10000000, &N);
+        else if (!strcmp(k, "-c")) bad = s_int(k, v, 1, 100000, &conc);
+        else if (!strcmp(k, "--prompt-len")) bad = s_int(k, v, 1, 4096, &plen);
+        else if (!strcmp(k, "--out-len")) bad = s_int(k, v, 1, 1 << 20, &olen);
+        else if (!strcmp(k, "--vocab")) bad = s_int(k, v, 4, 1 << 24, &vocab);
+        else if (!strcmp(k, "--model")) model = v;
+        else {
+            fprintf(stderr, "zllm-httpbench: unknown option %s\n", k);
+            s_usage(stderr);
+            return 2;
+        }
+        if (bad) return 2;
+    }
+    if (N < 1 || conc < 1 || plen < 1 || plen > 4096 || olen < 1 || vocab < 4) {
+        fprintf(stderr, "zllm-httpbench: bad arguments\n");
+        return 2;
+    }
+    if (conc > N) conc = N;
+    char host[256];
+    snprintf(host, sizeof host, "%s", url);
+    char *colon = strrchr(host, ':');
+    if (!colon) return 2;
+    *colon = 0;
+    s_addr.sin_family = AF_INET;
+    s_addr.sin_port = htons((uint16_t)atoi(colon + 1));
+    if (inet_pton(AF_INET, host, &s_addr.sin_addr) != 1) {
+        fprintf(stderr, "zllm-httpbench: %s is not an IPv4 address\n", host);
+        return 2;
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    s_itl_cap = 1 << 22;
+    s_ttft = malloc((size_t)N * sizeof *s_ttft);
+    s_sent = malloc((size_t)N * sizeof *s_sent);
+    s_itl = malloc((size_t)s_itl_cap * sizeof *s_itl);
+    bconn *cs = calloc((size_t)conc, sizeof *cs);
+    int ep = epoll_create1(0);
+    if (!s_ttft || !s_sent || !s_itl || !cs || ep < 0) return 1;
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    int next = 0, done = 0;
+    double t0 = s_now();
+    for (int i = 0; i < conc; i++)
+        if (s_start(ep, &cs[i], next++, model, plen, olen, vocab, &rng) != 0) {
+            perror("zllm-httpbench: connect");
+            return 1;
+        }
+    struct epoll_event evs[512];
+    static char buf[1 << 16];
+    while (done < N) {
+        int n = epoll_wait(ep, evs, 512, 60000);
+        if (n <= 0) {
+            fprintf(stderr, "zllm-httpbench: no progress for 60 s\n");
+            break;
+        }
+        double now = s_now();
+        for (int i = 0; i < n; i++) {
+            bconn *c = evs[i].data.ptr;
+            if (c->id < 0) continue;
+            int end = 0;
+            if ((evs[i].events & EPOLLOUT) && c->req_off < c->req_len) {
+                ssize_t w = send(c->fd, c->req + c->req_off, c->req_len - c->req_off, MSG_NOSIGNAL);
+                if (w > 0) c->req_off += (size_t)w;
+                else if (w < 0 && errno != EAGAIN) end = -1;
+                if (c->req_off == c->req_len) {
+                    s_sent[s_n_sent++] = now - c->t_start;
+                    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+                    epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+                }
+            }
+            if (!end && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+                for (;;) {
+                    ssize_t r = recv(c->fd, buf, sizeof buf, 0);
+                    if (r > 0) {
+                        end = s_feed(c, buf, (size_t)r, now);
+                        if (end) break;
+                        continue;
+                    }
+                    if (r == 0 || (errno != EAGAIN && errno != EINTR)) end = -1;
+                    break;
+                }
+            }
+            if (end) {
+                if (end < 0 && c->status != 200)
+                    fprintf(stderr, "zllm-httpbench: request %d: status %d\n", c->id, c->status);
+                s_finish(c, end > 0);
+                done++;
+                if (next < N && s_start(ep, c, next++, model, plen, olen, vocab, &rng) != 0) {
+                    perror("zllm-httpbench: connect");
+                    return 1;
+                }
+            }
+        }
+    }
+    double wall = s_now() - t0;
+    qsort(s_ttft, (size_t)s_n_ttft, sizeof *s_ttft, s_cmp);
+    qsort(s_itl, (size_t)s_n_itl, sizeof *s_itl, s_cmp);
+    qsort(s_sent, (size_t)s_n_sent, sizeof *s_sent, s_cmp);
+    printf("requests: %d (%ld ok, %ld failed), concurrency %d, prompt %d, output %d tokens\n", N, s_ok, s_failed, conc,
+           plen, olen);
+    printf("wall %.2f s, %.1f requests/s, %.1f output tokens/s, %ld tokens\n", wall, s_ok / wall, s_tokens / wall,
+           s_tokens);
+    printf("ttft ms: p50 %.2f p90 %.2f p99 %.2f\n", s_pct(s_ttft, s_n_ttft, 50) * 1e3,
+           s_pct(s_ttft, s_n_ttft, 90) * 1e3, s_pct(s_ttft, s_n_ttft, 99) * 1e3);
+    printf("itl ms:  p50 %.2f p90 %.2f p99 %.2f\n", s_pct(s_itl, s_n_itl, 50) * 1e3, s_pct(s_itl, s_n_itl, 90) * 1e3,
+           s_pct(s_itl, s_n_itl, 99) * 1e3);
+    printf("connect+send ms: p50 %.2f p90 %.2f p99 %.2f\n", s_pct(s_sent, s_n_sent, 50) * 1e3,
+           s_pct(s_sent, s_n_sent, 90) * 1e3, s_pct(s_sent, s_n_sent, 99) * 1e3);
+    for (int i = 0; i < conc; i++) free(cs[i].req);
+    free(s_sent);
+    free(cs);
+    free(s_ttft);
+    free(s_itl);
+    close(ep);
+    return s_failed ? 1 : 0;
+}
