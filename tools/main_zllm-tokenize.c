@@ -47,7 +47,9 @@ static void s_usage(FILE *f) {
                "  --no-bos          no BOS even if the vocabulary asks for it (default: the vocabulary's flag)\n"
                "  --special         special-token text becomes single tokens / control tokens are printed\n"
                "                    (default off)\n"
-               "Environment: none read. Exit status 1 on any error, 2 on a usage error.\n");
+               "Environment: ZLLM_CHAT_RENDER (with --chat): builtin = the hand-written templates only, jinja = the\n"
+               "Jinja interpreter only (default: the interpreter, the hand-written template where it lacks a construct).\n"
+               "Exit status 1 on any error, 2 on a usage error.\n");
 }
 
 int main(int argc, char **argv) {
@@ -116,6 +118,7 @@ int main(int argc, char **argv) {
             txt = chat_apply(t, msgs, nm, gen, err, sizeof err);
         }
         if (!txt) { fprintf(stderr, "zllm-tokenize: %s\n", err); goto fail; }
+        if (err[0]) fprintf(stderr, "zllm-tokenize: %s\n", err);   /* why the built-in template rendered it */
         fwrite(txt, 1, strlen(txt), stdout);
     } else if (decode) {
         size_t cap = 1024, k = 0;
