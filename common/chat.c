@@ -117,8 +117,8 @@ static char *s_chatml_default_system(const char *tmpl) {
 
 static int s_role_ok(const char *r) { return r && (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant")); }
 
-static char *s_builtin(const char *tmpl, const char *bos, const char *eos, const zl_chat_msg *msgs, int n,
-                       int add_gen, const char **family, char *err, size_t errlen) {
+static char *s_builtin(const char *tmpl, const char *bos, const char *eos, const zl_chat_msg *msgs, int n, int add_gen,
+                       const char **family, char *err, size_t errlen) {
     sbuf b = {0};
     char *defsys = NULL;
     if (strstr(tmpl, "<|im_start|>")) {
@@ -235,7 +235,11 @@ static int s_jinja(const char *tmpl, const char *bos, const char *eos, const zl_
     jinja_env *e = NULL;
     if (!t) goto fail;
     e = jinja_env_new(&lim);
-    if (!e || s_context(e, bos, eos, msgs, n, add_gen)) { code = JINJA_NOMEM; snprintf(msg, sizeof msg, "out of memory"); goto fail; }
+    if (!e || s_context(e, bos, eos, msgs, n, add_gen)) {
+        code = JINJA_NOMEM;
+        snprintf(msg, sizeof msg, "out of memory");
+        goto fail;
+    }
     size_t len;
     code = jinja_render(e, t, out, &len, msg, sizeof msg);
     if (code == JINJA_OK && strlen(*out) != len) {
@@ -252,7 +256,8 @@ fail:
     jinja_env_destroy(&e);
     jinja_tmpl_destroy(&t);
     if (code == JINJA_RAISED) s_err(err, errlen, "chat template raised an exception: %s", msg);
-    else if (code == JINJA_UNSUPPORTED) s_err(err, errlen, "chat template uses something the Jinja interpreter does not support (%s)", msg);
+    else if (code == JINJA_UNSUPPORTED)
+        s_err(err, errlen, "chat template uses something the Jinja interpreter does not support (%s)", msg);
     else if (code == JINJA_LIMIT) s_err(err, errlen, "chat template exceeds a limit (%s)", msg);
     else s_err(err, errlen, "chat template error (%s)", msg);
     return code ? code : JINJA_RUNTIME;
@@ -267,8 +272,14 @@ char *chat_render(const char *tmpl, const char *bos, const char *eos, const zl_c
     if (err && errlen) err[0] = 0;
     if (!bos) bos = "";
     if (!eos) eos = "";
-    if (!tmpl || !*tmpl) { s_err(err, errlen, "the model has no chat template: send a raw prompt"); return NULL; }
-    if (n < 0 || (n > 0 && !msgs)) { s_err(err, errlen, "chat: bad message list"); return NULL; }
+    if (!tmpl || !*tmpl) {
+        s_err(err, errlen, "the model has no chat template: send a raw prompt");
+        return NULL;
+    }
+    if (n < 0 || (n > 0 && !msgs)) {
+        s_err(err, errlen, "chat: bad message list");
+        return NULL;
+    }
     for (int i = 0; i < n; i++)
         if (!s_role_ok(msgs[i].role) || !msgs[i].content) {
             s_err(err, errlen, "chat: message %d: role must be system, user or assistant, with content", i);
@@ -277,15 +288,24 @@ char *chat_render(const char *tmpl, const char *bos, const char *eos, const zl_c
     const char *family = "none";
     if (mode == CHAT_BUILTIN) {
         char *p = s_builtin(tmpl, bos, eos, msgs, n, add_gen, &family, err, errlen);
-        if (p) { *code = CHAT_OK_BUILTIN; s_err(note, notelen, "rendered by the built-in %s template (on request)", family); }
+        if (p) {
+            *code = CHAT_OK_BUILTIN;
+            s_err(note, notelen, "rendered by the built-in %s template (on request)", family);
+        }
         return p;
     }
     char *out = NULL;
     char jerrmsg[CHAT_ERR_MAX] = "";
     int jc = s_jinja(tmpl, bos, eos, msgs, n, add_gen, &out, jerrmsg, sizeof jerrmsg);
-    if (!jc) { *code = CHAT_OK_JINJA; return out; }
+    if (!jc) {
+        *code = CHAT_OK_JINJA;
+        return out;
+    }
     if (jc == JINJA_RAISED) *code = CHAT_RAISED;
-    if (jc != JINJA_UNSUPPORTED || mode == CHAT_JINJA) { s_err(err, errlen, "%s", jerrmsg); return NULL; }
+    if (jc != JINJA_UNSUPPORTED || mode == CHAT_JINJA) {
+        s_err(err, errlen, "%s", jerrmsg);
+        return NULL;
+    }
     char berr[CHAT_ERR_MAX] = "";
     out = s_builtin(tmpl, bos, eos, msgs, n, add_gen, &family, berr, sizeof berr);
     if (!out) {

@@ -8,8 +8,8 @@
 
 #define CHAT_ERR_MAX 512
 
-enum { CHAT_AUTO = 0, CHAT_JINJA = 1, CHAT_BUILTIN = 2 };            /* mode */
-enum { CHAT_FAILED = 0, CHAT_OK_JINJA = 1, CHAT_OK_BUILTIN = 2, CHAT_RAISED = 3 };   /* *code */
+enum { CHAT_AUTO = 0, CHAT_JINJA = 1, CHAT_BUILTIN = 2 };                          /* mode */
+enum { CHAT_FAILED = 0, CHAT_OK_JINJA = 1, CHAT_OK_BUILTIN = 2, CHAT_RAISED = 3 }; /* *code */
 
 /* Renders msgs with the Jinja template tmpl (bos/eos: the texts of bos_token/eos_token, "" when NULL) into a
  * malloc'd prompt. mode CHAT_AUTO: the Jinja interpreter, and the hand-written family when the template uses a

@@ -14,21 +14,21 @@
 
 enum {
     JINJA_OK = 0,
-    JINJA_SYNTAX = -1,       /* the template is not valid Jinja */
-    JINJA_UNSUPPORTED = -2,  /* valid Jinja that this interpreter does not implement */
-    JINJA_RUNTIME = -3,      /* a type error, an undefined value used, ... (jinja2 raises too) */
-    JINJA_RAISED = -4,       /* raise_exception(message) */
-    JINJA_LIMIT = -5,        /* a bound of jinja_limits was exceeded */
+    JINJA_SYNTAX = -1,      /* the template is not valid Jinja */
+    JINJA_UNSUPPORTED = -2, /* valid Jinja that this interpreter does not implement */
+    JINJA_RUNTIME = -3,     /* a type error, an undefined value used, ... (jinja2 raises too) */
+    JINJA_RAISED = -4,      /* raise_exception(message) */
+    JINJA_LIMIT = -5,       /* a bound of jinja_limits was exceeded */
     JINJA_NOMEM = -6,
 };
 
 typedef struct {
-    size_t max_template;     /* template bytes */
-    int max_depth;           /* nesting of blocks and expressions */
-    long max_iters;          /* loop iterations, over the whole render */
-    size_t max_output;       /* rendered bytes */
-    size_t max_memory;       /* bytes of values made while rendering */
-    int max_calls;           /* macro call nesting */
+    size_t max_template; /* template bytes */
+    int max_depth;       /* nesting of blocks and expressions */
+    long max_iters;      /* loop iterations, over the whole render */
+    size_t max_output;   /* rendered bytes */
+    size_t max_memory;   /* bytes of values made while rendering */
+    int max_calls;       /* macro call nesting */
 } jinja_limits;
 
 /* the defaults: 256 KiB template, depth 100, 100000 iterations, 16 MiB output, 256 MiB memory, 20 nested calls */
@@ -43,16 +43,16 @@ typedef struct jv_func jv_func;
 
 typedef enum { JV_UNDEF, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STR, JV_LIST, JV_DICT, JV_FUNC } jv_type;
 
-typedef struct {             /* a value; strings, lists and dicts live in the env's arena */
+typedef struct { /* a value; strings, lists and dicts live in the env's arena */
     jv_type t;
     union {
-        int64_t i;           /* JV_BOOL, JV_INT */
-        double f;            /* JV_FLOAT */
-        jv_str *s;           /* JV_STR */
-        jv_list *l;          /* JV_LIST (also tuples) */
-        jv_dict *d;          /* JV_DICT (also namespaces) */
-        jv_func *fn;         /* JV_FUNC */
-        const char *uname;   /* JV_UNDEF: the name looked up, for messages (may be NULL) */
+        int64_t i;         /* JV_BOOL, JV_INT */
+        double f;          /* JV_FLOAT */
+        jv_str *s;         /* JV_STR */
+        jv_list *l;        /* JV_LIST (also tuples) */
+        jv_dict *d;        /* JV_DICT (also namespaces) */
+        jv_func *fn;       /* JV_FUNC */
+        const char *uname; /* JV_UNDEF: the name looked up, for messages (may be NULL) */
     } u;
 } jv;
 

@@ -11,20 +11,24 @@
 #include <utf8proc.h>
 
 static const char *const s_filters[] = {
-    "trim", "length", "count", "upper", "lower", "capitalize", "tojson", "first", "last", "default", "d", "join",
-    "string", "int", "float", "list", "items", "selectattr", "rejectattr", "select", "reject", "map", "reverse",
-    "replace", "safe", "escape", "e", "abs", "unique", "dictsort", NULL};
+    "trim",  "length",     "count",      "upper",  "lower",  "capitalize", "tojson",  "first",
+    "last",  "default",    "d",          "join",   "string", "int",        "float",   "list",
+    "items", "selectattr", "rejectattr", "select", "reject", "map",        "reverse", "replace",
+    "safe",  "escape",     "e",          "abs",    "unique", "dictsort",   NULL};
 static const char *const s_tests[] = {
-    "defined", "undefined", "none", "string", "number", "integer", "float", "boolean", "true", "false", "mapping",
-    "iterable", "sequence", "callable", "eq", "equalto", "ne", "lt", "lessthan", "gt", "greaterthan", "le", "ge",
-    "even", "odd", "divisibleby", "in", "lower", "upper", "sameas", NULL};
-static const char *const s_str_methods[] = {
-    "strip", "lstrip", "rstrip", "startswith", "endswith", "split", "rsplit", "replace", "upper", "lower",
-    "capitalize", "title", "find", "rfind", "count", "join", "isdigit", "isspace", "isalpha", "isalnum", "splitlines", NULL};
+    "defined", "undefined",   "none",     "string",   "number",      "integer",  "float", "boolean",
+    "true",    "false",       "mapping",  "iterable", "sequence",    "callable", "eq",    "equalto",
+    "ne",      "lt",          "lessthan", "gt",       "greaterthan", "le",       "ge",    "even",
+    "odd",     "divisibleby", "in",       "lower",    "upper",       "sameas",   NULL};
+static const char *const s_str_methods[] = {"strip",   "lstrip",  "rstrip",     "startswith", "endswith",   "split",
+                                            "rsplit",  "replace", "upper",      "lower",      "capitalize", "title",
+                                            "find",    "rfind",   "count",      "join",       "isdigit",    "isspace",
+                                            "isalpha", "isalnum", "splitlines", NULL};
 static const char *const s_dict_methods[] = {"items", "keys", "values", "get", NULL};
 
 static int s_in(const char *const *list, const char *name) {
-    for (int i = 0; list[i]; i++) if (!strcmp(list[i], name)) return 1;
+    for (int i = 0; list[i]; i++)
+        if (!strcmp(list[i], name)) return 1;
     return 0;
 }
 int jbi_known_filter(const char *name) { return s_in(s_filters, name); }
@@ -41,7 +45,11 @@ static int s_oom(jinja_env *e, int line) {
 }
 
 static int s_kw(const char **kwn, jv *kwv, int nkw, const char *name, jv *out) {
-    for (int i = 0; i < nkw; i++) if (!strcmp(kwn[i], name)) { *out = kwv[i]; return 1; }
+    for (int i = 0; i < nkw; i++)
+        if (!strcmp(kwn[i], name)) {
+            *out = kwv[i];
+            return 1;
+        }
     return 0;
 }
 
@@ -54,7 +62,10 @@ static jv s_arg(jv *args, int nargs, const char **kwn, jv *kwv, int nkw, int k, 
 }
 
 static int s_str_of(jinja_env *e, jv v, int line, jv *out) {
-    if (v.t == JV_STR) { *out = v; return 0; }
+    if (v.t == JV_STR) {
+        *out = v;
+        return 0;
+    }
     jbuf b = {0};
     jv_to_str(&b, v);
     *out = jv_from_buf(e, &b);
@@ -71,7 +82,13 @@ static int s_case(jinja_env *e, jv s, int mode, int line, jv *out) {
     while (left > 0) {
         utf8proc_int32_t cp;
         utf8proc_ssize_t k = utf8proc_iterate(p, left, &cp);
-        if (k <= 0) { jb_put(&b, (const char *)p, 1); p++; left--; first = 0; continue; }
+        if (k <= 0) {
+            jb_put(&b, (const char *)p, 1);
+            p++;
+            left--;
+            first = 0;
+            continue;
+        }
         /* the full (one to several code points) mappings of Python's SpecialCasing that text is likely to hold */
         const char *full = NULL;
         int up = mode == CASE_UPPER || (mode == CASE_CAP && first);
@@ -83,15 +100,18 @@ static int s_case(jinja_env *e, jv s, int mode, int line, jv *out) {
         }
         if (cp == 0xDF) full = up && !ttl ? "SS" : ttl ? "Ss" : NULL;
         else if (cp >= 0xFB00 && cp <= 0xFB06 && (up || ttl)) {
-            static const char *const lig[7][2] = {{"FF", "Ff"}, {"FI", "Fi"}, {"FL", "Fl"}, {"FFI", "Ffi"},
+            static const char *const lig[7][2] = {{"FF", "Ff"},   {"FI", "Fi"}, {"FL", "Fl"}, {"FFI", "Ffi"},
                                                   {"FFL", "Ffl"}, {"ST", "St"}, {"ST", "St"}};
             full = lig[cp - 0xFB00][ttl ? 1 : 0];
-        } else if (cp == 0x130 && (mode == CASE_LOWER || (mode == CASE_CAP && !first) || (mode == CASE_TITLE && !ttl && prev_cased)))
+        } else if (cp == 0x130 &&
+                   (mode == CASE_LOWER || (mode == CASE_CAP && !first) || (mode == CASE_TITLE && !ttl && prev_cased)))
             full = "i\xCC\x87";
         if (full) {
             jb_puts(&b, full);
             if (mode == CASE_TITLE) prev_cased = 1;
-            p += k; left -= k; first = 0;
+            p += k;
+            left -= k;
+            first = 0;
             continue;
         }
         utf8proc_int32_t m = cp;
@@ -109,7 +129,9 @@ static int s_case(jinja_env *e, jv s, int mode, int line, jv *out) {
         utf8proc_uint8_t enc[4];
         utf8proc_ssize_t w = utf8proc_encode_char(m, enc);
         jb_put(&b, (const char *)enc, (size_t)w);
-        p += k; left -= k; first = 0;
+        p += k;
+        left -= k;
+        first = 0;
     }
     *out = jv_from_buf(e, &b);
     return out->t == JV_STR ? 0 : s_oom(e, line);
@@ -141,11 +163,13 @@ static int s_split(jinja_env *e, jv s, jv sep, int64_t maxsplit, int rev, int li
         if (!k) return jerr_set(&e->err, JINJA_RUNTIME, line, "empty separator");
         if (rev && maxsplit >= 0) {
             /* split from the right, then reverse */
-            const char *cut[1024]; int nc = 0;
+            const char *cut[1024];
+            int nc = 0;
             const char *q = end;
             while (maxsplit-- > 0 && nc < 1024) {
                 const char *f = NULL;
-                for (const char *r = p; r + k <= q; r++) if (!memcmp(r, sep.u.s->s, k)) f = r;
+                for (const char *r = p; r + k <= q; r++)
+                    if (!memcmp(r, sep.u.s->s, k)) f = r;
                 if (!f) break;
                 cut[nc++] = f;
                 q = f;
@@ -170,14 +194,17 @@ static int s_split(jinja_env *e, jv s, jv sep, int64_t maxsplit, int rev, int li
         *out = l;
         return 0;
     }
-    if (sep.t != JV_NONE && sep.t != JV_UNDEF) return jerr_set(&e->err, JINJA_RUNTIME, line, "must be str or None, not %s", jv_type_name(sep));
-    if (rev && maxsplit >= 0) return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: rsplit() on whitespace with maxsplit");
+    if (sep.t != JV_NONE && sep.t != JV_UNDEF)
+        return jerr_set(&e->err, JINJA_RUNTIME, line, "must be str or None, not %s", jv_type_name(sep));
+    if (rev && maxsplit >= 0)
+        return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: rsplit() on whitespace with maxsplit");
     for (;;) {
         int w;
         while (p < end && (w = ju_space_len(p, end)) > 0) p += w;
         if (p >= end) break;
         if (maxsplit == 0) {
-            const char *q = p; size_t n = (size_t)(end - p);
+            const char *q = p;
+            size_t n = (size_t)(end - p);
             ju_strip(&q, &n, NULL, 0, 0, 1);
             if (s_push_str(e, l, q, n, line)) return -1;
             break;
@@ -193,15 +220,19 @@ static int s_split(jinja_env *e, jv s, jv sep, int64_t maxsplit, int rev, int li
 }
 
 static int s_replace(jinja_env *e, jv s, jv old, jv new_, int64_t count, int line, jv *out) {
-    if (old.t != JV_STR || new_.t != JV_STR) return jerr_set(&e->err, JINJA_RUNTIME, line, "replace() arguments must be str");
+    if (old.t != JV_STR || new_.t != JV_STR)
+        return jerr_set(&e->err, JINJA_RUNTIME, line, "replace() arguments must be str");
     jbuf b = {0};
     const char *p = s.u.s->s, *end = p + s.u.s->n;
     size_t k = old.u.s->n;
-    if (!k) {   /* Python inserts new before every character and at the end */
+    if (!k) { /* Python inserts new before every character and at the end */
         while (count != 0 && p <= end) {
             jb_put(&b, new_.u.s->s, new_.u.s->n);
             if (count > 0) count--;
-            if (p == end) { p++; break; }
+            if (p == end) {
+                p++;
+                break;
+            }
             size_t c = ju_cp_offset(p, (size_t)(end - p), 1);
             jb_put(&b, p, c);
             p += c;
@@ -229,7 +260,8 @@ static int s_replace(jinja_env *e, jv s, jv old, jv new_, int64_t count, int lin
 static int s_affix(jinja_env *e, jv s, jv pre, int end_, int line, int *r) {
     if (pre.t == JV_LIST && pre.u.l->tuple) {
         *r = 0;
-        for (size_t i = 0; i < pre.u.l->n && !*r; i++) if (s_affix(e, s, pre.u.l->v[i], end_, line, r)) return -1;
+        for (size_t i = 0; i < pre.u.l->n && !*r; i++)
+            if (s_affix(e, s, pre.u.l->v[i], end_, line, r)) return -1;
         return 0;
     }
     if (pre.t != JV_STR)
@@ -241,8 +273,14 @@ static int s_affix(jinja_env *e, jv s, jv pre, int end_, int line, int *r) {
 }
 
 static int s_int_arg(jinja_env *e, jv v, int64_t dflt, int line, int64_t *out) {
-    if (v.t == JV_UNDEF || v.t == JV_NONE) { *out = dflt; return 0; }
-    if (v.t == JV_INT || v.t == JV_BOOL) { *out = v.u.i; return 0; }
+    if (v.t == JV_UNDEF || v.t == JV_NONE) {
+        *out = dflt;
+        return 0;
+    }
+    if (v.t == JV_INT || v.t == JV_BOOL) {
+        *out = v.u.i;
+        return 0;
+    }
     return jerr_set(&e->err, JINJA_RUNTIME, line, "'%s' object cannot be interpreted as an integer", jv_type_name(v));
 }
 
@@ -260,9 +298,13 @@ static int s_join(jinja_env *e, jv items, jv sep, int line, jv *out) {
 static int s_list_of(jinja_env *e, jv v, int line, jv *out) {
     jv l = jv_list_new(e);
     if (l.t != JV_LIST) return s_oom(e, line);
-    if (v.t == JV_LIST) { for (size_t i = 0; i < v.u.l->n; i++) if (jv_list_push(e, l, v.u.l->v[i])) return s_oom(e, line); }
-    else if (v.t == JV_DICT && !v.u.d->ns) { for (size_t i = 0; i < v.u.d->n; i++) if (jv_list_push(e, l, v.u.d->k[i])) return s_oom(e, line); }
-    else if (v.t == JV_STR) {
+    if (v.t == JV_LIST) {
+        for (size_t i = 0; i < v.u.l->n; i++)
+            if (jv_list_push(e, l, v.u.l->v[i])) return s_oom(e, line);
+    } else if (v.t == JV_DICT && !v.u.d->ns) {
+        for (size_t i = 0; i < v.u.d->n; i++)
+            if (jv_list_push(e, l, v.u.d->k[i])) return s_oom(e, line);
+    } else if (v.t == JV_STR) {
         for (size_t i = 0; i < v.u.s->n;) {
             size_t k = ju_cp_offset(v.u.s->s + i, v.u.s->n - i, 1);
             if (s_push_str(e, l, v.u.s->s + i, k, line)) return -1;
@@ -292,7 +334,8 @@ int jbi_method(jinja_env *e, jv self, const char *name, jv *args, int nargs, con
             else if (!strcmp(name, "values")) x = self.u.d->v[i];
             else {
                 x = jv_tuple_new(e);
-                if (x.t != JV_LIST || jv_list_push(e, x, self.u.d->k[i]) || jv_list_push(e, x, self.u.d->v[i])) return s_oom(e, line);
+                if (x.t != JV_LIST || jv_list_push(e, x, self.u.d->k[i]) || jv_list_push(e, x, self.u.d->v[i]))
+                    return s_oom(e, line);
             }
             if (jv_list_push(e, l, x)) return s_oom(e, line);
         }
@@ -316,7 +359,8 @@ int jbi_method(jinja_env *e, jv self, const char *name, jv *args, int nargs, con
         if (s_int_arg(e, s_arg(args, nargs, kwn, kwv, nkw, 1, "maxsplit", none), -1, line, &m)) return -1;
         return s_split(e, self, sep, m, name[0] == 'r', line, out);
     }
-    if (!strcmp(name, "splitlines")) return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported method 'splitlines'");
+    if (!strcmp(name, "splitlines"))
+        return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported method 'splitlines'");
     if (!strcmp(name, "replace")) {
         int64_t c = -1;
         if (nargs < 2) return jerr_set(&e->err, JINJA_RUNTIME, line, "replace expected at least 2 arguments");
@@ -328,11 +372,15 @@ int jbi_method(jinja_env *e, jv self, const char *name, jv *args, int nargs, con
     if (!strcmp(name, "capitalize")) return s_case(e, self, CASE_CAP, line, out);
     if (!strcmp(name, "title")) return s_case(e, self, CASE_TITLE, line, out);
     if (!strcmp(name, "find") || !strcmp(name, "rfind") || !strcmp(name, "count")) {
-        if (nargs != 1 || a0.t != JV_STR) return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: %s() other than with one string", name);
+        if (nargs != 1 || a0.t != JV_STR)
+            return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: %s() other than with one string", name);
         const char *s = self.u.s->s;
         size_t n = self.u.s->n, k = a0.u.s->n;
         int64_t found = -1, cnt = 0;
-        if (!strcmp(name, "count") && !k) { *out = jv_int((int64_t)ju_cplen(s, n) + 1); return 0; }
+        if (!strcmp(name, "count") && !k) {
+            *out = jv_int((int64_t)ju_cplen(s, n) + 1);
+            return 0;
+        }
         for (size_t i = 0; i + k <= n; i++)
             if (!memcmp(s + i, a0.u.s->s, k)) {
                 if (found < 0 || name[0] == 'r') found = (int64_t)ju_cplen(s, i);
@@ -345,10 +393,12 @@ int jbi_method(jinja_env *e, jv self, const char *name, jv *args, int nargs, con
     }
     if (!strcmp(name, "join")) {
         jv items;
-        if (nargs != 1 || s_list_of(e, a0, line, &items)) return nargs != 1 ? jerr_set(&e->err, JINJA_RUNTIME, line, "join() takes one argument") : -1;
+        if (nargs != 1 || s_list_of(e, a0, line, &items))
+            return nargs != 1 ? jerr_set(&e->err, JINJA_RUNTIME, line, "join() takes one argument") : -1;
         for (size_t i = 0; i < items.u.l->n; i++)
             if (items.u.l->v[i].t != JV_STR)
-                return jerr_set(&e->err, JINJA_RUNTIME, line, "sequence item %zu: expected str instance, %s found", i, jv_type_name(items.u.l->v[i]));
+                return jerr_set(&e->err, JINJA_RUNTIME, line, "sequence item %zu: expected str instance, %s found", i,
+                                jv_type_name(items.u.l->v[i]));
         return s_join(e, items, self, line, out);
     }
     /* isdigit, isspace, isalpha, isalnum */
@@ -358,7 +408,10 @@ int jbi_method(jinja_env *e, jv self, const char *name, jv *args, int nargs, con
     while (left > 0 && r) {
         utf8proc_int32_t cp;
         utf8proc_ssize_t k = utf8proc_iterate(p, left, &cp);
-        if (k <= 0) { r = 0; break; }
+        if (k <= 0) {
+            r = 0;
+            break;
+        }
         utf8proc_category_t c = utf8proc_category(cp);
         int letter = c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO;
         int digit = c == UTF8PROC_CATEGORY_ND;
@@ -366,7 +419,8 @@ int jbi_method(jinja_env *e, jv self, const char *name, jv *args, int nargs, con
         else if (!strcmp(name, "isdigit")) r = digit;
         else if (!strcmp(name, "isalpha")) r = letter;
         else r = letter || digit;
-        p += k; left -= k;
+        p += k;
+        left -= k;
     }
     *out = jv_bool(r);
     return 0;
@@ -387,17 +441,21 @@ int jbi_test(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int nar
     else if (!strcmp(name, "true")) *out = v.t == JV_BOOL && v.u.i;
     else if (!strcmp(name, "false")) *out = v.t == JV_BOOL && !v.u.i;
     else if (!strcmp(name, "mapping")) *out = v.t == JV_DICT && !v.u.d->ns;
-    else if (!strcmp(name, "iterable")) *out = v.t == JV_STR || v.t == JV_LIST || (v.t == JV_DICT && !v.u.d->ns) || v.t == JV_UNDEF;
-    else if (!strcmp(name, "sequence")) *out = v.t == JV_STR || v.t == JV_LIST || (v.t == JV_DICT && !v.u.d->ns) || v.t == JV_UNDEF;
+    else if (!strcmp(name, "iterable"))
+        *out = v.t == JV_STR || v.t == JV_LIST || (v.t == JV_DICT && !v.u.d->ns) || v.t == JV_UNDEF;
+    else if (!strcmp(name, "sequence"))
+        *out = v.t == JV_STR || v.t == JV_LIST || (v.t == JV_DICT && !v.u.d->ns) || v.t == JV_UNDEF;
     else if (!strcmp(name, "callable")) *out = v.t == JV_FUNC;
     else if (!strcmp(name, "eq") || !strcmp(name, "equalto")) *out = jv_equal(v, a);
     else if (!strcmp(name, "ne")) *out = !jv_equal(v, a);
     else if (!strcmp(name, "sameas")) {
-        if (v.t == JV_NONE || v.t == JV_BOOL || v.t == JV_UNDEF) *out = v.t == a.t && (v.t != JV_BOOL || v.u.i == a.u.i);
+        if (v.t == JV_NONE || v.t == JV_BOOL || v.t == JV_UNDEF)
+            *out = v.t == a.t && (v.t != JV_BOOL || v.u.i == a.u.i);
         else if (v.t == JV_LIST || v.t == JV_DICT) *out = v.t == a.t && (void *)v.u.l == (void *)a.u.l;
         else return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: 'sameas' on %s", jv_type_name(v));
     } else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
-        if (v.t != JV_STR) return jerr_set(&e->err, JINJA_RUNTIME, line, "'%s' object has no attribute '%s'", jv_type_name(v), name);
+        if (v.t != JV_STR)
+            return jerr_set(&e->err, JINJA_RUNTIME, line, "'%s' object has no attribute '%s'", jv_type_name(v), name);
         jv c;
         if (s_case(e, v, name[0] == 'l' ? CASE_LOWER : CASE_UPPER, line, &c)) return -1;
         /* str.islower(): cased characters exist and all are lower; approximated as "unchanged by lower()" */
@@ -409,16 +467,21 @@ int jbi_test(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int nar
         *out = any && jv_equal(c, v);
     } else if (!strcmp(name, "in")) {
         if (a.t == JV_STR && v.t == JV_STR) *out = memmem(a.u.s->s, a.u.s->n, v.u.s->s, v.u.s->n) != NULL || !v.u.s->n;
-        else if (a.t == JV_LIST) { *out = 0; for (size_t i = 0; i < a.u.l->n && !*out; i++) *out = jv_equal(v, a.u.l->v[i]); }
-        else if (a.t == JV_DICT) *out = jv_dict_find(a, v, NULL);
-        else return jerr_set(&e->err, JINJA_RUNTIME, line, "'in' test: unsupported operands %s, %s", jv_type_name(v), jv_type_name(a));
+        else if (a.t == JV_LIST) {
+            *out = 0;
+            for (size_t i = 0; i < a.u.l->n && !*out; i++) *out = jv_equal(v, a.u.l->v[i]);
+        } else if (a.t == JV_DICT) *out = jv_dict_find(a, v, NULL);
+        else
+            return jerr_set(&e->err, JINJA_RUNTIME, line, "'in' test: unsupported operands %s, %s", jv_type_name(v),
+                            jv_type_name(a));
     } else {
         /* numeric tests and ordering */
         int isnum = v.t == JV_INT || v.t == JV_BOOL || v.t == JV_FLOAT;
         if (!strcmp(name, "even") || !strcmp(name, "odd") || !strcmp(name, "divisibleby")) {
             if (v.t != JV_INT && v.t != JV_BOOL) {
                 if (v.t == JV_UNDEF) return jerr_set(&e->err, JINJA_RUNTIME, line, "use of an undefined value");
-                return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: '%s' test on %s", name, jv_type_name(v));
+                return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: '%s' test on %s", name,
+                                jv_type_name(v));
             }
             int64_t m = name[0] == 'e' || name[0] == 'o' ? 2 : (a.t == JV_INT ? a.u.i : 0);
             if (!m) return jerr_set(&e->err, JINJA_RUNTIME, line, "integer division or modulo by zero");
@@ -435,7 +498,9 @@ int jbi_test(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int nar
             size_t n = v.u.s->n < a.u.s->n ? v.u.s->n : a.u.s->n;
             c = memcmp(v.u.s->s, a.u.s->s, n);
             if (!c) c = (v.u.s->n > a.u.s->n) - (v.u.s->n < a.u.s->n);
-        } else return jerr_set(&e->err, JINJA_RUNTIME, line, "'%s' test: cannot compare %s and %s", name, jv_type_name(v), jv_type_name(a));
+        } else
+            return jerr_set(&e->err, JINJA_RUNTIME, line, "'%s' test: cannot compare %s and %s", name, jv_type_name(v),
+                            jv_type_name(a));
         if (!strcmp(name, "lt") || !strcmp(name, "lessthan")) *out = c < 0;
         else if (!strcmp(name, "gt") || !strcmp(name, "greaterthan")) *out = c > 0;
         else if (!strcmp(name, "le")) *out = c <= 0;
@@ -461,11 +526,12 @@ static jv s_attr_path(jinja_env *e, jv item, const char *path) {
 }
 
 static int s_select(jinja_env *e, jscope *sc, const char *fname, jv v, jv *args, int nargs, int line, jv *out) {
-    int attr = fname[1] == 'e' && fname[6] == 'a';   /* selectattr / rejectattr */
+    int attr = fname[1] == 'e' && fname[6] == 'a'; /* selectattr / rejectattr */
     int reject = fname[0] == 'r';
     jv items;
     if (s_list_of(e, v, line, &items)) return -1;
-    if (attr && (nargs < 1 || args[0].t != JV_STR)) return jerr_set(&e->err, JINJA_RUNTIME, line, "%s needs an attribute name", fname);
+    if (attr && (nargs < 1 || args[0].t != JV_STR))
+        return jerr_set(&e->err, JINJA_RUNTIME, line, "%s needs an attribute name", fname);
     int t0 = attr ? 1 : 0;
     jv l = jv_list_new(e);
     if (l.t != JV_LIST) return s_oom(e, line);
@@ -473,7 +539,8 @@ static int s_select(jinja_env *e, jscope *sc, const char *fname, jv v, jv *args,
         jv x = attr ? s_attr_path(e, items.u.l->v[i], args[0].u.s->s) : items.u.l->v[i];
         int r;
         if (nargs > t0) {
-            if (args[t0].t != JV_STR) return jerr_set(&e->err, JINJA_RUNTIME, line, "%s: test name must be a string", fname);
+            if (args[t0].t != JV_STR)
+                return jerr_set(&e->err, JINJA_RUNTIME, line, "%s: test name must be a string", fname);
             const char *tn = args[t0].u.s->s;
             if (!strcmp(tn, "==")) tn = "eq";
             else if (!strcmp(tn, "!=")) tn = "ne";
@@ -493,7 +560,8 @@ static int s_tojson(jinja_env *e, jv v, jv *args, int nargs, const char **kwn, j
     jv seps = s_arg(args, nargs, kwn, kwv, nkw, 2, "separators", none);
     jv sk = s_arg(args, nargs, kwn, kwv, nkw, 3, "sort_keys", jv_bool(0));
     if (jv_truthy(ea)) return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: tojson(ensure_ascii=true)");
-    if (ind.t != JV_NONE && ind.t != JV_INT) return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: tojson indent that is not an integer");
+    if (ind.t != JV_NONE && ind.t != JV_INT)
+        return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: tojson indent that is not an integer");
     int indent = ind.t == JV_INT ? (int)(ind.u.i < 0 ? 0 : ind.u.i > 64 ? 64 : ind.u.i) : -1;
     char isep[16], ksep[16];
     snprintf(isep, sizeof isep, "%s", indent >= 0 ? "," : ", ");
@@ -506,10 +574,14 @@ static int s_tojson(jinja_env *e, jv v, jv *args, int nargs, const char **kwn, j
     jbuf b = {.max = e->lim.max_output};
     if (jv_to_json(&b, v, indent, 0, isep, ksep, jv_truthy(sk), 0)) {
         free(b.p);
-        if (v.t == JV_UNDEF) return jerr_set(&e->err, JINJA_RUNTIME, line, "Object of type Undefined is not JSON serializable");
+        if (v.t == JV_UNDEF)
+            return jerr_set(&e->err, JINJA_RUNTIME, line, "Object of type Undefined is not JSON serializable");
         return jerr_set(&e->err, JINJA_RUNTIME, line, "tojson: value is not JSON serializable");
     }
-    if (b.over) { free(b.p); return jerr_set(&e->err, JINJA_LIMIT, line, "tojson output too large"); }
+    if (b.over) {
+        free(b.p);
+        return jerr_set(&e->err, JINJA_LIMIT, line, "tojson output too large");
+    }
     *out = jv_from_buf(e, &b);
     return out->t == JV_STR ? 0 : s_oom(e, line);
 }
@@ -542,7 +614,10 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
     }
     if (!strcmp(name, "default") || !strcmp(name, "d")) {
         jv dflt = s_arg(args, nargs, kwn, kwv, nkw, 0, "default_value", jv_undef(NULL));
-        if (dflt.t == JV_UNDEF && nargs == 0) { dflt = jv_string(e, "", 0); if (dflt.t != JV_STR) return s_oom(e, line); }
+        if (dflt.t == JV_UNDEF && nargs == 0) {
+            dflt = jv_string(e, "", 0);
+            if (dflt.t != JV_STR) return s_oom(e, line);
+        }
         int boolean = jv_truthy(s_arg(args, nargs, kwn, kwv, nkw, 1, "boolean", jv_bool(0)));
         *out = v.t == JV_UNDEF || (boolean && !jv_truthy(v)) ? dflt : v;
         return 0;
@@ -555,12 +630,14 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
         if (attr.t == JV_STR) {
             jv l = jv_list_new(e);
             if (l.t != JV_LIST) return s_oom(e, line);
-            for (size_t i = 0; i < items.u.l->n; i++) if (jv_list_push(e, l, s_attr_path(e, items.u.l->v[i], attr.u.s->s))) return s_oom(e, line);
+            for (size_t i = 0; i < items.u.l->n; i++)
+                if (jv_list_push(e, l, s_attr_path(e, items.u.l->v[i], attr.u.s->s))) return s_oom(e, line);
             items = l;
         }
         return s_join(e, items, sep, line, out);
     }
-    if (!strcmp(name, "string") || !strcmp(name, "safe")) return name[1] == 'a' && v.t == JV_STR ? (*out = v, 0) : s_str_of(e, v, line, out);
+    if (!strcmp(name, "string") || !strcmp(name, "safe"))
+        return name[1] == 'a' && v.t == JV_STR ? (*out = v, 0) : s_str_of(e, v, line, out);
     if (!strcmp(name, "escape") || !strcmp(name, "e")) {
         if (s_str_of(e, v, line, &s)) return -1;
         jbuf b = {0};
@@ -582,7 +659,8 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
         else if (v.t == JV_FLOAT && isfinite(v.u.f) && fabs(v.u.f) < 9e18) *out = jv_int((int64_t)v.u.f);
         else if (v.t == JV_STR) {
             char *end;
-            const char *p = v.u.s->s; size_t n = v.u.s->n;
+            const char *p = v.u.s->s;
+            size_t n = v.u.s->n;
             ju_strip(&p, &n, NULL, 0, 1, 1);
             long long x = strtoll(p, &end, 10);
             if (n && end == p + n && !memchr(p, '_', n)) *out = jv_int(x);
@@ -599,7 +677,8 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
         else if (v.t == JV_FLOAT) *out = v;
         else if (v.t == JV_STR) {
             char *end;
-            const char *p = v.u.s->s; size_t n = v.u.s->n;
+            const char *p = v.u.s->s;
+            size_t n = v.u.s->n;
             ju_strip(&p, &n, NULL, 0, 1, 1);
             double f = strtod(p, &end);
             *out = n && end == p + n ? jv_float(f) : dflt;
@@ -608,11 +687,16 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
     }
     if (!strcmp(name, "list")) return s_list_of(e, v, line, out);
     if (!strcmp(name, "items")) {
-        if (v.t == JV_UNDEF) { *out = jv_list_new(e); return out->t == JV_LIST ? 0 : s_oom(e, line); }
-        if (v.t != JV_DICT || v.u.d->ns) return jerr_set(&e->err, JINJA_RUNTIME, line, "can only get item pairs from a mapping");
+        if (v.t == JV_UNDEF) {
+            *out = jv_list_new(e);
+            return out->t == JV_LIST ? 0 : s_oom(e, line);
+        }
+        if (v.t != JV_DICT || v.u.d->ns)
+            return jerr_set(&e->err, JINJA_RUNTIME, line, "can only get item pairs from a mapping");
         return jbi_method(e, v, "items", NULL, 0, NULL, NULL, 0, line, out);
     }
-    if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr") || !strcmp(name, "select") || !strcmp(name, "reject"))
+    if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr") || !strcmp(name, "select") ||
+        !strcmp(name, "reject"))
         return s_select(e, sc, name, v, args, nargs, line, out);
     if (!strcmp(name, "map")) {
         jv items, attr;
@@ -622,15 +706,20 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
         int by_attr = s_kw(kwn, kwv, nkw, "attribute", &attr);
         jv dflt = jv_undef(NULL);
         s_kw(kwn, kwv, nkw, "default", &dflt);
-        if (!by_attr && (nargs < 1 || args[0].t != JV_STR)) return jerr_set(&e->err, JINJA_RUNTIME, line, "map: a filter name or attribute= is needed");
-        if (!by_attr && !jbi_known_filter(args[0].u.s->s)) return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported filter '%s'", args[0].u.s->s);
+        if (!by_attr && (nargs < 1 || args[0].t != JV_STR))
+            return jerr_set(&e->err, JINJA_RUNTIME, line, "map: a filter name or attribute= is needed");
+        if (!by_attr && !jbi_known_filter(args[0].u.s->s))
+            return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported filter '%s'", args[0].u.s->s);
         for (size_t i = 0; i < items.u.l->n; i++) {
             jv x;
             if (by_attr) {
-                if (attr.t != JV_STR) return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: map attribute that is not a string");
+                if (attr.t != JV_STR)
+                    return jerr_set(&e->err, JINJA_UNSUPPORTED, line,
+                                    "unsupported: map attribute that is not a string");
                 x = s_attr_path(e, items.u.l->v[i], attr.u.s->s);
                 if (x.t == JV_UNDEF) x = dflt;
-            } else if (jbi_filter(e, sc, args[0].u.s->s, items.u.l->v[i], args + 1, nargs - 1, NULL, NULL, 0, line, &x)) return -1;
+            } else if (jbi_filter(e, sc, args[0].u.s->s, items.u.l->v[i], args + 1, nargs - 1, NULL, NULL, 0, line, &x))
+                return -1;
             if (jv_list_push(e, l, x)) return s_oom(e, line);
         }
         *out = l;
@@ -669,8 +758,11 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
         return s_replace(e, s, o, n2, c, line, out);
     }
     if (!strcmp(name, "abs")) {
-        if (v.t == JV_INT || v.t == JV_BOOL) { if (v.u.i == INT64_MIN) return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: integer result outside 64 bits"); *out = jv_int(v.u.i < 0 ? -v.u.i : v.u.i); }
-        else if (v.t == JV_FLOAT) *out = jv_float(fabs(v.u.f));
+        if (v.t == JV_INT || v.t == JV_BOOL) {
+            if (v.u.i == INT64_MIN)
+                return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: integer result outside 64 bits");
+            *out = jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+        } else if (v.t == JV_FLOAT) *out = jv_float(fabs(v.u.f));
         else return jerr_set(&e->err, JINJA_RUNTIME, line, "bad operand type for abs(): '%s'", jv_type_name(v));
         return 0;
     }
@@ -705,12 +797,17 @@ int jbi_call(jinja_env *e, const char *name, jv *args, int nargs, const char **k
         int64_t a = 0, b = 0, st = 1;
         for (int i = 0; i < nargs; i++)
             if (args[i].t != JV_INT && args[i].t != JV_BOOL)
-                return jerr_set(&e->err, JINJA_RUNTIME, line, "'%s' object cannot be interpreted as an integer", jv_type_name(args[i]));
+                return jerr_set(&e->err, JINJA_RUNTIME, line, "'%s' object cannot be interpreted as an integer",
+                                jv_type_name(args[i]));
         if (nargs == 1) b = args[0].u.i;
-        else if (nargs == 2 || nargs == 3) { a = args[0].u.i; b = args[1].u.i; if (nargs == 3) st = args[2].u.i; }
-        else return jerr_set(&e->err, JINJA_RUNTIME, line, "range expected 1 to 3 arguments, got %d", nargs);
+        else if (nargs == 2 || nargs == 3) {
+            a = args[0].u.i;
+            b = args[1].u.i;
+            if (nargs == 3) st = args[2].u.i;
+        } else return jerr_set(&e->err, JINJA_RUNTIME, line, "range expected 1 to 3 arguments, got %d", nargs);
         if (!st) return jerr_set(&e->err, JINJA_RUNTIME, line, "range() arg 3 must not be zero");
-        double count = st > 0 ? ceil(((double)b - (double)a) / (double)st) : ceil(((double)a - (double)b) / (double)-st);
+        double count =
+            st > 0 ? ceil(((double)b - (double)a) / (double)st) : ceil(((double)a - (double)b) / (double)-st);
         if (count > (double)e->lim.max_iters)
             return jerr_set(&e->err, JINJA_LIMIT, line, "range of %.0f items exceeds the iteration limit", count);
         jv l = jv_list_new(e);
@@ -728,8 +825,11 @@ int jbi_call(jinja_env *e, const char *name, jv *args, int nargs, const char **k
         d.u.d->ns = name[0] == 'n';
         if (nargs > 1) return jerr_set(&e->err, JINJA_RUNTIME, line, "%s expected at most 1 positional argument", name);
         if (nargs == 1) {
-            if (args[0].t != JV_DICT || args[0].u.d->ns) return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: %s() from a %s", name, jv_type_name(args[0]));
-            for (size_t i = 0; i < args[0].u.d->n; i++) if (jv_dict_set(e, d, args[0].u.d->k[i], args[0].u.d->v[i])) return s_oom(e, line);
+            if (args[0].t != JV_DICT || args[0].u.d->ns)
+                return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: %s() from a %s", name,
+                                jv_type_name(args[0]));
+            for (size_t i = 0; i < args[0].u.d->n; i++)
+                if (jv_dict_set(e, d, args[0].u.d->k[i], args[0].u.d->v[i])) return s_oom(e, line);
         }
         for (int i = 0; i < nkw; i++) {
             jv k = jv_str_of(e, kwn[i]);
@@ -739,7 +839,8 @@ int jbi_call(jinja_env *e, const char *name, jv *args, int nargs, const char **k
         return 0;
     }
     if (!strcmp(name, "strftime_now")) {
-        if (nargs != 1 || args[0].t != JV_STR) return jerr_set(&e->err, JINJA_RUNTIME, line, "strftime_now takes one format string");
+        if (nargs != 1 || args[0].t != JV_STR)
+            return jerr_set(&e->err, JINJA_RUNTIME, line, "strftime_now takes one format string");
         if (args[0].u.s->n > 200) return jerr_set(&e->err, JINJA_LIMIT, line, "strftime_now format too long");
         time_t now = time(NULL);
         struct tm tm;

@@ -10,7 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct jscope { jscope *parent; jv vars; };
+struct jscope {
+    jscope *parent;
+    jv vars;
+};
 
 enum { X_OK = 0, X_BREAK = 1, X_CONTINUE = 2 };
 
@@ -47,16 +50,16 @@ jv jeval_getattr(jinja_env *e, jv obj, const char *name, size_t n) {
     if (obj.t == JV_DICT) return jv_dict_get(obj, name, n, &out) ? out : jv_undef(NULL);
     if (obj.t == JV_STR && jbi_has_method(obj, name)) goto method;
     return jv_undef(NULL);
-method: {
-        jv_func *f = ja_alloc(&e->arena, sizeof *f);
-        if (!f) return jv_undef(NULL);
-        f->kind = FN_METHOD;
-        f->name = name;
-        f->self = obj;
-        jv v = {.t = JV_FUNC};
-        v.u.fn = f;
-        return v;
-    }
+method : {
+    jv_func *f = ja_alloc(&e->arena, sizeof *f);
+    if (!f) return jv_undef(NULL);
+    f->kind = FN_METHOD;
+    f->name = name;
+    f->self = obj;
+    jv v = {.t = JV_FUNC};
+    v.u.fn = f;
+    return v;
+}
 }
 
 static int s_index(jv key, int64_t *i) {
@@ -70,7 +73,8 @@ jv jeval_getitem(jinja_env *e, jv obj, jv key) {
     jv out;
     if (obj.t == JV_DICT) {
         if (!obj.u.d->ns && jv_dict_find(obj, key, &out)) return out;
-        if (key.t == JV_STR && !obj.u.d->ns && jbi_has_method(obj, key.u.s->s)) return jeval_getattr(e, obj, key.u.s->s, key.u.s->n);
+        if (key.t == JV_STR && !obj.u.d->ns && jbi_has_method(obj, key.u.s->s))
+            return jeval_getattr(e, obj, key.u.s->s, key.u.s->n);
         return jv_undef(NULL);
     }
     if (obj.t == JV_LIST && s_index(key, &i)) {
@@ -100,13 +104,19 @@ static int s_slice_indices(jinja_env *e, int64_t len, jv *sv, int64_t *start, in
     int has[2] = {sv[0].t == JV_INT || sv[0].t == JV_BOOL, sv[1].t == JV_INT || sv[1].t == JV_BOOL};
     int64_t v[2];
     for (int k = 0; k < 2; k++) {
-        if (!has[k]) { v[k] = k == 0 ? (*step > 0 ? 0 : len - 1) : (*step > 0 ? len : -1); continue; }
+        if (!has[k]) {
+            v[k] = k == 0 ? (*step > 0 ? 0 : len - 1) : (*step > 0 ? len : -1);
+            continue;
+        }
         int64_t x = sv[k].u.i;
-        if (x < 0) { x += len; if (x < 0) x = *step > 0 ? 0 : -1; }
-        else if (x >= len) x = *step > 0 ? len : len - 1;
+        if (x < 0) {
+            x += len;
+            if (x < 0) x = *step > 0 ? 0 : -1;
+        } else if (x >= len) x = *step > 0 ? len : len - 1;
         v[k] = x;
     }
-    *start = v[0]; *stop = v[1];
+    *start = v[0];
+    *stop = v[1];
     return 0;
 }
 
@@ -176,7 +186,8 @@ static int s_repeat(jinja_env *e, jv seq, int64_t k, int line, jv *out) {
     if (l.t != JV_LIST) return s_oom(e, line);
     l.u.l->tuple = seq.u.l->tuple;
     for (int64_t i = 0; i < k; i++)
-        for (size_t j = 0; j < seq.u.l->n; j++) if (jv_list_push(e, l, seq.u.l->v[j])) return s_oom(e, line);
+        for (size_t j = 0; j < seq.u.l->n; j++)
+            if (jv_list_push(e, l, seq.u.l->v[j])) return s_oom(e, line);
     *out = l;
     return 0;
 }
@@ -196,26 +207,44 @@ static int s_binop(jinja_env *e, int op, jv a, jv b, int line, jv *out) {
         double fx = s_num(a), fy = s_num(b);
         switch (op) {
         case OP_ADD:
-            if (!ints) { *out = jv_float(fx + fy); return 0; }
+            if (!ints) {
+                *out = jv_float(fx + fy);
+                return 0;
+            }
             if (__builtin_add_overflow(x, y, &r)) return s_overflow(e, line);
-            *out = jv_int(r); return 0;
+            *out = jv_int(r);
+            return 0;
         case OP_SUB:
-            if (!ints) { *out = jv_float(fx - fy); return 0; }
+            if (!ints) {
+                *out = jv_float(fx - fy);
+                return 0;
+            }
             if (__builtin_sub_overflow(x, y, &r)) return s_overflow(e, line);
-            *out = jv_int(r); return 0;
+            *out = jv_int(r);
+            return 0;
         case OP_MUL:
-            if (!ints) { *out = jv_float(fx * fy); return 0; }
+            if (!ints) {
+                *out = jv_float(fx * fy);
+                return 0;
+            }
             if (__builtin_mul_overflow(x, y, &r)) return s_overflow(e, line);
-            *out = jv_int(r); return 0;
+            *out = jv_int(r);
+            return 0;
         case OP_DIV:
             if (fy == 0) return jerr_set(&e->err, JINJA_RUNTIME, line, "division by zero");
-            *out = jv_float(fx / fy); return 0;
-        case OP_FLOORDIV: case OP_MOD:
-            if (ints ? y == 0 : fy == 0) return jerr_set(&e->err, JINJA_RUNTIME, line, "integer division or modulo by zero");
+            *out = jv_float(fx / fy);
+            return 0;
+        case OP_FLOORDIV:
+        case OP_MOD:
+            if (ints ? y == 0 : fy == 0)
+                return jerr_set(&e->err, JINJA_RUNTIME, line, "integer division or modulo by zero");
             if (ints) {
                 if (x == INT64_MIN && y == -1) return s_overflow(e, line);
                 int64_t q = x / y, m = x % y;
-                if (m != 0 && ((m < 0) != (y < 0))) { q--; m += y; }
+                if (m != 0 && ((m < 0) != (y < 0))) {
+                    q--;
+                    m += y;
+                }
                 *out = jv_int(op == OP_MOD ? m : q);
             } else {
                 double m = fmod(fx, fy);
@@ -233,7 +262,8 @@ static int s_binop(jinja_env *e, int op, jv a, jv b, int line, jv *out) {
                 *out = jv_int(acc);
                 return 0;
             }
-            if (fx == 0 && fy < 0) return jerr_set(&e->err, JINJA_RUNTIME, line, "0.0 cannot be raised to a negative power");
+            if (fx == 0 && fy < 0)
+                return jerr_set(&e->err, JINJA_RUNTIME, line, "0.0 cannot be raised to a negative power");
             *out = jv_float(pow(fx, fy));
             return 0;
         }
@@ -248,8 +278,10 @@ static int s_binop(jinja_env *e, int op, jv a, jv b, int line, jv *out) {
     if (op == OP_ADD && a.t == JV_LIST && b.t == JV_LIST && a.u.l->tuple == b.u.l->tuple) {
         jv l = a.u.l->tuple ? jv_tuple_new(e) : jv_list_new(e);
         if (l.t != JV_LIST) return s_oom(e, line);
-        for (size_t i = 0; i < a.u.l->n; i++) if (jv_list_push(e, l, a.u.l->v[i])) return s_oom(e, line);
-        for (size_t i = 0; i < b.u.l->n; i++) if (jv_list_push(e, l, b.u.l->v[i])) return s_oom(e, line);
+        for (size_t i = 0; i < a.u.l->n; i++)
+            if (jv_list_push(e, l, a.u.l->v[i])) return s_oom(e, line);
+        for (size_t i = 0; i < b.u.l->n; i++)
+            if (jv_list_push(e, l, b.u.l->v[i])) return s_oom(e, line);
         *out = l;
         return 0;
     }
@@ -272,7 +304,8 @@ static int s_compare(jinja_env *e, int op, jv a, jv b, int line) {
             if (a.t != JV_STR) {
                 if (a.t == JV_UNDEF) return s_undef_err(e, a, line), -1;
                 return jerr_set(&e->err, JINJA_RUNTIME, line, "'in <string>' requires string as left operand, not %s",
-                                jv_type_name(a)), -1;
+                                jv_type_name(a)),
+                       -1;
             }
             r = a.u.s->n == 0 || memmem(b.u.s->s, b.u.s->n, a.u.s->s, a.u.s->n) != NULL;
         } else if (b.t == JV_LIST) {
@@ -280,7 +313,8 @@ static int s_compare(jinja_env *e, int op, jv a, jv b, int line) {
             for (size_t i = 0; i < b.u.l->n && !r; i++) r = jv_equal(a, b.u.l->v[i]);
         } else if (b.t == JV_DICT && !b.u.d->ns) r = jv_dict_find(b, a, NULL);
         else if (b.t == JV_UNDEF) r = 0;
-        else return jerr_set(&e->err, JINJA_RUNTIME, line, "argument of type '%s' is not iterable", jv_type_name(b)), -1;
+        else
+            return jerr_set(&e->err, JINJA_RUNTIME, line, "argument of type '%s' is not iterable", jv_type_name(b)), -1;
         return op == OP_IN ? r : !r;
     }
     int c;
@@ -300,7 +334,8 @@ static int s_compare(jinja_env *e, int op, jv a, jv b, int line) {
         if ((a.t == JV_LIST && b.t == JV_LIST))
             return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: ordering comparison of sequences"), -1;
         return jerr_set(&e->err, JINJA_RUNTIME, line, "'%s' not supported between instances of '%s' and '%s'",
-                        names[op], jv_type_name(a), jv_type_name(b)), -1;
+                        names[op], jv_type_name(a), jv_type_name(b)),
+               -1;
     }
     switch (op) {
     case OP_LT: return c < 0;
@@ -310,13 +345,20 @@ static int s_compare(jinja_env *e, int op, jv a, jv b, int line) {
     }
 }
 
-typedef struct { jv pos[16]; int npos; const char *kwn[16]; jv kwv[16]; int nkw; } jargs;
+typedef struct {
+    jv pos[16];
+    int npos;
+    const char *kwn[16];
+    jv kwv[16];
+    int nkw;
+} jargs;
 
 static int s_eval_args(jinja_env *e, jscope *sc, const jnode *n, jargs *A) {
     A->npos = A->nkw = 0;
     for (int i = 0; i < n->nkids; i++) {
         const jnode *k = n->kids[i];
-        if (A->npos >= 16 || A->nkw >= 16) return jerr_set(&e->err, JINJA_UNSUPPORTED, n->line, "unsupported: more than 16 arguments");
+        if (A->npos >= 16 || A->nkw >= 16)
+            return jerr_set(&e->err, JINJA_UNSUPPORTED, n->line, "unsupported: more than 16 arguments");
         if (k->kind == JN_KWARG) {
             A->kwn[A->nkw] = k->name;
             if (jeval_expr(e, sc, k->a, &A->kwv[A->nkw++])) return -1;
@@ -325,25 +367,38 @@ static int s_eval_args(jinja_env *e, jscope *sc, const jnode *n, jargs *A) {
     return 0;
 }
 
-static int s_call_macro(jinja_env *e, jv fn, jv *args, int nargs, const char **kwn, jv *kwv, int nkw, int line, jv *out) {
+static int s_call_macro(jinja_env *e, jv fn, jv *args, int nargs, const char **kwn, jv *kwv, int nkw, int line,
+                        jv *out) {
     const jnode *m = fn.u.fn->macro;
-    if (nargs > m->nkids) return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: macro '%s' called with extra positional arguments", m->name);
-    if (e->calls >= e->lim.max_calls) return jerr_set(&e->err, JINJA_LIMIT, line, "macro calls nested deeper than %d", e->lim.max_calls);
+    if (nargs > m->nkids)
+        return jerr_set(&e->err, JINJA_UNSUPPORTED, line,
+                        "unsupported: macro '%s' called with extra positional arguments", m->name);
+    if (e->calls >= e->lim.max_calls)
+        return jerr_set(&e->err, JINJA_LIMIT, line, "macro calls nested deeper than %d", e->lim.max_calls);
     jscope ms = {.parent = fn.u.fn->closure, .vars = jv_dict_new(e)};
     if (ms.vars.t != JV_DICT) return s_oom(e, line);
     for (int i = 0; i < m->nkids; i++) {
         const jnode *p = m->kids[i];
         jv v = jv_undef(p->name);
         int found = 0;
-        if (i < nargs) { v = args[i]; found = 1; }
-        for (int k = 0; k < nkw; k++) if (!strcmp(kwn[k], p->name)) { v = kwv[k]; found = 1; }
+        if (i < nargs) {
+            v = args[i];
+            found = 1;
+        }
+        for (int k = 0; k < nkw; k++)
+            if (!strcmp(kwn[k], p->name)) {
+                v = kwv[k];
+                found = 1;
+            }
         if (!found && p->a && jeval_expr(e, &ms, p->a, &v)) return -1;
         if (s_assign(e, &ms, p->name, v, line)) return -1;
     }
     for (int k = 0; k < nkw; k++) {
         int ok = 0;
         for (int i = 0; i < m->nkids; i++) ok |= !strcmp(kwn[k], m->kids[i]->name);
-        if (!ok) return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: macro '%s' called with unknown keyword argument '%s'", m->name, kwn[k]);
+        if (!ok)
+            return jerr_set(&e->err, JINJA_UNSUPPORTED, line,
+                            "unsupported: macro '%s' called with unknown keyword argument '%s'", m->name, kwn[k]);
     }
     jbuf saved = e->out;
     e->out = (jbuf){.max = e->lim.max_output};
@@ -352,14 +407,20 @@ static int s_call_macro(jinja_env *e, jv fn, jv *args, int nargs, const char **k
     e->calls--;
     jbuf mine = e->out;
     e->out = saved;
-    if (rc < 0) { free(mine.p); return -1; }
-    if (mine.over) { free(mine.p); return jerr_set(&e->err, JINJA_LIMIT, line, "output exceeds %zu bytes", e->lim.max_output); }
+    if (rc < 0) {
+        free(mine.p);
+        return -1;
+    }
+    if (mine.over) {
+        free(mine.p);
+        return jerr_set(&e->err, JINJA_LIMIT, line, "output exceeds %zu bytes", e->lim.max_output);
+    }
     *out = jv_from_buf(e, &mine);
     return out->t == JV_STR ? 0 : s_oom(e, line);
 }
 
-int jeval_call_value(jinja_env *e, jscope *sc, jv fn, jv *args, int nargs, const char **kwn, jv *kwv, int nkw,
-                     int line, jv *out) {
+int jeval_call_value(jinja_env *e, jscope *sc, jv fn, jv *args, int nargs, const char **kwn, jv *kwv, int nkw, int line,
+                     jv *out) {
     (void)sc;
     if (fn.t == JV_UNDEF) return s_undef_err(e, fn, line);
     if (fn.t != JV_FUNC) return jerr_set(&e->err, JINJA_RUNTIME, line, "'%s' object is not callable", jv_type_name(fn));
@@ -372,7 +433,8 @@ int jeval_call_value(jinja_env *e, jscope *sc, jv fn, jv *args, int nargs, const
 
 static int s_builtin_name(const char *name) {
     static const char *names[] = {"range", "namespace", "dict", "raise_exception", "strftime_now", NULL};
-    for (int i = 0; names[i]; i++) if (!strcmp(names[i], name)) return 1;
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(names[i], name)) return 1;
     return 0;
 }
 
@@ -393,7 +455,8 @@ int jeval_expr(jinja_env *e, jscope *sc, const jnode *n, jv *out) {
         }
         *out = jv_undef(n->name);
         return 0;
-    case JN_LIST: case JN_TUPLE: {
+    case JN_LIST:
+    case JN_TUPLE: {
         jv l = n->kind == JN_TUPLE ? jv_tuple_new(e) : jv_list_new(e);
         if (l.t != JV_LIST) return s_oom(e, n->line);
         for (int i = 0; i < n->nkids; i++) {
@@ -408,7 +471,8 @@ int jeval_expr(jinja_env *e, jscope *sc, const jnode *n, jv *out) {
         if (d.t != JV_DICT) return s_oom(e, n->line);
         for (int i = 0; i + 1 < n->nkids; i += 2) {
             if (jeval_expr(e, sc, n->kids[i], &a) || jeval_expr(e, sc, n->kids[i + 1], &b)) return -1;
-            if (a.t == JV_LIST && !a.u.l->tuple) return jerr_set(&e->err, JINJA_RUNTIME, n->line, "unhashable type: 'list'");
+            if (a.t == JV_LIST && !a.u.l->tuple)
+                return jerr_set(&e->err, JINJA_RUNTIME, n->line, "unhashable type: 'list'");
             if (a.t == JV_DICT) return jerr_set(&e->err, JINJA_RUNTIME, n->line, "unhashable type: 'dict'");
             if (jv_dict_set(e, d, a, b)) return s_oom(e, n->line);
         }
@@ -434,12 +498,13 @@ int jeval_expr(jinja_env *e, jscope *sc, const jnode *n, jv *out) {
         jv sv[3] = {jv_none(), jv_none(), jv_none()};
         const jnode *parts[3] = {n->b, n->c, n->d};
         if (jeval_expr(e, sc, n->a, &a)) return -1;
-        for (int k = 0; k < 3; k++) if (parts[k] && jeval_expr(e, sc, parts[k], &sv[k])) return -1;
+        for (int k = 0; k < 3; k++)
+            if (parts[k] && jeval_expr(e, sc, parts[k], &sv[k])) return -1;
         return s_slice(e, a, sv, n->line, out);
     }
     case JN_CALL: {
         jargs A;
-        if (n->a->kind == JN_ATTR) {   /* obj.method(...) without making a bound method */
+        if (n->a->kind == JN_ATTR) { /* obj.method(...) without making a bound method */
             if (jeval_expr(e, sc, n->a->a, &a)) return -1;
             if (a.t == JV_UNDEF) return s_undef_err(e, a, n->line);
             if ((a.t == JV_STR || (a.t == JV_DICT && !a.u.d->ns)) && jbi_has_method(a, n->a->name)) {
@@ -449,8 +514,10 @@ int jeval_expr(jinja_env *e, jscope *sc, const jnode *n, jv *out) {
             b = jeval_getattr(e, a, n->a->name, strlen(n->a->name));
             if (b.t == JV_UNDEF) {
                 if (a.t == JV_LIST || a.t == JV_DICT || a.t == JV_STR)
-                    return jerr_set(&e->err, JINJA_UNSUPPORTED, n->line, "unsupported method '%s' of %s", n->a->name, jv_type_name(a));
-                return jerr_set(&e->err, JINJA_RUNTIME, n->line, "'%s' object has no attribute '%s'", jv_type_name(a), n->a->name);
+                    return jerr_set(&e->err, JINJA_UNSUPPORTED, n->line, "unsupported method '%s' of %s", n->a->name,
+                                    jv_type_name(a));
+                return jerr_set(&e->err, JINJA_RUNTIME, n->line, "'%s' object has no attribute '%s'", jv_type_name(a),
+                                n->a->name);
             }
         } else if (jeval_expr(e, sc, n->a, &b)) return -1;
         if (s_eval_args(e, sc, n, &A)) return -1;
@@ -469,23 +536,32 @@ int jeval_expr(jinja_env *e, jscope *sc, const jnode *n, jv *out) {
         *out = jv_bool(n->op ? !r : r);
         return 0;
     }
-    case JN_NEG: case JN_POS:
+    case JN_NEG:
+    case JN_POS:
         if (jeval_expr(e, sc, n->a, &a)) return -1;
-        if (a.t == JV_FLOAT) { *out = jv_float(n->kind == JN_NEG ? -a.u.f : a.u.f); return 0; }
+        if (a.t == JV_FLOAT) {
+            *out = jv_float(n->kind == JN_NEG ? -a.u.f : a.u.f);
+            return 0;
+        }
         if (a.t == JV_INT || a.t == JV_BOOL) {
             if (n->kind == JN_NEG && a.u.i == INT64_MIN) return s_overflow(e, n->line);
             *out = jv_int(n->kind == JN_NEG ? -a.u.i : a.u.i);
             return 0;
         }
         if (a.t == JV_UNDEF) return s_undef_err(e, a, n->line);
-        return jerr_set(&e->err, JINJA_RUNTIME, n->line, "bad operand type for unary %s: '%s'", n->kind == JN_NEG ? "-" : "+", jv_type_name(a));
+        return jerr_set(&e->err, JINJA_RUNTIME, n->line, "bad operand type for unary %s: '%s'",
+                        n->kind == JN_NEG ? "-" : "+", jv_type_name(a));
     case JN_NOT:
         if (jeval_expr(e, sc, n->a, &a)) return -1;
         *out = jv_bool(!jv_truthy(a));
         return 0;
-    case JN_AND: case JN_OR:
+    case JN_AND:
+    case JN_OR:
         if (jeval_expr(e, sc, n->a, &a)) return -1;
-        if ((n->kind == JN_AND) != jv_truthy(a)) { *out = a; return 0; }
+        if ((n->kind == JN_AND) != jv_truthy(a)) {
+            *out = a;
+            return 0;
+        }
         return jeval_expr(e, sc, n->b, out);
     case JN_BIN:
         if (jeval_expr(e, sc, n->a, &a) || jeval_expr(e, sc, n->b, &b)) return -1;
@@ -496,7 +572,10 @@ int jeval_expr(jinja_env *e, jscope *sc, const jnode *n, jv *out) {
             if (jeval_expr(e, sc, n->kids[i]->a, &b)) return -1;
             int r = s_compare(e, n->kids[i]->op, a, b, n->kids[i]->line);
             if (r < 0) return -1;
-            if (!r) { *out = jv_bool(0); return 0; }
+            if (!r) {
+                *out = jv_bool(0);
+                return 0;
+            }
             a = b;
         }
         *out = jv_bool(1);
@@ -507,18 +586,21 @@ int jeval_expr(jinja_env *e, jscope *sc, const jnode *n, jv *out) {
         if (n->c) return jeval_expr(e, sc, n->c, out);
         *out = jv_undef(NULL);
         return 0;
-    default:
-        return jerr_set(&e->err, JINJA_RUNTIME, n->line, "internal: node %d is not an expression", n->kind);
+    default: return jerr_set(&e->err, JINJA_RUNTIME, n->line, "internal: node %d is not an expression", n->kind);
     }
 }
 
 /* the items a for loop walks: a list's items, a dict's keys, a string's characters; undefined walks nothing */
 static int s_iterable(jinja_env *e, jv v, int line, jv *out) {
-    if (v.t == JV_LIST) { *out = v; return 0; }
+    if (v.t == JV_LIST) {
+        *out = v;
+        return 0;
+    }
     jv l = jv_list_new(e);
     if (l.t != JV_LIST) return s_oom(e, line);
     if (v.t == JV_DICT && !v.u.d->ns) {
-        for (size_t i = 0; i < v.u.d->n; i++) if (jv_list_push(e, l, v.u.d->k[i])) return s_oom(e, line);
+        for (size_t i = 0; i < v.u.d->n; i++)
+            if (jv_list_push(e, l, v.u.d->k[i])) return s_oom(e, line);
     } else if (v.t == JV_STR) {
         for (size_t i = 0; i < v.u.s->n;) {
             size_t k = ju_cp_offset(v.u.s->s + i, v.u.s->n - i, 1);
@@ -533,13 +615,16 @@ static int s_iterable(jinja_env *e, jv v, int line, jv *out) {
 
 static int s_bind_target(jinja_env *e, jscope *sc, const jnode *const *names, int nnames, jv item, int line) {
     if (nnames == 1) return s_assign(e, sc, names[0]->name, item, line);
-    if (item.t == JV_STR) { if (s_iterable(e, item, line, &item)) return -1; }
+    if (item.t == JV_STR) {
+        if (s_iterable(e, item, line, &item)) return -1;
+    }
     if (item.t != JV_LIST)
         return jerr_set(&e->err, JINJA_RUNTIME, line, "cannot unpack non-iterable %s object", jv_type_name(item));
     if ((int)item.u.l->n != nnames)
         return jerr_set(&e->err, JINJA_RUNTIME, line, "%s values to unpack (expected %d, got %zu)",
                         (int)item.u.l->n > nnames ? "too many" : "not enough", nnames, item.u.l->n);
-    for (int i = 0; i < nnames; i++) if (s_assign(e, sc, names[i]->name, item.u.l->v[i], line)) return -1;
+    for (int i = 0; i < nnames; i++)
+        if (s_assign(e, sc, names[i]->name, item.u.l->v[i], line)) return -1;
     return 0;
 }
 
@@ -557,7 +642,7 @@ static int s_loop_set(jinja_env *e, jv loop, const char *k, jv v) {
 static int s_exec_for(jinja_env *e, jscope *sc, const jnode *n) {
     jv it, items;
     if (jeval_expr(e, sc, n->a, &it) || s_iterable(e, it, n->line, &items)) return -1;
-    if (n->d) {   /* for x in xs if cond: filter first, so loop.length counts what is kept */
+    if (n->d) { /* for x in xs if cond: filter first, so loop.length counts what is kept */
         jv kept = jv_list_new(e);
         if (kept.t != JV_LIST) return s_oom(e, n->line);
         for (size_t i = 0; i < items.u.l->n; i++) {
@@ -580,9 +665,10 @@ static int s_exec_for(jinja_env *e, jscope *sc, const jnode *n) {
         if (is.vars.t != JV_DICT || loop.t != JV_DICT) return s_oom(e, n->line);
         if (s_loop_set(e, loop, "index0", jv_int((int64_t)i)) || s_loop_set(e, loop, "index", jv_int((int64_t)i + 1)) ||
             s_loop_set(e, loop, "revindex0", jv_int((int64_t)(len - i - 1))) ||
-            s_loop_set(e, loop, "revindex", jv_int((int64_t)(len - i))) || s_loop_set(e, loop, "first", jv_bool(i == 0)) ||
-            s_loop_set(e, loop, "last", jv_bool(i + 1 == len)) || s_loop_set(e, loop, "length", jv_int((int64_t)len)) ||
-            s_loop_set(e, loop, "depth", jv_int(1)) || s_loop_set(e, loop, "depth0", jv_int(0)) ||
+            s_loop_set(e, loop, "revindex", jv_int((int64_t)(len - i))) ||
+            s_loop_set(e, loop, "first", jv_bool(i == 0)) || s_loop_set(e, loop, "last", jv_bool(i + 1 == len)) ||
+            s_loop_set(e, loop, "length", jv_int((int64_t)len)) || s_loop_set(e, loop, "depth", jv_int(1)) ||
+            s_loop_set(e, loop, "depth0", jv_int(0)) ||
             (i > 0 && s_loop_set(e, loop, "previtem", items.u.l->v[i - 1])) ||
             (i + 1 < len && s_loop_set(e, loop, "nextitem", items.u.l->v[i + 1])))
             return s_oom(e, n->line);
@@ -603,7 +689,8 @@ static int s_exec_set(jinja_env *e, jscope *sc, const jnode *n) {
     if (t->kind == JN_TUPLE) return s_bind_target(e, sc, (const jnode *const *)t->kids, t->nkids, v, n->line);
     /* ns.attr = v */
     jv ns;
-    if (!s_lookup(e, sc, t->a->name, &ns)) return jerr_set(&e->err, JINJA_RUNTIME, n->line, "'%s' is undefined", t->a->name);
+    if (!s_lookup(e, sc, t->a->name, &ns))
+        return jerr_set(&e->err, JINJA_RUNTIME, n->line, "'%s' is undefined", t->a->name);
     if (ns.t != JV_DICT || !ns.u.d->ns)
         return jerr_set(&e->err, JINJA_RUNTIME, n->line, "cannot assign attribute on non-namespace object");
     jv k = jv_str_of(e, t->name);
@@ -620,9 +707,7 @@ static int s_exec(jinja_env *e, jscope *sc, const jnode *n) {
             if (rc) return rc;
         }
         return 0;
-    case JN_LIT:
-        jb_put(&e->out, n->lit.u.s->s, n->lit.u.s->n);
-        goto check_out;
+    case JN_LIT: jb_put(&e->out, n->lit.u.s->s, n->lit.u.s->n); goto check_out;
     case JN_OUTPUT:
         if (jeval_expr(e, sc, n->a, &v)) return -1;
         jv_to_str(&e->out, v);
@@ -645,7 +730,12 @@ static int s_exec(jinja_env *e, jscope *sc, const jnode *n) {
         int rc = s_exec(e, sc, n->b);
         jbuf mine = e->out;
         e->out = saved;
-        if (rc) { free(mine.p); return rc < 0 ? rc : jerr_set(&e->err, JINJA_UNSUPPORTED, n->line, "unsupported: break/continue inside a block set"); }
+        if (rc) {
+            free(mine.p);
+            return rc < 0 ? rc
+                          : jerr_set(&e->err, JINJA_UNSUPPORTED, n->line,
+                                     "unsupported: break/continue inside a block set");
+        }
         v = jv_from_buf(e, &mine);
         if (v.t != JV_STR) return s_oom(e, n->line);
         return s_assign(e, sc, n->a->name, v, n->line);
@@ -663,8 +753,7 @@ static int s_exec(jinja_env *e, jscope *sc, const jnode *n) {
     }
     case JN_BREAK: return X_BREAK;
     case JN_CONTINUE: return X_CONTINUE;
-    default:
-        return jerr_set(&e->err, JINJA_RUNTIME, n->line, "internal: node %d is not a statement", n->kind);
+    default: return jerr_set(&e->err, JINJA_RUNTIME, n->line, "internal: node %d is not a statement", n->kind);
     }
 }
 
@@ -674,7 +763,10 @@ jinja_env *jinja_env_new(const jinja_limits *lim) {
     e->lim = lim ? *lim : jinja_limits_default();
     e->arena.cap = e->lim.max_memory;
     e->globals = jv_dict_new(e);
-    if (e->globals.t != JV_DICT) { free(e); return NULL; }
+    if (e->globals.t != JV_DICT) {
+        free(e);
+        return NULL;
+    }
     return e;
 }
 
@@ -715,7 +807,11 @@ int jinja_render(jinja_env *e, const jinja_tmpl *t, char **out, size_t *outlen, 
         }
         return e->err.code;
     }
-    if (!e->out.p) { e->out.p = malloc(1); if (!e->out.p) return JINJA_NOMEM; e->out.p[0] = 0; }
+    if (!e->out.p) {
+        e->out.p = malloc(1);
+        if (!e->out.p) return JINJA_NOMEM;
+        e->out.p[0] = 0;
+    }
     *out = e->out.p;
     if (outlen) *outlen = e->out.n;
     e->out = (jbuf){0};

@@ -14,20 +14,25 @@
 #include <string.h>
 
 typedef struct {
-    jtok *t; int n, pos;
+    jtok *t;
+    int n, pos;
     jarena *A;
     jerr *e;
     int depth, max_depth;
 } parser;
 
-typedef struct { jnode **v; int n, cap; } nvec;
+typedef struct {
+    jnode **v;
+    int n, cap;
+} nvec;
 
 static int s_vpush(parser *P, nvec *v, jnode *x) {
     if (v->n == v->cap) {
         int c = v->cap ? v->cap * 2 : 8;
         jnode **nv = realloc(v->v, (size_t)c * sizeof *nv);
         if (!nv) return jerr_set(P->e, JINJA_NOMEM, 0, "out of memory");
-        v->v = nv; v->cap = c;
+        v->v = nv;
+        v->cap = c;
     }
     v->v[v->n++] = x;
     return 0;
@@ -37,23 +42,34 @@ static int s_vpush(parser *P, nvec *v, jnode *x) {
 static int s_vfinish(parser *P, nvec *v, jnode *n) {
     if (v->n) {
         n->kids = ja_alloc(P->A, (size_t)v->n * sizeof *n->kids);
-        if (!n->kids) { free(v->v); return jerr_set(P->e, JINJA_NOMEM, n->line, "out of memory"); }
+        if (!n->kids) {
+            free(v->v);
+            return jerr_set(P->e, JINJA_NOMEM, n->line, "out of memory");
+        }
         memcpy(n->kids, v->v, (size_t)v->n * sizeof *n->kids);
     }
     n->nkids = v->n;
     free(v->v);
-    v->v = NULL; v->n = v->cap = 0;
+    v->v = NULL;
+    v->n = v->cap = 0;
     return 0;
 }
 
 static jtok *s_cur(parser *P) { return &P->t[P->pos]; }
 static jtok *s_peek(parser *P, int k) { return P->pos + k < P->n ? &P->t[P->pos + k] : &P->t[P->n - 1]; }
-static int s_is_op(jtok *t, const char *op) { return t->type == TK_OP && t->n == strlen(op) && !memcmp(t->s, op, t->n); }
-static int s_is_name(jtok *t, const char *nm) { return t->type == TK_NAME && t->n == strlen(nm) && !memcmp(t->s, nm, t->n); }
+static int s_is_op(jtok *t, const char *op) {
+    return t->type == TK_OP && t->n == strlen(op) && !memcmp(t->s, op, t->n);
+}
+static int s_is_name(jtok *t, const char *nm) {
+    return t->type == TK_NAME && t->n == strlen(nm) && !memcmp(t->s, nm, t->n);
+}
 
 static jnode *s_node(parser *P, int kind, int line) {
     jnode *n = ja_alloc(P->A, sizeof *n);
-    if (!n) { jerr_set(P->e, JINJA_NOMEM, line, "out of memory"); return NULL; }
+    if (!n) {
+        jerr_set(P->e, JINJA_NOMEM, line, "out of memory");
+        return NULL;
+    }
     n->kind = kind;
     n->line = line;
     return n;
@@ -61,7 +77,10 @@ static jnode *s_node(parser *P, int kind, int line) {
 
 static const char *s_dup(parser *P, const char *s, size_t n) {
     char *d = ja_alloc(P->A, n + 1);
-    if (!d) { jerr_set(P->e, JINJA_NOMEM, 0, "out of memory"); return NULL; }
+    if (!d) {
+        jerr_set(P->e, JINJA_NOMEM, 0, "out of memory");
+        return NULL;
+    }
     memcpy(d, s, n);
     d[n] = 0;
     return d;
@@ -100,7 +119,10 @@ static jnode *s_literal_str(parser *P, int line, const char *s, size_t n) {
     jnode *x = s_node(P, JN_LIT, line);
     if (!x) return NULL;
     jv_str *str = ja_alloc(P->A, sizeof *str + n + 1);
-    if (!str) { jerr_set(P->e, JINJA_NOMEM, line, "out of memory"); return NULL; }
+    if (!str) {
+        jerr_set(P->e, JINJA_NOMEM, line, "out of memory");
+        return NULL;
+    }
     str->n = n;
     memcpy(str->s, s, n);
     str->s[n] = 0;
@@ -153,8 +175,15 @@ static jnode *s_primary(parser *P) {
         /* adjacent string literals concatenate */
         jbuf b = {0};
         int line = t->line;
-        while (s_cur(P)->type == TK_STRING) { jb_put(&b, s_cur(P)->s, s_cur(P)->n); P->pos++; }
-        if (b.over) { free(b.p); jerr_set(P->e, JINJA_NOMEM, line, "out of memory"); return NULL; }
+        while (s_cur(P)->type == TK_STRING) {
+            jb_put(&b, s_cur(P)->s, s_cur(P)->n);
+            P->pos++;
+        }
+        if (b.over) {
+            free(b.p);
+            jerr_set(P->e, JINJA_NOMEM, line, "out of memory");
+            return NULL;
+        }
         x = s_literal_str(P, line, b.p ? b.p : "", b.n);
         free(b.p);
         return x;
@@ -219,18 +248,24 @@ static jnode *s_primary(parser *P) {
 
 static jnode *s_subscript(parser *P, jnode *obj) {
     int line = s_cur(P)->line;
-    P->pos++;   /* [ */
+    P->pos++; /* [ */
     jnode *parts[3] = {NULL, NULL, NULL};
     int colons = 0;
     for (;;) {
         jtok *t = s_cur(P);
         if (s_is_op(t, "]")) break;
         if (s_is_op(t, ":")) {
-            if (++colons > 2) { jerr_set(P->e, JINJA_SYNTAX, t->line, "bad slice"); return NULL; }
+            if (++colons > 2) {
+                jerr_set(P->e, JINJA_SYNTAX, t->line, "bad slice");
+                return NULL;
+            }
             P->pos++;
             continue;
         }
-        if (parts[colons]) { jerr_set(P->e, JINJA_SYNTAX, t->line, "expected ']' in a subscript"); return NULL; }
+        if (parts[colons]) {
+            jerr_set(P->e, JINJA_SYNTAX, t->line, "expected ']' in a subscript");
+            return NULL;
+        }
         if (!(parts[colons] = s_expr(P, 1))) return NULL;
         if (s_is_op(s_cur(P), ",")) {
             jerr_set(P->e, JINJA_UNSUPPORTED, line, "unsupported: tuple subscript");
@@ -241,11 +276,18 @@ static jnode *s_subscript(parser *P, jnode *obj) {
     jnode *x;
     if (colons) {
         if (!(x = s_node(P, JN_SLICE, line))) return NULL;
-        x->a = obj; x->b = parts[0]; x->c = parts[1]; x->d = parts[2];
+        x->a = obj;
+        x->b = parts[0];
+        x->c = parts[1];
+        x->d = parts[2];
     } else {
-        if (!parts[0]) { jerr_set(P->e, JINJA_SYNTAX, line, "empty subscript"); return NULL; }
+        if (!parts[0]) {
+            jerr_set(P->e, JINJA_SYNTAX, line, "empty subscript");
+            return NULL;
+        }
         if (!(x = s_node(P, JN_ITEM, line))) return NULL;
-        x->a = obj; x->b = parts[0];
+        x->a = obj;
+        x->b = parts[0];
     }
     return x;
 }
@@ -264,7 +306,8 @@ static jnode *s_postfix(parser *P, jnode *x) {
                 jnode *a = s_node(P, JN_ITEM, t->line), *k = s_node(P, JN_LIT, t->line);
                 if (!a || !k) return NULL;
                 k->lit = jv_int(nm->i);
-                a->a = x; a->b = k;
+                a->a = x;
+                a->b = k;
                 x = a;
             } else {
                 jerr_set(P->e, JINJA_SYNTAX, t->line, "expected a name after '.'");
@@ -278,7 +321,10 @@ static jnode *s_postfix(parser *P, jnode *x) {
             nvec v = {0};
             if (!c) return NULL;
             P->pos++;
-            if (s_args(P, &v)) { free(v.v); return NULL; }
+            if (s_args(P, &v)) {
+                free(v.v);
+                return NULL;
+            }
             if (s_vfinish(P, &v, c)) return NULL;
             c->a = x;
             x = c;
@@ -289,7 +335,10 @@ static jnode *s_postfix(parser *P, jnode *x) {
 
 static const char *s_dotted_name(parser *P) {
     jtok *t = s_cur(P);
-    if (t->type != TK_NAME) { jerr_set(P->e, JINJA_SYNTAX, t->line, "expected a filter or test name"); return NULL; }
+    if (t->type != TK_NAME) {
+        jerr_set(P->e, JINJA_SYNTAX, t->line, "expected a filter or test name");
+        return NULL;
+    }
     if (s_is_op(s_peek(P, 1), ".") && s_peek(P, 2)->type == TK_NAME) {
         jerr_set(P->e, JINJA_UNSUPPORTED, t->line, "unsupported: dotted filter or test name");
         return NULL;
@@ -313,7 +362,10 @@ static jnode *s_filters(parser *P, jnode *x) {
             if (s_is_op(s_cur(P), "(")) {
                 nvec v = {0};
                 P->pos++;
-                if (s_args(P, &v)) { free(v.v); return NULL; }
+                if (s_args(P, &v)) {
+                    free(v.v);
+                    return NULL;
+                }
                 if (s_vfinish(P, &v, f)) return NULL;
             }
             x = f;
@@ -321,7 +373,10 @@ static jnode *s_filters(parser *P, jnode *x) {
             P->pos++;
             jnode *f = s_node(P, JN_TEST, t->line);
             if (!f) return NULL;
-            if (s_is_name(s_cur(P), "not")) { f->op = 1; P->pos++; }
+            if (s_is_name(s_cur(P), "not")) {
+                f->op = 1;
+                P->pos++;
+            }
             if (!(f->name = s_dotted_name(P))) return NULL;
             if (!jbi_known_test(f->name)) {
                 jerr_set(P->e, JINJA_UNSUPPORTED, t->line, "unsupported test '%s'", f->name);
@@ -332,7 +387,10 @@ static jnode *s_filters(parser *P, jnode *x) {
             if (s_is_op(n, "(")) {
                 nvec v = {0};
                 P->pos++;
-                if (s_args(P, &v)) { free(v.v); return NULL; }
+                if (s_args(P, &v)) {
+                    free(v.v);
+                    return NULL;
+                }
                 if (s_vfinish(P, &v, f)) return NULL;
             } else if ((n->type == TK_NAME && !s_is_name(n, "else") && !s_is_name(n, "or") && !s_is_name(n, "and")) ||
                        n->type == TK_STRING || n->type == TK_INT || n->type == TK_FLOAT || s_is_op(n, "[") ||
@@ -341,7 +399,10 @@ static jnode *s_filters(parser *P, jnode *x) {
                 jnode *arg = s_postfix(P, s_primary(P));
                 if (!arg) return NULL;
                 f->kids = ja_alloc(P->A, sizeof *f->kids);
-                if (!f->kids) { jerr_set(P->e, JINJA_NOMEM, t->line, "out of memory"); return NULL; }
+                if (!f->kids) {
+                    jerr_set(P->e, JINJA_NOMEM, t->line, "out of memory");
+                    return NULL;
+                }
                 f->kids[0] = arg;
                 f->nkids = 1;
             }
@@ -372,7 +433,9 @@ static jnode *s_bin(parser *P, int op, int line, jnode *a, jnode *b) {
     if (!a || !b) return NULL;
     jnode *x = s_node(P, JN_BIN, line);
     if (!x) return NULL;
-    x->op = op; x->a = a; x->b = b;
+    x->op = op;
+    x->a = a;
+    x->b = b;
     return x;
 }
 
@@ -390,8 +453,11 @@ static jnode *s_math2(parser *P) {
     jnode *x = s_pow(P);
     for (;;) {
         jtok *t = s_cur(P);
-        int op = s_is_op(t, "*") ? OP_MUL : s_is_op(t, "/") ? OP_DIV : s_is_op(t, "//") ? OP_FLOORDIV
-               : s_is_op(t, "%") ? OP_MOD : 0;
+        int op = s_is_op(t, "*")    ? OP_MUL
+                 : s_is_op(t, "/")  ? OP_DIV
+                 : s_is_op(t, "//") ? OP_FLOORDIV
+                 : s_is_op(t, "%")  ? OP_MOD
+                                    : 0;
         if (!x || !op) return x;
         P->pos++;
         x = s_bin(P, op, t->line, x, s_pow(P));
@@ -426,18 +492,30 @@ static jnode *s_compare(parser *P) {
     int line = s_cur(P)->line;
     for (;;) {
         jtok *t = s_cur(P);
-        int op = s_is_op(t, "==") ? OP_EQ : s_is_op(t, "!=") ? OP_NE : s_is_op(t, "<") ? OP_LT
-               : s_is_op(t, "<=") ? OP_LE : s_is_op(t, ">") ? OP_GT : s_is_op(t, ">=") ? OP_GE
-               : s_is_name(t, "in") ? OP_IN : (s_is_name(t, "not") && s_is_name(s_peek(P, 1), "in")) ? OP_NOTIN : 0;
+        int op = s_is_op(t, "==")                                         ? OP_EQ
+                 : s_is_op(t, "!=")                                       ? OP_NE
+                 : s_is_op(t, "<")                                        ? OP_LT
+                 : s_is_op(t, "<=")                                       ? OP_LE
+                 : s_is_op(t, ">")                                        ? OP_GT
+                 : s_is_op(t, ">=")                                       ? OP_GE
+                 : s_is_name(t, "in")                                     ? OP_IN
+                 : (s_is_name(t, "not") && s_is_name(s_peek(P, 1), "in")) ? OP_NOTIN
+                                                                          : 0;
         if (!op) break;
         P->pos += op == OP_NOTIN ? 2 : 1;
         jnode *c = s_node(P, JN_CMP, t->line);
-        if (!c || !(c->a = s_math1(P)) || s_vpush(P, &v, c)) { free(v.v); return NULL; }
+        if (!c || !(c->a = s_math1(P)) || s_vpush(P, &v, c)) {
+            free(v.v);
+            return NULL;
+        }
         c->op = op;
     }
     if (!v.n) return x;
     jnode *c = s_node(P, JN_CMP, line);
-    if (!c) { free(v.v); return NULL; }
+    if (!c) {
+        free(v.v);
+        return NULL;
+    }
     c->a = x;
     if (s_vfinish(P, &v, c)) return NULL;
     return c;
@@ -511,10 +589,16 @@ static jnode *s_tuple(parser *P, int condexpr, int explicit_only) {
         jtok *t = s_cur(P);
         if (t->type == TK_VAR_END || t->type == TK_BLOCK_END || s_is_op(t, ")") || s_is_name(t, "if")) break;
         jnode *y = s_expr(P, condexpr);
-        if (!y || s_vpush(P, &v, y)) { free(v.v); return NULL; }
+        if (!y || s_vpush(P, &v, y)) {
+            free(v.v);
+            return NULL;
+        }
     }
     jnode *tu = s_node(P, JN_TUPLE, line);
-    if (!tu) { free(v.v); return NULL; }
+    if (!tu) {
+        free(v.v);
+        return NULL;
+    }
     if (s_vfinish(P, &v, tu)) return NULL;
     return tu;
 }
@@ -533,7 +617,8 @@ static jnode *s_body(parser *P, const char *const *ends);
 static int s_at_end(parser *P, const char *const *ends) {
     if (s_cur(P)->type != TK_BLOCK_BEGIN) return 0;
     jtok *nm = s_peek(P, 1);
-    for (int i = 0; ends && ends[i]; i++) if (s_is_name(nm, ends[i])) return 1;
+    for (int i = 0; ends && ends[i]; i++)
+        if (s_is_name(nm, ends[i])) return 1;
     return 0;
 }
 
@@ -546,9 +631,16 @@ static jnode *s_target(parser *P, int allow_attr) {
     int line = s_cur(P)->line;
     for (;;) {
         jtok *n = s_cur(P);
-        if (n->type != TK_NAME) { free(v.v); jerr_set(P->e, JINJA_SYNTAX, n->line, "expected a name to assign to"); return NULL; }
+        if (n->type != TK_NAME) {
+            free(v.v);
+            jerr_set(P->e, JINJA_SYNTAX, n->line, "expected a name to assign to");
+            return NULL;
+        }
         jnode *x = s_node(P, JN_NAME, n->line);
-        if (!x || !(x->name = s_dup(P, n->s, n->n))) { free(v.v); return NULL; }
+        if (!x || !(x->name = s_dup(P, n->s, n->n))) {
+            free(v.v);
+            return NULL;
+        }
         P->pos++;
         if (allow_attr && !v.n && s_is_op(s_cur(P), ".") && s_peek(P, 1)->type == TK_NAME) {
             jnode *a = s_node(P, JN_ATTR, n->line);
@@ -561,10 +653,20 @@ static jnode *s_target(parser *P, int allow_attr) {
         if (!s_is_op(s_cur(P), ",")) break;
         P->pos++;
     }
-    if (paren && s_expect_op(P, ")")) { free(v.v); return NULL; }
-    if (v.n == 1 && !paren) { jnode *x = v.v[0]; free(v.v); return x; }
+    if (paren && s_expect_op(P, ")")) {
+        free(v.v);
+        return NULL;
+    }
+    if (v.n == 1 && !paren) {
+        jnode *x = v.v[0];
+        free(v.v);
+        return x;
+    }
     jnode *tu = s_node(P, JN_TUPLE, line);
-    if (!tu) { free(v.v); return NULL; }
+    if (!tu) {
+        free(v.v);
+        return NULL;
+    }
     if (s_vfinish(P, &v, tu)) return NULL;
     return tu;
 }
@@ -595,19 +697,31 @@ static jnode *s_stmt_for(parser *P, int line) {
     if (!x) return NULL;
     jnode *tg = s_target(P, 0);
     if (!tg) return NULL;
-    if (tg->kind == JN_TUPLE) { x->kids = tg->kids; x->nkids = tg->nkids; }
-    else {
-        if (!(x->kids = ja_alloc(P->A, sizeof *x->kids))) { jerr_set(P->e, JINJA_NOMEM, line, "out of memory"); return NULL; }
-        x->kids[0] = tg; x->nkids = 1;
+    if (tg->kind == JN_TUPLE) {
+        x->kids = tg->kids;
+        x->nkids = tg->nkids;
+    } else {
+        if (!(x->kids = ja_alloc(P->A, sizeof *x->kids))) {
+            jerr_set(P->e, JINJA_NOMEM, line, "out of memory");
+            return NULL;
+        }
+        x->kids[0] = tg;
+        x->nkids = 1;
     }
-    if (!s_is_name(s_cur(P), "in")) { jerr_set(P->e, JINJA_SYNTAX, line, "expected 'in' in a for loop"); return NULL; }
+    if (!s_is_name(s_cur(P), "in")) {
+        jerr_set(P->e, JINJA_SYNTAX, line, "expected 'in' in a for loop");
+        return NULL;
+    }
     P->pos++;
     if (!(x->a = s_tuple(P, 0, 0))) return NULL;
     if (s_is_name(s_cur(P), "if")) {
         P->pos++;
         if (!(x->d = s_expr(P, 1))) return NULL;
     }
-    if (s_is_name(s_cur(P), "recursive")) { jerr_set(P->e, JINJA_UNSUPPORTED, line, "unsupported: recursive for loop"); return NULL; }
+    if (s_is_name(s_cur(P), "recursive")) {
+        jerr_set(P->e, JINJA_UNSUPPORTED, line, "unsupported: recursive for loop");
+        return NULL;
+    }
     if (s_block_end(P) || !(x->b = s_body(P, ends))) return NULL;
     jtok *nm = s_peek(P, 1);
     P->pos += 2;
@@ -624,7 +738,10 @@ static jnode *s_stmt_set(parser *P, int line) {
     if (!tg) return NULL;
     if (s_cur(P)->type == TK_BLOCK_END) {
         static const char *const ends[] = {"endset", NULL};
-        if (tg->kind != JN_NAME) { jerr_set(P->e, JINJA_SYNTAX, line, "a block set assigns one name"); return NULL; }
+        if (tg->kind != JN_NAME) {
+            jerr_set(P->e, JINJA_SYNTAX, line, "a block set assigns one name");
+            return NULL;
+        }
         jnode *x = s_node(P, JN_SETBLOCK, line);
         P->pos++;
         if (!x || !(x->b = s_body(P, ends))) return NULL;
@@ -633,7 +750,10 @@ static jnode *s_stmt_set(parser *P, int line) {
         x->a = tg;
         return x;
     }
-    if (s_is_op(s_cur(P), "|")) { jerr_set(P->e, JINJA_UNSUPPORTED, line, "unsupported: filtered block set"); return NULL; }
+    if (s_is_op(s_cur(P), "|")) {
+        jerr_set(P->e, JINJA_UNSUPPORTED, line, "unsupported: filtered block set");
+        return NULL;
+    }
     if (s_expect_op(P, "=")) return NULL;
     jnode *x = s_node(P, JN_SET, line);
     if (!x || !(x->b = s_tuple(P, 1, 0)) || s_block_end(P)) return NULL;
@@ -646,7 +766,10 @@ static jnode *s_stmt_macro(parser *P, int line) {
     jtok *t = s_cur(P);
     jnode *x = s_node(P, JN_MACRO, line);
     if (!x) return NULL;
-    if (t->type != TK_NAME) { jerr_set(P->e, JINJA_SYNTAX, line, "expected a macro name"); return NULL; }
+    if (t->type != TK_NAME) {
+        jerr_set(P->e, JINJA_SYNTAX, line, "expected a macro name");
+        return NULL;
+    }
     if (!(x->name = s_dup(P, t->s, t->n))) return NULL;
     P->pos++;
     if (s_expect_op(P, "(")) return NULL;
@@ -654,18 +777,24 @@ static jnode *s_stmt_macro(parser *P, int line) {
     while (!s_is_op(s_cur(P), ")")) {
         if (v.n && s_expect_op(P, ",")) goto fail;
         jtok *n = s_cur(P);
-        if (n->type != TK_NAME) { jerr_set(P->e, JINJA_SYNTAX, n->line, "expected a parameter name"); goto fail; }
+        if (n->type != TK_NAME) {
+            jerr_set(P->e, JINJA_SYNTAX, n->line, "expected a parameter name");
+            goto fail;
+        }
         jnode *p = s_node(P, JN_NAME, n->line);
         if (!p || !(p->name = s_dup(P, n->s, n->n))) goto fail;
         P->pos++;
-        if (s_is_op(s_cur(P), "=")) { P->pos++; if (!(p->a = s_expr(P, 1))) goto fail; }
+        if (s_is_op(s_cur(P), "=")) {
+            P->pos++;
+            if (!(p->a = s_expr(P, 1))) goto fail;
+        }
         if (s_vpush(P, &v, p)) goto fail;
     }
     P->pos++;
     if (s_vfinish(P, &v, x)) return NULL;
     if (s_block_end(P) || !(x->b = s_body(P, ends))) return NULL;
     P->pos += 2;
-    if (s_cur(P)->type == TK_NAME) P->pos++;   /* {% endmacro name %} */
+    if (s_cur(P)->type == TK_NAME) P->pos++; /* {% endmacro name %} */
     if (s_block_end(P)) return NULL;
     return x;
 fail:
@@ -684,7 +813,8 @@ static jnode *s_stmt(parser *P) {
         jnode *x = s_node(P, JN_OUTPUT, t->line);
         if (!x || !(x->a = s_tuple(P, 1, 0))) return NULL;
         if (s_cur(P)->type != TK_VAR_END) {
-            jerr_set(P->e, JINJA_SYNTAX, s_cur(P)->line, "expected end of print statement, got '%s'", s_tokdesc(s_cur(P)));
+            jerr_set(P->e, JINJA_SYNTAX, s_cur(P)->line, "expected end of print statement, got '%s'",
+                     s_tokdesc(s_cur(P)));
             return NULL;
         }
         P->pos++;
@@ -696,7 +826,10 @@ static jnode *s_stmt(parser *P) {
     }
     jtok *nm = s_peek(P, 1);
     int line = nm->line;
-    if (nm->type != TK_NAME) { jerr_set(P->e, JINJA_SYNTAX, line, "tag name expected"); return NULL; }
+    if (nm->type != TK_NAME) {
+        jerr_set(P->e, JINJA_SYNTAX, line, "tag name expected");
+        return NULL;
+    }
     P->pos += 2;
     if (s_is_name(nm, "if")) return s_stmt_if(P, line);
     if (s_is_name(nm, "for")) return s_stmt_for(P, line);
@@ -707,7 +840,7 @@ static jnode *s_stmt(parser *P) {
         if (!x || s_block_end(P)) return NULL;
         return x;
     }
-    if (s_is_name(nm, "generation")) {   /* transformers' AssistantTracker: marks text, renders its body */
+    if (s_is_name(nm, "generation")) { /* transformers' AssistantTracker: marks text, renders its body */
         static const char *const ends[] = {"endgeneration", NULL};
         jnode *x;
         if (s_block_end(P) || !(x = s_body(P, ends))) return NULL;
@@ -715,8 +848,8 @@ static jnode *s_stmt(parser *P) {
         if (s_block_end(P)) return NULL;
         return x;
     }
-    static const char *const unsup[] = {"call", "filter", "include", "import", "from", "extends", "block", "with",
-                                        "autoescape", "do", "trans", NULL};
+    static const char *const unsup[] = {"call",  "filter", "include",    "import", "from",  "extends",
+                                        "block", "with",   "autoescape", "do",     "trans", NULL};
     for (int i = 0; unsup[i]; i++)
         if (s_is_name(nm, unsup[i])) {
             jerr_set(P->e, JINJA_UNSUPPORTED, line, "unsupported tag '%s'", unsup[i]);
@@ -741,8 +874,8 @@ static jnode *s_body(parser *P, const char *const *ends) {
         }
         if (s_cur(P)->type == TK_BLOCK_BEGIN && s_peek(P, 1)->type == TK_NAME) {
             jtok *nm = s_peek(P, 1);
-            static const char *const closers[] = {"endif", "endfor", "endset", "endmacro", "else", "elif",
-                                                  "endgeneration", NULL};
+            static const char *const closers[] = {"endif", "endfor", "endset",        "endmacro",
+                                                  "else",  "elif",   "endgeneration", NULL};
             for (int i = 0; closers[i]; i++)
                 if (s_is_name(nm, closers[i])) {
                     jerr_set(P->e, JINJA_SYNTAX, nm->line, "unexpected '%s'", closers[i]);
@@ -761,8 +894,12 @@ fail:
 }
 
 jinja_limits jinja_limits_default(void) {
-    jinja_limits l = {.max_template = 256 << 10, .max_depth = 100, .max_iters = 100000, .max_output = 16 << 20,
-                      .max_memory = 256 << 20, .max_calls = 20};
+    jinja_limits l = {.max_template = 256 << 10,
+                      .max_depth = 100,
+                      .max_iters = 100000,
+                      .max_output = 16 << 20,
+                      .max_memory = 256 << 20,
+                      .max_calls = 20};
     return l;
 }
 
@@ -771,7 +908,10 @@ jinja_tmpl *jinja_parse(const char *src, size_t len, const jinja_limits *lim, in
     jtok *toks = NULL;
     int ntok = 0;
     jinja_tmpl *t = calloc(1, sizeof *t);
-    if (!t) { jerr_set(&e, JINJA_NOMEM, 0, "out of memory"); goto fail; }
+    if (!t) {
+        jerr_set(&e, JINJA_NOMEM, 0, "out of memory");
+        goto fail;
+    }
     t->lim = lim ? *lim : jinja_limits_default();
     if (len > t->lim.max_template) {
         jerr_set(&e, JINJA_LIMIT, 0, "template of %zu bytes exceeds the limit of %zu", len, t->lim.max_template);

@@ -8,18 +8,31 @@
 #include <string.h>
 #include <utf8proc.h>
 
-struct jchunk { struct jchunk *next; size_t used, cap; _Alignas(16) char data[]; };
+struct jchunk {
+    struct jchunk *next;
+    size_t used, cap;
+    _Alignas(16) char data[];
+};
 
 void *ja_alloc(jarena *a, size_t n) {
     n = (n + 15) & ~(size_t)15;
     if (a->oom) return NULL;
-    if (a->cap && a->used + n > a->cap) { a->oom = 1; return NULL; }
+    if (a->cap && a->used + n > a->cap) {
+        a->oom = 1;
+        return NULL;
+    }
     struct jchunk *c = a->head;
     if (!c || c->cap - c->used < n) {
         size_t cap = n > 65536 ? n : 65536;
         c = malloc(sizeof *c + cap);
-        if (!c) { a->oom = 1; return NULL; }
-        c->used = 0; c->cap = cap; c->next = a->head; a->head = c;
+        if (!c) {
+            a->oom = 1;
+            return NULL;
+        }
+        c->used = 0;
+        c->cap = cap;
+        c->next = a->head;
+        a->head = c;
     }
     void *p = c->data + c->used;
     c->used += n;
@@ -30,19 +43,32 @@ void *ja_alloc(jarena *a, size_t n) {
 
 void ja_free_all(jarena *a) {
     struct jchunk *c = a->head;
-    while (c) { struct jchunk *nx = c->next; free(c); c = nx; }
-    a->head = NULL; a->used = 0; a->oom = 0;
+    while (c) {
+        struct jchunk *nx = c->next;
+        free(c);
+        c = nx;
+    }
+    a->head = NULL;
+    a->used = 0;
+    a->oom = 0;
 }
 
 void jb_put(jbuf *b, const char *s, size_t n) {
     if (b->over) return;
-    if ((b->max && b->n + n > b->max)) { b->over = 1; return; }
+    if ((b->max && b->n + n > b->max)) {
+        b->over = 1;
+        return;
+    }
     if (b->n + n + 1 > b->cap) {
         size_t c = b->cap ? b->cap : 256;
         while (c < b->n + n + 1) c *= 2;
         char *q = realloc(b->p, c);
-        if (!q) { b->over = 1; return; }
-        b->p = q; b->cap = c;
+        if (!q) {
+            b->over = 1;
+            return;
+        }
+        b->p = q;
+        b->cap = c;
     }
     memcpy(b->p + b->n, s, n);
     b->n += n;
@@ -69,11 +95,30 @@ int jerr_set(jerr *e, int code, int line, const char *fmt, ...) {
     return code;
 }
 
-jv jv_undef(const char *name) { jv v = {.t = JV_UNDEF}; v.u.uname = name; return v; }
-jv jv_none(void) { jv v = {.t = JV_NONE}; return v; }
-jv jv_bool(int b) { jv v = {.t = JV_BOOL}; v.u.i = b != 0; return v; }
-jv jv_int(int64_t i) { jv v = {.t = JV_INT}; v.u.i = i; return v; }
-jv jv_float(double f) { jv v = {.t = JV_FLOAT}; v.u.f = f; return v; }
+jv jv_undef(const char *name) {
+    jv v = {.t = JV_UNDEF};
+    v.u.uname = name;
+    return v;
+}
+jv jv_none(void) {
+    jv v = {.t = JV_NONE};
+    return v;
+}
+jv jv_bool(int b) {
+    jv v = {.t = JV_BOOL};
+    v.u.i = b != 0;
+    return v;
+}
+jv jv_int(int64_t i) {
+    jv v = {.t = JV_INT};
+    v.u.i = i;
+    return v;
+}
+jv jv_float(double f) {
+    jv v = {.t = JV_FLOAT};
+    v.u.f = f;
+    return v;
+}
 
 jv jv_string(jinja_env *e, const char *s, size_t n) {
     jv_str *p = ja_alloc(&e->arena, sizeof *p + n + 1);
@@ -91,7 +136,8 @@ jv jv_from_buf(jinja_env *e, jbuf *b) {
     jv v = b->over ? jv_undef(NULL) : jv_string(e, b->p ? b->p : "", b->n);
     if (b->over) e->arena.oom = 1;
     free(b->p);
-    b->p = NULL; b->n = b->cap = 0;
+    b->p = NULL;
+    b->n = b->cap = 0;
     return v;
 }
 
@@ -102,7 +148,11 @@ jv jv_list_new(jinja_env *e) {
     v.u.l = l;
     return v;
 }
-jv jv_tuple_new(jinja_env *e) { jv v = jv_list_new(e); if (v.t == JV_LIST) v.u.l->tuple = 1; return v; }
+jv jv_tuple_new(jinja_env *e) {
+    jv v = jv_list_new(e);
+    if (v.t == JV_LIST) v.u.l->tuple = 1;
+    return v;
+}
 
 jv jv_dict_new(jinja_env *e) {
     jv_dict *d = ja_alloc(&e->arena, sizeof *d);
@@ -120,7 +170,8 @@ int jv_list_push(jinja_env *e, jv list, jv v) {
         jv *nv = ja_alloc(&e->arena, c * sizeof *nv);
         if (!nv) return -1;
         if (l->n) memcpy(nv, l->v, l->n * sizeof *nv);
-        l->v = nv; l->cap = c;
+        l->v = nv;
+        l->cap = c;
     }
     l->v[l->n++] = v;
     return 0;
@@ -130,13 +181,21 @@ int jv_dict_set(jinja_env *e, jv dict, jv key, jv v) {
     if (dict.t != JV_DICT) return -1;
     jv_dict *d = dict.u.d;
     for (size_t i = 0; i < d->n; i++)
-        if (jv_equal(d->k[i], key)) { d->v[i] = v; return 0; }
+        if (jv_equal(d->k[i], key)) {
+            d->v[i] = v;
+            return 0;
+        }
     if (d->n == d->cap) {
         size_t c = d->cap ? d->cap * 2 : 4;
         jv *nk = ja_alloc(&e->arena, c * sizeof *nk), *nv = ja_alloc(&e->arena, c * sizeof *nv);
         if (!nk || !nv) return -1;
-        if (d->n) { memcpy(nk, d->k, d->n * sizeof *nk); memcpy(nv, d->v, d->n * sizeof *nv); }
-        d->k = nk; d->v = nv; d->cap = c;
+        if (d->n) {
+            memcpy(nk, d->k, d->n * sizeof *nk);
+            memcpy(nv, d->v, d->n * sizeof *nv);
+        }
+        d->k = nk;
+        d->v = nv;
+        d->cap = c;
     }
     d->k[d->n] = key;
     d->v[d->n++] = v;
@@ -147,7 +206,10 @@ int jv_dict_get(jv d, const char *key, size_t n, jv *out) {
     if (d.t != JV_DICT) return 0;
     for (size_t i = 0; i < d.u.d->n; i++) {
         jv k = d.u.d->k[i];
-        if (k.t == JV_STR && k.u.s->n == n && memcmp(k.u.s->s, key, n) == 0) { *out = d.u.d->v[i]; return 1; }
+        if (k.t == JV_STR && k.u.s->n == n && memcmp(k.u.s->s, key, n) == 0) {
+            *out = d.u.d->v[i];
+            return 1;
+        }
     }
     return 0;
 }
@@ -155,14 +217,19 @@ int jv_dict_get(jv d, const char *key, size_t n, jv *out) {
 int jv_dict_find(jv d, jv key, jv *out) {
     if (d.t != JV_DICT) return 0;
     for (size_t i = 0; i < d.u.d->n; i++)
-        if (jv_equal(d.u.d->k[i], key)) { if (out) *out = d.u.d->v[i]; return 1; }
+        if (jv_equal(d.u.d->k[i], key)) {
+            if (out) *out = d.u.d->v[i];
+            return 1;
+        }
     return 0;
 }
 
 int jv_truthy(jv v) {
     switch (v.t) {
-    case JV_UNDEF: case JV_NONE: return 0;
-    case JV_BOOL: case JV_INT: return v.u.i != 0;
+    case JV_UNDEF:
+    case JV_NONE: return 0;
+    case JV_BOOL:
+    case JV_INT: return v.u.i != 0;
     case JV_FLOAT: return v.u.f != 0.0;
     case JV_STR: return v.u.s->n != 0;
     case JV_LIST: return v.u.l->n != 0;
@@ -182,7 +249,8 @@ int jv_equal(jv a, jv b) {
     }
     if (a.t != b.t) return 0;
     switch (a.t) {
-    case JV_UNDEF: case JV_NONE: return 1;
+    case JV_UNDEF:
+    case JV_NONE: return 1;
     case JV_STR: return a.u.s->n == b.u.s->n && memcmp(a.u.s->s, b.u.s->s, a.u.s->n) == 0;
     case JV_LIST:
         if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple) return 0;
@@ -211,8 +279,14 @@ const char *jv_type_name(jv v) {
 
 /* Python's repr(float): the shortest text that reads back as f; fixed notation for exponents -4..15 */
 static void s_float(jbuf *b, double f) {
-    if (isnan(f)) { jb_puts(b, "nan"); return; }
-    if (isinf(f)) { jb_puts(b, f < 0 ? "-inf" : "inf"); return; }
+    if (isnan(f)) {
+        jb_puts(b, "nan");
+        return;
+    }
+    if (isinf(f)) {
+        jb_puts(b, f < 0 ? "-inf" : "inf");
+        return;
+    }
     char t[64];
     int p;
     for (p = 1; p <= 17; p++) {
@@ -220,15 +294,20 @@ static void s_float(jbuf *b, double f) {
         if (strtod(t, NULL) == f) break;
     }
     /* t is [-]d[.ddd]e[+-]XX */
-    char digits[32]; int nd = 0, neg = t[0] == '-';
+    char digits[32];
+    int nd = 0, neg = t[0] == '-';
     const char *q = t + neg;
-    for (; *q && *q != 'e'; q++) if (*q != '.') digits[nd++] = *q;
+    for (; *q && *q != 'e'; q++)
+        if (*q != '.') digits[nd++] = *q;
     int ex = atoi(q + 1);
     while (nd > 1 && digits[nd - 1] == '0') nd--;
     if (neg) jb_put(b, "-", 1);
     if (ex >= 16 || ex < -4) {
         jb_put(b, digits, 1);
-        if (nd > 1) { jb_put(b, ".", 1); jb_put(b, digits + 1, (size_t)nd - 1); }
+        if (nd > 1) {
+            jb_put(b, ".", 1);
+            jb_put(b, digits + 1, (size_t)nd - 1);
+        }
         jb_printf(b, "e%c%02d", ex < 0 ? '-' : '+', ex < 0 ? -ex : ex);
     } else if (ex < 0) {
         jb_puts(b, "0.");
@@ -258,8 +337,10 @@ static void s_repr_str(jbuf *b, const char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
         if (c < 0x80) {
-            if (c == (unsigned char)q || c == '\\') { jb_put(b, "\\", 1); jb_put(b, s + i, 1); }
-            else if (c == '\n') jb_puts(b, "\\n");
+            if (c == (unsigned char)q || c == '\\') {
+                jb_put(b, "\\", 1);
+                jb_put(b, s + i, 1);
+            } else if (c == '\n') jb_puts(b, "\\n");
             else if (c == '\r') jb_puts(b, "\\r");
             else if (c == '\t') jb_puts(b, "\\t");
             else if (c < 0x20 || c == 0x7f) jb_printf(b, "\\x%02x", c);
@@ -269,7 +350,11 @@ static void s_repr_str(jbuf *b, const char *s, size_t n) {
         }
         utf8proc_int32_t cp;
         utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
-        if (k <= 0) { jb_printf(b, "\\udc%02x", c); i++; continue; }   /* surrogateescape, as Python decodes it */
+        if (k <= 0) {
+            jb_printf(b, "\\udc%02x", c);
+            i++;
+            continue;
+        } /* surrogateescape, as Python decodes it */
         if (s_printable(cp)) jb_put(b, s + i, (size_t)k);
         else if (cp < 0x100) jb_printf(b, "\\x%02x", cp);
         else if (cp < 0x10000) jb_printf(b, "\\u%04x", cp);
@@ -284,7 +369,10 @@ void jv_repr(jbuf *b, jv v) {
     case JV_STR: s_repr_str(b, v.u.s->s, v.u.s->n); return;
     case JV_LIST:
         jb_puts(b, v.u.l->tuple ? "(" : "[");
-        for (size_t i = 0; i < v.u.l->n; i++) { if (i) jb_puts(b, ", "); jv_repr(b, v.u.l->v[i]); }
+        for (size_t i = 0; i < v.u.l->n; i++) {
+            if (i) jb_puts(b, ", ");
+            jv_repr(b, v.u.l->v[i]);
+        }
         jb_puts(b, v.u.l->tuple ? (v.u.l->n == 1 ? ",)" : ")") : "]");
         return;
     case JV_DICT:
@@ -292,7 +380,9 @@ void jv_repr(jbuf *b, jv v) {
         jb_puts(b, "{");
         for (size_t i = 0; i < v.u.d->n; i++) {
             if (i) jb_puts(b, ", ");
-            jv_repr(b, v.u.d->k[i]); jb_puts(b, ": "); jv_repr(b, v.u.d->v[i]);
+            jv_repr(b, v.u.d->k[i]);
+            jb_puts(b, ": ");
+            jv_repr(b, v.u.d->v[i]);
         }
         jb_puts(b, v.u.d->ns ? "}>" : "}");
         return;
@@ -330,9 +420,15 @@ static void s_json_str(jbuf *b, const char *s, size_t n) {
         else if (c == '\t') esc = "\\t";
         else if (c == '\b') esc = "\\b";
         else if (c == '\f') esc = "\\f";
-        else if (c < 0x20) { snprintf(tmp, sizeof tmp, "\\u%04x", c); esc = tmp; }
-        if (esc) { jb_put(b, s + i - run, run); run = 0; jb_puts(b, esc); }
-        else run++;
+        else if (c < 0x20) {
+            snprintf(tmp, sizeof tmp, "\\u%04x", c);
+            esc = tmp;
+        }
+        if (esc) {
+            jb_put(b, s + i - run, run);
+            run = 0;
+            jb_puts(b, esc);
+        } else run++;
     }
     jb_put(b, s + n - run, run);
     jb_put(b, "\"", 1);
@@ -365,7 +461,10 @@ int jv_to_json(jbuf *b, jv v, int indent, int level, const char *item_sep, const
         return 0;
     case JV_STR: s_json_str(b, v.u.s->s, v.u.s->n); return 0;
     case JV_LIST:
-        if (!v.u.l->n) { jb_puts(b, "[]"); return 0; }
+        if (!v.u.l->n) {
+            jb_puts(b, "[]");
+            return 0;
+        }
         jb_puts(b, "[");
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i) jb_puts(b, item_sep);
@@ -377,16 +476,25 @@ int jv_to_json(jbuf *b, jv v, int indent, int level, const char *item_sep, const
         return 0;
     case JV_DICT: {
         if (v.u.d->ns) return -1;
-        if (!v.u.d->n) { jb_puts(b, "{}"); return 0; }
+        if (!v.u.d->n) {
+            jb_puts(b, "{}");
+            return 0;
+        }
         size_t n = v.u.d->n;
         size_t *order = malloc(n * sizeof *order);
         if (!order) return -1;
         for (size_t i = 0; i < n; i++) order[i] = i;
         if (sort_keys) {
-            for (size_t i = 0; i < n; i++) if (v.u.d->k[i].t != JV_STR) { free(order); return -1; }
-            for (size_t i = 1; i < n; i++)     /* insertion sort: dicts in templates are small */
+            for (size_t i = 0; i < n; i++)
+                if (v.u.d->k[i].t != JV_STR) {
+                    free(order);
+                    return -1;
+                }
+            for (size_t i = 1; i < n; i++) /* insertion sort: dicts in templates are small */
                 for (size_t j = i; j > 0 && s_strcmp_jv(&v.u.d->k[order[j - 1]], &v.u.d->k[order[j]]) > 0; j--) {
-                    size_t t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+                    size_t t = order[j];
+                    order[j] = order[j - 1];
+                    order[j - 1] = t;
                 }
         }
         jb_puts(b, "{");
@@ -398,13 +506,23 @@ int jv_to_json(jbuf *b, jv v, int indent, int level, const char *item_sep, const
             if (k.t == JV_STR) s_json_str(b, k.u.s->s, k.u.s->n);
             else if (k.t == JV_INT || k.t == JV_FLOAT || k.t == JV_BOOL || k.t == JV_NONE) {
                 jbuf t = {0};
-                if (jv_to_json(&t, k, -1, 0, ", ", ": ", 0, depth + 1)) { free(t.p); free(order); return -1; }
-                jb_puts(b, "\""); jb_put(b, t.p ? t.p : "", t.n); jb_puts(b, "\"");
+                if (jv_to_json(&t, k, -1, 0, ", ", ": ", 0, depth + 1)) {
+                    free(t.p);
+                    free(order);
+                    return -1;
+                }
+                jb_puts(b, "\"");
+                jb_put(b, t.p ? t.p : "", t.n);
+                jb_puts(b, "\"");
                 free(t.p);
-            } else { free(order); return -1; }
+            } else {
+                free(order);
+                return -1;
+            }
             jb_puts(b, key_sep);
             if (jv_to_json(b, v.u.d->v[i], indent, level + 1, item_sep, key_sep, sort_keys, depth + 1)) {
-                free(order); return -1;
+                free(order);
+                return -1;
             }
         }
         free(order);
@@ -425,11 +543,11 @@ int ju_space_len(const char *s, const char *end) {
     if ((c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20)) return 1;
     if (left >= 2 && c == 0xC2 && (p[1] == 0x85 || p[1] == 0xA0)) return 2;
     if (left < 3) return 0;
-    if (c == 0xE1 && p[1] == 0x9A && p[2] == 0x80) return 3;                           /* U+1680 */
+    if (c == 0xE1 && p[1] == 0x9A && p[2] == 0x80) return 3; /* U+1680 */
     if (c == 0xE2 && p[1] == 0x80 && ((p[2] >= 0x80 && p[2] <= 0x8A) || p[2] == 0xA8 || p[2] == 0xA9 || p[2] == 0xAF))
-        return 3;                                                                        /* U+2000-200A, 2028/9, 202F */
-    if (c == 0xE2 && p[1] == 0x81 && p[2] == 0x9F) return 3;                            /* U+205F */
-    if (c == 0xE3 && p[1] == 0x80 && p[2] == 0x80) return 3;                            /* U+3000 */
+        return 3;                                            /* U+2000-200A, 2028/9, 202F */
+    if (c == 0xE2 && p[1] == 0x81 && p[2] == 0x9F) return 3; /* U+205F */
+    if (c == 0xE3 && p[1] == 0x80 && p[2] == 0x80) return 3; /* U+3000 */
     return 0;
 }
 
@@ -441,13 +559,17 @@ static size_t s_cp_bytes(const char *s, size_t left) {
 
 size_t ju_cplen(const char *s, size_t n) {
     size_t c = 0;
-    for (size_t i = 0; i < n; i++) if (((unsigned char)s[i] & 0xC0) != 0x80) c++;
+    for (size_t i = 0; i < n; i++)
+        if (((unsigned char)s[i] & 0xC0) != 0x80) c++;
     return c;
 }
 
 size_t ju_cp_offset(const char *s, size_t n, size_t k) {
     size_t i = 0;
-    while (k && i < n) { i += s_cp_bytes(s + i, n - i); k--; }
+    while (k && i < n) {
+        i += s_cp_bytes(s + i, n - i);
+        k--;
+    }
     return i;
 }
 

@@ -33,7 +33,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (tn + 1 < n) {
         size_t rn = n - tn - 1;
         rest = malloc(rn + 1);
-        if (!rest) { free(tmpl); return 0; }
+        if (!rest) {
+            free(tmpl);
+            return 0;
+        }
         memcpy(rest, body + tn + 1, rn);
         rest[rn] = 0;
         for (char *p = rest; nm < 8 && p <= rest + rn;) {
@@ -114,30 +117,39 @@ static const char *const s_seed_text[] = {
     "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}",
     "\x02{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}\n"
     "{%- for message in messages[::-1] %}\n    {%- set index = (messages|length - 1) - loop.index0 %}\n"
-    "    {%- if ns.multi_step_tool and message.role == \"user\" and not(message.content.startswith('<tool_response>')) %}\n"
-    "        {%- set ns.multi_step_tool = false %}{%- set ns.last_query_index = index %}\n    {%- endif %}\n{%- endfor %}\n"
+    "    {%- if ns.multi_step_tool and message.role == \"user\" and not(message.content.startswith('<tool_response>')) "
+    "%}\n"
+    "        {%- set ns.multi_step_tool = false %}{%- set ns.last_query_index = index %}\n    {%- endif %}\n{%- endfor "
+    "%}\n"
     "{%- for message in messages %}{%- set content = message.content %}{%- if '</think>' in content %}"
     "{%- set r = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}"
     "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
     "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}{%- endfor %}",
-    "\x03{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n  {%- set p = messages[0]['content'] + '\\n\\n' -%}\n"
-    "  {%- set loop_messages = messages[1:] -%}\n{%- else -%}\n  {%- set p = \"\" -%}{%- set loop_messages = messages -%}\n"
-    "{%- endif -%}\n{%- for message in loop_messages -%}\n  {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}"
-    "{{ raise_exception(\"alternate\") }}{%- endif -%}\n{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' "
-    "else message['role']) + '\\n' + (p if loop.first else \"\") }}{{ message['content'] | trim }}{{ '<end_of_turn>\\n' }}"
+    "\x03{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n  {%- set p = messages[0]['content'] + '\\n\\n' "
+    "-%}\n"
+    "  {%- set loop_messages = messages[1:] -%}\n{%- else -%}\n  {%- set p = \"\" -%}{%- set loop_messages = messages "
+    "-%}\n"
+    "{%- endif -%}\n{%- for message in loop_messages -%}\n  {%- if (message['role'] == 'user') != (loop.index0 % 2 == "
+    "0) -%}"
+    "{{ raise_exception(\"alternate\") }}{%- endif -%}\n{{ '<start_of_turn>' + ('model' if message['role'] == "
+    "'assistant' "
+    "else message['role']) + '\\n' + (p if loop.first else \"\") }}{{ message['content'] | trim }}{{ "
+    "'<end_of_turn>\\n' }}"
     "{%- endfor -%}",
     "\x06{% macro t(m, sep='|') %}<{{ m.role }}>{{ m.content | trim }}{{ sep }}{% endmacro %}{% for m in messages %}"
     "{{ t(m) }}{{ t(m, sep='\\n') }}{% endfor %}{{ messages | tojson(indent=2) }}",
     "\x04{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | join(', ') }} "
     "{{ messages | length }} {{ 'a' ~ 1 ~ none ~ 1.5 }} {{ 10 / 4 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ [1, 2][::-1] }}",
-    "\x00  {% if messages %}\n  yes\n  {% else %}\n  no\n  {% endif %}\n\t{{ 'var' }}\n{#- c -#}\n{%+ if 1 %}p{% endif +%}\n",
+    "\x00  {% if messages %}\n  yes\n  {% else %}\n  no\n  {% endif %}\n\t{{ 'var' }}\n{#- c -#}\n{%+ if 1 %}p{% endif "
+    "+%}\n",
     "\x01{% for a, b in {'x': 1, 'y': 2}.items() %}{{ a }}={{ b }}{% if not loop.last %},{% endif %}{% endfor %}"
     "{% for i in range(3) if i != 1 %}{{ i }}{% else %}none{% endfor %}{% set s %}block{% endset %}{{ s | upper }}",
     "\x02{{ 'x' is string }}{{ nothing is defined }}{{ 3 is divisibleby 3 }}{{ 'é'[0] }}{{ 'abc'[1:] }}"
     "{{ '\\x41\\u00e9' }}{{ \"q'\" }}{{ {'k': [1, (2, 3)]} }}{{ 'a b'.split() }}{{ ' x '.strip() }}",
     "\x08{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}{% if m.role == 'system' %}{% continue %}"
     "{% endif %}{{ m.content.replace('u', 'U').title() }}{% endfor %}\0first\0second\0third",
-    "\x18{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] "
+    "\x18{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
+    "message['content'] "
     "+ ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token + ' ' }}{% endif %}"
     "{% endfor %}",
 };
@@ -147,7 +159,7 @@ static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
     for (size_t i = 0; i < sizeof s_seed_text / sizeof *s_seed_text && n < max; i++) {
         const char *s = s_seed_text[i];
         size_t len = strlen(s);
-        if (i == 9) len += 1 + 5 + 1 + 6 + 1 + 5;   /* the contents after the template's NUL */
+        if (i == 9) len += 1 + 5 + 1 + 6 + 1 + 5; /* the contents after the template's NUL */
         seeds[n] = (const uint8_t *)s;
         sizes[n++] = len;
     }

@@ -33,8 +33,12 @@ static char *s_read_all(FILE *f, size_t *n) {
     for (;;) {
         if (len == cap) {
             char *nb = realloc(b, cap * 2 + 1);
-            if (!nb) { free(b); return NULL; }
-            b = nb; cap *= 2;
+            if (!nb) {
+                free(b);
+                return NULL;
+            }
+            b = nb;
+            cap *= 2;
         }
         size_t r = fread(b + len, 1, cap - len, f);
         if (r == 0) break;
@@ -59,42 +63,72 @@ int main(int argc, char **argv) {
     const char *path = NULL;
     int mode = CHAT_AUTO, rc = 1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { s_usage(stdout); return 0; }
-        if (!strcmp(argv[i], "--version")) { printf("zllm-template %s\n", ZLLM_VERSION); return 0; }
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            s_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--version")) {
+            printf("zllm-template %s\n", ZLLM_VERSION);
+            return 0;
+        }
         if (!strcmp(argv[i], "--jinja")) mode = CHAT_JINJA;
         else if (!strcmp(argv[i], "--builtin")) mode = CHAT_BUILTIN;
-        else if (argv[i][0] == '-' || path) { s_usage(stderr); return 2; }
-        else path = argv[i];
+        else if (argv[i][0] == '-' || path) {
+            s_usage(stderr);
+            return 2;
+        } else path = argv[i];
     }
-    if (!path) { s_usage(stderr); return 2; }
+    if (!path) {
+        s_usage(stderr);
+        return 2;
+    }
     size_t tn, n;
     char *tmpl = NULL, *in = NULL;
     zl_chat_msg *msgs = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f) { fprintf(stderr, "zllm-template: cannot open %s\n", path); return 1; }
+    if (!f) {
+        fprintf(stderr, "zllm-template: cannot open %s\n", path);
+        return 1;
+    }
     tmpl = s_read_all(f, &tn);
     fclose(f);
-    if (!tmpl || strlen(tmpl) != tn) { fprintf(stderr, "zllm-template: %s: unreadable or holds a NUL byte\n", path); goto fail; }
+    if (!tmpl || strlen(tmpl) != tn) {
+        fprintf(stderr, "zllm-template: %s: unreadable or holds a NUL byte\n", path);
+        goto fail;
+    }
     in = s_read_all(stdin, &n);
-    if (!in) { fprintf(stderr, "zllm-template: out of memory\n"); goto fail; }
+    if (!in) {
+        fprintf(stderr, "zllm-template: out of memory\n");
+        goto fail;
+    }
     size_t p = 0;
     while (p < n) {
         const char *gen = s_field(in, n, &p), *bos = s_field(in, n, &p), *eos = s_field(in, n, &p);
         const char *cnt = s_field(in, n, &p);
         long nm = cnt ? strtol(cnt, NULL, 10) : -1;
-        if (!gen || !bos || !eos || nm < 0 || nm > 100000) { fprintf(stderr, "zllm-template: malformed case header\n"); goto fail; }
+        if (!gen || !bos || !eos || nm < 0 || nm > 100000) {
+            fprintf(stderr, "zllm-template: malformed case header\n");
+            goto fail;
+        }
         free(msgs);
         msgs = calloc((size_t)(nm ? nm : 1), sizeof *msgs);
         if (!msgs) goto fail;
         for (long i = 0; i < nm; i++) {
             msgs[i].role = s_field(in, n, &p);
             msgs[i].content = s_field(in, n, &p);
-            if (!msgs[i].role || !msgs[i].content) { fprintf(stderr, "zllm-template: case truncated\n"); goto fail; }
+            if (!msgs[i].role || !msgs[i].content) {
+                fprintf(stderr, "zllm-template: case truncated\n");
+                goto fail;
+            }
         }
         char note[CHAT_ERR_MAX], err[CHAT_ERR_MAX];
         int code;
-        char *out = chat_render(tmpl, bos, eos, msgs, (int)nm, gen[0] == '1', mode, &code, note, sizeof note, err, sizeof err);
-        const char *st = code == CHAT_OK_JINJA ? "jinja" : code == CHAT_OK_BUILTIN ? "builtin" : code == CHAT_RAISED ? "raised" : "error";
+        char *out =
+            chat_render(tmpl, bos, eos, msgs, (int)nm, gen[0] == '1', mode, &code, note, sizeof note, err, sizeof err);
+        const char *st = code == CHAT_OK_JINJA     ? "jinja"
+                         : code == CHAT_OK_BUILTIN ? "builtin"
+                         : code == CHAT_RAISED     ? "raised"
+                                                   : "error";
         const char *body = out ? out : err;
         if (out && note[0]) fprintf(stderr, "zllm-template: %s\n", note);
         printf("%s %zu\n", st, strlen(body));
@@ -104,6 +138,8 @@ int main(int argc, char **argv) {
     }
     rc = 0;
 fail:
-    free(msgs); free(in); free(tmpl);
+    free(msgs);
+    free(in);
+    free(tmpl);
     return rc;
 }

@@ -35,21 +35,22 @@ static char *s_read_all(FILE *f, size_t *n) {
 }
 
 static void s_usage(FILE *f) {
-    fprintf(f, "usage: zllm-tokenize -m MODEL.gguf [--no-bos] [--special] [--decode] "
-               "[--chat [--template FILE] [--no-gen]] < input\n"
-               "       zllm-tokenize --help | --version\n"
-               "  -m MODEL.gguf     the model whose tokenizer is used (required)\n"
-               "  (default)         stdin text -> ids separated by spaces\n"
-               "  --decode          stdin ids -> text\n"
-               "  --chat            stdin NUL-separated role, content, ... -> the rendered chat prompt\n"
-               "  --template FILE   with --chat: this Jinja template (default: the model's)\n"
-               "  --no-gen          with --chat: no generation prompt (default: appended)\n"
-               "  --no-bos          no BOS even if the vocabulary asks for it (default: the vocabulary's flag)\n"
-               "  --special         special-token text becomes single tokens / control tokens are printed\n"
-               "                    (default off)\n"
-               "Environment: ZLLM_CHAT_RENDER (with --chat): builtin = the hand-written templates only, jinja = the\n"
-               "Jinja interpreter only (default: the interpreter, the hand-written template where it lacks a construct).\n"
-               "Exit status 1 on any error, 2 on a usage error.\n");
+    fprintf(f,
+            "usage: zllm-tokenize -m MODEL.gguf [--no-bos] [--special] [--decode] "
+            "[--chat [--template FILE] [--no-gen]] < input\n"
+            "       zllm-tokenize --help | --version\n"
+            "  -m MODEL.gguf     the model whose tokenizer is used (required)\n"
+            "  (default)         stdin text -> ids separated by spaces\n"
+            "  --decode          stdin ids -> text\n"
+            "  --chat            stdin NUL-separated role, content, ... -> the rendered chat prompt\n"
+            "  --template FILE   with --chat: this Jinja template (default: the model's)\n"
+            "  --no-gen          with --chat: no generation prompt (default: appended)\n"
+            "  --no-bos          no BOS even if the vocabulary asks for it (default: the vocabulary's flag)\n"
+            "  --special         special-token text becomes single tokens / control tokens are printed\n"
+            "                    (default off)\n"
+            "Environment: ZLLM_CHAT_RENDER (with --chat): builtin = the hand-written templates only, jinja = the\n"
+            "Jinja interpreter only (default: the interpreter, the hand-written template where it lacks a construct).\n"
+            "Exit status 1 on any error, 2 on a usage error.\n");
 }
 
 int main(int argc, char **argv) {
@@ -118,7 +119,7 @@ int main(int argc, char **argv) {
             txt = chat_apply(t, msgs, nm, gen, err, sizeof err);
         }
         if (!txt) { fprintf(stderr, "zllm-tokenize: %s\n", err); goto fail; }
-        if (err[0]) fprintf(stderr, "zllm-tokenize: %s\n", err);   /* why the built-in template rendered it */
+        if (err[0]) fprintf(stderr, "zllm-tokenize: %s\n", err); /* why the built-in template rendered it */
         fwrite(txt, 1, strlen(txt), stdout);
     } else if (decode) {
         size_t cap = 1024, k = 0;
