@@ -39,10 +39,7 @@ int jbi_has_method(jv self, const char *name) {
     return 0;
 }
 
-static int s_oom(jinja_env *e, int line) {
-    return jerr_set(&e->err, e->arena.oom ? JINJA_LIMIT : JINJA_NOMEM, line,
-                    e->arena.oom ? "template used too much memory" : "out of memory");
-}
+static int s_oom(jinja_env *e, int line) { return jerr_oom(e, line); }
 
 static int s_kw(const char **kwn, jv *kwv, int nkw, const char *name, jv *out) {
     for (int i = 0; i < nkw; i++)

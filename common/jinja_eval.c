@@ -19,12 +19,7 @@ enum { X_OK = 0, X_BREAK = 1, X_CONTINUE = 2 };
 
 static int s_exec(jinja_env *e, jscope *sc, const jnode *n);
 
-static int s_oom(jinja_env *e, int line) {
-    if (e->arena.oom && e->arena.cap && e->arena.used >= e->arena.cap / 2)
-        return jerr_set(&e->err, JINJA_LIMIT, line, "template used more than %zu bytes of memory", e->lim.max_memory);
-    return jerr_set(&e->err, e->arena.oom ? JINJA_LIMIT : JINJA_NOMEM, line,
-                    e->arena.oom ? "template used too much memory" : "out of memory");
-}
+static int s_oom(jinja_env *e, int line) { return jerr_oom(e, line); }
 
 static int s_lookup(jinja_env *e, jscope *sc, const char *name, jv *out) {
     size_t n = strlen(name);
@@ -432,9 +427,45 @@ int jeval_call_value(jinja_env *e, jscope *sc, jv fn, jv *args, int nargs, const
 }
 
 static int s_builtin_name(const char *name) {
-    static const char *names[] = {"range", "namespace", "dict", "raise_exception", "strftime_now", NULL};
+    static const char *names[] = {"range",  "namespace", "dict", "raise_exception", "strftime_now", "cycler",
+                                  "joiner", "lipsum",    NULL};
     for (int i = 0; names[i]; i++)
         if (!strcmp(names[i], name)) return 1;
+    return 0;
+}
+
+/* calls, filters and tests, apart from jeval_expr so that its (recursive) frame stays small */
+__attribute__((noinline)) static int s_eval_call(jinja_env *e, jscope *sc, const jnode *n, jv *out) {
+    jargs A;
+    jv a, b;
+    if (n->a->kind == JN_ATTR) { /* obj.method(...) without making a bound method */
+        if (jeval_expr(e, sc, n->a->a, &a)) return -1;
+        if (a.t == JV_UNDEF) return s_undef_err(e, a, n->line);
+        if ((a.t == JV_STR || (a.t == JV_DICT && !a.u.d->ns)) && jbi_has_method(a, n->a->name)) {
+            if (s_eval_args(e, sc, n, &A)) return -1;
+            return jbi_method(e, a, n->a->name, A.pos, A.npos, A.kwn, A.kwv, A.nkw, n->line, out);
+        }
+        b = jeval_getattr(e, a, n->a->name, strlen(n->a->name));
+        if (b.t == JV_UNDEF) {
+            if (a.t == JV_LIST || a.t == JV_DICT || a.t == JV_STR)
+                return jerr_set(&e->err, JINJA_UNSUPPORTED, n->line, "unsupported method '%s' of %s", n->a->name,
+                                jv_type_name(a));
+            return jerr_set(&e->err, JINJA_RUNTIME, n->line, "'%s' object has no attribute '%s'", jv_type_name(a),
+                            n->a->name);
+        }
+    } else if (jeval_expr(e, sc, n->a, &b)) return -1;
+    if (s_eval_args(e, sc, n, &A)) return -1;
+    return jeval_call_value(e, sc, b, A.pos, A.npos, A.kwn, A.kwv, A.nkw, n->line, out);
+}
+
+__attribute__((noinline)) static int s_eval_filter(jinja_env *e, jscope *sc, const jnode *n, jv *out) {
+    jargs A;
+    jv a;
+    int r;
+    if (jeval_expr(e, sc, n->a, &a) || s_eval_args(e, sc, n, &A)) return -1;
+    if (n->kind == JN_FILTER) return jbi_filter(e, sc, n->name, a, A.pos, A.npos, A.kwn, A.kwv, A.nkw, n->line, out);
+    if (jbi_test(e, sc, n->name, a, A.pos, A.npos, n->line, &r)) return -1;
+    *out = jv_bool(n->op ? !r : r);
     return 0;
 }
 
@@ -502,40 +533,9 @@ int jeval_expr(jinja_env *e, jscope *sc, const jnode *n, jv *out) {
             if (parts[k] && jeval_expr(e, sc, parts[k], &sv[k])) return -1;
         return s_slice(e, a, sv, n->line, out);
     }
-    case JN_CALL: {
-        jargs A;
-        if (n->a->kind == JN_ATTR) { /* obj.method(...) without making a bound method */
-            if (jeval_expr(e, sc, n->a->a, &a)) return -1;
-            if (a.t == JV_UNDEF) return s_undef_err(e, a, n->line);
-            if ((a.t == JV_STR || (a.t == JV_DICT && !a.u.d->ns)) && jbi_has_method(a, n->a->name)) {
-                if (s_eval_args(e, sc, n, &A)) return -1;
-                return jbi_method(e, a, n->a->name, A.pos, A.npos, A.kwn, A.kwv, A.nkw, n->line, out);
-            }
-            b = jeval_getattr(e, a, n->a->name, strlen(n->a->name));
-            if (b.t == JV_UNDEF) {
-                if (a.t == JV_LIST || a.t == JV_DICT || a.t == JV_STR)
-                    return jerr_set(&e->err, JINJA_UNSUPPORTED, n->line, "unsupported method '%s' of %s", n->a->name,
-                                    jv_type_name(a));
-                return jerr_set(&e->err, JINJA_RUNTIME, n->line, "'%s' object has no attribute '%s'", jv_type_name(a),
-                                n->a->name);
-            }
-        } else if (jeval_expr(e, sc, n->a, &b)) return -1;
-        if (s_eval_args(e, sc, n, &A)) return -1;
-        return jeval_call_value(e, sc, b, A.pos, A.npos, A.kwn, A.kwv, A.nkw, n->line, out);
-    }
-    case JN_FILTER: {
-        jargs A;
-        if (jeval_expr(e, sc, n->a, &a) || s_eval_args(e, sc, n, &A)) return -1;
-        return jbi_filter(e, sc, n->name, a, A.pos, A.npos, A.kwn, A.kwv, A.nkw, n->line, out);
-    }
-    case JN_TEST: {
-        jargs A;
-        int r;
-        if (jeval_expr(e, sc, n->a, &a) || s_eval_args(e, sc, n, &A)) return -1;
-        if (jbi_test(e, sc, n->name, a, A.pos, A.npos, n->line, &r)) return -1;
-        *out = jv_bool(n->op ? !r : r);
-        return 0;
-    }
+    case JN_CALL: return s_eval_call(e, sc, n, out);
+    case JN_FILTER:
+    case JN_TEST: return s_eval_filter(e, sc, n, out);
     case JN_NEG:
     case JN_POS:
         if (jeval_expr(e, sc, n->a, &a)) return -1;
@@ -711,6 +711,7 @@ static int s_exec(jinja_env *e, jscope *sc, const jnode *n) {
     case JN_OUTPUT:
         if (jeval_expr(e, sc, n->a, &v)) return -1;
         jv_to_str(&e->out, v);
+        if (e->out.deep) return jerr_set(&e->err, JINJA_LIMIT, n->line, "a value is nested too deeply to print");
     check_out:
         if (e->out.over) return jerr_set(&e->err, JINJA_LIMIT, n->line, "output exceeds %zu bytes", e->lim.max_output);
         return 0;

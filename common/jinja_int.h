@@ -38,6 +38,7 @@ typedef struct jarena {
     struct jchunk *head;
     size_t used, cap; /* bytes handed out, bound */
     int oom;          /* set when an allocation failed or went over the bound */
+    int over;         /* set when it went over the bound */
 } jarena;
 void *ja_alloc(jarena *a, size_t n);
 void ja_free_all(jarena *a);
@@ -46,8 +47,9 @@ void ja_free_all(jarena *a);
 typedef struct {
     char *p;
     size_t n, cap, max;
-    int over;
-} jbuf; /* over: malloc failed or passed max */
+    int over; /* malloc failed or passed max */
+    int deep; /* a value was nested too deeply to print */
+} jbuf;
 void jb_put(jbuf *b, const char *s, size_t n);
 void jb_puts(jbuf *b, const char *s);
 void jb_printf(jbuf *b, const char *fmt, ...);
@@ -140,7 +142,8 @@ enum {
     OP_NOTIN
 };
 struct jnode {
-    int kind, line, op;   /* op: OP_* (JN_BIN, JN_CMP chain entries), negated (JN_TEST), loop-recursive */
+    int kind, line, op;   /* op: OP_* (JN_BIN, JN_CMP chain entries), negated (JN_TEST) */
+    int h;                /* expression height (bounds the evaluator's recursion) */
     const char *name;     /* names, attributes, filters, tests, macros, kwargs */
     jv lit;               /* JN_LIT, JN_TEXT */
     jnode *a, *b, *c, *d; /* children (see jinja_parse.c) */
@@ -161,6 +164,7 @@ struct jinja_env {
     jv globals; /* a dict */
     jerr err;
     long iters; /* loop iterations so far */
+    int deep;   /* a value nested too deeply to print was met */
     int calls;  /* macro call nesting */
     jbuf out;
 };
@@ -179,6 +183,7 @@ void jv_repr(jbuf *b, jv v);
 int jv_to_json(jbuf *b, jv v, int indent, int level, const char *item_sep, const char *key_sep, int sort_keys,
                int depth);
 jv jv_from_buf(jinja_env *e, jbuf *b); /* a string value of b's bytes; frees b */
+int jerr_oom(jinja_env *e, int line);  /* the error for a failed allocation: memory bound, nesting or malloc */
 
 /* ---- UTF-8 and Python string helpers ---- */
 int ju_space_len(const char *s, const char *end);       /* the str.isspace() character at s, or 0 */

@@ -112,6 +112,24 @@ static int s_enter(parser *P) {
     return 0;
 }
 
+/* sets x's height from its children; chains built by loops (a + b + c ..., a.b.c ..., x|f|g ...) are bounded
+ * here, since they do not recurse in the parser but do in the evaluator */
+static jnode *s_height(parser *P, jnode *x) {
+    if (!x) return NULL;
+    int h = 0;
+    jnode *ch[4] = {x->a, x->b, x->c, x->d};
+    for (int i = 0; i < 4; i++)
+        if (ch[i] && ch[i]->h > h) h = ch[i]->h;
+    for (int i = 0; i < x->nkids; i++)
+        if (x->kids[i] && x->kids[i]->h > h) h = x->kids[i]->h;
+    x->h = h + 1;
+    if (x->h > 4 * P->max_depth) {
+        jerr_set(P->e, JINJA_LIMIT, x->line, "expression nested deeper than %d", 4 * P->max_depth);
+        return NULL;
+    }
+    return x;
+}
+
 static jnode *s_expr(parser *P, int condexpr);
 static jnode *s_unary(parser *P, int with_filter);
 
@@ -143,7 +161,7 @@ static int s_args(parser *P, nvec *v) {
             jnode *k = s_node(P, JN_KWARG, t->line);
             if (!k || !(k->name = s_dup(P, t->s, t->n))) return -1;
             P->pos += 2;
-            if (!(k->a = s_expr(P, 1)) || s_vpush(P, v, k)) return -1;
+            if (!(k->a = s_expr(P, 1)) || !s_height(P, k) || s_vpush(P, v, k)) return -1;
         } else {
             jnode *x = s_expr(P, 1);
             if (!x || s_vpush(P, v, x)) return -1;
@@ -153,7 +171,7 @@ static int s_args(parser *P, nvec *v) {
     return 0;
 }
 
-static jnode *s_tuple(parser *P, int condexpr, int explicit_only);
+static jnode *s_tuple(parser *P, int condexpr);
 
 static jnode *s_primary(parser *P) {
     jtok *t = s_cur(P);
@@ -200,7 +218,7 @@ static jnode *s_primary(parser *P) {
             P->pos++;
             return s_node(P, JN_TUPLE, t->line);
         }
-        x = s_tuple(P, 1, 0);
+        x = s_tuple(P, 1);
         if (!x || s_expect_op(P, ")")) return NULL;
         return x;
     }
@@ -217,7 +235,7 @@ static jnode *s_primary(parser *P) {
         }
         P->pos++;
         if (s_vfinish(P, &v, l)) return NULL;
-        return l;
+        return s_height(P, l);
     vfail:
         free(v.v);
         return NULL;
@@ -237,7 +255,7 @@ static jnode *s_primary(parser *P) {
         }
         P->pos++;
         if (s_vfinish(P, &v, d)) return NULL;
-        return d;
+        return s_height(P, d);
     dfail:
         free(v.v);
         return NULL;
@@ -289,7 +307,7 @@ static jnode *s_subscript(parser *P, jnode *obj) {
         x->a = obj;
         x->b = parts[0];
     }
-    return x;
+    return s_height(P, x);
 }
 
 static jnode *s_postfix(parser *P, jnode *x) {
@@ -301,14 +319,14 @@ static jnode *s_postfix(parser *P, jnode *x) {
                 jnode *a = s_node(P, JN_ATTR, t->line);
                 if (!a || !(a->name = s_dup(P, nm->s, nm->n))) return NULL;
                 a->a = x;
-                x = a;
+                x = s_height(P, a);
             } else if (nm->type == TK_INT) {
                 jnode *a = s_node(P, JN_ITEM, t->line), *k = s_node(P, JN_LIT, t->line);
                 if (!a || !k) return NULL;
                 k->lit = jv_int(nm->i);
                 a->a = x;
                 a->b = k;
-                x = a;
+                x = s_height(P, a);
             } else {
                 jerr_set(P->e, JINJA_SYNTAX, t->line, "expected a name after '.'");
                 return NULL;
@@ -327,7 +345,7 @@ static jnode *s_postfix(parser *P, jnode *x) {
             }
             if (s_vfinish(P, &v, c)) return NULL;
             c->a = x;
-            x = c;
+            x = s_height(P, c);
         } else break;
     }
     return x;
@@ -368,7 +386,7 @@ static jnode *s_filters(parser *P, jnode *x) {
                 }
                 if (s_vfinish(P, &v, f)) return NULL;
             }
-            x = f;
+            x = s_height(P, f);
         } else if (s_is_name(t, "is")) {
             P->pos++;
             jnode *f = s_node(P, JN_TEST, t->line);
@@ -406,7 +424,7 @@ static jnode *s_filters(parser *P, jnode *x) {
                 f->kids[0] = arg;
                 f->nkids = 1;
             }
-            x = f;
+            x = s_height(P, f);
         } else if (s_is_op(t, "(")) {
             x = s_postfix(P, x);
         } else break;
@@ -421,7 +439,7 @@ static jnode *s_unary(parser *P, int with_filter) {
     if (s_is_op(t, "-") || s_is_op(t, "+")) {
         P->pos++;
         if (!(x = s_node(P, s_is_op(t, "-") ? JN_NEG : JN_POS, t->line))) return NULL;
-        if (!(x->a = s_unary(P, 0))) return NULL;
+        if (!(x->a = s_unary(P, 0)) || !s_height(P, x)) return NULL;
     } else x = s_primary(P);
     x = s_postfix(P, x);
     if (with_filter) x = s_filters(P, x);
@@ -436,7 +454,7 @@ static jnode *s_bin(parser *P, int op, int line, jnode *a, jnode *b) {
     x->op = op;
     x->a = a;
     x->b = b;
-    return x;
+    return s_height(P, x);
 }
 
 static jnode *s_pow(parser *P) {
@@ -518,7 +536,8 @@ static jnode *s_compare(parser *P) {
     }
     c->a = x;
     if (s_vfinish(P, &v, c)) return NULL;
-    return c;
+    for (int i = 0; i < c->nkids; i++) c->kids[i]->h = c->kids[i]->a->h;
+    return s_height(P, c);
 }
 
 static jnode *s_not(parser *P) {
@@ -529,7 +548,7 @@ static jnode *s_not(parser *P) {
         jnode *x = s_node(P, JN_NOT, t->line);
         if (!x || !(x->a = s_not(P))) return NULL;
         P->depth--;
-        return x;
+        return s_height(P, x);
     }
     return s_compare(P);
 }
@@ -541,7 +560,7 @@ static jnode *s_and(parser *P) {
         P->pos++;
         if (!y || !(y->b = s_not(P))) return NULL;
         y->a = x;
-        x = y;
+        x = s_height(P, y);
     }
     return x;
 }
@@ -553,7 +572,7 @@ static jnode *s_or(parser *P) {
         P->pos++;
         if (!y || !(y->b = s_and(P))) return NULL;
         y->a = x;
-        x = y;
+        x = s_height(P, y);
     }
     return x;
 }
@@ -570,15 +589,14 @@ static jnode *s_expr(parser *P, int condexpr) {
             if (!(c->c = s_expr(P, 1))) return NULL;
         }
         c->a = x;
-        x = c;
+        x = s_height(P, c);
     }
     P->depth--;
     return x;
 }
 
 /* an expression, or several separated by commas as a tuple */
-static jnode *s_tuple(parser *P, int condexpr, int explicit_only) {
-    (void)explicit_only;
+static jnode *s_tuple(parser *P, int condexpr) {
     int line = s_cur(P)->line;
     jnode *x = s_expr(P, condexpr);
     if (!x || !s_is_op(s_cur(P), ",")) return x;
@@ -600,7 +618,7 @@ static jnode *s_tuple(parser *P, int condexpr, int explicit_only) {
         return NULL;
     }
     if (s_vfinish(P, &v, tu)) return NULL;
-    return tu;
+    return s_height(P, tu);
 }
 
 static int s_block_end(parser *P) {
@@ -674,11 +692,12 @@ static jnode *s_target(parser *P, int allow_attr) {
 static jnode *s_stmt_if(parser *P, int line) {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
     jnode *x = s_node(P, JN_IF, line);
-    if (!x || !(x->a = s_tuple(P, 1, 0)) || s_block_end(P) || !(x->b = s_body(P, ends))) return NULL;
+    if (!x || !(x->a = s_tuple(P, 1)) || s_block_end(P) || !(x->b = s_body(P, ends))) return NULL;
     jtok *nm = s_peek(P, 1);
     P->pos += 2;
-    if (s_is_name(nm, "elif")) {
-        if (!(x->c = s_stmt_if(P, nm->line))) return NULL;
+    if (s_is_name(nm, "elif")) { /* an elif chain nests in the parser: it counts against the depth */
+        if (s_enter(P) || !(x->c = s_stmt_if(P, nm->line))) return NULL;
+        P->depth--;
         return x;
     }
     if (s_is_name(nm, "else")) {
@@ -713,7 +732,7 @@ static jnode *s_stmt_for(parser *P, int line) {
         return NULL;
     }
     P->pos++;
-    if (!(x->a = s_tuple(P, 0, 0))) return NULL;
+    if (!(x->a = s_tuple(P, 0))) return NULL;
     if (s_is_name(s_cur(P), "if")) {
         P->pos++;
         if (!(x->d = s_expr(P, 1))) return NULL;
@@ -756,7 +775,7 @@ static jnode *s_stmt_set(parser *P, int line) {
     }
     if (s_expect_op(P, "=")) return NULL;
     jnode *x = s_node(P, JN_SET, line);
-    if (!x || !(x->b = s_tuple(P, 1, 0)) || s_block_end(P)) return NULL;
+    if (!x || !(x->b = s_tuple(P, 1)) || s_block_end(P)) return NULL;
     x->a = tg;
     return x;
 }
@@ -811,7 +830,7 @@ static jnode *s_stmt(parser *P) {
     if (t->type == TK_VAR_BEGIN) {
         P->pos++;
         jnode *x = s_node(P, JN_OUTPUT, t->line);
-        if (!x || !(x->a = s_tuple(P, 1, 0))) return NULL;
+        if (!x || !(x->a = s_tuple(P, 1))) return NULL;
         if (s_cur(P)->type != TK_VAR_END) {
             jerr_set(P->e, JINJA_SYNTAX, s_cur(P)->line, "expected end of print statement, got '%s'",
                      s_tokdesc(s_cur(P)));

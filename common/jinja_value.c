@@ -18,7 +18,7 @@ void *ja_alloc(jarena *a, size_t n) {
     n = (n + 15) & ~(size_t)15;
     if (a->oom) return NULL;
     if (a->cap && a->used + n > a->cap) {
-        a->oom = 1;
+        a->oom = a->over = 1;
         return NULL;
     }
     struct jchunk *c = a->head;
@@ -50,7 +50,7 @@ void ja_free_all(jarena *a) {
     }
     a->head = NULL;
     a->used = 0;
-    a->oom = 0;
+    a->oom = a->over = 0;
 }
 
 void jb_put(jbuf *b, const char *s, size_t n) {
@@ -132,9 +132,19 @@ jv jv_string(jinja_env *e, const char *s, size_t n) {
 }
 jv jv_str_of(jinja_env *e, const char *s) { return jv_string(e, s, strlen(s)); }
 
+int jerr_oom(jinja_env *e, int line) {
+    if (e->deep) return jerr_set(&e->err, JINJA_LIMIT, line, "a value is nested too deeply to print");
+    if (e->arena.over)
+        return jerr_set(&e->err, JINJA_LIMIT, line, "template used more than %zu bytes of memory or output",
+                        e->lim.max_memory);
+    return jerr_set(&e->err, JINJA_NOMEM, line, "out of memory");
+}
+
 jv jv_from_buf(jinja_env *e, jbuf *b) {
-    jv v = b->over ? jv_undef(NULL) : jv_string(e, b->p ? b->p : "", b->n);
-    if (b->over) e->arena.oom = 1;
+    int bad = b->over || b->deep;
+    jv v = bad ? jv_undef(NULL) : jv_string(e, b->p ? b->p : "", b->n);
+    if (b->deep) e->deep = 1;
+    else if (b->over) e->arena.oom = e->arena.over = 1;
     free(b->p);
     b->p = NULL;
     b->n = b->cap = 0;
@@ -241,7 +251,12 @@ int jv_truthy(jv v) {
 
 static int s_is_num(jv v) { return v.t == JV_BOOL || v.t == JV_INT || v.t == JV_FLOAT; }
 
-int jv_equal(jv a, jv b) {
+static int s_equal(jv a, jv b, int depth);
+int jv_equal(jv a, jv b) { return s_equal(a, b, 0); }
+
+/* == as Python compares; containers nested deeper than REPR_DEPTH compare unequal (Python: RecursionError) */
+static int s_equal(jv a, jv b, int depth) {
+    if (depth > 200) return 0;
     if (s_is_num(a) && s_is_num(b)) {
         if (a.t == JV_FLOAT || b.t == JV_FLOAT)
             return (a.t == JV_FLOAT ? a.u.f : (double)a.u.i) == (b.t == JV_FLOAT ? b.u.f : (double)b.u.i);
@@ -255,14 +270,14 @@ int jv_equal(jv a, jv b) {
     case JV_LIST:
         if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple) return 0;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) return 0;
+            if (!s_equal(a.u.l->v[i], b.u.l->v[i], depth + 1)) return 0;
         return 1;
     case JV_DICT:
         if (a.u.d->ns || b.u.d->ns) return a.u.d == b.u.d;
         if (a.u.d->n != b.u.d->n) return 0;
         for (size_t i = 0; i < a.u.d->n; i++) {
             jv o;
-            if (!jv_dict_find(b, a.u.d->k[i], &o) || !jv_equal(a.u.d->v[i], o)) return 0;
+            if (!jv_dict_find(b, a.u.d->k[i], &o) || !s_equal(a.u.d->v[i], o, depth + 1)) return 0;
         }
         return 1;
     case JV_FUNC: return a.u.fn == b.u.fn;
@@ -364,30 +379,50 @@ static void s_repr_str(jbuf *b, const char *s, size_t n) {
     jb_put(b, &q, 1);
 }
 
-void jv_repr(jbuf *b, jv v) {
+#define REPR_DEPTH 200 /* Python would raise RecursionError; we report the value as too deep */
+
+/* repr with the containers being printed on a stack: a namespace met again prints as {...}, as Python's dict
+ * repr does for its own recursion */
+static void s_repr(jbuf *b, jv v, const void **stack, int depth) {
+    if (depth >= REPR_DEPTH) {
+        b->deep = 1;
+        return;
+    }
     switch (v.t) {
     case JV_STR: s_repr_str(b, v.u.s->s, v.u.s->n); return;
     case JV_LIST:
         jb_puts(b, v.u.l->tuple ? "(" : "[");
-        for (size_t i = 0; i < v.u.l->n; i++) {
+        for (size_t i = 0; i < v.u.l->n && !b->deep; i++) {
             if (i) jb_puts(b, ", ");
-            jv_repr(b, v.u.l->v[i]);
+            s_repr(b, v.u.l->v[i], stack, depth + 1);
         }
         jb_puts(b, v.u.l->tuple ? (v.u.l->n == 1 ? ",)" : ")") : "]");
         return;
     case JV_DICT:
         if (v.u.d->ns) jb_puts(b, "<Namespace ");
+        for (int k = 0; k < depth; k++)
+            if (stack[k] == v.u.d) {
+                jb_puts(b, v.u.d->ns ? "{...}>" : "{...}");
+                return;
+            }
+        stack[depth] = v.u.d;
         jb_puts(b, "{");
-        for (size_t i = 0; i < v.u.d->n; i++) {
+        for (size_t i = 0; i < v.u.d->n && !b->deep; i++) {
             if (i) jb_puts(b, ", ");
-            jv_repr(b, v.u.d->k[i]);
+            s_repr(b, v.u.d->k[i], stack, depth + 1);
             jb_puts(b, ": ");
-            jv_repr(b, v.u.d->v[i]);
+            s_repr(b, v.u.d->v[i], stack, depth + 1);
         }
+        stack[depth] = NULL;
         jb_puts(b, v.u.d->ns ? "}>" : "}");
         return;
     default: jv_to_str(b, v);
     }
+}
+
+void jv_repr(jbuf *b, jv v) {
+    const void *stack[REPR_DEPTH] = {0};
+    s_repr(b, v, stack, 0);
 }
 
 void jv_to_str(jbuf *b, jv v) {

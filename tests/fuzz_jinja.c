@@ -148,6 +148,9 @@ static const char *const s_seed_text[] = {
     "{{ '\\x41\\u00e9' }}{{ \"q'\" }}{{ {'k': [1, (2, 3)]} }}{{ 'a b'.split() }}{{ ' x '.strip() }}",
     "\x08{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}{% if m.role == 'system' %}{% continue %}"
     "{% endif %}{{ m.content.replace('u', 'U').title() }}{% endfor %}\0first\0second\0third",
+    "\x00{% set ns = namespace(a=1, x=[]) %}{% set ns.s = ns %}{% for i in range(50) %}{% set ns.x = [ns.x, i] %}"
+    "{% endfor %}{{ ns }}{{ ns.x == ns.x }}{{ ns.x | tojson }}{{ 1 + 2 * 3 - 4 // 5 % 6 ~ 7 }}{{ x.a.b | trim | upper "
+    "}}",
     "\x18{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
     "message['content'] "
     "+ ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token + ' ' }}{% endif %}"

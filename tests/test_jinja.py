@@ -223,6 +223,8 @@ FEATURES = [
     "{% if messages|length > 2 %}a{% elif messages|length > 1 %}b{% elif messages %}c{% else %}d{% endif %}"
     "{{ 'yes' if messages else 'no' }}{{ 'T' if not messages }}",
     "{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set t = (1, 'x') %}{{ t[1] }}{{ t | length }}",
+    "{% set ns = namespace(a=1) %}{% set ns.x = ns %}{{ ns }}|{{ [ns] }}|{{ ns.x.x.a }}"
+    "{{ cycler is defined }}{{ lipsum is defined }}{{ joiner is defined }}",
     "{{ messages | selectattr('content') | list | length }} {{ messages | select | list | length }}"
     " {{ [0, 1, '', 'a', none] | select | list }} {{ [1, 2, 3, 4] | reject('odd') | list }}"
     " {{ [1, 2, 3] | select('gt', 1) | list }}",
@@ -302,9 +304,25 @@ def main():
         ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "nested deeper"),
         ("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}", "limit"),
     ]
+    hostile += [
+        ("{{ " + "1 + " * 60000 + "1 }}", "nested"),                                   # loop-built chains
+        ("{{ x" + ".a" * 5000 + " }}", "nested"),
+        ("{{ 'a'" + " | trim" * 5000 + " }}", "nested"),
+        ("{{ " + "not " * 5000 + "1 }}", "nested"),
+        ("{% if 0 %}" + "{% elif 0 %}" * 20000 + "{% endif %}", "nested"),
+        ("{% set ns = namespace(x=[]) %}{% for i in range(20000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+         "too deeply"),
+        ("{% set ns = namespace(x=[]) %}{% for i in range(20000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+         "{{ ns.x ~ 'a' }}", "too deeply"),
+    ]
     for tmpl, what in hostile:
         (st, text), = render_c(tmpl, one, "--jinja")[0]
         check(st == "error" and what in text, "hostile %r...: %s %r" % (tmpl[:50], st, text[:200]))
+    # no crash on deep values that jinja2 itself cannot compare (RecursionError there)
+    deep = "{% set ns = namespace(x=[], y=[]) %}{% for i in range(20000) %}{% set ns.x = [ns.x] %}{% set ns.y = [ns.y] %}" \
+           "{% endfor %}{{ ns.x == ns.y }}{{ ns.x | length }}"
+    res, err, rc = render_c(deep, one, "--jinja")
+    check(rc == 0 and len(res) == 1, "deep values compared without a crash: rc %d %r" % (rc, res))
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 
