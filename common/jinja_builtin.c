@@ -11,10 +11,10 @@
 #include <utf8proc.h>
 
 static const char *const s_filters[] = {
-    "trim",  "length",     "count",      "upper",  "lower",  "capitalize", "tojson",  "first",
-    "last",  "default",    "d",          "join",   "string", "int",        "float",   "list",
-    "items", "selectattr", "rejectattr", "select", "reject", "map",        "reverse", "replace",
-    "safe",  "escape",     "e",          "abs",    "unique", "dictsort",   NULL};
+    "trim",       "length", "count",  "upper",  "lower",   "capitalize", "tojson", "first",  "last",
+    "default",    "d",      "join",   "string", "int",     "float",      "list",   "items",  "selectattr",
+    "rejectattr", "select", "reject", "map",    "reverse", "replace",    "safe",   "escape", "e",
+    "abs",        "unique", "indent", "title",  "round",   "sort",       NULL};
 static const char *const s_tests[] = {
     "defined", "undefined",   "none",     "string",   "number",      "integer",  "float", "boolean",
     "true",    "false",       "mapping",  "iterable", "sequence",    "callable", "eq",    "equalto",
@@ -313,6 +313,8 @@ static int s_list_of(jinja_env *e, jv v, int line, jv *out) {
     return 0;
 }
 
+static int s_splitlines(jinja_env *e, const char *s, size_t n, int line, jv *out);
+
 int jbi_method(jinja_env *e, jv self, const char *name, jv *args, int nargs, const char **kwn, jv *kwv, int nkw,
                int line, jv *out) {
     jv none = jv_none();
@@ -356,8 +358,10 @@ int jbi_method(jinja_env *e, jv self, const char *name, jv *args, int nargs, con
         if (s_int_arg(e, s_arg(args, nargs, kwn, kwv, nkw, 1, "maxsplit", none), -1, line, &m)) return -1;
         return s_split(e, self, sep, m, name[0] == 'r', line, out);
     }
-    if (!strcmp(name, "splitlines"))
-        return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported method 'splitlines'");
+    if (!strcmp(name, "splitlines")) {
+        if (nargs) return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: splitlines(keepends)");
+        return s_splitlines(e, self.u.s->s, self.u.s->n, line, out);
+    }
     if (!strcmp(name, "replace")) {
         int64_t c = -1;
         if (nargs < 2) return jerr_set(&e->err, JINJA_RUNTIME, line, "replace expected at least 2 arguments");
@@ -583,6 +587,202 @@ static int s_tojson(jinja_env *e, jv v, jv *args, int nargs, const char **kwn, j
     return out->t == JV_STR ? 0 : s_oom(e, line);
 }
 
+/* the line break at p as Python's str.splitlines() sees one: its length, 0 when none */
+static int s_linebreak(const char *p, const char *end) {
+    unsigned char c = (unsigned char)*p;
+    if (c == '\r') return p + 1 < end && p[1] == '\n' ? 2 : 1;
+    if (c == '\n' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e)) return 1;
+    if (c == 0xC2 && p + 1 < end && (unsigned char)p[1] == 0x85) return 2;
+    if (c == 0xE2 && p + 2 < end && (unsigned char)p[1] == 0x80 &&
+        ((unsigned char)p[2] == 0xA8 || (unsigned char)p[2] == 0xA9))
+        return 3;
+    return 0;
+}
+
+static int s_splitlines(jinja_env *e, const char *s, size_t n, int line, jv *out) {
+    jv l = jv_list_new(e);
+    if (l.t != JV_LIST) return s_oom(e, line);
+    const char *p = s, *start = s, *end = s + n;
+    while (p < end) {
+        int k = s_linebreak(p, end);
+        if (!k) {
+            p++;
+            continue;
+        }
+        if (s_push_str(e, l, start, (size_t)(p - start), line)) return -1;
+        p += k;
+        start = p;
+    }
+    if (start < end && s_push_str(e, l, start, (size_t)(end - start), line)) return -1;
+    *out = l;
+    return 0;
+}
+
+/* jinja2's indent filter: s + "\n" split into lines, every line but the first (and blank ones unless blank)
+ * prefixed */
+static int s_indent(jinja_env *e, jv v, jv width, int first, int blank, int line, jv *out) {
+    jv s, lines;
+    jbuf ind = {0}, b = {.max = e->lim.max_output};
+    if (width.t == JV_STR) jb_put(&ind, width.u.s->s, width.u.s->n);
+    else if (width.t == JV_INT && width.u.i >= 0 && width.u.i <= 1024)
+        for (int64_t i = 0; i < width.u.i; i++) jb_put(&ind, " ", 1);
+    else if (width.t != JV_INT)
+        return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: indent width of %s", jv_type_name(width));
+    if (s_str_of(e, v, line, &s)) {
+        free(ind.p);
+        return -1;
+    }
+    jbuf t = {0};
+    jb_put(&t, s.u.s->s, s.u.s->n);
+    jb_put(&t, "\n", 1);
+    int rc = t.over ? s_oom(e, line) : s_splitlines(e, t.p, t.n, line, &lines);
+    free(t.p);
+    if (rc) {
+        free(ind.p);
+        return -1;
+    }
+    const char *ip = ind.p ? ind.p : "";
+    if (first) jb_put(&b, ip, ind.n);
+    for (size_t i = 0; i < lines.u.l->n; i++) {
+        jv_str *ln = lines.u.l->v[i].u.s;
+        if (i) jb_put(&b, "\n", 1);
+        if (i && (blank || ln->n)) jb_put(&b, ip, ind.n);
+        jb_put(&b, ln->s, ln->n);
+    }
+    free(ind.p);
+    *out = jv_from_buf(e, &b);
+    return out->t == JV_STR ? 0 : s_oom(e, line);
+}
+
+/* jinja2's title filter: words begin after runs of -, whitespace, (, {, [, <; their first character is upper-cased,
+ * the rest lower-cased */
+static int s_title_filter(jinja_env *e, jv s, int line, jv *out) {
+    jbuf b = {0};
+    const char *p = s.u.s->s, *end = p + s.u.s->n;
+    int start = 1;
+    while (p < end) {
+        size_t k = ju_cp_offset(p, (size_t)(end - p), 1);
+        int sep = ju_space_len(p, end) > 0 || *p == '-' || *p == '(' || *p == '{' || *p == '[' || *p == '<';
+        if (sep) jb_put(&b, p, k);
+        else {
+            jv c;
+            if (s_case(e, jv_string(e, p, k), start ? CASE_UPPER : CASE_LOWER, line, &c)) {
+                free(b.p);
+                return -1;
+            }
+            jb_put(&b, c.u.s->s, c.u.s->n);
+        }
+        start = sep;
+        p += k;
+    }
+    *out = jv_from_buf(e, &b);
+    return out->t == JV_STR ? 0 : s_oom(e, line);
+}
+
+static int s_round(jinja_env *e, jv v, jv prec, jv method, int line, jv *out) {
+    int64_t p = prec.t == JV_INT || prec.t == JV_BOOL ? prec.u.i : 0;
+    const char *m = method.t == JV_STR ? method.u.s->s : "common";
+    int common = !strcmp(m, "common"), ceil_ = !strcmp(m, "ceil"), floor_ = !strcmp(m, "floor");
+    if (!common && !ceil_ && !floor_)
+        return jerr_set(&e->err, JINJA_RUNTIME, line, "method must be common, ceil or floor");
+    if (p < 0 || p > 15 || (prec.t != JV_INT && prec.t != JV_BOOL && prec.t != JV_UNDEF))
+        return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: round precision outside 0..15");
+    if (v.t != JV_INT && v.t != JV_BOOL && v.t != JV_FLOAT)
+        return jerr_set(&e->err, JINJA_RUNTIME, line, "round: expected a number, got %s", jv_type_name(v));
+    if (common && v.t != JV_FLOAT) {
+        *out = jv_int(v.u.i);
+        return 0;
+    }
+    double x = v.t == JV_FLOAT ? v.u.f : (double)v.u.i, scale = pow(10, (double)p);
+    if (!common) {
+        *out = jv_float((ceil_ ? ceil(x * scale) : floor(x * scale)) / scale);
+        return 0;
+    }
+    if (!isfinite(x)) {
+        *out = v;
+        return 0;
+    }
+    if (p == 0) {
+        *out = jv_float(nearbyint(x));
+        return 0;
+    }
+    char t[400]; /* printf rounds the exact binary value half-even, as Python's round does */
+    snprintf(t, sizeof t, "%.*f", (int)p, x);
+    *out = jv_float(strtod(t, NULL));
+    return 0;
+}
+
+/* stable merge sort of idx[0..n) by keys (numbers or strings); -1 on keys that do not compare */
+static int s_key_cmp(jv a, jv b, int *bad) {
+    int an = a.t == JV_INT || a.t == JV_BOOL || a.t == JV_FLOAT,
+        bn = b.t == JV_INT || b.t == JV_BOOL || b.t == JV_FLOAT;
+    if (an && bn) {
+        double x = a.t == JV_FLOAT ? a.u.f : (double)a.u.i, y = b.t == JV_FLOAT ? b.u.f : (double)b.u.i;
+        return (x > y) - (x < y);
+    }
+    if (a.t == JV_STR && b.t == JV_STR) {
+        size_t n = a.u.s->n < b.u.s->n ? a.u.s->n : b.u.s->n;
+        int c = memcmp(a.u.s->s, b.u.s->s, n);
+        return c ? c : (a.u.s->n > b.u.s->n) - (a.u.s->n < b.u.s->n);
+    }
+    *bad = 1;
+    return 0;
+}
+
+static void s_msort(size_t *idx, size_t *tmp, size_t n, const jv *keys, int rev, int *bad) {
+    if (n < 2) return;
+    size_t h = n / 2;
+    s_msort(idx, tmp, h, keys, rev, bad);
+    s_msort(idx + h, tmp, n - h, keys, rev, bad);
+    size_t i = 0, j = h, k = 0;
+    while (i < h && j < n) {
+        int c = s_key_cmp(keys[idx[j]], keys[idx[i]], bad);
+        if (rev ? c > 0 : c < 0) tmp[k++] = idx[j++]; /* take the right one only when strictly before: stable */
+        else tmp[k++] = idx[i++];
+    }
+    while (i < h) tmp[k++] = idx[i++];
+    while (j < n) tmp[k++] = idx[j++];
+    memcpy(idx, tmp, n * sizeof *idx);
+}
+
+static int s_sort(jinja_env *e, jv v, int rev, int case_sensitive, jv attr, int line, jv *out) {
+    jv items;
+    if (s_list_of(e, v, line, &items)) return -1;
+    size_t n = items.u.l->n;
+    jv *keys = ja_alloc(&e->arena, (n ? n : 1) * sizeof *keys);
+    size_t *idx = malloc((n ? n : 1) * sizeof *idx), *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    if (!keys || !idx || !tmp) {
+        free(idx);
+        free(tmp);
+        return s_oom(e, line);
+    }
+    for (size_t i = 0; i < n; i++) {
+        jv k = attr.t == JV_STR ? s_attr_path(e, items.u.l->v[i], attr.u.s->s) : items.u.l->v[i];
+        if (k.t == JV_STR && !case_sensitive && s_case(e, k, CASE_LOWER, line, &k)) {
+            free(idx);
+            free(tmp);
+            return -1;
+        }
+        keys[i] = k;
+        idx[i] = i;
+    }
+    int bad = 0;
+    s_msort(idx, tmp, n, keys, rev, &bad);
+    jv l = jv_list_new(e);
+    for (size_t i = 0; i < n && !bad; i++)
+        if (jv_list_push(e, l, items.u.l->v[idx[i]])) {
+            free(idx);
+            free(tmp);
+            return s_oom(e, line);
+        }
+    free(idx);
+    free(tmp);
+    if (bad) return jerr_set(&e->err, JINJA_RUNTIME, line, "sort: values that do not compare ('<' between types)");
+    if (l.t != JV_LIST) return s_oom(e, line);
+    *out = l;
+    return 0;
+}
+
 int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int nargs, const char **kwn, jv *kwv,
                int nkw, int line, jv *out) {
     jv none = jv_none(), s;
@@ -763,6 +963,21 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
         else return jerr_set(&e->err, JINJA_RUNTIME, line, "bad operand type for abs(): '%s'", jv_type_name(v));
         return 0;
     }
+    if (!strcmp(name, "indent"))
+        return s_indent(e, v, s_arg(args, nargs, kwn, kwv, nkw, 0, "width", jv_int(4)),
+                        jv_truthy(s_arg(args, nargs, kwn, kwv, nkw, 1, "first", jv_bool(0))),
+                        jv_truthy(s_arg(args, nargs, kwn, kwv, nkw, 2, "blank", jv_bool(0))), line, out);
+    if (!strcmp(name, "title")) {
+        if (s_str_of(e, v, line, &s)) return -1;
+        return s_title_filter(e, s, line, out);
+    }
+    if (!strcmp(name, "round"))
+        return s_round(e, v, s_arg(args, nargs, kwn, kwv, nkw, 0, "precision", jv_int(0)),
+                       s_arg(args, nargs, kwn, kwv, nkw, 1, "method", none), line, out);
+    if (!strcmp(name, "sort"))
+        return s_sort(e, v, jv_truthy(s_arg(args, nargs, kwn, kwv, nkw, 0, "reverse", jv_bool(0))),
+                      jv_truthy(s_arg(args, nargs, kwn, kwv, nkw, 1, "case_sensitive", jv_bool(0))),
+                      s_arg(args, nargs, kwn, kwv, nkw, 2, "attribute", none), line, out);
     if (!strcmp(name, "unique")) {
         jv items;
         if (nargs || nkw) return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: unique with arguments");

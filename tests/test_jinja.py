@@ -225,6 +225,13 @@ FEATURES = [
     "{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set t = (1, 'x') %}{{ t[1] }}{{ t | length }}",
     "{% set ns = namespace(a=1) %}{% set ns.x = ns %}{{ ns }}|{{ [ns] }}|{{ ns.x.x.a }}"
     "{{ cycler is defined }}{{ lipsum is defined }}{{ joiner is defined }}",
+    "{% for m in messages %}{{ m.content | indent }}|{{ m.content | indent(2, true) }}|{{ m.content | indent('> ', "
+    "blank=true) }}|{{ m.content | title }}|{{ m.content.splitlines() }}{% endfor %}",
+    "{{ 2.5 | round }} {{ 3.5 | round }} {{ 3 | round }} {{ 2.675 | round(2) }} {{ 1.2345 | round(2, 'ceil') }}"
+    " {{ -1.5 | round(0, 'floor') }} {{ 7 | round(1, 'ceil') }} {{ 1e300 | round(3) }}",
+    "{{ messages | map(attribute='content') | sort | list }} {{ messages | sort(attribute='role') | map(attribute="
+    "'role') | list }} {{ messages | sort(attribute='content', reverse=true, case_sensitive=true) | map(attribute="
+    "'content') | map('length') | list }} {{ [3, 1.5, 2, true] | sort }} {{ ['b', 'A', 'a', 'B'] | sort }}",
     "{{ messages | selectattr('content') | list | length }} {{ messages | select | list | length }}"
     " {{ [0, 1, '', 'a', none] | select | list }} {{ [1, 2, 3, 4] | reject('odd') | list }}"
     " {{ [1, 2, 3] | select('gt', 1) | list }}",
