@@ -338,6 +338,7 @@ int jbi_method(jinja_env *e, jv self, const char *name, jv *args, int nargs, con
             }
             if (jv_list_push(e, l, x)) return s_oom(e, line);
         }
+        l.u.l->kind = !strcmp(name, "keys") ? LK_KEYS : !strcmp(name, "values") ? LK_VALUES : LK_ITEMS;
         *out = l;
         return 0;
     }
@@ -445,7 +446,7 @@ int jbi_test(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int nar
     else if (!strcmp(name, "iterable"))
         *out = v.t == JV_STR || v.t == JV_LIST || (v.t == JV_DICT && !v.u.d->ns) || v.t == JV_UNDEF;
     else if (!strcmp(name, "sequence"))
-        *out = v.t == JV_STR || v.t == JV_LIST || (v.t == JV_DICT && !v.u.d->ns) || v.t == JV_UNDEF;
+        *out = v.t == JV_STR || (v.t == JV_LIST && !v.u.l->kind) || (v.t == JV_DICT && !v.u.d->ns) || v.t == JV_UNDEF;
     else if (!strcmp(name, "callable")) *out = v.t == JV_FUNC;
     else if (!strcmp(name, "eq") || !strcmp(name, "equalto")) *out = jv_equal(v, a);
     else if (!strcmp(name, "ne")) *out = !jv_equal(v, a);
@@ -455,8 +456,7 @@ int jbi_test(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int nar
         else if (v.t == JV_LIST || v.t == JV_DICT) *out = v.t == a.t && (void *)v.u.l == (void *)a.u.l;
         else return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: 'sameas' on %s", jv_type_name(v));
     } else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
-        if (v.t != JV_STR)
-            return jerr_set(&e->err, JINJA_RUNTIME, line, "'%s' object has no attribute '%s'", jv_type_name(v), name);
+        if (s_str_of(e, v, line, &v)) return -1; /* str(value).islower() */
         jv c;
         if (s_case(e, v, name[0] == 'l' ? CASE_LOWER : CASE_UPPER, line, &c)) return -1;
         /* str.islower(): cased characters exist and all are lower; approximated as "unchanged by lower()" */
@@ -479,12 +479,22 @@ int jbi_test(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int nar
         /* numeric tests and ordering */
         int isnum = v.t == JV_INT || v.t == JV_BOOL || v.t == JV_FLOAT;
         if (!strcmp(name, "even") || !strcmp(name, "odd") || !strcmp(name, "divisibleby")) {
-            if (v.t != JV_INT && v.t != JV_BOOL) {
+            int a_ok = name[0] != 'd' || a.t == JV_INT || a.t == JV_BOOL || a.t == JV_FLOAT;
+            if (v.t == JV_FLOAT || (a_ok && a.t == JV_FLOAT && name[0] == 'd' && isnum)) { /* Python's float % */
+                double x = v.t == JV_FLOAT ? v.u.f : (double)v.u.i;
+                double y = name[0] != 'd' ? 2.0 : a.t == JV_FLOAT ? a.u.f : (double)a.u.i;
+                if (y == 0) return jerr_set(&e->err, JINJA_RUNTIME, line, "float modulo by zero");
+                double r = fmod(x, y);
+                if (r != 0 && (r < 0) != (y < 0)) r += y;
+                *out = name[0] == 'o' ? r == 1 : r == 0; /* jinja2: value % 2 == 1 */
+                return 0;
+            }
+            if ((v.t != JV_INT && v.t != JV_BOOL) || !a_ok) {
                 if (v.t == JV_UNDEF) return jerr_set(&e->err, JINJA_RUNTIME, line, "use of an undefined value");
-                return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: '%s' test on %s", name,
+                return jerr_set(&e->err, JINJA_RUNTIME, line, "'%s' test: unsupported operand %s", name,
                                 jv_type_name(v));
             }
-            int64_t m = name[0] == 'e' || name[0] == 'o' ? 2 : (a.t == JV_INT ? a.u.i : 0);
+            int64_t m = name[0] == 'e' || name[0] == 'o' ? 2 : (a.t == JV_FLOAT ? 0 : a.u.i);
             if (!m) return jerr_set(&e->err, JINJA_RUNTIME, line, "integer division or modulo by zero");
             int64_t r = v.u.i % m;
             *out = name[0] == 'o' ? r != 0 : r == 0;
@@ -550,6 +560,7 @@ static int s_select(jinja_env *e, jscope *sc, const char *fname, jv v, jv *args,
         } else r = jv_truthy(x);
         if (r != reject && jv_list_push(e, l, items.u.l->v[i])) return s_oom(e, line);
     }
+    l.u.l->kind = LK_GEN; /* a generator in jinja2 */
     *out = l;
     return 0;
 }
@@ -628,10 +639,12 @@ static int s_indent(jinja_env *e, jv v, jv width, int first, int blank, int line
         for (int64_t i = 0; i < width.u.i; i++) jb_put(&ind, " ", 1);
     else if (width.t != JV_INT)
         return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: indent width of %s", jv_type_name(width));
-    if (s_str_of(e, v, line, &s)) {
+    if (v.t != JV_STR) { /* jinja2 appends "\n" to the value itself */
         free(ind.p);
-        return -1;
+        if (v.t == JV_UNDEF && v.u.uname) return jerr_set(&e->err, JINJA_RUNTIME, line, "'%s' is undefined", v.u.uname);
+        return jerr_set(&e->err, JINJA_RUNTIME, line, "indent: expected a string, got %s", jv_type_name(v));
     }
+    s = v;
     jbuf t = {0};
     jb_put(&t, s.u.s->s, s.u.s->n);
     jb_put(&t, "\n", 1);
@@ -792,6 +805,8 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
     }
     if (!strcmp(name, "length") || !strcmp(name, "count")) {
         if (v.t == JV_STR) *out = jv_int((int64_t)ju_cplen(v.u.s->s, v.u.s->n));
+        else if (v.t == JV_LIST && v.u.l->kind == LK_GEN)
+            return jerr_set(&e->err, JINJA_RUNTIME, line, "object of type 'generator' has no len()");
         else if (v.t == JV_LIST) *out = jv_int((int64_t)v.u.l->n);
         else if (v.t == JV_DICT && !v.u.d->ns) *out = jv_int((int64_t)v.u.d->n);
         else if (v.t == JV_UNDEF) *out = jv_int(0);
@@ -805,6 +820,8 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
     if (!strcmp(name, "tojson")) return s_tojson(e, v, args, nargs, kwn, kwv, nkw, line, out);
     if (!strcmp(name, "first") || !strcmp(name, "last")) {
         jv items;
+        if (name[0] == 'l' && v.t == JV_LIST && v.u.l->kind == LK_GEN)
+            return jerr_set(&e->err, JINJA_RUNTIME, line, "'generator' object is not reversible");
         if (s_list_of(e, v, line, &items)) return -1;
         *out = !items.u.l->n ? jv_undef(NULL) : items.u.l->v[name[0] == 'f' ? 0 : items.u.l->n - 1];
         return 0;
@@ -890,7 +907,9 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
         }
         if (v.t != JV_DICT || v.u.d->ns)
             return jerr_set(&e->err, JINJA_RUNTIME, line, "can only get item pairs from a mapping");
-        return jbi_method(e, v, "items", NULL, 0, NULL, NULL, 0, line, out);
+        if (jbi_method(e, v, "items", NULL, 0, NULL, NULL, 0, line, out)) return -1;
+        out->u.l->kind = LK_GEN; /* the filter is a generator, the method a view */
+        return 0;
     }
     if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr") || !strcmp(name, "select") ||
         !strcmp(name, "reject"))
@@ -919,6 +938,7 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
                 return -1;
             if (jv_list_push(e, l, x)) return s_oom(e, line);
         }
+        l.u.l->kind = LK_GEN;
         *out = l;
         return 0;
     }
@@ -942,6 +962,7 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
             items.u.l->v[i] = items.u.l->v[items.u.l->n - 1 - i];
             items.u.l->v[items.u.l->n - 1 - i] = t;
         }
+        items.u.l->kind = LK_GEN; /* reversed(): an iterator */
         *out = items;
         return 0;
     }
@@ -989,6 +1010,7 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
             for (size_t j = 0; j < l.u.l->n && !seen; j++) seen = jv_equal(l.u.l->v[j], items.u.l->v[i]);
             if (!seen && jv_list_push(e, l, items.u.l->v[i])) return s_oom(e, line);
         }
+        l.u.l->kind = LK_GEN;
         *out = l;
         return 0;
     }

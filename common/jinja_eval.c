@@ -72,6 +72,7 @@ jv jeval_getitem(jinja_env *e, jv obj, jv key) {
             return jeval_getattr(e, obj, key.u.s->s, key.u.s->n);
         return jv_undef(NULL);
     }
+    if (obj.t == JV_LIST && obj.u.l->kind) return jv_undef(NULL); /* generators and dict views */
     if (obj.t == JV_LIST && s_index(key, &i)) {
         int64_t n = (int64_t)obj.u.l->n;
         if (i < 0) i += n;
@@ -117,7 +118,7 @@ static int s_slice_indices(jinja_env *e, int64_t len, jv *sv, int64_t *start, in
 
 static int s_slice(jinja_env *e, jv obj, jv *sv, int line, jv *out) {
     int64_t start, stop, step;
-    if (obj.t == JV_LIST) {
+    if (obj.t == JV_LIST && !obj.u.l->kind) {
         if (s_slice_indices(e, (int64_t)obj.u.l->n, sv, &start, &stop, &step, line)) return -1;
         jv l = obj.u.l->tuple ? jv_tuple_new(e) : jv_list_new(e);
         if (l.t != JV_LIST) return s_oom(e, line);
@@ -148,7 +149,9 @@ static int s_slice(jinja_env *e, jv obj, jv *sv, int line, jv *out) {
         return 0;
     }
     if (obj.t == JV_UNDEF) return s_undef_err(e, obj, line);
-    return jerr_set(&e->err, JINJA_RUNTIME, line, "'%s' object is not subscriptable", jv_type_name(obj));
+    if (obj.t == JV_DICT && !obj.u.d->ns) return jerr_set(&e->err, JINJA_RUNTIME, line, "unhashable type: 'slice'");
+    *out = jv_undef(NULL); /* jinja2's getitem: what cannot be subscripted gives undefined */
+    return 0;
 }
 
 static int s_is_num(jv v) { return v.t == JV_INT || v.t == JV_BOOL || v.t == JV_FLOAT; }
@@ -270,7 +273,8 @@ static int s_binop(jinja_env *e, int op, jv a, jv b, int line, jv *out) {
         *out = jv_from_buf(e, &buf);
         return out->t == JV_STR ? 0 : s_oom(e, line);
     }
-    if (op == OP_ADD && a.t == JV_LIST && b.t == JV_LIST && a.u.l->tuple == b.u.l->tuple) {
+    if (op == OP_ADD && a.t == JV_LIST && b.t == JV_LIST && a.u.l->tuple == b.u.l->tuple && !a.u.l->kind &&
+        !b.u.l->kind) {
         jv l = a.u.l->tuple ? jv_tuple_new(e) : jv_list_new(e);
         if (l.t != JV_LIST) return s_oom(e, line);
         for (size_t i = 0; i < a.u.l->n; i++)
@@ -280,9 +284,9 @@ static int s_binop(jinja_env *e, int op, jv a, jv b, int line, jv *out) {
         *out = l;
         return 0;
     }
-    if (op == OP_MUL && (a.t == JV_STR || a.t == JV_LIST) && (b.t == JV_INT || b.t == JV_BOOL))
+    if (op == OP_MUL && (a.t == JV_STR || (a.t == JV_LIST && !a.u.l->kind)) && (b.t == JV_INT || b.t == JV_BOOL))
         return s_repeat(e, a, b.u.i, line, out);
-    if (op == OP_MUL && (b.t == JV_STR || b.t == JV_LIST) && (a.t == JV_INT || a.t == JV_BOOL))
+    if (op == OP_MUL && (b.t == JV_STR || (b.t == JV_LIST && !b.u.l->kind)) && (a.t == JV_INT || a.t == JV_BOOL))
         return s_repeat(e, b, a.u.i, line, out);
     if (op == OP_MOD && a.t == JV_STR)
         return jerr_set(&e->err, JINJA_UNSUPPORTED, line, "unsupported: %% string formatting");

@@ -16,7 +16,11 @@ struct jv_list {
     size_t n, cap;
     jv *v;
     int tuple;
+    int kind; /* LK_*: what Python object the items stand for (see jinja_value.c) */
 };
+/* a plain list; the generator that jinja2's select, reject, map, items and unique filters return (always true,
+ * no len(), not subscriptable, not JSON); the views of dict.items(), .keys(), .values() (not subscriptable) */
+enum { LK_LIST = 0, LK_GEN, LK_ITEMS, LK_KEYS, LK_VALUES };
 struct jv_dict {
     size_t n, cap;
     jv *k, *v;

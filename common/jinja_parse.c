@@ -692,7 +692,8 @@ static jnode *s_target(parser *P, int allow_attr) {
 static jnode *s_stmt_if(parser *P, int line) {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
     jnode *x = s_node(P, JN_IF, line);
-    if (!x || !(x->a = s_tuple(P, 1)) || s_block_end(P) || !(x->b = s_body(P, ends))) return NULL;
+    /* as in jinja2, the condition takes no inline "a if b else c" (it would read the tag's own if) */
+    if (!x || !(x->a = s_tuple(P, 0)) || s_block_end(P) || !(x->b = s_body(P, ends))) return NULL;
     jtok *nm = s_peek(P, 1);
     P->pos += 2;
     if (s_is_name(nm, "elif")) { /* an elif chain nests in the parser: it counts against the depth */

@@ -242,7 +242,7 @@ int jv_truthy(jv v) {
     case JV_INT: return v.u.i != 0;
     case JV_FLOAT: return v.u.f != 0.0;
     case JV_STR: return v.u.s->n != 0;
-    case JV_LIST: return v.u.l->n != 0;
+    case JV_LIST: return v.u.l->kind == LK_GEN || v.u.l->n != 0;
     case JV_DICT: return v.u.d->ns || v.u.d->n != 0;
     case JV_FUNC: return 1;
     }
@@ -268,6 +268,7 @@ static int s_equal(jv a, jv b, int depth) {
     case JV_NONE: return 1;
     case JV_STR: return a.u.s->n == b.u.s->n && memcmp(a.u.s->s, b.u.s->s, a.u.s->n) == 0;
     case JV_LIST:
+        if (a.u.l->kind || b.u.l->kind) return a.u.l == b.u.l;
         if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple) return 0;
         for (size_t i = 0; i < a.u.l->n; i++)
             if (!s_equal(a.u.l->v[i], b.u.l->v[i], depth + 1)) return 0;
@@ -288,6 +289,10 @@ static int s_equal(jv a, jv b, int depth) {
 const char *jv_type_name(jv v) {
     static const char *names[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list", "dict", "function"};
     if (v.t == JV_LIST && v.u.l->tuple) return "tuple";
+    if (v.t == JV_LIST && v.u.l->kind) {
+        static const char *kinds[] = {"list", "generator", "dict_items", "dict_keys", "dict_values"};
+        return kinds[v.u.l->kind];
+    }
     if (v.t == JV_DICT && v.u.d->ns) return "Namespace";
     return names[v.t];
 }
@@ -389,14 +394,24 @@ static void s_repr(jbuf *b, jv v, const void **stack, int depth) {
         return;
     }
     switch (v.t) {
+    case JV_UNDEF: jb_puts(b, "Undefined"); return;
     case JV_STR: s_repr_str(b, v.u.s->s, v.u.s->n); return;
     case JV_LIST:
+        if (v.u.l->kind == LK_GEN) {
+            jb_puts(b, "<generator object>");
+            return;
+        }
+        if (v.u.l->kind)
+            jb_puts(b, v.u.l->kind == LK_ITEMS  ? "dict_items("
+                       : v.u.l->kind == LK_KEYS ? "dict_keys("
+                                                : "dict_values(");
         jb_puts(b, v.u.l->tuple ? "(" : "[");
         for (size_t i = 0; i < v.u.l->n && !b->deep; i++) {
             if (i) jb_puts(b, ", ");
             s_repr(b, v.u.l->v[i], stack, depth + 1);
         }
         jb_puts(b, v.u.l->tuple ? (v.u.l->n == 1 ? ",)" : ")") : "]");
+        if (v.u.l->kind) jb_puts(b, ")");
         return;
     case JV_DICT:
         if (v.u.d->ns) jb_puts(b, "<Namespace ");
@@ -496,6 +511,7 @@ int jv_to_json(jbuf *b, jv v, int indent, int level, const char *item_sep, const
         return 0;
     case JV_STR: s_json_str(b, v.u.s->s, v.u.s->n); return 0;
     case JV_LIST:
+        if (v.u.l->kind) return -1;
         if (!v.u.l->n) {
             jb_puts(b, "[]");
             return 0;
