@@ -10,7 +10,8 @@ message, or an error).
     conversations each (with or without a system message, multi-turn, empty contents, unicode, whitespace,
     <think> blocks, Jinja-looking text, some with roles out of order), with and without the generation prompt;
   - small templates that exercise one construct each (filters, tests, methods, slicing, loops, macros, scoping,
-    whitespace control) on the same conversations;
+    whitespace control) on the same conversations, and 400 random templates of expressions, filters, tests,
+    methods, slices, loops and conditions;
   - errors: unsupported constructs are named (and fall back to the built-in family where one matches), hostile
     templates stop at a limit, raise_exception's message is passed on.
 Prints "N passed, N failed"."""
@@ -238,6 +239,103 @@ FEATURES = [
 ]
 
 
+# random templates (a fixed seed) for a differential run: literals, operators, filters, tests, methods, slicing,
+# loops and conditions over the messages. Slices are taken of names and strings only: jinja2 folds constant
+# subscripts of numbers at compile time, with results that differ from its runtime's.
+R_STRS = ["''", "'a'", "'Hello World'", "' pad '", "'é ß ǅ'", "'x\\ny'", "'a,b,,c'", "\"q'\"", "'42'", "'3.5'",
+          "'<think>r</think>a'", "'ǆemo ﬁ'"]
+R_FILTERS = ["trim", "length", "upper", "lower", "first", "last", "default('d')", "join(',')", "string", "int", "float",
+             "list", "reverse | list", "replace('a', 'b')", "tojson", "abs", "unique | list", "title", "capitalize",
+             "round", "sort", "count", "indent(2)", "select | list", "map('upper') | list", "d(1, true)",
+             "tojson(indent=1)"]
+R_TESTS = ["defined", "undefined", "none", "string", "number", "integer", "float", "odd", "even", "mapping",
+           "iterable", "sequence", "boolean", "true", "false", "eq 1", "divisibleby 2", "in 'abc'", "lower", "upper"]
+R_METHODS = ["strip()", "split()", "split(',')", "startswith('a')", "endswith('d')", "replace('l', 'L')", "upper()",
+             "lower()", "title()", "find('o')", "count('l')", "lstrip('H')", "rstrip('d ')", "splitlines()",
+             "capitalize()", "isdigit()"]
+R_OPS = ["+", "-", "*", "/", "//", "~", "==", "!=", "<", ">", "<=", ">=", "in", "not in", "and", "or"]
+R_NAMES = ["messages", "messages[0]", "messages[-1]", "messages[0].content", "messages[1]['role']", "nothing",
+           "messages|length", "bos_token"]
+
+
+def r_lit(rng, d):
+    r = rng.random()
+    if r < 0.25:
+        return rng.choice(R_STRS)
+    if r < 0.4:
+        return str(rng.choice([0, 1, 2, 3, -1, 7, 10, 100]))
+    if r < 0.5:
+        return rng.choice(["0.5", "1.0", "2.25", "-3.5", "1e3", "0.1"])
+    if r < 0.58:
+        return rng.choice(["none", "true", "false"])
+    if r < 0.7 and d > 0:
+        return "[" + ", ".join(r_expr(rng, d - 1) for _ in range(rng.randint(0, 3))) + "]"
+    if r < 0.78 and d > 0:
+        return "{" + ", ".join("%s: %s" % (rng.choice(R_STRS), r_expr(rng, d - 1)) for _ in range(rng.randint(0, 2))) + "}"
+    if r < 0.9:
+        return rng.choice(R_NAMES)
+    return "(" + r_expr(rng, d - 1) + ")" if d > 0 else "1"
+
+
+def r_expr(rng, d):
+    if d <= 0:
+        return r_lit(rng, 0)
+    r = rng.random()
+    if r < 0.3:
+        return r_lit(rng, d)
+    if r < 0.5:
+        return "%s %s %s" % (r_expr(rng, d - 1), rng.choice(R_OPS), r_expr(rng, d - 1))
+    if r < 0.62:
+        return "%s | %s" % (r_lit(rng, d - 1), rng.choice(R_FILTERS))
+    if r < 0.7:
+        return "%s is %s%s" % (r_lit(rng, d - 1), rng.choice(["", "not "]), rng.choice(R_TESTS))
+    if r < 0.8:
+        return "%s.%s" % (rng.choice(R_STRS + ["messages[0].content"]), rng.choice(R_METHODS))
+    if r < 0.86:
+        return "%s[%s:%s%s]" % (rng.choice(R_STRS + R_NAMES[:4]), rng.choice(["", "1", "-2"]),
+                                rng.choice(["", "3", "-1"]), rng.choice(["", ":2", ":-1"]))
+    if r < 0.92:
+        return "not " + r_expr(rng, d - 1)
+    if r < 0.96:
+        return "-" + r_lit(rng, d - 1)
+    return "%s if %s else %s" % (r_expr(rng, d - 1), r_expr(rng, d - 1), r_expr(rng, d - 1))
+
+
+def r_template(rng):
+    parts = []
+    for _ in range(rng.randint(1, 4)):
+        r = rng.random()
+        if r < 0.6:
+            parts.append("{{ %s }}|" % r_expr(rng, 3))
+        elif r < 0.8:
+            parts.append("{%% for x in %s %%}{{ loop.index }}:{{ x }},{%% endfor %%}|" % r_lit(rng, 2))
+        else:
+            parts.append("{%% if %s %%}T{%% else %%}F{%% endif %%}|" % r_expr(rng, 2))
+    return "".join(parts)
+
+
+def random_templates(n, seed):
+    rng = random.Random(seed)
+    convs = [[("system", "Sys"), ("user", "Hello there"), ("assistant", "a1")], [("user", "é")]]
+    same = total = 0
+    for _ in range(n):
+        t = r_template(rng)
+        cases = [(m, "<s>", "</s>", True) for m in convs]
+        got, err, rc = render_c(t, cases, "--jinja")
+        if rc != 0 or len(got) != len(cases):
+            check(False, "random template %r: zllm-template rc=%d: %s" % (t, rc, err[-300:]))
+            continue
+        for (msgs, b, e, gen), (st, text) in zip(cases, got):
+            ws, w = render_py(t, msgs, b, e, gen)
+            total += 1
+            if (ws == "jinja" and st == "jinja" and text == w) or (ws != "jinja" and st == ws):
+                same += 1
+            else:
+                print("  random %r\n    jinja2: %s %r\n    C:      %s %r" % (t, ws, w[:200], st, text[:200]),
+                      file=sys.stderr)
+    check(same == total, "random templates: %d of %d renders as jinja2's" % (same, total))
+
+
 def main():
     global ENV
     try:
@@ -273,6 +371,7 @@ def main():
     for i, tmpl in enumerate(FEATURES):
         total += compare("feature %d" % i, tmpl, "<s>", "</s>", feat_convs, mode="--jinja")
     print("%d renders compared with jinja2" % total, file=sys.stderr)
+    random_templates(400, 7)
 
     one = [([("user", "hi")], "<s>", "</s>", True)]
     # an unsupported construct is named; with a recognisable family the built-in template renders instead
