@@ -540,6 +540,7 @@ static int s_select(jinja_env *e, jscope *sc, const char *fname, jv v, jv *args,
     int attr = fname[1] == 'e' && fname[6] == 'a'; /* selectattr / rejectattr */
     int reject = fname[0] == 'r';
     jv items;
+    if (!jv_truthy(v)) v = jv_undef(NULL); /* jinja2 walks the value only "if value" */
     if (s_list_of(e, v, line, &items)) return -1;
     if (attr && (nargs < 1 || args[0].t != JV_STR))
         return jerr_set(&e->err, JINJA_RUNTIME, line, "%s needs an attribute name", fname);
@@ -868,6 +869,8 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
         return out->t == JV_STR ? 0 : s_oom(e, line);
     }
     if (!strcmp(name, "int")) {
+        if (v.t == JV_UNDEF) /* int(Undefined) raises in jinja2 */
+            return jerr_set(&e->err, JINJA_RUNTIME, line, "'%s' is undefined", v.u.uname ? v.u.uname : "value");
         jv dflt = s_arg(args, nargs, kwn, kwv, nkw, 0, "default", jv_int(0));
         if (v.t == JV_INT || v.t == JV_BOOL) *out = jv_int(v.u.i);
         else if (v.t == JV_FLOAT && isfinite(v.u.f) && fabs(v.u.f) < 9e18) *out = jv_int((int64_t)v.u.f);
@@ -886,6 +889,8 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
         return 0;
     }
     if (!strcmp(name, "float")) {
+        if (v.t == JV_UNDEF) /* float(Undefined) raises in jinja2 */
+            return jerr_set(&e->err, JINJA_RUNTIME, line, "'%s' is undefined", v.u.uname ? v.u.uname : "value");
         jv dflt = s_arg(args, nargs, kwn, kwv, nkw, 0, "default", jv_float(0));
         if (v.t == JV_INT || v.t == JV_BOOL) *out = jv_float((double)v.u.i);
         else if (v.t == JV_FLOAT) *out = v;
@@ -916,7 +921,7 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
         return s_select(e, sc, name, v, args, nargs, line, out);
     if (!strcmp(name, "map")) {
         jv items, attr;
-        if (s_list_of(e, v, line, &items)) return -1;
+        if (s_list_of(e, jv_truthy(v) ? v : jv_undef(NULL), line, &items)) return -1; /* as select */
         jv l = jv_list_new(e);
         if (l.t != JV_LIST) return s_oom(e, line);
         int by_attr = s_kw(kwn, kwv, nkw, "attribute", &attr);
@@ -1006,6 +1011,9 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
         jv l = jv_list_new(e);
         if (l.t != JV_LIST) return s_oom(e, line);
         for (size_t i = 0; i < items.u.l->n; i++) {
+            jv x = items.u.l->v[i];
+            if ((x.t == JV_LIST && !x.u.l->tuple) || (x.t == JV_DICT && !x.u.d->ns))
+                return jerr_set(&e->err, JINJA_RUNTIME, line, "unhashable type: '%s'", jv_type_name(x));
             int seen = 0;
             for (size_t j = 0; j < l.u.l->n && !seen; j++) seen = jv_equal(l.u.l->v[j], items.u.l->v[i]);
             if (!seen && jv_list_push(e, l, items.u.l->v[i])) return s_oom(e, line);

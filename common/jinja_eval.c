@@ -310,8 +310,11 @@ static int s_compare(jinja_env *e, int op, jv a, jv b, int line) {
         } else if (b.t == JV_LIST) {
             r = 0;
             for (size_t i = 0; i < b.u.l->n && !r; i++) r = jv_equal(a, b.u.l->v[i]);
-        } else if (b.t == JV_DICT && !b.u.d->ns) r = jv_dict_find(b, a, NULL);
-        else if (b.t == JV_UNDEF) r = 0;
+        } else if (b.t == JV_DICT && !b.u.d->ns) {
+            if ((a.t == JV_LIST && !a.u.l->tuple) || (a.t == JV_DICT && !a.u.d->ns))
+                return jerr_set(&e->err, JINJA_RUNTIME, line, "unhashable type: '%s'", jv_type_name(a)), -1;
+            r = jv_dict_find(b, a, NULL);
+        } else if (b.t == JV_UNDEF) r = 0;
         else
             return jerr_set(&e->err, JINJA_RUNTIME, line, "argument of type '%s' is not iterable", jv_type_name(b)), -1;
         return op == OP_IN ? r : !r;
