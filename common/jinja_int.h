@@ -82,13 +82,13 @@ enum {
 };
 typedef struct {
     int type, line;
-    const char *s;
-    size_t n; /* TK_DATA, TK_NAME, TK_OP: the text; TK_STRING: the unescaped value (malloc'd) */
+    const char *s; /* TK_DATA, TK_NAME, TK_OP: the text; TK_STRING: the unescaped value (each malloc'd) */
+    size_t n;      /* its length */
     int64_t i;
     double f;
 } jtok;
 /* tokenizes src (newlines normalised, one trailing newline dropped, trim_blocks and lstrip_blocks applied);
- * *toks is malloc'd, strings in *strs (one malloc'd block each, freed by jlex_free) */
+ * *toks is malloc'd and ends with TK_EOF; jlex_free frees it and the tokens' texts. Returns 0 or the error code. */
 int jlex(const char *src, size_t len, jtok **toks, int *ntok, jerr *e);
 void jlex_free(jtok *toks, int ntok);
 

@@ -1,7 +1,7 @@
 /* common/jinja_lex.c: Jinja's lexer with the settings transformers uses: newlines normalised to "\n", one
  * trailing newline dropped (keep_trailing_newline=False), trim_blocks (the first newline after a block or
- * comment tag is removed), lstrip_blocks (spaces and tabs before a block or comment tag at the start of a line
- * are removed), and the "-" / "+" markers ({%- -%} {{- -}} {#- -#}, {%+ +%}). Tag contents become names,
+ * comment tag is removed), lstrip_blocks (whitespace between the start of a line and a block or comment tag is
+ * removed), and the "-" / "+" markers ({%- -%} {{- -}} {#- -#}, {%+ +%}). Tag contents become names,
  * strings (unescaped as Python's unicode-escape does), integers, floats and operators. */
 #include "jinja_int.h"
 
