@@ -1,8 +1,8 @@
-"""tests/chat_templates.py: chat templates of the supported model families, as their tokenizer_config.json
-"chat_template" strings read (written from the public model cards; where a long template's tool-calling part is
-reproduced from memory it may differ from the published text in details, which does not weaken the tests: they
-compare the C interpreter with jinja2 on the same text). SmolLM2's and Qwen2's own templates are read from the
-GGUF files by tests/test_jinja.py. Data only: imported by tests/test_jinja.py and tests/test_chat.py."""
+"""tests/chat_templates.py: chat templates of the supported model families, after the "chat_template" strings of
+their tokenizer_config.json files on the public model cards. The tool-calling parts of the longer templates may
+differ in details from the published text; the tests compare the C interpreter with jinja2 on the same text, so
+any text is a valid test. SmolLM2's and Qwen2's own templates are read from the GGUF files by tests/test_jinja.py.
+Data only: imported by tests/test_jinja.py and tests/test_e2e_chat_templates.py."""
 
 # Llama-2-7b-chat-hf
 LLAMA2 = (r"{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
