@@ -568,6 +568,7 @@ static int prompt_tokens(broker *b, bk_model *m, const proto_generate *g, int32_
         rendered = chat_apply(m->tok, cm, (int)g->n_messages, 1, terr, sizeof terr);
         free(cm);
         free(store);
+        if (rendered && terr[0]) logf_(b, "%s", terr); /* the built-in template stood in for the file's */
         if (!rendered) {
             *code = PROTO_CODE_TEMPLATE_ERROR;
             snprintf(msg, msglen, "%s", terr[0] ? terr : "the model has no usable chat template");

@@ -6,6 +6,7 @@
  *   zllm-broker --help | --version     the full usage (every option, its range and default) / `zllm-broker VERSION` */
 #include "broker.h"
 #include "bk_zap.h"
+#include "chat.h"
 #include "version.h"
 #include "zkey.h"
 
@@ -40,6 +41,9 @@ static void usage(FILE *f) {
             "  --curve-workers         the worker socket requires CURVE too (default off)\n"
             "  --curve-allow-workers DIR  allowed worker public keys (default: the --curve-allow list)\n"
             "  --keygen PREFIX         write PREFIX.key (secret, mode 0600) and PREFIX.pub, then exit\n"
+            "  --chat-render MODE      chat templates: auto (default: the file's Jinja template, the hand-written\n"
+            "                          family where it uses a construct the interpreter lacks, logged with -v),\n"
+            "                          jinja (the interpreter only) or builtin (the hand-written families only)\n"
             "  -v, --verbose           log events to stderr (default off)\n"
             "  -h, --help              this text;  --version  print the version\n"
             "Environment: none read.\n"
@@ -101,6 +105,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--curve-allow") && v) { c.curve_allow = v; i++; }
         else if (!strcmp(a, "--curve-workers")) c.curve_workers = 1;
         else if (!strcmp(a, "--curve-allow-workers") && v) { c.curve_allow_workers = v; i++; }
+        else if (!strcmp(a, "--chat-render") && v) {
+            int mode = chat_mode_parse(v);
+            bad = mode < 0;
+            if (!bad) chat_set_mode(mode);
+            i++;
+        }
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) c.verbose = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--version")) { printf("zllm-broker %s\n", ZLLM_VERSION); return 0; }

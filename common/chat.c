@@ -1,5 +1,10 @@
-/* common/chat.c: chat templates without a Jinja engine. The model's tokenizer.chat_template is recognised by
- * characteristic substrings (as llama.cpp does) and rendered by hand-written code for that family:
+/* common/chat.c: chat templates. The model's tokenizer.chat_template is rendered by the Jinja interpreter
+ * (common/jinja*.c) as transformers renders it, with messages (role, content), bos_token, eos_token,
+ * add_generation_prompt, tools = documents = None, raise_exception and strftime_now. When the template uses a
+ * construct the interpreter does not implement, the hand-written family below renders it instead (the note says
+ * which construct and which family), or on request (CHAT_BUILTIN; chat_set_mode for chat_apply).
+ *
+ * The hand-written families, recognised by characteristic substrings (as llama.cpp does):
  *   - ChatML (Qwen, SmolLM): "<|im_start|>ROLE\nCONTENT<|im_end|>\n" per message, "<|im_start|>assistant\n" as the
  *     generation prompt. A template that inserts a default system message when the first message is not a system
  *     one (SmolLM2, Qwen2) carries it as a string literal "<|im_start|>system\n...<|im_end|>\n": we take it from
@@ -10,6 +15,8 @@
  *   - Llama 2 (<<SYS>> in the first user turn, BOS before each [INST], stripped contents) and Mistral v0.1-style
  *     ("[INST] U [/INST]A</s>", BOS once, no system role). These templates have no generation prompt.
  * Anything else is refused with "... send a raw prompt": a wrong prompt is worse than none. */
+#include "chat.h"
+#include "jinja.h"
 #include "tokenizer.h"
 
 #include <stdarg.h>
@@ -110,21 +117,12 @@ static char *s_chatml_default_system(const char *tmpl) {
 
 static int s_role_ok(const char *r) { return r && (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant")); }
 
-char *chat_apply_template(const char *tmpl, const char *bos, const char *eos, const zl_chat_msg *msgs, int n,
-                          int add_gen, char *err, size_t errlen) {
+static char *s_builtin(const char *tmpl, const char *bos, const char *eos, const zl_chat_msg *msgs, int n, int add_gen,
+                       const char **family, char *err, size_t errlen) {
     sbuf b = {0};
     char *defsys = NULL;
-    if (!bos) bos = "";
-    if (!eos) eos = "";
-    if (!tmpl || !*tmpl) { s_err(err, errlen, "the model has no chat template: send a raw prompt"); return NULL; }
-    if (n < 0 || (n > 0 && !msgs)) { s_err(err, errlen, "chat: bad message list"); return NULL; }
-    for (int i = 0; i < n; i++)
-        if (!s_role_ok(msgs[i].role) || !msgs[i].content) {
-            s_err(err, errlen, "chat: message %d: role must be system, user or assistant, with content", i);
-            return NULL;
-        }
     if (strstr(tmpl, "<|im_start|>")) {
-        /* ChatML */
+        *family = "ChatML";
         if (strstr(tmpl, "messages[0]['role'] != 'system'") || strstr(tmpl, "messages[0].role != 'system'") ||
             strstr(tmpl, "messages[0]['role'] == 'system'") || strstr(tmpl, "messages[0].role == 'system'"))
             defsys = s_chatml_default_system(tmpl);
@@ -135,7 +133,7 @@ char *chat_apply_template(const char *tmpl, const char *bos, const char *eos, co
         }
         if (add_gen) sb_puts(&b, "<|im_start|>assistant\n");
     } else if (strstr(tmpl, "<|start_header_id|>") && strstr(tmpl, "<|end_header_id|>")) {
-        /* Llama 3 */
+        *family = "Llama 3";
         if (strstr(tmpl, "Cutting Knowledge Date") || strstr(tmpl, "tools")) {
             s_err(err, errlen, "chat template: Llama 3.1+ (tools / knowledge-date system block) is not supported: send a raw prompt");
             goto fail;
@@ -158,6 +156,7 @@ char *chat_apply_template(const char *tmpl, const char *bos, const char *eos, co
             s_err(err, errlen, "chat template: unrecognised [INST] variant: send a raw prompt");
             goto fail;
         }
+        *family = llama2 ? "Llama 2" : "Mistral";
         int first = 0;
         const char *sys = NULL;
         if (llama2 && n > 0 && !strcmp(msgs[0].role, "system")) { sys = msgs[0].content; first = 1; }
@@ -201,6 +200,138 @@ fail:
     free(defsys);
     free(b.p);
     return NULL;
+}
+
+/* the context transformers passes: messages, bos_token, eos_token, add_generation_prompt, tools, documents */
+static int s_context(jinja_env *e, const char *bos, const char *eos, const zl_chat_msg *msgs, int n, int add_gen) {
+    jv list = jv_list_new(e);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        jv m = jv_dict_new(e);
+        rc |= jv_dict_set(e, m, jv_string(e, "role", 4), jv_string(e, msgs[i].role, strlen(msgs[i].role)));
+        rc |= jv_dict_set(e, m, jv_string(e, "content", 7), jv_string(e, msgs[i].content, strlen(msgs[i].content)));
+        rc |= jv_list_push(e, list, m);
+    }
+    rc |= jinja_env_set(e, "messages", list);
+    rc |= jinja_env_set(e, "bos_token", jv_string(e, bos, strlen(bos)));
+    rc |= jinja_env_set(e, "eos_token", jv_string(e, eos, strlen(eos)));
+    rc |= jinja_env_set(e, "add_generation_prompt", jv_bool(add_gen));
+    rc |= jinja_env_set(e, "tools", jv_none());
+    rc |= jinja_env_set(e, "documents", jv_none());
+    return rc ? -1 : 0;
+}
+
+static int s_jinja(const char *tmpl, const char *bos, const char *eos, const zl_chat_msg *msgs, int n, int add_gen,
+                   char **out, char *err, size_t errlen) {
+    jinja_limits lim = jinja_limits_default();
+    size_t in = 0;
+    for (int i = 0; i < n; i++) in += strlen(msgs[i].content) + strlen(msgs[i].role);
+    /* room for templates that repeat the conversation a few times */
+    if (lim.max_output < 8 * in) lim.max_output = 8 * in;
+    if (lim.max_memory < 64 * in) lim.max_memory = 64 * in;
+    int code = 0;
+    char msg[CHAT_ERR_MAX] = "";
+    jinja_tmpl *t = jinja_parse(tmpl, strlen(tmpl), &lim, &code, msg, sizeof msg);
+    jinja_env *e = NULL;
+    if (!t) goto fail;
+    e = jinja_env_new(&lim);
+    if (!e || s_context(e, bos, eos, msgs, n, add_gen)) {
+        code = JINJA_NOMEM;
+        snprintf(msg, sizeof msg, "out of memory");
+        goto fail;
+    }
+    size_t len;
+    code = jinja_render(e, t, out, &len, msg, sizeof msg);
+    if (code == JINJA_OK && strlen(*out) != len) {
+        free(*out);
+        *out = NULL;
+        code = JINJA_RUNTIME;
+        snprintf(msg, sizeof msg, "the rendered prompt contains a NUL byte");
+    }
+    if (code) goto fail;
+    jinja_env_destroy(&e);
+    jinja_tmpl_destroy(&t);
+    return 0;
+fail:
+    jinja_env_destroy(&e);
+    jinja_tmpl_destroy(&t);
+    if (code == JINJA_RAISED) s_err(err, errlen, "chat template raised an exception: %s", msg);
+    else if (code == JINJA_UNSUPPORTED)
+        s_err(err, errlen, "chat template uses something the Jinja interpreter does not support (%s)", msg);
+    else if (code == JINJA_LIMIT) s_err(err, errlen, "chat template exceeds a limit (%s)", msg);
+    else s_err(err, errlen, "chat template error (%s)", msg);
+    return code ? code : JINJA_RUNTIME;
+}
+
+char *chat_render(const char *tmpl, const char *bos, const char *eos, const zl_chat_msg *msgs, int n, int add_gen,
+                  int mode, int *code, char *note, size_t notelen, char *err, size_t errlen) {
+    int dummy;
+    if (!code) code = &dummy;
+    *code = CHAT_FAILED;
+    if (note && notelen) note[0] = 0;
+    if (err && errlen) err[0] = 0;
+    if (!bos) bos = "";
+    if (!eos) eos = "";
+    if (!tmpl || !*tmpl) {
+        s_err(err, errlen, "the model has no chat template: send a raw prompt");
+        return NULL;
+    }
+    if (n < 0 || (n > 0 && !msgs)) {
+        s_err(err, errlen, "chat: bad message list");
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        if (!s_role_ok(msgs[i].role) || !msgs[i].content) {
+            s_err(err, errlen, "chat: message %d: role must be system, user or assistant, with content", i);
+            return NULL;
+        }
+    const char *family = "none";
+    if (mode == CHAT_BUILTIN) {
+        char *p = s_builtin(tmpl, bos, eos, msgs, n, add_gen, &family, err, errlen);
+        if (p) {
+            *code = CHAT_OK_BUILTIN;
+            s_err(note, notelen, "rendered by the built-in %s template (on request)", family);
+        }
+        return p;
+    }
+    char *out = NULL;
+    char jerrmsg[CHAT_ERR_MAX] = "";
+    int jc = s_jinja(tmpl, bos, eos, msgs, n, add_gen, &out, jerrmsg, sizeof jerrmsg);
+    if (!jc) {
+        *code = CHAT_OK_JINJA;
+        return out;
+    }
+    if (jc == JINJA_RAISED) *code = CHAT_RAISED;
+    if (jc != JINJA_UNSUPPORTED || mode == CHAT_JINJA) {
+        s_err(err, errlen, "%s", jerrmsg);
+        return NULL;
+    }
+    char berr[CHAT_ERR_MAX] = "";
+    out = s_builtin(tmpl, bos, eos, msgs, n, add_gen, &family, berr, sizeof berr);
+    if (!out) {
+        s_err(err, errlen, "%s; the built-in templates: %s", jerrmsg, berr);
+        return NULL;
+    }
+    *code = CHAT_OK_BUILTIN;
+    s_err(note, notelen, "%s: rendered by the built-in %s template instead", jerrmsg, family);
+    return out;
+}
+
+static int s_mode = CHAT_AUTO;   /* chat_set_mode */
+
+void chat_set_mode(int mode) { s_mode = mode == CHAT_JINJA || mode == CHAT_BUILTIN ? mode : CHAT_AUTO; }
+
+int chat_mode_parse(const char *s) {
+    return !s ? -1 : !strcmp(s, "auto") ? CHAT_AUTO : !strcmp(s, "jinja") ? CHAT_JINJA :
+           !strcmp(s, "builtin") ? CHAT_BUILTIN : -1;
+}
+
+char *chat_apply_template(const char *tmpl, const char *bos, const char *eos, const zl_chat_msg *msgs, int n,
+                          int add_gen, char *err, size_t errlen) {
+    char note[CHAT_ERR_MAX];
+    char *p = chat_render(tmpl, bos, eos, msgs, n, add_gen, s_mode, NULL, note, sizeof note, err, errlen);
+    if (p) s_err(err, errlen, "%s", note);
+    return p;
 }
 
 char *chat_apply(const zl_tokenizer *t, const zl_chat_msg *msgs, int n, int add_gen, char *err, size_t errlen) {

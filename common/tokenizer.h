@@ -49,11 +49,14 @@ typedef struct {
     const char *content;       /* UTF-8 text */
 } zl_chat_msg;
 
-/* Renders msgs with the model's tokenizer.chat_template (kept by tokenizer_new; recognised families: ChatML,
- * Llama 3, Llama 2 / Mistral [INST]) into a malloc'd prompt, with the assistant generation prompt added when
- * add_gen is set. The prompt is meant to be encoded with parse_special = 1 and add_bos = 0 (BOS, where the
- * family has one, is written by the template). Returns NULL with a message for an unrecognised or absent
- * template ("... send a raw prompt"). */
+/* Renders msgs with the model's tokenizer.chat_template (kept by tokenizer_new) into a malloc'd prompt, with the
+ * assistant generation prompt added when add_gen is set: the Jinja interpreter renders it as transformers does,
+ * and where the template uses a construct the interpreter lacks, the hand-written family it matches (ChatML,
+ * Llama 3, Llama 2 / Mistral [INST]) renders it instead, with a note saying so left in err (err is "" otherwise).
+ * chat_set_mode (common/chat.h) asks for the hand-written families only or the interpreter only (chat_render takes
+ * the choice as an argument). The prompt is meant to be encoded with
+ * parse_special = 1 and add_bos = 0 (BOS, where the family has one, is written by the template). Returns NULL
+ * with a message for an absent or failing template (raise_exception's message, a limit, "... send a raw prompt"). */
 char *chat_apply(const zl_tokenizer *t, const zl_chat_msg *msgs, int n, int add_gen, char *err, size_t errlen);
 /* --- additions (tokenizer owner): accessors for chat templates, tools and tests --- */
 /* the file's tokenizer.chat_template, or NULL (owned by t) */

@@ -52,7 +52,7 @@ static void s_usage(FILE *f) {
                "  --skip-caps       do not measure the bandwidth and matrix rate (default: measure)\n"
                "  --sync            one engine_step at a time (default: steps queued ahead)\n"
                "  -h, --help        this text;  --version  print the version\n"
-               "Environment: ZLLM_CUDA_*, ZLLM_ATTN_*, ZLLM_QTC_*, ZLLM_WTC_*, ZLLM_NORM_THREADS: CUDA kernel choices\n"
+               "Environment: ZLLM_CUDA_* (docs/cuda.md): CUDA kernel choices\n"
                "and tuning knobs for measurements (docs/perf.md).\n");
 }
 

@@ -43,7 +43,7 @@ static void s_usage(FILE *f) {
             "          -p \"\" (an empty prompt), --threads 0 (all cores), --ctx 0 (prompt + n, at most the\n"
             "          model's); --ids prints token ids, --chat wraps the prompt as a user message\n"
             "       zllm-run --help | --version\n"
-            "Environment: ZLLM_CUDA_*, ZLLM_ATTN_*, ZLLM_QTC_*, ZLLM_WTC_*, ZLLM_NORM_THREADS with --device cuda:\n"
+            "Environment: ZLLM_CUDA_* (docs/cuda.md) with --device cuda:\n"
             "CUDA kernel choices and tuning knobs for measurements (docs/perf.md).\n");
 }
 

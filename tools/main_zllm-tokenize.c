@@ -7,6 +7,7 @@
  *
  * --no-bos: do not prepend BOS even if the vocabulary asks for it; --special: parse special-token text such as
  * <|im_start|> into single tokens when encoding, print control tokens when decoding. Exit status 1 on any error. */
+#include "chat.h"
 #include "gguf.h"
 #include "tokenizer.h"
 #include "version.h"
@@ -35,19 +36,23 @@ static char *s_read_all(FILE *f, size_t *n) {
 }
 
 static void s_usage(FILE *f) {
-    fprintf(f, "usage: zllm-tokenize -m MODEL.gguf [--no-bos] [--special] [--decode] "
-               "[--chat [--template FILE] [--no-gen]] < input\n"
-               "       zllm-tokenize --help | --version\n"
-               "  -m MODEL.gguf     the model whose tokenizer is used (required)\n"
-               "  (default)         stdin text -> ids separated by spaces\n"
-               "  --decode          stdin ids -> text\n"
-               "  --chat            stdin NUL-separated role, content, ... -> the rendered chat prompt\n"
-               "  --template FILE   with --chat: this Jinja template (default: the model's)\n"
-               "  --no-gen          with --chat: no generation prompt (default: appended)\n"
-               "  --no-bos          no BOS even if the vocabulary asks for it (default: the vocabulary's flag)\n"
-               "  --special         special-token text becomes single tokens / control tokens are printed\n"
-               "                    (default off)\n"
-               "Environment: none read. Exit status 1 on any error, 2 on a usage error.\n");
+    fprintf(f,
+            "usage: zllm-tokenize -m MODEL.gguf [--no-bos] [--special] [--decode] "
+            "[--chat [--template FILE] [--no-gen]] < input\n"
+            "       zllm-tokenize --help | --version\n"
+            "  -m MODEL.gguf     the model whose tokenizer is used (required)\n"
+            "  (default)         stdin text -> ids separated by spaces\n"
+            "  --decode          stdin ids -> text\n"
+            "  --chat            stdin NUL-separated role, content, ... -> the rendered chat prompt\n"
+            "  --template FILE   with --chat: this Jinja template (default: the model's)\n"
+            "  --no-gen          with --chat: no generation prompt (default: appended)\n"
+            "  --no-bos          no BOS even if the vocabulary asks for it (default: the vocabulary's flag)\n"
+            "  --special         special-token text becomes single tokens / control tokens are printed\n"
+            "                    (default off)\n"
+            "  --chat-render M   with --chat: auto (default: the Jinja interpreter, the hand-written template where\n"
+            "                    it lacks a construct), jinja (the interpreter only) or builtin (hand-written only)\n"
+            "Environment: none read.\n"
+            "Exit status 1 on any error, 2 on a usage error.\n");
 }
 
 int main(int argc, char **argv) {
@@ -63,6 +68,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--chat")) chat = 1;
         else if (!strcmp(argv[i], "--no-gen")) gen = 0;
         else if (!strcmp(argv[i], "--template") && i + 1 < argc) tmpl_path = argv[++i];
+        else if (!strcmp(argv[i], "--chat-render") && i + 1 < argc && chat_mode_parse(argv[i + 1]) >= 0)
+            chat_set_mode(chat_mode_parse(argv[++i]));
         else { s_usage(stderr); return 2; }
     }
     if (!model) { s_usage(stderr); return 2; }
@@ -116,6 +123,7 @@ int main(int argc, char **argv) {
             txt = chat_apply(t, msgs, nm, gen, err, sizeof err);
         }
         if (!txt) { fprintf(stderr, "zllm-tokenize: %s\n", err); goto fail; }
+        if (err[0]) fprintf(stderr, "zllm-tokenize: %s\n", err); /* why the built-in template rendered it */
         fwrite(txt, 1, strlen(txt), stdout);
     } else if (decode) {
         size_t cap = 1024, k = 0;

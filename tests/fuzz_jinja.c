@@ -1,0 +1,170 @@
+/* fuzz target: the Jinja interpreter (common/jinja*.c) and chat_render on arbitrary templates. Input: one flags
+ * byte, then the template, then optionally a NUL and message contents separated by NULs. Must never crash, leak,
+ * read out of bounds or run unbounded (the limits are set small so every input finishes quickly); every failure
+ * carries a message. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fuzz_main.h"
+#include "chat.h"
+#include "jinja.h"
+
+static void s_fail(const char *what) {
+    fprintf(stderr, "fuzz_jinja: %s\n", what);
+    abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    uint8_t flags = data[0];
+    const char *body = (const char *)data + 1;
+    size_t n = size - 1;
+    size_t tn = strnlen(body, n);
+    char *tmpl = malloc(tn + 1);
+    if (!tmpl) return 0;
+    memcpy(tmpl, body, tn);
+    tmpl[tn] = 0;
+    /* messages: contents after the template, roles alternating from the flags */
+    static const char *roles[] = {"system", "user", "assistant"};
+    zl_chat_msg msgs[8];
+    char *rest = NULL;
+    int nm = 0;
+    if (tn + 1 < n) {
+        size_t rn = n - tn - 1;
+        rest = malloc(rn + 1);
+        if (!rest) {
+            free(tmpl);
+            return 0;
+        }
+        memcpy(rest, body + tn + 1, rn);
+        rest[rn] = 0;
+        for (char *p = rest; nm < 8 && p <= rest + rn;) {
+            msgs[nm].role = roles[nm == 0 && (flags & 1) ? 0 : 1 + ((nm + 1) & 1)];
+            msgs[nm].content = p;
+            nm++;
+            p += strlen(p) + 1;
+        }
+    } else {
+        msgs[0] = (zl_chat_msg){"system", "S"};
+        msgs[1] = (zl_chat_msg){"user", " u1 "};
+        msgs[2] = (zl_chat_msg){"assistant", "<think>\nr\n</think>\n\na1"};
+        msgs[3] = (zl_chat_msg){"user", "u2 \xC3\xA9\n"};
+        nm = 4;
+    }
+    /* the interpreter directly, with small limits */
+    jinja_limits lim = jinja_limits_default();
+    lim.max_iters = 5000;
+    lim.max_output = 1 << 20;
+    lim.max_memory = 16 << 20;
+    lim.max_depth = 60;
+    lim.max_calls = 8;
+    int code = 0;
+    char err[256] = "";
+    jinja_tmpl *t = jinja_parse(tmpl, tn, &lim, &code, err, sizeof err);
+    if (!t && (!err[0] || code == JINJA_OK)) s_fail("parse failed without a message");
+    if (t) {
+        jinja_env *e = jinja_env_new(&lim);
+        if (!e) s_fail("env");
+        jv list = jv_list_new(e);
+        for (int i = 0; i < nm; i++) {
+            jv m = jv_dict_new(e);
+            jv_dict_set(e, m, jv_string(e, "role", 4), jv_string(e, msgs[i].role, strlen(msgs[i].role)));
+            jv_dict_set(e, m, jv_string(e, "content", 7), jv_string(e, msgs[i].content, strlen(msgs[i].content)));
+            jv_list_push(e, list, m);
+        }
+        jinja_env_set(e, "messages", list);
+        jinja_env_set(e, "bos_token", jv_string(e, "<s>", 3));
+        jinja_env_set(e, "add_generation_prompt", jv_bool(flags & 2));
+        char *out = NULL;
+        size_t len = 0;
+        err[0] = 0;
+        int rc = jinja_render(e, t, &out, &len, err, sizeof err);
+        if (rc == JINJA_OK && !out) s_fail("render succeeded without output");
+        if (rc != JINJA_OK && (!err[0] || out)) s_fail("render failed without a message");
+        if (out && len > lim.max_output) s_fail("output over the limit");
+        free(out);
+        /* a second render of the same template must work the same way */
+        if (flags & 4) {
+            char *out2 = NULL;
+            int rc2 = jinja_render(e, t, &out2, &len, err, sizeof err);
+            if ((rc2 == JINJA_OK) != (rc == JINJA_OK)) s_fail("second render differs");
+            free(out2);
+        }
+        jinja_env_destroy(&e);
+        jinja_tmpl_destroy(&t);
+    }
+    /* and through chat_render (default limits, the built-in fallback) for short templates */
+    if (tn < 2048 && (flags & 8)) {
+        char note[CHAT_ERR_MAX], cerr[CHAT_ERR_MAX];
+        int cc;
+        char *p = chat_render(tmpl, "<s>", "</s>", msgs, nm, flags & 2, flags & 16 ? CHAT_BUILTIN : CHAT_AUTO, &cc,
+                              note, sizeof note, cerr, sizeof cerr);
+        if (!p && !cerr[0]) s_fail("chat_render refused without a message");
+        free(p);
+    }
+    free(rest);
+    free(tmpl);
+    return 0;
+}
+
+static const char *const s_seed_text[] = {
+    "\x0a{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\n"
+    "You are helpful<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+    "\x0b{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
+    "message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}",
+    "\x02{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}\n"
+    "{%- for message in messages[::-1] %}\n    {%- set index = (messages|length - 1) - loop.index0 %}\n"
+    "    {%- if ns.multi_step_tool and message.role == \"user\" and not(message.content.startswith('<tool_response>')) "
+    "%}\n"
+    "        {%- set ns.multi_step_tool = false %}{%- set ns.last_query_index = index %}\n    {%- endif %}\n{%- endfor "
+    "%}\n"
+    "{%- for message in messages %}{%- set content = message.content %}{%- if '</think>' in content %}"
+    "{%- set r = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}{%- endfor %}",
+    "\x03{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n  {%- set p = messages[0]['content'] + '\\n\\n' "
+    "-%}\n"
+    "  {%- set loop_messages = messages[1:] -%}\n{%- else -%}\n  {%- set p = \"\" -%}{%- set loop_messages = messages "
+    "-%}\n"
+    "{%- endif -%}\n{%- for message in loop_messages -%}\n  {%- if (message['role'] == 'user') != (loop.index0 % 2 == "
+    "0) -%}"
+    "{{ raise_exception(\"alternate\") }}{%- endif -%}\n{{ '<start_of_turn>' + ('model' if message['role'] == "
+    "'assistant' "
+    "else message['role']) + '\\n' + (p if loop.first else \"\") }}{{ message['content'] | trim }}{{ "
+    "'<end_of_turn>\\n' }}"
+    "{%- endfor -%}",
+    "\x06{% macro t(m, sep='|') %}<{{ m.role }}>{{ m.content | trim }}{{ sep }}{% endmacro %}{% for m in messages %}"
+    "{{ t(m) }}{{ t(m, sep='\\n') }}{% endfor %}{{ messages | tojson(indent=2) }}",
+    "\x04{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | join(', ') }} "
+    "{{ messages | length }} {{ 'a' ~ 1 ~ none ~ 1.5 }} {{ 10 / 4 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ [1, 2][::-1] }}",
+    "\x00  {% if messages %}\n  yes\n  {% else %}\n  no\n  {% endif %}\n\t{{ 'var' }}\n{#- c -#}\n{%+ if 1 %}p{% endif "
+    "+%}\n",
+    "\x01{% for a, b in {'x': 1, 'y': 2}.items() %}{{ a }}={{ b }}{% if not loop.last %},{% endif %}{% endfor %}"
+    "{% for i in range(3) if i != 1 %}{{ i }}{% else %}none{% endfor %}{% set s %}block{% endset %}{{ s | upper }}",
+    "\x02{{ 'x' is string }}{{ nothing is defined }}{{ 3 is divisibleby 3 }}{{ 'é'[0] }}{{ 'abc'[1:] }}"
+    "{{ '\\x41\\u00e9' }}{{ \"q'\" }}{{ {'k': [1, (2, 3)]} }}{{ 'a b'.split() }}{{ ' x '.strip() }}",
+    "\x08{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}{% if m.role == 'system' %}{% continue %}"
+    "{% endif %}{{ m.content.replace('u', 'U').title() }}{% endfor %}\0first\0second\0third",
+    "\x00{% set ns = namespace(a=1, x=[]) %}{% set ns.s = ns %}{% for i in range(50) %}{% set ns.x = [ns.x, i] %}"
+    "{% endfor %}{{ ns }}{{ ns.x == ns.x }}{{ ns.x | tojson }}{{ 1 + 2 * 3 - 4 // 5 % 6 ~ 7 }}{{ x.a.b | trim | upper "
+    "}}",
+    "\x18{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
+    "message['content'] "
+    "+ ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token + ' ' }}{% endif %}"
+    "{% endfor %}",
+};
+
+static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
+    int n = 0;
+    for (size_t i = 0; i < sizeof s_seed_text / sizeof *s_seed_text && n < max; i++) {
+        const char *s = s_seed_text[i];
+        size_t len = strlen(s);
+        if (i == 9) len += 1 + 5 + 1 + 6 + 1 + 5; /* the contents after the template's NUL */
+        seeds[n] = (const uint8_t *)s;
+        sizes[n++] = len;
+    }
+    return n;
+}
