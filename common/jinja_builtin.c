@@ -920,7 +920,7 @@ int jbi_filter(jinja_env *e, jscope *sc, const char *name, jv v, jv *args, int n
         !strcmp(name, "reject"))
         return s_select(e, sc, name, v, args, nargs, line, out);
     if (!strcmp(name, "map")) {
-        jv items, attr;
+        jv items, attr = jv_undef(NULL);
         if (s_list_of(e, jv_truthy(v) ? v : jv_undef(NULL), line, &items)) return -1; /* as select */
         jv l = jv_list_new(e);
         if (l.t != JV_LIST) return s_oom(e, line);
