@@ -22,7 +22,7 @@ CUDA_ARCHS ?= 80 89 90
 PYTHON     ?= python3
 
 CFLAGS   ?= $(OPT) -g
-CFLAGS   += -std=c11 -Wall -Wextra -D_GNU_SOURCE -pthread -fno-omit-frame-pointer -Icommon -Iworker -Ibroker -Iclients -Icuda
+CFLAGS   += -std=c11 -Wall -Wextra -D_GNU_SOURCE -pthread -fno-omit-frame-pointer -Icommon -Iengine -Iworker -Ibroker -Iclients -Icuda
 LDLIBS   += -lzmq -lmsgpackc -lpcre2-8 -lutf8proc -lm -lpthread
 ifneq ($(SAN),)
 CFLAGS   += -fsanitize=$(SAN) $(if $(findstring undefined,$(SAN)),-fno-sanitize-recover=undefined)
@@ -38,7 +38,7 @@ CUDA_LIB := $(BUILD)/lib/libzllm_cuda.a
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
 endif
 
-LIB_DIRS  := common broker worker clients tools
+LIB_DIRS  := common engine broker worker clients tools
 ALL_C     := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 MAIN_C    := $(filter %.c,$(foreach f,$(ALL_C),$(if $(findstring main_,$(notdir $(f))),$(f))))
 LIB_C     := $(filter-out $(MAIN_C),$(ALL_C))

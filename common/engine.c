@@ -6,9 +6,10 @@
 zl_engine *engine_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen) {
     const char *dev = o && o->device ? o->device : "cpu";
     zl_engine *e = NULL;
-    if (strcmp(dev, "cpu") == 0) e = engine_cpu_new(m, o, err, errlen);
+    if (strcmp(dev, "cpu") == 0) e = engine_cpu_fast_new(m, o, err, errlen);
+    else if (strcmp(dev, "cpu-ref") == 0) e = engine_cpu_new(m, o, err, errlen);
     else if (strncmp(dev, "cuda", 4) == 0 && (dev[4] == 0 || dev[4] == ':')) e = engine_cuda_new(m, o, err, errlen);
-    else snprintf(err, errlen, "unknown device '%s' (expected cpu, cuda or cuda:N)", dev);
+    else snprintf(err, errlen, "unknown device '%s' (expected cpu, cpu-ref, cuda or cuda:N)", dev);
     /* a layer range asked of a backend that does not run pipeline stages is refused, not silently ignored */
     if (e && o && (o->layer_begin || o->layer_end) && !e->step_hidden) {
         snprintf(err, errlen, "the %s backend does not run pipeline stages (layer ranges)", e->device);

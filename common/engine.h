@@ -47,7 +47,7 @@ typedef struct {
 struct zl_engine {
     const zl_engine_ops *ops;  /* backend */
     const zl_model *model;     /* borrowed; must outlive the engine */
-    char device[32];           /* "cpu", "cuda:0" */
+    char device[32];           /* "cpu", "cpu-ref", "cuda:0" */
     int n_slots;               /* KV slots = most sequences alive at once */
     int n_ctx;                 /* tokens per slot */
     int max_batch;             /* most entries in one step */
@@ -104,7 +104,7 @@ struct zl_engine {
 };
 
 typedef struct {
-    const char *device;        /* "cpu", "cuda", "cuda:N" */
+    const char *device;        /* "cpu" (fast), "cpu-ref" (f32 reference), "cuda", "cuda:N" */
     int n_slots;               /* 0: max_batch */
     int n_ctx;                 /* 0: the model's trained context, capped at 4096 */
     int max_batch;             /* 0: 16 */
@@ -120,7 +120,8 @@ typedef struct {
  * built in or no GPU, out of memory, model not supported by the backend). */
 zl_engine *engine_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);
 /* backends, called by engine_new */
-zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);
+zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);   /* cpu-ref */
+zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);  /* cpu */
 zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);
 
 static inline int engine_step(zl_engine *e, const zl_seq *s, int n, int32_t *tok, float *logits) {

@@ -129,7 +129,7 @@ static void s_usage(FILE *f) {
             "usage: zllm-worker --broker ENDPOINT -m MODEL.gguf [options]\n"
             "  --name NAME          worker name (default host:pid)\n"
             "  --model-name NAME    model name to register (default: the file name without .gguf)\n"
-            "  --device DEV         cpu, cuda or cuda:N (default cpu)\n"
+            "  --device DEV         cpu, cpu-ref, cuda or cuda:N (default cpu)\n"
             "  --max-batch M        sequences per step and slots (default 16)\n"
             "  --ctx N              tokens per sequence slot (default: the model's, at most 4096)\n"
             "  --step-tokens T      most tokens per step (default 256 on cpu, 2048 on cuda;\n"
@@ -248,7 +248,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
             return -1;
         }
     }
-    if (!o->step_tokens) o->step_tokens = strcmp(o->device, "cpu") == 0 ? 256 : 2048;
+    if (!o->step_tokens) o->step_tokens = strncmp(o->device, "cpu", 3) == 0 ? 256 : 2048;
     return 0;
 }
 

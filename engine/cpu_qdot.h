@@ -1,0 +1,58 @@
+/* engine/cpu_qdot.h: dot products of packed GGUF weight rows with activation rows, for the fast CPU engine.
+ *
+ * Activations, per product:
+ *   Q4_0, Q4_1, Q8_0, Q4_K, Q6_K weights: activations quantized per block of 32 to int8 with an f32 scale
+ *     (qdot_blk, Q8_0-style rounding to nearest: d = amax / 127), and the products are integer dot products
+ *     of the weight's integer levels with the activation's, exact per block; each block's integer sum is then
+ *     scaled in f32. The only error against the f32 reference is the activations' rounding to 8 bits.
+ *   F32, F16, BF16 weights and the remaining types (Q5_0, Q5_1, Q5_K): activations stay f32 (the 16-bit and
+ *     32-bit weights are exact in f32; the Q5 types are dequantized block by block).
+ * Every kernel computes each (row, activation row) pair with the same operations in the same order whatever
+ * the number of activation rows it is given (nt) and wherever it runs, so results do not depend on the batch
+ * (batch invariance), only on the ISA path, which an engine fixes at creation. */
+#ifndef ZLLM_CPU_QDOT_H
+#define ZLLM_CPU_QDOT_H
+#include <stdint.h>
+#include "gguf.h"
+
+typedef enum { QDOT_SCALAR = 0, QDOT_AVX2 = 1, QDOT_AVX512 = 2 } qdot_isa;
+
+#define QDOT_TILE 4            /* most activation rows one kernel call takes */
+
+/* one block of 32 quantized activations: x[i] ~= d * q[i] */
+typedef struct {
+    int8_t q[32];              /* levels in [-127, 127] */
+    float d;                   /* scale */
+    float s;                   /* d * (h[0] + h[1]): the block's sum, for the weights' offsets (Q4_1, Q4_K) */
+    int16_t h[2];              /* sums of q[0..15] and q[16..31] */
+    int32_t pad;               /* keeps blocks 16-byte aligned (48 bytes) */
+} qdot_blk;
+
+/* the best path this CPU runs (AVX-512 needs F, BW, VL, DQ and VNNI; AVX2 needs FMA and F16C) */
+int qdot_isa_best(void);
+/* 1 when this CPU runs path isa */
+int qdot_isa_ok(int isa);
+const char *qdot_isa_name(int isa);
+
+/* 1 when products with weights of type t take quantized activations (rows of qdot_blk), 0 when f32 rows */
+int qdot_wants_q8(ggml_type t);
+
+/* quantizes x[n] (n % 32 == 0) into n / 32 blocks */
+void qdot_quantize_row(const float *x, qdot_blk *b, int64_t n);
+
+/* out[t] = dot(weight row w of n elements, activation row x[t]) for t < nt (1..QDOT_TILE); x[t] points to
+ * qdot_blk rows when qdot_wants_q8(type), else to f32 rows */
+typedef void (*qdot_fn)(const void *w, const void *const *x, int nt, int64_t n, float *out);
+
+/* the kernel for weights of type t on path isa (falling back to a lower path for a type without one there);
+ * NULL for a type the engine cannot multiply */
+qdot_fn qdot_get(ggml_type t, int isa);
+
+/* a scalar kernel for weights of type t that takes f32 activation rows (dequantizing block by block), for every
+ * type: the check that the quantized activations are the only difference from the reference (ZLLM_CPU_EXACT) */
+qdot_fn qdot_get_f32act(ggml_type t);
+
+/* f32 helpers for attention on path isa: fixed-order dot product, and y += a * x */
+float qdot_f32(int isa, const float *a, const float *b, int64_t n);
+void qdot_axpy(int isa, float *y, float a, const float *x, int64_t n);
+#endif
