@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "cpu_attn.h"
 #include "cpu_pool.h"
 #include "cpu_qdot.h"
 #include "engine.h"
@@ -133,23 +134,28 @@ static void s_silu_row(s_fast *e, int r, const void *arg) {
 /* ------------------------------------------------------------------------------------------------------------
  * matrix products */
 
+/* one matrix product of a job: y[T][n_out] = x W^T (+ bias) */
 typedef struct {
-    s_fast *e;
     const zl_weight *w;        /* [n_out rows][n_in] */
     qdot_fn fn;                /* its kernel */
     const float *bias;         /* [n_out] or NULL */
+    float *y;                  /* [T][n_out] */
+} s_mm;
+
+/* up to 3 products of the same input (Q, K, V; gate, up) in one pool run: threads split their rows together */
+typedef struct {
+    s_mm mm[3];
+    int n_mm;                  /* products */
+    int64_t n_rows;            /* their rows in all */
     const void *x;             /* [T] rows: qdot_blk [n_in / 32] or f32 [n_in] */
     size_t x_stride;           /* bytes per row of x */
-    float *y;                  /* [T][n_out] */
     int T;                     /* rows */
 } s_mm_job;
 
-static void s_mm_fn(void *ctx, int ith, int nth) {
-    s_mm_job *j = ctx;
-    const zl_weight *w = j->w;
+/* rows [lo, hi) of one product, in chunks of weight rows that stay in cache, each applied to all T rows */
+static void s_mm_rows(const s_mm_job *j, const s_mm *p, int64_t lo, int64_t hi) {
+    const zl_weight *w = p->w;
     const int64_t n_in = w->n_in, n_out = w->n_out;
-    int64_t lo, hi;
-    s_range(n_out, ith, nth, &lo, &hi);
     int64_t chunk = (int64_t)(S_CHUNK_BYTES / w->row_bytes);
     if (chunk < 1) chunk = 1;
     for (int64_t o0 = lo; o0 < hi; o0 += chunk) {
@@ -160,27 +166,58 @@ static void s_mm_fn(void *ctx, int ith, int nth) {
             for (int t = 0; t < nt; t++) xp[t] = (const char *)j->x + (size_t)(t0 + t) * j->x_stride;
             for (int64_t o = o0; o < o1; o++) {
                 float r[QDOT_TILE];
-                j->fn((const char *)w->data + (size_t)o * w->row_bytes, xp, nt, n_in, r);
-                const float b = j->bias ? j->bias[o] : 0.0f;
-                for (int t = 0; t < nt; t++) j->y[(size_t)(t0 + t) * n_out + o] = j->bias ? r[t] + b : r[t];
+                p->fn((const char *)w->data + (size_t)o * w->row_bytes, xp, nt, n_in, r);
+                const float b = p->bias ? p->bias[o] : 0.0f;
+                for (int t = 0; t < nt; t++) p->y[(size_t)(t0 + t) * n_out + o] = p->bias ? r[t] + b : r[t];
             }
         }
     }
 }
 
-/* y[T][n_out] = x[T][n_in] W^T (+ bias); quantizes x first when W's kernel wants it (once per buffer content) */
-static int s_matmul(s_fast *e, const zl_weight *w, const float *bias, const float *x, float *y, int T) {
-    qdot_fn fn = e->exact ? qdot_get_f32act(w->type) : qdot_get(w->type, e->isa);
-    if (!fn) {
-        snprintf(e->base.err, sizeof e->base.err, "cpu engine: no kernel for %s (%s)", w->name ? w->name : "?",
-                 ggml_type_name(w->type));
-        return -1;
+static void s_mm_fn(void *ctx, int ith, int nth) {
+    s_mm_job *j = ctx;
+    int64_t lo, hi, base = 0;
+    s_range(j->n_rows, ith, nth, &lo, &hi);
+    for (int i = 0; i < j->n_mm; i++) {
+        const int64_t n = j->mm[i].w->n_out, a = lo > base ? lo - base : 0, b = hi - base < n ? hi - base : n;
+        if (a < b) s_mm_rows(j, &j->mm[i], a, b);
+        base += n;
     }
-    s_mm_job j = { e, w, fn, bias, x, (size_t)w->n_in * sizeof(float), y, T };
-    if (qdot_wants_q8(w->type) && !e->exact) {
-        if (e->xq_of != x || e->xq_n != (int)w->n_in) {
+}
+
+/* the products ws[i] (bias bs[i], may be NULL) of the same input x[T][n_in], into ys[i], in one pool run;
+ * quantizes x first when the kernels want it (once per buffer content: e->xq_of) */
+static int s_matmuls(s_fast *e, int n, const zl_weight *const *ws, const float *const *bs, const float *x,
+                     float *const *ys, int T) {
+    s_mm_job j;
+    memset(&j, 0, sizeof j);
+    int q8 = -1;
+    for (int i = 0; i < n; i++) {
+        const zl_weight *w = ws[i];
+        qdot_fn fn = e->exact ? qdot_get_f32act(w->type) : qdot_get(w->type, e->isa);
+        if (!fn) {
+            snprintf(e->base.err, sizeof e->base.err, "cpu engine: no kernel for %s (%s)", w->name ? w->name : "?",
+                     ggml_type_name(w->type));
+            return -1;
+        }
+        const int wq = qdot_wants_q8(w->type) && !e->exact;
+        if ((q8 >= 0 && wq != q8) || w->n_in != ws[0]->n_in) {   /* mixed activation kinds: one run each */
+            for (int k = 0; k < n; k++)
+                if (s_matmuls(e, 1, &ws[k], &bs[k], x, &ys[k], T)) return -1;
+            return 0;
+        }
+        q8 = wq;
+        j.mm[i] = (s_mm){ w, fn, bs[i], ys[i] };
+        j.n_rows += w->n_out;
+    }
+    j.n_mm = n;
+    j.T = T;
+    j.x = x;
+    j.x_stride = (size_t)ws[0]->n_in * sizeof(float);
+    if (q8) {
+        if (e->xq_of != x || e->xq_n != (int)ws[0]->n_in) {
             e->xq_of = x;
-            e->xq_n = (int)w->n_in;
+            e->xq_n = (int)ws[0]->n_in;
             s_rows(e, T, s_quant_row, NULL);
         }
         j.x = e->xq;
@@ -188,6 +225,10 @@ static int s_matmul(s_fast *e, const zl_weight *w, const float *bias, const floa
     }
     cpu_pool_run(e->pool, s_mm_fn, &j);
     return 0;
+}
+
+static int s_matmul(s_fast *e, const zl_weight *w, const float *bias, const float *x, float *y, int T) {
+    return s_matmuls(e, 1, &w, &bias, x, &y, T);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -231,21 +272,8 @@ static void s_attn_fn(void *ctx, int ith, int nth) {
         const int pos = e->row_pos[r];
         const size_t base = (size_t)e->row_slot[r] * slot_stride +
                             (size_t)(j->layer - e->base.layer_begin) * e->base.n_ctx * kv_dim + (size_t)kvh * hd;
-        const float *qh = e->q + (size_t)r * q_dim + (size_t)h * hd;
-        float mx = -INFINITY;
-        for (int p = 0; p <= pos; p++) {
-            att[p] = qdot_f32(isa, qh, e->kc + base + (size_t)p * kv_dim, hd) * scale;
-            if (att[p] > mx) mx = att[p];
-        }
-        float sum = 0.0f;
-        for (int p = 0; p <= pos; p++) {
-            att[p] = expf(att[p] - mx);
-            sum += att[p];
-        }
-        const float inv = 1.0f / sum;
-        float *out = e->xb + (size_t)r * q_dim + (size_t)h * hd;
-        memset(out, 0, (size_t)hd * sizeof(float));
-        for (int p = 0; p <= pos; p++) qdot_axpy(isa, out, att[p] * inv, e->vc + base + (size_t)p * kv_dim, hd);
+        cpu_attn_head(isa, e->q + (size_t)r * q_dim + (size_t)h * hd, hd, e->kc + base, e->vc + base, kv_dim, pos + 1,
+                      scale, att, e->xb + (size_t)r * q_dim + (size_t)h * hd);
     }
 }
 
@@ -349,10 +377,11 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         s_norm_arg na = { e->attn_norm + (size_t)l * dim };
         e->xq_of = NULL;
         s_rows(e, T, s_norm_row, &na);
-        if (s_matmul(e, &L->wq, e->bq ? e->bq + l * q_dim : NULL, e->xb, e->q, T) ||
-            s_matmul(e, &L->wk, e->bk ? e->bk + l * kv_dim : NULL, e->xb, e->k, T) ||
-            s_matmul(e, &L->wv, e->bv ? e->bv + l * kv_dim : NULL, e->xb, e->v, T))
-            return -1;
+        const zl_weight *qkv[3] = { &L->wq, &L->wk, &L->wv };
+        const float *qkv_b[3] = { e->bq ? e->bq + l * q_dim : NULL, e->bk ? e->bk + l * kv_dim : NULL,
+                                  e->bv ? e->bv + l * kv_dim : NULL };
+        float *qkv_y[3] = { e->q, e->k, e->v };
+        if (s_matmuls(e, 3, qkv, qkv_b, e->xb, qkv_y, T)) return -1;
         for (r = 0; r < T; r++) {
             const float *cs = e->rope_cs + (size_t)r * c->rope_dim;
             s_rope(e->q + r * q_dim, c->n_heads, hd, c->rope_dim, c->rope_style, cs);
@@ -371,8 +400,10 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         na.w = e->ffn_norm + (size_t)l * dim;
         e->xq_of = NULL;
         s_rows(e, T, s_norm_row, &na);
-        if (s_matmul(e, &L->w_gate, NULL, e->xb, e->hb, T) || s_matmul(e, &L->w_up, NULL, e->xb, e->hb2, T))
-            return -1;
+        const zl_weight *gu[2] = { &L->w_gate, &L->w_up };
+        const float *gu_b[2] = { NULL, NULL };
+        float *gu_y[2] = { e->hb, e->hb2 };
+        if (s_matmuls(e, 2, gu, gu_b, e->xb, gu_y, T)) return -1;
         s_rows(e, T, s_silu_row, NULL);
         if (s_matmul(e, &L->w_down, NULL, e->hb, e->xb2, T)) return -1;
         for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];

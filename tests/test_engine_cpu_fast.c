@@ -2,7 +2,7 @@
  *   kernels: every dot product of engine/cpu_qdot.c on every ISA path this CPU runs (and the scalar fallback),
  *     on random raw GGUF blocks, against a double-precision oracle of the dequantized weights times the
  *     (quantized) activations, and the same result for a row alone and in tiles of 2..4 rows;
- *   activation quantization: levels within half a step, block sums;
+ *   activation quantization: levels within half a step, block sums; one head's attention, SIMD vs scalar;
  *   stories260K (f32 weights): the 200 golden greedy ids on each path; a bad ZLLM_CPU_ISA is refused;
  *   batch invariance: sequences joining and leaving a batch (sizes 1..8, prompts in one or two chunks) give
  *     bitwise the logits they give alone, at 1, 2 and 3 threads (stories260K on each path, SmolLM2 Q4_1);
@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cpu_attn.h"
 #include "cpu_qdot.h"
 #include "engine.h"
 #include "gguf.h"
@@ -150,6 +151,37 @@ static void test_quantize(void) {
     }
     CHECK(ok, "quantized activations: levels within half a step, sums");
     CHECK(b[2].d == 0.0f, "a zero block has scale 0");
+}
+
+/* attention of one head: the SIMD path against the scalar one (same math, exp polynomial vs expf) */
+static void test_attn(void) {
+    const int hds[] = { 8, 64, 72, 128 }, nks[] = { 1, 7, 8, 9, 100 };
+    const size_t stride = 3 * 128;
+    float *k = malloc(sizeof(float) * stride * 100), *v = malloc(sizeof(float) * stride * 100);
+    float q[128], att[100], o1[128], o2[128];
+    if (!k || !v) {
+        CHECK(0, "out of memory");
+        free(k);
+        free(v);
+        return;
+    }
+    for (size_t i = 0; i < stride * 100; i++) k[i] = rnd_normal(), v[i] = rnd_normal();
+    for (int isa = QDOT_AVX2; isa <= QDOT_AVX512; isa++) {
+        if (!qdot_isa_ok(isa)) continue;
+        for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
+            for (size_t b = 0; b < sizeof nks / sizeof nks[0]; b++) {
+                const int hd = hds[a], nk = nks[b];
+                for (int i = 0; i < hd; i++) q[i] = rnd_normal() * 2.0f;
+                cpu_attn_head(QDOT_SCALAR, q, hd, k + 5, v + 5, stride, nk, 0.125f, att, o1);
+                cpu_attn_head(isa, q, hd, k + 5, v + 5, stride, nk, 0.125f, att, o2);
+                float err = 0;
+                for (int i = 0; i < hd; i++) err = fmaxf(err, fabsf(o1[i] - o2[i]));
+                CHECK(err <= 1e-5f, "attention %s hd %d keys %d: %.3g from the scalar path", qdot_isa_name(isa), hd,
+                      nk, err);
+            }
+    }
+    free(k);
+    free(v);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -446,6 +478,7 @@ static int smollm2_path(char *out, size_t len) {
 int main(void) {
     test_kernels();
     test_quantize();
+    test_attn();
     char st[1024], path[1200], err[256];
     snprintf(st, sizeof st, "%s/stories260K", test_fixtures());
     snprintf(path, sizeof path, "%s/stories260K.gguf", st);
