@@ -120,7 +120,7 @@ static void s_norm_row(s_fast *e, int r, const void *arg) {
 
 static void s_quant_row(s_fast *e, int r, const void *arg) {
     (void)arg;
-    qdot_quantize_row(e->xq_of + (size_t)r * e->xq_n, e->xq + (size_t)r * e->xq_row, e->xq_n);
+    qdot_quantize_row(e->isa, e->xq_of + (size_t)r * e->xq_n, e->xq + (size_t)r * e->xq_row, e->xq_n);
 }
 
 static void s_silu_row(s_fast *e, int r, const void *arg) {

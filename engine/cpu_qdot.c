@@ -61,7 +61,7 @@ static inline int s_round(float v) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
-void qdot_quantize_row(const float *x, qdot_blk *b, int64_t n) {
+static void s_quantize_c(const float *x, qdot_blk *b, int64_t n) {
     for (int64_t i = 0; i < n / 32; i++, x += 32, b++) {
         float amax = 0.0f;
         for (int j = 0; j < 32; j++) {
@@ -476,6 +476,40 @@ static S_AVX2 void s_axpy_avx2(float *y, float a, const float *x, int64_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* the scalar quantizer's values exactly: the same max, scale, product and round-to-nearest-even (cvtps) */
+static S_AVX2 void s_quantize_avx2(const float *x, qdot_blk *b, int64_t n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / 32; i++, x += 32, b++) {
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float amax = _mm_cvtss_f32(h), d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++)
+            q[k] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(id))), lo), hi);
+        const __m256i s01 = _mm256_add_epi32(q[0], q[1]), s23 = _mm256_add_epi32(q[2], q[3]);
+        __m128i t0 = _mm_add_epi32(_mm256_castsi256_si128(s01), _mm256_extracti128_si256(s01, 1));
+        __m128i t1 = _mm_add_epi32(_mm256_castsi256_si128(s23), _mm256_extracti128_si256(s23, 1));
+        t0 = _mm_hadd_epi32(t0, t1);
+        t0 = _mm_hadd_epi32(t0, t0);   /* [h0, h1, h0, h1] */
+        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)b->q,
+                            _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        const int h0 = _mm_cvtsi128_si32(t0), h1 = _mm_extract_epi32(t0, 1);
+        b->d = d;
+        b->h[0] = (int16_t)h0;
+        b->h[1] = (int16_t)h1;
+        b->s = d * (float)(h0 + h1);
+        b->pad = 0;
+    }
+}
+
 /* ------------------------------------------------------------------------------------------------------------
  * AVX-512: two 32-blocks per register; lanes 0-7 hold the first block's sums, 8-15 the second's; an odd last
  * block runs on 256-bit VNNI */
@@ -621,6 +655,11 @@ qdot_fn qdot_get(ggml_type t, int isa) {
     case GGML_Q5_K: return s_q5_k_c;
     default: return NULL;
     }
+}
+
+void qdot_quantize_row(int isa, const float *x, qdot_blk *b, int64_t n) {
+    if (isa >= QDOT_AVX2) s_quantize_avx2(x, b, n);
+    else s_quantize_c(x, b, n);
 }
 
 qdot_fn qdot_get_f32act(ggml_type t) {

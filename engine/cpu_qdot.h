@@ -37,8 +37,8 @@ const char *qdot_isa_name(int isa);
 /* 1 when products with weights of type t take quantized activations (rows of qdot_blk), 0 when f32 rows */
 int qdot_wants_q8(ggml_type t);
 
-/* quantizes x[n] (n % 32 == 0) into n / 32 blocks */
-void qdot_quantize_row(const float *x, qdot_blk *b, int64_t n);
+/* quantizes x[n] (n % 32 == 0) into n / 32 blocks; every path gives the same bytes */
+void qdot_quantize_row(int isa, const float *x, qdot_blk *b, int64_t n);
 
 /* out[t] = dot(weight row w of n elements, activation row x[t]) for t < nt (1..QDOT_TILE); x[t] points to
  * qdot_blk rows when qdot_wants_q8(type), else to f32 rows */

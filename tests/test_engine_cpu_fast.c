@@ -62,7 +62,7 @@ static void test_kernel_type(ggml_type t, int64_t n) {
     const void *xs[NT];
     for (int k = 0; k < NT; k++) {
         if (q8) {
-            qdot_quantize_row(xf + k * n, xq + k * (n / 32), n);
+            qdot_quantize_row(QDOT_SCALAR, xf + k * n, xq + k * (n / 32), n);
             xs[k] = xq + k * (n / 32);
         } else {
             xs[k] = xf + k * n;
@@ -136,7 +136,7 @@ static void test_quantize(void) {
     qdot_blk b[4];
     for (int i = 0; i < 128; i++) x[i] = rnd_normal() * (i < 32 ? 1e-3f : 10.0f);
     for (int i = 64; i < 96; i++) x[i] = 0.0f;
-    qdot_quantize_row(x, b, 128);
+    qdot_quantize_row(QDOT_SCALAR, x, b, 128);
     int ok = 1;
     for (int k = 0; k < 4; k++) {
         int h0 = 0, h1 = 0;
@@ -151,6 +151,20 @@ static void test_quantize(void) {
     }
     CHECK(ok, "quantized activations: levels within half a step, sums");
     CHECK(b[2].d == 0.0f, "a zero block has scale 0");
+    for (int isa = QDOT_AVX2; isa <= QDOT_AVX512; isa++) {   /* every path: the same bytes, ties included */
+        if (!qdot_isa_ok(isa)) continue;
+        float y[256];
+        qdot_blk r1[8], r2[8];
+        for (int i = 0; i < 256; i++) y[i] = i % 9 == 0 ? (float)(i % 5) - 2.5f : rnd_normal() * (1 + i / 32);
+        for (int i = 96; i < 128; i++) y[i] = 0.0f;
+        y[0] = 127.0f;   /* levels at exact halves: 1.5, 0.5 ... with scale 1 */
+        memset(r1, 0, sizeof r1);
+        memset(r2, 0, sizeof r2);
+        qdot_quantize_row(QDOT_SCALAR, y, r1, 256);
+        qdot_quantize_row(isa, y, r2, 256);
+        CHECK(memcmp(r1, r2, sizeof r1) == 0, "quantized activations on %s differ from the scalar path",
+              qdot_isa_name(isa));
+    }
 }
 
 /* attention of one head: the SIMD path against the scalar one (same math, exp polynomial vs expf) */
