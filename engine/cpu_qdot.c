@@ -9,8 +9,9 @@
  * and applies it to its nt activation rows one after the other; the operations for one (row, activation row)
  * pair do not depend on nt, so a token's result is the same alone and in a batch.
  *
- * Path status: AVX-512 kernels for Q4_0, Q4_1 and Q8_0 (two blocks per 512-bit register, VNNI dot products);
- * Q4_K, Q6_K and the float types run their AVX2 kernels on the AVX-512 path. */
+ * Path status: AVX-512 kernels for Q4_0, Q4_1, Q8_0, Q4_K and Q6_K (two 32-blocks per 512-bit register, VNNI
+ * dot products; Q6_K's 16-element scales weight int16 pair sums); the float types run their AVX2 kernels on the
+ * AVX-512 path. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -616,6 +617,86 @@ S_INLINE S_AVX512 void s_q8_0_avx512_b(const void *w, const void *const *xv, int
 }
 S_TILED(s_q8_0_avx512, s_q8_0_avx512_b, S_AVX512)
 
+/* Q4_K: the two sub-blocks of each 32 packed bytes (low nibbles, high nibbles) share one register */
+S_INLINE S_AVX512 void s_q4_k_avx512_b(const void *w, const void *const *xv, int nt, int64_t n, float *out) {
+    S_XS
+    const uint8_t *b = w;
+    __m512 acc[QDOT_TILE];
+    float macc[QDOT_TILE];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), macc[t] = 0.0f;
+    const __m256i m4 = _mm256_set1_epi8(0xf);
+    for (int64_t sb = 0; sb < n / 256; sb++, b += 144) {
+        const float d = s_h2(b), dmin = s_h2(b + 2);
+        float ds[8], dm[8];
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            s_scale_min_k4(j, b + 4, &sc, &m);
+            ds[j] = d * (float)sc;
+            dm[j] = dmin * (float)m;
+        }
+        for (int j = 0; j < 8; j += 2) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(b + 16 + 16 * j));
+            const __m512i q = s_cat(_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            const int64_t i = sb * 8 + j;
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, s_ly2(&x[t][i]));
+                acc[t] = _mm512_fmadd_ps(s_two(ds[j] * x[t][i].d, ds[j + 1] * x[t][i + 1].d), _mm512_cvtepi32_ps(p),
+                                         acc[t]);
+                macc[t] += dm[j] * x[t][i].s;
+                macc[t] += dm[j + 1] * x[t][i + 1].s;
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]) - macc[t];
+}
+S_TILED(s_q4_k_avx512, s_q4_k_avx512_b, S_AVX512)
+
+/* Q6_K: levels q - 32 as |q - 32| times the activation with q - 32's sign; int16 pair sums weighted by the
+ * 16-element scales (4 per register) */
+S_INLINE S_AVX512 void s_q6_k_avx512_b(const void *w, const void *const *xv, int nt, int64_t n, float *out) {
+    S_XS
+    const uint8_t *b = w;
+    __m512 acc[QDOT_TILE];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0xf), m3 = _mm256_set1_epi8(3);
+    for (int64_t sb = 0; sb < n / 256; sb++, b += 210) {
+        const float d = s_h2(b + 208);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = b + 64 * h;
+            const int8_t *sc = (const int8_t *)(b + 192 + 8 * h);
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+            const __m256i q0 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+            const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+            const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+            for (int k = 0; k < 4; k += 2) {
+                const __m512i qs = _mm512_sub_epi8(k ? s_cat(q2, q3) : s_cat(q0, q1), _mm512_set1_epi8(32));
+                const __m512i aq = _mm512_abs_epi8(qs);
+                const __mmask64 neg = _mm512_movepi8_mask(qs);
+                const __m512i scv = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]))),
+                    _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 3]), _mm_set1_epi16(sc[2 * k + 2])), 1);
+                const int64_t i = sb * 8 + 4 * h + k;
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) {
+                    const __m512i y = s_ly2(&x[t][i]);
+                    const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
+                    const __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(aq, sy), scv);
+                    acc[t] = _mm512_fmadd_ps(s_two(d * x[t][i].d, d * x[t][i + 1].d), _mm512_cvtepi32_ps(p), acc[t]);
+                }
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+S_TILED(s_q6_k_avx512, s_q6_k_avx512_b, S_AVX512)
+
 /* ------------------------------------------------------------------------------------------------------------
  * dispatch */
 
@@ -625,6 +706,8 @@ qdot_fn qdot_get(ggml_type t, int isa) {
         case GGML_Q4_0: return s_q4_0_avx512;
         case GGML_Q4_1: return s_q4_1_avx512;
         case GGML_Q8_0: return s_q8_0_avx512;
+        case GGML_Q4_K: return s_q4_k_avx512;
+        case GGML_Q6_K: return s_q6_k_avx512;
         default: break;
         }
     }
