@@ -69,22 +69,24 @@ static void s_quantize_c(const float *x, qdot_blk *b, int64_t n) {
             float a = fabsf(x[j]);
             amax = a > amax ? a : amax;
         }
-        float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-        int h0 = 0, h1 = 0;
+        const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f, id256 = 256.0f * id;
+        int sum = 0;
         for (int j = 0; j < 32; j++) {
             int q = s_round(x[j] * id);
             q = q > 127 ? 127 : q < -127 ? -127 : q;
+            int r = s_round((x[j] - d * (float)q) * id256);
+            r = r > 127 ? 127 : r < -127 ? -127 : r;
             b->q[j] = (int8_t)q;
-            if (j < 16) h0 += q;
-            else h1 += q;
+            b->r[j] = (int8_t)r;
+            sum += 256 * q + r;
         }
-        b->d = d;
-        b->h[0] = (int16_t)h0;
-        b->h[1] = (int16_t)h1;
-        b->s = d * (float)(h0 + h1);
-        b->pad = 0;
+        b->d = d * (1.0f / 256.0f);
+        b->s = b->d * (float)sum;
     }
 }
+
+/* the 16-bit level of element j of an activation block */
+static inline int s_lv(const qdot_blk *b, int j) { return 256 * b->q[j] + b->r[j]; }
 
 /* the 6-bit scale and min of sub-block j of Q4_K (as common/quant.c) */
 static inline void s_scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
@@ -108,7 +110,7 @@ static void s_q4_0_c(const void *w, const void *const *xv, int nt, int64_t n, fl
         for (int64_t i = 0; i < n / 32; i++, b += 18) {
             int s = 0;
             for (int j = 0; j < 16; j++)
-                s += ((b[2 + j] & 0xf) - 8) * x[i].q[j] + ((b[2 + j] >> 4) - 8) * x[i].q[j + 16];
+                s += ((b[2 + j] & 0xf) - 8) * s_lv(&x[i], j) + ((b[2 + j] >> 4) - 8) * s_lv(&x[i], j + 16);
             acc += (s_h(b) * x[i].d) * (float)s;
         }
         out[t] = acc;
@@ -122,7 +124,7 @@ static void s_q4_1_c(const void *w, const void *const *xv, int nt, int64_t n, fl
         float acc = 0.0f, macc = 0.0f;
         for (int64_t i = 0; i < n / 32; i++, b += 20) {
             int s = 0;
-            for (int j = 0; j < 16; j++) s += (b[4 + j] & 0xf) * x[i].q[j] + (b[4 + j] >> 4) * x[i].q[j + 16];
+            for (int j = 0; j < 16; j++) s += (b[4 + j] & 0xf) * s_lv(&x[i], j) + (b[4 + j] >> 4) * s_lv(&x[i], j + 16);
             acc += (s_h(b) * x[i].d) * (float)s;
             macc += s_h(b + 2) * x[i].s;
         }
@@ -137,7 +139,7 @@ static void s_q8_0_c(const void *w, const void *const *xv, int nt, int64_t n, fl
         float acc = 0.0f;
         for (int64_t i = 0; i < n / 32; i++, b += 34) {
             int s = 0;
-            for (int j = 0; j < 32; j++) s += (int8_t)b[2 + j] * x[i].q[j];
+            for (int j = 0; j < 32; j++) s += (int8_t)b[2 + j] * s_lv(&x[i], j);
             acc += (s_h(b) * x[i].d) * (float)s;
         }
         out[t] = acc;
@@ -156,7 +158,7 @@ static void s_q4_k_c(const void *w, const void *const *xv, int nt, int64_t n, fl
                 int sc, m, s = 0;
                 s_scale_min_k4(j, b + 4, &sc, &m);
                 const uint8_t *qq = q + 32 * (j / 2);
-                for (int l = 0; l < 32; l++) s += ((j & 1) ? qq[l] >> 4 : qq[l] & 0xf) * x[j].q[l];
+                for (int l = 0; l < 32; l++) s += ((j & 1) ? qq[l] >> 4 : qq[l] & 0xf) * s_lv(&x[j], l);
                 acc += ((d * (float)sc) * x[j].d) * (float)s;
                 macc += (dmin * (float)m) * x[j].s;
             }
@@ -181,10 +183,10 @@ static void s_q6_k_c(const void *w, const void *const *xv, int nt, int64_t n, fl
                     for (int l = 0; l < 32; l++) {
                         int lo = k & 1 ? ql[l + 32] : ql[l];
                         int q = ((k & 2 ? lo >> 4 : lo & 0xf) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
-                        if (l < 16) s0 += q * xb->q[l];
-                        else s1 += q * xb->q[l];
+                        if (l < 16) s0 += q * s_lv(xb, l);
+                        else s1 += q * s_lv(xb, l);
                     }
-                    acc += (d * xb->d) * (float)(sc[2 * k] * s0 + sc[2 * k + 1] * s1);
+                    acc += (d * xb->d) * (float)((int64_t)sc[2 * k] * s0 + (int64_t)sc[2 * k + 1] * s1);
                 }
             }
         }
@@ -262,9 +264,17 @@ S_INLINE S_AVX2 __m256i s_dot_us(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
-/* signed * signed: |a| * (b with a's sign) */
-S_INLINE S_AVX2 __m256i s_dot_ss(__m256i a, __m256i b) {
-    return s_dot_us(_mm256_abs_epi8(a), _mm256_sign_epi8(b, a));
+/* the 16-bit levels' sums: 256 * (u . q) + (u . r) */
+S_INLINE S_AVX2 __m256i s_dot2_us(__m256i u, const qdot_blk *x) {
+    const __m256i p = s_dot_us(u, _mm256_loadu_si256((const __m256i *)x->q));
+    return _mm256_add_epi32(_mm256_slli_epi32(p, 8), s_dot_us(u, _mm256_loadu_si256((const __m256i *)x->r)));
+}
+
+/* signed levels a: |a| times the activation with a's sign */
+S_INLINE S_AVX2 __m256i s_dot2_ss(__m256i a, __m256i aa, const qdot_blk *x) {
+    const __m256i p = s_dot_us(aa, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x->q), a));
+    return _mm256_add_epi32(_mm256_slli_epi32(p, 8),
+                            s_dot_us(aa, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x->r), a)));
 }
 
 /* 32 nibbles of 16 packed bytes: low nibbles first, then high */
@@ -297,8 +307,7 @@ S_INLINE S_AVX2 void s_q4_0_avx2_b(const void *w, const void *const *xv, int nt,
         const __m256i aq = _mm256_abs_epi8(q);
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
-            __m256i y = _mm256_loadu_si256((const __m256i *)x[t][i].q);
-            __m256i p = s_dot_us(aq, _mm256_sign_epi8(y, q));
+            __m256i p = s_dot2_ss(q, aq, &x[t][i]);
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[t][i].d), _mm256_cvtepi32_ps(p), acc[t]);
         }
     }
@@ -317,7 +326,7 @@ S_INLINE S_AVX2 void s_q4_1_avx2_b(const void *w, const void *const *xv, int nt,
         const __m256i q = s_nib32(b + 4);
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
-            __m256i p = s_dot_us(q, _mm256_loadu_si256((const __m256i *)x[t][i].q));
+            __m256i p = s_dot2_us(q, &x[t][i]);
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[t][i].d), _mm256_cvtepi32_ps(p), acc[t]);
             macc[t] += m * x[t][i].s;
         }
@@ -337,8 +346,7 @@ S_INLINE S_AVX2 void s_q8_0_avx2_b(const void *w, const void *const *xv, int nt,
         const __m256i aq = _mm256_abs_epi8(q);
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
-            __m256i y = _mm256_loadu_si256((const __m256i *)x[t][i].q);
-            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(y, q)), _mm256_set1_epi16(1));
+            __m256i p = s_dot2_ss(q, aq, &x[t][i]);
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[t][i].d), _mm256_cvtepi32_ps(p), acc[t]);
         }
     }
@@ -368,10 +376,10 @@ S_INLINE S_AVX2 void s_q4_k_avx2_b(const void *w, const void *const *xv, int nt,
             const int64_t i = sb * 8 + j;
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
-                __m256i p = s_dot_us(lo, _mm256_loadu_si256((const __m256i *)x[t][i].q));
+                __m256i p = s_dot2_us(lo, &x[t][i]);
                 acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(ds[j] * x[t][i].d), _mm256_cvtepi32_ps(p), acc[t]);
                 macc[t] += dm[j] * x[t][i].s;
-                p = s_dot_us(hi, _mm256_loadu_si256((const __m256i *)x[t][i + 1].q));
+                p = s_dot2_us(hi, &x[t][i + 1]);
                 acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(ds[j + 1] * x[t][i + 1].d), _mm256_cvtepi32_ps(p), acc[t]);
                 macc[t] += dm[j + 1] * x[t][i + 1].s;
             }
@@ -409,8 +417,11 @@ S_INLINE S_AVX2 void s_q6_k_avx2_b(const void *w, const void *const *xv, int nt,
                 const int64_t i = sb * 8 + 4 * h + k;
 #pragma GCC unroll 4
                 for (int t = 0; t < nt; t++) {
-                    __m256i y = _mm256_loadu_si256((const __m256i *)x[t][i].q);
-                    __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(y, qs)), scv);
+                    const __m256i yq = _mm256_loadu_si256((const __m256i *)x[t][i].q);
+                    const __m256i yr = _mm256_loadu_si256((const __m256i *)x[t][i].r);
+                    __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(yq, qs)), scv);
+                    p = _mm256_add_epi32(_mm256_slli_epi32(p, 8),
+                                         _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(yr, qs)), scv));
                     acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[t][i].d), _mm256_cvtepi32_ps(p), acc[t]);
                 }
             }
@@ -477,9 +488,17 @@ static S_AVX2 void s_axpy_avx2(float *y, float a, const float *x, int64_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
-/* the scalar quantizer's values exactly: the same max, scale, product and round-to-nearest-even (cvtps) */
+/* 8 int32 levels to 8 int8 in order (values within [-127, 127]) */
+S_INLINE S_AVX2 __m256i s_pack8(const __m256i q[4]) {
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* the scalar quantizer's values exactly: the same max, scales, products, differences and round-to-nearest-even
+ * (cvtps) */
 static S_AVX2 void s_quantize_avx2(const float *x, qdot_blk *b, int64_t n) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
     for (int64_t i = 0; i < n / 32; i++, x += 32, b++) {
         __m256 v[4], m = _mm256_setzero_ps();
         for (int k = 0; k < 4; k++) {
@@ -489,25 +508,21 @@ static S_AVX2 void s_quantize_avx2(const float *x, qdot_blk *b, int64_t n) {
         __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         h = _mm_max_ps(h, _mm_movehl_ps(h, h));
         h = _mm_max_ss(h, _mm_movehdup_ps(h));
-        const float amax = _mm_cvtss_f32(h), d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-        const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
-        __m256i q[4];
-        for (int k = 0; k < 4; k++)
+        const float amax = _mm_cvtss_f32(h), d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f, id256 = 256.0f * id;
+        __m256i q[4], r[4], sum = _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++) {
             q[k] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(id))), lo), hi);
-        const __m256i s01 = _mm256_add_epi32(q[0], q[1]), s23 = _mm256_add_epi32(q[2], q[3]);
-        __m128i t0 = _mm_add_epi32(_mm256_castsi256_si128(s01), _mm256_extracti128_si256(s01, 1));
-        __m128i t1 = _mm_add_epi32(_mm256_castsi256_si128(s23), _mm256_extracti128_si256(s23, 1));
-        t0 = _mm_hadd_epi32(t0, t1);
-        t0 = _mm_hadd_epi32(t0, t0);   /* [h0, h1, h0, h1] */
-        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        _mm256_storeu_si256((__m256i *)b->q,
-                            _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-        const int h0 = _mm_cvtsi128_si32(t0), h1 = _mm_extract_epi32(t0, 1);
-        b->d = d;
-        b->h[0] = (int16_t)h0;
-        b->h[1] = (int16_t)h1;
-        b->s = d * (float)(h0 + h1);
-        b->pad = 0;
+            const __m256 res = _mm256_sub_ps(v[k], _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(q[k])));
+            r[k] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(res, _mm256_set1_ps(id256))), lo), hi);
+            sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_slli_epi32(q[k], 8), r[k]));
+        }
+        _mm256_storeu_si256((__m256i *)b->q, s_pack8(q));
+        _mm256_storeu_si256((__m256i *)b->r, s_pack8(r));
+        __m128i t = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        t = _mm_hadd_epi32(t, t);
+        t = _mm_hadd_epi32(t, t);
+        b->d = d * (1.0f / 256.0f);
+        b->s = b->d * (float)_mm_cvtsi128_si32(t);
     }
 }
 
@@ -523,11 +538,38 @@ S_INLINE S_AVX512 __m512i s_cat(__m256i a, __m256i b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
 }
 
-S_INLINE S_AVX512 __m512i s_ly2(const qdot_blk *x) {
-    return s_cat(_mm256_loadu_si256((const __m256i *)x[0].q), _mm256_loadu_si256((const __m256i *)x[1].q));
+/* the high (lo 0) or low (lo 1) levels of two consecutive activation blocks */
+S_INLINE S_AVX512 __m512i s_ly2(const qdot_blk *x, int lo) {
+    return s_cat(_mm256_loadu_si256((const __m256i *)(lo ? x[0].r : x[0].q)),
+                 _mm256_loadu_si256((const __m256i *)(lo ? x[1].r : x[1].q)));
 }
 
-/* Q4_0 and Q4_1 share the nibble layout; Q4_0's levels are nibble - 8: sum((q - 8) y) = sum(q y) - sum(8 y) */
+/* 16-bit levels' sums of unsigned weights u with two activation blocks: 256 * (u . q) + (u . r) */
+S_INLINE S_AVX512 __m512i s_dot2_u(__m512i u, const qdot_blk *x) {
+    const __m512i p = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s_ly2(x, 0)), 8);
+    return _mm512_dpbusd_epi32(p, u, s_ly2(x, 1));
+}
+
+/* the same for signed weights given as |w| and w's negative lanes */
+S_INLINE S_AVX512 __m512i s_dot2_s(__m512i aw, __mmask64 neg, const qdot_blk *x) {
+    const __m512i z = _mm512_setzero_si512(), yq = s_ly2(x, 0), yr = s_ly2(x, 1);
+    const __m512i p = _mm512_slli_epi32(_mm512_dpbusd_epi32(z, aw, _mm512_mask_sub_epi8(yq, neg, z, yq)), 8);
+    return _mm512_dpbusd_epi32(p, aw, _mm512_mask_sub_epi8(yr, neg, z, yr));
+}
+
+/* one block on 256-bit VNNI: unsigned u, or signed a with |a| = aa */
+S_INLINE S_AVX512 __m256i s_dot2_u1(__m256i u, const qdot_blk *x) {
+    const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, _mm256_loadu_si256((const __m256i *)x->q));
+    return _mm256_dpbusd_epi32(_mm256_slli_epi32(p, 8), u, _mm256_loadu_si256((const __m256i *)x->r));
+}
+S_INLINE S_AVX512 __m256i s_dot2_s1(__m256i a, __m256i aa, const qdot_blk *x) {
+    const __m256i yq = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x->q), a);
+    const __m256i yr = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x->r), a);
+    const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aa, yq);
+    return _mm256_dpbusd_epi32(_mm256_slli_epi32(p, 8), aa, yr);
+}
+
+/* Q4_0 and Q4_1 share the nibble layout; Q4_0's levels nibble - 8 are signed (|w| and a masked negation) */
 S_INLINE S_AVX512 void s_q4_avx512_b(int is_q4_1, const void *w, const void *const *xv, int nt, int64_t n,
                                      float *out) {
     S_XS
@@ -539,7 +581,6 @@ S_INLINE S_AVX512 void s_q4_avx512_b(int is_q4_1, const void *w, const void *con
     float macc[QDOT_TILE];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), acc1[t] = _mm256_setzero_ps(), macc[t] = 0.0f;
     const __m256i m4 = _mm256_set1_epi8(0xf);
-    const __m512i e8 = _mm512_set1_epi8(8);
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2, b += 2 * bs) {
         const float d0 = s_h2(b), d1 = s_h2(b + bs);
@@ -548,11 +589,12 @@ S_INLINE S_AVX512 void s_q4_avx512_b(int is_q4_1, const void *w, const void *con
                                            _mm_loadu_si128((const __m128i *)(b + qo)));
         const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
         const __m512i q = s_cat(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+        const __m512i qs = is_q4_1 ? q : _mm512_sub_epi8(q, _mm512_set1_epi8(8));
+        const __m512i aq = is_q4_1 ? q : _mm512_abs_epi8(qs);
+        const __mmask64 neg = is_q4_1 ? 0 : _mm512_movepi8_mask(qs);
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
-            const __m512i y = s_ly2(&x[t][i]);
-            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, y);
-            if (!is_q4_1) p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), e8, y));
+            const __m512i p = is_q4_1 ? s_dot2_u(q, &x[t][i]) : s_dot2_s(aq, neg, &x[t][i]);
             acc[t] = _mm512_fmadd_ps(s_two(d0 * x[t][i].d, d1 * x[t][i + 1].d), _mm512_cvtepi32_ps(p), acc[t]);
             if (is_q4_1) {
                 macc[t] += m0 * x[t][i].s;
@@ -562,11 +604,9 @@ S_INLINE S_AVX512 void s_q4_avx512_b(int is_q4_1, const void *w, const void *con
     }
     if (i < nb) {
         const float d0 = s_h2(b), m0 = is_q4_1 ? s_h2(b + 2) : 0.0f;
-        const __m256i q = s_nib32(b + qo);
+        const __m256i q = s_nib32(b + qo), qs = _mm256_sub_epi8(q, _mm256_set1_epi8(8)), aq = _mm256_abs_epi8(qs);
         for (int t = 0; t < nt; t++) {
-            const __m256i y = _mm256_loadu_si256((const __m256i *)x[t][i].q);
-            __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, y);
-            if (!is_q4_1) p = _mm256_sub_epi32(p, _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), y));
+            const __m256i p = is_q4_1 ? s_dot2_u1(q, &x[t][i]) : s_dot2_s1(qs, aq, &x[t][i]);
             acc1[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * x[t][i].d), _mm256_cvtepi32_ps(p), acc1[t]);
             if (is_q4_1) macc[t] += m0 * x[t][i].s;
         }
@@ -598,9 +638,7 @@ S_INLINE S_AVX512 void s_q8_0_avx512_b(const void *w, const void *const *xv, int
         const __mmask64 neg = _mm512_movepi8_mask(q);
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
-            const __m512i y = s_ly2(&x[t][i]);
-            const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
-            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aq, sy);
+            const __m512i p = s_dot2_s(aq, neg, &x[t][i]);
             acc[t] = _mm512_fmadd_ps(s_two(d0 * x[t][i].d, d1 * x[t][i + 1].d), _mm512_cvtepi32_ps(p), acc[t]);
         }
     }
@@ -608,8 +646,7 @@ S_INLINE S_AVX512 void s_q8_0_avx512_b(const void *w, const void *const *xv, int
         const float d0 = s_h2(b);
         const __m256i q = _mm256_loadu_si256((const __m256i *)(b + 2)), aq = _mm256_abs_epi8(q);
         for (int t = 0; t < nt; t++) {
-            const __m256i y = _mm256_loadu_si256((const __m256i *)x[t][i].q);
-            const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aq, _mm256_sign_epi8(y, q));
+            const __m256i p = s_dot2_s1(q, aq, &x[t][i]);
             acc1[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * x[t][i].d), _mm256_cvtepi32_ps(p), acc1[t]);
         }
     }
@@ -640,7 +677,7 @@ S_INLINE S_AVX512 void s_q4_k_avx512_b(const void *w, const void *const *xv, int
             const int64_t i = sb * 8 + j;
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
-                const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, s_ly2(&x[t][i]));
+                const __m512i p = s_dot2_u(q, &x[t][i]);
                 acc[t] = _mm512_fmadd_ps(s_two(ds[j] * x[t][i].d, ds[j + 1] * x[t][i + 1].d), _mm512_cvtepi32_ps(p),
                                          acc[t]);
                 macc[t] += dm[j] * x[t][i].s;
@@ -685,9 +722,10 @@ S_INLINE S_AVX512 void s_q6_k_avx512_b(const void *w, const void *const *xv, int
                 const int64_t i = sb * 8 + 4 * h + k;
 #pragma GCC unroll 4
                 for (int t = 0; t < nt; t++) {
-                    const __m512i y = s_ly2(&x[t][i]);
-                    const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
-                    const __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(aq, sy), scv);
+                    const __m512i z = _mm512_setzero_si512(), yq = s_ly2(&x[t][i], 0), yr = s_ly2(&x[t][i], 1);
+                    __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(aq, _mm512_mask_sub_epi8(yq, neg, z, yq)), scv);
+                    p = _mm512_add_epi32(_mm512_slli_epi32(p, 8),
+                                         _mm512_madd_epi16(_mm512_maddubs_epi16(aq, _mm512_mask_sub_epi8(yr, neg, z, yr)), scv));
                     acc[t] = _mm512_fmadd_ps(s_two(d * x[t][i].d, d * x[t][i + 1].d), _mm512_cvtepi32_ps(p), acc[t]);
                 }
             }
