@@ -1,4 +1,5 @@
-/* engine/engine.c: picks the back-end named by the options: the CPU engine, or one that registered itself. */
+/* engine/engine.c: picks the back-end named by the options: the CPU engines ("cpu": engine/cpu_fast.c, "cpu-ref":
+ * the f32 reference engine/engine_cpu.c), or one that registered itself. */
 #include <stdio.h>
 #include <string.h>
 #include "engine.h"
@@ -38,11 +39,12 @@ zl_engine *engine_new(const zl_model *m, const zl_engine_opts *o, char *err, siz
     const char *dev = o && o->device ? o->device : "cpu";
     zl_engine *e = NULL;
     zl_engine_new_fn fn = s_find(dev);
-    if (strcmp(dev, "cpu") == 0) e = engine_cpu_new(m, o, err, errlen);
+    if (strcmp(dev, "cpu") == 0) e = engine_cpu_fast_new(m, o, err, errlen);
+    else if (strcmp(dev, "cpu-ref") == 0) e = engine_cpu_new(m, o, err, errlen);
     else if (fn) e = fn(m, o, err, errlen);
     else if (strncmp(dev, "cuda", 4) == 0 && (dev[4] == 0 || dev[4] == ':'))
         snprintf(err, errlen, "this zllm was built without CUDA (rebuild with ZLLM_CUDA=1 and the CUDA toolkit)");
-    else snprintf(err, errlen, "unknown device '%s' (expected cpu, cuda or cuda:N)", dev);
+    else snprintf(err, errlen, "unknown device '%s' (expected cpu, cpu-ref, cuda or cuda:N)", dev);
     /* a layer range asked of a backend that does not run pipeline stages (layer_end 0) is refused, not
      * silently ignored */
     if (e && o && (o->layer_begin || o->layer_end) && e->layer_end == 0) {

@@ -98,7 +98,7 @@ typedef struct {
 struct zl_engine {
     const zl_engine_ops *ops;  /* backend */
     const zl_model *model;     /* borrowed; must outlive the engine */
-    char device[32];           /* "cpu", "cuda:0" */
+    char device[32];           /* "cpu", "cpu-ref", "cuda:0" */
     int n_slots;               /* KV slots = most sequences alive at once */
     int n_ctx;                 /* tokens per slot */
     int max_batch;             /* most entries in one step */
@@ -115,7 +115,7 @@ struct zl_engine {
                                 * step's ids by one step (callers queue ahead there only when asked to) */
 };
 typedef struct {
-    const char *device;        /* "cpu", "cuda", "cuda:N" */
+    const char *device;        /* "cpu" (fast), "cpu-ref" (f32 reference), "cuda", "cuda:N" */
     int n_slots;               /* 0: max_batch */
     int n_ctx;                 /* 0: the model's trained context, capped at 4096 */
     int max_batch;             /* 0: 16 */
@@ -137,8 +137,10 @@ typedef zl_engine *(*zl_engine_new_fn)(const zl_model *m, const zl_engine_opts *
  * back-ends it links. 0, or -1 when the name is empty or longer than 15 bytes, already taken, or the table (8
  * entries) is full. */
 int engine_register(const char *name, zl_engine_new_fn fn);
-/* the CPU engine, the one back-end of this layer (engine_new's "cpu") */
+/* the CPU engines, the back-ends of this layer: the f32 reference (engine_new's "cpu-ref", engine/engine_cpu.c) and
+ * the fast one on the packed quantized blocks ("cpu", engine/cpu_fast.c) */
 zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);
+zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen);
 
 /* starts a step (zl_engine_ops.launch) */
 static inline int engine_launch(zl_engine *e, const zl_step *st) { return e->ops->launch(e, st); }

@@ -1,5 +1,5 @@
-/* engine/engine_cpu.c: the CPU reference backend: an f32 forward pass of a Llama-family model over a batch of
- * sequences at independent positions, with per-slot f32 KV caches. Weights stay in the file's type and are
+/* engine/engine_cpu.c: the CPU reference backend (device "cpu-ref"; "cpu" is engine/cpu_fast.c): an f32 forward
+ * pass of a Llama-family model over a batch of sequences at independent positions, with per-slot f32 KV caches. Weights stay in the file's type and are
  * dequantized row by row as the matrix-vector products read them.
  *
  * Batch invariance: every value a row produces depends only on that row (and its own slot's cache). Every
@@ -616,7 +616,7 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
     b->lanes = 1;
     b->depth = lb == 0 && le == c->n_layers ? 2 : 1;   /* steps queued ahead: whole models only (the sampler
                                                         * carries ids) */
-    snprintf(b->device, sizeof b->device, "cpu");
+    snprintf(b->device, sizeof b->device, "cpu-ref");
     b->max_batch = o->max_batch ? o->max_batch : 16;
     b->n_slots = o->n_slots ? o->n_slots : b->max_batch;
     b->n_ctx = o->n_ctx ? o->n_ctx : (c->n_ctx < 4096 ? c->n_ctx : 4096);

@@ -31,7 +31,7 @@ static zl_engine *new_engine(const zl_model *m, int slots, int threads, int n_ct
     char err[256];
     zl_engine_opts o;
     memset(&o, 0, sizeof o);
-    o.device = "cpu";
+    o.device = "cpu-ref";
     o.n_slots = slots;
     o.max_batch = slots;
     o.n_ctx = n_ctx;

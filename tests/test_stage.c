@@ -664,6 +664,9 @@ static void test_overlap(const zl_model *m) {
     memset(&tf, 0, sizeof tf);
     tf.m = m;
     tf.so = opts(1, 2);
+    tf.so.device = "cpu-ref";   /* both stages on the f32 reference: its steps are long enough, against the hand-over
+                                 * between stages, for the CPU-time ratio to show the overlap (the fast engine's
+                                 * steps on stories260K take about 1 ms) */
     pthread_t tid;
     if (pthread_create(&tid, NULL, follower_thread, &tf) != 0) {
         CHECK(0, "overlap: follower thread");
@@ -673,6 +676,7 @@ static void test_overlap(const zl_model *m) {
     int have_saved = sched_getaffinity(0, sizeof saved, &saved) == 0;
     s_pin(0);
     zl_engine_opts o = eopts(4);
+    o.device = "cpu-ref";
     stage_opts so = opts(0, 2);
     so.micro_batches = 1;
     zl_engine *e = stage_leader_new(m, &o, &so, err, sizeof err);

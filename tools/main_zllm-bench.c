@@ -1,7 +1,7 @@
 /* zllm-bench: decode and prefill speed of a model on one GPU, as a fraction of the roofline measured in the same
- * run.
- *   zllm-bench --model F.gguf [--device cuda[:N]] [--ctx 1024] [--prefill P] [--max-m 256] [--min-m 1]
- *              [--steps 20] [--no-graphs] [--skip-caps] [--sync]
+ * run, or on the CPU engines (--device cpu or cpu-ref: tokens/s only).
+ *   zllm-bench --model F.gguf [--device cuda[:N]|cpu|cpu-ref] [--ctx 1024] [--prefill P] [--max-m 256]
+ *              [--min-m 1] [--steps 20] [--threads N] [--no-graphs] [--skip-caps] [--sync]
  * First it measures the GPU's device-to-device copy and read-only bandwidth and its BF16 matrix rate
  * (cuda/gpu_caps.cu). Then, for M = 1, 2, 4, ... up to --max-m (and the engine's max batch; rows below --min-m
  * are skipped, e.g. to profile one batch size), it times decode
@@ -18,7 +18,10 @@
  * clock: from one step's results to the next one's, or around engine_step with --sync), the GPU's own time per
  * step (events around the step's device work) and the idle gap (host minus GPU: time the GPU waited for the
  * host), the roofline time and the ratio. The KV contents are whatever the
- * slots hold (zeros at start): the speed of attention does not depend on the values. */
+ * slots hold (zeros at start): the speed of attention does not depend on the values.
+ * On a CPU device there are no ceilings nor GPU times: the table gives tokens/s and ms per step (medians), each
+ * step synchronous (the CPU engine runs a step as it is launched), --threads sets the engine's threads (0: all
+ * cores), and the prefill row times one step of P prompt tokens. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,20 +43,22 @@ static double s_now(void) {
 static void s_usage(FILE *f) {
     fprintf(f, "usage: zllm-bench --model F.gguf [options]\n"
                "       zllm-bench --help | --version\n"
-               "Decode and prefill speed of a model on one GPU against the roofline measured in the same run.\n"
+               "Decode and prefill speed of a model against the roofline measured in the same run (CUDA), or of the\n"
+               "CPU engines.\n"
                "  --model F.gguf    the model (required)\n"
-               "  --device DEV      cuda or cuda:N (default cuda)\n"
+               "  --device DEV      cuda, cuda:N, cpu or cpu-ref (default cuda)\n"
                "  --ctx N           KV tokens each decode step reads, >= 1 (default 1024)\n"
                "  --prefill P       prompt tokens of the prefill row (default min(ctx, 2048))\n"
                "  --max-m M         largest batch timed, >= 1 (default 256)\n"
                "  --min-m M         smallest batch timed, >= 1 (default 1)\n"
                "  --steps N         decode steps timed per row, >= 1 (default 20)\n"
+               "  --threads N       CPU engines: threads, 0: all cores (default 0)\n"
                "  --no-graphs       no CUDA graphs (default: graphs)\n"
                "  --skip-caps       do not measure the bandwidth and matrix rate (default: measure)\n"
                "  --sync            one engine_step at a time (default: steps queued ahead)\n"
                "  -h, --help        this text;  --version  print the version\n"
-               "Environment: ZLLM_CUDA_* (docs/cuda.md): CUDA kernel choices\n"
-               "and tuning knobs for measurements (docs/perf.md).\n");
+               "Environment: ZLLM_CUDA_* (docs/cuda.md): CUDA kernel paths off, for comparisons;\n"
+               "ZLLM_CPU_ISA, ZLLM_CPU_EXACT (docs/perf.md): the CPU engine's kernel path.\n");
 }
 
 static int s_cmp_d(const void *a, const void *b) {
@@ -61,9 +66,78 @@ static int s_cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* the CPU engines: decode tokens/s for M = 1, 2, 4 ... max_m sequences at position ctx (each step synchronous),
+ * then one prefill step of `prefill` tokens; medians of `steps` (decode) and 5 (prefill) timed steps */
+static int s_bench_cpu(const char *path, const char *device, int threads, int ctx, int prefill, int max_m, int min_m,
+                       int steps) {
+    char err[512];
+    zl_model *m = model_load(path, err, sizeof err);
+    if (!m) { fprintf(stderr, "zllm-bench: %s\n", err); return 1; }
+    const zl_config *c = &m->cfg;
+    zl_engine_opts o;
+    memset(&o, 0, sizeof o);
+    o.device = device;
+    o.max_batch = max_m;
+    o.n_slots = max_m;
+    o.n_ctx = ctx + steps + 16 > prefill ? ctx + steps + 16 : prefill;
+    o.max_step_tokens = prefill > max_m ? prefill : max_m;
+    o.threads = threads;
+    double t0 = s_now();
+    zl_engine *e = engine_new(m, &o, err, sizeof err);
+    if (!e) { fprintf(stderr, "zllm-bench: %s\n", err); model_destroy(&m); return 1; }
+    printf("model: %s: %d layers, dim %d, heads %d/%d x %d, ffn %d, vocab %d, %s; engine %s, %d threads "
+           "(0: all cores), start %.2f s\n", path, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->head_dim,
+           c->ffn_dim, c->vocab_size, ggml_type_name(m->layers[0].wq.type), e->device, threads, s_now() - t0);
+    printf("decode at context %d, %d timed steps each (medians)\n%6s %12s %10s\n", ctx, steps, "M", "tokens/s",
+           "ms/step");
+    int rc = 0, np = prefill > 0 ? prefill : 1;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)e->max_batch), *out = malloc(sizeof(int32_t) * (size_t)e->max_batch);
+    int32_t *ptoks = malloc(sizeof(int32_t) * (size_t)np);
+    zl_seq *q = calloc((size_t)e->max_batch, sizeof *q);
+    double *times = malloc(sizeof(double) * (size_t)(steps > 5 ? steps : 5));
+    if (!toks || !out || !ptoks || !q || !times) { fprintf(stderr, "zllm-bench: out of memory\n"); rc = 1; goto done; }
+    for (int i = 0; i < e->max_batch; i++) toks[i] = (int32_t)(1 + (i * 7919) % (c->vocab_size - 1));
+    for (int M = 1; M <= e->max_batch; M = M * 2 > e->max_batch && M < e->max_batch ? e->max_batch : M * 2) {
+        if (M >= min_m || M == e->max_batch) {
+            for (int i = 0; i < M; i++) {
+                q[i].slot = i; q[i].pos = ctx; q[i].n_tokens = 1; q[i].tokens = &toks[i]; q[i].sample = 1;
+            }
+            for (int s = -2; s < steps; s++) {
+                const double a = s_now();
+                if (engine_step(e, q, M, out, NULL) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
+                if (s >= 0) times[s] = s_now() - a;
+            }
+            qsort(times, (size_t)steps, sizeof *times, s_cmp_d);
+            printf("%6d %12.1f %10.3f\n", M, M / times[steps / 2], times[steps / 2] * 1e3);
+            fflush(stdout);
+        }
+        if (M == e->max_batch) break;
+    }
+    if (prefill > 0) {
+        for (int i = 0; i < prefill; i++) ptoks[i] = (int32_t)(1 + (i * 104729) % (c->vocab_size - 1));
+        zl_seq p;
+        memset(&p, 0, sizeof p);
+        p.slot = 0; p.pos = 0; p.n_tokens = prefill; p.tokens = ptoks; p.sample = 1;
+        for (int s = -1; s < 5; s++) {
+            const double a = s_now();
+            if (engine_step(e, &p, 1, out, NULL) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
+            if (s >= 0) times[s] = s_now() - a;
+        }
+        qsort(times, 5, sizeof *times, s_cmp_d);
+        printf("\nprefill of %d tokens: %.1f ms, %.0f tokens/s (median of 5)\n", prefill, times[2] * 1e3,
+               prefill / times[2]);
+    }
+done:
+    free(toks); free(out); free(ptoks); free(q); free(times);
+    engine_destroy(&e);
+    model_destroy(&m);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     const char *path = NULL, *device = "cuda";
     int ctx = 1024, prefill = -1, max_m = 256, min_m = 1, steps = 20, no_graphs = 0, skip_caps = 0, sync = 0;
+    int threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int has = i + 1 < argc;
@@ -74,6 +148,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-m") && has) max_m = atoi(argv[++i]);
         else if (!strcmp(a, "--min-m") && has) min_m = atoi(argv[++i]);
         else if (!strcmp(a, "--steps") && has) steps = atoi(argv[++i]);
+        else if (!strcmp(a, "--threads") && has) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--no-graphs")) no_graphs = 1;
         else if (!strcmp(a, "--skip-caps")) skip_caps = 1;
         else if (!strcmp(a, "--sync")) sync = 1;
@@ -81,11 +156,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--version")) { printf("zllm-bench %s\n", ZLLM_VERSION); return 0; }
         else { s_usage(stderr); return 2; }
     }
-    if (!path || ctx < 1 || max_m < 1 || min_m < 1 || steps < 1) { s_usage(stderr); return 2; }
+    if (!path || ctx < 1 || max_m < 1 || min_m < 1 || steps < 1 || threads < 0) { s_usage(stderr); return 2; }
     if (prefill < 0) prefill = ctx < 2048 ? ctx : 2048;
+    if (!strncmp(device, "cpu", 3)) return s_bench_cpu(path, device, threads, ctx, prefill, max_m, min_m, steps);
 #ifndef ZLLM_HAVE_CUDA
-    (void)device; (void)no_graphs; (void)skip_caps; (void)s_now; (void)s_cmp_d; (void)sync;
-    fprintf(stderr, "zllm-bench: this zllm was built without CUDA\n");
+    (void)no_graphs; (void)skip_caps; (void)sync;
+    fprintf(stderr, "zllm-bench: this zllm was built without CUDA (--device cpu runs the CPU engine)\n");
     return 1;
 #else
     char err[512];

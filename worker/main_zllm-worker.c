@@ -134,7 +134,7 @@ static void s_usage(FILE *f) {
             "  -m, --model FILE     the GGUF model (required)\n"
             "  --name NAME          worker name (default host:pid)\n"
             "  --model-name NAME    model name to register (default: the file name without .gguf)\n"
-            "  --device DEV         cpu, cuda or cuda:N (default cpu)\n"
+            "  --device DEV         cpu, cpu-ref, cuda or cuda:N (default cpu: the fast engine; cpu-ref: the f32 reference)\n"
             "  --max-batch M        sequences per step and slots, 1..4096 (default 16)\n"
             "  --ctx N              tokens per sequence slot, 2..1048576 (default: the model's, at most 4096)\n"
             "  --step-tokens T      most tokens per step, 1..1048576 (default 256 on cpu, 2048 on cuda;\n"
@@ -265,7 +265,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
             return -1;
         }
     }
-    if (!o->step_tokens) o->step_tokens = strcmp(o->device, "cpu") == 0 ? 256 : 2048;
+    if (!o->step_tokens) o->step_tokens = strncmp(o->device, "cpu", 3) == 0 ? 256 : 2048;
     return 0;
 }
 

@@ -1,0 +1,722 @@
+/* engine/cpu_fast.c: the fast CPU backend (device "cpu"; the f32 reference is "cpu-ref", common/engine_cpu.c).
+ * A Llama-family forward pass over a batch of sequences at independent positions, with per-slot f32 KV caches,
+ * like the reference, but with the matrix products on the packed GGUF blocks (engine/cpu_qdot.c: integer dot
+ * products against activations quantized per block of 32 for Q4_0/Q4_1/Q8_0/Q4_K/Q6_K weights, f32 for the
+ * float types), SIMD attention, and the row-wise work (norms, activation quantization, SiLU) spread over the
+ * thread pool when a step has many rows.
+ *
+ * Batch processing: the step's T = sum(n_tokens) rows are stacked; a matrix product walks each thread's share of
+ * weight rows in chunks that stay in cache and applies every chunk to all T rows, QDOT_TILE rows per kernel
+ * call, so a prompt chunk is a matrix-matrix product that reads each weight block from memory once.
+ *
+ * Batch invariance: each output value is computed by one kernel call whose operations for that (weight row,
+ * activation row) pair do not depend on the other rows of the call (cpu_qdot.h), activation quantization is
+ * per row, attention and the element-wise work are per row and head, and threads split output rows only. So a
+ * sequence's logits are bitwise the same whatever shares its step and whatever the thread count. The ISA path
+ * (scalar, AVX2, AVX-512) is fixed at creation: the best the CPU has, or $ZLLM_CPU_ISA (scalar|avx2|avx512).
+ * $ZLLM_CPU_EXACT=1 gives every product f32 activations (scalar, slow): the engine then matches the reference
+ * up to f32 summation order, which tests use to show that the quantized activations are the only difference. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cpu_attn.h"
+#include "cpu_pool.h"
+#include "cpu_qdot.h"
+#include "engine.h"
+#include "quant.h"
+
+#define S_MAX_THREADS 64
+#define S_CHUNK_BYTES (24 * 1024)   /* weight bytes a thread applies to all rows before moving on */
+#define S_PAR_ROWS 4                /* row-wise work runs on the pool from this many rows */
+
+typedef struct {
+    zl_engine base;            /* public part; must stay first */
+    zl_config c;               /* copy of the model configuration */
+    int isa;                   /* qdot_isa of every kernel */
+    int exact;                 /* 1: f32 activations for every product ($ZLLM_CPU_EXACT=1; slow, for checks) */
+    cpu_pool *pool;            /* threads */
+    float *attn_norm;          /* [n_layers][dim] */
+    float *ffn_norm;           /* [n_layers][dim] */
+    float *bq, *bk, *bv;       /* [n_layers][q_dim] / [n_layers][kv_dim]; NULL without biases */
+    float *out_norm;           /* [dim] */
+    float *kc, *vc;            /* [n_slots][n_own layers][n_ctx][kv_dim] */
+    float *x;                  /* [T][dim] residual stream */
+    float *xb;                 /* [T][max(dim, q_dim)] normed input / attention output */
+    float *xb2;                /* [T][dim] projection output */
+    float *q;                  /* [T][q_dim] */
+    float *k, *v;              /* [T][kv_dim] */
+    float *hb, *hb2;           /* [T][ffn_dim] */
+    float *xl;                 /* [max_batch][dim] last rows, normed */
+    float *lg;                 /* [max_batch][vocab] logits */
+    float *lgs;                /* [vocab] sampler scratch */
+    qdot_blk *xq;              /* [T][max width / 32] quantized activations */
+    size_t xq_row;             /* blocks per row of xq */
+    const float *xq_of;        /* the f32 buffer xq now holds (NULL: none); reset whenever that buffer changes */
+    int xq_n;                  /* its row width */
+    int *row_slot, *row_pos;   /* [T] slot and position of each row */
+    float *rope_cs;            /* [T][rope_dim] cos/sin pairs per row */
+    float *th_att;             /* [nth][n_ctx] attention scores per thread */
+    int nth;                   /* threads */
+    /* steps queued ahead (zl_engine.depth 2, whole models): as the reference, a launched step runs at once and
+     * writes its results then; the wait only checks the order */
+    int32_t *carry_tok;        /* [n_slots] id sampled for each slot by the last step that had it */
+    uint64_t *carry_rng;       /* [n_slots] that entry's generator state after its draw */
+    uint8_t *carry_ok;         /* [n_slots] 1 when that step sampled the slot */
+    zl_seq *fseq;              /* [max_batch] the step's entries with their feeds resolved */
+    int32_t *ftok;             /* [max_batch] fed ids */
+    uint64_t *frng;            /* [max_batch] fed generator states */
+    const zl_step *fl[2];      /* the launched steps not yet waited for, oldest at q_head */
+    int q_head;                /* index (0, 1) of the oldest launched step */
+    int q_count;               /* launched steps not yet waited for, 0..depth */
+    int q_sync;                /* 1: the one launched step is synchronous (nothing may launch before its wait) */
+} s_fast;
+
+static void s_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    *lo = n * ith / nth;
+    *hi = n * (ith + 1) / nth;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * row-wise work */
+
+typedef struct {
+    s_fast *e;
+    int T;                     /* rows */
+    void (*fn)(s_fast *e, int r, const void *arg);
+    const void *arg;
+} s_rows_job;
+
+static void s_rows_fn(void *ctx, int ith, int nth) {
+    s_rows_job *j = ctx;
+    int64_t lo, hi;
+    s_range(j->T, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) j->fn(j->e, (int)r, j->arg);
+}
+
+/* fn(e, r, arg) for every row r < T: on the pool when there are enough rows */
+static void s_rows(s_fast *e, int T, void (*fn)(s_fast *, int, const void *), const void *arg) {
+    s_rows_job j = { e, T, fn, arg };
+    if (T < S_PAR_ROWS) s_rows_fn(&j, 0, 1);
+    else cpu_pool_run(e->pool, s_rows_fn, &j);
+}
+
+static void s_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss / n + (double)eps));
+    for (int i = 0; i < n; i++) out[i] = w[i] * (x[i] * r);
+}
+
+typedef struct {
+    const float *w;            /* norm weights [dim] */
+} s_norm_arg;
+
+static void s_norm_row(s_fast *e, int r, const void *arg) {
+    const s_norm_arg *a = arg;
+    size_t dim = (size_t)e->c.dim;
+    s_rmsnorm(e->xb + r * dim, e->x + r * dim, a->w, (int)dim, e->c.rms_eps);
+}
+
+static void s_quant_row(s_fast *e, int r, const void *arg) {
+    (void)arg;
+    qdot_quantize_row(e->isa, e->xq_of + (size_t)r * e->xq_n, e->xq + (size_t)r * e->xq_row, e->xq_n);
+}
+
+static void s_silu_row(s_fast *e, int r, const void *arg) {
+    (void)arg;
+    size_t ff = (size_t)e->c.ffn_dim;
+    float *g = e->hb + r * ff;
+    const float *u = e->hb2 + r * ff;
+    for (size_t i = 0; i < ff; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];   /* SiLU(gate) * up */
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * matrix products */
+
+/* one matrix product of a job: y[T][n_out] = x W^T (+ bias) */
+typedef struct {
+    const zl_weight *w;        /* [n_out rows][n_in] */
+    qdot_fn fn;                /* its kernel */
+    const float *bias;         /* [n_out] or NULL */
+    float *y;                  /* [T][n_out] */
+} s_mm;
+
+/* up to 3 products of the same input (Q, K, V; gate, up) in one pool run: threads split their rows together */
+typedef struct {
+    s_mm mm[3];
+    int n_mm;                  /* products */
+    int64_t n_rows;            /* their rows in all */
+    const void *x;             /* [T] rows: qdot_blk [n_in / 32] or f32 [n_in] */
+    size_t x_stride;           /* bytes per row of x */
+    int T;                     /* rows */
+} s_mm_job;
+
+/* rows [lo, hi) of one product, in chunks of weight rows that stay in cache, each applied to all T rows */
+static void s_mm_rows(const s_mm_job *j, const s_mm *p, int64_t lo, int64_t hi) {
+    const zl_weight *w = p->w;
+    const int64_t n_in = w->n_in, n_out = w->n_out;
+    int64_t chunk = (int64_t)(S_CHUNK_BYTES / w->row_bytes);
+    if (chunk < 1) chunk = 1;
+    for (int64_t o0 = lo; o0 < hi; o0 += chunk) {
+        const int64_t o1 = hi - o0 < chunk ? hi : o0 + chunk;
+        for (int t0 = 0; t0 < j->T; t0 += QDOT_TILE) {
+            const int nt = j->T - t0 < QDOT_TILE ? j->T - t0 : QDOT_TILE;
+            const void *xp[QDOT_TILE];
+            for (int t = 0; t < nt; t++) xp[t] = (const char *)j->x + (size_t)(t0 + t) * j->x_stride;
+            for (int64_t o = o0; o < o1; o++) {
+                float r[QDOT_TILE];
+                p->fn((const char *)w->data + (size_t)o * w->row_bytes, xp, nt, n_in, r);
+                const float b = p->bias ? p->bias[o] : 0.0f;
+                for (int t = 0; t < nt; t++) p->y[(size_t)(t0 + t) * n_out + o] = p->bias ? r[t] + b : r[t];
+            }
+        }
+    }
+}
+
+static void s_mm_fn(void *ctx, int ith, int nth) {
+    s_mm_job *j = ctx;
+    int64_t lo, hi, base = 0;
+    s_range(j->n_rows, ith, nth, &lo, &hi);
+    for (int i = 0; i < j->n_mm; i++) {
+        const int64_t n = j->mm[i].w->n_out, a = lo > base ? lo - base : 0, b = hi - base < n ? hi - base : n;
+        if (a < b) s_mm_rows(j, &j->mm[i], a, b);
+        base += n;
+    }
+}
+
+/* the products ws[i] (bias bs[i], may be NULL) of the same input x[T][n_in], into ys[i], in one pool run;
+ * quantizes x first when the kernels want it (once per buffer content: e->xq_of) */
+static int s_matmuls(s_fast *e, int n, const zl_weight *const *ws, const float *const *bs, const float *x,
+                     float *const *ys, int T) {
+    s_mm_job j;
+    memset(&j, 0, sizeof j);
+    int q8 = -1;
+    for (int i = 0; i < n; i++) {
+        const zl_weight *w = ws[i];
+        qdot_fn fn = e->exact ? qdot_get_f32act(w->type) : qdot_get(w->type, e->isa);
+        if (!fn) {
+            snprintf(e->base.err, sizeof e->base.err, "cpu engine: no kernel for %s (%s)", w->name ? w->name : "?",
+                     ggml_type_name(w->type));
+            return -1;
+        }
+        const int wq = qdot_wants_q8(w->type) && !e->exact;
+        if ((q8 >= 0 && wq != q8) || w->n_in != ws[0]->n_in) {   /* mixed activation kinds: one run each */
+            for (int k = 0; k < n; k++)
+                if (s_matmuls(e, 1, &ws[k], &bs[k], x, &ys[k], T)) return -1;
+            return 0;
+        }
+        q8 = wq;
+        j.mm[i] = (s_mm){ w, fn, bs[i], ys[i] };
+        j.n_rows += w->n_out;
+    }
+    j.n_mm = n;
+    j.T = T;
+    j.x = x;
+    j.x_stride = (size_t)ws[0]->n_in * sizeof(float);
+    if (q8) {
+        if (e->xq_of != x || e->xq_n != (int)ws[0]->n_in) {
+            e->xq_of = x;
+            e->xq_n = (int)ws[0]->n_in;
+            s_rows(e, T, s_quant_row, NULL);
+        }
+        j.x = e->xq;
+        j.x_stride = e->xq_row * sizeof(qdot_blk);
+    }
+    cpu_pool_run(e->pool, s_mm_fn, &j);
+    return 0;
+}
+
+static int s_matmul(s_fast *e, const zl_weight *w, const float *bias, const float *x, float *y, int T) {
+    return s_matmuls(e, 1, &w, &bias, x, &y, T);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * attention */
+
+static void s_rope(float *x, int n_heads, int head_dim, int rope_dim, zl_rope_style style, const float *cs) {
+    int half = rope_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            int a = style == ZL_ROPE_ADJACENT ? 2 * i : i;
+            int b = style == ZL_ROPE_ADJACENT ? 2 * i + 1 : i + half;
+            float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+typedef struct {
+    s_fast *e;
+    int layer;
+    int T;
+} s_attn_job;
+
+/* causal attention for this thread's share of (row, head) items; output into e->xb [T][q_dim] */
+static void s_attn_fn(void *ctx, int ith, int nth) {
+    s_attn_job *j = ctx;
+    s_fast *e = j->e;
+    const zl_config *c = &e->c;
+    const int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, isa = e->isa;
+    const size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
+    const size_t slot_stride = (size_t)(e->base.layer_end - e->base.layer_begin) * e->base.n_ctx * kv_dim;
+    float *att = e->th_att + (size_t)ith * e->base.n_ctx;
+    const float scale = (float)(1.0 / sqrt((double)hd));
+    int64_t lo, hi;
+    s_range((int64_t)j->T * c->n_heads, ith, nth, &lo, &hi);
+    for (int64_t it = lo; it < hi; it++) {
+        const int r = (int)(it / c->n_heads), h = (int)(it % c->n_heads), kvh = h / group;
+        const int pos = e->row_pos[r];
+        const size_t base = (size_t)e->row_slot[r] * slot_stride +
+                            (size_t)(j->layer - e->base.layer_begin) * e->base.n_ctx * kv_dim + (size_t)kvh * hd;
+        cpu_attn_head(isa, e->q + (size_t)r * q_dim + (size_t)h * hd, hd, e->kc + base, e->vc + base, kv_dim, pos + 1,
+                      scale, att, e->xb + (size_t)r * q_dim + (size_t)h * hd);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * step */
+
+static int s_check(s_fast *e, const zl_seq *seqs, int n, int need_tokens, int *T_out) {
+    zl_engine *b = &e->base;
+    if (!seqs || n < 1 || n > b->max_batch) {
+        snprintf(b->err, sizeof b->err, "step: %d sequences (1..%d allowed)", n, b->max_batch);
+        return -1;
+    }
+    int64_t T = 0;
+    for (int i = 0; i < n; i++) {
+        const zl_seq *s = &seqs[i];
+        if (s->slot < 0 || s->slot >= b->n_slots) {
+            snprintf(b->err, sizeof b->err, "step: seq %d: slot %d out of range [0, %d)", i, s->slot, b->n_slots);
+            return -1;
+        }
+        for (int k = 0; k < i; k++)
+            if (seqs[k].slot == s->slot) {
+                snprintf(b->err, sizeof b->err, "step: slot %d appears twice", s->slot);
+                return -1;
+            }
+        if (s->feed) {
+            snprintf(b->err, sizeof b->err, "step: seq %d: feed is served only by a whole model's step with ids", i);
+            return -1;
+        }
+        if (s->n_tokens < 1 || s->pos < 0 || (need_tokens && !s->tokens) ||
+            (int64_t)s->pos + s->n_tokens > b->n_ctx) {
+            snprintf(b->err, sizeof b->err, "step: seq %d: pos %d + %d tokens outside the context of %d", i,
+                     s->pos, s->n_tokens, b->n_ctx);
+            return -1;
+        }
+        for (int t = 0; need_tokens && t < s->n_tokens; t++)
+            if (s->tokens[t] < 0 || s->tokens[t] >= e->c.vocab_size) {
+                snprintf(b->err, sizeof b->err, "step: seq %d: token %d out of vocabulary", i, (int)s->tokens[t]);
+                return -1;
+            }
+        int greedy = !s->samp || !(s->samp->temperature > 0.0f);
+        if (s->sample && !greedy && !s->rng) {
+            snprintf(b->err, sizeof b->err, "step: seq %d samples with temperature but has no rng state", i);
+            return -1;
+        }
+        T += s->n_tokens;
+    }
+    if (T > b->max_step_tokens) {
+        snprintf(b->err, sizeof b->err, "step: %lld tokens exceed max_step_tokens %d", (long long)T,
+                 b->max_step_tokens);
+        return -1;
+    }
+    *T_out = (int)T;
+    return 0;
+}
+
+static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in, float *h_out,
+                     int32_t *out_tokens, float *out_logits) {
+    s_fast *e = (s_fast *)eb;
+    const zl_model *m = eb->model;
+    const zl_config *c = &e->c;
+    int T;
+    const int embed = h_in == NULL;
+    if (embed && eb->layer_begin != 0) {
+        snprintf(eb->err, sizeof eb->err, "step: layers from %d need hidden states in", eb->layer_begin);
+        return -1;
+    }
+    if (!h_out && eb->layer_end < c->n_layers) {
+        snprintf(eb->err, sizeof eb->err, "step: layers up to %d need a hidden state buffer out", eb->layer_end);
+        return -1;
+    }
+    if (s_check(e, seqs, n, embed, &T)) return -1;
+    const int dim = c->dim, hd = c->head_dim, half = c->rope_dim / 2;
+    const size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
+    const size_t slot_stride = (size_t)(eb->layer_end - eb->layer_begin) * eb->n_ctx * kv_dim;
+
+    int r = 0;
+    for (int i = 0; i < n; i++) {
+        const zl_seq *s = &seqs[i];
+        for (int t = 0; t < s->n_tokens; t++, r++) {
+            if (embed) {
+                const void *src = (const char *)m->tok_embd.data + (size_t)s->tokens[t] * m->tok_embd.row_bytes;
+                if (quant_dequant_row(m->tok_embd.type, src, e->x + (size_t)r * dim, dim) != 0) {
+                    snprintf(eb->err, sizeof eb->err, "cannot dequantize token_embd.weight");
+                    return -1;
+                }
+            }
+            e->row_slot[r] = s->slot;
+            e->row_pos[r] = s->pos + t;
+            float *cs = e->rope_cs + (size_t)r * c->rope_dim;
+            for (int k = 0; k < half; k++) {
+                double theta = (double)(s->pos + t) * pow((double)c->rope_base, -2.0 * k / c->rope_dim);
+                cs[2 * k] = (float)cos(theta);
+                cs[2 * k + 1] = (float)sin(theta);
+            }
+        }
+    }
+    if (!embed) memcpy(e->x, h_in, (size_t)T * dim * sizeof(float));
+
+    for (int l = eb->layer_begin; l < eb->layer_end; l++) {
+        const zl_layer_weights *L = &m->layers[l];
+        s_norm_arg na = { e->attn_norm + (size_t)l * dim };
+        e->xq_of = NULL;
+        s_rows(e, T, s_norm_row, &na);
+        const zl_weight *qkv[3] = { &L->wq, &L->wk, &L->wv };
+        const float *qkv_b[3] = { e->bq ? e->bq + l * q_dim : NULL, e->bk ? e->bk + l * kv_dim : NULL,
+                                  e->bv ? e->bv + l * kv_dim : NULL };
+        float *qkv_y[3] = { e->q, e->k, e->v };
+        if (s_matmuls(e, 3, qkv, qkv_b, e->xb, qkv_y, T)) return -1;
+        for (r = 0; r < T; r++) {
+            const float *cs = e->rope_cs + (size_t)r * c->rope_dim;
+            s_rope(e->q + r * q_dim, c->n_heads, hd, c->rope_dim, c->rope_style, cs);
+            s_rope(e->k + r * kv_dim, c->n_kv_heads, hd, c->rope_dim, c->rope_style, cs);
+            size_t at = (size_t)e->row_slot[r] * slot_stride +
+                        ((size_t)(l - eb->layer_begin) * eb->n_ctx + e->row_pos[r]) * kv_dim;
+            memcpy(e->kc + at, e->k + r * kv_dim, kv_dim * sizeof(float));
+            memcpy(e->vc + at, e->v + r * kv_dim, kv_dim * sizeof(float));
+        }
+        s_attn_job aj = { e, l, T };
+        e->xq_of = NULL;
+        cpu_pool_run(e->pool, s_attn_fn, &aj);
+        if (s_matmul(e, &L->wo, NULL, e->xb, e->xb2, T)) return -1;
+        for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];
+
+        na.w = e->ffn_norm + (size_t)l * dim;
+        e->xq_of = NULL;
+        s_rows(e, T, s_norm_row, &na);
+        const zl_weight *gu[2] = { &L->w_gate, &L->w_up };
+        const float *gu_b[2] = { NULL, NULL };
+        float *gu_y[2] = { e->hb, e->hb2 };
+        if (s_matmuls(e, 2, gu, gu_b, e->xb, gu_y, T)) return -1;
+        s_rows(e, T, s_silu_row, NULL);
+        if (s_matmul(e, &L->w_down, NULL, e->hb, e->xb2, T)) return -1;
+        for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];
+    }
+    e->xq_of = NULL;
+
+    if (eb->layer_end < c->n_layers) {
+        memcpy(h_out, e->x, (size_t)T * dim * sizeof(float));
+        return 0;
+    }
+
+    r = 0;
+    for (int i = 0; i < n; i++) {
+        r += seqs[i].n_tokens;
+        s_rmsnorm(e->xl + (size_t)i * dim, e->x + (size_t)(r - 1) * dim, e->out_norm, dim, c->rms_eps);
+    }
+    if (s_matmul(e, &m->output, NULL, e->xl, e->lg, n)) return -1;
+    e->xq_of = NULL;
+    const size_t V = (size_t)c->vocab_size;
+    if (out_logits) memcpy(out_logits, e->lg, (size_t)n * V * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        const zl_seq *s = &seqs[i];
+        if (!s->sample) {
+            if (out_tokens) out_tokens[i] = -1;
+            continue;
+        }
+        memcpy(e->lgs, e->lg + i * V, V * sizeof(float));
+        int id = sampler_sample(e->lgs, (int)V, s->samp, s->history, s->n_history, s->rng);
+        if (out_tokens) out_tokens[i] = id;
+    }
+    return 0;
+}
+
+/* a whole-model step with its feeds resolved (zl_seq.feed), as the reference engine */
+static int s_step_fed(s_fast *e, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
+    zl_engine *eb = &e->base;
+    if (!seqs || n < 1 || n > eb->max_batch || !out_tokens) {
+        snprintf(eb->err, sizeof eb->err, "step: %d sequences (1..%d allowed) or no output", n, eb->max_batch);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const zl_seq *s = &seqs[i];
+        e->fseq[i] = *s;
+        if (!s->feed) continue;
+        const zl_sampling *sp = s->samp;
+        if (s->slot < 0 || s->slot >= eb->n_slots || s->n_tokens != 1 || !e->carry_ok[s->slot] ||
+            (sp && sp->repeat_penalty != 1.0f && sp->repeat_last_n > 0)) {
+            snprintf(eb->err, sizeof eb->err, "step: seq %d: a fed entry needs one token, a slot whose last step "
+                     "sampled, and no repetition penalty (slot %d)", i, s->slot);
+            return -1;
+        }
+        e->ftok[i] = e->carry_tok[s->slot];
+        e->frng[i] = e->carry_rng[s->slot];
+        e->fseq[i].tokens = &e->ftok[i];
+        e->fseq[i].rng = &e->frng[i];
+        e->fseq[i].history = NULL;
+        e->fseq[i].n_history = 0;
+        e->fseq[i].feed = 0;
+    }
+    if (s_forward(eb, e->fseq, n, NULL, NULL, out_tokens, out_logits) != 0) return -1;
+    for (int i = 0; i < n; i++) {
+        const zl_seq *s = &seqs[i];
+        e->carry_ok[s->slot] = s->sample != 0;
+        if (!s->sample) continue;
+        e->carry_tok[s->slot] = out_tokens[i];
+        const uint64_t st = s->feed ? e->frng[i] : (s->rng ? *s->rng : 0);
+        e->carry_rng[s->slot] = st;
+        if (s->feed && s->rng) *s->rng = st;
+    }
+    return 0;
+}
+
+/* launch (zl_engine_ops): runs the step now, as the reference engine does. A whole model with ids wanted serves
+ * feeds and keeps the slots' carries; otherwise the forward pass over this engine's layers, after which no slot it
+ * touched may be fed. The step is then kept until its wait. */
+static int s_launch(zl_engine *eb, const zl_step *st) {
+    s_fast *e = (s_fast *)eb;
+    if (!st) {
+        snprintf(eb->err, sizeof eb->err, "launch: no step");
+        return -1;
+    }
+    if (st->lane != 0) {
+        snprintf(eb->err, sizeof eb->err, "launch: lane %d outside 0..0", st->lane);
+        return -1;
+    }
+    if (st->h_dev || st->n_wait || st->n_record) {
+        snprintf(eb->err, sizeof eb->err, "launch: device hidden states and events need the CUDA engine");
+        return -1;
+    }
+    const int busy = e->q_count > 0 && (st->sync || st->out_logits || e->q_sync);
+    if (e->q_count >= engine_depth(eb) || busy) {
+        snprintf(eb->err, sizeof eb->err, "launch: %d launched steps are not waited for", e->q_count);
+        return -1;
+    }
+    const int whole = eb->layer_begin == 0 && eb->layer_end == e->c.n_layers;
+    if (whole && !st->sync && !st->out_tokens) {
+        snprintf(eb->err, sizeof eb->err, "launch: a queued step needs out_tokens");
+        return -1;
+    }
+    if (whole && st->out_tokens) {
+        if (s_step_fed(e, st->seqs, st->n, st->out_tokens, st->out_logits) != 0) return -1;
+    } else {
+        if (s_forward(eb, st->seqs, st->n, st->h_in, st->h_out, st->out_tokens, st->out_logits) != 0) return -1;
+        for (int i = 0; whole && i < st->n; i++) e->carry_ok[st->seqs[i].slot] = 0;
+    }
+    e->fl[(e->q_head + e->q_count) & 1] = st;
+    e->q_count++;
+    e->q_sync = st->sync != 0;
+    return 0;
+}
+
+/* wait (zl_engine_ops): the results are in place since the launch; only the order is checked */
+static int s_wait(zl_engine *eb, const zl_step *st) {
+    s_fast *e = (s_fast *)eb;
+    if (e->q_count == 0 || !st || e->fl[e->q_head] != st) {
+        snprintf(eb->err, sizeof eb->err, e->q_count == 0 ? "wait: no launched step" :
+                 "wait: not the oldest launched step (wait in launch order)");
+        return -1;
+    }
+    e->q_head ^= 1;
+    e->q_count--;
+    e->q_sync = 0;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * lifetime */
+
+static void s_destroy(zl_engine *eb) {
+    if (!eb) return;
+    s_fast *e = (s_fast *)eb;
+    cpu_pool_destroy(&e->pool);
+    float *bufs[] = { e->attn_norm, e->ffn_norm, e->bq, e->bk, e->bv, e->out_norm, e->kc, e->vc, e->x, e->xb,
+                      e->xb2, e->q, e->k, e->v, e->hb, e->hb2, e->xl, e->lg, e->lgs, e->rope_cs, e->th_att };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(e->xq);
+    free(e->row_slot);
+    free(e->row_pos);
+    free(e->carry_tok);
+    free(e->carry_rng);
+    free(e->carry_ok);
+    free(e->fseq);
+    free(e->ftok);
+    free(e->frng);
+    free(e);
+}
+
+static const zl_engine_ops s_ops = { s_launch, s_wait, s_destroy };
+
+static float *s_alloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+static int s_vec(const zl_weight *w, float *dst, char *err, size_t errlen) {
+    if (quant_dequant_row(w->type, w->data, dst, w->n_in) != 0) {
+        snprintf(err, errlen, "cannot dequantize %s", w->name ? w->name : "?");
+        return -1;
+    }
+    return 0;
+}
+
+/* the ISA from $ZLLM_CPU_ISA (refused when this CPU lacks it) or the best one */
+static int s_pick_isa(char *err, size_t errlen) {
+    const char *s = getenv("ZLLM_CPU_ISA");
+    if (!s || !*s) return qdot_isa_best();
+    for (int isa = QDOT_SCALAR; isa <= QDOT_AVX512; isa++)
+        if (!strcmp(s, qdot_isa_name(isa))) {
+            if (qdot_isa_ok(isa)) return isa;
+            snprintf(err, errlen, "cpu engine: ZLLM_CPU_ISA=%s: this CPU lacks it", s);
+            return -1;
+        }
+    snprintf(err, errlen, "cpu engine: ZLLM_CPU_ISA=%s: expected scalar, avx2 or avx512", s);
+    return -1;
+}
+
+/* 1 when every matrix of layers [lb, le) and the LM head has a kernel */
+static int s_kernels_ok(const zl_model *m, int lb, int le, char *err, size_t errlen) {
+    for (int l = lb; l < le; l++) {
+        const zl_layer_weights *L = &m->layers[l];
+        const zl_weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+        for (int i = 0; i < 7; i++)
+            if (!qdot_get(ws[i]->type, QDOT_SCALAR) ||
+                (qdot_wants_q8(ws[i]->type) && ws[i]->n_in % 32 != 0)) {
+                snprintf(err, errlen, "cpu engine: no kernel for %s (%s)", ws[i]->name ? ws[i]->name : "?",
+                         ggml_type_name(ws[i]->type));
+                return 0;
+            }
+    }
+    if (!qdot_get(m->output.type, QDOT_SCALAR)) {
+        snprintf(err, errlen, "cpu engine: no kernel for the LM head (%s)", ggml_type_name(m->output.type));
+        return 0;
+    }
+    return 1;
+}
+
+zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen) {
+    if (!m) {
+        snprintf(err, errlen, "cpu engine: no model");
+        return NULL;
+    }
+    zl_engine_opts def;
+    memset(&def, 0, sizeof def);
+    if (!o) o = &def;
+    const zl_config *c = &m->cfg;
+    if (o->n_ctx < 0 || o->max_batch < 0 || o->n_slots < 0 || o->max_step_tokens < 0 || o->threads < 0) {
+        snprintf(err, errlen, "cpu engine: negative option");
+        return NULL;
+    }
+    int lb = o->layer_begin, le = o->layer_end ? o->layer_end : c->n_layers;
+    if (lb < 0 || lb >= le || le > c->n_layers) {
+        snprintf(err, errlen, "cpu engine: layer range [%d, %d) outside the model's %d layers", o->layer_begin,
+                 o->layer_end, c->n_layers);
+        return NULL;
+    }
+    const int isa = s_pick_isa(err, errlen);
+    if (isa < 0 || !s_kernels_ok(m, lb, le, err, errlen)) return NULL;
+    s_fast *e = calloc(1, sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "cpu engine: out of memory");
+        return NULL;
+    }
+    zl_engine *b = &e->base;
+    b->ops = &s_ops;
+    b->model = m;
+    b->layer_begin = lb;
+    b->layer_end = le;
+    b->lanes = 1;
+    b->depth = lb == 0 && le == c->n_layers ? 2 : 1;   /* steps queued ahead: whole models only (the carries) */
+    snprintf(b->device, sizeof b->device, "cpu");
+    b->max_batch = o->max_batch ? o->max_batch : 16;
+    b->n_slots = o->n_slots ? o->n_slots : b->max_batch;
+    b->n_ctx = o->n_ctx ? o->n_ctx : (c->n_ctx < 4096 ? c->n_ctx : 4096);
+    b->max_step_tokens = o->max_step_tokens ? o->max_step_tokens : 2048;
+    if (b->max_step_tokens < b->max_batch) b->max_step_tokens = b->max_batch;
+    if (b->max_batch > 4096 || b->n_slots > 65536 || b->n_ctx > (1 << 22) || b->max_step_tokens > (1 << 20)) {
+        snprintf(err, errlen, "cpu engine: options too large (batch %d, slots %d, ctx %d, step tokens %d)",
+                 b->max_batch, b->n_slots, b->n_ctx, b->max_step_tokens);
+        goto fail;
+    }
+    e->c = *c;
+    e->isa = isa;
+    e->exact = getenv("ZLLM_CPU_EXACT") && !strcmp(getenv("ZLLM_CPU_EXACT"), "1");
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    e->nth = o->threads ? o->threads : (ncpu > 0 ? (int)ncpu : 1);
+    if (e->nth > S_MAX_THREADS) e->nth = S_MAX_THREADS;
+
+    size_t L = (size_t)c->n_layers, L_own = (size_t)(le - lb), dim = (size_t)c->dim;
+    size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    size_t T = (size_t)b->max_step_tokens, V = (size_t)c->vocab_size, ff = (size_t)c->ffn_dim;
+    size_t wide = dim > q_dim ? dim : q_dim, max_in = wide > ff ? wide : ff;
+    double kv_floats = (double)b->n_slots * L_own * b->n_ctx * kv_dim;
+    if (kv_floats * 8.0 > 1e12) {
+        snprintf(err, errlen, "cpu engine: KV cache of %.0f GB is too large", kv_floats * 8.0 / 1e9);
+        goto fail;
+    }
+    e->xq_row = (max_in + 31) / 32;
+    e->attn_norm = s_alloc(L * dim);
+    e->ffn_norm = s_alloc(L * dim);
+    e->out_norm = s_alloc(dim);
+    e->kc = s_alloc((size_t)kv_floats);
+    e->vc = s_alloc((size_t)kv_floats);
+    e->x = s_alloc(T * dim);
+    e->xb = s_alloc(T * wide);
+    e->xb2 = s_alloc(T * dim);
+    e->q = s_alloc(T * q_dim);
+    e->k = s_alloc(T * kv_dim);
+    e->v = s_alloc(T * kv_dim);
+    e->hb = s_alloc(T * ff);
+    e->hb2 = s_alloc(T * ff);
+    e->xl = s_alloc((size_t)b->max_batch * dim);
+    e->lg = s_alloc((size_t)b->max_batch * V);
+    e->lgs = s_alloc(V);
+    e->rope_cs = s_alloc(T * (size_t)c->rope_dim);
+    e->th_att = s_alloc((size_t)e->nth * b->n_ctx);
+    e->xq = calloc(T * e->xq_row, sizeof(qdot_blk));
+    e->row_slot = calloc(T, sizeof(int));
+    e->row_pos = calloc(T, sizeof(int));
+    e->carry_tok = calloc((size_t)b->n_slots, sizeof(int32_t));
+    e->carry_rng = calloc((size_t)b->n_slots, sizeof(uint64_t));
+    e->carry_ok = calloc((size_t)b->n_slots, 1);
+    e->fseq = calloc((size_t)b->max_batch, sizeof(zl_seq));
+    e->ftok = calloc((size_t)b->max_batch, sizeof(int32_t));
+    e->frng = calloc((size_t)b->max_batch, sizeof(uint64_t));
+    if (!e->attn_norm || !e->ffn_norm || !e->out_norm || !e->kc || !e->vc || !e->x || !e->xb || !e->xb2 ||
+        !e->q || !e->k || !e->v || !e->hb || !e->hb2 || !e->xl || !e->lg || !e->lgs || !e->rope_cs ||
+        !e->th_att || !e->xq || !e->row_slot || !e->row_pos || !e->carry_tok || !e->carry_rng || !e->carry_ok ||
+        !e->fseq || !e->ftok || !e->frng) {
+        snprintf(err, errlen, "cpu engine: out of memory (KV cache %.1f MB)", kv_floats * 8.0 / 1e6);
+        goto fail;
+    }
+    if (c->has_qkv_bias) {
+        e->bq = s_alloc(L * q_dim);
+        e->bk = s_alloc(L * kv_dim);
+        e->bv = s_alloc(L * kv_dim);
+        if (!e->bq || !e->bk || !e->bv) {
+            snprintf(err, errlen, "cpu engine: out of memory");
+            goto fail;
+        }
+    }
+    for (size_t l = 0; l < L; l++) {
+        const zl_layer_weights *lw = &m->layers[l];
+        if (s_vec(&lw->attn_norm, e->attn_norm + l * dim, err, errlen) ||
+            s_vec(&lw->ffn_norm, e->ffn_norm + l * dim, err, errlen))
+            goto fail;
+        if (c->has_qkv_bias && (s_vec(&lw->bq, e->bq + l * q_dim, err, errlen) ||
+                                s_vec(&lw->bk, e->bk + l * kv_dim, err, errlen) ||
+                                s_vec(&lw->bv, e->bv + l * kv_dim, err, errlen)))
+            goto fail;
+    }
+    if (s_vec(&m->output_norm, e->out_norm, err, errlen)) goto fail;
+    e->pool = cpu_pool_new(e->nth, err, errlen);
+    if (!e->pool) goto fail;
+    return b;
+fail:
+    s_destroy(b);
+    return NULL;
+}
