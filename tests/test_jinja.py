@@ -212,6 +212,8 @@ FEATURES = [
     "{% set content %}{% for m in messages %}{{ m.role }},{% endfor %}{% endset %}[{{ content }}]{{ content | length }}",
     "{{ 'abc'[1:] }}{{ 'abc'[:-1] }}{{ 'abc'[5:] }}{{ [1, 2, 3][-2:] }}{{ [1, 2, 3][::-2] }}{{ 'héllo wörld'[::-1] }}"
     "{{ 'a b  c'.split(' ') }}{{ 'a b c'.split(None, 1) }}{{ 'a,b,c'.rsplit(',', 1) }}{{ ', '.join(['x', 'y']) }}",
+    "{{ 'aaa'.rsplit('aa', 1) }}{{ ','.rsplit(',', 1) }}{{ 'a,b,,c'.rsplit(',', 2) }}{{ 'x'.rsplit(',', 3) }}"
+    "{% set s = ',' * 1500 %}{{ s.rsplit(',', 1200) | length }}{{ s.rsplit(',', 1200)[0] | length }}",
     "{{ raise_exception('custom: ' ~ messages | length) if messages | length > 4 }}ok",
     "{{ messages[0].content + 1 if messages }}",
     "{{ messages[0].nope.deeper if messages }}",
