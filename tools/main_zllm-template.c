@@ -105,8 +105,9 @@ int main(int argc, char **argv) {
     while (p < n) {
         const char *gen = s_field(in, n, &p), *bos = s_field(in, n, &p), *eos = s_field(in, n, &p);
         const char *cnt = s_field(in, n, &p);
-        long nm = cnt ? strtol(cnt, NULL, 10) : -1;
-        if (!gen || !bos || !eos || nm < 0 || nm > 100000) {
+        char *end = NULL;
+        long nm = cnt && cnt[0] >= '0' && cnt[0] <= '9' ? strtol(cnt, &end, 10) : -1;
+        if (!gen || !bos || !eos || nm < 0 || nm > 100000 || *end) {
             fprintf(stderr, "zllm-template: malformed case header\n");
             goto fail;
         }
