@@ -66,7 +66,12 @@ static char *s_read_key(const char *path, char *err, size_t errlen) {
     }
     char line[512];
     char *k = fgets(line, sizeof line, f) ? line : NULL;
+    int whole = k && (strchr(k, '\n') || fgetc(f) == EOF); /* the first line fits the buffer */
     fclose(f);
+    if (k && !whole) {
+        snprintf(err, errlen, "%s: the key's line is longer than %zu bytes", path, sizeof line - 2);
+        return NULL;
+    }
     if (k) k[strcspn(k, "\r\n")] = 0;
     if (!k || !k[0]) {
         snprintf(err, errlen, "%s: no key on the first line", path);
