@@ -159,24 +159,23 @@ static int s_split(jinja_env *e, jv s, jv sep, int64_t maxsplit, int rev, int li
         size_t k = sep.u.s->n;
         if (!k) return jerr_set(&e->err, JINJA_RUNTIME, line, "empty separator");
         if (rev && maxsplit >= 0) {
-            /* split from the right, then reverse */
-            const char *cut[1024];
-            int nc = 0;
-            const char *q = end;
-            while (maxsplit-- > 0 && nc < 1024) {
-                const char *f = NULL;
-                for (const char *r = p; r + k <= q; r++)
-                    if (!memcmp(r, sep.u.s->s, k)) f = r;
-                if (!f) break;
-                cut[nc++] = f;
-                q = f;
+            /* split from the right (the pieces pushed last first), then reverse the list */
+            const char *q = end; /* the unsplit text is [p, q) */
+            for (const char *r = q; maxsplit > 0 && r >= p + k;) {
+                r--;
+                if (memcmp(r + 1 - k, sep.u.s->s, k)) continue;
+                if (s_push_str(e, l, r + 1, (size_t)(q - (r + 1)), line)) return -1;
+                q = r + 1 - k;
+                r = q;
+                maxsplit--;
             }
-            const char *start = p;
-            for (int i = nc - 1; i >= 0; i--) {
-                if (s_push_str(e, l, start, (size_t)(cut[i] - start), line)) return -1;
-                start = cut[i] + k;
+            if (s_push_str(e, l, p, (size_t)(q - p), line)) return -1;
+            jv *v = l.u.l->v;
+            for (size_t i = 0, j = l.u.l->n - 1; i < j; i++, j--) {
+                jv t = v[i];
+                v[i] = v[j];
+                v[j] = t;
             }
-            if (s_push_str(e, l, start, (size_t)(end - start), line)) return -1;
             *out = l;
             return 0;
         }

@@ -173,11 +173,11 @@ typedef struct {
     cudaGraphExec_t gexec[2][CU_MAX_BUCKETS];   /* [input block][bucket] */
     int *order;                /* the flight being built's order (cu_flight.order) */
     int *crow;                 /* host scratch [max_batch]: caller index -> its first row in caller order */
-    float *hbuf;               /* pipeline stage: [max_tok][dim] device staging of step_hidden's host h_in/h_out */
+    float *hbuf;               /* pipeline stage: [max_tok][dim] device staging of a step's host h_in/h_out */
     cudaEvent_t ev_in;         /* recorded after each step's input copy (no timing) */
     int in_pending;            /* 1: a step returned without synchronising; wait ev_in before rewriting h_in */
     int abandoned;             /* 1: engine_cuda_abandon: destroy frees host memory only (stream may never end) */
-    /* steps queued ahead (zl_engine.step_launch): a step's results leave through its flight, so that the next
+    /* steps queued ahead (launch with depth 2): a step's results leave through its flight, so that the next
      * step can be staged and queued before this one's ids reach the host. The sampler writes each entry's id and
      * generator state into the slot's carry, and the next step's embedding gather reads them for fed rows: the
      * ids never make a host round trip between two steps of a sequence */
@@ -219,7 +219,7 @@ typedef struct {
     int n_recs;
     int32_t *out_tokens;       /* [n] sampled ids (synchronous steps), or NULL */
     float *out_logits;         /* [n][vocab] logits (synchronous steps), or NULL */
-    int launch;                /* 1: queue the step and return (step_launch); its results come with cuda_step_collect */
+    int launch;                /* 1: queue the step and return (launch); cuda_step_collect hands over its results */
 } cu_step_req;
 
 /* cuda/cuda_weights.cu */

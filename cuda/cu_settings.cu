@@ -38,8 +38,3 @@ extern "C" const cu_settings *cu_settings_get(void) {
     std::call_once(s_once, s_read);
     return &s_settings;
 }
-
-extern "C" cu_settings *cu_settings_edit(void) {
-    std::call_once(s_once, s_read);
-    return &s_settings;
-}

@@ -5,10 +5,7 @@
  * correct results: every switch leaves a correct engine, and a switch marked "same bits" leaves every result
  * bit unchanged. The settings are read once per process, at the first call of cu_settings_get (engine_cuda_new
  * calls it first thing); later changes of the environment are not seen. docs/cuda.md lists them with the
- * kernels they steer.
- *
- * Test programs may change fields through cu_settings_edit before the first launch of the kernels the field
- * steers (some switches are cached per device at their first use). */
+ * kernels they steer. */
 #ifndef ZLLM_CUDA_CU_SETTINGS_H
 #define ZLLM_CUDA_CU_SETTINGS_H
 
@@ -54,8 +51,6 @@ typedef struct {
 /* The settings, read from the environment at the first call (thread safe). Never fails: a variable that is
  * unset, empty or not 0/1 (a whole number for qtc_grid) leaves the default. */
 const cu_settings *cu_settings_get(void);
-/* The same struct, writable: for test programs, before the launches the fields steer. */
-cu_settings *cu_settings_edit(void);
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,4 @@
-/* cuda/engine_cuda.cu: the CUDA backend of common/engine.h (one GPU): the engine object's life, its ops table and
+/* cuda/engine_cuda.cu: the CUDA backend of engine/engine.h (one GPU): the engine object's life, its ops table and
  * the launch/wait of engine.h and the entry points of engine_cuda.h. The rest of the engine:
  *   cuda/cu_engine.h      the object (cu_engine), its matrices and input block;
  *   cuda/cuda_weights.cu  weights on the device, each matrix's kernel family (qtc, wtc, cuBLAS) chosen at load;

@@ -231,6 +231,21 @@ static int s_read_config(const gguf *g, zl_config *c, char *err, size_t errlen) 
     return s_refuse_keys(g, arch, err, errlen);
 }
 
+/* the layer of a block tensor's name "blk.N.REST", N written as s_bind_all writes it (decimal, no sign, space or
+ * leading zero), with *rest = REST; -1 for any other name */
+static int s_block_layer(const char *name, const char **rest) {
+    if (strncmp(name, "blk.", 4) != 0) return -1;
+    const char *p = name + 4;
+    int layer = 0, k = 0;
+    for (; p[k] >= '0' && p[k] <= '9'; k++) {
+        if (k == 9) return -1; /* beyond any layer count (and int) */
+        layer = layer * 10 + (p[k] - '0');
+    }
+    if (k == 0 || p[k] != '.' || (k > 1 && p[0] == '0')) return -1;
+    *rest = p + k + 1;
+    return layer;
+}
+
 /* 1 when `name` is a tensor that s_bind_all binds for this configuration */
 static int s_known_tensor(const zl_config *c, const char *name) {
     static const char *const global[] = {"token_embd.weight", "output_norm.weight", "output.weight"};
@@ -240,9 +255,9 @@ static int s_known_tensor(const zl_config *c, const char *name) {
     static const char *const bias[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
     for (size_t i = 0; i < sizeof global / sizeof global[0]; i++)
         if (strcmp(name, global[i]) == 0) return 1;
-    int layer, off = 0;
-    if (sscanf(name, "blk.%d.%n", &layer, &off) != 1 || off == 0 || layer < 0 || layer >= c->n_layers) return 0;
-    const char *rest = name + off;
+    const char *rest;
+    int layer = s_block_layer(name, &rest);
+    if (layer < 0 || layer >= c->n_layers) return 0;
     for (size_t i = 0; i < sizeof block / sizeof block[0]; i++)
         if (strcmp(rest, block[i]) == 0) return 1;
     for (size_t i = 0; c->has_qkv_bias && i < sizeof bias / sizeof bias[0]; i++)

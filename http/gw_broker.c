@@ -13,7 +13,6 @@ struct gw_broker {
     proto_msg msg;
     zmq_msg_t frame;
     int has_frame;
-    unsigned long bad;
 };
 
 gw_broker *gw_broker_new(const char *endpoint, char *err, size_t errlen) {
@@ -74,7 +73,6 @@ int gw_broker_submit(gw_broker *b, const proto_generate *g) {
 }
 int gw_broker_cancel(gw_broker *b, const char *id) { return s_send(b, proto_encode_cancel(&b->buf, proto_cstr(id))); }
 int gw_broker_status(gw_broker *b) { return s_send(b, proto_encode_status_request(&b->buf, proto_cstr("gw"))); }
-unsigned long gw_broker_bad_messages(const gw_broker *b) { return b->bad; }
 
 const void *gw_broker_frame(gw_broker *b, size_t *len) {
     *len = b->has_frame ? zmq_msg_size(&b->frame) : 0;
@@ -91,7 +89,6 @@ int gw_broker_recv(gw_broker *b, const proto_msg **m) {
             return e == EAGAIN || e == EINTR ? 0 : -1;
         }
         if (zmq_msg_more(&b->frame)) { /* one frame per message: drop the rest */
-            b->bad++;
             int more = 1;
             while (more) {
                 zmq_msg_t x;
@@ -102,10 +99,7 @@ int gw_broker_recv(gw_broker *b, const proto_msg **m) {
             continue;
         }
         char derr[128];
-        if (proto_decode(zmq_msg_data(&b->frame), zmq_msg_size(&b->frame), &b->msg, derr, sizeof derr) != 0) {
-            b->bad++;
-            continue;
-        }
+        if (proto_decode(zmq_msg_data(&b->frame), zmq_msg_size(&b->frame), &b->msg, derr, sizeof derr) != 0) continue;
         *m = &b->msg;
         return 1;
     }

@@ -19,9 +19,8 @@ int gw_broker_submit(gw_broker *b, const proto_generate *g);
 int gw_broker_cancel(gw_broker *b, const char *id);
 int gw_broker_status(gw_broker *b);
 /* Next message without waiting: 1 with *m (valid until the next recv), 0 when none, -1 on a socket error.
- * Malformed messages are skipped and counted. */
+ * Malformed messages are skipped. */
 int gw_broker_recv(gw_broker *b, const proto_msg **m);
 /* the raw bytes of the message *m of the last gw_broker_recv (for keeping a copy) */
 const void *gw_broker_frame(gw_broker *b, size_t *len);
-unsigned long gw_broker_bad_messages(const gw_broker *b);
 #endif

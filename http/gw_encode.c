@@ -98,16 +98,6 @@ int gw_buf_json_str(gw_buf *b, const char *s, size_t n) {
     return gw_buf_add(b, "\"", 1);
 }
 
-void gw_buf_consume(gw_buf *b, size_t n) {
-    if (n >= b->n) {
-        b->n = 0;
-    } else {
-        memmove(b->p, b->p + n, b->n - n);
-        b->n -= n;
-    }
-    if (b->p) b->p[b->n] = 0;
-}
-
 void gw_buf_free(gw_buf *b) {
     free(b->p);
     memset(b, 0, sizeof *b);

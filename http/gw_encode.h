@@ -20,7 +20,6 @@ int gw_buf_add(gw_buf *b, const void *s, size_t n); /* 0 or -1 (sets failed) */
 int gw_buf_str(gw_buf *b, const char *s);
 /* appends s[n] as a JSON string literal (quotes included); bytes that are not valid UTF-8 become U+FFFD */
 int gw_buf_json_str(gw_buf *b, const char *s, size_t n);
-void gw_buf_consume(gw_buf *b, size_t n); /* drops the first n bytes */
 void gw_buf_free(gw_buf *b);
 
 /* what every body and chunk of one response repeats */

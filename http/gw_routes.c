@@ -89,10 +89,16 @@ enum MHD_Result gw_routes_tokenize(gw_conn *c) {
     if (gw_tokenize_parse(c->body.p ? c->body.p : "", c->body.n, &root, &content, &len, &add_special, &parse_special,
                           &e) != 0)
         return gw_reply_error(c, &e);
-    int n = tokenizer_encode(t, content, len, add_special && tokenizer_add_bos(t), parse_special, NULL, 0);
+    const int bos = add_special && tokenizer_add_bos(t);
+    int n = tokenizer_encode(t, content, len, bos, parse_special, NULL, 0);
     int32_t *ids = n > 0 ? malloc((size_t)n * sizeof *ids) : NULL;
-    if (n > 0 && ids) n = tokenizer_encode(t, content, len, add_special && tokenizer_add_bos(t), parse_special, ids, n);
+    if (n > 0 && ids) n = tokenizer_encode(t, content, len, bos, parse_special, ids, n);
     json_decref(root);
+    if (n < 0 || (n > 0 && !ids)) { /* a tokenizer error or no memory: never an empty list that looks right */
+        free(ids);
+        gw_error_set(&e, 500, "server_error", NULL, NULL, n < 0 ? "the tokenizer failed" : "out of memory");
+        return gw_reply_error(c, &e);
+    }
     json_t *arr = json_array();
     for (int i = 0; ids && i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
     free(ids);

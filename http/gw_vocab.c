@@ -61,5 +61,3 @@ void *gw_vocab_get(const gw_vocab *v, const char *name) {
         if (!strcmp(v->names[i], name)) return v->toks[i];
     return NULL;
 }
-
-int gw_vocab_count(const gw_vocab *v) { return v ? v->n : 0; }

@@ -15,5 +15,4 @@ int gw_vocab_add(gw_vocab *v, const char *name, const char *path, char *err, siz
 /* The tokenizer (a zl_tokenizer *) of the model name, or of the first model loaded when name is NULL or "";
  * NULL when none. */
 void *gw_vocab_get(const gw_vocab *v, const char *name);
-int gw_vocab_count(const gw_vocab *v);
 #endif

@@ -66,7 +66,12 @@ static char *s_read_key(const char *path, char *err, size_t errlen) {
     }
     char line[512];
     char *k = fgets(line, sizeof line, f) ? line : NULL;
+    int whole = k && (strchr(k, '\n') || fgetc(f) == EOF); /* the first line fits the buffer */
     fclose(f);
+    if (k && !whole) {
+        snprintf(err, errlen, "%s: the key's line is longer than %zu bytes", path, sizeof line - 2);
+        return NULL;
+    }
     if (k) k[strcspn(k, "\r\n")] = 0;
     if (!k || !k[0]) {
         snprintf(err, errlen, "%s: no key on the first line", path);
@@ -99,12 +104,21 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "zllm-http: %s\n", err);
                 return 2;
             }
-        } else if (!strcmp(a, "--served-model-name") && cfg.n_alias < GW_MAX_ALIASES) {
+        } else if (!strcmp(a, "--served-model-name")) {
+            if (cfg.n_alias == GW_MAX_ALIASES) {
+                fprintf(stderr, "zllm-http: --served-model-name: at most %d names\n", GW_MAX_ALIASES);
+                return 2;
+            }
             char *d = strdup(v), *eq = strchr(d, '=');
             if (eq) *eq = 0;
             cfg.alias[cfg.n_alias] = d;
             cfg.target[cfg.n_alias++] = eq ? eq + 1 : "";
-        } else if (!strcmp(a, "--model") && cfg.n_vocab < 16) {
+        } else if (!strcmp(a, "--model")) {
+            if (cfg.n_vocab == (int)(sizeof cfg.vocab_name / sizeof *cfg.vocab_name)) {
+                fprintf(stderr, "zllm-http: --model: at most %d vocabularies\n",
+                        (int)(sizeof cfg.vocab_name / sizeof *cfg.vocab_name));
+                return 2;
+            }
             char *d = strdup(v), *eq = strchr(d, '=');
             if (!eq) {
                 fprintf(stderr, "zllm-http: --model takes NAME=PATH\n");
@@ -123,8 +137,7 @@ int main(int argc, char **argv) {
             else if (conns) cfg.max_connections = (unsigned)x;
             else if (idle) cfg.idle_timeout_s = (unsigned)x;
             else cfg.max_stream_buffer = x;
-        }
-        else if (!strcmp(a, "-v")) cfg.verbose = 1, i--;
+        } else if (!strcmp(a, "-v")) cfg.verbose = 1, i--;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             s_usage(stdout);
             return 0;
@@ -146,7 +159,9 @@ int main(int argc, char **argv) {
             return 2;
         }
         *colon = 0;
-        cfg.port = atoi(colon + 1);
+        unsigned long long port;
+        if (s_num("--listen's port", colon + 1, 0, 65535, &port)) return 2;
+        cfg.port = (int)port;
         char *h = listen;
         if (h[0] == '[') {
             h++;

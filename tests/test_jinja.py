@@ -212,6 +212,8 @@ FEATURES = [
     "{% set content %}{% for m in messages %}{{ m.role }},{% endfor %}{% endset %}[{{ content }}]{{ content | length }}",
     "{{ 'abc'[1:] }}{{ 'abc'[:-1] }}{{ 'abc'[5:] }}{{ [1, 2, 3][-2:] }}{{ [1, 2, 3][::-2] }}{{ 'héllo wörld'[::-1] }}"
     "{{ 'a b  c'.split(' ') }}{{ 'a b c'.split(None, 1) }}{{ 'a,b,c'.rsplit(',', 1) }}{{ ', '.join(['x', 'y']) }}",
+    "{{ 'aaa'.rsplit('aa', 1) }}{{ ','.rsplit(',', 1) }}{{ 'a,b,,c'.rsplit(',', 2) }}{{ 'x'.rsplit(',', 3) }}"
+    "{% set s = ',' * 1500 %}{{ s.rsplit(',', 1200) | length }}{{ s.rsplit(',', 1200)[0] | length }}",
     "{{ raise_exception('custom: ' ~ messages | length) if messages | length > 4 }}ok",
     "{{ messages[0].content + 1 if messages }}",
     "{{ messages[0].nope.deeper if messages }}",
@@ -429,6 +431,18 @@ def main():
            "{% endfor %}{{ ns.x == ns.y }}{{ ns.x | length }}"
     res, err, rc = render_c(deep, one, "--jinja")
     check(rc == 0 and len(res) == 1, "deep values compared without a crash: rc %d %r" % (rc, res))
+    # malformed case headers: exit 1, nothing rendered
+    with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as tf:
+        tf.write("{{ messages | length }}")
+    for data in (b"0\0\0\0abc\0", b"0\0\0\0\0", b"0\0\0\0-1\0", b"0\0\0\0001x\0user\0hi\0", b"0\0\0\0002\0user\0hi\0"):
+        p = subprocess.run([TOOL, "--jinja", tf.name], input=data, capture_output=True, timeout=30)
+        check(p.returncode == 1 and p.stdout == b"" and b"zllm-template: " in p.stderr,
+              "malformed case %r: exit %d, %r" % (data, p.returncode, p.stderr[:100]))
+    p = subprocess.run([TOOL, "--jinja", tf.name], input=b"0\0\0\0001\0user\0hi\0", capture_output=True,
+                       timeout=30)
+    check(p.returncode == 0 and p.stdout == b"jinja 1\n1\n",
+          "a well-formed case: exit %d, %r" % (p.returncode, p.stdout))
+    os.unlink(tf.name)
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 

@@ -3,8 +3,9 @@ and that zllm does not compute is refused at load with an error naming it, never
 
 Each variant is stories260K (a real tiny Llama) rewritten by the `gguf` package's writer with one item added:
 rope_freqs.weight (llama3 RoPE frequency factors, as llama.cpp's converter writes for Llama 3.1/3.2), per-head
-Q/K norms, a stray tensor in a block, and each refused metadata key. The unchanged copy must still load and
-generate, so a loader that refuses everything fails this test too."""
+Q/K norms, a stray tensor in a block, block tensors whose layer number is not written as the loader writes it,
+and each refused metadata key. The unchanged copy must still load and generate, so a loader that refuses
+everything fails this test too."""
 import os
 import subprocess
 import sys
@@ -86,6 +87,11 @@ def main():
         ("q_norm", [("blk.0.attn_q_norm.weight", np.ones(8, dtype=np.float32))], [], "blk.0.attn_q_norm.weight"),
         ("stray", [("blk.4.ffn_gate_up.weight", np.ones(8, dtype=np.float32))], [], "blk.4.ffn_gate_up.weight"),
         ("beyond", [("blk.5.attn_norm.weight", np.ones(64, dtype=np.float32))], [], "blk.5.attn_norm.weight"),
+        # names no lookup asks for, whatever a lenient number parser makes of them (2^32 wraps to layer 0)
+        ("wrapped", [("blk.4294967296.attn_norm.weight", np.ones(64, dtype=np.float32))], [],
+         "blk.4294967296.attn_norm.weight"),
+        ("padded", [("blk.00.attn_norm.weight", np.ones(64, dtype=np.float32))], [], "blk.00.attn_norm.weight"),
+        ("signed", [("blk.+1.attn_norm.weight", np.ones(64, dtype=np.float32))], [], "blk.+1.attn_norm.weight"),
         ("scale", [], [("llama.rope.scaling.factor", f32, 8.0)], "llama.rope.scaling.factor"),
         ("swa", [], [("llama.attention.sliding_window", u32, 4096)], "llama.attention.sliding_window"),
         ("softcap", [], [("llama.final_logit_softcapping", f32, 30.0)], "llama.final_logit_softcapping"),

@@ -829,6 +829,11 @@ int main(void) {
     CHECK(stage_parse("1/3", &sp, &sn) == 0 && sp == 1 && sn == 3, "parse 1/3");
     CHECK(stage_parse("3/3", &sp, &sn) != 0 && stage_parse("0/1", &sp, &sn) != 0 &&
           stage_parse("1/3x", &sp, &sn) != 0 && stage_parse("-1/2", &sp, &sn) != 0, "bad stage specs refused");
+    CHECK(stage_parse(" 1/3", &sp, &sn) != 0 && stage_parse("1/+3", &sp, &sn) != 0 &&
+              stage_parse("1/ 3", &sp, &sn) != 0 && stage_parse("4294967297/4294967299", &sp, &sn) != 0 &&
+              stage_parse("/3", &sp, &sn) != 0 && stage_parse("1/", &sp, &sn) != 0 && stage_parse("", &sp, &sn) != 0,
+          "stage specs other than I/N in plain digits refused (no sign, space or wrap-around)");
+    CHECK(stage_parse("0/2", &sp, &sn) == 0 && sp == 0 && sn == 2, "parse 0/2");
     void *shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(shared != MAP_FAILED, "shared page");
     if (shared == MAP_FAILED) return test_report();

@@ -1,4 +1,4 @@
-/* tools/main_zllm-dequant.c: exposes common/quant.c to scripts (tests/test_quant_gguf.py checks it against
+/* tools/main_zllm-dequant.c: exposes engine/quant.c to scripts (tests/test_quant_gguf.py checks it against
  * gguf-py's numpy implementation).
  *   zllm-dequant TYPE IN OUT            raw blocks of TYPE -> little-endian f32
  *   zllm-dequant -q TYPE IN OUT         f32 -> raw blocks (quant_quantize_row)

@@ -10,6 +10,7 @@
  * --jinja: the interpreter only; --builtin: the hand-written families only. Exit status 1 when the input is
  * malformed, 2 on a usage error. */
 #include "chat.h"
+#include "slurp.h"
 #include "version.h"
 
 #include <stdio.h>
@@ -24,29 +25,6 @@ static void s_usage(FILE *f) {
                "  --builtin  the hand-written templates only\n"
                "Output per case: \"jinja|builtin|raised|error LENGTH\\n\" then LENGTH bytes and \"\\n\".\n"
                "Environment: none read. Exit status 1 on malformed input, 2 on a usage error.\n");
-}
-
-static char *s_read_all(FILE *f, size_t *n) {
-    size_t cap = 1 << 16, len = 0;
-    char *b = malloc(cap + 1);
-    if (!b) return NULL;
-    for (;;) {
-        if (len == cap) {
-            char *nb = realloc(b, cap * 2 + 1);
-            if (!nb) {
-                free(b);
-                return NULL;
-            }
-            b = nb;
-            cap *= 2;
-        }
-        size_t r = fread(b + len, 1, cap - len, f);
-        if (r == 0) break;
-        len += r;
-    }
-    b[len] = 0;
-    *n = len;
-    return b;
 }
 
 /* the next NUL-terminated field at *p, or NULL at the end of the input */
@@ -90,13 +68,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "zllm-template: cannot open %s\n", path);
         return 1;
     }
-    tmpl = s_read_all(f, &tn);
+    tmpl = slurp_stream(f, &tn);
     fclose(f);
     if (!tmpl || strlen(tmpl) != tn) {
         fprintf(stderr, "zllm-template: %s: unreadable or holds a NUL byte\n", path);
         goto fail;
     }
-    in = s_read_all(stdin, &n);
+    in = slurp_stream(stdin, &n);
     if (!in) {
         fprintf(stderr, "zllm-template: out of memory\n");
         goto fail;
@@ -105,8 +83,9 @@ int main(int argc, char **argv) {
     while (p < n) {
         const char *gen = s_field(in, n, &p), *bos = s_field(in, n, &p), *eos = s_field(in, n, &p);
         const char *cnt = s_field(in, n, &p);
-        long nm = cnt ? strtol(cnt, NULL, 10) : -1;
-        if (!gen || !bos || !eos || nm < 0 || nm > 100000) {
+        char *end = NULL;
+        long nm = cnt && cnt[0] >= '0' && cnt[0] <= '9' ? strtol(cnt, &end, 10) : -1;
+        if (!gen || !bos || !eos || nm < 0 || nm > 100000 || *end) {
             fprintf(stderr, "zllm-template: malformed case header\n");
             goto fail;
         }

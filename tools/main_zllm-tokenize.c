@@ -9,31 +9,13 @@
  * <|im_start|> into single tokens when encoding, print control tokens when decoding. Exit status 1 on any error. */
 #include "chat.h"
 #include "gguf.h"
+#include "slurp.h"
 #include "tokenizer.h"
 #include "version.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *s_read_all(FILE *f, size_t *n) {
-    size_t cap = 1 << 16, len = 0;
-    char *b = malloc(cap + 1);
-    if (!b) return NULL;
-    for (;;) {
-        if (len == cap) {
-            char *nb = realloc(b, cap * 2 + 1);
-            if (!nb) { free(b); return NULL; }
-            b = nb; cap *= 2;
-        }
-        size_t r = fread(b + len, 1, cap - len, f);
-        if (r == 0) break;
-        len += r;
-    }
-    b[len] = 0;
-    *n = len;
-    return b;
-}
 
 static void s_usage(FILE *f) {
     fprintf(f,
@@ -84,7 +66,7 @@ int main(int argc, char **argv) {
     gguf_close(&g);
     if (!t) { fprintf(stderr, "zllm-tokenize: %s\n", err); goto fail; }
     size_t n = 0;
-    in = s_read_all(stdin, &n);
+    in = slurp_stream(stdin, &n);
     if (!in) { fprintf(stderr, "zllm-tokenize: out of memory\n"); goto fail; }
 
     if (chat) {
@@ -109,7 +91,7 @@ int main(int argc, char **argv) {
             FILE *f = fopen(tmpl_path, "rb");
             if (!f) { fprintf(stderr, "zllm-tokenize: cannot open %s\n", tmpl_path); goto fail; }
             size_t tn;
-            tmpl = s_read_all(f, &tn);
+            tmpl = slurp_stream(f, &tn);
             fclose(f);
             if (!tmpl) goto fail;
             size_t bl = 0, el = 0;

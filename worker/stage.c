@@ -271,10 +271,24 @@ void stage_layer_range(int n_layers, int stage, int n_stages, int *begin, int *e
     *end = (int)((int64_t)n_layers * (stage + 1) / n_stages);
 }
 
+/* a decimal number of 1..3 digits (nothing else: no sign or space) at *p, which moves past it; -1 when none */
+static int s_small_num(const char **p) {
+    int v = 0, k = 0;
+    for (; (*p)[k] >= '0' && (*p)[k] <= '9'; k++) {
+        if (k == 3) return -1;
+        v = v * 10 + ((*p)[k] - '0');
+    }
+    *p += k;
+    return k ? v : -1;
+}
+
 int stage_parse(const char *arg, int *stage, int *n_stages) {
-    int i, n, used = 0;
-    if (!arg || sscanf(arg, "%d/%d%n", &i, &n, &used) != 2 || arg[used] != 0) return -1;
-    if (n < 2 || n > STAGE_MAX || i < 0 || i >= n) return -1;
+    if (!arg) return -1;
+    const char *p = arg;
+    int i = s_small_num(&p);
+    if (i < 0 || *p++ != '/') return -1;
+    int n = s_small_num(&p);
+    if (*p != 0 || n < 2 || n > STAGE_MAX || i >= n) return -1;
     *stage = i;
     *n_stages = n;
     return 0;
