@@ -1,7 +1,8 @@
 /* broker/main_zllm-broker.c: the zllm-broker command (see broker/broker.h and docs/protocol.md).
  *   zllm-broker --clients EP --workers EP --model [NAME=]PATH.gguf [--model ...] [--queue N] [--queue-tokens N]
  *               [--client-hwm N] [--drain-ms MS] [--heartbeat-ms MS] [--dead-ms MS] [--hang-ms MS]
- *               [--curve-secret FILE --curve-allow DIR [--curve-workers [--curve-allow-workers DIR]]] [-v]
+ *               [--curve-secret FILE --curve-allow DIR [--curve-workers [--curve-allow-workers DIR]]]
+ *               [--insecure-tcp-workers] [--max-workers-per-model N] [-v]
  *   zllm-broker --keygen PREFIX        writes PREFIX.key (Z85 secret) and PREFIX.pub (Z85 public) */
 #include "broker.h"
 #include "bk_zap.h"
@@ -14,7 +15,10 @@ static void usage(void) {
     fprintf(stderr,
             "usage: zllm-broker --clients ENDPOINT --workers ENDPOINT --model [NAME=]PATH.gguf [--model ...]\n"
             "                   [--queue N] [--queue-tokens N] [--client-hwm N] [--drain-ms MS] [--heartbeat-ms MS] [--dead-ms MS] [--hang-ms MS]\n"
-            "                   [--curve-secret FILE --curve-allow DIR [--curve-workers [--curve-allow-workers DIR]]] [-v]\n"
+            "                   [--curve-secret FILE --curve-allow DIR [--curve-workers [--curve-allow-workers DIR]]]\n"
+            "                   [--insecure-tcp-workers] [--max-workers-per-model N] [-v]\n"
+            "  a tcp:// --workers endpoint needs --curve-workers; --insecure-tcp-workers accepts it without CURVE\n"
+            "  (loopback tests only: anything that reaches the port can register as a worker and read every prompt)\n"
             "       zllm-broker --keygen PREFIX\n");
 }
 
@@ -72,6 +76,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--curve-allow") && v) { c.curve_allow = v; i++; }
         else if (!strcmp(a, "--curve-workers")) c.curve_workers = 1;
         else if (!strcmp(a, "--curve-allow-workers") && v) { c.curve_allow_workers = v; i++; }
+        else if (!strcmp(a, "--insecure-tcp-workers")) c.insecure_tcp_workers = 1;
+        else if (!strcmp(a, "--max-workers-per-model") && v) { bad = parse_u32(v, &c.max_workers, 1, 1024); i++; }
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) c.verbose = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         else bad = 1;
