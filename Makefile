@@ -61,7 +61,7 @@ ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 ASAN_LIB  := $(BUILD)/asan/lib/libzllm.a
 TEST_C_PLAIN := $(filter-out tests/test_asan_%,$(TEST_C))
 
-.PHONY: all deps test test-gpu bench fuzz run clean trace
+.PHONY: all deps test test-gpu bench fuzz fuzz-long run clean trace
 all: $(BINS) $(TESTS) $(FUZZ_REPLAY)
 	@echo "built: $(notdir $(BINS)) (CUDA=$(ZLLM_CUDA) archs=$(if $(filter 1,$(ZLLM_CUDA)),$(CUDA_ARCHS),none))"
 
@@ -135,7 +135,15 @@ fuzz:
 	@mkdir -p $(BUILD)/fuzz
 	for f in $(FUZZ_C); do n=$$(basename $$f .c); \
 	  clang -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=address,fuzzer -Icommon -Iworker -Ibroker -Iclients -Itests \
-	    -o $(BUILD)/fuzz/$$n $$f $(BUILD)/fuzzlib/lib/libzllm.a $(LDLIBS) || exit 1; done
+	    -o $(BUILD)/fuzz/$$n $$f $(BUILD)/fuzzlib/lib/libzllm.a $(LDLIBS) || exit 1; \
+	  mkdir -p $(BUILD)/fuzz/corpus/$$n && ZLLM_FUZZ_SEED_DIR=$(BUILD)/fuzz/corpus/$$n $(BUILD)/fuzz/$$n || exit 1; done
+
+# every libFuzzer target in turn for FUZZ_SECONDS each on its corpus (docs/fuzzing.md); crashes land in $(BUILD)/fuzz
+FUZZ_SECONDS ?= 600
+fuzz-long: fuzz
+	for f in $(FUZZ_C); do n=$$(basename $$f .c); \
+	  $(BUILD)/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/$$n- \
+	    $(BUILD)/fuzz/corpus/$$n || exit 1; done
 
 # compiled by nvcc, linked by $(CC) (nvcc does not take -Wl,-rpath; LDLIBS already names cudart and stdc++)
 $(BUILD)/tests/gpu_test_%: cuda/test_%.cu $(LIB) $(CUDA_LIB)

@@ -1018,6 +1018,12 @@ static void on_worker_msg(broker *b, const uint8_t *wid, uint32_t wn, const void
     if (proto_decode(data, len, m, err, sizeof err) != 0) {
         b->c.bad_messages++;
         logf_(b, "bad worker message: %s", err);
+        bk_worker *w = worker_find(b, wid, wn);
+        if (w) {   /* a registered worker that breaks the protocol is not trusted with requests */
+            b->c.lying_workers++;
+            fprintf(stderr, "zllm-broker: worker %s (model %s) forgotten: %s\n", w->name, w->model->name, err);
+            worker_remove(b, w, err);
+        }
         return;
     }
     if (m->type == PROTO_REGISTER) { on_register(b, wid, wn, &m->reg); return; }

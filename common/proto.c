@@ -950,6 +950,15 @@ int proto_decode(const void *buf, size_t len, proto_msg *out, char *err, size_t 
         if (d_key(d, &k)) return -1;
         if (key_is(k, "zllm")) { if (d_u32(d, "zllm", &out->version, 0, UINT32_MAX)) return -1; have_ver = 1; }
         else if (key_is(k, "type")) { if (d_str(d, "type", &type, 1, 32, 0)) return -1; }
+        else if (key_is(k, "inst")) {   /* kept only when a UTF-8 string of 1..64 bytes */
+            rd at = d->r;
+            if (rd_str(&d->r, &out->inst) != 0 || out->inst.n < 1 || out->inst.n > 64 ||
+                !utf8_valid(out->inst.p, out->inst.n)) {
+                out->inst.p = NULL; out->inst.n = 0;
+                d->r = at;
+                if (d_skip(d)) return -1;
+            }
+        }
         else if (d_skip(d)) return -1;
     }
     if (!have_ver) FAIL("missing zllm version");
@@ -968,7 +977,7 @@ int proto_decode(const void *buf, size_t len, proto_msg *out, char *err, size_t 
     for (uint32_t i = 0; i < n; i++) {
         proto_str k;
         if (d_key(d, &k)) return -1;
-        if (key_is(k, "zllm") || key_is(k, "type")) { if (d_skip(d)) return -1; continue; }
+        if (key_is(k, "zllm") || key_is(k, "type") || key_is(k, "inst")) { if (d_skip(d)) return -1; continue; }
         if (rd_nil(&d->r)) continue;   /* nil = absent */
         if (s_types[t].fn(d, k, out) != 0) return -1;
     }

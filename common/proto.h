@@ -254,6 +254,7 @@ struct proto_arena;             /* internal: chunked bump allocator */
 /* A decoded message. Zero-initialise before the first decode; proto_msg_free releases the arena. */
 typedef struct {
     proto_type type;
+    proto_str inst;             /* the broker instance id on a broker -> client message; p NULL when absent */
     uint32_t version;           /* `zllm` value */
     union {
         proto_generate generate;

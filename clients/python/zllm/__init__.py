@@ -8,7 +8,11 @@
         print(d.text, end="", flush=True)
 
 Every call is bounded in time: a request whose final does not arrive within its deadline plus `grace` seconds
-raises ZllmTimeout (after cancelling it), so a vanished or restarted broker gives an error, never a hang.
+raises ZllmTimeout (after cancelling it), so a vanished or restarted broker gives an error, never a hang. Sooner
+than that: when the connection to the broker drops (it died or restarted; ZMTP heartbeats catch a silent one
+within 3 s) every request in flight ends with finish "error", code "broker_unreachable", and a reply from another
+broker instance (its `inst`) ends the older ones with "broker_restarted". A message over the broker's 1 MiB
+limit is refused before sending (ZllmError code "too_large").
 Several requests may be in flight on one Client (submit / next_message); messages are routed by request id.
 `AsyncClient` is the same over zmq.asyncio.
 """
@@ -24,6 +28,8 @@ __all__ = ["Client", "AsyncClient", "Result", "Delta", "ZllmError", "ZllmTimeout
 
 PROTOCOL_VERSION = 1
 _MAX_FRAME = 16 << 20  # bytes: the largest reply we accept (the broker's worker-side limit; replies are smaller)
+_CLIENT_MAX_FRAME = 1 << 20  # bytes: the largest message the broker accepts from a client
+_HEARTBEAT_IVL_MS, _HEARTBEAT_TIMEOUT_MS = 1000, 3000
 
 
 class ZllmError(Exception):
@@ -162,8 +168,35 @@ def _socket(ctx, endpoint, cls=None):
     s.setsockopt(zmq.MAXMSGSIZE, _MAX_FRAME)
     s.setsockopt(zmq.RECONNECT_IVL, 100)
     s.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+    s.setsockopt(zmq.HEARTBEAT_IVL, _HEARTBEAT_IVL_MS)
+    s.setsockopt(zmq.HEARTBEAT_TIMEOUT, _HEARTBEAT_TIMEOUT_MS)
     s.connect(endpoint)
     return s
+
+
+def _pack_checked(m):
+    """The encoded message, or ZllmError("too_large") when it exceeds what the broker accepts."""
+    data = msgpack.packb(m, use_bin_type=True)
+    if len(data) > _CLIENT_MAX_FRAME:
+        raise ZllmError("the message is %d bytes; the broker accepts at most %d" % (len(data), _CLIENT_MAX_FRAME),
+                        "too_large")
+    return data
+
+
+def _lost_final(id, code, message):
+    """The final a request gets from the client itself when its broker is gone or was replaced."""
+    return {"zllm": PROTOCOL_VERSION, "type": "final", "id": id, "finish": "error", "code": code,
+            "message": message, "text": ""}
+
+
+def _is_disconnect(mon):
+    """Reads one event from a monitor socket: True for a disconnect."""
+    from zmq.utils.monitor import recv_monitor_message
+    try:
+        ev = recv_monitor_message(mon, zmq.NOBLOCK)
+    except zmq.Again:
+        return False
+    return ev.get("event") == zmq.EVENT_DISCONNECTED
 
 
 class Client:
@@ -179,9 +212,17 @@ class Client:
         self._sock.setsockopt(zmq.SNDTIMEO, int(send_timeout * 1000))
         self._queues = collections.defaultdict(collections.deque)  # id -> messages not yet taken
         self._status = collections.deque()
+        self._inflight = set()     # generate ids whose final has not come
+        self._inst = None          # the broker instance that answered last
+        self._mon = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
 
     def close(self):
         if self._sock is not None:
+            try:
+                self._sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
+            self._mon.close(0)
             self._sock.close(0)
             self._sock = None
 
@@ -192,19 +233,44 @@ class Client:
         self.close()
 
     def _send(self, m):
+        data = _pack_checked(m)
         try:
-            self._sock.send(msgpack.packb(m, use_bin_type=True))
+            self._sock.send(data)
         except zmq.Again:
             raise ZllmError("broker %s unreachable" % self.endpoint, "unreachable")
 
+    def _fail_inflight(self, code, message, keep=None):
+        """Ends every request in flight (except keep) with a final of the client's own: its broker is gone."""
+        for id in list(self._inflight):
+            if id != keep:
+                self._queues[id].append(_lost_final(id, code, message))
+                self._inflight.discard(id)
+
     def _recv_one(self, timeout):
-        """Receives and files one message; returns False on timeout."""
-        if not self._sock.poll(max(0, int(timeout * 1000))):
+        """Receives and files one message (or a connection drop); returns False on timeout."""
+        p = zmq.Poller()
+        p.register(self._sock, zmq.POLLIN)
+        p.register(self._mon, zmq.POLLIN)
+        ready = dict(p.poll(max(0, int(timeout * 1000))))
+        if not ready:
             return False
+        if self._sock not in ready:   # replies already received go first
+            if _is_disconnect(self._mon) and self._inflight:
+                self._fail_inflight("broker_unreachable", "the connection to the broker %s dropped (it died or "
+                                    "restarted); the request is lost" % self.endpoint)
+            return True
         m = _decode(self._sock.recv_multipart())
         if m is None:
             return True
         t = m["type"]
+        inst = m.get("inst")
+        if isinstance(inst, str) and inst != self._inst:
+            if self._inst is not None:
+                self._fail_inflight("broker_restarted", "broker instance %s replaced %s; the request is lost" %
+                                    (inst, self._inst), keep=m.get("id"))
+            self._inst = inst
+        if t == "final" or (t == "error" and m.get("code") == "duplicate_id"):
+            self._inflight.discard(m.get("id"))
         if t in ("token", "final") and isinstance(m.get("id"), str):
             self._queues[m["id"]].append(m)
         elif t == "status":
@@ -216,7 +282,11 @@ class Client:
     def submit(self, prompt=None, *, id=None, **kw):
         """Sends a generate without waiting; returns its request id. Messages come from next_message(id)."""
         id = id or _new_id()
+        if not self._inflight:
+            while _is_disconnect(self._mon):   # drops while nothing was in flight concern no request
+                pass
         self._send(build_generate(id, prompt, **kw))
+        self._inflight.add(id)
         return id
 
     def next_message(self, id=None, timeout=1.0):
@@ -275,6 +345,7 @@ class Client:
                     return
         finally:
             self._queues.pop(id, None)
+            self._inflight.discard(id)
 
     def generate(self, prompt=None, *, raise_on_error=False, **kw):
         """Runs one request to its end and returns a Result (token_ids, text, finish_reason, usage, timings).
@@ -302,6 +373,23 @@ class AsyncClient:
         self._queues = {}
         self._status = {}
         self._reader = None
+        self._watcher = None
+        self._inst = None
+        self._mon = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+
+    def _fail_inflight(self, code, message, keep=None):
+        for id, q in list(self._queues.items()):
+            if id != keep:
+                q.put_nowait(_lost_final(id, code, message))
+
+    async def _watch(self):
+        """Connection drops end every request in flight (broker_unreachable)."""
+        from zmq.utils.monitor import parse_monitor_message
+        while True:
+            ev = parse_monitor_message(await self._mon.recv_multipart())
+            if ev.get("event") == zmq.EVENT_DISCONNECTED:
+                self._fail_inflight("broker_unreachable", "the connection to the broker %s dropped (it died or "
+                                    "restarted); the request is lost" % self.endpoint)
 
     async def _read(self):
         while True:
@@ -309,6 +397,12 @@ class AsyncClient:
             m = _decode(frames)
             if m is None:
                 continue
+            inst = m.get("inst")
+            if isinstance(inst, str) and inst != self._inst:
+                if self._inst is not None:
+                    self._fail_inflight("broker_restarted", "broker instance %s replaced %s; the request is lost" %
+                                        (inst, self._inst), keep=m.get("id"))
+                self._inst = inst
             if m["type"] in ("token", "final"):
                 q = self._queues.get(m.get("id"))
                 if q is not None:
@@ -321,10 +415,13 @@ class AsyncClient:
     def _ensure_reader(self):
         if self._reader is None or self._reader.done():
             self._reader = self._asyncio.ensure_future(self._read())
+        if self._watcher is None or self._watcher.done():
+            self._watcher = self._asyncio.ensure_future(self._watch())
 
     async def _send(self, m):
+        data = _pack_checked(m)
         try:
-            await self._asyncio.wait_for(self._sock.send(msgpack.packb(m, use_bin_type=True)), 5.0)
+            await self._asyncio.wait_for(self._sock.send(data), 5.0)
         except self._asyncio.TimeoutError:
             raise ZllmError("broker %s unreachable" % self.endpoint, "unreachable")
 
@@ -382,6 +479,14 @@ class AsyncClient:
         if self._reader is not None:
             self._reader.cancel()
             self._reader = None
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
         if self._sock is not None:
+            try:
+                self._sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
+            self._mon.close(0)
             self._sock.close(0)
             self._sock = None
