@@ -89,7 +89,7 @@ static int s_disconnected(zllm_client *c) {
         if (zmq_msg_size(&ev) >= 2) {
             uint16_t e;
             memcpy(&e, zmq_msg_data(&ev), 2);
-            if (e == ZMQ_EVENT_DISCONNECTED) dropped = 1;
+            if (e == ZMQ_EVENT_DISCONNECTED) { dropped = 1; c->inst[0] = 0; }   /* the next broker is new */
         }
         int more = zmq_msg_more(&ev);
         zmq_msg_close(&ev);

@@ -256,6 +256,7 @@ class Client:
             return False
         if self._sock not in ready:   # replies already received go first
             if _is_disconnect(self._mon) and self._inflight:
+                self._inst = None   # whoever answers next is a new broker: not a second loss
                 self._fail_inflight("broker_unreachable", "the connection to the broker %s dropped (it died or "
                                     "restarted); the request is lost" % self.endpoint)
             return True
@@ -284,7 +285,7 @@ class Client:
         id = id or _new_id()
         if not self._inflight:
             while _is_disconnect(self._mon):   # drops while nothing was in flight concern no request
-                pass
+                self._inst = None
         self._send(build_generate(id, prompt, **kw))
         self._inflight.add(id)
         return id
@@ -388,6 +389,7 @@ class AsyncClient:
         while True:
             ev = parse_monitor_message(await self._mon.recv_multipart())
             if ev.get("event") == zmq.EVENT_DISCONNECTED:
+                self._inst = None
                 self._fail_inflight("broker_unreachable", "the connection to the broker %s dropped (it died or "
                                     "restarted); the request is lost" % self.endpoint)
 
