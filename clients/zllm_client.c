@@ -23,6 +23,7 @@ struct zllm_client {
     unsigned long bad;             /* malformed messages skipped */
     void *mon;                     /* PAIR receiving the DEALER's disconnect events */
     unsigned inflight;             /* generates submitted whose final has not come */
+    unsigned lost;                 /* requests lost to a drop seen at submit, reported by the next recv */
     char inst[65];                 /* the broker instance that answered last ("" before any reply) */
 };
 
@@ -125,8 +126,8 @@ int zllm_client_submit(zllm_client *c, const proto_generate *g, char *err, size_
         snprintf(err, errlen, "request id must be 1..%d bytes", PROTO_ID_MAX);
         return -1;
     }
-    /* a drop seen while nothing was in flight concerns no request */
-    if (c->inflight == 0) s_disconnected(c);
+    /* a drop before this request concerns only the older ones: the next recv reports them */
+    if (s_disconnected(c)) { c->lost += c->inflight; c->inflight = 0; }
     if (s_send(c, proto_encode_generate(&c->buf, g), err, errlen) != 0) return -1;
     c->inflight++;
     return 0;
@@ -160,6 +161,12 @@ static int s_check_instance(zllm_client *c, const proto_msg *m, char *err, size_
 }
 
 int zllm_client_recv(zllm_client *c, int timeout_ms, const proto_msg **msg, char *err, size_t errlen) {
+    if (c->lost) {
+        snprintf(err, errlen, "broker_unreachable: the connection to the broker dropped; %u request(s) in flight "
+                 "are lost", c->lost);
+        c->lost = 0;
+        return -1;
+    }
     for (;;) {
         zmq_pollitem_t it[2] = {{c->sock, 0, ZMQ_POLLIN, 0}, {c->mon, 0, ZMQ_POLLIN, 0}};
         int n = zmq_poll(it, 2, timeout_ms);

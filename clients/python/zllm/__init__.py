@@ -212,7 +212,7 @@ class Client:
         self._sock.setsockopt(zmq.SNDTIMEO, int(send_timeout * 1000))
         self._queues = collections.defaultdict(collections.deque)  # id -> messages not yet taken
         self._status = collections.deque()
-        self._inflight = set()     # generate ids whose final has not come
+        self._inflight = {}        # generate id whose final has not come -> the broker instance known at submit
         self._inst = None          # the broker instance that answered last
         self._mon = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
 
@@ -239,12 +239,23 @@ class Client:
         except zmq.Again:
             raise ZllmError("broker %s unreachable" % self.endpoint, "unreachable")
 
-    def _fail_inflight(self, code, message, keep=None):
-        """Ends every request in flight (except keep) with a final of the client's own: its broker is gone."""
-        for id in list(self._inflight):
-            if id != keep:
+    def _fail_inflight(self, code, message, lost):
+        """Ends the requests in flight for which lost(instance at submit) holds with a final of the client's own:
+        their broker is gone."""
+        for id, sent in list(self._inflight.items()):
+            if lost(sent):
                 self._queues[id].append(_lost_final(id, code, message))
-                self._inflight.discard(id)
+                del self._inflight[id]
+
+    def _check_drop(self):
+        """Reads pending disconnect events; a drop loses every request in flight."""
+        dropped = False
+        while _is_disconnect(self._mon):
+            dropped = True
+        if dropped:
+            self._inst = None   # whoever answers next is a new broker: not a second loss
+            self._fail_inflight("broker_unreachable", "the connection to the broker %s dropped (it died or "
+                                "restarted); the request is lost" % self.endpoint, lambda sent: True)
 
     def _recv_one(self, timeout):
         """Receives and files one message (or a connection drop); returns False on timeout."""
@@ -255,10 +266,7 @@ class Client:
         if not ready:
             return False
         if self._sock not in ready:   # replies already received go first
-            if _is_disconnect(self._mon) and self._inflight:
-                self._inst = None   # whoever answers next is a new broker: not a second loss
-                self._fail_inflight("broker_unreachable", "the connection to the broker %s dropped (it died or "
-                                    "restarted); the request is lost" % self.endpoint)
+            self._check_drop()
             return True
         m = _decode(self._sock.recv_multipart())
         if m is None:
@@ -266,12 +274,11 @@ class Client:
         t = m["type"]
         inst = m.get("inst")
         if isinstance(inst, str) and inst != self._inst:
-            if self._inst is not None:
-                self._fail_inflight("broker_restarted", "broker instance %s replaced %s; the request is lost" %
-                                    (inst, self._inst), keep=m.get("id"))
+            self._fail_inflight("broker_restarted", "broker instance %s replaced %s; the request is lost" %
+                                (inst, self._inst), lambda sent: sent is not None and sent != inst)
             self._inst = inst
         if t == "final" or (t == "error" and m.get("code") == "duplicate_id"):
-            self._inflight.discard(m.get("id"))
+            self._inflight.pop(m.get("id"), None)
         if t in ("token", "final") and isinstance(m.get("id"), str):
             self._queues[m["id"]].append(m)
         elif t == "status":
@@ -283,11 +290,9 @@ class Client:
     def submit(self, prompt=None, *, id=None, **kw):
         """Sends a generate without waiting; returns its request id. Messages come from next_message(id)."""
         id = id or _new_id()
-        if not self._inflight:
-            while _is_disconnect(self._mon):   # drops while nothing was in flight concern no request
-                self._inst = None
+        self._check_drop()   # a drop before this request concerns only the older ones
         self._send(build_generate(id, prompt, **kw))
-        self._inflight.add(id)
+        self._inflight[id] = self._inst
         return id
 
     def next_message(self, id=None, timeout=1.0):
@@ -346,7 +351,7 @@ class Client:
                     return
         finally:
             self._queues.pop(id, None)
-            self._inflight.discard(id)
+            self._inflight.pop(id, None)
 
     def generate(self, prompt=None, *, raise_on_error=False, **kw):
         """Runs one request to its end and returns a Result (token_ids, text, finish_reason, usage, timings).
@@ -376,11 +381,13 @@ class AsyncClient:
         self._reader = None
         self._watcher = None
         self._inst = None
+        self._sent = {}            # request id in flight -> the broker instance known when it was sent
         self._mon = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
 
-    def _fail_inflight(self, code, message, keep=None):
+    def _fail_inflight(self, code, message, lost):
         for id, q in list(self._queues.items()):
-            if id != keep:
+            if id in self._sent and lost(self._sent[id]):
+                del self._sent[id]
                 q.put_nowait(_lost_final(id, code, message))
 
     async def _watch(self):
@@ -391,7 +398,7 @@ class AsyncClient:
             if ev.get("event") == zmq.EVENT_DISCONNECTED:
                 self._inst = None
                 self._fail_inflight("broker_unreachable", "the connection to the broker %s dropped (it died or "
-                                    "restarted); the request is lost" % self.endpoint)
+                                    "restarted); the request is lost" % self.endpoint, lambda sent: True)
 
     async def _read(self):
         while True:
@@ -401,9 +408,8 @@ class AsyncClient:
                 continue
             inst = m.get("inst")
             if isinstance(inst, str) and inst != self._inst:
-                if self._inst is not None:
-                    self._fail_inflight("broker_restarted", "broker instance %s replaced %s; the request is lost" %
-                                        (inst, self._inst), keep=m.get("id"))
+                self._fail_inflight("broker_restarted", "broker instance %s replaced %s; the request is lost" %
+                                    (inst, self._inst), lambda sent, inst=inst: sent is not None and sent != inst)
                 self._inst = inst
             if m["type"] in ("token", "final"):
                 q = self._queues.get(m.get("id"))
@@ -456,6 +462,7 @@ class AsyncClient:
         result = Result(id)
         try:
             await self._send(build_generate(id, prompt, **kw))
+            self._sent[id] = self._inst
             while True:
                 try:
                     m = await self._asyncio.wait_for(q.get(), max(0.0, end - loop.time()))
@@ -468,6 +475,7 @@ class AsyncClient:
                     return
         finally:
             self._queues.pop(id, None)
+            self._sent.pop(id, None)
 
     async def generate(self, prompt=None, *, raise_on_error=False, **kw):
         result = None
