@@ -1197,9 +1197,9 @@ static void instance_id(char out[17]) {
     snprintf(out, 17, "%016llx", (unsigned long long)v);
 }
 
-/* The worker socket's ipc://PATH: the socket file is 0600 (connecting needs write access to it), whatever the umask; its directory
- * is created 0700 when missing. An existing directory that others can enter is only logged: the file mode is
- * the guard. Returns 0 or -1 with a message. */
+/* The worker socket's ipc://PATH: the socket file is 0600 (connecting needs write access to it), whatever the
+ * umask; its directory is created 0700 when missing. An existing directory that others can enter is only
+ * logged: the file mode is the guard. Returns 0 or -1 with a message. */
 static int ipc_prepare(const char *ep, char *err, size_t errlen) {
     if (strncmp(ep, "ipc://", 6) != 0) return 0;
     const char *path = ep + 6;
