@@ -646,6 +646,25 @@ static int f_worker_info(dec *d, proto_worker_info *w) {
     return 0;
 }
 
+static int f_model_info(dec *d, proto_model_info *c) {
+    uint32_t nk;
+    if (rd_map(&d->r, &nk)) FAIL("capacity[]: expected a map");
+    for (uint32_t j = 0; j < nk; j++) {
+        proto_str k;
+        int rc = 0;
+        if (d_key(d, &k)) return -1;
+        if (key_is(k, "model")) rc = d_str(d, "model", &c->model, 0, PROTO_NAME_MAX, 0);
+        else if (key_is(k, "workers")) rc = d_u32(d, "workers", &c->workers, 0, UINT32_MAX);
+        else if (key_is(k, "free_slots")) rc = d_u32(d, "free_slots", &c->free_slots, 0, UINT32_MAX);
+        else if (key_is(k, "queued")) rc = d_u32(d, "queued", &c->queued, 0, UINT32_MAX);
+        else if (key_is(k, "refused")) rc = d_u64(d, "refused", &c->refused, 0, UINT64_MAX);
+        else if (key_is(k, "reason")) rc = d_str(d, "reason", &c->reason, 0, 64, 0);
+        else rc = d_skip(d);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
 static int f_status(dec *d, proto_str k, proto_msg *m) {
     proto_status *s = &m->status;
     if (key_is(k, "id")) return d_str(d, "id", &s->id, 1, PROTO_ID_MAX, 1);
@@ -689,6 +708,19 @@ static int f_status(dec *d, proto_str k, proto_msg *m) {
         }
         s->counters = v;
         s->n_counters = n;
+        return 0;
+    }
+    if (key_is(k, "capacity")) {
+        uint32_t n;
+        if (rd_arr(&d->r, &n)) FAIL("capacity: expected an array");
+        if (n > PROTO_MAX_WORKERS) FAIL("capacity: too many");
+        proto_model_info *v = arena_alloc(d->a, (size_t)n * sizeof *v);
+        if (!v) FAIL("capacity: out of memory");
+        memset(v, 0, (size_t)n * sizeof *v);
+        for (uint32_t i = 0; i < n; i++)
+            if (f_model_info(d, &v[i])) return -1;
+        s->capacity = v;
+        s->n_capacity = n;
         return 0;
     }
     return d_skip(d);

@@ -199,7 +199,7 @@ typedef struct {
     uint32_t n_workers;
     const proto_counter *counters;    /* [n_counters] */
     uint32_t n_counters;
-    const proto_model_info *capacity; /* [n_capacity], encoded only when n_capacity > 0 */
+    const proto_model_info *capacity; /* [n_capacity], encoded only when n_capacity > 0; decoded when present */
     uint32_t n_capacity;
 } proto_status;
 

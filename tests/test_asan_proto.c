@@ -114,6 +114,9 @@ static void test_roundtrips(void) {
     st.capacity = &mi;
     st.n_capacity = 1;
     CHECK(proto_encode_status(&b, &st) == 0 && oracle_map(&b, 10), "status reply with capacity encodes (10 keys)");
+    CHECK(dec(b.data, b.len) == 0 && s_m.status.n_capacity == 1 && streq(s_m.status.capacity[0].model, "m") &&
+          s_m.status.capacity[0].free_slots == 3 && s_m.status.capacity[0].refused == 2 &&
+          s_m.status.capacity[0].reason.n == 0, "capacity decodes: %s", s_err);
     CHECK(dec(b.data, b.len) == 0 && s_m.status.ready == 1 && s_m.status.queue == 2 && s_m.status.active == 3 &&
           s_m.status.n_workers == 1 && s_m.status.workers[0].n_ctx == 512 && s_m.status.workers[0].step == 99 &&
           s_m.status.workers[0].alive == 1 && s_m.status.n_counters == 2 && s_m.status.counters[0].value == 4 &&

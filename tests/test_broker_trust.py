@@ -164,6 +164,10 @@ c = Client(ctx, b.clients)
 st = c.status()
 cap = {m["model"]: m for m in (st or {}).get("capacity", [])}
 ck.check(cap.get("stories260K", {}).get("reason") == "no_worker", "no worker: status says no_worker: %r" % (cap,))
+r = subprocess.run([os.path.join(build, "bin", "zllm"), "status", "--broker", b.clients], capture_output=True,
+                   timeout=20)
+ck.check(r.returncode == 1 and b"model stories260K: 0 workers" in r.stdout and b"no_worker" in r.stdout,
+         "zllm status says why: %r" % r.stdout[-400:])
 fakes = []
 for i in range(300):
     s = ctx.socket(zmq.DEALER)
