@@ -1198,8 +1198,8 @@ static void instance_id(char out[17]) {
 }
 
 /* The worker socket's ipc://PATH: the socket file is 0600 (connecting needs write access to it), whatever the
- * umask; its directory is created 0700 when missing. An existing directory that others can enter is only
- * logged: the file mode is the guard. Returns 0 or -1 with a message. */
+ * umask; its directory is created 0700 when missing. An existing directory that others may write to is refused
+ * unless it has the sticky bit (/tmp): they could swap the socket file. Returns 0 or -1 with a message. */
 static int ipc_prepare(const char *ep, char *err, size_t errlen) {
     if (strncmp(ep, "ipc://", 6) != 0) return 0;
     const char *path = ep + 6;
@@ -1219,9 +1219,11 @@ static int ipc_prepare(const char *ep, char *err, size_t errlen) {
     } else if (!S_ISDIR(st.st_mode)) {
         berr(err, errlen, "%s: %s is not a directory", ep, dir);
         return -1;
-    } else if ((st.st_mode & 077) && !(st.st_mode & S_ISVTX)) {
-        fprintf(stderr, "zllm-broker: note: %s is open to other users (mode %03o); the socket file itself is 0600\n",
-                dir, (unsigned)(st.st_mode & 0777));
+    } else if ((st.st_mode & 022) && !(st.st_mode & S_ISVTX)) {
+        /* others could replace the socket file with their own and stand in for the broker */
+        berr(err, errlen, "%s: directory %s is writable by other users (mode %03o) without the sticky bit", ep, dir,
+             (unsigned)(st.st_mode & 0777));
+        return -1;
     }
     return 0;
 }

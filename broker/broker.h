@@ -46,8 +46,9 @@ typedef struct broker broker;
 /* Fills defaults (everything zero except the numeric defaults above). */
 void broker_config_defaults(bk_config *c);
 /* Loads the models' vocabularies, binds the sockets. NULL with a message on failure, which includes a tcp://
- * worker endpoint without CURVE unless insecure_tcp_workers is set. An ipc:// endpoint's socket file is made
- * 0600 (only the broker's user can connect); a missing parent directory is created 0700. */
+ * worker endpoint without CURVE unless insecure_tcp_workers is set. The ipc:// worker socket file is made 0600
+ * (only the broker's user can connect); a missing parent directory is created 0700, an existing one that others
+ * may write to (without the sticky bit) is refused. */
 broker *broker_new(const bk_config *c, char *err, size_t errlen);
 /* Runs until SIGTERM/SIGINT has drained (installs the handlers). Returns 0 on a clean drain, -1 on a fatal
  * socket error (message in err). */

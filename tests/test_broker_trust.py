@@ -59,6 +59,13 @@ ck.check(stat.S_ISSOCK(st_sock.st_mode) and stat.S_IMODE(st_sock.st_mode) & 0o07
          "worker socket file not open to others: %o" % stat.S_IMODE(st_sock.st_mode))
 rc = b.stop()
 ck.check(rc == 0, "broker exits 0: %r %s" % (rc, b.logtext()[-1500:]))
+odir = os.path.join(tmp, "open")
+os.mkdir(odir)
+os.chmod(odir, 0o777)
+r = subprocess.run([binary, "--clients", "ipc://%s/c4" % tmp, "--workers", "ipc://%s/w" % odir, "--model",
+                    model_path()], capture_output=True, timeout=20)
+ck.check(r.returncode == 1 and b"writable by other users" in r.stderr,
+         "a worker socket directory others may write to is refused: %r" % r.stderr[-200:])
 
 
 # ---- 3: lying workers
