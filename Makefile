@@ -135,7 +135,7 @@ RUN_BINS  := $(BUILD)/bin/zllm-broker $(BUILD)/bin/zllm-worker $(BUILD)/bin/zllm
 PAR       = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(JOBS))
 ARCHS_SAY := $(if $(filter 1,$(ZLLM_CUDA)),CUDA for sm_$(CUDA_ARCHS): several minutes a first time,CPU only: about a minute on 2 cores a first time)
 
-.PHONY: all libs asan-libs deps test test-gpu bench fuzz run clean trace build-run build-test FORCE
+.PHONY: all libs asan-libs deps test test-gpu bench fuzz run clean trace build-run build-test FORCE fuzz-long
 all: $(BINS) $(TESTS) $(FUZZ_REPLAY) $(HTTP_ASAN)
 	@echo "built: $(notdir $(BINS)) (CUDA=$(ZLLM_CUDA) archs=$(if $(filter 1,$(ZLLM_CUDA)),$(CUDA_ARCHS),none))"
 libs: $(LIBS)
@@ -219,7 +219,15 @@ fuzz:
 	for f in $(FUZZ_C); do n=$$(basename $$f .c); \
 	  clang -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=address,fuzzer $(INC_tests) $(INC_http) -o $(BUILD)/fuzz/$$n $$f \
 	    $(foreach d,$(if $(HTTP_OK),http) tools deploy worker broker clients engine common,$(BUILD)/fuzzlib/lib/libzllm_$(d).a) \
-	    $(LDLIBS) $(HTTP_LIBS) || exit 1; done
+	    $(LDLIBS) $(HTTP_LIBS) || exit 1; \
+	  mkdir -p $(BUILD)/fuzz/corpus/$$n && ZLLM_FUZZ_SEED_DIR=$(BUILD)/fuzz/corpus/$$n $(BUILD)/fuzz/$$n || exit 1; done
+
+# every libFuzzer target in turn for FUZZ_SECONDS each on its corpus (docs/fuzzing.md); crashes land in $(BUILD)/fuzz
+FUZZ_SECONDS ?= 600
+fuzz-long: fuzz
+	for f in $(FUZZ_C); do n=$$(basename $$f .c); \
+	  $(BUILD)/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/$$n- \
+	    $(BUILD)/fuzz/corpus/$$n || exit 1; done
 
 # compiled by nvcc, linked by $(CC) (nvcc does not take -Wl,-rpath)
 $(BUILD)/tests/gpu_test_%: cuda/test_%.cu $(call libs_of,$(LINK_tests))

@@ -16,17 +16,23 @@
 #include "tokenizer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
-#define BK_CID_MAX      64      /* bytes of a client routing identity we accept */
-#define BK_WID_MAX      64      /* bytes of a worker routing identity we accept */
-#define BK_MAX_WORKERS  256
+#define BK_CID_MAX      255     /* bytes of a routing identity: libzmq's own limit (ZMQ_ROUTING_ID is 1..255 */
+#define BK_WID_MAX      255     /* bytes), so every peer a ROUTER accepts fits and gets its replies */
+#define BK_MAX_WORKERS  PROTO_MAX_WORKERS /* all models together; each model has its own cap (max_workers) */
+#define BK_CLIENT_SOCKET_MAX (8u * PROTO_CLIENT_MAX_FRAME) /* the client socket's ZMQ_MAXMSGSIZE: frames over
+                                   PROTO_CLIENT_MAX_FRAME up to this get a too_large answer from the broker's own
+                                   check; only larger ones make libzmq drop the connection */
 #define BK_RECV_BATCH   512     /* messages read from one socket per loop turn */
 #define BK_TICK_MS      20      /* timer granularity */
 #define BK_MAX_LOST     256     /* clients found gone in one loop turn */
@@ -69,6 +75,7 @@ typedef struct bk_req {
     char *text;                   /* [text_len] text not yet sent (streaming: held back; else all) */
     size_t text_len, text_cap;
     size_t scan_from;             /* stop-string search restarts here */
+    uint64_t out_mark;            /* serial of the last `out` that named it (one entry per message) */
     /* links */
     struct bk_req *h_next;        /* (cid,id) map chain */
     struct bk_req *r_next;        /* rid map chain */
@@ -83,6 +90,8 @@ struct bk_model {
     int32_t n_vocab;
     bk_req *q_head, *q_tail;      /* FIFO of queued requests */
     uint32_t n_queued;
+    uint32_t n_workers;           /* registered workers of this model (its cap: cfg.max_workers) */
+    uint64_t refused;             /* registrations refused: the table was full of workers that served */
 };
 
 struct bk_worker {
@@ -98,6 +107,8 @@ struct bk_worker {
     double last_seen, last_step_change;
     bk_req *head, *tail;          /* its running requests */
     int failed;                   /* found dead/unreachable: removed at the next safe point */
+    uint64_t served;              /* requests it brought to stop/length: a worker that served is never evicted */
+    double t_reg;                 /* registration time: eviction takes the oldest worker that never served */
 };
 
 /* event counts since start, reported by `status` (docs/protocol.md lists their meaning) */
@@ -116,6 +127,10 @@ typedef struct {
     uint64_t bad_workers;         /* registrations refused (unknown model, vocabulary, too many) */
     uint64_t reregisters;         /* `reregister` sent to unknown workers */
     uint64_t worker_errors;       /* `out` entries with fin = 4 */
+    uint64_t lying_workers;       /* workers forgotten for an `out` the protocol forbids (id outside the vocabulary,
+                                     a rid twice, a rid not assigned to it) */
+    uint64_t evicted_workers;     /* idle workers that never served, evicted for a new registration */
+    uint64_t too_large;           /* client frames over PROTO_CLIENT_MAX_FRAME */
 } bk_counters;
 
 struct broker {
@@ -132,6 +147,8 @@ struct broker {
     uint64_t queued_tokens;       /* prompt tokens of the queued requests */
     bk_req *all;                  /* global list head */
     uint64_t next_rid;
+    uint64_t out_serial;          /* counts `out` messages (duplicate-rid check) */
+    char inst[17];                /* this broker instance's id (16 hex digits), on every client-bound message */
     proto_msg msg;                /* reused decode target */
     proto_buf out;                /* reused encode buffer */
     proto_seq *seqs;              /* [seqs_cap] assign scratch */
@@ -311,8 +328,9 @@ static void mark_lost(broker *b, const uint8_t *cid, uint32_t cn) {
     b->lost_len[b->n_lost++] = cn;
 }
 
-static int send_client(broker *b, const uint8_t *cid, uint32_t cn, const proto_buf *m) {
-    if (m->failed) { b->c.dropped++; return -1; }
+/* m is one freshly encoded message: the broker's instance id is added to it here */
+static int send_client(broker *b, const uint8_t *cid, uint32_t cn, proto_buf *m) {
+    if (m->failed || proto_buf_add_str(m, "inst", (proto_str){ b->inst, 16 }) != 0) { b->c.dropped++; return -1; }
     if (zmq_send(b->cs, cid, cn, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
         /* EHOSTUNREACH: the client is gone; EAGAIN: its HWM is full (slow consumer): both cancel its streams */
         b->c.dropped++;
@@ -375,6 +393,7 @@ static void req_finish(broker *b, bk_req *q, proto_finish fin, proto_code code, 
     double t = now_ms();
     if (q->state == RQ_QUEUED) queue_remove(b, q);
     else if (q->state == RQ_RUNNING) {
+        if ((fin == PROTO_FINISH_STOP || fin == PROTO_FINISH_LENGTH) && q->worker) q->worker->served++;
         if (cancel_worker && q->worker && !q->worker->failed) cancel_on_worker(b, q->worker, q->rid);
         /* the slot is reusable at once: the worker handles our cancel before any later assign */
         worker_detach(b, q);
@@ -516,6 +535,7 @@ static void worker_remove(broker *b, bk_worker *w, const char *why) {
     }
     for (int i = 0; i < b->n_workers; i++)
         if (b->workers[i] == w) { b->workers[i] = b->workers[--b->n_workers]; break; }
+    if (w->model) w->model->n_workers--;
     free(w);
 }
 
@@ -658,11 +678,19 @@ static void on_generate(broker *b, const uint8_t *cid, uint32_t cn, const proto_
     uint64_t need = (uint64_t)n_ids + g->max_tokens;
     int nw;
     uint32_t wctx = model_max_worker_ctx(b, m, &nw);
-    if ((m->n_ctx && need > m->n_ctx) || (nw > 0 && need > wctx)) {
-        snprintf(msg, sizeof msg, "prompt (%u tokens) + max_tokens (%u) exceeds the context (%u)", n_ids,
-                 g->max_tokens, nw > 0 && (!m->n_ctx || wctx < m->n_ctx) ? wctx : m->n_ctx);
+    if (m->n_ctx && need > m->n_ctx) {
+        snprintf(msg, sizeof msg, "prompt (%u tokens) + max_tokens (%u) exceeds the model's context (%u)", n_ids,
+                 g->max_tokens, m->n_ctx);
         free(ids);
         final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_PROMPT_TOO_LONG, msg, n_ids);
+        return;
+    }
+    if (nw > 0 && need > wctx) {
+        /* the model could take it; the workers registered now cannot (a capacity problem, not the prompt's) */
+        snprintf(msg, sizeof msg, "prompt (%u tokens) + max_tokens (%u) exceeds the context of every worker of "
+                 "model %s (largest %u tokens, %d workers)", n_ids, g->max_tokens, m->name, wctx, nw);
+        free(ids);
+        final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_NO_CAPACITY, msg, n_ids);
         return;
     }
     if (b->n_queued >= b->cfg.queue_max || b->queued_tokens + n_ids > b->cfg.queue_tokens) {
@@ -712,7 +740,8 @@ static void on_generate(broker *b, const uint8_t *cid, uint32_t cn, const proto_
 }
 
 static void on_status(broker *b, const uint8_t *cid, uint32_t cn, proto_str id) {
-    proto_worker_info wi[BK_MAX_WORKERS];
+    static proto_worker_info wi[BK_MAX_WORKERS];   /* single-threaded loop: too large for the stack */
+    proto_model_info cap[BK_MAX_MODELS];
     proto_str models[BK_MAX_MODELS];
     proto_counter ct[32];
     proto_status s;
@@ -737,6 +766,20 @@ static void on_status(broker *b, const uint8_t *cid, uint32_t cn, proto_str id) 
                    (w->used == 0 || t - w->last_step_change < b->cfg.hang_ms);
         if (x->alive) s.ready = 1;
     }
+    /* per model: why it cannot take work now, if it cannot */
+    for (int k = 0; k < b->n_models; k++) {
+        bk_model *m = &b->models[k];
+        proto_model_info *c = &cap[k];
+        memset(c, 0, sizeof *c);
+        c->model = proto_cstr(m->name);
+        c->queued = m->n_queued;
+        c->refused = m->refused;
+        for (int i = 0; i < b->n_workers; i++)
+            if (b->workers[i]->model == m && wi[i].alive) { c->workers++; c->free_slots += wi[i].free_slots; }
+        c->reason = proto_cstr(c->workers == 0 ? "no_worker" : c->free_slots == 0 ? "no_capacity" : "");
+    }
+    s.capacity = cap;
+    s.n_capacity = (uint32_t)b->n_models;
     s.workers = wi;
     s.n_workers = (uint32_t)b->n_workers;
     s.queue = b->n_queued;
@@ -746,6 +789,7 @@ static void on_status(broker *b, const uint8_t *cid, uint32_t cn, proto_str id) 
     CT(bad_messages); CT(dropped); CT(requeued); CT(worker_deaths); CT(unknown_ids); CT(duplicate_ids);
     CT(overloaded); CT(timeouts); CT(cancelled); CT(completed); CT(errors); CT(accepted); CT(tokens_out);
     CT(clients_lost); CT(late_outputs); CT(bad_workers); CT(reregisters); CT(worker_errors);
+    CT(lying_workers); CT(evicted_workers); CT(too_large);
 #undef CT
     ct[n].name = proto_cstr("zap_refused"); ct[n++].value = bk_zap_refused(b->zap);
     ct[n].name = proto_cstr("draining"); ct[n++].value = (uint64_t)b->draining;
@@ -789,6 +833,19 @@ static void on_client_msg(broker *b, const uint8_t *cid, uint32_t cn, const void
     char err[256];
     proto_msg *m = &b->msg;
     if (cn == 0 || cn > BK_CID_MAX) { b->c.bad_messages++; return; }
+    if (len > PROTO_CLIENT_MAX_FRAME) {
+        /* an answer, not a disconnect: the client's other requests go on */
+        proto_str type, id;
+        b->c.too_large++;
+        snprintf(err, sizeof err, "a message of %zu bytes exceeds the limit of %u bytes", len, PROTO_CLIENT_MAX_FRAME);
+        if (proto_peek_id(data, len, &type, &id) == 0 && proto_str_eq(type, "generate") &&
+            !find_by_id(b, cid, cn, id.p, id.n)) {
+            final_reject(b, cid, cn, id, PROTO_FINISH_ERROR, PROTO_CODE_TOO_LARGE, err, 0);
+            return;
+        }
+        send_bad_message(b, cid, cn, PROTO_CODE_TOO_LARGE, err);
+        return;
+    }
     if (proto_decode(data, len, m, err, sizeof err) != 0) {
         proto_str type, id;
         b->c.bad_messages++;
@@ -827,15 +884,41 @@ static void reregister(broker *b, const uint8_t *wid, uint32_t wn) {
     b->c.reregisters++;
 }
 
+/* Worker admission per model: each model holds at most cfg.max_workers workers. When its table is full, the
+ * new registration evicts the oldest of the model's workers that holds no sequence and has never served a
+ * request (a flood of registrations that never serve cannot lock out a worker that does: the real worker's
+ * registration gets in, and once it has served it is never evicted); when every worker there has served or
+ * holds work, the registration is refused and counted in the model's `refused` (status `capacity`). An evicted
+ * worker is forgotten: its next message gets `reregister`. */
+static int worker_admit(broker *b, bk_model *m) {
+    if (m->n_workers < b->cfg.max_workers && b->n_workers < BK_MAX_WORKERS) return 0;
+    bk_worker *victim = NULL;
+    for (int i = 0; i < b->n_workers; i++) {
+        bk_worker *w = b->workers[i];
+        if (w->model != m || w->served || w->used) continue;
+        if (!victim || w->t_reg < victim->t_reg) victim = w;
+    }
+    if (!victim) return -1;
+    b->c.evicted_workers++;
+    worker_remove(b, victim, "evicted for a new registration (it never served)");
+    return 0;
+}
+
 static void on_register(broker *b, const uint8_t *wid, uint32_t wn, const proto_register *r) {
     bk_worker *old = worker_find(b, wid, wn);
     if (old) worker_remove(b, old, "registered again (it dropped its sequences)");
     bk_model *m = model_find(b, r->model);
-    if (!m || (m->n_vocab > 0 && r->vocab_size && (int32_t)r->vocab_size < m->n_vocab) ||
-        b->n_workers >= BK_MAX_WORKERS) {
+    if (!m || (m->n_vocab > 0 && r->vocab_size && (int32_t)r->vocab_size < m->n_vocab)) {
         b->c.bad_workers++;
         logf_(b, "refused worker %.*s: model '%.*s' %s", (int)r->name.n, r->name.p, (int)r->model.n, r->model.p,
-              !m ? "is not configured" : b->n_workers >= BK_MAX_WORKERS ? "(too many workers)" : "has a smaller vocabulary");
+              !m ? "is not configured" : "has a smaller vocabulary");
+        return;
+    }
+    if (worker_admit(b, m) != 0) {
+        b->c.bad_workers++;
+        m->refused++;
+        logf_(b, "refused worker %.*s: model %s has %u workers, all of which served or hold work", (int)r->name.n,
+              r->name.p, m->name, m->n_workers);
         return;
     }
     bk_worker *w = calloc(1, sizeof *w);
@@ -846,8 +929,9 @@ static void on_register(broker *b, const uint8_t *wid, uint32_t wn, const proto_
     w->model = m;
     w->max_batch = r->max_batch; w->n_slots = r->n_slots; w->n_ctx = r->n_ctx; w->hb_ms = r->heartbeat_ms;
     w->hb_free = r->n_slots;
-    w->last_seen = w->last_step_change = now_ms();
+    w->last_seen = w->last_step_change = w->t_reg = now_ms();
     b->workers[b->n_workers++] = w;
+    m->n_workers++;
     proto_encode_registered(&b->out, b->cfg.heartbeat_ms);
     send_worker(b, w, &b->out);
     logf_(b, "worker %s registered: model %s, %u slots of %u tokens, device %s", w->name, m->name, w->n_slots,
@@ -858,7 +942,51 @@ static void note_step(bk_worker *w, uint64_t step, double t) {
     if (step != w->step) { w->step = step; w->last_step_change = t; }
 }
 
+/* Checks a whole `out` before any of it reaches a client. A worker may name a rid at most once per message,
+ * only a rid assigned to it (or one that ended: a late output), with a token id inside the model's vocabulary
+ * (or -1). Returns NULL, or what it lied about. */
+static const char *out_check(broker *b, bk_worker *w, const proto_out *o, char *why, size_t whylen) {
+    int32_t n_vocab = w->model->n_vocab;
+    uint64_t serial = ++b->out_serial;
+    for (uint32_t i = 0; i < o->n; i++) {
+        uint64_t rid = o->rids[i];
+        int32_t tok = o->toks[i];
+        if (tok < -1 || (n_vocab > 0 && tok >= n_vocab)) {
+            snprintf(why, whylen, "token id %d for rid %llu is outside the vocabulary (%d)", tok,
+                     (unsigned long long)rid, n_vocab);
+            return why;
+        }
+        bk_req *q = find_by_rid(b, rid);
+        if (!q) {
+            if (rid == 0 || rid > b->next_rid) {
+                snprintf(why, whylen, "rid %llu was never assigned", (unsigned long long)rid);
+                return why;
+            }
+            continue;   /* ended here (cancel, stop string, deadline): a late output */
+        }
+        if (q->worker != w) {
+            snprintf(why, whylen, "rid %llu is not assigned to it", (unsigned long long)rid);
+            return why;
+        }
+        if (q->out_mark == serial) {
+            snprintf(why, whylen, "rid %llu appears twice in one out", (unsigned long long)rid);
+            return why;
+        }
+        q->out_mark = serial;
+    }
+    return NULL;
+}
+
 static void on_out(broker *b, bk_worker *w, const proto_out *o, double t) {
+    char why[160];
+    if (out_check(b, w, o, why, sizeof why)) {
+        /* nothing of a lying message reaches a client; its requests go back to the queue (or fail if they
+         * streamed already) and the worker is forgotten (its next message gets reregister) */
+        b->c.lying_workers++;
+        fprintf(stderr, "zllm-broker: worker %s (model %s) forgotten: %s\n", w->name, w->model->name, why);
+        worker_remove(b, w, why);
+        return;
+    }
     note_step(w, o->step, t);
     for (uint32_t i = 0; i < o->n; i++) {
         bk_req *q = find_by_rid(b, o->rids[i]);
@@ -892,6 +1020,12 @@ static void on_worker_msg(broker *b, const uint8_t *wid, uint32_t wn, const void
     if (proto_decode(data, len, m, err, sizeof err) != 0) {
         b->c.bad_messages++;
         logf_(b, "bad worker message: %s", err);
+        bk_worker *w = worker_find(b, wid, wn);
+        if (w) {   /* a registered worker that breaks the protocol is not trusted with requests */
+            b->c.lying_workers++;
+            fprintf(stderr, "zllm-broker: worker %s (model %s) forgotten: %s\n", w->name, w->model->name, err);
+            worker_remove(b, w, err);
+        }
         return;
     }
     if (m->type == PROTO_REGISTER) { on_register(b, wid, wn, &m->reg); return; }
@@ -939,8 +1073,8 @@ static void dispatch_model(broker *b, bk_model *m, double t) {
             int nw;
             model_max_worker_ctx(b, m, &nw);
             if (nw > 0 && !any_fit) {   /* workers changed since validation: it can never fit now */
-                req_finish(b, head, PROTO_FINISH_ERROR, PROTO_CODE_PROMPT_TOO_LONG,
-                           "prompt + max_tokens exceeds every worker's context", 1, 0);
+                req_finish(b, head, PROTO_FINISH_ERROR, PROTO_CODE_NO_CAPACITY,
+                           "prompt + max_tokens exceeds the context of every worker of its model", 1, 0);
                 continue;
             }
             return;   /* wait for capacity (or for a worker to register) */
@@ -1048,6 +1182,56 @@ void broker_config_defaults(bk_config *c) {
     c->hang_ms = 2500;
     c->client_hwm = 10000;
     c->queue_tokens = 1u << 22;
+    c->max_workers = 64;
+}
+
+/* 16 hex digits from /dev/urandom (time and pid when it cannot be read): tells clients one broker process
+ * from the next */
+static void instance_id(char out[17]) {
+    uint64_t v = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, &v, sizeof v) != (ssize_t)sizeof v) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        v = hash_rid((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ hash_rid((uint64_t)getpid());
+    }
+    if (fd >= 0) close(fd);
+    snprintf(out, 17, "%016llx", (unsigned long long)v);
+}
+
+/* The worker socket's ipc://PATH: the socket file is 0600 (connecting needs write access to it), whatever the
+ * umask; its directory is created 0700 when missing. An existing directory that others may write to is refused
+ * unless it has the sticky bit (/tmp): they could swap the socket file. Returns 0 or -1 with a message. */
+static int ipc_prepare(const char *ep, char *err, size_t errlen) {
+    if (strncmp(ep, "ipc://", 6) != 0) return 0;
+    const char *path = ep + 6;
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path) return 0;
+    char dir[256];
+    size_t n = (size_t)(slash - path);
+    if (n >= sizeof dir) { berr(err, errlen, "%s: directory path too long", ep); return -1; }
+    memcpy(dir, path, n);
+    dir[n] = 0;
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        if (errno != ENOENT || mkdir(dir, 0700) != 0) {
+            berr(err, errlen, "%s: directory %s: %s", ep, dir, strerror(errno));
+            return -1;
+        }
+    } else if (!S_ISDIR(st.st_mode)) {
+        berr(err, errlen, "%s: %s is not a directory", ep, dir);
+        return -1;
+    } else if ((st.st_mode & 022) && !(st.st_mode & S_ISVTX)) {
+        /* others could replace the socket file with their own and stand in for the broker */
+        berr(err, errlen, "%s: directory %s is writable by other users (mode %03o) without the sticky bit", ep, dir,
+             (unsigned)(st.st_mode & 0777));
+        return -1;
+    }
+    return 0;
+}
+
+static void ipc_restrict(const char *bound) {
+    if (strncmp(bound, "ipc://", 6) == 0) chmod(bound + 6, 0600);
 }
 
 static int load_model(bk_model *m, const char *name, const char *path, char *err, size_t errlen) {
@@ -1083,7 +1267,7 @@ static int load_model(bk_model *m, const char *name, const char *path, char *err
 static int setup_socket(broker *b, void *s, int max_frame, int hwm, const char *ep, char *bound, size_t boundlen,
                         int curve, char *err, size_t errlen) {
     int one = 1, zero = 0;
-    int64_t maxmsg = max_frame;
+    int64_t maxmsg = max_frame;   /* the socket's limit: above it libzmq drops the connection */
     int hs = 5000;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
@@ -1106,9 +1290,18 @@ static int setup_socket(broker *b, void *s, int max_frame, int hwm, const char *
          * always answers and checks the domain itself, so a libzmq without the option still fails closed. */
         zmq_setsockopt(s, 93 /* ZMQ_ZAP_ENFORCE_DOMAIN */, &one, sizeof one);
     }
-    if (zmq_bind(s, ep) != 0) { berr(err, errlen, "bind %s: %s", ep, zmq_strerror(errno)); return -1; }
+    int is_ws = s == b->ws;   /* the worker socket: ipc protections (clients may be other local users) */
+    if (is_ws && ipc_prepare(ep, err, errlen) != 0) return -1;
+    /* the ipc socket file is created by this thread inside zmq_bind: a 077 umask leaves no moment when another
+     * user could connect; ipc_restrict repeats it for the record */
+    mode_t um = is_ws ? umask(077) : 0;
+    int brc = zmq_bind(s, ep);
+    int berrno = errno;
+    if (is_ws) umask(um);
+    if (brc != 0) { berr(err, errlen, "bind %s: %s", ep, zmq_strerror(berrno)); return -1; }
     size_t n = boundlen;
     if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, bound, &n) != 0) bound[0] = 0;
+    if (is_ws) ipc_restrict(bound);
     return 0;
 }
 
@@ -1134,6 +1327,18 @@ broker *broker_new(const bk_config *c, char *err, size_t errlen) {
     /* fail closed: asking for CURVE on the worker socket without keys must not silently serve plain text */
     if (c->curve_workers && !curve) { berr(err, errlen, "--curve-workers needs --curve-secret and --curve-allow"); goto fail; }
     if (c->curve_allow_workers && !c->curve_workers) { berr(err, errlen, "--curve-allow-workers needs --curve-workers"); goto fail; }
+    /* fail closed: a worker receives every prompt's token ids and its answers reach clients */
+    if (c->workers_ep && strncmp(c->workers_ep, "tcp://", 6) == 0 && !c->curve_workers && !c->insecure_tcp_workers) {
+        berr(err, errlen, "the workers endpoint %s is tcp:// without CURVE: any process that reaches it could register "
+             "as a worker and read every prompt; use --curve-workers (with --curve-secret, --curve-allow), an ipc:// "
+             "endpoint, or --insecure-tcp-workers for a loopback test setup", c->workers_ep);
+        goto fail;
+    }
+    if (c->max_workers < 1 || c->max_workers > BK_MAX_WORKERS) {
+        berr(err, errlen, "max_workers %u outside 1..%d", c->max_workers, BK_MAX_WORKERS);
+        goto fail;
+    }
+    instance_id(b->inst);
     if (curve) {
         if (!c->curve_allow) { berr(err, errlen, "--curve-secret needs --curve-allow DIR"); goto fail; }
         b->zap = bk_zap_new(b->ctx, c->curve_allow, err, errlen);
@@ -1145,7 +1350,7 @@ broker *broker_new(const bk_config *c, char *err, size_t errlen) {
     if (!b->cs || !b->ws) { berr(err, errlen, "zmq_socket: %s", zmq_strerror(errno)); goto fail; }
     int handover = 1;
     zmq_setsockopt(b->ws, ZMQ_ROUTER_HANDOVER, &handover, sizeof handover);
-    if (setup_socket(b, b->cs, PROTO_CLIENT_MAX_FRAME, (int)c->client_hwm, c->clients_ep, b->cs_ep, sizeof b->cs_ep, curve, err, errlen) ||
+    if (setup_socket(b, b->cs, BK_CLIENT_SOCKET_MAX, (int)c->client_hwm, c->clients_ep, b->cs_ep, sizeof b->cs_ep, curve, err, errlen) ||
         setup_socket(b, b->ws, PROTO_WORKER_MAX_FRAME, 100000, c->workers_ep, b->ws_ep, sizeof b->ws_ep,
                      curve && c->curve_workers ? (c->curve_allow_workers ? 2 : 1) : 0, err, errlen))
         goto fail;

@@ -33,6 +33,11 @@ typedef struct {
     int curve_workers;            /* 1: the worker socket requires CURVE too (same allow-list) */
     const char *curve_allow_workers; /* with curve_workers: directory of allowed worker *.pub files, a list of
                                         their own (client keys then cannot register workers), or NULL */
+    int insecure_tcp_workers;     /* 1: accept a tcp:// worker endpoint without CURVE (loopback tests only: any
+                                     process that reaches the port can register as a worker, read every prompt's
+                                     token ids and answer them); 0: broker_new refuses that configuration */
+    uint32_t max_workers;         /* workers per model (default 64; at most 1024 over all models): see
+                                     broker.c's worker_admit for who is evicted when a model's table is full */
     int verbose;                  /* 1: log events to stderr */
 } bk_config;
 
@@ -40,7 +45,10 @@ typedef struct broker broker;
 
 /* Fills defaults (everything zero except the numeric defaults above). */
 void broker_config_defaults(bk_config *c);
-/* Loads the models' vocabularies, binds the sockets. NULL with a message on failure. */
+/* Loads the models' vocabularies, binds the sockets. NULL with a message on failure, which includes a tcp://
+ * worker endpoint without CURVE unless insecure_tcp_workers is set. The ipc:// worker socket file is made 0600
+ * (only the broker's user can connect); a missing parent directory is created 0700, an existing one that others
+ * may write to (without the sticky bit) is refused. */
 broker *broker_new(const bk_config *c, char *err, size_t errlen);
 /* Runs until SIGTERM/SIGINT has drained (installs the handlers). Returns 0 on a clean drain, -1 on a fatal
  * socket error (message in err). */

@@ -1,7 +1,8 @@
 /* broker/main_zllm-broker.c: the zllm-broker command (see broker/broker.h and docs/protocol.md).
  *   zllm-broker --clients EP --workers EP --model [NAME=]PATH.gguf [--model ...] [--queue N] [--queue-tokens N]
  *               [--client-hwm N] [--drain-ms MS] [--heartbeat-ms MS] [--dead-ms MS] [--hang-ms MS]
- *               [--curve-secret FILE --curve-allow DIR [--curve-workers [--curve-allow-workers DIR]]] [-v]
+ *               [--curve-secret FILE --curve-allow DIR [--curve-workers [--curve-allow-workers DIR]]]
+ *               [--insecure-tcp-workers] [--max-workers-per-model N] [--chat-render MODE] [-v]
  *   zllm-broker --keygen PREFIX        writes PREFIX.key (Z85 secret) and PREFIX.pub (Z85 public)
  *   zllm-broker --help | --version     the full usage (every option, its range and default) / `zllm-broker VERSION` */
 #include "broker.h"
@@ -40,6 +41,11 @@ static void usage(FILE *f) {
             "  --curve-allow DIR       allowed client public keys, DIR/*.pub (required with --curve-secret)\n"
             "  --curve-workers         the worker socket requires CURVE too (default off)\n"
             "  --curve-allow-workers DIR  allowed worker public keys (default: the --curve-allow list)\n"
+            "  --insecure-tcp-workers  accept a tcp:// --workers endpoint without --curve-workers: any process that\n"
+            "                          reaches the port can register as a worker and read every prompt (loopback\n"
+            "                          test setups only; default: refused)\n"
+            "  --max-workers-per-model N  workers registered per model, 1..1024 (default 64); past it a worker\n"
+            "                          that has never served gives way to a new one\n"
             "  --keygen PREFIX         write PREFIX.key (secret, mode 0600) and PREFIX.pub, then exit\n"
             "  --chat-render MODE      chat templates: auto (default: the file's Jinja template, the hand-written\n"
             "                          family where it uses a construct the interpreter lacks, logged with -v),\n"
@@ -111,6 +117,8 @@ int main(int argc, char **argv) {
             if (!bad) chat_set_mode(mode);
             i++;
         }
+        else if (!strcmp(a, "--insecure-tcp-workers")) c.insecure_tcp_workers = 1;
+        else if (!strcmp(a, "--max-workers-per-model") && v) { bad = parse_u32(v, &c.max_workers, 1, 1024); i++; }
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) c.verbose = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--version")) { printf("zllm-broker %s\n", ZLLM_VERSION); return 0; }

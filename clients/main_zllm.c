@@ -661,6 +661,13 @@ static int s_status(zllm_client *c, const char *ep) {
                    (int)w->device.n, w->device.p ? w->device.p : "", w->max_batch, w->n_slots, w->free_slots,
                    w->running, w->n_ctx, (unsigned long long)w->step, w->alive ? "alive" : "DEAD");
         }
+        for (uint32_t i = 0; i < s->n_capacity; i++) {   /* why a model cannot take work now */
+            const proto_model_info *k = &s->capacity[i];
+            printf("  model %.*s: %u workers, %u free slots, %u queued, %llu registrations refused%s%.*s\n",
+                   (int)k->model.n, k->model.p ? k->model.p : "", k->workers, k->free_slots, k->queued,
+                   (unsigned long long)k->refused, k->reason.n ? ": " : "", (int)k->reason.n,
+                   k->reason.p ? k->reason.p : "");
+        }
         printf("counters:");
         for (uint32_t i = 0; i < s->n_counters; i++)
             printf(" %.*s=%llu", (int)s->counters[i].name.n, s->counters[i].name.p ? s->counters[i].name.p : "",

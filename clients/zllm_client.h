@@ -24,7 +24,8 @@ zllm_client *zllm_client_new(const char *endpoint, char *err, size_t errlen);
 void zllm_client_destroy(zllm_client **c);
 
 /* Sends a generate (g->id must be set). Waits at most send_timeout_ms (default 5000) for a connection.
- * Returns 0, or -1 with a message (encoding failed, broker unreachable). */
+ * Returns 0, or -1 with a message (encoding failed, over PROTO_CLIENT_MAX_FRAME: "too_large: ...", broker
+ * unreachable). */
 int zllm_client_submit(zllm_client *c, const proto_generate *g, char *err, size_t errlen);
 /* Sends a cancel for id. Returns 0 or -1 with a message. */
 int zllm_client_cancel(zllm_client *c, const char *id, char *err, size_t errlen);
@@ -33,8 +34,12 @@ int zllm_client_status(zllm_client *c, const char *id, char *err, size_t errlen)
 
 /* Waits up to timeout_ms (0: do not wait, -1: forever) for the next message from the broker and decodes it.
  * Returns 1 with *msg set (valid until the next zllm_client_recv or destroy), 0 on timeout, -1 on a socket
- * error. Undecodable messages are counted (zllm_client_bad_messages) and skipped. */
+ * error or, while generates are in flight, when the connection dropped ("broker_unreachable: ...", within about
+ * 3 s of the broker's death) or another broker instance answers ("broker_restarted: ..."): their finals will
+ * never come. Undecodable messages are counted (zllm_client_bad_messages) and skipped. */
 int zllm_client_recv(zllm_client *c, int timeout_ms, const proto_msg **msg, char *err, size_t errlen);
+/* The broker instance id of the last reply ("" before any). */
+const char *zllm_client_broker_instance(const zllm_client *c);
 /* messages from the broker that were malformed and skipped */
 unsigned long zllm_client_bad_messages(const zllm_client *c);
 /* sets how long a submit may wait for the connection (ms) */

@@ -546,7 +546,7 @@ static int f_generate(dec *d, proto_str k, proto_msg *m) {
     proto_generate *g = &m->generate;
     int r = d_sampling(d, k, &g->sampling);
     if (r != 0) return r < 0 ? -1 : 0;
-    if (key_is(k, "id")) return d_str(d, "id", &g->id, 1, PROTO_ID_MAX, 0);
+    if (key_is(k, "id")) return d_str(d, "id", &g->id, 1, PROTO_ID_MAX, 1);
     if (key_is(k, "model")) return d_str(d, "model", &g->model, 1, PROTO_NAME_MAX, 0);
     if (key_is(k, "prompt")) {
         if (g->prompt_kind && g->prompt_kind != PROTO_PROMPT_TEXT) FAIL("more than one of prompt/tokens/messages");
@@ -607,7 +607,7 @@ static int f_generate(dec *d, proto_str k, proto_msg *m) {
 
 static int f_cancel(dec *d, proto_str k, proto_msg *m) {
     proto_cancel *c = &m->cancel;
-    if (key_is(k, "id")) return d_str(d, "id", &c->id, 1, PROTO_ID_MAX, 0);
+    if (key_is(k, "id")) return d_str(d, "id", &c->id, 1, PROTO_ID_MAX, 1);
     if (key_is(k, "rids")) {
         uint32_t n;
         if (rd_arr(&d->r, &n)) FAIL("rids: expected an array");
@@ -646,9 +646,28 @@ static int f_worker_info(dec *d, proto_worker_info *w) {
     return 0;
 }
 
+static int f_model_info(dec *d, proto_model_info *c) {
+    uint32_t nk;
+    if (rd_map(&d->r, &nk)) FAIL("capacity[]: expected a map");
+    for (uint32_t j = 0; j < nk; j++) {
+        proto_str k;
+        int rc = 0;
+        if (d_key(d, &k)) return -1;
+        if (key_is(k, "model")) rc = d_str(d, "model", &c->model, 0, PROTO_NAME_MAX, 0);
+        else if (key_is(k, "workers")) rc = d_u32(d, "workers", &c->workers, 0, UINT32_MAX);
+        else if (key_is(k, "free_slots")) rc = d_u32(d, "free_slots", &c->free_slots, 0, UINT32_MAX);
+        else if (key_is(k, "queued")) rc = d_u32(d, "queued", &c->queued, 0, UINT32_MAX);
+        else if (key_is(k, "refused")) rc = d_u64(d, "refused", &c->refused, 0, UINT64_MAX);
+        else if (key_is(k, "reason")) rc = d_str(d, "reason", &c->reason, 0, 64, 0);
+        else rc = d_skip(d);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
 static int f_status(dec *d, proto_str k, proto_msg *m) {
     proto_status *s = &m->status;
-    if (key_is(k, "id")) return d_str(d, "id", &s->id, 1, PROTO_ID_MAX, 0);
+    if (key_is(k, "id")) return d_str(d, "id", &s->id, 1, PROTO_ID_MAX, 1);
     if (key_is(k, "ready")) return d_bool(d, "ready", &s->ready);
     if (key_is(k, "queue")) return d_u32(d, "queue", &s->queue, 0, UINT32_MAX);
     if (key_is(k, "active")) return d_u32(d, "active", &s->active, 0, UINT32_MAX);
@@ -691,12 +710,25 @@ static int f_status(dec *d, proto_str k, proto_msg *m) {
         s->n_counters = n;
         return 0;
     }
+    if (key_is(k, "capacity")) {
+        uint32_t n;
+        if (rd_arr(&d->r, &n)) FAIL("capacity: expected an array");
+        if (n > PROTO_MAX_WORKERS) FAIL("capacity: too many");
+        proto_model_info *v = arena_alloc(d->a, (size_t)n * sizeof *v);
+        if (!v) FAIL("capacity: out of memory");
+        memset(v, 0, (size_t)n * sizeof *v);
+        for (uint32_t i = 0; i < n; i++)
+            if (f_model_info(d, &v[i])) return -1;
+        s->capacity = v;
+        s->n_capacity = n;
+        return 0;
+    }
     return d_skip(d);
 }
 
 static int f_token(dec *d, proto_str k, proto_msg *m) {
     proto_token *t = &m->token;
-    if (key_is(k, "id")) return d_str(d, "id", &t->id, 1, PROTO_ID_MAX, 0);
+    if (key_is(k, "id")) return d_str(d, "id", &t->id, 1, PROTO_ID_MAX, 1);
     if (key_is(k, "ids")) return d_i32arr(d, "ids", &t->ids, &t->n_ids, PROTO_MAX_GEN, 0, PROTO_TOKEN_ID_MAX);
     if (key_is(k, "text")) return d_str(d, "text", &t->text, 0, PROTO_MAX_FRAME, 0);
     return d_skip(d);
@@ -716,7 +748,7 @@ static int d_f64any(dec *d, const char *name, double *v) {
 
 static int f_final(dec *d, proto_str k, proto_msg *m) {
     proto_final *f = &m->final;
-    if (key_is(k, "id")) return d_str(d, "id", &f->id, 1, PROTO_ID_MAX, 0);
+    if (key_is(k, "id")) return d_str(d, "id", &f->id, 1, PROTO_ID_MAX, 1);
     if (key_is(k, "finish")) {
         proto_str s;
         if (d_str(d, "finish", &s, 1, 32, 0)) return -1;
@@ -765,7 +797,7 @@ static int f_error(dec *d, proto_str k, proto_msg *m) {
         return 0;
     }
     if (key_is(k, "message")) return d_str(d, "message", &e->message, 0, PROTO_MAX_FRAME, 0);
-    if (key_is(k, "id")) return d_str(d, "id", &e->id, 1, PROTO_ID_MAX, 0);
+    if (key_is(k, "id")) return d_str(d, "id", &e->id, 1, PROTO_ID_MAX, 1);
     return d_skip(d);
 }
 
@@ -950,6 +982,15 @@ int proto_decode(const void *buf, size_t len, proto_msg *out, char *err, size_t 
         if (d_key(d, &k)) return -1;
         if (key_is(k, "zllm")) { if (d_u32(d, "zllm", &out->version, 0, UINT32_MAX)) return -1; have_ver = 1; }
         else if (key_is(k, "type")) { if (d_str(d, "type", &type, 1, 32, 0)) return -1; }
+        else if (key_is(k, "inst")) {   /* kept only when a UTF-8 string of 1..64 bytes */
+            rd at = d->r;
+            if (rd_str(&d->r, &out->inst) != 0 || out->inst.n < 1 || out->inst.n > 64 ||
+                !utf8_valid(out->inst.p, out->inst.n)) {
+                out->inst.p = NULL; out->inst.n = 0;
+                d->r = at;
+                if (d_skip(d)) return -1;
+            }
+        }
         else if (d_skip(d)) return -1;
     }
     if (!have_ver) FAIL("missing zllm version");
@@ -968,7 +1009,7 @@ int proto_decode(const void *buf, size_t len, proto_msg *out, char *err, size_t 
     for (uint32_t i = 0; i < n; i++) {
         proto_str k;
         if (d_key(d, &k)) return -1;
-        if (key_is(k, "zllm") || key_is(k, "type")) { if (d_skip(d)) return -1; continue; }
+        if (key_is(k, "zllm") || key_is(k, "type") || key_is(k, "inst")) { if (d_skip(d)) return -1; continue; }
         if (rd_nil(&d->r)) continue;   /* nil = absent */
         if (s_types[t].fn(d, k, out) != 0) return -1;
     }
@@ -1034,7 +1075,7 @@ int proto_peek_id(const void *buf, size_t len, proto_str *type, proto_str *id) {
         }
         if (rd_skip(&r, PROTO_MAX_DEPTH)) return -1;
     }
-    if (!t.p || !i.p || i.n < 1 || i.n > PROTO_ID_MAX) return -1;
+    if (!t.p || !i.p || i.n < 1 || i.n > PROTO_ID_MAX || !utf8_valid(i.p, i.n)) return -1;
     *type = t;
     *id = i;
     return 0;
@@ -1117,7 +1158,7 @@ int proto_encode_status_request(proto_buf *b, proto_str id) {
 }
 
 int proto_encode_status(proto_buf *b, const proto_status *s) {
-    w_head(b, 6 + (s->id.p ? 1 : 0), "status");
+    w_head(b, 6 + (s->id.p ? 1 : 0) + (s->n_capacity ? 1 : 0), "status");
     if (s->id.p) { w_key(b, "id"); w_str(b, s->id); }
     w_key(b, "ready"); w_bool(b, s->ready);
     w_key(b, "queue"); w_uint(b, s->queue);
@@ -1141,6 +1182,19 @@ int proto_encode_status(proto_buf *b, const proto_status *s) {
     }
     w_key(b, "counters"); w_map(b, s->n_counters);
     for (uint32_t i = 0; i < s->n_counters; i++) { w_str(b, s->counters[i].name); w_uint(b, s->counters[i].value); }
+    if (s->n_capacity) {
+        w_key(b, "capacity"); w_arr(b, s->n_capacity);
+        for (uint32_t i = 0; i < s->n_capacity; i++) {
+            const proto_model_info *m = &s->capacity[i];
+            w_map(b, 6);
+            w_key(b, "model"); w_str(b, m->model);
+            w_key(b, "workers"); w_uint(b, m->workers);
+            w_key(b, "free_slots"); w_uint(b, m->free_slots);
+            w_key(b, "queued"); w_uint(b, m->queued);
+            w_key(b, "refused"); w_uint(b, m->refused);
+            w_key(b, "reason"); w_str(b, m->reason);
+        }
+    }
     return enc_done(b);
 }
 
@@ -1178,6 +1232,25 @@ int proto_encode_error_id(proto_buf *b, proto_code code, proto_str id, proto_str
     w_key(b, "code"); w_key(b, proto_code_name(code));
     w_key(b, "message"); w_str(b, message);
     if (id.p) { w_key(b, "id"); w_str(b, id); }
+    return enc_done(b);
+}
+
+int proto_buf_add_str(proto_buf *b, const char *key, proto_str v) {
+    if (b->failed || b->len == 0) return -1;
+    uint8_t h = b->data[0];
+    if ((h & 0xf0) == 0x80 && (h & 0x0f) < 15) b->data[0] = (uint8_t)(h + 1);
+    else if (h == 0x8f) {   /* fixmap of 15 -> map16 of 16: two more header bytes */
+        w_bytes(b, "\0\0", 2);
+        if (b->failed) return -1;
+        memmove(b->data + 3, b->data + 1, b->len - 3);
+        b->data[0] = 0xde; b->data[1] = 0; b->data[2] = 16;
+    } else if (h == 0xde) {
+        uint32_t n = ((uint32_t)b->data[1] << 8 | b->data[2]) + 1;
+        if (n > 0xffff) return -1;
+        b->data[1] = (uint8_t)(n >> 8); b->data[2] = (uint8_t)n;
+    } else return -1;
+    w_key(b, key);
+    w_str(b, v);
     return enc_done(b);
 }
 
@@ -1309,7 +1382,8 @@ const char *proto_finish_name(proto_finish f) {
 
 static const char *const s_code_names[PROTO_CODE_COUNT] = {
     "", "bad_request", "unknown_model", "prompt_too_long", "template_error", "overloaded", "worker_failed",
-    "timeout", "shutting_down", "duplicate_id", "internal", "bad_message", "other",
+    "timeout", "shutting_down", "duplicate_id", "internal", "bad_message", "too_large", "no_capacity",
+    "broker_restarted", "broker_unreachable", "other",
 };
 const char *proto_code_name(proto_code c) {
     if ((int)c < 0 || c >= PROTO_CODE_COUNT) return "";

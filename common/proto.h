@@ -68,6 +68,10 @@ typedef enum {
     PROTO_CODE_NONE = 0, PROTO_CODE_BAD_REQUEST, PROTO_CODE_UNKNOWN_MODEL, PROTO_CODE_PROMPT_TOO_LONG,
     PROTO_CODE_TEMPLATE_ERROR, PROTO_CODE_OVERLOADED, PROTO_CODE_WORKER_FAILED, PROTO_CODE_TIMEOUT,
     PROTO_CODE_SHUTTING_DOWN, PROTO_CODE_DUPLICATE_ID, PROTO_CODE_INTERNAL, PROTO_CODE_BAD_MESSAGE,
+    PROTO_CODE_TOO_LARGE,          /* a client frame over PROTO_CLIENT_MAX_FRAME */
+    PROTO_CODE_NO_CAPACITY,        /* the model has workers but none whose context fits the request */
+    PROTO_CODE_BROKER_RESTARTED,   /* client side: replies come from another broker instance */
+    PROTO_CODE_BROKER_UNREACHABLE, /* client side: the connection to the broker dropped */
     PROTO_CODE_OTHER,   /* decoded: a code string this build does not know (still in final.code_str) */
     PROTO_CODE_COUNT
 } proto_code;
@@ -174,6 +178,16 @@ typedef struct {
     uint64_t value;
 } proto_counter;
 
+/* one model's capacity in a status reply (key `capacity`) */
+typedef struct {
+    proto_str model;
+    uint32_t workers;           /* live workers registered for it */
+    uint32_t free_slots;        /* their free sequence slots */
+    uint32_t queued;            /* its requests waiting */
+    uint64_t refused;           /* registrations refused: its worker table was full of workers that served */
+    proto_str reason;           /* "" when it can take work now, else "no_worker" or "no_capacity" */
+} proto_model_info;
+
 /* status request (only id/has_id) and status reply (everything) */
 typedef struct {
     proto_str id;               /* echoed request id; p NULL when absent */
@@ -185,6 +199,8 @@ typedef struct {
     uint32_t n_workers;
     const proto_counter *counters;    /* [n_counters] */
     uint32_t n_counters;
+    const proto_model_info *capacity; /* [n_capacity], encoded only when n_capacity > 0; decoded when present */
+    uint32_t n_capacity;
 } proto_status;
 
 typedef struct {
@@ -238,6 +254,7 @@ struct proto_arena;             /* internal: chunked bump allocator */
 /* A decoded message. Zero-initialise before the first decode; proto_msg_free releases the arena. */
 typedef struct {
     proto_type type;
+    proto_str inst;             /* the broker instance id on a broker -> client message; p NULL when absent */
     uint32_t version;           /* `zllm` value */
     union {
         proto_generate generate;
@@ -298,6 +315,9 @@ int proto_encode_assign(proto_buf *b, const proto_seq *seqs, uint32_t n_seqs);
 int proto_encode_out(proto_buf *b, uint64_t step, const uint64_t *rids, const int32_t *toks,
                      const uint8_t *fin, uint32_t n);
 void proto_buf_free(proto_buf *b);   /* idempotent */
+/* Adds key: v to the top-level map of an encoded message (the broker's instance id on every client-bound
+ * message). Returns 0, or -1 when b holds no map or the allocation failed. */
+int proto_buf_add_str(proto_buf *b, const char *key, proto_str v);
 
 /* Defaults for a generate (sampling defaults, max_tokens 128, stream 1, deadline 600000, add_bos -1). */
 void proto_generate_defaults(proto_generate *g);

@@ -2,7 +2,8 @@
  * Built by `make fuzz` with clang -fsanitize=fuzzer it is a libFuzzer target; built by the plain build
  * (FUZZ_REPLAY_MAIN) it is a replay driver: it runs every file named on the command line (directories are
  * walked one level), then the target's own seed corpus from fuzz_seeds(), then N pseudo-random mutations of
- * the seeds (N = $ZLLM_FUZZ_ITERS, default 2000), so CI exercises the decoder under AddressSanitizer. */
+ * the seeds (N = $ZLLM_FUZZ_ITERS, default 2000), so CI exercises the decoder under AddressSanitizer.
+ * The libFuzzer build exports the same seeds as files when ZLLM_FUZZ_SEED_DIR is set (LLVMFuzzerInitialize). */
 #ifndef ZLLM_FUZZ_MAIN_H
 #define ZLLM_FUZZ_MAIN_H
 #include <stddef.h>
@@ -70,6 +71,30 @@ int main(int argc, char **argv) {
     }
     printf("%d passed, 0 failed\n", runs);
     return 0;
+}
+#else
+/* libFuzzer build: with ZLLM_FUZZ_SEED_DIR set, the target writes its built-in seeds there as seed-N files and
+ * exits (make fuzz exports them into $(BUILD)/fuzz/corpus/NAME, the corpus that make fuzz-long grows). */
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc; (void)argv;
+    const char *dir = getenv("ZLLM_FUZZ_SEED_DIR");
+    if (!dir || !*dir) return 0;
+    const uint8_t *seeds[64]; size_t sizes[64];
+    int ns = fuzz_seeds(seeds, sizes, 64);
+    for (int i = 0; i < ns; i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/seed-%d", dir, i);
+        FILE *f = fopen(p, "wb");
+        if (!f || fwrite(seeds[i], 1, sizes[i], f) != sizes[i]) {
+            fprintf(stderr, "cannot write %s\n", p);
+            if (f) fclose(f);
+            exit(1);
+        }
+        fclose(f);
+    }
+    printf("%d seeds -> %s\n", ns, dir);
+    exit(0);
 }
 #endif
 #endif

@@ -108,8 +108,15 @@ static void test_roundtrips(void) {
     proto_worker_info wi = { proto_cstr("w1"), proto_cstr("m"), proto_cstr("cpu"), 8, 8, 512, 3, 5, 99, 1 };
     proto_str models[1] = { proto_cstr("m") };
     proto_counter ct[2] = { { proto_cstr("bad_messages"), 4 }, { proto_cstr("requeued"), 1 } };
-    proto_status st = { proto_cstr("s1"), 1, 2, 3, models, 1, &wi, 1, ct, 2 };
+    proto_status st = { proto_cstr("s1"), 1, 2, 3, models, 1, &wi, 1, ct, 2, NULL, 0 };
     CHECK(proto_encode_status(&b, &st) == 0 && oracle_map(&b, 9), "status reply encodes");
+    proto_model_info mi = { proto_cstr("m"), 1, 3, 0, 2, proto_cstr("") };
+    st.capacity = &mi;
+    st.n_capacity = 1;
+    CHECK(proto_encode_status(&b, &st) == 0 && oracle_map(&b, 10), "status reply with capacity encodes (10 keys)");
+    CHECK(dec(b.data, b.len) == 0 && s_m.status.n_capacity == 1 && streq(s_m.status.capacity[0].model, "m") &&
+          s_m.status.capacity[0].free_slots == 3 && s_m.status.capacity[0].refused == 2 &&
+          s_m.status.capacity[0].reason.n == 0, "capacity decodes: %s", s_err);
     CHECK(dec(b.data, b.len) == 0 && s_m.status.ready == 1 && s_m.status.queue == 2 && s_m.status.active == 3 &&
           s_m.status.n_workers == 1 && s_m.status.workers[0].n_ctx == 512 && s_m.status.workers[0].step == 99 &&
           s_m.status.workers[0].alive == 1 && s_m.status.n_counters == 2 && s_m.status.counters[0].value == 4 &&
@@ -329,8 +336,39 @@ static void test_stop(void) {
     CHECK(bk_stop_releasable(&none, "abc", 3) == 3 && bk_stop_find(&none, "abc", 3, 0) == -1, "no stops");
 }
 
+/* proto_buf_add_str: fixmap growth, the fixmap-15 -> map16 step, map16 growth; ids must be UTF-8 */
+static void test_add_str(void) {
+    proto_buf b = {0};
+    int32_t tok = 3;
+    CHECK(proto_encode_token(&b, proto_cstr("t"), &tok, 1, proto_cstr("x")) == 0, "encode token");
+    CHECK(proto_buf_add_str(&b, "inst", proto_cstr("0123456789abcdef")) == 0 && oracle_map(&b, 6), "token + inst: 6 keys");
+    CHECK(dec(b.data, b.len) == 0 && streq(s_m.inst, "0123456789abcdef") && s_m.token.ids[0] == 3, "decoded inst: %s", s_err);
+    char key[8];
+    for (int i = 0; i < 12; i++) {   /* 6 -> 18 keys crosses the fixmap limit */
+        snprintf(key, sizeof key, "k%d", i);
+        CHECK(proto_buf_add_str(&b, key, proto_cstr("v")) == 0, "add %s", key);
+    }
+    CHECK(b.data[0] == 0xde && oracle_map(&b, 18), "map16 of 18 keys");
+    CHECK(dec(b.data, b.len) == 0 && streq(s_m.inst, "0123456789abcdef") && streq(s_m.token.id, "t"), "still decodes: %s", s_err);
+    b.len = 0;
+    CHECK(proto_buf_add_str(&b, "inst", proto_cstr("x")) == -1, "no map: refused");
+    proto_buf_free(&b);
+    mp m;
+    mp_init(&m);
+    mp_head(&m, 2, "cancel");
+    mp_str(&m, "id");
+    msgpack_pack_str(&m.pk, 2);
+    msgpack_pack_str_body(&m.pk, "\xff\xfe", 2);
+    mp_str(&m, "inst");
+    mp_str(&m, "ignored");
+    CHECK(mp_dec(&m) == -1 && strstr(s_err, "UTF-8"), "a non-UTF-8 id is refused: %s", s_err);
+    CHECK(proto_code_parse(proto_cstr("too_large")) == PROTO_CODE_TOO_LARGE &&
+          !strcmp(proto_code_name(PROTO_CODE_BROKER_UNREACHABLE), "broker_unreachable"), "new code names");
+}
+
 int main(void) {
     test_roundtrips();
+    test_add_str();
     test_hostile();
     test_stop();
     proto_msg_free(&s_m);

@@ -62,7 +62,7 @@ ck.check(st is not None and st["ready"] is True and len(st["workers"]) == 1 and 
          "ready with a worker: %r" % st)
 c.generate("fit", prompt=PROMPT, max_tokens=120)
 toks, fin = c.wait_final("fit", 2)
-ck.check(fin is not None and fin.get("code") == "prompt_too_long", "beyond every worker's n_ctx: %r" % (fin,))
+ck.check(fin is not None and fin.get("code") == "no_capacity", "beyond every worker's n_ctx (within the model's): no_capacity: %r" % (fin,))
 
 # ---- 2: text: streamed == non-streamed == the prompt the fake worker echoes; stop strings
 c.generate("probe", prompt=PROMPT, max_tokens=1)

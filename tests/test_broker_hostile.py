@@ -100,12 +100,21 @@ ck.check(len(dup_err) == 1 and dup_err[0].get("code") == "duplicate_id", "duplic
 ck.check(fin is not None and fin["finish"] == "length" and fin["usage"]["completion_tokens"] == 40,
          "the original of a duplicate completes: %r" % (fin,))
 
-# an oversized frame (> 1 MiB) from another socket: its connection is dropped, nothing else happens
+# an oversized frame (> 1 MiB) from another socket gets a too_large final; one over the socket's own limit
+# (8 MiB) has its connection dropped, and nothing else happens
 big = ctx.socket(zmq.DEALER)
 big.setsockopt(zmq.LINGER, 0)
 big.connect(b.clients)
 big.send(pack({"type": "generate", "id": "big", "prompt": "a" * (2 << 20)}))
-ck.check(not big.poll(500), "oversized frame gets no reply (connection dropped)")
+m = msgpack.unpackb(big.recv(), raw=False) if big.poll(3000) else None
+ck.check(m is not None and m.get("type") == "final" and m.get("id") == "big" and m.get("code") == "too_large",
+         "a 2 MiB generate gets a too_large final: %r" % ({k: v for k, v in (m or {}).items() if k != "text"},))
+big.send(pack({"type": "status", "pad": "a" * (2 << 20)}))
+m = msgpack.unpackb(big.recv(), raw=False) if big.poll(3000) else None
+ck.check(m is not None and m.get("type") == "error" and m.get("code") == "too_large" and "id" not in m,
+         "a 2 MiB message without a generate id gets a too_large error: %r" % (m,))
+big.send(pack({"type": "generate", "id": "huge", "prompt": "a" * (9 << 20)}))
+ck.check(not big.poll(500), "a frame over the socket limit gets no reply (connection dropped)")
 big.close(0)
 
 # a stranger on the worker socket: garbage is dropped; hb/out from an unknown identity get reregister

@@ -16,7 +16,11 @@ result.code and result.message say why), including a broker that cannot be reach
 that never comes ("client_timeout").
 
 Every call is bounded in time: a request whose final does not arrive within its deadline plus `grace` seconds is
-cancelled and reported as "client_timeout", so a vanished or restarted broker gives an error, never a hang.
+cancelled and reported as "client_timeout", so a vanished or restarted broker gives an error, never a hang. Sooner
+than that: when the connection to the broker drops (it died or restarted; ZMTP heartbeats catch a silent one
+within 3 s) every request in flight ends with finish "error", code "broker_unreachable", and a reply from another
+broker instance (its `inst`) ends the older ones with "broker_restarted". A message over the broker's 1 MiB
+limit is refused before sending (code "too_large").
 Several requests may be in flight on one Client (submit / next_message); messages are routed by request id.
 `AsyncClient` is the same over zmq.asyncio.
 """
@@ -34,6 +38,8 @@ __all__ = ["Client", "AsyncClient", "Result", "Delta", "ZllmError", "ZllmRequest
 __version__ = "0.9.0"  # ZLLM_VERSION in common/version.h
 PROTOCOL_VERSION = 1
 _MAX_FRAME = 16 << 20  # bytes: the largest reply we accept (the broker's worker-side limit; replies are smaller)
+_CLIENT_MAX_FRAME = 1 << 20  # bytes: the largest message the broker accepts from a client
+_HEARTBEAT_IVL_MS, _HEARTBEAT_TIMEOUT_MS = 1000, 3000
 
 
 class ZllmError(Exception):
@@ -75,7 +81,9 @@ class ZllmCancelled(ZllmError):
 _CLASS_OF_CODE = {
     "bad_request": ZllmRequestError, "unknown_model": ZllmRequestError, "prompt_too_long": ZllmRequestError,
     "template_error": ZllmRequestError, "duplicate_id": ZllmRequestError, "bad_message": ZllmRequestError,
+    "too_large": ZllmRequestError,
     "overloaded": ZllmUnavailable, "shutting_down": ZllmUnavailable, "unreachable": ZllmUnavailable,
+    "no_capacity": ZllmUnavailable, "broker_unreachable": ZllmUnavailable, "broker_restarted": ZllmUnavailable,
     "worker_failed": ZllmServerError, "internal": ZllmServerError,
     "timeout": ZllmTimeout, "client_timeout": ZllmTimeout, "cancelled": ZllmCancelled,
 }
@@ -240,8 +248,35 @@ def _socket(ctx, endpoint, cls=None):
     s.setsockopt(zmq.MAXMSGSIZE, _MAX_FRAME)
     s.setsockopt(zmq.RECONNECT_IVL, 100)
     s.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+    s.setsockopt(zmq.HEARTBEAT_IVL, _HEARTBEAT_IVL_MS)
+    s.setsockopt(zmq.HEARTBEAT_TIMEOUT, _HEARTBEAT_TIMEOUT_MS)
     s.connect(endpoint)
     return s
+
+
+def _pack_checked(m):
+    """The encoded message, or ZllmError("too_large") when it exceeds what the broker accepts."""
+    data = msgpack.packb(m, use_bin_type=True)
+    if len(data) > _CLIENT_MAX_FRAME:
+        raise ZllmError("the message is %d bytes; the broker accepts at most %d" % (len(data), _CLIENT_MAX_FRAME),
+                        "too_large")
+    return data
+
+
+def _lost_final(id, code, message):
+    """The final a request gets from the client itself when its broker is gone or was replaced."""
+    return {"zllm": PROTOCOL_VERSION, "type": "final", "id": id, "finish": "error", "code": code,
+            "message": message, "text": ""}
+
+
+def _is_disconnect(mon):
+    """Reads one event from a monitor socket: True for a disconnect."""
+    from zmq.utils.monitor import recv_monitor_message
+    try:
+        ev = recv_monitor_message(mon, zmq.NOBLOCK)
+    except zmq.Again:
+        return False
+    return ev.get("event") == zmq.EVENT_DISCONNECTED
 
 
 class Client:
@@ -257,9 +292,17 @@ class Client:
         self._sock.setsockopt(zmq.SNDTIMEO, int(send_timeout * 1000))
         self._queues = collections.defaultdict(collections.deque)  # id -> messages not yet taken
         self._status = collections.deque()
+        self._inflight = {}        # generate id whose final has not come -> the broker instance known at submit
+        self._inst = None          # the broker instance that answered last
+        self._mon = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
 
     def close(self):
         if self._sock is not None:
+            try:
+                self._sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
+            self._mon.close(0)
             self._sock.close(0)
             self._sock = None
 
@@ -270,19 +313,52 @@ class Client:
         self.close()
 
     def _send(self, m):
+        data = _pack_checked(m)
         try:
-            self._sock.send(msgpack.packb(m, use_bin_type=True))
+            self._sock.send(data)
         except zmq.Again:
             raise ZllmUnavailable("broker %s unreachable" % self.endpoint, "unreachable")
 
+    def _fail_inflight(self, code, message, lost):
+        """Ends the requests in flight for which lost(instance at submit) holds with a final of the client's own:
+        their broker is gone."""
+        for id, sent in list(self._inflight.items()):
+            if lost(sent):
+                self._queues[id].append(_lost_final(id, code, message))
+                del self._inflight[id]
+
+    def _check_drop(self):
+        """Reads pending disconnect events; a drop loses every request in flight."""
+        dropped = False
+        while _is_disconnect(self._mon):
+            dropped = True
+        if dropped:
+            self._inst = None   # whoever answers next is a new broker: not a second loss
+            self._fail_inflight("broker_unreachable", "the connection to the broker %s dropped (it died or "
+                                "restarted); the request is lost" % self.endpoint, lambda sent: True)
+
     def _recv_one(self, timeout):
-        """Receives and files one message; returns False on timeout."""
-        if not self._sock.poll(max(0, int(timeout * 1000))):
+        """Receives and files one message (or a connection drop); returns False on timeout."""
+        p = zmq.Poller()
+        p.register(self._sock, zmq.POLLIN)
+        p.register(self._mon, zmq.POLLIN)
+        ready = dict(p.poll(max(0, int(timeout * 1000))))
+        if not ready:
             return False
+        if self._sock not in ready:   # replies already received go first
+            self._check_drop()
+            return True
         m = _decode(self._sock.recv_multipart())
         if m is None:
             return True
         t = m["type"]
+        inst = m.get("inst")
+        if isinstance(inst, str) and inst != self._inst:
+            self._fail_inflight("broker_restarted", "broker instance %s replaced %s; the request is lost" %
+                                (inst, self._inst), lambda sent: sent is not None and sent != inst)
+            self._inst = inst
+        if t == "final" or (t == "error" and m.get("code") == "duplicate_id"):
+            self._inflight.pop(m.get("id"), None)
         if t in ("token", "final") and isinstance(m.get("id"), str):
             self._queues[m["id"]].append(m)
         elif t == "status":
@@ -294,7 +370,9 @@ class Client:
     def submit(self, prompt=None, *, id=None, **kw):
         """Sends a generate without waiting; returns its request id. Messages come from next_message(id)."""
         id = id or _new_id()
+        self._check_drop()   # a drop before this request concerns only the older ones
         self._send(build_generate(id, prompt, **kw))
+        self._inflight[id] = self._inst
         return id
 
     def next_message(self, id=None, timeout=1.0):
@@ -370,6 +448,7 @@ class Client:
                     return
         finally:
             self._queues.pop(id, None)
+            self._inflight.pop(id, None)
 
     def generate(self, prompt=None, *, raise_on_error=True, **kw):
         """Runs one request to its end and returns a Result (token_ids, text, finish_reason, usage, timings).
@@ -402,6 +481,26 @@ class AsyncClient:
         self._queues = {}
         self._status = {}
         self._reader = None
+        self._watcher = None
+        self._inst = None
+        self._sent = {}            # request id in flight -> the broker instance known when it was sent
+        self._mon = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+
+    def _fail_inflight(self, code, message, lost):
+        for id, q in list(self._queues.items()):
+            if id in self._sent and lost(self._sent[id]):
+                del self._sent[id]
+                q.put_nowait(_lost_final(id, code, message))
+
+    async def _watch(self):
+        """Connection drops end every request in flight (broker_unreachable)."""
+        from zmq.utils.monitor import parse_monitor_message
+        while True:
+            ev = parse_monitor_message(await self._mon.recv_multipart())
+            if ev.get("event") == zmq.EVENT_DISCONNECTED:
+                self._inst = None
+                self._fail_inflight("broker_unreachable", "the connection to the broker %s dropped (it died or "
+                                    "restarted); the request is lost" % self.endpoint, lambda sent: True)
 
     async def _read(self):
         while True:
@@ -409,6 +508,11 @@ class AsyncClient:
             m = _decode(frames)
             if m is None:
                 continue
+            inst = m.get("inst")
+            if isinstance(inst, str) and inst != self._inst:
+                self._fail_inflight("broker_restarted", "broker instance %s replaced %s; the request is lost" %
+                                    (inst, self._inst), lambda sent, inst=inst: sent is not None and sent != inst)
+                self._inst = inst
             if m["type"] in ("token", "final"):
                 q = self._queues.get(m.get("id"))
                 if q is not None:
@@ -421,10 +525,13 @@ class AsyncClient:
     def _ensure_reader(self):
         if self._reader is None or self._reader.done():
             self._reader = self._asyncio.ensure_future(self._read())
+        if self._watcher is None or self._watcher.done():
+            self._watcher = self._asyncio.ensure_future(self._watch())
 
     async def _send(self, m):
+        data = _pack_checked(m)
         try:
-            await self._asyncio.wait_for(self._sock.send(msgpack.packb(m, use_bin_type=True)), 5.0)
+            await self._asyncio.wait_for(self._sock.send(data), 5.0)
         except self._asyncio.TimeoutError:
             raise ZllmUnavailable("broker %s unreachable" % self.endpoint, "unreachable")
 
@@ -459,6 +566,7 @@ class AsyncClient:
         try:
             try:
                 await self._send(build_generate(id, prompt, **kw))
+                self._sent[id] = self._inst
             except ZllmError as e:
                 if raise_on_error:
                     raise
@@ -484,6 +592,7 @@ class AsyncClient:
                     return
         finally:
             self._queues.pop(id, None)
+            self._sent.pop(id, None)
 
     async def generate(self, prompt=None, *, raise_on_error=True, **kw):
         """As Client.generate."""
@@ -500,6 +609,14 @@ class AsyncClient:
         if self._reader is not None:
             self._reader.cancel()
             self._reader = None
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
         if self._sock is not None:
+            try:
+                self._sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
+            self._mon.close(0)
             self._sock.close(0)
             self._sock = None
