@@ -44,7 +44,11 @@ static int load_dir(bk_zap *z, const char *allow_dir, char *err, size_t errlen) 
         if (n < 5 || strcmp(e->d_name + n - 4, ".pub") != 0) continue;
         char path[4096], z85[41], kerr[256];
         snprintf(path, sizeof path, "%s/%s", allow_dir, e->d_name);
-        if (zkey_read(path, z85, kerr, sizeof kerr) != 0) { zerr(err, errlen, "%s", kerr); closedir(d); return -1; }
+        if (zkey_read(path, z85, kerr, sizeof kerr) != 0) {
+            zerr(err, errlen, "%s", kerr);
+            closedir(d);
+            return -1;
+        }
         if (z->n_keys >= ZAP_MAX_KEYS) { zerr(err, errlen, "%s: more than %d keys", allow_dir, ZAP_MAX_KEYS); closedir(d); return -1; }
         zmq_z85_decode(z->keys[z->n_keys++], z85);
     }

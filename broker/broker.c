@@ -27,10 +27,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define BK_CID_MAX      255     /* bytes of a routing identity: libzmq's own limit (ZMQ_ROUTING_ID is 1..255 */
-#define BK_WID_MAX      255     /* bytes), so every peer a ROUTER accepts fits and gets its replies */
-#define BK_MAX_WORKERS  PROTO_MAX_WORKERS /* all models together; each model has its own cap (max_workers) */
-#define BK_CLIENT_SOCKET_MAX (8u * PROTO_CLIENT_MAX_FRAME) /* the client socket's ZMQ_MAXMSGSIZE: frames over
+#define BK_CID_MAX 255                   /* bytes of a routing identity: libzmq's own limit (ZMQ_ROUTING_ID is 1..255 */
+#define BK_WID_MAX 255                   /* bytes), so every peer a ROUTER accepts fits and gets its replies */
+#define BK_MAX_WORKERS PROTO_MAX_WORKERS /* all models together; each model has its own cap (max_workers) */
+#define BK_CLIENT_SOCKET_MAX                                                                                           \
+    (8u * PROTO_CLIENT_MAX_FRAME) /* the client socket's ZMQ_MAXMSGSIZE: frames over
                                    PROTO_CLIENT_MAX_FRAME up to this get a too_large answer from the broker's own
                                    check; only larger ones make libzmq drop the connection */
 #define BK_RECV_BATCH   512     /* messages read from one socket per loop turn */
@@ -90,8 +91,8 @@ struct bk_model {
     int32_t n_vocab;
     bk_req *q_head, *q_tail;      /* FIFO of queued requests */
     uint32_t n_queued;
-    uint32_t n_workers;           /* registered workers of this model (its cap: cfg.max_workers) */
-    uint64_t refused;             /* registrations refused: the table was full of workers that served */
+    uint32_t n_workers; /* registered workers of this model (its cap: cfg.max_workers) */
+    uint64_t refused;   /* registrations refused: the table was full of workers that served */
 };
 
 struct bk_worker {
@@ -330,7 +331,10 @@ static void mark_lost(broker *b, const uint8_t *cid, uint32_t cn) {
 
 /* m is one freshly encoded message: the broker's instance id is added to it here */
 static int send_client(broker *b, const uint8_t *cid, uint32_t cn, proto_buf *m) {
-    if (m->failed || proto_buf_add_str(m, "inst", (proto_str){ b->inst, 16 }) != 0) { b->c.dropped++; return -1; }
+    if (m->failed || proto_buf_add_str(m, "inst", (proto_str){b->inst, 16}) != 0) {
+        b->c.dropped++;
+        return -1;
+    }
     if (zmq_send(b->cs, cid, cn, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
         /* EHOSTUNREACH: the client is gone; EAGAIN: its HWM is full (slow consumer): both cancel its streams */
         b->c.dropped++;
@@ -687,8 +691,10 @@ static void on_generate(broker *b, const uint8_t *cid, uint32_t cn, const proto_
     }
     if (nw > 0 && need > wctx) {
         /* the model could take it; the workers registered now cannot (a capacity problem, not the prompt's) */
-        snprintf(msg, sizeof msg, "prompt (%u tokens) + max_tokens (%u) exceeds the context of every worker of "
-                 "model %s (largest %u tokens, %d workers)", n_ids, g->max_tokens, m->name, wctx, nw);
+        snprintf(msg, sizeof msg,
+                 "prompt (%u tokens) + max_tokens (%u) exceeds the context of every worker of "
+                 "model %s (largest %u tokens, %d workers)",
+                 n_ids, g->max_tokens, m->name, wctx, nw);
         free(ids);
         final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_NO_CAPACITY, msg, n_ids);
         return;
@@ -740,7 +746,7 @@ static void on_generate(broker *b, const uint8_t *cid, uint32_t cn, const proto_
 }
 
 static void on_status(broker *b, const uint8_t *cid, uint32_t cn, proto_str id) {
-    static proto_worker_info wi[BK_MAX_WORKERS];   /* single-threaded loop: too large for the stack */
+    static proto_worker_info wi[BK_MAX_WORKERS]; /* single-threaded loop: too large for the stack */
     proto_model_info cap[BK_MAX_MODELS];
     proto_str models[BK_MAX_MODELS];
     proto_counter ct[32];
@@ -775,7 +781,10 @@ static void on_status(broker *b, const uint8_t *cid, uint32_t cn, proto_str id) 
         c->queued = m->n_queued;
         c->refused = m->refused;
         for (int i = 0; i < b->n_workers; i++)
-            if (b->workers[i]->model == m && wi[i].alive) { c->workers++; c->free_slots += wi[i].free_slots; }
+            if (b->workers[i]->model == m && wi[i].alive) {
+                c->workers++;
+                c->free_slots += wi[i].free_slots;
+            }
         c->reason = proto_cstr(c->workers == 0 ? "no_worker" : c->free_slots == 0 ? "no_capacity" : "");
     }
     s.capacity = cap;
@@ -789,7 +798,9 @@ static void on_status(broker *b, const uint8_t *cid, uint32_t cn, proto_str id) 
     CT(bad_messages); CT(dropped); CT(requeued); CT(worker_deaths); CT(unknown_ids); CT(duplicate_ids);
     CT(overloaded); CT(timeouts); CT(cancelled); CT(completed); CT(errors); CT(accepted); CT(tokens_out);
     CT(clients_lost); CT(late_outputs); CT(bad_workers); CT(reregisters); CT(worker_errors);
-    CT(lying_workers); CT(evicted_workers); CT(too_large);
+    CT(lying_workers);
+    CT(evicted_workers);
+    CT(too_large);
 #undef CT
     ct[n].name = proto_cstr("zap_refused"); ct[n++].value = bk_zap_refused(b->zap);
     ct[n].name = proto_cstr("draining"); ct[n++].value = (uint64_t)b->draining;
@@ -962,7 +973,7 @@ static const char *out_check(broker *b, bk_worker *w, const proto_out *o, char *
                 snprintf(why, whylen, "rid %llu was never assigned", (unsigned long long)rid);
                 return why;
             }
-            continue;   /* ended here (cancel, stop string, deadline): a late output */
+            continue; /* ended here (cancel, stop string, deadline): a late output */
         }
         if (q->worker != w) {
             snprintf(why, whylen, "rid %llu is not assigned to it", (unsigned long long)rid);
@@ -1021,7 +1032,7 @@ static void on_worker_msg(broker *b, const uint8_t *wid, uint32_t wn, const void
         b->c.bad_messages++;
         logf_(b, "bad worker message: %s", err);
         bk_worker *w = worker_find(b, wid, wn);
-        if (w) {   /* a registered worker that breaks the protocol is not trusted with requests */
+        if (w) { /* a registered worker that breaks the protocol is not trusted with requests */
             b->c.lying_workers++;
             fprintf(stderr, "zllm-broker: worker %s (model %s) forgotten: %s\n", w->name, w->model->name, err);
             worker_remove(b, w, err);
@@ -1209,7 +1220,10 @@ static int ipc_prepare(const char *ep, char *err, size_t errlen) {
     if (!slash || slash == path) return 0;
     char dir[256];
     size_t n = (size_t)(slash - path);
-    if (n >= sizeof dir) { berr(err, errlen, "%s: directory path too long", ep); return -1; }
+    if (n >= sizeof dir) {
+        berr(err, errlen, "%s: directory path too long", ep);
+        return -1;
+    }
     memcpy(dir, path, n);
     dir[n] = 0;
     struct stat st;
@@ -1267,7 +1281,7 @@ static int load_model(bk_model *m, const char *name, const char *path, char *err
 static int setup_socket(broker *b, void *s, int max_frame, int hwm, const char *ep, char *bound, size_t boundlen,
                         int curve, char *err, size_t errlen) {
     int one = 1, zero = 0;
-    int64_t maxmsg = max_frame;   /* the socket's limit: above it libzmq drops the connection */
+    int64_t maxmsg = max_frame; /* the socket's limit: above it libzmq drops the connection */
     int hs = 5000;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
@@ -1279,7 +1293,10 @@ static int setup_socket(broker *b, void *s, int max_frame, int hwm, const char *
         char sec[41], cerr[256];
         /* curve 2: the worker socket with its own allow-list (its own ZAP domain) */
         const char *dom = curve == 2 ? BK_ZAP_DOMAIN_WORKERS : BK_ZAP_DOMAIN;
-        if (zkey_read(b->cfg.curve_secret, sec, cerr, sizeof cerr) != 0) { berr(err, errlen, "%s", cerr); return -1; }
+        if (zkey_read(b->cfg.curve_secret, sec, cerr, sizeof cerr) != 0) {
+            berr(err, errlen, "%s", cerr);
+            return -1;
+        }
         if (zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
             zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, sec, 40) != 0 ||
             zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, dom, strlen(dom)) != 0) {
@@ -1290,7 +1307,7 @@ static int setup_socket(broker *b, void *s, int max_frame, int hwm, const char *
          * always answers and checks the domain itself, so a libzmq without the option still fails closed. */
         zmq_setsockopt(s, 93 /* ZMQ_ZAP_ENFORCE_DOMAIN */, &one, sizeof one);
     }
-    int is_ws = s == b->ws;   /* the worker socket: ipc protections (clients may be other local users) */
+    int is_ws = s == b->ws; /* the worker socket: ipc protections (clients may be other local users) */
     if (is_ws && ipc_prepare(ep, err, errlen) != 0) return -1;
     /* the ipc socket file is created by this thread inside zmq_bind: a 077 umask leaves no moment when another
      * user could connect; ipc_restrict repeats it for the record */
@@ -1298,7 +1315,10 @@ static int setup_socket(broker *b, void *s, int max_frame, int hwm, const char *
     int brc = zmq_bind(s, ep);
     int berrno = errno;
     if (is_ws) umask(um);
-    if (brc != 0) { berr(err, errlen, "bind %s: %s", ep, zmq_strerror(berrno)); return -1; }
+    if (brc != 0) {
+        berr(err, errlen, "bind %s: %s", ep, zmq_strerror(berrno));
+        return -1;
+    }
     size_t n = boundlen;
     if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, bound, &n) != 0) bound[0] = 0;
     if (is_ws) ipc_restrict(bound);
@@ -1329,9 +1349,11 @@ broker *broker_new(const bk_config *c, char *err, size_t errlen) {
     if (c->curve_allow_workers && !c->curve_workers) { berr(err, errlen, "--curve-allow-workers needs --curve-workers"); goto fail; }
     /* fail closed: a worker receives every prompt's token ids and its answers reach clients */
     if (c->workers_ep && strncmp(c->workers_ep, "tcp://", 6) == 0 && !c->curve_workers && !c->insecure_tcp_workers) {
-        berr(err, errlen, "the workers endpoint %s is tcp:// without CURVE: any process that reaches it could register "
+        berr(err, errlen,
+             "the workers endpoint %s is tcp:// without CURVE: any process that reaches it could register "
              "as a worker and read every prompt; use --curve-workers (with --curve-secret, --curve-allow), an ipc:// "
-             "endpoint, or --insecure-tcp-workers for a loopback test setup", c->workers_ep);
+             "endpoint, or --insecure-tcp-workers for a loopback test setup",
+             c->workers_ep);
         goto fail;
     }
     if (c->max_workers < 1 || c->max_workers > BK_MAX_WORKERS) {
@@ -1350,7 +1372,8 @@ broker *broker_new(const bk_config *c, char *err, size_t errlen) {
     if (!b->cs || !b->ws) { berr(err, errlen, "zmq_socket: %s", zmq_strerror(errno)); goto fail; }
     int handover = 1;
     zmq_setsockopt(b->ws, ZMQ_ROUTER_HANDOVER, &handover, sizeof handover);
-    if (setup_socket(b, b->cs, BK_CLIENT_SOCKET_MAX, (int)c->client_hwm, c->clients_ep, b->cs_ep, sizeof b->cs_ep, curve, err, errlen) ||
+    if (setup_socket(b, b->cs, BK_CLIENT_SOCKET_MAX, (int)c->client_hwm, c->clients_ep, b->cs_ep, sizeof b->cs_ep,
+                     curve, err, errlen) ||
         setup_socket(b, b->ws, PROTO_WORKER_MAX_FRAME, 100000, c->workers_ep, b->ws_ep, sizeof b->ws_ep,
                      curve && c->curve_workers ? (c->curve_allow_workers ? 2 : 1) : 0, err, errlen))
         goto fail;

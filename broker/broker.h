@@ -33,10 +33,10 @@ typedef struct {
     int curve_workers;            /* 1: the worker socket requires CURVE too (same allow-list) */
     const char *curve_allow_workers; /* with curve_workers: directory of allowed worker *.pub files, a list of
                                         their own (client keys then cannot register workers), or NULL */
-    int insecure_tcp_workers;     /* 1: accept a tcp:// worker endpoint without CURVE (loopback tests only: any
+    int insecure_tcp_workers;        /* 1: accept a tcp:// worker endpoint without CURVE (loopback tests only: any
                                      process that reaches the port can register as a worker, read every prompt's
                                      token ids and answer them); 0: broker_new refuses that configuration */
-    uint32_t max_workers;         /* workers per model (default 64; at most 1024 over all models): see
+    uint32_t max_workers;            /* workers per model (default 64; at most 1024 over all models): see
                                      broker.c's worker_admit for who is evicted when a model's table is full */
     int verbose;                  /* 1: log events to stderr */
 } bk_config;

@@ -146,8 +146,8 @@ static void s_usage(FILE *f) {
             "  ZLLM_VERBOSE         when set (any value), each final's usage and timings go to stderr\n"
             "exit status: 0 when every request ended with stop or length (status: the broker is ready), 1 otherwise,\n"
             "2 on a usage error, 130 when Ctrl-C (SIGINT) cancelled the request.\n",
-            PROTO_MAX_GEN, PROTO_TOKEN_ID_MAX, PROTO_MAX_TOKENS, PROTO_STOP_MAX_LEN, PROTO_MAX_STOP,
-            PROTO_TOKEN_ID_MAX, PROTO_MAX_STOP_IDS, PROTO_TOKEN_ID_MAX, S_MAX_TOKENS_ARG, PROTO_TOKEN_ID_MAX);
+            PROTO_MAX_GEN, PROTO_TOKEN_ID_MAX, PROTO_MAX_TOKENS, PROTO_STOP_MAX_LEN, PROTO_MAX_STOP, PROTO_TOKEN_ID_MAX,
+            PROTO_MAX_STOP_IDS, PROTO_TOKEN_ID_MAX, S_MAX_TOKENS_ARG, PROTO_TOKEN_ID_MAX);
 }
 
 /* One numeric option value. The whole of v must be a decimal integer (N_INT) or a finite real number; reals
@@ -176,7 +176,7 @@ static int s_num(const char *opt, const char *v, double lo, double hi, int flags
         }
     }
     if (!ok) {
-        if ((flags & N_INT) && hi >= 18446744073709551615.0)   /* 2^64 - 1 has no double: the text */
+        if ((flags & N_INT) && hi >= 18446744073709551615.0) /* 2^64 - 1 has no double: the text */
             fprintf(stderr, "zllm: %s: expected a whole number in %.0f..18446744073709551615, got '%s'\n", opt, lo, v);
         else if (flags & N_INT)
             fprintf(stderr, "zllm: %s: expected a whole number in %.0f..%.0f, got '%s'\n", opt, lo, hi, v);
@@ -279,17 +279,21 @@ static int s_parse(int argc, char **argv, s_args *a) {
         const char *k = argv[i];
         double x;
         uint64_t u;
-        int mask = 0;   /* the commands the option applies to (0: unknown) */
-#define FLAG(name, m, stmt) if (!strcmp(k, name)) { mask = (m); if (mask & a->cmd) { stmt; } }
+        int mask = 0; /* the commands the option applies to (0: unknown) */
+#define FLAG(name, m, stmt)                                                                                            \
+    if (!strcmp(k, name)) {                                                                                            \
+        mask = (m);                                                                                                    \
+        if (mask & a->cmd) { stmt; }                                                                                   \
+    }
         FLAG("--ids", C_GEN, a->ids = 1)
-        else FLAG("--chat", C_GEN, a->chat = 1)
-        else FLAG("--ignore-eos", C_SAMPLE, a->ignore_eos = 1)
-        else FLAG("--special", C_GEN | C_CHAT, a->special = 1)
-        else FLAG("--bos", C_GEN | C_CHAT, a->add_bos = 1)
-        else FLAG("--no-bos", C_GEN | C_CHAT, a->add_bos = 0)
-        else FLAG("--no-stream", C_GEN | C_CHAT, a->no_stream = 1)
+        else FLAG("--chat", C_GEN, a->chat = 1) else FLAG("--ignore-eos", C_SAMPLE, a->ignore_eos = 1) else FLAG(
+            "--special", C_GEN | C_CHAT,
+            a->special = 1) else FLAG("--bos", C_GEN | C_CHAT,
+                                      a->add_bos = 1) else FLAG("--no-bos", C_GEN | C_CHAT,
+                                                                a->add_bos = 0) else FLAG("--no-stream", C_GEN | C_CHAT,
+                                                                                          a->no_stream = 1)
 #undef FLAG
-        if (mask) {
+            if (mask) {
             if (!(mask & a->cmd)) goto not_here;
             continue;
         }
@@ -297,16 +301,30 @@ static int s_parse(int argc, char **argv, s_args *a) {
             const char *name, *alias;
             int mask;
         } opts[] = {
-            {"--broker", NULL, C_ALL},         {"--prompt", "-p", C_GEN},        {"--system", NULL, C_GEN | C_CHAT},
-            {"--model", NULL, C_SAMPLE},       {"--stop", NULL, C_SAMPLE},       {"--stop-ids", NULL, C_SAMPLE},
-            {"--tokens", NULL, C_GEN},         {"--max-tokens", "-n", C_SAMPLE}, {"--temp", NULL, C_SAMPLE},
-            {"--top-k", NULL, C_SAMPLE},       {"--top-p", NULL, C_SAMPLE},      {"--min-p", NULL, C_SAMPLE},
-            {"--repeat-penalty", NULL, C_SAMPLE}, {"--repeat-last-n", NULL, C_SAMPLE}, {"--seed", NULL, C_SAMPLE},
-            {"--deadline-ms", NULL, C_SAMPLE}, {"-N", NULL, C_BENCH},            {"-c", NULL, C_BENCH},
-            {"--vocab", NULL, C_BENCH},        {"--bench-seed", NULL, C_BENCH},  {"--prompt-len", NULL, C_BENCH},
+            {"--broker", NULL, C_ALL},
+            {"--prompt", "-p", C_GEN},
+            {"--system", NULL, C_GEN | C_CHAT},
+            {"--model", NULL, C_SAMPLE},
+            {"--stop", NULL, C_SAMPLE},
+            {"--stop-ids", NULL, C_SAMPLE},
+            {"--tokens", NULL, C_GEN},
+            {"--max-tokens", "-n", C_SAMPLE},
+            {"--temp", NULL, C_SAMPLE},
+            {"--top-k", NULL, C_SAMPLE},
+            {"--top-p", NULL, C_SAMPLE},
+            {"--min-p", NULL, C_SAMPLE},
+            {"--repeat-penalty", NULL, C_SAMPLE},
+            {"--repeat-last-n", NULL, C_SAMPLE},
+            {"--seed", NULL, C_SAMPLE},
+            {"--deadline-ms", NULL, C_SAMPLE},
+            {"-N", NULL, C_BENCH},
+            {"-c", NULL, C_BENCH},
+            {"--vocab", NULL, C_BENCH},
+            {"--bench-seed", NULL, C_BENCH},
+            {"--prompt-len", NULL, C_BENCH},
             {"--out-len", NULL, C_BENCH},
         };
-        const char *o = NULL;   /* the option's long name */
+        const char *o = NULL; /* the option's long name */
         for (size_t j = 0; j < sizeof opts / sizeof opts[0] && !o; j++)
             if (!strcmp(k, opts[j].name) || (opts[j].alias && !strcmp(k, opts[j].alias))) {
                 o = opts[j].name;
@@ -447,7 +465,7 @@ static int s_run_one(zllm_client *c, const s_args *a, proto_generate *g, char **
     }
     double t0 = s_now(), t_end = t0 + (g->deadline_ms + S_GRACE_MS) / 1000.0;
     int cancelled = 0, rc = 1, got_first = 0, asked = 0;
-    unsigned long n_tokens = 0;   /* ids received so far */
+    unsigned long n_tokens = 0; /* ids received so far */
     for (;;) {
         if (s_interrupted && !cancelled) {
             zllm_client_cancel(c, id, err, sizeof err);
@@ -458,8 +476,10 @@ static int s_run_one(zllm_client *c, const s_args *a, proto_generate *g, char **
         if (left <= 0) {
             zllm_client_cancel(c, id, err, sizeof err);
             if (cancelled) {
-                fprintf(stderr, "\nzllm: interrupted: request cancelled after %lu tokens (the broker did not "
-                                "confirm within %.0f s)\n", n_tokens, S_CANCEL_WAIT_S);
+                fprintf(stderr,
+                        "\nzllm: interrupted: request cancelled after %lu tokens (the broker did not "
+                        "confirm within %.0f s)\n",
+                        n_tokens, S_CANCEL_WAIT_S);
                 rc = S_EXIT_INTERRUPTED;
             } else {
                 fprintf(stderr, "\nzllm: no final for %s within %u ms: giving up (broker gone?)\n", id,
@@ -468,7 +488,7 @@ static int s_run_one(zllm_client *c, const s_args *a, proto_generate *g, char **
             break;
         }
         if (!got_first && !asked && !cancelled && s_now() - t0 >= S_WAIT_NOTICE_S) {
-            asked = 1;   /* one question: the answer is said once */
+            asked = 1; /* one question: the answer is said once */
             zllm_client_status(c, "zllm-wait", err, sizeof err);
         }
         const proto_msg *m;
@@ -661,7 +681,7 @@ static int s_status(zllm_client *c, const char *ep) {
                    (int)w->device.n, w->device.p ? w->device.p : "", w->max_batch, w->n_slots, w->free_slots,
                    w->running, w->n_ctx, (unsigned long long)w->step, w->alive ? "alive" : "DEAD");
         }
-        for (uint32_t i = 0; i < s->n_capacity; i++) {   /* why a model cannot take work now */
+        for (uint32_t i = 0; i < s->n_capacity; i++) { /* why a model cannot take work now */
             const proto_model_info *k = &s->capacity[i];
             printf("  model %.*s: %u workers, %u free slots, %u queued, %llu registrations refused%s%.*s\n",
                    (int)k->model.n, k->model.p ? k->model.p : "", k->workers, k->free_slots, k->queued,

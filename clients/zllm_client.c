@@ -68,7 +68,10 @@ void zllm_client_destroy(zllm_client **pc) {
     zllm_client *c = *pc;
     if (c->has_frame) zmq_msg_close(&c->frame);
     if (c->mon) zmq_close(c->mon);
-    if (c->sock) { zmq_socket_monitor(c->sock, NULL, 0); zmq_close(c->sock); }
+    if (c->sock) {
+        zmq_socket_monitor(c->sock, NULL, 0);
+        zmq_close(c->sock);
+    }
     if (c->ctx) zmq_ctx_term(c->ctx);
     proto_buf_free(&c->buf);
     proto_msg_free(&c->msg);
@@ -86,15 +89,21 @@ static int s_disconnected(zllm_client *c) {
     for (;;) {
         zmq_msg_t ev, addr;
         zmq_msg_init(&ev);
-        if (zmq_msg_recv(&ev, c->mon, ZMQ_DONTWAIT) < 0) { zmq_msg_close(&ev); return dropped; }
+        if (zmq_msg_recv(&ev, c->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return dropped;
+        }
         if (zmq_msg_size(&ev) >= 2) {
             uint16_t e;
             memcpy(&e, zmq_msg_data(&ev), 2);
-            if (e == ZMQ_EVENT_DISCONNECTED) { dropped = 1; c->inst[0] = 0; }   /* the next broker is new */
+            if (e == ZMQ_EVENT_DISCONNECTED) {
+                dropped = 1;
+                c->inst[0] = 0;
+            } /* the next broker is new */
         }
         int more = zmq_msg_more(&ev);
         zmq_msg_close(&ev);
-        while (more) {   /* the event's address frame */
+        while (more) { /* the event's address frame */
             zmq_msg_init(&addr);
             if (zmq_msg_recv(&addr, c->mon, ZMQ_DONTWAIT) < 0) more = 0;
             else more = zmq_msg_more(&addr);
@@ -127,7 +136,10 @@ int zllm_client_submit(zllm_client *c, const proto_generate *g, char *err, size_
         return -1;
     }
     /* a drop before this request concerns only the older ones: the next recv reports them */
-    if (s_disconnected(c)) { c->lost += c->inflight; c->inflight = 0; }
+    if (s_disconnected(c)) {
+        c->lost += c->inflight;
+        c->inflight = 0;
+    }
     if (s_send(c, proto_encode_generate(&c->buf, g), err, errlen) != 0) return -1;
     c->inflight++;
     return 0;
@@ -162,8 +174,10 @@ static int s_check_instance(zllm_client *c, const proto_msg *m, char *err, size_
 
 int zllm_client_recv(zllm_client *c, int timeout_ms, const proto_msg **msg, char *err, size_t errlen) {
     if (c->lost) {
-        snprintf(err, errlen, "broker_unreachable: the connection to the broker dropped; %u request(s) in flight "
-                 "are lost", c->lost);
+        snprintf(err, errlen,
+                 "broker_unreachable: the connection to the broker dropped; %u request(s) in flight "
+                 "are lost",
+                 c->lost);
         c->lost = 0;
         return -1;
     }
@@ -175,15 +189,17 @@ int zllm_client_recv(zllm_client *c, int timeout_ms, const proto_msg **msg, char
             snprintf(err, errlen, "poll: %s", zmq_strerror(zmq_errno()));
             return -1;
         }
-        if (!(it[0].revents & ZMQ_POLLIN)) {   /* replies already here go first, then a drop counts */
+        if (!(it[0].revents & ZMQ_POLLIN)) { /* replies already here go first, then a drop counts */
             if (s_disconnected(c) && c->inflight > 0) {
-                snprintf(err, errlen, "broker_unreachable: the connection to the broker dropped; %u request(s) in "
-                         "flight are lost", c->inflight);
+                snprintf(err, errlen,
+                         "broker_unreachable: the connection to the broker dropped; %u request(s) in "
+                         "flight are lost",
+                         c->inflight);
                 c->inflight = 0;
                 return -1;
             }
             if (n == 0 || timeout_ms == 0) return 0;
-            continue;   /* a drop with nothing in flight: wait again (the timeout restarts) */
+            continue; /* a drop with nothing in flight: wait again (the timeout restarts) */
         }
         if (c->has_frame) zmq_msg_close(&c->frame);
         zmq_msg_init(&c->frame);
@@ -211,8 +227,8 @@ int zllm_client_recv(zllm_client *c, int timeout_ms, const proto_msg **msg, char
             continue;
         }
         if (s_check_instance(c, &c->msg, err, errlen) != 0) return -1;
-        if (c->inflight > 0 && (c->msg.type == PROTO_FINAL || (c->msg.type == PROTO_ERROR &&
-                                                                c->msg.error.code == PROTO_CODE_DUPLICATE_ID)))
+        if (c->inflight > 0 && (c->msg.type == PROTO_FINAL ||
+                                (c->msg.type == PROTO_ERROR && c->msg.error.code == PROTO_CODE_DUPLICATE_ID)))
             c->inflight--;
         *msg = &c->msg;
         return 1;

@@ -317,13 +317,16 @@ char *chat_render(const char *tmpl, const char *bos, const char *eos, const zl_c
     return out;
 }
 
-static int s_mode = CHAT_AUTO;   /* chat_set_mode */
+static int s_mode = CHAT_AUTO; /* chat_set_mode */
 
 void chat_set_mode(int mode) { s_mode = mode == CHAT_JINJA || mode == CHAT_BUILTIN ? mode : CHAT_AUTO; }
 
 int chat_mode_parse(const char *s) {
-    return !s ? -1 : !strcmp(s, "auto") ? CHAT_AUTO : !strcmp(s, "jinja") ? CHAT_JINJA :
-           !strcmp(s, "builtin") ? CHAT_BUILTIN : -1;
+    return !s                      ? -1
+           : !strcmp(s, "auto")    ? CHAT_AUTO
+           : !strcmp(s, "jinja")   ? CHAT_JINJA
+           : !strcmp(s, "builtin") ? CHAT_BUILTIN
+                                   : -1;
 }
 
 char *chat_apply_template(const char *tmpl, const char *bos, const char *eos, const zl_chat_msg *msgs, int n,

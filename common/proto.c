@@ -980,18 +980,21 @@ int proto_decode(const void *buf, size_t len, proto_msg *out, char *err, size_t 
     for (uint32_t i = 0; i < n; i++) {
         proto_str k;
         if (d_key(d, &k)) return -1;
-        if (key_is(k, "zllm")) { if (d_u32(d, "zllm", &out->version, 0, UINT32_MAX)) return -1; have_ver = 1; }
-        else if (key_is(k, "type")) { if (d_str(d, "type", &type, 1, 32, 0)) return -1; }
-        else if (key_is(k, "inst")) {   /* kept only when a UTF-8 string of 1..64 bytes */
+        if (key_is(k, "zllm")) {
+            if (d_u32(d, "zllm", &out->version, 0, UINT32_MAX)) return -1;
+            have_ver = 1;
+        } else if (key_is(k, "type")) {
+            if (d_str(d, "type", &type, 1, 32, 0)) return -1;
+        } else if (key_is(k, "inst")) { /* kept only when a UTF-8 string of 1..64 bytes */
             rd at = d->r;
             if (rd_str(&d->r, &out->inst) != 0 || out->inst.n < 1 || out->inst.n > 64 ||
                 !utf8_valid(out->inst.p, out->inst.n)) {
-                out->inst.p = NULL; out->inst.n = 0;
+                out->inst.p = NULL;
+                out->inst.n = 0;
                 d->r = at;
                 if (d_skip(d)) return -1;
             }
-        }
-        else if (d_skip(d)) return -1;
+        } else if (d_skip(d)) return -1;
     }
     if (!have_ver) FAIL("missing zllm version");
     if (out->version != PROTO_VERSION) FAIL("unsupported protocol version %u", out->version);
@@ -1009,7 +1012,10 @@ int proto_decode(const void *buf, size_t len, proto_msg *out, char *err, size_t 
     for (uint32_t i = 0; i < n; i++) {
         proto_str k;
         if (d_key(d, &k)) return -1;
-        if (key_is(k, "zllm") || key_is(k, "type") || key_is(k, "inst")) { if (d_skip(d)) return -1; continue; }
+        if (key_is(k, "zllm") || key_is(k, "type") || key_is(k, "inst")) {
+            if (d_skip(d)) return -1;
+            continue;
+        }
         if (rd_nil(&d->r)) continue;   /* nil = absent */
         if (s_types[t].fn(d, k, out) != 0) return -1;
     }
@@ -1183,16 +1189,23 @@ int proto_encode_status(proto_buf *b, const proto_status *s) {
     w_key(b, "counters"); w_map(b, s->n_counters);
     for (uint32_t i = 0; i < s->n_counters; i++) { w_str(b, s->counters[i].name); w_uint(b, s->counters[i].value); }
     if (s->n_capacity) {
-        w_key(b, "capacity"); w_arr(b, s->n_capacity);
+        w_key(b, "capacity");
+        w_arr(b, s->n_capacity);
         for (uint32_t i = 0; i < s->n_capacity; i++) {
             const proto_model_info *m = &s->capacity[i];
             w_map(b, 6);
-            w_key(b, "model"); w_str(b, m->model);
-            w_key(b, "workers"); w_uint(b, m->workers);
-            w_key(b, "free_slots"); w_uint(b, m->free_slots);
-            w_key(b, "queued"); w_uint(b, m->queued);
-            w_key(b, "refused"); w_uint(b, m->refused);
-            w_key(b, "reason"); w_str(b, m->reason);
+            w_key(b, "model");
+            w_str(b, m->model);
+            w_key(b, "workers");
+            w_uint(b, m->workers);
+            w_key(b, "free_slots");
+            w_uint(b, m->free_slots);
+            w_key(b, "queued");
+            w_uint(b, m->queued);
+            w_key(b, "refused");
+            w_uint(b, m->refused);
+            w_key(b, "reason");
+            w_str(b, m->reason);
         }
     }
     return enc_done(b);
@@ -1239,15 +1252,17 @@ int proto_buf_add_str(proto_buf *b, const char *key, proto_str v) {
     if (b->failed || b->len == 0) return -1;
     uint8_t h = b->data[0];
     if ((h & 0xf0) == 0x80 && (h & 0x0f) < 15) b->data[0] = (uint8_t)(h + 1);
-    else if (h == 0x8f) {   /* fixmap of 15 -> map16 of 16: two more header bytes */
-        w_bytes(b, "\0\0", 2);
+    else if (h == 0x8f) { /* fixmap of 15 -> map16 of 16: two more header bytes */ w_bytes(b, "\0\0", 2);
         if (b->failed) return -1;
         memmove(b->data + 3, b->data + 1, b->len - 3);
-        b->data[0] = 0xde; b->data[1] = 0; b->data[2] = 16;
+        b->data[0] = 0xde;
+        b->data[1] = 0;
+        b->data[2] = 16;
     } else if (h == 0xde) {
         uint32_t n = ((uint32_t)b->data[1] << 8 | b->data[2]) + 1;
         if (n > 0xffff) return -1;
-        b->data[1] = (uint8_t)(n >> 8); b->data[2] = (uint8_t)n;
+        b->data[1] = (uint8_t)(n >> 8);
+        b->data[2] = (uint8_t)n;
     } else return -1;
     w_key(b, key);
     w_str(b, v);
@@ -1381,9 +1396,23 @@ const char *proto_finish_name(proto_finish f) {
 }
 
 static const char *const s_code_names[PROTO_CODE_COUNT] = {
-    "", "bad_request", "unknown_model", "prompt_too_long", "template_error", "overloaded", "worker_failed",
-    "timeout", "shutting_down", "duplicate_id", "internal", "bad_message", "too_large", "no_capacity",
-    "broker_restarted", "broker_unreachable", "other",
+    "",
+    "bad_request",
+    "unknown_model",
+    "prompt_too_long",
+    "template_error",
+    "overloaded",
+    "worker_failed",
+    "timeout",
+    "shutting_down",
+    "duplicate_id",
+    "internal",
+    "bad_message",
+    "too_large",
+    "no_capacity",
+    "broker_restarted",
+    "broker_unreachable",
+    "other",
 };
 const char *proto_code_name(proto_code c) {
     if ((int)c < 0 || c >= PROTO_CODE_COUNT) return "";

@@ -65,14 +65,23 @@ typedef enum {
 } proto_finish;
 
 typedef enum {
-    PROTO_CODE_NONE = 0, PROTO_CODE_BAD_REQUEST, PROTO_CODE_UNKNOWN_MODEL, PROTO_CODE_PROMPT_TOO_LONG,
-    PROTO_CODE_TEMPLATE_ERROR, PROTO_CODE_OVERLOADED, PROTO_CODE_WORKER_FAILED, PROTO_CODE_TIMEOUT,
-    PROTO_CODE_SHUTTING_DOWN, PROTO_CODE_DUPLICATE_ID, PROTO_CODE_INTERNAL, PROTO_CODE_BAD_MESSAGE,
+    PROTO_CODE_NONE = 0,
+    PROTO_CODE_BAD_REQUEST,
+    PROTO_CODE_UNKNOWN_MODEL,
+    PROTO_CODE_PROMPT_TOO_LONG,
+    PROTO_CODE_TEMPLATE_ERROR,
+    PROTO_CODE_OVERLOADED,
+    PROTO_CODE_WORKER_FAILED,
+    PROTO_CODE_TIMEOUT,
+    PROTO_CODE_SHUTTING_DOWN,
+    PROTO_CODE_DUPLICATE_ID,
+    PROTO_CODE_INTERNAL,
+    PROTO_CODE_BAD_MESSAGE,
     PROTO_CODE_TOO_LARGE,          /* a client frame over PROTO_CLIENT_MAX_FRAME */
     PROTO_CODE_NO_CAPACITY,        /* the model has workers but none whose context fits the request */
     PROTO_CODE_BROKER_RESTARTED,   /* client side: replies come from another broker instance */
     PROTO_CODE_BROKER_UNREACHABLE, /* client side: the connection to the broker dropped */
-    PROTO_CODE_OTHER,   /* decoded: a code string this build does not know (still in final.code_str) */
+    PROTO_CODE_OTHER,              /* decoded: a code string this build does not know (still in final.code_str) */
     PROTO_CODE_COUNT
 } proto_code;
 
@@ -181,11 +190,11 @@ typedef struct {
 /* one model's capacity in a status reply (key `capacity`) */
 typedef struct {
     proto_str model;
-    uint32_t workers;           /* live workers registered for it */
-    uint32_t free_slots;        /* their free sequence slots */
-    uint32_t queued;            /* its requests waiting */
-    uint64_t refused;           /* registrations refused: its worker table was full of workers that served */
-    proto_str reason;           /* "" when it can take work now, else "no_worker" or "no_capacity" */
+    uint32_t workers;    /* live workers registered for it */
+    uint32_t free_slots; /* their free sequence slots */
+    uint32_t queued;     /* its requests waiting */
+    uint64_t refused;    /* registrations refused: its worker table was full of workers that served */
+    proto_str reason;    /* "" when it can take work now, else "no_worker" or "no_capacity" */
 } proto_model_info;
 
 /* status request (only id/has_id) and status reply (everything) */

@@ -42,31 +42,31 @@
 #include <time.h>
 #include <unistd.h>
 
-#define S_HIST 1024                /* restart times remembered per unit (the restart limit is at most this) */
-#define S_LOOP_MS 1000             /* longest wait of the loop without an event */
+#define S_HIST 1024    /* restart times remembered per unit (the restart limit is at most this) */
+#define S_LOOP_MS 1000 /* longest wait of the loop without an event */
 
 enum { S_RUNNING, S_STOPPING, S_WAITING, S_DONE };
 
 typedef struct {
-    pid_t pid[DL_MAX_STAGES];      /* [n_procs] running pids, 0 when not running */
-    int state;                     /* S_RUNNING; S_STOPPING (group: killing survivors for a restart);
+    pid_t pid[DL_MAX_STAGES]; /* [n_procs] running pids, 0 when not running */
+    int state;                /* S_RUNNING; S_STOPPING (group: killing survivors for a restart);
                                       S_WAITING (restart due); S_DONE (stopped for good) */
-    int64_t t_start;               /* ms, monotonic: last start */
-    int64_t due;                   /* ms: S_WAITING restart time, S_STOPPING SIGKILL time */
-    int64_t hist[S_HIST];          /* ms: restart times, ring */
-    int n_hist;                    /* restarts ever (ring index = n_hist % S_HIST) */
-    int usage_error;               /* a process of the current run exited 2 */
-    int shm_dirty;                 /* group: its leader's last exit was not a clean 0, so its /dev/shm segment
+    int64_t t_start;          /* ms, monotonic: last start */
+    int64_t due;              /* ms: S_WAITING restart time, S_STOPPING SIGKILL time */
+    int64_t hist[S_HIST];     /* ms: restart times, ring */
+    int n_hist;               /* restarts ever (ring index = n_hist % S_HIST) */
+    int usage_error;          /* a process of the current run exited 2 */
+    int shm_dirty;            /* group: its leader's last exit was not a clean 0, so its /dev/shm segment
                                       may be left (a clean leader unlinks its own) */
 } s_unit;
 
 typedef struct {
-    dl_plan *plan;                 /* the layout */
-    s_unit *u;                     /* [plan->n_units] */
-    pid_t self;                    /* our pid (children check their parent after PR_SET_PDEATHSIG) */
-    int stopping;                  /* 0; 1: broker phase; 2: worker phase */
-    int64_t phase_due;             /* ms: SIGKILL time of the current stop phase */
-    int exit_code;                 /* 0, or 1 after giving up on a unit */
+    dl_plan *plan;     /* the layout */
+    s_unit *u;         /* [plan->n_units] */
+    pid_t self;        /* our pid (children check their parent after PR_SET_PDEATHSIG) */
+    int stopping;      /* 0; 1: broker phase; 2: worker phase */
+    int64_t phase_due; /* ms: SIGKILL time of the current stop phase */
+    int exit_code;     /* 0, or 1 after giving up on a unit */
 } s_sup;
 
 static int64_t s_now_ms(void) {
@@ -132,11 +132,11 @@ static pid_t s_spawn(s_sup *S, int i, int s) {
     if (pid == 0) {
         setpgid(0, 0);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != S->self) _exit(1);   /* the supervisor died before the prctl */
+        if (getppid() != S->self) _exit(1); /* the supervisor died before the prctl */
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        struct sigaction dfl;   /* an ignored SIGPIPE would survive execv */
+        struct sigaction dfl; /* an ignored SIGPIPE would survive execv */
         memset(&dfl, 0, sizeof dfl);
         dfl.sa_handler = SIG_DFL;
         sigaction(SIGPIPE, &dfl, NULL);
@@ -214,8 +214,12 @@ static void s_on_exit(s_sup *S, pid_t pid, int status) {
     int i = -1, s = -1;
     for (int k = 0; k < S->plan->n_units && i < 0; k++)
         for (int j = 0; j < S->plan->units[k].n_procs; j++)
-            if (S->u[k].pid[j] == pid) { i = k; s = j; break; }
-    if (i < 0) return;   /* not ours (cannot happen: we fork only these) */
+            if (S->u[k].pid[j] == pid) {
+                i = k;
+                s = j;
+                break;
+            }
+    if (i < 0) return; /* not ours (cannot happen: we fork only these) */
     s_unit *u = &S->u[i];
     const dl_unit *d = &S->plan->units[i];
     u->pid[s] = 0;
@@ -291,9 +295,10 @@ static void s_kill_all(s_sup *S) {
 static int64_t s_timers(s_sup *S) {
     int64_t now = s_now_ms(), next = now + S_LOOP_MS;
     if (S->stopping == 1 && (!s_broker_alive(S) || now >= S->phase_due)) {
-        for (int i = 0; i < S->plan->n_units; i++)   /* a broker still draining: SIGKILL it, then the workers */
+        for (int i = 0; i < S->plan->n_units; i++) /* a broker still draining: SIGKILL it, then the workers */
             if (S->plan->units[i].kind == DL_BROKER && S->u[i].pid[0] > 0) {
-                s_say("SIGKILL broker pid %d (still draining after %d s)", (int)S->u[i].pid[0], S->plan->stop_timeout_s);
+                s_say("SIGKILL broker pid %d (still draining after %d s)", (int)S->u[i].pid[0],
+                      S->plan->stop_timeout_s);
                 kill(S->u[i].pid[0], SIGKILL);
             }
         s_stop_phase(S, 2);
@@ -320,7 +325,7 @@ static int64_t s_timers(s_sup *S) {
         if (u->state == S_WAITING && now >= u->due) {
             s_start_unit(S, i);
             for (int s = 0; s < S->plan->units[i].n_procs; s++)
-                if (u->pid[s] == 0) {   /* fork failed: as if it exited at once */
+                if (u->pid[s] == 0) { /* fork failed: as if it exited at once */
                     u->state = S_STOPPING;
                     s_signal_unit(S, i, SIGTERM, 0);
                     u->due = now + (int64_t)S->plan->stop_timeout_s * 1000;
@@ -341,32 +346,42 @@ static int64_t s_timers(s_sup *S) {
 }
 
 static void s_usage(FILE *f) {
-    fprintf(f,
-            "usage: zllm-deploy [--run-dir DIR] [--bin DIR] [--check] LAYOUT\n"
-            "       zllm-deploy --help | --version\n"
-            "  --run-dir DIR   logs and the lock file (default: the layout's 'rundir', else /tmp/zllm-deploy)\n"
-            "  --bin DIR       where zllm-broker and zllm-worker are (default: the layout's 'bin', else the\n"
-            "                  directory of zllm-deploy itself)\n"
-            "  --check         validate the layout, print the command lines, start nothing\n"
-            "Runs until SIGTERM/SIGINT (exit 0 after stopping everything); exit 1 when a unit exceeds its\n"
-            "restart limit, 2 for a bad layout or arguments. Layout format: docs/deploy.md.\n"
-            "  -h, --help      this text;  --version  print the version\n"
-            "Environment: none read (the units it starts get the environment it was started with).\n");
+    fprintf(f, "usage: zllm-deploy [--run-dir DIR] [--bin DIR] [--check] LAYOUT\n"
+               "       zllm-deploy --help | --version\n"
+               "  --run-dir DIR   logs and the lock file (default: the layout's 'rundir', else /tmp/zllm-deploy)\n"
+               "  --bin DIR       where zllm-broker and zllm-worker are (default: the layout's 'bin', else the\n"
+               "                  directory of zllm-deploy itself)\n"
+               "  --check         validate the layout, print the command lines, start nothing\n"
+               "Runs until SIGTERM/SIGINT (exit 0 after stopping everything); exit 1 when a unit exceeds its\n"
+               "restart limit, 2 for a bad layout or arguments. Layout format: docs/deploy.md.\n"
+               "  -h, --help      this text;  --version  print the version\n"
+               "Environment: none read (the units it starts get the environment it was started with).\n");
 }
 
 int main(int argc, char **argv) {
     const char *layout = NULL, *rundir = NULL, *bindir = NULL;
     int check = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { s_usage(stdout); return 0; }
-        else if (!strcmp(argv[i], "--version")) { printf("zllm-deploy %s\n", ZLLM_VERSION); return 0; }
-        else if (!strcmp(argv[i], "--check")) check = 1;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            s_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--version")) {
+            printf("zllm-deploy %s\n", ZLLM_VERSION);
+            return 0;
+        } else if (!strcmp(argv[i], "--check")) check = 1;
         else if (!strcmp(argv[i], "--run-dir") && i + 1 < argc) rundir = argv[++i];
         else if (!strcmp(argv[i], "--bin") && i + 1 < argc) bindir = argv[++i];
         else if (argv[i][0] != '-' && !layout) layout = argv[i];
-        else { fprintf(stderr, "zllm-deploy: bad argument '%s'\n", argv[i]); s_usage(stderr); return 2; }
+        else {
+            fprintf(stderr, "zllm-deploy: bad argument '%s'\n", argv[i]);
+            s_usage(stderr);
+            return 2;
+        }
     }
-    if (!layout) { s_usage(stderr); return 2; }
+    if (!layout) {
+        s_usage(stderr);
+        return 2;
+    }
     /* default binary directory: our own */
     char self[DL_PATH_MAX] = ".";
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -381,7 +396,10 @@ int main(int argc, char **argv) {
     s_sup S;
     memset(&S, 0, sizeof S);
     S.plan = dl_load(layout, rundir, bindir, self, err, sizeof err);
-    if (!S.plan) { fprintf(stderr, "zllm-deploy: %s\n", err); return 2; }
+    if (!S.plan) {
+        fprintf(stderr, "zllm-deploy: %s\n", err);
+        return 2;
+    }
     dl_plan *pl = S.plan;
     if (check) {
         printf("rundir %s\nbin %s\nrestart limit=%d window=%d backoff-ms=%d..%d\nstop timeout=%d\n", pl->rundir,
@@ -402,20 +420,31 @@ int main(int argc, char **argv) {
     }
     int rc = 1, lock = -1;
     S.u = calloc((size_t)pl->n_units, sizeof *S.u);
-    if (!S.u) { fprintf(stderr, "zllm-deploy: out of memory\n"); goto done; }
-    if (s_mkdirs(pl->rundir) != 0) { fprintf(stderr, "zllm-deploy: %s: %s\n", pl->rundir, strerror(errno)); goto done; }
+    if (!S.u) {
+        fprintf(stderr, "zllm-deploy: out of memory\n");
+        goto done;
+    }
+    if (s_mkdirs(pl->rundir) != 0) {
+        fprintf(stderr, "zllm-deploy: %s: %s\n", pl->rundir, strerror(errno));
+        goto done;
+    }
     for (int i = 0; i < pl->n_ipc_dirs; i++)
-        if (s_mkdirs(pl->ipc_dirs[i]) != 0) { fprintf(stderr, "zllm-deploy: %s: %s\n", pl->ipc_dirs[i], strerror(errno)); goto done; }
+        if (s_mkdirs(pl->ipc_dirs[i]) != 0) {
+            fprintf(stderr, "zllm-deploy: %s: %s\n", pl->ipc_dirs[i], strerror(errno));
+            goto done;
+        }
     char lockpath[DL_PATH_MAX + 32];
     snprintf(lockpath, sizeof lockpath, "%s/zllm-deploy.lock", pl->rundir);
     lock = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) != 0) {
-        fprintf(stderr, "zllm-deploy: %s: %s\n", lockpath, lock < 0 ? strerror(errno) : "another zllm-deploy runs here");
+        fprintf(stderr, "zllm-deploy: %s: %s\n", lockpath,
+                lock < 0 ? strerror(errno) : "another zllm-deploy runs here");
         goto done;
     }
     char pidtxt[32];
     int pn = snprintf(pidtxt, sizeof pidtxt, "%d\n", (int)getpid());
-    if (ftruncate(lock, 0) != 0 || write(lock, pidtxt, (size_t)pn) != pn) { /* informative only */ }
+    if (ftruncate(lock, 0) != 0 || write(lock, pidtxt, (size_t)pn) != pn) { /* informative only */
+    }
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGCHLD);
@@ -423,7 +452,7 @@ int main(int argc, char **argv) {
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGHUP);
     sigprocmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);   /* stdout may be a closed pipe: the event lines are lost, the children are not */
+    signal(SIGPIPE, SIG_IGN); /* stdout may be a closed pipe: the event lines are lost, the children are not */
     S.self = getpid();
     s_say("layout %s: %d unit(s), run directory %s, binaries %s", layout, pl->n_units, pl->rundir, pl->bindir);
     /* the broker first (it binds the endpoints the workers connect to; they retry anyway) */

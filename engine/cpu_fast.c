@@ -28,49 +28,49 @@
 #include "quant.h"
 
 #define S_MAX_THREADS 64
-#define S_CHUNK_BYTES (24 * 1024)   /* weight bytes a thread applies to all rows before moving on */
-#define S_PAR_ROWS 4                /* row-wise work runs on the pool from this many rows */
+#define S_CHUNK_BYTES (24 * 1024) /* weight bytes a thread applies to all rows before moving on */
+#define S_PAR_ROWS 4              /* row-wise work runs on the pool from this many rows */
 
 typedef struct {
-    zl_engine base;            /* public part; must stay first */
-    zl_config c;               /* copy of the model configuration */
-    int isa;                   /* qdot_isa of every kernel */
-    int exact;                 /* 1: f32 activations for every product ($ZLLM_CPU_EXACT=1; slow, for checks) */
-    cpu_pool *pool;            /* threads */
-    float *attn_norm;          /* [n_layers][dim] */
-    float *ffn_norm;           /* [n_layers][dim] */
-    float *bq, *bk, *bv;       /* [n_layers][q_dim] / [n_layers][kv_dim]; NULL without biases */
-    float *out_norm;           /* [dim] */
-    float *kc, *vc;            /* [n_slots][n_own layers][n_ctx][kv_dim] */
-    float *x;                  /* [T][dim] residual stream */
-    float *xb;                 /* [T][max(dim, q_dim)] normed input / attention output */
-    float *xb2;                /* [T][dim] projection output */
-    float *q;                  /* [T][q_dim] */
-    float *k, *v;              /* [T][kv_dim] */
-    float *hb, *hb2;           /* [T][ffn_dim] */
-    float *xl;                 /* [max_batch][dim] last rows, normed */
-    float *lg;                 /* [max_batch][vocab] logits */
-    float *lgs;                /* [vocab] sampler scratch */
-    qdot_blk *xq;              /* [T][max width / 32] quantized activations */
-    size_t xq_row;             /* blocks per row of xq */
-    const float *xq_of;        /* the f32 buffer xq now holds (NULL: none); reset whenever that buffer changes */
-    int xq_n;                  /* its row width */
-    int *row_slot, *row_pos;   /* [T] slot and position of each row */
-    float *rope_cs;            /* [T][rope_dim] cos/sin pairs per row */
-    float *th_att;             /* [nth][n_ctx] attention scores per thread */
-    int nth;                   /* threads */
+    zl_engine base;          /* public part; must stay first */
+    zl_config c;             /* copy of the model configuration */
+    int isa;                 /* qdot_isa of every kernel */
+    int exact;               /* 1: f32 activations for every product ($ZLLM_CPU_EXACT=1; slow, for checks) */
+    cpu_pool *pool;          /* threads */
+    float *attn_norm;        /* [n_layers][dim] */
+    float *ffn_norm;         /* [n_layers][dim] */
+    float *bq, *bk, *bv;     /* [n_layers][q_dim] / [n_layers][kv_dim]; NULL without biases */
+    float *out_norm;         /* [dim] */
+    float *kc, *vc;          /* [n_slots][n_own layers][n_ctx][kv_dim] */
+    float *x;                /* [T][dim] residual stream */
+    float *xb;               /* [T][max(dim, q_dim)] normed input / attention output */
+    float *xb2;              /* [T][dim] projection output */
+    float *q;                /* [T][q_dim] */
+    float *k, *v;            /* [T][kv_dim] */
+    float *hb, *hb2;         /* [T][ffn_dim] */
+    float *xl;               /* [max_batch][dim] last rows, normed */
+    float *lg;               /* [max_batch][vocab] logits */
+    float *lgs;              /* [vocab] sampler scratch */
+    qdot_blk *xq;            /* [T][max width / 32] quantized activations */
+    size_t xq_row;           /* blocks per row of xq */
+    const float *xq_of;      /* the f32 buffer xq now holds (NULL: none); reset whenever that buffer changes */
+    int xq_n;                /* its row width */
+    int *row_slot, *row_pos; /* [T] slot and position of each row */
+    float *rope_cs;          /* [T][rope_dim] cos/sin pairs per row */
+    float *th_att;           /* [nth][n_ctx] attention scores per thread */
+    int nth;                 /* threads */
     /* steps queued ahead (zl_engine.depth 2, whole models): as the reference, a launched step runs at once and
      * writes its results then; the wait only checks the order */
-    int32_t *carry_tok;        /* [n_slots] id sampled for each slot by the last step that had it */
-    uint64_t *carry_rng;       /* [n_slots] that entry's generator state after its draw */
-    uint8_t *carry_ok;         /* [n_slots] 1 when that step sampled the slot */
-    zl_seq *fseq;              /* [max_batch] the step's entries with their feeds resolved */
-    int32_t *ftok;             /* [max_batch] fed ids */
-    uint64_t *frng;            /* [max_batch] fed generator states */
-    const zl_step *fl[2];      /* the launched steps not yet waited for, oldest at q_head */
-    int q_head;                /* index (0, 1) of the oldest launched step */
-    int q_count;               /* launched steps not yet waited for, 0..depth */
-    int q_sync;                /* 1: the one launched step is synchronous (nothing may launch before its wait) */
+    int32_t *carry_tok;   /* [n_slots] id sampled for each slot by the last step that had it */
+    uint64_t *carry_rng;  /* [n_slots] that entry's generator state after its draw */
+    uint8_t *carry_ok;    /* [n_slots] 1 when that step sampled the slot */
+    zl_seq *fseq;         /* [max_batch] the step's entries with their feeds resolved */
+    int32_t *ftok;        /* [max_batch] fed ids */
+    uint64_t *frng;       /* [max_batch] fed generator states */
+    const zl_step *fl[2]; /* the launched steps not yet waited for, oldest at q_head */
+    int q_head;           /* index (0, 1) of the oldest launched step */
+    int q_count;          /* launched steps not yet waited for, 0..depth */
+    int q_sync;           /* 1: the one launched step is synchronous (nothing may launch before its wait) */
 } s_fast;
 
 static void s_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
@@ -83,7 +83,7 @@ static void s_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
 
 typedef struct {
     s_fast *e;
-    int T;                     /* rows */
+    int T; /* rows */
     void (*fn)(s_fast *e, int r, const void *arg);
     const void *arg;
 } s_rows_job;
@@ -97,7 +97,7 @@ static void s_rows_fn(void *ctx, int ith, int nth) {
 
 /* fn(e, r, arg) for every row r < T: on the pool when there are enough rows */
 static void s_rows(s_fast *e, int T, void (*fn)(s_fast *, int, const void *), const void *arg) {
-    s_rows_job j = { e, T, fn, arg };
+    s_rows_job j = {e, T, fn, arg};
     if (T < S_PAR_ROWS) s_rows_fn(&j, 0, 1);
     else cpu_pool_run(e->pool, s_rows_fn, &j);
 }
@@ -110,7 +110,7 @@ static void s_rmsnorm(float *out, const float *x, const float *w, int n, float e
 }
 
 typedef struct {
-    const float *w;            /* norm weights [dim] */
+    const float *w; /* norm weights [dim] */
 } s_norm_arg;
 
 static void s_norm_row(s_fast *e, int r, const void *arg) {
@@ -129,7 +129,7 @@ static void s_silu_row(s_fast *e, int r, const void *arg) {
     size_t ff = (size_t)e->c.ffn_dim;
     float *g = e->hb + r * ff;
     const float *u = e->hb2 + r * ff;
-    for (size_t i = 0; i < ff; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];   /* SiLU(gate) * up */
+    for (size_t i = 0; i < ff; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i]; /* SiLU(gate) * up */
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -137,20 +137,20 @@ static void s_silu_row(s_fast *e, int r, const void *arg) {
 
 /* one matrix product of a job: y[T][n_out] = x W^T (+ bias) */
 typedef struct {
-    const zl_weight *w;        /* [n_out rows][n_in] */
-    qdot_fn fn;                /* its kernel */
-    const float *bias;         /* [n_out] or NULL */
-    float *y;                  /* [T][n_out] */
+    const zl_weight *w; /* [n_out rows][n_in] */
+    qdot_fn fn;         /* its kernel */
+    const float *bias;  /* [n_out] or NULL */
+    float *y;           /* [T][n_out] */
 } s_mm;
 
 /* up to 3 products of the same input (Q, K, V; gate, up) in one pool run: threads split their rows together */
 typedef struct {
     s_mm mm[3];
-    int n_mm;                  /* products */
-    int64_t n_rows;            /* their rows in all */
-    const void *x;             /* [T] rows: qdot_blk [n_in / 32] or f32 [n_in] */
-    size_t x_stride;           /* bytes per row of x */
-    int T;                     /* rows */
+    int n_mm;        /* products */
+    int64_t n_rows;  /* their rows in all */
+    const void *x;   /* [T] rows: qdot_blk [n_in / 32] or f32 [n_in] */
+    size_t x_stride; /* bytes per row of x */
+    int T;           /* rows */
 } s_mm_job;
 
 /* rows [lo, hi) of one product, in chunks of weight rows that stay in cache, each applied to all T rows */
@@ -202,13 +202,13 @@ static int s_matmuls(s_fast *e, int n, const zl_weight *const *ws, const float *
             return -1;
         }
         const int wq = qdot_wants_q8(w->type) && !e->exact;
-        if ((q8 >= 0 && wq != q8) || w->n_in != ws[0]->n_in) {   /* mixed activation kinds: one run each */
+        if ((q8 >= 0 && wq != q8) || w->n_in != ws[0]->n_in) { /* mixed activation kinds: one run each */
             for (int k = 0; k < n; k++)
                 if (s_matmuls(e, 1, &ws[k], &bs[k], x, &ys[k], T)) return -1;
             return 0;
         }
         q8 = wq;
-        j.mm[i] = (s_mm){ w, fn, bs[i], ys[i] };
+        j.mm[i] = (s_mm){w, fn, bs[i], ys[i]};
         j.n_rows += w->n_out;
     }
     j.n_mm = n;
@@ -303,10 +303,9 @@ static int s_check(s_fast *e, const zl_seq *seqs, int n, int need_tokens, int *T
             snprintf(b->err, sizeof b->err, "step: seq %d: feed is served only by a whole model's step with ids", i);
             return -1;
         }
-        if (s->n_tokens < 1 || s->pos < 0 || (need_tokens && !s->tokens) ||
-            (int64_t)s->pos + s->n_tokens > b->n_ctx) {
-            snprintf(b->err, sizeof b->err, "step: seq %d: pos %d + %d tokens outside the context of %d", i,
-                     s->pos, s->n_tokens, b->n_ctx);
+        if (s->n_tokens < 1 || s->pos < 0 || (need_tokens && !s->tokens) || (int64_t)s->pos + s->n_tokens > b->n_ctx) {
+            snprintf(b->err, sizeof b->err, "step: seq %d: pos %d + %d tokens outside the context of %d", i, s->pos,
+                     s->n_tokens, b->n_ctx);
             return -1;
         }
         for (int t = 0; need_tokens && t < s->n_tokens; t++)
@@ -330,8 +329,8 @@ static int s_check(s_fast *e, const zl_seq *seqs, int n, int need_tokens, int *T
     return 0;
 }
 
-static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in, float *h_out,
-                     int32_t *out_tokens, float *out_logits) {
+static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in, float *h_out, int32_t *out_tokens,
+                     float *out_logits) {
     s_fast *e = (s_fast *)eb;
     const zl_model *m = eb->model;
     const zl_config *c = &e->c;
@@ -375,13 +374,13 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
 
     for (int l = eb->layer_begin; l < eb->layer_end; l++) {
         const zl_layer_weights *L = &m->layers[l];
-        s_norm_arg na = { e->attn_norm + (size_t)l * dim };
+        s_norm_arg na = {e->attn_norm + (size_t)l * dim};
         e->xq_of = NULL;
         s_rows(e, T, s_norm_row, &na);
-        const zl_weight *qkv[3] = { &L->wq, &L->wk, &L->wv };
-        const float *qkv_b[3] = { e->bq ? e->bq + l * q_dim : NULL, e->bk ? e->bk + l * kv_dim : NULL,
-                                  e->bv ? e->bv + l * kv_dim : NULL };
-        float *qkv_y[3] = { e->q, e->k, e->v };
+        const zl_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        const float *qkv_b[3] = {e->bq ? e->bq + l * q_dim : NULL, e->bk ? e->bk + l * kv_dim : NULL,
+                                 e->bv ? e->bv + l * kv_dim : NULL};
+        float *qkv_y[3] = {e->q, e->k, e->v};
         if (s_matmuls(e, 3, qkv, qkv_b, e->xb, qkv_y, T)) return -1;
         for (r = 0; r < T; r++) {
             const float *cs = e->rope_cs + (size_t)r * c->rope_dim;
@@ -392,7 +391,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
             memcpy(e->kc + at, e->k + r * kv_dim, kv_dim * sizeof(float));
             memcpy(e->vc + at, e->v + r * kv_dim, kv_dim * sizeof(float));
         }
-        s_attn_job aj = { e, l, T };
+        s_attn_job aj = {e, l, T};
         e->xq_of = NULL;
         cpu_pool_run(e->pool, s_attn_fn, &aj);
         if (s_matmul(e, &L->wo, NULL, e->xb, e->xb2, T)) return -1;
@@ -401,9 +400,9 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         na.w = e->ffn_norm + (size_t)l * dim;
         e->xq_of = NULL;
         s_rows(e, T, s_norm_row, &na);
-        const zl_weight *gu[2] = { &L->w_gate, &L->w_up };
-        const float *gu_b[2] = { NULL, NULL };
-        float *gu_y[2] = { e->hb, e->hb2 };
+        const zl_weight *gu[2] = {&L->w_gate, &L->w_up};
+        const float *gu_b[2] = {NULL, NULL};
+        float *gu_y[2] = {e->hb, e->hb2};
         if (s_matmuls(e, 2, gu, gu_b, e->xb, gu_y, T)) return -1;
         s_rows(e, T, s_silu_row, NULL);
         if (s_matmul(e, &L->w_down, NULL, e->hb, e->xb2, T)) return -1;
@@ -452,8 +451,10 @@ static int s_step_fed(s_fast *e, const zl_seq *seqs, int n, int32_t *out_tokens,
         const zl_sampling *sp = s->samp;
         if (s->slot < 0 || s->slot >= eb->n_slots || s->n_tokens != 1 || !e->carry_ok[s->slot] ||
             (sp && sp->repeat_penalty != 1.0f && sp->repeat_last_n > 0)) {
-            snprintf(eb->err, sizeof eb->err, "step: seq %d: a fed entry needs one token, a slot whose last step "
-                     "sampled, and no repetition penalty (slot %d)", i, s->slot);
+            snprintf(eb->err, sizeof eb->err,
+                     "step: seq %d: a fed entry needs one token, a slot whose last step "
+                     "sampled, and no repetition penalty (slot %d)",
+                     i, s->slot);
             return -1;
         }
         e->ftok[i] = e->carry_tok[s->slot];
@@ -520,8 +521,9 @@ static int s_launch(zl_engine *eb, const zl_step *st) {
 static int s_wait(zl_engine *eb, const zl_step *st) {
     s_fast *e = (s_fast *)eb;
     if (e->q_count == 0 || !st || e->fl[e->q_head] != st) {
-        snprintf(eb->err, sizeof eb->err, e->q_count == 0 ? "wait: no launched step" :
-                 "wait: not the oldest launched step (wait in launch order)");
+        snprintf(eb->err, sizeof eb->err,
+                 e->q_count == 0 ? "wait: no launched step"
+                                 : "wait: not the oldest launched step (wait in launch order)");
         return -1;
     }
     e->q_head ^= 1;
@@ -537,8 +539,9 @@ static void s_destroy(zl_engine *eb) {
     if (!eb) return;
     s_fast *e = (s_fast *)eb;
     cpu_pool_destroy(&e->pool);
-    float *bufs[] = { e->attn_norm, e->ffn_norm, e->bq, e->bk, e->bv, e->out_norm, e->kc, e->vc, e->x, e->xb,
-                      e->xb2, e->q, e->k, e->v, e->hb, e->hb2, e->xl, e->lg, e->lgs, e->rope_cs, e->th_att };
+    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq, e->bk,  e->bv,  e->out_norm, e->kc,
+                     e->vc,        e->x,        e->xb, e->xb2, e->q,   e->k,        e->v,
+                     e->hb,        e->hb2,      e->xl, e->lg,  e->lgs, e->rope_cs,  e->th_att};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e->xq);
     free(e->row_slot);
@@ -552,7 +555,7 @@ static void s_destroy(zl_engine *eb) {
     free(e);
 }
 
-static const zl_engine_ops s_ops = { s_launch, s_wait, s_destroy };
+static const zl_engine_ops s_ops = {s_launch, s_wait, s_destroy};
 
 static float *s_alloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 
@@ -582,10 +585,9 @@ static int s_pick_isa(char *err, size_t errlen) {
 static int s_kernels_ok(const zl_model *m, int lb, int le, char *err, size_t errlen) {
     for (int l = lb; l < le; l++) {
         const zl_layer_weights *L = &m->layers[l];
-        const zl_weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+        const zl_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++)
-            if (!qdot_get(ws[i]->type, QDOT_SCALAR) ||
-                (qdot_wants_q8(ws[i]->type) && ws[i]->n_in % 32 != 0)) {
+            if (!qdot_get(ws[i]->type, QDOT_SCALAR) || (qdot_wants_q8(ws[i]->type) && ws[i]->n_in % 32 != 0)) {
                 snprintf(err, errlen, "cpu engine: no kernel for %s (%s)", ws[i]->name ? ws[i]->name : "?",
                          ggml_type_name(ws[i]->type));
                 return 0;
@@ -630,7 +632,7 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
     b->layer_begin = lb;
     b->layer_end = le;
     b->lanes = 1;
-    b->depth = lb == 0 && le == c->n_layers ? 2 : 1;   /* steps queued ahead: whole models only (the carries) */
+    b->depth = lb == 0 && le == c->n_layers ? 2 : 1; /* steps queued ahead: whole models only (the carries) */
     snprintf(b->device, sizeof b->device, "cpu");
     b->max_batch = o->max_batch ? o->max_batch : 16;
     b->n_slots = o->n_slots ? o->n_slots : b->max_batch;
@@ -686,10 +688,10 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
     e->fseq = calloc((size_t)b->max_batch, sizeof(zl_seq));
     e->ftok = calloc((size_t)b->max_batch, sizeof(int32_t));
     e->frng = calloc((size_t)b->max_batch, sizeof(uint64_t));
-    if (!e->attn_norm || !e->ffn_norm || !e->out_norm || !e->kc || !e->vc || !e->x || !e->xb || !e->xb2 ||
-        !e->q || !e->k || !e->v || !e->hb || !e->hb2 || !e->xl || !e->lg || !e->lgs || !e->rope_cs ||
-        !e->th_att || !e->xq || !e->row_slot || !e->row_pos || !e->carry_tok || !e->carry_rng || !e->carry_ok ||
-        !e->fseq || !e->ftok || !e->frng) {
+    if (!e->attn_norm || !e->ffn_norm || !e->out_norm || !e->kc || !e->vc || !e->x || !e->xb || !e->xb2 || !e->q ||
+        !e->k || !e->v || !e->hb || !e->hb2 || !e->xl || !e->lg || !e->lgs || !e->rope_cs || !e->th_att || !e->xq ||
+        !e->row_slot || !e->row_pos || !e->carry_tok || !e->carry_rng || !e->carry_ok || !e->fseq || !e->ftok ||
+        !e->frng) {
         snprintf(err, errlen, "cpu engine: out of memory (KV cache %.1f MB)", kv_floats * 8.0 / 1e6);
         goto fail;
     }
@@ -707,9 +709,9 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
         if (s_vec(&lw->attn_norm, e->attn_norm + l * dim, err, errlen) ||
             s_vec(&lw->ffn_norm, e->ffn_norm + l * dim, err, errlen))
             goto fail;
-        if (c->has_qkv_bias && (s_vec(&lw->bq, e->bq + l * q_dim, err, errlen) ||
-                                s_vec(&lw->bk, e->bk + l * kv_dim, err, errlen) ||
-                                s_vec(&lw->bv, e->bv + l * kv_dim, err, errlen)))
+        if (c->has_qkv_bias &&
+            (s_vec(&lw->bq, e->bq + l * q_dim, err, errlen) || s_vec(&lw->bk, e->bk + l * kv_dim, err, errlen) ||
+             s_vec(&lw->bv, e->bv + l * kv_dim, err, errlen)))
             goto fail;
     }
     if (s_vec(&m->output_norm, e->out_norm, err, errlen)) goto fail;

@@ -9,25 +9,25 @@
 #include "cpu_pool.h"
 
 #define S_MAX_THREADS 64
-#define S_SPIN 20000           /* polls of the generation before a worker sleeps */
+#define S_SPIN 20000 /* polls of the generation before a worker sleeps */
 
 typedef struct {
-    cpu_pool *pool;            /* owner */
-    int ith;                   /* this worker's index, >= 1 */
+    cpu_pool *pool; /* owner */
+    int ith;        /* this worker's index, >= 1 */
 } s_arg;
 
 struct cpu_pool {
-    pthread_mutex_t mu;        /* guards sleeping and waking */
-    pthread_cond_t go;         /* signalled when gen advances or quit is set */
-    int n_threads;             /* including the caller */
-    int n_started;             /* workers created */
+    pthread_mutex_t mu; /* guards sleeping and waking */
+    pthread_cond_t go;  /* signalled when gen advances or quit is set */
+    int n_threads;      /* including the caller */
+    int n_started;      /* workers created */
     pthread_t tids[S_MAX_THREADS];
     s_arg args[S_MAX_THREADS];
-    cpu_pool_fn fn;            /* current job (written before gen advances) */
-    void *ctx;                 /* its argument */
-    atomic_uint gen;           /* job generation */
-    atomic_int pending;        /* workers still running the current job */
-    atomic_int quit;           /* 1: workers exit */
+    cpu_pool_fn fn;     /* current job (written before gen advances) */
+    void *ctx;          /* its argument */
+    atomic_uint gen;    /* job generation */
+    atomic_int pending; /* workers still running the current job */
+    atomic_int quit;    /* 1: workers exit */
 };
 
 static void *s_worker(void *arg) {
@@ -37,7 +37,7 @@ static void *s_worker(void *arg) {
     for (;;) {
         unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
         for (int i = 0; g == seen && i < S_SPIN && !atomic_load(&p->quit); i++) {
-            if (i > 64) sched_yield();   /* cores are shared: give the time slice away while waiting */
+            if (i > 64) sched_yield(); /* cores are shared: give the time slice away while waiting */
             g = atomic_load_explicit(&p->gen, memory_order_acquire);
         }
         if (g == seen) {

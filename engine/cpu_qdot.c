@@ -40,9 +40,7 @@ int qdot_isa_best(void) {
     return qdot_isa_ok(QDOT_AVX512) ? QDOT_AVX512 : qdot_isa_ok(QDOT_AVX2) ? QDOT_AVX2 : QDOT_SCALAR;
 }
 
-const char *qdot_isa_name(int isa) {
-    return isa == QDOT_AVX512 ? "avx512" : isa == QDOT_AVX2 ? "avx2" : "scalar";
-}
+const char *qdot_isa_name(int isa) { return isa == QDOT_AVX512 ? "avx512" : isa == QDOT_AVX2 ? "avx2" : "scalar"; }
 
 int qdot_wants_q8(ggml_type t) {
     return t == GGML_Q4_0 || t == GGML_Q4_1 || t == GGML_Q8_0 || t == GGML_Q4_K || t == GGML_Q6_K;
@@ -214,9 +212,15 @@ static void s_float_c(ggml_type ty, const void *w, const void *const *xv, int nt
         out[t] = (((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))) + tail;
     }
 }
-static void s_f32_c(const void *w, const void *const *x, int nt, int64_t n, float *out) { s_float_c(GGML_F32, w, x, nt, n, out); }
-static void s_f16_c(const void *w, const void *const *x, int nt, int64_t n, float *out) { s_float_c(GGML_F16, w, x, nt, n, out); }
-static void s_bf16_c(const void *w, const void *const *x, int nt, int64_t n, float *out) { s_float_c(GGML_BF16, w, x, nt, n, out); }
+static void s_f32_c(const void *w, const void *const *x, int nt, int64_t n, float *out) {
+    s_float_c(GGML_F32, w, x, nt, n, out);
+}
+static void s_f16_c(const void *w, const void *const *x, int nt, int64_t n, float *out) {
+    s_float_c(GGML_F16, w, x, nt, n, out);
+}
+static void s_bf16_c(const void *w, const void *const *x, int nt, int64_t n, float *out) {
+    s_float_c(GGML_BF16, w, x, nt, n, out);
+}
 
 static void s_deq_c(ggml_type ty, const void *w, const void *const *xv, int nt, int64_t n, float *out) {
     const int bs = ggml_type_block(ty);
@@ -234,14 +238,30 @@ static void s_deq_c(ggml_type ty, const void *w, const void *const *xv, int nt, 
     for (int t = 0; t < nt; t++)
         out[t] = ((a[t][0] + a[t][4]) + (a[t][1] + a[t][5])) + ((a[t][2] + a[t][6]) + (a[t][3] + a[t][7]));
 }
-static void s_q4_0_x(const void *w, const void *const *x, int nt, int64_t n, float *out) { s_deq_c(GGML_Q4_0, w, x, nt, n, out); }
-static void s_q4_1_x(const void *w, const void *const *x, int nt, int64_t n, float *out) { s_deq_c(GGML_Q4_1, w, x, nt, n, out); }
-static void s_q8_0_x(const void *w, const void *const *x, int nt, int64_t n, float *out) { s_deq_c(GGML_Q8_0, w, x, nt, n, out); }
-static void s_q4_k_x(const void *w, const void *const *x, int nt, int64_t n, float *out) { s_deq_c(GGML_Q4_K, w, x, nt, n, out); }
-static void s_q6_k_x(const void *w, const void *const *x, int nt, int64_t n, float *out) { s_deq_c(GGML_Q6_K, w, x, nt, n, out); }
-static void s_q5_0_c(const void *w, const void *const *x, int nt, int64_t n, float *out) { s_deq_c(GGML_Q5_0, w, x, nt, n, out); }
-static void s_q5_1_c(const void *w, const void *const *x, int nt, int64_t n, float *out) { s_deq_c(GGML_Q5_1, w, x, nt, n, out); }
-static void s_q5_k_c(const void *w, const void *const *x, int nt, int64_t n, float *out) { s_deq_c(GGML_Q5_K, w, x, nt, n, out); }
+static void s_q4_0_x(const void *w, const void *const *x, int nt, int64_t n, float *out) {
+    s_deq_c(GGML_Q4_0, w, x, nt, n, out);
+}
+static void s_q4_1_x(const void *w, const void *const *x, int nt, int64_t n, float *out) {
+    s_deq_c(GGML_Q4_1, w, x, nt, n, out);
+}
+static void s_q8_0_x(const void *w, const void *const *x, int nt, int64_t n, float *out) {
+    s_deq_c(GGML_Q8_0, w, x, nt, n, out);
+}
+static void s_q4_k_x(const void *w, const void *const *x, int nt, int64_t n, float *out) {
+    s_deq_c(GGML_Q4_K, w, x, nt, n, out);
+}
+static void s_q6_k_x(const void *w, const void *const *x, int nt, int64_t n, float *out) {
+    s_deq_c(GGML_Q6_K, w, x, nt, n, out);
+}
+static void s_q5_0_c(const void *w, const void *const *x, int nt, int64_t n, float *out) {
+    s_deq_c(GGML_Q5_0, w, x, nt, n, out);
+}
+static void s_q5_1_c(const void *w, const void *const *x, int nt, int64_t n, float *out) {
+    s_deq_c(GGML_Q5_1, w, x, nt, n, out);
+}
+static void s_q5_k_c(const void *w, const void *const *x, int nt, int64_t n, float *out) {
+    s_deq_c(GGML_Q5_K, w, x, nt, n, out);
+}
 
 /* ------------------------------------------------------------------------------------------------------------
  * AVX2 */
@@ -284,21 +304,22 @@ S_INLINE S_AVX2 __m256i s_nib32(const uint8_t *p) {
 }
 
 /* each kernel body is an always-inline function of a constant nt, instantiated for nt = 1..4 */
-#define S_TILED(name, body, attr)                                                                           \
-    static attr void name(const void *w, const void *const *x, int nt, int64_t n, float *out) {             \
-        switch (nt) {                                                                                       \
-        case 1: body(w, x, 1, n, out); break;                                                               \
-        case 2: body(w, x, 2, n, out); break;                                                               \
-        case 3: body(w, x, 3, n, out); break;                                                               \
-        default: body(w, x, 4, n, out); break;                                                              \
-        }                                                                                                   \
+#define S_TILED(name, body, attr)                                                                                      \
+    static attr void name(const void *w, const void *const *x, int nt, int64_t n, float *out) {                        \
+        switch (nt) {                                                                                                  \
+        case 1: body(w, x, 1, n, out); break;                                                                          \
+        case 2: body(w, x, 2, n, out); break;                                                                          \
+        case 3: body(w, x, 3, n, out); break;                                                                          \
+        default: body(w, x, 4, n, out); break;                                                                         \
+        }                                                                                                              \
     }
 
-#define S_XS const qdot_blk *x[QDOT_TILE]; for (int t = 0; t < nt; t++) x[t] = xv[t];
+#define S_XS                                                                                                           \
+    const qdot_blk *x[QDOT_TILE];                                                                                      \
+    for (int t = 0; t < nt; t++) x[t] = xv[t];
 
 S_INLINE S_AVX2 void s_q4_0_avx2_b(const void *w, const void *const *xv, int nt, int64_t n, float *out) {
-    S_XS
-    const uint8_t *b = w;
+    S_XS const uint8_t *b = w;
     __m256 acc[QDOT_TILE];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / 32; i++, b += 18) {
@@ -316,8 +337,7 @@ S_INLINE S_AVX2 void s_q4_0_avx2_b(const void *w, const void *const *xv, int nt,
 S_TILED(s_q4_0_avx2, s_q4_0_avx2_b, S_AVX2)
 
 S_INLINE S_AVX2 void s_q4_1_avx2_b(const void *w, const void *const *xv, int nt, int64_t n, float *out) {
-    S_XS
-    const uint8_t *b = w;
+    S_XS const uint8_t *b = w;
     __m256 acc[QDOT_TILE];
     float macc[QDOT_TILE];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps(), macc[t] = 0.0f;
@@ -336,8 +356,7 @@ S_INLINE S_AVX2 void s_q4_1_avx2_b(const void *w, const void *const *xv, int nt,
 S_TILED(s_q4_1_avx2, s_q4_1_avx2_b, S_AVX2)
 
 S_INLINE S_AVX2 void s_q8_0_avx2_b(const void *w, const void *const *xv, int nt, int64_t n, float *out) {
-    S_XS
-    const uint8_t *b = w;
+    S_XS const uint8_t *b = w;
     __m256 acc[QDOT_TILE];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / 32; i++, b += 34) {
@@ -355,8 +374,7 @@ S_INLINE S_AVX2 void s_q8_0_avx2_b(const void *w, const void *const *xv, int nt,
 S_TILED(s_q8_0_avx2, s_q8_0_avx2_b, S_AVX2)
 
 S_INLINE S_AVX2 void s_q4_k_avx2_b(const void *w, const void *const *xv, int nt, int64_t n, float *out) {
-    S_XS
-    const uint8_t *b = w;
+    S_XS const uint8_t *b = w;
     __m256 acc[QDOT_TILE];
     float macc[QDOT_TILE];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps(), macc[t] = 0.0f;
@@ -390,8 +408,7 @@ S_INLINE S_AVX2 void s_q4_k_avx2_b(const void *w, const void *const *xv, int nt,
 S_TILED(s_q4_k_avx2, s_q4_k_avx2_b, S_AVX2)
 
 S_INLINE S_AVX2 void s_q6_k_avx2_b(const void *w, const void *const *xv, int nt, int64_t n, float *out) {
-    S_XS
-    const uint8_t *b = w;
+    S_XS const uint8_t *b = w;
     __m256 acc[QDOT_TILE];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0xf), m3 = _mm256_set1_epi8(3), c32 = _mm256_set1_epi8(32);
@@ -439,8 +456,7 @@ S_INLINE S_AVX2 __m256 s_ldw(ggml_type ty, const void *w, int64_t i) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-S_INLINE S_AVX2 void s_float_avx2_b(ggml_type ty, const void *w, const void *const *xv, int nt, int64_t n,
-                                    float *out) {
+S_INLINE S_AVX2 void s_float_avx2_b(ggml_type ty, const void *w, const void *const *xv, int nt, int64_t n, float *out) {
     const float *x[QDOT_TILE];
     __m256 a0[QDOT_TILE], a1[QDOT_TILE];
     for (int t = 0; t < nt; t++) x[t] = xv[t], a0[t] = _mm256_setzero_ps(), a1[t] = _mm256_setzero_ps();
@@ -464,10 +480,10 @@ S_INLINE S_AVX2 void s_float_avx2_b(ggml_type ty, const void *w, const void *con
         out[t] = s_hsum8(_mm256_add_ps(a0[t], a1[t])) + tail;
     }
 }
-#define S_FLOAT_AVX2(name, ty)                                                                              \
-    S_INLINE S_AVX2 void name##_b(const void *w, const void *const *x, int nt, int64_t n, float *out) {      \
-        s_float_avx2_b(ty, w, x, nt, n, out);                                                               \
-    }                                                                                                       \
+#define S_FLOAT_AVX2(name, ty)                                                                                         \
+    S_INLINE S_AVX2 void name##_b(const void *w, const void *const *x, int nt, int64_t n, float *out) {                \
+        s_float_avx2_b(ty, w, x, nt, n, out);                                                                          \
+    }                                                                                                                  \
     S_TILED(name, name##_b, S_AVX2)
 S_FLOAT_AVX2(s_f32_avx2, GGML_F32)
 S_FLOAT_AVX2(s_f16_avx2, GGML_F16)
@@ -511,9 +527,11 @@ static S_AVX2 void s_quantize_avx2(const float *x, qdot_blk *b, int64_t n) {
         const float amax = _mm_cvtss_f32(h), d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f, id256 = 256.0f * id;
         __m256i q[4], r[4], sum = _mm256_setzero_si256();
         for (int k = 0; k < 4; k++) {
-            q[k] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(id))), lo), hi);
+            q[k] =
+                _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(id))), lo), hi);
             const __m256 res = _mm256_sub_ps(v[k], _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(q[k])));
-            r[k] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(res, _mm256_set1_ps(id256))), lo), hi);
+            r[k] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(res, _mm256_set1_ps(id256))), lo),
+                                    hi);
             sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_slli_epi32(q[k], 8), r[k]));
         }
         _mm256_storeu_si256((__m256i *)b->q, s_pack8(q));
@@ -530,13 +548,9 @@ static S_AVX2 void s_quantize_avx2(const float *x, qdot_blk *b, int64_t n) {
  * AVX-512: two 32-blocks per register; lanes 0-7 hold the first block's sums, 8-15 the second's; an odd last
  * block runs on 256-bit VNNI */
 
-S_INLINE S_AVX512 __m512 s_two(float a, float b) {
-    return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
-}
+S_INLINE S_AVX512 __m512 s_two(float a, float b) { return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1); }
 
-S_INLINE S_AVX512 __m512i s_cat(__m256i a, __m256i b) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
-}
+S_INLINE S_AVX512 __m512i s_cat(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
 
 /* the high (lo 0) or low (lo 1) levels of two consecutive activation blocks */
 S_INLINE S_AVX512 __m512i s_ly2(const qdot_blk *x, int lo) {
@@ -570,10 +584,8 @@ S_INLINE S_AVX512 __m256i s_dot2_s1(__m256i a, __m256i aa, const qdot_blk *x) {
 }
 
 /* Q4_0 and Q4_1 share the nibble layout; Q4_0's levels nibble - 8 are signed (|w| and a masked negation) */
-S_INLINE S_AVX512 void s_q4_avx512_b(int is_q4_1, const void *w, const void *const *xv, int nt, int64_t n,
-                                     float *out) {
-    S_XS
-    const int bs = is_q4_1 ? 20 : 18, qo = is_q4_1 ? 4 : 2;
+S_INLINE S_AVX512 void s_q4_avx512_b(int is_q4_1, const void *w, const void *const *xv, int nt, int64_t n, float *out) {
+    S_XS const int bs = is_q4_1 ? 20 : 18, qo = is_q4_1 ? 4 : 2;
     const uint8_t *b = w;
     const int64_t nb = n / 32;
     __m512 acc[QDOT_TILE];
@@ -624,8 +636,7 @@ S_TILED(s_q4_1_avx512, s_q4_1_avx512_b, S_AVX512)
 
 /* Q8_0: signed * signed as |w| * (y with w's sign), the sign applied by a masked negation */
 S_INLINE S_AVX512 void s_q8_0_avx512_b(const void *w, const void *const *xv, int nt, int64_t n, float *out) {
-    S_XS
-    const uint8_t *b = w;
+    S_XS const uint8_t *b = w;
     const int64_t nb = n / 32;
     __m512 acc[QDOT_TILE];
     __m256 acc1[QDOT_TILE];
@@ -633,7 +644,8 @@ S_INLINE S_AVX512 void s_q8_0_avx512_b(const void *w, const void *const *xv, int
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2, b += 68) {
         const float d0 = s_h2(b), d1 = s_h2(b + 34);
-        const __m512i q = s_cat(_mm256_loadu_si256((const __m256i *)(b + 2)), _mm256_loadu_si256((const __m256i *)(b + 36)));
+        const __m512i q =
+            s_cat(_mm256_loadu_si256((const __m256i *)(b + 2)), _mm256_loadu_si256((const __m256i *)(b + 36)));
         const __m512i aq = _mm512_abs_epi8(q);
         const __mmask64 neg = _mm512_movepi8_mask(q);
 #pragma GCC unroll 4
@@ -656,8 +668,7 @@ S_TILED(s_q8_0_avx512, s_q8_0_avx512_b, S_AVX512)
 
 /* Q4_K: the two sub-blocks of each 32 packed bytes (low nibbles, high nibbles) share one register */
 S_INLINE S_AVX512 void s_q4_k_avx512_b(const void *w, const void *const *xv, int nt, int64_t n, float *out) {
-    S_XS
-    const uint8_t *b = w;
+    S_XS const uint8_t *b = w;
     __m512 acc[QDOT_TILE];
     float macc[QDOT_TILE];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), macc[t] = 0.0f;
@@ -678,8 +689,8 @@ S_INLINE S_AVX512 void s_q4_k_avx512_b(const void *w, const void *const *xv, int
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
                 const __m512i p = s_dot2_u(q, &x[t][i]);
-                acc[t] = _mm512_fmadd_ps(s_two(ds[j] * x[t][i].d, ds[j + 1] * x[t][i + 1].d), _mm512_cvtepi32_ps(p),
-                                         acc[t]);
+                acc[t] =
+                    _mm512_fmadd_ps(s_two(ds[j] * x[t][i].d, ds[j + 1] * x[t][i + 1].d), _mm512_cvtepi32_ps(p), acc[t]);
                 macc[t] += dm[j] * x[t][i].s;
                 macc[t] += dm[j + 1] * x[t][i + 1].s;
             }
@@ -692,8 +703,7 @@ S_TILED(s_q4_k_avx512, s_q4_k_avx512_b, S_AVX512)
 /* Q6_K: levels q - 32 as |q - 32| times the activation with q - 32's sign; int16 pair sums weighted by the
  * 16-element scales (4 per register) */
 S_INLINE S_AVX512 void s_q6_k_avx512_b(const void *w, const void *const *xv, int nt, int64_t n, float *out) {
-    S_XS
-    const uint8_t *b = w;
+    S_XS const uint8_t *b = w;
     __m512 acc[QDOT_TILE];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0xf), m3 = _mm256_set1_epi8(3);
@@ -705,7 +715,8 @@ S_INLINE S_AVX512 void s_q6_k_avx512_b(const void *w, const void *const *xv, int
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
             const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
             const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
-            const __m256i q0 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+            const __m256i q0 =
+                _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
             const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l1, m4),
                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
             const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
@@ -724,8 +735,9 @@ S_INLINE S_AVX512 void s_q6_k_avx512_b(const void *w, const void *const *xv, int
                 for (int t = 0; t < nt; t++) {
                     const __m512i z = _mm512_setzero_si512(), yq = s_ly2(&x[t][i], 0), yr = s_ly2(&x[t][i], 1);
                     __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(aq, _mm512_mask_sub_epi8(yq, neg, z, yq)), scv);
-                    p = _mm512_add_epi32(_mm512_slli_epi32(p, 8),
-                                         _mm512_madd_epi16(_mm512_maddubs_epi16(aq, _mm512_mask_sub_epi8(yr, neg, z, yr)), scv));
+                    p = _mm512_add_epi32(
+                        _mm512_slli_epi32(p, 8),
+                        _mm512_madd_epi16(_mm512_maddubs_epi16(aq, _mm512_mask_sub_epi8(yr, neg, z, yr)), scv));
                     acc[t] = _mm512_fmadd_ps(s_two(d * x[t][i].d, d * x[t][i + 1].d), _mm512_cvtepi32_ps(p), acc[t]);
                 }
             }

@@ -20,16 +20,16 @@
 
 typedef enum { QDOT_SCALAR = 0, QDOT_AVX2 = 1, QDOT_AVX512 = 2 } qdot_isa;
 
-#define QDOT_TILE 4            /* most activation rows one kernel call takes */
+#define QDOT_TILE 4 /* most activation rows one kernel call takes */
 
 /* one block of 32 quantized activations in two int8 parts: x[i] ~= d * (256 q[i] + r[i]). q is the Q8_0-style
  * level (amax / 127 steps); r quantizes what q leaves, 256 times finer, so the block carries 16-bit levels and
  * the products stay int8 dot products (two per block) */
 typedef struct {
-    int8_t q[32];              /* high levels in [-127, 127] */
-    int8_t r[32];              /* low levels in [-127, 127] */
-    float d;                   /* scale of the 16-bit level 256 q + r */
-    float s;                   /* d * sum(256 q + r): the block's sum, for the weights' offsets (Q4_1, Q4_K) */
+    int8_t q[32]; /* high levels in [-127, 127] */
+    int8_t r[32]; /* low levels in [-127, 127] */
+    float d;      /* scale of the 16-bit level 256 q + r */
+    float s;      /* d * sum(256 q + r): the block's sum, for the weights' offsets (Q4_1, Q4_K) */
 } qdot_blk;
 
 /* the best path this CPU runs (AVX-512 needs F, BW, VL, DQ and VNNI; AVX2 needs FMA and F16C) */

@@ -7,7 +7,7 @@
 #define ENGINE_MAX_BACKENDS 8
 
 typedef struct {
-    char name[16];             /* device name without ":N", e.g. "cuda" */
+    char name[16]; /* device name without ":N", e.g. "cuda" */
     zl_engine_new_fn fn;
 } s_backend;
 

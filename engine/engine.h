@@ -17,16 +17,16 @@
 #include "sampler.h"
 
 typedef struct {
-    int slot;                  /* KV slot in [0, n_slots); one sequence per slot per step */
-    int pos;                   /* position of tokens[0]; the slot holds valid KV for [0, pos) */
-    int n_tokens;              /* tokens this step, >= 1, pos + n_tokens <= n_ctx */
-    const int32_t *tokens;     /* [n_tokens] token ids, each in [0, vocab) */
-    int sample;                /* 1: sample after the last token; 0: prefill chunk only (out_tokens gets -1) */
-    const zl_sampling *samp;   /* sampling parameters; NULL means greedy */
-    const int32_t *history;    /* the sequence's tokens so far incl. these (for the repetition penalty), or NULL */
-    int n_history;             /* entries in history */
-    uint64_t *rng;             /* per-sequence generator state, advanced when sampling (may be NULL if greedy) */
-    int feed;                  /* 1: a decode entry (n_tokens 1) whose token is the id the engine sampled for this
+    int slot;                /* KV slot in [0, n_slots); one sequence per slot per step */
+    int pos;                 /* position of tokens[0]; the slot holds valid KV for [0, pos) */
+    int n_tokens;            /* tokens this step, >= 1, pos + n_tokens <= n_ctx */
+    const int32_t *tokens;   /* [n_tokens] token ids, each in [0, vocab) */
+    int sample;              /* 1: sample after the last token; 0: prefill chunk only (out_tokens gets -1) */
+    const zl_sampling *samp; /* sampling parameters; NULL means greedy */
+    const int32_t *history;  /* the sequence's tokens so far incl. these (for the repetition penalty), or NULL */
+    int n_history;           /* entries in history */
+    uint64_t *rng;           /* per-sequence generator state, advanced when sampling (may be NULL if greedy) */
+    int feed;                /* 1: a decode entry (n_tokens 1) whose token is the id the engine sampled for this
                                 * slot in the latest earlier step (launched or run) that had the slot, and whose
                                 * generator state continues from that step's on the device: tokens and *rng are
                                 * not read (a step queued behind one whose ids the host has not seen yet, depth 2
@@ -42,32 +42,32 @@ typedef struct zl_engine zl_engine;
  * unchanged from the launch until its wait returns; the wait names the step by this same pointer.
  * T below is the step's rows: the sum of seqs[].n_tokens, in seqs order. */
 typedef struct {
-    const zl_seq *seqs;        /* [n] entries, at most one per slot */
-    int n;                     /* entries, 1..max_batch */
-    int lane;                  /* lane in [0, engine_lanes(e)) (see zl_engine.lanes) */
-    int sync;                  /* 1: the caller waits for this step before it launches another (engine_step,
+    const zl_seq *seqs;     /* [n] entries, at most one per slot */
+    int n;                  /* entries, 1..max_batch */
+    int lane;               /* lane in [0, engine_lanes(e)) (see zl_engine.lanes) */
+    int sync;               /* 1: the caller waits for this step before it launches another (engine_step,
                                 * engine_run): refused while another step is in flight; an engine may give it all
                                 * it has (the pipeline leader cuts it into as many micro-batches as its rings
                                 * hold). 0: a step that may stay in flight beside others */
-    const float *h_in;         /* pipeline stage (layer_begin > 0): [T][dim] f32 hidden states entering layer
+    const float *h_in;      /* pipeline stage (layer_begin > 0): [T][dim] f32 hidden states entering layer
                                 * layer_begin; seqs[].tokens are then not read (may be NULL). NULL when
                                 * layer_begin == 0: the step embeds seqs[].tokens */
-    float *h_out;              /* pipeline stage (layer_end < n_layers): [T][dim] f32 gets the residual stream after
+    float *h_out;           /* pipeline stage (layer_end < n_layers): [T][dim] f32 gets the residual stream after
                                 * layer layer_end - 1, and out_tokens/out_logits are not touched. NULL on the last
                                 * stage or a whole model */
-    int h_dev;                 /* 1: h_in and h_out are device memory of the engine's GPU (CUDA pipeline stages: the
+    int h_dev;              /* 1: h_in and h_out are device memory of the engine's GPU (CUDA pipeline stages: the
                                 * hidden states never pass through the host); 0: host memory */
-    void *const *wait_ev;      /* [n_wait] backend events (cudaEvent_t, often imported from a peer process) the
+    void *const *wait_ev;   /* [n_wait] backend events (cudaEvent_t, often imported from a peer process) the
                                 * step waits for after its input copy and before any kernel (h_in written, h_out
                                 * free), or NULL; CUDA only */
-    int n_wait;                /* 0..4 */
-    void *const *record_ev;    /* [n_record] backend events recorded after the step's kernels (h_in consumed,
+    int n_wait;             /* 0..4 */
+    void *const *record_ev; /* [n_record] backend events recorded after the step's kernels (h_in consumed,
                                 * h_out written), or NULL; CUDA only. A CUDA stage before the last that takes
                                 * device memory returns from its wait without synchronising (engine_cuda_ready) */
-    int n_record;              /* 0..4 */
-    int32_t *out_tokens;       /* [n] the sampled ids (-1 where sample == 0); needed on the last stage or a whole
+    int n_record;           /* 0..4 */
+    int32_t *out_tokens;    /* [n] the sampled ids (-1 where sample == 0); needed on the last stage or a whole
                                 * model (a synchronous step on the CPU engine may leave it NULL: logits only) */
-    float *out_logits;         /* [n][vocab] f32 logits of each entry's last position, or NULL (tests and the
+    float *out_logits;      /* [n][vocab] f32 logits of each entry's last position, or NULL (tests and the
                                 * reference harness); taken only by a step launched with no other in flight */
 } zl_step;
 
@@ -92,39 +92,39 @@ typedef struct {
 typedef struct {
     int (*launch)(zl_engine *e, const zl_step *st);
     int (*wait)(zl_engine *e, const zl_step *st);
-    void (*destroy)(zl_engine *e);   /* frees everything the backend owns, including e */
+    void (*destroy)(zl_engine *e); /* frees everything the backend owns, including e */
 } zl_engine_ops;
 
 struct zl_engine {
-    const zl_engine_ops *ops;  /* backend */
-    const zl_model *model;     /* borrowed; must outlive the engine */
-    char device[32];           /* "cpu", "cpu-ref", "cuda:0" */
-    int n_slots;               /* KV slots = most sequences alive at once */
-    int n_ctx;                 /* tokens per slot */
-    int max_batch;             /* most entries in one step */
-    int max_step_tokens;       /* most tokens (sum of n_tokens) in one step */
-    char err[256];             /* last error */
-    int layer_begin;           /* first layer this engine runs (0 unless opts->layer_end was set) */
-    int layer_end;             /* one past its last layer (n_layers for a whole model; 0: backend without stages) */
-    int lanes;                 /* lanes the engine keeps steps in flight on (0 or 1: one lane, id 0; the pipeline
+    const zl_engine_ops *ops; /* backend */
+    const zl_model *model;    /* borrowed; must outlive the engine */
+    char device[32];          /* "cpu", "cpu-ref", "cuda:0" */
+    int n_slots;              /* KV slots = most sequences alive at once */
+    int n_ctx;                /* tokens per slot */
+    int max_batch;            /* most entries in one step */
+    int max_step_tokens;      /* most tokens (sum of n_tokens) in one step */
+    char err[256];            /* last error */
+    int layer_begin;          /* first layer this engine runs (0 unless opts->layer_end was set) */
+    int layer_end;            /* one past its last layer (n_layers for a whole model; 0: backend without stages) */
+    int lanes;                /* lanes the engine keeps steps in flight on (0 or 1: one lane, id 0; the pipeline
                                 * leader says 2, so that its stages all work, docs/pipeline.md) */
-    int depth;                 /* most steps in flight on one lane (0 or 1: a launch on a lane with a step in
+    int depth;                /* most steps in flight on one lane (0 or 1: a launch on a lane with a step in
                                 * flight is refused; 2: a step may be queued behind the one in flight, with feeds) */
-    int launch_async;          /* 1: launch returns while the step runs (CUDA): queuing ahead hides the host;
+    int launch_async;         /* 1: launch returns while the step runs (CUDA): queuing ahead hides the host;
                                 * 0: it runs the step before it returns (CPU), so queuing ahead only delays each
                                 * step's ids by one step (callers queue ahead there only when asked to) */
 };
 typedef struct {
-    const char *device;        /* "cpu" (fast), "cpu-ref" (f32 reference), "cuda", "cuda:N" */
-    int n_slots;               /* 0: max_batch */
-    int n_ctx;                 /* 0: the model's trained context, capped at 4096 */
-    int max_batch;             /* 0: 16 */
-    int max_step_tokens;       /* 0: 2048 */
-    int threads;               /* CPU threads; 0: all cores */
-    size_t kv_mem;             /* CUDA KV budget in bytes; 0: a fraction of free memory */
-    int no_graphs;             /* CUDA: 1 runs decode eagerly instead of replaying CUDA graphs */
-    int layer_begin;           /* pipeline stage: first layer run here; 0 with layer_end 0: the whole model */
-    int layer_end;             /* one past the last layer run here, <= n_layers; 0: n_layers */
+    const char *device;  /* "cpu" (fast), "cpu-ref" (f32 reference), "cuda", "cuda:N" */
+    int n_slots;         /* 0: max_batch */
+    int n_ctx;           /* 0: the model's trained context, capped at 4096 */
+    int max_batch;       /* 0: 16 */
+    int max_step_tokens; /* 0: 2048 */
+    int threads;         /* CPU threads; 0: all cores */
+    size_t kv_mem;       /* CUDA KV budget in bytes; 0: a fraction of free memory */
+    int no_graphs;       /* CUDA: 1 runs decode eagerly instead of replaying CUDA graphs */
+    int layer_begin;     /* pipeline stage: first layer run here; 0 with layer_end 0: the whole model */
+    int layer_end;       /* one past the last layer run here, <= n_layers; 0: n_layers */
 } zl_engine_opts;
 
 /* Creates the backend named by o->device. Returns NULL with a message in err (unknown device, CUDA not

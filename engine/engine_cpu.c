@@ -20,7 +20,7 @@
 #include "quant.h"
 
 #define S_MAX_THREADS 64
-#define S_CHUNK_BYTES (64 * 1024)   /* dequantized weight rows held per thread at once */
+#define S_CHUNK_BYTES (64 * 1024) /* dequantized weight rows held per thread at once */
 
 /* ------------------------------------------------------------------------------------------------------------
  * thread pool: run(fn) calls fn(ctx, ith, nth) on every thread (the caller is thread 0) and waits for all */
@@ -28,65 +28,65 @@
 typedef void (*s_job_fn)(void *ctx, int ith, int nth);
 
 typedef struct {
-    pthread_mutex_t mu;        /* guards everything below */
-    pthread_cond_t go;         /* signalled when gen advances or quit is set */
-    pthread_cond_t done;       /* signalled when pending reaches 0 */
-    int n_threads;             /* including the caller */
-    pthread_t tids[S_MAX_THREADS];  /* [n_threads - 1] workers */
-    int n_started;             /* workers created */
-    s_job_fn fn;               /* current job */
-    void *ctx;                 /* its argument */
-    uint64_t gen;              /* job generation */
-    int pending;               /* workers still running the current job */
-    int quit;                  /* 1: workers exit */
+    pthread_mutex_t mu;            /* guards everything below */
+    pthread_cond_t go;             /* signalled when gen advances or quit is set */
+    pthread_cond_t done;           /* signalled when pending reaches 0 */
+    int n_threads;                 /* including the caller */
+    pthread_t tids[S_MAX_THREADS]; /* [n_threads - 1] workers */
+    int n_started;                 /* workers created */
+    s_job_fn fn;                   /* current job */
+    void *ctx;                     /* its argument */
+    uint64_t gen;                  /* job generation */
+    int pending;                   /* workers still running the current job */
+    int quit;                      /* 1: workers exit */
 } s_pool;
 
 typedef struct {
-    s_pool *pool;              /* owner */
-    int ith;                   /* this worker's index, >= 1 */
+    s_pool *pool; /* owner */
+    int ith;      /* this worker's index, >= 1 */
 } s_worker_arg;
 
 typedef struct {
-    zl_engine base;            /* public part; must stay first */
-    zl_config c;               /* copy of the model configuration */
-    int nth;                   /* threads */
-    s_pool pool;               /* workers */
-    s_worker_arg wargs[S_MAX_THREADS];  /* worker arguments */
+    zl_engine base;                    /* public part; must stay first */
+    zl_config c;                       /* copy of the model configuration */
+    int nth;                           /* threads */
+    s_pool pool;                       /* workers */
+    s_worker_arg wargs[S_MAX_THREADS]; /* worker arguments */
     /* small weights dequantized to f32 at creation */
-    float *attn_norm;          /* [n_layers][dim] */
-    float *ffn_norm;           /* [n_layers][dim] */
-    float *bq, *bk, *bv;       /* [n_layers][q_dim] / [n_layers][kv_dim]; NULL without biases */
-    float *out_norm;           /* [dim] */
+    float *attn_norm;    /* [n_layers][dim] */
+    float *ffn_norm;     /* [n_layers][dim] */
+    float *bq, *bk, *bv; /* [n_layers][q_dim] / [n_layers][kv_dim]; NULL without biases */
+    float *out_norm;     /* [dim] */
     /* KV cache: [n_slots][n_own][n_ctx][kv_dim] each, n_own = layer_end - layer_begin (this stage's layers) */
     float *kc, *vc;
     /* step activations, sized for max_step_tokens rows */
-    float *x;                  /* [T][dim] residual stream */
-    float *xb;                 /* [T][max(dim, q_dim)] normed input / attention output */
-    float *xb2;                /* [T][dim] projection output */
-    float *q;                  /* [T][q_dim] */
-    float *k, *v;              /* [T][kv_dim] */
-    float *hb, *hb2;           /* [T][ffn_dim] */
-    float *xl;                 /* [max_batch][dim] last rows, normed */
-    float *lg;                 /* [max_batch][vocab] logits */
-    float *lgs;                /* [vocab] sampler scratch */
-    int *row_slot, *row_pos;   /* [T] slot and position of each row */
-    float *rope_cs;            /* [T][rope_dim] cos/sin pairs per row */
-    float *th_att;             /* [nth][n_ctx] attention scores per thread */
-    float *th_w;               /* [nth][chunk floats] dequantized weight rows per thread */
-    size_t th_w_floats;        /* floats per thread in th_w */
+    float *x;                /* [T][dim] residual stream */
+    float *xb;               /* [T][max(dim, q_dim)] normed input / attention output */
+    float *xb2;              /* [T][dim] projection output */
+    float *q;                /* [T][q_dim] */
+    float *k, *v;            /* [T][kv_dim] */
+    float *hb, *hb2;         /* [T][ffn_dim] */
+    float *xl;               /* [max_batch][dim] last rows, normed */
+    float *lg;               /* [max_batch][vocab] logits */
+    float *lgs;              /* [vocab] sampler scratch */
+    int *row_slot, *row_pos; /* [T] slot and position of each row */
+    float *rope_cs;          /* [T][rope_dim] cos/sin pairs per row */
+    float *th_att;           /* [nth][n_ctx] attention scores per thread */
+    float *th_w;             /* [nth][chunk floats] dequantized weight rows per thread */
+    size_t th_w_floats;      /* floats per thread in th_w */
     /* steps queued ahead (zl_engine.depth 2, whole models): this backend runs a launched step at once and
      * writes its results then; the wait only checks the order, so the caller's protocol is the one the CUDA
      * engine needs */
-    int32_t *carry_tok;        /* [n_slots] id sampled for each slot by the last step that had it (zl_seq.feed) */
-    uint64_t *carry_rng;       /* [n_slots] that entry's generator state after its draw */
-    uint8_t *carry_ok;         /* [n_slots] 1 when that step sampled the slot (a feed may follow) */
-    zl_seq *fseq;              /* [max_batch] the step's entries with their feeds resolved */
-    int32_t *ftok;             /* [max_batch] fed ids */
-    uint64_t *frng;            /* [max_batch] fed generator states */
-    const zl_step *fl[2];      /* the launched steps not yet waited for, oldest at q_head */
-    int q_head;                /* index (0, 1) of the oldest launched step */
-    int q_count;               /* launched steps not yet waited for, 0..depth */
-    int q_sync;                /* 1: the one launched step is synchronous (nothing may launch before its wait) */
+    int32_t *carry_tok;   /* [n_slots] id sampled for each slot by the last step that had it (zl_seq.feed) */
+    uint64_t *carry_rng;  /* [n_slots] that entry's generator state after its draw */
+    uint8_t *carry_ok;    /* [n_slots] 1 when that step sampled the slot (a feed may follow) */
+    zl_seq *fseq;         /* [max_batch] the step's entries with their feeds resolved */
+    int32_t *ftok;        /* [max_batch] fed ids */
+    uint64_t *frng;       /* [max_batch] fed generator states */
+    const zl_step *fl[2]; /* the launched steps not yet waited for, oldest at q_head */
+    int q_head;           /* index (0, 1) of the oldest launched step */
+    int q_count;          /* launched steps not yet waited for, 0..depth */
+    int q_sync;           /* 1: the one launched step is synchronous (nothing may launch before its wait) */
 } s_cpu;
 
 static void *s_worker(void *arg) {
@@ -163,13 +163,13 @@ static void s_rmsnorm(float *out, const float *x, const float *w, int n, float e
 }
 
 typedef struct {
-    s_cpu *e;                  /* engine (thread scratch) */
-    const zl_weight *w;        /* [n_out rows][n_in] */
-    const float *bias;         /* [n_out] or NULL */
-    const float *x;            /* [T][n_in] */
-    float *y;                  /* [T][n_out] */
-    int T;                     /* rows */
-    int err;                   /* set by a thread when dequantization fails */
+    s_cpu *e;           /* engine (thread scratch) */
+    const zl_weight *w; /* [n_out rows][n_in] */
+    const float *bias;  /* [n_out] or NULL */
+    const float *x;     /* [T][n_in] */
+    float *y;           /* [T][n_out] */
+    int T;              /* rows */
+    int err;            /* set by a thread when dequantization fails */
 } s_matmul_job;
 
 /* y[t][o] = dot(W[o], x[t]) (+ bias[o]) for this thread's share of output rows o */
@@ -208,7 +208,7 @@ static void s_matmul_fn(void *ctx, int ith, int nth) {
 }
 
 static int s_matmul(s_cpu *e, const zl_weight *w, const float *bias, const float *x, float *y, int T) {
-    s_matmul_job j = { e, w, bias, x, y, T, 0 };
+    s_matmul_job j = {e, w, bias, x, y, T, 0};
     s_pool_run(&e->pool, s_matmul_fn, &j);
     if (j.err) snprintf(e->base.err, sizeof e->base.err, "cannot dequantize %s", w->name ? w->name : "?");
     return j.err ? -1 : 0;
@@ -231,9 +231,9 @@ static void s_rope(float *x, int n_heads, int head_dim, int rope_dim, zl_rope_st
 }
 
 typedef struct {
-    s_cpu *e;                  /* engine */
-    int layer;                 /* layer index */
-    int T;                     /* rows */
+    s_cpu *e;  /* engine */
+    int layer; /* layer index */
+    int T;     /* rows */
 } s_attn_job;
 
 /* causal attention for this thread's share of (row, head) items; output into e->xb [T][q_dim] */
@@ -252,8 +252,7 @@ static void s_attn_fn(void *ctx, int ith, int nth) {
         int r = (int)(it / c->n_heads), h = (int)(it % c->n_heads), kvh = h / group;
         int pos = e->row_pos[r];
         size_t base = (size_t)e->row_slot[r] * slot_stride +
-                      (size_t)(j->layer - e->base.layer_begin) * e->base.n_ctx * kv_dim +
-                      (size_t)kvh * hd;
+                      (size_t)(j->layer - e->base.layer_begin) * e->base.n_ctx * kv_dim + (size_t)kvh * hd;
         const float *qh = e->q + (size_t)r * q_dim + (size_t)h * hd;
         float mx = -INFINITY;
         for (int p = 0; p <= pos; p++) {
@@ -298,14 +297,13 @@ static int s_check(s_cpu *e, const zl_seq *seqs, int n, int need_tokens, int *T_
                 snprintf(b->err, sizeof b->err, "step: slot %d appears twice", s->slot);
                 return -1;
             }
-        if (s->feed) {   /* resolved by s_step_fed before this check; a stage or a step without ids has none */
+        if (s->feed) { /* resolved by s_step_fed before this check; a stage or a step without ids has none */
             snprintf(b->err, sizeof b->err, "step: seq %d: feed is served only by a whole model's step with ids", i);
             return -1;
         }
-        if (s->n_tokens < 1 || s->pos < 0 || (need_tokens && !s->tokens) ||
-            (int64_t)s->pos + s->n_tokens > b->n_ctx) {
-            snprintf(b->err, sizeof b->err, "step: seq %d: pos %d + %d tokens outside the context of %d", i,
-                     s->pos, s->n_tokens, b->n_ctx);
+        if (s->n_tokens < 1 || s->pos < 0 || (need_tokens && !s->tokens) || (int64_t)s->pos + s->n_tokens > b->n_ctx) {
+            snprintf(b->err, sizeof b->err, "step: seq %d: pos %d + %d tokens outside the context of %d", i, s->pos,
+                     s->n_tokens, b->n_ctx);
             return -1;
         }
         for (int t = 0; need_tokens && t < s->n_tokens; t++)
@@ -331,8 +329,8 @@ static int s_check(s_cpu *e, const zl_seq *seqs, int n, int need_tokens, int *T_
 
 /* the forward pass over layers [layer_begin, layer_end): from tokens (h_in NULL, first stage) or from h_in, to
  * h_out (not the last stage) or to logits and sampled tokens (last stage) */
-static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in, float *h_out,
-                     int32_t *out_tokens, float *out_logits) {
+static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in, float *h_out, int32_t *out_tokens,
+                     float *out_logits) {
     s_cpu *e = (s_cpu *)eb;
     const zl_model *m = eb->model;
     const zl_config *c = &e->c;
@@ -379,8 +377,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
     for (int l = eb->layer_begin; l < eb->layer_end; l++) {
         const zl_layer_weights *L = &m->layers[l];
         for (r = 0; r < T; r++)
-            s_rmsnorm(e->xb + (size_t)r * dim, e->x + (size_t)r * dim, e->attn_norm + (size_t)l * dim, dim,
-                      c->rms_eps);
+            s_rmsnorm(e->xb + (size_t)r * dim, e->x + (size_t)r * dim, e->attn_norm + (size_t)l * dim, dim, c->rms_eps);
         if (s_matmul(e, &L->wq, e->bq ? e->bq + l * q_dim : NULL, e->xb, e->q, T) ||
             s_matmul(e, &L->wk, e->bk ? e->bk + l * kv_dim : NULL, e->xb, e->k, T) ||
             s_matmul(e, &L->wv, e->bv ? e->bv + l * kv_dim : NULL, e->xb, e->v, T))
@@ -394,25 +391,23 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
             memcpy(e->kc + at, e->k + r * kv_dim, kv_dim * sizeof(float));
             memcpy(e->vc + at, e->v + r * kv_dim, kv_dim * sizeof(float));
         }
-        s_attn_job aj = { e, l, T };
+        s_attn_job aj = {e, l, T};
         s_pool_run(&e->pool, s_attn_fn, &aj);
         if (s_matmul(e, &L->wo, NULL, e->xb, e->xb2, T)) return -1;
         for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];
 
         for (r = 0; r < T; r++)
-            s_rmsnorm(e->xb + (size_t)r * dim, e->x + (size_t)r * dim, e->ffn_norm + (size_t)l * dim, dim,
-                      c->rms_eps);
-        if (s_matmul(e, &L->w_gate, NULL, e->xb, e->hb, T) || s_matmul(e, &L->w_up, NULL, e->xb, e->hb2, T))
-            return -1;
+            s_rmsnorm(e->xb + (size_t)r * dim, e->x + (size_t)r * dim, e->ffn_norm + (size_t)l * dim, dim, c->rms_eps);
+        if (s_matmul(e, &L->w_gate, NULL, e->xb, e->hb, T) || s_matmul(e, &L->w_up, NULL, e->xb, e->hb2, T)) return -1;
         for (size_t i = 0; i < (size_t)T * c->ffn_dim; i++) {
             float g = e->hb[i];
-            e->hb[i] = g / (1.0f + expf(-g)) * e->hb2[i];   /* SiLU(gate) * up */
+            e->hb[i] = g / (1.0f + expf(-g)) * e->hb2[i]; /* SiLU(gate) * up */
         }
         if (s_matmul(e, &L->w_down, NULL, e->hb, e->xb2, T)) return -1;
         for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];
     }
 
-    if (eb->layer_end < c->n_layers) {   /* a stage before the last: hand the residual stream on */
+    if (eb->layer_end < c->n_layers) { /* a stage before the last: hand the residual stream on */
         memcpy(h_out, e->x, (size_t)T * dim * sizeof(float));
         return 0;
     }
@@ -455,8 +450,10 @@ static int s_step_fed(s_cpu *e, const zl_seq *seqs, int n, int32_t *out_tokens, 
         const zl_sampling *sp = s->samp;
         if (s->slot < 0 || s->slot >= eb->n_slots || s->n_tokens != 1 || !e->carry_ok[s->slot] ||
             (sp && sp->repeat_penalty != 1.0f && sp->repeat_last_n > 0)) {
-            snprintf(eb->err, sizeof eb->err, "step: seq %d: a fed entry needs one token, a slot whose last step "
-                     "sampled, and no repetition penalty (slot %d)", i, s->slot);
+            snprintf(eb->err, sizeof eb->err,
+                     "step: seq %d: a fed entry needs one token, a slot whose last step "
+                     "sampled, and no repetition penalty (slot %d)",
+                     i, s->slot);
             return -1;
         }
         e->ftok[i] = e->carry_tok[s->slot];
@@ -523,8 +520,9 @@ static int s_launch(zl_engine *eb, const zl_step *st) {
 static int s_wait(zl_engine *eb, const zl_step *st) {
     s_cpu *e = (s_cpu *)eb;
     if (e->q_count == 0 || !st || e->fl[e->q_head] != st) {
-        snprintf(eb->err, sizeof eb->err, e->q_count == 0 ? "wait: no launched step" :
-                 "wait: not the oldest launched step (wait in launch order)");
+        snprintf(eb->err, sizeof eb->err,
+                 e->q_count == 0 ? "wait: no launched step"
+                                 : "wait: not the oldest launched step (wait in launch order)");
         return -1;
     }
     e->q_head ^= 1;
@@ -550,9 +548,9 @@ static void s_destroy(zl_engine *eb) {
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->go);
     pthread_cond_destroy(&p->done);
-    float *bufs[] = { e->attn_norm, e->ffn_norm, e->bq, e->bk, e->bv, e->out_norm, e->kc, e->vc, e->x, e->xb,
-                      e->xb2, e->q, e->k, e->v, e->hb, e->hb2, e->xl, e->lg, e->lgs, e->rope_cs, e->th_att,
-                      e->th_w };
+    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq,  e->bk,      e->bv,     e->out_norm, e->kc, e->vc,
+                     e->x,         e->xb,       e->xb2, e->q,       e->k,      e->v,        e->hb, e->hb2,
+                     e->xl,        e->lg,       e->lgs, e->rope_cs, e->th_att, e->th_w};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e->row_slot);
     free(e->row_pos);
@@ -565,12 +563,10 @@ static void s_destroy(zl_engine *eb) {
     free(e);
 }
 
-static const zl_engine_ops s_ops = { s_launch, s_wait, s_destroy };
+static const zl_engine_ops s_ops = {s_launch, s_wait, s_destroy};
 
 /* n floats, zeroed; NULL when n overflows or memory is short (calloc leaves untouched pages unbacked) */
-static float *s_alloc(size_t n) {
-    return calloc(n ? n : 1, sizeof(float));
-}
+static float *s_alloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 
 /* dequantizes vector w ([n]) into dst */
 static int s_vec(const zl_weight *w, float *dst, char *err, size_t errlen) {
@@ -614,7 +610,7 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
     b->layer_begin = lb;
     b->layer_end = le;
     b->lanes = 1;
-    b->depth = lb == 0 && le == c->n_layers ? 2 : 1;   /* steps queued ahead: whole models only (the sampler
+    b->depth = lb == 0 && le == c->n_layers ? 2 : 1; /* steps queued ahead: whole models only (the sampler
                                                         * carries ids) */
     snprintf(b->device, sizeof b->device, "cpu-ref");
     b->max_batch = o->max_batch ? o->max_batch : 16;
@@ -632,7 +628,8 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
     e->nth = o->threads ? o->threads : (ncpu > 0 ? (int)ncpu : 1);
     if (e->nth > S_MAX_THREADS) e->nth = S_MAX_THREADS;
 
-    size_t L = (size_t)c->n_layers, L_own = (size_t)(le - lb), dim = (size_t)c->dim, q_dim = (size_t)c->n_heads * c->head_dim;
+    size_t L = (size_t)c->n_layers, L_own = (size_t)(le - lb), dim = (size_t)c->dim,
+           q_dim = (size_t)c->n_heads * c->head_dim;
     size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim, T = (size_t)b->max_step_tokens, V = (size_t)c->vocab_size;
     size_t ff = (size_t)c->ffn_dim, wide = dim > q_dim ? dim : q_dim;
     double kv_floats = (double)b->n_slots * L_own * b->n_ctx * kv_dim;
@@ -674,9 +671,9 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
         snprintf(err, errlen, "cpu engine: out of memory");
         goto fail;
     }
-    if (!e->attn_norm || !e->ffn_norm || !e->out_norm || !e->kc || !e->vc || !e->x || !e->xb || !e->xb2 ||
-        !e->q || !e->k || !e->v || !e->hb || !e->hb2 || !e->xl || !e->lg || !e->lgs || !e->rope_cs ||
-        !e->th_att || !e->th_w || !e->row_slot || !e->row_pos) {
+    if (!e->attn_norm || !e->ffn_norm || !e->out_norm || !e->kc || !e->vc || !e->x || !e->xb || !e->xb2 || !e->q ||
+        !e->k || !e->v || !e->hb || !e->hb2 || !e->xl || !e->lg || !e->lgs || !e->rope_cs || !e->th_att || !e->th_w ||
+        !e->row_slot || !e->row_pos) {
         snprintf(err, errlen, "cpu engine: out of memory (KV cache %.1f MB)", kv_floats * 8.0 / 1e6);
         goto fail;
     }
@@ -694,9 +691,9 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
         if (s_vec(&lw->attn_norm, e->attn_norm + l * dim, err, errlen) ||
             s_vec(&lw->ffn_norm, e->ffn_norm + l * dim, err, errlen))
             goto fail;
-        if (c->has_qkv_bias && (s_vec(&lw->bq, e->bq + l * q_dim, err, errlen) ||
-                                s_vec(&lw->bk, e->bk + l * kv_dim, err, errlen) ||
-                                s_vec(&lw->bv, e->bv + l * kv_dim, err, errlen)))
+        if (c->has_qkv_bias &&
+            (s_vec(&lw->bq, e->bq + l * q_dim, err, errlen) || s_vec(&lw->bk, e->bk + l * kv_dim, err, errlen) ||
+             s_vec(&lw->bv, e->bv + l * kv_dim, err, errlen)))
             goto fail;
     }
     if (s_vec(&m->output_norm, e->out_norm, err, errlen)) goto fail;

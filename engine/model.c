@@ -9,8 +9,8 @@
 #include "quant.h"
 
 /* one integer hyper-parameter "{arch}.{suffix}": def when absent (def < 0: required); must lie in [lo, hi] */
-static int s_get_int(const gguf *g, const char *arch, const char *suffix, int64_t def, int64_t lo, int64_t hi,
-                     int *out, char *err, size_t errlen) {
+static int s_get_int(const gguf *g, const char *arch, const char *suffix, int64_t def, int64_t lo, int64_t hi, int *out,
+                     char *err, size_t errlen) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     const gguf_value *v = gguf_get(g, key);
@@ -23,15 +23,17 @@ static int s_get_int(const gguf *g, const char *arch, const char *suffix, int64_
         x = def;
     } else {
         switch (v->type) {
-        case GGUF_T_UINT8: case GGUF_T_UINT16: case GGUF_T_UINT32: case GGUF_T_UINT64:
-            x = v->v.u64 > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v->v.u64;
-            break;
-        case GGUF_T_INT8: case GGUF_T_INT16: case GGUF_T_INT32: case GGUF_T_INT64:
-            x = v->v.i64;
-            break;
+        case GGUF_T_UINT8:
+        case GGUF_T_UINT16:
+        case GGUF_T_UINT32:
+        case GGUF_T_UINT64: x = v->v.u64 > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v->v.u64; break;
+        case GGUF_T_INT8:
+        case GGUF_T_INT16:
+        case GGUF_T_INT32:
+        case GGUF_T_INT64: x = v->v.i64; break;
         default:
-            snprintf(err, errlen, "%s: metadata %s is not an integer (per-layer arrays are not supported)",
-                     g->path, key);
+            snprintf(err, errlen, "%s: metadata %s is not an integer (per-layer arrays are not supported)", g->path,
+                     key);
             return -1;
         }
     }
@@ -68,8 +70,8 @@ static int s_get_float(const gguf *g, const char *arch, const char *suffix, doub
 
 /* binds tensor `name` into w, checking it is a vector of n_in (n_out == 0) or a matrix [n_out rows][n_in].
  * optional: an absent tensor leaves w->data NULL and succeeds. */
-static int s_bind(const gguf *g, zl_weight *w, const char *name, int64_t n_in, int64_t n_out, int optional,
-                  char *err, size_t errlen) {
+static int s_bind(const gguf *g, zl_weight *w, const char *name, int64_t n_in, int64_t n_out, int optional, char *err,
+                  size_t errlen) {
     memset(w, 0, sizeof *w);
     const gguf_tensor *t = gguf_find_tensor(g, name);
     if (!t) {
@@ -81,9 +83,11 @@ static int s_bind(const gguf *g, zl_weight *w, const char *name, int64_t n_in, i
     int is_vec = n_out == 0;
     int64_t rows = is_vec ? 1 : n_out;
     if (t->ne[0] != n_in || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1) {
-        snprintf(err, errlen, "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld] "
-                 "(from the metadata)", g->path, name, (long long)t->ne[0], (long long)t->ne[1],
-                 (long long)t->ne[2], (long long)t->ne[3], (long long)n_in, (long long)rows);
+        snprintf(err, errlen,
+                 "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld] "
+                 "(from the metadata)",
+                 g->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                 (long long)n_in, (long long)rows);
         return -1;
     }
     if (!quant_supported(t->type)) {
@@ -113,9 +117,9 @@ static int s_bind(const gguf *g, zl_weight *w, const char *name, int64_t n_in, i
 /* metadata that changes the function and that zllm does not compute: its presence (with a value other than the
  * neutral one) is a load error naming the key, never ignored */
 static const struct {
-    const char *suffix;        /* "{arch}.SUFFIX" */
-    double neutral;            /* a numeric value equal to this is accepted (the feature is off) */
-    const char *what;          /* for the message */
+    const char *suffix; /* "{arch}.SUFFIX" */
+    double neutral;     /* a numeric value equal to this is accepted (the feature is off) */
+    const char *what;   /* for the message */
 } s_refused_keys[] = {
     {"rope.scaling.factor", 1.0, "RoPE scaling"},
     {"rope.scaling.attn_factor", 1.0, "YaRN attention scaling"},
@@ -139,17 +143,18 @@ static int s_refuse_keys(const gguf *g, const char *arch, char *err, size_t errl
         if (!v) continue;
         double x;
         switch (v->type) {
-        case GGUF_T_UINT8: case GGUF_T_UINT16: case GGUF_T_UINT32: case GGUF_T_UINT64: case GGUF_T_BOOL:
-            x = (double)v->v.u64;
-            break;
-        case GGUF_T_INT8: case GGUF_T_INT16: case GGUF_T_INT32: case GGUF_T_INT64:
-            x = (double)v->v.i64;
-            break;
-        case GGUF_T_FLOAT32: case GGUF_T_FLOAT64:
-            x = v->v.f64;
-            break;
-        default:
-            x = NAN;   /* arrays (per-layer values) and strings: never neutral */
+        case GGUF_T_UINT8:
+        case GGUF_T_UINT16:
+        case GGUF_T_UINT32:
+        case GGUF_T_UINT64:
+        case GGUF_T_BOOL: x = (double)v->v.u64; break;
+        case GGUF_T_INT8:
+        case GGUF_T_INT16:
+        case GGUF_T_INT32:
+        case GGUF_T_INT64: x = (double)v->v.i64; break;
+        case GGUF_T_FLOAT32:
+        case GGUF_T_FLOAT64: x = v->v.f64; break;
+        default: x = NAN; /* arrays (per-layer values) and strings: never neutral */
         }
         if (x == s_refused_keys[i].neutral) continue;
         snprintf(err, errlen, "%s: metadata %s (%s) is not supported", g->path, key, s_refused_keys[i].what);
@@ -196,8 +201,8 @@ static int s_read_config(const gguf *g, zl_config *c, char *err, size_t errlen) 
     int def_hd = c->dim % c->n_heads == 0 ? c->dim / c->n_heads : -1;
     if (s_get_int(g, arch, "attention.key_length", def_hd, 1, 1 << 14, &c->head_dim, err, errlen)) {
         if (def_hd < 0)
-            snprintf(err, errlen, "%s: no %s.attention.key_length and dim %d is not a multiple of %d heads",
-                     g->path, arch, c->dim, c->n_heads);
+            snprintf(err, errlen, "%s: no %s.attention.key_length and dim %d is not a multiple of %d heads", g->path,
+                     arch, c->dim, c->n_heads);
         return -1;
     }
     int vlen;
@@ -210,15 +215,14 @@ static int s_read_config(const gguf *g, zl_config *c, char *err, size_t errlen) 
         snprintf(err, errlen, "%s: %d heads of %d is too wide", g->path, c->n_heads, c->head_dim);
         return -1;
     }
-    if (s_get_int(g, arch, "rope.dimension_count", c->head_dim, 2, c->head_dim, &c->rope_dim, err, errlen))
-        return -1;
+    if (s_get_int(g, arch, "rope.dimension_count", c->head_dim, 2, c->head_dim, &c->rope_dim, err, errlen)) return -1;
     if (c->rope_dim % 2 != 0) {
         snprintf(err, errlen, "%s: rope.dimension_count %d is odd", g->path, c->rope_dim);
         return -1;
     }
     if (s_get_float(g, arch, "rope.freq_base", 10000.0, 1.0, 1e12, &c->rope_base, err, errlen) ||
-        s_get_float(g, arch, "attention.layer_norm_rms_epsilon", c->arch == ZL_ARCH_QWEN2 ? 1e-6 : 1e-5, 0.0,
-                    1.0, &c->rms_eps, err, errlen))
+        s_get_float(g, arch, "attention.layer_norm_rms_epsilon", c->arch == ZL_ARCH_QWEN2 ? 1e-6 : 1e-5, 0.0, 1.0,
+                    &c->rms_eps, err, errlen))
         return -1;
     /* rope scaling (linear, YaRN, llama3 ...) changes the function: refuse rather than compute it wrong */
     char key[128];
@@ -249,9 +253,9 @@ static int s_block_layer(const char *name, const char **rest) {
 /* 1 when `name` is a tensor that s_bind_all binds for this configuration */
 static int s_known_tensor(const zl_config *c, const char *name) {
     static const char *const global[] = {"token_embd.weight", "output_norm.weight", "output.weight"};
-    static const char *const block[] = {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-                                        "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
-                                        "ffn_up.weight", "ffn_down.weight"};
+    static const char *const block[] = {"attn_norm.weight", "attn_q.weight",      "attn_k.weight",
+                                        "attn_v.weight",    "attn_output.weight", "ffn_norm.weight",
+                                        "ffn_gate.weight",  "ffn_up.weight",      "ffn_down.weight"};
     static const char *const bias[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
     for (size_t i = 0; i < sizeof global / sizeof global[0]; i++)
         if (strcmp(name, global[i]) == 0) return 1;
@@ -273,8 +277,10 @@ static int s_refuse_tensors(const zl_model *m, char *err, size_t errlen) {
         const char *name = g->tensors[i].name;
         if (s_known_tensor(&m->cfg, name)) continue;
         if (strcmp(name, "rope_freqs.weight") == 0)
-            snprintf(err, errlen, "%s: tensor rope_freqs.weight (RoPE frequency factors, llama3 scaling) is not "
-                     "supported", g->path);
+            snprintf(err, errlen,
+                     "%s: tensor rope_freqs.weight (RoPE frequency factors, llama3 scaling) is not "
+                     "supported",
+                     g->path);
         else
             snprintf(err, errlen, "%s: tensor %s is not used by zllm's %s model (unsupported)", g->path, name,
                      m->cfg.arch == ZL_ARCH_QWEN2 ? "qwen2" : "llama");
@@ -314,14 +320,11 @@ static int s_bind_all(zl_model *m, char *err, size_t errlen) {
     for (int l = 0; l < c->n_layers; l++) {
         zl_layer_weights *L = &m->layers[l];
         char n[96];
-#define BIND(field, suffix, nin, nout, opt) \
-        (snprintf(n, sizeof n, "blk.%d." suffix, l), s_bind(g, &L->field, n, nin, nout, opt, err, errlen))
-        if (BIND(attn_norm, "attn_norm.weight", c->dim, 0, 0) ||
-            BIND(wq, "attn_q.weight", c->dim, q_dim, 0) ||
-            BIND(wk, "attn_k.weight", c->dim, kv_dim, 0) ||
-            BIND(wv, "attn_v.weight", c->dim, kv_dim, 0) ||
-            BIND(wo, "attn_output.weight", q_dim, c->dim, 0) ||
-            BIND(ffn_norm, "ffn_norm.weight", c->dim, 0, 0) ||
+#define BIND(field, suffix, nin, nout, opt)                                                                            \
+    (snprintf(n, sizeof n, "blk.%d." suffix, l), s_bind(g, &L->field, n, nin, nout, opt, err, errlen))
+        if (BIND(attn_norm, "attn_norm.weight", c->dim, 0, 0) || BIND(wq, "attn_q.weight", c->dim, q_dim, 0) ||
+            BIND(wk, "attn_k.weight", c->dim, kv_dim, 0) || BIND(wv, "attn_v.weight", c->dim, kv_dim, 0) ||
+            BIND(wo, "attn_output.weight", q_dim, c->dim, 0) || BIND(ffn_norm, "ffn_norm.weight", c->dim, 0, 0) ||
             BIND(w_gate, "ffn_gate.weight", c->dim, c->ffn_dim, 0) ||
             BIND(w_up, "ffn_up.weight", c->dim, c->ffn_dim, 0) ||
             BIND(w_down, "ffn_down.weight", c->ffn_dim, c->dim, 0))
@@ -365,7 +368,7 @@ zl_model *model_from_gguf(gguf *g, char *err, size_t errlen) {
     if (s_read_config(g, &m->cfg, err, errlen) || s_bind_all(m, err, errlen)) goto fail;
     return m;
 fail:
-    m->gguf = NULL;   /* on failure the caller keeps g */
+    m->gguf = NULL; /* on failure the caller keeps g */
     model_destroy(&m);
     return NULL;
 }

@@ -16,17 +16,24 @@
 #include <math.h>
 #include <string.h>
 
-#define QK 32    /* elements per block of the simple types */
-#define QKK 256  /* elements per super-block of the K types */
+#define QK 32   /* elements per block of the simple types */
+#define QKK 256 /* elements per super-block of the K types */
 
 /* ------------------------------------------------------------------------------------------------------
  * half <-> float */
 
-static inline uint32_t s_f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float s_u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t s_f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float s_u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
-float fp16_to_f32(uint16_t h)
-{
+float fp16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
     if (exp == 0) {
@@ -34,59 +41,55 @@ float fp16_to_f32(uint16_t h)
         float v = (float)mant * 0x1p-24f;
         return s_u2f(s_f2u(v) | sign);
     }
-    if (exp == 31) return s_u2f(sign | 0x7f800000u | (mant << 13));   /* inf, NaN keeps its payload */
+    if (exp == 31) return s_u2f(sign | 0x7f800000u | (mant << 13)); /* inf, NaN keeps its payload */
     return s_u2f(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
-uint16_t f32_to_fp16(float f)
-{
+uint16_t f32_to_fp16(float f) {
     uint32_t x = s_f2u(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
     uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return sign | 0x7e00 | (uint16_t)((ax >> 13) & 0x3ff);   /* NaN, made quiet */
-    if (ax >= 0x477ff000u) return sign | 0x7c00;   /* >= 65520 rounds (to even) to infinity */
+    if (ax > 0x7f800000u) return sign | 0x7e00 | (uint16_t)((ax >> 13) & 0x3ff); /* NaN, made quiet */
+    if (ax >= 0x477ff000u) return sign | 0x7c00; /* >= 65520 rounds (to even) to infinity */
     uint32_t e = ax >> 23;
     if (e < 113) {
         /* result is a half subnormal (or zero, or the smallest normal after rounding up) */
-        if (e == 0) return sign;   /* f32 zero or subnormal: far below half's range */
-        uint32_t m = (ax & 0x7fffff) | 0x800000, shift = 126 - e;   /* value * 2^24 = m * 2^-shift */
+        if (e == 0) return sign;                                  /* f32 zero or subnormal: far below half's range */
+        uint32_t m = (ax & 0x7fffff) | 0x800000, shift = 126 - e; /* value * 2^24 = m * 2^-shift */
         if (shift > 24) return sign;
         uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
         if (rem > half || (rem == half && (q & 1))) q++;
         return sign | (uint16_t)q;
     }
     uint32_t h = ((e - 112) << 10) | ((ax >> 13) & 0x3ff), rem = ax & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;   /* a carry into the exponent is still correct */
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++; /* a carry into the exponent is still correct */
     return sign | (uint16_t)h;
 }
 
 float bf16_to_f32(uint16_t h) { return s_u2f((uint32_t)h << 16); }
 
-uint16_t f32_to_bf16(float f)
-{
+uint16_t f32_to_bf16(float f) {
     uint32_t x = s_f2u(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 64);   /* NaN: force quiet */
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 64); /* NaN: force quiet */
     return (uint16_t)((x + (0x7fffu + ((x >> 16) & 1))) >> 16);
 }
 
 /* rows of F16 / BF16, 32 elements at a time: branch-free, fixed trip count, so that the compiler vectorizes
  * them at -O2; same values as fp16_to_f32 / bf16_to_f32 (the tail uses those) */
-static void s_f16_x32(const uint8_t *restrict p, float *restrict y)
-{
+static void s_f16_x32(const uint8_t *restrict p, float *restrict y) {
     for (int i = 0; i < 32; i++) {
         uint16_t h;
         memcpy(&h, p + 2 * i, 2);
         uint32_t sign = (uint32_t)(h & 0x8000) << 16, em = h & 0x7fffu, exp = em >> 10;
         /* rebias the exponent by 112; inf/NaN (exp 31, so (exp + 1) >> 5 == 1) by another 112, to 255 */
         uint32_t normal = (em << 13) + (112u << 23) + ((exp + 1) >> 5) * (112u << 23);
-        uint32_t sub = s_f2u((float)(int32_t)(em & 0x3ff) * 0x1p-24f);   /* zero and subnormals: mant * 2^-24 */
-        uint32_t is_sub = 0u - (uint32_t)(exp == 0);                      /* all ones when exp == 0 */
+        uint32_t sub = s_f2u((float)(int32_t)(em & 0x3ff) * 0x1p-24f); /* zero and subnormals: mant * 2^-24 */
+        uint32_t is_sub = 0u - (uint32_t)(exp == 0);                   /* all ones when exp == 0 */
         y[i] = s_u2f(((sub & is_sub) | (normal & ~is_sub)) | sign);
     }
 }
 
-static void s_bf16_x32(const uint8_t *restrict p, float *restrict y)
-{
+static void s_bf16_x32(const uint8_t *restrict p, float *restrict y) {
     for (int i = 0; i < 32; i++) {
         uint16_t h;
         memcpy(&h, p + 2 * i, 2);
@@ -94,8 +97,7 @@ static void s_bf16_x32(const uint8_t *restrict p, float *restrict y)
     }
 }
 
-static void s_row_f16(const uint8_t *p, float *y, int64_t n)
-{
+static void s_row_f16(const uint8_t *p, float *y, int64_t n) {
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) s_f16_x32(p + 2 * i, y + i);
     for (; i < n; i++) {
@@ -105,8 +107,7 @@ static void s_row_f16(const uint8_t *p, float *y, int64_t n)
     }
 }
 
-static void s_row_bf16(const uint8_t *p, float *y, int64_t n)
-{
+static void s_row_bf16(const uint8_t *p, float *y, int64_t n) {
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) s_bf16_x32(p + 2 * i, y + i);
     for (; i < n; i++) {
@@ -116,15 +117,13 @@ static void s_row_bf16(const uint8_t *p, float *y, int64_t n)
     }
 }
 
-static inline float s_h(const uint8_t *p)
-{
+static inline float s_h(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
     return fp16_to_f32(h);
 }
 
-static inline void s_put_h(uint8_t *p, float f)
-{
+static inline void s_put_h(uint8_t *p, float f) {
     uint16_t h = f32_to_fp16(f);
     memcpy(p, &h, 2);
 }
@@ -132,8 +131,7 @@ static inline void s_put_h(uint8_t *p, float f)
 /* ------------------------------------------------------------------------------------------------------
  * dequantization of one block */
 
-static void s_deq_q4_0(const uint8_t *restrict b, float *restrict y)
-{
+static void s_deq_q4_0(const uint8_t *restrict b, float *restrict y) {
     float d = s_h(b);
     const uint8_t *qs = b + 2;
     for (int j = 0; j < QK / 2; j++) {
@@ -142,8 +140,7 @@ static void s_deq_q4_0(const uint8_t *restrict b, float *restrict y)
     }
 }
 
-static void s_deq_q4_1(const uint8_t *restrict b, float *restrict y)
-{
+static void s_deq_q4_1(const uint8_t *restrict b, float *restrict y) {
     float d = s_h(b), m = s_h(b + 2);
     const uint8_t *qs = b + 4;
     for (int j = 0; j < QK / 2; j++) {
@@ -152,8 +149,7 @@ static void s_deq_q4_1(const uint8_t *restrict b, float *restrict y)
     }
 }
 
-static void s_deq_q5_0(const uint8_t *restrict b, float *restrict y)
-{
+static void s_deq_q5_0(const uint8_t *restrict b, float *restrict y) {
     float d = s_h(b);
     uint32_t qh;
     memcpy(&qh, b + 2, 4);
@@ -165,8 +161,7 @@ static void s_deq_q5_0(const uint8_t *restrict b, float *restrict y)
     }
 }
 
-static void s_deq_q5_1(const uint8_t *restrict b, float *restrict y)
-{
+static void s_deq_q5_1(const uint8_t *restrict b, float *restrict y) {
     float d = s_h(b), m = s_h(b + 2);
     uint32_t qh;
     memcpy(&qh, b + 4, 4);
@@ -178,8 +173,7 @@ static void s_deq_q5_1(const uint8_t *restrict b, float *restrict y)
     }
 }
 
-static void s_deq_q8_0(const uint8_t *restrict b, float *restrict y)
-{
+static void s_deq_q8_0(const uint8_t *restrict b, float *restrict y) {
     float d = s_h(b);
     const int8_t *qs = (const int8_t *)(b + 2);
     for (int j = 0; j < QK; j++) y[j] = (float)qs[j] * d;
@@ -188,8 +182,7 @@ static void s_deq_q8_0(const uint8_t *restrict b, float *restrict y)
 /* the 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes of Q4_K / Q5_K:
  * bytes 0-3 low 6 bits: scales 0-3; bytes 4-7 low 6 bits: mins 0-3; bytes 8-11: low nibble scales 4-7 and
  * high nibble mins 4-7, whose top 2 bits sit in the top 2 bits of bytes 0-3 (scales) and 4-7 (mins). */
-static inline void s_scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
-{
+static inline void s_scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
     if (j < 4) {
         *sc = q[j] & 63;
         *m = q[j + 4] & 63;
@@ -199,8 +192,7 @@ static inline void s_scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
     }
 }
 
-static void s_deq_q4_k(const uint8_t *restrict b, float *restrict y)
-{
+static void s_deq_q4_k(const uint8_t *restrict b, float *restrict y) {
     float d = s_h(b), dmin = s_h(b + 2);
     const uint8_t *scales = b + 4, *q = b + 16;
     for (int j = 0; j < QKK / 64; j++) {
@@ -216,8 +208,7 @@ static void s_deq_q4_k(const uint8_t *restrict b, float *restrict y)
     }
 }
 
-static void s_deq_q5_k(const uint8_t *restrict b, float *restrict y)
-{
+static void s_deq_q5_k(const uint8_t *restrict b, float *restrict y) {
     float d = s_h(b), dmin = s_h(b + 2);
     const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
     for (int j = 0; j < QKK / 64; j++) {
@@ -234,13 +225,12 @@ static void s_deq_q5_k(const uint8_t *restrict b, float *restrict y)
     }
 }
 
-static void s_deq_q6_k(const uint8_t *restrict b, float *restrict y)
-{
+static void s_deq_q6_k(const uint8_t *restrict b, float *restrict y) {
     const uint8_t *ql = b, *qh = b + 128;
     const int8_t *sc = (const int8_t *)(b + 192);
     float d = s_h(b + 208);
     for (int n = 0; n < QKK / 128; n++) {
-        for (int is = 0; is < 2; is++) {   /* the scale changes every 16 elements */
+        for (int is = 0; is < 2; is++) { /* the scale changes every 16 elements */
             for (int l = 16 * is; l < 16 * is + 16; l++) {
                 int q1 = ((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4)) - 32;
                 int q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
@@ -262,11 +252,13 @@ static void s_deq_q6_k(const uint8_t *restrict b, float *restrict y)
 /* ------------------------------------------------------------------------------------------------------
  * quantization of one block (reference, non-iterative) */
 
-static void s_q_q4_0(const float *x, uint8_t *b)
-{
+static void s_q_q4_0(const float *x, uint8_t *b) {
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < QK; j++)
-        if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
     float d = max / -8, id = d != 0.0f ? 1.0f / d : 0.0f;
     s_put_h(b, d);
     for (int j = 0; j < QK / 2; j++) {
@@ -277,8 +269,7 @@ static void s_q_q4_0(const float *x, uint8_t *b)
     }
 }
 
-static void s_q_q4_1(const float *x, uint8_t *b)
-{
+static void s_q_q4_1(const float *x, uint8_t *b) {
     float mn = x[0], mx = x[0];
     for (int j = 1; j < QK; j++) {
         if (x[j] < mn) mn = x[j];
@@ -295,11 +286,13 @@ static void s_q_q4_1(const float *x, uint8_t *b)
     }
 }
 
-static void s_q_q5_0(const float *x, uint8_t *b)
-{
+static void s_q_q5_0(const float *x, uint8_t *b) {
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < QK; j++)
-        if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
     float d = max / -16, id = d != 0.0f ? 1.0f / d : 0.0f;
     s_put_h(b, d);
     uint32_t qh = 0;
@@ -314,8 +307,7 @@ static void s_q_q5_0(const float *x, uint8_t *b)
     memcpy(b + 2, &qh, 4);
 }
 
-static void s_q_q5_1(const float *x, uint8_t *b)
-{
+static void s_q_q5_1(const float *x, uint8_t *b) {
     float mn = x[0], mx = x[0];
     for (int j = 1; j < QK; j++) {
         if (x[j] < mn) mn = x[j];
@@ -336,8 +328,7 @@ static void s_q_q5_1(const float *x, uint8_t *b)
     memcpy(b + 4, &qh, 4);
 }
 
-static void s_q_q8_0(const float *x, uint8_t *b)
-{
+static void s_q_q8_0(const float *x, uint8_t *b) {
     float amax = 0.0f;
     for (int j = 0; j < QK; j++)
         if (fabsf(x[j]) > amax) amax = fabsf(x[j]);
@@ -350,8 +341,7 @@ static inline int s_clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi 
 
 /* round to nearest (ties to even) of v clamped to [lo, hi], without a libm call: adding 1.5 * 2^23 puts the
  * integer in the low mantissa bits (valid while |v| < 2^22, which the clamp guarantees) */
-static inline int s_round_clamp(float v, float lo, float hi)
-{
+static inline int s_round_clamp(float v, float lo, float hi) {
     v = v < lo ? lo : v > hi ? hi : v;
     float t = v + 12582912.0f;
     int32_t i;
@@ -361,8 +351,7 @@ static inline int s_round_clamp(float v, float lo, float hi)
 
 /* Q4_K / Q5_K: per sub-block of 32 an affine range [min(0, lo), hi]; the 8 scales and mins are quantized
  * to 6 bits against the super-block's d = max scale / 63 and dmin = max min / 63. nmax: 15 or 31. */
-static void s_q_kaffine(const float *x, uint8_t *b, int nmax, uint8_t *qout /* [256] levels */)
-{
+static void s_q_kaffine(const float *x, uint8_t *b, int nmax, uint8_t *qout /* [256] levels */) {
     float scale[8], mins[8], max_scale = 0.0f, max_min = 0.0f;
     for (int s = 0; s < 8; s++) {
         const float *xs = x + 32 * s;
@@ -394,12 +383,12 @@ static void s_q_kaffine(const float *x, uint8_t *b, int nmax, uint8_t *qout /* [
             sc[s] |= (uint8_t)((lm >> 4) << 6);
         }
         float dl = d * (float)ls, ml = dmin * (float)lm, idl = dl > 0.0f ? 1.0f / dl : 0.0f;
-        for (int l = 0; l < 32; l++) qout[32 * s + l] = (uint8_t)s_round_clamp((x[32 * s + l] + ml) * idl, 0, (float)nmax);
+        for (int l = 0; l < 32; l++)
+            qout[32 * s + l] = (uint8_t)s_round_clamp((x[32 * s + l] + ml) * idl, 0, (float)nmax);
     }
 }
 
-static void s_q_q4_k(const float *x, uint8_t *b)
-{
+static void s_q_q4_k(const float *x, uint8_t *b) {
     uint8_t q[QKK];
     s_q_kaffine(x, b, 15, q);
     uint8_t *qs = b + 16;
@@ -407,8 +396,7 @@ static void s_q_q4_k(const float *x, uint8_t *b)
         for (int l = 0; l < 32; l++) qs[32 * j + l] = (uint8_t)(q[64 * j + l] | (q[64 * j + 32 + l] << 4));
 }
 
-static void s_q_q5_k(const float *x, uint8_t *b)
-{
+static void s_q_q5_k(const float *x, uint8_t *b) {
     uint8_t q[QKK];
     s_q_kaffine(x, b, 31, q);
     uint8_t *qh = b + 16, *ql = b + 48;
@@ -423,8 +411,7 @@ static void s_q_q5_k(const float *x, uint8_t *b)
 
 /* Q6_K: per sub-block of 16 a symmetric scale amax/31 (levels -32..31), quantized to int8 against
  * d = max scale / 127. */
-static void s_q_q6_k(const float *x, uint8_t *b)
-{
+static void s_q_q6_k(const float *x, uint8_t *b) {
     float scale[16], max_scale = 0.0f;
     for (int s = 0; s < 16; s++) {
         float amax = 0.0f;
@@ -461,17 +448,16 @@ static void s_q_q6_k(const float *x, uint8_t *b)
  * dispatch */
 
 typedef struct {
-    int block;                                   /* elements per block (1 for the float types) */
-    int bytes;                                   /* bytes per block */
-    void (*deq)(const uint8_t *b, float *y);     /* one block; NULL for the float types */
-    void (*quant)(const float *x, uint8_t *b);   /* one block; NULL for the float types */
+    int block;                                 /* elements per block (1 for the float types) */
+    int bytes;                                 /* bytes per block */
+    void (*deq)(const uint8_t *b, float *y);   /* one block; NULL for the float types */
+    void (*quant)(const float *x, uint8_t *b); /* one block; NULL for the float types */
 } s_qtype;
 
-static int s_traits(ggml_type t, s_qtype *q)
-{
+static int s_traits(ggml_type t, s_qtype *q) {
     switch (t) {
-    case GGML_F32:  *q = (s_qtype){1, 4, NULL, NULL}; return 0;
-    case GGML_F16:  *q = (s_qtype){1, 2, NULL, NULL}; return 0;
+    case GGML_F32: *q = (s_qtype){1, 4, NULL, NULL}; return 0;
+    case GGML_F16: *q = (s_qtype){1, 2, NULL, NULL}; return 0;
     case GGML_BF16: *q = (s_qtype){1, 2, NULL, NULL}; return 0;
     case GGML_Q4_0: *q = (s_qtype){QK, 18, s_deq_q4_0, s_q_q4_0}; return 0;
     case GGML_Q4_1: *q = (s_qtype){QK, 20, s_deq_q4_1, s_q_q4_1}; return 0;
@@ -485,14 +471,12 @@ static int s_traits(ggml_type t, s_qtype *q)
     }
 }
 
-int quant_supported(ggml_type t)
-{
+int quant_supported(ggml_type t) {
     s_qtype q;
     return s_traits(t, &q) == 0;
 }
 
-int quant_dequant_row(ggml_type t, const void *src, float *dst, int64_t n)
-{
+int quant_dequant_row(ggml_type t, const void *src, float *dst, int64_t n) {
     s_qtype q;
     if (s_traits(t, &q) != 0 || n < 0 || n % q.block != 0) return -1;
     const uint8_t *p = src;
@@ -506,8 +490,7 @@ int quant_dequant_row(ggml_type t, const void *src, float *dst, int64_t n)
     }
 }
 
-int quant_quantize_row(ggml_type t, const float *src, void *dst, int64_t n)
-{
+int quant_quantize_row(ggml_type t, const float *src, void *dst, int64_t n) {
     s_qtype q;
     if (s_traits(t, &q) != 0 || n < 0 || n % q.block != 0) return -1;
     uint8_t *p = dst;
@@ -532,19 +515,16 @@ int quant_quantize_row(ggml_type t, const float *src, void *dst, int64_t n)
 }
 
 /* 8 independent partial sums so the compiler can keep them in vector registers (n % 8 == 0 here) */
-static inline void s_dot8(const float *a, const float *x, int n, float acc[8])
-{
+static inline void s_dot8(const float *a, const float *x, int n, float acc[8]) {
     for (int i = 0; i < n; i += 8)
         for (int k = 0; k < 8; k++) acc[k] += a[i + k] * x[i + k];
 }
 
-static inline float s_sum8(const float acc[8])
-{
+static inline float s_sum8(const float acc[8]) {
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-float quant_dot_row(ggml_type t, const void *row, const float *x, int64_t n)
-{
+float quant_dot_row(ggml_type t, const void *row, const float *x, int64_t n) {
     s_qtype q;
     if (s_traits(t, &q) != 0 || n < 0 || n % q.block != 0) return NAN;
     float acc[8] = {0};

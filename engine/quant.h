@@ -8,9 +8,9 @@
 #include "gguf.h"
 
 /* half <-> float conversions (IEEE binary16 and bfloat16), exact, round-to-nearest-even on the way down */
-float    fp16_to_f32(uint16_t h);
+float fp16_to_f32(uint16_t h);
 uint16_t f32_to_fp16(float f);
-float    bf16_to_f32(uint16_t h);
+float bf16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);
 
 /* 1 when zllm can dequantize this type */

@@ -19,9 +19,7 @@ zl_sampling sampler_defaults(void) {
     return s;
 }
 
-uint64_t sampler_rng_init(uint64_t seed) {
-    return seed ^ 0x2545F4914F6CDD1DULL;
-}
+uint64_t sampler_rng_init(uint64_t seed) { return seed ^ 0x2545F4914F6CDD1DULL; }
 
 /* splitmix64 */
 static uint64_t s_next(uint64_t *st) {
@@ -32,13 +30,13 @@ static uint64_t s_next(uint64_t *st) {
 }
 
 float sampler_rng_uniform(uint64_t *rng) {
-    return (float)(s_next(rng) >> 40) * (1.0f / 16777216.0f);   /* 24 bits: exactly representable, < 1 */
+    return (float)(s_next(rng) >> 40) * (1.0f / 16777216.0f); /* 24 bits: exactly representable, < 1 */
 }
 
 static int s_argmax(const float *x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;   /* strict: the lowest id wins ties */
+        if (x[i] > x[best]) best = i; /* strict: the lowest id wins ties */
     return best;
 }
 
@@ -54,7 +52,7 @@ static void s_penalize(float *logits, int vocab, const int32_t *hist, int n_hist
         if (seen) {
             if (seen[id >> 3] & (1u << (id & 7))) continue;
             seen[id >> 3] |= (unsigned char)(1u << (id & 7));
-        } else {   /* no memory for the bitmap: quadratic scan for an earlier occurrence */
+        } else { /* no memory for the bitmap: quadratic scan for an earlier occurrence */
             int dup = 0;
             for (int j = 0; j < i && !dup; j++) dup = h[j] == id;
             if (dup) continue;
@@ -65,8 +63,8 @@ static void s_penalize(float *logits, int vocab, const int32_t *hist, int n_hist
 }
 
 typedef struct {
-    float logit;   /* logit, then probability */
-    int id;        /* token id */
+    float logit; /* logit, then probability */
+    int id;      /* token id */
 } s_cand;
 
 /* descending logit, then ascending id: a total order, so qsort's instability cannot matter */
@@ -85,10 +83,10 @@ int sampler_sample(float *logits, int vocab, const zl_sampling *s, const int32_t
     if (!(s->temperature > 0.0f) || !rng) return s_argmax(logits, vocab);
 
     s_cand *c = malloc((size_t)vocab * sizeof *c);
-    if (!c) return s_argmax(logits, vocab);   /* documented fallback: greedy when out of memory */
+    if (!c) return s_argmax(logits, vocab); /* documented fallback: greedy when out of memory */
     int n = 0;
     for (int i = 0; i < vocab; i++) {
-        if (isnan(logits[i]) || logits[i] == -INFINITY) continue;   /* masked */
+        if (isnan(logits[i]) || logits[i] == -INFINITY) continue; /* masked */
         c[n].logit = logits[i];
         c[n].id = i;
         n++;

@@ -6,13 +6,13 @@
 #include <stdint.h>
 
 typedef struct {
-    float temperature;     /* <= 0: greedy */
-    int top_k;             /* keep the k most likely; <= 0: off */
-    float top_p;           /* nucleus mass; >= 1: off */
-    float min_p;           /* drop tokens below min_p * p_max; <= 0: off */
-    float repeat_penalty;  /* 1: off; logits of recent tokens: >0 divided, <0 multiplied */
-    int repeat_last_n;     /* how many of the latest history tokens the penalty sees (0: none) */
-    uint64_t seed;         /* seeds the per-sequence generator (sampler_rng_init) */
+    float temperature;    /* <= 0: greedy */
+    int top_k;            /* keep the k most likely; <= 0: off */
+    float top_p;          /* nucleus mass; >= 1: off */
+    float min_p;          /* drop tokens below min_p * p_max; <= 0: off */
+    float repeat_penalty; /* 1: off; logits of recent tokens: >0 divided, <0 multiplied */
+    int repeat_last_n;    /* how many of the latest history tokens the penalty sees (0: none) */
+    uint64_t seed;        /* seeds the per-sequence generator (sampler_rng_init) */
 } zl_sampling;
 
 /* default parameters: greedy, everything off */

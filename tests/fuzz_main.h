@@ -77,10 +77,12 @@ int main(int argc, char **argv) {
  * exits (make fuzz exports them into $(BUILD)/fuzz/corpus/NAME, the corpus that make fuzz-long grows). */
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc; (void)argv;
+    (void)argc;
+    (void)argv;
     const char *dir = getenv("ZLLM_FUZZ_SEED_DIR");
     if (!dir || !*dir) return 0;
-    const uint8_t *seeds[64]; size_t sizes[64];
+    const uint8_t *seeds[64];
+    size_t sizes[64];
     int ns = fuzz_seeds(seeds, sizes, 64);
     for (int i = 0; i < ns; i++) {
         char p[4096];

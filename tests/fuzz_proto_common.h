@@ -77,12 +77,14 @@ static int fuzz_proto_seeds(const uint8_t **seeds, size_t *sizes, int max, unsig
     static proto_counter ct[1];
     ct[0].name = proto_cstr("bad_messages"); ct[0].value = 3;
     static proto_model_info cap[1];
-    cap[0].model = proto_cstr("m"); cap[0].workers = 1; cap[0].reason = proto_cstr("no_capacity");
-    proto_status st = { proto_cstr("s"), 1, 1, 2, models, 1, wi, 1, ct, 1, cap, 1 };
+    cap[0].model = proto_cstr("m");
+    cap[0].workers = 1;
+    cap[0].reason = proto_cstr("no_capacity");
+    proto_status st = {proto_cstr("s"), 1, 1, 2, models, 1, wi, 1, ct, 1, cap, 1};
     SEED(PROTO_STATUS, proto_encode_status(b, &st));
     SEED(PROTO_TOKEN, proto_encode_token(b, proto_cstr("r1"), toks, 2, proto_cstr(" the")));
     SEED(PROTO_TOKEN, proto_encode_token(b, proto_cstr("r2"), toks, 1, proto_cstr("a")) ||
-                      proto_buf_add_str(b, "inst", proto_cstr("0123456789abcdef")));
+                          proto_buf_add_str(b, "inst", proto_cstr("0123456789abcdef")));
     proto_final f;
     memset(&f, 0, sizeof f);
     f.id = proto_cstr("r1"); f.finish = PROTO_FINISH_LENGTH; f.text = proto_cstr("end"); f.ids = toks; f.n_ids = 3;

@@ -27,7 +27,7 @@ static void s_load(void) {
     s_loaded = 1;
     const char *fx = getenv("ZLLM_FIXTURES");
     char dir[1024] = "";
-    if (!fx || !*fx) {   /* the folder tests/fetch-fixtures.sh assembles (run from the repository root) */
+    if (!fx || !*fx) { /* the folder tests/fetch-fixtures.sh assembles (run from the repository root) */
         FILE *p = popen("bash tests/fetch-fixtures.sh", "r");
         if (p) {
             if (!fgets(dir, sizeof dir, p)) dir[0] = 0;

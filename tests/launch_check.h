@@ -141,13 +141,21 @@ static void launch_check_tokens(zl_engine *e, const char *name, int vocab, int n
         }
         if (f->n > 0) {
             lc_step_of(f);
-            if (engine_launch(e, &f->st) != 0) { CHECK(0, "%s: launch at step %d: %s", name, step, e->err); ok = 0; break; }
+            if (engine_launch(e, &f->st) != 0) {
+                CHECK(0, "%s: launch at step %d: %s", name, step, e->err);
+                ok = 0;
+                break;
+            }
             count++;
         }
         if (count == 2 || (f->n == 0 && count > 0)) {   /* wait for the oldest */
             lc_flight *w = &fl[head];
             const int32_t *out = w->out;
-            if (engine_wait(e, &w->st) != 0) { CHECK(0, "%s: wait at step %d: %s", name, step, e->err); ok = 0; break; }
+            if (engine_wait(e, &w->st) != 0) {
+                CHECK(0, "%s: wait at step %d: %s", name, step, e->err);
+                ok = 0;
+                break;
+            }
             for (int i = 0; i < w->n; i++) {
                 const int s = w->who[i];
                 infl[s]--;
@@ -162,7 +170,10 @@ static void launch_check_tokens(zl_engine *e, const char *name, int vocab, int n
         if (all) break;
     }
     while (ok && count > 0) {   /* never left in flight, whatever happened above */
-        if (engine_wait(e, &fl[head].st) != 0) { CHECK(0, "%s: final wait: %s", name, e->err); break; }
+        if (engine_wait(e, &fl[head].st) != 0) {
+            CHECK(0, "%s: final wait: %s", name, e->err);
+            break;
+        }
         head ^= 1;
         count--;
     }
@@ -183,7 +194,9 @@ static void launch_check_tokens(zl_engine *e, const char *name, int vocab, int n
 static zl_step lc_queued(const zl_seq *q, int n, int32_t *out) {
     zl_step st;
     memset(&st, 0, sizeof st);
-    st.seqs = q; st.n = n; st.out_tokens = out;
+    st.seqs = q;
+    st.n = n;
+    st.out_tokens = out;
     return st;
 }
 

@@ -108,15 +108,16 @@ static void test_roundtrips(void) {
     proto_worker_info wi = { proto_cstr("w1"), proto_cstr("m"), proto_cstr("cpu"), 8, 8, 512, 3, 5, 99, 1 };
     proto_str models[1] = { proto_cstr("m") };
     proto_counter ct[2] = { { proto_cstr("bad_messages"), 4 }, { proto_cstr("requeued"), 1 } };
-    proto_status st = { proto_cstr("s1"), 1, 2, 3, models, 1, &wi, 1, ct, 2, NULL, 0 };
+    proto_status st = {proto_cstr("s1"), 1, 2, 3, models, 1, &wi, 1, ct, 2, NULL, 0};
     CHECK(proto_encode_status(&b, &st) == 0 && oracle_map(&b, 9), "status reply encodes");
-    proto_model_info mi = { proto_cstr("m"), 1, 3, 0, 2, proto_cstr("") };
+    proto_model_info mi = {proto_cstr("m"), 1, 3, 0, 2, proto_cstr("")};
     st.capacity = &mi;
     st.n_capacity = 1;
     CHECK(proto_encode_status(&b, &st) == 0 && oracle_map(&b, 10), "status reply with capacity encodes (10 keys)");
     CHECK(dec(b.data, b.len) == 0 && s_m.status.n_capacity == 1 && streq(s_m.status.capacity[0].model, "m") &&
-          s_m.status.capacity[0].free_slots == 3 && s_m.status.capacity[0].refused == 2 &&
-          s_m.status.capacity[0].reason.n == 0, "capacity decodes: %s", s_err);
+              s_m.status.capacity[0].free_slots == 3 && s_m.status.capacity[0].refused == 2 &&
+              s_m.status.capacity[0].reason.n == 0,
+          "capacity decodes: %s", s_err);
     CHECK(dec(b.data, b.len) == 0 && s_m.status.ready == 1 && s_m.status.queue == 2 && s_m.status.active == 3 &&
           s_m.status.n_workers == 1 && s_m.status.workers[0].n_ctx == 512 && s_m.status.workers[0].step == 99 &&
           s_m.status.workers[0].alive == 1 && s_m.status.n_counters == 2 && s_m.status.counters[0].value == 4 &&
@@ -341,15 +342,18 @@ static void test_add_str(void) {
     proto_buf b = {0};
     int32_t tok = 3;
     CHECK(proto_encode_token(&b, proto_cstr("t"), &tok, 1, proto_cstr("x")) == 0, "encode token");
-    CHECK(proto_buf_add_str(&b, "inst", proto_cstr("0123456789abcdef")) == 0 && oracle_map(&b, 6), "token + inst: 6 keys");
-    CHECK(dec(b.data, b.len) == 0 && streq(s_m.inst, "0123456789abcdef") && s_m.token.ids[0] == 3, "decoded inst: %s", s_err);
+    CHECK(proto_buf_add_str(&b, "inst", proto_cstr("0123456789abcdef")) == 0 && oracle_map(&b, 6),
+          "token + inst: 6 keys");
+    CHECK(dec(b.data, b.len) == 0 && streq(s_m.inst, "0123456789abcdef") && s_m.token.ids[0] == 3, "decoded inst: %s",
+          s_err);
     char key[8];
-    for (int i = 0; i < 12; i++) {   /* 6 -> 18 keys crosses the fixmap limit */
+    for (int i = 0; i < 12; i++) { /* 6 -> 18 keys crosses the fixmap limit */
         snprintf(key, sizeof key, "k%d", i);
         CHECK(proto_buf_add_str(&b, key, proto_cstr("v")) == 0, "add %s", key);
     }
     CHECK(b.data[0] == 0xde && oracle_map(&b, 18), "map16 of 18 keys");
-    CHECK(dec(b.data, b.len) == 0 && streq(s_m.inst, "0123456789abcdef") && streq(s_m.token.id, "t"), "still decodes: %s", s_err);
+    CHECK(dec(b.data, b.len) == 0 && streq(s_m.inst, "0123456789abcdef") && streq(s_m.token.id, "t"),
+          "still decodes: %s", s_err);
     b.len = 0;
     CHECK(proto_buf_add_str(&b, "inst", proto_cstr("x")) == -1, "no map: refused");
     proto_buf_free(&b);
@@ -363,7 +367,8 @@ static void test_add_str(void) {
     mp_str(&m, "ignored");
     CHECK(mp_dec(&m) == -1 && strstr(s_err, "UTF-8"), "a non-UTF-8 id is refused: %s", s_err);
     CHECK(proto_code_parse(proto_cstr("too_large")) == PROTO_CODE_TOO_LARGE &&
-          !strcmp(proto_code_name(PROTO_CODE_BROKER_UNREACHABLE), "broker_unreachable"), "new code names");
+              !strcmp(proto_code_name(PROTO_CODE_BROKER_UNREACHABLE), "broker_unreachable"),
+          "new code names");
 }
 
 int main(void) {

@@ -32,8 +32,8 @@
 #include "stage.h"
 #include "test.h"
 
-#define UID_V 60001u               /* the victim: owns the groups */
-#define UID_A 60002u               /* the attacker: another local user */
+#define UID_V 60001u /* the victim: owns the groups */
+#define UID_A 60002u /* the attacker: another local user */
 
 /* mirror of worker/shmring.c's header (its S_VERSION 2); s_map() checks that it matches a live segment */
 typedef struct {
@@ -97,9 +97,7 @@ static int seg_find(const char *name, unsigned uid, char *path, size_t pathlen) 
     return n;
 }
 
-static int seg_count(const char *name, unsigned uid) {
-    return seg_find(name, uid, NULL, 0);
-}
+static int seg_count(const char *name, unsigned uid) { return seg_find(name, uid, NULL, 0); }
 
 /* maps a segment file read-write; checks the mirror layout against what the group says. NULL on failure. */
 static m_hdr *s_map(const char *path, size_t *size, uint64_t gen, uint32_t cap0) {
@@ -154,7 +152,7 @@ static int in_child(int (*fn)(const void *), const void *arg, double secs) {
 static void test_other_user(void) {
     char name[64], sq[64], path[256];
     snprintf(name, sizeof name, "o%d", (int)getpid());
-    shm_ring_spec sp[1] = { { 2, 256 } };
+    shm_ring_spec sp[1] = {{2, 256}};
     as_user(UID_V);
     shm_group *g = shm_group_create(name, 2, sp, 1, NULL, 0, s_err, sizeof s_err);
     CHECK(g != NULL, "victim creates a group: %s", s_err);
@@ -239,12 +237,12 @@ static void test_other_user(void) {
 static void test_mode(void) {
     char name[64];
     snprintf(name, sizeof name, "m%d", (int)getpid());
-    shm_ring_spec sp[1] = { { 2, 64 } };
+    shm_ring_spec sp[1] = {{2, 64}};
     as_user(UID_V);
     shm_group *g = shm_group_create(name, 2, sp, 1, NULL, 0, s_err, sizeof s_err);
     CHECK(g != NULL, "create: %s", s_err);
     if (g) {
-        static const unsigned modes[] = { 0640, 0604, 0660, 0666 };
+        static const unsigned modes[] = {0640, 0604, 0660, 0666};
         for (int i = 0; i < 4; i++) {
             chmod(shm_group_path(g), modes[i]);
             shm_group *f = shm_group_attach(name, 1, 200, s_err, sizeof s_err);
@@ -265,14 +263,14 @@ static void test_mode(void) {
  * a writer of the segment (the owner) rewrites the geometry or the counters */
 
 typedef struct {
-    const char *field;             /* "off", "off0", "cap", "slot", "rings" */
+    const char *field; /* "off", "off0", "cap", "slot", "rings" */
 } s_corrupt_arg;
 
 static int s_corrupt_child(const void *argp) {
     const s_corrupt_arg *a = argp;
     char name[64];
     snprintf(name, sizeof name, "c%d", (int)getpid());
-    shm_ring_spec sp[2] = { { 2, 256 }, { 2, 64 } };
+    shm_ring_spec sp[2] = {{2, 256}, {2, 64}};
     shm_group *p = shm_group_create(name, 2, sp, 2, NULL, 0, s_err, sizeof s_err);
     shm_group *c = p ? shm_group_attach(name, 1, 1000, s_err, sizeof s_err) : NULL;
     if (!p || !c) return 10;
@@ -287,7 +285,7 @@ static int s_corrupt_child(const void *argp) {
         return 12;
     shm_ring_release(c, 0);
     if (!strcmp(a->field, "off")) h->rings[0].off = h->total_bytes + 4096;
-    else if (!strcmp(a->field, "off0")) h->rings[0].off = 0;   /* onto the header */
+    else if (!strcmp(a->field, "off0")) h->rings[0].off = 0; /* onto the header */
     else if (!strcmp(a->field, "offbig")) h->rings[0].off = (uint64_t)1 << 45;
     else if (!strcmp(a->field, "cap")) h->rings[0].cap = 0;
     else if (!strcmp(a->field, "capbig")) h->rings[0].cap = 1u << 30;
@@ -297,7 +295,7 @@ static int s_corrupt_child(const void *argp) {
     s_err[0] = 0;
     int pr = shm_ring_reserve(p, 0, 200, &w, s_err, sizeof s_err);
     if (pr == 0) {
-        memset(w, 2, 256);   /* where the shared header says the slot is */
+        memset(w, 2, 256); /* where the shared header says the slot is */
         pr = shm_ring_publish(p, 0, 256, s_err, sizeof s_err);
     }
     if (pr != -1 || !strstr(s_err, "corrupt")) {
@@ -342,7 +340,7 @@ static int s_counter_child(const void *argp) {
     const char *which = argp;
     char name[64];
     snprintf(name, sizeof name, "k%d", (int)getpid());
-    shm_ring_spec sp[2] = { { 1, 64 }, { 1, 64 } };
+    shm_ring_spec sp[2] = {{1, 64}, {1, 64}};
     shm_group *p = shm_group_create(name, 2, sp, 2, NULL, 0, s_err, sizeof s_err);
     shm_group *c = p ? shm_group_attach(name, 1, 1000, s_err, sizeof s_err) : NULL;
     if (!p || !c) return 10;
@@ -354,7 +352,7 @@ static int s_counter_child(const void *argp) {
     uint64_t n;
     if (shm_ring_reserve(p, 0, 100, &w, s_err, sizeof s_err) || shm_ring_publish(p, 0, 8, s_err, sizeof s_err))
         return 12;
-    s_waiter cw = { c, 0, 0, "" };
+    s_waiter cw = {c, 0, 0, ""};
     int prc;
     char perr[256] = "";
     pthread_t t;
@@ -362,14 +360,14 @@ static int s_counter_child(const void *argp) {
         /* the published slot disappears: the consumer would wait for it forever, the producer for its return */
         h->rings[0].head = 0;
         if (pthread_create(&t, NULL, s_peek_forever, &cw)) return 13;
-        prc = shm_ring_peek(p, 1, -1, &r, &n, perr, sizeof perr);   /* the producer owns head: it notices */
+        prc = shm_ring_peek(p, 1, -1, &r, &n, perr, sizeof perr); /* the producer owns head: it notices */
         if (prc) shm_group_abort(p, SHM_FAILED);
     } else {
         /* the slot was consumed; the released tail moves back: the ring looks full to the producer forever */
         if (shm_ring_peek(c, 0, 100, &r, &n, s_err, sizeof s_err)) return 14;
         shm_ring_release(c, 0);
         h->rings[0].tail = 0;
-        if (pthread_create(&t, NULL, s_peek_forever, &cw)) return 13;   /* the consumer owns tail: it notices */
+        if (pthread_create(&t, NULL, s_peek_forever, &cw)) return 13; /* the consumer owns tail: it notices */
         prc = shm_ring_reserve(p, 0, -1, &w, perr, sizeof perr);
         if (prc) shm_group_abort(p, SHM_FAILED);
     }
@@ -394,7 +392,7 @@ static int s_record_child(const void *argp) {
     const char *which = argp;
     char name[64];
     snprintf(name, sizeof name, "r%d", (int)getpid());
-    shm_ring_spec sp[1] = { { 2, 64 } };
+    shm_ring_spec sp[1] = {{2, 64}};
     shm_group *p = shm_group_create(name, 2, sp, 1, NULL, 0, s_err, sizeof s_err);
     if (!p) return 10;
     pid_t m = fork();
@@ -422,27 +420,33 @@ static int s_record_child(const void *argp) {
 
 static void test_corrupt(void) {
     as_user(UID_V);
-    static const char *fields[] = { "off", "off0", "offbig", "cap", "capbig", "slot", "rings" };
+    static const char *fields[] = {"off", "off0", "offbig", "cap", "capbig", "slot", "rings"};
     for (int i = 0; i < 7; i++) {
-        s_corrupt_arg a = { fields[i] };
+        s_corrupt_arg a = {fields[i]};
         double t0 = now_s();
         int rc = in_child(s_corrupt_child, &a, 10.0);
         CHECK(rc == 0, "rewritten ring %s: a clear error, no crash, no hang, no segment left (child %d%s) in %.2f s",
-              fields[i], rc, rc == -1 ? ": hung" : rc > 128 ? ": signal" : "", now_s() - t0);
+              fields[i], rc,
+              rc == -1   ? ": hung"
+              : rc > 128 ? ": signal"
+                         : "",
+              now_s() - t0);
     }
-    static const char *ctr[] = { "head", "tail" };
+    static const char *ctr[] = {"head", "tail"};
     for (int i = 0; i < 2; i++) {
         double t0 = now_s();
         int rc = in_child(s_counter_child, ctr[i], 5.0);
         CHECK(rc == 0, "%s moved back: the waits end with an error within 5 s (child %d%s, %.2f s)", ctr[i], rc,
               rc == -1 ? ": hung" : "", now_s() - t0);
     }
-    static const char *rec[] = { "pid0", "pidlive" };
+    static const char *rec[] = {"pid0", "pidlive"};
     for (int i = 0; i < 2; i++) {
         double t0 = now_s();
         int rc = in_child(s_record_child, rec[i], 5.0);
-        CHECK(rc == 0, "member record %s, member killed: the creator's wait ends with an error within 5 s (child "
-              "%d%s, %.2f s)", rec[i], rc, rc == -1 ? ": hung" : "", now_s() - t0);
+        CHECK(rc == 0,
+              "member record %s, member killed: the creator's wait ends with an error within 5 s (child "
+              "%d%s, %.2f s)",
+              rec[i], rc, rc == -1 ? ": hung" : "", now_s() - t0);
     }
     as_user(0);
 }
@@ -450,7 +454,7 @@ static void test_corrupt(void) {
 /* ------------------------------------------------------------------------------------------------------------
  * a running 2-stage pipeline whose return ring's offset is rewritten */
 
-static volatile uint64_t *s_steps;   /* shared page: steps the leader ran */
+static volatile uint64_t *s_steps; /* shared page: steps the leader ran */
 
 static stage_opts s_sopts(const char *group, int stage) {
     stage_opts so;
@@ -464,7 +468,7 @@ static stage_opts s_sopts(const char *group, int stage) {
     return so;
 }
 
-static volatile sig_atomic_t s_stop;   /* a follower's stop flag, set by SIGTERM as in zllm-worker */
+static volatile sig_atomic_t s_stop; /* a follower's stop flag, set by SIGTERM as in zllm-worker */
 
 static void s_on_term(int sig) {
     (void)sig;
@@ -485,7 +489,7 @@ static int s_follower_child(const void *group) {
     return rc ? 3 : 0;
 }
 
-static int s_leader_exits;   /* 1: the leader _exits after a failed step, without cleanup, as zllm-worker does */
+static int s_leader_exits; /* 1: the leader _exits after a failed step, without cleanup, as zllm-worker does */
 
 static int s_leader_child(const void *group) {
     zl_model *m = model_load(s_model, s_err, sizeof s_err);
@@ -506,7 +510,7 @@ static int s_leader_child(const void *group) {
     int rc = 0;
     int32_t tok = 1, out = -1;
     for (int i = 0; i < 250; i++) {
-        zl_seq s = { .slot = 0, .pos = i, .n_tokens = 1, .tokens = &tok, .sample = 1 };
+        zl_seq s = {.slot = 0, .pos = i, .n_tokens = 1, .tokens = &tok, .sample = 1};
         if (engine_step(e, &s, 1, &out, NULL) != 0) {
             fprintf(stderr, "[leader] step %d: %s\n", i, e->err);
             rc = strstr(e->err, "corrupt") ? 5 : 6;
@@ -541,7 +545,7 @@ static void test_pipeline(void) {
     m_hdr *h = path[0] ? s_map(path, &sz, 0, 4) : NULL;
     CHECK(h != NULL, "map the running group's segment %s", path);
     if (h) {
-        h->rings[2].off = h->total_bytes + ((uint64_t)1 << 30);   /* the return ring, written by stage 1 */
+        h->rings[2].off = h->total_bytes + ((uint64_t)1 << 30); /* the return ring, written by stage 1 */
         munmap(h, sz);
     }
     t0 = now_s();
@@ -582,13 +586,13 @@ static void test_signal(void) {
  * stale segments and failure paths */
 
 static int s_create_and_vanish(const void *name) {
-    shm_ring_spec sp[1] = { { 2, 64 } };
+    shm_ring_spec sp[1] = {{2, 64}};
     shm_group *g = shm_group_create(name, 2, sp, 1, NULL, 0, s_err, sizeof s_err);
-    return g ? 0 : 1;   /* exits without destroy: its segment stays, its creator is gone */
+    return g ? 0 : 1; /* exits without destroy: its segment stays, its creator is gone */
 }
 
 static int s_leader_waits(const void *name) {
-    shm_ring_spec sp[1] = { { 2, 64 } };
+    shm_ring_spec sp[1] = {{2, 64}};
     shm_group *g = shm_group_create(name, 2, sp, 1, NULL, 0, s_err, sizeof s_err);
     if (!g) return 1;
     shm_group_wait_members(g, 20000, s_err, sizeof s_err);
@@ -600,12 +604,12 @@ static int s_leader_waits(const void *name) {
 }
 
 static int s_leader_fails_and_exits(const void *name) {
-    shm_ring_spec sp[1] = { { 2, 64 } };
+    shm_ring_spec sp[1] = {{2, 64}};
     shm_group *g = shm_group_create(name, 2, sp, 1, NULL, 0, s_err, sizeof s_err);
     if (!g || shm_group_wait_members(g, 20000, s_err, sizeof s_err)) return 1;
     usleep(100000);
     shm_group_abort(g, SHM_FAILED);
-    _exit(3);   /* as the worker after a failed step: no cleanup */
+    _exit(3); /* as the worker after a failed step: no cleanup */
 }
 
 static int s_member(const void *name) {
@@ -628,7 +632,7 @@ static void test_cleanup(void) {
     /* stale: a creator that died without cleaning up */
     CHECK(in_child(s_create_and_vanish, name, 10.0) == 0 && seg_count(name, UID_V) == 1,
           "a dead creator's segment is left behind");
-    shm_ring_spec sp[1] = { { 2, 64 } };
+    shm_ring_spec sp[1] = {{2, 64}};
     shm_group *g = shm_group_create(other, 2, sp, 1, NULL, 0, s_err, sizeof s_err);
     CHECK(g != NULL, "create: %s", s_err);
     CHECK(seg_count(name, UID_V) == 0, "the next creator (another group) removed the dead creator's segment");

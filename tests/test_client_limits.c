@@ -22,7 +22,10 @@ static void *s_router(void *ctx, const char *ep) {
     void *r = zmq_socket(ctx, ZMQ_ROUTER);
     int zero = 0;
     zmq_setsockopt(r, ZMQ_LINGER, &zero, sizeof zero);
-    if (zmq_bind(r, ep) != 0) { zmq_close(r); return NULL; }
+    if (zmq_bind(r, ep) != 0) {
+        zmq_close(r);
+        return NULL;
+    }
     return r;
 }
 

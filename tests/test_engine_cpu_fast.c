@@ -57,11 +57,10 @@ static void test_kernel_type(ggml_type t, int64_t n) {
         uint8_t *row = w + rb * r;
         if (t == GGML_F32)
             for (int64_t i = 0; i < n; i++) ((float *)row)[i] = rnd_normal();
-        else
-            raw_row(t, row, rb);
+        else raw_row(t, row, rb);
     }
     for (int64_t i = 0; i < n * NT; i++) xf[i] = rnd_normal() * (i % 7 == 0 ? 4.0f : 1.0f);
-    memset(xf + 3 * n, 0, sizeof(float) * 32 * (n >= 64));   /* a zero block: scale 0 */
+    memset(xf + 3 * n, 0, sizeof(float) * 32 * (n >= 64)); /* a zero block: scale 0 */
     const void *xs[NT];
     for (int k = 0; k < NT; k++) {
         if (q8) {
@@ -96,7 +95,7 @@ static void test_kernel_type(ggml_type t, int64_t n) {
                 CHECK(err <= tol, "%s n=%lld %s row %d act %d: %.9g vs oracle %.9g (err %.3g > %.3g)",
                       ggml_type_name(t), (long long)n, qdot_isa_name(isa), r, k, one[k], oracle[k], err, tol);
             }
-            for (int nt = 2; nt <= NT; nt++) {   /* tiles of nt rows starting at each offset give each row's value */
+            for (int nt = 2; nt <= NT; nt++) { /* tiles of nt rows starting at each offset give each row's value */
                 for (int s0 = 0; s0 + nt <= NT; s0++) {
                     fn(row, &xs[s0], nt, n, tile);
                     int same = 1;
@@ -118,17 +117,17 @@ done:
 static void test_kernels(void) {
     printf("ISA paths: scalar yes, avx2 %s, avx512 %s (best: %s)\n", qdot_isa_ok(QDOT_AVX2) ? "yes" : "no",
            qdot_isa_ok(QDOT_AVX512) ? "yes" : "no", qdot_isa_name(qdot_isa_best()));
-    const ggml_type b32[] = { GGML_Q4_0, GGML_Q4_1, GGML_Q8_0, GGML_Q5_0, GGML_Q5_1 };
-    const int64_t n32[] = { 32, 96, 576, 1536 };
+    const ggml_type b32[] = {GGML_Q4_0, GGML_Q4_1, GGML_Q8_0, GGML_Q5_0, GGML_Q5_1};
+    const int64_t n32[] = {32, 96, 576, 1536};
     for (size_t i = 0; i < sizeof b32 / sizeof b32[0]; i++)
         for (size_t j = 0; j < sizeof n32 / sizeof n32[0]; j++) test_kernel_type(b32[i], n32[j]);
-    const ggml_type bk[] = { GGML_Q4_K, GGML_Q6_K, GGML_Q5_K };
+    const ggml_type bk[] = {GGML_Q4_K, GGML_Q6_K, GGML_Q5_K};
     for (size_t i = 0; i < sizeof bk / sizeof bk[0]; i++) {
         test_kernel_type(bk[i], 256);
         test_kernel_type(bk[i], 768);
     }
-    const ggml_type fl[] = { GGML_F32, GGML_F16, GGML_BF16 };
-    const int64_t nf[] = { 7, 64, 172, 576 };
+    const ggml_type fl[] = {GGML_F32, GGML_F16, GGML_BF16};
+    const int64_t nf[] = {7, 64, 172, 576};
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++)
         for (size_t j = 0; j < sizeof nf / sizeof nf[0]; j++) test_kernel_type(fl[i], nf[j]);
     CHECK(qdot_get(GGML_Q2_K, QDOT_SCALAR) == NULL, "Q2_K has no kernel");
@@ -145,7 +144,7 @@ static void test_quantize(void) {
         int sum = 0;
         for (int j = 0; j < 32; j++) {
             const int lv = 256 * b[k].q[j] + b[k].r[j];
-            ok &= fabsf(b[k].d * (float)lv - x[32 * k + j]) <= b[k].d * 1.01f + 1e-30f;   /* within one fine step */
+            ok &= fabsf(b[k].d * (float)lv - x[32 * k + j]) <= b[k].d * 1.01f + 1e-30f; /* within one fine step */
             ok &= b[k].q[j] >= -127 && b[k].r[j] >= -127;
             sum += lv;
         }
@@ -153,13 +152,13 @@ static void test_quantize(void) {
     }
     CHECK(ok, "quantized activations: 16-bit levels within one step, sums");
     CHECK(b[2].d == 0.0f, "a zero block has scale 0");
-    for (int isa = QDOT_AVX2; isa <= QDOT_AVX512; isa++) {   /* every path: the same bytes, ties included */
+    for (int isa = QDOT_AVX2; isa <= QDOT_AVX512; isa++) { /* every path: the same bytes, ties included */
         if (!qdot_isa_ok(isa)) continue;
         float y[256];
         qdot_blk r1[8], r2[8];
         for (int i = 0; i < 256; i++) y[i] = i % 9 == 0 ? (float)(i % 5) - 2.5f : rnd_normal() * (1 + i / 32);
         for (int i = 96; i < 128; i++) y[i] = 0.0f;
-        y[0] = 127.0f;   /* levels at exact halves: 1.5, 0.5 ... with scale 1 */
+        y[0] = 127.0f; /* levels at exact halves: 1.5, 0.5 ... with scale 1 */
         memset(r1, 0, sizeof r1);
         memset(r2, 0, sizeof r2);
         qdot_quantize_row(QDOT_SCALAR, y, r1, 256);
@@ -171,7 +170,7 @@ static void test_quantize(void) {
 
 /* attention of one head: the SIMD path against the scalar one (same math, exp polynomial vs expf) */
 static void test_attn(void) {
-    const int hds[] = { 8, 64, 72, 128 }, nks[] = { 1, 7, 8, 9, 100 };
+    const int hds[] = {8, 64, 72, 128}, nks[] = {1, 7, 8, 9, 100};
     const size_t stride = 3 * 128;
     float *k = malloc(sizeof(float) * stride * 100), *v = malloc(sizeof(float) * stride * 100);
     float q[128], att[100], o1[128], o2[128];
@@ -192,8 +191,8 @@ static void test_attn(void) {
                 cpu_attn_head(isa, q, hd, k + 5, v + 5, stride, nk, 0.125f, att, o2);
                 float err = 0;
                 for (int i = 0; i < hd; i++) err = fmaxf(err, fabsf(o1[i] - o2[i]));
-                CHECK(err <= 1e-5f, "attention %s hd %d keys %d: %.3g from the scalar path", qdot_isa_name(isa), hd,
-                      nk, err);
+                CHECK(err <= 1e-5f, "attention %s hd %d keys %d: %.3g from the scalar path", qdot_isa_name(isa), hd, nk,
+                      err);
             }
     }
     free(k);
@@ -233,10 +232,10 @@ static void test_golden(const zl_model *m, const char *st) {
         setenv("ZLLM_CPU_ISA", qdot_isa_name(isa), 1);
         zl_engine *e = new_engine(m, "cpu", 1, 2, 256);
         if (!e) continue;
-        int32_t tok = 1, out = -1;   /* BOS */
+        int32_t tok = 1, out = -1; /* BOS */
         int same = 0;
         for (int p = 0; p < ng; p++) {
-            zl_seq s = { .slot = 0, .pos = p, .n_tokens = 1, .tokens = &tok, .sample = 1 };
+            zl_seq s = {.slot = 0, .pos = p, .n_tokens = 1, .tokens = &tok, .sample = 1};
             if (engine_step(e, &s, 1, &out, NULL) != 0) {
                 CHECK(0, "step: %s", e->err);
                 break;
@@ -259,7 +258,7 @@ static void test_golden(const zl_model *m, const char *st) {
     engine_destroy(&q);
     setenv("ZLLM_CPU_ISA", "nonsense", 1);
     char err[256];
-    zl_engine_opts o = { .device = "cpu" };
+    zl_engine_opts o = {.device = "cpu"};
     zl_engine *e = engine_new(m, &o, err, sizeof err);
     CHECK(e == NULL && strstr(err, "ZLLM_CPU_ISA"), "a bad ZLLM_CPU_ISA is refused: %s", e ? "accepted" : err);
     engine_destroy(&e);
@@ -273,9 +272,9 @@ enum { NS = 8, G = 6 };
 
 typedef struct {
     int32_t prompt[40];
-    int len;                   /* prompt length */
-    int32_t toks[G];           /* sampled ids */
-    float *logits;             /* [G][V] from the run alone */
+    int len;         /* prompt length */
+    int32_t toks[G]; /* sampled ids */
+    float *logits;   /* [G][V] from the run alone */
 } inv_seq;
 
 static void inv_prompts(inv_seq *sq, int vocab) {
@@ -290,7 +289,7 @@ static int inv_alone(const zl_model *m, inv_seq *sq) {
     zl_engine *e = new_engine(m, "cpu", 1, 1, 128);
     if (!e) return -1;
     for (int i = 0; i < NS; i++) {
-        zl_seq s = { .slot = 0, .pos = 0, .n_tokens = sq[i].len, .tokens = sq[i].prompt, .sample = 1 };
+        zl_seq s = {.slot = 0, .pos = 0, .n_tokens = sq[i].len, .tokens = sq[i].prompt, .sample = 1};
         int32_t tok;
         for (int g = 0; g < G; g++) {
             if (engine_step(e, &s, 1, &tok, sq[i].logits + (size_t)g * V) != 0) {
@@ -319,8 +318,8 @@ static void inv_batched(const zl_model *m, const inv_seq *sq, int threads, const
         int who[NS], nb = 0;
         for (int i = 0; i < NS; i++) {
             if (round < (i < 2 ? i : (i + 2) / 2) || g_of[i] >= G) continue;
-            zl_seq s = { .slot = (i * 3) % NS, .pos = pos[i] };
-            if (pos[i] == 0 && (i & 1) && sq[i].len > 1 && step[i] == 0) {   /* first of two prompt chunks */
+            zl_seq s = {.slot = (i * 3) % NS, .pos = pos[i]};
+            if (pos[i] == 0 && (i & 1) && sq[i].len > 1 && step[i] == 0) { /* first of two prompt chunks */
                 s.n_tokens = sq[i].len / 2;
                 s.tokens = sq[i].prompt;
                 s.sample = 0;
@@ -356,8 +355,8 @@ static void inv_batched(const zl_model *m, const inv_seq *sq, int threads, const
         }
     }
     CHECK(diff == 0 && compared == NS * G && maxb == NS,
-          "%s, %d threads: %d of %d batched results differ bitwise from the sequence alone (largest batch %d)",
-          name, threads, diff, compared, maxb);
+          "%s, %d threads: %d of %d batched results differ bitwise from the sequence alone (largest batch %d)", name,
+          threads, diff, compared, maxb);
     free(lg);
     engine_destroy(&e);
 }
@@ -425,7 +424,7 @@ static void test_agreement(const zl_model *m, const char *path) {
         zl_seq b[NP];
         int off = 0;
         for (int i = 0; i < NP; i++) {
-            b[i] = (zl_seq){ .slot = i, .sample = 1 };
+            b[i] = (zl_seq){.slot = i, .sample = 1};
             if (s == 0) {
                 b[i].pos = 0;
                 b[i].n_tokens = plen[i];
@@ -466,8 +465,8 @@ static void test_agreement(const zl_model *m, const char *path) {
     printf("SmolLM2 Q4_1 (%s), fast vs reference, teacher-forced, %d greedy tokens per prompt:\n", path, NG);
     for (int i = 0; i < NP; i++) {
         printf("  prompt %d: %2d tokens, |dlogit| max %.4f mean %.4f (f32 activations: max %.2e), argmax differs at "
-               "%d positions (largest reference margin %.4f), first %d tokens identical\n", i, plen[i], maxd[i],
-               sumd[i] / ((double)NG * V), maxx[i], flips[i], worst_margin[i], free_same[i]);
+               "%d positions (largest reference margin %.4f), first %d tokens identical\n",
+               i, plen[i], maxd[i], sumd[i] / ((double)NG * V), maxx[i], flips[i], worst_margin[i], free_same[i]);
         CHECK(maxx[i] <= 2e-3f, "prompt %d: with f32 activations the fast engine is %.3g from the reference", i,
               maxx[i]);
         CHECK(maxd[i] <= AGREE_BOUND, "prompt %d: max abs logit difference %.4f > %.2f", i, maxd[i], AGREE_BOUND);
@@ -488,11 +487,13 @@ done:
  * the reference's, with f32 activations (ZLLM_CPU_EXACT=1) within 1e-4 of the largest logit, and as run
  * (16-bit activation levels for the integer types: 1e-4 measured) within `bound` */
 static void test_types(void) {
-    static const struct { const char *arch, *type; double bound; } cs[] = {
-        { "llama", "f32", 1e-5 },  { "llama", "f16", 1e-5 },   { "llama", "bf16", 1e-5 },
-        { "llama", "q8_0", 5e-4 }, { "llama", "q4_0", 5e-4 },  { "llama", "q4_1", 5e-4 },
-        { "llama", "q4_k_m", 5e-4 }, { "llama", "q6_k", 5e-4 }, { "qwen2", "q5_0", 1e-5 },
-        { "qwen2", "q4_k_m", 5e-4 },
+    static const struct {
+        const char *arch, *type;
+        double bound;
+    } cs[] = {
+        {"llama", "f32", 1e-5},  {"llama", "f16", 1e-5},    {"llama", "bf16", 1e-5},   {"llama", "q8_0", 5e-4},
+        {"llama", "q4_0", 5e-4}, {"llama", "q4_1", 5e-4},   {"llama", "q4_k_m", 5e-4}, {"llama", "q6_k", 5e-4},
+        {"qwen2", "q5_0", 1e-5}, {"qwen2", "q4_k_m", 5e-4},
     };
     const char *build = getenv("ZLLM_BUILD");
     if (!build || !*build) build = "build";
@@ -503,8 +504,8 @@ static void test_types(void) {
         snprintf(path, sizeof path, "%s/%s-%s.gguf", dir, cs[i].arch, cs[i].type);
         snprintf(cmd, sizeof cmd,
                  "%s/bin/zllm-mkmodel -o %s --arch %s --layers 2 --dim 256 --heads 8 --kv-heads 2 --head-dim 32 "
-                 "--ffn 512 --vocab 260 --ctx 64 --type %s --seed 7 >/dev/null 2>&1", build, path, cs[i].arch,
-                 cs[i].type);
+                 "--ffn 512 --vocab 260 --ctx 64 --type %s --seed 7 >/dev/null 2>&1",
+                 build, path, cs[i].arch, cs[i].type);
         CHECK(system(cmd) == 0, "zllm-mkmodel: %s", cmd);
         zl_model *m = model_load(path, err, sizeof err);
         CHECK(m != NULL, "%s", err);
@@ -517,11 +518,14 @@ static void test_types(void) {
         e[2] = new_engine(m, "cpu", 1, 2, 64);
         unsetenv("ZLLM_CPU_EXACT");
         float *lg = malloc(sizeof(float) * 3 * (size_t)V);
-        const int32_t toks[12] = { 1, 17, 200, 3, 99, 42, 42, 7, 255, 128, 64, 2 };
-        double worst[3] = { 0, 0, 0 };
+        const int32_t toks[12] = {1, 17, 200, 3, 99, 42, 42, 7, 255, 128, 64, 2};
+        double worst[3] = {0, 0, 0};
         for (int st = 0; e[0] && e[1] && e[2] && lg && st < 7; st++) {
-            zl_seq s = { .slot = 0, .pos = st ? 5 + st : 0, .n_tokens = st ? 1 : 6, .tokens = toks + (st ? 5 + st : 0),
-                         .sample = 1 };
+            zl_seq s = {.slot = 0,
+                        .pos = st ? 5 + st : 0,
+                        .n_tokens = st ? 1 : 6,
+                        .tokens = toks + (st ? 5 + st : 0),
+                        .sample = 1};
             int32_t out;
             for (int k = 0; k < 3; k++) CHECK(engine_step(e[k], &s, 1, &out, lg + (size_t)k * V) == 0, "step");
             float mx = 0;
@@ -534,8 +538,8 @@ static void test_types(void) {
         }
         printf("%s %s: fast vs reference: max |dlogit| / max |logit| %.3g (f32 activations %.3g)\n", cs[i].arch,
                cs[i].type, worst[1], worst[2]);
-        CHECK(worst[1] <= cs[i].bound, "%s %s: fast engine %.3g from the reference (> %.3g)", cs[i].arch,
-              cs[i].type, worst[1], cs[i].bound);
+        CHECK(worst[1] <= cs[i].bound, "%s %s: fast engine %.3g from the reference (> %.3g)", cs[i].arch, cs[i].type,
+              worst[1], cs[i].bound);
         CHECK(worst[2] <= 1e-4, "%s %s: fast engine with f32 activations %.3g from the reference", cs[i].arch,
               cs[i].type, worst[2]);
         free(lg);

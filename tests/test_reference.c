@@ -96,7 +96,7 @@ static double rel_err(const float *a, const float *b, int n) {
 /* prefill toks[0..n_prefill) in one step, then one step per remaining token; out gets [n - n_prefill + 1][V] */
 static int run_tokens(const zl_model *m, const int32_t *toks, int n, int n_prefill, int threads, float *out) {
     char err[256];
-    zl_engine_opts o = { .device = "cpu-ref", .n_slots = 1, .max_batch = 1, .n_ctx = 64, .threads = threads };
+    zl_engine_opts o = {.device = "cpu-ref", .n_slots = 1, .max_batch = 1, .n_ctx = 64, .threads = threads};
     zl_engine *e = engine_new(m, &o, err, sizeof err);
     CHECK(e != NULL, "engine_new: %s", err);
     if (!e) return -1;

@@ -479,10 +479,10 @@ static void test_golden_lanes(const zl_model *m, int n) {
                 zl_seq x = { .slot = 2, .pos = 0, .n_tokens = 1, .tokens = &t, .sample = 1 };
                 zl_seq y = { .slot = 1, .pos = 0, .n_tokens = 1, .tokens = &t, .sample = 1 };
                 zl_step sx = lane_step(&x, 1, 0, &o2), sy = lane_step(&y, 1, 2, &o2), si = lane_step(&x, 1, 2, &o2);
-                CHECK(engine_wait(e, &st[1]) != 0 && strstr(e->err, "oldest"),
-                      "wait out of launch order refused: %s", e->err);
-                CHECK(engine_launch(e, &sx) != 0 && strstr(e->err, "in flight"),
-                      "launch on a busy lane refused: %s", e->err);
+                CHECK(engine_wait(e, &st[1]) != 0 && strstr(e->err, "oldest"), "wait out of launch order refused: %s",
+                      e->err);
+                CHECK(engine_launch(e, &sx) != 0 && strstr(e->err, "in flight"), "launch on a busy lane refused: %s",
+                      e->err);
                 CHECK(engine_launch(e, &sy) != 0 && strstr(e->err, "slot 1"),
                       "a slot in two steps in flight refused: %s", e->err);
                 CHECK(engine_step(e, &x, 1, &o2, NULL) != 0 && strstr(e->err, "in flight"),
@@ -664,7 +664,7 @@ static void test_overlap(const zl_model *m) {
     memset(&tf, 0, sizeof tf);
     tf.m = m;
     tf.so = opts(1, 2);
-    tf.so.device = "cpu-ref";   /* both stages on the f32 reference: its steps are long enough, against the hand-over
+    tf.so.device = "cpu-ref"; /* both stages on the f32 reference: its steps are long enough, against the hand-over
                                  * between stages, for the CPU-time ratio to show the overlap (the fast engine's
                                  * steps on stories260K take about 1 ms) */
     pthread_t tid;
@@ -709,8 +709,8 @@ static void test_overlap(const zl_model *m) {
                     bad = 1;
                 }
                 for (int j = 0; j < 2; j++)
-                    sq[l][j] = (zl_seq){ .slot = 2 * l + j, .pos = (k % 7) * CH, .n_tokens = CH,
-                                         .tokens = toks[2 * l + j], .sample = 1 };
+                    sq[l][j] = (zl_seq){
+                        .slot = 2 * l + j, .pos = (k % 7) * CH, .n_tokens = CH, .tokens = toks[2 * l + j], .sample = 1};
                 st[l] = lane_step(sq[l], 2, l, out[l]);
                 double l0 = cpu_s(CLOCK_THREAD_CPUTIME_ID), f0 = cpu_s(fc);
                 bad |= engine_launch(e, &st[l]) != 0;

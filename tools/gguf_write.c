@@ -11,12 +11,12 @@
 #include <unistd.h>
 
 typedef struct {
-    char *name;          /* NUL-terminated tensor name */
-    int n_dims;          /* 1..4 */
-    int64_t ne[4];       /* elements per dimension, ne[0] = row length */
-    ggml_type type;      /* element type */
-    uint64_t nbytes;     /* data bytes */
-    uint64_t offset;     /* offset from the data section start (set at open) */
+    char *name;      /* NUL-terminated tensor name */
+    int n_dims;      /* 1..4 */
+    int64_t ne[4];   /* elements per dimension, ne[0] = row length */
+    ggml_type type;  /* element type */
+    uint64_t nbytes; /* data bytes */
+    uint64_t offset; /* offset from the data section start (set at open) */
 } s_tinfo;
 
 struct gguf_writer {
@@ -39,8 +39,7 @@ struct gguf_writer {
     uint64_t app_off;    /* append mode: bytes of the current tensor written */
 };
 
-static int s_fail(gguf_writer *w, const char *fmt, ...)
-{
+static int s_fail(gguf_writer *w, const char *fmt, ...) {
     if (w->err[0] == 0) {
         va_list ap;
         va_start(ap, fmt);
@@ -50,8 +49,7 @@ static int s_fail(gguf_writer *w, const char *fmt, ...)
     return -1;
 }
 
-static void s_msg(char *err, size_t errlen, const char *fmt, ...)
-{
+static void s_msg(char *err, size_t errlen, const char *fmt, ...) {
     if (!err || errlen == 0) return;
     va_list ap;
     va_start(ap, fmt);
@@ -59,8 +57,7 @@ static void s_msg(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-static int s_put(gguf_writer *w, const void *p, size_t n)
-{
+static int s_put(gguf_writer *w, const void *p, size_t n) {
     if (w->kv_len + n > w->kv_cap) {
         size_t cap = w->kv_cap ? w->kv_cap : 4096;
         while (cap < w->kv_len + n) cap *= 2;
@@ -76,14 +73,12 @@ static int s_put(gguf_writer *w, const void *p, size_t n)
 
 static int s_put_u32(gguf_writer *w, uint32_t v) { return s_put(w, &v, 4); }
 static int s_put_u64(gguf_writer *w, uint64_t v) { return s_put(w, &v, 8); }
-static int s_put_str(gguf_writer *w, const char *s, uint64_t len)
-{
+static int s_put_str(gguf_writer *w, const char *s, uint64_t len) {
     if (s_put_u64(w, len) != 0) return -1;
     return len ? s_put(w, s, (size_t)len) : 0;
 }
 
-gguf_writer *gguf_writer_new(void)
-{
+gguf_writer *gguf_writer_new(void) {
     gguf_writer *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->fd = -1;
@@ -91,8 +86,7 @@ gguf_writer *gguf_writer_new(void)
     return w;
 }
 
-void gguf_writer_destroy(gguf_writer **pw)
-{
+void gguf_writer_destroy(gguf_writer **pw) {
     if (!pw || !*pw) return;
     gguf_writer *w = *pw;
     if (w->fd >= 0) close(w->fd);
@@ -107,8 +101,7 @@ void gguf_writer_destroy(gguf_writer **pw)
 }
 
 /* starts a key/value pair: checks the key, writes it and the value type */
-static int s_key(gguf_writer *w, const char *key, gguf_vtype type)
-{
+static int s_key(gguf_writer *w, const char *key, gguf_vtype type) {
     if (w->fd >= 0) return s_fail(w, "metadata %s set after gguf_writer_open", key);
     if (!key || !*key) return s_fail(w, "empty metadata key");
     for (uint64_t i = 0; i < w->n_kv; i++)
@@ -122,8 +115,7 @@ static int s_key(gguf_writer *w, const char *key, gguf_vtype type)
     return s_put_u32(w, (uint32_t)type);
 }
 
-static int s_scalar(gguf_writer *w, const char *key, gguf_vtype t, const void *v, size_t n)
-{
+static int s_scalar(gguf_writer *w, const char *key, gguf_vtype t, const void *v, size_t n) {
     if (s_key(w, key, t) != 0) return -1;
     return s_put(w, v, n);
 }
@@ -132,8 +124,7 @@ int gguf_writer_set_u8(gguf_writer *w, const char *key, uint8_t v) { return s_sc
 int gguf_writer_set_i8(gguf_writer *w, const char *key, int8_t v) { return s_scalar(w, key, GGUF_T_INT8, &v, 1); }
 int gguf_writer_set_u16(gguf_writer *w, const char *key, uint16_t v) { return s_scalar(w, key, GGUF_T_UINT16, &v, 2); }
 int gguf_writer_set_i16(gguf_writer *w, const char *key, int16_t v) { return s_scalar(w, key, GGUF_T_INT16, &v, 2); }
-int gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v)
-{
+int gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v) {
     if (key && strcmp(key, "general.alignment") == 0) {
         if (v == 0 || (v & (v - 1)) != 0) return s_fail(w, "general.alignment %u is not a power of two", v);
         w->alignment = v;
@@ -145,38 +136,40 @@ int gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v) { return s_
 int gguf_writer_set_i64(gguf_writer *w, const char *key, int64_t v) { return s_scalar(w, key, GGUF_T_INT64, &v, 8); }
 int gguf_writer_set_f32(gguf_writer *w, const char *key, float v) { return s_scalar(w, key, GGUF_T_FLOAT32, &v, 4); }
 int gguf_writer_set_f64(gguf_writer *w, const char *key, double v) { return s_scalar(w, key, GGUF_T_FLOAT64, &v, 8); }
-int gguf_writer_set_bool(gguf_writer *w, const char *key, int v)
-{
+int gguf_writer_set_bool(gguf_writer *w, const char *key, int v) {
     uint8_t b = v ? 1 : 0;
     return s_scalar(w, key, GGUF_T_BOOL, &b, 1);
 }
 
-int gguf_writer_set_strn(gguf_writer *w, const char *key, const char *v, uint64_t len)
-{
+int gguf_writer_set_strn(gguf_writer *w, const char *key, const char *v, uint64_t len) {
     if (!v && len) return s_fail(w, "metadata %s: NULL string", key ? key : "?");
     if (s_key(w, key, GGUF_T_STRING) != 0) return -1;
     return s_put_str(w, v, len);
 }
 
-int gguf_writer_set_str(gguf_writer *w, const char *key, const char *v)
-{
+int gguf_writer_set_str(gguf_writer *w, const char *key, const char *v) {
     return gguf_writer_set_strn(w, key, v, v ? strlen(v) : 0);
 }
 
 /* bytes of one element of a fixed-size type, 0 for STRING/ARRAY/unknown */
-static size_t s_vsize(gguf_vtype t)
-{
+static size_t s_vsize(gguf_vtype t) {
     switch (t) {
-    case GGUF_T_UINT8: case GGUF_T_INT8: case GGUF_T_BOOL: return 1;
-    case GGUF_T_UINT16: case GGUF_T_INT16: return 2;
-    case GGUF_T_UINT32: case GGUF_T_INT32: case GGUF_T_FLOAT32: return 4;
-    case GGUF_T_UINT64: case GGUF_T_INT64: case GGUF_T_FLOAT64: return 8;
+    case GGUF_T_UINT8:
+    case GGUF_T_INT8:
+    case GGUF_T_BOOL: return 1;
+    case GGUF_T_UINT16:
+    case GGUF_T_INT16: return 2;
+    case GGUF_T_UINT32:
+    case GGUF_T_INT32:
+    case GGUF_T_FLOAT32: return 4;
+    case GGUF_T_UINT64:
+    case GGUF_T_INT64:
+    case GGUF_T_FLOAT64: return 8;
     default: return 0;
     }
 }
 
-int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype elem, const void *data, uint64_t n)
-{
+int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype elem, const void *data, uint64_t n) {
     size_t es = s_vsize(elem);
     if (es == 0) return s_fail(w, "metadata %s: array element type %d is not a fixed-size scalar", key, (int)elem);
     if (n && !data) return s_fail(w, "metadata %s: NULL array", key);
@@ -186,8 +179,7 @@ int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype elem, const 
 }
 
 int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *strs, const uint64_t *lens,
-                            uint64_t n)
-{
+                            uint64_t n) {
     if (n && !strs) return s_fail(w, "metadata %s: NULL array", key);
     if (s_key(w, key, GGUF_T_ARRAY) != 0 || s_put_u32(w, GGUF_T_STRING) != 0 || s_put_u64(w, n) != 0) return -1;
     for (uint64_t i = 0; i < n; i++) {
@@ -198,8 +190,7 @@ int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *
     return 0;
 }
 
-int gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *v)
-{
+int gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *v) {
     switch (v->type) {
     case GGUF_T_UINT8: return gguf_writer_set_u8(w, key, (uint8_t)v->v.u64);
     case GGUF_T_INT8: return gguf_writer_set_i8(w, key, (int8_t)v->v.i64);
@@ -224,8 +215,7 @@ int gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *v)
     }
 }
 
-int gguf_writer_add_tensor(gguf_writer *w, const char *name, int n_dims, const int64_t *ne, ggml_type type)
-{
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, int n_dims, const int64_t *ne, ggml_type type) {
     if (w->fd >= 0) return s_fail(w, "tensor %s added after gguf_writer_open", name);
     if (!name || !*name || strlen(name) > 255) return s_fail(w, "bad tensor name");
     if (n_dims < 1 || n_dims > 4) return s_fail(w, "tensor %s: %d dims", name, n_dims);
@@ -237,7 +227,8 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, int n_dims, const i
         if (d > 0) rows *= (uint64_t)ne[d];
     }
     size_t row = ggml_row_bytes(type, ne[0]);
-    if (row == 0) return s_fail(w, "tensor %s: row length %lld does not fit type %d", name, (long long)ne[0], (int)type);
+    if (row == 0)
+        return s_fail(w, "tensor %s: row length %lld does not fit type %d", name, (long long)ne[0], (int)type);
     if (w->n_t == w->cap_t) {
         int cap = w->cap_t ? 2 * w->cap_t : 64;
         s_tinfo *nt = realloc(w->t, (size_t)cap * sizeof *nt);
@@ -255,17 +246,13 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, int n_dims, const i
     return w->n_t++;
 }
 
-uint64_t gguf_writer_tensor_nbytes(const gguf_writer *w, int i)
-{
-    return i >= 0 && i < w->n_t ? w->t[i].nbytes : 0;
-}
+uint64_t gguf_writer_tensor_nbytes(const gguf_writer *w, int i) { return i >= 0 && i < w->n_t ? w->t[i].nbytes : 0; }
 
 uint64_t gguf_writer_file_size(const gguf_writer *w) { return w->file_size; }
 
 static uint64_t s_align(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-static int s_pwrite_all(int fd, const void *data, uint64_t n, uint64_t off)
-{
+static int s_pwrite_all(int fd, const void *data, uint64_t n, uint64_t off) {
     const uint8_t *p = data;
     while (n > 0) {
         size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
@@ -281,8 +268,7 @@ static int s_pwrite_all(int fd, const void *data, uint64_t n, uint64_t off)
     return 0;
 }
 
-int gguf_writer_open(gguf_writer *w, const char *path, char *err, size_t errlen)
-{
+int gguf_writer_open(gguf_writer *w, const char *path, char *err, size_t errlen) {
     uint8_t *hdr = NULL;
     if (w->err[0]) {
         s_msg(err, errlen, "%s: %s", path, w->err);
@@ -302,10 +288,10 @@ int gguf_writer_open(gguf_writer *w, const char *path, char *err, size_t errlen)
     /* header = fixed part + metadata + tensor infos. The fixed part and the infos are encoded after the
      * metadata in the same buffer, assembled in file order into hdr, then cut off again. */
     size_t kv_len = w->kv_len;
-    uint32_t magic = 0x46554747u, version = 3;   /* "GGUF" little-endian */
+    uint32_t magic = 0x46554747u, version = 3; /* "GGUF" little-endian */
     uint64_t n_t = (uint64_t)w->n_t;
     if (s_put(w, &magic, 4) || s_put(w, &version, 4) || s_put_u64(w, n_t) || s_put_u64(w, w->n_kv)) goto fail_rec;
-    size_t fixed_at = kv_len;   /* the fixed part sits after the kv bytes in the buffer for now */
+    size_t fixed_at = kv_len; /* the fixed part sits after the kv bytes in the buffer for now */
     for (int i = 0; i < w->n_t; i++) {
         s_tinfo *t = &w->t[i];
         if (s_put_str(w, t->name, strlen(t->name)) || s_put_u32(w, (uint32_t)t->n_dims)) goto fail_rec;
@@ -313,7 +299,7 @@ int gguf_writer_open(gguf_writer *w, const char *path, char *err, size_t errlen)
             if (s_put_u64(w, (uint64_t)t->ne[d])) goto fail_rec;
         if (s_put_u32(w, (uint32_t)t->type) || s_put_u64(w, t->offset)) goto fail_rec;
     }
-    size_t hdr_len = w->kv_len;   /* fixed(24) + kv + infos */
+    size_t hdr_len = w->kv_len; /* fixed(24) + kv + infos */
     w->data_start = s_align(hdr_len, w->alignment);
     w->file_size = w->data_start + data_len;
     hdr = calloc(1, (size_t)w->data_start);
@@ -324,7 +310,7 @@ int gguf_writer_open(gguf_writer *w, const char *path, char *err, size_t errlen)
     memcpy(hdr, w->kv + fixed_at, 24);
     memcpy(hdr + 24, w->kv, kv_len);
     memcpy(hdr + 24 + kv_len, w->kv + fixed_at + 24, hdr_len - fixed_at - 24);
-    w->kv_len = kv_len;   /* the buffer holds the metadata alone again */
+    w->kv_len = kv_len; /* the buffer holds the metadata alone again */
 
     w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->fd < 0) {
@@ -360,8 +346,7 @@ fail:
 }
 
 int gguf_writer_write_at(gguf_writer *w, int i, uint64_t off, const void *data, uint64_t nbytes, char *err,
-                         size_t errlen)
-{
+                         size_t errlen) {
     if (w->fd < 0) {
         s_msg(err, errlen, "gguf writer: not open");
         return -1;
@@ -377,8 +362,7 @@ int gguf_writer_write_at(gguf_writer *w, int i, uint64_t off, const void *data, 
     return 0;
 }
 
-int gguf_writer_append(gguf_writer *w, const void *data, uint64_t nbytes, char *err, size_t errlen)
-{
+int gguf_writer_append(gguf_writer *w, const void *data, uint64_t nbytes, char *err, size_t errlen) {
     const uint8_t *p = data;
     while (nbytes > 0) {
         while (w->app_t < w->n_t && w->app_off == w->t[w->app_t].nbytes) {
@@ -401,8 +385,7 @@ int gguf_writer_append(gguf_writer *w, const void *data, uint64_t nbytes, char *
     return 0;
 }
 
-int gguf_writer_close(gguf_writer *w, char *err, size_t errlen)
-{
+int gguf_writer_close(gguf_writer *w, char *err, size_t errlen) {
     if (w->fd < 0) {
         s_msg(err, errlen, "gguf writer: not open");
         return -1;

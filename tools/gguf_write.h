@@ -41,8 +41,7 @@ int gguf_writer_set_strn(gguf_writer *w, const char *key, const char *v, uint64_
  * BOOL elements are one byte each */
 int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype elem, const void *data, uint64_t n);
 /* an array of n strings; lens may be NULL (then each is NUL-terminated) */
-int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *strs, const uint64_t *lens,
-                            uint64_t n);
+int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *strs, const uint64_t *lens, uint64_t n);
 /* a copy of a value read by gguf.h (any type; arrays, nested ones too, are copied as their encoded bytes) */
 int gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *v);
 

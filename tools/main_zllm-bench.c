@@ -72,7 +72,10 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
                        int steps) {
     char err[512];
     zl_model *m = model_load(path, err, sizeof err);
-    if (!m) { fprintf(stderr, "zllm-bench: %s\n", err); return 1; }
+    if (!m) {
+        fprintf(stderr, "zllm-bench: %s\n", err);
+        return 1;
+    }
     const zl_config *c = &m->cfg;
     zl_engine_opts o;
     memset(&o, 0, sizeof o);
@@ -84,27 +87,45 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
     o.threads = threads;
     double t0 = s_now();
     zl_engine *e = engine_new(m, &o, err, sizeof err);
-    if (!e) { fprintf(stderr, "zllm-bench: %s\n", err); model_destroy(&m); return 1; }
+    if (!e) {
+        fprintf(stderr, "zllm-bench: %s\n", err);
+        model_destroy(&m);
+        return 1;
+    }
     printf("model: %s: %d layers, dim %d, heads %d/%d x %d, ffn %d, vocab %d, %s; engine %s, %d threads "
-           "(0: all cores), start %.2f s\n", path, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->head_dim,
-           c->ffn_dim, c->vocab_size, ggml_type_name(m->layers[0].wq.type), e->device, threads, s_now() - t0);
+           "(0: all cores), start %.2f s\n",
+           path, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim, c->vocab_size,
+           ggml_type_name(m->layers[0].wq.type), e->device, threads, s_now() - t0);
     printf("decode at context %d, %d timed steps each (medians)\n%6s %12s %10s\n", ctx, steps, "M", "tokens/s",
            "ms/step");
     int rc = 0, np = prefill > 0 ? prefill : 1;
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)e->max_batch), *out = malloc(sizeof(int32_t) * (size_t)e->max_batch);
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)e->max_batch),
+            *out = malloc(sizeof(int32_t) * (size_t)e->max_batch);
     int32_t *ptoks = malloc(sizeof(int32_t) * (size_t)np);
     zl_seq *q = calloc((size_t)e->max_batch, sizeof *q);
     double *times = malloc(sizeof(double) * (size_t)(steps > 5 ? steps : 5));
-    if (!toks || !out || !ptoks || !q || !times) { fprintf(stderr, "zllm-bench: out of memory\n"); rc = 1; goto done; }
+    if (!toks || !out || !ptoks || !q || !times) {
+        fprintf(stderr, "zllm-bench: out of memory\n");
+        rc = 1;
+        goto done;
+    }
     for (int i = 0; i < e->max_batch; i++) toks[i] = (int32_t)(1 + (i * 7919) % (c->vocab_size - 1));
     for (int M = 1; M <= e->max_batch; M = M * 2 > e->max_batch && M < e->max_batch ? e->max_batch : M * 2) {
         if (M >= min_m || M == e->max_batch) {
             for (int i = 0; i < M; i++) {
-                q[i].slot = i; q[i].pos = ctx; q[i].n_tokens = 1; q[i].tokens = &toks[i]; q[i].sample = 1;
+                q[i].slot = i;
+                q[i].pos = ctx;
+                q[i].n_tokens = 1;
+                q[i].tokens = &toks[i];
+                q[i].sample = 1;
             }
             for (int s = -2; s < steps; s++) {
                 const double a = s_now();
-                if (engine_step(e, q, M, out, NULL) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
+                if (engine_step(e, q, M, out, NULL) != 0) {
+                    fprintf(stderr, "zllm-bench: %s\n", e->err);
+                    rc = 1;
+                    goto done;
+                }
                 if (s >= 0) times[s] = s_now() - a;
             }
             qsort(times, (size_t)steps, sizeof *times, s_cmp_d);
@@ -117,10 +138,18 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
         for (int i = 0; i < prefill; i++) ptoks[i] = (int32_t)(1 + (i * 104729) % (c->vocab_size - 1));
         zl_seq p;
         memset(&p, 0, sizeof p);
-        p.slot = 0; p.pos = 0; p.n_tokens = prefill; p.tokens = ptoks; p.sample = 1;
+        p.slot = 0;
+        p.pos = 0;
+        p.n_tokens = prefill;
+        p.tokens = ptoks;
+        p.sample = 1;
         for (int s = -1; s < 5; s++) {
             const double a = s_now();
-            if (engine_step(e, &p, 1, out, NULL) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
+            if (engine_step(e, &p, 1, out, NULL) != 0) {
+                fprintf(stderr, "zllm-bench: %s\n", e->err);
+                rc = 1;
+                goto done;
+            }
             if (s >= 0) times[s] = s_now() - a;
         }
         qsort(times, 5, sizeof *times, s_cmp_d);
@@ -128,7 +157,11 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
                prefill / times[2]);
     }
 done:
-    free(toks); free(out); free(ptoks); free(q); free(times);
+    free(toks);
+    free(out);
+    free(ptoks);
+    free(q);
+    free(times);
     engine_destroy(&e);
     model_destroy(&m);
     return rc;
@@ -152,15 +185,27 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--no-graphs")) no_graphs = 1;
         else if (!strcmp(a, "--skip-caps")) skip_caps = 1;
         else if (!strcmp(a, "--sync")) sync = 1;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { s_usage(stdout); return 0; }
-        else if (!strcmp(a, "--version")) { printf("zllm-bench %s\n", ZLLM_VERSION); return 0; }
-        else { s_usage(stderr); return 2; }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            s_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--version")) {
+            printf("zllm-bench %s\n", ZLLM_VERSION);
+            return 0;
+        } else {
+            s_usage(stderr);
+            return 2;
+        }
     }
-    if (!path || ctx < 1 || max_m < 1 || min_m < 1 || steps < 1 || threads < 0) { s_usage(stderr); return 2; }
+    if (!path || ctx < 1 || max_m < 1 || min_m < 1 || steps < 1 || threads < 0) {
+        s_usage(stderr);
+        return 2;
+    }
     if (prefill < 0) prefill = ctx < 2048 ? ctx : 2048;
     if (!strncmp(device, "cpu", 3)) return s_bench_cpu(path, device, threads, ctx, prefill, max_m, min_m, steps);
 #ifndef ZLLM_HAVE_CUDA
-    (void)no_graphs; (void)skip_caps; (void)sync;
+    (void)no_graphs;
+    (void)skip_caps;
+    (void)sync;
     fprintf(stderr, "zllm-bench: this zllm was built without CUDA (--device cpu runs the CPU engine)\n");
     return 1;
 #else
@@ -219,7 +264,7 @@ int main(int argc, char **argv) {
     printf("%6s %12s %10s %10s %10s %12s %10s %8s\n", "M", "tokens/s", "ms/step", "gpu ms", "idle ms", "roofline ms",
            "bound", "ratio");
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)e->max_batch);
-    int32_t *out = malloc(sizeof(int32_t) * 2 * (size_t)e->max_batch);   /* [2][max_batch]: two steps in flight */
+    int32_t *out = malloc(sizeof(int32_t) * 2 * (size_t)e->max_batch); /* [2][max_batch]: two steps in flight */
     zl_seq *q = calloc((size_t)e->max_batch, sizeof *q);
     int32_t *ptoks = malloc(sizeof(int32_t) * (size_t)(prefill > 0 ? prefill : 1));
     double *times = malloc(sizeof(double) * (size_t)steps), *gpu = malloc(sizeof(double) * (size_t)steps);
@@ -238,17 +283,21 @@ int main(int argc, char **argv) {
              * older: a turn lasts one step of the GPU's steady state. Two untimed turns first. The positions
              * stay at ctx (the same KV length every step); only the tokens come from the device. */
             for (int i = 0; i < M; i++) q[i].feed = 1;
-            zl_step st[2];   /* the same entries each turn; st[k & 1] is turn k's step */
+            zl_step st[2]; /* the same entries each turn; st[k & 1] is turn k's step */
             for (int k = 0; k < 2; k++) {
                 memset(&st[k], 0, sizeof st[k]);
                 st[k].seqs = q;
                 st[k].n = M;
                 st[k].out_tokens = out + (size_t)k * e->max_batch;
             }
-            if (engine_launch(e, &st[0]) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
+            if (engine_launch(e, &st[0]) != 0) {
+                fprintf(stderr, "zllm-bench: %s\n", e->err);
+                rc = 1;
+                goto done;
+            }
             for (int s = -2; s < steps; s++) {
                 const double a = s_now();
-                const int k = (s + 3) & 1;   /* turn s launches st[k] and waits for the other */
+                const int k = (s + 3) & 1; /* turn s launches st[k] and waits for the other */
                 if (engine_launch(e, &st[k]) != 0 || engine_wait(e, &st[k ^ 1]) != 0) {
                     fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done;
                 }
@@ -257,7 +306,11 @@ int main(int argc, char **argv) {
                 gpu[s] = engine_cuda_last_step_gpu_ms(e) * 1e-3;
                 gap[s] = times[s] - gpu[s];
             }
-            if (engine_wait(e, &st[(steps + 2) & 1]) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
+            if (engine_wait(e, &st[(steps + 2) & 1]) != 0) {
+                fprintf(stderr, "zllm-bench: %s\n", e->err);
+                rc = 1;
+                goto done;
+            }
             for (int i = 0; i < M; i++) q[i].feed = 0;
         } else {
             for (int s = 0; s < steps; s++) {

@@ -212,11 +212,20 @@ int main(int argc, char **argv) {
     int n_workers = 4, n_clients = 16;
     double seconds = 5;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { s_usage(stdout); return 0; }
-        if (!strcmp(argv[i], "--version")) { printf("zllm-brokerbench %s\n", ZLLM_VERSION); return 0; }
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            s_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--version")) {
+            printf("zllm-brokerbench %s\n", ZLLM_VERSION);
+            return 0;
+        }
     }
     for (int i = 1; i < argc; i += 2) {
-        if (i + 1 >= argc) { fprintf(stderr, "zllm-brokerbench: %s needs a value\n", argv[i]); return 2; }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "zllm-brokerbench: %s needs a value\n", argv[i]);
+            return 2;
+        }
         if (!strcmp(argv[i], "--broker")) broker = argv[i + 1];
         else if (!strcmp(argv[i], "--model")) model = argv[i + 1];
         else if (!strcmp(argv[i], "--workers")) n_workers = atoi(argv[i + 1]);

@@ -30,9 +30,18 @@ int main(int argc, char **argv) {
                                 "       zllm-gguf --help | --version\n"
                                 "Validates each GGUF file and prints its metadata and tensors; exit 0 when every\n"
                                 "file is valid, 1 otherwise. No options. Environment: none read.\n";
-    if (argc < 2) { fputs(usage, stderr); return 2; }
-    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { fputs(usage, stdout); return 0; }
-    if (!strcmp(argv[1], "--version")) { printf("zllm-gguf %s\n", ZLLM_VERSION); return 0; }
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("zllm-gguf %s\n", ZLLM_VERSION);
+        return 0;
+    }
     int bad = 0;
     for (int a = 1; a < argc; a++) {
         char err[512];

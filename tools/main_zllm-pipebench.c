@@ -33,19 +33,21 @@ static double s_now(void) {
 }
 
 static void s_usage(FILE *f) {
-    fprintf(f, "usage: zllm-pipebench -m MODEL.gguf [--stages N] [--lanes L] [--seqs S] [--prompt P] [--gen G]\n"
-               "                      [--threads T] [--repeat R]\n"
-               "       zllm-pipebench --help | --version\n"
-               "  -m, --model FILE  the GGUF model (required)\n"
-               "  --stages N        pipeline stages, 1..%d (default 1)\n"
-               "  --lanes L         lanes with a step in flight, 1..%d (default 1)\n"
-               "  --seqs S          sequences, 1..256 (default 8)\n"
-               "  --prompt P        prompt tokens per sequence, 1..4096 (default 16)\n"
-               "  --gen G           tokens generated per sequence, 2..4096 (default 64)\n"
-               "  --threads T       CPU threads per stage, 0..256 (default 1; 0: all cores)\n"
-               "  --repeat R        runs, 1..100 (default 3)\n"
-               "  -h, --help        this text;  --version  print the version\n"
-               "Environment: none read.\n", STAGE_MAX, WK_MAX_LANES);
+    fprintf(f,
+            "usage: zllm-pipebench -m MODEL.gguf [--stages N] [--lanes L] [--seqs S] [--prompt P] [--gen G]\n"
+            "                      [--threads T] [--repeat R]\n"
+            "       zllm-pipebench --help | --version\n"
+            "  -m, --model FILE  the GGUF model (required)\n"
+            "  --stages N        pipeline stages, 1..%d (default 1)\n"
+            "  --lanes L         lanes with a step in flight, 1..%d (default 1)\n"
+            "  --seqs S          sequences, 1..256 (default 8)\n"
+            "  --prompt P        prompt tokens per sequence, 1..4096 (default 16)\n"
+            "  --gen G           tokens generated per sequence, 2..4096 (default 64)\n"
+            "  --threads T       CPU threads per stage, 0..256 (default 1; 0: all cores)\n"
+            "  --repeat R        runs, 1..100 (default 3)\n"
+            "  -h, --help        this text;  --version  print the version\n"
+            "Environment: none read.\n",
+            STAGE_MAX, WK_MAX_LANES);
 }
 
 /* CPU seconds of process pid (utime + stime from /proc/pid/stat), or 0 */

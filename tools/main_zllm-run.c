@@ -34,17 +34,16 @@ typedef struct {
 } s_args;
 
 static void s_usage(FILE *f) {
-    fprintf(f,
-            "usage: zllm-run -m MODEL.gguf [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
-            "                [--repeat-penalty R] [--repeat-last-n N] [--seed S] [--ids] [--device cpu|cuda[:N]]\n"
-            "                [--threads N] [--chat] [--ctx N]\n"
-            "defaults: -n 128 --temp 0.8 --top-k 40 --top-p 0.95 --min-p 0.05 --repeat-penalty 1 (off)\n"
-            "          --repeat-last-n 64, --seed from the clock (printed), --device cpu; --temp 0 is greedy\n"
-            "          -p \"\" (an empty prompt), --threads 0 (all cores), --ctx 0 (prompt + n, at most the\n"
-            "          model's); --ids prints token ids, --chat wraps the prompt as a user message\n"
-            "       zllm-run --help | --version\n"
-            "Environment: ZLLM_CUDA_* (docs/cuda.md) with --device cuda:\n"
-            "CUDA kernel choices and tuning knobs for measurements (docs/perf.md).\n");
+    fprintf(f, "usage: zllm-run -m MODEL.gguf [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
+               "                [--repeat-penalty R] [--repeat-last-n N] [--seed S] [--ids] [--device cpu|cuda[:N]]\n"
+               "                [--threads N] [--chat] [--ctx N]\n"
+               "defaults: -n 128 --temp 0.8 --top-k 40 --top-p 0.95 --min-p 0.05 --repeat-penalty 1 (off)\n"
+               "          --repeat-last-n 64, --seed from the clock (printed), --device cpu; --temp 0 is greedy\n"
+               "          -p \"\" (an empty prompt), --threads 0 (all cores), --ctx 0 (prompt + n, at most the\n"
+               "          model's); --ids prints token ids, --chat wraps the prompt as a user message\n"
+               "       zllm-run --help | --version\n"
+               "Environment: ZLLM_CUDA_* (docs/cuda.md) with --device cuda:\n"
+               "CUDA kernel choices and tuning knobs for measurements (docs/perf.md).\n");
 }
 
 static int s_num(const char *opt, const char *v, double lo, double hi, double *out) {

@@ -68,9 +68,13 @@ int main(int argc, char **argv) {
     double mb = 8;
     long chunk = 4096;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { s_usage(stdout); return 0; }
-        else if (!strcmp(argv[i], "--version")) { printf("zllm-tokbench %s\n", ZLLM_VERSION); return 0; }
-        else if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            s_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--version")) {
+            printf("zllm-tokbench %s\n", ZLLM_VERSION);
+            return 0;
+        } else if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "-f") && i + 1 < argc) file = argv[++i];
         else if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = atof(argv[++i]);
         else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = atol(argv[++i]);

@@ -41,9 +41,13 @@ int main(int argc, char **argv) {
     const char *model = NULL, *tmpl_path = NULL;
     int no_bos = 0, special = 0, decode = 0, chat = 0, gen = 1, rc = 1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { s_usage(stdout); return 0; }
-        else if (!strcmp(argv[i], "--version")) { printf("zllm-tokenize %s\n", ZLLM_VERSION); return 0; }
-        else if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            s_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--version")) {
+            printf("zllm-tokenize %s\n", ZLLM_VERSION);
+            return 0;
+        } else if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--no-bos")) no_bos = 1;
         else if (!strcmp(argv[i], "--special")) special = 1;
         else if (!strcmp(argv[i], "--decode")) decode = 1;
@@ -52,9 +56,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--template") && i + 1 < argc) tmpl_path = argv[++i];
         else if (!strcmp(argv[i], "--chat-render") && i + 1 < argc && chat_mode_parse(argv[i + 1]) >= 0)
             chat_set_mode(chat_mode_parse(argv[++i]));
-        else { s_usage(stderr); return 2; }
+        else {
+            s_usage(stderr);
+            return 2;
+        }
     }
-    if (!model) { s_usage(stderr); return 2; }
+    if (!model) {
+        s_usage(stderr);
+        return 2;
+    }
     char err[512] = "";
     gguf *g = gguf_open(model, err, sizeof err);
     zl_tokenizer *t = NULL;

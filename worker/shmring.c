@@ -25,81 +25,81 @@
 #include <unistd.h>
 #include "shmring.h"
 
-#define S_MAGIC 0x314d48534d4c4c5aULL   /* "ZLLMSHM1" */
+#define S_MAGIC 0x314d48534d4c4c5aULL /* "ZLLMSHM1" */
 #define S_VERSION 2u
-#define S_SLICE_MS 20                    /* futex sleep slice between liveness checks */
+#define S_SLICE_MS 20 /* futex sleep slice between liveness checks */
 #define S_ALIGN 64
-#define S_DIR "/dev/shm"                 /* where POSIX shared memory lives on Linux */
-#define S_SUFFIX 16                      /* hex digits of a segment's random suffix */
-#define S_UNINIT_S 60                    /* a segment without a creator pid this old is a creator's crash */
-#define S_MAX_TOTAL ((uint64_t)1 << 40)  /* bytes of one segment, at most */
+#define S_DIR "/dev/shm"                /* where POSIX shared memory lives on Linux */
+#define S_SUFFIX 16                     /* hex digits of a segment's random suffix */
+#define S_UNINIT_S 60                   /* a segment without a creator pid this old is a creator's crash */
+#define S_MAX_TOTAL ((uint64_t)1 << 40) /* bytes of one segment, at most */
 
 /* ring roles of this process (private) */
 enum { S_PRODUCER = 1, S_CONSUMER = 2 };
 typedef struct {
-    uint32_t pid;                  /* process id, 0 while not attached; members[0]: the creator, written first */
-    uint32_t state;                /* 0 absent, 1 attached, 2 left */
-    uint64_t heartbeat_ms;         /* CLOCK_MONOTONIC ms of its last wait slice / heartbeat */
+    uint32_t pid;          /* process id, 0 while not attached; members[0]: the creator, written first */
+    uint32_t state;        /* 0 absent, 1 attached, 2 left */
+    uint64_t heartbeat_ms; /* CLOCK_MONOTONIC ms of its last wait slice / heartbeat */
 } s_member;
 
 typedef struct {
-    uint32_t cap;                  /* slots */
+    uint32_t cap; /* slots */
     uint32_t pad;
-    uint64_t slot_bytes;           /* bytes per slot, header included, multiple of S_ALIGN */
-    uint64_t off;                  /* offset of slot 0 from the segment start */
-    uint32_t head __attribute__((aligned(64)));   /* slots published (wraps) */
-    uint32_t tail __attribute__((aligned(64)));   /* slots released (wraps) */
+    uint64_t slot_bytes;                        /* bytes per slot, header included, multiple of S_ALIGN */
+    uint64_t off;                               /* offset of slot 0 from the segment start */
+    uint32_t head __attribute__((aligned(64))); /* slots published (wraps) */
+    uint32_t tail __attribute__((aligned(64))); /* slots released (wraps) */
 } s_ring_hdr;
 
 typedef struct {
-    uint64_t magic;                /* S_MAGIC, written last-but-one (before ready) */
-    uint32_t version;              /* S_VERSION */
-    uint32_t ready;                /* 1 once everything below is initialized */
-    uint64_t total_bytes;          /* segment size */
-    uint64_t gen;                  /* generation nonce of this group */
-    uint32_t n_members;            /* processes, 2..SHM_MAX_MEMBERS */
-    uint32_t n_rings;              /* rings, 1..SHM_MAX_RINGS */
-    uint32_t abort_word;           /* SHM_RUNNING / SHM_SHUTDOWN / SHM_FAILED */
-    uint32_t info_bytes;           /* bytes of info */
-    s_member members[SHM_MAX_MEMBERS];   /* [n_members] */
-    s_ring_hdr rings[SHM_MAX_RINGS];     /* [n_rings] */
-    uint8_t info[SHM_MAX_INFO];    /* creator's blob */
+    uint64_t magic;                    /* S_MAGIC, written last-but-one (before ready) */
+    uint32_t version;                  /* S_VERSION */
+    uint32_t ready;                    /* 1 once everything below is initialized */
+    uint64_t total_bytes;              /* segment size */
+    uint64_t gen;                      /* generation nonce of this group */
+    uint32_t n_members;                /* processes, 2..SHM_MAX_MEMBERS */
+    uint32_t n_rings;                  /* rings, 1..SHM_MAX_RINGS */
+    uint32_t abort_word;               /* SHM_RUNNING / SHM_SHUTDOWN / SHM_FAILED */
+    uint32_t info_bytes;               /* bytes of info */
+    s_member members[SHM_MAX_MEMBERS]; /* [n_members] */
+    s_ring_hdr rings[SHM_MAX_RINGS];   /* [n_rings] */
+    uint8_t info[SHM_MAX_INFO];        /* creator's blob */
 } s_hdr;
 
 typedef struct {
-    uint64_t gen;                  /* generation of the group that wrote the slot */
-    uint32_t seq;                  /* head value when it was published */
+    uint64_t gen; /* generation of the group that wrote the slot */
+    uint32_t seq; /* head value when it was published */
     uint32_t pad;
-    uint64_t bytes;                /* payload bytes */
-    uint64_t pad2[5];              /* pads the header to S_ALIGN so payloads stay aligned */
+    uint64_t bytes;   /* payload bytes */
+    uint64_t pad2[5]; /* pads the header to S_ALIGN so payloads stay aligned */
 } s_slot_hdr;
 
 /* a ring's geometry, validated once (private) */
 typedef struct {
-    uint32_t cap;                  /* slots */
-    uint64_t slot_bytes;           /* bytes per slot, header included */
-    uint64_t off;                  /* offset of slot 0 from the segment start */
+    uint32_t cap;        /* slots */
+    uint64_t slot_bytes; /* bytes per slot, header included */
+    uint64_t off;        /* offset of slot 0 from the segment start */
 } s_geo;
 
 struct shm_group {
-    char name[128];                /* "zllm-NAME.UID.SUFFIX", the file's name in S_DIR */
-    char path[144];                /* S_DIR "/" name */
-    s_hdr *h;                      /* the mapping */
-    size_t size;                   /* bytes mapped */
-    int member;                    /* this process's member index */
-    int creator;                   /* 1 for member 0 */
-    uint64_t gen;                  /* generation seen at create/attach */
-    int dead_ms;                   /* heartbeat age that means dead */
-    uint32_t n_members, n_rings;   /* validated counts */
-    s_geo geo[SHM_MAX_RINGS];      /* validated ring geometry */
-    uint32_t head[SHM_MAX_RINGS];  /* producer: slots this process published (the shared head's true value) */
-    uint32_t tail[SHM_MAX_RINGS];  /* consumer: slots this process released */
-    uint32_t role[SHM_MAX_RINGS];  /* S_PRODUCER / S_CONSUMER bits: which counter this process owns */
-    uint32_t reserved[SHM_MAX_RINGS];   /* 1 while a producer holds a reserved slot */
-    uint32_t peeked[SHM_MAX_RINGS];     /* 1 while a consumer holds a peeked slot */
-    uint32_t info_bytes;           /* bytes of info */
-    uint8_t info[SHM_MAX_INFO];    /* the creator's blob, copied */
-    uint32_t pid[SHM_MAX_MEMBERS]; /* each member's pid as first seen (0: not yet; atomics: two threads check) */
+    char name[128];                   /* "zllm-NAME.UID.SUFFIX", the file's name in S_DIR */
+    char path[144];                   /* S_DIR "/" name */
+    s_hdr *h;                         /* the mapping */
+    size_t size;                      /* bytes mapped */
+    int member;                       /* this process's member index */
+    int creator;                      /* 1 for member 0 */
+    uint64_t gen;                     /* generation seen at create/attach */
+    int dead_ms;                      /* heartbeat age that means dead */
+    uint32_t n_members, n_rings;      /* validated counts */
+    s_geo geo[SHM_MAX_RINGS];         /* validated ring geometry */
+    uint32_t head[SHM_MAX_RINGS];     /* producer: slots this process published (the shared head's true value) */
+    uint32_t tail[SHM_MAX_RINGS];     /* consumer: slots this process released */
+    uint32_t role[SHM_MAX_RINGS];     /* S_PRODUCER / S_CONSUMER bits: which counter this process owns */
+    uint32_t reserved[SHM_MAX_RINGS]; /* 1 while a producer holds a reserved slot */
+    uint32_t peeked[SHM_MAX_RINGS];   /* 1 while a consumer holds a peeked slot */
+    uint32_t info_bytes;              /* bytes of info */
+    uint8_t info[SHM_MAX_INFO];       /* the creator's blob, copied */
+    uint32_t pid[SHM_MAX_MEMBERS];    /* each member's pid as first seen (0: not yet; atomics: two threads check) */
 };
 
 static uint64_t s_now_ms(void) {
@@ -165,13 +165,11 @@ static int s_open_own(int dirfd, const char *f, int flags, struct stat *st, char
 }
 
 static void s_futex_wait(uint32_t *addr, uint32_t val, int ms) {
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     syscall(SYS_futex, addr, FUTEX_WAIT, val, &ts, NULL, 0);
 }
 
-static void s_futex_wake(uint32_t *addr) {
-    syscall(SYS_futex, addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
+static void s_futex_wake(uint32_t *addr) { syscall(SYS_futex, addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0); }
 
 static int s_pid_alive(uint32_t pid) {
     if (pid == 0 || pid > (uint32_t)INT_MAX) return 0;
@@ -191,7 +189,7 @@ int shm_group_sweep(void) {
         struct stat st;
         char why[300];
         int fd = s_open_own(dirfd(d), de->d_name, O_RDONLY, &st, why, sizeof why);
-        if (fd < 0) continue;   /* another user's file (refused), or gone meanwhile */
+        if (fd < 0) continue; /* another user's file (refused), or gone meanwhile */
         s_member creator;
         memset(&creator, 0, sizeof creator);
         ssize_t n = pread(fd, &creator, sizeof creator, (off_t)offsetof(s_hdr, members));
@@ -260,7 +258,7 @@ void shm_group_abort(shm_group *g, int why) {
 int shm_group_aborted(const shm_group *g) {
     if (!g) return SHM_FAILED;
     uint32_t a = __atomic_load_n(&g->h->abort_word, __ATOMIC_ACQUIRE);
-    return a == SHM_RUNNING || a == SHM_SHUTDOWN ? (int)a : SHM_FAILED;   /* anything else: failed */
+    return a == SHM_RUNNING || a == SHM_SHUTDOWN ? (int)a : SHM_FAILED; /* anything else: failed */
 }
 
 /* 0 while the group is healthy; -1 with a message on abort, generation change or a dead member */
@@ -291,8 +289,10 @@ static int s_check_group(shm_group *g, char *err, size_t errlen) {
         if (__atomic_load_n(&rh->cap, __ATOMIC_RELAXED) != g->geo[r].cap ||
             __atomic_load_n(&rh->slot_bytes, __ATOMIC_RELAXED) != g->geo[r].slot_bytes ||
             __atomic_load_n(&rh->off, __ATOMIC_RELAXED) != g->geo[r].off) {
-            snprintf(err, errlen, "ring %u corrupt: its geometry (offset, slots, slot size) was changed by another "
-                     "process", r);
+            snprintf(err, errlen,
+                     "ring %u corrupt: its geometry (offset, slots, slot size) was changed by another "
+                     "process",
+                     r);
             return -1;
         }
     }
@@ -305,8 +305,7 @@ static int s_check_group(shm_group *g, char *err, size_t errlen) {
         uint32_t seen = 0;
         if (pid != 0 && !__atomic_compare_exchange_n(&g->pid[m], &seen, pid, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
             seen != pid) {
-            snprintf(err, errlen, "member %u's record corrupt: pid %u changed to %u by another process", m, seen,
-                     pid);
+            snprintf(err, errlen, "member %u's record corrupt: pid %u changed to %u by another process", m, seen, pid);
             return -1;
         }
         seen = __atomic_load_n(&g->pid[m], __ATOMIC_ACQUIRE);
@@ -314,7 +313,7 @@ static int s_check_group(shm_group *g, char *err, size_t errlen) {
             snprintf(err, errlen, "member %u's record corrupt: pid %u cleared by another process", m, seen);
             return -1;
         }
-        if (pid == 0) continue;   /* not attached yet (creator waits for all before running) */
+        if (pid == 0) continue; /* not attached yet (creator waits for all before running) */
         uint64_t hb = __atomic_load_n(&h->members[m].heartbeat_ms, __ATOMIC_RELAXED);
         if (!s_pid_alive(pid)) {
             snprintf(err, errlen, "member %u (pid %u) died", m, pid);
@@ -369,17 +368,15 @@ static int s_wait_slice(shm_group *g, uint32_t *word, uint32_t val, uint64_t t0,
     return 0;
 }
 
-static uint64_t s_round(uint64_t x) {
-    return (x + S_ALIGN - 1) / S_ALIGN * S_ALIGN;
-}
+static uint64_t s_round(uint64_t x) { return (x + S_ALIGN - 1) / S_ALIGN * S_ALIGN; }
 
-shm_group *shm_group_create(const char *name, int n_members, const shm_ring_spec *rings, int n_rings,
-                            const void *info, size_t info_bytes, char *err, size_t errlen) {
+shm_group *shm_group_create(const char *name, int n_members, const shm_ring_spec *rings, int n_rings, const void *info,
+                            size_t info_bytes, char *err, size_t errlen) {
     if (s_check_name(name, err, errlen)) return NULL;
     if (n_members < 2 || n_members > SHM_MAX_MEMBERS || n_rings < 1 || n_rings > SHM_MAX_RINGS || !rings ||
         info_bytes > SHM_MAX_INFO || (info_bytes && !info)) {
-        snprintf(err, errlen, "shm group: %d members, %d rings, %zu info bytes (limits %d, %d, %d)", n_members,
-                 n_rings, info_bytes, SHM_MAX_MEMBERS, SHM_MAX_RINGS, SHM_MAX_INFO);
+        snprintf(err, errlen, "shm group: %d members, %d rings, %zu info bytes (limits %d, %d, %d)", n_members, n_rings,
+                 info_bytes, SHM_MAX_MEMBERS, SHM_MAX_RINGS, SHM_MAX_INFO);
         return NULL;
     }
     uint64_t total = s_round(sizeof(s_hdr));
@@ -403,7 +400,7 @@ shm_group *shm_group_create(const char *name, int n_members, const shm_ring_spec
         snprintf(err, errlen, "shm group: out of memory");
         return NULL;
     }
-    int fd = -1, made = 0;   /* made: the file at g->path is ours (the failure path removes it) */
+    int fd = -1, made = 0; /* made: the file at g->path is ours (the failure path removes it) */
     /* segments whose creator is gone (any group of this user), then the earlier segments of this group: their
      * members, if any survive, see their creator gone or the group failed and leave */
     shm_group_sweep();
@@ -453,7 +450,7 @@ shm_group *shm_group_create(const char *name, int n_members, const shm_ring_spec
     g->h = p;
     g->size = (size_t)total;
     s_hdr *h = g->h;
-    h->members[0].pid = (uint32_t)getpid();   /* first: a sweep must see whose segment this is */
+    h->members[0].pid = (uint32_t)getpid(); /* first: a sweep must see whose segment this is */
     g->pid[0] = h->members[0].pid;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -473,7 +470,7 @@ shm_group *shm_group_create(const char *name, int n_members, const shm_ring_spec
     h->info_bytes = (uint32_t)info_bytes;
     if (info_bytes) memcpy(h->info, info, info_bytes);
     for (int r = 0; r < n_rings; r++) {
-        g->geo[r] = (s_geo){ rings[r].cap, slot[r], offs[r] };
+        g->geo[r] = (s_geo){rings[r].cap, slot[r], offs[r]};
         h->rings[r].cap = rings[r].cap;
         h->rings[r].slot_bytes = slot[r];
         h->rings[r].off = offs[r];
@@ -502,7 +499,7 @@ static int s_validate(shm_group *g, const s_hdr *h, size_t size, char *err, size
         snprintf(err, errlen, "bad header counts");
         return -1;
     }
-    uint64_t end = s_round(sizeof(s_hdr));   /* rings follow the header and each other, without overlap */
+    uint64_t end = s_round(sizeof(s_hdr)); /* rings follow the header and each other, without overlap */
     for (uint32_t r = 0; r < h->n_rings; r++) {
         const s_ring_hdr *rh = &h->rings[r];
         if (rh->cap < 1 || rh->cap > 4096 || rh->slot_bytes < sizeof(s_slot_hdr) || rh->slot_bytes % S_ALIGN ||
@@ -510,7 +507,7 @@ static int s_validate(shm_group *g, const s_hdr *h, size_t size, char *err, size
             snprintf(err, errlen, "ring %u does not fit the segment", r);
             return -1;
         }
-        g->geo[r] = (s_geo){ rh->cap, rh->slot_bytes, rh->off };
+        g->geo[r] = (s_geo){rh->cap, rh->slot_bytes, rh->off};
         end = rh->off + rh->slot_bytes * rh->cap;
     }
     g->n_members = h->n_members;
@@ -570,7 +567,7 @@ static int s_attach_one(shm_group *g, int dfd, const char *f, int member, char *
         rc = -1;
         goto out;
     }
-    snprintf(g->name, sizeof g->name, "%.127s", f);   /* s_ours: a name of s_prefix + S_SUFFIX characters */
+    snprintf(g->name, sizeof g->name, "%.127s", f); /* s_ours: a name of s_prefix + S_SUFFIX characters */
     snprintf(g->path, sizeof g->path, "%s/%.127s", S_DIR, f);
     g->h = h;
     g->size = size;
@@ -616,8 +613,8 @@ shm_group *shm_group_attach(const char *name, int member, int timeout_ms, char *
         struct dirent *de;
         int rc = 1;
         while (rc == 1 && (de = readdir(d)) != NULL)
-            if (s_ours(de->d_name, prefix)) rc = s_attach_one(g, dirfd(d), de->d_name, member, why, sizeof why, err,
-                                                              errlen);
+            if (s_ours(de->d_name, prefix))
+                rc = s_attach_one(g, dirfd(d), de->d_name, member, why, sizeof why, err, errlen);
         closedir(d);
         if (rc == 0) return g;
         if (rc < 0) {
@@ -659,17 +656,11 @@ const void *shm_group_info(const shm_group *g, size_t *bytes) {
     return g->info;
 }
 
-uint64_t shm_group_generation(const shm_group *g) {
-    return g->gen;
-}
+uint64_t shm_group_generation(const shm_group *g) { return g->gen; }
 
-int shm_group_rings(const shm_group *g) {
-    return (int)g->n_rings;
-}
+int shm_group_rings(const shm_group *g) { return (int)g->n_rings; }
 
-const char *shm_group_path(const shm_group *g) {
-    return g ? g->path : "";
-}
+const char *shm_group_path(const shm_group *g) { return g ? g->path : ""; }
 
 void shm_group_set_dead_ms(shm_group *g, int ms) {
     if (g) g->dead_ms = ms;
@@ -679,7 +670,7 @@ int shm_group_member_gone(const shm_group *g, int member) {
     if (!g || member < 0 || (uint32_t)member >= g->n_members) return -1;
     const s_member *mb = &g->h->members[member];
     if (__atomic_load_n(&mb->state, __ATOMIC_ACQUIRE) == 2) return 1;
-    uint32_t pid = __atomic_load_n(&g->pid[member], __ATOMIC_ACQUIRE);   /* as first seen, when it was */
+    uint32_t pid = __atomic_load_n(&g->pid[member], __ATOMIC_ACQUIRE); /* as first seen, when it was */
     return s_pid_alive(pid ? pid : __atomic_load_n(&mb->pid, __ATOMIC_ACQUIRE)) ? 0 : 1;
 }
 
@@ -798,8 +789,8 @@ int shm_ring_peek(shm_group *g, int r, int timeout_ms, const void **payload, uin
                 return -1;
             }
             if (seq != tail || nb > shm_ring_payload_bytes(g, r)) {
-                snprintf(err, errlen, "ring %d: slot out of order (seq %u, expected %u) or oversized (%llu bytes)",
-                         r, seq, tail, (unsigned long long)nb);
+                snprintf(err, errlen, "ring %d: slot out of order (seq %u, expected %u) or oversized (%llu bytes)", r,
+                         seq, tail, (unsigned long long)nb);
                 return -1;
             }
             *payload = (const char *)sh + sizeof(s_slot_hdr);

@@ -35,16 +35,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHM_MAX_MEMBERS 16         /* processes in one group */
-#define SHM_MAX_RINGS 32           /* rings in one group */
-#define SHM_MAX_INFO 4096          /* bytes of the creator's info blob */
+#define SHM_MAX_MEMBERS 16 /* processes in one group */
+#define SHM_MAX_RINGS 32   /* rings in one group */
+#define SHM_MAX_INFO 4096  /* bytes of the creator's info blob */
 
 /* abort word values */
 enum { SHM_RUNNING = 0, SHM_SHUTDOWN = 1, SHM_FAILED = 2 };
 
 typedef struct {
-    uint32_t cap;                  /* slots, 1..4096 */
-    uint64_t payload_bytes;        /* usable bytes per slot (the slot header is added) */
+    uint32_t cap;           /* slots, 1..4096 */
+    uint64_t payload_bytes; /* usable bytes per slot (the slot header is added) */
 } shm_ring_spec;
 
 typedef struct shm_group shm_group;
@@ -53,8 +53,8 @@ typedef struct shm_group shm_group;
  * sizes a new segment under a fresh random name for the rings and info, with a new generation, and publishes it.
  * name: [A-Za-z0-9_.-], 1..64 chars. Returns NULL with a message (bad name or specs, sizes overflow,
  * open/ftruncate/mmap failed: e.g. /dev/shm too small); nothing is left in /dev/shm then. */
-shm_group *shm_group_create(const char *name, int n_members, const shm_ring_spec *rings, int n_rings,
-                            const void *info, size_t info_bytes, char *err, size_t errlen);
+shm_group *shm_group_create(const char *name, int n_members, const shm_ring_spec *rings, int n_rings, const void *info,
+                            size_t info_bytes, char *err, size_t errlen);
 /* Member `member` (1..n_members-1) attaches to this uid's segment of group `name`, waiting up to timeout_ms for
  * a live creator's ready segment. Files of another owner or with group/other permission bits are refused (the
  * timeout's message says so). Returns NULL with a message (timeout, member slot taken by a live process). */
@@ -100,9 +100,8 @@ int shm_ring_reserve(shm_group *g, int r, int timeout_ms, void **payload, char *
 int shm_ring_publish(shm_group *g, int r, uint64_t bytes, char *err, size_t errlen);
 /* Consumer: waits for the next slot of ring r and returns its validated payload and size. 0; 1 on timeout; -1
  * with a message (abort, dead member, stale generation, out-of-order sequence, bad size). */
-int shm_ring_peek(shm_group *g, int r, int timeout_ms, const void **payload, uint64_t *bytes, char *err,
-                  size_t errlen);
+int shm_ring_peek(shm_group *g, int r, int timeout_ms, const void **payload, uint64_t *bytes, char *err, size_t errlen);
 /* Consumer: frees the slot returned by shm_ring_peek. */
 void shm_ring_release(shm_group *g, int r);
-uint64_t shm_ring_payload_bytes(const shm_group *g, int r);   /* 0 for a bad ring index */
+uint64_t shm_ring_payload_bytes(const shm_group *g, int r); /* 0 for a bad ring index */
 #endif

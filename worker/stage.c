@@ -19,7 +19,8 @@
 #define S_INFO_MAGIC 0x45474154u   /* "TAGE" */
 #define S_INFO_VERSION 2u
 #define S_WAIT_MS 200              /* follower's wait slice between checks of *stop */
-#define S_FULL_MS 30000            /* a reservation waits at most this long for a full ring: in a working group no
+#define S_FULL_MS                                                                                                      \
+    30000 /* a reservation waits at most this long for a full ring: in a working group no
                                     * stage ever waits for one (at most ring_cap micro-batches are in flight), so
                                     * a ring full this long means its consumer stopped consuming */
 
@@ -88,8 +89,7 @@ static int s_host_reserve(void *ctx, stage_desc **desc, float **hidden, char *er
     s_host_link *l = ctx;
     void *h, *d;
     /* hidden first: a descriptor is never published before its hidden states */
-    if (s_reserve(l->g, l->ring_hidden, &h, err, errlen) || s_reserve(l->g, l->ring_desc, &d, err, errlen))
-        return -1;
+    if (s_reserve(l->g, l->ring_hidden, &h, err, errlen) || s_reserve(l->g, l->ring_desc, &d, err, errlen)) return -1;
     *hidden = h;
     *desc = l->w_desc = d;
     return 0;
@@ -143,8 +143,7 @@ static int s_cuda_reserve(void *ctx, stage_desc **desc, float **hidden, char *er
     s_host_link *l = ctx;
     void *d;
     /* the record's host slot first, as the host transport reserves its hidden slot first */
-    if (stage_cuda_link_reserve(l->cu, hidden, err, errlen) ||
-        s_reserve(l->g, l->ring_desc, &d, err, errlen))
+    if (stage_cuda_link_reserve(l->cu, hidden, err, errlen) || s_reserve(l->g, l->ring_desc, &d, err, errlen))
         return -1;
     *desc = l->w_desc = d;
     return 0;
@@ -343,7 +342,7 @@ static void s_opts_defaults(const stage_opts *so, stage_opts *out) {
 /* ------------------------------------------------------------------------------------------------------------
  * leader */
 
-#define S_LANES 8                  /* lane ids a leader accepts (zl_step.lane); it asks for 2 */
+#define S_LANES 8 /* lane ids a leader accepts (zl_step.lane); it asks for 2 */
 
 /* one lane's step in flight (launched, not yet waited for) */
 typedef struct {
@@ -400,7 +399,7 @@ static void s_leader_destroy(zl_engine *eb) {
 /* fails the step: the group is aborted (a half-run step leaves the followers' state unknown) */
 static int s_leader_fail(s_leader *L, const char *what, const char *why) {
     char msg[200];
-    const char *mw = s_monitor_why(&L->mon);   /* what the monitor saw, when it failed the group */
+    const char *mw = s_monitor_why(&L->mon);    /* what the monitor saw, when it failed the group */
     snprintf(msg, sizeof msg, "%.199s", why);   /* why may be base.err itself */
     int k = snprintf(L->base.err, sizeof L->base.err, "pipeline: %.20s: %s", what, msg);
     if (mw && k > 0 && (size_t)k + 4 < sizeof L->base.err)
@@ -617,8 +616,10 @@ static int s_leader_wait(zl_engine *eb, const zl_step *st) {
     }
     s_lane_step *ln = &L->lane[lane];
     if (ln->ord != L->ord_collect) {   /* nothing read: the caller's mistake leaves the group as it was */
-        snprintf(eb->err, sizeof eb->err, "wait: lane %d's step is not the oldest in flight (wait in launch "
-                 "order)", lane);
+        snprintf(eb->err, sizeof eb->err,
+                 "wait: lane %d's step is not the oldest in flight (wait in launch "
+                 "order)",
+                 lane);
         return -1;
     }
     int32_t *out_tokens = st->out_tokens;
@@ -634,7 +635,7 @@ static int s_leader_wait(zl_engine *eb, const zl_step *st) {
         while ((rc = shm_ring_peek(L->g, L->ring_ret, 1000, &p, &bytes, err, sizeof err)) == 1)
             ;
         if (rc) return s_leader_fail(L, "receive", err);
-        s_ret r;   /* a private copy: checked once, used as checked */
+        s_ret r; /* a private copy: checked once, used as checked */
         memset(&r, 0, sizeof r);
         if (bytes >= sizeof r) memcpy(&r, p, sizeof r);
         if (bytes < sizeof r || r.step != step || r.micro != mi || r.n != hi - lo ||
@@ -643,10 +644,10 @@ static int s_leader_wait(zl_engine *eb, const zl_step *st) {
                      (unsigned long long)r.step, r.micro, r.n, (unsigned long long)step, mi, hi - lo);
             return s_leader_fail(L, "receive", err);
         }
-        const s_ret_entry *re = (const s_ret_entry *)((const s_ret *)p + 1);   /* hi - lo entries fit: bytes */
+        const s_ret_entry *re = (const s_ret_entry *)((const s_ret *)p + 1); /* hi - lo entries fit: bytes */
         for (int i = lo; i < hi; i++) {
             s_ret_entry x;
-            memcpy(&x, &re[i - lo], sizeof x);   /* read once */
+            memcpy(&x, &re[i - lo], sizeof x); /* read once */
             int32_t tok = x.tok;
             if (tok < -1 || tok >= L->info.vocab || (tok < 0 && seqs[i].sample)) {
                 shm_ring_release(L->g, L->ring_ret);
@@ -663,7 +664,7 @@ static int s_leader_wait(zl_engine *eb, const zl_step *st) {
     return 0;
 }
 
-static const zl_engine_ops s_leader_ops = { s_leader_launch, s_leader_wait, s_leader_destroy };
+static const zl_engine_ops s_leader_ops = {s_leader_launch, s_leader_wait, s_leader_destroy};
 
 int stage_leader_failed(const zl_engine *e) {
     if (!e || e->ops != &s_leader_ops) return 0;
@@ -763,7 +764,7 @@ zl_engine *stage_leader_new(const zl_model *m, const zl_engine_opts *o, const st
     L->g = shm_group_create(so.group, so.n_stages, sp, nr, in, sizeof *in, err, errlen);
     if (!L->g) goto fail;
     shm_group_set_dead_ms(L->g, so.dead_ms);
-    L->link0 = (s_host_link){ L->g, 0, 1, sp[1].payload_bytes, in->dim, NULL, NULL, NULL, 0 };
+    L->link0 = (s_host_link){L->g, 0, 1, sp[1].payload_bytes, in->dim, NULL, NULL, NULL, 0};
     L->tx = &s_host_ops;
     L->micro = so.micro_batches;
     L->ring_ret = 2 * (so.n_stages - 1);
@@ -880,15 +881,22 @@ int stage_run_follower(const zl_model *m, const stage_opts *so_in, const volatil
         goto fail;
     }
     int li = so.stage - 1;
-    in_link = (s_host_link){ g, 2 * li, 2 * li + 1, shm_ring_payload_bytes(g, 2 * li + 1), in.dim, NULL, NULL,
-                             NULL, s_desc_cap(&in) };
-    in_link.r_desc = malloc((size_t)in_link.desc_cap);   /* the largest descriptor s_desc_check accepts */
+    in_link = (s_host_link){g,    2 * li, 2 * li + 1,     shm_ring_payload_bytes(g, 2 * li + 1), in.dim, NULL,
+                            NULL, NULL,   s_desc_cap(&in)};
+    in_link.r_desc = malloc((size_t)in_link.desc_cap); /* the largest descriptor s_desc_check accepts */
     if (!in_link.r_desc) {
         snprintf(err, errlen, "pipeline: out of memory");
         goto fail;
     }
-    out_link = (s_host_link){ g, 2 * so.stage, 2 * so.stage + 1,
-                              last ? 0 : shm_ring_payload_bytes(g, 2 * so.stage + 1), in.dim, NULL, NULL, NULL, 0 };
+    out_link = (s_host_link){g,
+                             2 * so.stage,
+                             2 * so.stage + 1,
+                             last ? 0 : shm_ring_payload_bytes(g, 2 * so.stage + 1),
+                             in.dim,
+                             NULL,
+                             NULL,
+                             NULL,
+                             0};
     const stage_transport_ops *tx = &s_host_ops;
     int ring_ret = 2 * (so.n_stages - 1);
     uint64_t hidden_need_max = (uint64_t)in.max_step_tokens * in.dim * sizeof(float);
@@ -970,7 +978,7 @@ done:
     if (rc != 0 && g && shm_group_aborted(g) == SHM_SHUTDOWN && !(stop && *stop)) rc = 0;   /* planned */
     if (rc != 0 && g) shm_group_abort(g, SHM_FAILED);
     s_monitor_stop(&mon);
-    if (rc != 0 && s_monitor_why(&mon) && strlen(err) + 4 < errlen)   /* what this stage's monitor saw */
+    if (rc != 0 && s_monitor_why(&mon) && strlen(err) + 4 < errlen) /* what this stage's monitor saw */
         snprintf(err + strlen(err), errlen - strlen(err), " (%s)", s_monitor_why(&mon));
     /* GPU links: drain this stage's stream, close the imports (input link), then free the output link's buffer
      * once the next stage has left the group; all before this stage leaves it (two-phase teardown) */

@@ -154,9 +154,10 @@ static int s_hello_take(stage_cuda_link *l, int r, int kind, int timeout_ms, con
     if (bytes != sizeof *h || h->magic != S_HELLO_MAGIC || h->version != S_VERSION || h->kind != kind ||
         h->gen != shm_group_generation(l->g) || h->cap != l->cap || h->max_rows != l->max_rows || h->dim != l->dim ||
         memchr(h->bus_id, 0, sizeof h->bus_id) == NULL) {
-        snprintf(err, errlen, "pipeline gpu link: bad set-up message from stage %d (%llu bytes, kind %d, cap %d/%d, "
-                 "rows %d/%d, dim %d/%d, or another generation or build)", l->peer, (unsigned long long)bytes,
-                 h->kind, h->cap, l->cap, h->max_rows, l->max_rows, h->dim, l->dim);
+        snprintf(err, errlen,
+                 "pipeline gpu link: bad set-up message from stage %d (%llu bytes, kind %d, cap %d/%d, "
+                 "rows %d/%d, dim %d/%d, or another generation or build)",
+                 l->peer, (unsigned long long)bytes, h->kind, h->cap, l->cap, h->max_rows, l->max_rows, h->dim, l->dim);
         return -1;
     }
     return 0;
@@ -187,7 +188,7 @@ stage_cuda_link *stage_cuda_link_export(shm_group *g, int ring_fwd, int ring_bac
     stage_cuda_link *l = s_link_new(g, ring_fwd, ring_back, peer, dev, cap, max_rows, dim, err, errlen);
     if (!l) return NULL;
     l->producer = 1;
-    s_hello *h = calloc(2, sizeof *h), *back = h ? h + 1 : NULL;   /* ours, and the consumer's answer */
+    s_hello *h = calloc(2, sizeof *h), *back = h ? h + 1 : NULL; /* ours, and the consumer's answer */
     if (!h) {
         snprintf(err, errlen, "pipeline gpu link: out of memory");
         goto fail;
@@ -215,7 +216,7 @@ stage_cuda_link *stage_cuda_link_import(shm_group *g, int ring_fwd, int ring_bac
                                         char *err, size_t errlen) {
     stage_cuda_link *l = s_link_new(g, ring_fwd, ring_back, peer, dev, cap, max_rows, dim, err, errlen);
     if (!l) return NULL;
-    s_hello *h = calloc(2, sizeof *h), *fw = h ? h + 1 : NULL;   /* ours, and the producer's */
+    s_hello *h = calloc(2, sizeof *h), *fw = h ? h + 1 : NULL; /* ours, and the producer's */
     if (!h) {
         snprintf(err, errlen, "pipeline gpu link: out of memory");
         goto fail;
