@@ -22,12 +22,20 @@
 #define S_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #define S_INLINE static inline __attribute__((always_inline))
 
+/* F16C: every CPU with AVX2 and FMA has it (Haswell, Piledriver and later), and clang's __builtin_cpu_supports does
+ * not know its name (the libFuzzer builds use clang) */
+#if defined(__clang__)
+#define S_HAS_F16C() 1
+#else
+#define S_HAS_F16C() __builtin_cpu_supports("f16c")
+#endif
+
 int qdot_isa_ok(int isa) {
     __builtin_cpu_init();
     switch (isa) {
     case QDOT_SCALAR: return 1;
     case QDOT_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && S_HAS_F16C();
     case QDOT_AVX512:
         return qdot_isa_ok(QDOT_AVX2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
