@@ -25,6 +25,7 @@
 #include "cpu_pool.h"
 #include "cpu_qdot.h"
 #include "engine.h"
+#include "engine_env.h"
 #include "quant.h"
 
 #define S_MAX_THREADS 64
@@ -569,8 +570,8 @@ static int s_vec(const zl_weight *w, float *dst, char *err, size_t errlen) {
 
 /* the ISA from $ZLLM_CPU_ISA (refused when this CPU lacks it) or the best one */
 static int s_pick_isa(char *err, size_t errlen) {
-    const char *s = getenv("ZLLM_CPU_ISA");
-    if (!s || !*s) return qdot_isa_best();
+    const char *s = engine_env("ZLLM_CPU_ISA");
+    if (!s) return qdot_isa_best();
     for (int isa = QDOT_SCALAR; isa <= QDOT_AVX512; isa++)
         if (!strcmp(s, qdot_isa_name(isa))) {
             if (qdot_isa_ok(isa)) return isa;
@@ -646,7 +647,7 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
     }
     e->c = *c;
     e->isa = isa;
-    e->exact = getenv("ZLLM_CPU_EXACT") && !strcmp(getenv("ZLLM_CPU_EXACT"), "1");
+    e->exact = engine_env_int("ZLLM_CPU_EXACT", 0, 0, 1);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     e->nth = o->threads ? o->threads : (ncpu > 0 ? (int)ncpu : 1);
     if (e->nth > S_MAX_THREADS) e->nth = S_MAX_THREADS;
