@@ -24,6 +24,7 @@
 #include "cpu_attn.h"
 #include "cpu_pool.h"
 #include "cpu_qdot.h"
+#include "cpu_launch.h"
 #include "engine.h"
 #include "engine_env.h"
 #include "quant.h"
@@ -62,16 +63,7 @@ typedef struct {
     int nth;                 /* threads */
     /* steps queued ahead (zl_engine.depth 2, whole models): as the reference, a launched step runs at once and
      * writes its results then; the wait only checks the order */
-    int32_t *carry_tok;   /* [n_slots] id sampled for each slot by the last step that had it */
-    uint64_t *carry_rng;  /* [n_slots] that entry's generator state after its draw */
-    uint8_t *carry_ok;    /* [n_slots] 1 when that step sampled the slot */
-    zl_seq *fseq;         /* [max_batch] the step's entries with their feeds resolved */
-    int32_t *ftok;        /* [max_batch] fed ids */
-    uint64_t *frng;       /* [max_batch] fed generator states */
-    const zl_step *fl[2]; /* the launched steps not yet waited for, oldest at q_head */
-    int q_head;           /* index (0, 1) of the oldest launched step */
-    int q_count;          /* launched steps not yet waited for, 0..depth */
-    int q_sync;           /* 1: the one launched step is synchronous (nothing may launch before its wait) */
+    cpu_launch lq; /* launch/wait, feeds and the slots' carries (cpu_launch.h) */
 } s_fast;
 
 static void s_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
@@ -438,100 +430,8 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
     return 0;
 }
 
-/* a whole-model step with its feeds resolved (zl_seq.feed), as the reference engine */
-static int s_step_fed(s_fast *e, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
-    zl_engine *eb = &e->base;
-    if (!seqs || n < 1 || n > eb->max_batch || !out_tokens) {
-        snprintf(eb->err, sizeof eb->err, "step: %d sequences (1..%d allowed) or no output", n, eb->max_batch);
-        return -1;
-    }
-    for (int i = 0; i < n; i++) {
-        const zl_seq *s = &seqs[i];
-        e->fseq[i] = *s;
-        if (!s->feed) continue;
-        const zl_sampling *sp = s->samp;
-        if (s->slot < 0 || s->slot >= eb->n_slots || s->n_tokens != 1 || !e->carry_ok[s->slot] ||
-            (sp && sp->repeat_penalty != 1.0f && sp->repeat_last_n > 0)) {
-            snprintf(eb->err, sizeof eb->err,
-                     "step: seq %d: a fed entry needs one token, a slot whose last step "
-                     "sampled, and no repetition penalty (slot %d)",
-                     i, s->slot);
-            return -1;
-        }
-        e->ftok[i] = e->carry_tok[s->slot];
-        e->frng[i] = e->carry_rng[s->slot];
-        e->fseq[i].tokens = &e->ftok[i];
-        e->fseq[i].rng = &e->frng[i];
-        e->fseq[i].history = NULL;
-        e->fseq[i].n_history = 0;
-        e->fseq[i].feed = 0;
-    }
-    if (s_forward(eb, e->fseq, n, NULL, NULL, out_tokens, out_logits) != 0) return -1;
-    for (int i = 0; i < n; i++) {
-        const zl_seq *s = &seqs[i];
-        e->carry_ok[s->slot] = s->sample != 0;
-        if (!s->sample) continue;
-        e->carry_tok[s->slot] = out_tokens[i];
-        const uint64_t st = s->feed ? e->frng[i] : (s->rng ? *s->rng : 0);
-        e->carry_rng[s->slot] = st;
-        if (s->feed && s->rng) *s->rng = st;
-    }
-    return 0;
-}
-
-/* launch (zl_engine_ops): runs the step now, as the reference engine does. A whole model with ids wanted serves
- * feeds and keeps the slots' carries; otherwise the forward pass over this engine's layers, after which no slot it
- * touched may be fed. The step is then kept until its wait. */
-static int s_launch(zl_engine *eb, const zl_step *st) {
-    s_fast *e = (s_fast *)eb;
-    if (!st) {
-        snprintf(eb->err, sizeof eb->err, "launch: no step");
-        return -1;
-    }
-    if (st->lane != 0) {
-        snprintf(eb->err, sizeof eb->err, "launch: lane %d outside 0..0", st->lane);
-        return -1;
-    }
-    if (st->h_dev || st->n_wait || st->n_record) {
-        snprintf(eb->err, sizeof eb->err, "launch: device hidden states and events need the CUDA engine");
-        return -1;
-    }
-    const int busy = e->q_count > 0 && (st->sync || st->out_logits || e->q_sync);
-    if (e->q_count >= engine_depth(eb) || busy) {
-        snprintf(eb->err, sizeof eb->err, "launch: %d launched steps are not waited for", e->q_count);
-        return -1;
-    }
-    const int whole = eb->layer_begin == 0 && eb->layer_end == e->c.n_layers;
-    if (whole && !st->sync && !st->out_tokens) {
-        snprintf(eb->err, sizeof eb->err, "launch: a queued step needs out_tokens");
-        return -1;
-    }
-    if (whole && st->out_tokens) {
-        if (s_step_fed(e, st->seqs, st->n, st->out_tokens, st->out_logits) != 0) return -1;
-    } else {
-        if (s_forward(eb, st->seqs, st->n, st->h_in, st->h_out, st->out_tokens, st->out_logits) != 0) return -1;
-        for (int i = 0; whole && i < st->n; i++) e->carry_ok[st->seqs[i].slot] = 0;
-    }
-    e->fl[(e->q_head + e->q_count) & 1] = st;
-    e->q_count++;
-    e->q_sync = st->sync != 0;
-    return 0;
-}
-
-/* wait (zl_engine_ops): the results are in place since the launch; only the order is checked */
-static int s_wait(zl_engine *eb, const zl_step *st) {
-    s_fast *e = (s_fast *)eb;
-    if (e->q_count == 0 || !st || e->fl[e->q_head] != st) {
-        snprintf(eb->err, sizeof eb->err,
-                 e->q_count == 0 ? "wait: no launched step"
-                                 : "wait: not the oldest launched step (wait in launch order)");
-        return -1;
-    }
-    e->q_head ^= 1;
-    e->q_count--;
-    e->q_sync = 0;
-    return 0;
-}
+static int s_launch(zl_engine *eb, const zl_step *st) { return cpu_launch_run(eb, &((s_fast *)eb)->lq, st); }
+static int s_wait(zl_engine *eb, const zl_step *st) { return cpu_launch_wait(eb, &((s_fast *)eb)->lq, st); }
 
 /* ------------------------------------------------------------------------------------------------------------
  * lifetime */
@@ -547,12 +447,7 @@ static void s_destroy(zl_engine *eb) {
     free(e->xq);
     free(e->row_slot);
     free(e->row_pos);
-    free(e->carry_tok);
-    free(e->carry_rng);
-    free(e->carry_ok);
-    free(e->fseq);
-    free(e->ftok);
-    free(e->frng);
+    cpu_launch_free(&e->lq);
     free(e);
 }
 
@@ -683,16 +578,10 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
     e->xq = calloc(T * e->xq_row, sizeof(qdot_blk));
     e->row_slot = calloc(T, sizeof(int));
     e->row_pos = calloc(T, sizeof(int));
-    e->carry_tok = calloc((size_t)b->n_slots, sizeof(int32_t));
-    e->carry_rng = calloc((size_t)b->n_slots, sizeof(uint64_t));
-    e->carry_ok = calloc((size_t)b->n_slots, 1);
-    e->fseq = calloc((size_t)b->max_batch, sizeof(zl_seq));
-    e->ftok = calloc((size_t)b->max_batch, sizeof(int32_t));
-    e->frng = calloc((size_t)b->max_batch, sizeof(uint64_t));
+    const int lq_ok = cpu_launch_init(&e->lq, b->n_slots, b->max_batch, s_forward) == 0;
     if (!e->attn_norm || !e->ffn_norm || !e->out_norm || !e->kc || !e->vc || !e->x || !e->xb || !e->xb2 || !e->q ||
         !e->k || !e->v || !e->hb || !e->hb2 || !e->xl || !e->lg || !e->lgs || !e->rope_cs || !e->th_att || !e->xq ||
-        !e->row_slot || !e->row_pos || !e->carry_tok || !e->carry_rng || !e->carry_ok || !e->fseq || !e->ftok ||
-        !e->frng) {
+        !e->row_slot || !e->row_pos || !lq_ok) {
         snprintf(err, errlen, "cpu engine: out of memory (KV cache %.1f MB)", kv_floats * 8.0 / 1e6);
         goto fail;
     }

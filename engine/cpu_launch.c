@@ -1,0 +1,122 @@
+/* engine/cpu_launch.c: see cpu_launch.h. */
+#include "cpu_launch.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+int cpu_launch_init(cpu_launch *l, int n_slots, int max_batch, cpu_forward_fn forward) {
+    l->forward = forward;
+    l->carry_tok = calloc((size_t)n_slots, sizeof(int32_t));
+    l->carry_rng = calloc((size_t)n_slots, sizeof(uint64_t));
+    l->carry_ok = calloc((size_t)n_slots, 1);
+    l->fseq = calloc((size_t)max_batch, sizeof(zl_seq));
+    l->ftok = calloc((size_t)max_batch, sizeof(int32_t));
+    l->frng = calloc((size_t)max_batch, sizeof(uint64_t));
+    l->q_head = l->q_count = l->q_sync = 0;
+    return l->carry_tok && l->carry_rng && l->carry_ok && l->fseq && l->ftok && l->frng ? 0 : -1;
+}
+
+void cpu_launch_free(cpu_launch *l) {
+    free(l->carry_tok);
+    free(l->carry_rng);
+    free(l->carry_ok);
+    free(l->fseq);
+    free(l->ftok);
+    free(l->frng);
+    l->carry_tok = NULL;
+    l->carry_rng = NULL;
+    l->carry_ok = NULL;
+    l->fseq = NULL;
+    l->ftok = NULL;
+    l->frng = NULL;
+}
+
+/* a whole-model step with its feeds resolved (zl_seq.feed): fed entries read the slot's carried id and generator
+ * state; afterwards every entry's slot carries what it sampled. 0, or -1 with e->err (nothing run, nothing
+ * carried) */
+static int s_step_fed(zl_engine *e, cpu_launch *l, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
+    if (!seqs || n < 1 || n > e->max_batch || !out_tokens) {
+        snprintf(e->err, sizeof e->err, "step: %d sequences (1..%d allowed) or no output", n, e->max_batch);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const zl_seq *s = &seqs[i];
+        l->fseq[i] = *s;
+        if (!s->feed) continue;
+        const zl_sampling *sp = s->samp;
+        if (s->slot < 0 || s->slot >= e->n_slots || s->n_tokens != 1 || !l->carry_ok[s->slot] ||
+            (sp && sp->repeat_penalty != 1.0f && sp->repeat_last_n > 0)) {
+            snprintf(e->err, sizeof e->err,
+                     "step: seq %d: a fed entry needs one token, a slot whose last step "
+                     "sampled, and no repetition penalty (slot %d)",
+                     i, s->slot);
+            return -1;
+        }
+        l->ftok[i] = l->carry_tok[s->slot];
+        l->frng[i] = l->carry_rng[s->slot];
+        l->fseq[i].tokens = &l->ftok[i];
+        l->fseq[i].rng = &l->frng[i];
+        l->fseq[i].history = NULL;
+        l->fseq[i].n_history = 0;
+        l->fseq[i].feed = 0;
+    }
+    if (l->forward(e, l->fseq, n, NULL, NULL, out_tokens, out_logits) != 0) return -1;
+    for (int i = 0; i < n; i++) {
+        const zl_seq *s = &seqs[i];
+        l->carry_ok[s->slot] = s->sample != 0;
+        if (!s->sample) continue;
+        l->carry_tok[s->slot] = out_tokens[i];
+        const uint64_t st = s->feed ? l->frng[i] : (s->rng ? *s->rng : 0);
+        l->carry_rng[s->slot] = st;
+        if (s->feed && s->rng) *s->rng = st;
+    }
+    return 0;
+}
+
+int cpu_launch_run(zl_engine *e, cpu_launch *l, const zl_step *st) {
+    if (!st) {
+        snprintf(e->err, sizeof e->err, "launch: no step");
+        return -1;
+    }
+    if (st->lane != 0) {
+        snprintf(e->err, sizeof e->err, "launch: lane %d outside 0..0", st->lane);
+        return -1;
+    }
+    if (st->h_dev || st->n_wait || st->n_record) {
+        snprintf(e->err, sizeof e->err, "launch: device hidden states and events need the CUDA engine");
+        return -1;
+    }
+    const int busy = l->q_count > 0 && (st->sync || st->out_logits || l->q_sync);
+    if (l->q_count >= engine_depth(e) || busy) {
+        snprintf(e->err, sizeof e->err, "launch: %d launched steps are not waited for", l->q_count);
+        return -1;
+    }
+    const int whole = e->layer_begin == 0 && e->layer_end == e->model->cfg.n_layers;
+    if (whole && !st->sync && !st->out_tokens) {
+        snprintf(e->err, sizeof e->err, "launch: a queued step needs out_tokens");
+        return -1;
+    }
+    if (whole && st->out_tokens) {
+        if (s_step_fed(e, l, st->seqs, st->n, st->out_tokens, st->out_logits) != 0) return -1;
+    } else {
+        if (l->forward(e, st->seqs, st->n, st->h_in, st->h_out, st->out_tokens, st->out_logits) != 0) return -1;
+        for (int i = 0; whole && i < st->n; i++) l->carry_ok[st->seqs[i].slot] = 0;
+    }
+    l->fl[(l->q_head + l->q_count) & 1] = st;
+    l->q_count++;
+    l->q_sync = st->sync != 0;
+    return 0;
+}
+
+int cpu_launch_wait(zl_engine *e, cpu_launch *l, const zl_step *st) {
+    if (l->q_count == 0 || !st || l->fl[l->q_head] != st) {
+        snprintf(e->err, sizeof e->err, "%s",
+                 l->q_count == 0 ? "wait: no launched step"
+                                 : "wait: not the oldest launched step (wait in launch order)");
+        return -1;
+    }
+    l->q_head ^= 1;
+    l->q_count--;
+    l->q_sync = 0;
+    return 0;
+}

@@ -1,0 +1,40 @@
+/* engine/cpu_launch.h: the launch/wait protocol both CPU engines share (engine/engine_cpu.c, engine/cpu_fast.c). A
+ * CPU step runs at once, inside its launch, and writes its results there; the wait only checks the order. What
+ * the CUDA engine carries on the device for steps queued ahead (zl_seq.feed), these carry on the host: each slot's
+ * last sampled id and generator state. */
+#ifndef ZLLM_CPU_LAUNCH_H
+#define ZLLM_CPU_LAUNCH_H
+#include <stdint.h>
+#include "engine.h"
+
+/* the engine's forward pass over its layers (as zl_step: h_in/h_out for stages, out_tokens/out_logits for the
+ * last layer): 0, or -1 with e->err */
+typedef int (*cpu_forward_fn)(zl_engine *e, const zl_seq *seqs, int n, const float *h_in, float *h_out,
+                              int32_t *out_tokens, float *out_logits);
+
+typedef struct {
+    cpu_forward_fn forward; /* the engine's forward pass */
+    int32_t *carry_tok;     /* [n_slots] id sampled for each slot by the last step that had it (zl_seq.feed) */
+    uint64_t *carry_rng;    /* [n_slots] that entry's generator state after its draw */
+    uint8_t *carry_ok;      /* [n_slots] 1 when that step sampled the slot (a feed may follow) */
+    zl_seq *fseq;           /* [max_batch] the step's entries with their feeds resolved */
+    int32_t *ftok;          /* [max_batch] fed ids */
+    uint64_t *frng;         /* [max_batch] fed generator states */
+    const zl_step *fl[2];   /* the launched steps not yet waited for, oldest at q_head */
+    int q_head;             /* index (0, 1) of the oldest launched step */
+    int q_count;            /* launched steps not yet waited for, 0..depth */
+    int q_sync;             /* 1: the one launched step is synchronous (nothing may launch before its wait) */
+} cpu_launch;
+
+/* allocates l's carries for n_slots slots and max_batch entries: 0, or -1 (out of memory; cpu_launch_free frees
+ * what was allocated) */
+int cpu_launch_init(cpu_launch *l, int n_slots, int max_batch, cpu_forward_fn forward);
+void cpu_launch_free(cpu_launch *l);
+/* zl_engine_ops.launch: runs st now. A whole model with ids wanted serves feeds and keeps the slots' carries (as
+ * the CUDA engine does); otherwise the forward pass over e's layers, after which no slot it touched may be fed.
+ * The step is then kept until its wait. 0, or -1 with e->err (nothing run, nothing kept) */
+int cpu_launch_run(zl_engine *e, cpu_launch *l, const zl_step *st);
+/* zl_engine_ops.wait: the results are in place since the launch; checks that st is the oldest launched step.
+ * 0, or -1 with e->err */
+int cpu_launch_wait(zl_engine *e, cpu_launch *l, const zl_step *st);
+#endif
