@@ -36,8 +36,7 @@
                                    check; only larger ones make libzmq drop the connection */
 #define BK_RECV_BATCH   512     /* messages read from one socket per loop turn */
 #define BK_TICK_MS      20      /* timer granularity */
-#define BK_MAX_LOST     256     /* clients found gone in one loop turn */
-#define BK_TEXT_MAX     1024    /* bytes of text one token can decode to */
+#define BK_MAX_LOST 256         /* clients found gone in one loop turn */
 #define BK_ASSIGN_TOKENS (1u << 20) /* prompt tokens per `assign` (<= 5 bytes each: < 16 MiB frames) */
 
 enum { RQ_QUEUED = 1, RQ_RUNNING = 2 };
@@ -87,6 +86,8 @@ typedef struct bk_req {
 struct bk_model {
     char name[PROTO_NAME_MAX + 1];
     zl_tokenizer *tok;
+    char *piece;                  /* [piece_cap] scratch for one token's text (req_token) */
+    size_t piece_cap;             /* tokenizer_stream_cap: the longest piece never runs short */
     uint32_t n_ctx;               /* the model's trained context (0 = unknown) */
     int32_t n_vocab;
     bk_req *q_head, *q_tail;      /* FIFO of queued requests */
@@ -455,7 +456,7 @@ static void final_reject(broker *b, const uint8_t *cid, uint32_t cn, proto_str i
 
 /* one generated token: detokenize, stop strings, stream. Returns 1 when a stop string ended the request. */
 static int req_token(broker *b, bk_req *q, int32_t tok, double t) {
-    char piece[BK_TEXT_MAX];
+    char *piece = q->model->piece; /* tokenizer_stream_cap bytes: the decode below cannot run short */
     if (q->n_gen == 0) q->t_first = t;
     if (!q->stream) {
         if (q->n_gen + 1 > q->gen_cap) {
@@ -469,7 +470,7 @@ static int req_token(broker *b, bk_req *q, int32_t tok, double t) {
     }
     q->n_gen++;
     b->c.tokens_out++;
-    int n = tokenizer_decode_stream(q->model->tok, &q->detok, tok, 0, piece, sizeof piece);
+    int n = tokenizer_decode_stream(q->model->tok, &q->detok, tok, 0, piece, q->model->piece_cap);
     if (n > 0) text_append(q, piece, (size_t)n);
     int stopped = 0;
     size_t release = q->text_len;
@@ -1255,6 +1256,13 @@ static int load_model(bk_model *m, const char *name, const char *path, char *err
     m->tok = tokenizer_new(g, gerr, sizeof gerr);
     if (!m->tok) { berr(err, errlen, "%s: %s", path, gerr); gguf_close(&g); return -1; }
     m->n_vocab = tokenizer_n_vocab(m->tok);
+    m->piece_cap = tokenizer_stream_cap(m->tok);
+    m->piece = malloc(m->piece_cap);
+    if (!m->piece) {
+        berr(err, errlen, "%s: out of memory", path);
+        gguf_close(&g);
+        return -1;
+    }
     char *arch = gguf_get_cstr(g, "general.architecture");
     if (arch) {
         char key[160];
@@ -1463,7 +1471,10 @@ void broker_destroy(broker **pb) {
     while (b->all) { bk_req *q = b->all; b->all = q->all_next; req_free(q); }
     for (int i = 0; i < b->n_workers; i++) free(b->workers[i]);
     for (int i = 0; i < b->n_models; i++) tokenizer_destroy(&b->models[i].tok);
-    for (int i = 0; i < BK_MAX_MODELS; i++) if (b->models[i].tok) tokenizer_destroy(&b->models[i].tok);
+    for (int i = 0; i < BK_MAX_MODELS; i++) {
+        if (b->models[i].tok) tokenizer_destroy(&b->models[i].tok);
+        free(b->models[i].piece);
+    }
     /* unbinding removes ipc socket files */
     if (b->cs) { if (b->cs_ep[0]) zmq_unbind(b->cs, b->cs_ep); zmq_close(b->cs); }
     if (b->ws) { if (b->ws_ep[0]) zmq_unbind(b->ws, b->ws_ep); zmq_close(b->ws); }

@@ -966,6 +966,13 @@ int tokenizer_decode_stream(const zl_tokenizer *t, zl_detok *st, int32_t id, int
     return w;
 }
 
+size_t tokenizer_stream_cap(const zl_tokenizer *t) {
+    size_t longest = 0;
+    for (int i = 0; t && i < t->n_vocab; i++)
+        if (t->dec_len[i] > longest) longest = t->dec_len[i];
+    return 3 * (longest + sizeof((zl_detok *)0)->pend) + 1;
+}
+
 int tokenizer_decode_flush(const zl_tokenizer *t, zl_detok *st, char *out, size_t cap) {
     (void)t;
     if (!st || !out || cap == 0) return -1;

@@ -38,6 +38,9 @@ typedef struct {
  * an incomplete UTF-8 character until a later token completes it. Returns -1 if cap is too small or id is
  * out of range. Special/control tokens decode to their text only when `special` is set. */
 int tokenizer_decode_stream(const zl_tokenizer *t, zl_detok *st, int32_t id, int special, char *out, size_t cap);
+/* The cap with which tokenizer_decode_stream and tokenizer_decode_flush never fail for a valid id: every byte
+ * of the vocabulary's longest piece and of the held bytes may become U+FFFD (3 bytes), plus the NUL. */
+size_t tokenizer_stream_cap(const zl_tokenizer *t);
 /* Flushes held bytes at the end of a stream (invalid leftovers become U+FFFD). */
 int tokenizer_decode_flush(const zl_tokenizer *t, zl_detok *st, char *out, size_t cap);
 /* Whole-sequence decode into a malloc'd NUL-terminated string (caller frees), or NULL. */

@@ -70,19 +70,24 @@ static int s_valid_utf8(const char *s, size_t n) {
 static void s_stream(const zl_tokenizer *t, const int32_t *ids, int n, int special, size_t cap, const uint8_t *d, size_t dn) {
     zl_detok st;
     memset(&st, 0, sizeof st);
-    char small[16], big[8192];
+    /* small first (it may run short: -1, nothing changed), then tokenizer_stream_cap bytes, which never may */
+    const size_t bigcap = tokenizer_stream_cap(t);
+    char small[16], *big = malloc(bigcap);
+    if (!big) abort();
     for (int i = 0; i <= n; i++) {
         char *o = cap < sizeof small ? small : big;
-        size_t c = cap < sizeof small ? cap : sizeof big;
+        size_t c = cap < sizeof small ? cap : (cap < bigcap ? cap : bigcap);
         int w = i < n ? tokenizer_decode_stream(t, &st, ids[i], special, o, c) : tokenizer_decode_flush(t, &st, o, c);
         if (w < 0) {
             o = big;
-            w = i < n ? tokenizer_decode_stream(t, &st, ids[i], special, big, sizeof big) : tokenizer_decode_flush(t, &st, big, sizeof big);
+            w = i < n ? tokenizer_decode_stream(t, &st, ids[i], special, big, bigcap)
+                      : tokenizer_decode_flush(t, &st, big, bigcap);
         }
-        if (w < 0) s_fail("stream decode failed with a big buffer", d, dn);
+        if (w < 0) s_fail("stream decode failed with a tokenizer_stream_cap buffer", d, dn);
         if (o[w] != 0 || !s_valid_utf8(o, (size_t)w)) s_fail("stream decode emitted invalid UTF-8", d, dn);
         if (st.n_pend < 0 || st.n_pend > 3) s_fail("stream decode holds more than 3 bytes", d, dn);
     }
+    free(big);
 }
 
 static void s_mode_encode(const uint8_t *d, size_t n, uint8_t flags) {
@@ -246,6 +251,17 @@ static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
     for (int i = 0; i < n; i++) {
         seeds[i] = (const uint8_t *)s[i].p;
         sizes[i] = s[i].n;
+    }
+    /* a synthetic vocabulary of one user-defined token (its first byte % 8 == 4) of 3,000 bytes of invalid UTF-8,
+     * which the encode matches whole: its streamed text is 9,000 bytes of U+FFFD, more than any fixed buffer the
+     * decode's callers used to pass (tokenizer_stream_cap sizes it) */
+    static uint8_t long_token[3001];
+    long_token[0] = 0x60;
+    memset(long_token + 1, 0x8c, sizeof long_token - 1);
+    if (n < max) {
+        seeds[n] = long_token;
+        sizes[n] = sizeof long_token;
+        n++;
     }
     return n;
 }
