@@ -271,56 +271,6 @@ static void s_attn_fn(void *ctx, int ith, int nth) {
     }
 }
 
-/* ------------------------------------------------------------------------------------------------------------
- * step */
-
-static int s_check(s_fast *e, const zl_seq *seqs, int n, int need_tokens, int *T_out) {
-    zl_engine *b = &e->base;
-    if (!seqs || n < 1 || n > b->max_batch) {
-        snprintf(b->err, sizeof b->err, "step: %d sequences (1..%d allowed)", n, b->max_batch);
-        return -1;
-    }
-    int64_t T = 0;
-    for (int i = 0; i < n; i++) {
-        const zl_seq *s = &seqs[i];
-        if (s->slot < 0 || s->slot >= b->n_slots) {
-            snprintf(b->err, sizeof b->err, "step: seq %d: slot %d out of range [0, %d)", i, s->slot, b->n_slots);
-            return -1;
-        }
-        for (int k = 0; k < i; k++)
-            if (seqs[k].slot == s->slot) {
-                snprintf(b->err, sizeof b->err, "step: slot %d appears twice", s->slot);
-                return -1;
-            }
-        if (s->feed) {
-            snprintf(b->err, sizeof b->err, "step: seq %d: feed is served only by a whole model's step with ids", i);
-            return -1;
-        }
-        if (s->n_tokens < 1 || s->pos < 0 || (need_tokens && !s->tokens) || (int64_t)s->pos + s->n_tokens > b->n_ctx) {
-            snprintf(b->err, sizeof b->err, "step: seq %d: pos %d + %d tokens outside the context of %d", i, s->pos,
-                     s->n_tokens, b->n_ctx);
-            return -1;
-        }
-        for (int t = 0; need_tokens && t < s->n_tokens; t++)
-            if (s->tokens[t] < 0 || s->tokens[t] >= e->c.vocab_size) {
-                snprintf(b->err, sizeof b->err, "step: seq %d: token %d out of vocabulary", i, (int)s->tokens[t]);
-                return -1;
-            }
-        int greedy = !s->samp || !(s->samp->temperature > 0.0f);
-        if (s->sample && !greedy && !s->rng) {
-            snprintf(b->err, sizeof b->err, "step: seq %d samples with temperature but has no rng state", i);
-            return -1;
-        }
-        T += s->n_tokens;
-    }
-    if (T > b->max_step_tokens) {
-        snprintf(b->err, sizeof b->err, "step: %lld tokens exceed max_step_tokens %d", (long long)T,
-                 b->max_step_tokens);
-        return -1;
-    }
-    *T_out = (int)T;
-    return 0;
-}
 
 static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in, float *h_out, int32_t *out_tokens,
                      float *out_logits) {
@@ -337,7 +287,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         snprintf(eb->err, sizeof eb->err, "step: layers up to %d need a hidden state buffer out", eb->layer_end);
         return -1;
     }
-    if (s_check(e, seqs, n, embed, &T)) return -1;
+    if (cpu_launch_check(eb, seqs, n, embed, &T)) return -1;
     const int dim = c->dim, hd = c->head_dim, half = c->rope_dim / 2;
     const size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
     const size_t slot_stride = (size_t)(eb->layer_end - eb->layer_begin) * eb->n_ctx * kv_dim;

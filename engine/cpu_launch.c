@@ -31,6 +31,53 @@ void cpu_launch_free(cpu_launch *l) {
     l->frng = NULL;
 }
 
+int cpu_launch_check(zl_engine *b, const zl_seq *seqs, int n, int need_tokens, int *T_out) {
+    if (!seqs || n < 1 || n > b->max_batch) {
+        snprintf(b->err, sizeof b->err, "step: %d sequences (1..%d allowed)", n, b->max_batch);
+        return -1;
+    }
+    int64_t T = 0;
+    for (int i = 0; i < n; i++) {
+        const zl_seq *s = &seqs[i];
+        if (s->slot < 0 || s->slot >= b->n_slots) {
+            snprintf(b->err, sizeof b->err, "step: seq %d: slot %d out of range [0, %d)", i, s->slot, b->n_slots);
+            return -1;
+        }
+        for (int k = 0; k < i; k++)
+            if (seqs[k].slot == s->slot) {
+                snprintf(b->err, sizeof b->err, "step: slot %d appears twice", s->slot);
+                return -1;
+            }
+        if (s->feed) { /* resolved by the fed step before this check; a stage or a step without ids has none */
+            snprintf(b->err, sizeof b->err, "step: seq %d: feed is served only by a whole model's step with ids", i);
+            return -1;
+        }
+        if (s->n_tokens < 1 || s->pos < 0 || (need_tokens && !s->tokens) || (int64_t)s->pos + s->n_tokens > b->n_ctx) {
+            snprintf(b->err, sizeof b->err, "step: seq %d: pos %d + %d tokens outside the context of %d", i, s->pos,
+                     s->n_tokens, b->n_ctx);
+            return -1;
+        }
+        for (int t = 0; need_tokens && t < s->n_tokens; t++)
+            if (s->tokens[t] < 0 || s->tokens[t] >= b->model->cfg.vocab_size) {
+                snprintf(b->err, sizeof b->err, "step: seq %d: token %d out of vocabulary", i, (int)s->tokens[t]);
+                return -1;
+            }
+        int greedy = !s->samp || !(s->samp->temperature > 0.0f);
+        if (s->sample && !greedy && !s->rng) {
+            snprintf(b->err, sizeof b->err, "step: seq %d samples with temperature but has no rng state", i);
+            return -1;
+        }
+        T += s->n_tokens;
+    }
+    if (T > b->max_step_tokens) {
+        snprintf(b->err, sizeof b->err, "step: %lld tokens exceed max_step_tokens %d", (long long)T,
+                 b->max_step_tokens);
+        return -1;
+    }
+    *T_out = (int)T;
+    return 0;
+}
+
 /* a whole-model step with its feeds resolved (zl_seq.feed): fed entries read the slot's carried id and generator
  * state; afterwards every entry's slot carries what it sampled. 0, or -1 with e->err (nothing run, nothing
  * carried) */

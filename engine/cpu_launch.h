@@ -30,6 +30,11 @@ typedef struct {
  * what was allocated) */
 int cpu_launch_init(cpu_launch *l, int n_slots, int max_batch, cpu_forward_fn forward);
 void cpu_launch_free(cpu_launch *l);
+/* validates a step's entries for a CPU engine's forward pass (slots in range and distinct, no feeds left, positions
+ * inside the context, token ids in the vocabulary when need_tokens, a generator state where sampling draws, at most
+ * max_step_tokens rows; need_tokens 0 when the step starts from hidden states, whose tokens are not read) and sets
+ * *T_out to its rows: 0, or -1 with e->err */
+int cpu_launch_check(zl_engine *e, const zl_seq *seqs, int n, int need_tokens, int *T_out);
 /* zl_engine_ops.launch: runs st now. A whole model with ids wanted serves feeds and keeps the slots' carries (as
  * the CUDA engine does); otherwise the forward pass over e's layers, after which no slot it touched may be fed.
  * The step is then kept until its wait. 0, or -1 with e->err (nothing run, nothing kept) */
