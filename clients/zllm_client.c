@@ -5,7 +5,8 @@
  * Liveness: ZMTP heartbeats (1 s, 3 s timeout) on the socket and a socket monitor for disconnects. While
  * generates are in flight, a dropped connection (the broker died, was restarted, or went silent for 3 s) or a
  * reply from another broker instance ends zllm_client_recv with -1 and a message starting with the code
- * (broker_unreachable / broker_restarted): a restarted broker knows nothing of the old requests. */
+ * (broker_unreachable / broker_restarted): a restarted broker knows nothing of the old requests. After a
+ * drop the next send opens a fresh socket, so a request sent then never rides the dead connection. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,37 +26,56 @@ struct zllm_client {
     unsigned inflight;             /* generates submitted whose final has not come */
     unsigned lost;                 /* requests lost to a drop seen at submit, reported by the next recv */
     char inst[65];                 /* the broker instance that answered last ("" before any reply) */
+    char *endpoint;                /* the broker's endpoint (owned) */
+    int sndtimeo;                  /* send timeout, ms */
+    unsigned generation;           /* sockets opened so far (names each monitor endpoint) */
+    int reopen;                    /* 1 after a drop: the next send opens a fresh socket first */
 };
 
-zllm_client *zllm_client_new(const char *endpoint, char *err, size_t errlen) {
-    zllm_client *c = calloc(1, sizeof *c);
-    if (!c) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    c->ctx = zmq_ctx_new();
-    if (!c->ctx) goto fail;
+/* Opens the DEALER and its disconnect monitor and connects them: 0, or -1 with zmq_errno set. */
+static int s_open(zllm_client *c) {
     c->sock = zmq_socket(c->ctx, ZMQ_DEALER);
-    if (!c->sock) goto fail;
-    int zero = 0, one = 1, sndto = 5000, hwm = 100000, rivl = 100, rmax = 1000, hb_ivl = 1000, hb_to = 3000;
+    if (!c->sock) return -1;
+    int zero = 0, one = 1, hwm = 100000, rivl = 100, rmax = 1000, hb_ivl = 1000, hb_to = 3000;
     int64_t maxmsg = PROTO_WORKER_MAX_FRAME;
     zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(c->sock, ZMQ_IMMEDIATE, &one, sizeof one);
-    zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &sndto, sizeof sndto);
+    zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &c->sndtimeo, sizeof c->sndtimeo);
     zmq_setsockopt(c->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &rivl, sizeof rivl);
     zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL_MAX, &rmax, sizeof rmax);
     zmq_setsockopt(c->sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
     zmq_setsockopt(c->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_to, sizeof hb_to);
-    char mon_ep[64];
-    snprintf(mon_ep, sizeof mon_ep, "inproc://zllm-client-mon-%p", (void *)c);
-    if (zmq_socket_monitor(c->sock, mon_ep, ZMQ_EVENT_DISCONNECTED) != 0) goto fail;
+    char mon_ep[80];
+    snprintf(mon_ep, sizeof mon_ep, "inproc://zllm-client-mon-%p-%u", (void *)c, c->generation++);
+    if (zmq_socket_monitor(c->sock, mon_ep, ZMQ_EVENT_DISCONNECTED) != 0) return -1;
     c->mon = zmq_socket(c->ctx, ZMQ_PAIR);
-    if (!c->mon) goto fail;
+    if (!c->mon) return -1;
     zmq_setsockopt(c->mon, ZMQ_LINGER, &zero, sizeof zero);
-    if (zmq_connect(c->mon, mon_ep) != 0) goto fail;
-    if (zmq_connect(c->sock, endpoint) != 0) goto fail;
+    if (zmq_connect(c->mon, mon_ep) != 0) return -1;
+    return zmq_connect(c->sock, c->endpoint);
+}
+
+static void s_close(zllm_client *c) {
+    if (c->mon) zmq_close(c->mon);
+    if (c->sock) {
+        zmq_socket_monitor(c->sock, NULL, 0);
+        zmq_close(c->sock);
+    }
+    c->mon = c->sock = NULL;
+}
+
+zllm_client *zllm_client_new(const char *endpoint, char *err, size_t errlen) {
+    zllm_client *c = calloc(1, sizeof *c);
+    if (!c || !(c->endpoint = strdup(endpoint))) {
+        free(c);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->sndtimeo = 5000;
+    c->ctx = zmq_ctx_new();
+    if (!c->ctx || s_open(c) != 0) goto fail;
     return c;
 fail:
     snprintf(err, errlen, "connect %s: %s", endpoint, zmq_strerror(zmq_errno()));
@@ -67,12 +87,9 @@ void zllm_client_destroy(zllm_client **pc) {
     if (!pc || !*pc) return;
     zllm_client *c = *pc;
     if (c->has_frame) zmq_msg_close(&c->frame);
-    if (c->mon) zmq_close(c->mon);
-    if (c->sock) {
-        zmq_socket_monitor(c->sock, NULL, 0);
-        zmq_close(c->sock);
-    }
+    s_close(c);
     if (c->ctx) zmq_ctx_term(c->ctx);
+    free(c->endpoint);
     proto_buf_free(&c->buf);
     proto_msg_free(&c->msg);
     free(c);
@@ -80,7 +97,8 @@ void zllm_client_destroy(zllm_client **pc) {
 }
 
 void zllm_client_set_send_timeout(zllm_client *c, int ms) {
-    zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &ms, sizeof ms);
+    c->sndtimeo = ms;
+    if (c->sock) zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &ms, sizeof ms);
 }
 
 /* Reads the monitor's pending events: 1 when the connection dropped since the last call, else 0. */
@@ -98,6 +116,7 @@ static int s_disconnected(zllm_client *c) {
             memcpy(&e, zmq_msg_data(&ev), 2);
             if (e == ZMQ_EVENT_DISCONNECTED) {
                 dropped = 1;
+                c->reopen = 1;
                 c->inst[0] = 0;
             } /* the next broker is new */
         }
@@ -112,6 +131,20 @@ static int s_disconnected(zllm_client *c) {
     }
 }
 
+/* After a drop, replaces the socket before its next use: the dropped connection's pipe can still take a
+ * message for a short while and lose it. 0, or -1 with err. */
+static int s_ready(zllm_client *c, char *err, size_t errlen) {
+    if (!c->reopen) return 0;
+    s_close(c);
+    if (s_open(c) != 0) {
+        snprintf(err, errlen, "reconnect %s: %s", c->endpoint, zmq_strerror(zmq_errno()));
+        s_close(c);
+        return -1;
+    }
+    c->reopen = 0;
+    return 0;
+}
+
 static int s_send(zllm_client *c, int rc, char *err, size_t errlen) {
     if (rc != 0 || c->buf.failed) {
         snprintf(err, errlen, "encoding failed (out of memory or a field out of range)");
@@ -122,6 +155,7 @@ static int s_send(zllm_client *c, int rc, char *err, size_t errlen) {
                  PROTO_CLIENT_MAX_FRAME);
         return -1;
     }
+    if (s_ready(c, err, errlen) != 0) return -1;
     if (zmq_send(c->sock, c->buf.data, c->buf.len, 0) < 0) {
         int e = zmq_errno();
         snprintf(err, errlen, "%s", e == EAGAIN ? "broker unreachable" : zmq_strerror(e));
@@ -181,6 +215,7 @@ int zllm_client_recv(zllm_client *c, int timeout_ms, const proto_msg **msg, char
         c->lost = 0;
         return -1;
     }
+    if (!c->sock && s_ready(c, err, errlen) != 0) return -1;
     for (;;) {
         zmq_pollitem_t it[2] = {{c->sock, 0, ZMQ_POLLIN, 0}, {c->mon, 0, ZMQ_POLLIN, 0}};
         int n = zmq_poll(it, 2, timeout_ms);

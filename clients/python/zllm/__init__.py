@@ -288,12 +288,18 @@ class Client:
         self.endpoint = endpoint
         self.grace = float(grace)
         self._ctx = context or zmq.Context.instance()
-        self._sock = _socket(self._ctx, endpoint)
-        self._sock.setsockopt(zmq.SNDTIMEO, int(send_timeout * 1000))
+        self._send_timeout_ms = int(send_timeout * 1000)
+        self._sock = self._mon = None
+        self._open()
         self._queues = collections.defaultdict(collections.deque)  # id -> messages not yet taken
         self._status = collections.deque()
         self._inflight = {}        # generate id whose final has not come -> the broker instance known at submit
         self._inst = None          # the broker instance that answered last
+        self._reopen = False       # after a drop the next send opens a fresh socket
+
+    def _open(self):
+        self._sock = _socket(self._ctx, self.endpoint)
+        self._sock.setsockopt(zmq.SNDTIMEO, self._send_timeout_ms)
         self._mon = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
 
     def close(self):
@@ -314,6 +320,10 @@ class Client:
 
     def _send(self, m):
         data = _pack_checked(m)
+        if self._reopen:    # the dropped connection's pipe can still take a message for a moment and lose it
+            self.close()
+            self._open()
+            self._reopen = False
         try:
             self._sock.send(data)
         except zmq.Again:
@@ -333,6 +343,7 @@ class Client:
         while _is_disconnect(self._mon):
             dropped = True
         if dropped:
+            self._reopen = True
             self._inst = None   # whoever answers next is a new broker: not a second loss
             self._fail_inflight("broker_unreachable", "the connection to the broker %s dropped (it died or "
                                 "restarted); the request is lost" % self.endpoint, lambda sent: True)
