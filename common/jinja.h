@@ -27,7 +27,7 @@ typedef struct {
     int max_depth;       /* nesting of blocks and expressions */
     long max_iters;      /* loop iterations, over the whole render */
     size_t max_output;   /* rendered bytes */
-    size_t max_memory;   /* bytes of values made while rendering */
+    size_t max_memory;   /* bytes of values made in one env over its life: the globals and every render */
     int max_calls;       /* macro call nesting */
 } jinja_limits;
 
@@ -75,6 +75,7 @@ int jv_dict_set(jinja_env *e, jv dict, jv key, jv v);
 int jinja_env_set(jinja_env *e, const char *name, jv v);
 
 /* Renders t with e's globals into a malloc'd NUL-terminated string (*out, length *outlen). Returns JINJA_OK or
- * an error code with a message in err. */
+ * an error code with a message in err. The values a render makes stay in e until jinja_env_destroy(), so a
+ * further render of e has what is left of max_memory (chat_render uses one env per render). */
 int jinja_render(jinja_env *e, const jinja_tmpl *t, char **out, size_t *outlen, char *err, size_t errlen);
 #endif

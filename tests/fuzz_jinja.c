@@ -84,11 +84,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (rc != JINJA_OK && (!err[0] || out)) s_fail("render failed without a message");
         if (out && len > lim.max_output) s_fail("output over the limit");
         free(out);
-        /* a second render of the same template must work the same way */
+        /* a second render of the same template works the same way, unless it runs out of the env's memory,
+         * which the first render's values still hold */
         if (flags & 4) {
             char *out2 = NULL;
             int rc2 = jinja_render(e, t, &out2, &len, err, sizeof err);
-            if ((rc2 == JINJA_OK) != (rc == JINJA_OK)) s_fail("second render differs");
+            if ((rc2 == JINJA_OK) != (rc == JINJA_OK) && rc2 != JINJA_LIMIT) s_fail("second render differs");
             free(out2);
         }
         jinja_env_destroy(&e);
@@ -155,6 +156,9 @@ static const char *const s_seed_text[] = {
     "message['content'] "
     "+ ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token + ' ' }}{% endif %}"
     "{% endfor %}",
+    /* a first render that leaves the second too little of the env's memory (a JINJA_LIMIT, not a difference) */
+    "\x04{% set ns = namespace(s=\"x\") %}{% for i in range(22) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"
+    "{{ ns.s|length }}",
 };
 
 static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
