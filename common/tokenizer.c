@@ -4,7 +4,9 @@
  *  - "llama" (SentencePiece-style, SPM): the text (with a leading space when add_space_prefix, spaces escaped as
  *    U+2581) starts as one symbol per UTF-8 character; adjacent pairs whose concatenation is a vocabulary piece are
  *    merged, highest score first (ties: leftmost first); a final symbol that is not a piece becomes its bytes as
- *    <0xNN> byte tokens (or UNK when the vocabulary has none).
+ *    <0xNN> byte tokens (or UNK when the vocabulary has none). Gemma's files (general.architecture gemma*) are
+ *    read as transformers reads them: merge order is file order, and the pieces of 2+ spaces are ordinary pieces
+ *    of U+2581 (s_gemma_spaces).
  *  - "gpt2" (byte-level BPE): the pre-tokenizer regexes named by tokenizer.ggml.pre (PCRE2, UTF + UCP, JIT)
  *    split the text into words (unmatched stretches are words too); each word starts as one symbol per byte (the
  *    GPT-2 byte-to-unicode token of that byte) and pairs are merged by rank from tokenizer.ggml.merges, lowest rank
@@ -356,6 +358,18 @@ static int s_specials_build(zl_tokenizer *t) {
     return 0;
 }
 
+/* Gemma's files store its pieces of two or more spaces as real spaces, typed user-defined; SentencePiece (and
+ * transformers, which loads these files by architecture) treats them as ordinary pieces of U+2581 that are
+ * merged like any other, so "  " in the text is never cut out whole. Gemma's merge order is also the order of
+ * the pieces in the file (its scores follow it for every ordinary piece; these runs carry -1000): for gemma*
+ * architectures the score of a piece is minus its id. */
+static int s_gemma_spaces(const unsigned char *p, size_t len) {
+    if (len < 2) return 0;
+    for (size_t i = 0; i < len; i++)
+        if (p[i] != ' ') return 0;
+    return 1;
+}
+
 static int s_get_id(const gguf *g, const char *key, int n_vocab) {
     int64_t v = gguf_get_int(g, key, -1);
     return (v >= 0 && v < n_vocab) ? (int)v : -1;
@@ -363,13 +377,14 @@ static int s_get_id(const gguf *g, const char *key, int n_vocab) {
 
 zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
     zl_tokenizer *t = NULL;
-    char *model = NULL;
+    char *model = NULL, *arch = NULL;
     if (!g) { s_err(err, errlen, "tokenizer: no gguf"); return NULL; }
     model = gguf_get_cstr(g, "tokenizer.ggml.model");
     if (!model) { s_err(err, errlen, "%s: no tokenizer.ggml.model", g->path ? g->path : "gguf"); return NULL; }
     t = calloc(1, sizeof *t);
     if (!t) { s_err(err, errlen, "tokenizer: out of memory"); goto fail; }
     pthread_mutex_init(&t->lock, NULL);
+    arch = gguf_get_cstr(g, "general.architecture");
     if (strcmp(model, "llama") == 0) t->model = MODEL_SPM;
     else if (strcmp(model, "gpt2") == 0) t->model = MODEL_BPE;
     else { s_err(err, errlen, "%s: unsupported tokenizer model '%s' (llama, gpt2)", g->path ? g->path : "gguf", model); goto fail; }
@@ -380,6 +395,8 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
         goto fail;
     }
     int n = t->n_vocab = (int)tv->v.arr.n;
+    /* Gemma's SentencePiece files (see s_gemma_spaces) */
+    int gemma = t->model == MODEL_SPM && arch && strncmp(arch, "gemma", 5) == 0;
     const gguf_value *sv = gguf_get(g, "tokenizer.ggml.scores");
     const gguf_value *ttv = gguf_get(g, "tokenizer.ggml.token_type");
     if (sv && (sv->type != GGUF_T_ARRAY || sv->v.arr.n != (uint64_t)n)) sv = NULL;
@@ -396,7 +413,7 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
     for (int id = 0; id < n; id++) {
         gguf_str s;
         if (gguf_arr_str(g, tv, (uint64_t)id, &s) != 0) { s_err(err, errlen, "tokenizer: bad token %d", id); goto fail; }
-        total += 2 * s.len + 2;
+        total += 4 * s.len + 2;   /* a Gemma space run is keyed as U+2581 (3 bytes) per space */
     }
     if (total > UINT32_MAX) { s_err(err, errlen, "tokenizer: vocabulary text too large"); goto fail; }
     t->arena = malloc(total ? total : 1);
@@ -417,7 +434,14 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
         size_t len = s.len;
         char *key = t->arena + pos;
         size_t kl = 0;
-        if (t->model == MODEL_BPE && (ty == TT_NORMAL || ty == TT_BYTE)) {
+        if (gemma) {
+            t->scores[id] = -(float)id;
+            if (ty == TT_USER && s_gemma_spaces(p, len)) ty = TT_NORMAL;
+            t->ttype[id] = (uint8_t)ty;
+        }
+        if (gemma && ty == TT_NORMAL && s_gemma_spaces(p, len)) {
+            for (size_t i = 0; i < len; i++) { memcpy(key + kl, "\xe2\x96\x81", 3); kl += 3; }
+        } else if (t->model == MODEL_BPE && (ty == TT_NORMAL || ty == TT_BYTE)) {
             for (size_t i = 0; i < len;) {   /* byte-encoded text -> raw bytes */
                 int32_t cp; int L = s_utf8_dec(p + i, len - i, &cp);
                 if (cp >= 0 && cp < 324 && byte_of_cp[cp] >= 0) key[kl++] = (char)byte_of_cp[cp];
@@ -437,6 +461,8 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
             unsigned v;
             if (len == 6 && sscanf((const char *)p, "<0x%2x>", &v) == 1) dec[dl++] = (char)v;
             else { memcpy(dec, p, len); dl = len; }
+        } else if (ty == TT_NORMAL && kl != len) {   /* a Gemma space run: it decodes as written */
+            memcpy(dec, p, len); dl = len;
         } else if (ty == TT_NORMAL) {
             for (size_t i = 0; i < len;) {   /* U+2581 -> space */
                 if (i + 3 <= len && p[i] == 0xE2 && p[i + 1] == 0x96 && p[i + 2] == 0x81) { dec[dl++] = ' '; i += 3; }
@@ -526,9 +552,11 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
         }
     }
     free(model);
+    free(arch);
     return t;
 fail:
     free(model);
+    free(arch);
     tokenizer_destroy(&t);
     return NULL;
 }

@@ -4,7 +4,9 @@
 # ${XDG_CACHE_HOME:-~/.cache}/zllm) and holds:
 #   stories260K/  copied from the repository (tests/data/stories260K: the model, its golden ids and text)
 #   vocab/        llama.cpp's vocabulary GGUFs with their .inp/.out test vectors and licence (MIT), taken from
-#                 vendor/llama.cpp of the llama-cpp-python==0.3.36 source distribution on PyPI, downloaded once
+#                 vendor/llama.cpp of the llama-cpp-python==0.3.36 source distribution on PyPI, downloaded once;
+#                 and the repository's own (tests/data/tokenizer: vocabulary-only GGUFs with vectors made by
+#                 the oracles of tests/oracle)
 # Every vocab file is checked against the sha256 pinned below, whether fetched, already cached, or copied from
 # ../shared/fixtures/vocab or shared/fixtures/vocab (local copies used when present, never required).
 # Progress goes to stderr; stdout carries only the folder's path, printed even when a file could not be had (the
@@ -48,6 +50,15 @@ for f in "$root"/tests/data/stories260K/*; do
 done
 for n in stories260K.gguf golden_greedy_ids.txt golden_greedy_text.txt; do
     [ -s "$root/tests/data/stories260K/$n" ] || { say "missing $root/tests/data/stories260K/$n"; rc=1; }
+done
+
+# vocab: the repository's own vocabularies and vectors (tests/data/tokenizer, made by tests/oracle), refreshed
+# whenever they differ
+for f in "$root"/tests/data/tokenizer/*; do
+    n=$(basename "$f")
+    cmp -s "$f" "$fx/vocab/$n" && continue
+    cp "$f" "$fx/vocab/$n.part.$$" && mv "$fx/vocab/$n.part.$$" "$fx/vocab/$n" ||
+        { say "cannot copy $f into $fx/vocab"; rc=1; }
 done
 
 # vocab: what the cache lacks comes from a local copy, else from the source distribution

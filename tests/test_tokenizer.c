@@ -1,6 +1,8 @@
 /* tests/test_tokenizer.c: the tokenizer against llama.cpp's own test vectors (ggml-vocab-*.gguf with .inp/.out in
  * $ZLLM_FIXTURES/vocab: every string, encoded without BOS, must give exactly the ids llama.cpp gives, and decode
- * back to itself), round trips of random Unicode text and random bytes, streaming decode (held-back UTF-8,
+ * back to itself) and against the vectors of tests/oracle (tests/data/tokenizer, copied into the same folder by
+ * tests/fetch-fixtures.sh: Gemma 3's SentencePiece as transformers loads it from the GGUF, encoded with special
+ * tokens parsed), round trips of random Unicode text and random bytes, streaming decode (held-back UTF-8,
  * byte tokens, the SentencePiece leading space), special-token parsing, BOS/EOG ids and error paths. */
 #include "gguf.h"
 #include "tokenizer.h"
@@ -69,7 +71,7 @@ static char *s_stream(const zl_tokenizer *t, const int32_t *ids, int n, int spec
 
 /* llama.cpp's vectors: .inp strings separated by "\n__ggml_vocab_test__\n" (the file also ends with one, so the
  * piece after the last separator is empty and not a test), .out has one line of ids per string */
-static void s_vectors(const char *name, int is_spm) {
+static void s_vectors(const char *name, int is_spm, int special) {
     zl_tokenizer *t = s_load(name);
     if (!t) return;
     char path[1024];
@@ -100,18 +102,18 @@ static void s_vectors(const char *name, int is_spm) {
             want[nw++] = (int32_t)v;
         }
         int n;
-        int32_t *ids = s_enc(t, p, len, 0, 0, &n);
+        int32_t *ids = s_enc(t, p, len, 0, special, &n);
         int same = ids && n == nw && memcmp(ids, want, (size_t)n * sizeof *ids) == 0;
         CHECK(same, "%s vector %d (\"%.*s\"): got %d ids, want %d", name, count, (int)(len > 40 ? 40 : len), p, n, nw);
         exact += same;
         if (ids) {
             size_t dl;
-            char *d = tokenizer_decode_len(t, ids, n, 0, &dl);
+            char *d = tokenizer_decode_len(t, ids, n, special, &dl);
             int rt = d && dl == len && memcmp(d, p, len) == 0;
             CHECK(rt, "%s vector %d: decode(encode(x)) != x: \"%s\"", name, count, d ? d : "(null)");
             round += rt;
             free(d);
-            char *s = s_stream(t, ids, n, 0, &dl);
+            char *s = s_stream(t, ids, n, special, &dl);
             int so = s && dl == len && memcmp(s, p, len) == 0;   /* all vectors are valid UTF-8 */
             CHECK(so, "%s vector %d: streaming decode differs", name, count);
             stream_ok += so;
@@ -395,12 +397,14 @@ static void s_errors(void) {
 
 int main(void) {
     clock_t c0 = clock();
-    s_vectors("llama-spm", 1);
-    s_vectors("llama-bpe", 0);
-    s_vectors("qwen2", 0);
+    s_vectors("llama-spm", 1, 0);
+    s_vectors("llama-bpe", 0, 0);
+    s_vectors("qwen2", 0, 0);
+    s_vectors("gemma3", 1, 1);
     s_roundtrips("llama-bpe", 0, 300);
     s_roundtrips("qwen2", 0, 300);
     s_roundtrips("llama-spm", 1, 300);
+    s_roundtrips("gemma3", 1, 300);
     s_specials();
     s_stories_golden();
     s_errors();
