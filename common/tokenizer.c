@@ -413,7 +413,7 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
     for (int id = 0; id < n; id++) {
         gguf_str s;
         if (gguf_arr_str(g, tv, (uint64_t)id, &s) != 0) { s_err(err, errlen, "tokenizer: bad token %d", id); goto fail; }
-        total += 4 * s.len + 2;   /* a Gemma space run is keyed as U+2581 (3 bytes) per space */
+        total += 4 * s.len + 2; /* a Gemma space run is keyed as U+2581 (3 bytes) per space */
     }
     if (total > UINT32_MAX) { s_err(err, errlen, "tokenizer: vocabulary text too large"); goto fail; }
     t->arena = malloc(total ? total : 1);
@@ -440,7 +440,10 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
             t->ttype[id] = (uint8_t)ty;
         }
         if (gemma && ty == TT_NORMAL && s_gemma_spaces(p, len)) {
-            for (size_t i = 0; i < len; i++) { memcpy(key + kl, "\xe2\x96\x81", 3); kl += 3; }
+            for (size_t i = 0; i < len; i++) {
+                memcpy(key + kl, "\xe2\x96\x81", 3);
+                kl += 3;
+            }
         } else if (t->model == MODEL_BPE && (ty == TT_NORMAL || ty == TT_BYTE)) {
             for (size_t i = 0; i < len;) {   /* byte-encoded text -> raw bytes */
                 int32_t cp; int L = s_utf8_dec(p + i, len - i, &cp);
@@ -461,8 +464,9 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
             unsigned v;
             if (len == 6 && sscanf((const char *)p, "<0x%2x>", &v) == 1) dec[dl++] = (char)v;
             else { memcpy(dec, p, len); dl = len; }
-        } else if (ty == TT_NORMAL && kl != len) {   /* a Gemma space run: it decodes as written */
-            memcpy(dec, p, len); dl = len;
+        } else if (ty == TT_NORMAL && kl != len) { /* a Gemma space run: it decodes as written */
+            memcpy(dec, p, len);
+            dl = len;
         } else if (ty == TT_NORMAL) {
             for (size_t i = 0; i < len;) {   /* U+2581 -> space */
                 if (i + 3 <= len && p[i] == 0xE2 && p[i + 1] == 0x96 && p[i + 2] == 0x81) { dec[dl++] = ' '; i += 3; }
