@@ -6,6 +6,7 @@
  * byte tokens, the SentencePiece leading space), special-token parsing, BOS/EOG ids and error paths. */
 #include "gguf.h"
 #include "tokenizer.h"
+#include "gguf_craft.h"
 #include "test.h"
 
 #include <string.h>
@@ -391,6 +392,43 @@ static void s_errors(void) {
         CHECK(t == NULL && strstr(err, "tokenizer.ggml.model") != NULL, "no tokenizer refused: \"%s\"", err);
         gguf_close(&g);
     }
+    /* a BPE vocabulary (three tokens, one merge) under each tokenizer.ggml.pre: the known ones load, an unknown
+     * one is refused with an error naming it */
+    static const struct { const char *pre; int ok; } pres[] = {
+        {"llama-bpe", 1}, {"qwen2", 1}, {"tekken", 1}, {"gpt-4o", 1}, {"dbrx", 1}, {"smaug-bpe", 1}, {"llama4", 1},
+        {"pixtral", 1}, {"gpt-2", 1}, {"default", 1}, {"qwen35", 0}, {"no-such-pre", 0}, {"", 0},
+    };
+    (void)craft_valid;   /* gguf_craft.h's full file is not needed here */
+    for (size_t i = 0; i < sizeof pres / sizeof pres[0]; i++) {
+        craft_buf c = {0};
+        craft_put(&c, "GGUF", 4);
+        craft_u32(&c, 3);
+        craft_u64(&c, 0);
+        craft_u64(&c, 4);
+        craft_str(&c, "tokenizer.ggml.model"); craft_u32(&c, 8); craft_str(&c, "gpt2");
+        craft_str(&c, "tokenizer.ggml.pre"); craft_u32(&c, 8); craft_str(&c, pres[i].pre);
+        craft_str(&c, "tokenizer.ggml.tokens"); craft_u32(&c, 9); craft_u32(&c, 8); craft_u64(&c, 3);
+        craft_str(&c, "a"); craft_str(&c, "b"); craft_str(&c, "ab");
+        craft_str(&c, "tokenizer.ggml.merges"); craft_u32(&c, 9); craft_u32(&c, 8); craft_u64(&c, 1);
+        craft_str(&c, "a b");
+        err[0] = 0;
+        g = gguf_open_mem(c.b, c.n, "pre.gguf", err, sizeof err);
+        CHECK(g != NULL, "crafted vocabulary opens: %s", err);
+        zl_tokenizer *t = g ? tokenizer_new(g, err, sizeof err) : NULL;
+        if (pres[i].ok) {
+            int32_t ids[4];
+            int n = t ? tokenizer_encode(t, "ab", 2, 0, 0, ids, 4) : -1;
+            CHECK(t && n == 1 && ids[0] == 2, "pre '%s' loads and merges \"ab\" (%d ids): %s", pres[i].pre, n, err);
+        } else {
+            char want[64];
+            snprintf(want, sizeof want, "tokenizer.ggml.pre = '%s'", pres[i].pre);
+            CHECK(!t && strstr(err, want) && strstr(err, "unsupported"), "pre '%s' refused, naming it: \"%s\"",
+                  pres[i].pre, err);
+        }
+        tokenizer_destroy(&t);
+        gguf_close(&g);
+        free(c.b);
+    }
     CHECK(tokenizer_new(NULL, err, sizeof err) == NULL, "NULL gguf refused");
     CHECK(tokenizer_encode(NULL, "x", 1, 0, 0, NULL, 0) == -1, "NULL tokenizer refused");
 }
@@ -401,6 +439,8 @@ int main(void) {
     s_vectors("llama-bpe", 0, 0);
     s_vectors("qwen2", 0, 0);
     s_vectors("gemma3", 1, 1);
+    s_vectors("tekken", 0, 0);
+    s_vectors("gpt-4o", 0, 0);
     s_roundtrips("llama-bpe", 0, 300);
     s_roundtrips("qwen2", 0, 300);
     s_roundtrips("llama-spm", 1, 300);
