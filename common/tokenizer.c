@@ -232,8 +232,9 @@ typedef struct { const char *name; const char *re[MAX_RE]; int ignore_merges; in
  * gpt-4o's as their tokenizer.json / tiktoken write them (PCRE2 has the \p{Lu}... classes that llama.cpp's own
  * regex engine lacks and rewrites). The flags follow llama.cpp's: ignore_merges (a word that is a whole token is
  * taken as is) and the add-BOS default for files without tokenizer.ggml.add_bos_token. */
-#define RE_LLAMA3 "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|" \
-                  "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_LLAMA3                                                                                                      \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"                         \
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define RE_UPPER "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
 #define RE_LOWER "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
 #define RE_CONTR "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
@@ -241,27 +242,39 @@ typedef struct { const char *name; const char *re[MAX_RE]; int ignore_merges; in
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 static const pre_def s_pres[] = {
     {"llama-bpe", {RE_LLAMA3}, 1, 1},
-    {"dbrx", {RE_LLAMA3}, 0, 0},   /* Phi-4 (cl100k), DBRX, Smaug: Llama 3's split without its flags */
-    {"qwen2", {"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
-               "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 0, 0},
+    {"dbrx", {RE_LLAMA3}, 0, 0}, /* Phi-4 (cl100k), DBRX, Smaug: Llama 3's split without its flags */
+    {"qwen2",
+     {"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+      "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+     0,
+     0},
     {"smollm", {"\\p{N}", RE_GPT2}, 0, 0},
-    {"tekken", {"[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "*" RE_LOWER "+|[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "+" RE_LOWER "*|"
-                "\\p{N}" RE_TAIL}, 1, 1},
-    {"gpt-4o", {"[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "*" RE_LOWER "+" RE_CONTR "|[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "+"
-                RE_LOWER "*" RE_CONTR "|\\p{N}{1,3}" RE_TAIL}, 0, 0},
+    {"tekken",
+     {"[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "*" RE_LOWER "+|[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "+" RE_LOWER "*|"
+      "\\p{N}" RE_TAIL},
+     1,
+     1},
+    {"gpt-4o",
+     {"[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "*" RE_LOWER "+" RE_CONTR "|[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "+" RE_LOWER
+      "*" RE_CONTR "|\\p{N}{1,3}" RE_TAIL},
+     0,
+     0},
     {"gpt-2", {RE_GPT2}, 0, 0},
     {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, 0, 0},
 };
 
 /* the names s_pres knows, for the error naming an unknown one */
-#define PRE_NAMES "llama-bpe (llama3, llama-v3, pixtral, falcon3), dbrx (smaug-bpe), qwen2 (deepseek-r1-qwen), " \
-                  "smollm (starcoder, refact), tekken, gpt-4o (llama4), gpt-2 (phi-2, mpt, olmo), default"
+#define PRE_NAMES                                                                                                      \
+    "llama-bpe (llama3, llama-v3, pixtral, falcon3), dbrx (smaug-bpe), qwen2 (deepseek-r1-qwen), "                     \
+    "smollm (starcoder, refact), tekken, gpt-4o (llama4), gpt-2 (phi-2, mpt, olmo), default"
 
 static const pre_def *s_pre_find(const char *name) {
-    static const struct { const char *alias, *name; } alias[] = {
+    static const struct { const char *alias, *name;
+    } alias[] = {
         {"llama3", "llama-bpe"}, {"llama-v3", "llama-bpe"}, {"pixtral", "llama-bpe"}, {"falcon3", "llama-bpe"},
-        {"smaug-bpe", "dbrx"}, {"starcoder", "smollm"}, {"refact", "smollm"}, {"gpt2", "gpt-2"}, {"phi-2", "gpt-2"},
-        {"mpt", "gpt-2"}, {"olmo", "gpt-2"}, {"deepseek-r1-qwen", "qwen2"}, {"llama4", "gpt-4o"},
+        {"smaug-bpe", "dbrx"},   {"starcoder", "smollm"},   {"refact", "smollm"},     {"gpt2", "gpt-2"},
+        {"phi-2", "gpt-2"},      {"mpt", "gpt-2"},          {"olmo", "gpt-2"},        {"deepseek-r1-qwen", "qwen2"},
+        {"llama4", "gpt-4o"},
     };
     for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
         if (strcmp(name, alias[i].alias) == 0) name = alias[i].name;
@@ -524,7 +537,11 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
     const pre_def *pd = NULL;
     if (t->model == MODEL_BPE) {
         pd = s_pre_find(t->pre);
-        if (!pd) { s_err(err, errlen, "%s: unsupported pre-tokenizer tokenizer.ggml.pre = '%s' (supported: " PRE_NAMES ")", g->path ? g->path : "gguf", t->pre); goto fail; }
+        if (!pd) {
+            s_err(err, errlen, "%s: unsupported pre-tokenizer tokenizer.ggml.pre = '%s' (supported: " PRE_NAMES ")",
+                  g->path ? g->path : "gguf", t->pre);
+            goto fail;
+        }
         t->ignore_merges = pd->ignore_merges;
     }
     t->add_bos = (int)gguf_get_int(g, "tokenizer.ggml.add_bos_token", t->model == MODEL_SPM ? 1 : (pd ? pd->add_bos : 0));

@@ -394,22 +394,38 @@ static void s_errors(void) {
     }
     /* a BPE vocabulary (three tokens, one merge) under each tokenizer.ggml.pre: the known ones load, an unknown
      * one is refused with an error naming it */
-    static const struct { const char *pre; int ok; } pres[] = {
-        {"llama-bpe", 1}, {"qwen2", 1}, {"tekken", 1}, {"gpt-4o", 1}, {"dbrx", 1}, {"smaug-bpe", 1}, {"llama4", 1},
-        {"pixtral", 1}, {"gpt-2", 1}, {"default", 1}, {"qwen35", 0}, {"no-such-pre", 0}, {"", 0},
+    static const struct {
+        const char *pre;
+        int ok;
+    } pres[] = {
+        {"llama-bpe", 1}, {"qwen2", 1},       {"tekken", 1},  {"gpt-4o", 1}, {"dbrx", 1},
+        {"smaug-bpe", 1}, {"llama4", 1},      {"pixtral", 1}, {"gpt-2", 1},  {"default", 1},
+        {"qwen35", 0},    {"no-such-pre", 0}, {"", 0},
     };
-    (void)craft_valid;   /* gguf_craft.h's full file is not needed here */
+    (void)craft_valid; /* gguf_craft.h's full file is not needed here */
     for (size_t i = 0; i < sizeof pres / sizeof pres[0]; i++) {
         craft_buf c = {0};
         craft_put(&c, "GGUF", 4);
         craft_u32(&c, 3);
         craft_u64(&c, 0);
         craft_u64(&c, 4);
-        craft_str(&c, "tokenizer.ggml.model"); craft_u32(&c, 8); craft_str(&c, "gpt2");
-        craft_str(&c, "tokenizer.ggml.pre"); craft_u32(&c, 8); craft_str(&c, pres[i].pre);
-        craft_str(&c, "tokenizer.ggml.tokens"); craft_u32(&c, 9); craft_u32(&c, 8); craft_u64(&c, 3);
-        craft_str(&c, "a"); craft_str(&c, "b"); craft_str(&c, "ab");
-        craft_str(&c, "tokenizer.ggml.merges"); craft_u32(&c, 9); craft_u32(&c, 8); craft_u64(&c, 1);
+        craft_str(&c, "tokenizer.ggml.model");
+        craft_u32(&c, 8);
+        craft_str(&c, "gpt2");
+        craft_str(&c, "tokenizer.ggml.pre");
+        craft_u32(&c, 8);
+        craft_str(&c, pres[i].pre);
+        craft_str(&c, "tokenizer.ggml.tokens");
+        craft_u32(&c, 9);
+        craft_u32(&c, 8);
+        craft_u64(&c, 3);
+        craft_str(&c, "a");
+        craft_str(&c, "b");
+        craft_str(&c, "ab");
+        craft_str(&c, "tokenizer.ggml.merges");
+        craft_u32(&c, 9);
+        craft_u32(&c, 8);
+        craft_u64(&c, 1);
         craft_str(&c, "a b");
         err[0] = 0;
         g = gguf_open_mem(c.b, c.n, "pre.gguf", err, sizeof err);
