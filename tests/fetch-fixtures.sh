@@ -28,6 +28,21 @@ declare -A sum=(
     [ggml-vocab-qwen2.gguf]=44c2f46b715f585c6ab513970e8a006bfa5badd6108560054921cf598d154d8c
     [ggml-vocab-qwen2.gguf.inp]=be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0
     [ggml-vocab-qwen2.gguf.out]=de785bb305cc6fa9d43908ed5da337f853c0b79e971348fcfb9f0915a39c5363
+    [ggml-vocab-phi-3.gguf]=967d7190d11c4842eab697079d98d56c2116e10eb617be355a2733bfc132e326
+    [ggml-vocab-phi-3.gguf.inp]=be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0
+    [ggml-vocab-phi-3.gguf.out]=ad6905c925c49c022974fe67e030382e8a4f56eb4489a0b9481dcedb1ec73b29
+    [ggml-vocab-gpt-2.gguf]=cedc56ca6e2e89f63e781696d1fd76b4b1d49e6720dee86463e915f6e90016ac
+    [ggml-vocab-gpt-2.gguf.inp]=be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0
+    [ggml-vocab-gpt-2.gguf.out]=48e8c4cb3ad5c37915b225f872222567c1c4dd4d66951aa53460c8d152ff6d60
+    [ggml-vocab-starcoder.gguf]=fedb892b4e1bd3c1f2fcdae356440b14fb458f4264d586e5c987ed93df4e174d
+    [ggml-vocab-starcoder.gguf.inp]=be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0
+    [ggml-vocab-starcoder.gguf.out]=3ef12183c57ad076f9defd8e5eb454f509f5f0865cad35646abb4c4b2d2c5764
+    [ggml-vocab-refact.gguf]=ac3ceda902fed91ccf74312b305d9b86c37e4f8e35fa9cc6ef3ce34fca7d4678
+    [ggml-vocab-refact.gguf.inp]=be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0
+    [ggml-vocab-refact.gguf.out]=c7e5c1c5dc1dfd3e0d56576bf699d2aca0b760b80779523ea9d323aad6cd1b88
+    [ggml-vocab-mpt.gguf]=59dc382612866d1fc6c11ea531318d327598f3412d9c8f8600607cdf3030898f
+    [ggml-vocab-mpt.gguf.inp]=be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0
+    [ggml-vocab-mpt.gguf.out]=9d0982a7e7950b81bc2e325fb61bb7e295d2238934ab889737494de2dc4d906b
     [LICENSE.llama.cpp]=94f29bbed6a22c35b992c5c6ebf0e7c92f13b836b90f36f461c9cf2f0f1d010d
 )
 inner() {   # vocab/ file name -> its path inside the source distribution

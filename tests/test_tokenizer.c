@@ -454,6 +454,11 @@ int main(void) {
     s_vectors("llama-spm", 1, 0);
     s_vectors("llama-bpe", 0, 0);
     s_vectors("qwen2", 0, 0);
+    s_vectors("phi-3", 1, 0);
+    s_vectors("gpt-2", 0, 0);
+    s_vectors("starcoder", 0, 0);
+    s_vectors("refact", 0, 0);
+    s_vectors("mpt", 0, 0);
     s_vectors("gemma3", 1, 1);
     s_vectors("tekken", 0, 0);
     s_vectors("gpt-4o", 0, 0);
