@@ -22,7 +22,7 @@
 #include <string.h>
 
 #define N_VOCAB 6
-static zl_tokenizer *s_tok[N_VOCAB];   /* llama-spm, llama-bpe, qwen2, gemma3, tekken, gpt-4o */
+static zl_tokenizer *s_tok[N_VOCAB]; /* llama-spm, llama-bpe, qwen2, gemma3, tekken, gpt-4o */
 static const int s_spm[N_VOCAB] = {1, 0, 0, 1, 0, 0};
 
 /* the vocabulary an input of n bytes with these flags uses */
@@ -173,7 +173,8 @@ static void s_mode_vocab(const uint8_t *d, size_t n, uint8_t flags) {
     size_t start = 0;
     for (size_t i = 0; i <= n && nt < 300; i++)
         if (i == n || d[i] == '\n') { tok[nt] = d + start; len[nt] = i - start; nt++; start = i + 1; }
-    static const char *pres[8] = {"llama-bpe", "qwen2", "smollm", "gpt-2", "default", "unknown-pre", "tekken", "gpt-4o"};
+    static const char *pres[8] = {"llama-bpe", "qwen2",       "smollm", "gpt-2",
+                                  "default",   "unknown-pre", "tekken", "gpt-4o"};
     int bpe = flags & 4;
     wbuf b = {0};
     w_put(&b, "GGUF", 4); w_u32(&b, 3); w_u64(&b, 0);
@@ -183,7 +184,7 @@ static void s_mode_vocab(const uint8_t *d, size_t n, uint8_t flags) {
     w_key(&b, "tokenizer.ggml.model", GGUF_T_STRING);
     w_str(&b, bpe ? "gpt2" : "llama", bpe ? 4 : 5);
     w_key(&b, "tokenizer.ggml.pre", GGUF_T_STRING);
-    const char *pre = pres[((flags >> 3) & 3) | ((flags >> 5) & 4)];   /* flag bits 3, 4 and 7 */
+    const char *pre = pres[((flags >> 3) & 3) | ((flags >> 5) & 4)]; /* flag bits 3, 4 and 7 */
     w_str(&b, pre, strlen(pre));
     w_key(&b, "tokenizer.ggml.tokens", GGUF_T_ARRAY); w_u32(&b, GGUF_T_STRING); w_u64(&b, (uint64_t)nt);
     for (int i = 0; i < nt; i++) w_str(&b, tok[i], len[i]);
@@ -237,7 +238,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
 static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
 #define SEED(x) {x, sizeof(x) - 1}
-    static const struct { const char *p; size_t n; } s[] = {
+    static const struct { const char *p; size_t n;
+    } s[] = {
         SEED("\x00Hello world! How's it going? 123456 \xF0\x9F\xA6\x99 caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD"),
         SEED("\x01 \xE2\x96\x81 \t\n\r\n  spaces   and\ttabs\n\n\n"),
         SEED("\x05<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"),
@@ -246,11 +248,14 @@ static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
         SEED("\x02\xff\xfe\xc0\x80\xed\xa0\x80\xf4\x90\x80\x80 invalid \xe2\x82 utf8 \xf0\x9f\xa6"),
         SEED("\x20\x01\x00\x02\x00\x03\x00\xa0\x01\xff\xff\x10\x27\x99\x00"),
         SEED("\x21\xe3\x00\xe4\x00\xe5\x00\x77\x01"),
-        SEED("\x40{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"),
-        SEED("\x44{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nDefault<|im_end|>\\n' }}{% endif %}<|im_start|>"),
+        SEED("\x40{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+             "'<|im_end|>' + '\\n'}}{% endfor %}"),
+        SEED("\x44{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nDefault<|im_end|>\\n' }}{% endif "
+             "%}<|im_start|>"),
         SEED("\x48<|start_header_id|><|end_header_id|> bos_token | trim"),
         SEED("\x40[INST] <<SYS>> bos_token + '[INST] ' .strip()"),
-        SEED("\x60" "a\nb\nab\n \n a\n<0x41>\n<s>\nc\n\xE2\x96\x81\nabc"),
+        SEED("\x60"
+             "a\nb\nab\n \n a\n<0x41>\n<s>\nc\n\xE2\x96\x81\nabc"),
         SEED("\x64h\ne\nl\no\nhe\nll\nhell\nhello\n\xc4\xa0\n\xc4\xa0h"),
         SEED("\x6c\n\n\n"),
         SEED("\x00"),
