@@ -269,7 +269,8 @@ static const pre_def s_pres[] = {
     "smollm (starcoder, refact), tekken, gpt-4o (llama4), gpt-2 (phi-2, mpt, olmo), default"
 
 static const pre_def *s_pre_find(const char *name) {
-    static const struct { const char *alias, *name;
+    static const struct {
+        const char *alias, *name;
     } alias[] = {
         {"llama3", "llama-bpe"}, {"llama-v3", "llama-bpe"}, {"pixtral", "llama-bpe"}, {"falcon3", "llama-bpe"},
         {"smaug-bpe", "dbrx"},   {"starcoder", "smollm"},   {"refact", "smollm"},     {"gpt2", "gpt-2"},

@@ -238,7 +238,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
 static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
 #define SEED(x) {x, sizeof(x) - 1}
-    static const struct { const char *p; size_t n;
+    static const struct {
+        const char *p;
+        size_t n;
     } s[] = {
         SEED("\x00Hello world! How's it going? 123456 \xF0\x9F\xA6\x99 caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD"),
         SEED("\x01 \xE2\x96\x81 \t\n\r\n  spaces   and\ttabs\n\n\n"),
