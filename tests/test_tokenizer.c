@@ -71,16 +71,20 @@ static char *s_stream(const zl_tokenizer *t, const int32_t *ids, int n, int spec
     return out;
 }
 
-/* llama.cpp's vectors: .inp strings separated by "\n__ggml_vocab_test__\n" (the file also ends with one, so the
- * piece after the last separator is empty and not a test), .out has one line of ids per string */
-static void s_vectors(const char *name, int is_spm, int special) {
+/* vectors in llama.cpp's layout, $ZLLM_FIXTURES/vocab/VEC.inp and .out, for the vocabulary ggml-vocab-NAME.gguf:
+ * .inp strings separated by "\n__ggml_vocab_test__\n" (the file also ends with one, so the piece after the last
+ * separator is empty and not a test), .out has one line of ids per string. Encoded without BOS, special-token text
+ * parsed when `special`; each string must decode back to itself (streamed too), except for SentencePiece where
+ * the string holds U+2581 or, when rt_special is 0, special tokens are parsed (the space prefix comes back after
+ * each). */
+static void s_vectors_of(const char *name, const char *vec, int is_spm, int special, int rt_special) {
     zl_tokenizer *t = s_load(name);
     if (!t) return;
     char path[1024];
     size_t ni = 0, no = 0;
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf.inp", test_fixtures(), name);
+    snprintf(path, sizeof path, "%s/vocab/%s.inp", test_fixtures(), vec);
     char *inp = s_slurp(path, &ni);
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf.out", test_fixtures(), name);
+    snprintf(path, sizeof path, "%s/vocab/%s.out", test_fixtures(), vec);
     char *out = s_slurp(path, &no);
     CHECK(inp && out, "read %s vectors", name);
     if (!inp || !out) goto done;
@@ -108,8 +112,9 @@ static void s_vectors(const char *name, int is_spm, int special) {
         int same = ids && n == nw && memcmp(ids, want, (size_t)n * sizeof *ids) == 0;
         CHECK(same, "%s vector %d (\"%.*s\"): got %d ids, want %d", name, count, (int)(len > 40 ? 40 : len), p, n, nw);
         exact += same;
-        /* SentencePiece: U+2581 in the text is the escaped space and decodes as ' ' (the one known exception) */
-        if (ids && is_spm && memmem(p, len, "\xe2\x96\x81", 3)) {
+        /* SentencePiece: U+2581 in the text is the escaped space and decodes as ' ', and with special tokens parsed,
+         * the space prefix starts the text after each one again (the known exceptions) */
+        if (ids && is_spm && (memmem(p, len, "\xe2\x96\x81", 3) || (special && !rt_special))) {
             char *d = tokenizer_decode_len(t, ids, n, special, NULL);
             CHECK(d != NULL, "%s vector %d: decode failed", name, count);
             free(d);
@@ -134,11 +139,18 @@ static void s_vectors(const char *name, int is_spm, int special) {
         line = nl + 1;
     }
     CHECK(count >= 40, "%s: only %d vectors parsed", name, count);
-    printf("%s: %d vectors, %d exact, %d round trips, %d streamed (%s)\n", name, count, exact, round, stream_ok,
+    printf("%s (%s): %d vectors, %d exact, %d round trips, %d streamed (%s)\n", name, vec, count, exact, round, stream_ok,
            is_spm ? "SPM" : "BPE");
 done:
     free(inp); free(out);
     tokenizer_destroy(&t);
+}
+
+/* the vectors that come with the vocabulary (ggml-vocab-NAME.gguf.inp/.out) */
+static void s_vectors(const char *name, int is_spm, int special) {
+    char vec[256];
+    snprintf(vec, sizeof vec, "ggml-vocab-%s.gguf", name);
+    s_vectors_of(name, vec, is_spm, special, 1);
 }
 
 static uint64_t s_rng = 0x2545F4914F6CDD1Dull;
@@ -471,6 +483,9 @@ int main(void) {
     s_vectors("tekken", 0, 0);
     s_vectors("gpt-4o", 0, 0);
     s_vectors("mistral-v3", 1, 0);
+    s_vectors_of("llama-bpe", "tf-llama-bpe", 0, 1, 1);
+    s_vectors_of("qwen2", "tf-qwen2", 0, 1, 1);
+    s_vectors_of("phi-3", "tf-phi-3", 1, 1, 0);   /* a space prefix: no round trip after special tokens */
     s_roundtrips("llama-bpe", 0, 300);
     s_roundtrips("qwen2", 0, 300);
     s_roundtrips("llama-spm", 1, 300);
