@@ -139,8 +139,8 @@ static void s_vectors_of(const char *name, const char *vec, int is_spm, int spec
         line = nl + 1;
     }
     CHECK(count >= 40, "%s: only %d vectors parsed", name, count);
-    printf("%s (%s): %d vectors, %d exact, %d round trips, %d streamed (%s)\n", name, vec, count, exact, round, stream_ok,
-           is_spm ? "SPM" : "BPE");
+    printf("%s (%s): %d vectors, %d exact, %d round trips, %d streamed (%s)\n", name, vec, count, exact, round,
+           stream_ok, is_spm ? "SPM" : "BPE");
 done:
     free(inp); free(out);
     tokenizer_destroy(&t);
@@ -485,7 +485,7 @@ int main(void) {
     s_vectors("mistral-v3", 1, 0);
     s_vectors_of("llama-bpe", "tf-llama-bpe", 0, 1, 1);
     s_vectors_of("qwen2", "tf-qwen2", 0, 1, 1);
-    s_vectors_of("phi-3", "tf-phi-3", 1, 1, 0);   /* a space prefix: no round trip after special tokens */
+    s_vectors_of("phi-3", "tf-phi-3", 1, 1, 0); /* a space prefix: no round trip after special tokens */
     s_roundtrips("llama-bpe", 0, 300);
     s_roundtrips("qwen2", 0, 300);
     s_roundtrips("llama-spm", 1, 300);
