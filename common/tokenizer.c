@@ -547,7 +547,9 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
     }
     t->add_bos = (int)gguf_get_int(g, "tokenizer.ggml.add_bos_token", t->model == MODEL_SPM ? 1 : (pd ? pd->add_bos : 0));
     t->add_eos = (int)gguf_get_int(g, "tokenizer.ggml.add_eos_token", 0);
-    t->add_space_prefix = (int)gguf_get_int(g, "tokenizer.ggml.add_space_prefix", t->model == MODEL_SPM);
+    /* SentencePiece prefixes a space unless the file says otherwise; Gemma's never does (its tokenizer has no
+     * dummy prefix, and transformers ignores the key for gemma* files) */
+    t->add_space_prefix = (int)gguf_get_int(g, "tokenizer.ggml.add_space_prefix", t->model == MODEL_SPM && !gemma);
     if (t->model == MODEL_SPM && t->unk < 0) t->unk = s_lookup(t, "<unk>", 5);
     t->chat_template = gguf_get_cstr(g, "tokenizer.chat_template");
 

@@ -465,6 +465,34 @@ static void s_errors(void) {
         gguf_close(&g);
         free(c.b);
     }
+    /* add_space_prefix: as the file says, else by model: SentencePiece prefixes a space, a gemma* file does not */
+    static const struct { const char *arch; int key; int want; } sp[] = {
+        {"llama", -1, 2}, {"gemma3", -1, 1}, {"gemma3", 1, 2}, {"llama", 0, 1}, {"phi3", -1, 2},
+    };
+    for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) {
+        craft_buf c = {0};
+        craft_put(&c, "GGUF", 4);
+        craft_u32(&c, 3);
+        craft_u64(&c, 0);
+        craft_u64(&c, sp[i].key < 0 ? 3 : 4);
+        craft_str(&c, "general.architecture"); craft_u32(&c, 8); craft_str(&c, sp[i].arch);
+        craft_str(&c, "tokenizer.ggml.model"); craft_u32(&c, 8); craft_str(&c, "llama");
+        craft_str(&c, "tokenizer.ggml.tokens"); craft_u32(&c, 9); craft_u32(&c, 8); craft_u64(&c, 3);
+        craft_str(&c, "<unk>"); craft_str(&c, "\xe2\x96\x81"); craft_str(&c, "a");   /* ids: <unk> 0, U+2581 1, a 2 */
+        if (sp[i].key >= 0) {
+            craft_str(&c, "tokenizer.ggml.add_space_prefix"); craft_u32(&c, 7); craft_u8(&c, (uint8_t)sp[i].key);
+        }
+        err[0] = 0;
+        g = gguf_open_mem(c.b, c.n, "spm.gguf", err, sizeof err);
+        zl_tokenizer *t = g ? tokenizer_new(g, err, sizeof err) : NULL;
+        int32_t ids[4];
+        int n = t ? tokenizer_encode(t, "a", 1, 0, 0, ids, 4) : -1;
+        CHECK(n == sp[i].want && ids[n - 1] == 2, "%s, add_space_prefix key %d: \"a\" gives %d ids, want %d: %s",
+              sp[i].arch, sp[i].key, n, sp[i].want, err);
+        tokenizer_destroy(&t);
+        gguf_close(&g);
+        free(c.b);
+    }
     CHECK(tokenizer_new(NULL, err, sizeof err) == NULL, "NULL gguf refused");
     CHECK(tokenizer_encode(NULL, "x", 1, 0, 0, NULL, 0) == -1, "NULL tokenizer refused");
 }
