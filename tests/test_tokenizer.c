@@ -466,7 +466,11 @@ static void s_errors(void) {
         free(c.b);
     }
     /* add_space_prefix: as the file says, else by model: SentencePiece prefixes a space, a gemma* file does not */
-    static const struct { const char *arch; int key; int want; } sp[] = {
+    static const struct {
+        const char *arch;
+        int key;
+        int want;
+    } sp[] = {
         {"llama", -1, 2}, {"gemma3", -1, 1}, {"gemma3", 1, 2}, {"llama", 0, 1}, {"phi3", -1, 2},
     };
     for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) {
@@ -475,12 +479,23 @@ static void s_errors(void) {
         craft_u32(&c, 3);
         craft_u64(&c, 0);
         craft_u64(&c, sp[i].key < 0 ? 3 : 4);
-        craft_str(&c, "general.architecture"); craft_u32(&c, 8); craft_str(&c, sp[i].arch);
-        craft_str(&c, "tokenizer.ggml.model"); craft_u32(&c, 8); craft_str(&c, "llama");
-        craft_str(&c, "tokenizer.ggml.tokens"); craft_u32(&c, 9); craft_u32(&c, 8); craft_u64(&c, 3);
-        craft_str(&c, "<unk>"); craft_str(&c, "\xe2\x96\x81"); craft_str(&c, "a");   /* ids: <unk> 0, U+2581 1, a 2 */
+        craft_str(&c, "general.architecture");
+        craft_u32(&c, 8);
+        craft_str(&c, sp[i].arch);
+        craft_str(&c, "tokenizer.ggml.model");
+        craft_u32(&c, 8);
+        craft_str(&c, "llama");
+        craft_str(&c, "tokenizer.ggml.tokens");
+        craft_u32(&c, 9);
+        craft_u32(&c, 8);
+        craft_u64(&c, 3);
+        craft_str(&c, "<unk>");
+        craft_str(&c, "\xe2\x96\x81");
+        craft_str(&c, "a"); /* ids: <unk> 0, U+2581 1, a 2 */
         if (sp[i].key >= 0) {
-            craft_str(&c, "tokenizer.ggml.add_space_prefix"); craft_u32(&c, 7); craft_u8(&c, (uint8_t)sp[i].key);
+            craft_str(&c, "tokenizer.ggml.add_space_prefix");
+            craft_u32(&c, 7);
+            craft_u8(&c, (uint8_t)sp[i].key);
         }
         err[0] = 0;
         g = gguf_open_mem(c.b, c.n, "spm.gguf", err, sizeof err);
