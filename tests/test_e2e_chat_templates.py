@@ -6,7 +6,8 @@ a Gemma 3 or a Qwen3 chat template (set into a copy of each model by set_templat
     and <|im_end|> are control tokens, <|im_end|> ends generation) and Qwen3's own template (the model card's file
     in $ZLLM_FIXTURES/templates);
   - Gemma 3's vocabulary (tests/data/tokenizer's vocab-only GGUF from Gemma 3 270M: <start_of_turn> and
-    <end_of_turn> control tokens) and template on a zllm-mkmodel llama model;
+    <end_of_turn> control tokens) and template on a zllm-mkmodel llama model, and the same model without a template
+    (as Gemma 3 base models come): the broker's built-in Gemma template must render as Gemma 3's own does;
   - the real Gemma 3 270M file, when ZLLM_GEMMA3_GGUF names it (and the gemma3 architecture loads); reported as
     skipped otherwise.
 The broker renders each turn with the C Jinja interpreter; the oracle renders the same conversation with Python's
@@ -97,11 +98,15 @@ def set_template(src, dst, tmpl):
         f.write(out)
 
 
-def one_family(ck, tmp, name, tmpl, base=STORIES):
-    """base with tokenizer.chat_template = tmpl: `zllm chat` against jinja2's renders"""
-    model = os.path.join(tmp, "%s.gguf" % name)
-    set_template(base, model, tmpl)
-    if not ck.ok(vocab_info(model)[2] == tmpl, "%s: a copy of %s carries the template" % (name, base)):
+def one_family(ck, tmp, name, tmpl, base=STORIES, builtin=None):
+    """base with tokenizer.chat_template = tmpl: `zllm chat` against jinja2's renders. builtin: base has no
+    template and the broker's built-in family of that name renders as tmpl does"""
+    model = base
+    if builtin is None:
+        model = os.path.join(tmp, "%s.gguf" % name)
+        set_template(base, model, tmpl)
+    if not ck.ok(vocab_info(model)[2] == (tmpl if builtin is None else None), "%s: %s %s" %
+                 (name, model, "carries the template" if builtin is None else "has no template")):
         return
     bos, eos, _ = vocab_info(model)   # the texts the broker gives bos_token and eos_token
     env = py_env()
@@ -133,7 +138,11 @@ def one_family(ck, tmp, name, tmpl, base=STORIES):
         for lg in cl.logs:
             with open(lg, "rb") as f:
                 logs += f.read().decode("utf-8", "replace")
-        ck.ok("built-in" not in logs, "%s: the broker rendered with the Jinja interpreter (no fallback)" % name)
+        if builtin is None:
+            ck.ok("built-in" not in logs, "%s: the broker rendered with the Jinja interpreter (no fallback)" % name)
+        else:
+            ck.ok("built-in %s template" % builtin in logs, "%s: the broker says the built-in %s template rendered"
+                  % (name, builtin))
     finally:
         cl.close()
 
@@ -164,9 +173,12 @@ def main():
         m = mkmodel(ck, tmp, "gemma3-vocab", gemma_vocab, "llama")
         if m:
             one_family(ck, tmp, "gemma3-vocab", chat_templates.GEMMA3, base=m)
+            one_family(ck, tmp, "gemma3-vocab-no-template", chat_templates.GEMMA3, base=m, builtin="Gemma")
         real = os.environ.get("ZLLM_GEMMA3_GGUF")
         if real:
             one_family(ck, tmp, "gemma3-270m", chat_templates.GEMMA3, base=real)
+            if vocab_info(real)[2] is None:   # the base model's file: the built-in Gemma template
+                one_family(ck, tmp, "gemma3-270m-no-template", chat_templates.GEMMA3, base=real, builtin="Gemma")
         else:
             print("skipped: the real Gemma 3 270M file (set ZLLM_GEMMA3_GGUF to run it)")
     return ck.report()

@@ -452,6 +452,15 @@ def main():
           "no fallback family: %r" % (res,))
     res, err, _ = render_c(chat_templates.LLAMA3, one, "--builtin")
     check(res and res[0][0] == "builtin", "--builtin renders with the hand-written template: %r" % (res,))
+    # the hand-written Gemma template renders as Gemma 3's own, and refuses where it raises
+    cases = [(m, "<bos>", "<eos>", g) for m in family_convs("gemma3 builtin") for g in (True, False)]
+    res, err, _ = render_c(chat_templates.GEMMA3, cases, "--builtin")
+    same = 0
+    for (m, b, e, g), (st, text) in zip(cases, res):
+        ws, w = render_py(chat_templates.GEMMA3, m, b, e, g)
+        same += (ws == "jinja" and st == "builtin" and text == w) or (ws != "jinja" and st == "error")
+    check(len(res) == len(cases) and same == len(cases), "built-in Gemma: %d of %d as jinja2 renders Gemma 3's "
+          "template: %s" % (same, len(cases), err[-300:]))
     # syntax errors and raise_exception
     for tmpl in ["{% if %}", "{{ 1 + }}", "{% for x in %}{% endfor %}", "{% endif %}", "{{ x", "{% if x %}",
                  "{{ (1 }}", "{% set %}", "{% macro %}{% endmacro %}", "{{ 'unterminated }}", "{% foo %}"]:
