@@ -209,13 +209,17 @@ static char *s_builtin(const char *tmpl, const char *bos, const char *eos, const
             sb_puts(&b, "<start_of_turn>");
             sb_puts(&b, strcmp(msgs[i].role, "assistant") ? msgs[i].role : "model");
             sb_puts(&b, "\n");
-            if (k == 0 && first) { sb_puts(&b, msgs[0].content); sb_puts(&b, "\n\n"); }
+            if (k == 0 && first) {
+                sb_puts(&b, msgs[0].content);
+                sb_puts(&b, "\n\n");
+            }
             sb_put_stripped(&b, msgs[i].content);
             sb_puts(&b, "<end_of_turn>\n");
         }
         if (add_gen) sb_puts(&b, "<start_of_turn>model\n");
     } else {
-        s_err(err, errlen, "chat template not recognised (ChatML, Llama 3, Llama 2 / Mistral [INST], Gemma): send a raw prompt");
+        s_err(err, errlen,
+              "chat template not recognised (ChatML, Llama 3, Llama 2 / Mistral [INST], Gemma): send a raw prompt");
         goto fail;
     }
     if (b.oom) { s_err(err, errlen, "chat: out of memory"); goto fail; }
@@ -390,8 +394,9 @@ char *chat_apply(const zl_tokenizer *t, const zl_chat_msg *msgs, int n, int add_
         char *p = chat_render("<start_of_turn><end_of_turn>", bos, eos, msgs, n, add_gen, CHAT_BUILTIN, NULL, note,
                               sizeof note, err, errlen);
         if (p)
-            s_err(err, errlen, "the model has no chat template: rendered by the built-in Gemma template (its "
-                               "vocabulary has <start_of_turn> and <end_of_turn>)");
+            s_err(err, errlen,
+                  "the model has no chat template: rendered by the built-in Gemma template (its "
+                  "vocabulary has <start_of_turn> and <end_of_turn>)");
         return p;
     }
     return chat_apply_template(tmpl, bos, eos, msgs, n, add_gen, err, errlen);
