@@ -445,7 +445,8 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
     for (int id = 0; id < n; id++) {
         gguf_str s;
         if (gguf_arr_str(g, tv, (uint64_t)id, &s) != 0) { s_err(err, errlen, "tokenizer: bad token %d", id); goto fail; }
-        total += 4 * s.len + 2; /* a Gemma space run is keyed as U+2581 (3 bytes) per space */
+        /* key and decode text, each at most the written length; a Gemma space run's key is U+2581 (3 bytes) per space */
+        total += (gemma && s_gemma_spaces((const unsigned char *)s.ptr, s.len) ? 4 : 2) * s.len + 2;
     }
     if (total > UINT32_MAX) { s_err(err, errlen, "tokenizer: vocabulary text too large"); goto fail; }
     t->arena = malloc(total ? total : 1);
