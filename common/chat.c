@@ -14,6 +14,10 @@
  *     Knowledge Date" system block are refused.)
  *   - Llama 2 (<<SYS>> in the first user turn, BOS before each [INST], stripped contents) and Mistral v0.1-style
  *     ("[INST] U [/INST]A</s>", BOS once, no system role). These templates have no generation prompt.
+ *   - Gemma: BOS, then "<start_of_turn>ROLE\n" + trim(CONTENT) + "<end_of_turn>\n" with ROLE "model" for the
+ *     assistant, a system message's text + "\n\n" at the start of the first turn, roles alternating from the user,
+ *     generation prompt "<start_of_turn>model\n". It also stands in for a file with no template whose vocabulary
+ *     has Gemma's <start_of_turn> and <end_of_turn> control tokens (Gemma 3 base models; chat_apply says so).
  * Anything else is refused with "... send a raw prompt": a wrong prompt is worse than none. */
 #include "chat.h"
 #include "jinja.h"
@@ -188,8 +192,34 @@ static char *s_builtin(const char *tmpl, const char *bos, const char *eos, const
                 }
             }
         }
+    } else if (strstr(tmpl, "<start_of_turn>") && strstr(tmpl, "<end_of_turn>")) {
+        *family = "Gemma";
+        if (n == 0) { /* Gemma's template reads messages[0] */
+            s_err(err, errlen, "chat: no messages");
+            goto fail;
+        }
+        sb_puts(&b, bos);
+        int first = n > 0 && !strcmp(msgs[0].role, "system");
+        for (int i = first; i < n; i++) {
+            int k = i - first, is_user = !strcmp(msgs[i].role, "user");
+            if (is_user != (k % 2 == 0)) {
+                s_err(err, errlen, "chat: conversation roles must alternate user/assistant/user/assistant/...");
+                goto fail;
+            }
+            sb_puts(&b, "<start_of_turn>");
+            sb_puts(&b, strcmp(msgs[i].role, "assistant") ? msgs[i].role : "model");
+            sb_puts(&b, "\n");
+            if (k == 0 && first) {
+                sb_puts(&b, msgs[0].content);
+                sb_puts(&b, "\n\n");
+            }
+            sb_put_stripped(&b, msgs[i].content);
+            sb_puts(&b, "<end_of_turn>\n");
+        }
+        if (add_gen) sb_puts(&b, "<start_of_turn>model\n");
     } else {
-        s_err(err, errlen, "chat template not recognised (ChatML, Llama 3, Llama 2 / Mistral [INST]): send a raw prompt");
+        s_err(err, errlen,
+              "chat template not recognised (ChatML, Llama 3, Llama 2 / Mistral [INST], Gemma): send a raw prompt");
         goto fail;
     }
     if (b.oom) { s_err(err, errlen, "chat: out of memory"); goto fail; }
@@ -337,6 +367,15 @@ char *chat_apply_template(const char *tmpl, const char *bos, const char *eos, co
     return p;
 }
 
+/* 1 when text is one special token of t's vocabulary */
+static int s_has_control(const zl_tokenizer *t, const char *text) {
+    int32_t id[2];
+    size_t n = strlen(text), len;
+    if (tokenizer_encode(t, text, n, 0, 1, id, 2) != 1) return 0;
+    const char *s = tokenizer_token_text(t, id[0], &len);
+    return s && len == n && !memcmp(s, text, n);
+}
+
 char *chat_apply(const zl_tokenizer *t, const zl_chat_msg *msgs, int n, int add_gen, char *err, size_t errlen) {
     if (!t) { s_err(err, errlen, "chat: no tokenizer"); return NULL; }
     char bos[256] = "", eos[256] = "";
@@ -348,5 +387,17 @@ char *chat_apply(const zl_tokenizer *t, const zl_chat_msg *msgs, int n, int add_
     if (tokenizer_eos(t) >= 0 && (s = tokenizer_token_text(t, tokenizer_eos(t), &len)) && len < sizeof eos) {
         memcpy(eos, s, len); eos[len] = 0;
     }
-    return chat_apply_template(tokenizer_chat_template(t), bos, eos, msgs, n, add_gen, err, errlen);
+    const char *tmpl = tokenizer_chat_template(t);
+    if ((!tmpl || !*tmpl) && s_mode != CHAT_JINJA && s_has_control(t, "<start_of_turn>") &&
+        s_has_control(t, "<end_of_turn>")) {
+        char note[CHAT_ERR_MAX];
+        char *p = chat_render("<start_of_turn><end_of_turn>", bos, eos, msgs, n, add_gen, CHAT_BUILTIN, NULL, note,
+                              sizeof note, err, errlen);
+        if (p)
+            s_err(err, errlen,
+                  "the model has no chat template: rendered by the built-in Gemma template (its "
+                  "vocabulary has <start_of_turn> and <end_of_turn>)");
+        return p;
+    }
+    return chat_apply_template(tmpl, bos, eos, msgs, n, add_gen, err, errlen);
 }

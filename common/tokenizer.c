@@ -4,7 +4,9 @@
  *  - "llama" (SentencePiece-style, SPM): the text (with a leading space when add_space_prefix, spaces escaped as
  *    U+2581) starts as one symbol per UTF-8 character; adjacent pairs whose concatenation is a vocabulary piece are
  *    merged, highest score first (ties: leftmost first); a final symbol that is not a piece becomes its bytes as
- *    <0xNN> byte tokens (or UNK when the vocabulary has none).
+ *    <0xNN> byte tokens (or UNK when the vocabulary has none). Gemma's files (general.architecture gemma*) are
+ *    read as transformers reads them: merge order is file order, and the pieces of 2+ spaces are ordinary pieces
+ *    of U+2581 (s_gemma_spaces).
  *  - "gpt2" (byte-level BPE): the pre-tokenizer regexes named by tokenizer.ggml.pre (PCRE2, UTF + UCP, JIT)
  *    split the text into words (unmatched stretches are words too); each word starts as one symbol per byte (the
  *    GPT-2 byte-to-unicode token of that byte) and pairs are merged by rank from tokenizer.ggml.merges, lowest rank
@@ -226,22 +228,54 @@ static int s_utf8_dec(const unsigned char *s, size_t n, int32_t *cp) {
 
 typedef struct { const char *name; const char *re[MAX_RE]; int ignore_merges; int add_bos; } pre_def;
 
-/* pre-tokenizer regexes as llama.cpp lists them for each tokenizer.ggml.pre */
+/* pre-tokenizer regexes for each tokenizer.ggml.pre: llama.cpp's list (llama-vocab.cpp), with tekken's and
+ * gpt-4o's as their tokenizer.json / tiktoken write them (PCRE2 has the \p{Lu}... classes that llama.cpp's own
+ * regex engine lacks and rewrites). The flags follow llama.cpp's: ignore_merges (a word that is a whole token is
+ * taken as is) and the add-BOS default for files without tokenizer.ggml.add_bos_token. */
+#define RE_LLAMA3                                                                                                      \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"                         \
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_UPPER "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
+#define RE_LOWER "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
+#define RE_CONTR "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+#define RE_TAIL "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 static const pre_def s_pres[] = {
-    {"llama-bpe", {"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
-                   "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 1, 1},
-    {"qwen2", {"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
-               "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 0, 0},
-    {"smollm", {"\\p{N}", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"}, 0, 0},
-    {"gpt-2", {"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"}, 0, 0},
-    {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
-                 "\\p{N}+", "[0-9][0-9][0-9]"}, 0, 0},
+    {"llama-bpe", {RE_LLAMA3}, 1, 1},
+    {"dbrx", {RE_LLAMA3}, 0, 0}, /* Phi-4 (cl100k), DBRX, Smaug: Llama 3's split without its flags */
+    {"qwen2",
+     {"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+      "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+     0,
+     0},
+    {"smollm", {"\\p{N}", RE_GPT2}, 0, 0},
+    {"tekken",
+     {"[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "*" RE_LOWER "+|[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "+" RE_LOWER "*|"
+      "\\p{N}" RE_TAIL},
+     1,
+     1},
+    {"gpt-4o",
+     {"[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "*" RE_LOWER "+" RE_CONTR "|[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "+" RE_LOWER
+      "*" RE_CONTR "|\\p{N}{1,3}" RE_TAIL},
+     0,
+     0},
+    {"gpt-2", {RE_GPT2}, 0, 0},
+    {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, 0, 0},
 };
 
+/* the names s_pres knows, for the error naming an unknown one */
+#define PRE_NAMES                                                                                                      \
+    "llama-bpe (llama3, llama-v3, pixtral, falcon3), dbrx (smaug-bpe), qwen2 (deepseek-r1-qwen), "                     \
+    "smollm (starcoder, refact), tekken, gpt-4o (llama4), gpt-2 (phi-2, mpt, olmo), default"
+
 static const pre_def *s_pre_find(const char *name) {
-    static const struct { const char *alias, *name; } alias[] = {
-        {"llama3", "llama-bpe"}, {"llama-v3", "llama-bpe"}, {"starcoder", "smollm"}, {"refact", "smollm"},
-        {"gpt2", "gpt-2"}, {"phi-2", "gpt-2"}, {"mpt", "gpt-2"}, {"olmo", "gpt-2"}, {"deepseek-r1-qwen", "qwen2"},
+    static const struct {
+        const char *alias, *name;
+    } alias[] = {
+        {"llama3", "llama-bpe"}, {"llama-v3", "llama-bpe"}, {"pixtral", "llama-bpe"}, {"falcon3", "llama-bpe"},
+        {"smaug-bpe", "dbrx"},   {"starcoder", "smollm"},   {"refact", "smollm"},     {"gpt2", "gpt-2"},
+        {"phi-2", "gpt-2"},      {"mpt", "gpt-2"},          {"olmo", "gpt-2"},        {"deepseek-r1-qwen", "qwen2"},
+        {"llama4", "gpt-4o"},
     };
     for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
         if (strcmp(name, alias[i].alias) == 0) name = alias[i].name;
@@ -356,6 +390,18 @@ static int s_specials_build(zl_tokenizer *t) {
     return 0;
 }
 
+/* Gemma's files store its pieces of two or more spaces as real spaces, typed user-defined; SentencePiece (and
+ * transformers, which loads these files by architecture) treats them as ordinary pieces of U+2581 that are
+ * merged like any other, so "  " in the text is never cut out whole. Gemma's merge order is also the order of
+ * the pieces in the file (its scores follow it for every ordinary piece; these runs carry -1000): for gemma*
+ * architectures the score of a piece is minus its id. */
+static int s_gemma_spaces(const unsigned char *p, size_t len) {
+    if (len < 2) return 0;
+    for (size_t i = 0; i < len; i++)
+        if (p[i] != ' ') return 0;
+    return 1;
+}
+
 static int s_get_id(const gguf *g, const char *key, int n_vocab) {
     int64_t v = gguf_get_int(g, key, -1);
     return (v >= 0 && v < n_vocab) ? (int)v : -1;
@@ -363,13 +409,14 @@ static int s_get_id(const gguf *g, const char *key, int n_vocab) {
 
 zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
     zl_tokenizer *t = NULL;
-    char *model = NULL;
+    char *model = NULL, *arch = NULL;
     if (!g) { s_err(err, errlen, "tokenizer: no gguf"); return NULL; }
     model = gguf_get_cstr(g, "tokenizer.ggml.model");
     if (!model) { s_err(err, errlen, "%s: no tokenizer.ggml.model", g->path ? g->path : "gguf"); return NULL; }
     t = calloc(1, sizeof *t);
     if (!t) { s_err(err, errlen, "tokenizer: out of memory"); goto fail; }
     pthread_mutex_init(&t->lock, NULL);
+    arch = gguf_get_cstr(g, "general.architecture");
     if (strcmp(model, "llama") == 0) t->model = MODEL_SPM;
     else if (strcmp(model, "gpt2") == 0) t->model = MODEL_BPE;
     else { s_err(err, errlen, "%s: unsupported tokenizer model '%s' (llama, gpt2)", g->path ? g->path : "gguf", model); goto fail; }
@@ -380,6 +427,8 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
         goto fail;
     }
     int n = t->n_vocab = (int)tv->v.arr.n;
+    /* Gemma's SentencePiece files (see s_gemma_spaces) */
+    int gemma = t->model == MODEL_SPM && arch && strncmp(arch, "gemma", 5) == 0;
     const gguf_value *sv = gguf_get(g, "tokenizer.ggml.scores");
     const gguf_value *ttv = gguf_get(g, "tokenizer.ggml.token_type");
     if (sv && (sv->type != GGUF_T_ARRAY || sv->v.arr.n != (uint64_t)n)) sv = NULL;
@@ -396,7 +445,8 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
     for (int id = 0; id < n; id++) {
         gguf_str s;
         if (gguf_arr_str(g, tv, (uint64_t)id, &s) != 0) { s_err(err, errlen, "tokenizer: bad token %d", id); goto fail; }
-        total += 2 * s.len + 2;
+        /* key and decode text, each at most the written length; a Gemma space run's key is U+2581 (3 bytes) per space */
+        total += (gemma && s_gemma_spaces((const unsigned char *)s.ptr, s.len) ? 4 : 2) * s.len + 2;
     }
     if (total > UINT32_MAX) { s_err(err, errlen, "tokenizer: vocabulary text too large"); goto fail; }
     t->arena = malloc(total ? total : 1);
@@ -417,7 +467,17 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
         size_t len = s.len;
         char *key = t->arena + pos;
         size_t kl = 0;
-        if (t->model == MODEL_BPE && (ty == TT_NORMAL || ty == TT_BYTE)) {
+        if (gemma) {
+            t->scores[id] = -(float)id;
+            if (ty == TT_USER && s_gemma_spaces(p, len)) ty = TT_NORMAL;
+            t->ttype[id] = (uint8_t)ty;
+        }
+        if (gemma && ty == TT_NORMAL && s_gemma_spaces(p, len)) {
+            for (size_t i = 0; i < len; i++) {
+                memcpy(key + kl, "\xe2\x96\x81", 3);
+                kl += 3;
+            }
+        } else if (t->model == MODEL_BPE && (ty == TT_NORMAL || ty == TT_BYTE)) {
             for (size_t i = 0; i < len;) {   /* byte-encoded text -> raw bytes */
                 int32_t cp; int L = s_utf8_dec(p + i, len - i, &cp);
                 if (cp >= 0 && cp < 324 && byte_of_cp[cp] >= 0) key[kl++] = (char)byte_of_cp[cp];
@@ -437,6 +497,9 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
             unsigned v;
             if (len == 6 && sscanf((const char *)p, "<0x%2x>", &v) == 1) dec[dl++] = (char)v;
             else { memcpy(dec, p, len); dl = len; }
+        } else if (ty == TT_NORMAL && kl != len) { /* a Gemma space run: it decodes as written */
+            memcpy(dec, p, len);
+            dl = len;
         } else if (ty == TT_NORMAL) {
             for (size_t i = 0; i < len;) {   /* U+2581 -> space */
                 if (i + 3 <= len && p[i] == 0xE2 && p[i + 1] == 0x96 && p[i + 2] == 0x81) { dec[dl++] = ' '; i += 3; }
@@ -476,12 +539,18 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
     const pre_def *pd = NULL;
     if (t->model == MODEL_BPE) {
         pd = s_pre_find(t->pre);
-        if (!pd) { s_err(err, errlen, "%s: unsupported pre-tokenizer '%s' (llama-bpe, qwen2, smollm, gpt-2, default)", g->path ? g->path : "gguf", t->pre); goto fail; }
+        if (!pd) {
+            s_err(err, errlen, "%s: unsupported pre-tokenizer tokenizer.ggml.pre = '%s' (supported: " PRE_NAMES ")",
+                  g->path ? g->path : "gguf", t->pre);
+            goto fail;
+        }
         t->ignore_merges = pd->ignore_merges;
     }
     t->add_bos = (int)gguf_get_int(g, "tokenizer.ggml.add_bos_token", t->model == MODEL_SPM ? 1 : (pd ? pd->add_bos : 0));
     t->add_eos = (int)gguf_get_int(g, "tokenizer.ggml.add_eos_token", 0);
-    t->add_space_prefix = (int)gguf_get_int(g, "tokenizer.ggml.add_space_prefix", t->model == MODEL_SPM);
+    /* SentencePiece prefixes a space unless the file says otherwise; Gemma's never does (its tokenizer has no
+     * dummy prefix, and transformers ignores the key for gemma* files) */
+    t->add_space_prefix = (int)gguf_get_int(g, "tokenizer.ggml.add_space_prefix", t->model == MODEL_SPM && !gemma);
     if (t->model == MODEL_SPM && t->unk < 0) t->unk = s_lookup(t, "<unk>", 5);
     t->chat_template = gguf_get_cstr(g, "tokenizer.chat_template");
 
@@ -526,9 +595,11 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
         }
     }
     free(model);
+    free(arch);
     return t;
 fail:
     free(model);
+    free(arch);
     tokenizer_destroy(&t);
     return NULL;
 }

@@ -156,6 +156,24 @@ static const char *const s_seed_text[] = {
     "message['content'] "
     "+ ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token + ' ' }}{% endif %}"
     "{% endfor %}",
+    /* constructs of the Qwen3, Llama 3.1/3.2 and Mistral templates: tools as JSON, tool calls with arguments as a
+     * mapping or a string, enable_thinking, a date from strftime_now, a tool-call id checked by length */
+    "\x02{%- set tools = [{'type': 'function', 'function': {'name': 'f', 'parameters': {'type': 'object'}}}] %}"
+    "{%- if tools %}{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}{%- endif %}"
+    "{%- set m = {'role': 'assistant', 'content': '', 'tool_calls': [{'function': {'name': 'f', 'arguments': "
+    "{'x': 1}}}, {'name': 'g', 'arguments': '{\\\"y\\\": 2}'}]} %}{%- for tool_call in m.tool_calls %}"
+    "{%- if tool_call.function %}{%- set tool_call = tool_call.function %}{%- endif %}{{- '<tool_call>\\n{\"name\": "
+    "\"' }}"
+    "{{- tool_call.name }}{{- '\", \"arguments\": ' }}{%- if tool_call.arguments is string %}{{- tool_call.arguments }}"
+    "{%- else %}{{- tool_call.arguments | tojson }}{%- endif %}{{- '}\\n</tool_call>' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}",
+    "\x0a{%- if strftime_now is defined %}{%- set date_string = strftime_now('%d %b %Y') %}{%- else %}"
+    "{%- set date_string = '26 Jul 2024' %}{%- endif %}{{- 'Today Date: ' + date_string | length | string }}"
+    "{%- for message in messages | rejectattr('role', 'equalto', 'system') %}{%- if message.tool_call_id is defined "
+    "and message.tool_call_id | length != 9 %}{{- raise_exception('id') }}{%- endif %}[INST]{{- message.content }}"
+    "[/INST]{%- if loop.last and tools is defined %}[AVAILABLE_TOOLS]{{- tools | tojson }}[/AVAILABLE_TOOLS]"
+    "{%- endif %}{%- endfor %}",
     /* a first render that leaves the second too little of the env's memory (a JINJA_LIMIT, not a difference) */
     "\x04{% set ns = namespace(s=\"x\") %}{% for i in range(22) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"
     "{{ ns.s|length }}",

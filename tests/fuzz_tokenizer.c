@@ -1,8 +1,9 @@
 /* tests/fuzz_tokenizer.c: fuzz target for the tokenizer and chat templates.
  *
- * The vocab GGUFs of $ZLLM_FIXTURES/vocab (default: the folder tests/fetch-fixtures.sh prints) are loaded once.
+ * The vocab GGUFs of $ZLLM_FIXTURES/vocab (default: the folder tests/fetch-fixtures.sh prints) are loaded once:
+ * llama-spm, llama-bpe, qwen2 and, for inputs of even length, gemma3 (Gemma's SentencePiece), tekken, gpt-4o.
  * The first input byte picks what to do with the rest:
- *   mode 0: encode with one of the three vocabularies (parse_special / add_bos from bits), decode, and require
+ *   mode 0: encode with one of the six vocabularies (parse_special / add_bos from bits), decode, and require
  *           decode(encode(x)) == x for the BPE ones (any bytes: invalid UTF-8 is encoded byte-wise) and for SPM
  *           without special parsing when x has no U+2581 (SentencePiece's escaped space, which decodes as ' ');
  *           the streaming decoder must emit valid UTF-8 only.
@@ -10,7 +11,8 @@
  *           with tiny and normal buffers.
  *   mode 2: the bytes as a chat template (rendered with a fixed conversation): recognised or refused, no crash.
  *   mode 3: a synthetic GGUF vocabulary built from the bytes (tokens split at '\n', types and scores from the
- *           bytes, merges from token pairs, model and pre-tokenizer from bits): tokenizer_new accepts or refuses,
+ *           bytes, merges from token pairs, model, pre-tokenizer and a gemma3 or llama architecture from bits):
+ *           tokenizer_new accepts or refuses,
  *           and an accepted one encodes and decodes its own token texts without crashing.
  * A violated property aborts (a crash for libFuzzer, a failure for the replay driver). */
 #include "gguf.h"
@@ -19,7 +21,12 @@
 
 #include <string.h>
 
-static zl_tokenizer *s_tok[3];   /* llama-spm, llama-bpe, qwen2 */
+#define N_VOCAB 6
+static zl_tokenizer *s_tok[N_VOCAB]; /* llama-spm, llama-bpe, qwen2, gemma3, tekken, gpt-4o */
+static const int s_spm[N_VOCAB] = {1, 0, 0, 1, 0, 0};
+
+/* the vocabulary an input of n bytes with these flags uses */
+static int s_pick(uint8_t flags, size_t n) { return flags % 3 + (n % 2 ? 0 : 3); }
 static int s_loaded;
 
 static void s_load(void) {
@@ -36,8 +43,8 @@ static void s_load(void) {
         dir[strcspn(dir, "\n")] = 0;
         fx = dir;
     }
-    static const char *names[3] = {"llama-spm", "llama-bpe", "qwen2"};
-    for (int i = 0; i < 3; i++) {
+    static const char *names[N_VOCAB] = {"llama-spm", "llama-bpe", "qwen2", "gemma3", "tekken", "gpt-4o"};
+    for (int i = 0; i < N_VOCAB; i++) {
         char path[1024], err[256];
         snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", fx, names[i]);
         gguf *g = gguf_open(path, err, sizeof err);
@@ -91,7 +98,7 @@ static void s_stream(const zl_tokenizer *t, const int32_t *ids, int n, int speci
 }
 
 static void s_mode_encode(const uint8_t *d, size_t n, uint8_t flags) {
-    int v = flags % 3, parse_special = (flags >> 2) & 1, add_bos = (flags >> 3) & 1;
+    int v = s_pick(flags, n), parse_special = (flags >> 2) & 1, add_bos = (flags >> 3) & 1;
     const zl_tokenizer *t = s_tok[v];
     int32_t small[8];
     int cnt = tokenizer_encode(t, (const char *)d, n, add_bos, parse_special, small, 8);
@@ -105,7 +112,7 @@ static void s_mode_encode(const uint8_t *d, size_t n, uint8_t flags) {
     size_t dl;
     char *txt = tokenizer_decode_len(t, ids + skip, cnt - skip, parse_special, &dl);
     if (!txt) s_fail("decode failed", d, n);
-    int check = v != 0 || (!parse_special && !memmem(d, n, "\xE2\x96\x81", 3));
+    int check = !s_spm[v] || (!parse_special && !memmem(d, n, "\xE2\x96\x81", 3));
     if (check && (dl != n || memcmp(txt, d, n) != 0)) s_fail("decode(encode(x)) != x", d, n);
     free(txt);
     s_stream(t, ids, cnt, parse_special, (flags >> 4) & 1 ? 3 : 4096, d, n);
@@ -113,7 +120,7 @@ static void s_mode_encode(const uint8_t *d, size_t n, uint8_t flags) {
 }
 
 static void s_mode_ids(const uint8_t *d, size_t n, uint8_t flags) {
-    const zl_tokenizer *t = s_tok[flags % 3];
+    const zl_tokenizer *t = s_tok[s_pick(flags, n)];
     int k = (int)(n / 2);
     int32_t *ids = malloc((size_t)(k ? k : 1) * sizeof *ids);
     if (!ids) abort();
@@ -166,15 +173,18 @@ static void s_mode_vocab(const uint8_t *d, size_t n, uint8_t flags) {
     size_t start = 0;
     for (size_t i = 0; i <= n && nt < 300; i++)
         if (i == n || d[i] == '\n') { tok[nt] = d + start; len[nt] = i - start; nt++; start = i + 1; }
-    static const char *pres[] = {"llama-bpe", "qwen2", "smollm", "gpt-2", "default", "unknown-pre"};
+    static const char *pres[8] = {"llama-bpe", "qwen2",       "smollm", "gpt-2",
+                                  "default",   "unknown-pre", "tekken", "gpt-4o"};
     int bpe = flags & 4;
     wbuf b = {0};
     w_put(&b, "GGUF", 4); w_u32(&b, 3); w_u64(&b, 0);
-    w_u64(&b, 6);
+    w_u64(&b, 7);
+    w_key(&b, "general.architecture", GGUF_T_STRING);
+    w_str(&b, flags & 2 ? "gemma3" : "llama", flags & 2 ? 6 : 5);
     w_key(&b, "tokenizer.ggml.model", GGUF_T_STRING);
     w_str(&b, bpe ? "gpt2" : "llama", bpe ? 4 : 5);
     w_key(&b, "tokenizer.ggml.pre", GGUF_T_STRING);
-    const char *pre = pres[(flags >> 3) % 6];
+    const char *pre = pres[((flags >> 3) & 3) | ((flags >> 5) & 4)]; /* flag bits 3, 4 and 7 */
     w_str(&b, pre, strlen(pre));
     w_key(&b, "tokenizer.ggml.tokens", GGUF_T_ARRAY); w_u32(&b, GGUF_T_STRING); w_u64(&b, (uint64_t)nt);
     for (int i = 0; i < nt; i++) w_str(&b, tok[i], len[i]);
@@ -228,7 +238,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
 static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
 #define SEED(x) {x, sizeof(x) - 1}
-    static const struct { const char *p; size_t n; } s[] = {
+    static const struct {
+        const char *p;
+        size_t n;
+    } s[] = {
         SEED("\x00Hello world! How's it going? 123456 \xF0\x9F\xA6\x99 caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD"),
         SEED("\x01 \xE2\x96\x81 \t\n\r\n  spaces   and\ttabs\n\n\n"),
         SEED("\x05<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"),
@@ -237,14 +250,26 @@ static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
         SEED("\x02\xff\xfe\xc0\x80\xed\xa0\x80\xf4\x90\x80\x80 invalid \xe2\x82 utf8 \xf0\x9f\xa6"),
         SEED("\x20\x01\x00\x02\x00\x03\x00\xa0\x01\xff\xff\x10\x27\x99\x00"),
         SEED("\x21\xe3\x00\xe4\x00\xe5\x00\x77\x01"),
-        SEED("\x40{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"),
-        SEED("\x44{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nDefault<|im_end|>\\n' }}{% endif %}<|im_start|>"),
+        SEED("\x40{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+             "'<|im_end|>' + '\\n'}}{% endfor %}"),
+        SEED("\x44{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nDefault<|im_end|>\\n' }}{% endif "
+             "%}<|im_start|>"),
         SEED("\x48<|start_header_id|><|end_header_id|> bos_token | trim"),
         SEED("\x40[INST] <<SYS>> bos_token + '[INST] ' .strip()"),
-        SEED("\x60" "a\nb\nab\n \n a\n<0x41>\n<s>\nc\n\xE2\x96\x81\nabc"),
+        SEED("\x60"
+             "a\nb\nab\n \n a\n<0x41>\n<s>\nc\n\xE2\x96\x81\nabc"),
         SEED("\x64h\ne\nl\no\nhe\nll\nhell\nhello\n\xc4\xa0\n\xc4\xa0h"),
         SEED("\x6c\n\n\n"),
         SEED("\x00"),
+        /* even lengths: Gemma 3 (3), tekken (4), gpt-4o (5) */
+        SEED("\x0f<start_of_turn>user\nHi   there\t\t\n\n\n<end_of_turn>\n<start_of_turn>model\n<table>x"),
+        SEED("\x00 \xe2\x96\x81\xe2\x96\x81 <unused7>       <bos><0x41> <start_of_image>"),
+        SEED("\x04[INST] CamelCaseHTTPServer don't 12345 \xc7\x85ungla [/INST]</s>"),
+        SEED("\x05I'M you'RE 'S 1234567 ____ \xc5\xbf path/to/\n\n"),
+        SEED("\x21\x00\x10\x69\x00\x6a\x00\xff\xff\x00\x01"),
+        SEED("\x62  \n   \n    \n\xe2\x96\x81\n\xe2\x96\x81\xe2\x96\x81\na\n b \n"),
+        SEED("\xf4h\ne\nhe\nH\nHe\n1\n12\n'\n's\nHello"),
+        SEED("\xfch\ne\nhe\nH\nHe\n1\n12\n'\n's\nI's"),
     };
     int n = (int)(sizeof s / sizeof s[0]);
     if (n > max) n = max;

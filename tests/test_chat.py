@@ -62,6 +62,7 @@ CONVS = {
             ("assistant", "I am fine, thanks."), ("user", "Write a haiku about\nthe sea.")],
     "nosys": [("user", "  Bonjour, ça va ? 🦙 "), ("assistant", "Oui !\n"), ("user", "<b>x</b> & 'quotes' \"too\"")],
     "one": [("user", "Hi")],
+    "alt": [("system", "S"), ("assistant", "out of turn")],
 }
 
 
@@ -81,8 +82,8 @@ def render_jinja(tmpl, msgs, bos, eos, add_gen):
         return None
 
 
-def render_c(model, msgs, add_gen, tmpl=None):
-    args = [TOOL, "-m", model, "--chat"]
+def render_c(model, msgs, add_gen, tmpl=None, mode=None):
+    args = [TOOL, "-m", model, "--chat"] + (["--chat-render", mode] if mode else [])
     if not add_gen:
         args.append("--no-gen")
     tf = None
@@ -217,6 +218,17 @@ def main():
     # no template in the file: a clear error
     got, err = render_c(l3, CONVS["one"], True)
     check(got is None and "raw prompt" in err, "llama-bpe without template refused: %r" % err)
+    # ... except for a vocabulary with Gemma's turn tokens (Gemma 3 base models): the built-in Gemma template,
+    # which renders as Gemma 3's own template does, and says so; the interpreter-only mode still refuses
+    import chat_templates
+    g3 = fixtures.path("vocab", "ggml-vocab-gemma3.gguf")
+    bos, eos, tmpl = vocab_info(g3)
+    check(tmpl is None and bos == "<bos>", "the Gemma 3 vocab has no template (%r) and BOS <bos> (%r)" % (tmpl, bos))
+    case("gemma3 (built-in, no template)", g3, None, chat_templates.GEMMA3, bos, eos, all_convs + ("alt",))
+    got, err = render_c(g3, CONVS["one"], True)
+    check(got is not None and "built-in Gemma" in err, "the built-in Gemma template is named: %r" % err)
+    got, err = render_c(g3, CONVS["one"], True, mode="jinja")
+    check(got is None and "raw prompt" in err, "--chat-render jinja: no template, refused: %r" % err)
     # any template the Jinja interpreter supports renders as jinja2 renders it, family or not
     odd = "{{ messages }} <unknown format>"
     got, err = render_c(l3, CONVS["one"], True, odd)

@@ -21,6 +21,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("ZLLM_BUILD", "build")
@@ -138,6 +139,60 @@ def gen_convs(rng, n):
     convs.append([])                                              # no messages at all
     convs.append([("system", "only a system message")])
     return convs
+
+
+def family_convs(name):
+    """the 62 conversations a family's template is rendered on (the same for a name on every run)"""
+    return gen_convs(random.Random(zlib.crc32(name.encode())), 60)
+
+
+# chat templates as the model cards publish them, in $ZLLM_FIXTURES/templates (llama.cpp's models/templates, see
+# tests/fetch-fixtures.sh): file -> (bos_token, eos_token) as the model's tokenizer sets them. Llama 3.3's file is
+# byte for byte Llama 3.1's.
+REAL_TEMPLATES = {
+    "meta-llama-Llama-3.1-8B-Instruct": ("<|begin_of_text|>", "<|eot_id|>"),
+    "meta-llama-Llama-3.2-3B-Instruct": ("<|begin_of_text|>", "<|eot_id|>"),
+    "Qwen-Qwen3-0.6B": ("", "<|im_end|>"),
+    "microsoft-Phi-3.5-mini-instruct": ("<s>", "<|endoftext|>"),
+    "mistralai-Mistral-Nemo-Instruct-2407": ("<s>", "</s>"),
+    "Mistral-Small-3.2-24B-Instruct-2506": ("<s>", "</s>"),
+    "mistralai-Ministral-3-14B-Reasoning-2512": ("<s>", "</s>"),
+    "unsloth-mistral-Devstral-Small-2507": ("<s>", "</s>"),
+    "google-gemma-2-2b-it": ("<bos>", "<eos>"),
+}
+
+
+# what a caller passes beside the messages (transformers' apply_chat_template(..., tools=..., enable_thinking=...)),
+# and assistant tool calls with tool results, given to the template by a leading {% set %}: jinja2 then sees the
+# same values as when they are passed in, and the families' tool and thinking branches are rendered too
+TOOLS = ('{%- set tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather now", '
+         '"parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "Où ?"}}, '
+         '"required": ["city"]}}}] %}')
+TOOL_CALLS = ('{%- set messages = messages + [{"role": "assistant", "content": "", "tool_calls": [{"id": "abc123def", '
+              '"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}, '
+              '{"role": "tool", "tool_call_id": "abc123def", "content": "21 °C"}, '
+              '{"role": "tool", "tool_call_id": "abc123def", "content": "sunny"}] %}')
+PRELUDES = {
+    "Qwen-Qwen3-0.6B": {"enable_thinking=false": "{%- set enable_thinking = false %}", "tools": TOOLS,
+                        "tool calls": TOOL_CALLS, "tools and calls": TOOLS + TOOL_CALLS},
+    "meta-llama-Llama-3.1-8B-Instruct": {"tools": TOOLS, "tools and calls": TOOLS + TOOL_CALLS},
+    "mistralai-Mistral-Nemo-Instruct-2407": {"tools": TOOLS},
+}
+
+
+def real_templates():
+    """name -> (template text or None when the file is missing, bos, eos)"""
+    out = {}
+    for name, (bos, eos) in REAL_TEMPLATES.items():
+        path = os.path.join(FIX, "templates", name + ".jinja")
+        tmpl = None
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                tmpl = f.read()
+        out[name + " (file)"] = (tmpl, bos, eos)
+        for what, prelude in PRELUDES.get(name, {}).items():
+            out["%s (file, %s)" % (name, what)] = (prelude + tmpl if tmpl is not None else None, bos, eos)
+    return out
 
 
 def compare(name, tmpl, bos, eos, convs, mode=None):
@@ -365,10 +420,14 @@ def main():
     bos, eos, tmpl = vocab_info(os.path.join(FIX, "vocab", "ggml-vocab-qwen2.gguf"))
     check(bool(tmpl), "qwen2 vocab carries a template")
     families["qwen2 (gguf)"] = (tmpl or "", bos, eos)
+    for name, (tmpl, bos, eos) in real_templates().items():
+        check(tmpl is not None, "%s: the template file is in %s/templates (tests/fetch-fixtures.sh)" % (name, FIX))
+        if tmpl is not None:
+            families[name] = (tmpl, bos, eos)
 
     total = 0
     for name, (tmpl, bos, eos) in families.items():
-        total += compare(name, tmpl, bos, eos, gen_convs(rng, 60), mode="--jinja")
+        total += compare(name, tmpl, bos, eos, family_convs(name), mode="--jinja")
     feat_convs = gen_convs(random.Random(99), 8)
     for i, tmpl in enumerate(FEATURES):
         total += compare("feature %d" % i, tmpl, "<s>", "</s>", feat_convs, mode="--jinja")
@@ -393,6 +452,15 @@ def main():
           "no fallback family: %r" % (res,))
     res, err, _ = render_c(chat_templates.LLAMA3, one, "--builtin")
     check(res and res[0][0] == "builtin", "--builtin renders with the hand-written template: %r" % (res,))
+    # the hand-written Gemma template renders as Gemma 3's own, and refuses where it raises
+    cases = [(m, "<bos>", "<eos>", g) for m in family_convs("gemma3 builtin") for g in (True, False)]
+    res, err, _ = render_c(chat_templates.GEMMA3, cases, "--builtin")
+    same = 0
+    for (m, b, e, g), (st, text) in zip(cases, res):
+        ws, w = render_py(chat_templates.GEMMA3, m, b, e, g)
+        same += (ws == "jinja" and st == "builtin" and text == w) or (ws != "jinja" and st == "error")
+    check(len(res) == len(cases) and same == len(cases), "built-in Gemma: %d of %d as jinja2 renders Gemma 3's "
+          "template: %s" % (same, len(cases), err[-300:]))
     # syntax errors and raise_exception
     for tmpl in ["{% if %}", "{{ 1 + }}", "{% for x in %}{% endfor %}", "{% endif %}", "{{ x", "{% if x %}",
                  "{{ (1 }}", "{% set %}", "{% macro %}{% endmacro %}", "{{ 'unterminated }}", "{% foo %}"]:

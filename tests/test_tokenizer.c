@@ -1,9 +1,13 @@
 /* tests/test_tokenizer.c: the tokenizer against llama.cpp's own test vectors (ggml-vocab-*.gguf with .inp/.out in
  * $ZLLM_FIXTURES/vocab: every string, encoded without BOS, must give exactly the ids llama.cpp gives, and decode
- * back to itself), round trips of random Unicode text and random bytes, streaming decode (held-back UTF-8,
+ * back to itself) and against the vectors of tests/oracle (tests/data/tokenizer, copied into the same folder by
+ * tests/fetch-fixtures.sh: Gemma 3's SentencePiece as transformers loads it from the GGUF, encoded with special
+ * tokens parsed; Mistral NeMo's tekken by mistral-common, gpt-4o's split by tiktoken, Mistral v0.3's SentencePiece
+ * by sentencepiece), round trips of random Unicode text and random bytes, streaming decode (held-back UTF-8,
  * byte tokens, the SentencePiece leading space), special-token parsing, BOS/EOG ids and error paths. */
 #include "gguf.h"
 #include "tokenizer.h"
+#include "gguf_craft.h"
 #include "test.h"
 
 #include <string.h>
@@ -67,16 +71,20 @@ static char *s_stream(const zl_tokenizer *t, const int32_t *ids, int n, int spec
     return out;
 }
 
-/* llama.cpp's vectors: .inp strings separated by "\n__ggml_vocab_test__\n" (the file also ends with one, so the
- * piece after the last separator is empty and not a test), .out has one line of ids per string */
-static void s_vectors(const char *name, int is_spm) {
+/* vectors in llama.cpp's layout, $ZLLM_FIXTURES/vocab/VEC.inp and .out, for the vocabulary ggml-vocab-NAME.gguf:
+ * .inp strings separated by "\n__ggml_vocab_test__\n" (the file also ends with one, so the piece after the last
+ * separator is empty and not a test), .out has one line of ids per string. Encoded without BOS, special-token text
+ * parsed when `special`; each string must decode back to itself (streamed too), except for SentencePiece where
+ * the string holds U+2581 or, when rt_special is 0, special tokens are parsed (the space prefix comes back after
+ * each). */
+static void s_vectors_of(const char *name, const char *vec, int is_spm, int special, int rt_special) {
     zl_tokenizer *t = s_load(name);
     if (!t) return;
     char path[1024];
     size_t ni = 0, no = 0;
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf.inp", test_fixtures(), name);
+    snprintf(path, sizeof path, "%s/vocab/%s.inp", test_fixtures(), vec);
     char *inp = s_slurp(path, &ni);
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf.out", test_fixtures(), name);
+    snprintf(path, sizeof path, "%s/vocab/%s.out", test_fixtures(), vec);
     char *out = s_slurp(path, &no);
     CHECK(inp && out, "read %s vectors", name);
     if (!inp || !out) goto done;
@@ -100,18 +108,26 @@ static void s_vectors(const char *name, int is_spm) {
             want[nw++] = (int32_t)v;
         }
         int n;
-        int32_t *ids = s_enc(t, p, len, 0, 0, &n);
+        int32_t *ids = s_enc(t, p, len, 0, special, &n);
         int same = ids && n == nw && memcmp(ids, want, (size_t)n * sizeof *ids) == 0;
         CHECK(same, "%s vector %d (\"%.*s\"): got %d ids, want %d", name, count, (int)(len > 40 ? 40 : len), p, n, nw);
         exact += same;
-        if (ids) {
+        /* SentencePiece: U+2581 in the text is the escaped space and decodes as ' ', and with special tokens parsed,
+         * the space prefix starts the text after each one again (the known exceptions) */
+        if (ids && is_spm && (memmem(p, len, "\xe2\x96\x81", 3) || (special && !rt_special))) {
+            char *d = tokenizer_decode_len(t, ids, n, special, NULL);
+            CHECK(d != NULL, "%s vector %d: decode failed", name, count);
+            free(d);
+            round++;
+            stream_ok++;
+        } else if (ids) {
             size_t dl;
-            char *d = tokenizer_decode_len(t, ids, n, 0, &dl);
+            char *d = tokenizer_decode_len(t, ids, n, special, &dl);
             int rt = d && dl == len && memcmp(d, p, len) == 0;
             CHECK(rt, "%s vector %d: decode(encode(x)) != x: \"%s\"", name, count, d ? d : "(null)");
             round += rt;
             free(d);
-            char *s = s_stream(t, ids, n, 0, &dl);
+            char *s = s_stream(t, ids, n, special, &dl);
             int so = s && dl == len && memcmp(s, p, len) == 0;   /* all vectors are valid UTF-8 */
             CHECK(so, "%s vector %d: streaming decode differs", name, count);
             stream_ok += so;
@@ -123,11 +139,18 @@ static void s_vectors(const char *name, int is_spm) {
         line = nl + 1;
     }
     CHECK(count >= 40, "%s: only %d vectors parsed", name, count);
-    printf("%s: %d vectors, %d exact, %d round trips, %d streamed (%s)\n", name, count, exact, round, stream_ok,
-           is_spm ? "SPM" : "BPE");
+    printf("%s (%s): %d vectors, %d exact, %d round trips, %d streamed (%s)\n", name, vec, count, exact, round,
+           stream_ok, is_spm ? "SPM" : "BPE");
 done:
     free(inp); free(out);
     tokenizer_destroy(&t);
+}
+
+/* the vectors that come with the vocabulary (ggml-vocab-NAME.gguf.inp/.out) */
+static void s_vectors(const char *name, int is_spm, int special) {
+    char vec[256];
+    snprintf(vec, sizeof vec, "ggml-vocab-%s.gguf", name);
+    s_vectors_of(name, vec, is_spm, special, 1);
 }
 
 static uint64_t s_rng = 0x2545F4914F6CDD1Dull;
@@ -389,18 +412,127 @@ static void s_errors(void) {
         CHECK(t == NULL && strstr(err, "tokenizer.ggml.model") != NULL, "no tokenizer refused: \"%s\"", err);
         gguf_close(&g);
     }
+    /* a BPE vocabulary (three tokens, one merge) under each tokenizer.ggml.pre: the known ones load, an unknown
+     * one is refused with an error naming it */
+    static const struct {
+        const char *pre;
+        int ok;
+    } pres[] = {
+        {"llama-bpe", 1}, {"qwen2", 1},       {"tekken", 1},  {"gpt-4o", 1}, {"dbrx", 1},
+        {"smaug-bpe", 1}, {"llama4", 1},      {"pixtral", 1}, {"gpt-2", 1},  {"default", 1},
+        {"qwen35", 0},    {"no-such-pre", 0}, {"", 0},
+    };
+    (void)craft_valid; /* gguf_craft.h's full file is not needed here */
+    for (size_t i = 0; i < sizeof pres / sizeof pres[0]; i++) {
+        craft_buf c = {0};
+        craft_put(&c, "GGUF", 4);
+        craft_u32(&c, 3);
+        craft_u64(&c, 0);
+        craft_u64(&c, 4);
+        craft_str(&c, "tokenizer.ggml.model");
+        craft_u32(&c, 8);
+        craft_str(&c, "gpt2");
+        craft_str(&c, "tokenizer.ggml.pre");
+        craft_u32(&c, 8);
+        craft_str(&c, pres[i].pre);
+        craft_str(&c, "tokenizer.ggml.tokens");
+        craft_u32(&c, 9);
+        craft_u32(&c, 8);
+        craft_u64(&c, 3);
+        craft_str(&c, "a");
+        craft_str(&c, "b");
+        craft_str(&c, "ab");
+        craft_str(&c, "tokenizer.ggml.merges");
+        craft_u32(&c, 9);
+        craft_u32(&c, 8);
+        craft_u64(&c, 1);
+        craft_str(&c, "a b");
+        err[0] = 0;
+        g = gguf_open_mem(c.b, c.n, "pre.gguf", err, sizeof err);
+        CHECK(g != NULL, "crafted vocabulary opens: %s", err);
+        zl_tokenizer *t = g ? tokenizer_new(g, err, sizeof err) : NULL;
+        if (pres[i].ok) {
+            int32_t ids[4];
+            int n = t ? tokenizer_encode(t, "ab", 2, 0, 0, ids, 4) : -1;
+            CHECK(t && n == 1 && ids[0] == 2, "pre '%s' loads and merges \"ab\" (%d ids): %s", pres[i].pre, n, err);
+        } else {
+            char want[64];
+            snprintf(want, sizeof want, "tokenizer.ggml.pre = '%s'", pres[i].pre);
+            CHECK(!t && strstr(err, want) && strstr(err, "unsupported"), "pre '%s' refused, naming it: \"%s\"",
+                  pres[i].pre, err);
+        }
+        tokenizer_destroy(&t);
+        gguf_close(&g);
+        free(c.b);
+    }
+    /* add_space_prefix: as the file says, else by model: SentencePiece prefixes a space, a gemma* file does not */
+    static const struct {
+        const char *arch;
+        int key;
+        int want;
+    } sp[] = {
+        {"llama", -1, 2}, {"gemma3", -1, 1}, {"gemma3", 1, 2}, {"llama", 0, 1}, {"phi3", -1, 2},
+    };
+    for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) {
+        craft_buf c = {0};
+        craft_put(&c, "GGUF", 4);
+        craft_u32(&c, 3);
+        craft_u64(&c, 0);
+        craft_u64(&c, sp[i].key < 0 ? 3 : 4);
+        craft_str(&c, "general.architecture");
+        craft_u32(&c, 8);
+        craft_str(&c, sp[i].arch);
+        craft_str(&c, "tokenizer.ggml.model");
+        craft_u32(&c, 8);
+        craft_str(&c, "llama");
+        craft_str(&c, "tokenizer.ggml.tokens");
+        craft_u32(&c, 9);
+        craft_u32(&c, 8);
+        craft_u64(&c, 3);
+        craft_str(&c, "<unk>");
+        craft_str(&c, "\xe2\x96\x81");
+        craft_str(&c, "a"); /* ids: <unk> 0, U+2581 1, a 2 */
+        if (sp[i].key >= 0) {
+            craft_str(&c, "tokenizer.ggml.add_space_prefix");
+            craft_u32(&c, 7);
+            craft_u8(&c, (uint8_t)sp[i].key);
+        }
+        err[0] = 0;
+        g = gguf_open_mem(c.b, c.n, "spm.gguf", err, sizeof err);
+        zl_tokenizer *t = g ? tokenizer_new(g, err, sizeof err) : NULL;
+        int32_t ids[4];
+        int n = t ? tokenizer_encode(t, "a", 1, 0, 0, ids, 4) : -1;
+        CHECK(n == sp[i].want && ids[n - 1] == 2, "%s, add_space_prefix key %d: \"a\" gives %d ids, want %d: %s",
+              sp[i].arch, sp[i].key, n, sp[i].want, err);
+        tokenizer_destroy(&t);
+        gguf_close(&g);
+        free(c.b);
+    }
     CHECK(tokenizer_new(NULL, err, sizeof err) == NULL, "NULL gguf refused");
     CHECK(tokenizer_encode(NULL, "x", 1, 0, 0, NULL, 0) == -1, "NULL tokenizer refused");
 }
 
 int main(void) {
     clock_t c0 = clock();
-    s_vectors("llama-spm", 1);
-    s_vectors("llama-bpe", 0);
-    s_vectors("qwen2", 0);
+    s_vectors("llama-spm", 1, 0);
+    s_vectors("llama-bpe", 0, 0);
+    s_vectors("qwen2", 0, 0);
+    s_vectors("phi-3", 1, 0);
+    s_vectors("gpt-2", 0, 0);
+    s_vectors("starcoder", 0, 0);
+    s_vectors("refact", 0, 0);
+    s_vectors("mpt", 0, 0);
+    s_vectors("gemma3", 1, 1);
+    s_vectors("tekken", 0, 0);
+    s_vectors("gpt-4o", 0, 0);
+    s_vectors("mistral-v3", 1, 0);
+    s_vectors_of("llama-bpe", "tf-llama-bpe", 0, 1, 1);
+    s_vectors_of("qwen2", "tf-qwen2", 0, 1, 1);
+    s_vectors_of("phi-3", "tf-phi-3", 1, 1, 0); /* a space prefix: no round trip after special tokens */
     s_roundtrips("llama-bpe", 0, 300);
     s_roundtrips("qwen2", 0, 300);
     s_roundtrips("llama-spm", 1, 300);
+    s_roundtrips("gemma3", 1, 300);
     s_specials();
     s_stories_golden();
     s_errors();
