@@ -76,6 +76,11 @@ void grammar_unref(zg_grammar **pg) {
     zg_grammar *g = *pg;
     *pg = NULL;
     if (--g->refs > 0) return;
+    for (int i = 0; g->mc && i < ZG_MASK_CACHE; i++) {
+        free(g->mc[i].key);
+        free(g->mc[i].mask);
+    }
+    free(g->mc);
     free(g->el);
     free(g->rule_start);
     free(g);

@@ -23,7 +23,7 @@ enum {
     ZG_GBNF = 4,        /* a GBNF grammar whose rule `root` the whole output must match */
 };
 
-#define ZG_MAX_TEXT (256 * 1024) /* longest schema, regex or grammar text accepted */
+#define ZG_MAX_TEXT (64 * 1024) /* longest schema, regex or grammar text accepted (PROTO_FORMAT_MAX_LEN) */
 
 typedef struct zg_grammar zg_grammar; /* compiled, immutable, reference counted */
 typedef struct zg_vocab zg_vocab;     /* a tokenizer's token byte strings as a trie */

@@ -22,8 +22,25 @@ typedef struct {
     uint32_t val;  /* rule id (ZG_REF) or code point */
 } zg_elem;
 
+#define ZG_MASK_CACHE 256 /* masks a grammar remembers by parse state (direct-mapped by hash) */
+
+/* one remembered mask: the parse state it belongs to (the matcher's key) and the mask */
+typedef struct {
+    uint64_t hash;
+    int32_t *key;
+    int klen;
+    uint32_t *mask;
+    int count;
+} zg_mask_entry;
+
 struct zg_grammar {
     int refs;
+    /* masks by parse state, shared by every matcher of this grammar (the processes that mask are single
+     * threaded): sequences under one schema pass through the same states (a string at its k-th character, after
+     * a key), and their masks are then a copy. Valid for one vocabulary (mc_vocab); NULL until the first mask */
+    zg_mask_entry *mc;
+    const void *mc_vocab;
+    uint64_t mc_hits, mc_misses;
     int kind;
     zg_elem *el;
     int n_el;

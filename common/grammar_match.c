@@ -123,6 +123,21 @@ static int s_scr_push(zg_matcher *m, int32_t v) {
     return 0;
 }
 
+/* appends v to the scratch stack without the set semantics (state keys) */
+static void s_key_put(zg_matcher *m, int32_t v) {
+    if (m->n_scr == m->cap_scr) {
+        int cap = m->cap_scr * 2;
+        int32_t *s = cap > 0 && cap < (1 << 28) ? realloc(m->scr, (size_t)cap * sizeof *s) : NULL;
+        if (!s) {
+            m->oom = 1;
+            return;
+        }
+        m->scr = s;
+        m->cap_scr = cap;
+    }
+    m->scr[m->n_scr++] = v;
+}
+
 /* opens a new set on the scratch stack (a sentinel separates it from the sets below) */
 static int s_scr_open(zg_matcher *m) {
     int at = m->n_scr;
@@ -456,9 +471,80 @@ static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int at, s_utf u,
     }
 }
 
+/* the parse state as integers (UTF-8 state, then each stack's positions top to bottom, -1 after each) into
+ * m->scr from index 0; returns its length, or -1 when out of memory */
+static int s_state_key(zg_matcher *m) {
+    m->n_scr = 0;
+    int32_t head[4] = {(int32_t)m->part, m->part_left, (int32_t)m->part_min, m->n_set};
+    for (int i = 0; i < 4; i++) s_key_put(m, head[i]);
+    for (int i = 0; i < m->n_set; i++) {
+        for (int32_t s = m->set[i]; s >= 0; s = m->nodes[s].parent) s_key_put(m, m->nodes[s].pos);
+        s_key_put(m, -1);
+    }
+    return m->oom ? -1 : m->n_scr;
+}
+
+static uint64_t s_key_hash(const int32_t *k, int n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)k[i]) * 1099511628211ULL;
+    return h ^ (h >> 29);
+}
+
+static int s_mask_walk(zg_matcher *m, const zg_vocab *v, uint32_t *mask);
+
 int grammar_matcher_mask(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
+    const size_t words = ((size_t)v->n_vocab + 31) / 32;
+    if (m->finished) {
+        memset(mask, 0, words * sizeof *mask);
+        return 0;
+    }
+    zg_grammar *g = m->g;
+    if (g->mc_vocab != v && g->mc) { /* another vocabulary: forget the masks */
+        for (int i = 0; i < ZG_MASK_CACHE; i++) {
+            free(g->mc[i].key);
+            free(g->mc[i].mask);
+        }
+        memset(g->mc, 0, ZG_MASK_CACHE * sizeof *g->mc);
+    }
+    if (!g->mc) g->mc = calloc(ZG_MASK_CACHE, sizeof *g->mc);
+    g->mc_vocab = v;
+    int klen = g->mc ? s_state_key(m) : -1;
+    zg_mask_entry *e = NULL;
+    uint64_t h = 0;
+    if (klen > 0) {
+        h = s_key_hash(m->scr, klen);
+        e = &g->mc[h % ZG_MASK_CACHE];
+        if (e->mask && e->hash == h && e->klen == klen && memcmp(e->key, m->scr, (size_t)klen * sizeof *m->scr) == 0) {
+            memcpy(mask, e->mask, words * sizeof *mask);
+            g->mc_hits++;
+            m->n_scr = 0;
+            return e->count;
+        }
+    }
+    g->mc_misses++;
+    int32_t *key = NULL;
+    if (e) {
+        key = malloc((size_t)klen * sizeof *key);
+        if (key) memcpy(key, m->scr, (size_t)klen * sizeof *key);
+    }
+    m->n_scr = 0;
+    m->oom = 0;
+    int count = s_mask_walk(m, v, mask);
+    if (e && key) {
+        uint32_t *copy = e->mask ? e->mask : malloc(words * sizeof *copy);
+        if (copy) {
+            memcpy(copy, mask, words * sizeof *copy);
+            free(e->key);
+            *e = (zg_mask_entry){h, key, klen, copy, count};
+            key = NULL;
+        }
+    }
+    free(key);
+    return count;
+}
+
+static int s_mask_walk(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
     memset(mask, 0, ((size_t)v->n_vocab + 31) / 32 * sizeof *mask);
-    if (m->finished) return 0;
     int count = 0;
     if (grammar_matcher_accepting(m))
         for (int i = 0; i < v->n_vocab; i++)

@@ -25,7 +25,8 @@
  * step in flight ends it (a stop id, end of generation, a cancel), the fed step's result for it is dropped and
  * its record and KV slot are released when that step is collected, as for a cancel in flight. The guess is not
  * made where the end is certain (max_tokens, the context) or where a fed entry is not allowed (the repetition
- * penalty: such a sequence waits for its token and runs in the step after). A prompt whose chunk in flight does
+ * penalty, or a grammar, whose mask needs the token: such a sequence waits for its token and runs in the step
+ * after). A prompt whose chunk in flight does
  * not sample goes on with its next chunk in the step queued behind (its tokens are known). A record may then be
  * in two steps in flight (inflight counts them), so records beyond n_slots are used as with lanes. */
 #include <math.h>
@@ -58,6 +59,8 @@ typedef struct {
     int32_t stop_ids[WK_MAX_STOP_IDS]; /* extra stop ids */
     int n_stop_ids;                /* count of stop_ids */
     int ignore_eos;                /* 1: eog ids do not stop */
+    zg_matcher *gm;                /* structured output: the grammar's state after the tokens so far, or NULL */
+    uint32_t *mask;                /* [mask_words] its allowed ids for the entry being built (kept across uses) */
 } s_rec;
 
 typedef struct {
@@ -107,6 +110,8 @@ struct wk_batcher {
     uint64_t steps;                /* steps run */
     uint64_t duplicates;           /* duplicate assignments ignored */
     uint64_t pending_dropped;      /* acknowledgements lost to a full pending queue */
+    const zg_vocab *gvocab;        /* borrowed: the vocabulary of grammar masks (batcher_set_vocab), or NULL */
+    int mask_words;                /* (vocab + 31) / 32 */
 };
 
 wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, size_t errlen) {
@@ -127,6 +132,7 @@ wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, 
     b->lanes = 1;
     b->pending_cap = 2 * e->n_slots + 64;
     b->prefill_cap = e->max_step_tokens;
+    b->mask_words = (vocab + 31) / 32;
     b->eog = malloc((size_t)vocab);
     b->recs = calloc((size_t)b->n_rec, sizeof *b->recs);
     b->tok_buf = malloc((size_t)b->n_rec * (size_t)b->n_ctx * sizeof(int32_t));
@@ -159,6 +165,10 @@ void batcher_destroy(wk_batcher **pb) {
     if (!pb || !*pb) return;
     wk_batcher *b = *pb;
     free(b->eog);
+    for (int i = 0; b->recs && i < b->n_rec; i++) {
+        grammar_matcher_destroy(&b->recs[i].gm);
+        free(b->recs[i].mask);
+    }
     free(b->recs);
     free(b->tok_buf);
     free(b->kv_rec);
@@ -229,9 +239,14 @@ static int s_find(const wk_batcher *b, uint64_t rid) {
     return -1;
 }
 
+void batcher_set_vocab(wk_batcher *b, const zg_vocab *v) {
+    b->gvocab = v && grammar_vocab_size(v) == b->vocab ? v : NULL;
+}
+
 /* frees record i and its KV slot (never while a step of it is in flight) */
 static void s_release(wk_batcher *b, int i) {
     s_rec *r = &b->recs[i];
+    grammar_matcher_destroy(&r->gm);
     if (r->kv >= 0) b->kv_rec[r->kv] = -1;
     r->kv = -1;
     r->active = r->live = r->inflight = 0;
@@ -297,6 +312,11 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
         snprintf(err, errlen, "rid %llu: sampling parameters out of range", (unsigned long long)r->rid);
         goto reject;
     }
+    if (r->grammar && (!b->gvocab || !b->e->masks)) {
+        snprintf(err, errlen, "rid %llu: structured output is not available here (%s)", (unsigned long long)r->rid,
+                 !b->gvocab ? "no vocabulary for the grammar masks" : "the engine does not apply token masks");
+        goto reject;
+    }
     /* a free slot is one not held by a running sequence: with live < n_slots, either a KV slot is free now, or
      * more are held by cancelled sequences in flight than records wait for one (so this one gets the next) */
     if (batcher_running(b) >= b->n_slots) {
@@ -317,6 +337,15 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
     for (int l = 1; l < b->lanes; l++)
         if (cnt[l] < cnt[lane]) lane = l;
     s_rec *s = &b->recs[slot];
+    if (r->grammar) {
+        char gerr[160];
+        if (!s->mask) s->mask = malloc((size_t)b->mask_words * sizeof *s->mask);
+        s->gm = s->mask ? grammar_matcher_new(r->grammar, gerr, sizeof gerr) : NULL;
+        if (!s->gm) {
+            snprintf(err, errlen, "rid %llu: %s", (unsigned long long)r->rid, s->mask ? gerr : "out of memory");
+            goto reject;
+        }
+    }
     s->active = 1;
     s->live = 1;
     s->inflight = 0;
@@ -343,6 +372,8 @@ reject:
     s_pend(b, r->rid, WK_FIN_ERROR);
     return -1;
 }
+
+void batcher_refuse(wk_batcher *b, uint64_t rid) { s_pend(b, rid, WK_FIN_ERROR); }
 
 int batcher_cancel(wk_batcher *b, uint64_t rid) {
     int i = s_find(b, rid);
@@ -399,6 +430,7 @@ static int s_finish(const wk_batcher *b, const s_rec *s, int32_t t) {
     if (!s->ignore_eos && b->eog[t]) return WK_FIN_STOP;
     for (int i = 0; i < s->n_stop_ids; i++)
         if (s->stop_ids[i] == t) return WK_FIN_STOP;
+    if (s->gm && !grammar_matcher_can_continue(s->gm)) return WK_FIN_STOP; /* the grammar's match is complete */
     if (s->n_gen >= s->max_tokens) return WK_FIN_LENGTH;
     /* the next decode would write toks[len] and need KV position len - 1 + 1 <= n_ctx: stop while both fit */
     if (s->len >= b->n_ctx) return WK_FIN_LENGTH;
@@ -435,6 +467,11 @@ static int s_entry(wk_batcher *b, s_lane *L, int i, int n, int budget) {
     q->n_history = at + chunk;
     q->rng = &s->rng;
     q->feed = 0;
+    q->mask = NULL;
+    if (q->sample && s->gm) { /* the matcher is current: a grammar sequence has no sampling entry in flight */
+        grammar_matcher_mask(s->gm, b->gvocab, s->mask);
+        q->mask = s->mask;
+    }
     L->seq_rec[n] = i;
     return chunk;
 }
@@ -453,6 +490,7 @@ static void s_entry_fed(wk_batcher *b, s_lane *L, int i, int n) {
     q->n_history = 0;
     q->rng = &s->rng;
     q->feed = 1;
+    q->mask = NULL;
     L->seq_rec[n] = i;
 }
 
@@ -462,7 +500,7 @@ static void s_entry_fed(wk_batcher *b, s_lane *L, int i, int n) {
 static int s_can_feed(const wk_batcher *b, int i) {
     const s_rec *s = &b->recs[i];
     const int pen = s->samp.repeat_penalty != 1.0f && s->samp.repeat_last_n > 0;
-    return s->active && s->live && s->kv >= 0 && s->inflight == 1 && s->last_sampled && !pen &&
+    return s->active && s->live && s->kv >= 0 && s->inflight == 1 && s->last_sampled && !pen && !s->gm &&
            s->n_gen_sched < s->max_tokens && s->n_sched + 1 < b->n_ctx;
 }
 
@@ -608,7 +646,8 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
         }
         s->toks[s->len++] = t;
         s->n_gen++;
-        int fin = s_finish(b, s, t);
+        /* a token the mask did not allow (an engine that ignored it) ends the sequence as an error */
+        int fin = s->gm && grammar_matcher_accept_token(s->gm, b->gvocab, t) != 0 ? WK_FIN_ERROR : s_finish(b, s, t);
         ev[(*ne)++] = (wk_event){s->rid, t, fin};
         if (fin && s->inflight == 0) {
             s_release(b, i);

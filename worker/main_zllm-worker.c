@@ -23,6 +23,7 @@
  *   engine.h    - engine_new/engine_destroy: the backend (cpu, cuda)
  *   model.h     - model_load: the GGUF model
  *   tokenizer.h - tokenizer_new/tokenizer_is_eog: end-of-generation ids from the model's vocabulary
+ *   grammar.h   - structured output: response_format grammars (cached) and the vocabulary their masks cover
  *   proto.h     - proto_decode/proto_encode_*: the wire protocol */
 #include <errno.h>
 #include <limits.h>
@@ -41,6 +42,7 @@
 #include "model.h"
 #include "proto.h"
 #include "tokenizer.h"
+#include "grammar.h"
 #include "version.h"
 
 #define S_REGISTER_RETRY_MS 250    /* resend `register` until `registered` comes back (a send fails while the
@@ -80,6 +82,8 @@ typedef struct {
     zl_model *model;               /* loaded model */
     zl_engine *engine;             /* backend */
     wk_batcher *batcher;           /* continuous batching state */
+    zg_vocab *gvocab;              /* the vocabulary as token bytes, for structured output's masks (NULL: none) */
+    zg_cache *grammars;            /* compiled response_format grammars, by hash of their text */
     void *zctx;                    /* ZeroMQ context */
     void *sock;                    /* DEALER to the broker, NULL between sessions */
     int registered;                /* 1 after `registered` for the current registration */
@@ -281,6 +285,8 @@ static uint8_t *s_eog_map(s_worker *w) {
     int n = 0;
     if (t) {
         for (int i = 0; i < vocab; i++) n += eog[i] = tokenizer_is_eog(t, i) ? 1 : 0;
+        if (tokenizer_n_vocab(t) == vocab) w->gvocab = grammar_vocab_from_tokenizer(t, err, sizeof err);
+        if (!w->gvocab) s_log(w, "no structured output: %s", tokenizer_n_vocab(t) == vocab ? err : "vocabulary size differs");
         tokenizer_destroy(&t);
     } else {
         s_log(w, "no tokenizer (%s): end-of-generation ids from metadata only", err);
@@ -390,7 +396,19 @@ static void s_handle_assign(s_worker *w, const proto_assign *a) {
         r.stop_ids = q->stop_ids;
         r.n_stop_ids = (int)q->n_stop_ids;
         r.ignore_eos = ps->ignore_eos;
+        if (q->format.kind != PROTO_FORMAT_NONE) {
+            r.grammar = w->grammars ? grammar_cache_get(w->grammars, q->format.kind, q->format.text.p, q->format.text.n,
+                                                        err, sizeof err)
+                                    : NULL;
+            if (!r.grammar) {
+                s_log(w, "assign refused: rid %llu: response_format: %s", (unsigned long long)q->rid,
+                      w->grammars ? err : "out of memory");
+                batcher_refuse(w->batcher, q->rid);
+                continue;
+            }
+        }
         if (batcher_add(w->batcher, &r, err, sizeof err) != 0) s_log(w, "assign refused: %s", err);
+        grammar_unref(&r.grammar);
     }
 }
 
@@ -604,6 +622,9 @@ int main(int argc, char **argv) {
         s_log(&w, "%s", err);
         goto fail;
     }
+    w.grammars = grammar_cache_new(64);
+    if (!w.grammars) goto oom;
+    batcher_set_vocab(w.batcher, w.gvocab);
     batcher_set_prefill_cap(w.batcher, 16);   /* until the first steps have measured the device's speed */
     if (w.o.lanes && batcher_set_lanes(w.batcher, w.o.lanes) != w.o.lanes)
         s_log(&w, "--lanes %d: the %s engine keeps at most %d steps in flight: %d lanes", w.o.lanes, w.engine->device,
@@ -645,6 +666,8 @@ done:
     free(w.out_fin);
     free(eog);
     batcher_destroy(&w.batcher);
+    grammar_vocab_destroy(&w.gvocab);
+    grammar_cache_destroy(&w.grammars);
     engine_destroy(&w.engine);
     model_destroy(&w.model);
     return rc;
