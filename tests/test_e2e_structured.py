@@ -19,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_cluster import ROOT, Cluster, Checks, watchdog  # noqa: E402
+from e2e_cluster import BIN, ROOT, Cluster, Checks, watchdog  # noqa: E402
 
 try:
     import jsonschema
@@ -251,7 +251,7 @@ def main():
             obj_ok = m.get("finish") == "length" and m.get("text", "").startswith("{")
         ck.ok(obj_ok, "json_object -> %r (%s)" % (m.get("text", "")[:200], m.get("finish")))
         # the CLI: zllm generate --regex and --json-schema @FILE
-        zllm_bin = os.path.join(ROOT, "build", "bin", "zllm")
+        zllm_bin = os.path.join(BIN, "zllm")
         p = subprocess.run([zllm_bin, "generate", "--broker", cl.clients_ep, "--chat", "-p", "Say a color.", "-n", "16",
                             "--temp", "0", "--regex", "(red|green|blue)!"], capture_output=True, text=True, timeout=60)
         ck.ok(p.returncode == 0 and re.fullmatch(r"(red|green|blue)!", p.stdout.strip()) is not None,
