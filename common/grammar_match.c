@@ -15,11 +15,21 @@
 #include <string.h>
 #include "grammar_int.h"
 
+#define S_MAX_SET 1024 /* parse stacks alive at once (an ambiguity bound: JSON schemas need a few dozen) */
+
 typedef struct {
     int32_t pos;    /* element position of the top */
     int32_t parent; /* the rest of the stack, -1 for none */
     int32_t hnext;  /* hash chain */
 } s_node;
+
+#define S_MAX_SETS (1 << 20)  /* stack sets one mask walk may intern */
+#define S_MAX_POOL (1 << 24)  /* stack ids they hold in all */
+
+typedef struct {
+    uint64_t hash;
+    int32_t start, len; /* in pool */
+} s_set;
 
 struct zg_matcher {
     zg_grammar *g;
@@ -36,6 +46,17 @@ struct zg_matcher {
     int32_t *scr;   /* scratch stack of stack sets for the walks */
     int n_scr, cap_scr;
     int oom;
+    /* the mask walk's tables, emptied at its start: interned stack sets (contents in pool) and the memo of
+     * transitions (set id, code point) -> set id (-1: refused) */
+    s_set *sets;
+    int n_sets, cap_sets;
+    int32_t *pool;
+    int n_pool, cap_pool;
+    int32_t *set_tab; /* open addressing over sets by hash */
+    int set_tab_cap;
+    uint64_t *memo_key; /* (set << 21 | code point) + 1; 0 empty */
+    int32_t *memo_val;
+    int memo_cap, n_memo;
 };
 
 struct zg_vocab {
@@ -107,8 +128,13 @@ static void s_release(zg_matcher *m, int mark) {
 /* ---- stack sets on the scratch stack ---- */
 
 static int s_scr_push(zg_matcher *m, int32_t v) {
-    for (int i = m->n_scr - 1; i >= 0 && m->scr[i] != INT32_MIN; i--)
+    int i = m->n_scr - 1;
+    for (; i >= 0 && m->scr[i] != INT32_MIN; i--)
         if (m->scr[i] == v) return 0; /* a set holds each stack once */
+    if (m->n_scr - i > S_MAX_SET) { /* a grammar this ambiguous is refused rather than matched slowly */
+        m->oom = 1;
+        return -1;
+    }
     if (m->n_scr == m->cap_scr) {
         int cap = m->cap_scr * 2;
         int32_t *s = cap > 0 && cap < (1 << 28) ? realloc(m->scr, (size_t)cap * sizeof *s) : NULL;
@@ -327,6 +353,11 @@ void grammar_matcher_destroy(zg_matcher **pm) {
     free(m->bucket);
     free(m->set);
     free(m->scr);
+    free(m->sets);
+    free(m->pool);
+    free(m->set_tab);
+    free(m->memo_key);
+    free(m->memo_val);
     free(m);
     *pm = NULL;
 }
@@ -441,33 +472,150 @@ int grammar_matcher_accept_token(zg_matcher *m, const zg_vocab *v, int32_t id) {
     return grammar_matcher_accept_bytes(m, v->bytes[id], v->lens[id]);
 }
 
-/* the walk under trie node t with the set at scr[at + 1 ..] and UTF-8 state u */
-static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int at, s_utf u, uint32_t *mask, int *count,
+/* ---- the mask walk: stack sets interned, code point transitions memoized (a DFA built lazily per walk) ---- */
+
+/* the set of stacks after the sentinel at scr[at] as a set id (interned in the walk's tables), -1 for an empty
+ * set, -2 when out of memory */
+static int32_t s_set_intern(zg_matcher *m, int at) {
+    const int len = m->n_scr - at - 1;
+    if (len <= 0) return -1;
+    const int32_t *p = m->scr + at + 1;
+    uint64_t h = 1469598103934665603ULL;
+    for (int i = 0; i < len; i++) h = (h ^ (uint32_t)p[i]) * 1099511628211ULL;
+    uint32_t mk = (uint32_t)m->set_tab_cap - 1, i = (uint32_t)(h >> 17) & mk;
+    for (; m->set_tab[i] >= 0; i = (i + 1) & mk) {
+        const s_set *e = &m->sets[m->set_tab[i]];
+        if (e->hash == h && e->len == len && memcmp(m->pool + e->start, p, (size_t)len * sizeof *p) == 0)
+            return m->set_tab[i];
+    }
+    if (m->n_sets >= S_MAX_SETS || m->n_pool + len > S_MAX_POOL) return -2;
+    if (m->n_sets == m->cap_sets) {
+        int cap = m->cap_sets ? 2 * m->cap_sets : 256;
+        s_set *ns = realloc(m->sets, (size_t)cap * sizeof *ns);
+        if (!ns) return -2;
+        m->sets = ns;
+        m->cap_sets = cap;
+    }
+    if (m->n_pool + len > m->cap_pool) {
+        int cap = m->cap_pool ? m->cap_pool : 1024;
+        while (cap < m->n_pool + len) cap *= 2;
+        int32_t *np = realloc(m->pool, (size_t)cap * sizeof *np);
+        if (!np) return -2;
+        m->pool = np;
+        m->cap_pool = cap;
+        p = m->scr + at + 1;
+    }
+    memcpy(m->pool + m->n_pool, p, (size_t)len * sizeof *p);
+    int32_t id = m->n_sets++;
+    m->sets[id] = (s_set){h, m->n_pool, len};
+    m->n_pool += len;
+    m->set_tab[i] = id;
+    if (2 * m->n_sets > m->set_tab_cap) { /* grow the table: reinsert every set */
+        int cap = m->set_tab_cap * 2;
+        int32_t *t = malloc((size_t)cap * sizeof *t);
+        if (!t) return -2;
+        for (int k = 0; k < cap; k++) t[k] = -1;
+        for (int32_t k = 0; k < m->n_sets; k++) {
+            uint32_t j = (uint32_t)(m->sets[k].hash >> 17) & (uint32_t)(cap - 1);
+            while (t[j] >= 0) j = (j + 1) & (uint32_t)(cap - 1);
+            t[j] = k;
+        }
+        free(m->set_tab);
+        m->set_tab = t;
+        m->set_tab_cap = cap;
+    }
+    return id;
+}
+
+/* opens set sid's stacks as the topmost set on the scratch stack; returns the sentinel's index */
+static int s_set_open(zg_matcher *m, int32_t sid) {
+    int at = s_scr_open(m);
+    if (at < 0) return -1;
+    const s_set *e = &m->sets[sid];
+    for (int i = 0; i < e->len; i++) {
+        if (m->n_scr == m->cap_scr && s_scr_push(m, m->pool[e->start + i]) == 0) continue; /* grows */
+        if (m->oom) return -1;
+        if (m->n_scr < m->cap_scr) m->scr[m->n_scr++] = m->pool[e->start + i];
+    }
+    return at;
+}
+
+/* the set after code point c from set sid: an id, -1 when empty, -2 out of memory */
+static int32_t s_set_step(zg_matcher *m, int32_t sid, uint32_t c) {
+    int mark = m->n_scr;
+    int at = s_set_open(m, sid);
+    int32_t r = -2;
+    if (at >= 0) {
+        int nat = s_step_cp(m, at, m->sets[sid].len, c);
+        r = nat < 0 || m->oom ? -2 : s_set_intern(m, nat);
+    }
+    m->n_scr = mark;
+    m->oom = 0;
+    return r;
+}
+
+/* the memoized transition (sid, code point c) */
+static int32_t s_memo_step(zg_matcher *m, int32_t sid, uint32_t b) {
+    uint64_t key = ((uint64_t)(uint32_t)sid << 21 | b) + 1;
+    uint32_t mk = (uint32_t)m->memo_cap - 1, i = (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> 40) & mk;
+    for (; m->memo_key[i]; i = (i + 1) & mk)
+        if (m->memo_key[i] == key) return m->memo_val[i];
+    int32_t r = s_set_step(m, sid, b);
+    if (r == -2) return -1; /* not remembered: out of memory counts as refused this time */
+    m->memo_key[i] = key;
+    m->memo_val[i] = r;
+    if (2 * ++m->n_memo > m->memo_cap) {
+        int cap = m->memo_cap * 2;
+        uint64_t *nk = calloc((size_t)cap, sizeof *nk);
+        int32_t *nv = malloc((size_t)cap * sizeof *nv);
+        if (!nk || !nv) {
+            free(nk);
+            free(nv);
+            return r;
+        }
+        for (int k = 0; k < m->memo_cap; k++) {
+            if (!m->memo_key[k]) continue;
+            uint32_t j = (uint32_t)((m->memo_key[k] * 0x9E3779B97F4A7C15ULL) >> 40) & (uint32_t)(cap - 1);
+            while (nk[j]) j = (j + 1) & (uint32_t)(cap - 1);
+            nk[j] = m->memo_key[k];
+            nv[j] = m->memo_val[k];
+        }
+        free(m->memo_key);
+        free(m->memo_val);
+        m->memo_key = nk;
+        m->memo_val = nv;
+        m->memo_cap = cap;
+    }
+    return r;
+}
+
+/* is some stack of set sid able to take a code point starting with u's pending bytes */
+static int s_set_partial_ok(zg_matcher *m, int32_t sid, const s_utf *u) {
+    return s_partial_ok(m, m->pool + m->sets[sid].start, m->sets[sid].len, u);
+}
+
+/* the walk under trie node t in stack set sid with UTF-8 state u */
+static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int32_t sid, s_utf u, uint32_t *mask, int *count,
                    int depth) {
     for (int32_t c = v->child[t]; c >= 0; c = v->sibling[c]) {
-        int mark = m->n_nodes, scr_mark = m->n_scr;
-        const int cnt = scr_mark - at - 1; /* the parent set is the topmost one on the stack */
+        unsigned b = v->byte[c];
         s_utf w = u;
-        uint32_t cp = 0;
-        int r = s_utf_byte(&w, v->byte[c], &cp), nat = -1, ok = 0;
-        if (r == 0) {
-            ok = s_partial_ok(m, m->scr + at + 1, cnt, &w);
-            nat = at; /* same set */
-        } else if (r == 1) {
-            nat = s_step_cp(m, at, cnt, cp);
-            ok = nat >= 0 && m->n_scr - nat - 1 > 0 && !m->oom;
+        int32_t nsid = -1;
+        if (u.part_left == 0 && b < 0x80) {
+            nsid = s_memo_step(m, sid, b);
+        } else {
+            uint32_t cp = 0;
+            int r = s_utf_byte(&w, (uint8_t)b, &cp);
+            if (r == 0) nsid = s_set_partial_ok(m, sid, &w) ? sid : -1;
+            else if (r == 1) nsid = s_memo_step(m, sid, cp);
         }
-        if (ok) {
-            for (int32_t id = v->tok_head[c]; id >= 0; id = v->tok_next[id])
-                if (!(mask[id >> 5] >> (id & 31) & 1)) {
-                    mask[id >> 5] |= 1u << (id & 31);
-                    (*count)++;
-                }
-            if (v->child[c] >= 0 && depth < 4096) s_walk(m, v, c, nat, w, mask, count, depth + 1);
-        }
-        m->oom = 0;
-        m->n_scr = scr_mark;
-        s_release(m, mark);
+        if (nsid < 0) continue;
+        for (int32_t id = v->tok_head[c]; id >= 0; id = v->tok_next[id])
+            if (!(mask[id >> 5] >> (id & 31) & 1)) {
+                mask[id >> 5] |= 1u << (id & 31);
+                (*count)++;
+            }
+        if (v->child[c] >= 0 && depth < 4096) s_walk(m, v, c, nsid, w, mask, count, depth + 1);
     }
 }
 
@@ -552,12 +700,36 @@ static int s_mask_walk(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
                 mask[i >> 5] |= 1u << (i & 31);
                 count++;
             }
+    /* the walk's tables start empty; the nodes it makes are released at its end */
+    const int mark = m->n_nodes;
+    m->n_sets = m->n_pool = m->n_memo = 0;
+    if (!m->set_tab) {
+        m->set_tab_cap = 1024;
+        m->set_tab = malloc((size_t)m->set_tab_cap * sizeof *m->set_tab);
+        m->memo_cap = 4096;
+        m->memo_key = calloc((size_t)m->memo_cap, sizeof *m->memo_key);
+        m->memo_val = malloc((size_t)m->memo_cap * sizeof *m->memo_val);
+        if (!m->set_tab || !m->memo_key || !m->memo_val) {
+            free(m->set_tab);
+            free(m->memo_key);
+            free(m->memo_val);
+            m->set_tab = NULL;
+            m->memo_key = NULL;
+            m->memo_val = NULL;
+            return count;
+        }
+    }
+    for (int i = 0; i < m->set_tab_cap; i++) m->set_tab[i] = -1;
+    memset(m->memo_key, 0, (size_t)m->memo_cap * sizeof *m->memo_key);
     m->n_scr = 0;
     int at = s_scr_open(m);
     if (at < 0) return count;
     for (int i = 0; i < m->n_set; i++) s_scr_push(m, m->set[i]);
+    int32_t sid = s_set_intern(m, at);
+    m->n_scr = 0;
     s_utf u = {m->part, m->part_min, m->part_left};
-    s_walk(m, v, 0, at, u, mask, &count, 0);
+    if (sid >= 0) s_walk(m, v, 0, sid, u, mask, &count, 0);
+    s_release(m, mark);
     m->n_scr = 0;
     m->oom = 0;
     return count;

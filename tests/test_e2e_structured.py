@@ -174,7 +174,7 @@ def run_all(c, jobs, max_tokens, timeout):
 
 
 def main():
-    watchdog(240)
+    watchdog(900)
     ck = Checks("e2e_structured")
     if not ck.ok(jsonschema is not None, "python jsonschema installed (deploy/deps.sh)"):
         return ck.report()
@@ -207,7 +207,7 @@ def main():
         # 200 schemas in flight at once
         t0 = time.monotonic()
         res = run_all(c, [(i, {"type": "json_schema", "json_schema": {"name": "s%d" % i, "schema": s, "strict": True}})
-                          for i, s in enumerate(schemas)], 400, 180)
+                          for i, s in enumerate(schemas)], 400, 600)
         dt = time.monotonic() - t0
         good, toks = 0, 0
         for i, s in enumerate(schemas):
