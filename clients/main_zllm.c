@@ -334,7 +334,7 @@ static int s_parse(int argc, char **argv, s_args *a) {
         else FLAG("--chat", C_GEN, a->chat = 1) else FLAG("--ignore-eos", C_SAMPLE, a->ignore_eos = 1) else FLAG(
             "--special", C_GEN | C_CHAT,
             a->special = 1) else FLAG("--bos", C_GEN | C_CHAT,
-                                      a->add_bos = 1) else FLAG("--json-object", C_GEN | C_CHAT, if (s_set_format(a, PROTO_FORMAT_JSON_OBJECT, "")) return -1) else FLAG("--no-bos", C_GEN | C_CHAT,
+                                      a->add_bos = 1) else FLAG("--json-object", C_GEN | C_CHAT | C_BENCH, if (s_set_format(a, PROTO_FORMAT_JSON_OBJECT, "")) return -1) else FLAG("--no-bos", C_GEN | C_CHAT,
                                                                 a->add_bos = 0) else FLAG("--no-stream", C_GEN | C_CHAT,
                                                                                           a->no_stream = 1)
 #undef FLAG
@@ -362,9 +362,9 @@ static int s_parse(int argc, char **argv, s_args *a) {
             {"--repeat-last-n", NULL, C_SAMPLE},
             {"--seed", NULL, C_SAMPLE},
             {"--deadline-ms", NULL, C_SAMPLE},
-            {"--json-schema", NULL, C_GEN | C_CHAT},
-            {"--regex", NULL, C_GEN | C_CHAT},
-            {"--grammar", NULL, C_GEN | C_CHAT},
+            {"--json-schema", NULL, C_GEN | C_CHAT | C_BENCH},
+            {"--regex", NULL, C_GEN | C_CHAT | C_BENCH},
+            {"--grammar", NULL, C_GEN | C_CHAT | C_BENCH},
             {"-N", NULL, C_BENCH},
             {"-c", NULL, C_BENCH},
             {"--vocab", NULL, C_BENCH},

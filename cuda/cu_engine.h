@@ -89,9 +89,13 @@ typedef struct {
     size_t params;             /* zl_sampling [max_batch] */
     size_t perm;               /* int32 [max_tok] pipeline stage: engine row -> caller's row (-1: padded row) */
     size_t hptr;               /* uint64 [2] pipeline stage: device addresses of h_in [T][dim], h_out [T][dim] */
+    size_t mask_on;            /* int32 [max_batch] per sampling row: 1 when mask holds its allowed ids */
     size_t hist;               /* int32 [max_batch][CU_HIST] history tail per sampling row */
-    size_t core_end;           /* end of everything but hist: the copy length when no row needs a penalty */
-    size_t total;              /* whole block */
+    size_t mask;               /* uint32 [max_batch][mask_words] structured output: allowed ids per sampling row */
+    size_t core_end;           /* end of everything but hist and mask: the copy length when no row needs either */
+    size_t hist_end;           /* end of hist: the copy length when some row needs a penalty and none a mask */
+    size_t total;              /* whole block: the copy length when some row has a mask */
+    int mask_words;            /* sample_mask_words(vocab) */
 } cu_inputs;
 
 /* one launched step's results on their way back (cu_engine.fl) */
@@ -240,7 +244,7 @@ int cuda_forward(cu_engine *E, const cu_batch *b, char *err, size_t errlen);
 
 /* cuda/cuda_step.cu */
 /* Lays out the input block for max_tok rows and max_batch sampling rows. */
-void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch);
+void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab);
 /* Validates, stages and enqueues one step (r), then waits for it unless r->launch. Returns 0, or -1 with
  * E->base.err (a device error also marks E dead). */
 int cuda_step_run(cu_engine *E, const cu_step_req *r);

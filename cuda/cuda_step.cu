@@ -25,12 +25,16 @@ extern "C" {
 #include <string.h>
 #include "cu_engine.h"
 #include "cuda_common.h"
+#include "sample_mask.h"
 
 /* fills the sampling part of ordered row k from entry s (NULL: a padded row, greedy, no history) */
 static void s_stage_sampling(cu_engine *E, int k, const zl_seq *s) {
     zl_sampling *par = (zl_sampling *)(E->h_in + E->in.params) + k;
     uint64_t *rng = (uint64_t *)(E->h_in + E->in.rng) + k;
     int32_t *hl = (int32_t *)(E->h_in + E->in.hist_len) + k;
+    int32_t *mo = (int32_t *)(E->h_in + E->in.mask_on) + k;
+    *mo = s && s->mask && s->sample;
+    if (*mo) memcpy((uint32_t *)(E->h_in + E->in.mask) + (size_t)k * E->in.mask_words, s->mask, (size_t)E->in.mask_words * 4);
     *par = s && s->samp ? *s->samp : sampler_defaults();
     if (par->repeat_last_n > CU_HIST) par->repeat_last_n = CU_HIST;   /* documented cap of the staged history */
     *rng = s && s->rng ? *s->rng : 0;
@@ -88,7 +92,7 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
         return -1;
     }
     /* validate everything before touching the device */
-    int total = 0, n_dec = 0, max_rows = 1, need_hist = 0;
+    int total = 0, n_dec = 0, max_rows = 1, need_hist = 0, need_mask = 0;
     for (int i = 0; i < n; i++) {
         const zl_seq *s = &seqs[i];
         if (s->slot < 0 || s->slot >= base->n_slots || s->pos < 0 || s->n_tokens < 1 ||
@@ -116,6 +120,7 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
         if (s->n_tokens == 1) n_dec++;
         else if (s->n_tokens > max_rows) max_rows = s->n_tokens;
         if (s->samp && s->samp->repeat_penalty != 1.0f && s->samp->repeat_last_n > 0 && s->history) need_hist = 1;
+        if (s->mask && s->sample) need_mask = 1;
     }
     if (total > base->max_step_tokens) {
         snprintf(base->err, sizeof base->err, "step of %d tokens exceeds max_step_tokens %d", total, base->max_step_tokens);
@@ -174,7 +179,7 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     /* ONE host-to-device copy of every per-step input, on the engine's stream: the kernels (or the graph) that
      * follow on the same stream see it complete; the pinned block is not rewritten before the step's final
      * synchronisation, so the asynchronous copy never reads a half-updated block */
-    const size_t nbytes = need_hist ? E->in.total : E->in.core_end;
+    const size_t nbytes = need_mask ? E->in.total : need_hist ? E->in.hist_end : E->in.core_end;
     /* stage buffers: device pointers as given, host ones through hbuf (copied in here, out after the step) */
     const int stage_io = !embed || !last;
     unsigned long long *hp = (unsigned long long *)(E->h_in + E->in.hptr);
@@ -297,7 +302,7 @@ int cuda_step_collect(cu_engine *E, int32_t *out_tokens) {
 
 static size_t s_align(size_t o) { return (o + 255) & ~(size_t)255; }
 
-void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch) {
+void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab) {
     size_t o = 0;
     in->rng = o;      o += (size_t)max_batch * 8;
     in->out_tok = o;  o += (size_t)max_batch * 4;
@@ -316,8 +321,12 @@ void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch) {
     in->params = o;   o = s_align(o + (size_t)max_batch * sizeof(zl_sampling));
     in->perm = o;     o = s_align(o + (size_t)max_tok * 4);
     in->hptr = o;     o = s_align(o + 2 * sizeof(unsigned long long));
+    in->mask_on = o;  o = s_align(o + (size_t)max_batch * 4);
     in->core_end = o;
     in->hist = o;     o = s_align(o + (size_t)max_batch * CU_HIST * 4);
+    in->hist_end = o;
+    in->mask_words = sample_mask_words(vocab);
+    in->mask = o;     o = s_align(o + (size_t)max_batch * in->mask_words * 4);
     in->total = o;
 }
 

@@ -177,6 +177,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         b->depth = 2;
         b->launch_async = 1;
     }
+    b->masks = le == c->n_layers; /* the last stage samples: structured output's masks (cuda/sample_mask.cu) */
     b->layer_begin = lb;
     b->layer_end = le;
     b->model = m;
@@ -245,7 +246,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         CU_CHECK(cudaMalloc(&E->xb, T * wide * es));
         CU_CHECK(cudaMalloc((void **)&E->logits, (size_t)b->max_batch * c->vocab_size * 4));
         CU_CHECK(cudaMallocHost((void **)&E->h_logits, (size_t)b->max_batch * c->vocab_size * 4));
-        cuda_step_layout(&E->in, E->max_tok, b->max_batch);
+        cuda_step_layout(&E->in, E->max_tok, b->max_batch, c->vocab_size);
         E->n_inb = lb == 0 && le == c->n_layers ? 2 : 1;
         for (int p = 0; p < E->n_inb; p++) {
             CU_CHECK(cudaMallocHost((void **)&E->h_inb[p], E->in.total));
