@@ -161,7 +161,7 @@ struct broker {
     proto_buf out;                /* reused encode buffer */
     proto_seq *seqs;              /* [seqs_cap] assign scratch */
     uint32_t seqs_cap;
-    zg_cache *grammars;           /* response_format texts already compiled (validation before queuing) */
+    zg_cache *grammars; /* response_format texts already compiled (validation before queuing) */
     uint8_t lost[BK_MAX_LOST][BK_CID_MAX];
     uint32_t lost_len[BK_MAX_LOST];
     int n_lost;
@@ -749,7 +749,11 @@ static void on_generate(broker *b, const uint8_t *cid, uint32_t cn, const proto_
         q->format_kind = g->format.kind;
         q->format_len = g->format.text.n;
         q->format_text = malloc(q->format_len + 1);
-        if (!q->format_text) { req_free(q); final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_INTERNAL, "out of memory", 0); return; }
+        if (!q->format_text) {
+            req_free(q);
+            final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_INTERNAL, "out of memory", 0);
+            return;
+        }
         if (q->format_len) memcpy(q->format_text, g->format.text.p, q->format_len);
         q->format_text[q->format_len] = 0;
     }
@@ -1372,7 +1376,10 @@ broker *broker_new(const bk_config *c, char *err, size_t errlen) {
     if (!b) { berr(err, errlen, "out of memory"); return NULL; }
     b->cfg = *c;
     b->grammars = grammar_cache_new(BK_GRAMMAR_CACHE);
-    if (!b->grammars) { berr(err, errlen, "out of memory"); goto fail; }
+    if (!b->grammars) {
+        berr(err, errlen, "out of memory");
+        goto fail;
+    }
     if (c->n_models < 1) { berr(err, errlen, "at least one --model is needed"); goto fail; }
     for (int i = 0; i < c->n_models && i < BK_MAX_MODELS; i++) {
         if (load_model(&b->models[i], c->model_names[i], c->model_paths[i], err, errlen) != 0) goto fail;

@@ -333,10 +333,17 @@ static int s_parse(int argc, char **argv, s_args *a) {
         FLAG("--ids", C_GEN, a->ids = 1)
         else FLAG("--chat", C_GEN, a->chat = 1) else FLAG("--ignore-eos", C_SAMPLE, a->ignore_eos = 1) else FLAG(
             "--special", C_GEN | C_CHAT,
-            a->special = 1) else FLAG("--bos", C_GEN | C_CHAT,
-                                      a->add_bos = 1) else FLAG("--json-object", C_GEN | C_CHAT | C_BENCH, if (s_set_format(a, PROTO_FORMAT_JSON_OBJECT, "")) return -1) else FLAG("--no-bos", C_GEN | C_CHAT,
-                                                                a->add_bos = 0) else FLAG("--no-stream", C_GEN | C_CHAT,
-                                                                                          a->no_stream = 1)
+            a->special =
+                1) else FLAG("--bos", C_GEN | C_CHAT,
+                             a->add_bos =
+                                 1) else FLAG("--json-object", C_GEN | C_CHAT | C_BENCH,
+                                              if (s_set_format(
+                                                      a, PROTO_FORMAT_JSON_OBJECT,
+                                                      "")) return -1) else FLAG("--no-bos", C_GEN | C_CHAT,
+                                                                                a->add_bos =
+                                                                                    0) else FLAG("--no-stream",
+                                                                                                 C_GEN | C_CHAT,
+                                                                                                 a->no_stream = 1)
 #undef FLAG
             if (mask) {
             if (!(mask & a->cmd)) goto not_here;

@@ -48,8 +48,8 @@ int grammar_rules(const zg_grammar *g); /* rules after translation (tests, the b
 
 /* A vocabulary: bytes[i][lens[i]] is what token i adds to the text (empty for control tokens, which a grammar
  * never allows); eog[i] != 0 marks the end-of-generation ids. Copies what it needs. NULL with err. */
-zg_vocab *grammar_vocab_new(int n_vocab, const char *const *bytes, const size_t *lens, const uint8_t *eog,
-                            char *err, size_t errlen);
+zg_vocab *grammar_vocab_new(int n_vocab, const char *const *bytes, const size_t *lens, const uint8_t *eog, char *err,
+                            size_t errlen);
 struct zl_tokenizer;
 /* the vocabulary of a tokenizer (common/grammar_tok.c) */
 zg_vocab *grammar_vocab_from_tokenizer(const struct zl_tokenizer *t, char *err, size_t errlen);
@@ -63,7 +63,7 @@ int grammar_matcher_accept_bytes(zg_matcher *m, const char *bytes, size_t n);
 /* Advances by token id's bytes. An end-of-generation id is accepted when the grammar accepts (the matcher is then
  * finished). 0, or -1 when refused (unchanged). */
 int grammar_matcher_accept_token(zg_matcher *m, const zg_vocab *v, int32_t id);
-int grammar_matcher_accepting(const zg_matcher *m); /* 1: what came so far is a whole match */
+int grammar_matcher_accepting(const zg_matcher *m);    /* 1: what came so far is a whole match */
 int grammar_matcher_can_continue(const zg_matcher *m); /* 1: some continuation by more text is possible */
 /* Writes the allowed ids of the next token as bits (bit i of mask[i / 32]) over (vocab + 31) / 32 words: the
  * tokens whose bytes the grammar accepts next, and the end-of-generation ids when it accepts now. Returns the

@@ -57,8 +57,8 @@ void zg_buf_fmt(zg_buf *b, const char *fmt, ...) {
 }
 
 void zg_buf_cp(zg_buf *b, uint32_t cp) {
-    if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9') || cp == ' ' ||
-        cp == '_' || cp == ',' || cp == ':' || cp == '{' || cp == '}' || cp == '.' || cp == '+') {
+    if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9') || cp == ' ' || cp == '_' ||
+        cp == ',' || cp == ':' || cp == '{' || cp == '}' || cp == '.' || cp == '+') {
         char c = (char)cp;
         zg_buf_put(b, &c, 1);
     } else if (cp < 0x100) {
@@ -98,11 +98,11 @@ typedef struct {
 
 typedef struct {
     const char *src, *end;
-    char **names;   /* [n_rules] rule names (generated ones: base-N) */
-    s_vec *rules;   /* [n_rules] their elements; n == 0 until defined */
-    int *defined;   /* [n_rules] */
+    char **names; /* [n_rules] rule names (generated ones: base-N) */
+    s_vec *rules; /* [n_rules] their elements; n == 0 until defined */
+    int *defined; /* [n_rules] */
     int n_rules, cap_rules;
-    int total;      /* elements so far */
+    int total; /* elements so far */
     int depth;
     char *err;
     size_t errlen;
@@ -191,7 +191,10 @@ static int s_hex(const char *s, const char *end, int n, uint32_t *out) {
     if (end - s < n) return -1;
     for (int i = 0; i < n; i++) {
         char c = s[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (d < 0) return -1;
         v = v << 4 | (uint32_t)d;
     }
@@ -224,7 +227,15 @@ static const char *s_char(s_parser *p, const char *s, uint32_t *cp) {
         case 'n': *cp = '\n'; break;
         case 'r': *cp = '\r'; break;
         case 't': *cp = '\t'; break;
-        case '\\': case '"': case '[': case ']': case '-': case '\'': case '^': case '.': case '/': *cp = (uint32_t)c; break;
+        case '\\':
+        case '"':
+        case '[':
+        case ']':
+        case '-':
+        case '\'':
+        case '^':
+        case '.':
+        case '/': *cp = (uint32_t)c; break;
         default: s_fail(p, s - 1, "unknown escape"); return NULL;
         }
         return s;

@@ -72,11 +72,11 @@ int zg_regex_to_gbnf(const char *re, size_t len, const char *name, int json, zg_
 enum { ZJ_NULL, ZJ_FALSE, ZJ_TRUE, ZJ_NUMBER, ZJ_STRING, ZJ_ARRAY, ZJ_OBJECT };
 typedef struct zj_value {
     int type;
-    char *str;    /* ZJ_STRING: decoded UTF-8 (NUL-terminated; slen bytes, may hold NULs); ZJ_NUMBER: its text */
+    char *str; /* ZJ_STRING: decoded UTF-8 (NUL-terminated; slen bytes, may hold NULs); ZJ_NUMBER: its text */
     size_t slen;
-    double num;   /* ZJ_NUMBER */
+    double num;              /* ZJ_NUMBER */
     struct zj_value **items; /* ZJ_ARRAY items, ZJ_OBJECT values */
-    char **keys;  /* ZJ_OBJECT keys (NUL-terminated) */
+    char **keys;             /* ZJ_OBJECT keys (NUL-terminated) */
     int n;
 } zj_value;
 /* parses text[len] (one JSON value, strict RFC 8259, nesting up to ZG_MAX_DEPTH); NULL with err */

@@ -36,7 +36,10 @@ static int s_hex4(s_rd *r, uint32_t *v) {
     for (int i = 0; i < 4; i++) {
         if (r->s >= r->end) return -1;
         char c = *r->s++;
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (d < 0) return -1;
         *v = *v << 4 | (uint32_t)d;
     }
@@ -49,7 +52,8 @@ static void s_put_utf8(zg_buf *b, uint32_t cp) {
     if (cp < 0x80) t[0] = (char)cp, n = 1;
     else if (cp < 0x800) t[0] = (char)(0xC0 | cp >> 6), t[1] = (char)(0x80 | (cp & 0x3F)), n = 2;
     else if (cp < 0x10000)
-        t[0] = (char)(0xE0 | cp >> 12), t[1] = (char)(0x80 | (cp >> 6 & 0x3F)), t[2] = (char)(0x80 | (cp & 0x3F)), n = 3;
+        t[0] = (char)(0xE0 | cp >> 12), t[1] = (char)(0x80 | (cp >> 6 & 0x3F)), t[2] = (char)(0x80 | (cp & 0x3F)),
+        n = 3;
     else
         t[0] = (char)(0xF0 | cp >> 18), t[1] = (char)(0x80 | (cp >> 12 & 0x3F)), t[2] = (char)(0x80 | (cp >> 6 & 0x3F)),
         t[3] = (char)(0x80 | (cp & 0x3F)), n = 4;
@@ -83,7 +87,9 @@ static int s_string(s_rd *r, char **out, size_t *len) {
             char e = *r->s++;
             uint32_t cp;
             switch (e) {
-            case '"': case '\\': case '/': zg_buf_put(&b, &e, 1); break;
+            case '"':
+            case '\\':
+            case '/': zg_buf_put(&b, &e, 1); break;
             case 'b': zg_buf_put(&b, "\b", 1); break;
             case 'f': zg_buf_put(&b, "\f", 1); break;
             case 'n': zg_buf_put(&b, "\n", 1); break;

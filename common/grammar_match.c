@@ -23,8 +23,8 @@ typedef struct {
     int32_t hnext;  /* hash chain */
 } s_node;
 
-#define S_MAX_SETS (1 << 20)  /* stack sets one mask walk may intern */
-#define S_MAX_POOL (1 << 24)  /* stack ids they hold in all */
+#define S_MAX_SETS (1 << 20) /* stack sets one mask walk may intern */
+#define S_MAX_POOL (1 << 24) /* stack ids they hold in all */
 
 typedef struct {
     uint64_t hash;
@@ -39,11 +39,11 @@ struct zg_matcher {
     int nb;
     int32_t *set; /* the current stacks: set[0 .. n_set) */
     int n_set, cap_set;
-    uint32_t part;  /* code point bits gathered from an incomplete UTF-8 sequence */
-    int part_left;  /* continuation bytes it still needs (0: none pending) */
+    uint32_t part;     /* code point bits gathered from an incomplete UTF-8 sequence */
+    int part_left;     /* continuation bytes it still needs (0: none pending) */
     uint32_t part_min; /* smallest code point the sequence may encode (overlong check) */
-    int finished;   /* an end-of-generation id was accepted */
-    int32_t *scr;   /* scratch stack of stack sets for the walks */
+    int finished;      /* an end-of-generation id was accepted */
+    int32_t *scr;      /* scratch stack of stack sets for the walks */
     int n_scr, cap_scr;
     int oom;
     /* the mask walk's tables, emptied at its start: interned stack sets (contents in pool) and the memo of
@@ -131,7 +131,7 @@ static int s_scr_push(zg_matcher *m, int32_t v) {
     int i = m->n_scr - 1;
     for (; i >= 0 && m->scr[i] != INT32_MIN; i--)
         if (m->scr[i] == v) return 0; /* a set holds each stack once */
-    if (m->n_scr - i > S_MAX_SET) { /* a grammar this ambiguous is refused rather than matched slowly */
+    if (m->n_scr - i > S_MAX_SET) {   /* a grammar this ambiguous is refused rather than matched slowly */
         m->oom = 1;
         return -1;
     }
@@ -737,8 +737,8 @@ static int s_mask_walk(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
 
 /* ---- vocabulary ---- */
 
-zg_vocab *grammar_vocab_new(int n_vocab, const char *const *bytes, const size_t *lens, const uint8_t *eog,
-                            char *err, size_t errlen) {
+zg_vocab *grammar_vocab_new(int n_vocab, const char *const *bytes, const size_t *lens, const uint8_t *eog, char *err,
+                            size_t errlen) {
     zg_vocab *v = NULL;
     if (n_vocab <= 0 || n_vocab > (1 << 24) || !bytes || !lens || !eog) {
         snprintf(err, errlen, "grammar: bad vocabulary");

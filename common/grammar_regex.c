@@ -26,8 +26,12 @@ typedef struct {
 static void s_lit_out(s_re *r, uint32_t cp) {
     zg_buf *o = r->out;
     if (r->json && (cp < 0x20 || cp == '"' || cp == '\\' || cp == 0x7F)) {
-        const char *e = cp == '"' ? "\"\\x5C\\x22\"" : cp == '\\' ? "\"\\x5C\\x5C\"" : cp == '\n' ? "\"\\x5Cn\""
-                        : cp == '\t' ? "\"\\x5Ct\"" : cp == '\r' ? "\"\\x5Cr\"" : NULL;
+        const char *e = cp == '"'    ? "\"\\x5C\\x22\""
+                        : cp == '\\' ? "\"\\x5C\\x5C\""
+                        : cp == '\n' ? "\"\\x5Cn\""
+                        : cp == '\t' ? "\"\\x5Ct\""
+                        : cp == '\r' ? "\"\\x5Cr\""
+                                     : NULL;
         if (e) zg_buf_str(o, e);
         else zg_buf_fmt(o, "\"\\x5Cu00%02x\"", cp);
         return;
@@ -67,16 +71,22 @@ static void s_fail(s_re *r, const char *at, const char *msg) {
 }
 
 static int s_hexval(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* the class body (between the brackets, no ^) of a shorthand, or NULL */
 static const char *s_shorthand(char c, int *neg) {
     *neg = c == 'D' || c == 'W' || c == 'S';
     switch (c) {
-    case 'd': case 'D': return "0-9";
-    case 'w': case 'W': return "a-zA-Z0-9_";
-    case 's': case 'S': return " \\t\\n\\r\\x0B\\x0C";
+    case 'd':
+    case 'D': return "0-9";
+    case 'w':
+    case 'W': return "a-zA-Z0-9_";
+    case 's':
+    case 'S': return " \\t\\n\\r\\x0B\\x0C";
     default: return NULL;
     }
 }
@@ -120,7 +130,9 @@ static int s_escape(s_re *r, uint32_t *cp, const char **body, int *neg) {
     }
     default:
         if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
-            s_fail(r, at, "unsupported escape (back-references, \\b and letter escapes other than \\d\\w\\s\\n\\r\\t\\f\\v\\x\\u)");
+            s_fail(r, at,
+                   "unsupported escape (back-references, \\b and letter escapes other than "
+                   "\\d\\w\\s\\n\\r\\t\\f\\v\\x\\u)");
             return 0;
         }
         *cp = (uint32_t)(unsigned char)c;
@@ -281,7 +293,8 @@ static void s_quant(s_re *r) {
         const char *at = r->s++;
         long m = 0, n = -1;
         int digits = 0;
-        while (r->s < r->end && *r->s >= '0' && *r->s <= '9' && m <= ZG_MAX_REPEAT) m = m * 10 + (*r->s++ - '0'), digits++;
+        while (r->s < r->end && *r->s >= '0' && *r->s <= '9' && m <= ZG_MAX_REPEAT)
+            m = m * 10 + (*r->s++ - '0'), digits++;
         if (!digits) {
             s_fail(r, at, "bad {m,n}");
             return;
@@ -290,7 +303,8 @@ static void s_quant(s_re *r) {
             r->s++;
             if (r->s < r->end && *r->s >= '0' && *r->s <= '9') {
                 n = 0;
-                while (r->s < r->end && *r->s >= '0' && *r->s <= '9' && n <= ZG_MAX_REPEAT) n = n * 10 + (*r->s++ - '0');
+                while (r->s < r->end && *r->s >= '0' && *r->s <= '9' && n <= ZG_MAX_REPEAT)
+                    n = n * 10 + (*r->s++ - '0');
             }
         } else n = m;
         if (r->s >= r->end || *r->s != '}') {

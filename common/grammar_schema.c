@@ -41,13 +41,15 @@ static void s_rule_name(s_ctx *c, char *name, size_t cap) { snprintf(name, cap, 
 
 static void s_gen(s_ctx *c, const zj_value *s, char *name, size_t cap, int depth);
 
-static const char *const s_annotations[] = {"title", "description", "default", "examples", "$schema", "$id",
-                                            "$comment", "deprecated", "readOnly", "writeOnly", "$defs",
-                                            "definitions", "nullable", "name", "strict", NULL};
-static const char *const s_supported[] = {"type", "properties", "required", "additionalProperties", "items",
-                                          "prefixItems", "minItems", "maxItems", "enum", "const", "anyOf",
-                                          "oneOf", "allOf", "$ref", "format", "pattern", "minLength", "maxLength",
-                                          "uniqueItems", "minimum", NULL};
+static const char *const s_annotations[] = {
+    "title",    "description", "default", "examples",    "$schema",  "$id",  "$comment", "deprecated",
+    "readOnly", "writeOnly",   "$defs",   "definitions", "nullable", "name", "strict",   NULL};
+static const char *const s_supported[] = {"type",      "properties",  "required",    "additionalProperties",
+                                          "items",     "prefixItems", "minItems",    "maxItems",
+                                          "enum",      "const",       "anyOf",       "oneOf",
+                                          "allOf",     "$ref",        "format",      "pattern",
+                                          "minLength", "maxLength",   "uniqueItems", "minimum",
+                                          NULL};
 
 static int s_in(const char *k, const char *const *list) {
     for (int i = 0; list[i]; i++)
@@ -164,7 +166,8 @@ static void s_string(s_ctx *c, const zj_value *s, char *name, size_t cap) {
     }
     const char *body = NULL;
     if (fmt && fmt->type == ZJ_STRING) {
-        static const char date[] = "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])";
+        static const char date[] =
+            "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])";
         static const char time[] = "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "
                                    "(\"Z\" | [+\\x2D] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])";
         static char dt[512];
@@ -267,7 +270,7 @@ static void s_object(s_ctx *c, const zj_value *s, char *name, size_t cap, int de
         s_fail(c, "additionalProperties must be a boolean or a schema%s", NULL);
         return;
     }
-    char (*kv)[64] = calloc((size_t)np, sizeof *kv);
+    char(*kv)[64] = calloc((size_t)np, sizeof *kv);
     int *required = calloc((size_t)np, sizeof *required);
     if (!kv || !required) {
         free(kv);
@@ -526,12 +529,15 @@ int zg_schema_to_gbnf(const char *text, size_t len, int any_object, zg_buf *out,
         if (c.used & S_STRING) zg_buf_str(out, "string ::= \"\\\"\" char{0,} \"\\\"\"\n");
         if (c.used & S_INTEGER) zg_buf_str(out, "integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n");
         if (c.used & S_NUMBER)
-            zg_buf_str(out, "number ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15}) (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,3})?\n");
+            zg_buf_str(out,
+                       "number ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15}) (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,3})?\n");
         if (c.used & S_BOOL) zg_buf_str(out, "boolean ::= \"true\" | \"false\"\n");
         if (c.used & S_NULL) zg_buf_str(out, "null ::= \"null\"\n");
         if (c.used & S_VALUE) {
             zg_buf_str(out, "value ::= object | array | string | number | boolean | null\n");
-            zg_buf_str(out, "object ::= \"{\" ws (string ws \":\" ws value ws (\",\" ws string ws \":\" ws value ws)*)? \"}\"\n");
+            zg_buf_str(
+                out,
+                "object ::= \"{\" ws (string ws \":\" ws value ws (\",\" ws string ws \":\" ws value ws)*)? \"}\"\n");
             zg_buf_str(out, "array ::= \"[\" ws (value ws (\",\" ws value ws)*)? \"]\"\n");
         }
     }

@@ -520,8 +520,9 @@ static int d_format(dec *d, proto_format *f) {
     for (uint32_t j = 0; j < nk; j++) {
         proto_str k;
         if (d_key(d, &k)) return -1;
-        if (key_is(k, "type")) { if (d_str(d, "response_format.type", &type, 1, 32, 1)) return -1; }
-        else if (key_is(k, "text")) {
+        if (key_is(k, "type")) {
+            if (d_str(d, "response_format.type", &type, 1, 32, 1)) return -1;
+        } else if (key_is(k, "text")) {
             if (d_str(d, "response_format.text", &f->text, 0, PROTO_FORMAT_MAX_LEN, 1)) return -1;
         } else if (d_skip(d)) return -1;
     }
@@ -529,7 +530,8 @@ static int d_format(dec *d, proto_format *f) {
     for (int i = 1; i <= PROTO_FORMAT_GRAMMAR; i++)
         if (type.p && key_is(type, s_format_names[i])) f->kind = i;
     if (f->kind == PROTO_FORMAT_NONE) FAIL("response_format.type: expected json_schema, json_object, regex or grammar");
-    if (f->kind != PROTO_FORMAT_JSON_OBJECT && !f->text.p) FAIL("response_format: %s needs text", s_format_names[f->kind]);
+    if (f->kind != PROTO_FORMAT_JSON_OBJECT && !f->text.p)
+        FAIL("response_format: %s needs text", s_format_names[f->kind]);
     return 0;
 }
 
@@ -1144,14 +1146,16 @@ static void w_sampling(proto_buf *b, const proto_sampling *s, int with_seed) {
 static void w_format(proto_buf *b, const proto_format *f) {
     w_key(b, "response_format");
     w_map(b, 2);
-    w_key(b, "type"); w_str(b, proto_cstr(proto_format_name(f->kind)));
-    w_key(b, "text"); w_str(b, f->text.p ? f->text : proto_cstr(""));
+    w_key(b, "type");
+    w_str(b, proto_cstr(proto_format_name(f->kind)));
+    w_key(b, "text");
+    w_str(b, f->text.p ? f->text : proto_cstr(""));
 }
 
 int proto_encode_generate(proto_buf *b, const proto_generate *g) {
     uint32_t n = 1 + 1 + SAMPLING_FIELDS + (g->sampling.has_seed ? 1 : 0) + 1 /*max_tokens*/ + 1 /*stream*/ +
-                 1 /*deadline*/ + 1 /*special*/ + (g->model.p ? 1 : 0) + (g->n_stop ? 1 : 0) +
-                 (g->n_stop_ids ? 1 : 0) + (g->add_bos >= 0 ? 1 : 0) + (g->format.kind ? 1 : 0);
+                 1 /*deadline*/ + 1 /*special*/ + (g->model.p ? 1 : 0) + (g->n_stop ? 1 : 0) + (g->n_stop_ids ? 1 : 0) +
+                 (g->add_bos >= 0 ? 1 : 0) + (g->format.kind ? 1 : 0);
     w_head(b, n, "generate");
     w_key(b, "id"); w_str(b, g->id);
     if (g->model.p) { w_key(b, "model"); w_str(b, g->model); }

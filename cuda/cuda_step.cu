@@ -34,7 +34,9 @@ static void s_stage_sampling(cu_engine *E, int k, const zl_seq *s) {
     int32_t *hl = (int32_t *)(E->h_in + E->in.hist_len) + k;
     int32_t *mo = (int32_t *)(E->h_in + E->in.mask_on) + k;
     *mo = s && s->mask && s->sample;
-    if (*mo) memcpy((uint32_t *)(E->h_in + E->in.mask) + (size_t)k * E->in.mask_words, s->mask, (size_t)E->in.mask_words * 4);
+    if (*mo)
+        memcpy((uint32_t *)(E->h_in + E->in.mask) + (size_t)k * E->in.mask_words, s->mask,
+               (size_t)E->in.mask_words * 4);
     *par = s && s->samp ? *s->samp : sampler_defaults();
     if (par->repeat_last_n > CU_HIST) par->repeat_last_n = CU_HIST;   /* documented cap of the staged history */
     *rng = s && s->rng ? *s->rng : 0;
@@ -321,12 +323,14 @@ void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab) {
     in->params = o;   o = s_align(o + (size_t)max_batch * sizeof(zl_sampling));
     in->perm = o;     o = s_align(o + (size_t)max_tok * 4);
     in->hptr = o;     o = s_align(o + 2 * sizeof(unsigned long long));
-    in->mask_on = o;  o = s_align(o + (size_t)max_batch * 4);
+    in->mask_on = o;
+    o = s_align(o + (size_t)max_batch * 4);
     in->core_end = o;
     in->hist = o;     o = s_align(o + (size_t)max_batch * CU_HIST * 4);
     in->hist_end = o;
     in->mask_words = sample_mask_words(vocab);
-    in->mask = o;     o = s_align(o + (size_t)max_batch * in->mask_words * 4);
+    in->mask = o;
+    o = s_align(o + (size_t)max_batch * in->mask_words * 4);
     in->total = o;
 }
 

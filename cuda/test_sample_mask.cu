@@ -20,8 +20,14 @@
 #include "sampler_mask.h"
 #include "test.h"
 
-#define CUDA_OK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
-    fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
+#define CUDA_OK(call)                                                                                                  \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                     \
+            exit(2);                                                                                                   \
+        }                                                                                                              \
+    } while (0)
 
 static uint64_t s_rng = 0x5EED;
 static uint64_t rnd_u64(void) {
@@ -37,7 +43,10 @@ static void rnd_mask(uint32_t *m, int vocab, int shape) {
     const int words = sample_mask_words(vocab);
     for (int w = 0; w < words; w++) {
         uint32_t x = (uint32_t)rnd_u64();
-        m[w] = shape == 0 ? x : shape == 1 ? x & (uint32_t)rnd_u64() & (uint32_t)rnd_u64() : shape == 2 ? 0xFFFFFFFFu : 0;
+        m[w] = shape == 0   ? x
+               : shape == 1 ? x & (uint32_t)rnd_u64() & (uint32_t)rnd_u64()
+               : shape == 2 ? 0xFFFFFFFFu
+                            : 0;
     }
     if (shape == 3 || shape == 1) {
         const int id = (int)(rnd_u64() % (uint64_t)vocab);

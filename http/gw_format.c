@@ -20,7 +20,8 @@ static int s_bad(gw_error *e, const char *param, const char *msg) {
 
 /* the schema value as compact JSON text, owned by r */
 static int s_schema(gw_request *r, json_t *schema, const char *param, gw_error *e) {
-    if (!json_is_object(schema) && !json_is_boolean(schema)) return s_bad(e, param, "the JSON schema must be an object");
+    if (!json_is_object(schema) && !json_is_boolean(schema))
+        return s_bad(e, param, "the JSON schema must be an object");
     r->format_text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!r->format_text) return gw_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
     if (strlen(r->format_text) > PROTO_FORMAT_MAX_LEN) return s_bad(e, param, "the JSON schema is too long");

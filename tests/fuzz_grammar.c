@@ -24,8 +24,8 @@ static zg_vocab *s_vocab(void) {
     const char *bytes[S_NV];
     size_t lens[S_NV];
     uint8_t eog[S_NV] = {0};
-    static const char *multi[] = {"{\"", "\":", "\", \"", "true", "null", "12", "\xc3\xa9", "\xe4\xb8", "\xad",
-                                  " [", "]}", "ab", "\\u00", "-0.5e"};
+    static const char *multi[] = {"{\"",      "\":",  "\", \"", "true", "null", "12",    "\xc3\xa9",
+                                  "\xe4\xb8", "\xad", " [",     "]}",   "ab",   "\\u00", "-0.5e"};
     for (int i = 0; i < 256; i++) {
         one[i] = (char)i;
         bytes[i] = one + i;
@@ -83,7 +83,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 static const char *const s_seed_text[] = {
-    "\x00{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":3},\"b\":{\"enum\":[1,\"x\",null]}},"
+    "\x00{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":3},\"b\":{\"enum\":[1,\"x\","
+    "null]}},"
     "\"required\":[\"a\"],\"additionalProperties\":false}",
     "\x00{\"$defs\":{\"n\":{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},"
     "\"maxItems\":2}]}},\"$ref\":\"#/$defs/n\"}",

@@ -83,7 +83,8 @@ static void test_schema(void) {
                     "\"maxItems\":2},\"ok\":{\"type\":[\"boolean\",\"null\"]}},\"required\":[\"name\",\"ok\"],"
                     "\"additionalProperties\":false}";
     CHECK(s_match(ZG_JSON_SCHEMA, s, "{\"name\":\"bob\",\"ok\":true}") == 1, "required only");
-    CHECK(s_match(ZG_JSON_SCHEMA, s, "{ \"name\": \"bob\", \"age\": -12, \"tags\": [\"a\", \"b\"], \"ok\": null }") == 1,
+    CHECK(s_match(ZG_JSON_SCHEMA, s, "{ \"name\": \"bob\", \"age\": -12, \"tags\": [\"a\", \"b\"], \"ok\": null }") ==
+              1,
           "all with spaces");
     CHECK(s_match(ZG_JSON_SCHEMA, s, "{\"name\":\"bob\"}") == -1, "missing required refused");
     CHECK(s_match(ZG_JSON_SCHEMA, s, "{\"age\":1,\"name\":\"x\",\"ok\":true}") == -1, "order is the schema's");
@@ -103,7 +104,8 @@ static void test_schema(void) {
     CHECK(s_match(ZG_JSON_OBJECT, "", "{\"a\": [1, 2.5e3, {\"b\": null}], \"c\": \"d\"}") == 1, "json_object");
     CHECK(s_match(ZG_JSON_OBJECT, "", "[1]") == -1, "json_object refuses an array");
     s_refused(ZG_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":3}", "minimum");
-    s_refused(ZG_JSON_SCHEMA, "{\"type\":\"object\",\"patternProperties\":{}}", "unsupported keyword 'patternProperties'");
+    s_refused(ZG_JSON_SCHEMA, "{\"type\":\"object\",\"patternProperties\":{}}",
+              "unsupported keyword 'patternProperties'");
     s_refused(ZG_JSON_SCHEMA, "{\"type\":\"objekt\"}", "unknown type");
     s_refused(ZG_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{}, \"required\":[\"a\"]}", "not in properties");
     s_refused(ZG_JSON_SCHEMA, "{\"enum\":[]}", "unsatisfiable");

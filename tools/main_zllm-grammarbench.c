@@ -52,7 +52,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (argv[i][0] != '-' && !text) text = argv[i];
         else {
-            fprintf(stderr, "usage: zllm-grammarbench -m MODEL.gguf [--kind K] [--walks N] [--steps N] [TEXT | -f FILE]\n");
+            fprintf(stderr,
+                    "usage: zllm-grammarbench -m MODEL.gguf [--kind K] [--walks N] [--steps N] [TEXT | -f FILE]\n");
             return 2;
         }
     }

@@ -286,7 +286,8 @@ static uint8_t *s_eog_map(s_worker *w) {
     if (t) {
         for (int i = 0; i < vocab; i++) n += eog[i] = tokenizer_is_eog(t, i) ? 1 : 0;
         if (tokenizer_n_vocab(t) == vocab) w->gvocab = grammar_vocab_from_tokenizer(t, err, sizeof err);
-        if (!w->gvocab) s_log(w, "no structured output: %s", tokenizer_n_vocab(t) == vocab ? err : "vocabulary size differs");
+        if (!w->gvocab)
+            s_log(w, "no structured output: %s", tokenizer_n_vocab(t) == vocab ? err : "vocabulary size differs");
         tokenizer_destroy(&t);
     } else {
         s_log(w, "no tokenizer (%s): end-of-generation ids from metadata only", err);
