@@ -353,9 +353,8 @@ proto_str proto_cstr(const char *s);                 /* {s, strlen(s)}; {NULL,0}
 int proto_str_eq(proto_str a, const char *s);        /* 1 when a equals the C string s */
 /* copies s into dst[cap] NUL-terminated (truncating), returns dst */
 char *proto_str_copy(proto_str s, char *dst, size_t cap);
-const char *proto_type_name(proto_type t);
-const char *proto_format_name(int kind);
-    /* "json_schema", ... ; "" for NONE */           /* "generate", ... ; "?" when out of range */
+const char *proto_type_name(proto_type t);           /* "generate", ... ; "?" when out of range */
+const char *proto_format_name(int kind);             /* "json_schema", ... ; "" for NONE */
 const char *proto_finish_name(proto_finish f);       /* "stop", ... ; "" for NONE */
 const char *proto_code_name(proto_code c);           /* "bad_request", ... ; "" for NONE */
 proto_code proto_code_parse(proto_str s);            /* NONE for "", PROTO_CODE_OTHER when unknown */
