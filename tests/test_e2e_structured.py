@@ -173,6 +173,50 @@ def run_all(c, jobs, max_tokens, timeout):
     return out
 
 
+def http_checks(ck, cl):
+    import http.client
+    gw = subprocess.Popen([os.path.join(BIN, "zllm-http"), "--broker", cl.clients_ep, "--listen", "127.0.0.1:0"],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = gw.stdout.readline()
+        if not ck.ok(line.startswith("listening http://"), "zllm-http started: %r" % line):
+            return
+        port = int(line.strip().rsplit(":", 1)[1])
+
+        def post(body):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+            c.request("POST", "/v1/chat/completions", body=json.dumps(body),
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            c.close()
+            try:
+                return r.status, json.loads(data)
+            except ValueError:
+                return r.status, None
+        schema = HAND[0]
+        base = {"model": "smollm2", "messages": MSGS, "max_tokens": 64, "temperature": 0}
+        st, b = post(dict(base, response_format={"type": "json_schema", "json_schema": {
+            "name": "person", "schema": schema, "strict": True}}))
+        try:
+            text = b["choices"][0]["message"]["content"]
+            jsonschema.validate(json.loads(text), schema)
+            ok = st == 200
+        except Exception as e:
+            ok, text = False, "%s: %s" % (e, b)
+        ck.ok(ok, "HTTP response_format json_schema: %d %r" % (st, text))
+        st, b = post(dict(base, grammar="root ::= (\"yes\" | \"no\") \".\"\n"))
+        text = (b or {}).get("choices", [{}])[0].get("message", {}).get("content") if st == 200 else b
+        ck.ok(st == 200 and text in ("yes.", "no."), "HTTP grammar field: %d %r" % (st, text))
+        st, b = post(dict(base, response_format={"type": "json_schema", "json_schema": {
+            "name": "bad", "schema": {"type": "string", "minLength": 5, "maxLength": 2}}}))
+        msg = ((b or {}).get("error") or {}).get("message", "")
+        ck.ok(st == 400 and "maxLength" in msg, "HTTP unsatisfiable schema: %d %r" % (st, msg))
+    finally:
+        gw.terminate()
+        gw.wait(timeout=10)
+
+
 def main():
     watchdog(900)
     ck = Checks("e2e_structured")
@@ -271,6 +315,11 @@ def main():
                            capture_output=True, text=True, timeout=60)
         ck.ok(p.returncode == 1 and "not defined" in p.stderr, "zllm generate with a bad grammar: rc %d %s" % (
             p.returncode, p.stderr.strip()[-200:]))
+        # the HTTP gateway: OpenAI's response_format and llama-server's grammar field
+        if os.path.exists(os.path.join(BIN, "zllm-http")):
+            http_checks(ck, cl)
+        else:
+            print("no zllm-http here (libmicrohttpd or jansson missing): gateway checks skipped")
         # a max_tokens cut: finish length, the document left incomplete
         long = {"type": "array", "items": {"type": "string", "maxLength": 20}, "minItems": 5, "maxItems": 5}
         res = run_all(c, [("cut", {"type": "json_schema", "schema": long})], 4, 60)
