@@ -81,6 +81,7 @@ void grammar_unref(zg_grammar **pg) {
         free(g->mc[i].mask);
     }
     free(g->mc);
+    pthread_mutex_destroy(&g->mc_lock);
     free(g->el);
     free(g->rule_start);
     free(g);

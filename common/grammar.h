@@ -65,7 +65,8 @@ int grammar_matcher_accept_bytes(zg_matcher *m, const char *bytes, size_t n);
 int grammar_matcher_accept_token(zg_matcher *m, const zg_vocab *v, int32_t id);
 int grammar_matcher_accepting(const zg_matcher *m);    /* 1: what came so far is a whole match */
 int grammar_matcher_can_continue(const zg_matcher *m); /* 1: some continuation by more text is possible */
-/* Writes the allowed ids of the next token as bits (bit i of mask[i / 32]) over (vocab + 31) / 32 words: the
+/* Writes the allowed ids of the next token (matchers may mask on several threads at once, one thread per
+ * matcher: what they share is locked) as bits (bit i of mask[i / 32]) over (vocab + 31) / 32 words: the
  * tokens whose bytes the grammar accepts next, and the end-of-generation ids when it accepts now. Returns the
  * number of allowed ids (0 only for a matcher that cannot go on and does not accept: never after a successful
  * accept, since every allowed token leaves an accepting or continuable state). */

@@ -547,6 +547,7 @@ static zg_grammar *s_finish(s_parser *p) {
     if (!g) goto oom;
     g->refs = 1;
     g->kind = ZG_GBNF;
+    pthread_mutex_init(&g->mc_lock, NULL);
     g->n_rules = p->n_rules;
     g->root = root;
     g->rule_start = malloc((size_t)p->n_rules * sizeof *g->rule_start);

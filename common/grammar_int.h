@@ -6,6 +6,7 @@
  * ZG_CHAR_ALT (+ ZG_RNG_UPPER) per further range; ZG_CHAR_ANY is any code point. This is llama.cpp's layout. */
 #ifndef ZLLM_GRAMMAR_INT_H
 #define ZLLM_GRAMMAR_INT_H
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "grammar.h"
@@ -22,7 +23,7 @@ typedef struct {
     uint32_t val;  /* rule id (ZG_REF) or code point */
 } zg_elem;
 
-#define ZG_MASK_CACHE 256 /* masks a grammar remembers by parse state (direct-mapped by hash) */
+#define ZG_MASK_CACHE 1024 /* masks a grammar remembers by parse state (direct-mapped by hash) */
 
 /* one remembered mask: the parse state it belongs to (the matcher's key) and the mask */
 typedef struct {
@@ -35,9 +36,11 @@ typedef struct {
 
 struct zg_grammar {
     int refs;
-    /* masks by parse state, shared by every matcher of this grammar (the processes that mask are single
-     * threaded): sequences under one schema pass through the same states (a string at its k-th character, after
-     * a key), and their masks are then a copy. Valid for one vocabulary (mc_vocab); NULL until the first mask */
+    /* masks by parse state, shared by every matcher of this grammar (matchers of one grammar may mask on several
+     * threads at once: mc_lock guards these fields): sequences under one schema pass through the same states (a
+     * string at its k-th character, after a key), and their masks are then a copy. Valid for one vocabulary
+     * (mc_vocab); NULL until the first mask */
+    pthread_mutex_t mc_lock;
     zg_mask_entry *mc;
     const void *mc_vocab;
     uint64_t mc_hits, mc_misses;

@@ -647,6 +647,9 @@ int grammar_matcher_mask(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
         return 0;
     }
     zg_grammar *g = m->g;
+    int klen = s_state_key(m); /* the key lives in m->scr[0 .. klen) until the walk */
+    uint64_t h = klen > 0 ? s_key_hash(m->scr, klen) : 0;
+    pthread_mutex_lock(&g->mc_lock);
     if (g->mc_vocab != v && g->mc) { /* another vocabulary: forget the masks */
         for (int i = 0; i < ZG_MASK_CACHE; i++) {
             free(g->mc[i].key);
@@ -656,37 +659,42 @@ int grammar_matcher_mask(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
     }
     if (!g->mc) g->mc = calloc(ZG_MASK_CACHE, sizeof *g->mc);
     g->mc_vocab = v;
-    int klen = g->mc ? s_state_key(m) : -1;
-    zg_mask_entry *e = NULL;
-    uint64_t h = 0;
-    if (klen > 0) {
-        h = s_key_hash(m->scr, klen);
-        e = &g->mc[h % ZG_MASK_CACHE];
+    if (g->mc && klen > 0) {
+        const zg_mask_entry *e = &g->mc[h % ZG_MASK_CACHE];
         if (e->mask && e->hash == h && e->klen == klen && memcmp(e->key, m->scr, (size_t)klen * sizeof *m->scr) == 0) {
             memcpy(mask, e->mask, words * sizeof *mask);
+            int count = e->count;
             g->mc_hits++;
+            pthread_mutex_unlock(&g->mc_lock);
             m->n_scr = 0;
-            return e->count;
+            return count;
         }
     }
     g->mc_misses++;
+    pthread_mutex_unlock(&g->mc_lock);
     int32_t *key = NULL;
-    if (e) {
+    if (klen > 0) {
         key = malloc((size_t)klen * sizeof *key);
         if (key) memcpy(key, m->scr, (size_t)klen * sizeof *key);
     }
     m->n_scr = 0;
     m->oom = 0;
     int count = s_mask_walk(m, v, mask);
-    if (e && key) {
-        uint32_t *copy = e->mask ? e->mask : malloc(words * sizeof *copy);
-        if (copy) {
-            memcpy(copy, mask, words * sizeof *copy);
+    uint32_t *copy = key ? malloc(words * sizeof *copy) : NULL;
+    if (copy) {
+        memcpy(copy, mask, words * sizeof *copy);
+        pthread_mutex_lock(&g->mc_lock);
+        if (g->mc && g->mc_vocab == v) {
+            zg_mask_entry *e = &g->mc[h % ZG_MASK_CACHE];
             free(e->key);
+            free(e->mask);
             *e = (zg_mask_entry){h, key, klen, copy, count};
             key = NULL;
+            copy = NULL;
         }
+        pthread_mutex_unlock(&g->mc_lock);
     }
+    free(copy);
     free(key);
     return count;
 }

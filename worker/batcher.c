@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "batcher.h"
+#include "cpu_pool.h"
 
 typedef struct {
     int active;                    /* 1 while the record is used: a running sequence, or a cancelled one whose
@@ -112,6 +113,8 @@ struct wk_batcher {
     uint64_t pending_dropped;      /* acknowledgements lost to a full pending queue */
     const zg_vocab *gvocab;        /* borrowed: the vocabulary of grammar masks (batcher_set_vocab), or NULL */
     int mask_words;                /* (vocab + 31) / 32 */
+    cpu_pool *mask_pool;           /* threads computing a step's masks (batcher_set_mask_threads), or NULL */
+    int *mask_list;                /* [max_batch] entries of the step being built that need their mask */
 };
 
 wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, size_t errlen) {
@@ -133,12 +136,13 @@ wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, 
     b->pending_cap = 2 * e->n_slots + 64;
     b->prefill_cap = e->max_step_tokens;
     b->mask_words = (vocab + 31) / 32;
+    b->mask_list = malloc((size_t)e->max_batch * sizeof *b->mask_list);
     b->eog = malloc((size_t)vocab);
     b->recs = calloc((size_t)b->n_rec, sizeof *b->recs);
     b->tok_buf = malloc((size_t)b->n_rec * (size_t)b->n_ctx * sizeof(int32_t));
     b->kv_rec = malloc((size_t)b->n_slots * sizeof *b->kv_rec);
     b->pending = calloc((size_t)b->pending_cap, sizeof *b->pending);
-    if (!b->eog || !b->recs || !b->tok_buf || !b->kv_rec || !b->pending) goto oom;
+    if (!b->eog || !b->recs || !b->tok_buf || !b->kv_rec || !b->pending || !b->mask_list) goto oom;
     for (int l = 0; l < WK_MAX_LANES; l++) {
         s_lane *L = &b->lane[l];
         L->seqs = calloc((size_t)e->max_batch, sizeof *L->seqs);
@@ -170,6 +174,8 @@ void batcher_destroy(wk_batcher **pb) {
         free(b->recs[i].mask);
     }
     free(b->recs);
+    free(b->mask_list);
+    cpu_pool_destroy(&b->mask_pool);
     free(b->tok_buf);
     free(b->kv_rec);
     free(b->pending);
@@ -241,6 +247,13 @@ static int s_find(const wk_batcher *b, uint64_t rid) {
 
 void batcher_set_vocab(wk_batcher *b, const zg_vocab *v) {
     b->gvocab = v && grammar_vocab_size(v) == b->vocab ? v : NULL;
+}
+
+int batcher_set_mask_threads(wk_batcher *b, int n, char *err, size_t errlen) {
+    cpu_pool_destroy(&b->mask_pool);
+    if (n <= 1) return 0;
+    b->mask_pool = cpu_pool_new(n, err, errlen);
+    return b->mask_pool ? 0 : -1;
 }
 
 /* frees record i and its KV slot (never while a step of it is in flight) */
@@ -467,11 +480,9 @@ static int s_entry(wk_batcher *b, s_lane *L, int i, int n, int budget) {
     q->n_history = at + chunk;
     q->rng = &s->rng;
     q->feed = 0;
-    q->mask = NULL;
-    if (q->sample && s->gm) { /* the matcher is current: a grammar sequence has no sampling entry in flight */
-        grammar_matcher_mask(s->gm, b->gvocab, s->mask);
-        q->mask = s->mask;
-    }
+    /* the mask is computed when the step is built (s_masks); the matcher is current then: a grammar sequence has no
+     * sampling entry in flight */
+    q->mask = q->sample && s->gm ? s->mask : NULL;
     L->seq_rec[n] = i;
     return chunk;
 }
@@ -502,6 +513,31 @@ static int s_can_feed(const wk_batcher *b, int i) {
     const int pen = s->samp.repeat_penalty != 1.0f && s->samp.repeat_last_n > 0;
     return s->active && s->live && s->kv >= 0 && s->inflight == 1 && s->last_sampled && !pen && !s->gm &&
            s->n_gen_sched < s->max_tokens && s->n_sched + 1 < b->n_ctx;
+}
+
+typedef struct {
+    wk_batcher *b;
+    s_lane *L;
+    int n;
+} s_mask_job;
+
+/* thread ith of nth: every nth entry of the mask list */
+static void s_mask_run(void *ctx, int ith, int nth) {
+    const s_mask_job *j = ctx;
+    for (int k = ith; k < j->n; k += nth) {
+        const int e = j->b->mask_list[k];
+        grammar_matcher_mask(j->b->recs[j->L->seq_rec[e]].gm, j->b->gvocab, (uint32_t *)j->L->seqs[e].mask);
+    }
+}
+
+/* computes the masks of L's entries [n0, n) that have one (one matcher per sequence, so on several threads) */
+static void s_masks(wk_batcher *b, s_lane *L, int n0, int n) {
+    int cnt = 0;
+    for (int j = n0; j < n; j++)
+        if (L->seqs[j].mask) b->mask_list[cnt++] = j;
+    s_mask_job job = {b, L, cnt};
+    if (cnt > 1 && b->mask_pool) cpu_pool_run(b->mask_pool, s_mask_run, &job);
+    else if (cnt > 0) s_mask_run(&job, 0, 1);
 }
 
 /* builds the next step of lane l's records into L's seqs after its first n0 entries, within budget tokens;
@@ -535,6 +571,7 @@ static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int
         budget -= s_entry(b, L, best, n++, budget);
     }
     *prefill = n > n_decode ? budget0 - budget : 0;
+    s_masks(b, L, n0, n);
     return n;
 }
 

@@ -87,6 +87,9 @@ int batcher_in_flight(const wk_batcher *b);   /* lanes with a step submitted and
  * grammar gets its mask computed on the CPU when its sampling entry is built and is never fed (each mask needs
  * the previous token). */
 void batcher_set_vocab(wk_batcher *b, const zg_vocab *v);
+/* Computes each step's masks on n threads (the caller's included; <= 1: on the caller's only). 0, or -1 with err
+ * when a thread cannot start (the masks then stay on the caller's thread). */
+int batcher_set_mask_threads(wk_batcher *b, int n, char *err, size_t errlen);
 
 /* Admits r. Returns 0 when admitted; 1 when r.rid is already running (the duplicate is ignored and counted); -1
  * when r is invalid or there is no free slot: a fin=4 event is queued for r.rid and err says why. A slot freed

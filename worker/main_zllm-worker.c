@@ -72,6 +72,7 @@ typedef struct {
     const char *group;             /* pipeline shm group name (--group) */
     int lanes;                     /* --lanes: steps in flight (batcher.h); 0: what the engine asks for */
     int ahead;                     /* --ahead: 1 / 0 queue steps ahead on / off; -1: as the engine says */
+    int mask_threads;              /* --mask-threads: threads computing structured output's masks; 0: default */
     const char *curve_server_key;  /* --curve-server-key: file with the broker's Z85 public key, or NULL */
     const char *curve_key;         /* --curve-key: file with this worker's Z85 secret key, or NULL */
     char curve_srv[41], curve_pub[41], curve_sec[41]; /* the keys in Z85 (read at startup; pub derived) */
@@ -157,6 +158,8 @@ static void s_usage(FILE *f) {
             "                       engine's, 2 for a pipeline leader so that every stage stays busy; 1 disables)\n"
             "  --ahead 0|1          queue each step before waiting for the one in flight: off / on (default: on\n"
             "                       where the engine's steps run asynchronously, i.e. CUDA; one lane only)\n"
+            "  --mask-threads N     threads computing structured output's token masks, 1..256 (default: the\n"
+            "                       cores, at most 8)\n"
             "  --curve-server-key FILE  CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
             "  --curve-key FILE     CURVE: this worker's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
             "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n"
@@ -215,6 +218,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
         else if (!strcmp(a, "--group")) o->group = v;
         else if (!strcmp(a, "--lanes")) bad = s_int(v, 1, WK_MAX_LANES, &o->lanes);
         else if (!strcmp(a, "--ahead")) bad = s_int(v, 0, 1, &o->ahead);
+        else if (!strcmp(a, "--mask-threads")) bad = s_int(v, 1, 256, &o->mask_threads);
         else if (!strcmp(a, "--curve-server-key")) o->curve_server_key = v;
         else if (!strcmp(a, "--curve-key")) o->curve_key = v;
         else {
@@ -626,6 +630,11 @@ int main(int argc, char **argv) {
     w.grammars = grammar_cache_new(64);
     if (!w.grammars) goto oom;
     batcher_set_vocab(w.batcher, w.gvocab);
+    if (w.gvocab) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int mt = w.o.mask_threads ? w.o.mask_threads : cores > 8 ? 8 : cores > 1 ? (int)cores : 1;
+        if (batcher_set_mask_threads(w.batcher, mt, err, sizeof err) != 0) s_log(&w, "mask threads: %s", err);
+    }
     batcher_set_prefill_cap(w.batcher, 16);   /* until the first steps have measured the device's speed */
     if (w.o.lanes && batcher_set_lanes(w.batcher, w.o.lanes) != w.o.lanes)
         s_log(&w, "--lanes %d: the %s engine keeps at most %d steps in flight: %d lanes", w.o.lanes, w.engine->device,
