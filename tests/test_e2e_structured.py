@@ -271,8 +271,8 @@ def main():
                 good += 1
             else:
                 ck.ok(False, "schema %d %s: finish %s, %r: %s" % (i, json.dumps(s)[:200], m.get("finish"), text[:300], why))
-        ck.ok(good == len(schemas), "%d of %d schema outputs parse, validate and stop (%d tokens in %.1f s)" % (
-            good, len(schemas), toks, dt))
+        print("%d of %d schema outputs parse, validate and stop (%d tokens in %.1f s)" % (good, len(schemas), toks, dt))
+        ck.ok(good == len(schemas), "every schema output parses, validates and stops")
         for i in (0, 1, 180, 184, 189):
             print("schema %d -> %r" % (i, res.get(i, {}).get("text")))
         # regexes, grammars, json_object

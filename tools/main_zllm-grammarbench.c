@@ -13,6 +13,7 @@
 #include "grammar.h"
 #include "slurp.h"
 #include "tokenizer.h"
+#include "version.h"
 
 static const char s_default[] =
     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"format\":\"uuid\"},\"name\":{\"type\":"
@@ -41,11 +42,33 @@ static uint32_t s_rand(void) {
     return (uint32_t)(s_rng >> 16);
 }
 
+static void s_usage(FILE *f) {
+    fprintf(f,
+            "usage: zllm-grammarbench -m MODEL.gguf [--kind K] [--walks N] [--steps N] [TEXT | -f FILE]\n"
+            "  the grammar engine's costs: compiling (cold and cached) and the token mask per step along random\n"
+            "  walks over the model's vocabulary (docs/structured-output.md)\n"
+            "  -m MODEL.gguf     the model whose vocabulary the masks cover (required)\n"
+            "  --kind K          json_schema (default), json_object, regex or grammar\n"
+            "  --walks N         random walks (default 4)\n"
+            "  --steps N         most tokens per walk (default 64)\n"
+            "  -f FILE           the schema, regex or grammar text from FILE (default: TEXT, else a built-in\n"
+            "                    1 KB schema)\n"
+            "  -h, --help        this text;  --version  print the version\n"
+            "Environment: none read.\n"
+            "Exit status 1 on any error, 2 on a usage error.\n");
+}
+
 int main(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *text = NULL;
     int kind = ZG_JSON_SCHEMA, walks = 4, steps = 64, rc = 1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            s_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--version")) {
+            printf("zllm-grammarbench %s\n", ZLLM_VERSION);
+            return 0;
+        } else if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "-f") && i + 1 < argc) file = argv[++i];
         else if (!strcmp(argv[i], "--kind") && i + 1 < argc) kind = grammar_kind_parse(argv[++i]);
         else if (!strcmp(argv[i], "--walks") && i + 1 < argc) walks = atoi(argv[++i]);
