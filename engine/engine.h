@@ -35,8 +35,9 @@ typedef struct {
                                 * otherwise the step fails with nothing started. 0: tokens as given */
     const uint32_t *mask;    /* structured output: the ids sampling may pick, as bits (bit i of mask[i / 32]) over
                                 * the vocabulary, applied to the logits before the sampler (sampler_mask.h); NULL:
-                                * every id. Read only with sample set; out_logits stay unmasked. An engine that
-                                * cannot apply it refuses the step */
+                                * every id. Read only with sample set, by an engine whose zl_engine.masks is 1
+                                * (callers check it: one with 0 ignores masks); out_logits stay unmasked on the CPU
+                                * engines (on CUDA a masked row's logits come back masked) */
 } zl_seq;
 
 typedef struct zl_engine zl_engine;
@@ -114,8 +115,8 @@ struct zl_engine {
                                 * leader says 2, so that its stages all work, docs/pipeline.md) */
     int depth;                /* most steps in flight on one lane (0 or 1: a launch on a lane with a step in
                                 * flight is refused; 2: a step may be queued behind the one in flight, with feeds) */
-    int masks;                /* 1: the engine applies zl_seq.mask (structured output); 0: a step with a mask is
-                                * refused, and the worker refuses such sequences at admission */
+    int masks;                /* 1: the engine applies zl_seq.mask (structured output); 0: it ignores masks, and
+                                * the worker refuses such sequences at admission */
     int launch_async;         /* 1: launch returns while the step runs (CUDA): queuing ahead hides the host;
                                 * 0: it runs the step before it returns (CPU), so queuing ahead only delays each
                                 * step's ids by one step (callers queue ahead there only when asked to) */
