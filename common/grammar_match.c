@@ -708,8 +708,17 @@ static int s_mask_walk(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
                 mask[i >> 5] |= 1u << (i & 31);
                 count++;
             }
-    /* the walk's tables start empty; the nodes it makes are released at its end */
+    /* the walk's tables start empty; the nodes it makes are released at its end. Tables grown by an unusual walk
+     * go back to their first size when the last walk used little of them (clearing them is part of each walk) */
     const int mark = m->n_nodes;
+    if (m->memo_key && m->memo_cap > (1 << 16) && m->n_memo < m->memo_cap / 16) {
+        free(m->memo_key);
+        free(m->memo_val);
+        free(m->set_tab);
+        m->memo_key = NULL;
+        m->memo_val = NULL;
+        m->set_tab = NULL;
+    }
     m->n_sets = m->n_pool = m->n_memo = 0;
     if (!m->set_tab) {
         m->set_tab_cap = 1024;

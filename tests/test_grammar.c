@@ -166,18 +166,21 @@ static uint32_t s_rand(void) {
 }
 
 /* random walks: mask, accept an allowed id picked at random; every allowed id must be accepted and leave a
- * non-empty mask, and some walks must reach the end of the grammar */
+ * non-empty mask, some walks must reach the end of the grammar, and the mask must agree with accepting the token
+ * after replaying the walk on a fresh matcher (sampled ids, allowed or not: the walk's memo and the grammar's
+ * remembered masks against the plain path) */
 static void s_walks(const zg_vocab *v, int kind, const char *text, int walks, int max_steps) {
     char err[256];
     zg_grammar *g = grammar_compile(kind, text, strlen(text), err, sizeof err);
     CHECK(g != NULL, "compile: %s", err);
     if (!g) return;
-    int nv = grammar_vocab_size(v), words = (nv + 31) / 32, finished = 0, bad = 0;
+    int nv = grammar_vocab_size(v), words = (nv + 31) / 32, finished = 0, bad = 0, disagree = 0, probes = 0;
     uint32_t *mask = malloc((size_t)words * 4);
-    int32_t *allowed = malloc((size_t)nv * sizeof *allowed);
+    int32_t *allowed = malloc((size_t)nv * sizeof *allowed), hist[256];
     for (int w = 0; w < walks; w++) {
         zg_matcher *m = grammar_matcher_new(g, err, sizeof err);
-        for (int step = 0; step < max_steps; step++) {
+        int nh = 0;
+        for (int step = 0; step < max_steps && step < 256; step++) {
             int n = grammar_matcher_mask(m, v, mask), k = 0;
             if (n == 0) {
                 bad++;
@@ -185,11 +188,24 @@ static void s_walks(const zg_vocab *v, int kind, const char *text, int walks, in
             }
             for (int i = 0; i < nv; i++)
                 if (mask[i >> 5] >> (i & 31) & 1) allowed[k++] = i;
+            for (int p = 0; p < 12; p++) { /* half among the allowed, half anywhere */
+                int32_t c = p % 2 ? allowed[s_rand() % (uint32_t)k] : (int32_t)(s_rand() % (uint32_t)nv);
+                zg_matcher *r = grammar_matcher_new(g, err, sizeof err);
+                int ok = r != NULL;
+                for (int i = 0; ok && i < nh; i++) ok = grammar_matcher_accept_token(r, v, hist[i]) == 0;
+                if (ok) {
+                    int acc = grammar_matcher_accept_token(r, v, c) == 0;
+                    disagree += acc != (int)(mask[c >> 5] >> (c & 31) & 1);
+                    probes++;
+                }
+                grammar_matcher_destroy(&r);
+            }
             int32_t id = allowed[s_rand() % (uint32_t)k];
             if (grammar_matcher_accept_token(m, v, id) != 0) {
                 bad++;
                 break;
             }
+            hist[nh++] = id;
             if (!grammar_matcher_can_continue(m)) {
                 if (grammar_matcher_accepting(m)) finished++;
                 break;
@@ -199,6 +215,8 @@ static void s_walks(const zg_vocab *v, int kind, const char *text, int walks, in
     }
     CHECK(bad == 0, "%s: %d walks hit a refused allowed token or an empty mask", text, bad);
     CHECK(finished > 0, "%s: no walk finished (%d walks)", text, walks);
+    CHECK(probes > 100 && disagree == 0, "%s: the mask disagrees with accepting the token %d times of %d", text,
+          disagree, probes);
     free(mask);
     free(allowed);
     grammar_unref(&g);
