@@ -114,7 +114,9 @@ struct wk_batcher {
     const zg_vocab *gvocab;        /* borrowed: the vocabulary of grammar masks (batcher_set_vocab), or NULL */
     int mask_words;                /* (vocab + 31) / 32 */
     cpu_pool *mask_pool;           /* threads computing a step's masks (batcher_set_mask_threads), or NULL */
-    int *mask_list;                /* [max_batch] entries of the step being built that need their mask */
+    int *mask_list;                /* [max_batch] entries of the step being built that need their mask (or of
+                                    * the step collected whose matchers take their tokens) */
+    uint8_t *refused;              /* [max_batch] per entry of the step collected: its grammar refused the token */
 };
 
 wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, size_t errlen) {
@@ -137,12 +139,13 @@ wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, 
     b->prefill_cap = e->max_step_tokens;
     b->mask_words = (vocab + 31) / 32;
     b->mask_list = malloc((size_t)e->max_batch * sizeof *b->mask_list);
+    b->refused = malloc((size_t)e->max_batch);
     b->eog = malloc((size_t)vocab);
     b->recs = calloc((size_t)b->n_rec, sizeof *b->recs);
     b->tok_buf = malloc((size_t)b->n_rec * (size_t)b->n_ctx * sizeof(int32_t));
     b->kv_rec = malloc((size_t)b->n_slots * sizeof *b->kv_rec);
     b->pending = calloc((size_t)b->pending_cap, sizeof *b->pending);
-    if (!b->eog || !b->recs || !b->tok_buf || !b->kv_rec || !b->pending || !b->mask_list) goto oom;
+    if (!b->eog || !b->recs || !b->tok_buf || !b->kv_rec || !b->pending || !b->mask_list || !b->refused) goto oom;
     for (int l = 0; l < WK_MAX_LANES; l++) {
         s_lane *L = &b->lane[l];
         L->seqs = calloc((size_t)e->max_batch, sizeof *L->seqs);
@@ -175,6 +178,7 @@ void batcher_destroy(wk_batcher **pb) {
     }
     free(b->recs);
     free(b->mask_list);
+    free(b->refused);
     cpu_pool_destroy(&b->mask_pool);
     free(b->tok_buf);
     free(b->kv_rec);
@@ -652,8 +656,42 @@ static int s_step_ahead(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *er
 
 /* applies the results of lane L's n entries (out_tok): positions advance, tokens and events for the running
  * sequences, records of ended or cancelled sequences are released (their KV slots go to waiting records) */
+typedef struct {
+    wk_batcher *b;
+    s_lane *L;
+    int n;
+} s_accept_job;
+
+/* thread ith of nth: every nth entry of the accept list, its result into mask_list's sign (-1 - entry: refused) */
+static void s_accept_run(void *ctx, int ith, int nth) {
+    const s_accept_job *j = ctx;
+    for (int k = ith; k < j->n; k += nth) {
+        const int e = j->b->mask_list[k];
+        s_rec *s = &j->b->recs[j->L->seq_rec[e]];
+        if (grammar_matcher_accept_token(s->gm, j->b->gvocab, j->L->out_tok[e]) != 0) j->b->mask_list[k] = -1 - e;
+    }
+}
+
+/* advances the matchers of L's live constrained entries that sampled by their tokens (on several threads: one
+ * matcher per sequence); *refused gets, per entry, 1 where the grammar refused the token */
+static void s_accepts(wk_batcher *b, s_lane *L, int n, uint8_t *refused) {
+    int cnt = 0;
+    for (int j = 0; j < n; j++) {
+        refused[j] = 0;
+        const s_rec *s = &b->recs[L->seq_rec[j]];
+        const int32_t t = L->out_tok[j];
+        if (s->live && s->gm && L->seqs[j].sample && t >= 0 && t < b->vocab) b->mask_list[cnt++] = j;
+    }
+    s_accept_job job = {b, L, cnt};
+    if (cnt > 1 && b->mask_pool) cpu_pool_run(b->mask_pool, s_accept_run, &job);
+    else if (cnt > 0) s_accept_run(&job, 0, 1);
+    for (int k = 0; k < cnt; k++)
+        if (b->mask_list[k] < 0) refused[-1 - b->mask_list[k]] = 1;
+}
+
 static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
     int released = 0;
+    s_accepts(b, L, n, b->refused);
     for (int j = 0; j < n; j++) {
         int i = L->seq_rec[j];
         s_rec *s = &b->recs[i];
@@ -683,8 +721,9 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
         }
         s->toks[s->len++] = t;
         s->n_gen++;
-        /* a token the mask did not allow (an engine that ignored it) ends the sequence as an error */
-        int fin = s->gm && grammar_matcher_accept_token(s->gm, b->gvocab, t) != 0 ? WK_FIN_ERROR : s_finish(b, s, t);
+        /* the matcher has taken t (s_accepts); a token the mask did not allow (an engine that ignored it) ends the
+         * sequence as an error */
+        int fin = s->gm && b->refused[j] ? WK_FIN_ERROR : s_finish(b, s, t);
         ev[(*ne)++] = (wk_event){s->rid, t, fin};
         if (fin && s->inflight == 0) {
             s_release(b, i);

@@ -87,7 +87,8 @@ int batcher_in_flight(const wk_batcher *b);   /* lanes with a step submitted and
  * grammar gets its mask computed on the CPU when its sampling entry is built and is never fed (each mask needs
  * the previous token). */
 void batcher_set_vocab(wk_batcher *b, const zg_vocab *v);
-/* Computes each step's masks on n threads (the caller's included; <= 1: on the caller's only). 0, or -1 with err
+/* Computes each step's masks, and advances the matchers by the collected tokens, on n threads (the caller's included;
+ * <= 1: on the caller's only). 0, or -1 with err
  * when a thread cannot start (the masks then stay on the caller's thread). */
 int batcher_set_mask_threads(wk_batcher *b, int n, char *err, size_t errlen);
 
