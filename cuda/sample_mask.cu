@@ -1,5 +1,6 @@
 /* cuda/sample_mask.cu: the allowed-token mask on the logits (sample_mask.h). One thread per mask word: a word of
- * all ones (the common case inside a JSON string) is one load and no store. */
+ * all ones (the common case inside a JSON string) is one load and no store. And the wait for masks the host
+ * writes after the launch (zl_seq.mask_late): one thread polling a flag in mapped host memory. */
 #include <math.h>
 #include "sample_mask.h"
 
@@ -22,5 +23,18 @@ extern "C" cudaError_t sample_mask_launch(float *logits, long stride, int n_rows
     const int words = sample_mask_words(vocab), threads = 128;
     dim3 grid((unsigned)((words + threads - 1) / threads), (unsigned)n_rows);
     k_sample_mask<<<grid, threads, 0, stream>>>(logits, stride, vocab, words, mask_on, mask);
+    return cudaGetLastError();
+}
+
+__global__ void k_sample_mask_wait(const volatile uint32_t *flag, const uint32_t *want) {
+    const uint32_t w = *want;
+    while (*flag < w) __nanosleep(500);
+    __threadfence_system();
+}
+
+extern "C" cudaError_t sample_mask_wait_launch(const volatile uint32_t *flag, const uint32_t *want,
+                                               cudaStream_t stream) {
+    if (!flag || !want) return cudaErrorInvalidValue;
+    k_sample_mask_wait<<<1, 1, 0, stream>>>(flag, want);
     return cudaGetLastError();
 }

@@ -22,6 +22,11 @@ static inline int sample_mask_words(int vocab) { return (vocab + 31) / 32; }
 cudaError_t sample_mask_launch(float *logits, long stride, int n_rows, int vocab, const int32_t *mask_on,
                                const uint32_t *mask, cudaStream_t stream);
 
+/* Enqueues a one-thread kernel that returns once *flag >= *want (flag: mapped host memory the host sets; want:
+ * device memory): the stream's later work (the late masks' launch, the sampler) waits for the host without
+ * blocking the host. Returns cudaSuccess or the launch error. */
+cudaError_t sample_mask_wait_launch(const volatile uint32_t *flag, const uint32_t *want, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -25,8 +25,9 @@
  * step in flight ends it (a stop id, end of generation, a cancel), the fed step's result for it is dropped and
  * its record and KV slot are released when that step is collected, as for a cancel in flight. The guess is not
  * made where the end is certain (max_tokens, the context) or where a fed entry is not allowed (the repetition
- * penalty, or a grammar, whose mask needs the token: such a sequence waits for its token and runs in the step
- * after). A prompt whose chunk in flight does
+ * penalty, or a grammar over an engine without late masks: such a sequence waits for its token and runs in the
+ * step after). A grammar sequence fed over an engine with late masks gets its fed entry's mask once the step in
+ * flight is collected (s_late_masks), while the device runs the fed step. A prompt whose chunk in flight does
  * not sample goes on with its next chunk in the step queued behind (its tokens are known). A record may then be
  * in two steps in flight (inflight counts them), so records beyond n_slots are used as with lanes. */
 #include <math.h>
@@ -487,6 +488,7 @@ static int s_entry(wk_batcher *b, s_lane *L, int i, int n, int budget) {
     /* the mask is computed when the step is built (s_masks); the matcher is current then: a grammar sequence has no
      * sampling entry in flight */
     q->mask = q->sample && s->gm ? s->mask : NULL;
+    q->mask_late = 0;
     L->seq_rec[n] = i;
     return chunk;
 }
@@ -505,7 +507,10 @@ static void s_entry_fed(wk_batcher *b, s_lane *L, int i, int n) {
     q->n_history = 0;
     q->rng = &s->rng;
     q->feed = 1;
-    q->mask = NULL;
+    /* a constrained sequence's mask depends on the id of the step in flight: written after that step is collected
+     * and announced to the engine then (s_late_masks) */
+    q->mask = s->gm ? s->mask : NULL;
+    q->mask_late = s->gm != NULL;
     L->seq_rec[n] = i;
 }
 
@@ -515,8 +520,8 @@ static void s_entry_fed(wk_batcher *b, s_lane *L, int i, int n) {
 static int s_can_feed(const wk_batcher *b, int i) {
     const s_rec *s = &b->recs[i];
     const int pen = s->samp.repeat_penalty != 1.0f && s->samp.repeat_last_n > 0;
-    return s->active && s->live && s->kv >= 0 && s->inflight == 1 && s->last_sampled && !pen && !s->gm &&
-           s->n_gen_sched < s->max_tokens && s->n_sched + 1 < b->n_ctx;
+    return s->active && s->live && s->kv >= 0 && s->inflight == 1 && s->last_sampled && !pen &&
+           (!s->gm || b->e->masks_late) && s->n_gen_sched < s->max_tokens && s->n_sched + 1 < b->n_ctx;
 }
 
 typedef struct {
@@ -538,7 +543,7 @@ static void s_mask_run(void *ctx, int ith, int nth) {
 static void s_masks(wk_batcher *b, s_lane *L, int n0, int n) {
     int cnt = 0;
     for (int j = n0; j < n; j++)
-        if (L->seqs[j].mask) b->mask_list[cnt++] = j;
+        if (L->seqs[j].mask && !L->seqs[j].mask_late) b->mask_list[cnt++] = j;
     s_mask_job job = {b, L, cnt};
     if (cnt > 1 && b->mask_pool) cpu_pool_run(b->mask_pool, s_mask_run, &job);
     else if (cnt > 0) s_mask_run(&job, 0, 1);
@@ -616,6 +621,30 @@ static int s_launch_ahead(wk_batcher *b, s_lane *L, int n, int prefill, char *er
     return 0;
 }
 
+/* the late masks of B's fed constrained entries (zl_seq.mask_late), once the step before it has been applied:
+ * computed from the matchers that took that step's ids (a sequence that ended meanwhile gets all ids: its result
+ * is dropped), then announced to the engine, whose sampling of B waits for them */
+static int s_late_masks(wk_batcher *b, s_lane *B, char *err, size_t errlen) {
+    int cnt = 0, any = 0;
+    for (int j = 0; j < B->n; j++) {
+        zl_seq *q = &B->seqs[j];
+        if (!q->mask_late) continue;
+        any = 1;
+        const s_rec *s = &b->recs[B->seq_rec[j]];
+        if (s->live && s->gm) b->mask_list[cnt++] = j;
+        else memset((uint32_t *)q->mask, 0xFF, (size_t)b->mask_words * sizeof(uint32_t));
+    }
+    if (!any) return 0;
+    s_mask_job job = {b, B, cnt};
+    if (cnt > 1 && b->mask_pool) cpu_pool_run(b->mask_pool, s_mask_run, &job);
+    else if (cnt > 0) s_mask_run(&job, 0, 1);
+    if (engine_masks_ready(b->e, &B->st) != 0) {
+        snprintf(err, errlen, "%s", b->e->err);
+        return -1;
+    }
+    return 0;
+}
+
 /* one call with steps queued ahead: with nothing in flight, the next step is launched; then the step behind it
  * (the fed continuations of its sampling entries, then whatever else can run) is queued before the older one
  * is waited for and applied */
@@ -651,6 +680,7 @@ static int s_step_ahead(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *er
     for (int j = 0; j < A->n; j++) b->last_tokens += A->seqs[j].n_tokens;
     s_apply(b, A, A->n, ev, &ne);
     *n_ev = ne;
+    if (b->fl_count == 1 && s_late_masks(b, B, err, errlen) != 0) return -1;
     return 1;
 }
 

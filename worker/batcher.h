@@ -84,8 +84,10 @@ int batcher_in_flight(const wk_batcher *b);   /* lanes with a step submitted and
 
 /* The vocabulary grammar masks are computed over (borrowed; it must outlive the batcher); without it, or over an
  * engine that does not apply masks (zl_engine.masks), a request with a grammar is rejected. A sequence with a
- * grammar gets its mask computed on the CPU when its sampling entry is built and is never fed (each mask needs
- * the previous token). */
+ * grammar gets its mask computed on the CPU when its sampling entry is built; with steps queued ahead over an
+ * engine that takes late masks (zl_engine.masks_late: CUDA) it is fed like any other sequence and the mask of its
+ * fed entry is computed once the step in flight is collected, while the device runs the fed step (elsewhere it
+ * is never fed: each mask needs the previous token). */
 void batcher_set_vocab(wk_batcher *b, const zg_vocab *v);
 /* Computes each step's masks, and advances the matchers by the collected tokens, on n threads (the caller's included;
  * <= 1: on the caller's only). 0, or -1 with err
