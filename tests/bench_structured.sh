@@ -4,7 +4,8 @@
 # deploy/fetch-model.sh); `zllm bench` at concurrency 64 (64 requests in flight, 512 in all, 128 output tokens
 # each) without a constraint, then with a JSON schema on every request (an array of short strings: long enough
 # that sequences run to max_tokens), then again without; prints both throughputs and their ratio (the target is
-# >= 0.90 on CUDA). Run by hand (a GPU machine): not part of make test or make test-gpu.
+# >= 0.90 on CUDA). Run by hand (a GPU machine): not part of make test or make test-gpu. ZLLM_BENCH_N, _C and
+# _OUT change the requests, the concurrency and the output tokens (a quick CPU try: 16, 8, 32).
 set -euo pipefail
 build=${1:-build}
 dev=${2:-cuda}
@@ -14,7 +15,7 @@ tmp=$(mktemp -d /tmp/zllm-bench-structured.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 "$build/bin/zllm-broker" --clients "ipc://$tmp/c" --workers "ipc://$tmp/w" --model "m=$model" >"$tmp/broker.log" 2>&1 &
 "$build/bin/zllm-worker" --broker "ipc://$tmp/w" -m "$model" --model-name m --name w1 --device "$dev" \
-    --max-batch 64 >"$tmp/worker.log" 2>&1 &
+    --max-batch "${ZLLM_BENCH_C:-64}" >"$tmp/worker.log" 2>&1 &
 for _ in $(seq 120); do
     "$build/bin/zllm" status --broker "ipc://$tmp/c" 2>/dev/null | grep -q "w1" && break
     sleep 1
@@ -25,7 +26,8 @@ cat >"$tmp/schema.json" <<'JSON'
 JSON
 run() {   # label, extra args -> output tokens/s
     local out
-    out=$("$build/bin/zllm" bench --broker "ipc://$tmp/c" -N 512 -c 64 --prompt-len 32 --out-len 128 "${@:2}")
+    out=$("$build/bin/zllm" bench --broker "ipc://$tmp/c" -N "${ZLLM_BENCH_N:-512}" -c "${ZLLM_BENCH_C:-64}" \
+        --prompt-len 32 --out-len "${ZLLM_BENCH_OUT:-128}" "${@:2}")
     echo "$1: $(echo "$out" | grep 'output tokens/s')" >&2
     echo "$out" | sed -n 's/.* \([0-9.]*\) output tokens\/s.*/\1/p'
 }
