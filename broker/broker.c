@@ -12,6 +12,7 @@
 #include "bk_zap.h"
 #include "zkey.h"
 #include "gguf.h"
+#include "grammar.h"
 #include "proto.h"
 #include "tokenizer.h"
 
@@ -38,6 +39,8 @@
 #define BK_TICK_MS      20      /* timer granularity */
 #define BK_MAX_LOST 256         /* clients found gone in one loop turn */
 #define BK_ASSIGN_TOKENS (1u << 20) /* prompt tokens per `assign` (<= 5 bytes each: < 16 MiB frames) */
+#define BK_ASSIGN_FORMAT_BYTES (4u << 20) /* response_format text per `assign` (with the tokens: < 16 MiB) */
+#define BK_GRAMMAR_CACHE 64 /* compiled response_format grammars kept (a repeated schema is checked at no cost) */
 
 enum { RQ_QUEUED = 1, RQ_RUNNING = 2 };
 
@@ -62,6 +65,9 @@ typedef struct bk_req {
     uint32_t n_stop_ids;
     bk_stops stops;               /* points into stop_text */
     char *stop_text;              /* owned copy of the stop strings */
+    int format_kind;              /* PROTO_FORMAT_* (structured output), NONE without */
+    char *format_text;            /* owned copy of its text (format_len bytes), NULL for none */
+    uint32_t format_len;
     int stream;
     /* progress */
     int state;                    /* RQ_QUEUED / RQ_RUNNING */
@@ -155,6 +161,7 @@ struct broker {
     proto_buf out;                /* reused encode buffer */
     proto_seq *seqs;              /* [seqs_cap] assign scratch */
     uint32_t seqs_cap;
+    zg_cache *grammars; /* response_format texts already compiled (validation before queuing) */
     uint8_t lost[BK_MAX_LOST][BK_CID_MAX];
     uint32_t lost_len[BK_MAX_LOST];
     int n_lost;
@@ -268,6 +275,7 @@ static void req_free(bk_req *q) {
     free(q->gen);
     free(q->text);
     free(q->stop_text);
+    free(q->format_text);
     free(q);
 }
 
@@ -669,6 +677,20 @@ static void on_generate(broker *b, const uint8_t *cid, uint32_t cn, const proto_
         final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_UNKNOWN_MODEL, msg, 0);
         return;
     }
+    if (g->format.kind != PROTO_FORMAT_NONE) {
+        /* an invalid or unsatisfiable schema, regex or grammar is refused before anything is queued; the
+         * compiled grammar stays in the cache, so the worker's own compile of a repeated text is the only cost */
+        char gerr[256];
+        zg_grammar *gr = b->grammars ? grammar_cache_get(b->grammars, g->format.kind, g->format.text.p,
+                                                         g->format.text.n, gerr, sizeof gerr)
+                                     : NULL;
+        if (!gr) {
+            snprintf(msg, sizeof msg, "response_format: %s", b->grammars ? gerr : "out of memory");
+            final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_BAD_REQUEST, msg, 0);
+            return;
+        }
+        grammar_unref(&gr);
+    }
     int32_t *ids = NULL;
     uint32_t n_ids = 0;
     if (prompt_tokens(b, m, g, &ids, &n_ids, &code, msg, sizeof msg) != 0) {
@@ -723,6 +745,18 @@ static void on_generate(broker *b, const uint8_t *cid, uint32_t cn, const proto_
     }
     q->n_stop_ids = g->n_stop_ids;
     if (g->n_stop_ids) memcpy(q->stop_ids, g->stop_ids, g->n_stop_ids * sizeof *g->stop_ids);
+    if (g->format.kind != PROTO_FORMAT_NONE) {
+        q->format_kind = g->format.kind;
+        q->format_len = g->format.text.n;
+        q->format_text = malloc(q->format_len + 1);
+        if (!q->format_text) {
+            req_free(q);
+            final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_INTERNAL, "out of memory", 0);
+            return;
+        }
+        if (q->format_len) memcpy(q->format_text, g->format.text.p, q->format_len);
+        q->format_text[q->format_len] = 0;
+    }
     if (g->n_stop) {
         size_t tot = 0;
         for (uint32_t i = 0; i < g->n_stop; i++) tot += g->stop[i].n;
@@ -1092,7 +1126,7 @@ static void dispatch_model(broker *b, bk_model *m, double t) {
             return;   /* wait for capacity (or for a worker to register) */
         }
         uint32_t room = best->n_slots - best->used, n = 0;
-        uint64_t batch_tokens = 0;
+        uint64_t batch_tokens = 0, batch_format = 0;
         if (room > PROTO_MAX_SEQS) room = PROTO_MAX_SEQS;
         if (room > b->seqs_cap) {
             proto_seq *s = realloc(b->seqs, (size_t)room * sizeof *s);
@@ -1104,9 +1138,11 @@ static void dispatch_model(broker *b, bk_model *m, double t) {
         /* one assign stays well under the worker frame limit: at most BK_ASSIGN_TOKENS prompt tokens (one
          * request always goes, whatever its size: its prompt fits the client frame limit) */
         while (m->q_head && n < room && req_fits(m->q_head, best) &&
-               (n == 0 || batch_tokens + m->q_head->n_prompt <= BK_ASSIGN_TOKENS)) {
+               (n == 0 || (batch_tokens + m->q_head->n_prompt <= BK_ASSIGN_TOKENS &&
+                           batch_format + m->q_head->format_len <= BK_ASSIGN_FORMAT_BYTES))) {
             bk_req *q = m->q_head;
             batch_tokens += q->n_prompt;
+            batch_format += q->format_len;
             queue_remove(b, q);
             worker_attach(b, best, q);
             q->t_admit = t > q->t_recv ? t : q->t_recv;
@@ -1119,6 +1155,8 @@ static void dispatch_model(broker *b, bk_model *m, double t) {
             s->sampling = q->sampling;
             s->stop_ids = q->stop_ids;
             s->n_stop_ids = q->n_stop_ids;
+            s->format.kind = q->format_kind;
+            s->format.text = (proto_str){q->format_text, q->format_len};
         }
         proto_encode_assign(&b->out, b->seqs, n);
         send_worker(b, best, &b->out);
@@ -1337,6 +1375,11 @@ broker *broker_new(const bk_config *c, char *err, size_t errlen) {
     broker *b = calloc(1, sizeof *b);
     if (!b) { berr(err, errlen, "out of memory"); return NULL; }
     b->cfg = *c;
+    b->grammars = grammar_cache_new(BK_GRAMMAR_CACHE);
+    if (!b->grammars) {
+        berr(err, errlen, "out of memory");
+        goto fail;
+    }
     if (c->n_models < 1) { berr(err, errlen, "at least one --model is needed"); goto fail; }
     for (int i = 0; i < c->n_models && i < BK_MAX_MODELS; i++) {
         if (load_model(&b->models[i], c->model_names[i], c->model_paths[i], err, errlen) != 0) goto fail;
@@ -1483,6 +1526,7 @@ void broker_destroy(broker **pb) {
     free(b->hmap);
     free(b->rmap);
     free(b->seqs);
+    grammar_cache_destroy(&b->grammars);
     proto_msg_free(&b->msg);
     proto_buf_free(&b->out);
     free(b);

@@ -4,6 +4,7 @@
  *                 [--repeat-penalty R] [--repeat-last-n N] [--seed S] [--stop STR]... [--stop-ids ID,...]
  *                 [--ignore-eos] [--special] [--bos | --no-bos] [--no-stream] [--deadline-ms MS] [--model NAME]
  *                 [--ids] [--chat] [--system TEXT]
+ *                 [--json-schema JSON|@FILE | --json-object | --regex RE | --grammar GBNF|@FILE]
  *   zllm chat     --broker EP [--system TEXT] [sampling options]     (interactive; conversation kept)
  *   zllm status   --broker EP
  *   zllm bench    --broker EP [-N REQUESTS] [-c CONCURRENCY] [--prompt-len DIST] [--out-len DIST] [--vocab V]
@@ -78,6 +79,8 @@ typedef struct {
     int add_bos;                   /* --bos 1 / --no-bos 0; -1 = the vocabulary's flag */
     int no_stream;                 /* --no-stream */
     unsigned deadline_ms;          /* --deadline-ms; 0 = default */
+    int format_kind;               /* --json-schema / --json-object / --regex / --grammar: PROTO_FORMAT_* */
+    char *format_text;             /* its text (read from @FILE or copied; kept for the process's life) */
     /* bench */
     int n_requests;                /* -N */
     int concurrency;               /* -c */
@@ -97,6 +100,44 @@ static double s_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* the structured-output option: one of them, its text given or read from @FILE (at most PROTO_FORMAT_MAX_LEN
+ * bytes); the broker checks the text itself. Returns 0, or 1 (usage error) with a message */
+static int s_set_format(s_args *a, int kind, const char *v) {
+    if (a->format_kind) {
+        fprintf(stderr, "zllm: --json-schema, --json-object, --regex and --grammar exclude each other\n");
+        return 1;
+    }
+    char *text = NULL;
+    size_t n = 0;
+    if (kind != PROTO_FORMAT_REGEX && v[0] == '@') {
+        FILE *f = fopen(v + 1, "rb");
+        if (!f) {
+            fprintf(stderr, "zllm: cannot open %s\n", v + 1);
+            return 1;
+        }
+        text = malloc(PROTO_FORMAT_MAX_LEN + 2);
+        n = text ? fread(text, 1, PROTO_FORMAT_MAX_LEN + 1, f) : 0;
+        fclose(f);
+    } else {
+        n = strlen(v);
+        text = malloc(n + 1);
+        if (text) memcpy(text, v, n);
+    }
+    if (!text) {
+        fprintf(stderr, "zllm: out of memory\n");
+        return 1;
+    }
+    text[n < PROTO_FORMAT_MAX_LEN + 1 ? n : PROTO_FORMAT_MAX_LEN + 1] = 0;
+    if (n > PROTO_FORMAT_MAX_LEN) {
+        fprintf(stderr, "zllm: structured-output text over %u bytes\n", PROTO_FORMAT_MAX_LEN);
+        free(text);
+        return 1;
+    }
+    a->format_kind = kind;
+    a->format_text = text;
+    return 0;
 }
 
 static void s_usage(FILE *f) {
@@ -128,6 +169,10 @@ static void s_usage(FILE *f) {
             "  --special            special-token text in the prompt becomes single tokens (default off)\n"
             "  --bos, --no-bos      prepend BOS to a text prompt or not (default: the vocabulary's flag)\n"
             "  --no-stream          one final with all the text instead of tokens as they come (default: stream)\n"
+            "  --json-schema S      structured output: JSON matching schema S (JSON text, or @FILE to read it)\n"
+            "  --json-object        structured output: any JSON object\n"
+            "  --regex RE           structured output: text matching the regular expression RE whole\n"
+            "  --grammar G          structured output: text matching GBNF grammar G (rule root; or @FILE)\n"
             "generate:\n"
             "  -p, --prompt TEXT    the prompt text (or --tokens; not both)\n"
             "  --tokens ID,ID,...   the prompt as token ids, 0..%d, at most %d (no BOS added)\n"
@@ -288,10 +333,17 @@ static int s_parse(int argc, char **argv, s_args *a) {
         FLAG("--ids", C_GEN, a->ids = 1)
         else FLAG("--chat", C_GEN, a->chat = 1) else FLAG("--ignore-eos", C_SAMPLE, a->ignore_eos = 1) else FLAG(
             "--special", C_GEN | C_CHAT,
-            a->special = 1) else FLAG("--bos", C_GEN | C_CHAT,
-                                      a->add_bos = 1) else FLAG("--no-bos", C_GEN | C_CHAT,
-                                                                a->add_bos = 0) else FLAG("--no-stream", C_GEN | C_CHAT,
-                                                                                          a->no_stream = 1)
+            a->special =
+                1) else FLAG("--bos", C_GEN | C_CHAT,
+                             a->add_bos =
+                                 1) else FLAG("--json-object", C_GEN | C_CHAT | C_BENCH,
+                                              if (s_set_format(
+                                                      a, PROTO_FORMAT_JSON_OBJECT,
+                                                      "")) return -1) else FLAG("--no-bos", C_GEN | C_CHAT,
+                                                                                a->add_bos =
+                                                                                    0) else FLAG("--no-stream",
+                                                                                                 C_GEN | C_CHAT,
+                                                                                                 a->no_stream = 1)
 #undef FLAG
             if (mask) {
             if (!(mask & a->cmd)) goto not_here;
@@ -317,6 +369,9 @@ static int s_parse(int argc, char **argv, s_args *a) {
             {"--repeat-last-n", NULL, C_SAMPLE},
             {"--seed", NULL, C_SAMPLE},
             {"--deadline-ms", NULL, C_SAMPLE},
+            {"--json-schema", NULL, C_GEN | C_CHAT | C_BENCH},
+            {"--regex", NULL, C_GEN | C_CHAT | C_BENCH},
+            {"--grammar", NULL, C_GEN | C_CHAT | C_BENCH},
             {"-N", NULL, C_BENCH},
             {"-c", NULL, C_BENCH},
             {"--vocab", NULL, C_BENCH},
@@ -385,7 +440,10 @@ static int s_parse(int argc, char **argv, s_args *a) {
             if (!(bad = s_num(k, v, 4, PROTO_TOKEN_ID_MAX, N_INT, &x, NULL))) a->vocab = (int)x;
         } else if (!strcmp(o, "--bench-seed")) {
             if (!(bad = s_num(k, v, 0, 18446744073709551615.0, N_INT, &x, &u))) a->bench_seed = u;
-        } else if (!strcmp(o, "--prompt-len")) bad = s_range(k, v, &a->plen_lo, &a->plen_hi);
+        } else if (!strcmp(o, "--json-schema")) bad = s_set_format(a, PROTO_FORMAT_JSON_SCHEMA, v);
+        else if (!strcmp(o, "--regex")) bad = s_set_format(a, PROTO_FORMAT_REGEX, v);
+        else if (!strcmp(o, "--grammar")) bad = s_set_format(a, PROTO_FORMAT_GRAMMAR, v);
+        else if (!strcmp(o, "--prompt-len")) bad = s_range(k, v, &a->plen_lo, &a->plen_hi);
         else if (!strcmp(o, "--out-len")) bad = s_range(k, v, &a->olen_lo, &a->olen_hi);
         if (bad) return -1;
         continue;
@@ -438,6 +496,10 @@ static void s_fill(const s_args *a, proto_generate *g, const char *id) {
     g->special = a->special;
     g->add_bos = a->add_bos;
     g->stream = !a->no_stream;
+    if (a->format_kind) {
+        g->format.kind = a->format_kind;
+        g->format.text = proto_cstr(a->format_text);
+    }
 }
 
 /* on a status reply while a request waits for its first token: 1 when no live worker serves the model the

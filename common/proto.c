@@ -505,6 +505,36 @@ static int d_skip(dec *d) {
     return 0;
 }
 
+static const char *const s_format_names[] = {"", "json_schema", "json_object", "regex", "grammar"};
+
+const char *proto_format_name(int kind) { return kind > 0 && kind <= PROTO_FORMAT_GRAMMAR ? s_format_names[kind] : ""; }
+
+/* response_format: {type: "json_schema" | "json_object" | "regex" | "grammar", text: string}; text required
+ * except for json_object */
+static int d_format(dec *d, proto_format *f) {
+    uint32_t nk;
+    proto_str type = {NULL, 0};
+    if (rd_map(&d->r, &nk)) FAIL("response_format: expected a map");
+    f->text.p = NULL;
+    f->text.n = 0;
+    for (uint32_t j = 0; j < nk; j++) {
+        proto_str k;
+        if (d_key(d, &k)) return -1;
+        if (key_is(k, "type")) {
+            if (d_str(d, "response_format.type", &type, 1, 32, 1)) return -1;
+        } else if (key_is(k, "text")) {
+            if (d_str(d, "response_format.text", &f->text, 0, PROTO_FORMAT_MAX_LEN, 1)) return -1;
+        } else if (d_skip(d)) return -1;
+    }
+    f->kind = PROTO_FORMAT_NONE;
+    for (int i = 1; i <= PROTO_FORMAT_GRAMMAR; i++)
+        if (type.p && key_is(type, s_format_names[i])) f->kind = i;
+    if (f->kind == PROTO_FORMAT_NONE) FAIL("response_format.type: expected json_schema, json_object, regex or grammar");
+    if (f->kind != PROTO_FORMAT_JSON_OBJECT && !f->text.p)
+        FAIL("response_format: %s needs text", s_format_names[f->kind]);
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------------------------------------
  * schema decoders: each loops over the top map's entries (after validation) */
 
@@ -602,6 +632,7 @@ static int f_generate(dec *d, proto_str k, proto_msg *m) {
     if (key_is(k, "deadline_ms")) return d_u32(d, "deadline_ms", &g->deadline_ms, 1, 86400000u);
     if (key_is(k, "special")) return d_bool(d, "special", &g->special);
     if (key_is(k, "add_bos")) return d_bool(d, "add_bos", &g->add_bos);
+    if (key_is(k, "response_format")) return d_format(d, &g->format);
     return d_skip(d);
 }
 
@@ -853,6 +884,7 @@ static int d_seq(dec *d, proto_seq *s) {
         } else if (key_is(k, "max_tokens")) { rc = d_u32(d, "max_tokens", &s->max_tokens, 1, PROTO_MAX_GEN); have_max = 1; }
         else if (key_is(k, "stop_ids"))
             rc = d_i32arr(d, "stop_ids", &s->stop_ids, &s->n_stop_ids, PROTO_MAX_STOP_IDS, 0, PROTO_TOKEN_ID_MAX);
+        else if (key_is(k, "response_format")) rc = d_format(d, &s->format);
         else rc = d_skip(d);
         if (rc) return -1;
     }
@@ -1110,10 +1142,20 @@ static void w_sampling(proto_buf *b, const proto_sampling *s, int with_seed) {
 }
 #define SAMPLING_FIELDS 7
 
+/* the response_format entry (key and map) */
+static void w_format(proto_buf *b, const proto_format *f) {
+    w_key(b, "response_format");
+    w_map(b, 2);
+    w_key(b, "type");
+    w_str(b, proto_cstr(proto_format_name(f->kind)));
+    w_key(b, "text");
+    w_str(b, f->text.p ? f->text : proto_cstr(""));
+}
+
 int proto_encode_generate(proto_buf *b, const proto_generate *g) {
     uint32_t n = 1 + 1 + SAMPLING_FIELDS + (g->sampling.has_seed ? 1 : 0) + 1 /*max_tokens*/ + 1 /*stream*/ +
-                 1 /*deadline*/ + 1 /*special*/ + (g->model.p ? 1 : 0) + (g->n_stop ? 1 : 0) +
-                 (g->n_stop_ids ? 1 : 0) + (g->add_bos >= 0 ? 1 : 0);
+                 1 /*deadline*/ + 1 /*special*/ + (g->model.p ? 1 : 0) + (g->n_stop ? 1 : 0) + (g->n_stop_ids ? 1 : 0) +
+                 (g->add_bos >= 0 ? 1 : 0) + (g->format.kind ? 1 : 0);
     w_head(b, n, "generate");
     w_key(b, "id"); w_str(b, g->id);
     if (g->model.p) { w_key(b, "model"); w_str(b, g->model); }
@@ -1140,6 +1182,7 @@ int proto_encode_generate(proto_buf *b, const proto_generate *g) {
     }
     if (g->n_stop_ids) { w_key(b, "stop_ids"); w_i32arr(b, g->stop_ids, g->n_stop_ids); }
     if (g->add_bos >= 0) { w_key(b, "add_bos"); w_bool(b, g->add_bos); }
+    if (g->format.kind) w_format(b, &g->format);
     return enc_done(b);
 }
 
@@ -1311,12 +1354,13 @@ int proto_encode_assign(proto_buf *b, const proto_seq *seqs, uint32_t n_seqs) {
     w_arr(b, n_seqs);
     for (uint32_t i = 0; i < n_seqs; i++) {
         const proto_seq *s = &seqs[i];
-        w_map(b, 3 + SAMPLING_FIELDS + 1 + 1);
+        w_map(b, 3 + SAMPLING_FIELDS + 1 + 1 + (s->format.kind ? 1 : 0));
         w_key(b, "rid"); w_uint(b, s->rid);
         w_key(b, "tokens"); w_i32arr(b, s->tokens, s->n_tokens);
         w_key(b, "max_tokens"); w_uint(b, s->max_tokens);
         w_sampling(b, &s->sampling, 1);
         w_key(b, "stop_ids"); w_i32arr(b, s->stop_ids, s->n_stop_ids);
+        if (s->format.kind) w_format(b, &s->format);
     }
     return enc_done(b);
 }

@@ -39,6 +39,7 @@
 #define PROTO_MAX_WORKERS      1024         /* workers listed in a `status` */
 #define PROTO_MAX_COUNTERS     64           /* counters in a `status` */
 #define PROTO_TOKEN_ID_MAX     0x7fffffff   /* token ids are 0..2^31-1 */
+#define PROTO_FORMAT_MAX_LEN (64u * 1024)   /* bytes of a response_format text (schema, regex, grammar) */
 
 typedef enum {
     PROTO_NONE = 0,
@@ -103,6 +104,19 @@ typedef struct {
     proto_str content;          /* UTF-8 text */
 } proto_chat;
 
+/* structured output (`response_format`, docs/structured-output.md): the kinds match common/grammar.h's ZG_* */
+enum {
+    PROTO_FORMAT_NONE = 0,
+    PROTO_FORMAT_JSON_SCHEMA = 1,
+    PROTO_FORMAT_JSON_OBJECT = 2,
+    PROTO_FORMAT_REGEX = 3,
+    PROTO_FORMAT_GRAMMAR = 4
+};
+typedef struct {
+    int kind;       /* PROTO_FORMAT_*; NONE when absent */
+    proto_str text; /* the JSON schema, regex or GBNF text (empty for json_object), UTF-8 */
+} proto_format;
+
 /* sampling parameters shared by `generate` and `assign` (docs/protocol.md for ranges) */
 typedef struct {
     float temperature;          /* >= 0, finite; 0 = greedy. default 1.0 */
@@ -135,6 +149,7 @@ typedef struct {
     uint32_t deadline_ms;       /* default 600000 */
     int special;                /* default 0 */
     int add_bos;                /* -1 = the vocabulary's flag (default), else 0/1 */
+    proto_format format;        /* structured output; kind NONE when absent */
 } proto_generate;
 
 /* client cancel (`id`) or broker->worker cancel (`rids`); a decoded cancel has at least one of them */
@@ -243,6 +258,7 @@ typedef struct {
     proto_sampling sampling;
     const int32_t *stop_ids;    /* [n_stop_ids] */
     uint32_t n_stop_ids;
+    proto_format format; /* structured output; kind NONE when absent */
 } proto_seq;
 
 typedef struct {
@@ -338,6 +354,7 @@ int proto_str_eq(proto_str a, const char *s);        /* 1 when a equals the C st
 /* copies s into dst[cap] NUL-terminated (truncating), returns dst */
 char *proto_str_copy(proto_str s, char *dst, size_t cap);
 const char *proto_type_name(proto_type t);           /* "generate", ... ; "?" when out of range */
+const char *proto_format_name(int kind);             /* "json_schema", ... ; "" for NONE */
 const char *proto_finish_name(proto_finish f);       /* "stop", ... ; "" for NONE */
 const char *proto_code_name(proto_code c);           /* "bad_request", ... ; "" for NONE */
 proto_code proto_code_parse(proto_str s);            /* NONE for "", PROTO_CODE_OTHER when unknown */

@@ -89,9 +89,16 @@ typedef struct {
     size_t params;             /* zl_sampling [max_batch] */
     size_t perm;               /* int32 [max_tok] pipeline stage: engine row -> caller's row (-1: padded row) */
     size_t hptr;               /* uint64 [2] pipeline stage: device addresses of h_in [T][dim], h_out [T][dim] */
+    size_t mask_on;            /* int32 [max_batch] per sampling row: 1 when mask holds its allowed ids */
+    size_t mask_late_on;       /* int32 [max_batch] per sampling row: 1 when its mask comes late (zl_seq.mask_late),
+                                * in its flight's lmask once the host has set the flight's lflag */
+    size_t lwant;              /* uint32: the lflag value that says this step's late masks are written */
     size_t hist;               /* int32 [max_batch][CU_HIST] history tail per sampling row */
-    size_t core_end;           /* end of everything but hist: the copy length when no row needs a penalty */
-    size_t total;              /* whole block */
+    size_t mask;               /* uint32 [max_batch][mask_words] structured output: allowed ids per sampling row */
+    size_t core_end;           /* end of everything but hist and mask: the copy length when no row needs either */
+    size_t hist_end;           /* end of hist: the copy length when some row needs a penalty and none a mask */
+    size_t total;              /* whole block: the copy length when some row has a mask */
+    int mask_words;            /* sample_mask_words(vocab) */
 } cu_inputs;
 
 /* one launched step's results on their way back (cu_engine.fl) */
@@ -105,6 +112,13 @@ typedef struct {
     uint8_t *d_out;            /* h_out's device address (mapped host memory) */
     float *logits;             /* caller's [n][vocab] logits buffer (synchronous steps only), or NULL */
     cudaEvent_t ev0, ev1;      /* around the step's device work (input copy .. output copy) */
+    uint32_t *h_lmask;         /* mapped pinned [max_batch][mask_words]: the late masks of its sampling rows */
+    uint32_t *d_lmask;         /* h_lmask's device address */
+    volatile uint32_t *h_lflag; /* mapped pinned: the host sets it to lseq once h_lmask is written */
+    uint32_t *d_lflag;          /* h_lflag's device address (the sampling of a step with late masks waits on it) */
+    uint32_t lseq;              /* the value of its latest step with late masks */
+    int late;                   /* 1: the step in this flight has late masks, 0 none */
+    int late_ready;             /* 1: they were announced (engine_masks_ready) and the flag set */
 } cu_flight;
 
 typedef struct {
@@ -154,6 +168,8 @@ typedef struct {
     void *samp_ws;             /* sampler scratch */
     size_t samp_ws_bytes;
     cu_inputs in;              /* input block layout */
+    int step_late;             /* the step being launched has late masks (read by the forward pass's sampling) */
+    cu_flight *cur_fl;         /* the flight of the step being launched */
     uint8_t *h_in;             /* the pinned host input block of the step being staged (h_inb[cur_p]) */
     uint8_t *d_in;             /* its device input block (d_inb[cur_p]): what IN_PTR addresses */
     int n_inb;                 /* input blocks: 2 for a whole-model engine, 1 for a pipeline stage. With 2, step k
@@ -240,7 +256,7 @@ int cuda_forward(cu_engine *E, const cu_batch *b, char *err, size_t errlen);
 
 /* cuda/cuda_step.cu */
 /* Lays out the input block for max_tok rows and max_batch sampling rows. */
-void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch);
+void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab);
 /* Validates, stages and enqueues one step (r), then waits for it unless r->launch. Returns 0, or -1 with
  * E->base.err (a device error also marks E dead). */
 int cuda_step_run(cu_engine *E, const cu_step_req *r);

@@ -24,6 +24,7 @@ extern "C" {
 #include "cu_settings.h"
 #include "qtc.h"
 #include "sample.h"
+#include "sample_mask.h"
 #include "wtc.h"
 
 #define IN_PTR(E, field, type) ((type *)((E)->d_in + (E)->in.field))
@@ -294,6 +295,15 @@ static int s_sample(cu_engine *E, int n_samp, char *err, size_t errlen) {
     }
     sp.workspace = E->samp_ws; sp.workspace_bytes = E->samp_ws_bytes;
     sp.carry_tok = E->carry_tok; sp.carry_rng = E->carry_rng; sp.carry_idx = IN_PTR(E, eslot, int32_t);
+    /* structured output: rows flagged in mask_on get their masked ids' logits at -inf first (in place); rows with
+     * late masks wait until the host has written them into the flight's mapped buffer (never in a graph) */
+    FWD_CUDA(sample_mask_launch(E->logits, sp.vocab, n_samp, sp.vocab, IN_PTR(E, mask_on, int32_t),
+                                IN_PTR(E, mask, uint32_t), E->st));
+    if (E->step_late) {
+        FWD_CUDA(sample_mask_wait_launch(E->cur_fl->d_lflag, IN_PTR(E, lwant, uint32_t), E->st));
+        FWD_CUDA(sample_mask_launch(E->logits, sp.vocab, n_samp, sp.vocab, IN_PTR(E, mask_late_on, int32_t),
+                                    E->cur_fl->d_lmask, E->st));
+    }
     FWD_CUDA(sample_launch(&sp, E->st));
     return 0;
 }

@@ -25,12 +25,20 @@ extern "C" {
 #include <string.h>
 #include "cu_engine.h"
 #include "cuda_common.h"
+#include "sample_mask.h"
 
 /* fills the sampling part of ordered row k from entry s (NULL: a padded row, greedy, no history) */
 static void s_stage_sampling(cu_engine *E, int k, const zl_seq *s) {
     zl_sampling *par = (zl_sampling *)(E->h_in + E->in.params) + k;
     uint64_t *rng = (uint64_t *)(E->h_in + E->in.rng) + k;
     int32_t *hl = (int32_t *)(E->h_in + E->in.hist_len) + k;
+    int32_t *mo = (int32_t *)(E->h_in + E->in.mask_on) + k;
+    int32_t *ml = (int32_t *)(E->h_in + E->in.mask_late_on) + k;
+    *ml = s && s->mask && s->sample && s->mask_late; /* written to the flight's lmask after the launch */
+    *mo = s && s->mask && s->sample && !s->mask_late;
+    if (*mo)
+        memcpy((uint32_t *)(E->h_in + E->in.mask) + (size_t)k * E->in.mask_words, s->mask,
+               (size_t)E->in.mask_words * 4);
     *par = s && s->samp ? *s->samp : sampler_defaults();
     if (par->repeat_last_n > CU_HIST) par->repeat_last_n = CU_HIST;   /* documented cap of the staged history */
     *rng = s && s->rng ? *s->rng : 0;
@@ -88,7 +96,7 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
         return -1;
     }
     /* validate everything before touching the device */
-    int total = 0, n_dec = 0, max_rows = 1, need_hist = 0;
+    int total = 0, n_dec = 0, max_rows = 1, need_hist = 0, need_mask = 0, need_late = 0;
     for (int i = 0; i < n; i++) {
         const zl_seq *s = &seqs[i];
         if (s->slot < 0 || s->slot >= base->n_slots || s->pos < 0 || s->n_tokens < 1 ||
@@ -116,6 +124,19 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
         if (s->n_tokens == 1) n_dec++;
         else if (s->n_tokens > max_rows) max_rows = s->n_tokens;
         if (s->samp && s->samp->repeat_penalty != 1.0f && s->samp->repeat_last_n > 0 && s->history) need_hist = 1;
+        if (s->mask && s->sample && !s->mask_late) need_mask = 1;
+        if (s->mask_late) {
+            /* late masks: only a queued whole-model step (its sampling waits for engine_masks_ready, which the
+             * caller can only give once launch has returned) */
+            if (!s->mask || !s->sample || !launch || !base->masks_late) {
+                snprintf(base->err, sizeof base->err,
+                         "entry %d: a late mask needs a mask, a sampling entry and a "
+                         "queued step of an engine that takes late masks",
+                         i);
+                return -1;
+            }
+            need_late = 1;
+        }
     }
     if (total > base->max_step_tokens) {
         snprintf(base->err, sizeof base->err, "step of %d tokens exceeds max_step_tokens %d", total, base->max_step_tokens);
@@ -140,7 +161,8 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     for (int i = 0; i < n; i++) if (seqs[i].n_tokens == 1) E->order[k++] = i;
     for (int i = 0; i < n; i++) if (seqs[i].n_tokens > 1) E->order[k++] = i;
     const int n_pre = n - n_dec;
-    const int gi = (n_pre == 0 && E->n_buckets > 0) ? s_bucket_for(E, n) : -1;
+    /* decode-only steps replay a captured graph, except a step with late masks (its sampling waits for the host) */
+    const int gi = (n_pre == 0 && E->n_buckets > 0 && !need_late) ? s_bucket_for(E, n) : -1;
     const int n_samp = gi >= 0 ? E->bucket[gi] : n;
     int32_t *tok = (int32_t *)(E->h_in + E->in.tokens), *pos = (int32_t *)(E->h_in + E->in.pos);
     int32_t *slot = (int32_t *)(E->h_in + E->in.slot), *kvl = (int32_t *)(E->h_in + E->in.kv_len);
@@ -174,7 +196,15 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     /* ONE host-to-device copy of every per-step input, on the engine's stream: the kernels (or the graph) that
      * follow on the same stream see it complete; the pinned block is not rewritten before the step's final
      * synchronisation, so the asynchronous copy never reads a half-updated block */
-    const size_t nbytes = need_hist ? E->in.total : E->in.core_end;
+    const size_t nbytes = need_mask ? E->in.total : need_hist ? E->in.hist_end : E->in.core_end;
+    /* late masks: the flight's flag value that releases this step's sampling (the flag is below it until the host
+     * has written the masks: it holds the flight's previous value) */
+    f->late = need_late;
+    f->late_ready = !need_late;
+    if (need_late) {
+        f->lseq++;
+        *(uint32_t *)(E->h_in + E->in.lwant) = f->lseq;
+    }
     /* stage buffers: device pointers as given, host ones through hbuf (copied in here, out after the step) */
     const int stage_io = !embed || !last;
     unsigned long long *hp = (unsigned long long *)(E->h_in + E->in.hptr);
@@ -204,6 +234,8 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
             return -1;
         }
     const cu_batch fb = {row, n_dec, n_pre, max_rows, n};
+    E->step_late = need_late;
+    E->cur_fl = f;
     if (gi >= 0) {
         const cudaError_t ce = cudaGraphLaunch(E->gexec[E->cur_p][gi], E->st);
         if (ce != cudaSuccess) {
@@ -297,7 +329,7 @@ int cuda_step_collect(cu_engine *E, int32_t *out_tokens) {
 
 static size_t s_align(size_t o) { return (o + 255) & ~(size_t)255; }
 
-void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch) {
+void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab) {
     size_t o = 0;
     in->rng = o;      o += (size_t)max_batch * 8;
     in->out_tok = o;  o += (size_t)max_batch * 4;
@@ -316,8 +348,18 @@ void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch) {
     in->params = o;   o = s_align(o + (size_t)max_batch * sizeof(zl_sampling));
     in->perm = o;     o = s_align(o + (size_t)max_tok * 4);
     in->hptr = o;     o = s_align(o + 2 * sizeof(unsigned long long));
+    in->mask_on = o;
+    o = s_align(o + (size_t)max_batch * 4);
+    in->mask_late_on = o;
+    o = s_align(o + (size_t)max_batch * 4);
+    in->lwant = o;
+    o = s_align(o + 4);
     in->core_end = o;
     in->hist = o;     o = s_align(o + (size_t)max_batch * CU_HIST * 4);
+    in->hist_end = o;
+    in->mask_words = sample_mask_words(vocab);
+    in->mask = o;
+    o = s_align(o + (size_t)max_batch * in->mask_words * 4);
     in->total = o;
 }
 
@@ -338,6 +380,7 @@ int cuda_step_capture_graphs(cu_engine *E, char *err, size_t errlen) {
             /* thread-local capture: other threads of the process may keep using CUDA (e.g. another engine) */
             CU_CHECK(cudaStreamBeginCapture(E->st, cudaStreamCaptureModeThreadLocal));
             const cu_batch fb = {B, B, 0, 1, B};
+            E->step_late = 0; /* a graph never waits for late masks */
             if (cuda_forward(E, &fb, err, errlen) != 0) {
                 cudaStreamEndCapture(E->st, &g);
                 if (g) cudaGraphDestroy(g);

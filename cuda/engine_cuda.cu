@@ -37,6 +37,42 @@ extern "C" {
  * collect included, device hidden states and events as the stage transport gives them); their wait only checks the
  * order. op_q keeps the steps launched and not waited for, so that a wait names the oldest one. */
 
+/* the flight in flight holding st with late masks not yet announced, or NULL */
+static cu_flight *s_late_flight(cu_engine *E, const zl_step *st) {
+    for (int j = 0; j < E->fl_count; j++) {
+        cu_flight *f = &E->fl[(E->fl_head + j) & 1];
+        if (f->seqs == st->seqs && f->n == st->n && f->late && !f->late_ready) return f;
+    }
+    return NULL;
+}
+
+/* writes the late masks of flight f's rows (all ones for a row whose mask is NULL: unmasked) and releases its
+ * sampling: the flag store follows the mask stores (a full fence between them) */
+static void s_late_release(cu_engine *E, cu_flight *f, int use_masks) {
+    const size_t w = (size_t)E->in.mask_words;
+    for (int k = 0; k < f->n; k++) {
+        const zl_seq *s = &f->seqs[f->order[k]];
+        if (!s->mask_late) continue;
+        if (use_masks && s->mask) memcpy(f->h_lmask + (size_t)k * w, s->mask, w * 4);
+        else memset(f->h_lmask + (size_t)k * w, 0xFF, w * 4);
+    }
+    __sync_synchronize();
+    *f->h_lflag = f->lseq;
+    __sync_synchronize();
+    f->late_ready = 1;
+}
+
+static int s_op_masks_ready(zl_engine *base, const zl_step *st) {
+    cu_engine *E = (cu_engine *)base;
+    cu_flight *f = st ? s_late_flight(E, st) : NULL;
+    if (!f) {
+        snprintf(base->err, sizeof base->err, "masks_ready: the step is not in flight with late masks to announce");
+        return -1;
+    }
+    s_late_release(E, f, 1);
+    return 0;
+}
+
 static int s_op_launch(zl_engine *base, const zl_step *st) {
     cu_engine *E = (cu_engine *)base;
     const int whole = base->layer_begin == 0 && base->layer_end == base->model->cfg.n_layers;
@@ -76,6 +112,9 @@ static int s_op_wait(zl_engine *base, const zl_step *st) {
             snprintf(base->err, sizeof base->err, "cuda engine unusable after an earlier device error");
             return -1;
         }
+        /* late masks never announced: the rows go unmasked rather than the device waiting forever */
+        cu_flight *lf = s_late_flight(E, st);
+        if (lf) s_late_release(E, lf, 0);
         if (cuda_step_collect(E, st->out_tokens) != 0) return -1;
     }
     E->op_head ^= 1;
@@ -98,6 +137,9 @@ static void s_destroy(zl_engine *base) {
         return;
     }
     cudaSetDevice(E->dev);
+    for (int i = 0; i < 2; i++) /* a step waiting for late masks that never came goes on */
+        if (E->fl[i].h_lflag) *E->fl[i].h_lflag = 0xFFFFFFFFu;
+    __sync_synchronize();
     if (E->st) cudaStreamSynchronize(E->st);
     if (E->cst) cudaStreamSynchronize(E->cst);
     for (int p = 0; p < 2; p++)
@@ -108,6 +150,8 @@ static void s_destroy(zl_engine *base) {
         if (E->fl[i].ev0) cudaEventDestroy(E->fl[i].ev0);
         if (E->fl[i].ev1) cudaEventDestroy(E->fl[i].ev1);
         cudaFreeHost(E->fl[i].h_out);
+        cudaFreeHost(E->fl[i].h_lmask);
+        cudaFreeHost((void *)E->fl[i].h_lflag);
         free(E->fl[i].order);
     }
     free(E->carry_ok);
@@ -177,6 +221,11 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         b->depth = 2;
         b->launch_async = 1;
     }
+    b->masks = le == c->n_layers; /* the last stage samples: structured output's masks (cuda/sample_mask.cu) */
+    if (lb == 0 && le == c->n_layers) { /* late masks: steps queued behind another, whole models only */
+        b->masks_late = 1;
+        b->masks_ready = s_op_masks_ready;
+    }
     b->layer_begin = lb;
     b->layer_end = le;
     b->model = m;
@@ -245,7 +294,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         CU_CHECK(cudaMalloc(&E->xb, T * wide * es));
         CU_CHECK(cudaMalloc((void **)&E->logits, (size_t)b->max_batch * c->vocab_size * 4));
         CU_CHECK(cudaMallocHost((void **)&E->h_logits, (size_t)b->max_batch * c->vocab_size * 4));
-        cuda_step_layout(&E->in, E->max_tok, b->max_batch);
+        cuda_step_layout(&E->in, E->max_tok, b->max_batch, c->vocab_size);
         E->n_inb = lb == 0 && le == c->n_layers ? 2 : 1;
         for (int p = 0; p < E->n_inb; p++) {
             CU_CHECK(cudaMallocHost((void **)&E->h_inb[p], E->in.total));
@@ -263,6 +312,17 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
             CU_CHECK(cudaHostAlloc((void **)&E->fl[i].h_out, E->in.tokens - E->in.rng, cudaHostAllocMapped));
             memset(E->fl[i].h_out, 0, E->in.tokens - E->in.rng);
             CU_CHECK(cudaHostGetDevicePointer((void **)&E->fl[i].d_out, E->fl[i].h_out, 0));
+            if (b->masks_late) { /* the late masks and their flag (zl_seq.mask_late), in mapped host memory */
+                const size_t lb_bytes = (size_t)b->max_batch * E->in.mask_words * 4;
+                CU_CHECK(cudaHostAlloc((void **)&E->fl[i].h_lmask, lb_bytes, cudaHostAllocMapped));
+                memset(E->fl[i].h_lmask, 0xFF, lb_bytes);
+                CU_CHECK(cudaHostGetDevicePointer((void **)&E->fl[i].d_lmask, E->fl[i].h_lmask, 0));
+                uint32_t *flag = NULL;
+                CU_CHECK(cudaHostAlloc((void **)&flag, 64, cudaHostAllocMapped));
+                memset(flag, 0, 64);
+                E->fl[i].h_lflag = flag;
+                CU_CHECK(cudaHostGetDevicePointer((void **)&E->fl[i].d_lflag, flag, 0));
+            }
         }
         E->order = E->fl[0].order;
         E->crow = (int *)malloc((size_t)b->max_batch * sizeof(int));

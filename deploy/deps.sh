@@ -14,8 +14,8 @@ if command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1; th
     missing=("${missing[@]/python3-pip}"); missing=("${missing[@]/python3}")
 fi
 missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
-pymods=(numpy gguf zmq msgpack jinja2 flit_core openai prometheus_client)
-pypkgs=(numpy gguf pyzmq msgpack jinja2 flit_core openai prometheus_client)
+pymods=(numpy gguf zmq msgpack jinja2 flit_core openai prometheus_client jsonschema)
+pypkgs=(numpy gguf pyzmq msgpack jinja2 flit_core openai prometheus_client jsonschema)
 pymissing=()
 for i in "${!pymods[@]}"; do
     python3 -c "import ${pymods[$i]}" >/dev/null 2>&1 || pymissing+=("${pypkgs[$i]}")

@@ -26,6 +26,7 @@
 #include "cpu_qdot.h"
 #include "cpu_launch.h"
 #include "engine.h"
+#include "sampler_mask.h"
 #include "engine_env.h"
 #include "quant.h"
 
@@ -374,6 +375,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
             continue;
         }
         memcpy(e->lgs, e->lg + i * V, V * sizeof(float));
+        if (s->mask) sampler_mask_apply(e->lgs, (int)V, s->mask);
         int id = sampler_sample(e->lgs, (int)V, s->samp, s->history, s->n_history, s->rng);
         if (out_tokens) out_tokens[i] = id;
     }
@@ -478,6 +480,7 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
     b->layer_begin = lb;
     b->layer_end = le;
     b->lanes = 1;
+    b->masks = 1;
     b->depth = lb == 0 && le == c->n_layers ? 2 : 1; /* steps queued ahead: whole models only (the carries) */
     snprintf(b->device, sizeof b->device, "cpu");
     b->max_batch = o->max_batch ? o->max_batch : 16;

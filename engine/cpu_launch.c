@@ -62,6 +62,11 @@ int cpu_launch_check(zl_engine *b, const zl_seq *seqs, int n, int need_tokens, i
                 snprintf(b->err, sizeof b->err, "step: seq %d: token %d out of vocabulary", i, (int)s->tokens[t]);
                 return -1;
             }
+        if (s->mask_late) { /* the CPU engines run a step at its launch: a mask must come with it */
+            snprintf(b->err, sizeof b->err, "step: seq %d: a late mask needs an engine that takes them (masks_late)",
+                     i);
+            return -1;
+        }
         int greedy = !s->samp || !(s->samp->temperature > 0.0f);
         if (s->sample && !greedy && !s->rng) {
             snprintf(b->err, sizeof b->err, "step: seq %d samples with temperature but has no rng state", i);

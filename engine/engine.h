@@ -33,6 +33,15 @@ typedef struct {
                                 * in zl_engine_ops). That step must have sampled the slot (sample 1), and the
                                 * entry may not use the repetition penalty (its history would lack the fed id);
                                 * otherwise the step fails with nothing started. 0: tokens as given */
+    const uint32_t *mask;    /* structured output: the ids sampling may pick, as bits (bit i of mask[i / 32]) over
+                                * the vocabulary, applied to the logits before the sampler (sampler_mask.h); NULL:
+                                * every id. Read only with sample set, by an engine whose zl_engine.masks is 1
+                                * (callers check it: one with 0 ignores masks); out_logits stay unmasked on the CPU
+                                * engines (on CUDA a masked row's logits come back masked) */
+    int mask_late;           /* 1: mask's contents are written by the caller after the launch and announced with
+                                * engine_masks_ready before the step is waited for (a fed entry's mask depends on
+                                * the id of the step in flight); only on an engine with zl_engine.masks_late, in a
+                                * step queued behind another (not sync), with mask and sample set */
 } zl_seq;
 
 typedef struct zl_engine zl_engine;
@@ -110,6 +119,11 @@ struct zl_engine {
                                 * leader says 2, so that its stages all work, docs/pipeline.md) */
     int depth;                /* most steps in flight on one lane (0 or 1: a launch on a lane with a step in
                                 * flight is refused; 2: a step may be queued behind the one in flight, with feeds) */
+    int masks;                /* 1: the engine applies zl_seq.mask (structured output); 0: it ignores masks, and
+                                * the worker refuses such sequences at admission */
+    int masks_late;           /* 1: the engine takes masks announced after the launch (zl_seq.mask_late): its
+                                * sampling waits on the device for engine_masks_ready, the forward pass does not */
+    int (*masks_ready)(zl_engine *e, const zl_step *st); /* with masks_late: see engine_masks_ready */
     int launch_async;         /* 1: launch returns while the step runs (CUDA): queuing ahead hides the host;
                                 * 0: it runs the step before it returns (CPU), so queuing ahead only delays each
                                 * step's ids by one step (callers queue ahead there only when asked to) */
@@ -161,6 +175,16 @@ static inline int engine_step(zl_engine *e, const zl_seq *s, int n, int32_t *out
     st.out_tokens = out_tokens;
     st.out_logits = out_logits;
     return engine_run(e, &st);
+}
+/* Announces that the masks of st's entries with mask_late are written (st launched, not yet waited for); the
+ * engine reads them now and its sampling for st goes on. Waiting for st without it treats those entries as
+ * unmasked. 0, or -1 with e->err (no such step in flight, or an engine without masks_late). */
+static inline int engine_masks_ready(zl_engine *e, const zl_step *st) {
+    if (!e->masks_ready) {
+        snprintf(e->err, sizeof e->err, "masks_ready: this engine takes no late masks");
+        return -1;
+    }
+    return e->masks_ready(e, st);
 }
 /* the lanes of e (zl_engine.lanes), >= 1 */
 static inline int engine_lanes(const zl_engine *e) { return e->lanes > 1 ? e->lanes : 1; }

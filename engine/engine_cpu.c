@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include "cpu_launch.h"
 #include "engine.h"
+#include "sampler_mask.h"
 #include "quant.h"
 
 #define S_MAX_THREADS 64
@@ -372,6 +373,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
             continue;
         }
         memcpy(e->lgs, e->lg + i * V, V * sizeof(float));
+        if (s->mask) sampler_mask_apply(e->lgs, (int)V, s->mask);
         int id = sampler_sample(e->lgs, (int)V, s->samp, s->history, s->n_history, s->rng);
         if (out_tokens) out_tokens[i] = id;
     }
@@ -455,6 +457,7 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
     b->layer_begin = lb;
     b->layer_end = le;
     b->lanes = 1;
+    b->masks = 1;
     b->depth = lb == 0 && le == c->n_layers ? 2 : 1; /* steps queued ahead: whole models only (the sampler
                                                         * carries ids) */
     snprintf(b->device, sizeof b->device, "cpu-ref");

@@ -96,11 +96,6 @@ static int s_refuse_unsupported(json_t *o, gw_endpoint ep, gw_error *e) {
     if ((v = s_get(o, "echo")) && !json_is_false(v)) return s_unsupported(e, "echo", "");
     if ((v = s_get(o, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
         return s_unsupported(e, "logit_bias", "");
-    if ((v = s_get(o, "response_format"))) {
-        json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-        if (!(json_is_string(t) && !strcmp(json_string_value(t), "text")))
-            return s_unsupported(e, "response_format", "other than {\"type\": \"text\"}");
-    }
     if ((v = s_get(o, "modalities"))) {
         if (!json_is_array(v)) return s_unsupported(e, "modalities", "");
         size_t i;
@@ -326,7 +321,7 @@ int gw_request_parse(gw_endpoint ep, const char *body, size_t len, gw_request *r
     }
     if (s_refuse_unsupported(o, ep, e) != 0) goto fail;
     if ((ep == GW_EP_CHAT ? s_messages(r, o, e) : s_prompt(r, o, e)) != 0) goto fail;
-    if (s_sampling(r, o, e) != 0 || s_stop(r, o, e) != 0) goto fail;
+    if (s_sampling(r, o, e) != 0 || s_stop(r, o, e) != 0 || gw_format_parse(r, o, e) != 0) goto fail;
     if (s_bool(o, "stream", &r->stream, e) < 0) goto fail;
     json_t *so = s_get(o, "stream_options");
     if (so) {
@@ -349,6 +344,7 @@ void gw_request_free(gw_request *r) {
     free(r->pieces);
     free(r->msgs);
     free(r->tokens);
+    free(r->format_text);
     if (r->root) json_decref((json_t *)r->root);
     memset(r, 0, sizeof *r);
 }

@@ -1,6 +1,6 @@
 /* http/gw_request.h: an OpenAI request body (chat or completions) parsed with jansson and validated into a
  * proto_generate for the broker. Every field zllm supports is range-checked against docs/protocol.md; every
- * field it does not support yet (n > 1, logprobs, tools, response_format, ...) is refused with a 400 naming
+ * field it does not support yet (n > 1, logprobs, tools, ...) is refused with a 400 naming
  * the field; fields that change nothing (user, store, metadata, ...) are accepted and ignored.
  *
  *     gw_request r; gw_error e;
@@ -31,11 +31,15 @@ typedef struct {
     int32_t *tokens;
     char **pieces; /* joined text-part contents */
     int n_pieces;
+    char *format_text; /* the JSON schema of a structured-output request as text (gen.format points here) */
 } gw_request;
 
 /* Parses body[len] (need not be NUL-terminated) for endpoint ep into r. Returns 0, or -1 with e filled
  * (status 400; r is then freed). Never reads outside body, whatever it holds. */
 int gw_request_parse(gw_endpoint ep, const char *body, size_t len, gw_request *r, gw_error *e);
+/* Structured output (http/gw_format.c): OpenAI's response_format (json_object, json_schema) and llama-server's
+ * json_schema and grammar fields of the parsed body root into r->gen.format. 0, or -1 with e (400). */
+int gw_format_parse(gw_request *r, void *root, gw_error *e);
 /* Releases r's storage; idempotent. */
 void gw_request_free(gw_request *r);
 

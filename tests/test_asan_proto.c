@@ -371,8 +371,61 @@ static void test_add_str(void) {
           "new code names");
 }
 
+/* structured output: response_format in generate and assign, both ways; bad ones refused */
+static void test_format(void) {
+    proto_buf b = {0};
+    proto_generate g;
+    proto_generate_defaults(&g);
+    g.id = proto_cstr("f1");
+    g.prompt_kind = PROTO_PROMPT_TEXT;
+    g.prompt = proto_cstr("hi");
+    g.format.kind = PROTO_FORMAT_REGEX;
+    g.format.text = proto_cstr("[a-z]+");
+    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) == 0 && s_m.generate.format.kind == PROTO_FORMAT_REGEX &&
+              proto_str_eq(s_m.generate.format.text, "[a-z]+"),
+          "generate with response_format: %s", s_err);
+    g.format.kind = PROTO_FORMAT_JSON_OBJECT;
+    g.format.text = proto_cstr(NULL);
+    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) == 0 &&
+              s_m.generate.format.kind == PROTO_FORMAT_JSON_OBJECT && s_m.generate.format.text.n == 0,
+          "json_object without text: %s", s_err);
+    int32_t toks[2] = {1, 2};
+    proto_seq q;
+    memset(&q, 0, sizeof q);
+    q.rid = 9;
+    q.tokens = toks;
+    q.n_tokens = 2;
+    q.max_tokens = 4;
+    proto_sampling_defaults(&q.sampling);
+    q.format.kind = PROTO_FORMAT_GRAMMAR;
+    q.format.text = proto_cstr("root ::= \"a\"");
+    CHECK(proto_encode_assign(&b, &q, 1) == 0 && dec(b.data, b.len) == 0 &&
+              s_m.assign.seqs[0].format.kind == PROTO_FORMAT_GRAMMAR &&
+              proto_str_eq(s_m.assign.seqs[0].format.text, "root ::= \"a\""),
+          "assign with response_format: %s", s_err);
+    static const char *const bad[][2] = {{"xml", "x"}, {"regex", NULL}, {NULL, "x"}};
+    for (int i = 0; i < 3; i++) {
+        mp m;
+        mp_init(&m);
+        mp_head(&m, 3, "generate");
+        mp_str(&m, "id");
+        mp_str(&m, "b");
+        mp_str(&m, "prompt");
+        mp_str(&m, "p");
+        mp_str(&m, "response_format");
+        msgpack_pack_map(&m.pk, (bad[i][0] != NULL) + (bad[i][1] != NULL));
+        if (bad[i][0]) mp_str(&m, "type"), mp_str(&m, bad[i][0]);
+        if (bad[i][1]) mp_str(&m, "text"), mp_str(&m, bad[i][1]);
+        CHECK(mp_dec(&m) != 0 && strstr(s_err, "response_format"), "bad response_format %d refused: %s", i, s_err);
+    }
+    CHECK(!strcmp(proto_format_name(PROTO_FORMAT_JSON_SCHEMA), "json_schema") && !strcmp(proto_format_name(0), ""),
+          "format names");
+    proto_buf_free(&b);
+}
+
 int main(void) {
     test_roundtrips();
+    test_format();
     test_add_str();
     test_hostile();
     test_stop();

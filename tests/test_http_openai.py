@@ -276,7 +276,13 @@ def main():
                 ("tools", {"model": "qwen", "messages": [{"role": "user", "content": "a"}],
                            "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
                 ("response_format", {"model": "qwen", "messages": [{"role": "user", "content": "a"}],
-                                     "response_format": {"type": "json_object"}}, "response_format"),
+                                     "response_format": {"type": "xml"}}, "response_format"),
+                ("response_format and grammar", {"model": "qwen", "messages": [{"role": "user", "content": "a"}],
+                                                 "response_format": {"type": "json_object"}, "grammar": "root ::= \"a\""},
+                 "response_format"),
+                ("json_schema without a schema", {"model": "qwen", "messages": [{"role": "user", "content": "a"}],
+                                                  "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+                 "response_format"),
                 ("role tool", {"model": "qwen", "messages": [{"role": "tool", "content": "a"}]}, "messages[0]"),
                 ("no messages", {"model": "qwen"}, "messages")]:
             st, h, b = gw.json("POST", "/v1/chat/completions", body)

@@ -25,7 +25,9 @@
  * step in flight ends it (a stop id, end of generation, a cancel), the fed step's result for it is dropped and
  * its record and KV slot are released when that step is collected, as for a cancel in flight. The guess is not
  * made where the end is certain (max_tokens, the context) or where a fed entry is not allowed (the repetition
- * penalty: such a sequence waits for its token and runs in the step after). A prompt whose chunk in flight does
+ * penalty, or a grammar over an engine without late masks: such a sequence waits for its token and runs in the
+ * step after). A grammar sequence fed over an engine with late masks gets its fed entry's mask once the step in
+ * flight is collected (s_late_masks), while the device runs the fed step. A prompt whose chunk in flight does
  * not sample goes on with its next chunk in the step queued behind (its tokens are known). A record may then be
  * in two steps in flight (inflight counts them), so records beyond n_slots are used as with lanes. */
 #include <math.h>
@@ -33,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "batcher.h"
+#include "cpu_pool.h"
 
 typedef struct {
     int active;                    /* 1 while the record is used: a running sequence, or a cancelled one whose
@@ -58,6 +61,8 @@ typedef struct {
     int32_t stop_ids[WK_MAX_STOP_IDS]; /* extra stop ids */
     int n_stop_ids;                /* count of stop_ids */
     int ignore_eos;                /* 1: eog ids do not stop */
+    zg_matcher *gm;                /* structured output: the grammar's state after the tokens so far, or NULL */
+    uint32_t *mask;                /* [mask_words] its allowed ids for the entry being built (kept across uses) */
 } s_rec;
 
 typedef struct {
@@ -107,6 +112,12 @@ struct wk_batcher {
     uint64_t steps;                /* steps run */
     uint64_t duplicates;           /* duplicate assignments ignored */
     uint64_t pending_dropped;      /* acknowledgements lost to a full pending queue */
+    const zg_vocab *gvocab;        /* borrowed: the vocabulary of grammar masks (batcher_set_vocab), or NULL */
+    int mask_words;                /* (vocab + 31) / 32 */
+    cpu_pool *mask_pool;           /* threads computing a step's masks (batcher_set_mask_threads), or NULL */
+    int *mask_list;                /* [max_batch] entries of the step being built that need their mask (or of
+                                    * the step collected whose matchers take their tokens) */
+    uint8_t *refused;              /* [max_batch] per entry of the step collected: its grammar refused the token */
 };
 
 wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, size_t errlen) {
@@ -127,12 +138,15 @@ wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, 
     b->lanes = 1;
     b->pending_cap = 2 * e->n_slots + 64;
     b->prefill_cap = e->max_step_tokens;
+    b->mask_words = (vocab + 31) / 32;
+    b->mask_list = malloc((size_t)e->max_batch * sizeof *b->mask_list);
+    b->refused = malloc((size_t)e->max_batch);
     b->eog = malloc((size_t)vocab);
     b->recs = calloc((size_t)b->n_rec, sizeof *b->recs);
     b->tok_buf = malloc((size_t)b->n_rec * (size_t)b->n_ctx * sizeof(int32_t));
     b->kv_rec = malloc((size_t)b->n_slots * sizeof *b->kv_rec);
     b->pending = calloc((size_t)b->pending_cap, sizeof *b->pending);
-    if (!b->eog || !b->recs || !b->tok_buf || !b->kv_rec || !b->pending) goto oom;
+    if (!b->eog || !b->recs || !b->tok_buf || !b->kv_rec || !b->pending || !b->mask_list || !b->refused) goto oom;
     for (int l = 0; l < WK_MAX_LANES; l++) {
         s_lane *L = &b->lane[l];
         L->seqs = calloc((size_t)e->max_batch, sizeof *L->seqs);
@@ -159,7 +173,14 @@ void batcher_destroy(wk_batcher **pb) {
     if (!pb || !*pb) return;
     wk_batcher *b = *pb;
     free(b->eog);
+    for (int i = 0; b->recs && i < b->n_rec; i++) {
+        grammar_matcher_destroy(&b->recs[i].gm);
+        free(b->recs[i].mask);
+    }
     free(b->recs);
+    free(b->mask_list);
+    free(b->refused);
+    cpu_pool_destroy(&b->mask_pool);
     free(b->tok_buf);
     free(b->kv_rec);
     free(b->pending);
@@ -229,9 +250,21 @@ static int s_find(const wk_batcher *b, uint64_t rid) {
     return -1;
 }
 
+void batcher_set_vocab(wk_batcher *b, const zg_vocab *v) {
+    b->gvocab = v && grammar_vocab_size(v) == b->vocab ? v : NULL;
+}
+
+int batcher_set_mask_threads(wk_batcher *b, int n, char *err, size_t errlen) {
+    cpu_pool_destroy(&b->mask_pool);
+    if (n <= 1) return 0;
+    b->mask_pool = cpu_pool_new(n, err, errlen);
+    return b->mask_pool ? 0 : -1;
+}
+
 /* frees record i and its KV slot (never while a step of it is in flight) */
 static void s_release(wk_batcher *b, int i) {
     s_rec *r = &b->recs[i];
+    grammar_matcher_destroy(&r->gm);
     if (r->kv >= 0) b->kv_rec[r->kv] = -1;
     r->kv = -1;
     r->active = r->live = r->inflight = 0;
@@ -297,6 +330,11 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
         snprintf(err, errlen, "rid %llu: sampling parameters out of range", (unsigned long long)r->rid);
         goto reject;
     }
+    if (r->grammar && (!b->gvocab || !b->e->masks)) {
+        snprintf(err, errlen, "rid %llu: structured output is not available here (%s)", (unsigned long long)r->rid,
+                 !b->gvocab ? "no vocabulary for the grammar masks" : "the engine does not apply token masks");
+        goto reject;
+    }
     /* a free slot is one not held by a running sequence: with live < n_slots, either a KV slot is free now, or
      * more are held by cancelled sequences in flight than records wait for one (so this one gets the next) */
     if (batcher_running(b) >= b->n_slots) {
@@ -317,6 +355,15 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
     for (int l = 1; l < b->lanes; l++)
         if (cnt[l] < cnt[lane]) lane = l;
     s_rec *s = &b->recs[slot];
+    if (r->grammar) {
+        char gerr[160];
+        if (!s->mask) s->mask = malloc((size_t)b->mask_words * sizeof *s->mask);
+        s->gm = s->mask ? grammar_matcher_new(r->grammar, gerr, sizeof gerr) : NULL;
+        if (!s->gm) {
+            snprintf(err, errlen, "rid %llu: %s", (unsigned long long)r->rid, s->mask ? gerr : "out of memory");
+            goto reject;
+        }
+    }
     s->active = 1;
     s->live = 1;
     s->inflight = 0;
@@ -343,6 +390,8 @@ reject:
     s_pend(b, r->rid, WK_FIN_ERROR);
     return -1;
 }
+
+void batcher_refuse(wk_batcher *b, uint64_t rid) { s_pend(b, rid, WK_FIN_ERROR); }
 
 int batcher_cancel(wk_batcher *b, uint64_t rid) {
     int i = s_find(b, rid);
@@ -399,6 +448,7 @@ static int s_finish(const wk_batcher *b, const s_rec *s, int32_t t) {
     if (!s->ignore_eos && b->eog[t]) return WK_FIN_STOP;
     for (int i = 0; i < s->n_stop_ids; i++)
         if (s->stop_ids[i] == t) return WK_FIN_STOP;
+    if (s->gm && !grammar_matcher_can_continue(s->gm)) return WK_FIN_STOP; /* the grammar's match is complete */
     if (s->n_gen >= s->max_tokens) return WK_FIN_LENGTH;
     /* the next decode would write toks[len] and need KV position len - 1 + 1 <= n_ctx: stop while both fit */
     if (s->len >= b->n_ctx) return WK_FIN_LENGTH;
@@ -435,6 +485,10 @@ static int s_entry(wk_batcher *b, s_lane *L, int i, int n, int budget) {
     q->n_history = at + chunk;
     q->rng = &s->rng;
     q->feed = 0;
+    /* the mask is computed when the step is built (s_masks); the matcher is current then: a grammar sequence has no
+     * sampling entry in flight */
+    q->mask = q->sample && s->gm ? s->mask : NULL;
+    q->mask_late = 0;
     L->seq_rec[n] = i;
     return chunk;
 }
@@ -453,6 +507,10 @@ static void s_entry_fed(wk_batcher *b, s_lane *L, int i, int n) {
     q->n_history = 0;
     q->rng = &s->rng;
     q->feed = 1;
+    /* a constrained sequence's mask depends on the id of the step in flight: written after that step is collected
+     * and announced to the engine then (s_late_masks) */
+    q->mask = s->gm ? s->mask : NULL;
+    q->mask_late = s->gm != NULL;
     L->seq_rec[n] = i;
 }
 
@@ -463,7 +521,32 @@ static int s_can_feed(const wk_batcher *b, int i) {
     const s_rec *s = &b->recs[i];
     const int pen = s->samp.repeat_penalty != 1.0f && s->samp.repeat_last_n > 0;
     return s->active && s->live && s->kv >= 0 && s->inflight == 1 && s->last_sampled && !pen &&
-           s->n_gen_sched < s->max_tokens && s->n_sched + 1 < b->n_ctx;
+           (!s->gm || b->e->masks_late) && s->n_gen_sched < s->max_tokens && s->n_sched + 1 < b->n_ctx;
+}
+
+typedef struct {
+    wk_batcher *b;
+    s_lane *L;
+    int n;
+} s_mask_job;
+
+/* thread ith of nth: every nth entry of the mask list */
+static void s_mask_run(void *ctx, int ith, int nth) {
+    const s_mask_job *j = ctx;
+    for (int k = ith; k < j->n; k += nth) {
+        const int e = j->b->mask_list[k];
+        grammar_matcher_mask(j->b->recs[j->L->seq_rec[e]].gm, j->b->gvocab, (uint32_t *)j->L->seqs[e].mask);
+    }
+}
+
+/* computes the masks of L's entries [n0, n) that have one (one matcher per sequence, so on several threads) */
+static void s_masks(wk_batcher *b, s_lane *L, int n0, int n) {
+    int cnt = 0;
+    for (int j = n0; j < n; j++)
+        if (L->seqs[j].mask && !L->seqs[j].mask_late) b->mask_list[cnt++] = j;
+    s_mask_job job = {b, L, cnt};
+    if (cnt > 1 && b->mask_pool) cpu_pool_run(b->mask_pool, s_mask_run, &job);
+    else if (cnt > 0) s_mask_run(&job, 0, 1);
 }
 
 /* builds the next step of lane l's records into L's seqs after its first n0 entries, within budget tokens;
@@ -497,6 +580,7 @@ static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int
         budget -= s_entry(b, L, best, n++, budget);
     }
     *prefill = n > n_decode ? budget0 - budget : 0;
+    s_masks(b, L, n0, n);
     return n;
 }
 
@@ -537,6 +621,30 @@ static int s_launch_ahead(wk_batcher *b, s_lane *L, int n, int prefill, char *er
     return 0;
 }
 
+/* the late masks of B's fed constrained entries (zl_seq.mask_late), once the step before it has been applied:
+ * computed from the matchers that took that step's ids (a sequence that ended meanwhile gets all ids: its result
+ * is dropped), then announced to the engine, whose sampling of B waits for them */
+static int s_late_masks(wk_batcher *b, s_lane *B, char *err, size_t errlen) {
+    int cnt = 0, any = 0;
+    for (int j = 0; j < B->n; j++) {
+        zl_seq *q = &B->seqs[j];
+        if (!q->mask_late) continue;
+        any = 1;
+        const s_rec *s = &b->recs[B->seq_rec[j]];
+        if (s->live && s->gm) b->mask_list[cnt++] = j;
+        else memset((uint32_t *)q->mask, 0xFF, (size_t)b->mask_words * sizeof(uint32_t));
+    }
+    if (!any) return 0;
+    s_mask_job job = {b, B, cnt};
+    if (cnt > 1 && b->mask_pool) cpu_pool_run(b->mask_pool, s_mask_run, &job);
+    else if (cnt > 0) s_mask_run(&job, 0, 1);
+    if (engine_masks_ready(b->e, &B->st) != 0) {
+        snprintf(err, errlen, "%s", b->e->err);
+        return -1;
+    }
+    return 0;
+}
+
 /* one call with steps queued ahead: with nothing in flight, the next step is launched; then the step behind it
  * (the fed continuations of its sampling entries, then whatever else can run) is queued before the older one
  * is waited for and applied */
@@ -572,13 +680,48 @@ static int s_step_ahead(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *er
     for (int j = 0; j < A->n; j++) b->last_tokens += A->seqs[j].n_tokens;
     s_apply(b, A, A->n, ev, &ne);
     *n_ev = ne;
+    if (b->fl_count == 1 && s_late_masks(b, B, err, errlen) != 0) return -1;
     return 1;
 }
 
 /* applies the results of lane L's n entries (out_tok): positions advance, tokens and events for the running
  * sequences, records of ended or cancelled sequences are released (their KV slots go to waiting records) */
+typedef struct {
+    wk_batcher *b;
+    s_lane *L;
+    int n;
+} s_accept_job;
+
+/* thread ith of nth: every nth entry of the accept list, its result into mask_list's sign (-1 - entry: refused) */
+static void s_accept_run(void *ctx, int ith, int nth) {
+    const s_accept_job *j = ctx;
+    for (int k = ith; k < j->n; k += nth) {
+        const int e = j->b->mask_list[k];
+        s_rec *s = &j->b->recs[j->L->seq_rec[e]];
+        if (grammar_matcher_accept_token(s->gm, j->b->gvocab, j->L->out_tok[e]) != 0) j->b->mask_list[k] = -1 - e;
+    }
+}
+
+/* advances the matchers of L's live constrained entries that sampled by their tokens (on several threads: one
+ * matcher per sequence); *refused gets, per entry, 1 where the grammar refused the token */
+static void s_accepts(wk_batcher *b, s_lane *L, int n, uint8_t *refused) {
+    int cnt = 0;
+    for (int j = 0; j < n; j++) {
+        refused[j] = 0;
+        const s_rec *s = &b->recs[L->seq_rec[j]];
+        const int32_t t = L->out_tok[j];
+        if (s->live && s->gm && L->seqs[j].sample && t >= 0 && t < b->vocab) b->mask_list[cnt++] = j;
+    }
+    s_accept_job job = {b, L, cnt};
+    if (cnt > 1 && b->mask_pool) cpu_pool_run(b->mask_pool, s_accept_run, &job);
+    else if (cnt > 0) s_accept_run(&job, 0, 1);
+    for (int k = 0; k < cnt; k++)
+        if (b->mask_list[k] < 0) refused[-1 - b->mask_list[k]] = 1;
+}
+
 static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
     int released = 0;
+    s_accepts(b, L, n, b->refused);
     for (int j = 0; j < n; j++) {
         int i = L->seq_rec[j];
         s_rec *s = &b->recs[i];
@@ -608,7 +751,9 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
         }
         s->toks[s->len++] = t;
         s->n_gen++;
-        int fin = s_finish(b, s, t);
+        /* the matcher has taken t (s_accepts); a token the mask did not allow (an engine that ignored it) ends the
+         * sequence as an error */
+        int fin = s->gm && b->refused[j] ? WK_FIN_ERROR : s_finish(b, s, t);
         ev[(*ne)++] = (wk_event){s->rid, t, fin};
         if (fin && s->inflight == 0) {
             s_release(b, i);

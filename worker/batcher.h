@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "engine.h"
+#include "grammar.h"
 
 /* finish codes of an `out` entry (docs/protocol.md) */
 enum { WK_FIN_NONE = 0, WK_FIN_STOP = 1, WK_FIN_LENGTH = 2, WK_FIN_CANCELLED = 3, WK_FIN_ERROR = 4 };
@@ -47,6 +48,9 @@ typedef struct {
     const int32_t *stop_ids;       /* [n_stop_ids] extra ids that end generation */
     int n_stop_ids;                /* <= WK_MAX_STOP_IDS */
     int ignore_eos;                /* 1: end-of-generation ids do not stop it */
+    zg_grammar *grammar;           /* structured output (docs/structured-output.md): every sampled token follows
+                                    * it, and the sequence stops when the grammar can go no further; NULL: none.
+                                    * The batcher keeps a reference */
 } wk_request;
 
 /* one entry of an `out` message */
@@ -78,12 +82,27 @@ int batcher_ahead(const wk_batcher *b);        /* 1 while steps are queued ahead
 int batcher_lanes(const wk_batcher *b);       /* lanes in use */
 int batcher_in_flight(const wk_batcher *b);   /* lanes with a step submitted and not yet collected */
 
+/* The vocabulary grammar masks are computed over (borrowed; it must outlive the batcher); without it, or over an
+ * engine that does not apply masks (zl_engine.masks), a request with a grammar is rejected. A sequence with a
+ * grammar gets its mask computed on the CPU when its sampling entry is built; with steps queued ahead over an
+ * engine that takes late masks (zl_engine.masks_late: CUDA) it is fed like any other sequence and the mask of its
+ * fed entry is computed once the step in flight is collected, while the device runs the fed step (elsewhere it
+ * is never fed: each mask needs the previous token). */
+void batcher_set_vocab(wk_batcher *b, const zg_vocab *v);
+/* Computes each step's masks, and advances the matchers by the collected tokens, on n threads (the caller's included;
+ * <= 1: on the caller's only). 0, or -1 with err
+ * when a thread cannot start (the masks then stay on the caller's thread). */
+int batcher_set_mask_threads(wk_batcher *b, int n, char *err, size_t errlen);
+
 /* Admits r. Returns 0 when admitted; 1 when r.rid is already running (the duplicate is ignored and counted); -1
  * when r is invalid or there is no free slot: a fin=4 event is queued for r.rid and err says why. A slot freed
  * by a cancel counts as free at once, as the broker assumes (docs/protocol.md), even while the cancelled
  * sequence's step is still in flight: the new sequence then waits (runs nothing) until that step is collected
  * and the slot really is free. */
 int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen);
+/* Queues a fin=4 (error) event for rid, an assignment refused before batcher_add (a grammar that does not
+ * compile here). */
+void batcher_refuse(wk_batcher *b, uint64_t rid);
 /* Ends rid and queues its fin=3 acknowledgement; its slot is released at once, or, when a step of rid is in
  * flight, when that step is collected (its results are then dropped). Returns 1 if rid was running, 0 if
  * unknown (ignored). */

@@ -23,6 +23,7 @@
  *   engine.h    - engine_new/engine_destroy: the backend (cpu, cuda)
  *   model.h     - model_load: the GGUF model
  *   tokenizer.h - tokenizer_new/tokenizer_is_eog: end-of-generation ids from the model's vocabulary
+ *   grammar.h   - structured output: response_format grammars (cached) and the vocabulary their masks cover
  *   proto.h     - proto_decode/proto_encode_*: the wire protocol */
 #include <errno.h>
 #include <limits.h>
@@ -41,6 +42,7 @@
 #include "model.h"
 #include "proto.h"
 #include "tokenizer.h"
+#include "grammar.h"
 #include "version.h"
 
 #define S_REGISTER_RETRY_MS 250    /* resend `register` until `registered` comes back (a send fails while the
@@ -70,6 +72,7 @@ typedef struct {
     const char *group;             /* pipeline shm group name (--group) */
     int lanes;                     /* --lanes: steps in flight (batcher.h); 0: what the engine asks for */
     int ahead;                     /* --ahead: 1 / 0 queue steps ahead on / off; -1: as the engine says */
+    int mask_threads;              /* --mask-threads: threads computing structured output's masks; 0: default */
     const char *curve_server_key;  /* --curve-server-key: file with the broker's Z85 public key, or NULL */
     const char *curve_key;         /* --curve-key: file with this worker's Z85 secret key, or NULL */
     char curve_srv[41], curve_pub[41], curve_sec[41]; /* the keys in Z85 (read at startup; pub derived) */
@@ -80,6 +83,8 @@ typedef struct {
     zl_model *model;               /* loaded model */
     zl_engine *engine;             /* backend */
     wk_batcher *batcher;           /* continuous batching state */
+    zg_vocab *gvocab;              /* the vocabulary as token bytes, for structured output's masks (NULL: none) */
+    zg_cache *grammars;            /* compiled response_format grammars, by hash of their text */
     void *zctx;                    /* ZeroMQ context */
     void *sock;                    /* DEALER to the broker, NULL between sessions */
     int registered;                /* 1 after `registered` for the current registration */
@@ -153,6 +158,8 @@ static void s_usage(FILE *f) {
             "                       engine's, 2 for a pipeline leader so that every stage stays busy; 1 disables)\n"
             "  --ahead 0|1          queue each step before waiting for the one in flight: off / on (default: on\n"
             "                       where the engine's steps run asynchronously, i.e. CUDA; one lane only)\n"
+            "  --mask-threads N     threads computing structured output's token masks, 1..256 (default: the\n"
+            "                       cores, at most 8)\n"
             "  --curve-server-key FILE  CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
             "  --curve-key FILE     CURVE: this worker's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
             "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n"
@@ -211,6 +218,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
         else if (!strcmp(a, "--group")) o->group = v;
         else if (!strcmp(a, "--lanes")) bad = s_int(v, 1, WK_MAX_LANES, &o->lanes);
         else if (!strcmp(a, "--ahead")) bad = s_int(v, 0, 1, &o->ahead);
+        else if (!strcmp(a, "--mask-threads")) bad = s_int(v, 1, 256, &o->mask_threads);
         else if (!strcmp(a, "--curve-server-key")) o->curve_server_key = v;
         else if (!strcmp(a, "--curve-key")) o->curve_key = v;
         else {
@@ -281,6 +289,9 @@ static uint8_t *s_eog_map(s_worker *w) {
     int n = 0;
     if (t) {
         for (int i = 0; i < vocab; i++) n += eog[i] = tokenizer_is_eog(t, i) ? 1 : 0;
+        if (tokenizer_n_vocab(t) == vocab) w->gvocab = grammar_vocab_from_tokenizer(t, err, sizeof err);
+        if (!w->gvocab)
+            s_log(w, "no structured output: %s", tokenizer_n_vocab(t) == vocab ? err : "vocabulary size differs");
         tokenizer_destroy(&t);
     } else {
         s_log(w, "no tokenizer (%s): end-of-generation ids from metadata only", err);
@@ -390,7 +401,19 @@ static void s_handle_assign(s_worker *w, const proto_assign *a) {
         r.stop_ids = q->stop_ids;
         r.n_stop_ids = (int)q->n_stop_ids;
         r.ignore_eos = ps->ignore_eos;
+        if (q->format.kind != PROTO_FORMAT_NONE) {
+            r.grammar = w->grammars ? grammar_cache_get(w->grammars, q->format.kind, q->format.text.p, q->format.text.n,
+                                                        err, sizeof err)
+                                    : NULL;
+            if (!r.grammar) {
+                s_log(w, "assign refused: rid %llu: response_format: %s", (unsigned long long)q->rid,
+                      w->grammars ? err : "out of memory");
+                batcher_refuse(w->batcher, q->rid);
+                continue;
+            }
+        }
         if (batcher_add(w->batcher, &r, err, sizeof err) != 0) s_log(w, "assign refused: %s", err);
+        grammar_unref(&r.grammar);
     }
 }
 
@@ -604,6 +627,14 @@ int main(int argc, char **argv) {
         s_log(&w, "%s", err);
         goto fail;
     }
+    w.grammars = grammar_cache_new(64);
+    if (!w.grammars) goto oom;
+    batcher_set_vocab(w.batcher, w.gvocab);
+    if (w.gvocab) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int mt = w.o.mask_threads ? w.o.mask_threads : cores > 8 ? 8 : cores > 1 ? (int)cores : 1;
+        if (batcher_set_mask_threads(w.batcher, mt, err, sizeof err) != 0) s_log(&w, "mask threads: %s", err);
+    }
     batcher_set_prefill_cap(w.batcher, 16);   /* until the first steps have measured the device's speed */
     if (w.o.lanes && batcher_set_lanes(w.batcher, w.o.lanes) != w.o.lanes)
         s_log(&w, "--lanes %d: the %s engine keeps at most %d steps in flight: %d lanes", w.o.lanes, w.engine->device,
@@ -645,6 +676,8 @@ done:
     free(w.out_fin);
     free(eog);
     batcher_destroy(&w.batcher);
+    grammar_vocab_destroy(&w.gvocab);
+    grammar_cache_destroy(&w.grammars);
     engine_destroy(&w.engine);
     model_destroy(&w.model);
     return rc;

@@ -26,6 +26,7 @@ Several requests may be in flight on one Client (submit / next_message); message
 """
 import collections
 import itertools
+import json
 import os
 import time
 
@@ -179,8 +180,9 @@ def _new_id():
 def build_generate(id, prompt=None, tokens=None, messages=None, max_tokens=128, temperature=None, top_k=None,
                    top_p=None, min_p=None, repeat_penalty=None, repeat_last_n=None, seed=None, stop=None,
                    stop_ids=None, ignore_eos=None, stream=True, deadline_ms=None, special=None, add_bos=None,
-                   model=None):
-    """The `generate` map for a request (exactly one of prompt, tokens, messages)."""
+                   model=None, response_format=None):
+    """The `generate` map for a request (exactly one of prompt, tokens, messages). response_format: structured
+    output (see response_format_map)."""
     given = sum(x is not None for x in (prompt, tokens, messages))
     if given != 1:
         raise ValueError("exactly one of prompt, tokens, messages is required")
@@ -203,7 +205,38 @@ def build_generate(id, prompt=None, tokens=None, messages=None, max_tokens=128, 
         m["stop"] = [stop] if isinstance(stop, str) else [str(s) for s in stop]
     if stop_ids is not None:
         m["stop_ids"] = [int(t) for t in stop_ids]
+    if response_format is not None:
+        m["response_format"] = response_format_map(response_format)
     return m
+
+
+def response_format_map(rf):
+    """The protocol's response_format map {type, text} (docs/structured-output.md) from any of:
+    {"type": "json_schema", "json_schema": {"schema": {...}, "strict": True}} (OpenAI's form),
+    {"type": "json_schema", "schema": {...} or "<schema JSON>"}, {"type": "json_object"},
+    {"type": "regex", "regex": "..."}, {"type": "grammar", "grammar": "<GBNF>"}, or {"type": ..., "text": "..."}."""
+    if not isinstance(rf, dict) or not isinstance(rf.get("type"), str):
+        raise ValueError("response_format must be a dict with a string 'type'")
+    t = rf["type"]
+    if "text" in rf:
+        text = rf["text"]
+    elif t == "json_schema":
+        js = rf.get("json_schema", rf)
+        schema = js.get("schema") if isinstance(js, dict) else None
+        if schema is None:
+            raise ValueError("response_format json_schema needs a schema")
+        text = schema if isinstance(schema, str) else json.dumps(schema, separators=(",", ":"))
+    elif t == "json_object":
+        text = ""
+    elif t == "regex":
+        text = rf.get("regex", rf.get("pattern"))
+    elif t == "grammar":
+        text = rf.get("grammar")
+    else:
+        raise ValueError("response_format type must be json_schema, json_object, regex or grammar")
+    if not isinstance(text, str):
+        raise ValueError("response_format %s needs its text" % t)
+    return {"type": t, "text": text}
 
 
 def _decode(frames):

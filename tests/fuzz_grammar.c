@@ -1,0 +1,113 @@
+/* fuzz target: the structured-output compilers (JSON schema, regex, GBNF: common/grammar*.c) and the matcher.
+ * Input: one byte choosing the kind (low 2 bits) and how the tail is split, then the text; after a NUL, bytes fed
+ * to the matcher. Must never crash, leak, read out of bounds or run unbounded; a refusal carries a message. A
+ * compiled grammar is driven over a small fixed vocabulary: masks, then the fed bytes as tokens, checking that
+ * every token the mask allows is accepted and leaves the matcher alive or complete. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fuzz_main.h"
+#include "grammar.h"
+
+static void s_fail(const char *what) {
+    fprintf(stderr, "fuzz_grammar: %s\n", what);
+    abort();
+}
+
+/* a vocabulary of every single byte, a few multi-byte pieces (split UTF-8 included) and one end-of-generation id */
+#define S_NV 272
+static zg_vocab *s_vocab(void) {
+    static zg_vocab *v;
+    if (v) return v;
+    static char one[256];
+    const char *bytes[S_NV];
+    size_t lens[S_NV];
+    uint8_t eog[S_NV] = {0};
+    static const char *multi[] = {"{\"",      "\":",  "\", \"", "true", "null", "12",    "\xc3\xa9",
+                                  "\xe4\xb8", "\xad", " [",     "]}",   "ab",   "\\u00", "-0.5e"};
+    for (int i = 0; i < 256; i++) {
+        one[i] = (char)i;
+        bytes[i] = one + i;
+        lens[i] = 1;
+    }
+    for (int i = 256; i < S_NV; i++) {
+        const char *m = i - 256 < (int)(sizeof multi / sizeof *multi) ? multi[i - 256] : "";
+        bytes[i] = m;
+        lens[i] = strlen(m);
+    }
+    eog[S_NV - 1] = 1;
+    char err[128];
+    v = grammar_vocab_new(S_NV, bytes, lens, eog, err, sizeof err);
+    if (!v) s_fail(err);
+    return v;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    static const int kinds[] = {ZG_JSON_SCHEMA, ZG_REGEX, ZG_GBNF, ZG_JSON_OBJECT};
+    int kind = kinds[data[0] & 3];
+    const char *text = (const char *)data + 1;
+    size_t n = size - 1, tn = strnlen(text, n);
+    char err[256];
+    err[0] = 0;
+    zg_grammar *g = grammar_compile(kind, text, tn, err, sizeof err);
+    if (!g) {
+        if (!err[0]) s_fail("a refusal without a message");
+        return 0;
+    }
+    zg_vocab *v = s_vocab();
+    zg_matcher *m = grammar_matcher_new(g, err, sizeof err);
+    grammar_unref(&g);
+    if (!m) return 0;
+    uint32_t mask[(S_NV + 31) / 32];
+    const uint8_t *feed = tn < n ? data + 1 + tn + 1 : NULL;
+    size_t nf = tn < n ? n - tn - 1 : 0;
+    for (size_t k = 0; k < 64; k++) {
+        int allowed = grammar_matcher_mask(m, v, mask);
+        if (allowed == 0) {
+            if (k > 0) s_fail("empty mask after an accepted token");
+            break;
+        }
+        /* the next token: the fed byte's choice among the allowed ids, or the first allowed */
+        int pick = feed && k < nf ? feed[k] % allowed : 0, id = -1;
+        for (int i = 0; i < S_NV && id < 0; i++)
+            if (mask[i >> 5] >> (i & 31) & 1 && pick-- == 0) id = i;
+        if (grammar_matcher_accept_token(m, v, id) != 0) s_fail("an allowed token refused");
+        if (!grammar_matcher_can_continue(m)) break;
+    }
+    /* raw bytes straight in: refused or accepted, never a crash */
+    if (feed) grammar_matcher_accept_bytes(m, (const char *)feed, nf);
+    grammar_matcher_destroy(&m);
+    return 0;
+}
+
+static const char *const s_seed_text[] = {
+    "\x00{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":3},\"b\":{\"enum\":[1,\"x\","
+    "null]}},"
+    "\"required\":[\"a\"],\"additionalProperties\":false}",
+    "\x00{\"$defs\":{\"n\":{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},"
+    "\"maxItems\":2}]}},\"$ref\":\"#/$defs/n\"}",
+    "\x00{\"type\":\"string\",\"pattern\":\"^[a-z\\\"]+\\\\d{2}$\"}",
+    "\x00{\"type\":[\"number\",\"boolean\"],\"format\":\"date\"}",
+    "\x01^[a-c]{1,3}(\\.\\d+|x)*$\0\x05\x01\x02\x03",
+    "\x01(?:ab|[^\\s\\d])+?\\u00e9{2}",
+    "\x02root ::= \"(\" root \")\" | [a-z\\u00e0-\\u00ff]+ # c\nx ::= root{2,3}\n\0\x10\x20\x30",
+    "\x02root ::= a | b\na ::= \"x\" a?\nb ::= .*\n",
+    "\x03\0\x07\x01\x00\x03",
+};
+
+static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
+    int n = 0;
+    for (size_t i = 0; i < sizeof s_seed_text / sizeof *s_seed_text && n < max; i++) {
+        const char *s = s_seed_text[i];
+        size_t len = 1 + strlen(s + 1);
+        /* seeds with a feed: the bytes after the text's NUL (they hold no NUL of their own, but \x00 ends one) */
+        if (i == 4) len += 1 + 4;
+        if (i == 6) len += 1 + 3;
+        if (i == 8) len = 1 + 1 + 4;
+        seeds[n] = (const uint8_t *)s;
+        sizes[n++] = len;
+    }
+    return n;
+}

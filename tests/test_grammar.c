@@ -1,0 +1,274 @@
+/* tests/test_grammar.c: the grammar engine (common/grammar*.c): GBNF, regex and JSON schema compile to grammars
+ * that accept what they should and refuse the rest; bad inputs are refused with a message; the token mask on a
+ * small hand-made vocabulary (multi-byte characters split across tokens, end of generation only when the grammar
+ * accepts); and random walks over a real tokenizer's vocabulary, where every token the mask allows keeps the
+ * matcher alive until an end-of-generation id ends a whole match. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "gguf.h"
+#include "grammar.h"
+#include "test.h"
+#include "tokenizer.h"
+
+static int s_match(int kind, const char *text, const char *input) {
+    char err[256];
+    zg_grammar *g = grammar_compile(kind, text, strlen(text), err, sizeof err);
+    if (!g) {
+        fprintf(stderr, "compile failed: %s\n", err);
+        return -2;
+    }
+    zg_matcher *m = grammar_matcher_new(g, err, sizeof err);
+    grammar_unref(&g);
+    int ok = m && grammar_matcher_accept_bytes(m, input, strlen(input)) == 0 ? grammar_matcher_accepting(m) : -1;
+    grammar_matcher_destroy(&m);
+    return ok; /* 1 whole match, 0 a prefix, -1 refused */
+}
+
+static void s_refused(int kind, const char *text, const char *want) {
+    char err[256] = "";
+    zg_grammar *g = grammar_compile(kind, text, strlen(text), err, sizeof err);
+    CHECK(!g, "%s compiled but should not: %s", grammar_kind_name(kind), text);
+    CHECK(strstr(err, want) != NULL, "error for %s: '%s' lacks '%s'", text, err, want);
+    grammar_unref(&g);
+}
+
+static void test_gbnf(void) {
+    const char *g = "root ::= \"a\" [0-9]+ (\"x\" | \"y\")? tail\ntail ::= | \"!\" # comment\n";
+    CHECK(s_match(ZG_GBNF, g, "a12x") == 1, "a12x");
+    CHECK(s_match(ZG_GBNF, g, "a1!") == 1, "a1!");
+    CHECK(s_match(ZG_GBNF, g, "a") == 0, "a is a prefix");
+    CHECK(s_match(ZG_GBNF, g, "b") == -1, "b refused");
+    CHECK(s_match(ZG_GBNF, g, "a1xy") == -1, "a1xy refused");
+    const char *u = "root ::= [^a-c\\u00e9] \"\\u00e9\"{2,3} .\n";
+    CHECK(s_match(ZG_GBNF, u, "d\xc3\xa9\xc3\xa9z") == 1, "utf-8 classes");
+    CHECK(s_match(ZG_GBNF, u, "\xc3\xa9\xc3\xa9\xc3\xa9z") == -1, "negated class refuses e-acute");
+    CHECK(s_match(ZG_GBNF, u, "d\xc3") == 0, "partial UTF-8 is a prefix");
+    CHECK(s_match(ZG_GBNF, u, "d\xff") == -1, "invalid UTF-8 refused");
+    const char *rec = "root ::= \"(\" root \")\" | \"x\"\n";
+    CHECK(s_match(ZG_GBNF, rec, "(((x)))") == 1, "nesting");
+    CHECK(s_match(ZG_GBNF, rec, "((x)") == 0, "unbalanced prefix");
+    s_refused(ZG_GBNF, "root ::= foo\n", "not defined");
+    s_refused(ZG_GBNF, "main ::= \"a\"\n", "no rule 'root'");
+    s_refused(ZG_GBNF, "root ::= root \"a\" | \"b\"\n", "left recursion");
+    s_refused(ZG_GBNF, "root ::= (\"a\"?)*\n", "left recursion");
+    s_refused(ZG_GBNF, "root ::= \"a\" root\n", "unsatisfiable");
+    s_refused(ZG_GBNF, "root ::= \"a\n", "unterminated");
+    s_refused(ZG_GBNF, "root ::= [z-a]\n", "out of order");
+    s_refused(ZG_GBNF, "root := \"a\"\n", "expected ::=");
+    s_refused(ZG_GBNF, "root ::= \"a\"{3,2}\n", "bounds");
+}
+
+static void test_regex(void) {
+    const char *re = "^[a-z]{2,3}-\\d+(\\.\\d{1,2})?$";
+    CHECK(s_match(ZG_REGEX, re, "ab-12.5") == 1, "regex full");
+    CHECK(s_match(ZG_REGEX, re, "ab-") == 0, "regex prefix");
+    CHECK(s_match(ZG_REGEX, re, "abcd-1") == -1, "regex refuses 4 letters");
+    CHECK(s_match(ZG_REGEX, "(cat|dog)s?|bird", "dogs") == 1, "alternation");
+    CHECK(s_match(ZG_REGEX, "(cat|dog)s?|bird", "birds") == -1, "alternation refuses");
+    CHECK(s_match(ZG_REGEX, "[^\\d\\s]+", "abc") == 1, "negated class with shorthands");
+    CHECK(s_match(ZG_REGEX, "a.c", "a\nc") == -1, "dot refuses newline");
+    s_refused(ZG_REGEX, "(a", "unbalanced");
+    s_refused(ZG_REGEX, "a)", "unbalanced");
+    s_refused(ZG_REGEX, "(?=a)", "unsupported group");
+    s_refused(ZG_REGEX, "(a)\\1", "unsupported escape");
+    s_refused(ZG_REGEX, "*a", "quantifier without");
+    s_refused(ZG_REGEX, "a**", "nested quantifier");
+}
+
+static void test_schema(void) {
+    const char *s = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":5},"
+                    "\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},"
+                    "\"maxItems\":2},\"ok\":{\"type\":[\"boolean\",\"null\"]}},\"required\":[\"name\",\"ok\"],"
+                    "\"additionalProperties\":false}";
+    CHECK(s_match(ZG_JSON_SCHEMA, s, "{\"name\":\"bob\",\"ok\":true}") == 1, "required only");
+    CHECK(s_match(ZG_JSON_SCHEMA, s, "{ \"name\": \"bob\", \"age\": -12, \"tags\": [\"a\", \"b\"], \"ok\": null }") ==
+              1,
+          "all with spaces");
+    CHECK(s_match(ZG_JSON_SCHEMA, s, "{\"name\":\"bob\"}") == -1, "missing required refused");
+    CHECK(s_match(ZG_JSON_SCHEMA, s, "{\"age\":1,\"name\":\"x\",\"ok\":true}") == -1, "order is the schema's");
+    CHECK(s_match(ZG_JSON_SCHEMA, s, "{\"name\":\"bobbyx\",\"ok\":true}") == -1, "maxLength");
+    CHECK(s_match(ZG_JSON_SCHEMA, s, "{\"name\":\"b\",\"tags\":[\"a\",\"a\",\"a\"],\"ok\":true}") == -1, "maxItems");
+    CHECK(s_match(ZG_JSON_SCHEMA, s, "{\"name\":\"b\",\"ok\":true,\"x\":1}") == -1, "no extra properties");
+    CHECK(s_match(ZG_JSON_SCHEMA, s, "{\"name\":\"a\\\"\\u00e9\",\"ok\":false}") == 1, "escapes in strings");
+    const char *ref = "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"const\":1},"
+                      "\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/node\"},{\"type\":\"null\"}]}},"
+                      "\"required\":[\"v\",\"next\"],\"additionalProperties\":false}},\"$ref\":\"#/$defs/node\"}";
+    CHECK(s_match(ZG_JSON_SCHEMA, ref, "{\"v\":1,\"next\":{\"v\":1,\"next\":null}}") == 1, "recursive $ref");
+    CHECK(s_match(ZG_JSON_SCHEMA, ref, "{\"v\":2,\"next\":null}") == -1, "const");
+    const char *pat = "{\"type\":\"string\",\"pattern\":\"^[A-Z]\\\"?[0-9]{2}$\"}";
+    CHECK(s_match(ZG_JSON_SCHEMA, pat, "\"A\\\"12\"") == 1, "pattern with an escaped quote");
+    CHECK(s_match(ZG_JSON_SCHEMA, pat, "\"A\"12\"") == -1, "raw quote refused");
+    CHECK(s_match(ZG_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-29\"") == 1, "date");
+    CHECK(s_match(ZG_JSON_OBJECT, "", "{\"a\": [1, 2.5e3, {\"b\": null}], \"c\": \"d\"}") == 1, "json_object");
+    CHECK(s_match(ZG_JSON_OBJECT, "", "[1]") == -1, "json_object refuses an array");
+    s_refused(ZG_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":3}", "minimum");
+    s_refused(ZG_JSON_SCHEMA, "{\"type\":\"object\",\"patternProperties\":{}}",
+              "unsupported keyword 'patternProperties'");
+    s_refused(ZG_JSON_SCHEMA, "{\"type\":\"objekt\"}", "unknown type");
+    s_refused(ZG_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{}, \"required\":[\"a\"]}", "not in properties");
+    s_refused(ZG_JSON_SCHEMA, "{\"enum\":[]}", "unsatisfiable");
+    s_refused(ZG_JSON_SCHEMA, "{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "unsatisfiable");
+    s_refused(ZG_JSON_SCHEMA, "{\"$ref\":\"#/$defs/nope\"}", "does not resolve");
+    s_refused(ZG_JSON_SCHEMA, "{\"type\":", "invalid JSON");
+    s_refused(ZG_JSON_SCHEMA, "{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", "unsatisfiable");
+}
+
+/* a vocabulary of a few tokens: "{", "}", "\"", "a", "ab", "\"a", "\xc3" and "\xa9" (e-acute split), " ", eos */
+static void test_mask(void) {
+    const char *toks[] = {"{", "}", "\"", "a", "ab", "\"a", "\xc3", "\xa9", " ", ""};
+    size_t lens[10];
+    uint8_t eog[10] = {0};
+    eog[9] = 1;
+    for (int i = 0; i < 10; i++) lens[i] = strlen(toks[i]);
+    char err[256];
+    zg_vocab *v = grammar_vocab_new(10, toks, lens, eog, err, sizeof err);
+    CHECK(v != NULL, "vocab: %s", err);
+    const char *g = "root ::= \"{\" str \"}\"\nstr ::= \"\\\"\" [a\\u00e9]* \"\\\"\"\n";
+    zg_grammar *gr = grammar_compile(ZG_GBNF, g, strlen(g), err, sizeof err);
+    zg_matcher *m = gr ? grammar_matcher_new(gr, err, sizeof err) : NULL;
+    grammar_unref(&gr);
+    CHECK(m != NULL, "matcher: %s", err);
+    if (!v || !m) return;
+    uint32_t mask[1];
+    int n = grammar_matcher_mask(m, v, mask);
+    CHECK(n == 1 && mask[0] == 1u << 0, "start: only '{' (%d, %x)", n, mask[0]);
+    CHECK(grammar_matcher_accept_token(m, v, 0) == 0, "accept {");
+    n = grammar_matcher_mask(m, v, mask);
+    CHECK(n == 2 && mask[0] == (1u << 2 | 1u << 5), "after {: \" and \"a (%x)", mask[0]);
+    CHECK(grammar_matcher_accept_token(m, v, 5) == 0, "accept \"a");
+    n = grammar_matcher_mask(m, v, mask);
+    CHECK(mask[0] == (1u << 2 | 1u << 3 | 1u << 6), "in the string: \" a and the lead byte (%x)", mask[0]);
+    CHECK(grammar_matcher_accept_token(m, v, 4) == -1, "ab refused");
+    CHECK(grammar_matcher_accept_token(m, v, 6) == 0, "accept lead byte");
+    n = grammar_matcher_mask(m, v, mask);
+    CHECK(n == 1 && mask[0] == 1u << 7, "only the continuation byte (%x)", mask[0]);
+    CHECK(grammar_matcher_accept_token(m, v, 7) == 0 && grammar_matcher_accept_token(m, v, 2) == 0, "e-acute \"");
+    CHECK(!grammar_matcher_accepting(m), "not yet accepting");
+    grammar_matcher_mask(m, v, mask);
+    CHECK(!(mask[0] >> 9 & 1), "eos not allowed before the end");
+    CHECK(grammar_matcher_accept_token(m, v, 9) == -1, "eos refused before the end");
+    CHECK(grammar_matcher_accept_token(m, v, 1) == 0 && grammar_matcher_accepting(m), "} completes");
+    n = grammar_matcher_mask(m, v, mask);
+    CHECK(n == 1 && mask[0] == 1u << 9, "then only eos (%x)", mask[0]);
+    CHECK(!grammar_matcher_can_continue(m), "nothing can follow");
+    grammar_matcher_destroy(&m);
+    grammar_vocab_destroy(&v);
+}
+
+static uint64_t s_rng = 88172645463325252ULL;
+static uint32_t s_rand(void) {
+    s_rng ^= s_rng << 13;
+    s_rng ^= s_rng >> 7;
+    s_rng ^= s_rng << 17;
+    return (uint32_t)(s_rng >> 16);
+}
+
+/* random walks: mask, accept an allowed id picked at random; every allowed id must be accepted and leave a
+ * non-empty mask, some walks must reach the end of the grammar, and the mask must agree with accepting the token
+ * after replaying the walk on a fresh matcher (sampled ids, allowed or not: the walk's memo and the grammar's
+ * remembered masks against the plain path) */
+static void s_walks(const zg_vocab *v, int kind, const char *text, int walks, int max_steps) {
+    char err[256];
+    zg_grammar *g = grammar_compile(kind, text, strlen(text), err, sizeof err);
+    CHECK(g != NULL, "compile: %s", err);
+    if (!g) return;
+    int nv = grammar_vocab_size(v), words = (nv + 31) / 32, finished = 0, bad = 0, disagree = 0, probes = 0;
+    uint32_t *mask = malloc((size_t)words * 4);
+    int32_t *allowed = malloc((size_t)nv * sizeof *allowed), hist[256];
+    for (int w = 0; w < walks; w++) {
+        zg_matcher *m = grammar_matcher_new(g, err, sizeof err);
+        int nh = 0;
+        for (int step = 0; step < max_steps && step < 256; step++) {
+            int n = grammar_matcher_mask(m, v, mask), k = 0;
+            if (n == 0) {
+                bad++;
+                break;
+            }
+            for (int i = 0; i < nv; i++)
+                if (mask[i >> 5] >> (i & 31) & 1) allowed[k++] = i;
+            for (int p = 0; p < 12; p++) { /* half among the allowed, half anywhere */
+                int32_t c = p % 2 ? allowed[s_rand() % (uint32_t)k] : (int32_t)(s_rand() % (uint32_t)nv);
+                zg_matcher *r = grammar_matcher_new(g, err, sizeof err);
+                int ok = r != NULL;
+                for (int i = 0; ok && i < nh; i++) ok = grammar_matcher_accept_token(r, v, hist[i]) == 0;
+                if (ok) {
+                    int acc = grammar_matcher_accept_token(r, v, c) == 0;
+                    disagree += acc != (int)(mask[c >> 5] >> (c & 31) & 1);
+                    probes++;
+                }
+                grammar_matcher_destroy(&r);
+            }
+            int32_t id = allowed[s_rand() % (uint32_t)k];
+            if (grammar_matcher_accept_token(m, v, id) != 0) {
+                bad++;
+                break;
+            }
+            hist[nh++] = id;
+            if (!grammar_matcher_can_continue(m)) {
+                if (grammar_matcher_accepting(m)) finished++;
+                break;
+            }
+        }
+        grammar_matcher_destroy(&m);
+    }
+    CHECK(bad == 0, "%s: %d walks hit a refused allowed token or an empty mask", text, bad);
+    CHECK(finished > 0, "%s: no walk finished (%d walks)", text, walks);
+    CHECK(probes > 100 && disagree == 0, "%s: the mask disagrees with accepting the token %d times of %d", text,
+          disagree, probes);
+    free(mask);
+    free(allowed);
+    grammar_unref(&g);
+}
+
+static void test_vocab_walks(void) {
+    char path[1024], err[256];
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-llama-bpe.gguf", test_fixtures());
+    gguf *f = gguf_open(path, err, sizeof err);
+    CHECK(f != NULL, "open %s: %s", path, err);
+    if (!f) return;
+    zl_tokenizer *t = tokenizer_new(f, err, sizeof err);
+    CHECK(t != NULL, "tokenizer: %s", err);
+    zg_vocab *v = t ? grammar_vocab_from_tokenizer(t, err, sizeof err) : NULL;
+    CHECK(v != NULL, "vocab: %s", err);
+    if (v) {
+        s_walks(v, ZG_REGEX, "[a-c]{1,3}(\\.[\\u00e0-\\u00ff\\u4e00-\\u4e0f]{1,4}){0,3}", 40, 64);
+        s_walks(v, ZG_JSON_SCHEMA,
+                "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"x y\",\"\\u00e9t\\u00e9\"]},\"n\":{\"type\":"
+                "\"integer\"}},\"required\":[\"k\",\"n\"],\"additionalProperties\":false}",
+                40, 64);
+    }
+    grammar_vocab_destroy(&v);
+    tokenizer_destroy(&t);
+    gguf_close(&f);
+}
+
+static void test_cache(void) {
+    zg_cache *c = grammar_cache_new(2);
+    char err[256];
+    const char *a = "root ::= \"a\"\n", *b = "root ::= \"b\"\n";
+    zg_grammar *g1 = grammar_cache_get(c, ZG_GBNF, a, strlen(a), err, sizeof err);
+    zg_grammar *g2 = grammar_cache_get(c, ZG_GBNF, a, strlen(a), err, sizeof err);
+    CHECK(g1 && g1 == g2 && grammar_cache_hits(c) == 1, "second get is a hit on the same grammar");
+    zg_grammar *g3 = grammar_cache_get(c, ZG_REGEX, a, strlen(a), err, sizeof err);
+    CHECK(g3 != g1, "the kind is part of the key");
+    zg_grammar *g4 = grammar_cache_get(c, ZG_GBNF, b, strlen(b), err, sizeof err);
+    CHECK(g4 && grammar_cache_hits(c) == 1, "a miss compiles");
+    CHECK(!grammar_cache_get(c, ZG_GBNF, "x", 1, err, sizeof err), "failures are not cached: %s", err);
+    grammar_unref(&g1);
+    grammar_unref(&g2);
+    grammar_unref(&g3);
+    grammar_unref(&g4);
+    grammar_cache_destroy(&c);
+}
+
+int main(void) {
+    test_gbnf();
+    test_regex();
+    test_schema();
+    test_mask();
+    test_vocab_walks();
+    test_cache();
+    return test_report();
+}

@@ -1,0 +1,164 @@
+/* tools/main_zllm-grammarbench.c: the grammar engine's costs (docs/structured-output.md): compiling a schema,
+ * regex or grammar (cold, then through the cache), and the allowed-token mask per decoding step over a model's
+ * vocabulary, along random walks that pick allowed tokens.
+ *
+ *     zllm-grammarbench -m MODEL.gguf [--kind json_schema|json_object|regex|grammar] [--walks N] [--steps N]
+ *                       (TEXT | -f FILE)
+ * Without TEXT or -f a built-in typical schema (about 1 KB) is used. Prints one line per measurement. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "gguf.h"
+#include "grammar.h"
+#include "slurp.h"
+#include "tokenizer.h"
+#include "version.h"
+
+static const char s_default[] =
+    "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"format\":\"uuid\"},\"name\":{\"type\":"
+    "\"string\",\"maxLength\":40},\"age\":{\"type\":\"integer\",\"minimum\":0},\"email\":{\"type\":\"string\","
+    "\"format\":\"email\"},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":12},"
+    "\"maxItems\":5},\"address\":{\"type\":\"object\",\"properties\":{\"street\":{\"type\":\"string\"},\"city\":{"
+    "\"type\":\"string\"},\"zip\":{\"type\":\"string\",\"pattern\":\"^[0-9]{5}$\"},\"country\":{\"enum\":[\"FR\","
+    "\"DE\",\"IT\",\"ES\"]}},\"required\":[\"street\",\"city\",\"country\"],\"additionalProperties\":false},"
+    "\"role\":{\"enum\":[\"admin\",\"user\",\"guest\"]},\"active\":{\"type\":\"boolean\"},\"score\":{\"type\":"
+    "\"number\"},\"manager\":{\"anyOf\":[{\"$ref\":\"#/$defs/person\"},{\"type\":\"null\"}]}},\"required\":["
+    "\"id\",\"name\",\"role\",\"active\"],\"additionalProperties\":false,\"$defs\":{\"person\":{\"type\":"
+    "\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"id\":{\"type\":\"integer\"}},\"required\":["
+    "\"name\"],\"additionalProperties\":false}}}";
+
+static double s_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static uint64_t s_rng = 0x9E3779B97F4A7C15ULL;
+static uint32_t s_rand(void) {
+    s_rng ^= s_rng << 13;
+    s_rng ^= s_rng >> 7;
+    s_rng ^= s_rng << 17;
+    return (uint32_t)(s_rng >> 16);
+}
+
+static void s_usage(FILE *f) {
+    fprintf(f,
+            "usage: zllm-grammarbench -m MODEL.gguf [--kind K] [--walks N] [--steps N] [TEXT | -f FILE]\n"
+            "  the grammar engine's costs: compiling (cold and cached) and the token mask per step along random\n"
+            "  walks over the model's vocabulary (docs/structured-output.md)\n"
+            "  -m MODEL.gguf     the model whose vocabulary the masks cover (required)\n"
+            "  --kind K          json_schema (default), json_object, regex or grammar\n"
+            "  --walks N         random walks (default 4)\n"
+            "  --steps N         most tokens per walk (default 64)\n"
+            "  -f FILE           the schema, regex or grammar text from FILE (default: TEXT, else a built-in\n"
+            "                    1 KB schema)\n"
+            "  -h, --help        this text;  --version  print the version\n"
+            "Environment: none read.\n"
+            "Exit status 1 on any error, 2 on a usage error.\n");
+}
+
+int main(int argc, char **argv) {
+    const char *model = NULL, *file = NULL, *text = NULL;
+    int kind = ZG_JSON_SCHEMA, walks = 4, steps = 64, rc = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            s_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--version")) {
+            printf("zllm-grammarbench %s\n", ZLLM_VERSION);
+            return 0;
+        } else if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "-f") && i + 1 < argc) file = argv[++i];
+        else if (!strcmp(argv[i], "--kind") && i + 1 < argc) kind = grammar_kind_parse(argv[++i]);
+        else if (!strcmp(argv[i], "--walks") && i + 1 < argc) walks = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (argv[i][0] != '-' && !text) text = argv[i];
+        else {
+            fprintf(stderr,
+                    "usage: zllm-grammarbench -m MODEL.gguf [--kind K] [--walks N] [--steps N] [TEXT | -f FILE]\n");
+            return 2;
+        }
+    }
+    if (kind < 0 || !model || walks < 0 || steps < 1) {
+        fprintf(stderr, "zllm-grammarbench: needs -m MODEL and a known --kind\n");
+        return 2;
+    }
+    char err[256], *buf = NULL;
+    size_t len = 0;
+    if (file) {
+        FILE *f = fopen(file, "rb");
+        buf = f ? slurp_stream(f, &len) : NULL;
+        if (f) fclose(f);
+        if (!buf) {
+            fprintf(stderr, "zllm-grammarbench: cannot read %s\n", file);
+            return 1;
+        }
+        text = buf;
+    } else if (!text) text = s_default;
+    if (!file) len = strlen(text);
+    gguf *g = gguf_open(model, err, sizeof err);
+    zl_tokenizer *t = g ? tokenizer_new(g, err, sizeof err) : NULL;
+    zg_vocab *v = t ? grammar_vocab_from_tokenizer(t, err, sizeof err) : NULL;
+    zg_cache *c = grammar_cache_new(8);
+    zg_grammar *gr = NULL, *again = NULL;
+    uint32_t *mask = NULL;
+    if (!v || !c) {
+        fprintf(stderr, "zllm-grammarbench: %s\n", c ? err : "out of memory");
+        goto done;
+    }
+    double t0 = s_ms();
+    gr = grammar_cache_get(c, kind, text, len, err, sizeof err);
+    double t1 = s_ms();
+    if (!gr) {
+        fprintf(stderr, "zllm-grammarbench: %s\n", err);
+        goto done;
+    }
+    again = grammar_cache_get(c, kind, text, len, err, sizeof err);
+    double t2 = s_ms();
+    printf("compile %s (%zu bytes, %d rules): %.3f ms; cached: %.4f ms\n", grammar_kind_name(kind), len,
+           grammar_rules(gr), t1 - t0, t2 - t1);
+    int nv = grammar_vocab_size(v);
+    mask = malloc(((size_t)nv + 31) / 32 * sizeof *mask);
+    int32_t *allowed = malloc((size_t)nv * sizeof *allowed);
+    if (!mask || !allowed) {
+        free(allowed);
+        goto done;
+    }
+    double mask_ms = 0, worst = 0;
+    long n_masks = 0, n_allowed = 0;
+    for (int w = 0; w < walks; w++) {
+        zg_matcher *m = grammar_matcher_new(gr, err, sizeof err);
+        for (int s = 0; m && s < steps; s++) {
+            double a = s_ms();
+            int n = grammar_matcher_mask(m, v, mask);
+            double d = s_ms() - a;
+            mask_ms += d;
+            worst = d > worst ? d : worst;
+            n_masks++;
+            n_allowed += n;
+            int k = 0;
+            for (int i = 0; i < nv; i++)
+                if (mask[i >> 5] >> (i & 31) & 1) allowed[k++] = i;
+            if (k == 0 || grammar_matcher_accept_token(m, v, allowed[s_rand() % (uint32_t)k]) != 0 ||
+                !grammar_matcher_can_continue(m))
+                break;
+        }
+        grammar_matcher_destroy(&m);
+    }
+    free(allowed);
+    printf("mask over %d ids: %.3f ms mean, %.3f ms worst, %.0f ids allowed on average (%ld masks)\n", nv,
+           n_masks ? mask_ms / (double)n_masks : 0.0, worst, n_masks ? (double)n_allowed / (double)n_masks : 0.0,
+           n_masks);
+    rc = 0;
+done:
+    free(mask);
+    grammar_unref(&gr);
+    grammar_unref(&again);
+    grammar_cache_destroy(&c);
+    grammar_vocab_destroy(&v);
+    tokenizer_destroy(&t);
+    gguf_close(&g);
+    free(buf);
+    return rc;
+}
