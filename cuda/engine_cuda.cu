@@ -131,7 +131,7 @@ static void s_destroy(zl_engine *base) {
     free(E);
 }
 
-static const zl_engine_ops s_ops_cuda = {s_op_launch, s_op_wait, s_destroy};
+static const zl_engine_ops s_ops_cuda = {s_op_launch, s_op_wait, s_destroy, NULL};
 
 zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen) {
     const zl_config *c = &m->cfg;

@@ -151,7 +151,7 @@ static void test_roundtrips(void) {
           s_m.reg.n_slots == 32 && s_m.reg.n_ctx == 2048 && s_m.reg.heartbeat_ms == 250 && streq(s_m.reg.device, "cuda:0"),
           "register");
     CHECK(proto_encode_registered(&b, 500) == 0 && dec(b.data, b.len) == 0 && s_m.registered.heartbeat_ms == 500, "registered");
-    CHECK(proto_encode_hb_worker(&b, 1ull << 35, 3, 4) == 0 && dec(b.data, b.len) == 0 && s_m.hb.has_step &&
+    CHECK(proto_encode_hb_worker(&b, 1ull << 35, 3, 4, 0) == 0 && dec(b.data, b.len) == 0 && s_m.hb.has_step &&
           s_m.hb.step == 1ull << 35 && s_m.hb.free_slots == 3 && s_m.hb.running == 4, "worker hb");
     CHECK(proto_encode_hb_broker(&b) == 0 && dec(b.data, b.len) == 0 && s_m.type == PROTO_HB && !s_m.hb.has_step, "broker hb");
     CHECK(proto_encode_reregister(&b) == 0 && dec(b.data, b.len) == 0 && s_m.type == PROTO_REREGISTER, "reregister");

@@ -130,7 +130,7 @@ static void ta_destroy(zl_engine *e) {
     free(a);
 }
 
-static const zl_engine_ops ta_ops = {ta_launch, ta_wait, ta_destroy};
+static const zl_engine_ops ta_ops = {ta_launch, ta_wait, ta_destroy, NULL};
 
 /* wraps inner (taken over) into an engine of `lanes` lanes; NULL on failure (inner destroyed) */
 static zl_engine *ta_new(zl_engine *inner, int lanes) {
