@@ -69,7 +69,9 @@ int cpu_launch_check(zl_engine *b, const zl_seq *seqs, int n, int need_tokens, i
         }
         if (s->n_bias < 0 || s->n_bias > ZL_MAX_LOGIT_BIAS || (s->n_bias && !s->bias) || s->history_prompt < 0 ||
             (s->samp && (s->samp->top_logprobs < 0 || s->samp->top_logprobs > ZL_MAX_TOP_LOGPROBS))) {
-            snprintf(b->err, sizeof b->err, "step: seq %d: logit bias, history_prompt or top_logprobs out of range", i);
+            snprintf(b->err, sizeof b->err,
+                     "step: seq %d: logit bias (%d entries), history_prompt (%d) or top_logprobs (%d) out of range", i,
+                     s->n_bias, s->history_prompt, s->samp ? s->samp->top_logprobs : 0);
             return -1;
         }
         T += s->n_tokens;
