@@ -12,6 +12,9 @@ f32 CPU reference engine, cpu-ref):
   logprobs the log-softmax of those penalized logits (the distribution logprobs describe, engine/logprobs.h).
 - n: n=8 prefills the prompt once (the broker's prefills_shared counter grows by 7), and returns 8 completions
   (index 0..7), distinct, each equal (ids and logprobs) to the single request with seed + i.
+- the `zllm` CLI: --logprobs K prints each token's logprob and K alternatives (the Python client's values),
+  --choices N prints N completions, --presence-penalty/--frequency-penalty/--logit-bias reach the sampler, and a
+  malformed --logit-bias is a usage error (exit 2).
 - bad input gets a bad_request final and queues nothing (status.accepted unchanged): a bias id outside the
   vocabulary, 301 bias entries, n 17, top_logprobs 21, top_logprobs without logprobs, penalties beyond 2.
 Prints "N passed, N failed"."""
@@ -215,6 +218,34 @@ def check_n(ck, c, cl):
           all(f["finish"] in ("cancelled", "length") for f in fins), "cancel of n=4: 4 finals")
 
 
+def check_cli(ck, c, cl):
+    zl = os.path.join(BIN, "zllm")
+    toks = ",".join(str(t) for t in PROMPT)
+    ref = c.generate(tokens=PROMPT, max_tokens=3, temperature=0, logprobs=True, top_logprobs=2)
+    p = subprocess.run([zl, "generate", "--broker", cl.clients_ep, "--tokens", toks, "-n", "3", "--temp", "0",
+                        "--logprobs", "2", "--ids"], capture_output=True, text=True, timeout=30)
+    lines = [x.split() for x in p.stderr.splitlines() if x.startswith("logprob ")]
+    ck.ok(p.returncode == 0 and len(lines) == 3, "cli --logprobs 2: 3 lines (%r)" % p.stderr[-200:])
+    ok = len(lines) == 3 and all(
+        int(ln[1]) == ref.token_ids[i] and abs(float(ln[2]) - ref.logprobs[i]["logprob"]) < 1e-5 and len(ln) == 5 and
+        [int(x.split(":")[0]) for x in ln[3:]] == [t for t, _ in ref.logprobs[i]["top"]] for i, ln in enumerate(lines))
+    ck.ok(ok, "cli --logprobs: the protocol's ids, logprobs and alternatives")
+    p = subprocess.run([zl, "generate", "--broker", cl.clients_ep, "--tokens", toks, "-n", "4", "--temp", "1",
+                        "--seed", "5", "--choices", "3", "--ids"], capture_output=True, text=True, timeout=30)
+    ck.ok(p.returncode == 0 and sorted(x for x in p.stdout.splitlines() if x.startswith("---")) ==
+          ["--- completion 0", "--- completion 1", "--- completion 2"], "cli --choices 3: 3 completions (%r)" % p.stdout)
+    one = c.generate(tokens=PROMPT, max_tokens=40, temperature=0, ignore_eos=True, presence_penalty=1.5,
+                     frequency_penalty=0.5, logit_bias={300: -3})
+    p = subprocess.run([zl, "generate", "--broker", cl.clients_ep, "--tokens", toks, "-n", "40", "--temp", "0",
+                        "--ignore-eos", "--presence-penalty", "1.5", "--frequency-penalty", "0.5", "--logit-bias",
+                        "300=-3", "--ids"], capture_output=True, text=True, timeout=30)
+    ck.ok(p.returncode == 0 and [int(x) for x in p.stdout.split()] == one.token_ids,
+          "cli penalties and bias: the protocol's ids")
+    p = subprocess.run([zl, "generate", "--broker", cl.clients_ep, "--tokens", toks, "--logit-bias", "5"],
+                       capture_output=True, text=True, timeout=30)
+    ck.ok(p.returncode == 2 and "--logit-bias" in p.stderr, "cli --logit-bias without =: usage error")
+
+
 def check_bad(ck, c, cl):
     accepted = cl.status()["counters"].get("accepted")
     bad = [("bias id outside the vocabulary", dict(logit_bias={512: 1})),
@@ -248,6 +279,7 @@ def main():
                 check_batch(ck, c)
                 check_penalties(ck, c)
                 check_n(ck, c, cl)
+                check_cli(ck, c, cl)
                 check_bad(ck, c, cl)
         else:
             cl.dump_logs()
