@@ -11,13 +11,29 @@
 #include <string.h>
 #include "engine.h"
 #include "model.h"
+#include "version.h"
+
+static void s_usage(FILE *f) {
+    fprintf(f, "usage: zllm-logits -m MODEL.gguf [--device cpu|cpu-ref|cuda[:N]] ID [ID ...]\n"
+               "  prints the logits after the last id, one a line (default --device cpu-ref)\n"
+               "       zllm-logits --help | --version\n"
+               "Environment: ZLLM_CUDA_* and ZLLM_CPU_* (docs/cuda.md, docs/cpu.md) with their devices.\n");
+}
 
 int main(int argc, char **argv) {
     const char *model = NULL, *device = "cpu-ref";
     int32_t *ids = calloc((size_t)(argc > 1 ? argc : 1), sizeof *ids);
     int n = 0;
     for (int i = 1; i < argc && ids; i++) {
-        if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            s_usage(stdout);
+            free(ids);
+            return 0;
+        } else if (!strcmp(argv[i], "--version")) {
+            printf("zllm-logits %s\n", ZLLM_VERSION);
+            free(ids);
+            return 0;
+        } else if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else {
             char *end;
@@ -32,7 +48,7 @@ int main(int argc, char **argv) {
         }
     }
     if (!ids || !model || n < 1) {
-        fprintf(stderr, "usage: zllm-logits -m MODEL.gguf [--device cpu|cpu-ref|cuda[:N]] ID [ID ...]\n");
+        s_usage(stderr);
         free(ids);
         return 2;
     }
