@@ -45,6 +45,13 @@ typedef struct {
 
 typedef struct zl_engine zl_engine;
 
+/* what a back-end's sampling offers besides the id (zl_engine.caps): a step whose entries ask for more than their
+ * engine offers is refused (the batcher refuses such sequences at admission) */
+enum {
+    ZL_CAP_LOGPROBS = 1, /* zl_sampling.logprobs / top_logprobs, zl_step.out_logprobs */
+    ZL_CAP_PENALTY = 2,  /* zl_sampling.presence_penalty / frequency_penalty, zl_seq.bias */
+};
+
 /* One step's arguments and results (zl_engine_ops.launch and .wait). The struct and everything it points to
  * (seqs and their tokens, history, samp, rng; the output buffers) belong to the caller and stay valid and
  * unchanged from the launch until its wait returns; the wait names the step by this same pointer.
@@ -126,6 +133,7 @@ struct zl_engine {
                                 * leader says 2, so that its stages all work, docs/pipeline.md) */
     int depth;                /* most steps in flight on one lane (0 or 1: a launch on a lane with a step in
                                 * flight is refused; 2: a step may be queued behind the one in flight, with feeds) */
+    int caps;                 /* ZL_CAP_* the back-end serves */
     int launch_async;         /* 1: launch returns while the step runs (CUDA): queuing ahead hides the host;
                                 * 0: it runs the step before it returns (CPU), so queuing ahead only delays each
                                 * step's ids by one step (callers queue ahead there only when asked to) */

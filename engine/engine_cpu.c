@@ -461,6 +461,7 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
     b->layer_begin = lb;
     b->layer_end = le;
     b->lanes = 1;
+    b->caps = ZL_CAP_LOGPROBS | ZL_CAP_PENALTY;
     b->depth = lb == 0 && le == c->n_layers ? 2 : 1; /* steps queued ahead: whole models only (the sampler
                                                         * carries ids) */
     snprintf(b->device, sizeof b->device, "cpu-ref");

@@ -1,5 +1,5 @@
 /* engine/logprobs.h: log probabilities of a sampled token and of its top alternatives (the CPU reference of
- * cuda/logprobs.cu).
+ * cuda/logprob_top.cu).
  *
  * The distribution they describe is the one the sampler draws from before its truncations: the log-softmax, at
  * temperature 1, of the row's logits after the logit bias, the presence and frequency penalties and the repetition

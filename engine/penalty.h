@@ -1,5 +1,5 @@
 /* engine/penalty.h: OpenAI's logit bias and presence/frequency penalties on the CPU (the reference of
- * cuda/penalty.cu). Applied to a row's logits before the sampler (engine/sampler.h: its repetition penalty
+ * cuda/bias_penalty.cu). Applied to a row's logits before the sampler (engine/sampler.h: its repetition penalty
  * comes after them), in this order:
  *   logit[id] += bias            for each (id, bias) of the request's logit bias (ids outside the vocabulary are
  *                                skipped; the broker refuses them);

@@ -33,7 +33,7 @@ static int penalty_ref_load(const char *path, penalty_case **cases) {
     if (!f || fread(magic, 1, 4, f) != 4 || memcmp(magic, "ZLPR", 4) || fread(hdr, 4, 2, f) != 2 || hdr[0] != 1 ||
         hdr[1] > 10000)
         goto out;
-    *cases = calloc(hdr[1] ? hdr[1] : 1, sizeof **cases);
+    *cases = (penalty_case *)calloc(hdr[1] ? hdr[1] : 1, sizeof **cases);
     if (!*cases) goto out;
     for (uint32_t i = 0; i < hdr[1]; i++) {
         penalty_case *c = &(*cases)[i];
@@ -41,13 +41,13 @@ static int penalty_ref_load(const char *path, penalty_case **cases) {
         if (fread(u, 4, 5, f) != 5 || fread(&c->presence, 4, 1, f) != 1 || fread(&c->frequency, 4, 1, f) != 1) goto out;
         c->vocab = u[0], c->n_gen = u[1], c->n_bias = u[2], c->k = u[3], c->sampled = u[4];
         if (c->vocab < 1 || c->vocab > (1u << 20) || c->n_gen > (1u << 20) || c->n_bias > 300 || c->k > 20) goto out;
-        c->logits = malloc(c->vocab * 4);
-        c->gen = malloc((c->n_gen + 1) * 4);
-        c->bias_id = malloc((c->n_bias + 1) * 4);
-        c->bias = malloc((c->n_bias + 1) * 4);
-        c->penalized = malloc(c->vocab * 4);
-        c->top_id = malloc(21 * 4);
-        c->top_lp = malloc(21 * 8);
+        c->logits = (float *)malloc(c->vocab * 4);
+        c->gen = (int32_t *)malloc((c->n_gen + 1) * 4);
+        c->bias_id = (int32_t *)malloc((c->n_bias + 1) * 4);
+        c->bias = (float *)malloc((c->n_bias + 1) * 4);
+        c->penalized = (float *)malloc(c->vocab * 4);
+        c->top_id = (int32_t *)malloc(21 * 4);
+        c->top_lp = (double *)malloc(21 * 8);
         if (!c->logits || !c->gen || !c->bias_id || !c->bias || !c->penalized || !c->top_id || !c->top_lp) goto out;
         if (fread(c->logits, 4, c->vocab, f) != c->vocab || fread(c->gen, 4, c->n_gen, f) != c->n_gen) goto out;
         for (uint32_t j = 0; j < c->n_bias; j++)

@@ -321,6 +321,12 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
         snprintf(err, errlen, "rid %llu: logit bias out of range", (unsigned long long)r->rid);
         goto reject;
     }
+    if ((r->samp.logprobs && !(b->e->caps & ZL_CAP_LOGPROBS)) ||
+        ((penalty_counts(&r->samp) || r->n_bias) && !(b->e->caps & ZL_CAP_PENALTY))) {
+        snprintf(err, errlen, "rid %llu: device %s does not serve logprobs, presence/frequency penalties or logit bias",
+                 (unsigned long long)r->rid, b->e->device);
+        goto reject;
+    }
     /* a free slot is one not held by a running sequence: with live < n_slots, either a KV slot is free now, or
      * more are held by cancelled sequences in flight than records wait for one (so this one gets the next) */
     if (batcher_running(b) >= b->n_slots) {
