@@ -72,10 +72,10 @@ typedef struct bk_req {
     bk_stops stops;               /* points into stop_text */
     char *stop_text;              /* owned copy of the stop strings */
     int stream;
-    proto_bias *bias;             /* [sampling.n_bias] owned copy (sampling.bias points here) */
-    uint32_t index;               /* its completion among the generate's n (0..n_choices-1) */
-    uint32_t n_choices;           /* the generate's n: each completion is a request of its own, same id */
-    uint64_t share_rid;           /* rid of completion 0 (index > 0): the worker may copy its prompt KV; 0: none */
+    proto_bias *bias;   /* [sampling.n_bias] owned copy (sampling.bias points here) */
+    uint32_t index;     /* its completion among the generate's n (0..n_choices-1) */
+    uint32_t n_choices; /* the generate's n: each completion is a request of its own, same id */
+    uint64_t share_rid; /* rid of completion 0 (index > 0): the worker may copy its prompt KV; 0: none */
     /* progress */
     int state;                    /* RQ_QUEUED / RQ_RUNNING */
     bk_worker *worker;            /* when running */
@@ -547,8 +547,8 @@ static int req_token(broker *b, bk_req *q, int32_t tok, const proto_logprob *lp,
     if (q->stream) {
         proto_str text = { q->text ? q->text : "", (uint32_t)release };
         if (stopped) text.n = 0;  /* everything before the stop goes out with the final */
-        proto_encode_token_ex(&b->out, (proto_str){ q->id, q->id_len }, &tok, 1, text,
-                              q->sampling.logprobs ? lp : NULL, q->index);
+        proto_encode_token_ex(&b->out, (proto_str){q->id, q->id_len}, &tok, 1, text, q->sampling.logprobs ? lp : NULL,
+                              q->index);
         if (send_client(b, q->cid, q->cid_len, &b->out) == 0) q->n_sent++;
         if (!stopped && release) {
             memmove(q->text, q->text + release, q->text_len - release);
@@ -713,12 +713,17 @@ static bk_req *req_make(broker *b, const uint8_t *cid, uint32_t cn, const proto_
     bk_req *q = calloc(1, sizeof *q);
     if (!q) return NULL;
     q->rid = ++b->next_rid;
-    memcpy(q->cid, cid, cn); q->cid_len = cn;
-    memcpy(q->id, g->id.p, g->id.n); q->id_len = g->id.n;
+    memcpy(q->cid, cid, cn);
+    q->cid_len = cn;
+    memcpy(q->id, g->id.p, g->id.n);
+    q->id_len = g->id.n;
     q->hkey = hash_cid_id(cid, cn, g->id.p, g->id.n);
     q->model = m;
     q->prompt = malloc((size_t)n_ids * sizeof *q->prompt);
-    if (!q->prompt) { req_free(q); return NULL; }
+    if (!q->prompt) {
+        req_free(q);
+        return NULL;
+    }
     memcpy(q->prompt, ids, (size_t)n_ids * sizeof *q->prompt);
     q->n_prompt = n_ids;
     q->max_tokens = g->max_tokens;
@@ -730,7 +735,10 @@ static bk_req *req_make(broker *b, const uint8_t *cid, uint32_t cn, const proto_
     q->sampling.bias = NULL;
     if (g->sampling.n_bias) {
         q->bias = malloc(g->sampling.n_bias * sizeof *q->bias);
-        if (!q->bias) { req_free(q); return NULL; }
+        if (!q->bias) {
+            req_free(q);
+            return NULL;
+        }
         memcpy(q->bias, g->sampling.bias, g->sampling.n_bias * sizeof *q->bias);
         q->sampling.bias = q->bias;
     }
@@ -740,7 +748,10 @@ static bk_req *req_make(broker *b, const uint8_t *cid, uint32_t cn, const proto_
         size_t tot = 0;
         for (uint32_t i = 0; i < g->n_stop; i++) tot += g->stop[i].n;
         q->stop_text = malloc(tot);
-        if (!q->stop_text) { req_free(q); return NULL; }
+        if (!q->stop_text) {
+            req_free(q);
+            return NULL;
+        }
         size_t off = 0;
         for (uint32_t i = 0; i < g->n_stop; i++) {
             memcpy(q->stop_text + off, g->stop[i].p, g->stop[i].n);
@@ -825,10 +836,12 @@ static void on_generate(broker *b, const uint8_t *cid, uint32_t cn, const proto_
         final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_BAD_REQUEST, bad, n_ids);
         return;
     }
-    if (b->n_queued + n_choices > b->cfg.queue_max || b->queued_tokens + (uint64_t)n_ids * n_choices > b->cfg.queue_tokens) {
+    if (b->n_queued + n_choices > b->cfg.queue_max ||
+        b->queued_tokens + (uint64_t)n_ids * n_choices > b->cfg.queue_tokens) {
         free(ids);
         final_reject(b, cid, cn, g->id, PROTO_FINISH_OVERLOADED, PROTO_CODE_OVERLOADED,
-                     b->n_queued + n_choices > b->cfg.queue_max ? "the request queue is full" : "the queued prompt tokens are at their limit",
+                     b->n_queued + n_choices > b->cfg.queue_max ? "the request queue is full"
+                                                                : "the queued prompt tokens are at their limit",
                      n_ids);
         return;
     }

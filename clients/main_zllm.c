@@ -83,8 +83,8 @@ typedef struct {
     double frequency_penalty;      /* --frequency-penalty; NAN = default */
     proto_bias bias[PROTO_MAX_LOGIT_BIAS]; /* --logit-bias, all given */
     int n_bias;
-    long long logprobs;            /* --logprobs K: each token's logprob and K alternatives on stderr; -1 = off */
-    int choices;                   /* --choices N: completions (the protocol's n); 0 = 1 */
+    long long logprobs; /* --logprobs K: each token's logprob and K alternatives on stderr; -1 = off */
+    int choices;        /* --choices N: completions (the protocol's n); 0 = 1 */
     /* bench */
     int n_requests;                /* -N */
     int concurrency;               /* -c */

@@ -1060,7 +1060,7 @@ static int out_lengths(const uint8_t *buf, size_t len, uint32_t *nr, uint32_t *n
 
 /* the length of the top map's `logprobs` array (token, final), UINT32_MAX when absent */
 static uint32_t lps_count(const uint8_t *buf, size_t len) {
-    rd r = { buf, buf + len };
+    rd r = {buf, buf + len};
     uint32_t n, c = UINT32_MAX;
     if (rd_map(&r, &n)) return UINT32_MAX;
     for (uint32_t i = 0; i < n; i++) {
@@ -1177,7 +1177,7 @@ int proto_decode(const void *buf, size_t len, proto_msg *out, char *err, size_t 
         if (out_lengths(buf, len, &nr, &nt, &nf, &nl) != 0) FAIL("out: bad map");
         if (nr == UINT32_MAX || nt == UINT32_MAX || nf == UINT32_MAX) FAIL("out: needs rids, toks and fin");
         if (nr != nt || nr != nf) FAIL("out: rids/toks/fin lengths differ (%u/%u/%u)", nr, nt, nf);
-        if (!out->out.lps) nl = UINT32_MAX;  /* absent, or nil */
+        if (!out->out.lps) nl = UINT32_MAX; /* absent, or nil */
         if (nl != UINT32_MAX && nl != nr) FAIL("out: lps has %u entries for %u rids", nl, nr);
         break;
     }
@@ -1229,8 +1229,14 @@ static void w_sampling(proto_buf *b, const proto_sampling *s, int with_seed) {
     w_key(b, "repeat_last_n"); w_uint(b, s->repeat_last_n);
     w_key(b, "ignore_eos"); w_bool(b, s->ignore_eos);
     if (with_seed) { w_key(b, "seed"); w_uint(b, s->seed); }
-    if (s->presence_penalty != 0.0f) { w_key(b, "presence_penalty"); w_f64(b, s->presence_penalty); }
-    if (s->frequency_penalty != 0.0f) { w_key(b, "frequency_penalty"); w_f64(b, s->frequency_penalty); }
+    if (s->presence_penalty != 0.0f) {
+        w_key(b, "presence_penalty");
+        w_f64(b, s->presence_penalty);
+    }
+    if (s->frequency_penalty != 0.0f) {
+        w_key(b, "frequency_penalty");
+        w_f64(b, s->frequency_penalty);
+    }
     if (s->n_bias) {
         uint32_t nb = s->n_bias > PROTO_MAX_LOGIT_BIAS ? PROTO_MAX_LOGIT_BIAS : s->n_bias;
         w_key(b, "logit_bias");
@@ -1241,8 +1247,14 @@ static void w_sampling(proto_buf *b, const proto_sampling *s, int with_seed) {
             w_f64(b, s->bias[i].bias);
         }
     }
-    if (s->logprobs) { w_key(b, "logprobs"); w_bool(b, 1); }
-    if (s->top_logprobs) { w_key(b, "top_logprobs"); w_uint(b, s->top_logprobs); }
+    if (s->logprobs) {
+        w_key(b, "logprobs");
+        w_bool(b, 1);
+    }
+    if (s->top_logprobs) {
+        w_key(b, "top_logprobs");
+        w_uint(b, s->top_logprobs);
+    }
 }
 #define SAMPLING_FIELDS 7
 /* the optional sampling fields w_sampling writes (those away from their defaults) */
@@ -1268,8 +1280,8 @@ static void w_logprob(proto_buf *b, const proto_logprob *lp) {
 
 int proto_encode_generate(proto_buf *b, const proto_generate *g) {
     uint32_t n = 1 + 1 + SAMPLING_FIELDS + (g->sampling.has_seed ? 1 : 0) + 1 /*max_tokens*/ + 1 /*stream*/ +
-                 1 /*deadline*/ + 1 /*special*/ + (g->model.p ? 1 : 0) + (g->n_stop ? 1 : 0) +
-                 (g->n_stop_ids ? 1 : 0) + (g->add_bos >= 0 ? 1 : 0) + sampling_extra(&g->sampling) + (g->n > 1);
+                 1 /*deadline*/ + 1 /*special*/ + (g->model.p ? 1 : 0) + (g->n_stop ? 1 : 0) + (g->n_stop_ids ? 1 : 0) +
+                 (g->add_bos >= 0 ? 1 : 0) + sampling_extra(&g->sampling) + (g->n > 1);
     w_head(b, n, "generate");
     w_key(b, "id"); w_str(b, g->id);
     if (g->model.p) { w_key(b, "model"); w_str(b, g->model); }
@@ -1296,7 +1308,10 @@ int proto_encode_generate(proto_buf *b, const proto_generate *g) {
     }
     if (g->n_stop_ids) { w_key(b, "stop_ids"); w_i32arr(b, g->stop_ids, g->n_stop_ids); }
     if (g->add_bos >= 0) { w_key(b, "add_bos"); w_bool(b, g->add_bos); }
-    if (g->n > 1) { w_key(b, "n"); w_uint(b, g->n); }
+    if (g->n > 1) {
+        w_key(b, "n");
+        w_uint(b, g->n);
+    }
     return enc_done(b);
 }
 
@@ -1383,7 +1398,10 @@ int proto_encode_token_ex(proto_buf *b, proto_str id, const int32_t *ids, uint32
         w_arr(b, n_ids);
         for (uint32_t i = 0; i < n_ids; i++) w_logprob(b, &lps[i]);
     }
-    if (index) { w_key(b, "index"); w_uint(b, index); }
+    if (index) {
+        w_key(b, "index");
+        w_uint(b, index);
+    }
     return enc_done(b);
 }
 
@@ -1404,8 +1422,14 @@ int proto_encode_final(proto_buf *b, const proto_final *f) {
         w_arr(b, f->n_ids);
         for (uint32_t i = 0; i < f->n_ids; i++) w_logprob(b, &f->lps[i]);
     }
-    if (f->index) { w_key(b, "index"); w_uint(b, f->index); }
-    if (f->left) { w_key(b, "left"); w_uint(b, f->left); }
+    if (f->index) {
+        w_key(b, "index");
+        w_uint(b, f->index);
+    }
+    if (f->left) {
+        w_key(b, "left");
+        w_uint(b, f->left);
+    }
     w_key(b, "usage"); w_map(b, 2);
     w_key(b, "prompt_tokens"); w_uint(b, f->prompt_tokens);
     w_key(b, "completion_tokens"); w_uint(b, f->completion_tokens);
@@ -1476,7 +1500,10 @@ int proto_encode_hb_worker(proto_buf *b, uint64_t step, uint32_t free_slots, uin
     w_key(b, "step"); w_uint(b, step);
     w_key(b, "free_slots"); w_uint(b, free_slots);
     w_key(b, "running"); w_uint(b, running);
-    if (prefills_shared) { w_key(b, "prefills_shared"); w_uint(b, prefills_shared); }
+    if (prefills_shared) {
+        w_key(b, "prefills_shared");
+        w_uint(b, prefills_shared);
+    }
     return enc_done(b);
 }
 
@@ -1495,7 +1522,10 @@ int proto_encode_assign(proto_buf *b, const proto_seq *seqs, uint32_t n_seqs) {
         w_key(b, "max_tokens"); w_uint(b, s->max_tokens);
         w_sampling(b, &s->sampling, 1);
         w_key(b, "stop_ids"); w_i32arr(b, s->stop_ids, s->n_stop_ids);
-        if (s->share) { w_key(b, "share"); w_uint(b, s->share); }
+        if (s->share) {
+            w_key(b, "share");
+            w_uint(b, s->share);
+        }
     }
     return enc_done(b);
 }

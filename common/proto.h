@@ -39,9 +39,9 @@
 #define PROTO_MAX_WORKERS      1024         /* workers listed in a `status` */
 #define PROTO_MAX_COUNTERS     64           /* counters in a `status` */
 #define PROTO_TOKEN_ID_MAX     0x7fffffff   /* token ids are 0..2^31-1 */
-#define PROTO_MAX_LOGIT_BIAS   300          /* logit_bias entries per request */
+#define PROTO_MAX_LOGIT_BIAS 300            /* logit_bias entries per request */
 #define PROTO_MAX_TOP_LOGPROBS 20           /* top_logprobs per token */
-#define PROTO_MAX_N            16           /* completions (`n`) per generate */
+#define PROTO_MAX_N 16                      /* completions (`n`) per generate */
 
 typedef enum {
     PROTO_NONE = 0,
@@ -108,18 +108,18 @@ typedef struct {
 
 /* one logit bias entry (`logit_bias`: [[id, bias], ...]) */
 typedef struct {
-    int32_t id;                 /* token id (the broker checks it against the vocabulary) */
-    float bias;                 /* [-100, 100], added to the id's logit */
+    int32_t id; /* token id (the broker checks it against the vocabulary) */
+    float bias; /* [-100, 100], added to the id's logit */
 } proto_bias;
 
 /* one generated token's logprobs (`lps` in `out`, `logprobs` in `token` and `final`): on the wire nil (none) or
  * [logprob, [top ids], [top logprobs]] */
 typedef struct {
-    int present;                /* 0: nil (the entry carries no logprobs) */
-    float logprob;              /* the token's log probability, <= 0, -inf allowed */
-    uint32_t n_top;             /* 0..PROTO_MAX_TOP_LOGPROBS */
-    const int32_t *top_id;      /* [n_top] most likely ids, logprob descending, then id ascending */
-    const float *top_logprob;   /* [n_top] their log probabilities */
+    int present;              /* 0: nil (the entry carries no logprobs) */
+    float logprob;            /* the token's log probability, <= 0, -inf allowed */
+    uint32_t n_top;           /* 0..PROTO_MAX_TOP_LOGPROBS */
+    const int32_t *top_id;    /* [n_top] most likely ids, logprob descending, then id ascending */
+    const float *top_logprob; /* [n_top] their log probabilities */
 } proto_logprob;
 
 /* sampling parameters shared by `generate` and `assign` (docs/protocol.md for ranges) */
@@ -194,9 +194,9 @@ typedef struct {
     double queue_ms;            /* timings, milliseconds */
     double ttft_ms;
     double total_ms;
-    const proto_logprob *lps;   /* [n_ids] with ids when the request asked for logprobs, else NULL */
-    uint32_t index;             /* the completion (0..n-1) of a generate with n > 1; 0 otherwise */
-    uint32_t left;              /* finals still to come for this id (the other completions of a generate with n > 1
+    const proto_logprob *lps; /* [n_ids] with ids when the request asked for logprobs, else NULL */
+    uint32_t index;           /* the completion (0..n-1) of a generate with n > 1; 0 otherwise */
+    uint32_t left;            /* finals still to come for this id (the other completions of a generate with n > 1
                                  * that have not ended): the request has ended when a final says 0 (absent) */
 } proto_final;
 
@@ -265,7 +265,7 @@ typedef struct {
     uint64_t step;              /* steps run so far */
     uint32_t free_slots;
     uint32_t running;
-    uint64_t prefills_shared;   /* sequences so far whose prompt KV the worker copied from a sibling (`share`)
+    uint64_t prefills_shared; /* sequences so far whose prompt KV the worker copied from a sibling (`share`)
                                  * instead of prefilling it (omitted when 0) */
 } proto_hb;
 
@@ -277,7 +277,7 @@ typedef struct {
     proto_sampling sampling;
     const int32_t *stop_ids;    /* [n_stop_ids] */
     uint32_t n_stop_ids;
-    uint64_t share;             /* rid of an earlier sequence of the same assign with the same prompt, whose prompt
+    uint64_t share; /* rid of an earlier sequence of the same assign with the same prompt, whose prompt
                                  * KV the worker may copy instead of prefilling (a sibling of `n`); 0: none */
 } proto_seq;
 
@@ -358,7 +358,7 @@ int proto_encode_error_id(proto_buf *b, proto_code code, proto_str id, proto_str
 int proto_encode_register(proto_buf *b, const proto_register *r);
 int proto_encode_registered(proto_buf *b, uint32_t heartbeat_ms);
 int proto_encode_hb_worker(proto_buf *b, uint64_t step, uint32_t free_slots, uint32_t running,
-                           uint64_t prefills_shared); /* worker */
+                           uint64_t prefills_shared);                              /* worker */
 int proto_encode_hb_broker(proto_buf *b);                                          /* broker -> worker */
 int proto_encode_reregister(proto_buf *b);
 int proto_encode_assign(proto_buf *b, const proto_seq *seqs, uint32_t n_seqs);

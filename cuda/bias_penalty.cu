@@ -41,7 +41,8 @@ __global__ void __launch_bounds__(kThreads) penalty_kernel(penalty_params p) {
 
 extern "C" cudaError_t penalty_launch(const penalty_params *p, cudaStream_t stream) {
     if (!p || !p->logits || !p->out || !p->params || p->n_rows < 1 || p->vocab < 1 || p->logits_stride < 0 ||
-        (p->logits_stride && p->logits_stride < p->vocab) || (p->bias_n && (!p->bias_id || !p->bias || p->bias_stride < 1)) ||
+        (p->logits_stride && p->logits_stride < p->vocab) ||
+        (p->bias_n && (!p->bias_id || !p->bias || p->bias_stride < 1)) ||
         (p->gen_n && (!p->gen_id || !p->gen_cnt || p->gen_stride < 1)))
         return cudaErrorInvalidValue;
     return cu_launch(penalty_kernel, dim3((unsigned)p->n_rows), dim3(kThreads), 0, stream, *p);

@@ -17,9 +17,10 @@ extern "C" {
 #include "ops.h"
 
 enum { CU_HIST = 256,        /* history tokens per row staged for the repetition penalty (repeat_last_n capped) */
-       CU_GEN = 1024,        /* distinct generated ids per row staged for the presence/frequency penalties: a
-                              * sequence that has generated more distinct ids is penalised for its first CU_GEN */
        CU_MAX_BUCKETS = 64 };
+/* distinct generated ids per row staged for the presence/frequency penalties: a sequence that has generated more
+ * distinct ids is penalised for its first CU_GEN */
+enum { CU_GEN = 1024 };
 
 /* how a matrix's products run, decided once at load (cuda/cuda_weights.cu) and fixed for every step size */
 typedef enum {

@@ -288,19 +288,28 @@ static int s_sample(cu_engine *E, int n_samp, int extras, char *err, size_t errl
     if (extras) { /* logit bias and presence/frequency penalties: every row into the sampler's workspace */
         penalty_params pp;
         memset(&pp, 0, sizeof pp);
-        pp.logits = E->logits; pp.out = (float *)E->samp_ws; pp.n_rows = n_samp; pp.vocab = V;
+        pp.logits = E->logits;
+        pp.out = (float *)E->samp_ws;
+        pp.n_rows = n_samp;
+        pp.vocab = V;
         pp.params = IN_PTR(E, params, zl_sampling);
-        pp.bias_n = IN_PTR(E, bias_n, int32_t); pp.bias_id = IN_PTR(E, bias_id, int32_t);
-        pp.bias = IN_PTR(E, bias_v, float); pp.bias_stride = ZL_MAX_LOGIT_BIAS;
-        pp.gen_n = IN_PTR(E, gen_n, int32_t); pp.gen_id = IN_PTR(E, gen_id, int32_t);
-        pp.gen_cnt = IN_PTR(E, gen_cnt, int32_t); pp.gen_stride = CU_GEN;
+        pp.bias_n = IN_PTR(E, bias_n, int32_t);
+        pp.bias_id = IN_PTR(E, bias_id, int32_t);
+        pp.bias = IN_PTR(E, bias_v, float);
+        pp.bias_stride = ZL_MAX_LOGIT_BIAS;
+        pp.gen_n = IN_PTR(E, gen_n, int32_t);
+        pp.gen_id = IN_PTR(E, gen_id, int32_t);
+        pp.gen_cnt = IN_PTR(E, gen_cnt, int32_t);
+        pp.gen_stride = CU_GEN;
         FWD_CUDA(penalty_launch(&pp, E->st));
     }
     sample_params sp;
     memset(&sp, 0, sizeof sp);
     /* with extras the sampler reads the penalized rows in its own workspace (its repetition penalty then rewrites
      * a row in place: the same values as from a copy) */
-    sp.logits = extras ? (const float *)E->samp_ws : E->logits; sp.n_rows = n_samp; sp.vocab = V;
+    sp.logits = extras ? (const float *)E->samp_ws : E->logits;
+    sp.n_rows = n_samp;
+    sp.vocab = V;
     sp.params = IN_PTR(E, params, zl_sampling); sp.row_state = NULL;
     sp.history = IN_PTR(E, hist, int32_t); sp.history_stride = CU_HIST; sp.history_len = IN_PTR(E, hist_len, int32_t);
     sp.rng_state = IN_PTR(E, rng, uint64_t); sp.out = IN_PTR(E, out_tok, int32_t);
@@ -314,8 +323,12 @@ static int s_sample(cu_engine *E, int n_samp, int extras, char *err, size_t errl
     if (extras && E->fl[E->cur_p].d_lp) { /* the logprobs of the rows as the sampler left them */
         logprobs_params lp;
         memset(&lp, 0, sizeof lp);
-        lp.logits = (const float *)E->samp_ws; lp.n_rows = n_samp; lp.vocab = V;
-        lp.params = IN_PTR(E, params, zl_sampling); lp.sampled = sp.out; lp.out = E->fl[E->cur_p].d_lp;
+        lp.logits = (const float *)E->samp_ws;
+        lp.n_rows = n_samp;
+        lp.vocab = V;
+        lp.params = IN_PTR(E, params, zl_sampling);
+        lp.sampled = sp.out;
+        lp.out = E->fl[E->cur_p].d_lp;
         FWD_CUDA(logprobs_launch(&lp, E->st));
     }
     return 0;

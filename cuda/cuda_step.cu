@@ -141,18 +141,21 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
             snprintf(base->err, sizeof base->err, "entries %d and %d share slot %d", j, i, s->slot);
             return -1;
         }
-        if (s->feed && (!embed || !last || s->n_tokens != 1 || !E->carry_ok[s->slot] ||
-                        (s->samp && s->samp->repeat_penalty != 1.0f && s->samp->repeat_last_n > 0) ||
-                        penalty_counts(s->samp))) {
-            snprintf(base->err, sizeof base->err, "entry %d: a fed entry needs one token, a whole-model engine, a "
-                     "slot whose last step sampled, and no repetition, presence or frequency penalty (slot %d)", i,
-                     s->slot);
+        if (s->feed &&
+            (!embed || !last || s->n_tokens != 1 || !E->carry_ok[s->slot] ||
+             (s->samp && s->samp->repeat_penalty != 1.0f && s->samp->repeat_last_n > 0) || penalty_counts(s->samp))) {
+            snprintf(base->err, sizeof base->err,
+                     "entry %d: a fed entry needs one token, a whole-model engine, a "
+                     "slot whose last step sampled, and no repetition, presence or frequency penalty (slot %d)",
+                     i, s->slot);
             return -1;
         }
         if (s_extras(s) && (!(base->caps & ZL_CAP_LOGPROBS) || s->n_bias < 0 || s->n_bias > ZL_MAX_LOGIT_BIAS ||
                             (s->n_bias && !s->bias) || s->history_prompt < 0)) {
-            snprintf(base->err, sizeof base->err, "entry %d: logprobs, logit bias or penalties this engine does not "
-                     "serve, or out of range", i);
+            snprintf(base->err, sizeof base->err,
+                     "entry %d: logprobs, logit bias or penalties this engine does not "
+                     "serve, or out of range",
+                     i);
             return -1;
         }
         extras |= s->sample && s_extras(s);
@@ -372,12 +375,18 @@ void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch) {
     in->core_end = o;
     in->hist = o;     o = s_align(o + (size_t)max_batch * CU_HIST * 4);
     in->hist_end = o;
-    in->bias_n = o;   o = s_align(o + (size_t)max_batch * 4);
-    in->bias_id = o;  o = s_align(o + (size_t)max_batch * ZL_MAX_LOGIT_BIAS * 4);
-    in->bias_v = o;   o = s_align(o + (size_t)max_batch * ZL_MAX_LOGIT_BIAS * 4);
-    in->gen_n = o;    o = s_align(o + (size_t)max_batch * 4);
-    in->gen_id = o;   o = s_align(o + (size_t)max_batch * CU_GEN * 4);
-    in->gen_cnt = o;  o = s_align(o + (size_t)max_batch * CU_GEN * 4);
+    in->bias_n = o;
+    o = s_align(o + (size_t)max_batch * 4);
+    in->bias_id = o;
+    o = s_align(o + (size_t)max_batch * ZL_MAX_LOGIT_BIAS * 4);
+    in->bias_v = o;
+    o = s_align(o + (size_t)max_batch * ZL_MAX_LOGIT_BIAS * 4);
+    in->gen_n = o;
+    o = s_align(o + (size_t)max_batch * 4);
+    in->gen_id = o;
+    o = s_align(o + (size_t)max_batch * CU_GEN * 4);
+    in->gen_cnt = o;
+    o = s_align(o + (size_t)max_batch * CU_GEN * 4);
     in->total = o;
 }
 

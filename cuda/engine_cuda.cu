@@ -53,10 +53,11 @@ static int s_op_launch(zl_engine *base, const zl_step *st) {
         snprintf(base->err, sizeof base->err, "launch: a queued step needs out_tokens");
         return -1;
     }
-    const cu_step_req run = {st->seqs, st->n, st->h_in, st->h_out, st->h_dev, st->wait_ev, st->n_wait,
-                             st->record_ev, st->n_record, st->out_tokens, st->out_logits, 0, st->out_logprobs};
-    const cu_step_req queue = {st->seqs, st->n, NULL, NULL, 0, st->wait_ev, st->n_wait, st->record_ev,
-                               st->n_record, NULL, st->out_logits, 1, st->out_logprobs};
+    const cu_step_req run = {st->seqs,       st->n,      st->h_in,        st->h_out,    st->h_dev,
+                             st->wait_ev,    st->n_wait, st->record_ev,   st->n_record, st->out_tokens,
+                             st->out_logits, 0,          st->out_logprobs};
+    const cu_step_req queue = {st->seqs,      st->n,        NULL, NULL,           0, st->wait_ev,     st->n_wait,
+                               st->record_ev, st->n_record, NULL, st->out_logits, 1, st->out_logprobs};
     if (cuda_step_run(E, now ? &run : &queue) != 0) return -1;
     E->op_q[(E->op_head + E->op_count) & 1] = st;
     E->op_count++;
@@ -307,7 +308,10 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         if (E->n_inb == 2) {
             E->h_gcount = (int32_t *)calloc((size_t)c->vocab_size, sizeof(int32_t));
             E->h_gtouch = (int32_t *)malloc((size_t)CU_GEN * sizeof(int32_t));
-            if (!E->h_gcount || !E->h_gtouch) { snprintf(err, errlen, "out of memory"); goto fail; }
+            if (!E->h_gcount || !E->h_gtouch) {
+                snprintf(err, errlen, "out of memory");
+                goto fail;
+            }
             b->caps = ZL_CAP_LOGPROBS | ZL_CAP_PENALTY;
         }
         E->order = E->fl[0].order;

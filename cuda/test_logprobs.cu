@@ -21,8 +21,14 @@
 #include "sampler.h"
 #include "test.h"
 
-#define CUDA_OK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
-    fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
+#define CUDA_OK(call)                                                                                                  \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                     \
+            exit(2);                                                                                                   \
+        }                                                                                                              \
+    } while (0)
 
 template <typename T> static T *dev_copy(const T *h, size_t n) {
     T *d = NULL;
@@ -90,8 +96,8 @@ static void s_case(const penalty_case *c, int ci) {
     for (int i = 0; i < V; i++) diff += memcmp(&out[i], &c->penalized[i], 4) != 0;
     CHECK(diff == 0, "case %d (V %d, p %g f %g, %u bias): %d penalized logits differ from the reference", ci, V,
           c->presence, c->frequency, c->n_bias, diff);
-    CHECK(fabs(r.logprob - c->logprob) <= 1e-6 * (1 + fabs(c->logprob)), "case %d: logprob %.9g vs %.9g", ci,
-          r.logprob, c->logprob);
+    CHECK(fabs(r.logprob - c->logprob) <= 1e-6 * (1 + fabs(c->logprob)), "case %d: logprob %.9g vs %.9g", ci, r.logprob,
+          c->logprob);
     CHECK(r.n_top == (int)c->n_top, "case %d: %d alternatives, want %u", ci, r.n_top, c->n_top);
     int ids = 1, lps = 1;
     for (int j = 0; j < r.n_top && j < (int)c->n_top; j++) {
@@ -180,7 +186,8 @@ static void s_batch(void) {
         logprobs_compute(src, V, sampled[r], par[r].top_logprobs, &ref);
         int ok = fabs(ref.logprob - all[r].logprob) <= 1e-6 * (1 + fabs(ref.logprob)) && ref.n_top == all[r].n_top;
         for (int j = 0; ok && j < ref.n_top; j++)
-            ok = ref.top_id[j] == all[r].top_id[j] && fabs(ref.top_logprob[j] - all[r].top_logprob[j]) <= 1e-6 * (1 + fabs(ref.top_logprob[j]));
+            ok = ref.top_id[j] == all[r].top_id[j] &&
+                 fabs(ref.top_logprob[j] - all[r].top_logprob[j]) <= 1e-6 * (1 + fabs(ref.top_logprob[j]));
         cpu_ok += ok;
     }
     CHECK(same == asked, "batch of 64: %d of %d rows bit-identical alone and in the batch", same, asked);

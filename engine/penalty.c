@@ -9,8 +9,8 @@ static int s_cmp_id(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int penalty_apply(float *logits, int vocab, const zl_sampling *s, const zl_bias *bias, int n_bias,
-                  const int32_t *gen, int n_gen) {
+int penalty_apply(float *logits, int vocab, const zl_sampling *s, const zl_bias *bias, int n_bias, const int32_t *gen,
+                  int n_gen) {
     for (int i = 0; bias && i < n_bias; i++)
         if (bias[i].id >= 0 && bias[i].id < vocab) logits[bias[i].id] += bias[i].bias;
     if (!penalty_counts(s) || !gen || n_gen <= 0) return 0;
@@ -22,8 +22,7 @@ int penalty_apply(float *logits, int vocab, const zl_sampling *s, const zl_bias 
         int j = i;
         while (j < n_gen && ids[j] == ids[i]) j++;
         const int32_t id = ids[i];
-        if (id >= 0 && id < vocab)
-            logits[id] -= (float)(j - i) * s->frequency_penalty + s->presence_penalty;
+        if (id >= 0 && id < vocab) logits[id] -= (float)(j - i) * s->frequency_penalty + s->presence_penalty;
         i = j;
     }
     free(ids);

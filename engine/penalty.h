@@ -26,6 +26,6 @@ static inline int penalty_counts(const zl_sampling *s) {
 /* Applies bias[n_bias] and the presence/frequency penalties of s over gen[n_gen] (the generated tokens, in any
  * order) to logits[vocab]. Returns 0, or -1 when out of memory for the counts (the bias is then applied, the
  * penalties not). */
-int penalty_apply(float *logits, int vocab, const zl_sampling *s, const zl_bias *bias, int n_bias,
-                  const int32_t *gen, int n_gen);
+int penalty_apply(float *logits, int vocab, const zl_sampling *s, const zl_bias *bias, int n_bias, const int32_t *gen,
+                  int n_gen);
 #endif

@@ -243,8 +243,9 @@ json_t *gw_encode_logprobs(const gw_resp *r, const void *tok, const int32_t *ids
             for (uint32_t k = 0; alts && lp->present && k < lp->n_top; k++) {
                 size_t an = 0;
                 char *at = s_token_text(tok, lp->top_id[k], first, &an);
-                if (at) json_array_append_new(alts, json_pack("{s:o, s:o, s:o}", "token", s_jstring(at, an), "logprob",
-                                                              s_lpval(lp->top_logprob[k]), "bytes", s_bytes(at, an)));
+                if (at)
+                    json_array_append_new(alts, json_pack("{s:o, s:o, s:o}", "token", s_jstring(at, an), "logprob",
+                                                          s_lpval(lp->top_logprob[k]), "bytes", s_bytes(at, an)));
                 free(at);
             }
             json_array_append_new(content, json_pack("{s:o, s:o, s:o, s:o}", "token", s_jstring(tt, tn), "logprob",
@@ -300,8 +301,7 @@ static void s_lp_add(gw_buf *b, json_t *logprobs) {
     json_decref(logprobs);
 }
 
-int gw_sse_delta(gw_buf *b, const gw_resp *r, uint32_t index, const char *text, size_t n, int first,
-                 json_t *logprobs) {
+int gw_sse_delta(gw_buf *b, const gw_resp *r, uint32_t index, const char *text, size_t n, int first, json_t *logprobs) {
     gw_buf_str(b, r->chunk_pre);
     s_index(b, index);
     if (r->ep == GW_EP_CHAT)

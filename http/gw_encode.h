@@ -53,8 +53,7 @@ json_t *gw_encode_logprobs(const gw_resp *r, const void *tok, const int32_t *ids
 /* SSE events appended to b: a text delta of choice `index` (chat: its first one carries role "assistant"), with
  * logprobs (a JSON object, taken; NULL: null), the last chunk of a choice with finish_reason, the usage chunk
  * (choices []), an error event, and `data: [DONE]` */
-int gw_sse_delta(gw_buf *b, const gw_resp *r, uint32_t index, const char *text, size_t n, int first,
-                 json_t *logprobs);
+int gw_sse_delta(gw_buf *b, const gw_resp *r, uint32_t index, const char *text, size_t n, int first, json_t *logprobs);
 int gw_sse_finish(gw_buf *b, const gw_resp *r, uint32_t index, const char *finish);
 int gw_sse_usage(gw_buf *b, const gw_resp *r, uint32_t prompt_tokens, uint32_t completion_tokens);
 int gw_sse_error(gw_buf *b, const gw_error *e);

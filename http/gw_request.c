@@ -75,8 +75,8 @@ static int s_bool(json_t *o, const char *key, int *out, gw_error *e) {
 
 /* fields zllm does not support: refused when given a value other than the neutral one */
 static int s_refuse_unsupported(json_t *o, gw_endpoint ep, gw_error *e) {
-    static const char *never[] = {"tools",      "tool_choice", "functions",         "function_call", "audio",
-                                  "prediction", "suffix",      "web_search_options"};
+    static const char *never[] = {"tools", "tool_choice", "functions", "function_call",
+                                  "audio", "prediction",  "suffix",    "web_search_options"};
     for (size_t i = 0; i < sizeof never / sizeof *never; i++) {
         json_t *v = s_get(o, never[i]);
         if (!v) continue;
@@ -125,8 +125,7 @@ static int s_extras(gw_request *r, json_t *o, gw_error *e) {
         if ((rc = s_bool(o, "logprobs", &b, e)) < 0) return -1;
         if (rc) s->logprobs = b;
         if ((rc = s_int(o, "top_logprobs", 0, PROTO_MAX_TOP_LOGPROBS, &k, e)) < 0) return -1;
-        if (rc && !s->logprobs)
-            return s_bad(e, "top_logprobs", "'%s' needs 'logprobs': true", "top_logprobs");
+        if (rc && !s->logprobs) return s_bad(e, "top_logprobs", "'%s' needs 'logprobs': true", "top_logprobs");
         if (rc) s->top_logprobs = (uint32_t)k;
     } else {
         if ((rc = s_int(o, "logprobs", 0, PROTO_MAX_TOP_LOGPROBS, &k, e)) < 0) return -1;
@@ -137,7 +136,8 @@ static int s_extras(gw_request *r, json_t *o, gw_error *e) {
     }
     json_t *lb = s_get(o, "logit_bias");
     if (lb) {
-        if (!json_is_object(lb)) return s_bad(e, "logit_bias", "'%s' must be an object of token id: bias", "logit_bias");
+        if (!json_is_object(lb))
+            return s_bad(e, "logit_bias", "'%s' must be an object of token id: bias", "logit_bias");
         size_t n = json_object_size(lb);
         if (n > PROTO_MAX_LOGIT_BIAS)
             return gw_error_set(e, 400, INVALID, "logit_bias", NULL, "'logit_bias' holds at most %d entries",

@@ -173,9 +173,8 @@ static void s_on_token(gw_conn *c, const proto_token *t) {
         c->t_last = now;
     }
     s_start_stream(c);
-    json_t *lp = c->logprobs && t->lps ? gw_encode_logprobs(&c->resp, c->tok, t->ids, t->lps, t->n_ids,
-                                                           &c->text_off[ix])
-                                       : NULL;
+    json_t *lp =
+        c->logprobs && t->lps ? gw_encode_logprobs(&c->resp, c->tok, t->ids, t->lps, t->n_ids, &c->text_off[ix]) : NULL;
     if (first || t->text.n || lp) {
         gw_sse_delta(&c->out, &c->resp, ix, t->text.p ? t->text.p : "", t->text.n, first, lp);
         c->choice_started |= 1u << ix;
@@ -214,8 +213,7 @@ static void s_on_final(gw_conn *c, const proto_final *f) {
     } else if (c->stream) {
         int first = !(c->choice_started >> ix & 1);
         s_start_stream(c);
-        if (first || f->text.n)
-            gw_sse_delta(&c->out, &c->resp, ix, f->text.p ? f->text.p : "", f->text.n, first, NULL);
+        if (first || f->text.n) gw_sse_delta(&c->out, &c->resp, ix, f->text.p ? f->text.p : "", f->text.n, first, NULL);
         c->choice_started |= 1u << ix;
         gw_sse_finish(&c->out, &c->resp, ix, finish);
         if (last) {
@@ -225,9 +223,9 @@ static void s_on_final(gw_conn *c, const proto_final *f) {
             gw_conn_count(c, 200);
         }
     } else {
-        json_t *lp = c->logprobs && f->lps ? gw_encode_logprobs(&c->resp, c->tok, f->ids, f->lps, f->n_ids,
-                                                               &c->text_off[ix])
-                                           : NULL;
+        json_t *lp = c->logprobs && f->lps
+                         ? gw_encode_logprobs(&c->resp, c->tok, f->ids, f->lps, f->n_ids, &c->text_off[ix])
+                         : NULL;
         if (!c->choices) c->choices = json_array();
         json_t *ch = gw_encode_choice(&c->resp, ix, f->text.p ? f->text.p : "", f->text.n, finish, lp);
         if (c->choices && ch) json_array_append_new(c->choices, ch);

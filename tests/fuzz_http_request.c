@@ -67,8 +67,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_decref(j);
     json_t *choices = json_array();
     json_array_append_new(choices, gw_encode_choice(&rs, 0, body, size, "stop", NULL));
-    json_array_append_new(choices, gw_encode_choice(&rs, 1, body, size, "length",
-                                                    gw_encode_logprobs(&rs, NULL, ids, lps, 4, &off)));
+    json_array_append_new(
+        choices, gw_encode_choice(&rs, 1, body, size, "length", gw_encode_logprobs(&rs, NULL, ids, lps, 4, &off)));
     char *full = gw_encode_full(&rs, choices, 1, 2);
     s_check(full != NULL, "the full body encodes");
     j = json_loads(full, JSON_ALLOW_NUL, &je);

@@ -24,9 +24,9 @@ static int fuzz_reencode(const proto_msg *m, proto_buf *b) {
     case PROTO_REGISTER: return proto_encode_register(b, &m->reg);
     case PROTO_REGISTERED: return proto_encode_registered(b, m->registered.heartbeat_ms);
     case PROTO_HB:
-        return m->hb.has_step ? proto_encode_hb_worker(b, m->hb.step, m->hb.free_slots, m->hb.running,
-                                                       m->hb.prefills_shared)
-                              : proto_encode_hb_broker(b);
+        return m->hb.has_step
+                   ? proto_encode_hb_worker(b, m->hb.step, m->hb.free_slots, m->hb.running, m->hb.prefills_shared)
+                   : proto_encode_hb_broker(b);
     case PROTO_REREGISTER: return proto_encode_reregister(b);
     case PROTO_ASSIGN: return proto_encode_assign(b, m->assign.seqs, m->assign.n_seqs);
     case PROTO_OUT:
@@ -113,9 +113,13 @@ static int fuzz_proto_seeds(const uint8_t **seeds, size_t *sizes, int max, unsig
     }
     SEED(PROTO_ASSIGN, proto_encode_assign(b, seqs, 2));
     static const proto_bias bias[2] = {{3, -100.0f}, {7, 2.5f}};
-    seqs[1].sampling.bias = bias; seqs[1].sampling.n_bias = 2; seqs[1].sampling.logprobs = 1;
-    seqs[1].sampling.top_logprobs = 3; seqs[1].sampling.presence_penalty = 0.5f;
-    seqs[1].sampling.frequency_penalty = -1.0f; seqs[1].share = 5;
+    seqs[1].sampling.bias = bias;
+    seqs[1].sampling.n_bias = 2;
+    seqs[1].sampling.logprobs = 1;
+    seqs[1].sampling.top_logprobs = 3;
+    seqs[1].sampling.presence_penalty = 0.5f;
+    seqs[1].sampling.frequency_penalty = -1.0f;
+    seqs[1].share = 5;
     SEED(PROTO_ASSIGN, proto_encode_assign(b, seqs, 2));
     SEED(PROTO_OUT, proto_encode_out(b, 12, rids, otoks, fin, 3));
     static const int32_t top_id[3] = {4, 1, 9};
@@ -125,8 +129,16 @@ static int fuzz_proto_seeds(const uint8_t **seeds, size_t *sizes, int max, unsig
     lps[2] = (proto_logprob){1, -INFINITY, 0, top_id, top_lp};
     SEED(PROTO_OUT, proto_encode_out_lp(b, 13, rids, otoks, fin, lps, 3));
     SEED(PROTO_TOKEN, proto_encode_token_ex(b, proto_cstr("r3"), toks, 2, proto_cstr("ab"), lps, 3));
-    f.id = proto_cstr("r4"); f.finish = PROTO_FINISH_STOP; f.code = PROTO_CODE_NONE; f.message.p = NULL;
-    f.ids = toks; f.n_ids = 3; f.has_ids = 1; f.lps = lps; f.index = 2; f.left = 3;
+    f.id = proto_cstr("r4");
+    f.finish = PROTO_FINISH_STOP;
+    f.code = PROTO_CODE_NONE;
+    f.message.p = NULL;
+    f.ids = toks;
+    f.n_ids = 3;
+    f.has_ids = 1;
+    f.lps = lps;
+    f.index = 2;
+    f.left = 3;
     SEED(PROTO_FINAL, proto_encode_final(b, &f));
 #undef SEED
     return n;

@@ -18,8 +18,8 @@ typedef struct {
     float *penalized; /* [vocab] the reference row after bias and penalties (float32, bit-exact) */
     double logprob;   /* log-softmax of penalized at sampled */
     uint32_t n_top;
-    int32_t *top_id;  /* [n_top] */
-    double *top_lp;   /* [n_top] */
+    int32_t *top_id; /* [n_top] */
+    double *top_lp;  /* [n_top] */
 } penalty_case;
 
 /* all cases of path into *cases (malloc'd; penalty_ref_free); their count, or -1 when the file is missing or

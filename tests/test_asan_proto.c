@@ -152,7 +152,8 @@ static void test_roundtrips(void) {
           "register");
     CHECK(proto_encode_registered(&b, 500) == 0 && dec(b.data, b.len) == 0 && s_m.registered.heartbeat_ms == 500, "registered");
     CHECK(proto_encode_hb_worker(&b, 1ull << 35, 3, 4, 0) == 0 && dec(b.data, b.len) == 0 && s_m.hb.has_step &&
-          s_m.hb.step == 1ull << 35 && s_m.hb.free_slots == 3 && s_m.hb.running == 4, "worker hb");
+              s_m.hb.step == 1ull << 35 && s_m.hb.free_slots == 3 && s_m.hb.running == 4,
+          "worker hb");
     CHECK(proto_encode_hb_broker(&b) == 0 && dec(b.data, b.len) == 0 && s_m.type == PROTO_HB && !s_m.hb.has_step, "broker hb");
     CHECK(proto_encode_reregister(&b) == 0 && dec(b.data, b.len) == 0 && s_m.type == PROTO_REREGISTER, "reregister");
     proto_seq seqs[2];
@@ -225,9 +226,12 @@ static void test_extras(void) {
     mp m;
     mp_init(&m);
     mp_head(&m, 3, "generate");
-    mp_str(&m, "id"); mp_str(&m, "x");
-    mp_str(&m, "prompt"); mp_str(&m, "hi");
-    mp_str(&m, "logit_bias"); msgpack_pack_array(&m.pk, 301);
+    mp_str(&m, "id");
+    mp_str(&m, "x");
+    mp_str(&m, "prompt");
+    mp_str(&m, "hi");
+    mp_str(&m, "logit_bias");
+    msgpack_pack_array(&m.pk, 301);
     for (int i = 0; i < 301; i++) {
         msgpack_pack_array(&m.pk, 2);
         msgpack_pack_uint32(&m.pk, (uint32_t)i);
@@ -273,14 +277,24 @@ static void test_extras(void) {
     CHECK(proto_encode_out_lp(&b, 3, rids, ot, fin, lps, 1) == 0 && dec(b.data, b.len) == 0, "out of one entry");
     mp_init(&m);
     mp_head(&m, 4, "out");
-    mp_str(&m, "rids"); msgpack_pack_array(&m.pk, 1); msgpack_pack_uint64(&m.pk, 1);
-    mp_str(&m, "toks"); msgpack_pack_array(&m.pk, 1); msgpack_pack_int32(&m.pk, 1);
-    mp_str(&m, "fin"); msgpack_pack_array(&m.pk, 1); msgpack_pack_uint32(&m.pk, 0);
-    mp_str(&m, "lps"); msgpack_pack_array(&m.pk, 2); msgpack_pack_nil(&m.pk); msgpack_pack_nil(&m.pk);
+    mp_str(&m, "rids");
+    msgpack_pack_array(&m.pk, 1);
+    msgpack_pack_uint64(&m.pk, 1);
+    mp_str(&m, "toks");
+    msgpack_pack_array(&m.pk, 1);
+    msgpack_pack_int32(&m.pk, 1);
+    mp_str(&m, "fin");
+    msgpack_pack_array(&m.pk, 1);
+    msgpack_pack_uint32(&m.pk, 0);
+    mp_str(&m, "lps");
+    msgpack_pack_array(&m.pk, 2);
+    msgpack_pack_nil(&m.pk);
+    msgpack_pack_nil(&m.pk);
     CHECK(mp_dec(&m) != 0, "out: lps longer than rids refused");
     /* token and final */
-    CHECK(proto_encode_token_ex(&b, proto_cstr("t"), tid, 2, proto_cstr("ab"), lps, 5) == 0 && dec(b.data, b.len) == 0 &&
-              s_m.token.index == 5 && s_m.token.lps && s_m.token.lps[0].n_top == 2 && !s_m.token.lps[1].present,
+    CHECK(proto_encode_token_ex(&b, proto_cstr("t"), tid, 2, proto_cstr("ab"), lps, 5) == 0 &&
+              dec(b.data, b.len) == 0 && s_m.token.index == 5 && s_m.token.lps && s_m.token.lps[0].n_top == 2 &&
+              !s_m.token.lps[1].present,
           "token logprobs and index");
     proto_final f;
     memset(&f, 0, sizeof f);

@@ -58,8 +58,8 @@ int main(int argc, char **argv) {
     float *lg = NULL;
     zl_model *m = model_load(model, err, sizeof err);
     if (!m) goto fail;
-    zl_engine_opts o = {.device = device, .n_slots = 1, .max_batch = 1, .n_ctx = n + 1, .max_step_tokens = n,
-                        .threads = 1};
+    zl_engine_opts o = {
+        .device = device, .n_slots = 1, .max_batch = 1, .n_ctx = n + 1, .max_step_tokens = n, .threads = 1};
     e = engine_new(m, &o, err, sizeof err);
     if (!e) goto fail;
     lg = malloc((size_t)m->cfg.vocab_size * sizeof *lg);

@@ -59,8 +59,8 @@ typedef struct {
     int n_stop_ids;                /* count of stop_ids */
     int ignore_eos;                /* 1: eog ids do not stop */
     zl_bias bias[ZL_MAX_LOGIT_BIAS]; /* logit bias */
-    int n_bias;                    /* entries in bias */
-    uint64_t share;                /* rid whose prompt KV it waits to copy (wk_request.share); 0: none */
+    int n_bias;                      /* entries in bias */
+    uint64_t share;                  /* rid whose prompt KV it waits to copy (wk_request.share); 0: none */
 } s_rec;
 
 typedef struct {
@@ -270,11 +270,11 @@ static void s_lane_counts(const wk_batcher *b, int *cnt) {
 /* range checks of the sampling parameters; the sampler itself tolerates anything, but NaN would make a greedy
  * request random and a silent surprise is worse than a rejection */
 static int s_sampling_ok(const zl_sampling *s) {
-    return isfinite(s->temperature) && s->temperature >= 0 && s->top_k >= 0 && isfinite(s->top_p) &&
-           s->top_p > 0 && s->top_p <= 1 && isfinite(s->min_p) && s->min_p >= 0 && s->min_p < 1 &&
-           isfinite(s->repeat_penalty) && s->repeat_penalty > 0 && s->repeat_last_n >= 0 &&
-           isfinite(s->presence_penalty) && fabsf(s->presence_penalty) <= 2 && isfinite(s->frequency_penalty) &&
-           fabsf(s->frequency_penalty) <= 2 && s->top_logprobs >= 0 && s->top_logprobs <= ZL_MAX_TOP_LOGPROBS;
+    return isfinite(s->temperature) && s->temperature >= 0 && s->top_k >= 0 && isfinite(s->top_p) && s->top_p > 0 &&
+           s->top_p <= 1 && isfinite(s->min_p) && s->min_p >= 0 && s->min_p < 1 && isfinite(s->repeat_penalty) &&
+           s->repeat_penalty > 0 && s->repeat_last_n >= 0 && isfinite(s->presence_penalty) &&
+           fabsf(s->presence_penalty) <= 2 && isfinite(s->frequency_penalty) && fabsf(s->frequency_penalty) <= 2 &&
+           s->top_logprobs >= 0 && s->top_logprobs <= ZL_MAX_TOP_LOGPROBS;
 }
 
 /* the logit bias: at most ZL_MAX_LOGIT_BIAS entries, ids in the vocabulary, finite values within [-100, 100] */
