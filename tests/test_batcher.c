@@ -874,9 +874,11 @@ static void test_extras(const zl_model *m) {
             fin = ev[j].fin;
         }
     }
-    CHECK(batcher_prefills_shared(b) == 1, "one prompt KV copied (%llu)", (unsigned long long)batcher_prefills_shared(b));
-    CHECK(prefill == 10, "prompt chunks: the leader's 10 tokens only (the sharer's last prompt token runs as a decode "
-                         "entry; without the copy: 20) (%d)",
+    CHECK(batcher_prefills_shared(b) == 1, "one prompt KV copied (%llu)",
+          (unsigned long long)batcher_prefills_shared(b));
+    CHECK(prefill == 10,
+          "prompt chunks: the leader's 10 tokens only (the sharer's last prompt token runs as a decode "
+          "entry; without the copy: 20) (%d)",
           prefill);
     CHECK(n_got == n_alone && !memcmp(got, alone, sizeof(int) * (size_t)n_got),
           "the sharer's tokens equal the request alone (%d vs %d tokens)", n_got, n_alone);
