@@ -936,6 +936,7 @@ int main(void) {
     test_sampled(m);
     test_stops(m);
     test_rejects_and_cancel(m);
+    test_extras(m);
     s_force_ahead = -1;
     free(s_eog);
     model_destroy(&m);
