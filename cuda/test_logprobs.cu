@@ -6,7 +6,11 @@
  *  - batch invariance: each of 64 rows of a 32000-wide batch (different parameters per row) gives bit-identical
  *    logprobs alone and inside the batch, and equal to engine/logprobs.c's within 1e-6;
  *  - the repetition-penalized rows (pen_rows) are read where cuda/sample.cu applies the penalty, the logits
- *    elsewhere; rows that do not ask for logprobs are left untouched. */
+ *    elsewhere; rows that do not ask for logprobs are left untouched;
+ *  - the CUDA engine on stories260K (zl_step.out_logprobs): with logprobs, a logit bias and presence/frequency
+ *    penalties its ids equal the CPU reference engine's and its logprobs are within 1e-4 of them; an entry gives
+ *    the same bits alone and inside a batch of 6; a slot whose prompt KV was copied (engine_copy_kv, the prefill
+ *    shared by `n`) gives the bits of the slot that prefilled it. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +20,8 @@
 #include <algorithm>
 #include <vector>
 #include "bias_penalty.h"
+#include "engine.h"
+#include "model.h"
 #include "logprob_top.h"
 #include "penalty_ref.h"
 #include "sampler.h"
@@ -196,6 +202,149 @@ static void s_batch(void) {
     cudaFree(d_lg), cudaFree(d_pen), cudaFree(d_par), cudaFree(d_hl), cudaFree(d_s), cudaFree(d_all), cudaFree(d_one);
 }
 
+static zl_engine *s_engine_new(const zl_model *m, const char *dev) {
+    char err[256];
+    zl_engine_opts o;
+    memset(&o, 0, sizeof o);
+    o.device = dev;
+    o.n_slots = 8;
+    o.max_batch = 8;
+    o.n_ctx = 64;
+    o.max_step_tokens = 64;
+    o.kv_mem = (size_t)1 << 28;
+    zl_engine *e = engine_new(m, &o, err, sizeof err);
+    CHECK(e != NULL, "engine_new(%s): %s", dev, err);
+    return e;
+}
+
+/* one synchronous step of n entries with logprobs out */
+static int s_run(zl_engine *e, const zl_seq *q, int n, int32_t *tok, zl_logprobs *lp) {
+    zl_step st;
+    memset(&st, 0, sizeof st);
+    st.seqs = q;
+    st.n = n;
+    st.sync = 1;
+    st.out_tokens = tok;
+    st.out_logprobs = lp;
+    const int rc = engine_run(e, &st);
+    CHECK(rc == 0, "step: %s", e->err);
+    return rc;
+}
+
+static int s_same_lp(const zl_logprobs *a, const zl_logprobs *b) {
+    return a->logprob == b->logprob && a->n_top == b->n_top && !memcmp(a->top_id, b->top_id, sizeof(int32_t) * a->n_top) &&
+           !memcmp(a->top_logprob, b->top_logprob, sizeof(float) * a->n_top);
+}
+
+static void s_engine(void) {
+    char path[1100], err[256];
+    snprintf(path, sizeof path, "%s/stories260K/stories260K.gguf", test_fixtures());
+    zl_model *m = model_load(path, err, sizeof err);
+    CHECK(m != NULL, "model_load: %s", err);
+    if (!m) return;
+    zl_engine *g = s_engine_new(m, "cuda"), *c = s_engine_new(m, "cpu-ref");
+    if (!g || !c) {
+        engine_destroy(&g);
+        engine_destroy(&c);
+        model_destroy(&m);
+        return;
+    }
+    CHECK((g->caps & ZL_CAP_LOGPROBS) && (g->caps & ZL_CAP_PENALTY) && g->ops->copy_kv, "the CUDA engine's caps");
+    /* the prompt, then 5 "generated" tokens in the history: ids 260 and 299 repeat */
+    const int32_t hist[12] = {1, 327, 260, 299, 472, 17, 375, 260, 299, 260, 408, 39};
+    zl_sampling sp = sampler_defaults();
+    sp.logprobs = 1;
+    sp.top_logprobs = 8;
+    sp.presence_penalty = 0.75f;
+    sp.frequency_penalty = 0.5f;
+    const zl_bias bias[3] = {{410, -3.0f}, {300, 2.5f}, {410, 0.25f}};
+    zl_seq q;
+    memset(&q, 0, sizeof q);
+    q.slot = 0;
+    q.n_tokens = 12;
+    q.tokens = hist;
+    q.sample = 1;
+    q.samp = &sp;
+    q.history = hist;
+    q.n_history = 12;
+    q.history_prompt = 7;
+    q.bias = bias;
+    q.n_bias = 3;
+    int32_t tg[8], tc[8];
+    zl_logprobs lg[8], lc[8];
+    if (s_run(g, &q, 1, tg, lg) || s_run(c, &q, 1, tc, lc)) goto out;
+    {
+        int ok = tg[0] == tc[0] && fabsf(lg[0].logprob - lc[0].logprob) <= 1e-4f && lg[0].n_top == lc[0].n_top;
+        for (int j = 0; ok && j < lc[0].n_top; j++)
+            ok = lg[0].top_id[j] == lc[0].top_id[j] && fabsf(lg[0].top_logprob[j] - lc[0].top_logprob[j]) <= 1e-4f;
+        CHECK(ok, "CUDA vs CPU with bias and penalties: id %d vs %d, logprob %g vs %g", tg[0], tc[0], lg[0].logprob,
+              lc[0].logprob);
+    }
+    {
+        /* the same entry at slot 3 inside a batch of 6 (other prompts, sampled, some with logprobs) */
+        zl_seq b[6];
+        zl_sampling o[6];
+        int32_t ot[6][4];
+        for (int i = 0; i < 6; i++) {
+            o[i] = sampler_defaults();
+            o[i].temperature = 0.8f;
+            o[i].logprobs = i % 2;
+            o[i].top_logprobs = i;
+            for (int t = 0; t < 4; t++) ot[i][t] = 1 + (i * 31 + t * 7) % 500;
+            memset(&b[i], 0, sizeof b[i]);
+            static const int slots[6] = {4, 5, 6, 3, 7, 1};
+            b[i].slot = slots[i];
+            b[i].n_tokens = 4;
+            b[i].tokens = ot[i];
+            b[i].sample = 1;
+            b[i].samp = &o[i];
+            uint64_t *rng = (uint64_t *)malloc(8);
+            *rng = sampler_rng_init((uint64_t)i);
+            b[i].rng = rng;
+        }
+        free(b[3].rng);
+        b[3] = q;
+        b[3].slot = 3;
+        if (s_run(g, b, 6, tg, lg) == 0)
+            CHECK(tg[3] == tc[0] && fabsf(lg[3].logprob - lc[0].logprob) <= 1e-4f, "in a batch: the CPU's id");
+        zl_logprobs alone;
+        int32_t ta;
+        zl_seq a = q;
+        a.slot = 2;
+        if (s_run(g, &a, 1, &ta, &alone) == 0)
+            CHECK(ta == tg[3] && s_same_lp(&alone, &lg[3]), "an entry alone and inside a batch of 6: the same bits");
+        for (int i = 0; i < 6; i++)
+            if (i != 3) free(b[i].rng);
+    }
+    {
+        /* copy_kv: slot 5 prefills all but the last token, its KV goes to slot 6, which runs the last token */
+        zl_seq p = q;
+        p.slot = 5;
+        p.n_tokens = 11;
+        p.sample = 0;
+        int32_t t1;
+        zl_logprobs l1, l2, l3;
+        if (s_run(g, &p, 1, &t1, &l1) == 0 && engine_copy_kv(g, 5, 6, 11) == 0) {
+            zl_seq r = q;
+            r.slot = 6;
+            r.pos = 11;
+            r.n_tokens = 1;
+            r.tokens = hist + 11;
+            int32_t t2, t3;
+            zl_seq full = q;
+            full.slot = 0;
+            if (s_run(g, &r, 1, &t2, &l2) == 0 && s_run(g, &full, 1, &t3, &l3) == 0)
+                CHECK(t2 == t3 && s_same_lp(&l2, &l3), "a copied prompt KV gives the bits of the slot that prefilled");
+        } else {
+            CHECK(0, "copy_kv: %s", g->err);
+        }
+    }
+out:
+    engine_destroy(&g);
+    engine_destroy(&c);
+    model_destroy(&m);
+}
+
 int main(void) {
     penalty_case *cases;
     int n = penalty_ref_load("tests/data/penalty_ref.bin", &cases);
@@ -203,5 +352,6 @@ int main(void) {
     for (int i = 0; i < n; i++) s_case(&cases[i], i);
     penalty_ref_free(cases, n);
     s_batch();
+    s_engine();
     return test_report();
 }
