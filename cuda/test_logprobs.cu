@@ -19,13 +19,15 @@
 #include <stddef.h>
 #include <algorithm>
 #include <vector>
-#include "bias_penalty.h"
+extern "C" {
 #include "engine.h"
 #include "model.h"
-#include "logprob_top.h"
-#include "penalty_ref.h"
 #include "sampler.h"
 #include "test.h"
+}
+#include "bias_penalty.h"
+#include "logprob_top.h"
+#include "penalty_ref.h"
 
 #define CUDA_OK(call)                                                                                                  \
     do {                                                                                                               \
