@@ -234,7 +234,8 @@ static int s_run(zl_engine *e, const zl_seq *q, int n, int32_t *tok, zl_logprobs
 }
 
 static int s_same_lp(const zl_logprobs *a, const zl_logprobs *b) {
-    return a->logprob == b->logprob && a->n_top == b->n_top && !memcmp(a->top_id, b->top_id, sizeof(int32_t) * a->n_top) &&
+    return a->logprob == b->logprob && a->n_top == b->n_top &&
+           !memcmp(a->top_id, b->top_id, sizeof(int32_t) * a->n_top) &&
            !memcmp(a->top_logprob, b->top_logprob, sizeof(float) * a->n_top);
 }
 
