@@ -47,6 +47,15 @@ enum { RQ_QUEUED = 1, RQ_RUNNING = 2 };
 typedef struct bk_model bk_model;
 typedef struct bk_worker bk_worker;
 
+/* one generated token's logprobs, kept for a non-streaming final */
+typedef struct {
+    float logprob;
+    int present;
+    uint32_t n_top;
+    int32_t top_id[PROTO_MAX_TOP_LOGPROBS];
+    float top_logprob[PROTO_MAX_TOP_LOGPROBS];
+} bk_lp;
+
 typedef struct bk_req {
     /* identity */
     uint64_t rid;                 /* broker sequence id, unique for the broker's lifetime */
@@ -69,6 +78,10 @@ typedef struct bk_req {
     char *format_text;            /* owned copy of its text (format_len bytes), NULL for none */
     uint32_t format_len;
     int stream;
+    proto_bias *bias;   /* [sampling.n_bias] owned copy (sampling.bias points here) */
+    uint32_t index;     /* its completion among the generate's n (0..n_choices-1) */
+    uint32_t n_choices; /* the generate's n: each completion is a request of its own, same id */
+    uint64_t share_rid; /* rid of completion 0 (index > 0): the worker may copy its prompt KV; 0: none */
     /* progress */
     int state;                    /* RQ_QUEUED / RQ_RUNNING */
     bk_worker *worker;            /* when running */
@@ -76,6 +89,7 @@ typedef struct bk_req {
     uint32_t n_gen;               /* tokens generated */
     uint32_t n_sent;              /* tokens sent to the client in `token` messages */
     int32_t *gen;                 /* [n_gen] all ids (non-streaming only), cap gen_cap */
+    bk_lp *lps;                   /* [n_gen] their logprobs (non-streaming with logprobs only), cap gen_cap */
     uint32_t gen_cap;
     zl_detok detok;
     char *text;                   /* [text_len] text not yet sent (streaming: held back; else all) */
@@ -117,6 +131,7 @@ struct bk_worker {
     int failed;                   /* found dead/unreachable: removed at the next safe point */
     uint64_t served;              /* requests it brought to stop/length: a worker that served is never evicted */
     double t_reg;                 /* registration time: eviction takes the oldest worker that never served */
+    uint64_t prefills_shared;     /* its heartbeat's count, as last reported */
 };
 
 /* event counts since start, reported by `status` (docs/protocol.md lists their meaning) */
@@ -139,6 +154,8 @@ typedef struct {
                                      a rid twice, a rid not assigned to it) */
     uint64_t evicted_workers;     /* idle workers that never served, evicted for a new registration */
     uint64_t too_large;           /* client frames over PROTO_CLIENT_MAX_FRAME */
+    uint64_t prefills_shared;     /* completions of a generate with n > 1 whose prompt KV a worker copied from a
+                                     sibling instead of prefilling it (the workers' heartbeats) */
 } bk_counters;
 
 struct broker {
@@ -273,6 +290,8 @@ static void req_free(bk_req *q) {
     if (!q) return;
     free(q->prompt);
     free(q->gen);
+    free(q->lps);
+    free(q->bias);
     free(q->text);
     free(q->stop_text);
     free(q->format_text);
@@ -425,7 +444,27 @@ static void req_finish(broker *b, bk_req *q, proto_finish fin, proto_code code, 
         f.code = code;
         if (message) f.message = proto_cstr(message);
         f.text.p = q->text ? q->text : ""; f.text.n = (uint32_t)q->text_len;
-        if (!q->stream) { f.has_ids = 1; f.ids = q->gen; f.n_ids = q->n_gen; }
+        proto_logprob *lps = NULL;
+        if (!q->stream) {
+            f.has_ids = 1;
+            f.ids = q->gen;
+            f.n_ids = q->n_gen;
+            if (q->sampling.logprobs && q->n_gen && q->lps) {
+                lps = calloc(q->n_gen, sizeof *lps);
+                for (uint32_t i = 0; lps && i < q->n_gen; i++) {
+                    const bk_lp *x = &q->lps[i];
+                    lps[i] = (proto_logprob){x->present, x->logprob, x->n_top, x->top_id, x->top_logprob};
+                }
+                f.lps = lps;
+            } else if (q->sampling.logprobs) {
+                static const proto_logprob none = {0};
+                f.lps = q->n_gen ? NULL : &none; /* an empty array for no tokens */
+            }
+        }
+        f.index = q->index;
+        for (bk_req *o = b->hmap[q->hkey & (b->nbuckets - 1)]; o; o = o->h_next) /* its siblings still running */
+            f.left += o != q && o->hkey == q->hkey && o->cid_len == q->cid_len && o->id_len == q->id_len &&
+                      memcmp(o->cid, q->cid, q->cid_len) == 0 && memcmp(o->id, q->id, q->id_len) == 0;
         f.prompt_tokens = q->n_prompt;
         f.completion_tokens = q->n_gen;
         double admit = q->t_admit > 0 ? q->t_admit : t;
@@ -433,6 +472,7 @@ static void req_finish(broker *b, bk_req *q, proto_finish fin, proto_code code, 
         f.ttft_ms = q->t_first > 0 ? q->t_first - q->t_recv : 0;
         f.total_ms = t - q->t_recv;
         proto_encode_final(&b->out, &f);
+        free(lps);
         send_client(b, q->cid, q->cid_len, &b->out);
     }
     switch (fin) {
@@ -463,18 +503,36 @@ static void final_reject(broker *b, const uint8_t *cid, uint32_t cn, proto_str i
 }
 
 /* one generated token: detokenize, stop strings, stream. Returns 1 when a stop string ended the request. */
-static int req_token(broker *b, bk_req *q, int32_t tok, double t) {
+static int req_token(broker *b, bk_req *q, int32_t tok, const proto_logprob *lp, double t) {
     char *piece = q->model->piece; /* tokenizer_stream_cap bytes: the decode below cannot run short */
     if (q->n_gen == 0) q->t_first = t;
+    proto_logprob none = {0};
+    if (!lp) lp = &none;
     if (!q->stream) {
         if (q->n_gen + 1 > q->gen_cap) {
             uint32_t nc = q->gen_cap ? q->gen_cap * 2 : 64;
             int32_t *g = realloc(q->gen, (size_t)nc * sizeof *g);
             if (!g) return 0;
             q->gen = g;
+            if (q->sampling.logprobs) {
+                bk_lp *l = realloc(q->lps, (size_t)nc * sizeof *l);
+                if (!l) return 0;
+                q->lps = l;
+            }
             q->gen_cap = nc;
         }
         q->gen[q->n_gen] = tok;
+        if (q->sampling.logprobs) {
+            bk_lp *x = &q->lps[q->n_gen];
+            memset(x, 0, sizeof *x);
+            x->present = lp->present;
+            x->logprob = lp->logprob;
+            x->n_top = lp->n_top > PROTO_MAX_TOP_LOGPROBS ? PROTO_MAX_TOP_LOGPROBS : lp->n_top;
+            if (x->n_top) {
+                memcpy(x->top_id, lp->top_id, x->n_top * sizeof *x->top_id);
+                memcpy(x->top_logprob, lp->top_logprob, x->n_top * sizeof *x->top_logprob);
+            }
+        }
     }
     q->n_gen++;
     b->c.tokens_out++;
@@ -497,7 +555,8 @@ static int req_token(broker *b, bk_req *q, int32_t tok, double t) {
     if (q->stream) {
         proto_str text = { q->text ? q->text : "", (uint32_t)release };
         if (stopped) text.n = 0;  /* everything before the stop goes out with the final */
-        proto_encode_token(&b->out, (proto_str){ q->id, q->id_len }, &tok, 1, text);
+        proto_encode_token_ex(&b->out, (proto_str){q->id, q->id_len}, &tok, 1, text, q->sampling.logprobs ? lp : NULL,
+                              q->index);
         if (send_client(b, q->cid, q->cid_len, &b->out) == 0) q->n_sent++;
         if (!stopped && release) {
             memmove(q->text, q->text + release, q->text_len - release);
@@ -655,6 +714,79 @@ static uint32_t model_max_worker_ctx(broker *b, bk_model *m, int *n_workers) {
     return best;
 }
 
+/* completion `index` of n_choices of generate g (prompt ids copied), not yet inserted or queued; NULL when out of
+ * memory */
+static bk_req *req_make(broker *b, const uint8_t *cid, uint32_t cn, const proto_generate *g, bk_model *m,
+                        const int32_t *ids, uint32_t n_ids, uint32_t index, uint32_t n_choices, uint64_t seed) {
+    bk_req *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    q->rid = ++b->next_rid;
+    memcpy(q->cid, cid, cn);
+    q->cid_len = cn;
+    memcpy(q->id, g->id.p, g->id.n);
+    q->id_len = g->id.n;
+    q->hkey = hash_cid_id(cid, cn, g->id.p, g->id.n);
+    q->model = m;
+    q->prompt = malloc((size_t)n_ids * sizeof *q->prompt);
+    if (!q->prompt) {
+        req_free(q);
+        return NULL;
+    }
+    memcpy(q->prompt, ids, (size_t)n_ids * sizeof *q->prompt);
+    q->n_prompt = n_ids;
+    q->max_tokens = g->max_tokens;
+    q->sampling = g->sampling;
+    q->sampling.seed = seed + index; /* completion i of n: seed + i (wrapping) */
+    q->sampling.has_seed = 1;
+    q->index = index;
+    q->n_choices = n_choices;
+    q->sampling.bias = NULL;
+    if (g->sampling.n_bias) {
+        q->bias = malloc(g->sampling.n_bias * sizeof *q->bias);
+        if (!q->bias) {
+            req_free(q);
+            return NULL;
+        }
+        memcpy(q->bias, g->sampling.bias, g->sampling.n_bias * sizeof *q->bias);
+        q->sampling.bias = q->bias;
+    }
+    q->n_stop_ids = g->n_stop_ids;
+    if (g->n_stop_ids) memcpy(q->stop_ids, g->stop_ids, g->n_stop_ids * sizeof *g->stop_ids);
+    if (g->format.kind != PROTO_FORMAT_NONE) {
+        q->format_kind = g->format.kind;
+        q->format_len = g->format.text.n;
+        q->format_text = malloc(q->format_len + 1);
+        if (!q->format_text) {
+            req_free(q);
+            return NULL;
+        }
+        if (q->format_len) memcpy(q->format_text, g->format.text.p, q->format_len);
+        q->format_text[q->format_len] = 0;
+    }
+    if (g->n_stop) {
+        size_t tot = 0;
+        for (uint32_t i = 0; i < g->n_stop; i++) tot += g->stop[i].n;
+        q->stop_text = malloc(tot);
+        if (!q->stop_text) {
+            req_free(q);
+            return NULL;
+        }
+        size_t off = 0;
+        for (uint32_t i = 0; i < g->n_stop; i++) {
+            memcpy(q->stop_text + off, g->stop[i].p, g->stop[i].n);
+            q->stops.s[i] = q->stop_text + off;
+            q->stops.n[i] = g->stop[i].n;
+            if (g->stop[i].n > q->stops.max_len) q->stops.max_len = g->stop[i].n;
+            off += g->stop[i].n;
+        }
+        q->stops.count = (int)g->n_stop;
+    }
+    q->stream = g->stream;
+    q->t_recv = now_ms();
+    q->deadline = q->t_recv + g->deadline_ms;
+    return q;
+}
+
 static void on_generate(broker *b, const uint8_t *cid, uint32_t cn, const proto_generate *g) {
     char msg[320];
     proto_code code = PROTO_CODE_NONE;
@@ -722,62 +854,59 @@ static void on_generate(broker *b, const uint8_t *cid, uint32_t cn, const proto_
         final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_NO_CAPACITY, msg, n_ids);
         return;
     }
-    if (b->n_queued >= b->cfg.queue_max || b->queued_tokens + n_ids > b->cfg.queue_tokens) {
+    /* what comes back besides the token: checked here, before anything is queued */
+    const proto_sampling *gs = &g->sampling;
+    const uint32_t n_choices = g->n ? g->n : 1;
+    const char *bad = NULL;
+    if (gs->top_logprobs && !gs->logprobs) bad = "top_logprobs needs logprobs";
+    for (uint32_t i = 0; !bad && i < gs->n_bias; i++)
+        if (m->n_vocab > 0 && gs->bias[i].id >= m->n_vocab) {
+            snprintf(msg, sizeof msg, "logit_bias id %d is outside the vocabulary (%d)", gs->bias[i].id, m->n_vocab);
+            bad = msg;
+        }
+    if (bad) {
+        free(ids);
+        final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_BAD_REQUEST, bad, n_ids);
+        return;
+    }
+    if (b->n_queued + n_choices > b->cfg.queue_max ||
+        b->queued_tokens + (uint64_t)n_ids * n_choices > b->cfg.queue_tokens) {
         free(ids);
         final_reject(b, cid, cn, g->id, PROTO_FINISH_OVERLOADED, PROTO_CODE_OVERLOADED,
-                     b->n_queued >= b->cfg.queue_max ? "the request queue is full" : "the queued prompt tokens are at their limit",
+                     b->n_queued + n_choices > b->cfg.queue_max ? "the request queue is full"
+                                                                : "the queued prompt tokens are at their limit",
                      n_ids);
         return;
     }
-    bk_req *q = calloc(1, sizeof *q);
-    if (!q) { free(ids); final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_INTERNAL, "out of memory", 0); return; }
-    q->rid = ++b->next_rid;
-    memcpy(q->cid, cid, cn); q->cid_len = cn;
-    memcpy(q->id, g->id.p, g->id.n); q->id_len = g->id.n;
-    q->hkey = hash_cid_id(cid, cn, g->id.p, g->id.n);
-    q->model = m;
-    q->prompt = ids; q->n_prompt = n_ids;
-    q->max_tokens = g->max_tokens;
-    q->sampling = g->sampling;
-    if (!q->sampling.has_seed) {
-        q->sampling.seed = hash_rid(q->rid ^ (uint64_t)time(NULL));
-        q->sampling.has_seed = 1;
-    }
-    q->n_stop_ids = g->n_stop_ids;
-    if (g->n_stop_ids) memcpy(q->stop_ids, g->stop_ids, g->n_stop_ids * sizeof *g->stop_ids);
-    if (g->format.kind != PROTO_FORMAT_NONE) {
-        q->format_kind = g->format.kind;
-        q->format_len = g->format.text.n;
-        q->format_text = malloc(q->format_len + 1);
-        if (!q->format_text) {
-            req_free(q);
+    /* n completions: n requests of the same id, seeds seed + i, queued together so that one assign takes them and
+     * the worker copies the prompt KV of completion 0 (share_rid) instead of prefilling it n times */
+    bk_req *qs[PROTO_MAX_N] = {0};
+    uint64_t seed = g->sampling.has_seed ? g->sampling.seed : hash_rid((b->next_rid + 1) ^ (uint64_t)time(NULL));
+    for (uint32_t c = 0; c < n_choices; c++) {
+        bk_req *q = req_make(b, cid, cn, g, m, ids, n_ids, c, n_choices, seed);
+        if (!q) {
+            for (uint32_t k = 0; k < c; k++) req_free(qs[k]);
+            free(ids);
             final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_INTERNAL, "out of memory", 0);
             return;
         }
-        if (q->format_len) memcpy(q->format_text, g->format.text.p, q->format_len);
-        q->format_text[q->format_len] = 0;
+        qs[c] = q;
     }
-    if (g->n_stop) {
-        size_t tot = 0;
-        for (uint32_t i = 0; i < g->n_stop; i++) tot += g->stop[i].n;
-        q->stop_text = malloc(tot);
-        if (!q->stop_text) { req_free(q); final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_INTERNAL, "out of memory", 0); return; }
-        size_t off = 0;
-        for (uint32_t i = 0; i < g->n_stop; i++) {
-            memcpy(q->stop_text + off, g->stop[i].p, g->stop[i].n);
-            q->stops.s[i] = q->stop_text + off;
-            q->stops.n[i] = g->stop[i].n;
-            if (g->stop[i].n > q->stops.max_len) q->stops.max_len = g->stop[i].n;
-            off += g->stop[i].n;
+    free(ids);
+    for (uint32_t c = 0; c < n_choices; c++) {
+        if (c > 0) qs[c]->share_rid = qs[0]->rid;
+        if (req_insert(b, qs[c]) != 0) { /* the ones inserted end with a final each; the rest get none */
+            for (uint32_t k = c; k < n_choices; k++) req_free(qs[k]);
+            if (c == 0) final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_INTERNAL, "out of memory", 0);
+            for (uint32_t k = 0; k < c; k++)
+                req_finish(b, qs[k], PROTO_FINISH_ERROR, PROTO_CODE_INTERNAL, "out of memory", 1, 0);
+            return;
         }
-        q->stops.count = (int)g->n_stop;
     }
-    q->stream = g->stream;
-    q->t_recv = now_ms();
-    q->deadline = q->t_recv + g->deadline_ms;
-    if (req_insert(b, q) != 0) { req_free(q); final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_INTERNAL, "out of memory", 0); return; }
-    queue_push(b, m, q, 0);
-    b->c.accepted++;
+    for (uint32_t c = 0; c < n_choices; c++) {
+        queue_push(b, m, qs[c], 0);
+        b->c.accepted++;
+    }
 }
 
 static void on_status(broker *b, const uint8_t *cid, uint32_t cn, proto_str id) {
@@ -836,6 +965,7 @@ static void on_status(broker *b, const uint8_t *cid, uint32_t cn, proto_str id) 
     CT(lying_workers);
     CT(evicted_workers);
     CT(too_large);
+    CT(prefills_shared);
 #undef CT
     ct[n].name = proto_cstr("zap_refused"); ct[n++].value = bk_zap_refused(b->zap);
     ct[n].name = proto_cstr("draining"); ct[n++].value = (uint64_t)b->draining;
@@ -909,7 +1039,9 @@ static void on_client_msg(broker *b, const uint8_t *cid, uint32_t cn, const void
     case PROTO_CANCEL: {
         bk_req *q = m->cancel.id.p ? find_by_id(b, cid, cn, m->cancel.id.p, m->cancel.id.n) : NULL;
         if (!q) { b->c.unknown_ids++; break; }
-        req_finish(b, q, PROTO_FINISH_CANCELLED, PROTO_CODE_NONE, NULL, 1, 1);
+        do { /* every completion of the id (n > 1) */
+            req_finish(b, q, PROTO_FINISH_CANCELLED, PROTO_CODE_NONE, NULL, 1, 1);
+        } while ((q = find_by_id(b, cid, cn, m->cancel.id.p, m->cancel.id.n)) != NULL);
         break;
     }
     case PROTO_STATUS: on_status(b, cid, cn, m->status.id); break;
@@ -1002,6 +1134,13 @@ static const char *out_check(broker *b, bk_worker *w, const proto_out *o, char *
                      (unsigned long long)rid, n_vocab);
             return why;
         }
+        const proto_logprob *lp = o->lps ? &o->lps[i] : NULL;
+        for (uint32_t k = 0; lp && lp->present && k < lp->n_top; k++)
+            if (n_vocab > 0 && lp->top_id[k] >= n_vocab) {
+                snprintf(why, whylen, "top logprob id %d for rid %llu is outside the vocabulary (%d)", lp->top_id[k],
+                         (unsigned long long)rid, n_vocab);
+                return why;
+            }
         bk_req *q = find_by_rid(b, rid);
         if (!q) {
             if (rid == 0 || rid > b->next_rid) {
@@ -1040,7 +1179,7 @@ static void on_out(broker *b, bk_worker *w, const proto_out *o, double t) {
         int fin = o->fin[i];
         int stopped = 0;
         if (o->toks[i] >= 0 && fin != PROTO_FIN_ERROR && fin != PROTO_FIN_CANCELLED)
-            stopped = req_token(b, q, o->toks[i], t);
+            stopped = req_token(b, q, o->toks[i], o->lps ? &o->lps[i] : NULL, t);
         if (stopped) {
             req_finish(b, q, PROTO_FINISH_STOP, PROTO_CODE_NONE, NULL, 1, fin == PROTO_FIN_RUNNING);
         } else if (fin == PROTO_FIN_STOP || fin == PROTO_FIN_LENGTH) {
@@ -1086,6 +1225,9 @@ static void on_worker_msg(broker *b, const uint8_t *wid, uint32_t wn, const void
     case PROTO_HB:
         if (m->hb.has_step) {
             note_step(w, m->hb.step, t);
+            if (m->hb.prefills_shared > w->prefills_shared)
+                b->c.prefills_shared += m->hb.prefills_shared - w->prefills_shared;
+            w->prefills_shared = m->hb.prefills_shared;
             w->hb_free = m->hb.free_slots;
             w->hb_running = m->hb.running;
         }
@@ -1157,6 +1299,8 @@ static void dispatch_model(broker *b, bk_model *m, double t) {
             s->n_stop_ids = q->n_stop_ids;
             s->format.kind = q->format_kind;
             s->format.text = (proto_str){q->format_text, q->format_len};
+            for (uint32_t k = 0; q->share_rid && k + 1 < n; k++) /* its sibling 0 in this same assign */
+                if (b->seqs[k].rid == q->share_rid) s->share = q->share_rid;
         }
         proto_encode_assign(&b->out, b->seqs, n);
         send_worker(b, best, &b->out);

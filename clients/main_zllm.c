@@ -5,6 +5,7 @@
  *                 [--ignore-eos] [--special] [--bos | --no-bos] [--no-stream] [--deadline-ms MS] [--model NAME]
  *                 [--ids] [--chat] [--system TEXT]
  *                 [--json-schema JSON|@FILE | --json-object | --regex RE | --grammar GBNF|@FILE]
+ *                 [--presence-penalty P] [--frequency-penalty P] [--logit-bias ID=B]... [--logprobs K] [--choices N]
  *   zllm chat     --broker EP [--system TEXT] [sampling options]     (interactive; conversation kept)
  *   zllm status   --broker EP
  *   zllm bench    --broker EP [-N REQUESTS] [-c CONCURRENCY] [--prompt-len DIST] [--out-len DIST] [--vocab V]
@@ -81,6 +82,12 @@ typedef struct {
     unsigned deadline_ms;          /* --deadline-ms; 0 = default */
     int format_kind;               /* --json-schema / --json-object / --regex / --grammar: PROTO_FORMAT_* */
     char *format_text;             /* its text (read from @FILE or copied; kept for the process's life) */
+    double presence_penalty;       /* --presence-penalty; NAN = default */
+    double frequency_penalty;      /* --frequency-penalty; NAN = default */
+    proto_bias bias[PROTO_MAX_LOGIT_BIAS]; /* --logit-bias, all given */
+    int n_bias;
+    long long logprobs; /* --logprobs K: each token's logprob and K alternatives on stderr; -1 = off */
+    int choices;        /* --choices N: completions (the protocol's n); 0 = 1 */
     /* bench */
     int n_requests;                /* -N */
     int concurrency;               /* -c */
@@ -164,6 +171,9 @@ static void s_usage(FILE *f) {
             "  --stop-ids ID,...    token ids that end generation, 0..%d; repeatable, at most %d (default none)\n"
             "  --ignore-eos         keep generating past end-of-generation tokens (default off; bench: on)\n"
             "  --deadline-ms MS     time budget, 1..86400000 (default 600000; bench 60000)\n"
+            "  --presence-penalty P [-2, 2], OpenAI's, over the generated tokens (default 0)\n"
+            "  --frequency-penalty P [-2, 2], OpenAI's, over the generated tokens (default 0)\n"
+            "  --logit-bias ID=B    add B in [-100, 100] to token ID's logit; repeatable, at most 300 (default none)\n"
             "generate and chat:\n"
             "  --system TEXT        a system message (generate: the prompt becomes a chat)\n"
             "  --special            special-token text in the prompt becomes single tokens (default off)\n"
@@ -178,6 +188,10 @@ static void s_usage(FILE *f) {
             "  --tokens ID,ID,...   the prompt as token ids, 0..%d, at most %d (no BOS added)\n"
             "  --chat               send the prompt as a user message (the model's chat template)\n"
             "  --ids                print token ids instead of text\n"
+            "  --logprobs K         each generated token's logprob and its K (0..20) most likely alternatives, one\n"
+            "                       line a token on stderr: `logprob ID LP [ALT_ID:LP ...]`\n"
+            "  --choices N          N completions of the prompt (1..16, seeds S + i), each printed whole after a\n"
+            "                       `--- completion I` line\n"
             "bench:\n"
             "  -N REQUESTS          requests in all, 1..1000000 (default 64)\n"
             "  -c CONCURRENCY       requests in flight, 1..65536 (default 8)\n"
@@ -300,7 +314,8 @@ static int s_parse(int argc, char **argv, s_args *a) {
     if (!a->broker || !*a->broker) a->broker = "tcp://127.0.0.1:5555";
     a->n_tokens = -1;
     a->max_tokens = -1;
-    a->temp = a->top_p = a->min_p = a->repeat_penalty = NAN;
+    a->temp = a->top_p = a->min_p = a->repeat_penalty = a->presence_penalty = a->frequency_penalty = NAN;
+    a->logprobs = -1;
     a->top_k = a->repeat_last_n = -1;
     a->add_bos = -1;
     a->n_requests = 64;
@@ -372,6 +387,11 @@ static int s_parse(int argc, char **argv, s_args *a) {
             {"--json-schema", NULL, C_GEN | C_CHAT | C_BENCH},
             {"--regex", NULL, C_GEN | C_CHAT | C_BENCH},
             {"--grammar", NULL, C_GEN | C_CHAT | C_BENCH},
+            {"--presence-penalty", NULL, C_SAMPLE},
+            {"--frequency-penalty", NULL, C_SAMPLE},
+            {"--logit-bias", NULL, C_SAMPLE},
+            {"--logprobs", NULL, C_GEN},
+            {"--choices", NULL, C_GEN},
             {"-N", NULL, C_BENCH},
             {"-c", NULL, C_BENCH},
             {"--vocab", NULL, C_BENCH},
@@ -430,6 +450,31 @@ static int s_parse(int argc, char **argv, s_args *a) {
                 a->seed = u;
                 a->has_seed = 1;
             }
+        } else if (!strcmp(o, "--presence-penalty")) bad = s_num(k, v, -2, 2, 0, &a->presence_penalty, NULL);
+        else if (!strcmp(o, "--frequency-penalty")) bad = s_num(k, v, -2, 2, 0, &a->frequency_penalty, NULL);
+        else if (!strcmp(o, "--logit-bias")) {
+            const char *eq = strchr(v, '=');
+            char idbuf[16];
+            double b;
+            if (!eq || eq == v || (size_t)(eq - v) >= sizeof idbuf) {
+                fprintf(stderr, "zllm: --logit-bias: expected ID=BIAS, got '%s'\n", v);
+                return -1;
+            }
+            memcpy(idbuf, v, (size_t)(eq - v));
+            idbuf[eq - v] = 0;
+            if (a->n_bias >= PROTO_MAX_LOGIT_BIAS) {
+                fprintf(stderr, "zllm: --logit-bias: at most %d entries\n", PROTO_MAX_LOGIT_BIAS);
+                return -1;
+            }
+            if (!(bad = s_num(k, idbuf, 0, PROTO_TOKEN_ID_MAX, N_INT, &x, NULL)) &&
+                !(bad = s_num(k, eq + 1, -100, 100, 0, &b, NULL))) {
+                a->bias[a->n_bias].id = (int32_t)x;
+                a->bias[a->n_bias++].bias = (float)b;
+            }
+        } else if (!strcmp(o, "--logprobs")) {
+            if (!(bad = s_num(k, v, 0, PROTO_MAX_TOP_LOGPROBS, N_INT, &x, NULL))) a->logprobs = (long long)x;
+        } else if (!strcmp(o, "--choices")) {
+            if (!(bad = s_num(k, v, 1, PROTO_MAX_N, N_INT, &x, NULL))) a->choices = (int)x;
         } else if (!strcmp(o, "--deadline-ms")) {
             if (!(bad = s_num(k, v, 1, 86400000, N_INT, &x, NULL))) a->deadline_ms = (unsigned)x;
         } else if (!strcmp(o, "-N")) {
@@ -499,6 +544,31 @@ static void s_fill(const s_args *a, proto_generate *g, const char *id) {
     if (a->format_kind) {
         g->format.kind = a->format_kind;
         g->format.text = proto_cstr(a->format_text);
+    }
+    if (!isnan(a->presence_penalty)) g->sampling.presence_penalty = (float)a->presence_penalty;
+    if (!isnan(a->frequency_penalty)) g->sampling.frequency_penalty = (float)a->frequency_penalty;
+    if (a->n_bias) {
+        g->sampling.bias = a->bias;
+        g->sampling.n_bias = (uint32_t)a->n_bias;
+    }
+    if (a->logprobs >= 0) {
+        g->sampling.logprobs = 1;
+        g->sampling.top_logprobs = (uint32_t)a->logprobs;
+    }
+    if (a->choices > 1) {
+        g->n = (uint32_t)a->choices;
+        g->stream = 0; /* each completion is printed whole, in the order they end */
+    }
+}
+
+/* --logprobs: one line on stderr per token */
+static void s_print_logprobs(const int32_t *ids, const proto_logprob *lps, uint32_t n) {
+    for (uint32_t i = 0; lps && i < n; i++) {
+        if (!lps[i].present) continue;
+        fprintf(stderr, "logprob %d %.6f", (int)ids[i], (double)lps[i].logprob);
+        for (uint32_t k = 0; k < lps[i].n_top; k++)
+            fprintf(stderr, " %d:%.6f", (int)lps[i].top_id[k], (double)lps[i].top_logprob[k]);
+        fputc('\n', stderr);
     }
 }
 
@@ -590,6 +660,8 @@ static int s_run_one(zllm_client *c, const s_args *a, proto_generate *g, char **
         }
         got_first = 1;
         if (m->type == PROTO_TOKEN) n_tokens += n_ids;
+        s_print_logprobs(ids, m->type == PROTO_TOKEN ? m->token.lps : m->final.lps, n_ids);
+        if (m->type == PROTO_FINAL && g->n > 1) printf("--- completion %u\n", m->final.index);
         if (a->ids) {
             for (uint32_t i = 0; i < n_ids; i++) printf("%d ", (int)ids[i]);
         } else if (text.n) {
@@ -615,6 +687,7 @@ static int s_run_one(zllm_client *c, const s_args *a, proto_generate *g, char **
             const proto_final *f = &m->final;
             printf("\n");
             fflush(stdout);
+            if (f->left && (f->finish == PROTO_FINISH_STOP || f->finish == PROTO_FINISH_LENGTH)) continue;
             if (f->finish == PROTO_FINISH_STOP || f->finish == PROTO_FINISH_LENGTH) {
                 rc = 0;
             } else if (f->finish == PROTO_FINISH_CANCELLED && cancelled) {

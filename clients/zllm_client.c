@@ -262,7 +262,7 @@ int zllm_client_recv(zllm_client *c, int timeout_ms, const proto_msg **msg, char
             continue;
         }
         if (s_check_instance(c, &c->msg, err, errlen) != 0) return -1;
-        if (c->inflight > 0 && (c->msg.type == PROTO_FINAL ||
+        if (c->inflight > 0 && ((c->msg.type == PROTO_FINAL && c->msg.final.left == 0) ||
                                 (c->msg.type == PROTO_ERROR && c->msg.error.code == PROTO_CODE_DUPLICATE_ID)))
             c->inflight--;
         *msg = &c->msg;

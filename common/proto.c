@@ -535,6 +535,72 @@ static int d_format(dec *d, proto_format *f) {
     return 0;
 }
 
+/* `logit_bias`: [[id, bias], ...] into the arena */
+static int d_bias(dec *d, const proto_bias **out, uint32_t *n_out) {
+    uint32_t n;
+    if (rd_arr(&d->r, &n)) FAIL("logit_bias: expected an array of [id, bias]");
+    if (n > PROTO_MAX_LOGIT_BIAS) FAIL("logit_bias: %u entries, at most %d", n, PROTO_MAX_LOGIT_BIAS);
+    proto_bias *v = arena_alloc(d->a, (size_t)(n ? n : 1) * sizeof *v);
+    if (!v) FAIL("logit_bias: out of memory");
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t two;
+        uint64_t id;
+        double f;
+        if (rd_arr(&d->r, &two) || two != 2) FAIL("logit_bias[%u]: expected [id, bias]", i);
+        if (d_u64(d, "logit_bias id", &id, 0, PROTO_TOKEN_ID_MAX)) return -1;
+        if (d_float(d, "logit_bias value", &f, -100, 0, 100, 0)) return -1;
+        v[i].id = (int32_t)id;
+        v[i].bias = (float)f;
+    }
+    *out = v;
+    *n_out = n;
+    return 0;
+}
+
+/* a logprob value: a number <= 0 (-inf allowed), never NaN */
+static int d_lpval(dec *d, const char *name, float *out) {
+    double f;
+    if (rd_float(&d->r, &f)) FAIL("%s: expected a number", name);
+    if (isnan(f) || f > 0) FAIL("%s: %g is not a log probability", name, f);
+    *out = (float)f;
+    return 0;
+}
+
+/* one logprobs entry: nil or [logprob, [ids], [logprobs]] (ids and logprobs of equal length <= 20) */
+static int d_logprob(dec *d, proto_logprob *lp) {
+    memset(lp, 0, sizeof *lp);
+    if (rd_nil(&d->r)) return 0;
+    uint32_t three, ni, nl;
+    if (rd_arr(&d->r, &three) || three != 3) FAIL("logprobs: expected [logprob, [ids], [logprobs]]");
+    if (d_lpval(d, "logprob", &lp->logprob)) return -1;
+    const int32_t *ids;
+    if (d_i32arr(d, "top ids", &ids, &ni, PROTO_MAX_TOP_LOGPROBS, 0, PROTO_TOKEN_ID_MAX)) return -1;
+    if (rd_arr(&d->r, &nl) || nl != ni) FAIL("logprobs: top ids and logprobs differ in length");
+    float *v = arena_alloc(d->a, (size_t)(nl ? nl : 1) * sizeof *v);
+    if (!v) FAIL("logprobs: out of memory");
+    for (uint32_t i = 0; i < nl; i++)
+        if (d_lpval(d, "top logprob", &v[i])) return -1;
+    lp->present = 1;
+    lp->n_top = ni;
+    lp->top_id = ids;
+    lp->top_logprob = v;
+    return 0;
+}
+
+/* an array of logprobs entries of at most max_n into the arena */
+static int d_logprobs(dec *d, const char *name, const proto_logprob **out, uint32_t *n_out, uint32_t max_n) {
+    uint32_t n;
+    if (rd_arr(&d->r, &n)) FAIL("%s: expected an array", name);
+    if (n > max_n) FAIL("%s: %u entries, at most %u", name, n, max_n);
+    proto_logprob *v = arena_alloc(d->a, (size_t)(n ? n : 1) * sizeof *v);
+    if (!v) FAIL("%s: out of memory", name);
+    for (uint32_t i = 0; i < n; i++)
+        if (d_logprob(d, &v[i])) return -1;
+    *out = v;
+    *n_out = n;
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------------------------------------
  * schema decoders: each loops over the top map's entries (after validation) */
 
@@ -566,6 +632,18 @@ static int d_sampling(dec *d, proto_str k, proto_sampling *s) {
         s->has_seed = 1;
     } else if (key_is(k, "ignore_eos")) {
         if (d_bool(d, "ignore_eos", &s->ignore_eos)) return -1;
+    } else if (key_is(k, "presence_penalty")) {
+        if (d_float(d, "presence_penalty", &f, -2, 0, 2, 0)) return -1;
+        s->presence_penalty = (float)f;
+    } else if (key_is(k, "frequency_penalty")) {
+        if (d_float(d, "frequency_penalty", &f, -2, 0, 2, 0)) return -1;
+        s->frequency_penalty = (float)f;
+    } else if (key_is(k, "logit_bias")) {
+        if (d_bias(d, &s->bias, &s->n_bias)) return -1;
+    } else if (key_is(k, "logprobs")) {
+        if (d_bool(d, "logprobs", &s->logprobs)) return -1;
+    } else if (key_is(k, "top_logprobs")) {
+        if (d_u32(d, "top_logprobs", &s->top_logprobs, 0, PROTO_MAX_TOP_LOGPROBS)) return -1;
     } else {
         return 0;
     }
@@ -628,6 +706,7 @@ static int f_generate(dec *d, proto_str k, proto_msg *m) {
     }
     if (key_is(k, "stop_ids"))
         return d_i32arr(d, "stop_ids", &g->stop_ids, &g->n_stop_ids, PROTO_MAX_STOP_IDS, 0, PROTO_TOKEN_ID_MAX);
+    if (key_is(k, "n")) return d_u32(d, "n", &g->n, 1, PROTO_MAX_N);
     if (key_is(k, "stream")) return d_bool(d, "stream", &g->stream);
     if (key_is(k, "deadline_ms")) return d_u32(d, "deadline_ms", &g->deadline_ms, 1, 86400000u);
     if (key_is(k, "special")) return d_bool(d, "special", &g->special);
@@ -762,6 +841,11 @@ static int f_token(dec *d, proto_str k, proto_msg *m) {
     if (key_is(k, "id")) return d_str(d, "id", &t->id, 1, PROTO_ID_MAX, 1);
     if (key_is(k, "ids")) return d_i32arr(d, "ids", &t->ids, &t->n_ids, PROTO_MAX_GEN, 0, PROTO_TOKEN_ID_MAX);
     if (key_is(k, "text")) return d_str(d, "text", &t->text, 0, PROTO_MAX_FRAME, 0);
+    if (key_is(k, "logprobs")) {
+        uint32_t n;
+        return d_logprobs(d, "logprobs", &t->lps, &n, PROTO_MAX_GEN); /* length checked against ids at the end */
+    }
+    if (key_is(k, "index")) return d_u32(d, "index", &t->index, 0, PROTO_MAX_N - 1);
     return d_skip(d);
 }
 
@@ -798,6 +882,12 @@ static int f_final(dec *d, proto_str k, proto_msg *m) {
         f->has_ids = 1;
         return d_i32arr(d, "ids", &f->ids, &f->n_ids, PROTO_MAX_GEN, 0, PROTO_TOKEN_ID_MAX);
     }
+    if (key_is(k, "logprobs")) {
+        uint32_t n;
+        return d_logprobs(d, "logprobs", &f->lps, &n, PROTO_MAX_GEN); /* length checked against ids at the end */
+    }
+    if (key_is(k, "index")) return d_u32(d, "index", &f->index, 0, PROTO_MAX_N - 1);
+    if (key_is(k, "left")) return d_u32(d, "left", &f->left, 0, PROTO_MAX_N - 1);
     if (key_is(k, "usage") || key_is(k, "timings")) {
         int usage = key_is(k, "usage");
         uint32_t n;
@@ -856,6 +946,7 @@ static int f_hb(dec *d, proto_str k, proto_msg *m) {
     if (key_is(k, "step")) { h->has_step = 1; return d_u64(d, "step", &h->step, 0, UINT64_MAX); }
     if (key_is(k, "free_slots")) return d_u32(d, "free_slots", &h->free_slots, 0, 1u << 20);
     if (key_is(k, "running")) return d_u32(d, "running", &h->running, 0, 1u << 20);
+    if (key_is(k, "prefills_shared")) return d_u64(d, "prefills_shared", &h->prefills_shared, 0, UINT64_MAX);
     return d_skip(d);
 }
 
@@ -885,6 +976,7 @@ static int d_seq(dec *d, proto_seq *s) {
         else if (key_is(k, "stop_ids"))
             rc = d_i32arr(d, "stop_ids", &s->stop_ids, &s->n_stop_ids, PROTO_MAX_STOP_IDS, 0, PROTO_TOKEN_ID_MAX);
         else if (key_is(k, "response_format")) rc = d_format(d, &s->format);
+        else if (key_is(k, "share")) rc = d_u64(d, "share", &s->share, 0, UINT64_MAX);
         else rc = d_skip(d);
         if (rc) return -1;
     }
@@ -946,6 +1038,10 @@ static int f_out(dec *d, proto_str k, proto_msg *m) {
         o->fin = v;
         return 0;
     }
+    if (key_is(k, "lps")) {
+        uint32_t nl;
+        return d_logprobs(d, "lps", &o->lps, &nl, PROTO_MAX_SEQS); /* length checked in proto_decode */
+    }
     return d_skip(d);
 }
 
@@ -970,15 +1066,19 @@ static const struct {
 
 /* out: the three arrays must be present and of equal length; proto_out has one count, so the lengths are
  * re-read from the (already validated) frame's array headers. */
-static int out_lengths(const uint8_t *buf, size_t len, uint32_t *nr, uint32_t *nt, uint32_t *nf) {
+static int out_lengths(const uint8_t *buf, size_t len, uint32_t *nr, uint32_t *nt, uint32_t *nf, uint32_t *nl) {
     rd r = { buf, buf + len };
     uint32_t n;
-    *nr = *nt = *nf = UINT32_MAX;
+    *nr = *nt = *nf = *nl = UINT32_MAX;
     if (rd_map(&r, &n)) return -1;
     for (uint32_t i = 0; i < n; i++) {
         proto_str k;
         if (rd_str(&r, &k)) return -1;
-        uint32_t *dst = key_is(k, "rids") ? nr : key_is(k, "toks") ? nt : key_is(k, "fin") ? nf : NULL;
+        uint32_t *dst = key_is(k, "rids")   ? nr
+                        : key_is(k, "toks") ? nt
+                        : key_is(k, "fin")  ? nf
+                        : key_is(k, "lps")  ? nl
+                                            : NULL;
         if (dst) {
             uint32_t c;
             rd save = r;
@@ -988,6 +1088,24 @@ static int out_lengths(const uint8_t *buf, size_t len, uint32_t *nr, uint32_t *n
         if (rd_skip(&r, PROTO_MAX_DEPTH)) return -1;
     }
     return 0;
+}
+
+/* the length of the top map's `logprobs` array (token, final), UINT32_MAX when absent */
+static uint32_t lps_count(const uint8_t *buf, size_t len) {
+    rd r = {buf, buf + len};
+    uint32_t n, c = UINT32_MAX;
+    if (rd_map(&r, &n)) return UINT32_MAX;
+    for (uint32_t i = 0; i < n; i++) {
+        proto_str k;
+        if (rd_str(&r, &k)) return UINT32_MAX;
+        if (key_is(k, "logprobs")) {
+            rd save = r;
+            if (rd_arr(&r, &c) != 0) c = UINT32_MAX;
+            r = save;
+        }
+        if (rd_skip(&r, PROTO_MAX_DEPTH)) return UINT32_MAX;
+    }
+    return c;
 }
 
 int proto_decode(const void *buf, size_t len, proto_msg *out, char *err, size_t errlen) {
@@ -1066,10 +1184,12 @@ int proto_decode(const void *buf, size_t len, proto_msg *out, char *err, size_t 
         break;
     case PROTO_TOKEN:
         if (!out->token.id.p) FAIL("token: missing id");
+        if (out->token.lps && lps_count(buf, len) != out->token.n_ids) FAIL("token: logprobs and ids differ in length");
         break;
     case PROTO_FINAL:
         if (!out->final.id.p) FAIL("final: missing id");
         if (out->final.finish == PROTO_FINISH_NONE) FAIL("final: missing finish");
+        if (out->final.lps && lps_count(buf, len) != out->final.n_ids) FAIL("final: logprobs and ids differ in length");
         break;
     case PROTO_REGISTER: {
         proto_register *r = &out->reg;
@@ -1085,10 +1205,12 @@ int proto_decode(const void *buf, size_t len, proto_msg *out, char *err, size_t 
         if (!out->assign.seqs) FAIL("assign: missing seqs");
         break;
     case PROTO_OUT: {
-        uint32_t nr, nt, nf;
-        if (out_lengths(buf, len, &nr, &nt, &nf) != 0) FAIL("out: bad map");
+        uint32_t nr, nt, nf, nl;
+        if (out_lengths(buf, len, &nr, &nt, &nf, &nl) != 0) FAIL("out: bad map");
         if (nr == UINT32_MAX || nt == UINT32_MAX || nf == UINT32_MAX) FAIL("out: needs rids, toks and fin");
         if (nr != nt || nr != nf) FAIL("out: rids/toks/fin lengths differ (%u/%u/%u)", nr, nt, nf);
+        if (!out->out.lps) nl = UINT32_MAX; /* absent, or nil */
+        if (nl != UINT32_MAX && nl != nr) FAIL("out: lps has %u entries for %u rids", nl, nr);
         break;
     }
     default:
@@ -1139,8 +1261,54 @@ static void w_sampling(proto_buf *b, const proto_sampling *s, int with_seed) {
     w_key(b, "repeat_last_n"); w_uint(b, s->repeat_last_n);
     w_key(b, "ignore_eos"); w_bool(b, s->ignore_eos);
     if (with_seed) { w_key(b, "seed"); w_uint(b, s->seed); }
+    if (s->presence_penalty != 0.0f) {
+        w_key(b, "presence_penalty");
+        w_f64(b, s->presence_penalty);
+    }
+    if (s->frequency_penalty != 0.0f) {
+        w_key(b, "frequency_penalty");
+        w_f64(b, s->frequency_penalty);
+    }
+    if (s->n_bias) {
+        uint32_t nb = s->n_bias > PROTO_MAX_LOGIT_BIAS ? PROTO_MAX_LOGIT_BIAS : s->n_bias;
+        w_key(b, "logit_bias");
+        w_arr(b, nb);
+        for (uint32_t i = 0; i < nb; i++) {
+            w_arr(b, 2);
+            w_uint(b, (uint32_t)s->bias[i].id);
+            w_f64(b, s->bias[i].bias);
+        }
+    }
+    if (s->logprobs) {
+        w_key(b, "logprobs");
+        w_bool(b, 1);
+    }
+    if (s->top_logprobs) {
+        w_key(b, "top_logprobs");
+        w_uint(b, s->top_logprobs);
+    }
 }
 #define SAMPLING_FIELDS 7
+/* the optional sampling fields w_sampling writes (those away from their defaults) */
+static uint32_t sampling_extra(const proto_sampling *s) {
+    return (s->presence_penalty != 0.0f) + (s->frequency_penalty != 0.0f) + (s->n_bias != 0) + (s->logprobs != 0) +
+           (s->top_logprobs != 0);
+}
+
+/* one logprobs entry: nil when absent */
+static void w_logprob(proto_buf *b, const proto_logprob *lp) {
+    if (!lp || !lp->present) {
+        uint8_t c = 0xc0;
+        w_bytes(b, &c, 1);
+        return;
+    }
+    uint32_t k = lp->n_top > PROTO_MAX_TOP_LOGPROBS ? PROTO_MAX_TOP_LOGPROBS : lp->n_top;
+    w_arr(b, 3);
+    w_f64(b, lp->logprob);
+    w_i32arr(b, lp->top_id, k);
+    w_arr(b, k);
+    for (uint32_t i = 0; i < k; i++) w_f64(b, lp->top_logprob[i]);
+}
 
 /* the response_format entry (key and map) */
 static void w_format(proto_buf *b, const proto_format *f) {
@@ -1155,7 +1323,7 @@ static void w_format(proto_buf *b, const proto_format *f) {
 int proto_encode_generate(proto_buf *b, const proto_generate *g) {
     uint32_t n = 1 + 1 + SAMPLING_FIELDS + (g->sampling.has_seed ? 1 : 0) + 1 /*max_tokens*/ + 1 /*stream*/ +
                  1 /*deadline*/ + 1 /*special*/ + (g->model.p ? 1 : 0) + (g->n_stop ? 1 : 0) + (g->n_stop_ids ? 1 : 0) +
-                 (g->add_bos >= 0 ? 1 : 0) + (g->format.kind ? 1 : 0);
+                 (g->add_bos >= 0 ? 1 : 0) + (g->format.kind ? 1 : 0) + sampling_extra(&g->sampling) + (g->n > 1);
     w_head(b, n, "generate");
     w_key(b, "id"); w_str(b, g->id);
     if (g->model.p) { w_key(b, "model"); w_str(b, g->model); }
@@ -1183,6 +1351,10 @@ int proto_encode_generate(proto_buf *b, const proto_generate *g) {
     if (g->n_stop_ids) { w_key(b, "stop_ids"); w_i32arr(b, g->stop_ids, g->n_stop_ids); }
     if (g->add_bos >= 0) { w_key(b, "add_bos"); w_bool(b, g->add_bos); }
     if (g->format.kind) w_format(b, &g->format);
+    if (g->n > 1) {
+        w_key(b, "n");
+        w_uint(b, g->n);
+    }
     return enc_done(b);
 }
 
@@ -1255,10 +1427,24 @@ int proto_encode_status(proto_buf *b, const proto_status *s) {
 }
 
 int proto_encode_token(proto_buf *b, proto_str id, const int32_t *ids, uint32_t n_ids, proto_str text) {
-    w_head(b, 3, "token");
+    return proto_encode_token_ex(b, id, ids, n_ids, text, NULL, 0);
+}
+
+int proto_encode_token_ex(proto_buf *b, proto_str id, const int32_t *ids, uint32_t n_ids, proto_str text,
+                          const proto_logprob *lps, uint32_t index) {
+    w_head(b, 3 + (lps != NULL) + (index != 0), "token");
     w_key(b, "id"); w_str(b, id);
     w_key(b, "ids"); w_i32arr(b, ids, n_ids);
     w_key(b, "text"); w_str(b, text);
+    if (lps) {
+        w_key(b, "logprobs");
+        w_arr(b, n_ids);
+        for (uint32_t i = 0; i < n_ids; i++) w_logprob(b, &lps[i]);
+    }
+    if (index) {
+        w_key(b, "index");
+        w_uint(b, index);
+    }
     return enc_done(b);
 }
 
@@ -1266,13 +1452,27 @@ int proto_encode_final(proto_buf *b, const proto_final *f) {
     int has_code = f->code != PROTO_CODE_NONE;
     int has_msg = f->message.p != NULL;
     int has_ids = f->has_ids || f->ids;
-    w_head(b, 5 + has_code + has_msg + has_ids, "final");
+    int has_lps = has_ids && f->lps;
+    w_head(b, 5 + has_code + has_msg + has_ids + has_lps + (f->index != 0) + (f->left != 0), "final");
     w_key(b, "id"); w_str(b, f->id);
     w_key(b, "finish"); w_key(b, proto_finish_name(f->finish));
     if (has_code) { w_key(b, "code"); w_key(b, proto_code_name(f->code)); }
     if (has_msg) { w_key(b, "message"); w_str(b, f->message); }
     w_key(b, "text"); w_str(b, f->text);
     if (has_ids) { w_key(b, "ids"); w_i32arr(b, f->ids, f->n_ids); }
+    if (has_lps) {
+        w_key(b, "logprobs");
+        w_arr(b, f->n_ids);
+        for (uint32_t i = 0; i < f->n_ids; i++) w_logprob(b, &f->lps[i]);
+    }
+    if (f->index) {
+        w_key(b, "index");
+        w_uint(b, f->index);
+    }
+    if (f->left) {
+        w_key(b, "left");
+        w_uint(b, f->left);
+    }
     w_key(b, "usage"); w_map(b, 2);
     w_key(b, "prompt_tokens"); w_uint(b, f->prompt_tokens);
     w_key(b, "completion_tokens"); w_uint(b, f->completion_tokens);
@@ -1337,11 +1537,16 @@ int proto_encode_registered(proto_buf *b, uint32_t heartbeat_ms) {
     return enc_done(b);
 }
 
-int proto_encode_hb_worker(proto_buf *b, uint64_t step, uint32_t free_slots, uint32_t running) {
-    w_head(b, 3, "hb");
+int proto_encode_hb_worker(proto_buf *b, uint64_t step, uint32_t free_slots, uint32_t running,
+                           uint64_t prefills_shared) {
+    w_head(b, 3 + (prefills_shared != 0), "hb");
     w_key(b, "step"); w_uint(b, step);
     w_key(b, "free_slots"); w_uint(b, free_slots);
     w_key(b, "running"); w_uint(b, running);
+    if (prefills_shared) {
+        w_key(b, "prefills_shared");
+        w_uint(b, prefills_shared);
+    }
     return enc_done(b);
 }
 
@@ -1354,26 +1559,41 @@ int proto_encode_assign(proto_buf *b, const proto_seq *seqs, uint32_t n_seqs) {
     w_arr(b, n_seqs);
     for (uint32_t i = 0; i < n_seqs; i++) {
         const proto_seq *s = &seqs[i];
-        w_map(b, 3 + SAMPLING_FIELDS + 1 + 1 + (s->format.kind ? 1 : 0));
+        w_map(b, 3 + SAMPLING_FIELDS + 1 + 1 + (s->format.kind ? 1 : 0) + sampling_extra(&s->sampling) +
+                     (s->share != 0));
         w_key(b, "rid"); w_uint(b, s->rid);
         w_key(b, "tokens"); w_i32arr(b, s->tokens, s->n_tokens);
         w_key(b, "max_tokens"); w_uint(b, s->max_tokens);
         w_sampling(b, &s->sampling, 1);
         w_key(b, "stop_ids"); w_i32arr(b, s->stop_ids, s->n_stop_ids);
         if (s->format.kind) w_format(b, &s->format);
+        if (s->share) {
+            w_key(b, "share");
+            w_uint(b, s->share);
+        }
     }
     return enc_done(b);
 }
 
 int proto_encode_out(proto_buf *b, uint64_t step, const uint64_t *rids, const int32_t *toks,
                      const uint8_t *fin, uint32_t n) {
-    w_head(b, 4, "out");
+    return proto_encode_out_lp(b, step, rids, toks, fin, NULL, n);
+}
+
+int proto_encode_out_lp(proto_buf *b, uint64_t step, const uint64_t *rids, const int32_t *toks, const uint8_t *fin,
+                        const proto_logprob *lps, uint32_t n) {
+    w_head(b, 4 + (lps != NULL), "out");
     w_key(b, "step"); w_uint(b, step);
     w_key(b, "rids"); w_arr(b, n);
     for (uint32_t i = 0; i < n; i++) w_uint(b, rids[i]);
     w_key(b, "toks"); w_i32arr(b, toks, n);
     w_key(b, "fin"); w_arr(b, n);
     for (uint32_t i = 0; i < n; i++) w_uint(b, fin[i]);
+    if (lps) {
+        w_key(b, "lps");
+        w_arr(b, n);
+        for (uint32_t i = 0; i < n; i++) w_logprob(b, &lps[i]);
+    }
     return enc_done(b);
 }
 
@@ -1405,6 +1625,7 @@ void proto_generate_defaults(proto_generate *g) {
     g->stream = 1;
     g->deadline_ms = 600000;
     g->add_bos = -1;
+    g->n = 1;
 }
 
 proto_str proto_cstr(const char *s) {

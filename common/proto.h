@@ -40,6 +40,9 @@
 #define PROTO_MAX_COUNTERS     64           /* counters in a `status` */
 #define PROTO_TOKEN_ID_MAX     0x7fffffff   /* token ids are 0..2^31-1 */
 #define PROTO_FORMAT_MAX_LEN (64u * 1024)   /* bytes of a response_format text (schema, regex, grammar) */
+#define PROTO_MAX_LOGIT_BIAS 300            /* logit_bias entries per request */
+#define PROTO_MAX_TOP_LOGPROBS 20           /* top_logprobs per token */
+#define PROTO_MAX_N 16                      /* completions (`n`) per generate */
 
 typedef enum {
     PROTO_NONE = 0,
@@ -116,6 +119,21 @@ typedef struct {
     int kind;       /* PROTO_FORMAT_*; NONE when absent */
     proto_str text; /* the JSON schema, regex or GBNF text (empty for json_object), UTF-8 */
 } proto_format;
+/* one logit bias entry (`logit_bias`: [[id, bias], ...]) */
+typedef struct {
+    int32_t id; /* token id (the broker checks it against the vocabulary) */
+    float bias; /* [-100, 100], added to the id's logit */
+} proto_bias;
+
+/* one generated token's logprobs (`lps` in `out`, `logprobs` in `token` and `final`): on the wire nil (none) or
+ * [logprob, [top ids], [top logprobs]] */
+typedef struct {
+    int present;              /* 0: nil (the entry carries no logprobs) */
+    float logprob;            /* the token's log probability, <= 0, -inf allowed */
+    uint32_t n_top;           /* 0..PROTO_MAX_TOP_LOGPROBS */
+    const int32_t *top_id;    /* [n_top] most likely ids, logprob descending, then id ascending */
+    const float *top_logprob; /* [n_top] their log probabilities */
+} proto_logprob;
 
 /* sampling parameters shared by `generate` and `assign` (docs/protocol.md for ranges) */
 typedef struct {
@@ -128,6 +146,12 @@ typedef struct {
     uint64_t seed;              /* RNG seed */
     int has_seed;               /* 1 when seed was given (generate); assign always has it */
     int ignore_eos;             /* 0/1 */
+    float presence_penalty;     /* [-2, 2]; 0 = off */
+    float frequency_penalty;    /* [-2, 2]; 0 = off */
+    const proto_bias *bias;     /* [n_bias] `logit_bias` (decoded: in the arena) */
+    uint32_t n_bias;            /* 0..PROTO_MAX_LOGIT_BIAS */
+    int logprobs;               /* 0/1: return each generated token's logprob */
+    uint32_t top_logprobs;      /* 0..PROTO_MAX_TOP_LOGPROBS alternatives per token (with logprobs) */
 } proto_sampling;
 
 typedef struct {
@@ -150,6 +174,7 @@ typedef struct {
     int special;                /* default 0 */
     int add_bos;                /* -1 = the vocabulary's flag (default), else 0/1 */
     proto_format format;        /* structured output; kind NONE when absent */
+    uint32_t n;                 /* completions, 1..PROTO_MAX_N, default 1 (0 is read as 1 when encoding) */
 } proto_generate;
 
 /* client cancel (`id`) or broker->worker cancel (`rids`); a decoded cancel has at least one of them */
@@ -164,6 +189,8 @@ typedef struct {
     const int32_t *ids;         /* [n_ids] new token ids */
     uint32_t n_ids;
     proto_str text;             /* new text */
+    const proto_logprob *lps;   /* [n_ids] when the request asked for logprobs, else NULL */
+    uint32_t index;             /* the completion (0..n-1) of a generate with n > 1; 0 otherwise */
 } proto_token;
 
 typedef struct {
@@ -181,6 +208,10 @@ typedef struct {
     double queue_ms;            /* timings, milliseconds */
     double ttft_ms;
     double total_ms;
+    const proto_logprob *lps; /* [n_ids] with ids when the request asked for logprobs, else NULL */
+    uint32_t index;           /* the completion (0..n-1) of a generate with n > 1; 0 otherwise */
+    uint32_t left;            /* finals still to come for this id (the other completions of a generate with n > 1
+                                 * that have not ended): the request has ended when a final says 0 (absent) */
 } proto_final;
 
 typedef struct {
@@ -248,6 +279,8 @@ typedef struct {
     uint64_t step;              /* steps run so far */
     uint32_t free_slots;
     uint32_t running;
+    uint64_t prefills_shared; /* sequences so far whose prompt KV the worker copied from a sibling (`share`)
+                                 * instead of prefilling it (omitted when 0) */
 } proto_hb;
 
 typedef struct {
@@ -259,6 +292,8 @@ typedef struct {
     const int32_t *stop_ids;    /* [n_stop_ids] */
     uint32_t n_stop_ids;
     proto_format format; /* structured output; kind NONE when absent */
+    uint64_t share; /* rid of an earlier sequence of the same assign with the same prompt, whose prompt
+                                 * KV the worker may copy instead of prefilling (a sibling of `n`); 0: none */
 } proto_seq;
 
 typedef struct {
@@ -272,6 +307,7 @@ typedef struct {
     const int32_t *toks;        /* [n] token or -1 */
     const uint8_t *fin;         /* [n] PROTO_FIN_* */
     uint32_t n;                 /* 0..PROTO_MAX_SEQS; rids are unique within a message */
+    const proto_logprob *lps;   /* [n] (`lps`, optional): each entry's token's logprobs, or NULL when absent */
 } proto_out;
 
 struct proto_arena;             /* internal: chunked bump allocator */
@@ -328,17 +364,24 @@ int proto_encode_cancel_rids(proto_buf *b, const uint64_t *rids, uint32_t n);   
 int proto_encode_status_request(proto_buf *b, proto_str id);                      /* client -> broker */
 int proto_encode_status(proto_buf *b, const proto_status *s);                     /* broker -> client */
 int proto_encode_token(proto_buf *b, proto_str id, const int32_t *ids, uint32_t n_ids, proto_str text);
+/* a token message with logprobs (lps [n_ids] or NULL) and an index (omitted when 0) */
+int proto_encode_token_ex(proto_buf *b, proto_str id, const int32_t *ids, uint32_t n_ids, proto_str text,
+                          const proto_logprob *lps, uint32_t index);
 int proto_encode_final(proto_buf *b, const proto_final *f);
 int proto_encode_error(proto_buf *b, proto_code code, proto_str message);
 int proto_encode_error_id(proto_buf *b, proto_code code, proto_str id, proto_str message); /* id omitted if p NULL */
 int proto_encode_register(proto_buf *b, const proto_register *r);
 int proto_encode_registered(proto_buf *b, uint32_t heartbeat_ms);
-int proto_encode_hb_worker(proto_buf *b, uint64_t step, uint32_t free_slots, uint32_t running); /* worker */
+int proto_encode_hb_worker(proto_buf *b, uint64_t step, uint32_t free_slots, uint32_t running,
+                           uint64_t prefills_shared);                              /* worker */
 int proto_encode_hb_broker(proto_buf *b);                                          /* broker -> worker */
 int proto_encode_reregister(proto_buf *b);
 int proto_encode_assign(proto_buf *b, const proto_seq *seqs, uint32_t n_seqs);
 int proto_encode_out(proto_buf *b, uint64_t step, const uint64_t *rids, const int32_t *toks,
                      const uint8_t *fin, uint32_t n);
+/* an out with logprobs (lps [n] or NULL: no `lps` key) */
+int proto_encode_out_lp(proto_buf *b, uint64_t step, const uint64_t *rids, const int32_t *toks, const uint8_t *fin,
+                        const proto_logprob *lps, uint32_t n);
 void proto_buf_free(proto_buf *b);   /* idempotent */
 /* Adds key: v to the top-level map of an encoded message (the broker's instance id on every client-bound
  * message). Returns 0, or -1 when b holds no map or the allocation failed. */

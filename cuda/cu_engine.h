@@ -18,6 +18,9 @@ extern "C" {
 
 enum { CU_HIST = 256,        /* history tokens per row staged for the repetition penalty (repeat_last_n capped) */
        CU_MAX_BUCKETS = 64 };
+/* distinct generated ids per row staged for the presence/frequency penalties: a sequence that has generated more
+ * distinct ids is penalised for its first CU_GEN */
+enum { CU_GEN = 1024 };
 
 /* how a matrix's products run, decided once at load (cuda/cuda_weights.cu) and fixed for every step size */
 typedef enum {
@@ -95,9 +98,16 @@ typedef struct {
     size_t lwant;              /* uint32: the lflag value that says this step's late masks are written */
     size_t hist;               /* int32 [max_batch][CU_HIST] history tail per sampling row */
     size_t mask;               /* uint32 [max_batch][mask_words] structured output: allowed ids per sampling row */
-    size_t core_end;           /* end of everything but hist and mask: the copy length when no row needs either */
-    size_t hist_end;           /* end of hist: the copy length when some row needs a penalty and none a mask */
-    size_t total;              /* whole block: the copy length when some row has a mask */
+    size_t core_end;           /* end of everything but hist, mask and extras: the copy length when no row needs them */
+    size_t hist_end;           /* end of hist: the copy length when a row needs the repetition penalty only */
+    size_t mask_end;           /* end of mask: the copy length when a row has a mask and none extras */
+    size_t bias_n;             /* int32 [max_batch] logit bias entries per sampling row (cuda/bias_penalty.h) */
+    size_t bias_id;            /* int32 [max_batch][ZL_MAX_LOGIT_BIAS] */
+    size_t bias_v;             /* f32 [max_batch][ZL_MAX_LOGIT_BIAS] */
+    size_t gen_n;              /* int32 [max_batch] distinct generated ids per sampling row */
+    size_t gen_id;             /* int32 [max_batch][CU_GEN] */
+    size_t gen_cnt;            /* int32 [max_batch][CU_GEN] their counts */
+    size_t total;              /* whole block: the copy length of a step with extras (cu_batch.extras) */
     int mask_words;            /* sample_mask_words(vocab) */
 } cu_inputs;
 
@@ -111,6 +121,10 @@ typedef struct {
                                 * by the sampler itself, with two input blocks (cu_engine.n_inb) */
     uint8_t *d_out;            /* h_out's device address (mapped host memory) */
     float *logits;             /* caller's [n][vocab] logits buffer (synchronous steps only), or NULL */
+    zl_logprobs *lps;          /* caller's [n] logprobs (zl_step.out_logprobs), or NULL */
+    zl_logprobs *h_lp;         /* pinned mapped [max_batch]: the logprobs kernel's results per ordered entry (whole
+                                * model engines; NULL otherwise) */
+    zl_logprobs *d_lp;         /* h_lp's device address */
     cudaEvent_t ev0, ev1;      /* around the step's device work (input copy .. output copy) */
     uint32_t *h_lmask;         /* mapped pinned [max_batch][mask_words]: the late masks of its sampling rows */
     uint32_t *d_lmask;         /* h_lmask's device address */
@@ -206,6 +220,8 @@ typedef struct {
     const zl_step *op_q[2];    /* launch/wait (engine_cuda.cu): the steps launched and not waited for, oldest at op_head */
     int op_head, op_count;     /* (index of the oldest, how many: 0..2) */
     int op_ran;                /* 1: the one step in op_q ran whole at its launch (synchronous, or a stage) */
+    int32_t *h_gcount;         /* host [vocab] zeroed scratch: counts of a row's generated ids while staging */
+    int32_t *h_gtouch;         /* host [CU_GEN] the ids it counted */
 } cu_engine;
 
 /* the attention kernels' cache type for the engine's wt */
@@ -220,6 +236,9 @@ typedef struct {
     int n_pre;                 /* prefill entries */
     int max_rows;              /* most rows of one prefill entry (1 when none) */
     int n_samp;                /* sampling rows: one per entry, padded up to a graph bucket */
+    int extras;                /* 1: an entry asks for logprobs, a logit bias or presence/frequency penalties: the
+                                * step runs eagerly, the penalized rows go to the sampler's workspace (bias_penalty.h)
+                                * which the sampler and the logprobs (logprob_top.h) read */
 } cu_batch;
 
 /* one call of the step body (cuda_step_run): the entries and where their hidden states and results go */
@@ -236,6 +255,7 @@ typedef struct {
     int32_t *out_tokens;       /* [n] sampled ids (synchronous steps), or NULL */
     float *out_logits;         /* [n][vocab] logits (synchronous steps), or NULL */
     int launch;                /* 1: queue the step and return (launch); cuda_step_collect hands over its results */
+    zl_logprobs *out_logprobs; /* [n] (zl_step.out_logprobs), or NULL */
 } cu_step_req;
 
 /* cuda/cuda_weights.cu */

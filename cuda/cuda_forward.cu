@@ -25,6 +25,8 @@ extern "C" {
 #include "qtc.h"
 #include "sample.h"
 #include "sample_mask.h"
+#include "bias_penalty.h"
+#include "logprob_top.h"
 #include "wtc.h"
 
 #define IN_PTR(E, field, type) ((type *)((E)->d_in + (E)->in.field))
@@ -282,10 +284,43 @@ static int s_ffn_up(cu_engine *E, const cu_layer *L, int n_rows, const void **xd
 
 /* the sampler over the LM head's logits: one id per sampling row, generator states advanced; with two input
  * blocks straight into the flight's mapped results (no copy after) */
-static int s_sample(cu_engine *E, int n_samp, char *err, size_t errlen) {
+static int s_sample(cu_engine *E, int n_samp, int extras, char *err, size_t errlen) {
+    const int V = E->base.model->cfg.vocab_size;
+    /* structured output first, so that penalties, sampling and logprobs all see it: rows flagged in mask_on get
+     * their masked ids' logits at -inf (in place); rows with
+     * late masks wait until the host has written them into the flight's mapped buffer (never in a graph) */
+    FWD_CUDA(sample_mask_launch(E->logits, V, n_samp, V, IN_PTR(E, mask_on, int32_t),
+                                IN_PTR(E, mask, uint32_t), E->st));
+    if (E->step_late) {
+        FWD_CUDA(sample_mask_wait_launch(E->cur_fl->d_lflag, IN_PTR(E, lwant, uint32_t), E->st));
+        FWD_CUDA(sample_mask_launch(E->logits, V, n_samp, V, IN_PTR(E, mask_late_on, int32_t),
+                                    E->cur_fl->d_lmask, E->st));
+    }
+    if (extras) { /* logit bias and presence/frequency penalties: every row into the sampler's workspace */
+        penalty_params pp;
+        memset(&pp, 0, sizeof pp);
+        pp.logits = E->logits;
+        pp.out = (float *)E->samp_ws;
+        pp.n_rows = n_samp;
+        pp.vocab = V;
+        pp.params = IN_PTR(E, params, zl_sampling);
+        pp.bias_n = IN_PTR(E, bias_n, int32_t);
+        pp.bias_id = IN_PTR(E, bias_id, int32_t);
+        pp.bias = IN_PTR(E, bias_v, float);
+        pp.bias_stride = ZL_MAX_LOGIT_BIAS;
+        pp.gen_n = IN_PTR(E, gen_n, int32_t);
+        pp.gen_id = IN_PTR(E, gen_id, int32_t);
+        pp.gen_cnt = IN_PTR(E, gen_cnt, int32_t);
+        pp.gen_stride = CU_GEN;
+        FWD_CUDA(penalty_launch(&pp, E->st));
+    }
     sample_params sp;
     memset(&sp, 0, sizeof sp);
-    sp.logits = E->logits; sp.n_rows = n_samp; sp.vocab = E->base.model->cfg.vocab_size;
+    /* with extras the sampler reads the penalized rows in its own workspace (its repetition penalty then rewrites
+     * a row in place: the same values as from a copy) */
+    sp.logits = extras ? (const float *)E->samp_ws : E->logits;
+    sp.n_rows = n_samp;
+    sp.vocab = V;
     sp.params = IN_PTR(E, params, zl_sampling); sp.row_state = NULL;
     sp.history = IN_PTR(E, hist, int32_t); sp.history_stride = CU_HIST; sp.history_len = IN_PTR(E, hist_len, int32_t);
     sp.rng_state = IN_PTR(E, rng, uint64_t); sp.out = IN_PTR(E, out_tok, int32_t);
@@ -295,16 +330,18 @@ static int s_sample(cu_engine *E, int n_samp, char *err, size_t errlen) {
     }
     sp.workspace = E->samp_ws; sp.workspace_bytes = E->samp_ws_bytes;
     sp.carry_tok = E->carry_tok; sp.carry_rng = E->carry_rng; sp.carry_idx = IN_PTR(E, eslot, int32_t);
-    /* structured output: rows flagged in mask_on get their masked ids' logits at -inf first (in place); rows with
-     * late masks wait until the host has written them into the flight's mapped buffer (never in a graph) */
-    FWD_CUDA(sample_mask_launch(E->logits, sp.vocab, n_samp, sp.vocab, IN_PTR(E, mask_on, int32_t),
-                                IN_PTR(E, mask, uint32_t), E->st));
-    if (E->step_late) {
-        FWD_CUDA(sample_mask_wait_launch(E->cur_fl->d_lflag, IN_PTR(E, lwant, uint32_t), E->st));
-        FWD_CUDA(sample_mask_launch(E->logits, sp.vocab, n_samp, sp.vocab, IN_PTR(E, mask_late_on, int32_t),
-                                    E->cur_fl->d_lmask, E->st));
-    }
     FWD_CUDA(sample_launch(&sp, E->st));
+    if (extras && E->fl[E->cur_p].d_lp) { /* the logprobs of the rows as the sampler left them */
+        logprobs_params lp;
+        memset(&lp, 0, sizeof lp);
+        lp.logits = (const float *)E->samp_ws;
+        lp.n_rows = n_samp;
+        lp.vocab = V;
+        lp.params = IN_PTR(E, params, zl_sampling);
+        lp.sampled = sp.out;
+        lp.out = E->fl[E->cur_p].d_lp;
+        FWD_CUDA(logprobs_launch(&lp, E->st));
+    }
     return 0;
 }
 
@@ -336,5 +373,5 @@ int cuda_forward(cu_engine *E, const cu_batch *b, char *err, size_t errlen) {
     FWD_CHECK(ops_rmsnorm_dual(E->x, IN_PTR(E, last_row, int32_t), E->out_norm, c->dim, c->rms_eps, b->n_samp, E->xb,
                                E->wt, NULL, 1, E->st, err, errlen));
     FWD_CHECK(s_matmul(E, &E->out, b->n_samp, E->xb, E->logits, 0, 0, err, errlen));
-    return s_sample(E, b->n_samp, err, errlen);
+    return s_sample(E, b->n_samp, b->extras, err, errlen);
 }

@@ -27,6 +27,46 @@ extern "C" {
 #include "cuda_common.h"
 #include "sample_mask.h"
 
+/* 1 when entry s asks for more than an id: logprobs, a logit bias, presence/frequency penalties */
+static int s_extras(const zl_seq *s) {
+    return s->samp && (s->samp->logprobs || s->samp->presence_penalty != 0.0f || s->samp->frequency_penalty != 0.0f ||
+                       s->n_bias > 0);
+}
+
+/* fills the logit bias and the distinct generated ids with their counts of ordered row k from entry s (NULL: none) */
+static void s_stage_extras(cu_engine *E, int k, const zl_seq *s) {
+    int32_t *bn = (int32_t *)(E->h_in + E->in.bias_n) + k, *gn = (int32_t *)(E->h_in + E->in.gen_n) + k;
+    *bn = 0;
+    *gn = 0;
+    if (!s || !s->samp) return;
+    const int nb = s->bias && s->n_bias > 0 ? (s->n_bias < ZL_MAX_LOGIT_BIAS ? s->n_bias : ZL_MAX_LOGIT_BIAS) : 0;
+    int32_t *bid = (int32_t *)(E->h_in + E->in.bias_id) + (size_t)k * ZL_MAX_LOGIT_BIAS;
+    float *bv = (float *)(E->h_in + E->in.bias_v) + (size_t)k * ZL_MAX_LOGIT_BIAS;
+    for (int j = 0; j < nb; j++) bid[j] = s->bias[j].id, bv[j] = s->bias[j].bias;
+    *bn = nb;
+    if (!penalty_counts(s->samp) || !s->history || s->n_history <= s->history_prompt) return;
+    /* counts in the zeroed scratch, in order of first appearance, then the scratch zeroed again */
+    const int V = E->base.model->cfg.vocab_size;
+    int32_t *gid = (int32_t *)(E->h_in + E->in.gen_id) + (size_t)k * CU_GEN;
+    int32_t *gc = (int32_t *)(E->h_in + E->in.gen_cnt) + (size_t)k * CU_GEN;
+    int n = 0;
+    for (int i = s->history_prompt < 0 ? 0 : s->history_prompt; i < s->n_history; i++) {
+        const int32_t id = s->history[i];
+        if (id < 0 || id >= V) continue;
+        if (E->h_gcount[id] == 0) {
+            if (n == CU_GEN) continue; /* documented cap (CU_GEN) */
+            E->h_gtouch[n++] = id;
+        }
+        E->h_gcount[id]++;
+    }
+    for (int j = 0; j < n; j++) {
+        gid[j] = E->h_gtouch[j];
+        gc[j] = E->h_gcount[E->h_gtouch[j]];
+        E->h_gcount[E->h_gtouch[j]] = 0;
+    }
+    *gn = n;
+}
+
 /* fills the sampling part of ordered row k from entry s (NULL: a padded row, greedy, no history) */
 static void s_stage_sampling(cu_engine *E, int k, const zl_seq *s) {
     zl_sampling *par = (zl_sampling *)(E->h_in + E->in.params) + k;
@@ -96,7 +136,7 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
         return -1;
     }
     /* validate everything before touching the device */
-    int total = 0, n_dec = 0, max_rows = 1, need_hist = 0, need_mask = 0, need_late = 0;
+    int total = 0, n_dec = 0, max_rows = 1, need_hist = 0, need_mask = 0, need_late = 0, extras = 0;
     for (int i = 0; i < n; i++) {
         const zl_seq *s = &seqs[i];
         if (s->slot < 0 || s->slot >= base->n_slots || s->pos < 0 || s->n_tokens < 1 ||
@@ -109,12 +149,24 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
             snprintf(base->err, sizeof base->err, "entries %d and %d share slot %d", j, i, s->slot);
             return -1;
         }
-        if (s->feed && (!embed || !last || s->n_tokens != 1 || !E->carry_ok[s->slot] ||
-                        (s->samp && s->samp->repeat_penalty != 1.0f && s->samp->repeat_last_n > 0))) {
-            snprintf(base->err, sizeof base->err, "entry %d: a fed entry needs one token, a whole-model engine, a "
-                     "slot whose last step sampled, and no repetition penalty (slot %d)", i, s->slot);
+        if (s->feed &&
+            (!embed || !last || s->n_tokens != 1 || !E->carry_ok[s->slot] ||
+             (s->samp && s->samp->repeat_penalty != 1.0f && s->samp->repeat_last_n > 0) || penalty_counts(s->samp))) {
+            snprintf(base->err, sizeof base->err,
+                     "entry %d: a fed entry needs one token, a whole-model engine, a "
+                     "slot whose last step sampled, and no repetition, presence or frequency penalty (slot %d)",
+                     i, s->slot);
             return -1;
         }
+        if (s_extras(s) && (!(base->caps & ZL_CAP_LOGPROBS) || s->n_bias < 0 || s->n_bias > ZL_MAX_LOGIT_BIAS ||
+                            (s->n_bias && !s->bias) || s->history_prompt < 0)) {
+            snprintf(base->err, sizeof base->err,
+                     "entry %d: logprobs, logit bias or penalties this engine does not "
+                     "serve, or out of range",
+                     i);
+            return -1;
+        }
+        extras |= s->sample && s_extras(s);
         for (int t = 0; embed && !s->feed && t < s->n_tokens; t++) if (s->tokens[t] < 0 || s->tokens[t] >= c->vocab_size) {
             snprintf(base->err, sizeof base->err, "entry %d: token %d out of range", i, (int)s->tokens[t]);
             return -1;
@@ -161,8 +213,9 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     for (int i = 0; i < n; i++) if (seqs[i].n_tokens == 1) E->order[k++] = i;
     for (int i = 0; i < n; i++) if (seqs[i].n_tokens > 1) E->order[k++] = i;
     const int n_pre = n - n_dec;
-    /* decode-only steps replay a captured graph, except a step with late masks (its sampling waits for the host) */
-    const int gi = (n_pre == 0 && E->n_buckets > 0 && !need_late) ? s_bucket_for(E, n) : -1;
+    /* decode-only steps replay a captured graph, except a step with late masks (its sampling waits for the host)
+     * or with extras (the captured graphs hold the plain sampler only) */
+    const int gi = (n_pre == 0 && E->n_buckets > 0 && !need_late && !extras) ? s_bucket_for(E, n) : -1;
     const int n_samp = gi >= 0 ? E->bucket[gi] : n;
     int32_t *tok = (int32_t *)(E->h_in + E->in.tokens), *pos = (int32_t *)(E->h_in + E->in.pos);
     int32_t *slot = (int32_t *)(E->h_in + E->in.slot), *kvl = (int32_t *)(E->h_in + E->in.kv_len);
@@ -186,6 +239,7 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
         lastr[k] = row - 1;
         eslot[k] = s->slot;
         s_stage_sampling(E, k, s);
+        if (extras) s_stage_extras(E, k, s);
     }
     /* padded rows of a graph bucket: the sentinel slot at position 0 with kv_len 0, greedy, no history */
     for (; k < n_samp; k++, row++) {
@@ -196,7 +250,10 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     /* ONE host-to-device copy of every per-step input, on the engine's stream: the kernels (or the graph) that
      * follow on the same stream see it complete; the pinned block is not rewritten before the step's final
      * synchronisation, so the asynchronous copy never reads a half-updated block */
-    const size_t nbytes = need_mask ? E->in.total : need_hist ? E->in.hist_end : E->in.core_end;
+    const size_t nbytes = extras      ? E->in.total
+                          : need_mask ? E->in.mask_end
+                          : need_hist ? E->in.hist_end
+                                      : E->in.core_end;
     /* late masks: the flight's flag value that releases this step's sampling (the flag is below it until the host
      * has written the masks: it holds the flight's previous value) */
     f->late = need_late;
@@ -233,7 +290,7 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
             s_fail_step(E, seqs, n, "cudaStreamWaitEvent on a stage event failed");
             return -1;
         }
-    const cu_batch fb = {row, n_dec, n_pre, max_rows, n};
+    const cu_batch fb = {row, n_dec, n_pre, max_rows, n, extras};
     E->step_late = need_late;
     E->cur_fl = f;
     if (gi >= 0) {
@@ -286,6 +343,7 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     f->seqs = seqs;
     f->n = n;
     f->logits = out_logits;
+    f->lps = extras ? r->out_logprobs : NULL;
     E->fl_count++;
     E->in_pending = E->n_inb == 1;   /* the next step waits for this one's input copy (ev_in) before rewriting h_in */
     return launch ? 0 : cuda_step_collect(E, out_tokens);
@@ -323,6 +381,7 @@ int cuda_step_collect(cu_engine *E, int32_t *out_tokens) {
         out_tokens[i] = seqs[i].sample ? otok[k] : -1;
         if (seqs[i].sample && seqs[i].rng) *seqs[i].rng = orng[k];
         if (f->logits) memcpy(f->logits + (size_t)i * V, E->h_logits + (size_t)k * V, V * 4);
+        if (f->lps && f->h_lp && seqs[i].sample && seqs[i].samp && seqs[i].samp->logprobs) f->lps[i] = f->h_lp[k];
     }
     return 0;
 }
@@ -360,6 +419,19 @@ void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab) {
     in->mask_words = sample_mask_words(vocab);
     in->mask = o;
     o = s_align(o + (size_t)max_batch * in->mask_words * 4);
+    in->mask_end = o;
+    in->bias_n = o;
+    o = s_align(o + (size_t)max_batch * 4);
+    in->bias_id = o;
+    o = s_align(o + (size_t)max_batch * ZL_MAX_LOGIT_BIAS * 4);
+    in->bias_v = o;
+    o = s_align(o + (size_t)max_batch * ZL_MAX_LOGIT_BIAS * 4);
+    in->gen_n = o;
+    o = s_align(o + (size_t)max_batch * 4);
+    in->gen_id = o;
+    o = s_align(o + (size_t)max_batch * CU_GEN * 4);
+    in->gen_cnt = o;
+    o = s_align(o + (size_t)max_batch * CU_GEN * 4);
     in->total = o;
 }
 
@@ -379,7 +451,7 @@ int cuda_step_capture_graphs(cu_engine *E, char *err, size_t errlen) {
             E->d_in = E->d_inb[p];
             /* thread-local capture: other threads of the process may keep using CUDA (e.g. another engine) */
             CU_CHECK(cudaStreamBeginCapture(E->st, cudaStreamCaptureModeThreadLocal));
-            const cu_batch fb = {B, B, 0, 1, B};
+            const cu_batch fb = {B, B, 0, 1, B, 0};
             E->step_late = 0; /* a graph never waits for late masks */
             if (cuda_forward(E, &fb, err, errlen) != 0) {
                 cudaStreamEndCapture(E->st, &g);

@@ -89,10 +89,11 @@ static int s_op_launch(zl_engine *base, const zl_step *st) {
         snprintf(base->err, sizeof base->err, "launch: a queued step needs out_tokens");
         return -1;
     }
-    const cu_step_req run = {st->seqs, st->n, st->h_in, st->h_out, st->h_dev, st->wait_ev, st->n_wait,
-                             st->record_ev, st->n_record, st->out_tokens, st->out_logits, 0};
-    const cu_step_req queue = {st->seqs, st->n, NULL, NULL, 0, st->wait_ev, st->n_wait, st->record_ev,
-                               st->n_record, NULL, st->out_logits, 1};
+    const cu_step_req run = {st->seqs,       st->n,      st->h_in,        st->h_out,    st->h_dev,
+                             st->wait_ev,    st->n_wait, st->record_ev,   st->n_record, st->out_tokens,
+                             st->out_logits, 0,          st->out_logprobs};
+    const cu_step_req queue = {st->seqs,      st->n,        NULL, NULL,           0, st->wait_ev,     st->n_wait,
+                               st->record_ev, st->n_record, NULL, st->out_logits, 1, st->out_logprobs};
     if (cuda_step_run(E, now ? &run : &queue) != 0) return -1;
     E->op_q[(E->op_head + E->op_count) & 1] = st;
     E->op_count++;
@@ -133,6 +134,8 @@ static void s_destroy(zl_engine *base) {
         for (int i = 0; i < 2; i++) free(E->fl[i].order);
         free(E->carry_ok);
         free(E->crow);
+        free(E->h_gcount);
+        free(E->h_gtouch);
         free(E);
         return;
     }
@@ -152,9 +155,12 @@ static void s_destroy(zl_engine *base) {
         cudaFreeHost(E->fl[i].h_out);
         cudaFreeHost(E->fl[i].h_lmask);
         cudaFreeHost((void *)E->fl[i].h_lflag);
+        cudaFreeHost(E->fl[i].h_lp);
         free(E->fl[i].order);
     }
     free(E->carry_ok);
+    free(E->h_gcount);
+    free(E->h_gtouch);
     if (E->ev_in) cudaEventDestroy(E->ev_in);
     for (int p = 0; p < 2; p++) {
         if (E->ev_cp[p]) cudaEventDestroy(E->ev_cp[p]);
@@ -175,7 +181,36 @@ static void s_destroy(zl_engine *base) {
     free(E);
 }
 
-static const zl_engine_ops s_ops_cuda = {s_op_launch, s_op_wait, s_destroy};
+/* zl_engine_ops.copy_kv: each layer's K and V rows [0, n_tokens) of slot src into slot dst, on the engine's stream
+ * (after every step launched before, before every step launched after) */
+static int s_copy_kv(zl_engine *base, int src, int dst, int n_tokens) {
+    cu_engine *E = (cu_engine *)base;
+    const zl_config *c = &base->model->cfg;
+    if (E->dead || src < 0 || src >= base->n_slots || dst < 0 || dst >= base->n_slots || src == dst || n_tokens < 0 ||
+        n_tokens > base->n_ctx) {
+        snprintf(base->err, sizeof base->err, "copy_kv: slots %d -> %d, %d tokens: out of range (or engine dead)", src,
+                 dst, n_tokens);
+        return -1;
+    }
+    const size_t row = (size_t)c->n_kv_heads * c->head_dim * ops_dtype_size(E->wt), slot = row * base->n_ctx;
+    cudaError_t ce = cudaSetDevice(E->dev);
+    for (int l = base->layer_begin; ce == cudaSuccess && l < base->layer_end; l++) {
+        ce = cudaMemcpyAsync((uint8_t *)E->L[l].kc + dst * slot, (const uint8_t *)E->L[l].kc + src * slot,
+                             row * n_tokens, cudaMemcpyDeviceToDevice, E->st);
+        if (ce == cudaSuccess)
+            ce = cudaMemcpyAsync((uint8_t *)E->L[l].vc + dst * slot, (const uint8_t *)E->L[l].vc + src * slot,
+                                 row * n_tokens, cudaMemcpyDeviceToDevice, E->st);
+    }
+    if (ce != cudaSuccess) {
+        snprintf(base->err, sizeof base->err, "copy_kv: %s", cudaGetErrorString(ce));
+        E->dead = 1;
+        return -1;
+    }
+    E->carry_ok[dst] = 0;
+    return 0;
+}
+
+static const zl_engine_ops s_ops_cuda = {s_op_launch, s_op_wait, s_destroy, s_copy_kv};
 
 zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen) {
     const zl_config *c = &m->cfg;
@@ -323,6 +358,21 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
                 E->fl[i].h_lflag = flag;
                 CU_CHECK(cudaHostGetDevicePointer((void **)&E->fl[i].d_lflag, flag, 0));
             }
+            if (E->n_inb == 2) { /* a whole model samples: the logprobs kernel writes here */
+                CU_CHECK(cudaHostAlloc((void **)&E->fl[i].h_lp, (size_t)b->max_batch * sizeof(zl_logprobs),
+                                       cudaHostAllocMapped));
+                memset(E->fl[i].h_lp, 0, (size_t)b->max_batch * sizeof(zl_logprobs));
+                CU_CHECK(cudaHostGetDevicePointer((void **)&E->fl[i].d_lp, E->fl[i].h_lp, 0));
+            }
+        }
+        if (E->n_inb == 2) {
+            E->h_gcount = (int32_t *)calloc((size_t)c->vocab_size, sizeof(int32_t));
+            E->h_gtouch = (int32_t *)malloc((size_t)CU_GEN * sizeof(int32_t));
+            if (!E->h_gcount || !E->h_gtouch) {
+                snprintf(err, errlen, "out of memory");
+                goto fail;
+            }
+            b->caps = ZL_CAP_LOGPROBS | ZL_CAP_PENALTY;
         }
         E->order = E->fl[0].order;
         E->crow = (int *)malloc((size_t)b->max_batch * sizeof(int));

@@ -25,6 +25,7 @@
 #include "cpu_pool.h"
 #include "cpu_qdot.h"
 #include "cpu_launch.h"
+#include "cpu_sample.h"
 #include "engine.h"
 #include "sampler_mask.h"
 #include "engine_env.h"
@@ -274,7 +275,7 @@ static void s_attn_fn(void *ctx, int ith, int nth) {
 
 
 static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in, float *h_out, int32_t *out_tokens,
-                     float *out_logits) {
+                     float *out_logits, zl_logprobs *out_lp) {
     s_fast *e = (s_fast *)eb;
     const zl_model *m = eb->model;
     const zl_config *c = &e->c;
@@ -374,9 +375,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
             if (out_tokens) out_tokens[i] = -1;
             continue;
         }
-        memcpy(e->lgs, e->lg + i * V, V * sizeof(float));
-        if (s->mask) sampler_mask_apply(e->lgs, (int)V, s->mask);
-        int id = sampler_sample(e->lgs, (int)V, s->samp, s->history, s->n_history, s->rng);
+        int id = cpu_sample_entry(e->lg + i * V, (int)V, e->lgs, s, out_lp ? &out_lp[i] : NULL);
         if (out_tokens) out_tokens[i] = id;
     }
     return 0;
@@ -403,7 +402,13 @@ static void s_destroy(zl_engine *eb) {
     free(e);
 }
 
-static const zl_engine_ops s_ops = {s_launch, s_wait, s_destroy};
+static int s_copy_kv(zl_engine *eb, int src, int dst, int n_tokens) {
+    s_fast *e = (s_fast *)eb;
+    const zl_config *c = &eb->model->cfg;
+    return cpu_launch_copy_kv(eb, &e->lq, e->kc, e->vc, (size_t)c->n_kv_heads * c->head_dim, src, dst, n_tokens);
+}
+
+static const zl_engine_ops s_ops = {s_launch, s_wait, s_destroy, s_copy_kv};
 
 static float *s_alloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 
@@ -481,6 +486,7 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
     b->layer_end = le;
     b->lanes = 1;
     b->masks = 1;
+    b->caps = ZL_CAP_LOGPROBS | ZL_CAP_PENALTY;
     b->depth = lb == 0 && le == c->n_layers ? 2 : 1; /* steps queued ahead: whole models only (the carries) */
     snprintf(b->device, sizeof b->device, "cpu");
     b->max_batch = o->max_batch ? o->max_batch : 16;

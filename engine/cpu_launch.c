@@ -72,6 +72,13 @@ int cpu_launch_check(zl_engine *b, const zl_seq *seqs, int n, int need_tokens, i
             snprintf(b->err, sizeof b->err, "step: seq %d samples with temperature but has no rng state", i);
             return -1;
         }
+        if (s->n_bias < 0 || s->n_bias > ZL_MAX_LOGIT_BIAS || (s->n_bias && !s->bias) || s->history_prompt < 0 ||
+            (s->samp && (s->samp->top_logprobs < 0 || s->samp->top_logprobs > ZL_MAX_TOP_LOGPROBS))) {
+            snprintf(b->err, sizeof b->err,
+                     "step: seq %d: logit bias (%d entries), history_prompt (%d) or top_logprobs (%d) out of range", i,
+                     s->n_bias, s->history_prompt, s->samp ? s->samp->top_logprobs : 0);
+            return -1;
+        }
         T += s->n_tokens;
     }
     if (T > b->max_step_tokens) {
@@ -86,7 +93,8 @@ int cpu_launch_check(zl_engine *b, const zl_seq *seqs, int n, int need_tokens, i
 /* a whole-model step with its feeds resolved (zl_seq.feed): fed entries read the slot's carried id and generator
  * state; afterwards every entry's slot carries what it sampled. 0, or -1 with e->err (nothing run, nothing
  * carried) */
-static int s_step_fed(zl_engine *e, cpu_launch *l, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits) {
+static int s_step_fed(zl_engine *e, cpu_launch *l, const zl_seq *seqs, int n, int32_t *out_tokens, float *out_logits,
+                      zl_logprobs *out_lp) {
     if (!seqs || n < 1 || n > e->max_batch || !out_tokens) {
         snprintf(e->err, sizeof e->err, "step: %d sequences (1..%d allowed) or no output", n, e->max_batch);
         return -1;
@@ -97,10 +105,10 @@ static int s_step_fed(zl_engine *e, cpu_launch *l, const zl_seq *seqs, int n, in
         if (!s->feed) continue;
         const zl_sampling *sp = s->samp;
         if (s->slot < 0 || s->slot >= e->n_slots || s->n_tokens != 1 || !l->carry_ok[s->slot] ||
-            (sp && sp->repeat_penalty != 1.0f && sp->repeat_last_n > 0)) {
+            (sp && sp->repeat_penalty != 1.0f && sp->repeat_last_n > 0) || penalty_counts(sp)) {
             snprintf(e->err, sizeof e->err,
                      "step: seq %d: a fed entry needs one token, a slot whose last step "
-                     "sampled, and no repetition penalty (slot %d)",
+                     "sampled, and no repetition, presence or frequency penalty (slot %d)",
                      i, s->slot);
             return -1;
         }
@@ -112,7 +120,7 @@ static int s_step_fed(zl_engine *e, cpu_launch *l, const zl_seq *seqs, int n, in
         l->fseq[i].n_history = 0;
         l->fseq[i].feed = 0;
     }
-    if (l->forward(e, l->fseq, n, NULL, NULL, out_tokens, out_logits) != 0) return -1;
+    if (l->forward(e, l->fseq, n, NULL, NULL, out_tokens, out_logits, out_lp) != 0) return -1;
     for (int i = 0; i < n; i++) {
         const zl_seq *s = &seqs[i];
         l->carry_ok[s->slot] = s->sample != 0;
@@ -149,9 +157,10 @@ int cpu_launch_run(zl_engine *e, cpu_launch *l, const zl_step *st) {
         return -1;
     }
     if (whole && st->out_tokens) {
-        if (s_step_fed(e, l, st->seqs, st->n, st->out_tokens, st->out_logits) != 0) return -1;
+        if (s_step_fed(e, l, st->seqs, st->n, st->out_tokens, st->out_logits, st->out_logprobs) != 0) return -1;
     } else {
-        if (l->forward(e, st->seqs, st->n, st->h_in, st->h_out, st->out_tokens, st->out_logits) != 0) return -1;
+        if (l->forward(e, st->seqs, st->n, st->h_in, st->h_out, st->out_tokens, st->out_logits, st->out_logprobs) != 0)
+            return -1;
         for (int i = 0; whole && i < st->n; i++) l->carry_ok[st->seqs[i].slot] = 0;
     }
     l->fl[(l->q_head + l->q_count) & 1] = st;
@@ -170,5 +179,23 @@ int cpu_launch_wait(zl_engine *e, cpu_launch *l, const zl_step *st) {
     l->q_head ^= 1;
     l->q_count--;
     l->q_sync = 0;
+    return 0;
+}
+
+int cpu_launch_copy_kv(zl_engine *e, cpu_launch *l, float *kc, float *vc, size_t kv_dim, int src, int dst,
+                       int n_tokens) {
+    if (src < 0 || src >= e->n_slots || dst < 0 || dst >= e->n_slots || src == dst || n_tokens < 0 ||
+        n_tokens > e->n_ctx) {
+        snprintf(e->err, sizeof e->err, "copy_kv: slots %d -> %d, %d tokens: out of range", src, dst, n_tokens);
+        return -1;
+    }
+    const size_t n_own = (size_t)(e->layer_end - e->layer_begin), slot = n_own * (size_t)e->n_ctx * kv_dim;
+    for (size_t li = 0; li < n_own; li++) {
+        const size_t so = (size_t)src * slot + li * (size_t)e->n_ctx * kv_dim;
+        const size_t d = (size_t)dst * slot + li * (size_t)e->n_ctx * kv_dim;
+        memcpy(kc + d, kc + so, (size_t)n_tokens * kv_dim * sizeof(float));
+        memcpy(vc + d, vc + so, (size_t)n_tokens * kv_dim * sizeof(float));
+    }
+    l->carry_ok[dst] = 0;
     return 0;
 }

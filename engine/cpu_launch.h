@@ -10,7 +10,7 @@
 /* the engine's forward pass over its layers (as zl_step: h_in/h_out for stages, out_tokens/out_logits for the
  * last layer): 0, or -1 with e->err */
 typedef int (*cpu_forward_fn)(zl_engine *e, const zl_seq *seqs, int n, const float *h_in, float *h_out,
-                              int32_t *out_tokens, float *out_logits);
+                              int32_t *out_tokens, float *out_logits, zl_logprobs *out_lp);
 
 typedef struct {
     cpu_forward_fn forward; /* the engine's forward pass */
@@ -42,4 +42,8 @@ int cpu_launch_run(zl_engine *e, cpu_launch *l, const zl_step *st);
 /* zl_engine_ops.wait: the results are in place since the launch; checks that st is the oldest launched step.
  * 0, or -1 with e->err */
 int cpu_launch_wait(zl_engine *e, cpu_launch *l, const zl_step *st);
+/* zl_engine_ops.copy_kv over a CPU engine's caches kc/vc ([n_slots][n_own layers][n_ctx][kv_dim] f32 each): runs
+ * at once (every launched step has run). 0, or -1 with e->err */
+int cpu_launch_copy_kv(zl_engine *e, cpu_launch *l, float *kc, float *vc, size_t kv_dim, int src, int dst,
+                       int n_tokens);
 #endif

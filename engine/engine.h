@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 #include "model.h"
+#include "logprobs.h"
+#include "penalty.h"
 #include "sampler.h"
 
 typedef struct {
@@ -25,13 +27,19 @@ typedef struct {
     const zl_sampling *samp; /* sampling parameters; NULL means greedy */
     const int32_t *history;  /* the sequence's tokens so far incl. these (for the repetition penalty), or NULL */
     int n_history;           /* entries in history */
+    int history_prompt;      /* history[0 .. history_prompt) is the prompt: the presence/frequency penalties count
+                                * history[history_prompt .. n_history), the generated tokens (engine/penalty.h;
+                                * none while n_history <= history_prompt) */
+    const zl_bias *bias;     /* [n_bias] logit bias added before sampling (engine/penalty.h), or NULL */
+    int n_bias;              /* entries in bias, 0..ZL_MAX_LOGIT_BIAS */
     uint64_t *rng;           /* per-sequence generator state, advanced when sampling (may be NULL if greedy) */
     int feed;                /* 1: a decode entry (n_tokens 1) whose token is the id the engine sampled for this
                                 * slot in the latest earlier step (launched or run) that had the slot, and whose
                                 * generator state continues from that step's on the device: tokens and *rng are
                                 * not read (a step queued behind one whose ids the host has not seen yet, depth 2
                                 * in zl_engine_ops). That step must have sampled the slot (sample 1), and the
-                                * entry may not use the repetition penalty (its history would lack the fed id);
+                                * entry may not use the repetition, presence or frequency penalty (its history
+                                * would lack the fed id);
                                 * otherwise the step fails with nothing started. 0: tokens as given */
     const uint32_t *mask;    /* structured output: the ids sampling may pick, as bits (bit i of mask[i / 32]) over
                                 * the vocabulary, applied to the logits before the sampler (sampler_mask.h); NULL:
@@ -45,6 +53,13 @@ typedef struct {
 } zl_seq;
 
 typedef struct zl_engine zl_engine;
+
+/* what a back-end's sampling offers besides the id (zl_engine.caps): a step whose entries ask for more than their
+ * engine offers is refused (the batcher refuses such sequences at admission) */
+enum {
+    ZL_CAP_LOGPROBS = 1, /* zl_sampling.logprobs / top_logprobs, zl_step.out_logprobs */
+    ZL_CAP_PENALTY = 2,  /* zl_sampling.presence_penalty / frequency_penalty, zl_seq.bias */
+};
 
 /* One step's arguments and results (zl_engine_ops.launch and .wait). The struct and everything it points to
  * (seqs and their tokens, history, samp, rng; the output buffers) belong to the caller and stay valid and
@@ -78,6 +93,8 @@ typedef struct {
                                 * model (a synchronous step on the CPU engine may leave it NULL: logits only) */
     float *out_logits;      /* [n][vocab] f32 logits of each entry's last position, or NULL (tests and the
                                 * reference harness); taken only by a step launched with no other in flight */
+    zl_logprobs *out_logprobs; /* [n]: entry i's sampled id's logprob and top alternatives where seqs[i] samples
+                                * with samp->logprobs set (others untouched), engine/logprobs.h; or NULL */
 } zl_step;
 
 /* The engine's one way to run steps: launch starts a step, wait finishes it. A synchronous step is a launch
@@ -102,6 +119,12 @@ typedef struct {
     int (*launch)(zl_engine *e, const zl_step *st);
     int (*wait)(zl_engine *e, const zl_step *st);
     void (*destroy)(zl_engine *e); /* frees everything the backend owns, including e */
+    /* optional (NULL: not offered): copies the KV of positions [0, n_tokens) of slot src into slot dst (a sibling
+     * sequence with the same prompt prefix, generate's `n`), ordered after every step launched before it and before
+     * every step launched after it. dst may not be in a step in flight; src's positions [0, n_tokens) must have
+     * been written by steps launched before. dst cannot be fed next (its slot sampled nothing). 0, or -1 with
+     * e->err (bad slots or length: nothing copied; a device error: the caller must exit) */
+    int (*copy_kv)(zl_engine *e, int src, int dst, int n_tokens);
 } zl_engine_ops;
 
 struct zl_engine {
@@ -124,6 +147,7 @@ struct zl_engine {
     int masks_late;           /* 1: the engine takes masks announced after the launch (zl_seq.mask_late): its
                                 * sampling waits on the device for engine_masks_ready, the forward pass does not */
     int (*masks_ready)(zl_engine *e, const zl_step *st); /* with masks_late: see engine_masks_ready */
+    int caps;                 /* ZL_CAP_* the back-end serves */
     int launch_async;         /* 1: launch returns while the step runs (CUDA): queuing ahead hides the host;
                                 * 0: it runs the step before it returns (CPU), so queuing ahead only delays each
                                 * step's ids by one step (callers queue ahead there only when asked to) */
@@ -185,6 +209,15 @@ static inline int engine_masks_ready(zl_engine *e, const zl_step *st) {
         return -1;
     }
     return e->masks_ready(e, st);
+}
+
+/* zl_engine_ops.copy_kv, or -1 with e->err when the back-end does not offer it */
+static inline int engine_copy_kv(zl_engine *e, int src, int dst, int n_tokens) {
+    if (!e->ops->copy_kv) {
+        snprintf(e->err, sizeof e->err, "copy_kv: not offered by device %s", e->device);
+        return -1;
+    }
+    return e->ops->copy_kv(e, src, dst, n_tokens);
 }
 /* the lanes of e (zl_engine.lanes), >= 1 */
 static inline int engine_lanes(const zl_engine *e) { return e->lanes > 1 ? e->lanes : 1; }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "cpu_launch.h"
+#include "cpu_sample.h"
 #include "engine.h"
 #include "sampler_mask.h"
 #include "quant.h"
@@ -275,7 +276,7 @@ static void s_attn_fn(void *ctx, int ith, int nth) {
 /* the forward pass over layers [layer_begin, layer_end): from tokens (h_in NULL, first stage) or from h_in, to
  * h_out (not the last stage) or to logits and sampled tokens (last stage) */
 static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in, float *h_out, int32_t *out_tokens,
-                     float *out_logits) {
+                     float *out_logits, zl_logprobs *out_lp) {
     s_cpu *e = (s_cpu *)eb;
     const zl_model *m = eb->model;
     const zl_config *c = &e->c;
@@ -372,9 +373,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
             if (out_tokens) out_tokens[i] = -1;
             continue;
         }
-        memcpy(e->lgs, e->lg + i * V, V * sizeof(float));
-        if (s->mask) sampler_mask_apply(e->lgs, (int)V, s->mask);
-        int id = sampler_sample(e->lgs, (int)V, s->samp, s->history, s->n_history, s->rng);
+        int id = cpu_sample_entry(e->lg + i * V, (int)V, e->lgs, s, out_lp ? &out_lp[i] : NULL);
         if (out_tokens) out_tokens[i] = id;
     }
     return 0;
@@ -410,7 +409,13 @@ static void s_destroy(zl_engine *eb) {
     free(e);
 }
 
-static const zl_engine_ops s_ops = {s_launch, s_wait, s_destroy};
+static int s_copy_kv(zl_engine *eb, int src, int dst, int n_tokens) {
+    s_cpu *e = (s_cpu *)eb;
+    const zl_config *c = &eb->model->cfg;
+    return cpu_launch_copy_kv(eb, &e->lq, e->kc, e->vc, (size_t)c->n_kv_heads * c->head_dim, src, dst, n_tokens);
+}
+
+static const zl_engine_ops s_ops = {s_launch, s_wait, s_destroy, s_copy_kv};
 
 /* n floats, zeroed; NULL when n overflows or memory is short (calloc leaves untouched pages unbacked) */
 static float *s_alloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
@@ -458,6 +463,7 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
     b->layer_end = le;
     b->lanes = 1;
     b->masks = 1;
+    b->caps = ZL_CAP_LOGPROBS | ZL_CAP_PENALTY;
     b->depth = lb == 0 && le == c->n_layers ? 2 : 1; /* steps queued ahead: whole models only (the sampler
                                                         * carries ids) */
     snprintf(b->device, sizeof b->device, "cpu-ref");

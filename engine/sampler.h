@@ -13,6 +13,10 @@ typedef struct {
     float repeat_penalty; /* 1: off; logits of recent tokens: >0 divided, <0 multiplied */
     int repeat_last_n;    /* how many of the latest history tokens the penalty sees (0: none) */
     uint64_t seed;        /* seeds the per-sequence generator (sampler_rng_init) */
+    float presence_penalty;  /* OpenAI's, over the generated tokens (engine/penalty.h); 0: off */
+    float frequency_penalty; /* OpenAI's, over the generated tokens (engine/penalty.h); 0: off */
+    int logprobs;            /* 1: report the sampled id's log probability (engine/logprobs.h); 0: off */
+    int top_logprobs;        /* with logprobs: that many alternatives too, 0..ZL_MAX_TOP_LOGPROBS */
 } zl_sampling;
 
 /* default parameters: greedy, everything off */

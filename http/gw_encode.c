@@ -1,4 +1,5 @@
 /* http/gw_encode.c: OpenAI response bodies and SSE chunks (see gw_encode.h). */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,6 +7,7 @@
 #include <time.h>
 #include <jansson.h>
 #include "gw_encode.h"
+#include "tokenizer.h"
 
 int gw_error_set(gw_error *e, int status, const char *type, const char *param, const char *code, const char *fmt, ...) {
     e->status = status;
@@ -117,7 +119,7 @@ int gw_resp_init(gw_resp *r, gw_endpoint ep, const char *uid, const char *model)
              ep == GW_EP_CHAT ? "chat.completion.chunk" : "text_completion", r->created);
     gw_buf_str(&b, tmp);
     gw_buf_json_str(&b, r->model, strlen(r->model));
-    gw_buf_str(&b, ",\"choices\":[{\"index\":0,");
+    gw_buf_str(&b, ",\"choices\":[{\"index\":");
     if (b.failed) {
         gw_buf_free(&b);
         return -1;
@@ -166,33 +168,154 @@ static json_t *s_jstring(const char *s, size_t n) {
     return t;
 }
 
-char *gw_encode_full(const gw_resp *r, const char *text, size_t text_n, const char *finish, uint32_t prompt_tokens,
-                     uint32_t completion_tokens) {
+json_t *gw_encode_choice(const gw_resp *r, uint32_t index, const char *text, size_t text_n, const char *finish,
+                         json_t *logprobs) {
     json_t *t = s_jstring(text, text_n);
-    json_t *choice;
+    json_t *lp = logprobs ? logprobs : json_null();
     if (r->ep == GW_EP_CHAT)
-        choice = json_pack("{s:i, s:{s:s, s:o, s:o}, s:n, s:s}", "index", 0, "message", "role", "assistant", "content",
-                           t, "refusal", json_null(), "logprobs", "finish_reason", finish);
-    else choice = json_pack("{s:o, s:i, s:n, s:s}", "text", t, "index", 0, "logprobs", "finish_reason", finish);
+        return json_pack("{s:I, s:{s:s, s:o, s:o}, s:o, s:s}", "index", (json_int_t)index, "message", "role",
+                         "assistant", "content", t, "refusal", json_null(), "logprobs", lp, "finish_reason", finish);
+    return json_pack("{s:o, s:I, s:o, s:s}", "text", t, "index", (json_int_t)index, "logprobs", lp, "finish_reason",
+                     finish);
+}
+
+char *gw_encode_full(const gw_resp *r, json_t *choices, uint32_t prompt_tokens, uint32_t completion_tokens) {
     json_t *o =
-        json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", r->id, "object",
+        json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", r->id, "object",
                   r->ep == GW_EP_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)r->created,
-                  "model", r->model, "choices", choice, "usage", s_usage(prompt_tokens, completion_tokens));
+                  "model", r->model, "choices", choices, "usage", s_usage(prompt_tokens, completion_tokens));
     return s_dump(o);
 }
 
-int gw_sse_delta(gw_buf *b, const gw_resp *r, const char *text, size_t n, int first) {
+/* a logprob as JSON: -inf (no candidate) as -9999.0, OpenAI's value for it */
+static json_t *s_lpval(float x) { return json_real(x == -INFINITY || x < -9999.0f ? -9999.0 : (double)x); }
+
+/* token id's text (malloc'd, *n bytes, exact bytes) by tok, or "token_id:ID". first: the completion's first text,
+ * where SentencePiece drops its leading space (as the broker's text does); elsewhere a piece's leading space
+ * stays */
+static char *s_token_text(const void *tok, int32_t id, int first, size_t *n) {
+    if (tok && id >= 0 && id < tokenizer_n_vocab(tok)) {
+        char *t = tokenizer_decode_len(tok, &id, 1, 1, n);
+        size_t pn = 0;
+        const char *piece = tokenizer_token_text(tok, id, &pn);
+        if (t && !first && tokenizer_is_spm(tok) && piece && pn >= 3 && !memcmp(piece, "\xe2\x96\x81", 3) &&
+            (*n == 0 || t[0] != ' ')) {
+            char *u = malloc(*n + 2);
+            if (u) {
+                u[0] = ' ';
+                memcpy(u + 1, t, *n + 1);
+                *n += 1;
+            }
+            free(t);
+            t = u;
+        }
+        if (t) return t;
+    }
+    char *t = malloc(32);
+    if (t) *n = (size_t)snprintf(t, 32, "token_id:%d", (int)id);
+    return t;
+}
+
+/* [bytes] of s[n] */
+static json_t *s_bytes(const char *s, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++) json_array_append_new(a, json_integer((unsigned char)s[i]));
+    return a;
+}
+
+json_t *gw_encode_logprobs(const gw_resp *r, const void *tok, const int32_t *ids, const proto_logprob *lps, uint32_t n,
+                           size_t *text_off) {
+    const int chat = r->ep == GW_EP_CHAT;
+    json_t *content = json_array(), *tokens = json_array(), *tlps = json_array(), *tops = json_array(),
+           *offs = json_array();
+    int fail = !content || !tokens || !tlps || !tops || !offs;
+    for (uint32_t i = 0; !fail && i < n; i++) {
+        const proto_logprob *lp = &lps[i];
+        const int first = *text_off == 0;
+        size_t tn = 0;
+        char *tt = s_token_text(tok, ids[i], first, &tn);
+        if (!tt) {
+            fail = 1;
+            break;
+        }
+        if (chat) {
+            json_t *alts = json_array();
+            for (uint32_t k = 0; alts && lp->present && k < lp->n_top; k++) {
+                size_t an = 0;
+                char *at = s_token_text(tok, lp->top_id[k], first, &an);
+                if (at)
+                    json_array_append_new(alts, json_pack("{s:o, s:o, s:o}", "token", s_jstring(at, an), "logprob",
+                                                          s_lpval(lp->top_logprob[k]), "bytes", s_bytes(at, an)));
+                free(at);
+            }
+            json_array_append_new(content, json_pack("{s:o, s:o, s:o, s:o}", "token", s_jstring(tt, tn), "logprob",
+                                                     lp->present ? s_lpval(lp->logprob) : json_null(), "bytes",
+                                                     s_bytes(tt, tn), "top_logprobs", alts ? alts : json_array()));
+        } else {
+            json_t *alts = json_object();
+            for (uint32_t k = 0; alts && lp->present && k < lp->n_top; k++) {
+                size_t an = 0;
+                char *at = s_token_text(tok, lp->top_id[k], first, &an);
+                json_t *key = at ? s_jstring(at, an) : NULL;
+                if (key && !json_object_get(alts, json_string_value(key)))
+                    json_object_set_new(alts, json_string_value(key), s_lpval(lp->top_logprob[k]));
+                json_decref(key);
+                free(at);
+            }
+            json_array_append_new(tokens, s_jstring(tt, tn));
+            json_array_append_new(tlps, lp->present ? s_lpval(lp->logprob) : json_null());
+            json_array_append_new(tops, alts ? alts : json_null());
+            json_array_append_new(offs, json_integer((json_int_t)*text_off));
+        }
+        *text_off += tn;
+        free(tt);
+    }
+    json_t *o = NULL;
+    if (!fail && chat) {
+        o = json_pack("{s:O, s:n}", "content", content, "refusal");
+    } else if (!fail) {
+        o = json_pack("{s:O, s:O, s:O, s:O}", "tokens", tokens, "token_logprobs", tlps, "top_logprobs", tops,
+                      "text_offset", offs);
+    }
+    json_decref(content);
+    json_decref(tokens);
+    json_decref(tlps);
+    json_decref(tops);
+    json_decref(offs);
+    return o;
+}
+
+/* appends `N,` (the choice index after chunk_pre) */
+static void s_index(gw_buf *b, uint32_t index) {
+    char tmp[16];
+    snprintf(tmp, sizeof tmp, "%u,", index);
+    gw_buf_str(b, tmp);
+}
+
+/* appends logprobs (taken) as JSON, or null */
+static void s_lp_add(gw_buf *b, json_t *logprobs) {
+    char *s = logprobs ? json_dumps(logprobs, JSON_COMPACT) : NULL;
+    if (logprobs && !s) b->failed = 1;
+    gw_buf_str(b, s ? s : "null");
+    free(s);
+    json_decref(logprobs);
+}
+
+int gw_sse_delta(gw_buf *b, const gw_resp *r, uint32_t index, const char *text, size_t n, int first, json_t *logprobs) {
     gw_buf_str(b, r->chunk_pre);
+    s_index(b, index);
     if (r->ep == GW_EP_CHAT)
         gw_buf_str(b, first ? "\"delta\":{\"role\":\"assistant\",\"content\":" : "\"delta\":{\"content\":");
     else gw_buf_str(b, "\"text\":");
     gw_buf_json_str(b, text, n);
-    return gw_buf_str(b, r->ep == GW_EP_CHAT ? "},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
-                                             : ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+    gw_buf_str(b, r->ep == GW_EP_CHAT ? "},\"logprobs\":" : ",\"logprobs\":");
+    s_lp_add(b, logprobs);
+    return gw_buf_str(b, ",\"finish_reason\":null}]}\n\n");
 }
 
-int gw_sse_finish(gw_buf *b, const gw_resp *r, const char *finish) {
+int gw_sse_finish(gw_buf *b, const gw_resp *r, uint32_t index, const char *finish) {
     gw_buf_str(b, r->chunk_pre);
+    s_index(b, index);
     gw_buf_str(b, r->ep == GW_EP_CHAT ? "\"delta\":{},\"logprobs\":null,\"finish_reason\":"
                                       : "\"text\":\"\",\"logprobs\":null,\"finish_reason\":");
     gw_buf_json_str(b, finish, strlen(finish));

@@ -6,6 +6,7 @@
 #define ZLLM_GW_ENCODE_H
 #include <stddef.h>
 #include <stdint.h>
+#include <jansson.h>
 #include "gw_error.h"
 #include "gw_request.h"
 
@@ -28,7 +29,7 @@ typedef struct {
     char id[64];       /* "chatcmpl-..." or "cmpl-..." */
     long long created; /* Unix seconds */
     char model[PROTO_NAME_MAX + 1];
-    char *chunk_pre; /* `data: {"id":...,"choices":[{"index":0,` (owned) */
+    char *chunk_pre; /* `data: {"id":...,"choices":[{"index":` (owned; each chunk then writes its index) */
 } gw_resp;
 
 /* Fills r (ep, id from the gateway's unique request number, created = now, model); 0 or -1 (out of memory). */
@@ -37,13 +38,23 @@ void gw_resp_free(gw_resp *r);
 
 /* {"error": {...}} as a malloc'd NUL-terminated body; NULL when out of memory */
 char *gw_encode_error(const gw_error *e);
-/* the complete non-streamed body: text, finish ("stop"/"length"), usage */
-char *gw_encode_full(const gw_resp *r, const char *text, size_t text_n, const char *finish, uint32_t prompt_tokens,
-                     uint32_t completion_tokens);
-/* SSE events appended to b: a text delta (chat: the first one carries role "assistant"), the last chunk with
- * finish_reason, the usage chunk (choices []), an error event, and `data: [DONE]` */
-int gw_sse_delta(gw_buf *b, const gw_resp *r, const char *text, size_t n, int first);
-int gw_sse_finish(gw_buf *b, const gw_resp *r, const char *finish);
+/* one choice of a non-streamed body: its index, text, finish ("stop"/"length") and logprobs (taken; NULL: null) */
+json_t *gw_encode_choice(const gw_resp *r, uint32_t index, const char *text, size_t text_n, const char *finish,
+                         json_t *logprobs);
+/* the complete non-streamed body: choices (a JSON array, taken), usage */
+char *gw_encode_full(const gw_resp *r, json_t *choices, uint32_t prompt_tokens, uint32_t completion_tokens);
+/* the logprobs object of n tokens ids[n] with their lps[n] in OpenAI's shape for r->ep: chat {"content": [{token,
+ * logprob, bytes, top_logprobs}], "refusal": null}; completions {tokens, token_logprobs, top_logprobs: [{token:
+ * logprob}], text_offset}. tok (a zl_tokenizer *, or NULL) gives each token's text; without it a token reads
+ * "token_id:ID". *text_off: the completion's text bytes before ids[0], advanced by their texts (completions'
+ * text_offset). -inf (no candidate) is written as -9999.0. NULL when out of memory */
+json_t *gw_encode_logprobs(const gw_resp *r, const void *tok, const int32_t *ids, const proto_logprob *lps, uint32_t n,
+                           size_t *text_off);
+/* SSE events appended to b: a text delta of choice `index` (chat: its first one carries role "assistant"), with
+ * logprobs (a JSON object, taken; NULL: null), the last chunk of a choice with finish_reason, the usage chunk
+ * (choices []), an error event, and `data: [DONE]` */
+int gw_sse_delta(gw_buf *b, const gw_resp *r, uint32_t index, const char *text, size_t n, int first, json_t *logprobs);
+int gw_sse_finish(gw_buf *b, const gw_resp *r, uint32_t index, const char *finish);
 int gw_sse_usage(gw_buf *b, const gw_resp *r, uint32_t prompt_tokens, uint32_t completion_tokens);
 int gw_sse_error(gw_buf *b, const gw_error *e);
 int gw_sse_done(gw_buf *b);

@@ -41,6 +41,13 @@ typedef struct gw_conn {
     int fd;   /* the client socket while watched for hang-ups, else -1 */
     int gone; /* the client hung up */
     int stream, include_usage, started;
+    uint32_t n_choices;           /* the request's n (1..PROTO_MAX_N) */
+    uint32_t choice_started;      /* bit i: choice i's first chunk is out (chat: it carried the role) */
+    int logprobs;                 /* the request asked for logprobs */
+    const void *tok;              /* the model's vocabulary (a zl_tokenizer *) for token texts, or NULL */
+    size_t text_off[PROTO_MAX_N]; /* completions' text_offset: each choice's text bytes so far */
+    json_t *choices;              /* non-streamed n > 1: the choices ended so far (a JSON array) */
+    uint32_t usage_completion;    /* completion tokens of the choices ended so far */
     gw_resp resp;
     char model[PROTO_NAME_MAX + 1]; /* the metrics label: the model name as resolved */
     gw_buf out;                     /* SSE bytes not yet handed to libmicrohttpd */

@@ -1,6 +1,7 @@
 /* http/gw_request.c: OpenAI request bodies -> proto_generate (see gw_request.h). jansson parses (it rejects
  * invalid UTF-8, nesting beyond JSON_PARSER_MAX_DEPTH and integers beyond 64 bits); this file checks types and
  * ranges, with the protocol's limits (docs/protocol.md), and names the offending field in every error. */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -74,8 +75,8 @@ static int s_bool(json_t *o, const char *key, int *out, gw_error *e) {
 
 /* fields zllm does not support: refused when given a value other than the neutral one */
 static int s_refuse_unsupported(json_t *o, gw_endpoint ep, gw_error *e) {
-    static const char *never[] = {"tools",      "tool_choice",  "functions", "function_call",     "audio",
-                                  "prediction", "top_logprobs", "suffix",    "web_search_options"};
+    static const char *never[] = {"tools", "tool_choice", "functions", "function_call",
+                                  "audio", "prediction",  "suffix",    "web_search_options"};
     for (size_t i = 0; i < sizeof never / sizeof *never; i++) {
         json_t *v = s_get(o, never[i]);
         if (!v) continue;
@@ -86,16 +87,10 @@ static int s_refuse_unsupported(json_t *o, gw_endpoint ep, gw_error *e) {
         return s_unsupported(e, never[i], "");
     }
     json_t *v;
-    if ((v = s_get(o, "n")) && !(json_is_integer(v) && json_integer_value(v) == 1))
-        return s_unsupported(e, "n", "other than 1");
+    (void)ep;
     if ((v = s_get(o, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
         return s_unsupported(e, "best_of", "other than 1");
-    if ((v = s_get(o, "logprobs")) && !json_is_false(v) &&
-        !(ep == GW_EP_COMPLETIONS && json_is_integer(v) && json_integer_value(v) == 0))
-        return s_unsupported(e, "logprobs", "");
     if ((v = s_get(o, "echo")) && !json_is_false(v)) return s_unsupported(e, "echo", "");
-    if ((v = s_get(o, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
-        return s_unsupported(e, "logit_bias", "");
     if ((v = s_get(o, "modalities"))) {
         if (!json_is_array(v)) return s_unsupported(e, "modalities", "");
         size_t i;
@@ -104,10 +99,67 @@ static int s_refuse_unsupported(json_t *o, gw_endpoint ep, gw_error *e) {
                                         strcmp(json_string_value(m),
                                                "text")) return s_unsupported(e, "modalities", "other than [\"text\"]");
     }
-    static const char *zero[] = {"presence_penalty", "frequency_penalty"};
-    for (size_t i = 0; i < 2; i++)
-        if ((v = s_get(o, zero[i])) && !(json_is_number(v) && json_number_value(v) == 0))
-            return s_unsupported(e, zero[i], "other than 0");
+    return 0;
+}
+
+/* logprobs (chat: bool with top_logprobs 0..20; completions: the number of alternatives 0..20), n, the
+ * presence/frequency penalties and logit_bias ({"id": bias}, at most 300, each in [-100, 100]; ids beyond the
+ * vocabulary are the broker's to refuse) */
+static int s_extras(gw_request *r, json_t *o, gw_error *e) {
+    proto_sampling *s = &r->gen.sampling;
+    double x;
+    long long k;
+    int b, rc;
+    if ((rc = s_num(o, "presence_penalty", -2, 0, 2, 0, &x, e)) < 0) return -1;
+    if (rc) s->presence_penalty = (float)x;
+    if ((rc = s_num(o, "frequency_penalty", -2, 0, 2, 0, &x, e)) < 0) return -1;
+    if (rc) s->frequency_penalty = (float)x;
+    if ((rc = s_int(o, "n", 1, PROTO_MAX_N, &k, e)) < 0) return -1;
+    if (rc) r->gen.n = (uint32_t)k;
+    if (r->ep == GW_EP_CHAT) {
+        if ((rc = s_bool(o, "logprobs", &b, e)) < 0) return -1;
+        if (rc) s->logprobs = b;
+        if ((rc = s_int(o, "top_logprobs", 0, PROTO_MAX_TOP_LOGPROBS, &k, e)) < 0) return -1;
+        if (rc && !s->logprobs) return s_bad(e, "top_logprobs", "'%s' needs 'logprobs': true", "top_logprobs");
+        if (rc) s->top_logprobs = (uint32_t)k;
+    } else {
+        if ((rc = s_int(o, "logprobs", 0, PROTO_MAX_TOP_LOGPROBS, &k, e)) < 0) return -1;
+        if (rc) {
+            s->logprobs = 1;
+            s->top_logprobs = (uint32_t)k;
+        }
+    }
+    json_t *lb = s_get(o, "logit_bias");
+    if (lb) {
+        if (!json_is_object(lb))
+            return s_bad(e, "logit_bias", "'%s' must be an object of token id: bias", "logit_bias");
+        size_t n = json_object_size(lb);
+        if (n > PROTO_MAX_LOGIT_BIAS)
+            return gw_error_set(e, 400, INVALID, "logit_bias", NULL, "'logit_bias' holds at most %d entries",
+                                PROTO_MAX_LOGIT_BIAS);
+        r->bias = malloc((n ? n : 1) * sizeof *r->bias);
+        if (!r->bias) return gw_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        const char *key;
+        json_t *val;
+        size_t i = 0;
+        json_object_foreach(lb, key, val) {
+            char *end;
+            errno = 0;
+            long id = strtol(key, &end, 10);
+            if (errno || end == key || *end || id < 0 || id > PROTO_TOKEN_ID_MAX)
+                return gw_error_set(e, 400, INVALID, "logit_bias", NULL, "'logit_bias' key '%.32s' is not a token id",
+                                    key);
+            if (!json_is_number(val) || !isfinite(json_number_value(val)) || json_number_value(val) < -100 ||
+                json_number_value(val) > 100)
+                return gw_error_set(e, 400, INVALID, "logit_bias", NULL,
+                                    "'logit_bias' value for '%.32s' must be a number in [-100, 100]", key);
+            r->bias[i].id = (int32_t)id;
+            r->bias[i].bias = (float)json_number_value(val);
+            i++;
+        }
+        s->bias = r->bias;
+        s->n_bias = (uint32_t)i;
+    }
     return 0;
 }
 
@@ -321,7 +373,8 @@ int gw_request_parse(gw_endpoint ep, const char *body, size_t len, gw_request *r
     }
     if (s_refuse_unsupported(o, ep, e) != 0) goto fail;
     if ((ep == GW_EP_CHAT ? s_messages(r, o, e) : s_prompt(r, o, e)) != 0) goto fail;
-    if (s_sampling(r, o, e) != 0 || s_stop(r, o, e) != 0 || gw_format_parse(r, o, e) != 0) goto fail;
+    if (s_sampling(r, o, e) != 0 || s_extras(r, o, e) != 0 || s_stop(r, o, e) != 0 || gw_format_parse(r, o, e) != 0)
+        goto fail;
     if (s_bool(o, "stream", &r->stream, e) < 0) goto fail;
     json_t *so = s_get(o, "stream_options");
     if (so) {
@@ -345,6 +398,7 @@ void gw_request_free(gw_request *r) {
     free(r->msgs);
     free(r->tokens);
     free(r->format_text);
+    free(r->bias);
     if (r->root) json_decref((json_t *)r->root);
     memset(r, 0, sizeof *r);
 }

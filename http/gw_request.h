@@ -1,7 +1,8 @@
 /* http/gw_request.h: an OpenAI request body (chat or completions) parsed with jansson and validated into a
- * proto_generate for the broker. Every field zllm supports is range-checked against docs/protocol.md; every
- * field it does not support yet (n > 1, logprobs, tools, ...) is refused with a 400 naming
- * the field; fields that change nothing (user, store, metadata, ...) are accepted and ignored.
+ * proto_generate for the broker. Every field zllm supports is range-checked against docs/protocol.md (logprobs,
+ * top_logprobs, n, presence/frequency_penalty, logit_bias and response_format included: docs/http.md); every field
+ * it does not support yet (best_of, echo, tools, ...) is refused with a 400 naming the field; fields that
+ * change nothing (user, store, metadata, ...) are accepted and ignored.
  *
  *     gw_request r; gw_error e;
  *     if (gw_request_parse(GW_EP_CHAT, body, len, &r, &e) != 0) { ... reply e.status with e ... }
@@ -29,6 +30,7 @@ typedef struct {
     void *root; /* the parsed json_t document */
     proto_chat *msgs;
     int32_t *tokens;
+    proto_bias *bias; /* logit_bias entries (gen.sampling.bias) */
     char **pieces; /* joined text-part contents */
     int n_pieces;
     char *format_text; /* the JSON schema of a structured-output request as text (gen.format points here) */

@@ -231,6 +231,7 @@ static void s_completed(void *cls, struct MHD_Connection *conn, void **con_cls, 
     gw_conn_unwatch(c);
     gw_session_release(c);
     gw_resp_free(&c->resp);
+    json_decref(c->choices);
     gw_buf_free(&c->body);
     gw_buf_free(&c->out);
     free(c->reply_body);

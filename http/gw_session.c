@@ -165,24 +165,36 @@ static void s_on_token(gw_conn *c, const proto_token *t) {
         s_slow_reader(c);
         return;
     }
-    int first = !c->started;
-    if (!first) {
+    const uint32_t ix = t->index < c->n_choices ? t->index : 0;
+    int first = !(c->choice_started >> ix & 1);
+    if (c->started) {
         double now = gw_now();
         gw_metrics_itl(c->srv->metrics, c->model, now - c->t_last);
         c->t_last = now;
     }
     s_start_stream(c);
-    if (first || t->text.n) gw_sse_delta(&c->out, &c->resp, t->text.p ? t->text.p : "", t->text.n, first);
+    json_t *lp =
+        c->logprobs && t->lps ? gw_encode_logprobs(&c->resp, c->tok, t->ids, t->lps, t->n_ids, &c->text_off[ix]) : NULL;
+    if (first || t->text.n || lp) {
+        gw_sse_delta(&c->out, &c->resp, ix, t->text.p ? t->text.p : "", t->text.n, first, lp);
+        c->choice_started |= 1u << ix;
+    }
     gw_conn_resume(c);
 }
 
 static void s_on_final(gw_conn *c, const proto_final *f) {
     gw_server *s = c->srv;
-    s_leave_broker(c);
-    gw_conn_unwatch(c);
     int ok = f->finish == PROTO_FINISH_STOP || f->finish == PROTO_FINISH_LENGTH;
+    const int last = !ok || f->left == 0; /* an error ends the whole request (its other choices are cancelled) */
+    const uint32_t ix = f->index < c->n_choices ? f->index : 0;
+    if (last) {
+        if (f->left) gw_broker_cancel(s->broker, c->bid);
+        s_leave_broker(c);
+        gw_conn_unwatch(c);
+    }
     const char *finish = f->finish == PROTO_FINISH_LENGTH ? "length" : "stop";
-    if (ok) gw_metrics_tokens(s->metrics, c->model, f->prompt_tokens, f->completion_tokens);
+    if (ok) gw_metrics_tokens(s->metrics, c->model, c->usage_completion ? 0 : f->prompt_tokens, f->completion_tokens);
+    if (ok) c->usage_completion += f->completion_tokens;
     if (!ok) {
         gw_error e;
         s_final_error(f, &e);
@@ -199,22 +211,46 @@ static void s_on_final(gw_conn *c, const proto_final *f) {
             c->state = S_REPLY;
         }
     } else if (c->stream) {
-        int first = !c->started;
+        int first = !(c->choice_started >> ix & 1);
         s_start_stream(c);
-        if (first || f->text.n) gw_sse_delta(&c->out, &c->resp, f->text.p ? f->text.p : "", f->text.n, first);
-        gw_sse_finish(&c->out, &c->resp, finish);
-        if (c->include_usage) gw_sse_usage(&c->out, &c->resp, f->prompt_tokens, f->completion_tokens);
-        gw_sse_done(&c->out);
-        c->eof = 1;
-        gw_conn_count(c, 200);
+        if (first || f->text.n) gw_sse_delta(&c->out, &c->resp, ix, f->text.p ? f->text.p : "", f->text.n, first, NULL);
+        c->choice_started |= 1u << ix;
+        gw_sse_finish(&c->out, &c->resp, ix, finish);
+        if (last) {
+            if (c->include_usage) gw_sse_usage(&c->out, &c->resp, f->prompt_tokens, c->usage_completion);
+            gw_sse_done(&c->out);
+            c->eof = 1;
+            gw_conn_count(c, 200);
+        }
     } else {
-        gw_metrics_ttft(s->metrics, c->model, gw_now() - c->t0);
-        c->reply_status = 200;
-        c->reply_body = gw_encode_full(&c->resp, f->text.p ? f->text.p : "", f->text.n, finish, f->prompt_tokens,
-                                       f->completion_tokens);
-        c->reply_type = "application/json";
-        c->state = S_REPLY;
+        json_t *lp = c->logprobs && f->lps
+                         ? gw_encode_logprobs(&c->resp, c->tok, f->ids, f->lps, f->n_ids, &c->text_off[ix])
+                         : NULL;
+        if (!c->choices) c->choices = json_array();
+        json_t *ch = gw_encode_choice(&c->resp, ix, f->text.p ? f->text.p : "", f->text.n, finish, lp);
+        if (c->choices && ch) json_array_append_new(c->choices, ch);
+        if (last) {
+            gw_metrics_ttft(s->metrics, c->model, gw_now() - c->t0);
+            json_t *chs = c->choices;
+            c->choices = NULL;
+            /* in index order, whatever order the choices ended in */
+            json_t *sorted = json_array();
+            for (uint32_t k = 0; chs && sorted && k < c->n_choices; k++) {
+                size_t i;
+                json_t *v;
+                json_array_foreach(chs, i, v) if (json_integer_value(json_object_get(v, "index")) == (json_int_t)k)
+                    json_array_append(sorted, v);
+            }
+            json_decref(chs);
+            c->reply_status = 200;
+            c->reply_body = sorted ? gw_encode_full(&c->resp, sorted, f->prompt_tokens, c->usage_completion) : NULL;
+            c->reply_type = "application/json";
+            c->state = S_REPLY;
+        }
     }
+    if (!last) return;
+    json_decref(c->choices);
+    c->choices = NULL;
     if (c->eof || c->state == S_REPLY) gw_metrics_e2e(s->metrics, c->model, gw_now() - c->t0);
     s_slot_give(s, c);
     gw_conn_resume(c);
@@ -344,6 +380,13 @@ enum MHD_Result gw_session_generate(gw_conn *c) {
     }
     c->stream = r.stream;
     c->include_usage = r.include_usage;
+    c->n_choices = r.gen.n ? r.gen.n : 1;
+    c->choice_started = 0;
+    c->logprobs = r.gen.sampling.logprobs;
+    c->tok = gw_vocab_get(s->vocab, bmodel[0] ? bmodel : NULL);
+    if (!c->tok) c->tok = gw_vocab_get(s->vocab, c->model);
+    memset(c->text_off, 0, sizeof c->text_off);
+    c->usage_completion = 0;
     c->at_broker = 1;
     gw_metrics_inflight(s->metrics, 1);
     gw_request_free(&r);

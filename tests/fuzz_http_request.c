@@ -3,6 +3,7 @@
  * /detokenize body; an accepted request must encode into a protocol frame that decodes again; and the input's
  * bytes, used as generated text, must come out of the SSE and body encoders as JSON that jansson parses back
  * (invalid UTF-8 replaced, never passed through). Runs under ASan+UBSan in CI (the replay driver). */
+#include <math.h>
 #include <jansson.h>
 #include "fuzz_main.h"
 #include "gw_encode.h"
@@ -47,13 +48,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gw_resp rs;
     s_check(gw_resp_init(&rs, size % 2 ? GW_EP_CHAT : GW_EP_COMPLETIONS, "u1", "m\"od\\el") == 0, "resp init");
     gw_buf sse = {0};
-    gw_sse_delta(&sse, &rs, body, size, 1);
+    /* logprobs of ids made from the bytes (no vocabulary: "token_id:N" texts), some without a candidate */
+    int32_t ids[4], tid[3] = {0, 1, 2};
+    float tlp[3] = {-0.1f, -INFINITY, -3.0f};
+    proto_logprob lps[4];
+    for (int i = 0; i < 4; i++) {
+        ids[i] = i < (int)size ? (int32_t)(unsigned char)body[i] : i;
+        lps[i] = (proto_logprob){i != 3, i == 2 ? -INFINITY : -(float)i, (uint32_t)(i % 4), tid, tlp};
+    }
+    size_t off = 0;
+    json_t *lpj = gw_encode_logprobs(&rs, NULL, ids, lps, 4, &off);
+    s_check(lpj != NULL && off > 0, "logprobs encode");
+    gw_sse_delta(&sse, &rs, (uint32_t)(size % 16), body, size, 1, lpj);
     s_check(!sse.failed && sse.n > 8 && !memcmp(sse.p, "data: ", 6), "an SSE event");
     json_error_t je;
     json_t *j = json_loadb(sse.p + 6, sse.n - 6, JSON_ALLOW_NUL, &je);
     s_check(j != NULL, "the SSE chunk is JSON");
     json_decref(j);
-    char *full = gw_encode_full(&rs, body, size, "stop", 1, 2);
+    json_t *choices = json_array();
+    json_array_append_new(choices, gw_encode_choice(&rs, 0, body, size, "stop", NULL));
+    json_array_append_new(
+        choices, gw_encode_choice(&rs, 1, body, size, "length", gw_encode_logprobs(&rs, NULL, ids, lps, 4, &off)));
+    char *full = gw_encode_full(&rs, choices, 1, 2);
     s_check(full != NULL, "the full body encodes");
     j = json_loads(full, JSON_ALLOW_NUL, &je);
     s_check(j != NULL, "the full body is JSON");
@@ -72,6 +88,9 @@ static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
         "\"user\":\"u\",\"top_k\":40,\"min_p\":0.05,\"repetition_penalty\":1.1,\"ignore_eos\":false}",
         "{\"model\":\"m\",\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"stop\":\"x\"}",
         "{\"prompt\":[1,403,407],\"max_completion_tokens\":4,\"n\":1,\"logprobs\":null}",
+        "{\"prompt\":[1,403,407],\"n\":4,\"logprobs\":5,\"presence_penalty\":0.5,\"frequency_penalty\":-1,"
+        "\"logit_bias\":{\"403\":-100,\"7\":2.5},\"seed\":1}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":20,\"n\":16}",
         "{\"prompt\":[[1,2,3]],\"echo\":false,\"best_of\":1}",
         "{\"messages\":[{\"role\":\"assistant\",\"content\":null},{\"role\":\"user\",\"content\":"
         "\"\\u00e9\\ud83d\\ude00\"}]}",

@@ -5,6 +5,7 @@
 #ifndef ZLLM_FUZZ_PROTO_COMMON_H
 #define ZLLM_FUZZ_PROTO_COMMON_H
 #include "proto.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,17 +16,21 @@ static int fuzz_reencode(const proto_msg *m, proto_buf *b) {
         return m->cancel.id.p ? proto_encode_cancel(b, m->cancel.id)
                               : proto_encode_cancel_rids(b, m->cancel.rids, m->cancel.n_rids);
     case PROTO_STATUS: return proto_encode_status(b, &m->status);
-    case PROTO_TOKEN: return proto_encode_token(b, m->token.id, m->token.ids, m->token.n_ids, m->token.text);
+    case PROTO_TOKEN:
+        return proto_encode_token_ex(b, m->token.id, m->token.ids, m->token.n_ids, m->token.text, m->token.lps,
+                                     m->token.index);
     case PROTO_FINAL: return proto_encode_final(b, &m->final);
     case PROTO_ERROR: return proto_encode_error_id(b, m->error.code, m->error.id, m->error.message);
     case PROTO_REGISTER: return proto_encode_register(b, &m->reg);
     case PROTO_REGISTERED: return proto_encode_registered(b, m->registered.heartbeat_ms);
     case PROTO_HB:
-        return m->hb.has_step ? proto_encode_hb_worker(b, m->hb.step, m->hb.free_slots, m->hb.running)
-                              : proto_encode_hb_broker(b);
+        return m->hb.has_step
+                   ? proto_encode_hb_worker(b, m->hb.step, m->hb.free_slots, m->hb.running, m->hb.prefills_shared)
+                   : proto_encode_hb_broker(b);
     case PROTO_REREGISTER: return proto_encode_reregister(b);
     case PROTO_ASSIGN: return proto_encode_assign(b, m->assign.seqs, m->assign.n_seqs);
-    case PROTO_OUT: return proto_encode_out(b, m->out.step, m->out.rids, m->out.toks, m->out.fin, m->out.n);
+    case PROTO_OUT:
+        return proto_encode_out_lp(b, m->out.step, m->out.rids, m->out.toks, m->out.fin, m->out.lps, m->out.n);
     default: return -1;
     }
 }
@@ -96,7 +101,7 @@ static int fuzz_proto_seeds(const uint8_t **seeds, size_t *sizes, int max, unsig
     proto_register r = { proto_cstr("h:1"), proto_cstr("m"), proto_cstr("cpu"), 4, 4, 512, 2048, 512, 100 };
     SEED(PROTO_REGISTER, proto_encode_register(b, &r));
     SEED(PROTO_REGISTERED, proto_encode_registered(b, 500));
-    SEED(PROTO_HB, proto_encode_hb_worker(b, 77, 3, 1));
+    SEED(PROTO_HB, proto_encode_hb_worker(b, 77, 3, 1, 5));
     SEED(PROTO_HB, proto_encode_hb_broker(b));
     SEED(PROTO_REREGISTER, proto_encode_reregister(b));
     static proto_seq seqs[2];
@@ -107,7 +112,34 @@ static int fuzz_proto_seeds(const uint8_t **seeds, size_t *sizes, int max, unsig
         seqs[i].stop_ids = toks; seqs[i].n_stop_ids = 1;
     }
     SEED(PROTO_ASSIGN, proto_encode_assign(b, seqs, 2));
+    static const proto_bias bias[2] = {{3, -100.0f}, {7, 2.5f}};
+    seqs[1].sampling.bias = bias;
+    seqs[1].sampling.n_bias = 2;
+    seqs[1].sampling.logprobs = 1;
+    seqs[1].sampling.top_logprobs = 3;
+    seqs[1].sampling.presence_penalty = 0.5f;
+    seqs[1].sampling.frequency_penalty = -1.0f;
+    seqs[1].share = 5;
+    SEED(PROTO_ASSIGN, proto_encode_assign(b, seqs, 2));
     SEED(PROTO_OUT, proto_encode_out(b, 12, rids, otoks, fin, 3));
+    static const int32_t top_id[3] = {4, 1, 9};
+    static const float top_lp[3] = {-0.25f, -1.5f, -1.5f};
+    static proto_logprob lps[3];
+    lps[0] = (proto_logprob){1, -0.25f, 3, top_id, top_lp};
+    lps[2] = (proto_logprob){1, -INFINITY, 0, top_id, top_lp};
+    SEED(PROTO_OUT, proto_encode_out_lp(b, 13, rids, otoks, fin, lps, 3));
+    SEED(PROTO_TOKEN, proto_encode_token_ex(b, proto_cstr("r3"), toks, 2, proto_cstr("ab"), lps, 3));
+    f.id = proto_cstr("r4");
+    f.finish = PROTO_FINISH_STOP;
+    f.code = PROTO_CODE_NONE;
+    f.message.p = NULL;
+    f.ids = toks;
+    f.n_ids = 3;
+    f.has_ids = 1;
+    f.lps = lps;
+    f.index = 2;
+    f.left = 3;
+    SEED(PROTO_FINAL, proto_encode_final(b, &f));
 #undef SEED
     return n;
 }

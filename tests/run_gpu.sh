@@ -15,6 +15,7 @@
 #     ZLLM_CUDA_* switch off on a model whose shape takes its path;
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
 #   - tests/test_worker_golden.sh cuda: a broker and a CUDA worker give the golden ids to concurrent requests;
+#   - tests/test_logprobs.py on a CUDA worker: logprobs, penalties, logit bias and n end to end;
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
 #     the tool is absent).
@@ -156,6 +157,9 @@ fi
 # a broker and a CUDA worker serving stories260K (tests/test_worker_golden.sh): concurrent requests give the golden
 # ids, with steps queued ahead (the CUDA default) and without
 run_one "worker-cuda-golden" env ZLLM_BUILD="$build" bash tests/test_worker_golden.sh cuda
+# logprobs, penalties, logit bias and n end to end on a CUDA worker (tests/test_logprobs.py: float64 references,
+# a request alone and inside a batch of 64 bit-identical, n=8 sharing its prefill through copy_kv)
+run_one "e2e-logprobs-cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda python3 tests/test_logprobs.py
 
 # compute-sanitizer memcheck over a short engine run (golden ids, mixed batches, graphs, invariance with 8 tokens)
 if command -v compute-sanitizer >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then

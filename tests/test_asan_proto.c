@@ -151,8 +151,9 @@ static void test_roundtrips(void) {
           s_m.reg.n_slots == 32 && s_m.reg.n_ctx == 2048 && s_m.reg.heartbeat_ms == 250 && streq(s_m.reg.device, "cuda:0"),
           "register");
     CHECK(proto_encode_registered(&b, 500) == 0 && dec(b.data, b.len) == 0 && s_m.registered.heartbeat_ms == 500, "registered");
-    CHECK(proto_encode_hb_worker(&b, 1ull << 35, 3, 4) == 0 && dec(b.data, b.len) == 0 && s_m.hb.has_step &&
-          s_m.hb.step == 1ull << 35 && s_m.hb.free_slots == 3 && s_m.hb.running == 4, "worker hb");
+    CHECK(proto_encode_hb_worker(&b, 1ull << 35, 3, 4, 0) == 0 && dec(b.data, b.len) == 0 && s_m.hb.has_step &&
+              s_m.hb.step == 1ull << 35 && s_m.hb.free_slots == 3 && s_m.hb.running == 4,
+          "worker hb");
     CHECK(proto_encode_hb_broker(&b) == 0 && dec(b.data, b.len) == 0 && s_m.type == PROTO_HB && !s_m.hb.has_step, "broker hb");
     CHECK(proto_encode_reregister(&b) == 0 && dec(b.data, b.len) == 0 && s_m.type == PROTO_REREGISTER, "reregister");
     proto_seq seqs[2];
@@ -181,6 +182,137 @@ static void test_roundtrips(void) {
     CHECK(dec(b.data, b.len) == 0 && s_m.out.n == 3, "second decode");
     proto_buf_free(&b);
     proto_buf_free(&b);   /* idempotent */
+}
+
+/* what comes back besides the token: logit_bias, penalties, logprobs, n in generate and assign; lps in out, token
+ * and final; index/left; share; prefills_shared; and their limits */
+static void test_extras(void) {
+    proto_buf b = {0};
+    proto_generate g;
+    proto_generate_defaults(&g);
+    g.id = proto_cstr("x");
+    g.prompt_kind = PROTO_PROMPT_TEXT;
+    g.prompt = proto_cstr("hi");
+    proto_bias bias[3] = {{5, -100.0f}, {7, 2.5f}, {5, 1.0f}};
+    g.sampling.bias = bias;
+    g.sampling.n_bias = 3;
+    g.sampling.presence_penalty = 1.5f;
+    g.sampling.frequency_penalty = -0.25f;
+    g.sampling.logprobs = 1;
+    g.sampling.top_logprobs = 20;
+    g.n = 16;
+    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) == 0 && s_m.type == PROTO_GENERATE, "generate");
+    const proto_sampling *ps = &s_m.generate.sampling;
+    CHECK(ps->n_bias == 3 && ps->bias[0].id == 5 && ps->bias[0].bias == -100.0f && ps->bias[1].bias == 2.5f &&
+              ps->bias[2].id == 5 && ps->presence_penalty == 1.5f && ps->frequency_penalty == -0.25f &&
+              ps->logprobs == 1 && ps->top_logprobs == 20 && s_m.generate.n == 16,
+          "generate extras round trip");
+    g.n = 17;
+    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) != 0, "n 17 refused");
+    g.n = 1;
+    g.sampling.top_logprobs = 21;
+    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) != 0, "top_logprobs 21 refused");
+    g.sampling.top_logprobs = 2;
+    g.sampling.presence_penalty = 2.5f;
+    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) != 0, "presence_penalty 2.5 refused");
+    g.sampling.presence_penalty = 0;
+    bias[1].bias = 100.5f;
+    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) != 0, "bias 100.5 refused");
+    bias[1].bias = 1;
+    proto_bias many[301];
+    for (int i = 0; i < 301; i++) many[i] = (proto_bias){i, 1.0f};
+    g.sampling.bias = many;
+    g.sampling.n_bias = 301; /* the encoder writes 300 at most: a hand-made frame carries 301 */
+    mp m;
+    mp_init(&m);
+    mp_head(&m, 3, "generate");
+    mp_str(&m, "id");
+    mp_str(&m, "x");
+    mp_str(&m, "prompt");
+    mp_str(&m, "hi");
+    mp_str(&m, "logit_bias");
+    msgpack_pack_array(&m.pk, 301);
+    for (int i = 0; i < 301; i++) {
+        msgpack_pack_array(&m.pk, 2);
+        msgpack_pack_uint32(&m.pk, (uint32_t)i);
+        msgpack_pack_double(&m.pk, 1.0);
+    }
+    CHECK(mp_dec(&m) != 0 && strstr(s_err, "logit_bias"), "301 bias entries refused: %s", s_err);
+    /* assign: the sampling extras and share */
+    proto_seq q;
+    memset(&q, 0, sizeof q);
+    int32_t toks[2] = {1, 2};
+    q.rid = 9;
+    q.tokens = toks;
+    q.n_tokens = 2;
+    q.max_tokens = 3;
+    proto_sampling_defaults(&q.sampling);
+    q.sampling.bias = bias;
+    q.sampling.n_bias = 2;
+    q.sampling.logprobs = 1;
+    q.sampling.top_logprobs = 3;
+    q.share = 8;
+    CHECK(proto_encode_assign(&b, &q, 1) == 0 && dec(b.data, b.len) == 0 && s_m.assign.n_seqs == 1 &&
+              s_m.assign.seqs[0].share == 8 && s_m.assign.seqs[0].sampling.n_bias == 2 &&
+              s_m.assign.seqs[0].sampling.top_logprobs == 3,
+          "assign extras round trip");
+    /* out with lps: entries present and nil */
+    uint64_t rids[2] = {1, 2};
+    int32_t ot[2] = {4, -1};
+    uint8_t fin[2] = {0, 3};
+    int32_t tid[2] = {4, 6};
+    float tlp[2] = {-0.5f, -1.25f};
+    proto_logprob lps[2] = {{1, -0.5f, 2, tid, tlp}, {0}};
+    CHECK(proto_encode_out_lp(&b, 3, rids, ot, fin, lps, 2) == 0 && dec(b.data, b.len) == 0 && s_m.out.lps &&
+              s_m.out.lps[0].present && s_m.out.lps[0].logprob == -0.5f && s_m.out.lps[0].n_top == 2 &&
+              s_m.out.lps[0].top_id[1] == 6 && s_m.out.lps[0].top_logprob[1] == -1.25f && !s_m.out.lps[1].present,
+          "out lps round trip");
+    lps[0].logprob = -INFINITY;
+    CHECK(proto_encode_out_lp(&b, 3, rids, ot, fin, lps, 2) == 0 && dec(b.data, b.len) == 0 &&
+              s_m.out.lps[0].logprob == -INFINITY,
+          "a -inf logprob travels");
+    lps[0].logprob = 0.5f;
+    CHECK(proto_encode_out_lp(&b, 3, rids, ot, fin, lps, 2) == 0 && dec(b.data, b.len) != 0, "a logprob > 0 refused");
+    lps[0].logprob = -0.5f;
+    CHECK(proto_encode_out_lp(&b, 3, rids, ot, fin, lps, 1) == 0 && dec(b.data, b.len) == 0, "out of one entry");
+    mp_init(&m);
+    mp_head(&m, 4, "out");
+    mp_str(&m, "rids");
+    msgpack_pack_array(&m.pk, 1);
+    msgpack_pack_uint64(&m.pk, 1);
+    mp_str(&m, "toks");
+    msgpack_pack_array(&m.pk, 1);
+    msgpack_pack_int32(&m.pk, 1);
+    mp_str(&m, "fin");
+    msgpack_pack_array(&m.pk, 1);
+    msgpack_pack_uint32(&m.pk, 0);
+    mp_str(&m, "lps");
+    msgpack_pack_array(&m.pk, 2);
+    msgpack_pack_nil(&m.pk);
+    msgpack_pack_nil(&m.pk);
+    CHECK(mp_dec(&m) != 0, "out: lps longer than rids refused");
+    /* token and final */
+    CHECK(proto_encode_token_ex(&b, proto_cstr("t"), tid, 2, proto_cstr("ab"), lps, 5) == 0 &&
+              dec(b.data, b.len) == 0 && s_m.token.index == 5 && s_m.token.lps && s_m.token.lps[0].n_top == 2 &&
+              !s_m.token.lps[1].present,
+          "token logprobs and index");
+    proto_final f;
+    memset(&f, 0, sizeof f);
+    f.id = proto_cstr("t");
+    f.finish = PROTO_FINISH_STOP;
+    f.text = proto_cstr("ab");
+    f.ids = tid;
+    f.n_ids = 2;
+    f.has_ids = 1;
+    f.lps = lps;
+    f.index = 3;
+    f.left = 2;
+    CHECK(proto_encode_final(&b, &f) == 0 && dec(b.data, b.len) == 0 && s_m.final.index == 3 && s_m.final.left == 2 &&
+              s_m.final.lps && s_m.final.lps[0].logprob == -0.5f,
+          "final logprobs, index, left");
+    CHECK(proto_encode_hb_worker(&b, 4, 1, 1, 77) == 0 && dec(b.data, b.len) == 0 && s_m.hb.prefills_shared == 77,
+          "hb prefills_shared");
+    proto_buf_free(&b);
 }
 
 static void test_hostile(void) {
@@ -428,6 +560,7 @@ int main(void) {
     test_format();
     test_add_str();
     test_hostile();
+    test_extras();
     test_stop();
     proto_msg_free(&s_m);
     proto_msg_free(&s_m);

@@ -130,7 +130,7 @@ static void ta_destroy(zl_engine *e) {
     free(a);
 }
 
-static const zl_engine_ops ta_ops = {ta_launch, ta_wait, ta_destroy};
+static const zl_engine_ops ta_ops = {ta_launch, ta_wait, ta_destroy, NULL};
 
 /* wraps inner (taken over) into an engine of `lanes` lanes; NULL on failure (inner destroyed) */
 static zl_engine *ta_new(zl_engine *inner, int lanes) {
@@ -827,6 +827,82 @@ static void test_ahead(const zl_model *m) {
     engine_destroy(&e);
 }
 
+/* what comes back besides the token: a sequence sharing its sibling's prompt (wk_request.share) copies its KV
+ * instead of prefilling (counted; the prompt tokens of the steps say so) and gives the tokens of the request run
+ * alone; events carry logprobs exactly when asked for; an engine that does not offer logprobs or penalties (caps 0)
+ * refuses such sequences with fin 4 */
+static void test_extras(const zl_model *m) {
+    char err[256];
+    int32_t buf[3][NG + 1];
+    int alone[16], n_alone = 0;
+    {
+        zl_engine *e = s_engine(m, 4, 4, 64, 64);
+        wk_batcher *b = s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+        wk_request r = s_req(1, buf[0], 9, 6);
+        r.samp.temperature = 1.0f;
+        r.samp.seed = 77;
+        CHECK(batcher_add(b, &r, err, sizeof err) == 0, "add alone: %s", err);
+        s_run_one(b, 1, alone, &n_alone);
+        batcher_destroy(&b);
+        engine_destroy(&e);
+    }
+    zl_engine *e = s_engine(m, 4, 4, 64, 64);
+    wk_batcher *b = s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+    wk_request r0 = s_req(10, buf[0], 9, 6), r1 = s_req(11, buf[1], 9, 6);
+    r0.samp.temperature = r1.samp.temperature = 1.0f;
+    r0.samp.seed = 76;
+    r1.samp.seed = 77;
+    r1.share = 10;
+    r1.samp.logprobs = 1;
+    r1.samp.top_logprobs = 3;
+    CHECK(batcher_add(b, &r0, err, sizeof err) == 0 && batcher_add(b, &r1, err, sizeof err) == 0, "add pair: %s", err);
+    int cap = batcher_event_cap(b), got[16], n_got = 0, fin = 0, prefill = 0, with_lp = 0, lp_ok = 1;
+    wk_event *ev = calloc((size_t)cap, sizeof *ev);
+    for (int step = 0; step < 50 && !fin; step++) {
+        int n_ev = 0;
+        if (batcher_step(b, ev, cap, &n_ev, err, sizeof err) < 0) {
+            CHECK(0, "step: %s", err);
+            break;
+        }
+        prefill += batcher_last_prefill_tokens(b);
+        for (int j = 0; j < n_ev; j++) {
+            if (ev[j].rid == 10) CHECK(!ev[j].has_lp, "no logprobs unless asked for");
+            if (ev[j].rid != 11) continue;
+            if (ev[j].tok >= 0) got[n_got++] = ev[j].tok;
+            with_lp += ev[j].has_lp;
+            lp_ok &= ev[j].lp.n_top == 3 && ev[j].lp.logprob <= 0 && ev[j].lp.top_logprob[0] >= ev[j].lp.logprob;
+            fin = ev[j].fin;
+        }
+    }
+    CHECK(batcher_prefills_shared(b) == 1, "one prompt KV copied (%llu)",
+          (unsigned long long)batcher_prefills_shared(b));
+    CHECK(prefill == 10,
+          "prompt chunks: the leader's 10 tokens only (the sharer's last prompt token runs as a decode "
+          "entry; without the copy: 20) (%d)",
+          prefill);
+    CHECK(n_got == n_alone && !memcmp(got, alone, sizeof(int) * (size_t)n_got),
+          "the sharer's tokens equal the request alone (%d vs %d tokens)", n_got, n_alone);
+    CHECK(with_lp == n_got && lp_ok, "every token of the sharer carries 3 alternatives (%d of %d)", with_lp, n_got);
+    free(ev);
+    batcher_destroy(&b);
+    /* an engine without the caps */
+    zl_engine *t = ta_new(e, 1);
+    b = s_batcher_new(t, s_eog, m->cfg.vocab_size, err, sizeof err);
+    wk_request q = s_req(20, buf[2], 3, 4);
+    q.samp.logprobs = 1;
+    CHECK(batcher_add(b, &q, err, sizeof err) == -1 && strstr(err, "logprobs"), "caps 0: logprobs refused (%s)", err);
+    q.samp.logprobs = 0;
+    q.samp.presence_penalty = 0.5f;
+    CHECK(batcher_add(b, &q, err, sizeof err) == -1, "caps 0: a presence penalty refused");
+    q.samp.presence_penalty = 0;
+    const zl_bias bias[1] = {{5, 1.0f}};
+    q.bias = bias;
+    q.n_bias = 1;
+    CHECK(batcher_add(b, &q, err, sizeof err) == -1, "caps 0: a logit bias refused");
+    batcher_destroy(&b);
+    engine_destroy(&t);
+}
+
 int main(void) {
     char p[1100], err[256];
     snprintf(p, sizeof p, "%s/stories260K/golden_greedy_ids.txt", test_fixtures());
@@ -853,12 +929,14 @@ int main(void) {
     test_stops(m);
     test_rejects_and_cancel(m);
     test_ahead(m);
+    test_extras(m);
     /* the one-lane tests again with steps queued ahead over the CPU engine (forced: not its default) */
     s_force_ahead = 1;
     test_mixed(m, 0, 1);
     test_sampled(m);
     test_stops(m);
     test_rejects_and_cancel(m);
+    test_extras(m);
     s_force_ahead = -1;
     free(s_eog);
     model_destroy(&m);

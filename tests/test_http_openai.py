@@ -247,7 +247,7 @@ def main():
             count(model, endpoint, status)
         expect(openai.NotFoundError, "unknown model", lambda: oc.completions.create(model="nope", prompt="a"),
                "", "completions", 404)
-        expect(openai.BadRequestError, "n=2", lambda: oc.completions.create(model="stories", prompt="a", n=2),
+        expect(openai.BadRequestError, "n=17", lambda: oc.completions.create(model="stories", prompt="a", n=17),
                "", "completions", 400)
         expect(openai.BadRequestError, "chat without a template",
                lambda: oc.chat.completions.create(model="stories", messages=[{"role": "user", "content": "x"}]),
@@ -266,7 +266,8 @@ def main():
                 ("temperature -1", {"model": "stories", "prompt": "a", "temperature": -1}, 400, "temperature"),
                 ("top_p 0", {"model": "stories", "prompt": "a", "top_p": 0}, 400, "top_p"),
                 ("stop not a string", {"model": "stories", "prompt": "a", "stop": 5}, 400, "stop"),
-                ("logprobs", {"model": "stories", "prompt": "a", "logprobs": 2}, 400, "logprobs"),
+                ("logprobs 21", {"model": "stories", "prompt": "a", "logprobs": 21}, 400, "logprobs"),
+                ("echo", {"model": "stories", "prompt": "a", "echo": True}, 400, "echo"),
                 ("prompt token out of range", {"model": "stories", "prompt": [-1]}, 400, "prompt"),
                 ("prompt too long", {"model": "stories", "prompt": "a", "max_tokens": 1000000}, 400, None)]:
             st, h, b = gw.json("POST", "/v1/completions", body, {"Content-Type": "application/json"})

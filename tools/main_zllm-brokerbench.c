@@ -114,7 +114,7 @@ static void *worker_main(void *arg) {
         double t = now_s();
         if (t - last_hb > 0.1) {
             last_hb = t;
-            proto_encode_hb_worker(&b, step, (uint32_t)(s_slots - n), (uint32_t)n);
+            proto_encode_hb_worker(&b, step, (uint32_t)(s_slots - n), (uint32_t)n, 0);
             zmq_send(s, b.data, b.len, 0);
         }
     }

@@ -63,6 +63,9 @@ typedef struct {
     int ignore_eos;                /* 1: eog ids do not stop */
     zg_matcher *gm;                /* structured output: the grammar's state after the tokens so far, or NULL */
     uint32_t *mask;                /* [mask_words] its allowed ids for the entry being built (kept across uses) */
+    zl_bias bias[ZL_MAX_LOGIT_BIAS]; /* logit bias */
+    int n_bias;                      /* entries in bias */
+    uint64_t share;                  /* rid whose prompt KV it waits to copy (wk_request.share); 0: none */
 } s_rec;
 
 typedef struct {
@@ -70,6 +73,7 @@ typedef struct {
                                     * them until the collect) */
     int *seq_rec;                  /* [max_batch] record of each entry */
     int32_t *out_tok;              /* [max_batch] sampled ids (an engine without lanes writes them at the submit) */
+    zl_logprobs *out_lp;           /* [max_batch] their logprobs (entries whose sequence asks for them) */
     zl_step st;                    /* the step in flight (engine_launch/engine_wait name it by this address) */
     int n;                         /* entries of the step in flight */
     int prefill;                   /* with ahead: its prompt tokens (batcher_last_prefill_tokens at its collect) */
@@ -111,6 +115,8 @@ struct wk_batcher {
     int last_prefill;              /* of which prompt chunks (not decodes) */
     uint64_t steps;                /* steps run */
     uint64_t duplicates;           /* duplicate assignments ignored */
+    uint64_t prefills_shared;      /* prompt KV copies instead of prefills */
+    char share_err[256];           /* an engine error of a KV copy inside s_apply ("" when none) */
     uint64_t pending_dropped;      /* acknowledgements lost to a full pending queue */
     const zg_vocab *gvocab;        /* borrowed: the vocabulary of grammar masks (batcher_set_vocab), or NULL */
     int mask_words;                /* (vocab + 31) / 32 */
@@ -152,7 +158,8 @@ wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, 
         L->seqs = calloc((size_t)e->max_batch, sizeof *L->seqs);
         L->seq_rec = calloc((size_t)e->max_batch, sizeof *L->seq_rec);
         L->out_tok = calloc((size_t)e->max_batch, sizeof *L->out_tok);
-        if (!L->seqs || !L->seq_rec || !L->out_tok) goto oom;
+        L->out_lp = calloc((size_t)e->max_batch, sizeof *L->out_lp);
+        if (!L->seqs || !L->seq_rec || !L->out_tok || !L->out_lp) goto oom;
     }
     memcpy(b->eog, eog, (size_t)vocab);
     b->ahead_want = -1;
@@ -188,6 +195,7 @@ void batcher_destroy(wk_batcher **pb) {
         free(b->lane[l].seqs);
         free(b->lane[l].seq_rec);
         free(b->lane[l].out_tok);
+        free(b->lane[l].out_lp);
     }
     free(b);
     *pb = NULL;
@@ -240,7 +248,7 @@ static void s_pend(wk_batcher *b, uint64_t rid, int fin) {
         b->pending_dropped++;
         return;
     }
-    b->pending[b->n_pending++] = (wk_event){rid, -1, fin};
+    b->pending[b->n_pending++] = (wk_event){.rid = rid, .tok = -1, .fin = fin};
 }
 
 /* the running record of rid, or -1 */
@@ -295,9 +303,21 @@ static void s_lane_counts(const wk_batcher *b, int *cnt) {
 /* range checks of the sampling parameters; the sampler itself tolerates anything, but NaN would make a greedy
  * request random and a silent surprise is worse than a rejection */
 static int s_sampling_ok(const zl_sampling *s) {
-    return isfinite(s->temperature) && s->temperature >= 0 && s->top_k >= 0 && isfinite(s->top_p) &&
-           s->top_p > 0 && s->top_p <= 1 && isfinite(s->min_p) && s->min_p >= 0 && s->min_p < 1 &&
-           isfinite(s->repeat_penalty) && s->repeat_penalty > 0 && s->repeat_last_n >= 0;
+    return isfinite(s->temperature) && s->temperature >= 0 && s->top_k >= 0 && isfinite(s->top_p) && s->top_p > 0 &&
+           s->top_p <= 1 && isfinite(s->min_p) && s->min_p >= 0 && s->min_p < 1 && isfinite(s->repeat_penalty) &&
+           s->repeat_penalty > 0 && s->repeat_last_n >= 0 && isfinite(s->presence_penalty) &&
+           fabsf(s->presence_penalty) <= 2 && isfinite(s->frequency_penalty) && fabsf(s->frequency_penalty) <= 2 &&
+           s->top_logprobs >= 0 && s->top_logprobs <= ZL_MAX_TOP_LOGPROBS;
+}
+
+/* the logit bias: at most ZL_MAX_LOGIT_BIAS entries, ids in the vocabulary, finite values within [-100, 100] */
+static int s_bias_ok(const wk_batcher *b, const wk_request *r) {
+    if (r->n_bias < 0 || r->n_bias > ZL_MAX_LOGIT_BIAS || (r->n_bias && !r->bias)) return 0;
+    for (int i = 0; i < r->n_bias; i++)
+        if (r->bias[i].id < 0 || r->bias[i].id >= b->vocab || !isfinite(r->bias[i].bias) ||
+            fabsf(r->bias[i].bias) > 100)
+            return 0;
+    return 1;
 }
 
 int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
@@ -333,6 +353,16 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
     if (r->grammar && (!b->gvocab || !b->e->masks)) {
         snprintf(err, errlen, "rid %llu: structured output is not available here (%s)", (unsigned long long)r->rid,
                  !b->gvocab ? "no vocabulary for the grammar masks" : "the engine does not apply token masks");
+        goto reject;
+    }
+    if (!s_bias_ok(b, r)) {
+        snprintf(err, errlen, "rid %llu: logit bias out of range", (unsigned long long)r->rid);
+        goto reject;
+    }
+    if ((r->samp.logprobs && !(b->e->caps & ZL_CAP_LOGPROBS)) ||
+        ((penalty_counts(&r->samp) || r->n_bias) && !(b->e->caps & ZL_CAP_PENALTY))) {
+        snprintf(err, errlen, "rid %llu: device %s does not serve logprobs, presence/frequency penalties or logit bias",
+                 (unsigned long long)r->rid, b->e->device);
         goto reject;
     }
     /* a free slot is one not held by a running sequence: with live < n_slots, either a KV slot is free now, or
@@ -385,6 +415,9 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
     s->n_stop_ids = r->n_stop_ids;
     if (r->n_stop_ids) memcpy(s->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof(int32_t));
     s->ignore_eos = r->ignore_eos;
+    s->n_bias = r->n_bias;
+    if (r->n_bias) memcpy(s->bias, r->bias, (size_t)r->n_bias * sizeof *s->bias);
+    s->share = r->share != r->rid && r->n_tokens > 1 && b->e->ops->copy_kv ? r->share : 0;
     return 0;
 reject:
     s_pend(b, r->rid, WK_FIN_ERROR);
@@ -435,6 +468,45 @@ int batcher_free_slots(const wk_batcher *b) { return b->n_slots - batcher_runnin
 int batcher_event_cap(const wk_batcher *b) { return b->n_slots + b->pending_cap; }
 uint64_t batcher_steps(const wk_batcher *b) { return b->steps; }
 uint64_t batcher_duplicates(const wk_batcher *b) { return b->duplicates; }
+uint64_t batcher_prefills_shared(const wk_batcher *b) { return b->prefills_shared; }
+
+/* record f waits to copy the prompt KV of record i (or -1: its sibling is gone): copies it once i's KV holds all but
+ * the last prompt token, or gives up (f prefills itself) when i cannot serve. 0, or -1 on an engine error */
+static int s_share_one(wk_batcher *b, int f, int i, char *err, size_t errlen) {
+    s_rec *s = &b->recs[f];
+    const int need = s->n_prompt - 1;
+    if (i < 0) {
+        s->share = 0;
+        return 0;
+    }
+    const s_rec *l = &b->recs[i];
+    if (!l->live || l->kv < 0 || l->n_prompt != s->n_prompt ||
+        memcmp(l->toks, s->toks, (size_t)s->n_prompt * sizeof *s->toks) != 0) {
+        s->share = 0;
+        return 0;
+    }
+    if (l->n_past < need || s->kv < 0 || s->inflight) return 0; /* not yet */
+    if (engine_copy_kv(b->e, l->kv, s->kv, need) != 0) {
+        snprintf(err, errlen, "%s", b->e->err);
+        return -1;
+    }
+    s->n_past = s->n_sched = need;
+    s->share = 0;
+    b->prefills_shared++;
+    return 0;
+}
+
+/* every record waiting for a sibling's prompt KV (s_share_one); with from >= 0 only those waiting for record
+ * from. 0, or -1 on an engine error */
+static int s_share(wk_batcher *b, int from, char *err, size_t errlen) {
+    for (int f = 0; f < b->n_rec; f++) {
+        s_rec *s = &b->recs[f];
+        if (!s->active || !s->live || !s->share) continue;
+        if (from >= 0 && b->recs[from].rid != s->share) continue;
+        if (s_share_one(b, f, from >= 0 ? from : s_find(b, s->share), err, errlen) != 0) return -1;
+    }
+    return 0;
+}
 
 int batcher_rids(const wk_batcher *b, uint64_t *rids, int cap) {
     int n = 0;
@@ -459,7 +531,7 @@ static int s_finish(const wk_batcher *b, const s_rec *s, int32_t t) {
  * ahead, only a prompt chunk that does not sample) */
 static int s_ready(const wk_batcher *b, int i, int l) {
     const s_rec *s = &b->recs[i];
-    if (!s->active || !s->live || s->kv < 0 || s->lane != l) return 0;
+    if (!s->active || !s->live || s->kv < 0 || s->lane != l || s->share) return 0;
     /* with steps queued ahead, a prompt whose chunk in flight does not sample goes on with its next chunk (the
      * host has its tokens), positioned after what is in flight */
     return !s->inflight || (b->ahead && s->inflight == 1 && !s->last_sampled && s->n_sched < s->len);
@@ -483,6 +555,9 @@ static int s_entry(wk_batcher *b, s_lane *L, int i, int n, int budget) {
     q->samp = &s->samp;
     q->history = s->toks;
     q->n_history = at + chunk;
+    q->history_prompt = s->n_prompt;
+    q->bias = s->n_bias ? s->bias : NULL;
+    q->n_bias = s->n_bias;
     q->rng = &s->rng;
     q->feed = 0;
     /* the mask is computed when the step is built (s_masks); the matcher is current then: a grammar sequence has no
@@ -505,6 +580,9 @@ static void s_entry_fed(wk_batcher *b, s_lane *L, int i, int n) {
     q->samp = &s->samp;
     q->history = NULL;
     q->n_history = 0;
+    q->history_prompt = 0;
+    q->bias = s->n_bias ? s->bias : NULL;
+    q->n_bias = s->n_bias;
     q->rng = &s->rng;
     q->feed = 1;
     /* a constrained sequence's mask depends on the id of the step in flight: written after that step is collected
@@ -515,11 +593,12 @@ static void s_entry_fed(wk_batcher *b, s_lane *L, int i, int n) {
 }
 
 /* record i, in flight, may continue with a fed entry in the step queued behind: it runs, its latest entry
- * samples, the repetition penalty is off, and neither max_tokens nor the context ends it for certain when that
+ * samples, the repetition, presence and frequency penalties are off (their history would lack the fed id), and
+ * neither max_tokens nor the context ends it for certain when that
  * entry's token arrives (s_finish: n_gen reaches n_gen_sched, len reaches n_sched + 1) */
 static int s_can_feed(const wk_batcher *b, int i) {
     const s_rec *s = &b->recs[i];
-    const int pen = s->samp.repeat_penalty != 1.0f && s->samp.repeat_last_n > 0;
+    const int pen = (s->samp.repeat_penalty != 1.0f && s->samp.repeat_last_n > 0) || penalty_counts(&s->samp);
     return s->active && s->live && s->kv >= 0 && s->inflight == 1 && s->last_sampled && !pen &&
            (!s->gm || b->e->masks_late) && s->n_gen_sched < s->max_tokens && s->n_sched + 1 < b->n_ctx;
 }
@@ -598,6 +677,14 @@ static void s_set_step(s_lane *L, int n, int lane) {
     L->st.n = n;
     L->st.lane = lane;
     L->st.out_tokens = L->out_tok;
+    L->st.out_logprobs = L->out_lp;
+}
+
+/* runs L's first n entries as one synchronous step on lane 0 (engine_step with logprobs) */
+static int s_run_sync(zl_engine *e, s_lane *L, int n) {
+    s_set_step(L, n, 0);
+    L->st.sync = 1;
+    return engine_run(e, &L->st);
 }
 
 /* queues L's n entries behind the step in flight (steps queued ahead) and books them on their records */
@@ -736,11 +823,12 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
             continue;
         }
         s->n_past += q->n_tokens;
+        if (!b->share_err[0]) (void)s_share(b, i, b->share_err, sizeof b->share_err); /* its siblings' KV */
         if (!q->sample) continue;
         int32_t t = L->out_tok[j];
         if (t < 0 || t >= b->vocab) {
             /* an engine that returns an impossible id is broken; end the sequence rather than index with it */
-            ev[(*ne)++] = (wk_event){s->rid, -1, WK_FIN_ERROR};
+            ev[(*ne)++] = (wk_event){.rid = s->rid, .tok = -1, .fin = WK_FIN_ERROR};
             if (s->inflight == 0) {
                 s_release(b, i);
                 released = 1;
@@ -754,7 +842,12 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
         /* the matcher has taken t (s_accepts); a token the mask did not allow (an engine that ignored it) ends the
          * sequence as an error */
         int fin = s->gm && b->refused[j] ? WK_FIN_ERROR : s_finish(b, s, t);
-        ev[(*ne)++] = (wk_event){s->rid, t, fin};
+        wk_event *v = &ev[(*ne)++];
+        v->rid = s->rid;
+        v->tok = t;
+        v->fin = fin;
+        v->has_lp = s->samp.logprobs != 0;
+        if (v->has_lp) v->lp = L->out_lp[j];
         if (fin && s->inflight == 0) {
             s_release(b, i);
             released = 1;
@@ -797,6 +890,8 @@ static int s_lane_work(const wk_batcher *b, int l) {
     return 0;
 }
 
+static int s_step_any(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *err, size_t errlen);
+
 int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, size_t errlen) {
     *n_ev = 0;
     if (cap < batcher_event_cap(b)) {
@@ -806,6 +901,21 @@ int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, siz
     int ne = 0;
     for (int i = 0; i < b->n_pending; i++) ev[ne++] = b->pending[i];
     b->n_pending = 0;
+    if (b->share_err[0] || s_share(b, -1, b->share_err, sizeof b->share_err) != 0) {
+        snprintf(err, errlen, "%s", b->share_err);
+        *n_ev = ne;
+        return -1;
+    }
+    const int rc = s_step_any(b, ev, ne, n_ev, err, errlen);
+    if (rc >= 0 && b->share_err[0]) {
+        snprintf(err, errlen, "%s", b->share_err);
+        return -1;
+    }
+    return rc;
+}
+
+/* batcher_step after the pending acknowledgements (ne of them in ev) and the KV copies */
+static int s_step_any(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *err, size_t errlen) {
     zl_engine *e = b->e;
     if (b->ahead) return s_step_ahead(b, ev, ne, n_ev, err, errlen);
     if (b->lanes == 1) {   /* one synchronous step over every sequence */
@@ -816,7 +926,7 @@ int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, siz
             return 0;
         }
         b->last_prefill = prefill;
-        if (engine_step(e, L->seqs, n, L->out_tok, NULL) != 0) {
+        if (s_run_sync(e, L, n) != 0) {
             snprintf(err, errlen, "%s", e->err);
             *n_ev = ne;
             return -1;
@@ -872,7 +982,7 @@ int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, siz
         for (int j = 0; j < n; j++) b->last_tokens += L->seqs[j].n_tokens;
         /* an engine without lanes runs the step now; its tokens wait in out_tok for the lane's collect */
         s_set_step(L, n, l);
-        int rc = b->async ? engine_launch(e, &L->st) : engine_step(e, L->seqs, n, L->out_tok, NULL);
+        int rc = b->async ? engine_launch(e, &L->st) : s_run_sync(e, L, n);
         if (rc != 0) {
             snprintf(err, errlen, "%s", e->err);
             *n_ev = ne;

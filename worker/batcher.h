@@ -8,7 +8,7 @@
  * network: the worker turns its events into `out` messages (docs/protocol.md).
  *
  * Everything from the broker is checked here (ids below the vocabulary, lengths within the slot's context,
- * duplicate rids, sampling ranges): a bad sequence is rejected with fin=4, never run.
+ * duplicate rids, sampling ranges, logit bias ids and values): a bad sequence is rejected with fin=4, never run.
  *
  * Lanes (docs/pipeline.md): with lanes > 1 the sequences are split into that many independent groups, each
  * with at most one step in flight (engine_launch / engine_wait on the engine's lanes), so that a pipelined engine
@@ -51,6 +51,12 @@ typedef struct {
     zg_grammar *grammar;           /* structured output (docs/structured-output.md): every sampled token follows
                                     * it, and the sequence stops when the grammar can go no further; NULL: none.
                                     * The batcher keeps a reference */
+    const zl_bias *bias;           /* [n_bias] logit bias (ids below the vocabulary, |bias| <= 100) */
+    int n_bias;                    /* 0..ZL_MAX_LOGIT_BIAS */
+    uint64_t share;                /* rid of a sequence admitted before it with the same prompt (a sibling of the
+                                    * same generate): its prompt KV but the last token's is copied from that one
+                                    * once written (zl_engine_ops.copy_kv) instead of prefilled; 0, an unknown rid,
+                                    * another prompt or an engine without copy_kv: prefilled as usual */
 } wk_request;
 
 /* one entry of an `out` message */
@@ -58,6 +64,8 @@ typedef struct {
     uint64_t rid;                  /* sequence */
     int32_t tok;                   /* token produced this step, -1 if none */
     int fin;                       /* WK_FIN_* */
+    int has_lp;                    /* 1: lp holds tok's logprobs (the sequence asked for them: samp.logprobs) */
+    zl_logprobs lp;                /* tok's log probability and top alternatives (engine/logprobs.h) */
 } wk_event;
 
 typedef struct wk_batcher wk_batcher;
@@ -129,6 +137,7 @@ int batcher_free_slots(const wk_batcher *b);  /* slots free for batcher_add (eng
 int batcher_event_cap(const wk_batcher *b);   /* the most events one batcher_step can report */
 uint64_t batcher_steps(const wk_batcher *b);  /* steps run (collected) so far */
 uint64_t batcher_duplicates(const wk_batcher *b); /* duplicate assignments ignored */
+uint64_t batcher_prefills_shared(const wk_batcher *b); /* sequences whose prompt KV was copied (wk_request.share) */
 /* writes up to cap rids of the running sequences (for error logs); returns the count written */
 int batcher_rids(const wk_batcher *b, uint64_t *rids, int cap);
 #endif

@@ -97,6 +97,7 @@ typedef struct {
     uint64_t *out_rids;            /* [ev_cap] out columns */
     int32_t *out_toks;             /* [ev_cap] */
     uint8_t *out_fin;              /* [ev_cap] */
+    proto_logprob *out_lps;        /* [ev_cap] (pointing into ev's logprobs) */
     proto_buf buf;                 /* encode buffer */
     proto_msg msg;                 /* decode state */
     uint64_t bad_messages;         /* undecodable or unexpected messages from the broker */
@@ -335,7 +336,7 @@ static void s_send_register(s_worker *w) {
 static void s_send_hb(s_worker *w) {
     w->last_hb = s_now_ms();
     if (proto_encode_hb_worker(&w->buf, batcher_steps(w->batcher), (uint32_t)batcher_free_slots(w->batcher),
-                               (uint32_t)batcher_running(w->batcher)) == 0)
+                               (uint32_t)batcher_running(w->batcher), batcher_prefills_shared(w->batcher)) == 0)
         s_send(w);
 }
 
@@ -398,6 +399,18 @@ static void s_handle_assign(s_worker *w, const proto_assign *a) {
         r.samp.repeat_last_n = ps->repeat_last_n > (uint32_t)w->engine->n_ctx ? w->engine->n_ctx
                                                                                : (int)ps->repeat_last_n;
         r.samp.seed = ps->seed;
+        r.samp.presence_penalty = ps->presence_penalty;
+        r.samp.frequency_penalty = ps->frequency_penalty;
+        r.samp.logprobs = ps->logprobs != 0;
+        r.samp.top_logprobs = ps->top_logprobs > ZL_MAX_TOP_LOGPROBS ? ZL_MAX_TOP_LOGPROBS : (int)ps->top_logprobs;
+        zl_bias bias[ZL_MAX_LOGIT_BIAS];
+        r.n_bias = ps->n_bias > ZL_MAX_LOGIT_BIAS ? ZL_MAX_LOGIT_BIAS + 1 : (int)ps->n_bias; /* too many: refused */
+        for (int k = 0; k < r.n_bias && k < ZL_MAX_LOGIT_BIAS; k++) {
+            bias[k].id = ps->bias[k].id;
+            bias[k].bias = ps->bias[k].bias;
+        }
+        r.bias = bias;
+        r.share = q->share;
         r.stop_ids = q->stop_ids;
         r.n_stop_ids = (int)q->n_stop_ids;
         r.ignore_eos = ps->ignore_eos;
@@ -521,13 +534,25 @@ static void s_step(s_worker *w) {
         nanosleep(&d, NULL);
     }
     if (n_ev == 0) return;
+    int any_lp = 0;
     for (int i = 0; i < n_ev; i++) {
-        w->out_rids[i] = w->ev[i].rid;
-        w->out_toks[i] = w->ev[i].tok;
-        w->out_fin[i] = (uint8_t)w->ev[i].fin;
+        const wk_event *v = &w->ev[i];
+        w->out_rids[i] = v->rid;
+        w->out_toks[i] = v->tok;
+        w->out_fin[i] = (uint8_t)v->fin;
+        proto_logprob *lp = &w->out_lps[i];
+        memset(lp, 0, sizeof *lp);
+        if (v->has_lp && v->tok >= 0) {
+            lp->present = 1;
+            lp->logprob = v->lp.logprob;
+            lp->n_top = (uint32_t)v->lp.n_top;
+            lp->top_id = v->lp.top_id;
+            lp->top_logprob = v->lp.top_logprob;
+            any_lp = 1;
+        }
     }
-    if (proto_encode_out(&w->buf, batcher_steps(w->batcher), w->out_rids, w->out_toks, w->out_fin,
-                         (uint32_t)n_ev) == 0)
+    if (proto_encode_out_lp(&w->buf, batcher_steps(w->batcher), w->out_rids, w->out_toks, w->out_fin,
+                            any_lp ? w->out_lps : NULL, (uint32_t)n_ev) == 0)
         s_send(w);
 }
 
@@ -647,7 +672,8 @@ int main(int argc, char **argv) {
     w.out_rids = calloc((size_t)w.ev_cap, sizeof *w.out_rids);
     w.out_toks = calloc((size_t)w.ev_cap, sizeof *w.out_toks);
     w.out_fin = calloc((size_t)w.ev_cap, sizeof *w.out_fin);
-    if (!w.ev || !w.out_rids || !w.out_toks || !w.out_fin) goto oom;
+    w.out_lps = calloc((size_t)w.ev_cap, sizeof *w.out_lps);
+    if (!w.ev || !w.out_rids || !w.out_toks || !w.out_fin || !w.out_lps) goto oom;
     w.zctx = zmq_ctx_new();
     if (!w.zctx) goto oom;
     s_log(&w, "model %s (%s) on %s: %d slots of %d tokens, batch %d, %d tokens per step, %d lane%s%s, broker %s",
@@ -674,6 +700,7 @@ done:
     free(w.out_rids);
     free(w.out_toks);
     free(w.out_fin);
+    free(w.out_lps);
     free(eog);
     batcher_destroy(&w.batcher);
     grammar_vocab_destroy(&w.gvocab);

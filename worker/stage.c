@@ -664,7 +664,7 @@ static int s_leader_wait(zl_engine *eb, const zl_step *st) {
     return 0;
 }
 
-static const zl_engine_ops s_leader_ops = {s_leader_launch, s_leader_wait, s_leader_destroy};
+static const zl_engine_ops s_leader_ops = {s_leader_launch, s_leader_wait, s_leader_destroy, NULL};
 
 int stage_leader_failed(const zl_engine *e) {
     if (!e || e->ops != &s_leader_ops) return 0;

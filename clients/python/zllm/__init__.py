@@ -134,12 +134,16 @@ class Result:
 
     text: the generated text; token_ids: the generated ids; finish_reason: "stop", "length", "cancelled",
     "error", "timeout" or "overloaded"; code / message: error details (None otherwise); usage, timings: dicts.
+    logprobs: with logprobs=True, one entry per token id: {"logprob": float, "top": [(id, logprob), ...]} (None
+    where the worker sent none); index: the completion (0..n-1) of a request with n > 1.
     """
 
-    def __init__(self, id):
+    def __init__(self, id, index=0):
         self.id = id
+        self.index = index
         self.text = ""
         self.token_ids = []
+        self.logprobs = []
         self.finish_reason = None
         self.code = None
         self.message = None
@@ -159,12 +163,14 @@ class Delta:
     """A piece of a streamed answer: new text and ids. The last delta of a stream has finish_reason set and
     .result holding the whole Result."""
 
-    def __init__(self, id, text="", token_ids=None, finish_reason=None, result=None):
+    def __init__(self, id, text="", token_ids=None, finish_reason=None, result=None, index=0, logprobs=None):
         self.id = id
         self.text = text
         self.token_ids = token_ids or []
         self.finish_reason = finish_reason
         self.result = result
+        self.index = index                # the completion (n > 1)
+        self.logprobs = logprobs or []    # as Result.logprobs, for token_ids
 
     def __repr__(self):
         return "Delta(id=%r, text=%r, ids=%r, finish=%r)" % (self.id, self.text, self.token_ids, self.finish_reason)
@@ -180,9 +186,12 @@ def _new_id():
 def build_generate(id, prompt=None, tokens=None, messages=None, max_tokens=128, temperature=None, top_k=None,
                    top_p=None, min_p=None, repeat_penalty=None, repeat_last_n=None, seed=None, stop=None,
                    stop_ids=None, ignore_eos=None, stream=True, deadline_ms=None, special=None, add_bos=None,
-                   model=None, response_format=None):
+                   model=None, response_format=None, presence_penalty=None, frequency_penalty=None, logit_bias=None,
+                   logprobs=None, top_logprobs=None, n=None):
     """The `generate` map for a request (exactly one of prompt, tokens, messages). response_format: structured
-    output (see response_format_map)."""
+    output (see response_format_map). logit_bias: {id: bias} or [(id, bias), ...]; logprobs: True for each token's
+    logprob, top_logprobs: that many alternatives too (needs logprobs); n: completions of the prompt, seeds
+    seed + i (docs/protocol.md)."""
     given = sum(x is not None for x in (prompt, tokens, messages))
     if given != 1:
         raise ValueError("exactly one of prompt, tokens, messages is required")
@@ -198,7 +207,9 @@ def build_generate(id, prompt=None, tokens=None, messages=None, max_tokens=128, 
                     ("min_p", min_p, float), ("repeat_penalty", repeat_penalty, float),
                     ("repeat_last_n", repeat_last_n, int), ("seed", seed, int), ("deadline_ms", deadline_ms, int),
                     ("ignore_eos", ignore_eos, bool), ("special", special, bool), ("add_bos", add_bos, bool),
-                    ("model", model, str)):
+                    ("model", model, str), ("presence_penalty", presence_penalty, float),
+                    ("frequency_penalty", frequency_penalty, float), ("logprobs", logprobs, bool),
+                    ("top_logprobs", top_logprobs, int), ("n", n, int)):
         if v is not None:
             m[k] = f(v)
     if stop is not None:
@@ -207,6 +218,9 @@ def build_generate(id, prompt=None, tokens=None, messages=None, max_tokens=128, 
         m["stop_ids"] = [int(t) for t in stop_ids]
     if response_format is not None:
         m["response_format"] = response_format_map(response_format)
+    if logit_bias is not None:
+        pairs = logit_bias.items() if isinstance(logit_bias, dict) else logit_bias
+        m["logit_bias"] = [[int(k), float(v)] for k, v in pairs]
     return m
 
 
@@ -239,6 +253,13 @@ def response_format_map(rf):
     return {"type": t, "text": text}
 
 
+def _logprob(x):
+    """A wire logprobs entry ([logprob, [ids], [logprobs]] or nil) as a dict, or None."""
+    if not isinstance(x, (list, tuple)) or len(x) != 3:
+        return None
+    return {"logprob": float(x[0]), "top": [(int(i), float(v)) for i, v in zip(x[1] or [], x[2] or [])]}
+
+
 def _decode(frames):
     """One broker message -> dict, or None when malformed (wrong frame count, not a map, wrong version)."""
     if len(frames) != 1 or len(frames[0]) > _MAX_FRAME:
@@ -257,20 +278,43 @@ def _apply(result, m):
     """Folds a token or final message into result; returns a Delta."""
     if m["type"] == "token":
         text, ids = m.get("text", "") or "", list(m.get("ids", []) or [])
+        lps = [_logprob(x) for x in m["logprobs"]] if m.get("logprobs") is not None else []
         result.text += text
         result.token_ids += ids
-        return Delta(result.id, text, ids)
+        result.logprobs += lps
+        return Delta(result.id, text, ids, index=result.index, logprobs=lps)
     # final
     text = m.get("text", "") or ""
     result.text += text
     if m.get("ids") is not None:
         result.token_ids = list(m["ids"])
+    if m.get("logprobs") is not None:
+        result.logprobs = [_logprob(x) for x in m["logprobs"]]
     result.finish_reason = m.get("finish")
     result.code = m.get("code")
     result.message = m.get("message")
     result.usage = m.get("usage", {}) or {}
     result.timings = m.get("timings", {}) or {}
-    return Delta(result.id, text, [], result.finish_reason, result)
+    return Delta(result.id, text, [], result.finish_reason, result, index=result.index)
+
+
+def _last_final(m):
+    """True for the final that ends its request (the last of a request with n > 1: `left` 0)."""
+    return m.get("type") == "final" and not m.get("left")
+
+
+def _index(m, n):
+    i = m.get("index", 0)
+    return i if isinstance(i, int) and 0 <= i < n else 0
+
+
+def _results(results, n):
+    """generate()'s answer: the one Result, or the list of n (n > 1) in index order; a request refused before it
+    started (one final for all) gives that Result at every index."""
+    n = int(n or 1)
+    if n <= 1:
+        return results.get(0)
+    return [results.get(i, results.get(0) if len(results) == 1 else None) for i in range(n)]
 
 
 def _socket(ctx, endpoint, cls=None):
@@ -401,7 +445,7 @@ class Client:
             self._fail_inflight("broker_restarted", "broker instance %s replaced %s; the request is lost" %
                                 (inst, self._inst), lambda sent: sent is not None and sent != inst)
             self._inst = inst
-        if t == "final" or (t == "error" and m.get("code") == "duplicate_id"):
+        if _last_final(m) or (t == "error" and m.get("code") == "duplicate_id"):
             self._inflight.pop(m.get("id"), None)
         if t in ("token", "final") and isinstance(m.get("id"), str):
             self._queues[m["id"]].append(m)
@@ -457,12 +501,16 @@ class Client:
         """Yields Delta objects as tokens arrive; the last one has finish_reason and .result.
         timeout: seconds to wait for the final (default: deadline_ms + grace, or 600 + grace).
         raise_on_error (default): a request that does not end with stop or length raises its ZllmError instead
-        of yielding its last delta; False: the last delta's result says what happened (result.ok, .code)."""
+        of yielding its last delta; False: the last delta's result says what happened (result.ok, .code).
+        n > 1: the deltas of all completions, each with its .index; every completion ends with a delta whose
+        finish_reason is set, the stream with the last of them."""
         kw["stream"] = True
         id = id or _new_id()
         if timeout is None:
             timeout = (kw.get("deadline_ms") or 600000) / 1000.0 + self.grace
-        result = Result(id)
+        n = int(kw.get("n") or 1)
+        results = [Result(id, i) for i in range(n)]
+        result = results[0]
         try:
             try:
                 self.submit(prompt, id=id, **kw)
@@ -484,11 +532,12 @@ class Client:
                     r = _failed_result(id, e)
                     yield Delta(id, "", [], r.finish_reason, r)
                     return
+                result = results[_index(m, n)]
                 d = _apply(result, m)
                 if d.finish_reason is not None and raise_on_error and not result.ok:
                     raise _result_error(result)
                 yield d
-                if d.finish_reason is not None:
+                if _last_final(m):
                     return
         finally:
             self._queues.pop(id, None)
@@ -497,11 +546,13 @@ class Client:
     def generate(self, prompt=None, *, raise_on_error=True, **kw):
         """Runs one request to its end and returns a Result (token_ids, text, finish_reason, usage, timings).
         A request that does not end with stop or length raises a ZllmError subclass carrying the code;
-        raise_on_error=False returns its Result instead (result.ok False, result.code says why)."""
-        result = None
+        raise_on_error=False returns its Result instead (result.ok False, result.code says why).
+        With n > 1: the list of the n Results, in index order."""
+        results = {}
         for d in self.stream(prompt, raise_on_error=raise_on_error, **kw):
-            result = d.result or result
-        return result
+            if d.result is not None:
+                results[d.index] = d.result
+        return _results(results, kw.get("n"))
 
     def chat(self, messages, *, raise_on_error=True, **kw):
         """One chat turn: messages ([{"role": ..., "content": ...}] or (role, content) pairs) go as the
@@ -606,7 +657,9 @@ class AsyncClient:
             timeout = (kw.get("deadline_ms") or 600000) / 1000.0 + self.grace
         loop = self._asyncio.get_running_loop()
         end = loop.time() + timeout
-        result = Result(id)
+        n = int(kw.get("n") or 1)
+        results = [Result(id, i) for i in range(n)]
+        result = results[0]
         try:
             try:
                 await self._send(build_generate(id, prompt, **kw))
@@ -628,11 +681,12 @@ class AsyncClient:
                     r = _failed_result(id, e)
                     yield Delta(id, "", [], r.finish_reason, r)
                     return
+                result = results[_index(m, n)]
                 d = _apply(result, m)
                 if d.finish_reason is not None and raise_on_error and not result.ok:
                     raise _result_error(result)
                 yield d
-                if d.finish_reason is not None:
+                if _last_final(m):
                     return
         finally:
             self._queues.pop(id, None)
@@ -640,10 +694,11 @@ class AsyncClient:
 
     async def generate(self, prompt=None, *, raise_on_error=True, **kw):
         """As Client.generate."""
-        result = None
+        results = {}
         async for d in self.stream(prompt, raise_on_error=raise_on_error, **kw):
-            result = d.result or result
-        return result
+            if d.result is not None:
+                results[d.index] = d.result
+        return _results(results, kw.get("n"))
 
     async def chat(self, messages, *, raise_on_error=True, **kw):
         """As Client.chat."""
