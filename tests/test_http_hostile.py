@@ -160,7 +160,8 @@ def main():
         serve_ok("after the malformed requests")
 
         # a client that asks for a long stream and never reads it: cancelled once 16 KiB wait for it (after the
-        # socket buffers fill), its connection closed, the worker slot freed
+        # socket buffers fill), its connection closed, the worker slot freed; without the cut the 2,000 tokens
+        # would end with [DONE]
         sk = socket.socket()
         sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sk.connect(("127.0.0.1", port))
@@ -178,7 +179,9 @@ def main():
         except OSError:
             pass
         sk.close()
-        ck.ok(b"data: {" in got and b"[DONE]" not in got, "a stream never read is cut short (%d bytes came)" % len(got))
+        # what came before the cut may be lost to the reset of a connection closed with data in flight
+        ck.ok(b"[DONE]" not in got and (not got or got.startswith(b"HTTP/1.1 200")),
+              "a stream never read is cut short (%d bytes came)" % len(got))
         st, out = raw(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         ck.ok(b'status="499"} 1' in out, "... and counted as the client's going (499)")
         w = cl.wait_workers(["w1"])["workers"][0]
