@@ -73,7 +73,9 @@ struct gw_server {
     size_t st_len;
     proto_msg st_msg;
     int has_status;
-    uint64_t last_accepted; /* the broker's `accepted` counter in its last status */
+    int link_down;             /* the connection dropped and no status reply came over a new one yet */
+    char broker_inst[PROTO_NAME_MAX + 1]; /* the broker instance that answered last ("" before any reply) */
+    uint64_t broker_restarts;  /* other instances seen (metrics) */
     double t_status_sent, t_status_recv, t_start;
 };
 
@@ -91,6 +93,7 @@ enum MHD_Result gw_reply_json(gw_conn *c, int status, json_t *o); /* takes o */
 /* gw_session.c: the requests at the broker */
 const proto_status *gw_session_status(const gw_server *s); /* the broker's last status, or NULL */
 int gw_session_broker_up(const gw_server *s);
+void gw_session_unreachable(const gw_server *s, gw_error *e); /* the 503 for a broker that does not answer */
 int gw_session_alive_workers(const gw_server *s, const char *model);
 enum MHD_Result gw_session_generate(gw_conn *c);  /* validates, submits, suspends */
 void gw_session_cancel(gw_conn *c, int status);   /* the client left: cancel at the broker */

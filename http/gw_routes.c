@@ -24,7 +24,7 @@ enum MHD_Result gw_routes_models(gw_conn *c) {
     } else {
         json_decref(data);
         gw_error e;
-        gw_error_set(&e, 503, "service_unavailable", NULL, "broker_unreachable", "the broker is unreachable");
+        gw_session_unreachable(s, &e);
         return gw_reply_error(c, &e);
     }
     return gw_reply_json(c, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
@@ -33,9 +33,11 @@ enum MHD_Result gw_routes_models(gw_conn *c) {
 enum MHD_Result gw_routes_health(gw_conn *c) {
     gw_server *s = c->srv;
     const proto_status *st = gw_session_status(s);
-    if (!gw_session_broker_up(s))
-        return gw_reply_json(c, 503,
-                             json_pack("{s:s, s:s}", "status", "unavailable", "reason", "the broker is unreachable"));
+    if (!gw_session_broker_up(s)) {
+        gw_error e;
+        gw_session_unreachable(s, &e);
+        return gw_reply_json(c, 503, json_pack("{s:s, s:s}", "status", "unavailable", "reason", e.message));
+    }
     for (uint32_t i = 0; i < st->n_models; i++) {
         char name[PROTO_NAME_MAX + 1];
         proto_str_copy(st->models[i], name, sizeof name);

@@ -282,7 +282,7 @@ gw_server *gw_server_new(const gw_config *cfg, char *err, size_t errlen) {
     }
     for (int i = 0; i < cfg->n_vocab; i++)
         if (gw_vocab_add(s->vocab, cfg->vocab_name[i], cfg->vocab_path[i], err, errlen) != 0) goto fail;
-    s->broker = gw_broker_new(cfg->broker, err, errlen);
+    s->broker = gw_broker_new(cfg->broker, cfg->curve, err, errlen);
     if (!s->broker) goto fail;
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai;
@@ -327,9 +327,11 @@ gw_server *gw_server_new(const gw_config *cfg, char *err, size_t errlen) {
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_MHD};
     struct epoll_event evb = {.events = EPOLLIN, .data.u64 = TAG_BROKER};
+    struct epoll_event evm = {.events = EPOLLIN, .data.u64 = TAG_BROKER};
     struct epoll_event evl = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
     if (epoll_ctl(s->ep, EPOLL_CTL_ADD, di->epoll_fd, &ev) != 0 ||
         epoll_ctl(s->ep, EPOLL_CTL_ADD, gw_broker_fd(s->broker), &evb) != 0 ||
+        epoll_ctl(s->ep, EPOLL_CTL_ADD, gw_broker_monitor_fd(s->broker), &evm) != 0 ||
         epoll_ctl(s->ep, EPOLL_CTL_ADD, s->lfd, &evl) != 0) {
         snprintf(err, errlen, "epoll_ctl: %s", strerror(errno));
         goto fail;
@@ -344,7 +346,7 @@ int gw_server_port(const gw_server *s) { return s->port; }
 
 int gw_server_wait_broker(gw_server *s, int ms) {
     double end = gw_now() + ms / 1e3, sent = 0;
-    while (!s->has_status && gw_now() < end) {
+    while (!s->has_status && !gw_broker_problem(s->broker)[0] && gw_now() < end) {
         if (gw_now() - sent > 0.1) {
             gw_broker_status(s->broker);
             sent = gw_now();
@@ -355,6 +357,8 @@ int gw_server_wait_broker(gw_server *s, int ms) {
     }
     return s->has_status ? 0 : -1;
 }
+
+const char *gw_server_broker_problem(const gw_server *s) { return gw_broker_problem(s->broker); }
 
 /* accepts the waiting connections and hands them to libmicrohttpd (which closes them when over its limit) */
 static void s_accept(gw_server *s) {
@@ -381,7 +385,8 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
         }
         /* a broker that stopped answering fails the requests waiting on it */
         double since = s->has_status ? now - s->t_status_recv : now - s->t_start;
-        if (since > BROKER_FAIL_MS / 1e3) gw_session_fail_all(s, PROTO_CODE_SHUTTING_DOWN, "the broker is unreachable");
+        if (since > BROKER_FAIL_MS / 1e3)
+            gw_session_fail_all(s, PROTO_CODE_BROKER_UNREACHABLE, "the broker has not answered for 6 s");
         int timeout = STATUS_EVERY_MS;
         MHD_UNSIGNED_LONG_LONG mt;
         if (MHD_get_timeout(s->mhd, &mt) == MHD_YES && mt < (MHD_UNSIGNED_LONG_LONG)timeout) timeout = (int)mt;

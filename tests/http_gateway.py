@@ -44,8 +44,8 @@ class Gateway:
         c.close()
         return r.status, dict(r.getheaders()), data
 
-    def json(self, method, path, body=None, headers=None):
-        st, h, data = self.request(method, path, body, headers)
+    def json(self, method, path, body=None, headers=None, timeout=30):
+        st, h, data = self.request(method, path, body, headers, timeout)
         try:
             return st, h, json.loads(data)
         except ValueError:
