@@ -9,8 +9,8 @@
 #include <zmq.h>
 #include "gw_broker.h"
 
-#define MON_EVENTS                                                                                                   \
-    (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |                      \
+#define MON_EVENTS                                                                                                     \
+    (ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |                        \
      ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
 
 struct gw_broker {

@@ -25,29 +25,28 @@ static void s_on_signal(int sig) {
 }
 
 static void s_usage(FILE *f) {
-    fprintf(
-        f, "usage: zllm-http --broker EP [--listen HOST:PORT] [--api-key-file F]\n"
-           "                 [--served-model-name NAME[=MODEL]]... [--model NAME=PATH]...\n"
-           "                 [--max-body BYTES] [--max-connections N] [--idle-timeout S] [--max-stream-buffer B]\n"
-           "                 [--curve-server-key BROKER.pub --curve-key KEY] [-v]\n"
-           "  --broker EP             the broker's client endpoint (tcp://HOST:5555, ipc://PATH)\n"
-           "  --listen HOST:PORT      HTTP address (default 127.0.0.1:8000; [::]:PORT for IPv6; port 0: any)\n"
-           "  --api-key-file F        require `Authorization: Bearer KEY` (the file's first line) on /v1/*\n"
-           "  --served-model-name N[=M]  the name clients use for broker model M (default: the only one);\n"
-           "                          repeatable; /v1/models lists these names\n"
-           "  --model NAME=PATH       load the GGUF's vocabulary for /tokenize and /detokenize\n"
-           "  --max-body BYTES        request body limit (default 4194304; 413 beyond)\n"
-           "  --max-connections N     open connections (default 16384)\n"
-           "  --idle-timeout S        close a connection silent for S seconds (default 30)\n"
-           "  --max-stream-buffer B   SSE bytes held for a client that does not read before its request is\n"
-           "                          cancelled (default 1048576)\n"
-           "  --curve-server-key F    CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
-           "  --curve-key F           CURVE: this gateway's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
-           "                          broker's --curve-allow directory); both or neither\n"
-           "  -v                      log each request to stderr\n"
-           "  -h, --help              this text;  --version  print the version\n"
-           "Environment: none read.\n"
-           "Exit status: 0 after SIGINT/SIGTERM, 2 on a usage error, 1 on any other error.\n");
+    fprintf(f, "usage: zllm-http --broker EP [--listen HOST:PORT] [--api-key-file F]\n"
+               "                 [--served-model-name NAME[=MODEL]]... [--model NAME=PATH]...\n"
+               "                 [--max-body BYTES] [--max-connections N] [--idle-timeout S] [--max-stream-buffer B]\n"
+               "                 [--curve-server-key BROKER.pub --curve-key KEY] [-v]\n"
+               "  --broker EP             the broker's client endpoint (tcp://HOST:5555, ipc://PATH)\n"
+               "  --listen HOST:PORT      HTTP address (default 127.0.0.1:8000; [::]:PORT for IPv6; port 0: any)\n"
+               "  --api-key-file F        require `Authorization: Bearer KEY` (the file's first line) on /v1/*\n"
+               "  --served-model-name N[=M]  the name clients use for broker model M (default: the only one);\n"
+               "                          repeatable; /v1/models lists these names\n"
+               "  --model NAME=PATH       load the GGUF's vocabulary for /tokenize and /detokenize\n"
+               "  --max-body BYTES        request body limit (default 4194304; 413 beyond)\n"
+               "  --max-connections N     open connections (default 16384)\n"
+               "  --idle-timeout S        close a connection silent for S seconds (default 30)\n"
+               "  --max-stream-buffer B   SSE bytes held for a client that does not read before its request is\n"
+               "                          cancelled (default 1048576)\n"
+               "  --curve-server-key F    CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
+               "  --curve-key F           CURVE: this gateway's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
+               "                          broker's --curve-allow directory); both or neither\n"
+               "  -v                      log each request to stderr\n"
+               "  -h, --help              this text;  --version  print the version\n"
+               "Environment: none read.\n"
+               "Exit status: 0 after SIGINT/SIGTERM, 2 on a usage error, 1 on any other error.\n");
 }
 
 /* a whole decimal number in [lo, hi]; 0, or -1 with a message naming the option */
