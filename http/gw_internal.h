@@ -38,6 +38,7 @@ typedef struct gw_conn {
     char bid[24];  /* the id of the request at the broker */
     int at_broker; /* a generate sent, its final not yet received */
     int suspended;
+    int deferred; /* its resumption waits in srv->defer (gw_session_resume_deferred) */
     int fd;   /* the client socket while watched for hang-ups, else -1 */
     int gone; /* the client hung up */
     int stream, include_usage, started;
@@ -66,6 +67,7 @@ struct gw_server {
     gw_conn **slots; /* requests by slot (broker id "g<slot>.<gen>") */
     uint32_t *gens;
     int *free_slots, n_free, n_slots;
+    int *defer, n_defer, cap_defer; /* slots of streams whose resumption waits for the turn's first tokens */
     uint64_t next_uid;
     char instance[12];
     /* the broker's last status reply (a copy of the frame and its decode) */
@@ -100,6 +102,7 @@ void gw_session_cancel(gw_conn *c, int status);   /* the client left: cancel at 
 void gw_session_release(gw_conn *c);              /* gives back c's slot */
 gw_conn *gw_session_slot(gw_server *s, int slot); /* the request in a slot, or NULL */
 void gw_session_drain(gw_server *s);              /* handles every message the broker sent */
+void gw_session_resume_deferred(gw_server *s);    /* resumes the streams whose later tokens wait */
 void gw_session_fail_all(gw_server *s, int code, const char *msg);
 ssize_t gw_session_sse_read(void *cls, uint64_t pos, char *buf, size_t max); /* the SSE body callback */
 

@@ -374,6 +374,18 @@ static void s_accept(gw_server *s) {
     }
 }
 
+/* libmicrohttpd takes one pass over its ready connections per MHD_run, and a stream's first token needs three:
+ * its handler queues the response, the next pass writes the headers and fills the first chunk, the one after
+ * writes it. Running the passes back to back, while only the turn's urgent connections (requests read, first
+ * tokens, finals) are ready, gives the first token in the same turn instead of three turns later. */
+static void s_run_urgent(gw_server *s) {
+    for (int pass = 0; pass < 4; pass++) {
+        MHD_run(s->mhd);
+        MHD_UNSIGNED_LONG_LONG t;
+        if (MHD_get_timeout(s->mhd, &t) != MHD_YES || t != 0) return;
+    }
+}
+
 int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t errlen) {
     struct epoll_event evs[256];
     s->t_status_sent = 0;
@@ -387,7 +399,7 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
         double since = s->has_status ? now - s->t_status_recv : now - s->t_start;
         if (since > BROKER_FAIL_MS / 1e3)
             gw_session_fail_all(s, PROTO_CODE_BROKER_UNREACHABLE, "the broker has not answered for 6 s");
-        int timeout = STATUS_EVERY_MS;
+        int timeout = s->n_defer ? 0 : STATUS_EVERY_MS;
         MHD_UNSIGNED_LONG_LONG mt;
         if (MHD_get_timeout(s->mhd, &mt) == MHD_YES && mt < (MHD_UNSIGNED_LONG_LONG)timeout) timeout = (int)mt;
         int n = epoll_wait(s->ep, evs, 256, timeout);
@@ -400,6 +412,8 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
             else if (evs[i].data.u64 == TAG_LISTEN) s_accept(s);
         }
         gw_session_drain(s);
+        s_run_urgent(s);
+        gw_session_resume_deferred(s);
         MHD_run(s->mhd);
         gw_session_drain(s); /* sends inside MHD_run may have consumed the descriptor's edge */
     }
@@ -430,6 +444,7 @@ void gw_server_destroy(gw_server **ps) {
     free(s->slots);
     free(s->gens);
     free(s->free_slots);
+    free(s->defer);
     free(s);
     *ps = NULL;
 }

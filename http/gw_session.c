@@ -90,6 +90,7 @@ static int s_slot_take(gw_server *s, gw_conn *c) {
 
 static void s_slot_give(gw_server *s, gw_conn *c) {
     if (c->slot < 0) return;
+    c->deferred = 0; /* a connection whose slot is given back is resumed by whoever gives it back */
     s->slots[c->slot] = NULL;
     s->free_slots[s->n_free++] = c->slot;
     c->slot = -1;
@@ -170,6 +171,36 @@ static void s_slow_reader(gw_conn *c) {
     gw_conn_resume(c);
 }
 
+/* a stream's later tokens: its connection is resumed after the first tokens, finals and errors of the same
+ * turn have been written (gw_session_resume_deferred), so that a stream's first token never waits behind the
+ * writes of a thousand running streams */
+static void s_defer(gw_conn *c) {
+    gw_server *s = c->srv;
+    if (!c->suspended || c->deferred) return;
+    if (s->n_defer == s->cap_defer) {
+        int n = s->cap_defer ? s->cap_defer * 2 : 1024;
+        int *d = realloc(s->defer, (size_t)n * sizeof *d);
+        if (!d) {
+            gw_conn_resume(c);
+            return;
+        }
+        s->defer = d;
+        s->cap_defer = n;
+    }
+    c->deferred = 1;
+    s->defer[s->n_defer++] = c->slot;
+}
+
+void gw_session_resume_deferred(gw_server *s) {
+    for (int i = 0; i < s->n_defer; i++) {
+        gw_conn *c = gw_session_slot(s, s->defer[i]);
+        if (!c || !c->deferred) continue; /* ended since (its slot is free or taken by another request) */
+        c->deferred = 0;
+        gw_conn_resume(c);
+    }
+    s->n_defer = 0;
+}
+
 static void s_on_token(gw_conn *c, const proto_token *t) {
     if (!c->stream) return;
     if (c->out.n - c->out_off > c->srv->cfg.max_stream_buffer) {
@@ -184,7 +215,8 @@ static void s_on_token(gw_conn *c, const proto_token *t) {
     }
     s_start_stream(c);
     if (first || t->text.n) gw_sse_delta(&c->out, &c->resp, t->text.p ? t->text.p : "", t->text.n, first);
-    gw_conn_resume(c);
+    if (first) gw_conn_resume(c);
+    else s_defer(c);
 }
 
 static void s_on_final(gw_conn *c, const proto_final *f) {
