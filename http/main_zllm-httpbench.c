@@ -133,7 +133,7 @@ static int s_feed(bconn *c, const char *p, size_t n, double now) {
                 c->state = 1;
             } else if (c->state == 4 && c->hdr_n >= 2 && !memcmp(c->hdr + c->hdr_n - 2, "\r\n", 2)) {
                 if (c->hdr_n == 2) return i == n && c->done_event ? 1 : -1; /* the empty line ends the trailer */
-                c->hdr_n = 0;                                                /* a trailer field */
+                c->hdr_n = 0;                                               /* a trailer field */
             }
         } else if (c->state == 2) {
             size_t k = n - i < c->chunk_left ? n - i : c->chunk_left;
@@ -405,8 +405,8 @@ int main(int argc, char **argv) {
            s_pct(s_ttft, s_n_ttft, 90) * 1e3, s_pct(s_ttft, s_n_ttft, 99) * 1e3);
     printf("itl ms:  p50 %.2f p90 %.2f p99 %.2f\n", s_pct(s_itl, s_n_itl, 50) * 1e3, s_pct(s_itl, s_n_itl, 90) * 1e3,
            s_pct(s_itl, s_n_itl, 99) * 1e3);
-    printf("%s ms: p50 %.2f p90 %.2f p99 %.2f\n", s_new_conn ? "connect+send" : "send", s_pct(s_sent, s_n_sent, 50) * 1e3,
-           s_pct(s_sent, s_n_sent, 90) * 1e3, s_pct(s_sent, s_n_sent, 99) * 1e3);
+    printf("%s ms: p50 %.2f p90 %.2f p99 %.2f\n", s_new_conn ? "connect+send" : "send",
+           s_pct(s_sent, s_n_sent, 50) * 1e3, s_pct(s_sent, s_n_sent, 90) * 1e3, s_pct(s_sent, s_n_sent, 99) * 1e3);
     for (int i = 0; i < conc; i++) {
         free(cs[i].req);
         if (cs[i].fd >= 0) close(cs[i].fd);
