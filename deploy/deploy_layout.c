@@ -382,8 +382,8 @@ static int s_replica(s_parser *p, dl_plan *pl, char **w, int n) {
  * [args="..."]: one zllm-http gateway in front of the broker (default: this layout's broker, its wildcard host
  * made the loopback), with every model's vocabulary for /tokenize, and CURVE keys for a broker that needs them */
 static int s_http(s_parser *p, dl_plan *pl, char **w, int n) {
-    static const char *const allowed[] = {"listen", "broker", "name", "api-key-file", "args", "server-key", "key",
-                                          NULL};
+    static const char *const allowed[] = {"listen", "broker",     "name", "api-key-file",
+                                          "args",   "server-key", "key",  NULL};
     const char *v[7];
     if (s_attrs(p, "http", w, n, allowed, v)) return -1;
     if (!v[0] || !strchr(v[0], ':')) {
