@@ -27,6 +27,14 @@ typedef enum {
     S_STREAM, /* an SSE response is queued */
 } conn_state;
 
+/* a client connection (libmicrohttpd's socket context): its socket, registered for hang-ups (EPOLLRDHUP) in the
+ * gateway's epoll set once for the connection's life (not per request), and the request it carries now */
+typedef struct gw_sock {
+    int fd;
+    int watched;          /* in the epoll set */
+    struct gw_conn *cur;  /* the request watched for a hang-up, or NULL */
+} gw_sock;
+
 typedef struct gw_conn {
     struct gw_server *srv;
     struct MHD_Connection *conn;
@@ -39,7 +47,7 @@ typedef struct gw_conn {
     int at_broker; /* a generate sent, its final not yet received */
     int suspended;
     int deferred; /* its resumption waits in srv->defer (gw_session_resume_deferred) */
-    int fd;   /* the client socket while watched for hang-ups, else -1 */
+    gw_sock *sock; /* the connection while the request is watched for hang-ups, else NULL */
     int gone; /* the client hung up */
     int stream, include_usage, started;
     gw_resp resp;

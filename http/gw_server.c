@@ -18,7 +18,7 @@
 #define TAG_BROKER 2
 #define TAG_LISTEN 3
 #define ACCEPT_BATCH 1024 /* connections accepted per loop turn at most */
-#define TAG_CONN_BASE 16  /* epoll data of a watched client socket: TAG_CONN_BASE + slot */
+#define TAG_CONN_BASE 16  /* epoll data at or above: a watched client socket's gw_sock * */
 
 const char *const gw_route_name[] = {"chat",     "completions", "models",  "health",
                                      "tokenize", "detokenize",  "metrics", "other"};
@@ -47,16 +47,22 @@ void gw_conn_resume(gw_conn *c) {
 }
 
 void gw_conn_unwatch(gw_conn *c) {
-    if (c->fd < 0) return;
-    epoll_ctl(c->srv->ep, EPOLL_CTL_DEL, c->fd, NULL);
-    c->fd = -1;
+    if (!c->sock) return;
+    c->sock->cur = NULL;
+    c->sock = NULL;
 }
 
 void gw_conn_watch(gw_conn *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return;
-    struct epoll_event ev = {.events = EPOLLRDHUP, .data.u64 = TAG_CONN_BASE + (uint64_t)c->slot};
-    if (epoll_ctl(c->srv->ep, EPOLL_CTL_ADD, ci->connect_fd, &ev) == 0) c->fd = ci->connect_fd;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    gw_sock *k = ci ? ci->socket_context : NULL;
+    if (!k) return;
+    if (!k->watched) {
+        struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = k};
+        if (epoll_ctl(c->srv->ep, EPOLL_CTL_ADD, k->fd, &ev) != 0) return;
+        k->watched = 1;
+    }
+    k->cur = c;
+    c->sock = k;
 }
 
 /* counts the request's outcome once (the first status decided is the one the client saw) */
@@ -146,7 +152,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
         c->srv = s;
         c->conn = conn;
         c->slot = -1;
-        c->fd = -1;
+        c->sock = NULL;
         c->t0 = gw_now();
         *con_cls = c;
         int bad_method;
@@ -239,14 +245,29 @@ static void s_completed(void *cls, struct MHD_Connection *conn, void **con_cls, 
 
 static void s_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe) {
-    (void)conn;
-    (void)socket_context;
-    gw_metrics_connections(((gw_server *)cls)->metrics, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+    gw_server *s = cls;
+    gw_metrics_connections(s->metrics, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        gw_sock *k = ci ? calloc(1, sizeof *k) : NULL; /* without one, requests go unwatched */
+        if (k) k->fd = ci->connect_fd;
+        *socket_context = k;
+        return;
+    }
+    gw_sock *k = *socket_context;
+    if (!k) return;
+    if (k->watched) epoll_ctl(s->ep, EPOLL_CTL_DEL, k->fd, NULL);
+    if (k->cur) k->cur->sock = NULL;
+    free(k);
+    *socket_context = NULL;
 }
 
-/* a watched client socket hung up: cancel at the broker at once */
-static void s_on_hangup(gw_server *s, int slot) {
-    gw_conn *c = gw_session_slot(s, slot);
+/* a watched client socket hung up: its request (if any) is cancelled at the broker at once; the socket leaves
+ * the epoll set (a hang-up stays signalled), and libmicrohttpd closes it when it next reads or writes */
+static void s_on_hangup(gw_server *s, gw_sock *k) {
+    epoll_ctl(s->ep, EPOLL_CTL_DEL, k->fd, NULL);
+    k->watched = 0;
+    gw_conn *c = k->cur;
     if (!c) return;
     gw_conn_unwatch(c);
     c->gone = 1;
@@ -408,7 +429,7 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
             return -1;
         }
         for (int i = 0; i < n; i++) {
-            if (evs[i].data.u64 >= TAG_CONN_BASE) s_on_hangup(s, (int)(evs[i].data.u64 - TAG_CONN_BASE));
+            if (evs[i].data.u64 >= TAG_CONN_BASE) s_on_hangup(s, evs[i].data.ptr);
             else if (evs[i].data.u64 == TAG_LISTEN) s_accept(s);
         }
         gw_session_drain(s);
