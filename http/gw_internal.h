@@ -31,8 +31,8 @@ typedef enum {
  * gateway's epoll set once for the connection's life (not per request), and the request it carries now */
 typedef struct gw_sock {
     int fd;
-    int watched;          /* in the epoll set */
-    struct gw_conn *cur;  /* the request watched for a hang-up, or NULL */
+    int watched;         /* in the epoll set */
+    struct gw_conn *cur; /* the request watched for a hang-up, or NULL */
 } gw_sock;
 
 typedef struct gw_conn {
