@@ -16,6 +16,7 @@
 
 #define TAG_MHD 1
 #define TAG_BROKER 2
+#define TAG_MONITOR 4 /* the broker socket's monitor: read only when signalled (each read costs syscalls) */
 #define TAG_LISTEN 3
 #define ACCEPT_BATCH 1024 /* connections accepted per loop turn at most */
 #define TAG_CONN_BASE 16  /* epoll data at or above: a watched client socket's gw_sock * */
@@ -287,6 +288,7 @@ gw_server *gw_server_new(const gw_config *cfg, char *err, size_t errlen) {
     s->cfg = *cfg;
     s->ep = -1;
     s->lfd = -1;
+    s->monitor_ready = 1;
     s->t_start = gw_now();
     unsigned r = (unsigned)getpid() ^ (unsigned)time(NULL) * 2654435761u;
     int ufd = open("/dev/urandom", O_RDONLY);
@@ -348,7 +350,7 @@ gw_server *gw_server_new(const gw_config *cfg, char *err, size_t errlen) {
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_MHD};
     struct epoll_event evb = {.events = EPOLLIN, .data.u64 = TAG_BROKER};
-    struct epoll_event evm = {.events = EPOLLIN, .data.u64 = TAG_BROKER};
+    struct epoll_event evm = {.events = EPOLLIN, .data.u64 = TAG_MONITOR};
     struct epoll_event evl = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
     if (epoll_ctl(s->ep, EPOLL_CTL_ADD, di->epoll_fd, &ev) != 0 ||
         epoll_ctl(s->ep, EPOLL_CTL_ADD, gw_broker_fd(s->broker), &evb) != 0 ||
@@ -374,6 +376,7 @@ int gw_server_wait_broker(gw_server *s, int ms) {
         }
         struct pollfd p = {.fd = gw_broker_fd(s->broker), .events = POLLIN};
         poll(&p, 1, 10);
+        s->monitor_ready = 1; /* at startup, every turn: a refused handshake ends the wait */
         gw_session_drain(s);
     }
     return s->has_status ? 0 : -1;
@@ -431,6 +434,7 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
         for (int i = 0; i < n; i++) {
             if (evs[i].data.u64 >= TAG_CONN_BASE) s_on_hangup(s, evs[i].data.ptr);
             else if (evs[i].data.u64 == TAG_LISTEN) s_accept(s);
+            else if (evs[i].data.u64 == TAG_MONITOR) s->monitor_ready = 1;
         }
         gw_session_drain(s);
         s_run_urgent(s);

@@ -281,6 +281,8 @@ void gw_session_fail_all(gw_server *s, int code, const char *msg) {
 /* the connection's events first: a dropped connection loses what was in flight (a request sent into the dead
  * connection included), and new requests wait for a status reply over the new one */
 static void s_link_events(gw_server *s) {
+    if (!s->monitor_ready) return;
+    s->monitor_ready = 0;
     int ev = gw_broker_events(s->broker);
     if ((ev & GW_BROKER_REFUSED) && s->cfg.verbose) fprintf(stderr, "zllm-http: %s\n", gw_broker_problem(s->broker));
     if (!(ev & GW_BROKER_DROPPED)) return;
