@@ -83,7 +83,7 @@ struct gw_server {
     size_t st_len;
     proto_msg st_msg;
     int has_status;
-    int monitor_ready; /* the monitor's descriptor was signalled (or at start): read its events */
+    int monitor_ready;                    /* the monitor's descriptor was signalled (or at start): read its events */
     int link_down;                        /* the connection dropped and no status reply came over a new one yet */
     char broker_inst[PROTO_NAME_MAX + 1]; /* the broker instance that answered last ("" before any reply) */
     uint64_t broker_restarts;             /* other instances seen (metrics) */
