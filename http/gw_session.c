@@ -172,7 +172,7 @@ static void s_slow_reader(gw_conn *c) {
 }
 
 /* a stream's later tokens: its connection is resumed after the first tokens, finals and errors of the same
- * turn have been written (gw_session_resume_deferred), so that a stream's first token never waits behind the
+ * turn have been written (gw_session_resume_deferred), so that a stream's first token does not wait behind the
  * writes of a thousand running streams */
 static void s_defer(gw_conn *c) {
     gw_server *s = c->srv;
