@@ -174,7 +174,8 @@ static int s_write(int ep, bconn *c, double now) {
 }
 
 /* starts request id on c: on its open connection (keep-alive), else on a new one */
-static int s_start(int ep, bconn *c, int id, const char *model, int plen, int olen, int vocab, uint64_t *rng) {
+static int s_start(int ep, bconn *c, int id, const char *model, int plen, const int olen[2], int vocab,
+                   uint64_t *rng) {
     char body[65536];
     int o = snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":[", model);
     for (int i = 0; i < plen && o < (int)sizeof body - 32; i++) {
@@ -184,7 +185,7 @@ static int s_start(int ep, bconn *c, int id, const char *model, int plen, int ol
     o += snprintf(body + o, sizeof body - (size_t)o,
                   "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
                   "\"stream_options\":{\"include_usage\":true}}",
-                  olen);
+                  olen[0] + (int)(*rng % (uint64_t)(olen[1] - olen[0] + 1)));
     free(c->req);
     c->req = malloc((size_t)o + 256);
     if (!c->req) return -1;
@@ -230,7 +231,7 @@ static void s_usage(FILE *f) {
                "  -N REQUESTS        requests in all, 1..10000000 (default 1000)\n"
                "  -c CONCURRENCY     requests at once, 1..100000 (default 100)\n"
                "  --prompt-len L     prompt tokens (random ids), 1..4096 (default 16)\n"
-               "  --out-len M        max_tokens of each request (default 64)\n"
+               "  --out-len M|LO:HI  max_tokens of each request, or drawn from LO..HI (default 64)\n"
                "  --vocab V          ids are drawn from [0, V) (default 512)\n"
                "  --model NAME       the request's model (default: the gateway's only one)\n"
                "  --new-connection   a new connection per request (default: CONCURRENCY connections opened\n"
@@ -254,7 +255,7 @@ static int s_int(const char *opt, const char *v, long lo, long hi, int *out) {
 
 int main(int argc, char **argv) {
     const char *url = "127.0.0.1:8000", *model = "";
-    int N = 1000, conc = 100, plen = 16, olen = 64, vocab = 512;
+    int N = 1000, conc = 100, plen = 16, olen[2] = {64, 64}, vocab = 512;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
         if (!strcmp(k, "--new-connection")) {
@@ -283,7 +284,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "-N")) bad = s_int(k, v, 1, 10000000, &N);
         else if (!strcmp(k, "-c")) bad = s_int(k, v, 1, 100000, &conc);
         else if (!strcmp(k, "--prompt-len")) bad = s_int(k, v, 1, 4096, &plen);
-        else if (!strcmp(k, "--out-len")) bad = s_int(k, v, 1, 1 << 20, &olen);
+        else if (!strcmp(k, "--out-len")) { /* M, or LO:HI drawn per request */
+            char lo[32];
+            const char *colon = strchr(v, ':');
+            snprintf(lo, sizeof lo, "%.*s", colon ? (int)(colon - v) : (int)strlen(v), v);
+            bad = s_int(k, lo, 1, 1 << 20, &olen[0]) || s_int(k, colon ? colon + 1 : v, 1, 1 << 20, &olen[1]);
+            if (!bad && olen[1] < olen[0]) {
+                fprintf(stderr, "zllm-httpbench: --out-len LO:HI needs LO <= HI\n");
+                return 2;
+            }
+        }
         else if (!strcmp(k, "--vocab")) bad = s_int(k, v, 4, 1 << 24, &vocab);
         else if (!strcmp(k, "--model")) model = v;
         else {
@@ -293,7 +303,7 @@ int main(int argc, char **argv) {
         }
         if (bad) return 2;
     }
-    if (N < 1 || conc < 1 || plen < 1 || plen > 4096 || olen < 1 || vocab < 4) {
+    if (N < 1 || conc < 1 || plen < 1 || plen > 4096 || olen[0] < 1 || vocab < 4) {
         fprintf(stderr, "zllm-httpbench: bad arguments\n");
         return 2;
     }
@@ -397,8 +407,8 @@ int main(int argc, char **argv) {
     qsort(s_ttft, (size_t)s_n_ttft, sizeof *s_ttft, s_cmp);
     qsort(s_itl, (size_t)s_n_itl, sizeof *s_itl, s_cmp);
     qsort(s_sent, (size_t)s_n_sent, sizeof *s_sent, s_cmp);
-    printf("requests: %d (%ld ok, %ld failed), concurrency %d, prompt %d, output %d tokens\n", N, s_ok, s_failed, conc,
-           plen, olen);
+    printf("requests: %d (%ld ok, %ld failed), concurrency %d, prompt %d, output %d..%d tokens\n", N, s_ok, s_failed,
+           conc, plen, olen[0], olen[1]);
     printf("wall %.2f s, %.1f requests/s, %.1f output tokens/s, %ld tokens\n", wall, s_ok / wall, s_tokens / wall,
            s_tokens);
     printf("ttft ms: p50 %.2f p90 %.2f p99 %.2f\n", s_pct(s_ttft, s_n_ttft, 50) * 1e3,

@@ -3,7 +3,7 @@
 (tests/broker_fake.py: it echoes the prompt, one token per sequence per step, so the broker, the gateway and
 the clients are all that is measured). Not a test (run.sh does not run it; tests/test_http_bench.py runs it small):
 
-    python3 tests/bench_http.py [--streams 1000] [--requests 3000] [--out-len 64] [--step-ms 5] [--conc LIST]
+    python3 tests/bench_http.py [--streams 1000] [--requests 3000] [--out-len M|LO:HI] [--step-ms 5] [--conc LIST]
 
 1. zllm-httpbench with STREAMS streamed /v1/completions requests in flight: the gateway's CPU time (user +
    system, from /proc) divided by the tokens it streamed;
@@ -54,7 +54,7 @@ def main():
     ap.add_argument("--build", default=os.environ.get("ZLLM_BUILD", "build"))
     ap.add_argument("--streams", type=int, default=1000)
     ap.add_argument("--requests", type=int, default=3000)
-    ap.add_argument("--out-len", type=int, default=64)
+    ap.add_argument("--out-len", default="64", help="output tokens: M, or LO:HI drawn per request")
     ap.add_argument("--step-ms", type=float, default=5)
     ap.add_argument("--conc", default=None, help="concurrencies compared, comma-separated (default STREAMS,16,1)")
     a = ap.parse_args()
@@ -72,7 +72,7 @@ def main():
     url = "127.0.0.1:%d" % port
     common = ["--prompt-len", "16", "--out-len", str(a.out_len), "--vocab", "512"]
     try:
-        print("load: %d requests, %d streams, 16-token prompts, %d output tokens, fake worker step %.0f ms" % (
+        print("load: %d requests, %d streams, 16-token prompts, %s output tokens, fake worker step %.0f ms" % (
             a.requests, a.streams, a.out_len, a.step_ms))
         c0 = cpu_s(gw.pid)
         out, wall = run([os.path.join(b, "zllm-httpbench"), "--url", url, "-N", str(a.requests), "-c",

@@ -31,6 +31,16 @@ def main():
         ck.ok(m is not None, "concurrency %d: both sides' time to first token" % conc)
     ck.ok(out.count("(60 ok, 0 failed)") == 2 and "requests: 60 (60 ok, 60 length" in out,
           "at 20 streams every request of both tools completed")
+    # output lengths drawn per request (LO:HI), by both tools
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench_http.py"), "--streams", "20", "--requests",
+                        "60", "--out-len", "4:12", "--step-ms", "2", "--conc", "20"], capture_output=True, text=True,
+                       timeout=110)
+    out = p.stdout + p.stderr
+    m = re.search(r"requests: 60 \(60 ok, 0 failed\), concurrency 20, prompt 16, output 4..12 tokens\n.* (\d+) tokens\n",
+                  out)
+    ck.ok(p.returncode == 0 and m and 240 < int(m.group(1)) < 720,
+          "--out-len 4:12: lengths drawn per request: %r" % (m and m.group(0)))
+    ck.ok(out.count("output 4..12 tokens") == 3, "both tools were given the range")
     q = subprocess.run([os.path.join(BIN, "zllm-httpbench"), "--url", "127.0.0.1:1", "-N", "1", "-c", "1"],
                        capture_output=True, text=True, timeout=20)
     ck.ok(q.returncode != 0 and "connection" in q.stderr, "no gateway: zllm-httpbench fails: %r" % q.stderr[-200:])
