@@ -174,8 +174,7 @@ static int s_write(int ep, bconn *c, double now) {
 }
 
 /* starts request id on c: on its open connection (keep-alive), else on a new one */
-static int s_start(int ep, bconn *c, int id, const char *model, int plen, const int olen[2], int vocab,
-                   uint64_t *rng) {
+static int s_start(int ep, bconn *c, int id, const char *model, int plen, const int olen[2], int vocab, uint64_t *rng) {
     char body[65536];
     int o = snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":[", model);
     for (int i = 0; i < plen && o < (int)sizeof body - 32; i++) {
@@ -284,8 +283,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "-N")) bad = s_int(k, v, 1, 10000000, &N);
         else if (!strcmp(k, "-c")) bad = s_int(k, v, 1, 100000, &conc);
         else if (!strcmp(k, "--prompt-len")) bad = s_int(k, v, 1, 4096, &plen);
-        else if (!strcmp(k, "--out-len")) { /* M, or LO:HI drawn per request */
-            char lo[32];
+        else if (!strcmp(k, "--out-len")) { /* M, or LO:HI drawn per request */ char lo[32];
             const char *colon = strchr(v, ':');
             snprintf(lo, sizeof lo, "%.*s", colon ? (int)(colon - v) : (int)strlen(v), v);
             bad = s_int(k, lo, 1, 1 << 20, &olen[0]) || s_int(k, colon ? colon + 1 : v, 1, 1 << 20, &olen[1]);
@@ -293,8 +291,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "zllm-httpbench: --out-len LO:HI needs LO <= HI\n");
                 return 2;
             }
-        }
-        else if (!strcmp(k, "--vocab")) bad = s_int(k, v, 4, 1 << 24, &vocab);
+        } else if (!strcmp(k, "--vocab")) bad = s_int(k, v, 4, 1 << 24, &vocab);
         else if (!strcmp(k, "--model")) model = v;
         else {
             fprintf(stderr, "zllm-httpbench: unknown option %s\n", k);
