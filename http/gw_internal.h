@@ -46,7 +46,7 @@ typedef struct gw_conn {
     char bid[24];  /* the id of the request at the broker */
     int at_broker; /* a generate sent, its final not yet received */
     int suspended;
-    int deferred; /* its resumption waits in srv->defer (gw_session_resume_deferred) */
+    int deferred;  /* its resumption waits in srv->defer (gw_session_resume_deferred) */
     gw_sock *sock; /* the connection while the request is watched for hang-ups, else NULL */
     int gone; /* the client hung up */
     int stream, include_usage, started;
