@@ -378,12 +378,13 @@ static int s_replica(s_parser *p, dl_plan *pl, char **w, int n) {
     return 0;
 }
 
-/* http listen=HOST:PORT [broker=EP] [name=NAME] [api-key-file=FILE] [args="..."]: one zllm-http gateway in front
- * of the broker (default: this layout's broker, its wildcard host made the loopback), with every model's
- * vocabulary for /tokenize */
+/* http listen=HOST:PORT [broker=EP] [name=NAME] [api-key-file=FILE] [server-key=BROKER.pub key=GW.key]
+ * [args="..."]: one zllm-http gateway in front of the broker (default: this layout's broker, its wildcard host
+ * made the loopback), with every model's vocabulary for /tokenize, and CURVE keys for a broker that needs them */
 static int s_http(s_parser *p, dl_plan *pl, char **w, int n) {
-    static const char *const allowed[] = {"listen", "broker", "name", "api-key-file", "args", NULL};
-    const char *v[5];
+    static const char *const allowed[] = {"listen", "broker",     "name", "api-key-file",
+                                          "args",   "server-key", "key",  NULL};
+    const char *v[7];
     if (s_attrs(p, "http", w, n, allowed, v)) return -1;
     if (!v[0] || !strchr(v[0], ':')) {
         s_err(p, "http: listen=HOST:PORT is required");
@@ -410,8 +411,15 @@ static int s_http(s_parser *p, dl_plan *pl, char **w, int n) {
         s_err(p, "http: name '%s': 1..%d letters, digits, '_', '-', '.'", prefix, DL_NAME_MAX - 4);
         return -1;
     }
-    char key[DL_PATH_MAX] = "";
+    char key[DL_PATH_MAX] = "", skey[DL_PATH_MAX] = "", ckey[DL_PATH_MAX] = "";
     if (v[3] && (s_abspath(p, v[3], key, sizeof key, "api-key-file") || s_readable(p, key, "api-key-file"))) return -1;
+    if (!v[5] != !v[6]) {
+        s_err(p, "http: server-key=BROKER.pub and key=GW.key go together");
+        return -1;
+    }
+    if (v[5] && (s_abspath(p, v[5], skey, sizeof skey, "server-key") || s_readable(p, skey, "server-key") ||
+                 s_abspath(p, v[6], ckey, sizeof ckey, "key") || s_readable(p, ckey, "key")))
+        return -1;
     if (pl->n_units == DL_MAX_UNITS) {
         s_err(p, "more than %d units", DL_MAX_UNITS);
         return -1;
@@ -437,6 +445,12 @@ static int s_http(s_parser *p, dl_plan *pl, char **w, int n) {
     if (key[0]) {
         s_push(&a, "--api-key-file");
         s_push(&a, key);
+    }
+    if (skey[0]) {
+        s_push(&a, "--curve-server-key");
+        s_push(&a, skey);
+        s_push(&a, "--curve-key");
+        s_push(&a, ckey);
     }
     for (int i = 0; i < p->n_models; i++) {
         char mv[DL_NAME_MAX + DL_PATH_MAX + 2];

@@ -8,7 +8,7 @@ typedef struct {
     char type[40];     /* "invalid_request_error", "authentication_error", "not_found_error", ... */
     char param[64];    /* the request field concerned, "" when none */
     char code[40];     /* a stable code ("model_not_found", "unsupported_field", ...), "" when none */
-    char message[320]; /* human-readable text */
+    char message[512]; /* human-readable text */
 } gw_error;
 
 /* Fills e (status, type, param or NULL, code or NULL, printf-style message). Returns -1, so that a parser can

@@ -27,6 +27,14 @@ typedef enum {
     S_STREAM, /* an SSE response is queued */
 } conn_state;
 
+/* a client connection (libmicrohttpd's socket context): its socket, registered for hang-ups (EPOLLRDHUP) in the
+ * gateway's epoll set once for the connection's life (not per request), and the request it carries now */
+typedef struct gw_sock {
+    int fd;
+    int watched;         /* in the epoll set */
+    struct gw_conn *cur; /* the request watched for a hang-up, or NULL */
+} gw_sock;
+
 typedef struct gw_conn {
     struct gw_server *srv;
     struct MHD_Connection *conn;
@@ -38,7 +46,8 @@ typedef struct gw_conn {
     char bid[24];  /* the id of the request at the broker */
     int at_broker; /* a generate sent, its final not yet received */
     int suspended;
-    int fd;   /* the client socket while watched for hang-ups, else -1 */
+    int deferred;  /* its resumption waits in srv->defer (gw_session_resume_deferred) */
+    gw_sock *sock; /* the connection while the request is watched for hang-ups, else NULL */
     int gone; /* the client hung up */
     int stream, include_usage, started;
     uint32_t n_choices;           /* the request's n (1..PROTO_MAX_N) */
@@ -73,6 +82,7 @@ struct gw_server {
     gw_conn **slots; /* requests by slot (broker id "g<slot>.<gen>") */
     uint32_t *gens;
     int *free_slots, n_free, n_slots;
+    int *defer, n_defer, cap_defer; /* slots of streams whose resumption waits for the turn's first tokens */
     uint64_t next_uid;
     char instance[12];
     /* the broker's last status reply (a copy of the frame and its decode) */
@@ -80,7 +90,10 @@ struct gw_server {
     size_t st_len;
     proto_msg st_msg;
     int has_status;
-    uint64_t last_accepted; /* the broker's `accepted` counter in its last status */
+    int monitor_ready;                    /* the monitor's descriptor was signalled (or at start): read its events */
+    int link_down;                        /* the connection dropped and no status reply came over a new one yet */
+    char broker_inst[PROTO_NAME_MAX + 1]; /* the broker instance that answered last ("" before any reply) */
+    uint64_t broker_restarts;             /* other instances seen (metrics) */
     double t_status_sent, t_status_recv, t_start;
 };
 
@@ -98,12 +111,14 @@ enum MHD_Result gw_reply_json(gw_conn *c, int status, json_t *o); /* takes o */
 /* gw_session.c: the requests at the broker */
 const proto_status *gw_session_status(const gw_server *s); /* the broker's last status, or NULL */
 int gw_session_broker_up(const gw_server *s);
+void gw_session_unreachable(const gw_server *s, gw_error *e); /* the 503 for a broker that does not answer */
 int gw_session_alive_workers(const gw_server *s, const char *model);
 enum MHD_Result gw_session_generate(gw_conn *c);  /* validates, submits, suspends */
 void gw_session_cancel(gw_conn *c, int status);   /* the client left: cancel at the broker */
 void gw_session_release(gw_conn *c);              /* gives back c's slot */
 gw_conn *gw_session_slot(gw_server *s, int slot); /* the request in a slot, or NULL */
 void gw_session_drain(gw_server *s);              /* handles every message the broker sent */
+void gw_session_resume_deferred(gw_server *s);    /* resumes the streams whose later tokens wait */
 void gw_session_fail_all(gw_server *s, int code, const char *msg);
 ssize_t gw_session_sse_read(void *cls, uint64_t pos, char *buf, size_t max); /* the SSE body callback */
 

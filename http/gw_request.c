@@ -403,10 +403,27 @@ void gw_request_free(gw_request *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* the optional "model" of a /tokenize or /detokenize body into model[cap] ("" when absent); 0 or -1 with e */
+static int s_vocab_model(json_t *o, char *model, size_t cap, gw_error *e) {
+    json_t *m = s_get(o, "model");
+    model[0] = 0;
+    if (!m) return 0;
+    if (!json_is_string(m)) return s_bad(e, "model", "'%s' must be a string", "model");
+    size_t n = json_string_length(m);
+    if (n >= cap || memchr(json_string_value(m), 0, n))
+        return gw_error_set(e, 404, "not_found_error", "model", "model_not_found", "the model does not exist");
+    memcpy(model, json_string_value(m), n + 1);
+    return 0;
+}
+
 int gw_tokenize_parse(const char *body, size_t len, void **root, const char **content, size_t *content_len,
-                      int *add_special, int *parse_special, gw_error *e) {
+                      int *add_special, int *parse_special, char *model, size_t model_cap, gw_error *e) {
     json_t *o = s_parse(body, len, e);
     if (!o) return -1;
+    if (s_vocab_model(o, model, model_cap, e) != 0) {
+        json_decref(o);
+        return -1;
+    }
     json_t *c = s_get(o, "content");
     if (!json_is_string(c)) {
         json_decref(o);
@@ -424,14 +441,16 @@ int gw_tokenize_parse(const char *body, size_t len, void **root, const char **co
     return 0;
 }
 
-int gw_detokenize_parse(const char *body, size_t len, int32_t **tokens, size_t *n, gw_error *e) {
+int gw_detokenize_parse(const char *body, size_t len, int32_t **tokens, size_t *n, char *model, size_t model_cap,
+                        gw_error *e) {
     json_t *o = s_parse(body, len, e);
     if (!o) return -1;
     json_t *t = s_get(o, "tokens");
     int rc;
     *tokens = NULL;
     *n = 0;
-    if (!json_is_array(t)) rc = s_bad(e, "tokens", "'%s' must be an array of token ids", "tokens");
+    if (s_vocab_model(o, model, model_cap, e) != 0) rc = -1;
+    else if (!json_is_array(t)) rc = s_bad(e, "tokens", "'%s' must be an array of token ids", "tokens");
     else if (json_array_size(t) == 0) rc = 0;
     else rc = s_token_array(t, "tokens", tokens, n, e);
     json_decref(o);

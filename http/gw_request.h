@@ -46,9 +46,11 @@ int gw_format_parse(gw_request *r, void *root, gw_error *e);
 void gw_request_free(gw_request *r);
 
 /* llama-server's /tokenize body {"content": str, "add_special": bool, "parse_special": bool} and /detokenize
- * body {"tokens": [int]}. Return 0 or -1 with e (400). *content points into *root (json_decref it after use);
- * *tokens is malloc'd. */
+ * body {"tokens": [int]}, each with an optional "model" (str) copied into model[model_cap] ("" when absent).
+ * Return 0 or -1 with e (400; 404 for a model name no model can have). *content points into *root
+ * (json_decref it after use); *tokens is malloc'd. */
 int gw_tokenize_parse(const char *body, size_t len, void **root, const char **content, size_t *content_len,
-                      int *add_special, int *parse_special, gw_error *e);
-int gw_detokenize_parse(const char *body, size_t len, int32_t **tokens, size_t *n, gw_error *e);
+                      int *add_special, int *parse_special, char *model, size_t model_cap, gw_error *e);
+int gw_detokenize_parse(const char *body, size_t len, int32_t **tokens, size_t *n, char *model, size_t model_cap,
+                        gw_error *e);
 #endif

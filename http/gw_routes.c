@@ -24,7 +24,7 @@ enum MHD_Result gw_routes_models(gw_conn *c) {
     } else {
         json_decref(data);
         gw_error e;
-        gw_error_set(&e, 503, "service_unavailable", NULL, "broker_unreachable", "the broker is unreachable");
+        gw_session_unreachable(s, &e);
         return gw_reply_error(c, &e);
     }
     return gw_reply_json(c, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
@@ -33,9 +33,11 @@ enum MHD_Result gw_routes_models(gw_conn *c) {
 enum MHD_Result gw_routes_health(gw_conn *c) {
     gw_server *s = c->srv;
     const proto_status *st = gw_session_status(s);
-    if (!gw_session_broker_up(s))
-        return gw_reply_json(c, 503,
-                             json_pack("{s:s, s:s}", "status", "unavailable", "reason", "the broker is unreachable"));
+    if (!gw_session_broker_up(s)) {
+        gw_error e;
+        gw_session_unreachable(s, &e);
+        return gw_reply_json(c, 503, json_pack("{s:s, s:s}", "status", "unavailable", "reason", e.message));
+    }
     for (uint32_t i = 0; i < st->n_models; i++) {
         char name[PROTO_NAME_MAX + 1];
         proto_str_copy(st->models[i], name, sizeof name);
@@ -49,18 +51,38 @@ enum MHD_Result gw_routes_health(gw_conn *c) {
     return gw_reply_json(c, 200, json_pack("{s:s}", "status", "ok"));
 }
 
+/* the vocabulary of the model a /tokenize or /detokenize body names: a --model NAME, or a --served-model-name
+ * alias of one; the first --model when the body names none. NULL with e (501 without any vocabulary, 404 for a
+ * name none has). */
+static const zl_tokenizer *s_vocab_for(const gw_server *s, const char *name, gw_error *e) {
+    const zl_tokenizer *t = gw_vocab_get(s->vocab, NULL);
+    if (!t) {
+        gw_error_set(e, 501, "not_implemented", NULL, "no_vocabulary",
+                     "start zllm-http with --model NAME=PATH to tokenize and detokenize");
+        return NULL;
+    }
+    if (!name[0]) return t;
+    if ((t = gw_vocab_get(s->vocab, name))) return t;
+    for (int i = 0; i < s->cfg.n_alias; i++)
+        if (!strcmp(s->cfg.alias[i], name) && (t = gw_vocab_get(s->vocab, s->cfg.target[i]))) return t;
+    gw_error_set(e, 404, "not_found_error", "model", "model_not_found",
+                 "The model '%.128s' does not exist (no --model %.128s=PATH vocabulary)", name, name);
+    return NULL;
+}
+
 enum MHD_Result gw_routes_tokenize(gw_conn *c) {
     gw_error e;
-    const zl_tokenizer *t = gw_vocab_get(c->srv->vocab, NULL);
-    if (!t) {
-        gw_error_set(&e, 501, "not_implemented", NULL, "no_vocabulary",
-                     "start zllm-http with --model NAME=PATH to tokenize and detokenize");
-        return gw_reply_error(c, &e);
-    }
+    char model[PROTO_NAME_MAX + 1];
+    const zl_tokenizer *t;
     if (c->rt == R_DETOKENIZE) {
         int32_t *ids;
         size_t n;
-        if (gw_detokenize_parse(c->body.p ? c->body.p : "", c->body.n, &ids, &n, &e) != 0) return gw_reply_error(c, &e);
+        if (gw_detokenize_parse(c->body.p ? c->body.p : "", c->body.n, &ids, &n, model, sizeof model, &e) != 0)
+            return gw_reply_error(c, &e);
+        if (!(t = s_vocab_for(c->srv, model, &e))) {
+            free(ids);
+            return gw_reply_error(c, &e);
+        }
         for (size_t i = 0; i < n; i++)
             if (ids[i] >= tokenizer_n_vocab(t)) {
                 free(ids);
@@ -87,8 +109,12 @@ enum MHD_Result gw_routes_tokenize(gw_conn *c) {
     size_t len;
     int add_special, parse_special;
     if (gw_tokenize_parse(c->body.p ? c->body.p : "", c->body.n, &root, &content, &len, &add_special, &parse_special,
-                          &e) != 0)
+                          model, sizeof model, &e) != 0)
         return gw_reply_error(c, &e);
+    if (!(t = s_vocab_for(c->srv, model, &e))) {
+        json_decref(root);
+        return gw_reply_error(c, &e);
+    }
     const int bos = add_special && tokenizer_add_bos(t);
     int n = tokenizer_encode(t, content, len, bos, parse_special, NULL, 0);
     int32_t *ids = n > 0 ? malloc((size_t)n * sizeof *ids) : NULL;

@@ -16,9 +16,10 @@
 
 #define TAG_MHD 1
 #define TAG_BROKER 2
+#define TAG_MONITOR 4 /* the broker socket's monitor: read only when signalled (each read costs syscalls) */
 #define TAG_LISTEN 3
 #define ACCEPT_BATCH 1024 /* connections accepted per loop turn at most */
-#define TAG_CONN_BASE 16  /* epoll data of a watched client socket: TAG_CONN_BASE + slot */
+#define TAG_CONN_BASE 16  /* epoll data at or above: a watched client socket's gw_sock * */
 
 const char *const gw_route_name[] = {"chat",     "completions", "models",  "health",
                                      "tokenize", "detokenize",  "metrics", "other"};
@@ -47,16 +48,22 @@ void gw_conn_resume(gw_conn *c) {
 }
 
 void gw_conn_unwatch(gw_conn *c) {
-    if (c->fd < 0) return;
-    epoll_ctl(c->srv->ep, EPOLL_CTL_DEL, c->fd, NULL);
-    c->fd = -1;
+    if (!c->sock) return;
+    c->sock->cur = NULL;
+    c->sock = NULL;
 }
 
 void gw_conn_watch(gw_conn *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return;
-    struct epoll_event ev = {.events = EPOLLRDHUP, .data.u64 = TAG_CONN_BASE + (uint64_t)c->slot};
-    if (epoll_ctl(c->srv->ep, EPOLL_CTL_ADD, ci->connect_fd, &ev) == 0) c->fd = ci->connect_fd;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    gw_sock *k = ci ? ci->socket_context : NULL;
+    if (!k) return;
+    if (!k->watched) {
+        struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = k};
+        if (epoll_ctl(c->srv->ep, EPOLL_CTL_ADD, k->fd, &ev) != 0) return;
+        k->watched = 1;
+    }
+    k->cur = c;
+    c->sock = k;
 }
 
 /* counts the request's outcome once (the first status decided is the one the client saw) */
@@ -146,7 +153,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
         c->srv = s;
         c->conn = conn;
         c->slot = -1;
-        c->fd = -1;
+        c->sock = NULL;
         c->t0 = gw_now();
         *con_cls = c;
         int bad_method;
@@ -240,14 +247,29 @@ static void s_completed(void *cls, struct MHD_Connection *conn, void **con_cls, 
 
 static void s_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe) {
-    (void)conn;
-    (void)socket_context;
-    gw_metrics_connections(((gw_server *)cls)->metrics, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+    gw_server *s = cls;
+    gw_metrics_connections(s->metrics, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        gw_sock *k = ci ? calloc(1, sizeof *k) : NULL; /* without one, requests go unwatched */
+        if (k) k->fd = ci->connect_fd;
+        *socket_context = k;
+        return;
+    }
+    gw_sock *k = *socket_context;
+    if (!k) return;
+    if (k->watched) epoll_ctl(s->ep, EPOLL_CTL_DEL, k->fd, NULL);
+    if (k->cur) k->cur->sock = NULL;
+    free(k);
+    *socket_context = NULL;
 }
 
-/* a watched client socket hung up: cancel at the broker at once */
-static void s_on_hangup(gw_server *s, int slot) {
-    gw_conn *c = gw_session_slot(s, slot);
+/* a watched client socket hung up: its request (if any) is cancelled at the broker at once; the socket leaves
+ * the epoll set (a hang-up stays signalled), and libmicrohttpd closes it when it next reads or writes */
+static void s_on_hangup(gw_server *s, gw_sock *k) {
+    epoll_ctl(s->ep, EPOLL_CTL_DEL, k->fd, NULL);
+    k->watched = 0;
+    gw_conn *c = k->cur;
     if (!c) return;
     gw_conn_unwatch(c);
     c->gone = 1;
@@ -267,6 +289,7 @@ gw_server *gw_server_new(const gw_config *cfg, char *err, size_t errlen) {
     s->cfg = *cfg;
     s->ep = -1;
     s->lfd = -1;
+    s->monitor_ready = 1;
     s->t_start = gw_now();
     unsigned r = (unsigned)getpid() ^ (unsigned)time(NULL) * 2654435761u;
     int ufd = open("/dev/urandom", O_RDONLY);
@@ -283,7 +306,7 @@ gw_server *gw_server_new(const gw_config *cfg, char *err, size_t errlen) {
     }
     for (int i = 0; i < cfg->n_vocab; i++)
         if (gw_vocab_add(s->vocab, cfg->vocab_name[i], cfg->vocab_path[i], err, errlen) != 0) goto fail;
-    s->broker = gw_broker_new(cfg->broker, err, errlen);
+    s->broker = gw_broker_new(cfg->broker, cfg->curve, err, errlen);
     if (!s->broker) goto fail;
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai;
@@ -328,9 +351,11 @@ gw_server *gw_server_new(const gw_config *cfg, char *err, size_t errlen) {
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_MHD};
     struct epoll_event evb = {.events = EPOLLIN, .data.u64 = TAG_BROKER};
+    struct epoll_event evm = {.events = EPOLLIN, .data.u64 = TAG_MONITOR};
     struct epoll_event evl = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
     if (epoll_ctl(s->ep, EPOLL_CTL_ADD, di->epoll_fd, &ev) != 0 ||
         epoll_ctl(s->ep, EPOLL_CTL_ADD, gw_broker_fd(s->broker), &evb) != 0 ||
+        epoll_ctl(s->ep, EPOLL_CTL_ADD, gw_broker_monitor_fd(s->broker), &evm) != 0 ||
         epoll_ctl(s->ep, EPOLL_CTL_ADD, s->lfd, &evl) != 0) {
         snprintf(err, errlen, "epoll_ctl: %s", strerror(errno));
         goto fail;
@@ -345,17 +370,20 @@ int gw_server_port(const gw_server *s) { return s->port; }
 
 int gw_server_wait_broker(gw_server *s, int ms) {
     double end = gw_now() + ms / 1e3, sent = 0;
-    while (!s->has_status && gw_now() < end) {
+    while (!s->has_status && !gw_broker_problem(s->broker)[0] && gw_now() < end) {
         if (gw_now() - sent > 0.1) {
             gw_broker_status(s->broker);
             sent = gw_now();
         }
         struct pollfd p = {.fd = gw_broker_fd(s->broker), .events = POLLIN};
         poll(&p, 1, 10);
+        s->monitor_ready = 1; /* at startup, every turn: a refused handshake ends the wait */
         gw_session_drain(s);
     }
     return s->has_status ? 0 : -1;
 }
+
+const char *gw_server_broker_problem(const gw_server *s) { return gw_broker_problem(s->broker); }
 
 /* accepts the waiting connections and hands them to libmicrohttpd (which closes them when over its limit) */
 static void s_accept(gw_server *s) {
@@ -371,6 +399,18 @@ static void s_accept(gw_server *s) {
     }
 }
 
+/* libmicrohttpd takes one pass over its ready connections per MHD_run, and a stream's first token needs three:
+ * its handler queues the response, the next pass writes the headers and fills the first chunk, the one after
+ * writes it. Running the passes back to back, while only the turn's urgent connections (requests read, first
+ * tokens, finals) are ready, gives the first token in the same turn instead of three turns later. */
+static void s_run_urgent(gw_server *s) {
+    for (int pass = 0; pass < 4; pass++) {
+        MHD_run(s->mhd);
+        MHD_UNSIGNED_LONG_LONG t;
+        if (MHD_get_timeout(s->mhd, &t) != MHD_YES || t != 0) return;
+    }
+}
+
 int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t errlen) {
     struct epoll_event evs[256];
     s->t_status_sent = 0;
@@ -382,8 +422,9 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
         }
         /* a broker that stopped answering fails the requests waiting on it */
         double since = s->has_status ? now - s->t_status_recv : now - s->t_start;
-        if (since > BROKER_FAIL_MS / 1e3) gw_session_fail_all(s, PROTO_CODE_SHUTTING_DOWN, "the broker is unreachable");
-        int timeout = STATUS_EVERY_MS;
+        if (since > BROKER_FAIL_MS / 1e3)
+            gw_session_fail_all(s, PROTO_CODE_BROKER_UNREACHABLE, "the broker has not answered for 6 s");
+        int timeout = s->n_defer ? 0 : STATUS_EVERY_MS;
         MHD_UNSIGNED_LONG_LONG mt;
         if (MHD_get_timeout(s->mhd, &mt) == MHD_YES && mt < (MHD_UNSIGNED_LONG_LONG)timeout) timeout = (int)mt;
         int n = epoll_wait(s->ep, evs, 256, timeout);
@@ -392,10 +433,13 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
             return -1;
         }
         for (int i = 0; i < n; i++) {
-            if (evs[i].data.u64 >= TAG_CONN_BASE) s_on_hangup(s, (int)(evs[i].data.u64 - TAG_CONN_BASE));
+            if (evs[i].data.u64 >= TAG_CONN_BASE) s_on_hangup(s, evs[i].data.ptr);
             else if (evs[i].data.u64 == TAG_LISTEN) s_accept(s);
+            else if (evs[i].data.u64 == TAG_MONITOR) s->monitor_ready = 1;
         }
         gw_session_drain(s);
+        s_run_urgent(s);
+        gw_session_resume_deferred(s);
         MHD_run(s->mhd);
         gw_session_drain(s); /* sends inside MHD_run may have consumed the descriptor's edge */
     }
@@ -426,6 +470,7 @@ void gw_server_destroy(gw_server **ps) {
     free(s->slots);
     free(s->gens);
     free(s->free_slots);
+    free(s->defer);
     free(s);
     *ps = NULL;
 }

@@ -11,6 +11,7 @@
 #define ZLLM_GW_SERVER_H
 #include <signal.h>
 #include <stddef.h>
+#include "gw_broker.h"
 
 #define GW_MAX_ALIASES 32
 
@@ -18,6 +19,7 @@ typedef struct {
     const char *host;                   /* address to listen on ("0.0.0.0", "127.0.0.1", "::") */
     int port;                           /* 0: any free port (gw_server_port tells) */
     const char *broker;                 /* the broker's client endpoint */
+    const gw_curve *curve;              /* CURVE keys for it, or NULL */
     const char *api_key;                /* NULL: no authentication; else every /v1/ and /tokenize request needs it */
     const char *alias[GW_MAX_ALIASES];  /* --served-model-name: names clients use ... */
     const char *target[GW_MAX_ALIASES]; /* ... and the broker models they stand for ("" = the only one) */
@@ -41,8 +43,11 @@ typedef struct gw_server gw_server;
 gw_server *gw_server_new(const gw_config *c, char *err, size_t errlen);
 int gw_server_port(const gw_server *s);
 /* Waits up to ms for the broker's first status reply (so that the first requests do not meet "broker
- * unreachable" while the connection is still being made); 0 when it came, -1 otherwise. */
+ * unreachable" while the connection is still being made), less when the handshake fails; 0 when it came, -1
+ * otherwise. */
 int gw_server_wait_broker(gw_server *s, int ms);
+/* why the broker's connection does not come up, when known (a refused CURVE key ...), else "" */
+const char *gw_server_broker_problem(const gw_server *s);
 /* Runs the event loop until *stop is set; 0, or -1 with a message on a fatal error. */
 int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t errlen);
 void gw_server_destroy(gw_server **s);

@@ -10,7 +10,14 @@
 const proto_status *gw_session_status(const gw_server *s) { return s->has_status ? &s->st_msg.status : NULL; }
 
 int gw_session_broker_up(const gw_server *s) {
-    return s->has_status && gw_now() - s->t_status_recv < BROKER_DOWN_MS / 1e3;
+    return s->has_status && !s->link_down && gw_now() - s->t_status_recv < BROKER_DOWN_MS / 1e3;
+}
+
+/* "the broker is unreachable" and, when the connection's monitor knows, why (a refused CURVE key ...) */
+void gw_session_unreachable(const gw_server *s, gw_error *e) {
+    const char *why = gw_broker_problem(s->broker);
+    gw_error_set(e, 503, "service_unavailable", NULL, "broker_unreachable", "the broker at %.200s is unreachable%s%s",
+                 s->cfg.broker, why[0] ? ": " : "", why);
 }
 
 static int s_broker_has_model(const gw_server *s, const char *name) {
@@ -83,6 +90,7 @@ static int s_slot_take(gw_server *s, gw_conn *c) {
 
 static void s_slot_give(gw_server *s, gw_conn *c) {
     if (c->slot < 0) return;
+    c->deferred = 0; /* a connection whose slot is given back is resumed by whoever gives it back */
     s->slots[c->slot] = NULL;
     s->free_slots[s->n_free++] = c->slot;
     c->slot = -1;
@@ -117,12 +125,16 @@ static void s_final_error(const proto_final *f, gw_error *e) {
     switch (f->code) {
     case PROTO_CODE_BAD_REQUEST:
     case PROTO_CODE_PROMPT_TOO_LONG:
-    case PROTO_CODE_TEMPLATE_ERROR: status = 400, type = "invalid_request_error"; break;
+    case PROTO_CODE_TEMPLATE_ERROR:
+    case PROTO_CODE_NO_CAPACITY: status = 400, type = "invalid_request_error"; break;
+    case PROTO_CODE_TOO_LARGE: status = 413, type = "invalid_request_error"; break;
     case PROTO_CODE_UNKNOWN_MODEL: status = 404, type = "not_found_error", code = "model_not_found"; break;
     case PROTO_CODE_OVERLOADED: status = 429, type = "rate_limit_error"; break;
     case PROTO_CODE_TIMEOUT: status = 504, type = "timeout_error"; break;
     case PROTO_CODE_WORKER_FAILED:
-    case PROTO_CODE_SHUTTING_DOWN: status = 503, type = "service_unavailable"; break;
+    case PROTO_CODE_SHUTTING_DOWN:
+    case PROTO_CODE_BROKER_RESTARTED:
+    case PROTO_CODE_BROKER_UNREACHABLE: status = 503, type = "service_unavailable"; break;
     default:
         if (f->finish == PROTO_FINISH_OVERLOADED) status = 429, type = "rate_limit_error", code = "overloaded";
         else if (f->finish == PROTO_FINISH_TIMEOUT) status = 504, type = "timeout_error", code = "timeout";
@@ -159,6 +171,36 @@ static void s_slow_reader(gw_conn *c) {
     gw_conn_resume(c);
 }
 
+/* a stream's later tokens: its connection is resumed after the first tokens, finals and errors of the same
+ * turn have been written (gw_session_resume_deferred), so that a stream's first token does not wait behind the
+ * writes of a thousand running streams */
+static void s_defer(gw_conn *c) {
+    gw_server *s = c->srv;
+    if (!c->suspended || c->deferred) return;
+    if (s->n_defer == s->cap_defer) {
+        int n = s->cap_defer ? s->cap_defer * 2 : 1024;
+        int *d = realloc(s->defer, (size_t)n * sizeof *d);
+        if (!d) {
+            gw_conn_resume(c);
+            return;
+        }
+        s->defer = d;
+        s->cap_defer = n;
+    }
+    c->deferred = 1;
+    s->defer[s->n_defer++] = c->slot;
+}
+
+void gw_session_resume_deferred(gw_server *s) {
+    for (int i = 0; i < s->n_defer; i++) {
+        gw_conn *c = gw_session_slot(s, s->defer[i]);
+        if (!c || !c->deferred) continue; /* ended since (its slot is free or taken by another request) */
+        c->deferred = 0;
+        gw_conn_resume(c);
+    }
+    s->n_defer = 0;
+}
+
 static void s_on_token(gw_conn *c, const proto_token *t) {
     if (!c->stream) return;
     if (c->out.n - c->out_off > c->srv->cfg.max_stream_buffer) {
@@ -179,7 +221,8 @@ static void s_on_token(gw_conn *c, const proto_token *t) {
         gw_sse_delta(&c->out, &c->resp, ix, t->text.p ? t->text.p : "", t->text.n, first, lp);
         c->choice_started |= 1u << ix;
     }
-    gw_conn_resume(c);
+    if (first) gw_conn_resume(c);
+    else s_defer(c);
 }
 
 static void s_on_final(gw_conn *c, const proto_final *f) {
@@ -271,10 +314,38 @@ void gw_session_fail_all(gw_server *s, int code, const char *msg) {
     }
 }
 
+/* the connection's events first: a dropped connection loses what was in flight (a request sent into the dead
+ * connection included), and new requests wait for a status reply over the new one */
+static void s_link_events(gw_server *s) {
+    if (!s->monitor_ready) return;
+    s->monitor_ready = 0;
+    int ev = gw_broker_events(s->broker);
+    if ((ev & GW_BROKER_REFUSED) && s->cfg.verbose) fprintf(stderr, "zllm-http: %s\n", gw_broker_problem(s->broker));
+    if (!(ev & GW_BROKER_DROPPED)) return;
+    s->link_down = 1;
+    gw_session_fail_all(s, PROTO_CODE_BROKER_UNREACHABLE,
+                        "the connection to the broker dropped (it restarted or went away); the request is lost");
+}
+
+/* the broker's instance id on every reply: another instance than before is a restarted broker, which knows
+ * nothing of the requests sent to the old one */
+static void s_check_instance(gw_server *s, proto_str inst) {
+    if (!inst.p || (inst.n == strlen(s->broker_inst) && !memcmp(inst.p, s->broker_inst, inst.n))) return;
+    int had = s->broker_inst[0] != 0;
+    proto_str_copy(inst, s->broker_inst, sizeof s->broker_inst);
+    if (had) {
+        s->broker_restarts++;
+        gw_session_fail_all(s, PROTO_CODE_BROKER_RESTARTED,
+                            "the broker restarted (another instance answers); the request is lost");
+    }
+}
+
 void gw_session_drain(gw_server *s) {
     const proto_msg *m;
+    s_link_events(s);
     while (gw_broker_recv(s->broker, &m) == 1) {
         gw_conn *c;
+        s_check_instance(s, m->inst);
         switch (m->type) {
         case PROTO_TOKEN:
             if ((c = s_slot_find(s, m->token.id))) s_on_token(c, &m->token);
@@ -304,14 +375,8 @@ void gw_session_drain(gw_server *s) {
                 s->st_frame = copy;
                 s->st_len = n;
                 s->has_status = 1;
+                s->link_down = 0;
                 s->t_status_recv = gw_now();
-                /* a broker whose `accepted` counter went back is a restarted one: what was in flight is lost */
-                uint64_t acc = 0;
-                for (uint32_t i = 0; i < s->st_msg.status.n_counters; i++)
-                    if (proto_str_eq(s->st_msg.status.counters[i].name, "accepted"))
-                        acc = s->st_msg.status.counters[i].value;
-                if (acc < s->last_accepted) gw_session_fail_all(s, PROTO_CODE_SHUTTING_DOWN, "the broker restarted");
-                s->last_accepted = acc;
             } else {
                 free(copy);
                 s->has_status = 0;
@@ -354,7 +419,7 @@ enum MHD_Result gw_session_generate(gw_conn *c) {
     if (s_resolve_model(s, r.model, bmodel, sizeof bmodel, &e) != 0) goto fail;
     snprintf(c->model, sizeof c->model, "%s", r.model[0] ? r.model : bmodel);
     if (!gw_session_broker_up(s)) {
-        gw_error_set(&e, 503, "service_unavailable", NULL, "broker_unreachable", "the broker is unreachable");
+        gw_session_unreachable(s, &e);
         goto fail;
     }
     if (bmodel[0] && gw_session_alive_workers(s, bmodel) == 0) {
@@ -375,7 +440,7 @@ enum MHD_Result gw_session_generate(gw_conn *c) {
         if (rc == -2)
             gw_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
                          "the request exceeds the broker's %u-byte message limit", PROTO_CLIENT_MAX_FRAME);
-        else gw_error_set(&e, 503, "service_unavailable", NULL, "broker_unreachable", "the broker is unreachable");
+        else gw_session_unreachable(s, &e);
         goto fail;
     }
     c->stream = r.stream;

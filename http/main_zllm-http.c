@@ -2,7 +2,7 @@
  *
  *   zllm-http --broker EP [--listen HOST:PORT] [--api-key-file F] [--served-model-name NAME[=MODEL]]...
  *             [--model NAME=PATH]... [--max-body BYTES] [--max-connections N] [--idle-timeout S]
- *             [--max-stream-buffer B] [-v]
+ *             [--max-stream-buffer B] [--curve-server-key BROKER.pub --curve-key KEY] [-v]
  *
  * Prints `listening http://HOST:PORT` (port 0 resolved) on stdout once bound and the broker has answered (or
  * after 3 s without an answer); SIGTERM or SIGINT stops it
@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <zmq.h>
 #include "gw_server.h"
+#include "zkey.h"
 
 static volatile sig_atomic_t s_stop;
 static void s_on_signal(int sig) {
@@ -23,25 +25,28 @@ static void s_on_signal(int sig) {
 }
 
 static void s_usage(FILE *f) {
-    fprintf(
-        f, "usage: zllm-http --broker EP [--listen HOST:PORT] [--api-key-file F]\n"
-           "                 [--served-model-name NAME[=MODEL]]... [--model NAME=PATH]...\n"
-           "                 [--max-body BYTES] [--max-connections N] [--idle-timeout S] [--max-stream-buffer B] [-v]\n"
-           "  --broker EP             the broker's client endpoint (tcp://HOST:5555, ipc://PATH)\n"
-           "  --listen HOST:PORT      HTTP address (default 127.0.0.1:8000; [::]:PORT for IPv6; port 0: any)\n"
-           "  --api-key-file F        require `Authorization: Bearer KEY` (the file's first line) on /v1/*\n"
-           "  --served-model-name N[=M]  the name clients use for broker model M (default: the only one);\n"
-           "                          repeatable; /v1/models lists these names\n"
-           "  --model NAME=PATH       load the GGUF's vocabulary for /tokenize and /detokenize\n"
-           "  --max-body BYTES        request body limit (default 4194304; 413 beyond)\n"
-           "  --max-connections N     open connections (default 16384)\n"
-           "  --idle-timeout S        close a connection silent for S seconds (default 30)\n"
-           "  --max-stream-buffer B   SSE bytes held for a client that does not read before its request is\n"
-           "                          cancelled (default 1048576)\n"
-           "  -v                      log each request to stderr\n"
-           "  -h, --help              this text;  --version  print the version\n"
-           "Environment: none read.\n"
-           "Exit status: 0 after SIGINT/SIGTERM, 2 on a usage error, 1 on any other error.\n");
+    fprintf(f, "usage: zllm-http --broker EP [--listen HOST:PORT] [--api-key-file F]\n"
+               "                 [--served-model-name NAME[=MODEL]]... [--model NAME=PATH]...\n"
+               "                 [--max-body BYTES] [--max-connections N] [--idle-timeout S] [--max-stream-buffer B]\n"
+               "                 [--curve-server-key BROKER.pub --curve-key KEY] [-v]\n"
+               "  --broker EP             the broker's client endpoint (tcp://HOST:5555, ipc://PATH)\n"
+               "  --listen HOST:PORT      HTTP address (default 127.0.0.1:8000; [::]:PORT for IPv6; port 0: any)\n"
+               "  --api-key-file F        require `Authorization: Bearer KEY` (the file's first line) on /v1/*\n"
+               "  --served-model-name N[=M]  the name clients use for broker model M (default: the only one);\n"
+               "                          repeatable; /v1/models lists these names\n"
+               "  --model NAME=PATH       load the GGUF's vocabulary for /tokenize and /detokenize\n"
+               "  --max-body BYTES        request body limit (default 4194304; 413 beyond)\n"
+               "  --max-connections N     open connections (default 16384)\n"
+               "  --idle-timeout S        close a connection silent for S seconds (default 30)\n"
+               "  --max-stream-buffer B   SSE bytes held for a client that does not read before its request is\n"
+               "                          cancelled (default 1048576)\n"
+               "  --curve-server-key F    CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
+               "  --curve-key F           CURVE: this gateway's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
+               "                          broker's --curve-allow directory); both or neither\n"
+               "  -v                      log each request to stderr\n"
+               "  -h, --help              this text;  --version  print the version\n"
+               "Environment: none read.\n"
+               "Exit status: 0 after SIGINT/SIGTERM, 2 on a usage error, 1 on any other error.\n");
 }
 
 /* a whole decimal number in [lo, hi]; 0, or -1 with a message naming the option */
@@ -85,6 +90,8 @@ int main(int argc, char **argv) {
     gw_config_defaults(&cfg);
     char err[512] = "";
     char *listen = NULL, *key = NULL;
+    const char *curve_server = NULL, *curve_key = NULL;
+    gw_curve curve;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -99,6 +106,8 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(a, "--broker")) cfg.broker = v;
         else if (!strcmp(a, "--listen")) listen = strdup(v);
+        else if (!strcmp(a, "--curve-server-key")) curve_server = v;
+        else if (!strcmp(a, "--curve-key")) curve_key = v;
         else if (!strcmp(a, "--api-key-file")) {
             if (!(key = s_read_key(v, err, sizeof err))) {
                 fprintf(stderr, "zllm-http: %s\n", err);
@@ -170,6 +179,22 @@ int main(int argc, char **argv) {
         cfg.host = h[0] ? h : "0.0.0.0";
     }
     cfg.api_key = key;
+    if (!curve_server != !curve_key) {
+        fprintf(stderr, "zllm-http: --curve-server-key and --curve-key go together\n");
+        return 2;
+    }
+    if (curve_key) { /* read once: a missing or malformed key file fails at startup */
+        if (zkey_read(curve_server, curve.server_pub, err, sizeof err) != 0 ||
+            zkey_read(curve_key, curve.sec, err, sizeof err) != 0) {
+            fprintf(stderr, "zllm-http: %s\n", err);
+            return 2;
+        }
+        if (zmq_curve_public(curve.pub, curve.sec) != 0) {
+            fprintf(stderr, "zllm-http: %s: %s\n", curve_key, zmq_strerror(zmq_errno()));
+            return 2;
+        }
+        cfg.curve = &curve;
+    }
     /* one descriptor per connection: allow as many as the hard limit */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -186,9 +211,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "zllm-http: %s\n", err);
         return 1;
     }
-    if (gw_server_wait_broker(s, 3000) != 0)
-        fprintf(stderr, "zllm-http: no answer from the broker at %s yet: requests get 503 until it answers\n",
-                cfg.broker);
+    if (gw_server_wait_broker(s, 3000) != 0) {
+        const char *why = gw_server_broker_problem(s);
+        fprintf(stderr, "zllm-http: no answer from the broker at %s yet%s%s: requests get 503 until it answers\n",
+                cfg.broker, why[0] ? ": " : "", why);
+    }
     int v6 = strchr(cfg.host, ':') != NULL;
     printf("listening http://%s%s%s:%d\n", v6 ? "[" : "", cfg.host, v6 ? "]" : "", gw_server_port(s));
     fflush(stdout);

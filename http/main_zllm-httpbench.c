@@ -1,11 +1,16 @@
 /* http/main_zllm-httpbench.c: zllm-httpbench, a closed-loop load generator for zllm-http: CONCURRENCY streamed
- * /v1/completions requests in flight at once (each on its own connection, prompt as random token ids, ignore_eos,
- * temperature 0), one epoll thread, a small chunked-transfer and SSE reader. Prints the same summary as
- * `zllm bench` (requests, output tokens/s, time to first token and inter-token percentiles), so the two can be
- * compared in one run (tests/bench_http.py).
+ * /v1/completions requests in flight at once (prompt as random token ids, ignore_eos, temperature 0), one epoll
+ * thread, a small chunked-transfer and SSE reader. Prints the same summary as `zllm bench` (requests, output
+ * tokens/s, time to first token and inter-token percentiles), so the two can be compared in one run
+ * (tests/bench_http.py).
+ *
+ * By default the CONCURRENCY connections are opened before the clock starts and each carries its requests one
+ * after the other (HTTP/1.1 keep-alive, as every client pool does), just as `zllm bench` connects its socket
+ * before it sends: time to first token runs from the request's first byte to its first token. --new-connection
+ * opens a connection per request instead, and the time then includes connecting.
  *
  *   zllm-httpbench --url HOST:PORT [-N REQUESTS] [-c CONCURRENCY] [--prompt-len L] [--out-len M] [--vocab V]
- *                  [--model NAME] */
+ *                  [--model NAME] [--new-connection] */
 #include "version.h"
 #include <errno.h>
 #include <math.h>
@@ -26,7 +31,7 @@ typedef struct {
     int id;    /* request index, -1 when idle */
     char *req; /* the request bytes */
     size_t req_len, req_off;
-    int state; /* 0 headers, 1 chunk size, 2 chunk data, 3 chunk CRLF, 4 done */
+    int state; /* 0 headers, 1 chunk size, 2 chunk data, 3 chunk CRLF, 4 the last chunk's trailer */
     size_t chunk_left;
     char hdr[4096]; /* header bytes / chunk-size line */
     size_t hdr_n;
@@ -36,6 +41,7 @@ typedef struct {
     double t_start, t_first, t_last, t_sent;
     long tokens; /* usage.completion_tokens */
     int n_events;
+    int done_event; /* data: [DONE] came */
 } bconn;
 
 static double s_now(void) {
@@ -58,6 +64,7 @@ static double s_pct(double *v, long n, double p) {
 }
 
 static struct sockaddr_in s_addr;
+static int s_new_conn; /* --new-connection */
 static double *s_ttft, *s_itl, *s_sent;
 static long s_n_sent;
 static long s_n_ttft, s_n_itl, s_itl_cap, s_tokens, s_ok, s_failed;
@@ -65,7 +72,10 @@ static long s_n_ttft, s_n_itl, s_itl_cap, s_tokens, s_ok, s_failed;
 /* one complete SSE event ("data: ...") */
 static int s_event(bconn *c, double now) {
     c->ev[c->ev_n] = 0;
-    if (!strncmp(c->ev, "data: [DONE]", 12)) return 1;
+    if (!strncmp(c->ev, "data: [DONE]", 12)) {
+        c->done_event = 1;
+        return 0;
+    }
     if (strstr(c->ev, "\"error\"")) {
         fprintf(stderr, "zllm-httpbench: %.200s\n", c->ev);
         c->status = 599;
@@ -86,7 +96,7 @@ static int s_event(bconn *c, double now) {
     return 0;
 }
 
-/* feeds decoded body bytes; 1 when the stream ended */
+/* feeds decoded body bytes; 1 on an error event */
 static int s_body(bconn *c, const char *p, size_t n, double now) {
     for (size_t i = 0; i < n; i++) {
         if (c->ev_n + 1 < sizeof c->ev) c->ev[c->ev_n++] = p[i];
@@ -100,11 +110,12 @@ static int s_body(bconn *c, const char *p, size_t n, double now) {
     return 0;
 }
 
-/* feeds received bytes (HTTP/1.1 response, chunked); 1 when the response ended, -1 on a protocol error */
+/* feeds received bytes (HTTP/1.1 response, chunked); 1 when the response ended (its last chunk and trailer
+ * read, so that the connection can carry the next request), -1 on a protocol error */
 static int s_feed(bconn *c, const char *p, size_t n, double now) {
     size_t i = 0;
     while (i < n) {
-        if (c->state == 0 || c->state == 1 || c->state == 3) {
+        if (c->state == 0 || c->state == 1 || c->state == 3 || c->state == 4) {
             if (c->hdr_n + 1 >= sizeof c->hdr) return -1;
             c->hdr[c->hdr_n++] = p[i++];
             c->hdr[c->hdr_n] = 0;
@@ -116,15 +127,17 @@ static int s_feed(bconn *c, const char *p, size_t n, double now) {
             } else if (c->state == 1 && c->hdr_n >= 2 && !memcmp(c->hdr + c->hdr_n - 2, "\r\n", 2)) {
                 c->chunk_left = strtoul(c->hdr, NULL, 16);
                 c->hdr_n = 0;
-                if (c->chunk_left == 0) return 1;
-                c->state = 2;
+                c->state = c->chunk_left == 0 ? 4 : 2;
             } else if (c->state == 3 && c->hdr_n == 2) {
                 c->hdr_n = 0;
                 c->state = 1;
+            } else if (c->state == 4 && c->hdr_n >= 2 && !memcmp(c->hdr + c->hdr_n - 2, "\r\n", 2)) {
+                if (c->hdr_n == 2) return i == n && c->done_event ? 1 : -1; /* the empty line ends the trailer */
+                c->hdr_n = 0;                                               /* a trailer field */
             }
         } else if (c->state == 2) {
             size_t k = n - i < c->chunk_left ? n - i : c->chunk_left;
-            if (s_body(c, p + i, k, now)) return 1;
+            if (s_body(c, p + i, k, now)) return -1;
             i += k;
             c->chunk_left -= k;
             if (c->chunk_left == 0) c->state = 3;
@@ -133,7 +146,35 @@ static int s_feed(bconn *c, const char *p, size_t n, double now) {
     return 0;
 }
 
-static int s_start(int ep, bconn *c, int id, const char *model, int plen, int olen, int vocab, uint64_t *rng) {
+/* opens c's connection (its events: EPOLLIN, and EPOLLOUT until the request is written) */
+static int s_connect(int ep, bconn *c) {
+    c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (c->fd < 0) return -1;
+    int one = 1;
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(c->fd, (struct sockaddr *)&s_addr, sizeof s_addr) != 0 && errno != EINPROGRESS) return -1;
+    struct epoll_event ev = {.events = EPOLLOUT | EPOLLIN, .data.ptr = c};
+    return epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
+}
+
+/* writes what is left of c's request; 0, or -1 on a socket error */
+static int s_write(int ep, bconn *c, double now) {
+    while (c->req_off < c->req_len) {
+        ssize_t w = send(c->fd, c->req + c->req_off, c->req_len - c->req_off, MSG_NOSIGNAL);
+        if (w > 0) {
+            c->req_off += (size_t)w;
+            continue;
+        }
+        if (w < 0 && (errno == EAGAIN || errno == ENOTCONN)) return 0; /* EPOLLOUT comes back */
+        return -1;
+    }
+    s_sent[s_n_sent++] = now - c->t_start;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    return epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/* starts request id on c: on its open connection (keep-alive), else on a new one */
+static int s_start(int ep, bconn *c, int id, const char *model, int plen, const int olen[2], int vocab, uint64_t *rng) {
     char body[65536];
     int o = snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":[", model);
     for (int i = 0; i < plen && o < (int)sizeof body - 32; i++) {
@@ -143,7 +184,7 @@ static int s_start(int ep, bconn *c, int id, const char *model, int plen, int ol
     o += snprintf(body + o, sizeof body - (size_t)o,
                   "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
                   "\"stream_options\":{\"include_usage\":true}}",
-                  olen);
+                  olen[0] + (int)(*rng % (uint64_t)(olen[1] - olen[0] + 1)));
     free(c->req);
     c->req = malloc((size_t)o + 256);
     if (!c->req) return -1;
@@ -158,19 +199,20 @@ static int s_start(int ep, bconn *c, int id, const char *model, int plen, int ol
     c->status = 0;
     c->tokens = 0;
     c->n_events = 0;
+    c->done_event = 0;
     c->t_start = s_now();
-    c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    if (c->fd < 0) return -1;
-    int one = 1;
-    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (connect(c->fd, (struct sockaddr *)&s_addr, sizeof s_addr) != 0 && errno != EINPROGRESS) return -1;
+    if (c->fd < 0) return s_connect(ep, c);
     struct epoll_event ev = {.events = EPOLLOUT | EPOLLIN, .data.ptr = c};
-    return epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
+    if (epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev) != 0) return -1;
+    return s_write(ep, c, c->t_start);
 }
 
+/* ends c's request; its connection stays open for the next one when the response ended cleanly */
 static void s_finish(bconn *c, int ok) {
-    close(c->fd);
-    c->fd = -1;
+    if (!ok || s_new_conn) {
+        close(c->fd);
+        c->fd = -1;
+    }
     c->id = -1;
     if (ok && c->status == 200) {
         s_ok++;
@@ -188,9 +230,11 @@ static void s_usage(FILE *f) {
                "  -N REQUESTS        requests in all, 1..10000000 (default 1000)\n"
                "  -c CONCURRENCY     requests at once, 1..100000 (default 100)\n"
                "  --prompt-len L     prompt tokens (random ids), 1..4096 (default 16)\n"
-               "  --out-len M        max_tokens of each request (default 64)\n"
+               "  --out-len M|LO:HI  max_tokens of each request, or drawn from LO..HI (default 64)\n"
                "  --vocab V          ids are drawn from [0, V) (default 512)\n"
                "  --model NAME       the request's model (default: the gateway's only one)\n"
+               "  --new-connection   a new connection per request (default: CONCURRENCY connections opened\n"
+               "                     before the clock starts, each carrying its requests in turn)\n"
                "  -h, --help         this text;  --version  print the version\n"
                "Environment: none read.\n");
 }
@@ -210,9 +254,15 @@ static int s_int(const char *opt, const char *v, long lo, long hi, int *out) {
 
 int main(int argc, char **argv) {
     const char *url = "127.0.0.1:8000", *model = "";
-    int N = 1000, conc = 100, plen = 16, olen = 64, vocab = 512;
+    int N = 1000, conc = 100, plen = 16, olen[2] = {64, 64}, vocab = 512;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
+        if (!strcmp(k, "--new-connection")) {
+            s_new_conn = 1;
+            for (int j = i; j + 1 < argc; j++) argv[j] = argv[j + 1];
+            argc--, i--;
+            continue;
+        }
         if (!strcmp(k, "-h") || !strcmp(k, "--help")) {
             s_usage(stdout);
             return 0;
@@ -233,8 +283,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "-N")) bad = s_int(k, v, 1, 10000000, &N);
         else if (!strcmp(k, "-c")) bad = s_int(k, v, 1, 100000, &conc);
         else if (!strcmp(k, "--prompt-len")) bad = s_int(k, v, 1, 4096, &plen);
-        else if (!strcmp(k, "--out-len")) bad = s_int(k, v, 1, 1 << 20, &olen);
-        else if (!strcmp(k, "--vocab")) bad = s_int(k, v, 4, 1 << 24, &vocab);
+        else if (!strcmp(k, "--out-len")) { /* M, or LO:HI drawn per request */ char lo[32];
+            const char *colon = strchr(v, ':');
+            snprintf(lo, sizeof lo, "%.*s", colon ? (int)(colon - v) : (int)strlen(v), v);
+            bad = s_int(k, lo, 1, 1 << 20, &olen[0]) || s_int(k, colon ? colon + 1 : v, 1, 1 << 20, &olen[1]);
+            if (!bad && olen[1] < olen[0]) {
+                fprintf(stderr, "zllm-httpbench: --out-len LO:HI needs LO <= HI\n");
+                return 2;
+            }
+        } else if (!strcmp(k, "--vocab")) bad = s_int(k, v, 4, 1 << 24, &vocab);
         else if (!strcmp(k, "--model")) model = v;
         else {
             fprintf(stderr, "zllm-httpbench: unknown option %s\n", k);
@@ -243,7 +300,7 @@ int main(int argc, char **argv) {
         }
         if (bad) return 2;
     }
-    if (N < 1 || conc < 1 || plen < 1 || plen > 4096 || olen < 1 || vocab < 4) {
+    if (N < 1 || conc < 1 || plen < 1 || plen > 4096 || olen[0] < 1 || vocab < 4) {
         fprintf(stderr, "zllm-httpbench: bad arguments\n");
         return 2;
     }
@@ -273,13 +330,39 @@ int main(int argc, char **argv) {
     if (!s_ttft || !s_sent || !s_itl || !cs || ep < 0) return 1;
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     int next = 0, done = 0;
+    struct epoll_event evs[512];
+    for (int i = 0; i < conc; i++) cs[i].fd = -1;
+    if (!s_new_conn) { /* the connections first, outside the clock */
+        int up = 0;
+        for (int i = 0; i < conc; i++)
+            if (s_connect(ep, &cs[i]) != 0) {
+                perror("zllm-httpbench: connect");
+                return 1;
+            }
+        while (up < conc) {
+            int n = epoll_wait(ep, evs, 512, 10000);
+            if (n <= 0) {
+                fprintf(stderr, "zllm-httpbench: %d of %d connections up after 10 s\n", up, conc);
+                return 1;
+            }
+            for (int i = 0; i < n; i++) {
+                bconn *c = evs[i].data.ptr;
+                if (evs[i].events & (EPOLLERR | EPOLLHUP)) {
+                    fprintf(stderr, "zllm-httpbench: a connection failed\n");
+                    return 1;
+                }
+                struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+                epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+                up++;
+            }
+        }
+    }
     double t0 = s_now();
     for (int i = 0; i < conc; i++)
         if (s_start(ep, &cs[i], next++, model, plen, olen, vocab, &rng) != 0) {
             perror("zllm-httpbench: connect");
             return 1;
         }
-    struct epoll_event evs[512];
     static char buf[1 << 16];
     while (done < N) {
         int n = epoll_wait(ep, evs, 512, 60000);
@@ -292,16 +375,7 @@ int main(int argc, char **argv) {
             bconn *c = evs[i].data.ptr;
             if (c->id < 0) continue;
             int end = 0;
-            if ((evs[i].events & EPOLLOUT) && c->req_off < c->req_len) {
-                ssize_t w = send(c->fd, c->req + c->req_off, c->req_len - c->req_off, MSG_NOSIGNAL);
-                if (w > 0) c->req_off += (size_t)w;
-                else if (w < 0 && errno != EAGAIN) end = -1;
-                if (c->req_off == c->req_len) {
-                    s_sent[s_n_sent++] = now - c->t_start;
-                    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-                    epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
-                }
-            }
+            if ((evs[i].events & EPOLLOUT) && c->req_off < c->req_len && s_write(ep, c, now) != 0) end = -1;
             if (!end && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
                 for (;;) {
                     ssize_t r = recv(c->fd, buf, sizeof buf, 0);
@@ -330,17 +404,20 @@ int main(int argc, char **argv) {
     qsort(s_ttft, (size_t)s_n_ttft, sizeof *s_ttft, s_cmp);
     qsort(s_itl, (size_t)s_n_itl, sizeof *s_itl, s_cmp);
     qsort(s_sent, (size_t)s_n_sent, sizeof *s_sent, s_cmp);
-    printf("requests: %d (%ld ok, %ld failed), concurrency %d, prompt %d, output %d tokens\n", N, s_ok, s_failed, conc,
-           plen, olen);
+    printf("requests: %d (%ld ok, %ld failed), concurrency %d, prompt %d, output %d..%d tokens\n", N, s_ok, s_failed,
+           conc, plen, olen[0], olen[1]);
     printf("wall %.2f s, %.1f requests/s, %.1f output tokens/s, %ld tokens\n", wall, s_ok / wall, s_tokens / wall,
            s_tokens);
     printf("ttft ms: p50 %.2f p90 %.2f p99 %.2f\n", s_pct(s_ttft, s_n_ttft, 50) * 1e3,
            s_pct(s_ttft, s_n_ttft, 90) * 1e3, s_pct(s_ttft, s_n_ttft, 99) * 1e3);
     printf("itl ms:  p50 %.2f p90 %.2f p99 %.2f\n", s_pct(s_itl, s_n_itl, 50) * 1e3, s_pct(s_itl, s_n_itl, 90) * 1e3,
            s_pct(s_itl, s_n_itl, 99) * 1e3);
-    printf("connect+send ms: p50 %.2f p90 %.2f p99 %.2f\n", s_pct(s_sent, s_n_sent, 50) * 1e3,
-           s_pct(s_sent, s_n_sent, 90) * 1e3, s_pct(s_sent, s_n_sent, 99) * 1e3);
-    for (int i = 0; i < conc; i++) free(cs[i].req);
+    printf("%s ms: p50 %.2f p90 %.2f p99 %.2f\n", s_new_conn ? "connect+send" : "send",
+           s_pct(s_sent, s_n_sent, 50) * 1e3, s_pct(s_sent, s_n_sent, 90) * 1e3, s_pct(s_sent, s_n_sent, 99) * 1e3);
+    for (int i = 0; i < conc; i++) {
+        free(cs[i].req);
+        if (cs[i].fd >= 0) close(cs[i].fd);
+    }
     free(s_sent);
     free(cs);
     free(s_ttft);

@@ -40,10 +40,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *content;
     size_t clen;
     int a, p;
-    if (gw_tokenize_parse(body, size, &root, &content, &clen, &a, &p, &e) == 0) json_decref(root);
+    char model[PROTO_NAME_MAX + 1];
+    if (gw_tokenize_parse(body, size, &root, &content, &clen, &a, &p, model, sizeof model, &e) == 0) json_decref(root);
     int32_t *toks;
     size_t n;
-    if (gw_detokenize_parse(body, size, &toks, &n, &e) == 0) free(toks);
+    if (gw_detokenize_parse(body, size, &toks, &n, model, sizeof model, &e) == 0) free(toks);
     /* the bytes as generated text: every encoder's output parses as JSON */
     gw_resp rs;
     s_check(gw_resp_init(&rs, size % 2 ? GW_EP_CHAT : GW_EP_COMPLETIONS, "u1", "m\"od\\el") == 0, "resp init");

@@ -56,6 +56,14 @@ def main():
                            timeout=10)
         ck.ok(p.returncode == 2 and ":5:" in p.stderr and what in p.stderr, "%r: rc %d, %r" % (line, p.returncode,
                                                                                              p.stderr.strip()))
+    # CURVE keys for the broker: passed as --curve-server-key / --curve-key, both or neither
+    p = subprocess.run([deploy, "--check", layout(base + ["http listen=127.0.0.1:1 server-key=%s key=%s" % (key, key)],
+                                                  "curve")], capture_output=True, text=True, timeout=10)
+    ck.ok(p.returncode == 0 and "--curve-server-key %s --curve-key %s" % (key, key) in p.stdout,
+          "http server-key= key=: %r" % p.stdout[-300:])
+    p = subprocess.run([deploy, "--check", layout(base + ["http listen=127.0.0.1:1 server-key=%s" % key], "curve1")],
+                       capture_output=True, text=True, timeout=10)
+    ck.ok(p.returncode == 2 and "go together" in p.stderr, "server-key without key: %r" % p.stderr.strip())
     p = subprocess.run([deploy, "--check", layout(["bin %s" % BIN, "http listen=127.0.0.1:1"], "nobroker")],
                        capture_output=True, text=True, timeout=10)
     ck.ok(p.returncode == 2 and "broker=ENDPOINT" in p.stderr, "http without a broker: %r" % p.stderr.strip())
