@@ -6,10 +6,20 @@
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
 #define SIPROUND                                                                                                       \
     do {                                                                                                               \
-        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);                                                      \
-        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                                                                         \
-        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                                                                         \
-        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);                                                      \
+        v0 += v1;                                                                                                      \
+        v1 = ROTL(v1, 13);                                                                                             \
+        v1 ^= v0;                                                                                                      \
+        v0 = ROTL(v0, 32);                                                                                             \
+        v2 += v3;                                                                                                      \
+        v3 = ROTL(v3, 16);                                                                                             \
+        v3 ^= v2;                                                                                                      \
+        v0 += v3;                                                                                                      \
+        v3 = ROTL(v3, 21);                                                                                             \
+        v3 ^= v0;                                                                                                      \
+        v2 += v1;                                                                                                      \
+        v1 = ROTL(v1, 17);                                                                                             \
+        v1 ^= v2;                                                                                                      \
+        v2 = ROTL(v2, 32);                                                                                             \
     } while (0)
 
 static uint64_t load_le64(const uint8_t *p) {
@@ -26,16 +36,21 @@ uint64_t kv_hash_sip(uint64_t k0, uint64_t k1, const void *data, size_t n) {
     for (size_t i = 0; i < full; i += 8) {
         uint64_t m = load_le64(p + i);
         v3 ^= m;
-        SIPROUND; SIPROUND;
+        SIPROUND;
+        SIPROUND;
         v0 ^= m;
     }
     uint64_t b = (uint64_t)n << 56;
     for (size_t i = 0; i < (n & 7); i++) b |= (uint64_t)p[full + i] << (8 * i);
     v3 ^= b;
-    SIPROUND; SIPROUND;
+    SIPROUND;
+    SIPROUND;
     v0 ^= b;
     v2 ^= 0xff;
-    SIPROUND; SIPROUND; SIPROUND; SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
     return v0 ^ v1 ^ v2 ^ v3;
 }
 

@@ -23,7 +23,10 @@ static void test_siphash(void) {
     for (int i = 0; i < 16; i++) key[i] = (uint8_t)i;
     for (int i = 0; i < 64; i++) msg[i] = (uint8_t)i;
     uint64_t k0 = 0, k1 = 0;
-    for (int i = 7; i >= 0; i--) { k0 = k0 << 8 | key[i]; k1 = k1 << 8 | key[8 + i]; }
+    for (int i = 7; i >= 0; i--) {
+        k0 = k0 << 8 | key[i];
+        k1 = k1 << 8 | key[8 + i];
+    }
     /* the SipHash paper's vectors: 15-byte message 00..0e, and the empty message */
     CHECK(kv_hash_sip(k0, k1, msg, 15) == 0xa129ca6149be45e5ull, "siphash-2-4 reference vector (15 bytes)");
     CHECK(kv_hash_sip(k0, k1, msg, 0) == 0x726fdb47dd0e0e31ull, "siphash-2-4 reference vector (empty)");
@@ -50,8 +53,8 @@ static void test_chain(void) {
           "bad block sizes refused");
     /* the Python copy in tests/broker_fake.py must give these bits: a fixed vector both sides check */
     int32_t v[BS] = {1, 2, 3, 4};
-    CHECK(kv_hash_block(kv_hash_model("stories260K", 11), 0, v, BS) == 0x632426691270953dull,
-          "fixed vector: %#llx", (unsigned long long)kv_hash_block(kv_hash_model("stories260K", 11), 0, v, BS));
+    CHECK(kv_hash_block(kv_hash_model("stories260K", 11), 0, v, BS) == 0x632426691270953dull, "fixed vector: %#llx",
+          (unsigned long long)kv_hash_block(kv_hash_model("stories260K", 11), 0, v, BS));
 }
 
 static void test_share_release_evict(void) {
@@ -111,7 +114,9 @@ static void test_share_release_evict(void) {
     CHECK(e1 == b3 && e2 == c.blocks[2], "LRU: tail evicted first (%d %d vs %d %d)", e1, e2, b3, c.blocks[2]);
     CHECK(kv_pool_evictions(p) == 2 && kv_pool_lookup(p, 0, pb) == -1, "evicted blocks leave the index");
     CHECK(kv_table_cached_prefix(p, key, pb, 4 * BS) == 2, "the prefix's head is still cached");
-    kv_table_free(&a); kv_table_free(&b); kv_table_free(&c);
+    kv_table_free(&a);
+    kv_table_free(&b);
+    kv_table_free(&c);
     kv_pool_destroy(&p);
     CHECK(p == NULL, "destroy clears");
 }
@@ -119,7 +124,10 @@ static void test_share_release_evict(void) {
 static void test_refcounts(void) {
     char err[128];
     kv_pool *p = kv_pool_new(4, BS, err, sizeof err);
-    if (!p) { CHECK(0, "pool: %s", err); return; }
+    if (!p) {
+        CHECK(0, "pool: %s", err);
+        return;
+    }
     int id = kv_pool_alloc(p);
     CHECK(kv_pool_unref(p, id) == 0 && kv_pool_free(p) == 4, "unref to 0 frees an unpublished block");
     CHECK(kv_pool_unref(p, id) == -1 && kv_pool_free(p) == 4, "underflow refused, the free list unchanged");
@@ -153,7 +161,10 @@ static void test_admission_growth(void) {
     char err[128];
     uint64_t key = kv_hash_model("m", 1);
     kv_pool *p = kv_pool_new(8, BS, err, sizeof err);
-    if (!p) { CHECK(0, "pool: %s", err); return; }
+    if (!p) {
+        CHECK(0, "pool: %s", err);
+        return;
+    }
     int32_t pr[6 * BS];
     fill(pr, 6 * BS, 1);
     kv_table a = {0}, b = {0};
@@ -173,7 +184,8 @@ static void test_admission_growth(void) {
     CHECK(kv_table_grow(p, &a, 1) == -1 && a.n_blocks == 8, "out of blocks: refused, the table kept");
     kv_table_release(p, &a);
     CHECK(kv_pool_free(p) == 8, "all free again");
-    kv_table_free(&a); kv_table_free(&b);
+    kv_table_free(&a);
+    kv_table_free(&b);
     kv_pool_destroy(&p);
 }
 
@@ -181,7 +193,10 @@ static void test_hash_summary(void) {
     char err[128];
     uint64_t key = kv_hash_model("m", 1);
     kv_pool *p = kv_pool_new(32, BS, err, sizeof err);
-    if (!p) { CHECK(0, "pool: %s", err); return; }
+    if (!p) {
+        CHECK(0, "pool: %s", err);
+        return;
+    }
     int32_t pr[8 * BS + 1];
     fill(pr, 8 * BS + 1, 3);
     kv_table a = {0};

@@ -9,20 +9,20 @@
 
 struct kv_pool {
     int n, bs;
-    int32_t *ref;       /* [n] references; 0 = free or cached */
-    uint8_t *pub;       /* [n] 1 when published */
-    uint64_t *hash;     /* [n] chain hash of a published block */
-    uint64_t *stamp;    /* [n] recency (kv_pool_hashes order) */
-    int32_t *toks;      /* [n * bs] tokens of a published block */
-    int *free_next;     /* [n] free stack links */
+    int32_t *ref;    /* [n] references; 0 = free or cached */
+    uint8_t *pub;    /* [n] 1 when published */
+    uint64_t *hash;  /* [n] chain hash of a published block */
+    uint64_t *stamp; /* [n] recency (kv_pool_hashes order) */
+    int32_t *toks;   /* [n * bs] tokens of a published block */
+    int *free_next;  /* [n] free stack links */
     int free_top, n_free;
     int *lru_prev, *lru_next; /* [n] cached list: head = least recently released */
     int lru_head, lru_tail, n_cached;
-    int *bucket;        /* [nbuckets] index heads */
-    int *h_next;        /* [n] index chains */
-    uint32_t nbuckets;  /* power of two */
+    int *bucket;       /* [nbuckets] index heads */
+    int *h_next;       /* [n] index chains */
+    uint32_t nbuckets; /* power of two */
     uint64_t clock, evictions;
-    uint64_t *scratch;  /* [n] kv_pool_hashes: (stamp, id) sort keys */
+    uint64_t *scratch; /* [n] kv_pool_hashes: (stamp, id) sort keys */
     int *scratch_id;
 };
 
@@ -74,8 +74,18 @@ fail:
 void kv_pool_destroy(kv_pool **pp) {
     if (!pp || !*pp) return;
     kv_pool *p = *pp;
-    free(p->ref); free(p->pub); free(p->hash); free(p->stamp); free(p->toks); free(p->free_next);
-    free(p->lru_prev); free(p->lru_next); free(p->h_next); free(p->bucket); free(p->scratch); free(p->scratch_id);
+    free(p->ref);
+    free(p->pub);
+    free(p->hash);
+    free(p->stamp);
+    free(p->toks);
+    free(p->free_next);
+    free(p->lru_prev);
+    free(p->lru_next);
+    free(p->h_next);
+    free(p->bucket);
+    free(p->scratch);
+    free(p->scratch_id);
     free(p);
     *pp = NULL;
 }
@@ -85,8 +95,10 @@ static uint32_t bucket_of(const kv_pool *p, uint64_t h) { return (uint32_t)(h ^ 
 
 static void lru_unlink(kv_pool *p, int id) {
     int a = p->lru_prev[id], b = p->lru_next[id];
-    if (a >= 0) p->lru_next[a] = b; else p->lru_head = b;
-    if (b >= 0) p->lru_prev[b] = a; else p->lru_tail = a;
+    if (a >= 0) p->lru_next[a] = b;
+    else p->lru_head = b;
+    if (b >= 0) p->lru_prev[b] = a;
+    else p->lru_tail = a;
     p->lru_prev[id] = p->lru_next[id] = -1;
     p->n_cached--;
 }
@@ -94,7 +106,8 @@ static void lru_unlink(kv_pool *p, int id) {
 static void lru_push_tail(kv_pool *p, int id) {
     p->lru_prev[id] = p->lru_tail;
     p->lru_next[id] = -1;
-    if (p->lru_tail >= 0) p->lru_next[p->lru_tail] = id; else p->lru_head = id;
+    if (p->lru_tail >= 0) p->lru_next[p->lru_tail] = id;
+    else p->lru_head = id;
     p->lru_tail = id;
     p->n_cached++;
 }
@@ -102,7 +115,10 @@ static void lru_push_tail(kv_pool *p, int id) {
 static void index_remove(kv_pool *p, int id) {
     uint32_t b = bucket_of(p, p->hash[id]);
     for (int *link = &p->bucket[b]; *link >= 0; link = &p->h_next[*link]) {
-        if (*link == id) { *link = p->h_next[id]; break; }
+        if (*link == id) {
+            *link = p->h_next[id];
+            break;
+        }
     }
     p->h_next[id] = -1;
     p->pub[id] = 0;

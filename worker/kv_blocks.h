@@ -43,14 +43,14 @@ int kv_pool_publish(kv_pool *p, int id, uint64_t h, const int32_t *tokens);
 int kv_pool_lookup(const kv_pool *p, uint64_t h, const int32_t *tokens);
 
 int kv_pool_block_size(const kv_pool *p);
-int kv_pool_blocks(const kv_pool *p);      /* all blocks */
-int kv_pool_free(const kv_pool *p);        /* on the free list */
-int kv_pool_cached(const kv_pool *p);      /* refcount 0, published: reclaimable */
-int kv_pool_used(const kv_pool *p);        /* refcount >= 1 */
-int kv_pool_available(const kv_pool *p);   /* free + cached: what kv_pool_alloc can still hand out */
-int kv_pool_refcount(const kv_pool *p, int id); /* -1 for a bad id */
+int kv_pool_blocks(const kv_pool *p);                         /* all blocks */
+int kv_pool_free(const kv_pool *p);                           /* on the free list */
+int kv_pool_cached(const kv_pool *p);                         /* refcount 0, published: reclaimable */
+int kv_pool_used(const kv_pool *p);                           /* refcount >= 1 */
+int kv_pool_available(const kv_pool *p);                      /* free + cached: what kv_pool_alloc can still hand out */
+int kv_pool_refcount(const kv_pool *p, int id);               /* -1 for a bad id */
 int kv_pool_published(const kv_pool *p, int id, uint64_t *h); /* 1 (hash in *h) when published */
-uint64_t kv_pool_evictions(const kv_pool *p);   /* cached blocks reclaimed by kv_pool_alloc */
+uint64_t kv_pool_evictions(const kv_pool *p);                 /* cached blocks reclaimed by kv_pool_alloc */
 /* Writes the hashes of the (at most cap) most recently used published blocks, used or cached, in block order;
  * returns the count written. The worker's summary for cache-aware routing. */
 int kv_pool_hashes(const kv_pool *p, uint64_t *out, int cap);

@@ -16,12 +16,12 @@
 #include "kv_blocks.h"
 
 typedef struct {
-    int32_t *blocks;      /* [n_blocks] physical block ids in token order (owned; cap entries allocated) */
+    int32_t *blocks; /* [n_blocks] physical block ids in token order (owned; cap entries allocated) */
     int n_blocks, cap;
-    int n_tokens;         /* tokens the blocks hold or are reserved for */
-    int n_cached;         /* leading prompt tokens found in the cache at admission (a multiple of block_size) */
-    int n_published;      /* leading full blocks published (their chain hash is last_hash) */
-    uint64_t last_hash;   /* chain hash of block n_published-1 (0 when none) */
+    int n_tokens;       /* tokens the blocks hold or are reserved for */
+    int n_cached;       /* leading prompt tokens found in the cache at admission (a multiple of block_size) */
+    int n_published;    /* leading full blocks published (their chain hash is last_hash) */
+    uint64_t last_hash; /* chain hash of block n_published-1 (0 when none) */
 } kv_table;
 
 /* Admits a prompt of n >= 1 tokens into the empty table t: takes the longest run of cached full blocks that is a
