@@ -470,6 +470,28 @@ static int d_float(dec *d, const char *name, double *v, double lo, int lo_open, 
     return 0;
 }
 
+static int d_i32(dec *d, const char *name, int32_t *v, int32_t min, int32_t max) {
+    int64_t x;
+    if (rd_int(&d->r, &x)) FAIL("%s: expected an integer", name);
+    if (x < min || x > max) FAIL("%s: %lld outside %d..%d", name, (long long)x, min, max);
+    *v = (int32_t)x;
+    return 0;
+}
+
+/* array of uint64 (at most max_n) into the arena */
+static int d_u64arr(dec *d, const char *name, const uint64_t **out, uint32_t *n_out, uint32_t max_n) {
+    uint32_t n;
+    if (rd_arr(&d->r, &n)) FAIL("%s: expected an array", name);
+    if (n > max_n) FAIL("%s: %u entries, at most %u", name, n, max_n);
+    uint64_t *v = arena_alloc(d->a, (size_t)n * sizeof *v);
+    if (!v) FAIL("%s: out of memory", name);
+    for (uint32_t i = 0; i < n; i++)
+        if (rd_uint(&d->r, &v[i])) FAIL("%s[%u]: expected a non-negative integer", name, i);
+    *out = v;
+    *n_out = n;
+    return 0;
+}
+
 static int d_bool(dec *d, const char *name, int *v) {
     if (rd_bool(&d->r, v)) FAIL("%s: expected a bool", name);
     return 0;
@@ -602,6 +624,7 @@ static int f_generate(dec *d, proto_str k, proto_msg *m) {
     if (key_is(k, "deadline_ms")) return d_u32(d, "deadline_ms", &g->deadline_ms, 1, 86400000u);
     if (key_is(k, "special")) return d_bool(d, "special", &g->special);
     if (key_is(k, "add_bos")) return d_bool(d, "add_bos", &g->add_bos);
+    if (key_is(k, "priority")) return d_i32(d, "priority", &g->priority, PROTO_PRIORITY_MIN, PROTO_PRIORITY_MAX);
     return d_skip(d);
 }
 
@@ -640,6 +663,13 @@ static int f_worker_info(dec *d, proto_worker_info *w) {
         else if (key_is(k, "running")) rc = d_u32(d, "running", &w->running, 0, UINT32_MAX);
         else if (key_is(k, "step")) rc = d_u64(d, "step", &w->step, 0, UINT64_MAX);
         else if (key_is(k, "alive")) rc = d_bool(d, "alive", &w->alive);
+        else if (key_is(k, "kv_block")) rc = d_u32(d, "kv_block", &w->kv_block, 0, PROTO_MAX_KV_BLOCK);
+        else if (key_is(k, "kv_used")) rc = d_u32(d, "kv_used", &w->kv_used, 0, UINT32_MAX);
+        else if (key_is(k, "kv_free")) rc = d_u32(d, "kv_free", &w->kv_free, 0, UINT32_MAX);
+        else if (key_is(k, "kv_cached")) rc = d_u32(d, "kv_cached", &w->kv_cached, 0, UINT32_MAX);
+        else if (key_is(k, "kv_hit_tokens")) rc = d_u64(d, "kv_hit_tokens", &w->kv_hit_tokens, 0, UINT64_MAX);
+        else if (key_is(k, "kv_prompt_tokens")) rc = d_u64(d, "kv_prompt_tokens", &w->kv_prompt_tokens, 0, UINT64_MAX);
+        else if (key_is(k, "kv_summary")) rc = d_u32(d, "kv_summary", &w->kv_summary, 0, UINT32_MAX);
         else rc = d_skip(d);
         if (rc) return -1;
     }
@@ -812,6 +842,8 @@ static int f_register(dec *d, proto_str k, proto_msg *m) {
     if (key_is(k, "kv_tokens")) return d_u64(d, "kv_tokens", &r->kv_tokens, 0, UINT64_MAX);
     if (key_is(k, "vocab_size")) return d_u32(d, "vocab_size", &r->vocab_size, 0, PROTO_TOKEN_ID_MAX);
     if (key_is(k, "heartbeat_ms")) return d_u32(d, "heartbeat_ms", &r->heartbeat_ms, 1, 60000);
+    if (key_is(k, "kv_block")) return d_u32(d, "kv_block", &r->kv_block, 0, PROTO_MAX_KV_BLOCK);
+    if (key_is(k, "kv_blocks")) return d_u32(d, "kv_blocks", &r->kv_blocks, 0, UINT32_MAX);
     return d_skip(d);
 }
 
@@ -825,6 +857,21 @@ static int f_hb(dec *d, proto_str k, proto_msg *m) {
     if (key_is(k, "step")) { h->has_step = 1; return d_u64(d, "step", &h->step, 0, UINT64_MAX); }
     if (key_is(k, "free_slots")) return d_u32(d, "free_slots", &h->free_slots, 0, 1u << 20);
     if (key_is(k, "running")) return d_u32(d, "running", &h->running, 0, 1u << 20);
+    if (key_is(k, "kv_used")) { h->kv.has_kv = 1; return d_u32(d, "kv_used", &h->kv.used, 0, UINT32_MAX); }
+    if (key_is(k, "kv_free")) { h->kv.has_kv = 1; return d_u32(d, "kv_free", &h->kv.free, 0, UINT32_MAX); }
+    if (key_is(k, "kv_cached")) { h->kv.has_kv = 1; return d_u32(d, "kv_cached", &h->kv.cached, 0, UINT32_MAX); }
+    if (key_is(k, "kv_hit_tokens")) {
+        h->kv.has_kv = 1;
+        return d_u64(d, "kv_hit_tokens", &h->kv.hit_tokens, 0, UINT64_MAX);
+    }
+    if (key_is(k, "kv_prompt_tokens")) {
+        h->kv.has_kv = 1;
+        return d_u64(d, "kv_prompt_tokens", &h->kv.prompt_tokens, 0, UINT64_MAX);
+    }
+    if (key_is(k, "kv_hashes")) {
+        h->kv.has_hashes = 1;
+        return d_u64arr(d, "kv_hashes", &h->kv.hashes, &h->kv.n_hashes, PROTO_MAX_KV_HASHES);
+    }
     return d_skip(d);
 }
 
@@ -853,6 +900,7 @@ static int d_seq(dec *d, proto_seq *s) {
         } else if (key_is(k, "max_tokens")) { rc = d_u32(d, "max_tokens", &s->max_tokens, 1, PROTO_MAX_GEN); have_max = 1; }
         else if (key_is(k, "stop_ids"))
             rc = d_i32arr(d, "stop_ids", &s->stop_ids, &s->n_stop_ids, PROTO_MAX_STOP_IDS, 0, PROTO_TOKEN_ID_MAX);
+        else if (key_is(k, "priority")) rc = d_i32(d, "priority", &s->priority, PROTO_PRIORITY_MIN, PROTO_PRIORITY_MAX);
         else rc = d_skip(d);
         if (rc) return -1;
     }
@@ -1113,7 +1161,7 @@ static void w_sampling(proto_buf *b, const proto_sampling *s, int with_seed) {
 int proto_encode_generate(proto_buf *b, const proto_generate *g) {
     uint32_t n = 1 + 1 + SAMPLING_FIELDS + (g->sampling.has_seed ? 1 : 0) + 1 /*max_tokens*/ + 1 /*stream*/ +
                  1 /*deadline*/ + 1 /*special*/ + (g->model.p ? 1 : 0) + (g->n_stop ? 1 : 0) +
-                 (g->n_stop_ids ? 1 : 0) + (g->add_bos >= 0 ? 1 : 0);
+                 (g->n_stop_ids ? 1 : 0) + (g->add_bos >= 0 ? 1 : 0) + (g->priority ? 1 : 0);
     w_head(b, n, "generate");
     w_key(b, "id"); w_str(b, g->id);
     if (g->model.p) { w_key(b, "model"); w_str(b, g->model); }
@@ -1140,6 +1188,7 @@ int proto_encode_generate(proto_buf *b, const proto_generate *g) {
     }
     if (g->n_stop_ids) { w_key(b, "stop_ids"); w_i32arr(b, g->stop_ids, g->n_stop_ids); }
     if (g->add_bos >= 0) { w_key(b, "add_bos"); w_bool(b, g->add_bos); }
+    if (g->priority) { w_key(b, "priority"); w_int(b, g->priority); }
     return enc_done(b);
 }
 
@@ -1174,7 +1223,7 @@ int proto_encode_status(proto_buf *b, const proto_status *s) {
     w_key(b, "workers"); w_arr(b, s->n_workers);
     for (uint32_t i = 0; i < s->n_workers; i++) {
         const proto_worker_info *w = &s->workers[i];
-        w_map(b, 10);
+        w_map(b, 17);
         w_key(b, "name"); w_str(b, w->name);
         w_key(b, "model"); w_str(b, w->model);
         w_key(b, "device"); w_str(b, w->device);
@@ -1185,6 +1234,13 @@ int proto_encode_status(proto_buf *b, const proto_status *s) {
         w_key(b, "running"); w_uint(b, w->running);
         w_key(b, "step"); w_uint(b, w->step);
         w_key(b, "alive"); w_bool(b, w->alive);
+        w_key(b, "kv_block"); w_uint(b, w->kv_block);
+        w_key(b, "kv_used"); w_uint(b, w->kv_used);
+        w_key(b, "kv_free"); w_uint(b, w->kv_free);
+        w_key(b, "kv_cached"); w_uint(b, w->kv_cached);
+        w_key(b, "kv_hit_tokens"); w_uint(b, w->kv_hit_tokens);
+        w_key(b, "kv_prompt_tokens"); w_uint(b, w->kv_prompt_tokens);
+        w_key(b, "kv_summary"); w_uint(b, w->kv_summary);
     }
     w_key(b, "counters"); w_map(b, s->n_counters);
     for (uint32_t i = 0; i < s->n_counters; i++) { w_str(b, s->counters[i].name); w_uint(b, s->counters[i].value); }
@@ -1275,7 +1331,7 @@ int proto_encode_error(proto_buf *b, proto_code code, proto_str message) {
 }
 
 int proto_encode_register(proto_buf *b, const proto_register *r) {
-    w_head(b, 9, "register");
+    w_head(b, 9 + (r->kv_block ? 2 : 0), "register");
     w_key(b, "name"); w_str(b, r->name);
     w_key(b, "model"); w_str(b, r->model);
     w_key(b, "device"); w_str(b, r->device);
@@ -1285,6 +1341,10 @@ int proto_encode_register(proto_buf *b, const proto_register *r) {
     w_key(b, "kv_tokens"); w_uint(b, r->kv_tokens);
     w_key(b, "vocab_size"); w_uint(b, r->vocab_size);
     w_key(b, "heartbeat_ms"); w_uint(b, r->heartbeat_ms);
+    if (r->kv_block) {
+        w_key(b, "kv_block"); w_uint(b, r->kv_block);
+        w_key(b, "kv_blocks"); w_uint(b, r->kv_blocks);
+    }
     return enc_done(b);
 }
 
@@ -1295,10 +1355,27 @@ int proto_encode_registered(proto_buf *b, uint32_t heartbeat_ms) {
 }
 
 int proto_encode_hb_worker(proto_buf *b, uint64_t step, uint32_t free_slots, uint32_t running) {
-    w_head(b, 3, "hb");
+    return proto_encode_hb_kv(b, step, free_slots, running, NULL);
+}
+
+int proto_encode_hb_kv(proto_buf *b, uint64_t step, uint32_t free_slots, uint32_t running, const proto_kv *kv) {
+    int has_kv = kv && kv->has_kv, has_h = kv && kv->has_hashes;
+    uint32_t nh = has_h ? (kv->n_hashes > PROTO_MAX_KV_HASHES ? PROTO_MAX_KV_HASHES : kv->n_hashes) : 0;
+    w_head(b, 3 + (has_kv ? 5 : 0) + (has_h ? 1 : 0), "hb");
     w_key(b, "step"); w_uint(b, step);
     w_key(b, "free_slots"); w_uint(b, free_slots);
     w_key(b, "running"); w_uint(b, running);
+    if (has_kv) {
+        w_key(b, "kv_used"); w_uint(b, kv->used);
+        w_key(b, "kv_free"); w_uint(b, kv->free);
+        w_key(b, "kv_cached"); w_uint(b, kv->cached);
+        w_key(b, "kv_hit_tokens"); w_uint(b, kv->hit_tokens);
+        w_key(b, "kv_prompt_tokens"); w_uint(b, kv->prompt_tokens);
+    }
+    if (has_h) {
+        w_key(b, "kv_hashes"); w_arr(b, nh);
+        for (uint32_t i = 0; i < nh; i++) w_uint(b, kv->hashes[i]);
+    }
     return enc_done(b);
 }
 
@@ -1311,12 +1388,13 @@ int proto_encode_assign(proto_buf *b, const proto_seq *seqs, uint32_t n_seqs) {
     w_arr(b, n_seqs);
     for (uint32_t i = 0; i < n_seqs; i++) {
         const proto_seq *s = &seqs[i];
-        w_map(b, 3 + SAMPLING_FIELDS + 1 + 1);
+        w_map(b, 3 + SAMPLING_FIELDS + 1 + 1 + 1);
         w_key(b, "rid"); w_uint(b, s->rid);
         w_key(b, "tokens"); w_i32arr(b, s->tokens, s->n_tokens);
         w_key(b, "max_tokens"); w_uint(b, s->max_tokens);
         w_sampling(b, &s->sampling, 1);
         w_key(b, "stop_ids"); w_i32arr(b, s->stop_ids, s->n_stop_ids);
+        w_key(b, "priority"); w_int(b, s->priority);
     }
     return enc_done(b);
 }
