@@ -857,9 +857,18 @@ static int f_hb(dec *d, proto_str k, proto_msg *m) {
     if (key_is(k, "step")) { h->has_step = 1; return d_u64(d, "step", &h->step, 0, UINT64_MAX); }
     if (key_is(k, "free_slots")) return d_u32(d, "free_slots", &h->free_slots, 0, 1u << 20);
     if (key_is(k, "running")) return d_u32(d, "running", &h->running, 0, 1u << 20);
-    if (key_is(k, "kv_used")) { h->kv.has_kv = 1; return d_u32(d, "kv_used", &h->kv.used, 0, UINT32_MAX); }
-    if (key_is(k, "kv_free")) { h->kv.has_kv = 1; return d_u32(d, "kv_free", &h->kv.free, 0, UINT32_MAX); }
-    if (key_is(k, "kv_cached")) { h->kv.has_kv = 1; return d_u32(d, "kv_cached", &h->kv.cached, 0, UINT32_MAX); }
+    if (key_is(k, "kv_used")) {
+        h->kv.has_kv = 1;
+        return d_u32(d, "kv_used", &h->kv.used, 0, UINT32_MAX);
+    }
+    if (key_is(k, "kv_free")) {
+        h->kv.has_kv = 1;
+        return d_u32(d, "kv_free", &h->kv.free, 0, UINT32_MAX);
+    }
+    if (key_is(k, "kv_cached")) {
+        h->kv.has_kv = 1;
+        return d_u32(d, "kv_cached", &h->kv.cached, 0, UINT32_MAX);
+    }
     if (key_is(k, "kv_hit_tokens")) {
         h->kv.has_kv = 1;
         return d_u64(d, "kv_hit_tokens", &h->kv.hit_tokens, 0, UINT64_MAX);
@@ -1160,8 +1169,8 @@ static void w_sampling(proto_buf *b, const proto_sampling *s, int with_seed) {
 
 int proto_encode_generate(proto_buf *b, const proto_generate *g) {
     uint32_t n = 1 + 1 + SAMPLING_FIELDS + (g->sampling.has_seed ? 1 : 0) + 1 /*max_tokens*/ + 1 /*stream*/ +
-                 1 /*deadline*/ + 1 /*special*/ + (g->model.p ? 1 : 0) + (g->n_stop ? 1 : 0) +
-                 (g->n_stop_ids ? 1 : 0) + (g->add_bos >= 0 ? 1 : 0) + (g->priority ? 1 : 0);
+                 1 /*deadline*/ + 1 /*special*/ + (g->model.p ? 1 : 0) + (g->n_stop ? 1 : 0) + (g->n_stop_ids ? 1 : 0) +
+                 (g->add_bos >= 0 ? 1 : 0) + (g->priority ? 1 : 0);
     w_head(b, n, "generate");
     w_key(b, "id"); w_str(b, g->id);
     if (g->model.p) { w_key(b, "model"); w_str(b, g->model); }
@@ -1188,7 +1197,10 @@ int proto_encode_generate(proto_buf *b, const proto_generate *g) {
     }
     if (g->n_stop_ids) { w_key(b, "stop_ids"); w_i32arr(b, g->stop_ids, g->n_stop_ids); }
     if (g->add_bos >= 0) { w_key(b, "add_bos"); w_bool(b, g->add_bos); }
-    if (g->priority) { w_key(b, "priority"); w_int(b, g->priority); }
+    if (g->priority) {
+        w_key(b, "priority");
+        w_int(b, g->priority);
+    }
     return enc_done(b);
 }
 
@@ -1234,13 +1246,20 @@ int proto_encode_status(proto_buf *b, const proto_status *s) {
         w_key(b, "running"); w_uint(b, w->running);
         w_key(b, "step"); w_uint(b, w->step);
         w_key(b, "alive"); w_bool(b, w->alive);
-        w_key(b, "kv_block"); w_uint(b, w->kv_block);
-        w_key(b, "kv_used"); w_uint(b, w->kv_used);
-        w_key(b, "kv_free"); w_uint(b, w->kv_free);
-        w_key(b, "kv_cached"); w_uint(b, w->kv_cached);
-        w_key(b, "kv_hit_tokens"); w_uint(b, w->kv_hit_tokens);
-        w_key(b, "kv_prompt_tokens"); w_uint(b, w->kv_prompt_tokens);
-        w_key(b, "kv_summary"); w_uint(b, w->kv_summary);
+        w_key(b, "kv_block");
+        w_uint(b, w->kv_block);
+        w_key(b, "kv_used");
+        w_uint(b, w->kv_used);
+        w_key(b, "kv_free");
+        w_uint(b, w->kv_free);
+        w_key(b, "kv_cached");
+        w_uint(b, w->kv_cached);
+        w_key(b, "kv_hit_tokens");
+        w_uint(b, w->kv_hit_tokens);
+        w_key(b, "kv_prompt_tokens");
+        w_uint(b, w->kv_prompt_tokens);
+        w_key(b, "kv_summary");
+        w_uint(b, w->kv_summary);
     }
     w_key(b, "counters"); w_map(b, s->n_counters);
     for (uint32_t i = 0; i < s->n_counters; i++) { w_str(b, s->counters[i].name); w_uint(b, s->counters[i].value); }
@@ -1342,8 +1361,10 @@ int proto_encode_register(proto_buf *b, const proto_register *r) {
     w_key(b, "vocab_size"); w_uint(b, r->vocab_size);
     w_key(b, "heartbeat_ms"); w_uint(b, r->heartbeat_ms);
     if (r->kv_block) {
-        w_key(b, "kv_block"); w_uint(b, r->kv_block);
-        w_key(b, "kv_blocks"); w_uint(b, r->kv_blocks);
+        w_key(b, "kv_block");
+        w_uint(b, r->kv_block);
+        w_key(b, "kv_blocks");
+        w_uint(b, r->kv_blocks);
     }
     return enc_done(b);
 }
@@ -1366,14 +1387,20 @@ int proto_encode_hb_kv(proto_buf *b, uint64_t step, uint32_t free_slots, uint32_
     w_key(b, "free_slots"); w_uint(b, free_slots);
     w_key(b, "running"); w_uint(b, running);
     if (has_kv) {
-        w_key(b, "kv_used"); w_uint(b, kv->used);
-        w_key(b, "kv_free"); w_uint(b, kv->free);
-        w_key(b, "kv_cached"); w_uint(b, kv->cached);
-        w_key(b, "kv_hit_tokens"); w_uint(b, kv->hit_tokens);
-        w_key(b, "kv_prompt_tokens"); w_uint(b, kv->prompt_tokens);
+        w_key(b, "kv_used");
+        w_uint(b, kv->used);
+        w_key(b, "kv_free");
+        w_uint(b, kv->free);
+        w_key(b, "kv_cached");
+        w_uint(b, kv->cached);
+        w_key(b, "kv_hit_tokens");
+        w_uint(b, kv->hit_tokens);
+        w_key(b, "kv_prompt_tokens");
+        w_uint(b, kv->prompt_tokens);
     }
     if (has_h) {
-        w_key(b, "kv_hashes"); w_arr(b, nh);
+        w_key(b, "kv_hashes");
+        w_arr(b, nh);
         for (uint32_t i = 0; i < nh; i++) w_uint(b, kv->hashes[i]);
     }
     return enc_done(b);
@@ -1394,7 +1421,8 @@ int proto_encode_assign(proto_buf *b, const proto_seq *seqs, uint32_t n_seqs) {
         w_key(b, "max_tokens"); w_uint(b, s->max_tokens);
         w_sampling(b, &s->sampling, 1);
         w_key(b, "stop_ids"); w_i32arr(b, s->stop_ids, s->n_stop_ids);
-        w_key(b, "priority"); w_int(b, s->priority);
+        w_key(b, "priority");
+        w_int(b, s->priority);
     }
     return enc_done(b);
 }

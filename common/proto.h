@@ -39,10 +39,10 @@
 #define PROTO_MAX_WORKERS      1024         /* workers listed in a `status` */
 #define PROTO_MAX_COUNTERS     64           /* counters in a `status` */
 #define PROTO_TOKEN_ID_MAX     0x7fffffff   /* token ids are 0..2^31-1 */
-#define PROTO_PRIORITY_MIN     (-100)       /* generate/assign `priority`: higher is admitted first, default 0 */
-#define PROTO_PRIORITY_MAX     100
-#define PROTO_MAX_KV_HASHES    4096         /* block hashes in one worker `hb` (`kv_hashes`) */
-#define PROTO_MAX_KV_BLOCK     256          /* register `kv_block`: tokens per KV block, 0 = no block accounting */
+#define PROTO_PRIORITY_MIN (-100)           /* generate/assign `priority`: higher is admitted first, default 0 */
+#define PROTO_PRIORITY_MAX 100
+#define PROTO_MAX_KV_HASHES 4096 /* block hashes in one worker `hb` (`kv_hashes`) */
+#define PROTO_MAX_KV_BLOCK 256   /* register `kv_block`: tokens per KV block, 0 = no block accounting */
 
 typedef enum {
     PROTO_NONE = 0,
@@ -186,11 +186,11 @@ typedef struct {
     uint64_t step;
     int alive;                  /* 0/1 */
     /* KV blocks (docs/kv-cache.md): 0 when the worker reports none */
-    uint32_t kv_block;          /* tokens per block */
+    uint32_t kv_block;                    /* tokens per block */
     uint32_t kv_used, kv_free, kv_cached; /* blocks, as last reported */
-    uint64_t kv_hit_tokens;     /* prompt tokens found in its prefix cache, as it reported */
-    uint64_t kv_prompt_tokens;  /* prompt tokens admitted, as it reported */
-    uint32_t kv_summary;        /* block hashes the broker holds for it (cache-aware routing) */
+    uint64_t kv_hit_tokens;               /* prompt tokens found in its prefix cache, as it reported */
+    uint64_t kv_prompt_tokens;            /* prompt tokens admitted, as it reported */
+    uint32_t kv_summary;                  /* block hashes the broker holds for it (cache-aware routing) */
 } proto_worker_info;
 
 typedef struct {
@@ -243,13 +243,13 @@ typedef struct {
 
 /* a worker's KV block report, carried by its `hb` (docs/kv-cache.md) */
 typedef struct {
-    int has_kv;                 /* 1 when the kv_* counters are present */
+    int has_kv;                  /* 1 when the kv_* counters are present */
     uint32_t used, free, cached; /* blocks */
-    uint64_t hit_tokens;        /* prompt tokens found in the prefix cache since start */
-    uint64_t prompt_tokens;     /* prompt tokens admitted since start */
-    int has_hashes;             /* 1 when `kv_hashes` is present: it replaces the broker's summary */
-    const uint64_t *hashes;     /* [n_hashes] chain hashes of cached blocks (common/kv_hash.h) */
-    uint32_t n_hashes;          /* <= PROTO_MAX_KV_HASHES */
+    uint64_t hit_tokens;         /* prompt tokens found in the prefix cache since start */
+    uint64_t prompt_tokens;      /* prompt tokens admitted since start */
+    int has_hashes;              /* 1 when `kv_hashes` is present: it replaces the broker's summary */
+    const uint64_t *hashes;      /* [n_hashes] chain hashes of cached blocks (common/kv_hash.h) */
+    uint32_t n_hashes;           /* <= PROTO_MAX_KV_HASHES */
 } proto_kv;
 
 typedef struct {
@@ -257,7 +257,7 @@ typedef struct {
     uint64_t step;              /* steps run so far */
     uint32_t free_slots;
     uint32_t running;
-    proto_kv kv;                /* worker: its KV report (has_kv 0 when absent) */
+    proto_kv kv; /* worker: its KV report (has_kv 0 when absent) */
 } proto_hb;
 
 typedef struct {
@@ -268,7 +268,7 @@ typedef struct {
     proto_sampling sampling;
     const int32_t *stop_ids;    /* [n_stop_ids] */
     uint32_t n_stop_ids;
-    int32_t priority;           /* PROTO_PRIORITY_MIN..MAX (default 0) */
+    int32_t priority; /* PROTO_PRIORITY_MIN..MAX (default 0) */
 } proto_seq;
 
 typedef struct {
