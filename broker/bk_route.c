@@ -80,7 +80,10 @@ void bk_summary_report(bk_summary *s, const uint64_t *h, uint32_t n, double t) {
         if (!o->used || o->t_routed <= 0 || t - o->t_routed > BK_ROUTE_PENDING_MS) continue;
         if (s->n_routed >= BK_ROUTE_PENDING_MAX) break;
         entry *e = insert(s, o->h);
-        if (e) { e->t_routed = o->t_routed; s->n_routed++; }
+        if (e) {
+            e->t_routed = o->t_routed;
+            s->n_routed++;
+        }
     }
 }
 

@@ -17,8 +17,8 @@
 
 typedef struct bk_summary bk_summary;
 
-bk_summary *bk_summary_new(void);             /* NULL when out of memory */
-void bk_summary_destroy(bk_summary **s);      /* idempotent; sets *s to NULL */
+bk_summary *bk_summary_new(void);        /* NULL when out of memory */
+void bk_summary_destroy(bk_summary **s); /* idempotent; sets *s to NULL */
 /* replaces the reported hashes with h[0..n) (n is clamped to PROTO_MAX_KV_HASHES); routed hashes younger than
  * BK_ROUTE_PENDING_MS at time t are kept */
 void bk_summary_report(bk_summary *s, const uint64_t *h, uint32_t n, double t);
@@ -30,10 +30,10 @@ uint32_t bk_summary_size(const bk_summary *s); /* hashes held (reported + routed
 
 /* one worker as seen for one request */
 typedef struct {
-    int fits;      /* its context fits the request */
-    int load;      /* sequences assigned to it */
-    int free;      /* free sequence slots */
-    int match;     /* leading prompt blocks in its summary */
+    int fits;  /* its context fits the request */
+    int load;  /* sequences assigned to it */
+    int free;  /* free sequence slots */
+    int match; /* leading prompt blocks in its summary */
 } bk_cand;
 
 /* Picks the worker for a request: the one with the longest match (ties: lower load, then more free slots),

@@ -65,9 +65,9 @@ typedef struct bk_req {
     bk_stops stops;               /* points into stop_text */
     char *stop_text;              /* owned copy of the stop strings */
     int stream;
-    int32_t priority;             /* PROTO_PRIORITY_MIN..MAX: the queue admits higher first, FIFO within one */
-    uint64_t *bhash;              /* [n_bhash] chained block hashes of the prompt (routing), for block size bhash_bs */
-    int n_bhash, bhash_bs;        /* bhash_bs 0: not computed yet */
+    int32_t priority;      /* PROTO_PRIORITY_MIN..MAX: the queue admits higher first, FIFO within one */
+    uint64_t *bhash;       /* [n_bhash] chained block hashes of the prompt (routing), for block size bhash_bs */
+    int n_bhash, bhash_bs; /* bhash_bs 0: not computed yet */
     /* progress */
     int state;                    /* RQ_QUEUED / RQ_RUNNING */
     bk_worker *worker;            /* when running */
@@ -95,8 +95,8 @@ struct bk_model {
     size_t piece_cap;             /* tokenizer_stream_cap: the longest piece never runs short */
     uint32_t n_ctx;               /* the model's trained context (0 = unknown) */
     int32_t n_vocab;
-    uint64_t kv_key;              /* kv_hash_model(name): the key of its block hashes */
-    bk_req *q_head, *q_tail;      /* queued requests: by priority, FIFO within one */
+    uint64_t kv_key;         /* kv_hash_model(name): the key of its block hashes */
+    bk_req *q_head, *q_tail; /* queued requests: by priority, FIFO within one */
     uint32_t n_queued;
     uint32_t n_workers; /* registered workers of this model (its cap: cfg.max_workers) */
     uint64_t refused;   /* registrations refused: the table was full of workers that served */
@@ -302,8 +302,10 @@ static void queue_push(broker *b, bk_model *m, bk_req *q, int front) {
     }
     q->prev = after;
     q->next = after ? after->next : m->q_head;
-    if (q->next) q->next->prev = q; else m->q_tail = q;
-    if (after) after->next = q; else m->q_head = q;
+    if (q->next) q->next->prev = q;
+    else m->q_tail = q;
+    if (after) after->next = q;
+    else m->q_head = q;
     m->n_queued++;
     b->n_queued++;
     b->queued_tokens += q->n_prompt;
@@ -791,8 +793,11 @@ static void on_status(broker *b, const uint8_t *cid, uint32_t cn, proto_str id) 
         x->running = w->hb_running;
         x->step = w->step;
         x->kv_block = w->kv_block;
-        x->kv_used = w->kv.used; x->kv_free = w->kv.free; x->kv_cached = w->kv.cached;
-        x->kv_hit_tokens = w->kv.hit_tokens; x->kv_prompt_tokens = w->kv.prompt_tokens;
+        x->kv_used = w->kv.used;
+        x->kv_free = w->kv.free;
+        x->kv_cached = w->kv.cached;
+        x->kv_hit_tokens = w->kv.hit_tokens;
+        x->kv_prompt_tokens = w->kv.prompt_tokens;
         x->kv_summary = bk_summary_size(w->summary);
         /* alive: heard from recently, and progressing (or idle) */
         x->alive = !w->failed && t - w->last_seen < b->cfg.dead_ms &&
@@ -1092,8 +1097,7 @@ static void on_worker_msg(broker *b, const uint8_t *wid, uint32_t wn, const void
                 w->kv.hashes = NULL; /* they point into the decode arena */
                 w->kv.n_hashes = 0;
             }
-            if (m->hb.kv.has_hashes && w->summary)
-                bk_summary_report(w->summary, m->hb.kv.hashes, m->hb.kv.n_hashes, t);
+            if (m->hb.kv.has_hashes && w->summary) bk_summary_report(w->summary, m->hb.kv.hashes, m->hb.kv.n_hashes, t);
         }
         break;
     case PROTO_OUT: on_out(b, w, &m->out, t); break;

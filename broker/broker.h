@@ -39,8 +39,8 @@ typedef struct {
                                      token ids and answer them); 0: broker_new refuses that configuration */
     uint32_t max_workers;            /* workers per model (default 64; at most 1024 over all models): see
                                      broker.c's worker_admit for who is evicted when a model's table is full */
-    int route_cache;              /* 1 (default): cache-aware routing (docs/kv-cache.md); 0: most free slots */
-    uint32_t route_slack;         /* cache-aware routing gives way to load when the longest prefix's worker holds
+    int route_cache;                 /* 1 (default): cache-aware routing (docs/kv-cache.md); 0: most free slots */
+    uint32_t route_slack;            /* cache-aware routing gives way to load when the longest prefix's worker holds
                                      more than this many sequences beyond the least loaded one (default 4) */
     int verbose;                  /* 1: log events to stderr */
 } bk_config;
