@@ -1,7 +1,8 @@
 /* worker/batcher.c: continuous batching over an engine (see batcher.h).
  *
  * Scheduling, per step: every decoding sequence gets one token (decodes first, so inter-token latency does not
- * depend on other sequences' prompts), then prefilling sequences in admission order get prompt chunks from what
+ * depend on other sequences' prompts), then prefilling sequences by priority, in admission order within one, get
+ * prompt chunks from what
  * is left of the engine's max_step_tokens, up to max_batch entries. A chunk that completes the prompt samples the
  * first token in the same step. When more sequences run than max_batch allows, the start rotates so none starves.
  * With lanes, all of this applies to one lane's step: its sequences only, its own rotation.
@@ -33,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "batcher.h"
+#include "kv_hash.h"
+#include "kv_table.h"
 
 typedef struct {
     int active;                    /* 1 while the record is used: a running sequence, or a cancelled one whose
@@ -47,6 +50,7 @@ typedef struct {
     int last_sampled;              /* 1: its latest launched entry samples (a fed entry may follow it) */
     uint64_t rid;                  /* its broker id */
     uint64_t order;                /* admission counter, for FIFO prefill and slot hand-over */
+    int priority;                  /* wk_request.priority: prefill and slot hand-over take higher first */
     int32_t *toks;                 /* [n_ctx] prompt then generated tokens (points into b->tok_buf) */
     int len;                       /* valid entries in toks */
     int n_prompt;                  /* prompt length */
@@ -58,6 +62,7 @@ typedef struct {
     int32_t stop_ids[WK_MAX_STOP_IDS]; /* extra stop ids */
     int n_stop_ids;                /* count of stop_ids */
     int ignore_eos;                /* 1: eog ids do not stop */
+    kv_table kvt;                  /* its KV block table (block accounting, docs/kv-cache.md); empty without it */
 } s_rec;
 
 typedef struct {
@@ -107,6 +112,12 @@ struct wk_batcher {
     uint64_t steps;                /* steps run */
     uint64_t duplicates;           /* duplicate assignments ignored */
     uint64_t pending_dropped;      /* acknowledgements lost to a full pending queue */
+    /* KV block accounting (batcher_set_kv, docs/kv-cache.md): the engine still keeps one contiguous slot per
+     * sequence; the pool mirrors what paged KV would hold and finds the prompts' cached prefixes */
+    kv_pool *kvp;                  /* NULL: off */
+    uint64_t kv_key;               /* kv_hash_model of the model name */
+    uint64_t kv_hit_tokens;        /* prompt tokens found cached at admission */
+    uint64_t kv_prompt_tokens;     /* prompt tokens admitted */
 };
 
 wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, size_t errlen) {
@@ -158,6 +169,8 @@ oom:
 void batcher_destroy(wk_batcher **pb) {
     if (!pb || !*pb) return;
     wk_batcher *b = *pb;
+    for (int i = 0; b->recs && i < b->n_rec; i++) kv_table_free(&b->recs[i].kvt);
+    kv_pool_destroy(&b->kvp);
     free(b->eog);
     free(b->recs);
     free(b->tok_buf);
@@ -232,19 +245,28 @@ static int s_find(const wk_batcher *b, uint64_t rid) {
 /* frees record i and its KV slot (never while a step of it is in flight) */
 static void s_release(wk_batcher *b, int i) {
     s_rec *r = &b->recs[i];
+    if (b->kvp) { /* its written blocks become findable, then go to the pool's LRU */
+        kv_table_publish(b->kvp, &r->kvt, b->kv_key, r->toks, r->n_past);
+        kv_table_release(b->kvp, &r->kvt);
+    }
     if (r->kv >= 0) b->kv_rec[r->kv] = -1;
     r->kv = -1;
     r->active = r->live = r->inflight = 0;
 }
 
-/* hands free KV slots to running records waiting for one, oldest admission first */
+/* 1 when a goes before b: higher priority, then earlier admission */
+static int s_before(const s_rec *a, const s_rec *b) {
+    return a->priority != b->priority ? a->priority > b->priority : a->order < b->order;
+}
+
+/* hands free KV slots to running records waiting for one, by priority then oldest admission first */
 static void s_give_slots(wk_batcher *b) {
     for (int k = 0; k < b->n_slots; k++) {
         if (b->kv_rec[k] >= 0) continue;
         int best = -1;
         for (int i = 0; i < b->n_rec; i++) {
             const s_rec *r = &b->recs[i];
-            if (r->active && r->live && r->kv < 0 && (best < 0 || r->order < b->recs[best].order)) best = i;
+            if (r->active && r->live && r->kv < 0 && (best < 0 || s_before(r, &b->recs[best]))) best = i;
         }
         if (best < 0) return;
         b->recs[best].kv = k;
@@ -312,6 +334,16 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
         snprintf(err, errlen, "rid %llu: no free record", (unsigned long long)r->rid);
         goto reject;
     }
+    if (b->kvp) { /* the pool holds a whole context per slot: with a free slot this cannot fail */
+        if (kv_table_admit(b->kvp, &b->recs[slot].kvt, b->kv_key, r->tokens, r->n_tokens, r->max_tokens,
+                           WK_KV_HEADROOM) != 0) {
+            snprintf(err, errlen, "rid %llu: no free KV blocks for %d prompt tokens", (unsigned long long)r->rid,
+                     r->n_tokens);
+            goto reject;
+        }
+        b->kv_hit_tokens += (uint64_t)b->recs[slot].kvt.n_cached;
+        b->kv_prompt_tokens += (uint64_t)r->n_tokens;
+    }
     int cnt[WK_MAX_LANES], lane = 0;
     s_lane_counts(b, cnt);
     for (int l = 1; l < b->lanes; l++)
@@ -325,6 +357,7 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
     s->lane = lane;
     s->rid = r->rid;
     s->order = b->order_next++;
+    s->priority = r->priority;
     memcpy(s->toks, r->tokens, (size_t)r->n_tokens * sizeof(int32_t));
     s->len = s->n_prompt = r->n_tokens;
     s->n_past = 0;
@@ -383,6 +416,41 @@ int batcher_running(const wk_batcher *b) {
 }
 
 int batcher_free_slots(const wk_batcher *b) { return b->n_slots - batcher_running(b); }
+
+int batcher_set_kv(wk_batcher *b, int block_size, const char *model, char *err, size_t errlen) {
+    for (int i = 0; i < b->n_rec; i++)
+        if (b->recs[i].active) {
+            snprintf(err, errlen, "batcher: KV blocks set while sequences run");
+            return -1;
+        }
+    kv_pool_destroy(&b->kvp);
+    if (block_size == 0) return 0;
+    int per_slot = (b->n_ctx + block_size - 1) / (block_size > 0 ? block_size : 1);
+    if (block_size < 0 || block_size > KV_BLOCK_MAX || (int64_t)per_slot * b->n_slots > (1 << 28)) {
+        snprintf(err, errlen, "batcher: KV block size %d outside 0..%d (or too many blocks)", block_size,
+                 KV_BLOCK_MAX);
+        return -1;
+    }
+    b->kvp = kv_pool_new(per_slot * b->n_slots, block_size, err, errlen);
+    if (!b->kvp) return -1;
+    b->kv_key = kv_hash_model(model ? model : "", model ? strlen(model) : 0);
+    return 0;
+}
+
+int batcher_kv(const wk_batcher *b, wk_kv_stats *st) {
+    memset(st, 0, sizeof *st);
+    if (!b->kvp) return 0;
+    st->block_size = kv_pool_block_size(b->kvp);
+    st->blocks = kv_pool_blocks(b->kvp);
+    st->used = kv_pool_used(b->kvp);
+    st->free = kv_pool_free(b->kvp);
+    st->cached = kv_pool_cached(b->kvp);
+    st->hit_tokens = b->kv_hit_tokens;
+    st->prompt_tokens = b->kv_prompt_tokens;
+    return 1;
+}
+
+int batcher_kv_hashes(const wk_batcher *b, uint64_t *out, int cap) { return b->kvp ? kv_pool_hashes(b->kvp, out, cap) : 0; }
 int batcher_event_cap(const wk_batcher *b) { return b->n_slots + b->pending_cap; }
 uint64_t batcher_steps(const wk_batcher *b) { return b->steps; }
 uint64_t batcher_duplicates(const wk_batcher *b) { return b->duplicates; }
@@ -480,7 +548,7 @@ static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int
         budget -= s_entry(b, L, i, n++, 1);
     }
     *rot = (*rot + 1) % b->n_scan;
-    /* then prefills, oldest admission first, within the prefill cap */
+    /* then prefills, by priority and oldest admission first, within the prefill cap */
     if (budget > b->prefill_cap) budget = b->prefill_cap;
     int n_decode = n, budget0 = budget;
     while (n < e->max_batch && budget > 0) {
@@ -491,7 +559,7 @@ static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int
             int taken = 0;
             for (int j = 0; j < n; j++) taken |= L->seq_rec[j] == i;
             if (taken) continue;
-            if (best < 0 || s->order < b->recs[best].order) best = i;
+            if (best < 0 || s_before(s, &b->recs[best])) best = i;
         }
         if (best < 0) break;
         budget -= s_entry(b, L, best, n++, budget);
@@ -593,6 +661,8 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
             continue;
         }
         s->n_past += q->n_tokens;
+        if (b->kvp && s->n_past >= s->n_prompt && s->kvt.n_published * kv_pool_block_size(b->kvp) + kv_pool_block_size(b->kvp) <= s->n_prompt)
+            kv_table_publish(b->kvp, &s->kvt, b->kv_key, s->toks, s->n_prompt); /* the prompt's KV is written */
         if (!q->sample) continue;
         int32_t t = L->out_tok[j];
         if (t < 0 || t >= b->vocab) {
@@ -608,6 +678,7 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
         }
         s->toks[s->len++] = t;
         s->n_gen++;
+        if (b->kvp) kv_table_grow(b->kvp, &s->kvt, 1); /* within the slot's blocks: cannot run out */
         int fin = s_finish(b, s, t);
         ev[(*ne)++] = (wk_event){s->rid, t, fin};
         if (fin && s->inflight == 0) {
