@@ -846,20 +846,26 @@ static void test_kv(const zl_model *m) {
     wk_request r = s_req(1, buf, 12, 20); /* 13 prompt tokens: 4 blocks, 3 full */
     CHECK(batcher_add(b, &r, err, sizeof err) == 0, "add: %s", err);
     batcher_kv(b, &st);
-    CHECK(st.used == 4 && st.prompt_tokens == 13 && st.hit_tokens == 0, "admission takes the prompt's 4 blocks, not "
-          "prompt + max_tokens (used %d)", st.used);
+    CHECK(st.used == 4 && st.prompt_tokens == 13 && st.hit_tokens == 0,
+          "admission takes the prompt's 4 blocks, not "
+          "prompt + max_tokens (used %d)",
+          st.used);
     int fin = s_run_one(b, 1, got, &n_got);
     batcher_kv(b, &st);
     CHECK(fin == WK_FIN_LENGTH && n_got == 20, "ran: fin %d, %d tokens", fin, n_got);
-    CHECK(st.used == 0 && st.cached == 8 && st.free == 24, "ended: its 8 full blocks (32 of 33 tokens) cached, used "
-          "%d cached %d free %d", st.used, st.cached, st.free);
+    CHECK(st.used == 0 && st.cached == 8 && st.free == 24,
+          "ended: its 8 full blocks (32 of 33 tokens) cached, used "
+          "%d cached %d free %d",
+          st.used, st.cached, st.free);
     uint64_t h[64];
     CHECK(batcher_kv_hashes(b, h, 64) == 8, "8 block hashes for the heartbeat");
     r = s_req(2, buf, 12, 20);
     CHECK(batcher_add(b, &r, err, sizeof err) == 0, "add again: %s", err);
     batcher_kv(b, &st);
-    CHECK(st.hit_tokens == 12 && st.prompt_tokens == 26, "the same prompt: 3 blocks (12 tokens) found, the last "
-          "prompt token computed (hit %llu)", (unsigned long long)st.hit_tokens);
+    CHECK(st.hit_tokens == 12 && st.prompt_tokens == 26,
+          "the same prompt: 3 blocks (12 tokens) found, the last "
+          "prompt token computed (hit %llu)",
+          (unsigned long long)st.hit_tokens);
     fin = s_run_one(b, 2, got2, &n_got2);
     CHECK(fin == WK_FIN_LENGTH && n_got2 == n_got && memcmp(got, got2, sizeof(int) * (size_t)n_got) == 0,
           "a cache hit gives the same tokens");

@@ -114,10 +114,10 @@ struct wk_batcher {
     uint64_t pending_dropped;      /* acknowledgements lost to a full pending queue */
     /* KV block accounting (batcher_set_kv, docs/kv-cache.md): the engine still keeps one contiguous slot per
      * sequence; the pool mirrors what paged KV would hold and finds the prompts' cached prefixes */
-    kv_pool *kvp;                  /* NULL: off */
-    uint64_t kv_key;               /* kv_hash_model of the model name */
-    uint64_t kv_hit_tokens;        /* prompt tokens found cached at admission */
-    uint64_t kv_prompt_tokens;     /* prompt tokens admitted */
+    kv_pool *kvp;              /* NULL: off */
+    uint64_t kv_key;           /* kv_hash_model of the model name */
+    uint64_t kv_hit_tokens;    /* prompt tokens found cached at admission */
+    uint64_t kv_prompt_tokens; /* prompt tokens admitted */
 };
 
 wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, size_t errlen) {
@@ -427,8 +427,7 @@ int batcher_set_kv(wk_batcher *b, int block_size, const char *model, char *err, 
     if (block_size == 0) return 0;
     int per_slot = (b->n_ctx + block_size - 1) / (block_size > 0 ? block_size : 1);
     if (block_size < 0 || block_size > KV_BLOCK_MAX || (int64_t)per_slot * b->n_slots > (1 << 28)) {
-        snprintf(err, errlen, "batcher: KV block size %d outside 0..%d (or too many blocks)", block_size,
-                 KV_BLOCK_MAX);
+        snprintf(err, errlen, "batcher: KV block size %d outside 0..%d (or too many blocks)", block_size, KV_BLOCK_MAX);
         return -1;
     }
     b->kvp = kv_pool_new(per_slot * b->n_slots, block_size, err, errlen);
@@ -450,7 +449,9 @@ int batcher_kv(const wk_batcher *b, wk_kv_stats *st) {
     return 1;
 }
 
-int batcher_kv_hashes(const wk_batcher *b, uint64_t *out, int cap) { return b->kvp ? kv_pool_hashes(b->kvp, out, cap) : 0; }
+int batcher_kv_hashes(const wk_batcher *b, uint64_t *out, int cap) {
+    return b->kvp ? kv_pool_hashes(b->kvp, out, cap) : 0;
+}
 int batcher_event_cap(const wk_batcher *b) { return b->n_slots + b->pending_cap; }
 uint64_t batcher_steps(const wk_batcher *b) { return b->steps; }
 uint64_t batcher_duplicates(const wk_batcher *b) { return b->duplicates; }
@@ -661,7 +662,8 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
             continue;
         }
         s->n_past += q->n_tokens;
-        if (b->kvp && s->n_past >= s->n_prompt && s->kvt.n_published * kv_pool_block_size(b->kvp) + kv_pool_block_size(b->kvp) <= s->n_prompt)
+        if (b->kvp && s->n_past >= s->n_prompt &&
+            s->kvt.n_published * kv_pool_block_size(b->kvp) + kv_pool_block_size(b->kvp) <= s->n_prompt)
             kv_table_publish(b->kvp, &s->kvt, b->kv_key, s->toks, s->n_prompt); /* the prompt's KV is written */
         if (!q->sample) continue;
         int32_t t = L->out_tok[j];

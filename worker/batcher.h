@@ -120,7 +120,7 @@ typedef struct {
     uint64_t prompt_tokens; /* prompt tokens admitted */
 } wk_kv_stats;
 int batcher_set_kv(wk_batcher *b, int block_size, const char *model, char *err, size_t errlen);
-int batcher_kv(const wk_batcher *b, wk_kv_stats *st);          /* 1 with st filled when on, else 0 (st zeroed) */
+int batcher_kv(const wk_batcher *b, wk_kv_stats *st);               /* 1 with st filled when on, else 0 (st zeroed) */
 int batcher_kv_hashes(const wk_batcher *b, uint64_t *out, int cap); /* the cap most recent cached block hashes */
 int batcher_running(const wk_batcher *b);     /* sequences running (not counting cancelled ones still in flight) */
 int batcher_free_slots(const wk_batcher *b);  /* slots free for batcher_add (engine slots - running) */
