@@ -7,16 +7,20 @@ over real sockets (ASan build where there is one).
 3. routing: 2 replicas whose prefix caches hold about 9 of 16 distinct 1536-token system prompts, 512 requests
    (a random system prompt + a distinct user turn each): cache-aware routing reaches a hit rate of at least 90%
    of prompt tokens (as the fake workers count and report them) with the requests per replica within 20%, where
-   routing by free slots alone (--route load) stays far below (about half)."""
+   routing by free slots alone (--route load) stays far below (about half);
+4. hostile KV reports: 4097 hashes, a hash that is not an unsigned integer, or kv_block 257 make the message
+   malformed (the worker is forgotten or never registered); a report of any 4096 values is only ever a summary."""
 import os
 import random
 import sys
 import time
 
+import msgpack
 import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from broker_fake import Broker, Checker, Client, FakeWorker, asan_broker, kv_block_hashes, kv_model_key  # noqa: E402
+from broker_fake import (Broker, Checker, Client, FakeWorker, asan_broker, kv_block_hashes,  # noqa: E402
+                         kv_model_key, pack)
 
 build = os.environ.get("ZLLM_BUILD", "build")
 ck = Checker()
@@ -105,6 +109,48 @@ ok, done, rate_load, per_load, counters, rc, tot = run("load")
 ck.check(ok and done == N_REQ and rc == 0, "load routing: all complete (%d)" % done)
 ck.check(rate_load < 0.75 and rate - rate_load > 0.2,
          "routing by load alone hits far less (%.3f vs %.3f)" % (rate_load, rate))
+
+# ---- 4: hostile KV reports
+
+
+def raw_worker(b, name, **extra):
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(b.workers)
+    reg = {"type": "register", "name": name, "model": "stories260K", "device": "fake", "max_batch": 2,
+           "n_slots": 2, "n_ctx": 512, "kv_tokens": 1024, "vocab_size": 512, "heartbeat_ms": 100}
+    reg.update(extra)
+    s.send(pack(reg))
+    ok = s.poll(2000) and msgpack.unpackb(s.recv(), raw=False).get("type") == "registered"
+    return s, ok
+
+
+b = Broker(binary)
+c = Client(ctx, b.clients)
+s, ok = raw_worker(b, "big", kv_block=257, kv_blocks=4)
+ck.check(not ok, "kv_block 257: not registered")
+s.close(0)
+for name, hashes in (("toomany", list(range(4097))), ("strhash", [1, "x"]), ("neghash", [1, -2])):
+    s, ok = raw_worker(b, name, kv_block=16, kv_blocks=64)
+    ck.check(ok, "%s registers" % name)
+    s.send(pack({"type": "hb", "step": 1, "free_slots": 2, "running": 0, "kv_used": 0, "kv_hashes": hashes}))
+    time.sleep(0.2)
+    st = c.status()
+    names = [w["name"] for w in st["workers"]] if st else ["?"]
+    ck.check(name not in names, "%s: the worker is forgotten: %r" % (name, names))
+    s.close(0)
+s, ok = raw_worker(b, "fine", kv_block=16, kv_blocks=64)
+s.send(pack({"type": "hb", "step": 1, "free_slots": 2, "running": 0, "kv_used": 1, "kv_free": 2, "kv_cached": 3,
+             "kv_hit_tokens": 7, "kv_prompt_tokens": 9, "kv_hashes": [(1 << 64) - 1 - i for i in range(4096)]}))
+time.sleep(0.2)
+st = c.status()
+wk = [w for w in st["workers"] if w["name"] == "fine"] if st else []
+ck.check(len(wk) == 1 and wk[0]["kv_summary"] == 4096 and wk[0]["kv_cached"] == 3 and wk[0]["kv_hit_tokens"] == 7 and
+         wk[0]["kv_block"] == 16, "4096 hashes of any value: a summary of 4096, counters as reported: %r" % (wk,))
+ck.check(st is not None and st["counters"].get("lying_workers") == 3, "three forgotten: %r" % (st and st["counters"]))
+s.close(0)
+c.close()
+ck.check(b.stop() == 0, "broker exits 0")
 
 ctx.term()
 sys.exit(ck.report())
