@@ -179,7 +179,7 @@ def _new_id():
 def build_generate(id, prompt=None, tokens=None, messages=None, max_tokens=128, temperature=None, top_k=None,
                    top_p=None, min_p=None, repeat_penalty=None, repeat_last_n=None, seed=None, stop=None,
                    stop_ids=None, ignore_eos=None, stream=True, deadline_ms=None, special=None, add_bos=None,
-                   model=None):
+                   model=None, priority=None):
     """The `generate` map for a request (exactly one of prompt, tokens, messages)."""
     given = sum(x is not None for x in (prompt, tokens, messages))
     if given != 1:
@@ -196,7 +196,7 @@ def build_generate(id, prompt=None, tokens=None, messages=None, max_tokens=128, 
                     ("min_p", min_p, float), ("repeat_penalty", repeat_penalty, float),
                     ("repeat_last_n", repeat_last_n, int), ("seed", seed, int), ("deadline_ms", deadline_ms, int),
                     ("ignore_eos", ignore_eos, bool), ("special", special, bool), ("add_bos", add_bos, bool),
-                    ("model", model, str)):
+                    ("model", model, str), ("priority", priority, int)):
         if v is not None:
             m[k] = f(v)
     if stop is not None:
