@@ -254,6 +254,20 @@ static void s_release(wk_batcher *b, int i) {
     r->active = r->live = r->inflight = 0;
 }
 
+/* Takes record i's prompt blocks when it gets its KV slot (docs/kv-cache.md): the blocks of the slot's previous
+ * sequence are released by then, and the pool holds a whole context per slot, so this cannot fail; if it did, the
+ * sequence runs without block accounting (it changes no token). */
+static void s_kv_admit(wk_batcher *b, int i) {
+    s_rec *r = &b->recs[i];
+    if (!b->kvp || r->kvt.n_blocks) return;
+    int most = b->n_ctx - r->n_prompt; /* what the slot lets it generate: the headroom never exceeds a slot */
+    if (kv_table_admit(b->kvp, &r->kvt, b->kv_key, r->toks, r->n_prompt, r->max_tokens < most ? r->max_tokens : most,
+                       WK_KV_HEADROOM) != 0)
+        return;
+    b->kv_hit_tokens += (uint64_t)r->kvt.n_cached;
+    b->kv_prompt_tokens += (uint64_t)r->n_prompt;
+}
+
 /* 1 when a goes before b: higher priority, then earlier admission */
 static int s_before(const s_rec *a, const s_rec *b) {
     return a->priority != b->priority ? a->priority > b->priority : a->order < b->order;
@@ -271,6 +285,7 @@ static void s_give_slots(wk_batcher *b) {
         if (best < 0) return;
         b->recs[best].kv = k;
         b->kv_rec[k] = best;
+        s_kv_admit(b, best);
     }
 }
 
@@ -334,16 +349,6 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
         snprintf(err, errlen, "rid %llu: no free record", (unsigned long long)r->rid);
         goto reject;
     }
-    if (b->kvp) { /* the pool holds a whole context per slot: with a free slot this cannot fail */
-        if (kv_table_admit(b->kvp, &b->recs[slot].kvt, b->kv_key, r->tokens, r->n_tokens, r->max_tokens,
-                           WK_KV_HEADROOM) != 0) {
-            snprintf(err, errlen, "rid %llu: no free KV blocks for %d prompt tokens", (unsigned long long)r->rid,
-                     r->n_tokens);
-            goto reject;
-        }
-        b->kv_hit_tokens += (uint64_t)b->recs[slot].kvt.n_cached;
-        b->kv_prompt_tokens += (uint64_t)r->n_tokens;
-    }
     int cnt[WK_MAX_LANES], lane = 0;
     s_lane_counts(b, cnt);
     for (int l = 1; l < b->lanes; l++)
@@ -371,6 +376,7 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
     s->n_stop_ids = r->n_stop_ids;
     if (r->n_stop_ids) memcpy(s->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof(int32_t));
     s->ignore_eos = r->ignore_eos;
+    if (kv >= 0) s_kv_admit(b, slot);
     return 0;
 reject:
     s_pend(b, r->rid, WK_FIN_ERROR);
@@ -680,7 +686,7 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
         }
         s->toks[s->len++] = t;
         s->n_gen++;
-        if (b->kvp) kv_table_grow(b->kvp, &s->kvt, 1); /* within the slot's blocks: cannot run out */
+        if (b->kvp && s->kvt.n_blocks) kv_table_grow(b->kvp, &s->kvt, 1); /* within the slots' blocks: never short */
         int fin = s_finish(b, s, t);
         ev[(*ne)++] = (wk_event){s->rid, t, fin};
         if (fin && s->inflight == 0) {

@@ -108,7 +108,8 @@ int batcher_prefill_cap(const wk_batcher *b);      /* the current cap */
 
 /* KV block accounting (docs/kv-cache.md). The engine keeps one contiguous KV slot per sequence; with block_size
  * > 0 the batcher also keeps a block pool of n_slots * ceil(n_ctx / block_size) blocks and a block table per
- * sequence (admission takes the prompt's blocks plus WK_KV_HEADROOM, decoding a block each block_size tokens,
+ * sequence (a sequence takes its prompt's blocks, with WK_KV_HEADROOM more available, when it gets its KV slot;
+ * decoding takes a block each block_size tokens;
  * ended sequences publish their full blocks into the prefix cache), so that its counters and the cached blocks'
  * hashes are what paged KV would hold. With that pool size admission by blocks never refuses a sequence a free
  * slot admits, and growth never runs out. block_size 0 turns it off (the default); model names the hash key.
