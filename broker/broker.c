@@ -96,6 +96,8 @@ struct bk_model {
     uint32_t n_ctx;               /* the model's trained context (0 = unknown) */
     int32_t n_vocab;
     uint64_t kv_key;         /* kv_hash_model(name): the key of its block hashes */
+    uint32_t kv_block;       /* block size routing hashes prompts with: the first one a worker registered (a
+                                worker with another size is routed as if it cached nothing) */
     bk_req *q_head, *q_tail; /* queued requests: by priority, FIFO within one */
     uint32_t n_queued;
     uint32_t n_workers; /* registered workers of this model (its cap: cfg.max_workers) */
@@ -978,6 +980,7 @@ static void on_register(broker *b, const uint8_t *wid, uint32_t wn, const proto_
         w->kv_block = r->kv_block;
         w->kv_blocks = r->kv_blocks;
         w->summary = bk_summary_new(); /* NULL (no memory): it is just never preferred */
+        if (!m->kv_block) m->kv_block = r->kv_block;
     }
     w->last_seen = w->last_step_change = w->t_reg = now_ms();
     b->workers[b->n_workers++] = w;
@@ -1146,7 +1149,7 @@ static bk_worker *route(broker *b, bk_model *m, bk_req *q, double t, int slack, 
         c->load = (int)w->used;
         c->free = w->used < w->n_slots ? (int)(w->n_slots - w->used) : 0;
         c->match = 0;
-        if (c->fits && b->cfg.route_cache && w->summary) {
+        if (c->fits && b->cfg.route_cache && w->summary && w->kv_block == m->kv_block) {
             int nb = req_hashes(q, w->kv_block);
             c->match = bk_summary_match(w->summary, q->bhash, nb, t);
         }
@@ -1228,7 +1231,7 @@ static void dispatch_model(broker *b, bk_model *m, double t) {
             batch_tokens += q->n_prompt;
             queue_remove(b, q);
             worker_attach(b, best, q);
-            if (best->summary && b->cfg.route_cache) { /* its blocks count as there until the worker reports */
+            if (best->summary && b->cfg.route_cache && best->kv_block == m->kv_block) { /* its blocks count as there until the worker reports */
                 int nb = req_hashes(q, best->kv_block);
                 bk_summary_note(best->summary, q->bhash, nb, t);
             }
