@@ -1231,7 +1231,8 @@ static void dispatch_model(broker *b, bk_model *m, double t) {
             batch_tokens += q->n_prompt;
             queue_remove(b, q);
             worker_attach(b, best, q);
-            if (best->summary && b->cfg.route_cache && best->kv_block == m->kv_block) { /* its blocks count as there until the worker reports */
+            if (best->summary && b->cfg.route_cache &&
+                best->kv_block == m->kv_block) { /* its blocks count as there until the worker reports */
                 int nb = req_hashes(q, best->kv_block);
                 bk_summary_note(best->summary, q->bhash, nb, t);
             }
