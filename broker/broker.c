@@ -1140,9 +1140,11 @@ static bk_worker *route(broker *b, bk_model *m, bk_req *q, double t, int slack, 
     static bk_cand cand[BK_MAX_WORKERS];
     static bk_worker *who[BK_MAX_WORKERS];
     int n = 0, any_fit = 0;
+    uint32_t most_slots = 0;
     for (int i = 0; i < b->n_workers; i++) {
         bk_worker *w = b->workers[i];
         if (w->model != m || w->failed) continue;
+        if (w->n_slots > most_slots) most_slots = w->n_slots;
         bk_cand *c = &cand[n];
         c->fits = req_fits(q, w);
         any_fit |= c->fits;
@@ -1157,6 +1159,7 @@ static bk_worker *route(broker *b, bk_model *m, bk_req *q, double t, int slack, 
     }
     *no_fit = !any_fit;
     int balanced = 0;
+    if (slack < 0) slack = most_slots / 4 > 1 ? (int)(most_slots / 4) : 1;
     int k = bk_route_pick(cand, n, slack, &balanced);
     if (k < 0) return NULL;
     *how = balanced ? 2 : cand[k].match > 0;
@@ -1190,7 +1193,7 @@ static bk_req *dispatch_pick(broker *b, bk_model *m, double t, bk_worker **best,
     }
     while (m->q_head) {
         bk_req *head = m->q_head;
-        *best = route(b, m, head, t, (int)b->cfg.route_slack, &nf, how);
+        *best = route(b, m, head, t, b->cfg.route_slack, &nf, how);
         if (*best) return head;
         int nw;
         model_max_worker_ctx(b, m, &nw);
@@ -1325,7 +1328,7 @@ void broker_config_defaults(bk_config *c) {
     c->queue_tokens = 1u << 22;
     c->max_workers = 64;
     c->route_cache = 1;
-    c->route_slack = 4;
+    c->route_slack = -1;
 }
 
 /* 16 hex digits from /dev/urandom (time and pid when it cannot be read): tells clients one broker process

@@ -40,8 +40,9 @@ typedef struct {
     uint32_t max_workers;            /* workers per model (default 64; at most 1024 over all models): see
                                      broker.c's worker_admit for who is evicted when a model's table is full */
     int route_cache;                 /* 1 (default): cache-aware routing (docs/kv-cache.md); 0: most free slots */
-    uint32_t route_slack;            /* cache-aware routing gives way to load when the longest prefix's worker holds
-                                     more than this many sequences beyond the least loaded one (default 4) */
+    int32_t route_slack;             /* cache-aware routing gives way to load when the longest prefix's worker holds
+                                        more than this many sequences beyond the least loaded one; -1 (default):
+                                        a quarter of the largest candidate worker's slots, at least 1 */
     int verbose;                  /* 1: log events to stderr */
 } bk_config;
 

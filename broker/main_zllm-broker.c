@@ -54,8 +54,9 @@ static void usage(FILE *f) {
         "  --route MODE            cache (default): a request goes to the worker holding the longest prefix of\n"
         "                          its prompt (block hashes the workers report, docs/kv-cache.md); load: to the\n"
         "                          worker with the most free slots\n"
-        "  --route-slack N         cache routing gives way to load when the longest prefix's worker holds more\n"
-        "                          than N sequences beyond the least loaded worker, 0..1048576 (default 4)\n"
+        "  --route-slack N|auto    cache routing gives way to load when the longest prefix's worker holds more\n"
+        "                          than N sequences beyond the least loaded worker, 0..1048576; auto (default):\n"
+        "                          a quarter of the largest worker's slots, at least 1\n"
         "  -v, --verbose           log events to stderr (default off)\n"
         "  -h, --help              this text;  --version  print the version\n"
         "Environment: none read.\n"
@@ -136,7 +137,9 @@ int main(int argc, char **argv) {
             c.route_cache = !strcmp(v, "cache");
             i++;
         } else if (!strcmp(a, "--route-slack") && v) {
-            bad = parse_u32(v, &c.route_slack, 0, 1u << 20);
+            uint32_t slack = 0;
+            bad = strcmp(v, "auto") && parse_u32(v, &slack, 0, 1u << 20);
+            c.route_slack = strcmp(v, "auto") ? (int32_t)slack : -1;
             i++;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) c.verbose = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
