@@ -3,7 +3,8 @@ over real sockets (ASan build where there is one).
 1. the Python copy of the chained block hash (tests/broker_fake.py) gives the bits common/kv_hash.c gives (the
    same fixed vector tests/test_kv_blocks.c checks);
 2. priority: out of range is a bad_request; a queued high-priority request is assigned before low-priority ones
-   queued earlier, FIFO within one priority, and the worker receives the priority;
+   queued earlier, FIFO within one priority, and the worker receives the priority; a request requeued after its
+   worker died goes first among its priority;
 3. routing: 2 replicas whose prefix caches hold about 9 of 16 distinct 1536-token system prompts, 512 requests
    (a random system prompt + a distinct user turn each): cache-aware routing reaches a hit rate of at least 90%
    of prompt tokens (as the fake workers count and report them) with the requests per replica within 20%, where
@@ -57,6 +58,30 @@ with w.lock:
 ck.check(assigned == [1, 6, 3, 5, 2, 4], "assigned by priority, FIFO within one: %r" % assigned)
 ck.check(prio.get(6) == 50 and prio.get(2) == -5 and prio.get(1) == 0, "the worker receives the priority: %r" % prio)
 w.close()
+c.close()
+ck.check(b.stop() == 0, "broker exits 0")
+# a request requeued after its worker died goes first among its priority, after the higher ones
+b = Broker(binary, extra=["--dead-ms", "300", "--hang-ms", "300"])
+c = Client(ctx, b.clients)
+w1 = FakeWorker(ctx, b.workers, n_slots=1, n_ctx=512, step_ms=20, hb_ms=50)
+ck.check(w1.registered.wait(5), "worker 1 registered")
+w1.hang_on_assign = True
+c.generate("X", tokens=[5, 6, 7], max_tokens=2)
+time.sleep(0.1)
+for name, pr in (("Y", 5), ("Z", 0), ("W", 5)):
+    c.generate(name, tokens=[5, 6, 7], max_tokens=2, priority=pr)
+time.sleep(0.8)   # worker 1 is found dead, X (no token sent) goes back to the queue
+w2 = FakeWorker(ctx, b.workers, n_slots=1, n_ctx=512, step_ms=20)
+ck.check(w2.registered.wait(5), "worker 2 registered")
+for name in ("X", "Y", "Z", "W"):
+    toks, fin = c.wait_final(name, 10)
+    ck.check(fin is not None and fin["finish"] == "length", "%s completes: %r" % (name, fin))
+with w2.lock:
+    assigned = list(w2.assigned)
+# X=1, Y=2, Z=3, W=4: the requeued X goes after the priority-5 ones, before Z
+ck.check(assigned == [2, 4, 1, 3], "requeue keeps priority order, first within its priority: %r" % assigned)
+w1.close()
+w2.close()
 c.close()
 ck.check(b.stop() == 0, "broker exits 0")
 
