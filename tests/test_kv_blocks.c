@@ -218,6 +218,120 @@ static void test_hash_summary(void) {
     kv_pool_destroy(&p);
 }
 
+/* A randomized run against a shadow of the KV contents: each block's row holds a fingerprint of what a real KV row
+ * depends on (the token, its position and every token before it), as the sequence that computed it wrote it. 20000 operations (admit a prompt from a few shared prefixes, decode a token, publish, release) over
+ * a small pool keep every invariant: used + free + cached = all blocks; each block's refcount is the number of
+ * tables holding it; nothing writes a published (shared, read-only) block; and every token a sequence has
+ * computed, cached prefix included, is what its block table's rows hold. */
+#define FZ_BLOCKS 48
+#define FZ_SEQS 6
+#define FZ_MAXLEN 64
+static uint64_t s_fz = 88172645463325252ull;
+static int fz_rand(int n) {
+    s_fz ^= s_fz << 13;
+    s_fz ^= s_fz >> 7;
+    s_fz ^= s_fz << 17;
+    return (int)(s_fz % (uint64_t)n);
+}
+
+typedef struct {
+    int on;
+    kv_table t;
+    int32_t toks[FZ_MAXLEN];
+    uint64_t fp[FZ_MAXLEN]; /* fp[t]: the fingerprint of toks[0..t] */
+    int len, written;
+} fz_seq;
+
+static uint64_t s_shadow[FZ_BLOCKS][BS];
+
+static void fz_fp(fz_seq *q, int from, int to) {
+    for (int t = from; t < to; t++) q->fp[t] = ((t ? q->fp[t - 1] : 0x9e3779b97f4a7c15ull) ^ (uint32_t)q->toks[t]) * 0x100000001b3ull;
+}
+
+static int fz_write(kv_pool *p, fz_seq *q, int from, int to) { /* the rows of tokens [from, to) are computed */
+    int bad = 0;
+    for (int t = from; t < to; t++) {
+        int b = q->t.blocks[t / BS];
+        bad += kv_pool_published(p, b, NULL) || kv_pool_refcount(p, b) != 1; /* never write a shared block */
+        s_shadow[b][t % BS] = q->fp[t];
+    }
+    return bad;
+}
+
+static void test_randomized(void) {
+    char err[128];
+    uint64_t key = kv_hash_model("m", 1);
+    kv_pool *p = kv_pool_new(FZ_BLOCKS, BS, err, sizeof err);
+    if (!p) { CHECK(0, "pool: %s", err); return; }
+    /* prefixes: 1 shares 0's first 2 blocks, 2 is 0 from its 2nd block on, 3 is 0 shifted by one block */
+    int32_t base[4][FZ_MAXLEN];
+    for (int i = 0; i < FZ_MAXLEN; i++) {
+        base[0][i] = i;
+        base[1][i] = i < 2 * BS ? i : 100 + i;
+        base[2][i] = i < BS ? 200 + i : i;
+        base[3][i] = i + BS;
+    }
+    fz_seq seq[FZ_SEQS];
+    memset(seq, 0, sizeof seq);
+    int bad_write = 0, bad_inv = 0, bad_kv = 0, admitted = 0, hits = 0, ops = 20000;
+    for (int op = 0; op < ops; op++) {
+        int i = fz_rand(FZ_SEQS), what = fz_rand(10);
+        fz_seq *q = &seq[i];
+        if (!q->on) {
+            int k = fz_rand(4), n = 1 + fz_rand(24), extra = fz_rand(5);
+            memcpy(q->toks, base[k], (size_t)n * sizeof(int32_t));
+            for (int j = 0; j < extra; j++) q->toks[n + j] = 1000 + fz_rand(3);
+            n += extra;
+            fz_fp(q, 0, n);
+            if (kv_table_admit(p, &q->t, key, q->toks, n, 1 + fz_rand(16), 1) != 0) continue;
+            q->on = 1;
+            q->len = n;
+            admitted++;
+            hits += q->t.n_cached > 0;
+            q->written = q->t.n_cached; /* the cached rows are already there: checked below */
+            bad_write += fz_write(p, q, q->t.n_cached, n);
+            q->written = n;
+            if (fz_rand(2)) kv_table_publish(p, &q->t, key, q->toks, q->written);
+        } else if (what < 6 && q->len < FZ_MAXLEN) {
+            q->toks[q->len] = 1000 + fz_rand(3);
+            fz_fp(q, q->len, q->len + 1);
+            if (kv_table_grow(p, &q->t, 1) != 0) { /* out of blocks: it ends (preemption's place) */
+                kv_table_release(p, &q->t);
+                q->on = 0;
+                continue;
+            }
+            bad_write += fz_write(p, q, q->len, q->len + 1);
+            q->len++;
+            q->written = q->len;
+            if (fz_rand(4) == 0) kv_table_publish(p, &q->t, key, q->toks, q->written);
+        } else {
+            kv_table_publish(p, &q->t, key, q->toks, q->written);
+            kv_table_release(p, &q->t);
+            q->on = 0;
+        }
+        /* invariants */
+        int refs[FZ_BLOCKS] = {0};
+        for (int j = 0; j < FZ_SEQS; j++) {
+            if (!seq[j].on) continue;
+            for (int b = 0; b < seq[j].t.n_blocks; b++) refs[seq[j].t.blocks[b]]++;
+            for (int t = 0; t < seq[j].written; t++)
+                bad_kv += s_shadow[seq[j].t.blocks[t / BS]][t % BS] != seq[j].fp[t];
+        }
+        for (int b = 0; b < FZ_BLOCKS; b++) bad_inv += kv_pool_refcount(p, b) != refs[b];
+        bad_inv += kv_pool_used(p) + kv_pool_free(p) + kv_pool_cached(p) != FZ_BLOCKS;
+    }
+    CHECK(bad_write == 0, "randomized: %d writes into shared blocks", bad_write);
+    CHECK(bad_inv == 0, "randomized: %d refcount/accounting mismatches", bad_inv);
+    CHECK(bad_kv == 0, "randomized: %d computed tokens whose rows hold another prefix's KV", bad_kv);
+    CHECK(admitted > 1000 && hits > 300, "randomized: %d admitted, %d with a cached prefix", admitted, hits);
+    for (int j = 0; j < FZ_SEQS; j++) {
+        if (seq[j].on) kv_table_release(p, &seq[j].t);
+        kv_table_free(&seq[j].t);
+    }
+    CHECK(kv_pool_used(p) == 0, "randomized: all released");
+    kv_pool_destroy(&p);
+}
+
 int main(void) {
     test_siphash();
     test_chain();
@@ -225,5 +339,6 @@ int main(void) {
     test_refcounts();
     test_admission_growth();
     test_hash_summary();
+    test_randomized();
     return test_report();
 }
