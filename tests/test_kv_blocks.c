@@ -245,7 +245,8 @@ typedef struct {
 static uint64_t s_shadow[FZ_BLOCKS][BS];
 
 static void fz_fp(fz_seq *q, int from, int to) {
-    for (int t = from; t < to; t++) q->fp[t] = ((t ? q->fp[t - 1] : 0x9e3779b97f4a7c15ull) ^ (uint32_t)q->toks[t]) * 0x100000001b3ull;
+    for (int t = from; t < to; t++)
+        q->fp[t] = ((t ? q->fp[t - 1] : 0x9e3779b97f4a7c15ull) ^ (uint32_t)q->toks[t]) * 0x100000001b3ull;
 }
 
 static int fz_write(kv_pool *p, fz_seq *q, int from, int to) { /* the rows of tokens [from, to) are computed */
@@ -262,7 +263,10 @@ static void test_randomized(void) {
     char err[128];
     uint64_t key = kv_hash_model("m", 1);
     kv_pool *p = kv_pool_new(FZ_BLOCKS, BS, err, sizeof err);
-    if (!p) { CHECK(0, "pool: %s", err); return; }
+    if (!p) {
+        CHECK(0, "pool: %s", err);
+        return;
+    }
     /* prefixes: 1 shares 0's first 2 blocks, 2 is 0 from its 2nd block on, 3 is 0 shifted by one block */
     int32_t base[4][FZ_MAXLEN];
     for (int i = 0; i < FZ_MAXLEN; i++) {
