@@ -1225,9 +1225,10 @@ static void dispatch_model(broker *b, bk_model *m, double t) {
          * right behind the first join it while routing sends them to the same worker. */
         while (q && n < room && req_fits(q, best) && (n == 0 || batch_tokens + q->n_prompt <= BK_ASSIGN_TOKENS)) {
             int nf;
-            /* with cache routing each request goes where its prefix is; without it the batch takes the queue's
-             * head run, as FIFO dispatch to the least loaded worker always did */
-            if (n > 0 && b->cfg.route_cache && route(b, m, q, t, INT32_MAX, &nf, &how) != best) break;
+            /* with cache routing over workers that report KV blocks, each request goes where routing sends it;
+             * otherwise the batch takes the queue's head run, as FIFO dispatch to the least loaded worker always
+             * did (one assign for the run) */
+            if (n > 0 && b->cfg.route_cache && m->kv_block && route(b, m, q, t, INT32_MAX, &nf, &how) != best) break;
             bk_req *next = q->next;
             b->c.cache_routed += how == 1;
             b->c.cache_balanced += how == 2;
