@@ -8,11 +8,13 @@
  * entry -> detokenize -> `token` to the client) reuses one decoded message, one encode buffer and one text
  * scratch; only a request's own text buffer grows (amortised). */
 #include "broker.h"
+#include "bk_route.h"
 #include "bk_stop.h"
 #include "bk_zap.h"
 #include "zkey.h"
 #include "gguf.h"
 #include "grammar.h"
+#include "kv_hash.h"
 #include "proto.h"
 #include "tokenizer.h"
 
@@ -82,6 +84,9 @@ typedef struct bk_req {
     uint32_t index;     /* its completion among the generate's n (0..n_choices-1) */
     uint32_t n_choices; /* the generate's n: each completion is a request of its own, same id */
     uint64_t share_rid; /* rid of completion 0 (index > 0): the worker may copy its prompt KV; 0: none */
+    int32_t priority;      /* PROTO_PRIORITY_MIN..MAX: the queue admits higher first, FIFO within one */
+    uint64_t *bhash;       /* [n_bhash] chained block hashes of the prompt (routing), for block size bhash_bs */
+    int n_bhash, bhash_bs; /* bhash_bs 0: not computed yet */
     /* progress */
     int state;                    /* RQ_QUEUED / RQ_RUNNING */
     bk_worker *worker;            /* when running */
@@ -110,7 +115,10 @@ struct bk_model {
     size_t piece_cap;             /* tokenizer_stream_cap: the longest piece never runs short */
     uint32_t n_ctx;               /* the model's trained context (0 = unknown) */
     int32_t n_vocab;
-    bk_req *q_head, *q_tail;      /* FIFO of queued requests */
+    uint64_t kv_key;         /* kv_hash_model(name): the key of its block hashes */
+    uint32_t kv_block;       /* block size routing hashes prompts with: the first one a worker registered (a
+                                worker with another size is routed as if it cached nothing) */
+    bk_req *q_head, *q_tail; /* queued requests: by priority, FIFO within one */
     uint32_t n_queued;
     uint32_t n_workers; /* registered workers of this model (its cap: cfg.max_workers) */
     uint64_t refused;   /* registrations refused: the table was full of workers that served */
@@ -132,6 +140,10 @@ struct bk_worker {
     uint64_t served;              /* requests it brought to stop/length: a worker that served is never evicted */
     double t_reg;                 /* registration time: eviction takes the oldest worker that never served */
     uint64_t prefills_shared;     /* its heartbeat's count, as last reported */
+    /* KV blocks (docs/kv-cache.md): kv_block 0 when it reports none */
+    uint32_t kv_block, kv_blocks; /* as registered */
+    proto_kv kv;                  /* its last KV report (counters only: hashes go to summary) */
+    bk_summary *summary;          /* block hashes it holds (cache-aware routing); NULL until it has kv_block */
 };
 
 /* event counts since start, reported by `status` (docs/protocol.md lists their meaning) */
@@ -156,6 +168,8 @@ typedef struct {
     uint64_t too_large;           /* client frames over PROTO_CLIENT_MAX_FRAME */
     uint64_t prefills_shared;     /* completions of a generate with n > 1 whose prompt KV a worker copied from a
                                      sibling instead of prefilling it (the workers' heartbeats) */
+    uint64_t cache_routed;        /* requests sent to a worker holding a prefix of their prompt */
+    uint64_t cache_balanced;      /* requests sent elsewhere than the longest prefix because of load */
 } bk_counters;
 
 struct broker {
@@ -295,22 +309,32 @@ static void req_free(bk_req *q) {
     free(q->text);
     free(q->stop_text);
     free(q->format_text);
+    free(q->bhash);
     free(q);
 }
 
 /* queue / worker list links */
+/* The queue is ordered by priority (highest first), FIFO within a priority: a new request goes after the last
+ * one of its priority or above; front (a requeued request) goes before the first one of its priority or below.
+ * The scan starts from the end it is nearest to in the common case (all priorities equal: O(1)). */
 static void queue_push(broker *b, bk_model *m, bk_req *q, int front) {
     q->state = RQ_QUEUED;
     q->worker = NULL;
+    bk_req *after; /* q goes right after this one (NULL: at the head) */
     if (front) {
-        q->prev = NULL; q->next = m->q_head;
-        if (m->q_head) m->q_head->prev = q; else m->q_tail = q;
-        m->q_head = q;
+        bk_req *x = m->q_head;
+        while (x && x->priority > q->priority) x = x->next;
+        after = x ? x->prev : m->q_tail;
     } else {
-        q->next = NULL; q->prev = m->q_tail;
-        if (m->q_tail) m->q_tail->next = q; else m->q_head = q;
-        m->q_tail = q;
+        after = m->q_tail;
+        while (after && after->priority < q->priority) after = after->prev;
     }
+    q->prev = after;
+    q->next = after ? after->next : m->q_head;
+    if (q->next) q->next->prev = q;
+    else m->q_tail = q;
+    if (after) after->next = q;
+    else m->q_head = q;
     m->n_queued++;
     b->n_queued++;
     b->queued_tokens += q->n_prompt;
@@ -608,6 +632,7 @@ static void worker_remove(broker *b, bk_worker *w, const char *why) {
     for (int i = 0; i < b->n_workers; i++)
         if (b->workers[i] == w) { b->workers[i] = b->workers[--b->n_workers]; break; }
     if (w->model) w->model->n_workers--;
+    bk_summary_destroy(&w->summary);
     free(w);
 }
 
@@ -782,6 +807,7 @@ static bk_req *req_make(broker *b, const uint8_t *cid, uint32_t cn, const proto_
         q->stops.count = (int)g->n_stop;
     }
     q->stream = g->stream;
+    q->priority = g->priority;
     q->t_recv = now_ms();
     q->deadline = q->t_recv + g->deadline_ms;
     return q;
@@ -931,6 +957,13 @@ static void on_status(broker *b, const uint8_t *cid, uint32_t cn, proto_str id) 
         x->free_slots = w->n_slots - w->used;
         x->running = w->hb_running;
         x->step = w->step;
+        x->kv_block = w->kv_block;
+        x->kv_used = w->kv.used;
+        x->kv_free = w->kv.free;
+        x->kv_cached = w->kv.cached;
+        x->kv_hit_tokens = w->kv.hit_tokens;
+        x->kv_prompt_tokens = w->kv.prompt_tokens;
+        x->kv_summary = bk_summary_size(w->summary);
         /* alive: heard from recently, and progressing (or idle) */
         x->alive = !w->failed && t - w->last_seen < b->cfg.dead_ms &&
                    (w->used == 0 || t - w->last_step_change < b->cfg.hang_ms);
@@ -966,6 +999,8 @@ static void on_status(broker *b, const uint8_t *cid, uint32_t cn, proto_str id) 
     CT(evicted_workers);
     CT(too_large);
     CT(prefills_shared);
+    CT(cache_routed);
+    CT(cache_balanced);
 #undef CT
     ct[n].name = proto_cstr("zap_refused"); ct[n++].value = bk_zap_refused(b->zap);
     ct[n].name = proto_cstr("draining"); ct[n++].value = (uint64_t)b->draining;
@@ -1107,6 +1142,12 @@ static void on_register(broker *b, const uint8_t *wid, uint32_t wn, const proto_
     w->model = m;
     w->max_batch = r->max_batch; w->n_slots = r->n_slots; w->n_ctx = r->n_ctx; w->hb_ms = r->heartbeat_ms;
     w->hb_free = r->n_slots;
+    if (r->kv_block) { /* a summary only for a worker that reports blocks: none costs nothing */
+        w->kv_block = r->kv_block;
+        w->kv_blocks = r->kv_blocks;
+        w->summary = bk_summary_new(); /* NULL (no memory): it is just never preferred */
+        if (!m->kv_block) m->kv_block = r->kv_block;
+    }
     w->last_seen = w->last_step_change = w->t_reg = now_ms();
     b->workers[b->n_workers++] = w;
     m->n_workers++;
@@ -1230,6 +1271,12 @@ static void on_worker_msg(broker *b, const uint8_t *wid, uint32_t wn, const void
             w->prefills_shared = m->hb.prefills_shared;
             w->hb_free = m->hb.free_slots;
             w->hb_running = m->hb.running;
+            if (m->hb.kv.has_kv) {
+                w->kv = m->hb.kv;
+                w->kv.hashes = NULL; /* they point into the decode arena */
+                w->kv.n_hashes = 0;
+            }
+            if (m->hb.kv.has_hashes && w->summary) bk_summary_report(w->summary, m->hb.kv.hashes, m->hb.kv.n_hashes, t);
         }
         break;
     case PROTO_OUT: on_out(b, w, &m->out, t); break;
@@ -1238,35 +1285,107 @@ static void on_worker_msg(broker *b, const uint8_t *wid, uint32_t wn, const void
 }
 
 /* ---------------------------------------------------------------------------------------------------------
- * dispatch: FIFO per model; each batch goes to the least loaded worker that fits the head request */
+ * dispatch: per model, in queue order (priority, then FIFO); each request goes to the worker bk_route_pick
+ * chooses (cache-aware routing, docs/kv-cache.md) or, without it, to the worker with the most free slots; runs
+ * of requests for one worker share one `assign` */
 
 static int req_fits(const bk_req *q, const bk_worker *w) {
     return (uint64_t)q->n_prompt + q->max_tokens <= w->n_ctx;
 }
 
-static void dispatch_model(broker *b, bk_model *m, double t) {
+/* the prompt's chained block hashes for block size bs (computed once per request and block size) */
+static int req_hashes(bk_req *q, uint32_t bs) {
+    if (bs == 0 || bs > KV_BLOCK_MAX) return 0;
+    if (q->bhash_bs == (int)bs) return q->n_bhash;
+    int nb = (int)(q->n_prompt / bs);
+    if (nb > BK_ROUTE_MAX_BLOCKS) nb = BK_ROUTE_MAX_BLOCKS;
+    if (nb > q->n_bhash || !q->bhash) {
+        uint64_t *h = realloc(q->bhash, (size_t)(nb ? nb : 1) * sizeof *h);
+        if (!h) return 0;
+        q->bhash = h;
+    }
+    kv_hash_prompt(q->model->kv_key, q->prompt, nb * (int)bs, (int)bs, q->bhash, nb);
+    q->n_bhash = nb;
+    q->bhash_bs = (int)bs;
+    return nb;
+}
+
+/* the worker for q, or NULL (it waits); *no_fit set when no worker's context fits it at all, *how to 1 when the
+ * worker holds a prefix of the prompt, 2 when a longer prefix elsewhere was passed over for load, else 0 */
+static bk_worker *route(broker *b, bk_model *m, bk_req *q, double t, int slack, int *no_fit, int *how) {
+    static bk_cand cand[BK_MAX_WORKERS];
+    static bk_worker *who[BK_MAX_WORKERS];
+    int n = 0, any_fit = 0;
+    uint32_t most_slots = 0;
+    for (int i = 0; i < b->n_workers; i++) {
+        bk_worker *w = b->workers[i];
+        if (w->model != m || w->failed) continue;
+        if (w->n_slots > most_slots) most_slots = w->n_slots;
+        bk_cand *c = &cand[n];
+        c->fits = req_fits(q, w);
+        any_fit |= c->fits;
+        c->load = (int)w->used;
+        c->free = w->used < w->n_slots ? (int)(w->n_slots - w->used) : 0;
+        c->match = 0;
+        if (c->fits && b->cfg.route_cache && w->summary && w->kv_block == m->kv_block) {
+            int nb = req_hashes(q, w->kv_block);
+            c->match = bk_summary_match(w->summary, q->bhash, nb, t);
+        }
+        who[n++] = w;
+    }
+    *no_fit = !any_fit;
+    int balanced = 0;
+    if (slack < 0) slack = most_slots / 4 > 1 ? (int)(most_slots / 4) : 1;
+    int k = bk_route_pick(cand, n, slack, &balanced);
+    if (k < 0) return NULL;
+    *how = balanced ? 2 : cand[k].match > 0;
+    return who[k];
+}
+
+/* 1 when some worker of m has a free slot */
+static int model_has_room(const broker *b, const bk_model *m) {
+    for (int i = 0; i < b->n_workers; i++) {
+        const bk_worker *w = b->workers[i];
+        if (w->model == m && !w->failed && w->used < w->n_slots) return 1;
+    }
+    return 0;
+}
+
+/* Picks the next request to send and its worker. Affinity first: the first request, among the first
+ * BK_ROUTE_WINDOW queued ones of the head's priority, whose longest-prefix worker (or, with no prefix anywhere, the
+ * worker with the most free slots) has a free slot. Only when none of them has, the head goes where
+ * bk_route_pick's load rule (--route-slack) sends it, or waits. NULL when nothing can go now; the head is ended
+ * with no_capacity when no worker's context fits it any more. */
+static bk_req *dispatch_pick(broker *b, bk_model *m, double t, bk_worker **best, int *how) {
+    int nf = 0;
+    if (!model_has_room(b, m)) return NULL;
+    if (b->cfg.route_cache) {
+        int scanned = 0;
+        for (bk_req *x = m->q_head; x && scanned < BK_ROUTE_WINDOW && x->priority == m->q_head->priority;
+             x = x->next, scanned++) {
+            *best = route(b, m, x, t, INT32_MAX, &nf, how);
+            if (*best) return x;
+        }
+    }
     while (m->q_head) {
         bk_req *head = m->q_head;
-        bk_worker *best = NULL;
-        int any_fit = 0;
-        for (int i = 0; i < b->n_workers; i++) {
-            bk_worker *w = b->workers[i];
-            if (w->model != m || w->failed) continue;
-            if (!req_fits(head, w)) continue;
-            any_fit = 1;
-            if (w->used >= w->n_slots) continue;
-            if (!best || w->n_slots - w->used > best->n_slots - best->used) best = w;
-        }
-        if (!best) {
-            int nw;
-            model_max_worker_ctx(b, m, &nw);
-            if (nw > 0 && !any_fit) {   /* workers changed since validation: it can never fit now */
-                req_finish(b, head, PROTO_FINISH_ERROR, PROTO_CODE_NO_CAPACITY,
-                           "prompt + max_tokens exceeds the context of every worker of its model", 1, 0);
-                continue;
-            }
-            return;   /* wait for capacity (or for a worker to register) */
-        }
+        *best = route(b, m, head, t, b->cfg.route_slack, &nf, how);
+        if (*best) return head;
+        int nw;
+        model_max_worker_ctx(b, m, &nw);
+        if (!(nw > 0 && nf)) return NULL; /* wait for capacity (or for a worker to register) */
+        /* workers changed since validation: it can never fit now */
+        req_finish(b, head, PROTO_FINISH_ERROR, PROTO_CODE_NO_CAPACITY,
+                   "prompt + max_tokens exceeds the context of every worker of its model", 1, 0);
+    }
+    return NULL;
+}
+
+static void dispatch_model(broker *b, bk_model *m, double t) {
+    bk_worker *best;
+    int how;
+    bk_req *q;
+    while ((q = dispatch_pick(b, m, t, &best, &how)) != NULL) {
         uint32_t room = best->n_slots - best->used, n = 0;
         uint64_t batch_tokens = 0, batch_format = 0;
         if (room > PROTO_MAX_SEQS) room = PROTO_MAX_SEQS;
@@ -1278,15 +1397,28 @@ static void dispatch_model(broker *b, bk_model *m, double t) {
         }
         if (best->used == 0) best->last_step_change = t;  /* the hang clock starts when it gets work */
         /* one assign stays well under the worker frame limit: at most BK_ASSIGN_TOKENS prompt tokens (one
-         * request always goes, whatever its size: its prompt fits the client frame limit) */
-        while (m->q_head && n < room && req_fits(m->q_head, best) &&
-               (n == 0 || (batch_tokens + m->q_head->n_prompt <= BK_ASSIGN_TOKENS &&
-                           batch_format + m->q_head->format_len <= BK_ASSIGN_FORMAT_BYTES))) {
-            bk_req *q = m->q_head;
+         * request always goes, whatever its size: its prompt fits the client frame limit). The requests queued
+         * right behind the first join it while routing sends them to the same worker. */
+        while (q && n < room && req_fits(q, best) &&
+               (n == 0 || (batch_tokens + q->n_prompt <= BK_ASSIGN_TOKENS &&
+                           batch_format + q->format_len <= BK_ASSIGN_FORMAT_BYTES))) {
+            int nf;
+            /* with cache routing over workers that report KV blocks, each request goes where routing sends it;
+             * otherwise the batch takes the queue's head run, as FIFO dispatch to the least loaded worker always
+             * did (one assign for the run) */
+            if (n > 0 && b->cfg.route_cache && m->kv_block && route(b, m, q, t, INT32_MAX, &nf, &how) != best) break;
+            bk_req *next = q->next;
+            b->c.cache_routed += how == 1;
+            b->c.cache_balanced += how == 2;
             batch_tokens += q->n_prompt;
             batch_format += q->format_len;
             queue_remove(b, q);
             worker_attach(b, best, q);
+            if (best->summary && b->cfg.route_cache &&
+                best->kv_block == m->kv_block) { /* its blocks count as there until the worker reports */
+                int nb = req_hashes(q, best->kv_block);
+                bk_summary_note(best->summary, q->bhash, nb, t);
+            }
             q->t_admit = t > q->t_recv ? t : q->t_recv;
             proto_seq *s = &b->seqs[n++];
             memset(s, 0, sizeof *s);
@@ -1301,6 +1433,8 @@ static void dispatch_model(broker *b, bk_model *m, double t) {
             s->format.text = (proto_str){q->format_text, q->format_len};
             for (uint32_t k = 0; q->share_rid && k + 1 < n; k++) /* its sibling 0 in this same assign */
                 if (b->seqs[k].rid == q->share_rid) s->share = q->share_rid;
+            s->priority = q->priority;
+            q = next;
         }
         proto_encode_assign(&b->out, b->seqs, n);
         send_worker(b, best, &b->out);
@@ -1377,6 +1511,8 @@ void broker_config_defaults(bk_config *c) {
     c->client_hwm = 10000;
     c->queue_tokens = 1u << 22;
     c->max_workers = 64;
+    c->route_cache = 1;
+    c->route_slack = -1;
 }
 
 /* 16 hex digits from /dev/urandom (time and pid when it cannot be read): tells clients one broker process
@@ -1465,6 +1601,7 @@ static int load_model(bk_model *m, const char *name, const char *path, char *err
         m->name[n] = 0;
     }
     if (!m->name[0]) { berr(err, errlen, "%s: empty model name", path); return -1; }
+    m->kv_key = kv_hash_model(m->name, strlen(m->name));
     return 0;
 }
 
@@ -1656,7 +1793,10 @@ void broker_destroy(broker **pb) {
     if (!pb || !*pb) return;
     broker *b = *pb;
     while (b->all) { bk_req *q = b->all; b->all = q->all_next; req_free(q); }
-    for (int i = 0; i < b->n_workers; i++) free(b->workers[i]);
+    for (int i = 0; i < b->n_workers; i++) {
+        bk_summary_destroy(&b->workers[i]->summary);
+        free(b->workers[i]);
+    }
     for (int i = 0; i < b->n_models; i++) tokenizer_destroy(&b->models[i].tok);
     for (int i = 0; i < BK_MAX_MODELS; i++) {
         if (b->models[i].tok) tokenizer_destroy(&b->models[i].tok);

@@ -5,8 +5,9 @@
  * KV policy (STYLE-AND-RELIABILITY B.7.7): reservation at admission, no preemption. A worker advertises n_slots
  * sequence slots of n_ctx tokens each; a request takes one whole slot from assignment to its end, and is only
  * assigned to a worker whose n_ctx >= prompt + max_tokens. A request that fits no worker (and not the model's
- * context) is rejected at validation with prompt_too_long; otherwise it waits FIFO in its model's bounded
- * queue. Nothing is ever preempted, so a running sequence never loses its KV. */
+ * context) is rejected at validation with prompt_too_long; otherwise it waits in its model's bounded queue,
+ * by priority and FIFO within one, and goes to the worker holding the longest prefix of its prompt unless load
+ * says otherwise (docs/kv-cache.md). Nothing is ever preempted, so a running sequence never loses its KV. */
 #ifndef ZLLM_BROKER_H
 #define ZLLM_BROKER_H
 #include <stddef.h>
@@ -38,6 +39,10 @@ typedef struct {
                                      token ids and answer them); 0: broker_new refuses that configuration */
     uint32_t max_workers;            /* workers per model (default 64; at most 1024 over all models): see
                                      broker.c's worker_admit for who is evicted when a model's table is full */
+    int route_cache;                 /* 1 (default): cache-aware routing (docs/kv-cache.md); 0: most free slots */
+    int32_t route_slack;             /* cache-aware routing gives way to load when the longest prefix's worker holds
+                                        more than this many sequences beyond the least loaded one; -1 (default):
+                                        a quarter of the largest candidate worker's slots, at least 1 */
     int verbose;                  /* 1: log events to stderr */
 } bk_config;
 

@@ -51,6 +51,12 @@ static void usage(FILE *f) {
         "  --chat-render MODE      chat templates: auto (default: the file's Jinja template, the hand-written\n"
         "                          family where it uses a construct the interpreter lacks, logged with -v),\n"
         "                          jinja (the interpreter only) or builtin (the hand-written families only)\n"
+        "  --route MODE            cache (default): a request goes to the worker holding the longest prefix of\n"
+        "                          its prompt (block hashes the workers report, docs/kv-cache.md); load: to the\n"
+        "                          worker with the most free slots\n"
+        "  --route-slack N|auto    cache routing gives way to load when the longest prefix's worker holds more\n"
+        "                          than N sequences beyond the least loaded worker, 0..1048576; auto (default):\n"
+        "                          a quarter of the largest worker's slots, at least 1\n"
         "  -v, --verbose           log events to stderr (default off)\n"
         "  -h, --help              this text;  --version  print the version\n"
         "Environment: none read.\n"
@@ -125,6 +131,15 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--insecure-tcp-workers")) c.insecure_tcp_workers = 1;
         else if (!strcmp(a, "--max-workers-per-model") && v) {
             bad = parse_u32(v, &c.max_workers, 1, 1024);
+            i++;
+        } else if (!strcmp(a, "--route") && v) {
+            bad = strcmp(v, "cache") && strcmp(v, "load");
+            c.route_cache = !strcmp(v, "cache");
+            i++;
+        } else if (!strcmp(a, "--route-slack") && v) {
+            uint32_t slack = 0;
+            bad = strcmp(v, "auto") && parse_u32(v, &slack, 0, 1u << 20);
+            c.route_slack = strcmp(v, "auto") ? (int32_t)slack : -1;
             i++;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) c.verbose = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {

@@ -2,7 +2,8 @@
  *
  *   zllm generate --broker EP (-p TEXT | --tokens ID,ID,...) [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
  *                 [--repeat-penalty R] [--repeat-last-n N] [--seed S] [--stop STR]... [--stop-ids ID,...]
- *                 [--ignore-eos] [--special] [--bos | --no-bos] [--no-stream] [--deadline-ms MS] [--model NAME]
+ *                 [--ignore-eos] [--special] [--bos | --no-bos] [--no-stream] [--deadline-ms MS] [--priority P]
+ *                 [--model NAME]
  *                 [--ids] [--chat] [--system TEXT]
  *                 [--json-schema JSON|@FILE | --json-object | --regex RE | --grammar GBNF|@FILE]
  *                 [--presence-penalty P] [--frequency-penalty P] [--logit-bias ID=B]... [--logprobs K] [--choices N]
@@ -88,6 +89,7 @@ typedef struct {
     int n_bias;
     long long logprobs; /* --logprobs K: each token's logprob and K alternatives on stderr; -1 = off */
     int choices;        /* --choices N: completions (the protocol's n); 0 = 1 */
+    int priority;                  /* --priority; 0 = default */
     /* bench */
     int n_requests;                /* -N */
     int concurrency;               /* -c */
@@ -174,6 +176,7 @@ static void s_usage(FILE *f) {
             "  --presence-penalty P [-2, 2], OpenAI's, over the generated tokens (default 0)\n"
             "  --frequency-penalty P [-2, 2], OpenAI's, over the generated tokens (default 0)\n"
             "  --logit-bias ID=B    add B in [-100, 100] to token ID's logit; repeatable, at most 300 (default none)\n"
+            "  --priority P         -100..100, higher is admitted first (default 0; docs/kv-cache.md)\n"
             "generate and chat:\n"
             "  --system TEXT        a system message (generate: the prompt becomes a chat)\n"
             "  --special            special-token text in the prompt becomes single tokens (default off)\n"
@@ -221,10 +224,11 @@ static int s_num(const char *opt, const char *v, double lo, double hi, int flags
     int ok = 0;
     errno = 0;
     if (flags & N_INT) {
-        /* strtoull takes "-5" as 2^64-5 and skips spaces: only digits may come */
-        if (v[0] >= '0' && v[0] <= '9') {
-            w = strtoull(v, &end, 10);
-            d = (double)w;
+        /* strtoull takes "-5" as 2^64-5 and skips spaces: only digits may come (after a '-' where lo < 0) */
+        int neg = v[0] == '-' && lo < 0;
+        if (v[neg] >= '0' && v[neg] <= '9') {
+            w = strtoull(v + neg, &end, 10);
+            d = neg ? -(double)w : (double)w;
             ok = !errno && !*end && d >= lo && d <= hi;
         }
     } else if (*v && !(v[0] == ' ' || v[0] == '\t')) {
@@ -392,6 +396,7 @@ static int s_parse(int argc, char **argv, s_args *a) {
             {"--logit-bias", NULL, C_SAMPLE},
             {"--logprobs", NULL, C_GEN},
             {"--choices", NULL, C_GEN},
+            {"--priority", NULL, C_SAMPLE},
             {"-N", NULL, C_BENCH},
             {"-c", NULL, C_BENCH},
             {"--vocab", NULL, C_BENCH},
@@ -477,6 +482,8 @@ static int s_parse(int argc, char **argv, s_args *a) {
             if (!(bad = s_num(k, v, 1, PROTO_MAX_N, N_INT, &x, NULL))) a->choices = (int)x;
         } else if (!strcmp(o, "--deadline-ms")) {
             if (!(bad = s_num(k, v, 1, 86400000, N_INT, &x, NULL))) a->deadline_ms = (unsigned)x;
+        } else if (!strcmp(o, "--priority")) {
+            if (!(bad = s_num(k, v, PROTO_PRIORITY_MIN, PROTO_PRIORITY_MAX, N_INT, &x, NULL))) a->priority = (int)x;
         } else if (!strcmp(o, "-N")) {
             if (!(bad = s_num(k, v, 1, 1000000, N_INT, &x, NULL))) a->n_requests = (int)x;
         } else if (!strcmp(o, "-c")) {
@@ -532,6 +539,7 @@ static void s_fill(const s_args *a, proto_generate *g, const char *id) {
     }
     g->sampling.ignore_eos = a->ignore_eos;
     if (a->deadline_ms) g->deadline_ms = a->deadline_ms;
+    g->priority = a->priority;
     for (int i = 0; i < a->n_stop; i++) g->stop[i] = proto_cstr(a->stop[i]);
     g->n_stop = (uint32_t)a->n_stop;
     if (a->n_stop_ids) {

@@ -470,6 +470,28 @@ static int d_float(dec *d, const char *name, double *v, double lo, int lo_open, 
     return 0;
 }
 
+static int d_i32(dec *d, const char *name, int32_t *v, int32_t min, int32_t max) {
+    int64_t x;
+    if (rd_int(&d->r, &x)) FAIL("%s: expected an integer", name);
+    if (x < min || x > max) FAIL("%s: %lld outside %d..%d", name, (long long)x, min, max);
+    *v = (int32_t)x;
+    return 0;
+}
+
+/* array of uint64 (at most max_n) into the arena */
+static int d_u64arr(dec *d, const char *name, const uint64_t **out, uint32_t *n_out, uint32_t max_n) {
+    uint32_t n;
+    if (rd_arr(&d->r, &n)) FAIL("%s: expected an array", name);
+    if (n > max_n) FAIL("%s: %u entries, at most %u", name, n, max_n);
+    uint64_t *v = arena_alloc(d->a, (size_t)n * sizeof *v);
+    if (!v) FAIL("%s: out of memory", name);
+    for (uint32_t i = 0; i < n; i++)
+        if (rd_uint(&d->r, &v[i])) FAIL("%s[%u]: expected a non-negative integer", name, i);
+    *out = v;
+    *n_out = n;
+    return 0;
+}
+
 static int d_bool(dec *d, const char *name, int *v) {
     if (rd_bool(&d->r, v)) FAIL("%s: expected a bool", name);
     return 0;
@@ -712,6 +734,7 @@ static int f_generate(dec *d, proto_str k, proto_msg *m) {
     if (key_is(k, "special")) return d_bool(d, "special", &g->special);
     if (key_is(k, "add_bos")) return d_bool(d, "add_bos", &g->add_bos);
     if (key_is(k, "response_format")) return d_format(d, &g->format);
+    if (key_is(k, "priority")) return d_i32(d, "priority", &g->priority, PROTO_PRIORITY_MIN, PROTO_PRIORITY_MAX);
     return d_skip(d);
 }
 
@@ -750,6 +773,13 @@ static int f_worker_info(dec *d, proto_worker_info *w) {
         else if (key_is(k, "running")) rc = d_u32(d, "running", &w->running, 0, UINT32_MAX);
         else if (key_is(k, "step")) rc = d_u64(d, "step", &w->step, 0, UINT64_MAX);
         else if (key_is(k, "alive")) rc = d_bool(d, "alive", &w->alive);
+        else if (key_is(k, "kv_block")) rc = d_u32(d, "kv_block", &w->kv_block, 0, PROTO_MAX_KV_BLOCK);
+        else if (key_is(k, "kv_used")) rc = d_u32(d, "kv_used", &w->kv_used, 0, UINT32_MAX);
+        else if (key_is(k, "kv_free")) rc = d_u32(d, "kv_free", &w->kv_free, 0, UINT32_MAX);
+        else if (key_is(k, "kv_cached")) rc = d_u32(d, "kv_cached", &w->kv_cached, 0, UINT32_MAX);
+        else if (key_is(k, "kv_hit_tokens")) rc = d_u64(d, "kv_hit_tokens", &w->kv_hit_tokens, 0, UINT64_MAX);
+        else if (key_is(k, "kv_prompt_tokens")) rc = d_u64(d, "kv_prompt_tokens", &w->kv_prompt_tokens, 0, UINT64_MAX);
+        else if (key_is(k, "kv_summary")) rc = d_u32(d, "kv_summary", &w->kv_summary, 0, UINT32_MAX);
         else rc = d_skip(d);
         if (rc) return -1;
     }
@@ -933,6 +963,8 @@ static int f_register(dec *d, proto_str k, proto_msg *m) {
     if (key_is(k, "kv_tokens")) return d_u64(d, "kv_tokens", &r->kv_tokens, 0, UINT64_MAX);
     if (key_is(k, "vocab_size")) return d_u32(d, "vocab_size", &r->vocab_size, 0, PROTO_TOKEN_ID_MAX);
     if (key_is(k, "heartbeat_ms")) return d_u32(d, "heartbeat_ms", &r->heartbeat_ms, 1, 60000);
+    if (key_is(k, "kv_block")) return d_u32(d, "kv_block", &r->kv_block, 0, PROTO_MAX_KV_BLOCK);
+    if (key_is(k, "kv_blocks")) return d_u32(d, "kv_blocks", &r->kv_blocks, 0, UINT32_MAX);
     return d_skip(d);
 }
 
@@ -947,6 +979,30 @@ static int f_hb(dec *d, proto_str k, proto_msg *m) {
     if (key_is(k, "free_slots")) return d_u32(d, "free_slots", &h->free_slots, 0, 1u << 20);
     if (key_is(k, "running")) return d_u32(d, "running", &h->running, 0, 1u << 20);
     if (key_is(k, "prefills_shared")) return d_u64(d, "prefills_shared", &h->prefills_shared, 0, UINT64_MAX);
+    if (key_is(k, "kv_used")) {
+        h->kv.has_kv = 1;
+        return d_u32(d, "kv_used", &h->kv.used, 0, UINT32_MAX);
+    }
+    if (key_is(k, "kv_free")) {
+        h->kv.has_kv = 1;
+        return d_u32(d, "kv_free", &h->kv.free, 0, UINT32_MAX);
+    }
+    if (key_is(k, "kv_cached")) {
+        h->kv.has_kv = 1;
+        return d_u32(d, "kv_cached", &h->kv.cached, 0, UINT32_MAX);
+    }
+    if (key_is(k, "kv_hit_tokens")) {
+        h->kv.has_kv = 1;
+        return d_u64(d, "kv_hit_tokens", &h->kv.hit_tokens, 0, UINT64_MAX);
+    }
+    if (key_is(k, "kv_prompt_tokens")) {
+        h->kv.has_kv = 1;
+        return d_u64(d, "kv_prompt_tokens", &h->kv.prompt_tokens, 0, UINT64_MAX);
+    }
+    if (key_is(k, "kv_hashes")) {
+        h->kv.has_hashes = 1;
+        return d_u64arr(d, "kv_hashes", &h->kv.hashes, &h->kv.n_hashes, PROTO_MAX_KV_HASHES);
+    }
     return d_skip(d);
 }
 
@@ -977,6 +1033,7 @@ static int d_seq(dec *d, proto_seq *s) {
             rc = d_i32arr(d, "stop_ids", &s->stop_ids, &s->n_stop_ids, PROTO_MAX_STOP_IDS, 0, PROTO_TOKEN_ID_MAX);
         else if (key_is(k, "response_format")) rc = d_format(d, &s->format);
         else if (key_is(k, "share")) rc = d_u64(d, "share", &s->share, 0, UINT64_MAX);
+        else if (key_is(k, "priority")) rc = d_i32(d, "priority", &s->priority, PROTO_PRIORITY_MIN, PROTO_PRIORITY_MAX);
         else rc = d_skip(d);
         if (rc) return -1;
     }
@@ -1323,7 +1380,8 @@ static void w_format(proto_buf *b, const proto_format *f) {
 int proto_encode_generate(proto_buf *b, const proto_generate *g) {
     uint32_t n = 1 + 1 + SAMPLING_FIELDS + (g->sampling.has_seed ? 1 : 0) + 1 /*max_tokens*/ + 1 /*stream*/ +
                  1 /*deadline*/ + 1 /*special*/ + (g->model.p ? 1 : 0) + (g->n_stop ? 1 : 0) + (g->n_stop_ids ? 1 : 0) +
-                 (g->add_bos >= 0 ? 1 : 0) + (g->format.kind ? 1 : 0) + sampling_extra(&g->sampling) + (g->n > 1);
+                 (g->add_bos >= 0 ? 1 : 0) + (g->format.kind ? 1 : 0) + sampling_extra(&g->sampling) + (g->n > 1) +
+                 (g->priority ? 1 : 0);
     w_head(b, n, "generate");
     w_key(b, "id"); w_str(b, g->id);
     if (g->model.p) { w_key(b, "model"); w_str(b, g->model); }
@@ -1354,6 +1412,10 @@ int proto_encode_generate(proto_buf *b, const proto_generate *g) {
     if (g->n > 1) {
         w_key(b, "n");
         w_uint(b, g->n);
+    }
+    if (g->priority) {
+        w_key(b, "priority");
+        w_int(b, g->priority);
     }
     return enc_done(b);
 }
@@ -1389,7 +1451,7 @@ int proto_encode_status(proto_buf *b, const proto_status *s) {
     w_key(b, "workers"); w_arr(b, s->n_workers);
     for (uint32_t i = 0; i < s->n_workers; i++) {
         const proto_worker_info *w = &s->workers[i];
-        w_map(b, 10);
+        w_map(b, 17);
         w_key(b, "name"); w_str(b, w->name);
         w_key(b, "model"); w_str(b, w->model);
         w_key(b, "device"); w_str(b, w->device);
@@ -1400,6 +1462,20 @@ int proto_encode_status(proto_buf *b, const proto_status *s) {
         w_key(b, "running"); w_uint(b, w->running);
         w_key(b, "step"); w_uint(b, w->step);
         w_key(b, "alive"); w_bool(b, w->alive);
+        w_key(b, "kv_block");
+        w_uint(b, w->kv_block);
+        w_key(b, "kv_used");
+        w_uint(b, w->kv_used);
+        w_key(b, "kv_free");
+        w_uint(b, w->kv_free);
+        w_key(b, "kv_cached");
+        w_uint(b, w->kv_cached);
+        w_key(b, "kv_hit_tokens");
+        w_uint(b, w->kv_hit_tokens);
+        w_key(b, "kv_prompt_tokens");
+        w_uint(b, w->kv_prompt_tokens);
+        w_key(b, "kv_summary");
+        w_uint(b, w->kv_summary);
     }
     w_key(b, "counters"); w_map(b, s->n_counters);
     for (uint32_t i = 0; i < s->n_counters; i++) { w_str(b, s->counters[i].name); w_uint(b, s->counters[i].value); }
@@ -1518,7 +1594,7 @@ int proto_encode_error(proto_buf *b, proto_code code, proto_str message) {
 }
 
 int proto_encode_register(proto_buf *b, const proto_register *r) {
-    w_head(b, 9, "register");
+    w_head(b, 9 + (r->kv_block ? 2 : 0), "register");
     w_key(b, "name"); w_str(b, r->name);
     w_key(b, "model"); w_str(b, r->model);
     w_key(b, "device"); w_str(b, r->device);
@@ -1528,6 +1604,12 @@ int proto_encode_register(proto_buf *b, const proto_register *r) {
     w_key(b, "kv_tokens"); w_uint(b, r->kv_tokens);
     w_key(b, "vocab_size"); w_uint(b, r->vocab_size);
     w_key(b, "heartbeat_ms"); w_uint(b, r->heartbeat_ms);
+    if (r->kv_block) {
+        w_key(b, "kv_block");
+        w_uint(b, r->kv_block);
+        w_key(b, "kv_blocks");
+        w_uint(b, r->kv_blocks);
+    }
     return enc_done(b);
 }
 
@@ -1539,13 +1621,37 @@ int proto_encode_registered(proto_buf *b, uint32_t heartbeat_ms) {
 
 int proto_encode_hb_worker(proto_buf *b, uint64_t step, uint32_t free_slots, uint32_t running,
                            uint64_t prefills_shared) {
-    w_head(b, 3 + (prefills_shared != 0), "hb");
+    return proto_encode_hb_kv(b, step, free_slots, running, prefills_shared, NULL);
+}
+
+int proto_encode_hb_kv(proto_buf *b, uint64_t step, uint32_t free_slots, uint32_t running, uint64_t prefills_shared,
+                       const proto_kv *kv) {
+    int has_kv = kv && kv->has_kv, has_h = kv && kv->has_hashes;
+    uint32_t nh = has_h ? (kv->n_hashes > PROTO_MAX_KV_HASHES ? PROTO_MAX_KV_HASHES : kv->n_hashes) : 0;
+    w_head(b, 3 + (prefills_shared != 0) + (has_kv ? 5 : 0) + (has_h ? 1 : 0), "hb");
     w_key(b, "step"); w_uint(b, step);
     w_key(b, "free_slots"); w_uint(b, free_slots);
     w_key(b, "running"); w_uint(b, running);
     if (prefills_shared) {
         w_key(b, "prefills_shared");
         w_uint(b, prefills_shared);
+    }
+    if (has_kv) {
+        w_key(b, "kv_used");
+        w_uint(b, kv->used);
+        w_key(b, "kv_free");
+        w_uint(b, kv->free);
+        w_key(b, "kv_cached");
+        w_uint(b, kv->cached);
+        w_key(b, "kv_hit_tokens");
+        w_uint(b, kv->hit_tokens);
+        w_key(b, "kv_prompt_tokens");
+        w_uint(b, kv->prompt_tokens);
+    }
+    if (has_h) {
+        w_key(b, "kv_hashes");
+        w_arr(b, nh);
+        for (uint32_t i = 0; i < nh; i++) w_uint(b, kv->hashes[i]);
     }
     return enc_done(b);
 }
@@ -1559,7 +1665,7 @@ int proto_encode_assign(proto_buf *b, const proto_seq *seqs, uint32_t n_seqs) {
     w_arr(b, n_seqs);
     for (uint32_t i = 0; i < n_seqs; i++) {
         const proto_seq *s = &seqs[i];
-        w_map(b, 3 + SAMPLING_FIELDS + 1 + 1 + (s->format.kind ? 1 : 0) + sampling_extra(&s->sampling) +
+        w_map(b, 3 + SAMPLING_FIELDS + 1 + 1 + 1 + (s->format.kind ? 1 : 0) + sampling_extra(&s->sampling) +
                      (s->share != 0));
         w_key(b, "rid"); w_uint(b, s->rid);
         w_key(b, "tokens"); w_i32arr(b, s->tokens, s->n_tokens);
@@ -1571,6 +1677,8 @@ int proto_encode_assign(proto_buf *b, const proto_seq *seqs, uint32_t n_seqs) {
             w_key(b, "share");
             w_uint(b, s->share);
         }
+        w_key(b, "priority");
+        w_int(b, s->priority);
     }
     return enc_done(b);
 }

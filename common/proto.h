@@ -43,6 +43,10 @@
 #define PROTO_MAX_LOGIT_BIAS 300            /* logit_bias entries per request */
 #define PROTO_MAX_TOP_LOGPROBS 20           /* top_logprobs per token */
 #define PROTO_MAX_N 16                      /* completions (`n`) per generate */
+#define PROTO_PRIORITY_MIN (-100)           /* generate/assign `priority`: higher is admitted first, default 0 */
+#define PROTO_PRIORITY_MAX 100
+#define PROTO_MAX_KV_HASHES 4096 /* block hashes in one worker `hb` (`kv_hashes`) */
+#define PROTO_MAX_KV_BLOCK 256   /* register `kv_block`: tokens per KV block, 0 = no block accounting */
 
 typedef enum {
     PROTO_NONE = 0,
@@ -175,6 +179,7 @@ typedef struct {
     int add_bos;                /* -1 = the vocabulary's flag (default), else 0/1 */
     proto_format format;        /* structured output; kind NONE when absent */
     uint32_t n;                 /* completions, 1..PROTO_MAX_N, default 1 (0 is read as 1 when encoding) */
+    int32_t priority;           /* PROTO_PRIORITY_MIN..MAX, default 0: higher is admitted first */
 } proto_generate;
 
 /* client cancel (`id`) or broker->worker cancel (`rids`); a decoded cancel has at least one of them */
@@ -226,6 +231,12 @@ typedef struct {
     uint32_t max_batch, n_slots, n_ctx, free_slots, running;
     uint64_t step;
     int alive;                  /* 0/1 */
+    /* KV blocks (docs/kv-cache.md): 0 when the worker reports none */
+    uint32_t kv_block;                    /* tokens per block */
+    uint32_t kv_used, kv_free, kv_cached; /* blocks, as last reported */
+    uint64_t kv_hit_tokens;               /* prompt tokens found in its prefix cache, as it reported */
+    uint64_t kv_prompt_tokens;            /* prompt tokens admitted, as it reported */
+    uint32_t kv_summary;                  /* block hashes the broker holds for it (cache-aware routing) */
 } proto_worker_info;
 
 typedef struct {
@@ -268,11 +279,24 @@ typedef struct {
     uint64_t kv_tokens;         /* n_slots * n_ctx */
     uint32_t vocab_size;        /* 0 = not given */
     uint32_t heartbeat_ms;      /* 1..60000 */
+    uint32_t kv_block;          /* tokens per KV block, 0..PROTO_MAX_KV_BLOCK (0: no block accounting, absent) */
+    uint32_t kv_blocks;         /* blocks in its pool */
 } proto_register;
 
 typedef struct {
     uint32_t heartbeat_ms;      /* the broker's heartbeat interval */
 } proto_registered;
+
+/* a worker's KV block report, carried by its `hb` (docs/kv-cache.md) */
+typedef struct {
+    int has_kv;                  /* 1 when the kv_* counters are present */
+    uint32_t used, free, cached; /* blocks */
+    uint64_t hit_tokens;         /* prompt tokens found in the prefix cache since start */
+    uint64_t prompt_tokens;      /* prompt tokens admitted since start */
+    int has_hashes;              /* 1 when `kv_hashes` is present: it replaces the broker's summary */
+    const uint64_t *hashes;      /* [n_hashes] chain hashes of cached blocks (common/kv_hash.h) */
+    uint32_t n_hashes;           /* <= PROTO_MAX_KV_HASHES */
+} proto_kv;
 
 typedef struct {
     int has_step;               /* 0 for a broker->worker hb (no fields) */
@@ -281,6 +305,7 @@ typedef struct {
     uint32_t running;
     uint64_t prefills_shared; /* sequences so far whose prompt KV the worker copied from a sibling (`share`)
                                  * instead of prefilling it (omitted when 0) */
+    proto_kv kv; /* worker: its KV report (has_kv 0 when absent) */
 } proto_hb;
 
 typedef struct {
@@ -294,6 +319,7 @@ typedef struct {
     proto_format format; /* structured output; kind NONE when absent */
     uint64_t share; /* rid of an earlier sequence of the same assign with the same prompt, whose prompt
                                  * KV the worker may copy instead of prefilling (a sibling of `n`); 0: none */
+    int32_t priority; /* PROTO_PRIORITY_MIN..MAX (default 0) */
 } proto_seq;
 
 typedef struct {
@@ -373,7 +399,10 @@ int proto_encode_error_id(proto_buf *b, proto_code code, proto_str id, proto_str
 int proto_encode_register(proto_buf *b, const proto_register *r);
 int proto_encode_registered(proto_buf *b, uint32_t heartbeat_ms);
 int proto_encode_hb_worker(proto_buf *b, uint64_t step, uint32_t free_slots, uint32_t running,
-                           uint64_t prefills_shared);                              /* worker */
+                           uint64_t prefills_shared); /* worker */
+/* a worker hb with its KV report (kv NULL: as proto_encode_hb_worker; kv->has_hashes: with `kv_hashes`) */
+int proto_encode_hb_kv(proto_buf *b, uint64_t step, uint32_t free_slots, uint32_t running, uint64_t prefills_shared,
+                       const proto_kv *kv);
 int proto_encode_hb_broker(proto_buf *b);                                          /* broker -> worker */
 int proto_encode_reregister(proto_buf *b);
 int proto_encode_assign(proto_buf *b, const proto_seq *seqs, uint32_t n_seqs);

@@ -3,8 +3,10 @@ worker that speaks the worker protocol (docs/protocol.md) from Python, and a sma
 
 The fake worker "generates" by echoing its prompt: output token i is prompt[i % len(prompt)], so the text a
 client receives can be checked against the prompt text itself (through the broker's own tokenizer)."""
+import collections
 import os
 import signal
+import struct
 import subprocess
 import tempfile
 import threading
@@ -138,19 +140,85 @@ def pack(d):
     return msgpack.packb(d, use_bin_type=True)
 
 
+# ---- the chained KV block hashes of common/kv_hash.h, for fake workers that report a prefix cache
+_M64 = (1 << 64) - 1
+KV_HASH_K1 = 0x7a6c6c6d2d6b7631
+
+
+def _rotl(x, b):
+    return ((x << b) | (x >> (64 - b))) & _M64
+
+
+def siphash24(k0, k1, data):
+    """SipHash-2-4 of bytes under the key (k0, k1), as common/kv_hash.c computes it."""
+    v = [0x736f6d6570736575 ^ k0, 0x646f72616e646f6d ^ k1, 0x6c7967656e657261 ^ k0, 0x7465646279746573 ^ k1]
+
+    def rnd():
+        v[0] = (v[0] + v[1]) & _M64; v[1] = _rotl(v[1], 13) ^ v[0]; v[0] = _rotl(v[0], 32)
+        v[2] = (v[2] + v[3]) & _M64; v[3] = _rotl(v[3], 16) ^ v[2]
+        v[0] = (v[0] + v[3]) & _M64; v[3] = _rotl(v[3], 21) ^ v[0]
+        v[2] = (v[2] + v[1]) & _M64; v[1] = _rotl(v[1], 17) ^ v[2]; v[2] = _rotl(v[2], 32)
+
+    n = len(data)
+    full = n & ~7
+    for i in range(0, full, 8):
+        m = int.from_bytes(data[i:i + 8], "little")
+        v[3] ^= m
+        rnd(); rnd()
+        v[0] ^= m
+    b = ((n << 56) & _M64) | int.from_bytes(data[full:], "little")
+    v[3] ^= b
+    rnd(); rnd()
+    v[0] ^= b
+    v[2] ^= 0xff
+    rnd(); rnd(); rnd(); rnd()
+    return v[0] ^ v[1] ^ v[2] ^ v[3]
+
+
+def kv_model_key(name):
+    return siphash24(0, KV_HASH_K1, name.encode())
+
+
+_block_memo = {}
+
+
+def kv_block_hashes(model_key, tokens, bs):
+    """the chained hashes of the full blocks of tokens (common/kv_hash.h), memoized per (key, prev, block)"""
+    out, h = [], 0
+    for i in range(len(tokens) // bs):
+        blk = tuple(tokens[i * bs:(i + 1) * bs])
+        k = (model_key, h, blk)
+        nh = _block_memo.get(k)
+        if nh is None:
+            nh = siphash24(model_key, KV_HASH_K1, struct.pack("<Q", h) + struct.pack("<%dI" % bs, *blk))
+            if len(_block_memo) < 200000:
+                _block_memo[k] = nh
+        h = nh
+        out.append(h)
+    return out
+
+
 class FakeWorker:
     """A worker in a thread. step_ms: time per step; n_slots/n_ctx: capacity. Set .hang = True to stop the
     step loop entirely (no heartbeats, no output: a SIGSTOPped worker); .stall = True keeps heartbeating
-    but stops stepping (a hung step counter)."""
+    but stops stepping (a hung step counter). kv_block > 0: it registers KV blocks of that many tokens and keeps
+    an LRU prefix cache of kv_cache blocks (whole prompt blocks, the last prompt token never counted as cached, as
+    the real worker does), reporting its counters and block hashes in every hb (docs/kv-cache.md)."""
 
     def __init__(self, ctx, endpoint, model="stories260K", n_slots=4, n_ctx=256, step_ms=5, hb_ms=100,
-                 name=None, vocab_size=512):
+                 name=None, vocab_size=512, kv_block=0, kv_cache=0):
         self.s = ctx.socket(zmq.DEALER)
         self.s.setsockopt(zmq.LINGER, 0)
         self.s.connect(endpoint)
         self.model, self.n_slots, self.n_ctx, self.step_ms, self.hb_ms = model, n_slots, n_ctx, step_ms, hb_ms
         self.name = name or "fake-%d" % id(self)
         self.vocab_size = vocab_size
+        self.kv_block, self.kv_cache = kv_block, kv_cache
+        self.kv_key = kv_model_key(model)
+        self.kv_lru = collections.OrderedDict()   # block hash -> None, least recently used first
+        self.kv_hit_tokens = 0
+        self.kv_prompt_tokens = 0
+        self.priorities = {}      # rid -> priority as assigned
         self.seqs = {}            # rid -> dict(tokens, max, n)
         self.step = 0
         self.hang = False
@@ -172,7 +240,22 @@ class FakeWorker:
         self.send({"type": "register", "name": self.name, "model": self.model, "device": "fake",
                    "max_batch": self.n_slots, "n_slots": self.n_slots, "n_ctx": self.n_ctx,
                    "kv_tokens": self.n_slots * self.n_ctx, "vocab_size": self.vocab_size,
-                   "heartbeat_ms": self.hb_ms})
+                   "heartbeat_ms": self.hb_ms,
+                   **({"kv_block": self.kv_block, "kv_blocks": self.kv_cache} if self.kv_block else {})})
+
+    def _kv_admit(self, tokens):
+        bs = self.kv_block
+        hs = kv_block_hashes(self.kv_key, tokens, bs)
+        k = 0
+        while k < (len(tokens) - 1) // bs and hs[k] in self.kv_lru:
+            k += 1
+        self.kv_hit_tokens += k * bs
+        self.kv_prompt_tokens += len(tokens)
+        for h in reversed(hs):   # the head ends most recent: the LRU drops a prefix's tail first
+            self.kv_lru[h] = None
+            self.kv_lru.move_to_end(h)
+        while len(self.kv_lru) > self.kv_cache:
+            self.kv_lru.popitem(last=False)
 
     def run(self):
         self.register()
@@ -192,6 +275,9 @@ class FakeWorker:
                             self.hang = True
                         for q in m["seqs"]:
                             self.assigned.append(q["rid"])
+                            self.priorities[q["rid"]] = q.get("priority")
+                            if self.kv_block:
+                                self._kv_admit(q["tokens"])
                             self.seqs[q["rid"]] = {"tokens": q["tokens"], "max": q["max_tokens"], "n": 0}
                     elif t == "cancel":
                         for r in m["rids"]:
@@ -220,8 +306,13 @@ class FakeWorker:
             if now - last_hb >= self.hb_ms / 1000.0:
                 last_hb = now
                 with self.lock:
-                    self.send({"type": "hb", "step": self.step, "free_slots": self.n_slots - len(self.seqs),
-                               "running": len(self.seqs)})
+                    hb = {"type": "hb", "step": self.step, "free_slots": self.n_slots - len(self.seqs),
+                          "running": len(self.seqs)}
+                    if self.kv_block:
+                        hb.update(kv_used=0, kv_free=0, kv_cached=len(self.kv_lru),
+                                  kv_hit_tokens=self.kv_hit_tokens, kv_prompt_tokens=self.kv_prompt_tokens,
+                                  kv_hashes=list(self.kv_lru.keys())[-4096:])
+                    self.send(hb)
             time.sleep(self.step_ms / 1000.0)
 
     def close(self):

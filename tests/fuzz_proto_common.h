@@ -24,9 +24,9 @@ static int fuzz_reencode(const proto_msg *m, proto_buf *b) {
     case PROTO_REGISTER: return proto_encode_register(b, &m->reg);
     case PROTO_REGISTERED: return proto_encode_registered(b, m->registered.heartbeat_ms);
     case PROTO_HB:
-        return m->hb.has_step
-                   ? proto_encode_hb_worker(b, m->hb.step, m->hb.free_slots, m->hb.running, m->hb.prefills_shared)
-                   : proto_encode_hb_broker(b);
+        return m->hb.has_step ? proto_encode_hb_kv(b, m->hb.step, m->hb.free_slots, m->hb.running,
+                                                   m->hb.prefills_shared, &m->hb.kv)
+                              : proto_encode_hb_broker(b);
     case PROTO_REREGISTER: return proto_encode_reregister(b);
     case PROTO_ASSIGN: return proto_encode_assign(b, m->assign.seqs, m->assign.n_seqs);
     case PROTO_OUT:
@@ -65,6 +65,7 @@ static int fuzz_proto_seeds(const uint8_t **seeds, size_t *sizes, int max, unsig
     SEED(PROTO_GENERATE, proto_encode_generate(b, &g));
     proto_generate_defaults(&g);
     g.id = proto_cstr("r2"); g.prompt_kind = PROTO_PROMPT_TOKENS; g.tokens = toks; g.n_tokens = 8; g.model = proto_cstr("m");
+    g.priority = -7;
     SEED(PROTO_GENERATE, proto_encode_generate(b, &g));
     static proto_chat chat[2];
     chat[0].role = proto_cstr("system"); chat[0].content = proto_cstr("Be brief.");
@@ -77,6 +78,11 @@ static int fuzz_proto_seeds(const uint8_t **seeds, size_t *sizes, int max, unsig
     SEED(PROTO_STATUS, proto_encode_status_request(b, proto_cstr("s")));
     static proto_worker_info wi[1];
     wi[0].name = proto_cstr("w"); wi[0].model = proto_cstr("m"); wi[0].device = proto_cstr("cpu"); wi[0].n_ctx = 512;
+    wi[0].kv_block = 16;
+    wi[0].kv_used = 3;
+    wi[0].kv_cached = 9;
+    wi[0].kv_hit_tokens = 1ull << 40;
+    wi[0].kv_summary = 7;
     static proto_str models[1];
     models[0] = proto_cstr("m");
     static proto_counter ct[1];
@@ -98,10 +104,16 @@ static int fuzz_proto_seeds(const uint8_t **seeds, size_t *sizes, int max, unsig
     f.finish = PROTO_FINISH_ERROR; f.code = PROTO_CODE_WORKER_FAILED; f.message = proto_cstr("x"); f.has_ids = 0; f.ids = NULL;
     SEED(PROTO_FINAL, proto_encode_final(b, &f));
     SEED(PROTO_ERROR, proto_encode_error(b, PROTO_CODE_BAD_MESSAGE, proto_cstr("bad")));
-    proto_register r = { proto_cstr("h:1"), proto_cstr("m"), proto_cstr("cpu"), 4, 4, 512, 2048, 512, 100 };
+    proto_register r = {proto_cstr("h:1"), proto_cstr("m"), proto_cstr("cpu"), 4, 4, 512, 2048, 512, 100, 0, 0};
+    SEED(PROTO_REGISTER, proto_encode_register(b, &r));
+    r.kv_block = 16;
+    r.kv_blocks = 128;
     SEED(PROTO_REGISTER, proto_encode_register(b, &r));
     SEED(PROTO_REGISTERED, proto_encode_registered(b, 500));
     SEED(PROTO_HB, proto_encode_hb_worker(b, 77, 3, 1, 5));
+    static uint64_t kvh[3] = {0x632426691270953dull, 1, ~0ull};
+    proto_kv kv = {1, 10, 20, 30, 640, 1280, 1, kvh, 3};
+    SEED(PROTO_HB, proto_encode_hb_kv(b, 78, 2, 2, 0, &kv));
     SEED(PROTO_HB, proto_encode_hb_broker(b));
     SEED(PROTO_REREGISTER, proto_encode_reregister(b));
     static proto_seq seqs[2];
@@ -110,6 +122,7 @@ static int fuzz_proto_seeds(const uint8_t **seeds, size_t *sizes, int max, unsig
         seqs[i].rid = 5 + (uint64_t)i; seqs[i].tokens = toks; seqs[i].n_tokens = 4 + (uint32_t)i; seqs[i].max_tokens = 9;
         proto_sampling_defaults(&seqs[i].sampling);
         seqs[i].stop_ids = toks; seqs[i].n_stop_ids = 1;
+        seqs[i].priority = i ? PROTO_PRIORITY_MIN : PROTO_PRIORITY_MAX;
     }
     SEED(PROTO_ASSIGN, proto_encode_assign(b, seqs, 2));
     static const proto_bias bias[2] = {{3, -100.0f}, {7, 2.5f}};

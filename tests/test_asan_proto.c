@@ -105,7 +105,8 @@ static void test_roundtrips(void) {
     /* status request and reply */
     CHECK(proto_encode_status_request(&b, proto_cstr("s1")) == 0 && dec(b.data, b.len) == 0 &&
           s_m.type == PROTO_STATUS && streq(s_m.status.id, "s1"), "status request");
-    proto_worker_info wi = { proto_cstr("w1"), proto_cstr("m"), proto_cstr("cpu"), 8, 8, 512, 3, 5, 99, 1 };
+    proto_worker_info wi = {
+        proto_cstr("w1"), proto_cstr("m"), proto_cstr("cpu"), 8, 8, 512, 3, 5, 99, 1, 0, 0, 0, 0, 0, 0, 0};
     proto_str models[1] = { proto_cstr("m") };
     proto_counter ct[2] = { { proto_cstr("bad_messages"), 4 }, { proto_cstr("requeued"), 1 } };
     proto_status st = {proto_cstr("s1"), 1, 2, 3, models, 1, &wi, 1, ct, 2, NULL, 0};
@@ -146,7 +147,8 @@ static void test_roundtrips(void) {
           s_m.type == PROTO_ERROR && s_m.error.code == PROTO_CODE_BAD_MESSAGE, "error");
 
     /* worker side */
-    proto_register r = { proto_cstr("host:1"), proto_cstr("m"), proto_cstr("cuda:0"), 16, 32, 2048, 65536, 32000, 250 };
+    proto_register r = {
+        proto_cstr("host:1"), proto_cstr("m"), proto_cstr("cuda:0"), 16, 32, 2048, 65536, 32000, 250, 0, 0};
     CHECK(proto_encode_register(&b, &r) == 0 && dec(b.data, b.len) == 0 && s_m.type == PROTO_REGISTER &&
           s_m.reg.n_slots == 32 && s_m.reg.n_ctx == 2048 && s_m.reg.heartbeat_ms == 250 && streq(s_m.reg.device, "cuda:0"),
           "register");
@@ -312,6 +314,103 @@ static void test_extras(void) {
           "final logprobs, index, left");
     CHECK(proto_encode_hb_worker(&b, 4, 1, 1, 77) == 0 && dec(b.data, b.len) == 0 && s_m.hb.prefills_shared == 77,
           "hb prefills_shared");
+    proto_buf_free(&b);
+}
+
+/* the KV and priority fields (docs/kv-cache.md): round trips, defaults and ranges */
+static void test_kv_fields(void) {
+    proto_buf b = {0};
+    int32_t toks[4] = {1, 2, 3, 4};
+    proto_generate g;
+    proto_generate_defaults(&g);
+    g.id = proto_cstr("p");
+    g.prompt_kind = PROTO_PROMPT_TOKENS;
+    g.tokens = toks;
+    g.n_tokens = 4;
+    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) == 0 && s_m.generate.priority == 0,
+          "priority defaults to 0");
+    g.priority = PROTO_PRIORITY_MIN;
+    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) == 0 && s_m.generate.priority == -100,
+          "priority -100 round trip: %s", s_err);
+    g.priority = PROTO_PRIORITY_MAX + 1;
+    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) != 0 && strstr(s_err, "priority"),
+          "priority 101 refused (%s)", s_err);
+    mp m;
+    mp_init(&m);
+    mp_head(&m, 3, "generate");
+    mp_str(&m, "id");
+    mp_str(&m, "a");
+    mp_str(&m, "prompt");
+    mp_str(&m, "x");
+    mp_str(&m, "priority");
+    mp_str(&m, "high");
+    CHECK(mp_dec(&m) != 0, "a string priority refused");
+    proto_register r = {proto_cstr("h"), proto_cstr("m"), proto_cstr("cpu"), 1, 2, 64, 128, 0, 100, 16, 9};
+    CHECK(proto_encode_register(&b, &r) == 0 && oracle_map(&b, 13) && dec(b.data, b.len) == 0 &&
+              s_m.reg.kv_block == 16 && s_m.reg.kv_blocks == 9,
+          "register with kv_block/kv_blocks: %s", s_err);
+    r.kv_block = PROTO_MAX_KV_BLOCK + 1;
+    CHECK(proto_encode_register(&b, &r) == 0 && dec(b.data, b.len) != 0, "kv_block 257 refused");
+    uint64_t h[3] = {5, 1ull << 63, 0};
+    proto_kv kv = {1, 1, 2, 3, 400, 800, 1, h, 3};
+    CHECK(proto_encode_hb_kv(&b, 9, 1, 1, 0, &kv) == 0 && dec(b.data, b.len) == 0 && s_m.hb.kv.has_kv &&
+              s_m.hb.kv.cached == 3 && s_m.hb.kv.hit_tokens == 400 && s_m.hb.kv.prompt_tokens == 800 &&
+              s_m.hb.kv.has_hashes && s_m.hb.kv.n_hashes == 3 && s_m.hb.kv.hashes[1] == 1ull << 63,
+          "hb with a KV report: %s", s_err);
+    kv.has_hashes = 0;
+    CHECK(proto_encode_hb_kv(&b, 9, 1, 1, 0, &kv) == 0 && dec(b.data, b.len) == 0 && !s_m.hb.kv.has_hashes,
+          "hb without kv_hashes leaves the summary alone");
+    CHECK(proto_encode_hb_worker(&b, 9, 1, 1, 0) == 0 && dec(b.data, b.len) == 0 && !s_m.hb.kv.has_kv, "plain hb");
+    mp_init(&m);
+    mp_head(&m, 1, "hb");
+    mp_str(&m, "kv_hashes");
+    msgpack_pack_array(&m.pk, PROTO_MAX_KV_HASHES + 1);
+    for (int i = 0; i <= PROTO_MAX_KV_HASHES; i++) msgpack_pack_uint64(&m.pk, (uint64_t)i);
+    CHECK(mp_dec(&m) != 0 && strstr(s_err, "kv_hashes"), "4097 hashes refused (%s)", s_err);
+    mp_init(&m);
+    mp_head(&m, 1, "hb");
+    mp_str(&m, "kv_hashes");
+    msgpack_pack_array(&m.pk, 2);
+    msgpack_pack_uint64(&m.pk, 1);
+    msgpack_pack_int64(&m.pk, -1);
+    CHECK(mp_dec(&m) != 0, "a negative hash refused");
+    mp_init(&m);
+    mp_head(&m, 1, "hb");
+    mp_str(&m, "kv_hashes");
+    mp_str(&m, "x");
+    CHECK(mp_dec(&m) != 0, "kv_hashes not an array refused");
+    proto_seq q;
+    memset(&q, 0, sizeof q);
+    q.rid = 1;
+    q.tokens = toks;
+    q.n_tokens = 4;
+    q.max_tokens = 2;
+    proto_sampling_defaults(&q.sampling);
+    q.priority = 42;
+    CHECK(proto_encode_assign(&b, &q, 1) == 0 && dec(b.data, b.len) == 0 && s_m.assign.seqs[0].priority == 42,
+          "assign carries priority");
+    proto_worker_info wi = {proto_cstr("w"),
+                            proto_cstr("m"),
+                            proto_cstr("cpu"),
+                            1,
+                            1,
+                            64,
+                            1,
+                            0,
+                            5,
+                            1,
+                            16,
+                            4,
+                            5,
+                            6,
+                            1ull << 40,
+                            1ull << 41,
+                            77};
+    proto_status st = {proto_cstr("s"), 1, 0, 0, NULL, 0, &wi, 1, NULL, 0, NULL, 0};
+    CHECK(proto_encode_status(&b, &st) == 0 && dec(b.data, b.len) == 0 && s_m.status.workers[0].kv_block == 16 &&
+              s_m.status.workers[0].kv_cached == 6 && s_m.status.workers[0].kv_hit_tokens == 1ull << 40 &&
+              s_m.status.workers[0].kv_prompt_tokens == 1ull << 41 && s_m.status.workers[0].kv_summary == 77,
+          "status carries the workers' KV counters: %s", s_err);
     proto_buf_free(&b);
 }
 
@@ -558,6 +657,7 @@ static void test_format(void) {
 int main(void) {
     test_roundtrips();
     test_format();
+    test_kv_fields();
     test_add_str();
     test_hostile();
     test_extras();

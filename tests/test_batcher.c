@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "batcher.h"
+#include "kv_hash.h"
 #include "engine.h"
 #include "model.h"
 #include "test.h"
@@ -903,6 +904,68 @@ static void test_extras(const zl_model *m) {
     engine_destroy(&t);
 }
 
+/* KV block accounting (batcher_set_kv): blocks by tokens used, the prefix cache found again by a second run of the
+ * same prompt (its tokens unchanged), counters and hashes for the heartbeat; and prefill by priority */
+static void test_kv(const zl_model *m) {
+    zl_engine *e = s_engine(m, 2, 2, 64, 64);
+    if (!e) return;
+    char err[256];
+    int got[NG], got2[NG], n_got = 0, n_got2 = 0;
+    int32_t buf[NG + 1];
+    wk_kv_stats st;
+    wk_batcher *b = s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+    if (!b) goto out;
+    CHECK(batcher_kv(b, &st) == 0 && st.blocks == 0, "off by default");
+    CHECK(batcher_set_kv(b, KV_BLOCK_MAX + 1, "m", err, sizeof err) == -1, "block size 257 refused");
+    CHECK(batcher_set_kv(b, 4, "stories260K", err, sizeof err) == 0, "set_kv: %s", err);
+    CHECK(batcher_kv(b, &st) == 1 && st.block_size == 4 && st.blocks == 2 * 16 && st.free == 32, "2 slots x 16 blocks");
+    wk_request r = s_req(1, buf, 12, 20); /* 13 prompt tokens: 4 blocks, 3 full */
+    CHECK(batcher_add(b, &r, err, sizeof err) == 0, "add: %s", err);
+    batcher_kv(b, &st);
+    CHECK(st.used == 4 && st.prompt_tokens == 13 && st.hit_tokens == 0,
+          "admission takes the prompt's 4 blocks, not "
+          "prompt + max_tokens (used %d)",
+          st.used);
+    int fin = s_run_one(b, 1, got, &n_got);
+    batcher_kv(b, &st);
+    CHECK(fin == WK_FIN_LENGTH && n_got == 20, "ran: fin %d, %d tokens", fin, n_got);
+    CHECK(st.used == 0 && st.cached == 8 && st.free == 24,
+          "ended: its 8 full blocks (32 of 33 tokens) cached, used "
+          "%d cached %d free %d",
+          st.used, st.cached, st.free);
+    uint64_t h[64];
+    CHECK(batcher_kv_hashes(b, h, 64) == 8, "8 block hashes for the heartbeat");
+    r = s_req(2, buf, 12, 20);
+    CHECK(batcher_add(b, &r, err, sizeof err) == 0, "add again: %s", err);
+    batcher_kv(b, &st);
+    CHECK(st.hit_tokens == 12 && st.prompt_tokens == 26,
+          "the same prompt: 3 blocks (12 tokens) found, the last "
+          "prompt token computed (hit %llu)",
+          (unsigned long long)st.hit_tokens);
+    fin = s_run_one(b, 2, got2, &n_got2);
+    CHECK(fin == WK_FIN_LENGTH && n_got2 == n_got && memcmp(got, got2, sizeof(int) * (size_t)n_got) == 0,
+          "a cache hit gives the same tokens");
+    /* priority: the higher one is prefilled first, whatever the admission order */
+    batcher_set_prefill_cap(b, 8); /* both prompts do not fit one step */
+    wk_request lo = s_req(3, buf, 12, 1);
+    int32_t buf2[NG + 1];
+    wk_request hi = s_req(4, buf2, 20, 1);
+    hi.priority = 5;
+    CHECK(batcher_add(b, &lo, err, sizeof err) == 0 && batcher_add(b, &hi, err, sizeof err) == 0, "add lo, hi");
+    wk_event ev[128];
+    int n_ev = 0, first = 0;
+    CHECK(batcher_event_cap(b) <= 128, "event cap %d", batcher_event_cap(b));
+    for (int step = 0; step < 20 && !first; step++) {
+        CHECK(batcher_step(b, ev, 128, &n_ev, err, sizeof err) >= 0, "step: %s", err);
+        for (int j = 0; j < n_ev && !first; j++)
+            if (ev[j].tok >= 0) first = (int)ev[j].rid;
+    }
+    CHECK(first == 4, "the high-priority prompt (admitted second, longer) gets its first token first (rid %d)", first);
+    batcher_destroy(&b);
+out:
+    engine_destroy(&e);
+}
+
 int main(void) {
     char p[1100], err[256];
     snprintf(p, sizeof p, "%s/stories260K/golden_greedy_ids.txt", test_fixtures());
@@ -930,6 +993,7 @@ int main(void) {
     test_rejects_and_cancel(m);
     test_ahead(m);
     test_extras(m);
+    test_kv(m);
     /* the one-lane tests again with steps queued ahead over the CPU engine (forced: not its default) */
     s_force_ahead = 1;
     test_mixed(m, 0, 1);

@@ -52,8 +52,17 @@ static void *worker_main(void *arg) {
     proto_msg m = {0};
     char name[64], err[256];
     snprintf(name, sizeof name, "bench-%d", idx);
-    proto_register r = { proto_cstr(name), proto_cstr("bench"), proto_cstr("fake"), (uint32_t)s_slots,
-                         (uint32_t)s_slots, 4096, (uint64_t)s_slots * 4096, 0, 200 };
+    proto_register r = {proto_cstr(name),
+                        proto_cstr("bench"),
+                        proto_cstr("fake"),
+                        (uint32_t)s_slots,
+                        (uint32_t)s_slots,
+                        4096,
+                        (uint64_t)s_slots * 4096,
+                        0,
+                        200,
+                        0,
+                        0};
     proto_encode_register(&b, &r);
     zmq_send(s, b.data, b.len, 0);
     bseq *seqs = calloc((size_t)s_slots, sizeof *seqs);

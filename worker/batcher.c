@@ -1,7 +1,8 @@
 /* worker/batcher.c: continuous batching over an engine (see batcher.h).
  *
  * Scheduling, per step: every decoding sequence gets one token (decodes first, so inter-token latency does not
- * depend on other sequences' prompts), then prefilling sequences in admission order get prompt chunks from what
+ * depend on other sequences' prompts), then prefilling sequences by priority, in admission order within one, get
+ * prompt chunks from what
  * is left of the engine's max_step_tokens, up to max_batch entries. A chunk that completes the prompt samples the
  * first token in the same step. When more sequences run than max_batch allows, the start rotates so none starves.
  * With lanes, all of this applies to one lane's step: its sequences only, its own rotation.
@@ -36,6 +37,8 @@
 #include <string.h>
 #include "batcher.h"
 #include "cpu_pool.h"
+#include "kv_hash.h"
+#include "kv_table.h"
 
 typedef struct {
     int active;                    /* 1 while the record is used: a running sequence, or a cancelled one whose
@@ -50,6 +53,7 @@ typedef struct {
     int last_sampled;              /* 1: its latest launched entry samples (a fed entry may follow it) */
     uint64_t rid;                  /* its broker id */
     uint64_t order;                /* admission counter, for FIFO prefill and slot hand-over */
+    int priority;                  /* wk_request.priority: prefill and slot hand-over take higher first */
     int32_t *toks;                 /* [n_ctx] prompt then generated tokens (points into b->tok_buf) */
     int len;                       /* valid entries in toks */
     int n_prompt;                  /* prompt length */
@@ -66,6 +70,7 @@ typedef struct {
     zl_bias bias[ZL_MAX_LOGIT_BIAS]; /* logit bias */
     int n_bias;                      /* entries in bias */
     uint64_t share;                  /* rid whose prompt KV it waits to copy (wk_request.share); 0: none */
+    kv_table kvt;                  /* its KV block table (block accounting, docs/kv-cache.md); empty without it */
 } s_rec;
 
 typedef struct {
@@ -124,6 +129,12 @@ struct wk_batcher {
     int *mask_list;                /* [max_batch] entries of the step being built that need their mask (or of
                                     * the step collected whose matchers take their tokens) */
     uint8_t *refused;              /* [max_batch] per entry of the step collected: its grammar refused the token */
+    /* KV block accounting (batcher_set_kv, docs/kv-cache.md): the engine still keeps one contiguous slot per
+     * sequence; the pool mirrors what paged KV would hold and finds the prompts' cached prefixes */
+    kv_pool *kvp;              /* NULL: off */
+    uint64_t kv_key;           /* kv_hash_model of the model name */
+    uint64_t kv_hit_tokens;    /* prompt tokens found cached at admission */
+    uint64_t kv_prompt_tokens; /* prompt tokens admitted */
 };
 
 wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, size_t errlen) {
@@ -179,6 +190,8 @@ oom:
 void batcher_destroy(wk_batcher **pb) {
     if (!pb || !*pb) return;
     wk_batcher *b = *pb;
+    for (int i = 0; b->recs && i < b->n_rec; i++) kv_table_free(&b->recs[i].kvt);
+    kv_pool_destroy(&b->kvp);
     free(b->eog);
     for (int i = 0; b->recs && i < b->n_rec; i++) {
         grammar_matcher_destroy(&b->recs[i].gm);
@@ -273,23 +286,47 @@ int batcher_set_mask_threads(wk_batcher *b, int n, char *err, size_t errlen) {
 static void s_release(wk_batcher *b, int i) {
     s_rec *r = &b->recs[i];
     grammar_matcher_destroy(&r->gm);
+    if (b->kvp) { /* its written blocks become findable, then go to the pool's LRU */
+        kv_table_publish(b->kvp, &r->kvt, b->kv_key, r->toks, r->n_past);
+        kv_table_release(b->kvp, &r->kvt);
+    }
     if (r->kv >= 0) b->kv_rec[r->kv] = -1;
     r->kv = -1;
     r->active = r->live = r->inflight = 0;
 }
 
-/* hands free KV slots to running records waiting for one, oldest admission first */
+/* Takes record i's prompt blocks when it gets its KV slot (docs/kv-cache.md): the blocks of the slot's previous
+ * sequence are released by then, and the pool holds a whole context per slot, so this cannot fail; if it did, the
+ * sequence runs without block accounting (it changes no token). */
+static void s_kv_admit(wk_batcher *b, int i) {
+    s_rec *r = &b->recs[i];
+    if (!b->kvp || r->kvt.n_blocks) return;
+    int most = b->n_ctx - r->n_prompt; /* what the slot lets it generate: the headroom never exceeds a slot */
+    if (kv_table_admit(b->kvp, &r->kvt, b->kv_key, r->toks, r->n_prompt, r->max_tokens < most ? r->max_tokens : most,
+                       WK_KV_HEADROOM) != 0)
+        return;
+    b->kv_hit_tokens += (uint64_t)r->kvt.n_cached;
+    b->kv_prompt_tokens += (uint64_t)r->n_prompt;
+}
+
+/* 1 when a goes before b: higher priority, then earlier admission */
+static int s_before(const s_rec *a, const s_rec *b) {
+    return a->priority != b->priority ? a->priority > b->priority : a->order < b->order;
+}
+
+/* hands free KV slots to running records waiting for one, by priority then oldest admission first */
 static void s_give_slots(wk_batcher *b) {
     for (int k = 0; k < b->n_slots; k++) {
         if (b->kv_rec[k] >= 0) continue;
         int best = -1;
         for (int i = 0; i < b->n_rec; i++) {
             const s_rec *r = &b->recs[i];
-            if (r->active && r->live && r->kv < 0 && (best < 0 || r->order < b->recs[best].order)) best = i;
+            if (r->active && r->live && r->kv < 0 && (best < 0 || s_before(r, &b->recs[best]))) best = i;
         }
         if (best < 0) return;
         b->recs[best].kv = k;
         b->kv_rec[k] = best;
+        s_kv_admit(b, best);
     }
 }
 
@@ -402,6 +439,7 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
     s->lane = lane;
     s->rid = r->rid;
     s->order = b->order_next++;
+    s->priority = r->priority;
     memcpy(s->toks, r->tokens, (size_t)r->n_tokens * sizeof(int32_t));
     s->len = s->n_prompt = r->n_tokens;
     s->n_past = 0;
@@ -418,6 +456,7 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
     s->n_bias = r->n_bias;
     if (r->n_bias) memcpy(s->bias, r->bias, (size_t)r->n_bias * sizeof *s->bias);
     s->share = r->share != r->rid && r->n_tokens > 1 && b->e->ops->copy_kv ? r->share : 0;
+    if (kv >= 0) s_kv_admit(b, slot);
     return 0;
 reject:
     s_pend(b, r->rid, WK_FIN_ERROR);
@@ -465,6 +504,42 @@ int batcher_running(const wk_batcher *b) {
 }
 
 int batcher_free_slots(const wk_batcher *b) { return b->n_slots - batcher_running(b); }
+
+int batcher_set_kv(wk_batcher *b, int block_size, const char *model, char *err, size_t errlen) {
+    for (int i = 0; i < b->n_rec; i++)
+        if (b->recs[i].active) {
+            snprintf(err, errlen, "batcher: KV blocks set while sequences run");
+            return -1;
+        }
+    kv_pool_destroy(&b->kvp);
+    if (block_size == 0) return 0;
+    int per_slot = (b->n_ctx + block_size - 1) / (block_size > 0 ? block_size : 1);
+    if (block_size < 0 || block_size > KV_BLOCK_MAX || (int64_t)per_slot * b->n_slots > (1 << 28)) {
+        snprintf(err, errlen, "batcher: KV block size %d outside 0..%d (or too many blocks)", block_size, KV_BLOCK_MAX);
+        return -1;
+    }
+    b->kvp = kv_pool_new(per_slot * b->n_slots, block_size, err, errlen);
+    if (!b->kvp) return -1;
+    b->kv_key = kv_hash_model(model ? model : "", model ? strlen(model) : 0);
+    return 0;
+}
+
+int batcher_kv(const wk_batcher *b, wk_kv_stats *st) {
+    memset(st, 0, sizeof *st);
+    if (!b->kvp) return 0;
+    st->block_size = kv_pool_block_size(b->kvp);
+    st->blocks = kv_pool_blocks(b->kvp);
+    st->used = kv_pool_used(b->kvp);
+    st->free = kv_pool_free(b->kvp);
+    st->cached = kv_pool_cached(b->kvp);
+    st->hit_tokens = b->kv_hit_tokens;
+    st->prompt_tokens = b->kv_prompt_tokens;
+    return 1;
+}
+
+int batcher_kv_hashes(const wk_batcher *b, uint64_t *out, int cap) {
+    return b->kvp ? kv_pool_hashes(b->kvp, out, cap) : 0;
+}
 int batcher_event_cap(const wk_batcher *b) { return b->n_slots + b->pending_cap; }
 uint64_t batcher_steps(const wk_batcher *b) { return b->steps; }
 uint64_t batcher_duplicates(const wk_batcher *b) { return b->duplicates; }
@@ -642,7 +717,7 @@ static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int
         budget -= s_entry(b, L, i, n++, 1);
     }
     *rot = (*rot + 1) % b->n_scan;
-    /* then prefills, oldest admission first, within the prefill cap */
+    /* then prefills, by priority and oldest admission first, within the prefill cap */
     if (budget > b->prefill_cap) budget = b->prefill_cap;
     int n_decode = n, budget0 = budget;
     while (n < e->max_batch && budget > 0) {
@@ -653,7 +728,7 @@ static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int
             int taken = 0;
             for (int j = 0; j < n; j++) taken |= L->seq_rec[j] == i;
             if (taken) continue;
-            if (best < 0 || s->order < b->recs[best].order) best = i;
+            if (best < 0 || s_before(s, &b->recs[best])) best = i;
         }
         if (best < 0) break;
         budget -= s_entry(b, L, best, n++, budget);
@@ -824,6 +899,9 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
         }
         s->n_past += q->n_tokens;
         if (!b->share_err[0]) (void)s_share(b, i, b->share_err, sizeof b->share_err); /* its siblings' KV */
+        if (b->kvp && s->n_past >= s->n_prompt &&
+            s->kvt.n_published * kv_pool_block_size(b->kvp) + kv_pool_block_size(b->kvp) <= s->n_prompt)
+            kv_table_publish(b->kvp, &s->kvt, b->kv_key, s->toks, s->n_prompt); /* the prompt's KV is written */
         if (!q->sample) continue;
         int32_t t = L->out_tok[j];
         if (t < 0 || t >= b->vocab) {
@@ -839,6 +917,7 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
         }
         s->toks[s->len++] = t;
         s->n_gen++;
+        if (b->kvp && s->kvt.n_blocks) kv_table_grow(b->kvp, &s->kvt, 1); /* within the slots' blocks: never short */
         /* the matcher has taken t (s_accepts); a token the mask did not allow (an engine that ignored it) ends the
          * sequence as an error */
         int fin = s->gm && b->refused[j] ? WK_FIN_ERROR : s_finish(b, s, t);

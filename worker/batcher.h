@@ -57,6 +57,7 @@ typedef struct {
                                     * same generate): its prompt KV but the last token's is copied from that one
                                     * once written (zl_engine_ops.copy_kv) instead of prefilled; 0, an unknown rid,
                                     * another prompt or an engine without copy_kv: prefilled as usual */
+    int priority;                  /* higher prefills (and gets a freed KV slot) first; the broker's range */
 } wk_request;
 
 /* one entry of an `out` message */
@@ -132,6 +133,23 @@ int batcher_last_step_tokens(const wk_batcher *b); /* tokens (prefill + decode) 
 int batcher_last_prefill_tokens(const wk_batcher *b); /* prompt tokens of that step (those under the cap) */
 int batcher_prefill_cap(const wk_batcher *b);      /* the current cap */
 
+/* KV block accounting (docs/kv-cache.md). The engine keeps one contiguous KV slot per sequence; with block_size
+ * > 0 the batcher also keeps a block pool of n_slots * ceil(n_ctx / block_size) blocks and a block table per
+ * sequence (a sequence takes its prompt's blocks, with WK_KV_HEADROOM more available, when it gets its KV slot;
+ * decoding takes a block each block_size tokens;
+ * ended sequences publish their full blocks into the prefix cache), so that its counters and the cached blocks'
+ * hashes are what paged KV would hold. With that pool size admission by blocks never refuses a sequence a free
+ * slot admits, and growth never runs out. block_size 0 turns it off (the default); model names the hash key.
+ * Refused (-1) while sequences run or for a block size outside 0..KV_BLOCK_MAX. */
+#define WK_KV_HEADROOM 1 /* blocks admission keeps free beyond the prompt's (capped by what max_tokens can use) */
+typedef struct {
+    int block_size, blocks, used, free, cached;
+    uint64_t hit_tokens;    /* prompt tokens found in the prefix cache at admission */
+    uint64_t prompt_tokens; /* prompt tokens admitted */
+} wk_kv_stats;
+int batcher_set_kv(wk_batcher *b, int block_size, const char *model, char *err, size_t errlen);
+int batcher_kv(const wk_batcher *b, wk_kv_stats *st);               /* 1 with st filled when on, else 0 (st zeroed) */
+int batcher_kv_hashes(const wk_batcher *b, uint64_t *out, int cap); /* the cap most recent cached block hashes */
 int batcher_running(const wk_batcher *b);     /* sequences running (not counting cancelled ones still in flight) */
 int batcher_free_slots(const wk_batcher *b);  /* slots free for batcher_add (engine slots - running) */
 int batcher_event_cap(const wk_batcher *b);   /* the most events one batcher_step can report */

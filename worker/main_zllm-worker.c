@@ -36,6 +36,7 @@
 #include <unistd.h>
 #include <zmq.h>
 #include "batcher.h"
+#include "kv_hash.h"
 #include "zkey.h"
 #include "stage.h"
 #include "engine.h"
@@ -73,6 +74,7 @@ typedef struct {
     int lanes;                     /* --lanes: steps in flight (batcher.h); 0: what the engine asks for */
     int ahead;                     /* --ahead: 1 / 0 queue steps ahead on / off; -1: as the engine says */
     int mask_threads;              /* --mask-threads: threads computing structured output's masks; 0: default */
+    int kv_block;                  /* --kv-block: tokens per KV block of the block accounting; 0: off */
     const char *curve_server_key;  /* --curve-server-key: file with the broker's Z85 public key, or NULL */
     const char *curve_key;         /* --curve-key: file with this worker's Z85 secret key, or NULL */
     char curve_srv[41], curve_pub[41], curve_sec[41]; /* the keys in Z85 (read at startup; pub derived) */
@@ -102,6 +104,7 @@ typedef struct {
     proto_msg msg;                 /* decode state */
     uint64_t bad_messages;         /* undecodable or unexpected messages from the broker */
     uint64_t send_drops;           /* sends that failed (broker unreachable) */
+    uint64_t *kv_hashes;           /* [PROTO_MAX_KV_HASHES] hb scratch: the cached blocks' hashes */
 } s_worker;
 
 static volatile sig_atomic_t s_stop;
@@ -161,6 +164,9 @@ static void s_usage(FILE *f) {
             "                       where the engine's steps run asynchronously, i.e. CUDA; one lane only)\n"
             "  --mask-threads N     threads computing structured output's token masks, 1..256 (default: the\n"
             "                       cores, at most 8)\n"
+            "  --kv-block N         tokens per KV block of the block accounting and prefix cache, 0..256, 0 off\n"
+            "                       (default 16; docs/kv-cache.md): its counters and cached-block hashes go\n"
+            "                       to the broker in every heartbeat, for cache-aware routing\n"
             "  --curve-server-key FILE  CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
             "  --curve-key FILE     CURVE: this worker's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
             "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n"
@@ -185,6 +191,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
     o->device = "cpu";
     o->max_batch = 16;
     o->heartbeat_ms = 500;
+    o->kv_block = 16;
     o->ahead = -1;
     const char *name = NULL, *model_name = NULL;
     for (int i = 1; i < argc; i++) {
@@ -220,6 +227,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
         else if (!strcmp(a, "--lanes")) bad = s_int(v, 1, WK_MAX_LANES, &o->lanes);
         else if (!strcmp(a, "--ahead")) bad = s_int(v, 0, 1, &o->ahead);
         else if (!strcmp(a, "--mask-threads")) bad = s_int(v, 1, 256, &o->mask_threads);
+        else if (!strcmp(a, "--kv-block")) bad = s_int(v, 0, KV_BLOCK_MAX, &o->kv_block);
         else if (!strcmp(a, "--curve-server-key")) o->curve_server_key = v;
         else if (!strcmp(a, "--curve-key")) o->curve_key = v;
         else {
@@ -329,14 +337,37 @@ static void s_send_register(s_worker *w) {
         .vocab_size = (uint32_t)w->model->cfg.vocab_size,
         .heartbeat_ms = (uint32_t)w->o.heartbeat_ms,
     };
+    wk_kv_stats kv;
+    if (batcher_kv(w->batcher, &kv)) {
+        r.kv_block = (uint32_t)kv.block_size;
+        r.kv_blocks = (uint32_t)kv.blocks;
+    }
     w->last_register = s_now_ms();
     if (proto_encode_register(&w->buf, &r) == 0) s_send(w);
 }
 
+/* the heartbeat carries the KV report: block counters and the hashes of the most recently used cached blocks
+ * (docs/kv-cache.md), every time (the broker replaces its summary with each report) */
 static void s_send_hb(s_worker *w) {
     w->last_hb = s_now_ms();
-    if (proto_encode_hb_worker(&w->buf, batcher_steps(w->batcher), (uint32_t)batcher_free_slots(w->batcher),
-                               (uint32_t)batcher_running(w->batcher), batcher_prefills_shared(w->batcher)) == 0)
+    wk_kv_stats st;
+    proto_kv kv;
+    memset(&kv, 0, sizeof kv);
+    if (batcher_kv(w->batcher, &st)) {
+        kv.has_kv = 1;
+        kv.used = (uint32_t)st.used;
+        kv.free = (uint32_t)st.free;
+        kv.cached = (uint32_t)st.cached;
+        kv.hit_tokens = st.hit_tokens;
+        kv.prompt_tokens = st.prompt_tokens;
+        if (w->kv_hashes) {
+            kv.has_hashes = 1;
+            kv.hashes = w->kv_hashes;
+            kv.n_hashes = (uint32_t)batcher_kv_hashes(w->batcher, w->kv_hashes, PROTO_MAX_KV_HASHES);
+        }
+    }
+    if (proto_encode_hb_kv(&w->buf, batcher_steps(w->batcher), (uint32_t)batcher_free_slots(w->batcher),
+                           (uint32_t)batcher_running(w->batcher), batcher_prefills_shared(w->batcher), &kv) == 0)
         s_send(w);
 }
 
@@ -425,6 +456,7 @@ static void s_handle_assign(s_worker *w, const proto_assign *a) {
                 continue;
             }
         }
+        r.priority = q->priority;
         if (batcher_add(w->batcher, &r, err, sizeof err) != 0) s_log(w, "assign refused: %s", err);
         grammar_unref(&r.grammar);
     }
@@ -661,6 +693,11 @@ int main(int argc, char **argv) {
         if (batcher_set_mask_threads(w.batcher, mt, err, sizeof err) != 0) s_log(&w, "mask threads: %s", err);
     }
     batcher_set_prefill_cap(w.batcher, 16);   /* until the first steps have measured the device's speed */
+    if (batcher_set_kv(w.batcher, w.o.kv_block, w.o.model_name, err, sizeof err) != 0) {
+        s_log(&w, "%s", err);
+        goto fail;
+    }
+    if (w.o.kv_block && !(w.kv_hashes = malloc(PROTO_MAX_KV_HASHES * sizeof *w.kv_hashes))) goto oom;
     if (w.o.lanes && batcher_set_lanes(w.batcher, w.o.lanes) != w.o.lanes)
         s_log(&w, "--lanes %d: the %s engine keeps at most %d steps in flight: %d lanes", w.o.lanes, w.engine->device,
               engine_lanes(w.engine), batcher_lanes(w.batcher));
@@ -701,6 +738,7 @@ done:
     free(w.out_toks);
     free(w.out_fin);
     free(w.out_lps);
+    free(w.kv_hashes);
     free(eog);
     batcher_destroy(&w.batcher);
     grammar_vocab_destroy(&w.gvocab);

@@ -187,11 +187,11 @@ def build_generate(id, prompt=None, tokens=None, messages=None, max_tokens=128, 
                    top_p=None, min_p=None, repeat_penalty=None, repeat_last_n=None, seed=None, stop=None,
                    stop_ids=None, ignore_eos=None, stream=True, deadline_ms=None, special=None, add_bos=None,
                    model=None, response_format=None, presence_penalty=None, frequency_penalty=None, logit_bias=None,
-                   logprobs=None, top_logprobs=None, n=None):
+                   logprobs=None, top_logprobs=None, n=None, priority=None):
     """The `generate` map for a request (exactly one of prompt, tokens, messages). response_format: structured
     output (see response_format_map). logit_bias: {id: bias} or [(id, bias), ...]; logprobs: True for each token's
     logprob, top_logprobs: that many alternatives too (needs logprobs); n: completions of the prompt, seeds
-    seed + i (docs/protocol.md)."""
+    seed + i (docs/protocol.md); priority: -100..100, higher is admitted first."""
     given = sum(x is not None for x in (prompt, tokens, messages))
     if given != 1:
         raise ValueError("exactly one of prompt, tokens, messages is required")
@@ -209,7 +209,8 @@ def build_generate(id, prompt=None, tokens=None, messages=None, max_tokens=128, 
                     ("ignore_eos", ignore_eos, bool), ("special", special, bool), ("add_bos", add_bos, bool),
                     ("model", model, str), ("presence_penalty", presence_penalty, float),
                     ("frequency_penalty", frequency_penalty, float), ("logprobs", logprobs, bool),
-                    ("top_logprobs", top_logprobs, int), ("n", n, int)):
+                    ("top_logprobs", top_logprobs, int), ("n", n, int),
+                    ("priority", priority, int)):
         if v is not None:
             m[k] = f(v)
     if stop is not None:
