@@ -130,7 +130,8 @@ typedef struct {
     uint32_t *d_lmask;         /* h_lmask's device address */
     volatile uint32_t *h_lflag; /* mapped pinned: the host sets it to lseq once h_lmask is written */
     uint32_t *d_lflag;          /* h_lflag's device address (the sampling of a step with late masks waits on it) */
-    uint32_t lseq;              /* the value of its latest step with late masks */
+    uint32_t lseq;              /* the value of its latest step with late masks (it wraps: the wait compares the
+                                 * signed difference, sample_mask.h) */
     int late;                   /* 1: the step in this flight has late masks, 0 none */
     int late_ready;             /* 1: they were announced (engine_masks_ready) and the flag set */
 } cu_flight;
