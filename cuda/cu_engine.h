@@ -240,6 +240,9 @@ typedef struct {
     int extras;                /* 1: an entry asks for logprobs, a logit bias or presence/frequency penalties: the
                                 * step runs eagerly, the penalized rows go to the sampler's workspace (bias_penalty.h)
                                 * which the sampler and the logprobs (logprob_top.h) read */
+    int masks;                 /* 1: the mask kernel runs (a sampling row has a mask, or a graph is captured: its
+                                * replays serve masked and unmasked steps alike); 0: the logits go to the sampler
+                                * as the LM head wrote them, with no kernel between */
 } cu_batch;
 
 /* one call of the step body (cuda_step_run): the entries and where their hidden states and results go */

@@ -290,7 +290,7 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
             s_fail_step(E, seqs, n, "cudaStreamWaitEvent on a stage event failed");
             return -1;
         }
-    const cu_batch fb = {row, n_dec, n_pre, max_rows, n, extras};
+    const cu_batch fb = {row, n_dec, n_pre, max_rows, n, extras, need_mask};
     E->step_late = need_late;
     E->cur_fl = f;
     if (gi >= 0) {
@@ -451,7 +451,7 @@ int cuda_step_capture_graphs(cu_engine *E, char *err, size_t errlen) {
             E->d_in = E->d_inb[p];
             /* thread-local capture: other threads of the process may keep using CUDA (e.g. another engine) */
             CU_CHECK(cudaStreamBeginCapture(E->st, cudaStreamCaptureModeThreadLocal));
-            const cu_batch fb = {B, B, 0, 1, B, 0};
+            const cu_batch fb = {B, B, 0, 1, B, 0, 1};
             E->step_late = 0; /* a graph never waits for late masks */
             if (cuda_forward(E, &fb, err, errlen) != 0) {
                 cudaStreamEndCapture(E->st, &g);
