@@ -100,7 +100,8 @@ typedef struct {
     size_t mask;               /* uint32 [max_batch][mask_words] structured output: allowed ids per sampling row */
     size_t core_end;           /* end of everything but hist, mask and extras: the copy length when no row needs them */
     size_t hist_end;           /* end of hist: the copy length when a row needs the repetition penalty only */
-    size_t mask_end;           /* end of mask: the copy length when a row has a mask and none extras */
+    size_t mask_end;           /* end of mask (a step with a mask and no extras copies up to its last sampling
+                                * row's mask) */
     size_t bias_n;             /* int32 [max_batch] logit bias entries per sampling row (cuda/bias_penalty.h) */
     size_t bias_id;            /* int32 [max_batch][ZL_MAX_LOGIT_BIAS] */
     size_t bias_v;             /* f32 [max_batch][ZL_MAX_LOGIT_BIAS] */

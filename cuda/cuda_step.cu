@@ -250,8 +250,9 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     /* ONE host-to-device copy of every per-step input, on the engine's stream: the kernels (or the graph) that
      * follow on the same stream see it complete; the pinned block is not rewritten before the step's final
      * synchronisation, so the asynchronous copy never reads a half-updated block */
+    /* a masked step copies the masks of its sampling rows only (a row of a 262k vocabulary is 32 KiB) */
     const size_t nbytes = extras      ? E->in.total
-                          : need_mask ? E->in.mask_end
+                          : need_mask ? E->in.mask + (size_t)n_samp * E->in.mask_words * 4
                           : need_hist ? E->in.hist_end
                                       : E->in.core_end;
     /* late masks: the flight's flag value that releases this step's sampling (the flag is below it until the host
