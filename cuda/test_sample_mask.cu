@@ -2,6 +2,7 @@
  *  - the kernel against engine/sampler_mask.c on random logits and masks (dense, sparse, all-ones, one id; a
  *    vocabulary that is not a multiple of 32; rows without the flag untouched): bit for bit; the late form over
  *    mapped host memory rewritten between two launches: the second applies the new masks;
+ *  - the input block's layout (cuda_step_layout): regions in order, large enough, aligned;
  *  - the wait for late masks across the counter's wrap (a flag at 2^32 - 1 still waits for 0);
  *  - the GPU sampler after the mask, greedy and with temperature/top-k/top-p: every id drawn is allowed;
  *  - the CUDA engine on stories260K ($ZLLM_FIXTURES, or the model given as argv[1]): decode steps of 8 sequences
@@ -19,13 +20,16 @@
 #include <string.h>
 #include <unistd.h>
 #include <vector>
+extern "C" {
 #include "engine.h"
 #include "model.h"
-#include "sample.h"
-#include "sample_mask.h"
 #include "sampler.h"
 #include "sampler_mask.h"
 #include "test.h"
+}
+#include "cu_engine.h"
+#include "sample.h"
+#include "sample_mask.h"
 
 #define CUDA_OK(call)                                                                                                  \
     do {                                                                                                               \
@@ -340,6 +344,41 @@ static void test_late(const char *path) {
     model_destroy(&m);
 }
 
+/* the input block's layout (cuda_step_layout): every field of the core before core_end, then hist, mask and the
+ * extras in that order, each region as large as what is staged into it and 256-byte aligned, up to the largest
+ * vocabulary and batch served (the copy lengths of cuda_step_run are prefixes ending at these marks) */
+static void test_layout(void) {
+    const int shapes[][3] = {{16, 1, 32}, {256, 16, 37}, {4096, 64, 151936}, {8192, 256, 262144}, {512, 256, 49152}};
+    for (const auto &sh : shapes) {
+        const int T = sh[0], B = sh[1], V = sh[2];
+        cu_inputs in;
+        cuda_step_layout(&in, T, B, V);
+        const size_t W = (size_t)sample_mask_words(V);
+        struct {
+            size_t off, bytes;
+        } core[] = {{in.rng, (size_t)B * 8}, {in.out_tok, (size_t)B * 4}, {in.tokens, (size_t)T * 4},
+                    {in.pos, (size_t)T * 4}, {in.slot, (size_t)T * 4}, {in.kv_len, (size_t)B * 4},
+                    {in.seq_row0, (size_t)B * 4}, {in.seq_rows, (size_t)B * 4}, {in.seq_slot, (size_t)B * 4},
+                    {in.seq_pos0, (size_t)B * 4}, {in.last_row, (size_t)B * 4}, {in.eslot, (size_t)B * 4},
+                    {in.hist_len, (size_t)B * 4}, {in.params, (size_t)B * sizeof(zl_sampling)},
+                    {in.perm, (size_t)T * 4}, {in.hptr, 16}, {in.mask_on, (size_t)B * 4},
+                    {in.mask_late_on, (size_t)B * 4}, {in.lwant, 4}};
+        int ok = in.rng == 0 && in.out_tok == (size_t)B * 8 && in.mask_words == (int)W;
+        for (size_t i = 0; i + 1 < sizeof core / sizeof core[0]; i++)
+            ok &= core[i].off + core[i].bytes <= core[i + 1].off;
+        ok &= in.lwant + 4 <= in.core_end && in.hist == in.core_end;
+        ok &= in.hist + (size_t)B * CU_HIST * 4 <= in.hist_end && in.hist_end <= in.mask;
+        ok &= in.mask + (size_t)B * W * 4 <= in.mask_end && in.mask_end <= in.bias_n;
+        ok &= in.bias_n + (size_t)B * 4 <= in.bias_id && in.bias_id + (size_t)B * ZL_MAX_LOGIT_BIAS * 4 <= in.bias_v;
+        ok &= in.bias_v + (size_t)B * ZL_MAX_LOGIT_BIAS * 4 <= in.gen_n && in.gen_n + (size_t)B * 4 <= in.gen_id;
+        ok &= in.gen_id + (size_t)B * CU_GEN * 4 <= in.gen_cnt && in.gen_cnt + (size_t)B * CU_GEN * 4 <= in.total;
+        const size_t al[] = {in.tokens, in.mask_on, in.mask_late_on, in.lwant, in.hist, in.mask, in.bias_n,
+                             in.bias_id, in.bias_v, in.gen_n, in.gen_id, in.gen_cnt, in.total};
+        for (size_t a : al) ok &= a % 256 == 0;
+        CHECK(ok, "input block layout for max_tok %d, max_batch %d, vocab %d", T, B, V);
+    }
+}
+
 /* the wait for late masks compares the wrapping counter as a signed difference: a flag at 2^32 - 1 has not reached
  * a wanted 0 (the value after it), 0 has */
 static void test_wait_wrap(void) {
@@ -373,6 +412,7 @@ static void test_wait_wrap(void) {
 
 int main(int argc, char **argv) {
     alarm(300); /* a device waiting for late masks that never come ends the test instead of hanging it */
+    test_layout();
     test_wait_wrap();
     test_kernel(37, 9);
     test_kernel(49152, 64);
