@@ -356,13 +356,25 @@ static void test_layout(void) {
         const size_t W = (size_t)sample_mask_words(V);
         struct {
             size_t off, bytes;
-        } core[] = {{in.rng, (size_t)B * 8}, {in.out_tok, (size_t)B * 4}, {in.tokens, (size_t)T * 4},
-                    {in.pos, (size_t)T * 4}, {in.slot, (size_t)T * 4}, {in.kv_len, (size_t)B * 4},
-                    {in.seq_row0, (size_t)B * 4}, {in.seq_rows, (size_t)B * 4}, {in.seq_slot, (size_t)B * 4},
-                    {in.seq_pos0, (size_t)B * 4}, {in.last_row, (size_t)B * 4}, {in.eslot, (size_t)B * 4},
-                    {in.hist_len, (size_t)B * 4}, {in.params, (size_t)B * sizeof(zl_sampling)},
-                    {in.perm, (size_t)T * 4}, {in.hptr, 16}, {in.mask_on, (size_t)B * 4},
-                    {in.mask_late_on, (size_t)B * 4}, {in.lwant, 4}};
+        } core[] = {{in.rng, (size_t)B * 8},
+                    {in.out_tok, (size_t)B * 4},
+                    {in.tokens, (size_t)T * 4},
+                    {in.pos, (size_t)T * 4},
+                    {in.slot, (size_t)T * 4},
+                    {in.kv_len, (size_t)B * 4},
+                    {in.seq_row0, (size_t)B * 4},
+                    {in.seq_rows, (size_t)B * 4},
+                    {in.seq_slot, (size_t)B * 4},
+                    {in.seq_pos0, (size_t)B * 4},
+                    {in.last_row, (size_t)B * 4},
+                    {in.eslot, (size_t)B * 4},
+                    {in.hist_len, (size_t)B * 4},
+                    {in.params, (size_t)B * sizeof(zl_sampling)},
+                    {in.perm, (size_t)T * 4},
+                    {in.hptr, 16},
+                    {in.mask_on, (size_t)B * 4},
+                    {in.mask_late_on, (size_t)B * 4},
+                    {in.lwant, 4}};
         int ok = in.rng == 0 && in.out_tok == (size_t)B * 8 && in.mask_words == (int)W;
         for (size_t i = 0; i + 1 < sizeof core / sizeof core[0]; i++)
             ok &= core[i].off + core[i].bytes <= core[i + 1].off;
@@ -372,8 +384,8 @@ static void test_layout(void) {
         ok &= in.bias_n + (size_t)B * 4 <= in.bias_id && in.bias_id + (size_t)B * ZL_MAX_LOGIT_BIAS * 4 <= in.bias_v;
         ok &= in.bias_v + (size_t)B * ZL_MAX_LOGIT_BIAS * 4 <= in.gen_n && in.gen_n + (size_t)B * 4 <= in.gen_id;
         ok &= in.gen_id + (size_t)B * CU_GEN * 4 <= in.gen_cnt && in.gen_cnt + (size_t)B * CU_GEN * 4 <= in.total;
-        const size_t al[] = {in.tokens, in.mask_on, in.mask_late_on, in.lwant, in.hist, in.mask, in.bias_n,
-                             in.bias_id, in.bias_v, in.gen_n, in.gen_id, in.gen_cnt, in.total};
+        const size_t al[] = {in.tokens,  in.mask_on, in.mask_late_on, in.lwant,  in.hist,    in.mask, in.bias_n,
+                             in.bias_id, in.bias_v,  in.gen_n,        in.gen_id, in.gen_cnt, in.total};
         for (size_t a : al) ok &= a % 256 == 0;
         CHECK(ok, "input block layout for max_tok %d, max_batch %d, vocab %d", T, B, V);
     }
