@@ -100,7 +100,8 @@ typedef struct {
     size_t mask;               /* uint32 [max_batch][mask_words] structured output: allowed ids per sampling row */
     size_t core_end;           /* end of everything but hist, mask and extras: the copy length when no row needs them */
     size_t hist_end;           /* end of hist: the copy length when a row needs the repetition penalty only */
-    size_t mask_end;           /* end of mask: the copy length when a row has a mask and none extras */
+    size_t mask_end;           /* end of mask (a step with a mask and no extras copies up to its last sampling
+                                * row's mask) */
     size_t bias_n;             /* int32 [max_batch] logit bias entries per sampling row (cuda/bias_penalty.h) */
     size_t bias_id;            /* int32 [max_batch][ZL_MAX_LOGIT_BIAS] */
     size_t bias_v;             /* f32 [max_batch][ZL_MAX_LOGIT_BIAS] */
@@ -130,7 +131,8 @@ typedef struct {
     uint32_t *d_lmask;         /* h_lmask's device address */
     volatile uint32_t *h_lflag; /* mapped pinned: the host sets it to lseq once h_lmask is written */
     uint32_t *d_lflag;          /* h_lflag's device address (the sampling of a step with late masks waits on it) */
-    uint32_t lseq;              /* the value of its latest step with late masks */
+    uint32_t lseq;              /* the value of its latest step with late masks (it wraps: the wait compares the
+                                 * signed difference, sample_mask.h) */
     int late;                   /* 1: the step in this flight has late masks, 0 none */
     int late_ready;             /* 1: they were announced (engine_masks_ready) and the flag set */
 } cu_flight;
@@ -239,6 +241,9 @@ typedef struct {
     int extras;                /* 1: an entry asks for logprobs, a logit bias or presence/frequency penalties: the
                                 * step runs eagerly, the penalized rows go to the sampler's workspace (bias_penalty.h)
                                 * which the sampler and the logprobs (logprob_top.h) read */
+    int masks;                 /* 1: the mask kernel runs (a sampling row has a mask, or a graph is captured: its
+                                * replays serve masked and unmasked steps alike); 0: the logits go to the sampler
+                                * as the LM head wrote them, with no kernel between */
 } cu_batch;
 
 /* one call of the step body (cuda_step_run): the entries and where their hidden states and results go */

@@ -284,17 +284,18 @@ static int s_ffn_up(cu_engine *E, const cu_layer *L, int n_rows, const void **xd
 
 /* the sampler over the LM head's logits: one id per sampling row, generator states advanced; with two input
  * blocks straight into the flight's mapped results (no copy after) */
-static int s_sample(cu_engine *E, int n_samp, int extras, char *err, size_t errlen) {
+static int s_sample(cu_engine *E, int n_samp, int extras, int masks, char *err, size_t errlen) {
     const int V = E->base.model->cfg.vocab_size;
     /* structured output first, so that penalties, sampling and logprobs all see it: rows flagged in mask_on get
      * their masked ids' logits at -inf (in place); rows with
      * late masks wait until the host has written them into the flight's mapped buffer (never in a graph) */
-    FWD_CUDA(sample_mask_launch(E->logits, V, n_samp, V, IN_PTR(E, mask_on, int32_t),
-                                IN_PTR(E, mask, uint32_t), E->st));
+    if (masks)
+        FWD_CUDA(
+            sample_mask_launch(E->logits, V, n_samp, V, IN_PTR(E, mask_on, int32_t), IN_PTR(E, mask, uint32_t), E->st));
     if (E->step_late) {
         FWD_CUDA(sample_mask_wait_launch(E->cur_fl->d_lflag, IN_PTR(E, lwant, uint32_t), E->st));
-        FWD_CUDA(sample_mask_launch(E->logits, V, n_samp, V, IN_PTR(E, mask_late_on, int32_t),
-                                    E->cur_fl->d_lmask, E->st));
+        FWD_CUDA(sample_mask_late_launch(E->logits, V, n_samp, V, IN_PTR(E, mask_late_on, int32_t), E->cur_fl->d_lmask,
+                                         E->st));
     }
     if (extras) { /* logit bias and presence/frequency penalties: every row into the sampler's workspace */
         penalty_params pp;
@@ -373,5 +374,5 @@ int cuda_forward(cu_engine *E, const cu_batch *b, char *err, size_t errlen) {
     FWD_CHECK(ops_rmsnorm_dual(E->x, IN_PTR(E, last_row, int32_t), E->out_norm, c->dim, c->rms_eps, b->n_samp, E->xb,
                                E->wt, NULL, 1, E->st, err, errlen));
     FWD_CHECK(s_matmul(E, &E->out, b->n_samp, E->xb, E->logits, 0, 0, err, errlen));
-    return s_sample(E, b->n_samp, b->extras, err, errlen);
+    return s_sample(E, b->n_samp, b->extras, b->masks, err, errlen);
 }

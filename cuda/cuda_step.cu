@@ -250,8 +250,9 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     /* ONE host-to-device copy of every per-step input, on the engine's stream: the kernels (or the graph) that
      * follow on the same stream see it complete; the pinned block is not rewritten before the step's final
      * synchronisation, so the asynchronous copy never reads a half-updated block */
+    /* a masked step copies the masks of its sampling rows only (a row of a 262k vocabulary is 32 KiB) */
     const size_t nbytes = extras      ? E->in.total
-                          : need_mask ? E->in.mask_end
+                          : need_mask ? E->in.mask + (size_t)n_samp * E->in.mask_words * 4
                           : need_hist ? E->in.hist_end
                                       : E->in.core_end;
     /* late masks: the flight's flag value that releases this step's sampling (the flag is below it until the host
@@ -290,7 +291,7 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
             s_fail_step(E, seqs, n, "cudaStreamWaitEvent on a stage event failed");
             return -1;
         }
-    const cu_batch fb = {row, n_dec, n_pre, max_rows, n, extras};
+    const cu_batch fb = {row, n_dec, n_pre, max_rows, n, extras, need_mask};
     E->step_late = need_late;
     E->cur_fl = f;
     if (gi >= 0) {
@@ -451,7 +452,7 @@ int cuda_step_capture_graphs(cu_engine *E, char *err, size_t errlen) {
             E->d_in = E->d_inb[p];
             /* thread-local capture: other threads of the process may keep using CUDA (e.g. another engine) */
             CU_CHECK(cudaStreamBeginCapture(E->st, cudaStreamCaptureModeThreadLocal));
-            const cu_batch fb = {B, B, 0, 1, B, 0};
+            const cu_batch fb = {B, B, 0, 1, B, 0, 1};
             E->step_late = 0; /* a graph never waits for late masks */
             if (cuda_forward(E, &fb, err, errlen) != 0) {
                 cudaStreamEndCapture(E->st, &g);

@@ -140,8 +140,8 @@ static void s_destroy(zl_engine *base) {
         return;
     }
     cudaSetDevice(E->dev);
-    for (int i = 0; i < 2; i++) /* a step waiting for late masks that never came goes on */
-        if (E->fl[i].h_lflag) *E->fl[i].h_lflag = 0xFFFFFFFFu;
+    for (int i = 0; i < 2; i++) /* a step waiting for late masks that never came goes on (its flight's value) */
+        if (E->fl[i].h_lflag) *E->fl[i].h_lflag = E->fl[i].lseq;
     __sync_synchronize();
     if (E->st) cudaStreamSynchronize(E->st);
     if (E->cst) cudaStreamSynchronize(E->cst);

@@ -1,6 +1,9 @@
 /* cuda/test_sample_mask.cu: structured output's mask on the GPU (cuda/sample_mask.cu) and through the CUDA engine.
  *  - the kernel against engine/sampler_mask.c on random logits and masks (dense, sparse, all-ones, one id; a
- *    vocabulary that is not a multiple of 32; rows without the flag untouched): bit for bit;
+ *    vocabulary that is not a multiple of 32; rows without the flag untouched): bit for bit; the late form over
+ *    mapped host memory rewritten between two launches: the second applies the new masks;
+ *  - the input block's layout (cuda_step_layout): regions in order, large enough, aligned;
+ *  - the wait for late masks across the counter's wrap (a flag at 2^32 - 1 still waits for 0);
  *  - the GPU sampler after the mask, greedy and with temperature/top-k/top-p: every id drawn is allowed;
  *  - the CUDA engine on stories260K ($ZLLM_FIXTURES, or the model given as argv[1]): decode steps of 8 sequences
  *    (graph replays and eager steps), each with its own mask (random subsets, a single allowed id, none on some),
@@ -17,13 +20,16 @@
 #include <string.h>
 #include <unistd.h>
 #include <vector>
+extern "C" {
 #include "engine.h"
 #include "model.h"
-#include "sample.h"
-#include "sample_mask.h"
 #include "sampler.h"
 #include "sampler_mask.h"
 #include "test.h"
+}
+#include "cu_engine.h"
+#include "sample.h"
+#include "sample_mask.h"
 
 #define CUDA_OK(call)                                                                                                  \
     do {                                                                                                               \
@@ -91,6 +97,31 @@ static void test_kernel(int vocab, int rows) {
     CHECK(memcmp(got.data(), ref.data(), got.size() * 4) == 0, "vocab %d: masked logits differ from the CPU's", vocab);
     CHECK(sample_mask_launch(d_lg, vocab - 1, rows, vocab, d_on, d_mask, 0) == cudaErrorInvalidValue,
           "a stride below the vocabulary is refused");
+    {
+        /* the late form over masks in mapped host memory, rewritten by the host between two launches: the second
+         * launch applies the new masks (nothing cached from the first read), bit for bit as the CPU */
+        uint32_t *h_m, *d_m;
+        CUDA_OK(cudaHostAlloc((void **)&h_m, mask.size() * 4, cudaHostAllocMapped));
+        CUDA_OK(cudaHostGetDevicePointer((void **)&d_m, h_m, 0));
+        float *d_lg2;
+        CUDA_OK(cudaMalloc(&d_lg2, lg.size() * 4));
+        std::vector<uint32_t> mask2(mask.size());
+        for (int r = 0; r < rows; r++) rnd_mask(&mask2[(size_t)r * words], vocab, (r + 1) % 4);
+        std::vector<float> ref2 = lg;
+        for (int r = 0; r < rows; r++)
+            if (on[r]) sampler_mask_apply(&ref2[(size_t)r * vocab], vocab, &mask2[(size_t)r * words]);
+        for (int pass = 0; pass < 2; pass++) {
+            memcpy(h_m, pass ? mask2.data() : mask.data(), mask.size() * 4);
+            CUDA_OK(cudaMemcpy(d_lg2, lg.data(), lg.size() * 4, cudaMemcpyHostToDevice));
+            CHECK(sample_mask_late_launch(d_lg2, vocab, rows, vocab, d_on, d_m, 0) == cudaSuccess, "late launch");
+            std::vector<float> got2(lg.size());
+            CUDA_OK(cudaMemcpy(got2.data(), d_lg2, got2.size() * 4, cudaMemcpyDeviceToHost));
+            CHECK(memcmp(got2.data(), (pass ? ref2 : ref).data(), got2.size() * 4) == 0,
+                  "vocab %d pass %d: late-masked logits differ from the CPU's", vocab, pass);
+        }
+        cudaFree(d_lg2);
+        cudaFreeHost(h_m);
+    }
     /* the sampler after the mask: greedy, then temperature with top-k / top-p, several seeds */
     for (int mode = 0; mode < 3; mode++) {
         std::vector<zl_sampling> par(rows, sampler_defaults());
@@ -313,8 +344,88 @@ static void test_late(const char *path) {
     model_destroy(&m);
 }
 
+/* the input block's layout (cuda_step_layout): every field of the core before core_end, then hist, mask and the
+ * extras in that order, each region as large as what is staged into it and 256-byte aligned, up to the largest
+ * vocabulary and batch served (the copy lengths of cuda_step_run are prefixes ending at these marks) */
+static void test_layout(void) {
+    const int shapes[][3] = {{16, 1, 32}, {256, 16, 37}, {4096, 64, 151936}, {8192, 256, 262144}, {512, 256, 49152}};
+    for (const auto &sh : shapes) {
+        const int T = sh[0], B = sh[1], V = sh[2];
+        cu_inputs in;
+        cuda_step_layout(&in, T, B, V);
+        const size_t W = (size_t)sample_mask_words(V);
+        struct {
+            size_t off, bytes;
+        } core[] = {{in.rng, (size_t)B * 8},
+                    {in.out_tok, (size_t)B * 4},
+                    {in.tokens, (size_t)T * 4},
+                    {in.pos, (size_t)T * 4},
+                    {in.slot, (size_t)T * 4},
+                    {in.kv_len, (size_t)B * 4},
+                    {in.seq_row0, (size_t)B * 4},
+                    {in.seq_rows, (size_t)B * 4},
+                    {in.seq_slot, (size_t)B * 4},
+                    {in.seq_pos0, (size_t)B * 4},
+                    {in.last_row, (size_t)B * 4},
+                    {in.eslot, (size_t)B * 4},
+                    {in.hist_len, (size_t)B * 4},
+                    {in.params, (size_t)B * sizeof(zl_sampling)},
+                    {in.perm, (size_t)T * 4},
+                    {in.hptr, 16},
+                    {in.mask_on, (size_t)B * 4},
+                    {in.mask_late_on, (size_t)B * 4},
+                    {in.lwant, 4}};
+        int ok = in.rng == 0 && in.out_tok == (size_t)B * 8 && in.mask_words == (int)W;
+        for (size_t i = 0; i + 1 < sizeof core / sizeof core[0]; i++)
+            ok &= core[i].off + core[i].bytes <= core[i + 1].off;
+        ok &= in.lwant + 4 <= in.core_end && in.hist == in.core_end;
+        ok &= in.hist + (size_t)B * CU_HIST * 4 <= in.hist_end && in.hist_end <= in.mask;
+        ok &= in.mask + (size_t)B * W * 4 <= in.mask_end && in.mask_end <= in.bias_n;
+        ok &= in.bias_n + (size_t)B * 4 <= in.bias_id && in.bias_id + (size_t)B * ZL_MAX_LOGIT_BIAS * 4 <= in.bias_v;
+        ok &= in.bias_v + (size_t)B * ZL_MAX_LOGIT_BIAS * 4 <= in.gen_n && in.gen_n + (size_t)B * 4 <= in.gen_id;
+        ok &= in.gen_id + (size_t)B * CU_GEN * 4 <= in.gen_cnt && in.gen_cnt + (size_t)B * CU_GEN * 4 <= in.total;
+        const size_t al[] = {in.tokens,  in.mask_on, in.mask_late_on, in.lwant,  in.hist,    in.mask, in.bias_n,
+                             in.bias_id, in.bias_v,  in.gen_n,        in.gen_id, in.gen_cnt, in.total};
+        for (size_t a : al) ok &= a % 256 == 0;
+        CHECK(ok, "input block layout for max_tok %d, max_batch %d, vocab %d", T, B, V);
+    }
+}
+
+/* the wait for late masks compares the wrapping counter as a signed difference: a flag at 2^32 - 1 has not reached
+ * a wanted 0 (the value after it), 0 has */
+static void test_wait_wrap(void) {
+    uint32_t *h_flag, *d_flag, *d_want;
+    CUDA_OK(cudaHostAlloc((void **)&h_flag, 64, cudaHostAllocMapped));
+    CUDA_OK(cudaHostGetDevicePointer((void **)&d_flag, h_flag, 0));
+    CUDA_OK(cudaMalloc(&d_want, 4));
+    cudaStream_t st;
+    CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    const uint32_t cases[][2] = {{0xFFFFFFFFu, 0u}, {0u, 1u}, {0x7FFFFFFFu, 0x80000000u}};
+    for (int c = 0; c < 3; c++) {
+        *(volatile uint32_t *)h_flag = cases[c][0];
+        CUDA_OK(cudaMemcpy(d_want, &cases[c][1], 4, cudaMemcpyHostToDevice));
+        CHECK(sample_mask_wait_launch(d_flag, d_want, st) == cudaSuccess, "wait launch");
+        usleep(50000);
+        CHECK(cudaStreamQuery(st) == cudaErrorNotReady, "flag %#x before want %#x: still waiting", cases[c][0],
+              cases[c][1]);
+        __sync_synchronize();
+        *(volatile uint32_t *)h_flag = cases[c][1];
+        __sync_synchronize();
+        CHECK(cudaStreamSynchronize(st) == cudaSuccess, "flag %#x reached: the wait returns", cases[c][1]);
+        /* a flag past the wanted value releases at once */
+        *(volatile uint32_t *)h_flag = cases[c][1] + 5u;
+        CHECK(sample_mask_wait_launch(d_flag, d_want, st) == cudaSuccess && cudaStreamSynchronize(st) == cudaSuccess,
+              "flag past want %#x: no wait", cases[c][1]);
+    }
+    cudaStreamDestroy(st);
+    cudaFree(d_want);
+    cudaFreeHost(h_flag);
+}
+
 int main(int argc, char **argv) {
     alarm(300); /* a device waiting for late masks that never come ends the test instead of hanging it */
+    test_layout();
+    test_wait_wrap();
     test_kernel(37, 9);
     test_kernel(49152, 64);
     test_kernel(151936, 5);
