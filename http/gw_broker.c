@@ -155,9 +155,11 @@ static void s_explain(gw_broker *b, uint16_t ev, uint32_t v) {
     else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
         snprintf(b->problem, sizeof b->problem, "the handshake with the broker fails (ZMTP protocol error 0x%x)%s",
                  (unsigned)v, b->curve ? ": check --curve-server-key against the broker's --curve-secret" : "");
-    else
+    else if (!b->problem[0]) /* no detail (the broker hung up): a specific reason seen before stays */
         snprintf(b->problem, sizeof b->problem, "the handshake with the broker fails%s",
-                 b->curve ? ": check --curve-server-key against the broker's --curve-secret" : "");
+                 b->curve ? ": check --curve-server-key against the broker's --curve-secret"
+                          : " (a broker that requires CURVE hangs up: give --curve-server-key BROKER.pub and "
+                            "--curve-key KEY)");
 }
 
 int gw_broker_events(gw_broker *b) {
