@@ -15,7 +15,7 @@
 #include <string.h>
 #include "grammar_int.h"
 
-#define S_MAX_SET 1024 /* parse stacks alive at once (an ambiguity bound: JSON schemas need a few dozen) */
+#define S_MAX_SET 1024 /* parse stacks kept at once (an ambiguity bound: JSON schemas need a few dozen) */
 
 typedef struct {
     int32_t pos;    /* element position of the top */
@@ -127,48 +127,44 @@ static void s_release(zg_matcher *m, int mark) {
 
 /* ---- stack sets on the scratch stack ---- */
 
-static int s_scr_push(zg_matcher *m, int32_t v) {
-    int i = m->n_scr - 1;
-    for (; i >= 0 && m->scr[i] != INT32_MIN; i--)
-        if (m->scr[i] == v) return 0; /* a set holds each stack once */
-    if (m->n_scr - i > S_MAX_SET) {   /* a grammar this ambiguous is refused rather than matched slowly */
+/* makes room for one more entry on the scratch stack; 0, or -1 (and oom) */
+static int s_scr_room(zg_matcher *m) {
+    if (m->n_scr < m->cap_scr) return 0;
+    int cap = m->cap_scr * 2;
+    int32_t *s = cap > 0 && cap < (1 << 28) ? realloc(m->scr, (size_t)cap * sizeof *s) : NULL;
+    if (!s) {
         m->oom = 1;
         return -1;
     }
-    if (m->n_scr == m->cap_scr) {
-        int cap = m->cap_scr * 2;
-        int32_t *s = cap > 0 && cap < (1 << 28) ? realloc(m->scr, (size_t)cap * sizeof *s) : NULL;
-        if (!s) {
-            m->oom = 1;
-            return -1;
-        }
-        m->scr = s;
-        m->cap_scr = cap;
-    }
+    m->scr = s;
+    m->cap_scr = cap;
+    return 0;
+}
+
+/* adds stack v to the open set. A set holds each stack once, and at most S_MAX_SET: a full set drops the rest,
+ * so a grammar this ambiguous is matched along its first S_MAX_SET parses only rather than slowly. Dropping (not
+ * refusing the step) leaves a step that made some stack with a stack: each kept one derives a complete match or
+ * goes on forever (a rule reaching itself only through a character), so the set after an accepted token never
+ * runs dry. The mask and the accept path step through s_step_cp alike and so keep the same stacks. */
+static int s_scr_push(zg_matcher *m, int32_t v) {
+    int i = m->n_scr - 1;
+    for (; i >= 0 && m->scr[i] != INT32_MIN; i--)
+        if (m->scr[i] == v) return 0;
+    if (m->n_scr - i > S_MAX_SET) return 0;
+    if (s_scr_room(m) != 0) return -1;
     m->scr[m->n_scr++] = v;
     return 0;
 }
 
-/* appends v to the scratch stack without the set semantics (state keys) */
+/* appends v to the scratch stack without the set semantics (state keys, copies of interned sets) */
 static void s_key_put(zg_matcher *m, int32_t v) {
-    if (m->n_scr == m->cap_scr) {
-        int cap = m->cap_scr * 2;
-        int32_t *s = cap > 0 && cap < (1 << 28) ? realloc(m->scr, (size_t)cap * sizeof *s) : NULL;
-        if (!s) {
-            m->oom = 1;
-            return;
-        }
-        m->scr = s;
-        m->cap_scr = cap;
-    }
-    m->scr[m->n_scr++] = v;
+    if (s_scr_room(m) == 0) m->scr[m->n_scr++] = v;
 }
 
 /* opens a new set on the scratch stack (a sentinel separates it from the sets below) */
 static int s_scr_open(zg_matcher *m) {
     int at = m->n_scr;
-    if (m->n_scr == m->cap_scr && s_scr_push(m, 0) == 0) m->n_scr--; /* grow */
-    if (m->oom) return -1;
+    if (s_scr_room(m) != 0) return -1;
     m->scr[m->n_scr++] = INT32_MIN;
     return at;
 }
@@ -532,12 +528,8 @@ static int s_set_open(zg_matcher *m, int32_t sid) {
     int at = s_scr_open(m);
     if (at < 0) return -1;
     const s_set *e = &m->sets[sid];
-    for (int i = 0; i < e->len; i++) {
-        if (m->n_scr == m->cap_scr && s_scr_push(m, m->pool[e->start + i]) == 0) continue; /* grows */
-        if (m->oom) return -1;
-        if (m->n_scr < m->cap_scr) m->scr[m->n_scr++] = m->pool[e->start + i];
-    }
-    return at;
+    for (int i = 0; i < e->len; i++) s_key_put(m, m->pool[e->start + i]);
+    return m->oom ? -1 : at;
 }
 
 /* the set after code point c from set sid: an id, -1 when empty, -2 out of memory */

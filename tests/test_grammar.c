@@ -157,6 +157,79 @@ static void test_mask(void) {
     grammar_vocab_destroy(&v);
 }
 
+/* a grammar whose parses multiply (recursion through a repetition, each character may end one parse and start
+ * another) past the matcher's bound on live stacks: every token the mask allows is accepted and leaves a
+ * non-empty mask, the mask agrees with accepting each byte on a replayed matcher, and a match can still end */
+static void test_ambiguous(void) {
+    static char one[256];
+    const char *toks[257];
+    size_t lens[257];
+    uint8_t eog[257] = {0};
+    for (int i = 0; i < 256; i++) {
+        one[i] = (char)i;
+        toks[i] = one + i;
+        lens[i] = 1;
+    }
+    toks[256] = "";
+    lens[256] = 0;
+    eog[256] = 1;
+    char err[256];
+    zg_vocab *v = grammar_vocab_new(257, toks, lens, eog, err, sizeof err);
+    const char *text = "root ::= \"(ro  ot\" \")\" | [a(0f]+ root{2,3}\n";
+    zg_grammar *g = grammar_compile(ZG_GBNF, text, strlen(text), err, sizeof err);
+    CHECK(v != NULL && g != NULL, "vocab and grammar: %s", err);
+    if (!v || !g) goto done;
+    /* the path on which a bound that refused the step emptied the mask after the final 'f' */
+    const char *path = "(a((a0(faa0f(00(((0(a(a(a(a(a(a(a(a(a(a(a(a(ro  ot)(a(a(0f";
+    zg_matcher *m = grammar_matcher_new(g, err, sizeof err);
+    uint32_t mask[9];
+    int empty = 0, refused = 0, steps = 0, disagree = 0, ended = 0;
+    size_t np = strlen(path);
+    for (size_t k = 0; m && k < np + 200; k++, steps++) {
+        int n = grammar_matcher_mask(m, v, mask);
+        if (n == 0) {
+            empty++;
+            break;
+        }
+        /* the path, then the last allowed byte (the class's, so the parses keep multiplying) */
+        int id = k < np ? (unsigned char)path[k] : -1;
+        for (int i = 255; id < 0 && i >= 0; i--)
+            if (mask[i >> 5] >> (i & 31) & 1) id = i;
+        if (id < 0 || !(mask[id >> 5] >> (id & 31) & 1) || grammar_matcher_accept_token(m, v, id) != 0) {
+            refused++;
+            break;
+        }
+    }
+    CHECK(empty == 0 && refused == 0 && steps == (int)np + 200, "%d steps: %d empty masks, %d refusals", steps, empty,
+          refused);
+    /* the mask at the end against accepting each byte on a matcher that replays the path */
+    if (m && grammar_matcher_mask(m, v, mask) > 0) {
+        for (int b = 0; b < 256; b++) {
+            zg_matcher *r = grammar_matcher_new(g, err, sizeof err);
+            int ok = r && grammar_matcher_accept_bytes(r, path, np) == 0;
+            int acc = ok && grammar_matcher_accept_token(r, v, b) == 0;
+            if (ok && acc != (int)(mask[b >> 5] >> (b & 31) & 1)) disagree++;
+            grammar_matcher_destroy(&r);
+        }
+    }
+    CHECK(disagree == 0, "the mask disagrees with accepting %d bytes", disagree);
+    grammar_matcher_destroy(&m);
+    /* from deep in the ambiguity a whole match is still reachable: close with the literal alternative */
+    m = grammar_matcher_new(g, err, sizeof err);
+    for (int i = 0; m && i < 40 && !ended; i++) {
+        if (grammar_matcher_accept_bytes(m, "a(a", 3) != 0) break;
+        for (int j = 0; j < 8 && !ended; j++) {
+            if (grammar_matcher_accept_bytes(m, "(ro  ot)", 8) != 0) break;
+            ended = grammar_matcher_accepting(m);
+        }
+    }
+    CHECK(ended, "no whole match after the ambiguous prefix");
+    grammar_matcher_destroy(&m);
+done:
+    grammar_unref(&g);
+    grammar_vocab_destroy(&v);
+}
+
 static uint64_t s_rng = 88172645463325252ULL;
 static uint32_t s_rand(void) {
     s_rng ^= s_rng << 13;
@@ -268,6 +341,7 @@ int main(void) {
     test_regex();
     test_schema();
     test_mask();
+    test_ambiguous();
     test_vocab_walks();
     test_cache();
     return test_report();
