@@ -226,19 +226,36 @@ static int s_class(const zg_elem *el, int32_t pos, uint32_t c, int32_t *end) {
     return found != neg;
 }
 
-/* may the class at pos take some code point in [lo, hi] (a partial UTF-8 sequence's range); a negated class
- * is refused only when one of its ranges covers [lo, hi] */
+int zg_class_covers(const zg_elem *cls, int n, uint32_t lo, uint32_t hi) {
+    /* each pass moves cur past a range that holds it, or ends: at most one pass per range */
+    for (uint32_t cur = lo; cur <= hi;) {
+        int moved = 0;
+        for (int i = 0; i < n; i++) {
+            uint32_t a = cls[i].val, b = a;
+            if (i + 1 < n && cls[i + 1].type == ZG_RNG_UPPER) b = cls[++i].val;
+            if (a <= cur && b >= cur) cur = b + 1, moved = 1;
+        }
+        if (!moved) return 0;
+    }
+    return 1;
+}
+
+/* may the class at pos take some code point in [lo, hi] (a partial UTF-8 sequence's range, free of surrogates):
+ * exactly, so that a token ending inside a character is allowed only when some character can complete it */
 static int s_class_range(const zg_elem *el, int32_t pos, uint32_t lo, uint32_t hi) {
     if (el[pos].type == ZG_CHAR_ANY) return 1;
-    int neg = el[pos].type == ZG_CHAR_NOT;
+    int32_t end = pos;
     do {
-        uint32_t a = el[pos].val, b = a;
-        if (el[pos + 1].type == ZG_RNG_UPPER) b = el[++pos].val;
-        if (!neg && a <= hi && b >= lo) return 1;
-        if (neg && a <= lo && b >= hi) return 0;
-        pos++;
-    } while (el[pos].type == ZG_CHAR_ALT);
-    return neg;
+        if (el[end + 1].type == ZG_RNG_UPPER) end++;
+        end++;
+    } while (el[end].type == ZG_CHAR_ALT);
+    if (el[pos].type == ZG_CHAR_NOT) return !zg_class_covers(el + pos, end - pos, lo, hi);
+    for (int32_t p = pos; p < end; p++) {
+        uint32_t a = el[p].val, b = a;
+        if (el[p + 1].type == ZG_RNG_UPPER) b = el[++p].val;
+        if (a <= hi && b >= lo) return 1;
+    }
+    return 0;
 }
 
 /* the set of stacks after code point c from the n stacks after the sentinel at scr[src] (indices, not pointers:
@@ -293,6 +310,9 @@ static int s_partial_ok(const zg_matcher *m, const int32_t *src, int n, const s_
     uint32_t lo = u->part << (6 * u->part_left), hi = lo | ((1u << (6 * u->part_left)) - 1);
     if (lo < u->part_min) lo = u->part_min; /* a lead byte alone: the shortest form's range only */
     if (hi > 0x10FFFF) hi = 0x10FFFF;
+    /* the surrogates are no characters: a lead byte's block holds them whole or none (0xED's: up to 0xD7FF) */
+    if (lo >= 0xD800 && lo <= 0xDFFF) lo = 0xE000;
+    if (hi >= 0xD800 && hi <= 0xDFFF) hi = 0xD7FF;
     if (lo > hi) return 0;
     for (int i = 0; i < n; i++)
         if (src[i] >= 0 && s_class_range(m->g->el, m->nodes[src[i]].pos, lo, hi)) return 1;

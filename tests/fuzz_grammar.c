@@ -97,23 +97,33 @@ static const char *const s_seed_text[] = {
     "\x03\0\x07\x01\x00\x03",
 };
 
-/* a grammar whose parses multiply past the matcher's stack bound (recursion through a repetition) and a feed
- * that drives it there: a bound that refused the step left a token allowed after which nothing was */
-static const char s_seed_ambiguous[] =
-    "\x02root ::= \"(ro  ot\"\")\" | [a(0ff]+  root{2,3}\n\x00\x10 0-\\u00ff]+ 3}(\n\x00\x10 \x98"
+/* seeds holding NULs in their feed, as {text, length} */
+#define S_BIN(lit) {lit, sizeof lit - 1}
+static const struct {
+    const char *s;
+    size_t n;
+} s_seed_bin[] = {
+    /* a grammar whose parses multiply past the matcher's stack bound (recursion through a repetition) and a feed
+     * that drives it there: a bound that refused the step left a token allowed after which nothing was */
+    S_BIN("\x02root ::= \"(ro  ot\"\")\" | [a(0ff]+  root{2,3}\n\x00\x10 0-\\u00ff]+ 3}(\n\x00\x10 \x98"
     "\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\xf8"
     "\x98\x98"
     "1\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98"
     "\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98"
     "\x98\x98\x98\x98\x98\x98\x98root{2,\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98"
     "\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98"
-    "0";
+    "0"),
+    /* a negated class whose ranges cover U+0080-00BF together, and a feed that picks the lead byte 0xC2 */
+    S_BIN("\x02root ::= \"a\" [^\\x80-\\x9f\\xa0-\\xbf]\n\0\x01\x80"),
+    /* a class reaching into the surrogates, and a feed that picks the lead byte 0xED */
+    S_BIN("\x02root ::= \"a\" [\\ud900-\\ue000]\n\0\x01\x00"),
+};
 
 static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
     int n = 0;
-    if (n < max) {
-        seeds[n] = (const uint8_t *)s_seed_ambiguous;
-        sizes[n++] = sizeof s_seed_ambiguous - 1;
+    for (size_t i = 0; i < sizeof s_seed_bin / sizeof *s_seed_bin && n < max; i++) {
+        seeds[n] = (const uint8_t *)s_seed_bin[i].s;
+        sizes[n++] = s_seed_bin[i].n;
     }
     for (size_t i = 0; i < sizeof s_seed_text / sizeof *s_seed_text && n < max; i++) {
         const char *s = s_seed_text[i];

@@ -157,10 +157,8 @@ static void test_mask(void) {
     grammar_vocab_destroy(&v);
 }
 
-/* a grammar whose parses multiply (recursion through a repetition, each character may end one parse and start
- * another) past the matcher's bound on live stacks: every token the mask allows is accepted and leaves a
- * non-empty mask, the mask agrees with accepting each byte on a replayed matcher, and a match can still end */
-static void test_ambiguous(void) {
+/* a vocabulary of every single byte (ids 0-255) and end of generation (256) */
+static zg_vocab *s_byte_vocab(void) {
     static char one[256];
     const char *toks[257];
     size_t lens[257];
@@ -175,6 +173,53 @@ static void test_ambiguous(void) {
     eog[256] = 1;
     char err[256];
     zg_vocab *v = grammar_vocab_new(257, toks, lens, eog, err, sizeof err);
+    CHECK(v != NULL, "byte vocab: %s", err);
+    return v;
+}
+
+/* the allowed bytes after prefix as a string of hex pairs ("" when the prefix is refused) */
+static void s_allowed_after(const zg_vocab *v, const char *text, const char *prefix, char *out, size_t cap) {
+    char err[256];
+    out[0] = 0;
+    zg_grammar *g = grammar_compile(ZG_GBNF, text, strlen(text), err, sizeof err);
+    zg_matcher *m = g ? grammar_matcher_new(g, err, sizeof err) : NULL;
+    grammar_unref(&g);
+    uint32_t mask[9];
+    if (m && grammar_matcher_accept_bytes(m, prefix, strlen(prefix)) == 0 && grammar_matcher_mask(m, v, mask) > 0)
+        for (int b = 0; b < 257; b++)
+            if (mask[b >> 5] >> (b & 31) & 1 && strlen(out) + 5 < cap)
+                snprintf(out + strlen(out), cap - strlen(out), "%02x ", b);
+    grammar_matcher_destroy(&m);
+}
+
+/* characters no text holds: surrogates in a string or a class of them only, or a negated class that covers every
+ * character, are refused at compile time; a token that ends inside a character is allowed only when some
+ * character of the class can complete it (negated classes whose ranges cover the block together, the block of
+ * 0xED that holds the surrogates) */
+static void test_dead_ends(void) {
+    s_refused(ZG_GBNF, "root ::= \"a\" \"\\ud800\" | \"b\"", "surrogate");
+    s_refused(ZG_GBNF, "root ::= \"a\" [\\ud800-\\udfff]", "empty character class");
+    s_refused(ZG_GBNF, "root ::= \"a\" [^\\x00-\\U0010ffff]", "empty character class");
+    s_refused(ZG_GBNF, "root ::= \"a\" [^\\x00-\\ud7ff\\ue000-\\U0010ffff]", "empty character class");
+    CHECK(s_match(ZG_GBNF, "root ::= [^\\x00-\\ud7ff\\ue001-\\U0010ffff]", "\xee\x80\x80") == 1, "U+E000 alone");
+    zg_vocab *v = s_byte_vocab();
+    if (!v) return;
+    char got[1024];
+    s_allowed_after(v, "root ::= \"a\" [^\\x00-\\x7f\\x80-\\x9f\\xa0-\\xbf]", "a", got, sizeof got);
+    CHECK(strncmp(got, "c3 c4 ", 6) == 0, "U+0080-00BF excluded by two ranges: no 0xC2 (%.12s)", got);
+    s_allowed_after(v, "root ::= \"a\" [\\ud900-\\ue000]", "a", got, sizeof got);
+    CHECK(strcmp(got, "ee ") == 0, "a class reaching into the surrogates: only 0xEE leads (%s)", got);
+    s_allowed_after(v, "root ::= \"a\" [\\ud7ff-\\ue000]", "a\xed", got, sizeof got);
+    CHECK(strcmp(got, "9f ") == 0, "after 0xED only 0x9F (U+D7C0-D7FF) (%s)", got);
+    grammar_vocab_destroy(&v);
+}
+
+/* a grammar whose parses multiply (recursion through a repetition, each character may end one parse and start
+ * another) past the matcher's bound on live stacks: every token the mask allows is accepted and leaves a
+ * non-empty mask, the mask agrees with accepting each byte on a replayed matcher, and a match can still end */
+static void test_ambiguous(void) {
+    char err[256];
+    zg_vocab *v = s_byte_vocab();
     const char *text = "root ::= \"(ro  ot\" \")\" | [a(0f]+ root{2,3}\n";
     zg_grammar *g = grammar_compile(ZG_GBNF, text, strlen(text), err, sizeof err);
     CHECK(v != NULL && g != NULL, "vocab and grammar: %s", err);
@@ -342,6 +387,7 @@ int main(void) {
     test_schema();
     test_mask();
     test_ambiguous();
+    test_dead_ends();
     test_vocab_walks();
     test_cache();
     return test_report();
