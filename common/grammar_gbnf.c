@@ -205,7 +205,8 @@ static int s_hex(const char *s, const char *end, int n, uint32_t *out) {
 /* does the class cls[0 .. n) take some character (a code point outside the surrogates): a class of surrogates
  * only, or a negated one covering every character, would leave the matcher waiting for what no text holds */
 static int s_class_admits(const zg_elem *cls, int n) {
-    if (cls[0].type == ZG_CHAR_NOT) return !zg_class_covers(cls, n, 0, 0xD7FF) || !zg_class_covers(cls, n, 0xE000, 0x10FFFF);
+    if (cls[0].type == ZG_CHAR_NOT)
+        return !zg_class_covers(cls, n, 0, 0xD7FF) || !zg_class_covers(cls, n, 0xE000, 0x10FFFF);
     for (int i = 0; i < n; i++) {
         uint32_t a = cls[i].val, b = a;
         if (i + 1 < n && cls[i + 1].type == ZG_RNG_UPPER) b = cls[++i].val;
