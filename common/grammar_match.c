@@ -45,6 +45,11 @@ struct zg_matcher {
     int finished;      /* an end-of-generation id was accepted */
     int32_t *scr;      /* scratch stack of stack sets for the walks */
     int n_scr, cap_scr;
+    int open_at; /* the sentinel of the newest set opened on it: the one stacks are added to */
+    /* stamp[s + 1] == gen: stack s is in that set already (gen advances with each set opened) */
+    uint32_t *stamp;
+    int cap_stamp;
+    uint32_t gen;
     int oom;
     /* the mask walk's tables, emptied at its start: interned stack sets (contents in pool) and the memo of
      * transitions (set id, code point) -> set id (-1: refused) */
@@ -141,17 +146,28 @@ static int s_scr_room(zg_matcher *m) {
     return 0;
 }
 
-/* adds stack v to the open set. A set holds each stack once, and at most S_MAX_SET: a full set drops the rest,
- * so a grammar this ambiguous is matched along its first S_MAX_SET parses only rather than slowly. Dropping (not
- * refusing the step) leaves a step that made some stack with a stack: each kept one derives a complete match or
- * goes on forever (a rule reaching itself only through a character), so the set after an accepted token never
+/* adds stack v to the newest open set. A set holds each stack once, and at most S_MAX_SET: a full set drops the
+ * rest, so a grammar this ambiguous is matched along its first S_MAX_SET parses only rather than slowly. Dropping
+ * (not refusing the step) leaves a step that made some stack with a stack: each kept one derives a complete match
+ * or goes on forever (a rule reaching itself only through a character), so the set after an accepted token never
  * runs dry. The mask and the accept path step through s_step_cp alike and so keep the same stacks. */
 static int s_scr_push(zg_matcher *m, int32_t v) {
-    int i = m->n_scr - 1;
-    for (; i >= 0 && m->scr[i] != INT32_MIN; i--)
-        if (m->scr[i] == v) return 0;
-    if (m->n_scr - i > S_MAX_SET) return 0;
+    int k = v + 1;
+    if (k >= m->cap_stamp) {
+        int cap = m->cap_stamp ? m->cap_stamp : 1024;
+        while (cap <= k && cap < (1 << 29)) cap *= 2;
+        uint32_t *st = cap > k ? realloc(m->stamp, (size_t)cap * sizeof *st) : NULL;
+        if (!st) {
+            m->oom = 1;
+            return -1;
+        }
+        memset(st + m->cap_stamp, 0, (size_t)(cap - m->cap_stamp) * sizeof *st);
+        m->stamp = st;
+        m->cap_stamp = cap;
+    }
+    if (m->stamp[k] == m->gen || m->n_scr - m->open_at - 1 >= S_MAX_SET) return 0;
     if (s_scr_room(m) != 0) return -1;
+    m->stamp[k] = m->gen;
     m->scr[m->n_scr++] = v;
     return 0;
 }
@@ -166,6 +182,11 @@ static int s_scr_open(zg_matcher *m) {
     int at = m->n_scr;
     if (s_scr_room(m) != 0) return -1;
     m->scr[m->n_scr++] = INT32_MIN;
+    m->open_at = at;
+    if (++m->gen == 0) { /* wrapped: forget every stamp */
+        if (m->stamp) memset(m->stamp, 0, (size_t)m->cap_stamp * sizeof *m->stamp);
+        m->gen = 1;
+    }
     return at;
 }
 
@@ -369,6 +390,7 @@ void grammar_matcher_destroy(zg_matcher **pm) {
     free(m->bucket);
     free(m->set);
     free(m->scr);
+    free(m->stamp);
     free(m->sets);
     free(m->pool);
     free(m->set_tab);
