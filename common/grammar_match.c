@@ -46,7 +46,8 @@ struct zg_matcher {
     int32_t *scr;      /* scratch stack of stack sets for the walks */
     int n_scr, cap_scr;
     int open_at; /* the sentinel of the newest set opened on it: the one stacks are added to */
-    /* stamp[s + 1] == gen: stack s is in that set already (gen advances with each set opened) */
+    /* stamp[s + 1] == gen: stack s is in that set already, or (a reference on top) has been expanded into it
+     * (gen advances with each set opened) */
     uint32_t *stamp;
     int cap_stamp;
     uint32_t gen;
@@ -146,6 +147,25 @@ static int s_scr_room(zg_matcher *m) {
     return 0;
 }
 
+/* makes stamp[k] exist; 0, or -1 (and oom) */
+static int s_stamp_room(zg_matcher *m, int k) {
+    if (k < m->cap_stamp) return 0;
+    int cap = m->cap_stamp ? m->cap_stamp : 1024;
+    while (cap <= k && cap < (1 << 29)) cap *= 2;
+    uint32_t *st = cap > k ? realloc(m->stamp, (size_t)cap * sizeof *st) : NULL;
+    if (!st) {
+        m->oom = 1;
+        return -1;
+    }
+    memset(st + m->cap_stamp, 0, (size_t)(cap - m->cap_stamp) * sizeof *st);
+    m->stamp = st;
+    m->cap_stamp = cap;
+    return 0;
+}
+
+/* does the newest open set hold S_MAX_SET stacks */
+static int s_scr_full(const zg_matcher *m) { return m->n_scr - m->open_at - 1 >= S_MAX_SET; }
+
 /* adds stack v to the newest open set. A set holds each stack once, and at most S_MAX_SET: a full set drops the
  * rest, so a grammar this ambiguous is matched along its first S_MAX_SET parses only rather than slowly. Dropping
  * (not refusing the step) leaves a step that made some stack with a stack: each kept one derives a complete match
@@ -153,19 +173,8 @@ static int s_scr_room(zg_matcher *m) {
  * runs dry. The mask and the accept path step through s_step_cp alike and so keep the same stacks. */
 static int s_scr_push(zg_matcher *m, int32_t v) {
     int k = v + 1;
-    if (k >= m->cap_stamp) {
-        int cap = m->cap_stamp ? m->cap_stamp : 1024;
-        while (cap <= k && cap < (1 << 29)) cap *= 2;
-        uint32_t *st = cap > k ? realloc(m->stamp, (size_t)cap * sizeof *st) : NULL;
-        if (!st) {
-            m->oom = 1;
-            return -1;
-        }
-        memset(st + m->cap_stamp, 0, (size_t)(cap - m->cap_stamp) * sizeof *st);
-        m->stamp = st;
-        m->cap_stamp = cap;
-    }
-    if (m->stamp[k] == m->gen || m->n_scr - m->open_at - 1 >= S_MAX_SET) return 0;
+    if (s_stamp_room(m, k) != 0) return -1;
+    if (m->stamp[k] == m->gen || s_scr_full(m)) return 0;
     if (s_scr_room(m) != 0) return -1;
     m->stamp[k] = m->gen;
     m->scr[m->n_scr++] = v;
@@ -199,7 +208,9 @@ static int32_t s_next(zg_matcher *m, int32_t pos, int32_t parent) {
     return s_is_end(m->g->el[pos].type) ? parent : s_intern(m, pos, parent);
 }
 
-/* adds to the open set every stack that stack s expands to whose top is a character element (or -1) */
+/* adds to the open set every stack that stack s expands to whose top is a character element (or -1). A stack
+ * expands to the same stacks each time: one already expanded into this set is skipped (nullable rules reach a
+ * stack along many paths, as many as 2^depth), and so is everything once the set is full. */
 static void s_expand(zg_matcher *m, int32_t s, int depth) {
     if (m->oom || s < -1) {
         m->oom = 1;
@@ -215,6 +226,8 @@ static void s_expand(zg_matcher *m, int32_t s, int depth) {
         s_scr_push(m, s);
         return;
     }
+    if (s_scr_full(m) || s_stamp_room(m, s + 1) != 0 || m->stamp[s + 1] == m->gen) return;
+    m->stamp[s + 1] = m->gen;
     if (depth > ZG_MAX_RULES) {
         m->oom = 1;
         return;
