@@ -105,7 +105,7 @@ static const struct {
     size_t n;
 } s_seed_bin[] = {
     /* a grammar whose parses multiply past the matcher's stack bound (recursion through a repetition) and a feed
-     * that drives it there: a bound that refused the step left a token allowed after which nothing was */
+     * that drives it there: the bound drops parses, and every token allowed still leaves something to follow */
     S_BIN("\x02root ::= \"(ro  ot\"\")\" | [a(0ff]+  root{2,3}\n\x00\x10 0-\\u00ff]+ 3}(\n\x00\x10 \x98"
           "\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\xf8"
           "\x98\x98"
@@ -118,6 +118,8 @@ static const struct {
     S_BIN("\x02root ::= \"a\" [^\\x80-\\x9f\\xa0-\\xbf]\n\0\x01\x80"),
     /* a class reaching into the surrogates, and a feed that picks the lead byte 0xED */
     S_BIN("\x02root ::= \"a\" [\\ud900-\\ue000]\n\0\x01\x00"),
+    /* a nullable rule repeated inside itself: each stack is expanded once per step, not along every path */
+    S_BIN("\x02root ::= \"\" | [a(0ff].  root{2,3}\n\0\x10 0-]. \x98\x03\x98"),
 };
 
 static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {

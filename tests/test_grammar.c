@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "gguf.h"
 #include "grammar.h"
 #include "test.h"
@@ -224,7 +225,7 @@ static void test_ambiguous(void) {
     zg_grammar *g = grammar_compile(ZG_GBNF, text, strlen(text), err, sizeof err);
     CHECK(v != NULL && g != NULL, "vocab and grammar: %s", err);
     if (!v || !g) goto done;
-    /* the path on which a bound that refused the step emptied the mask after the final 'f' */
+    /* a path that fills the stack bound, ending where some next tokens would overflow it again */
     const char *path = "(a((a0(faa0f(00(((0(a(a(a(a(a(a(a(a(a(a(a(a(ro  ot)(a(a(0f";
     zg_matcher *m = grammar_matcher_new(g, err, sizeof err);
     uint32_t mask[9];
@@ -271,6 +272,33 @@ static void test_ambiguous(void) {
     CHECK(ended, "no whole match after the ambiguous prefix");
     grammar_matcher_destroy(&m);
 done:
+    grammar_unref(&g);
+    grammar_vocab_destroy(&v);
+}
+
+/* a nullable rule repeated inside itself: each step's expansion reaches the same stacks along exponentially many
+ * paths unless each stack is expanded once; 64 tokens take milliseconds (a bound of seconds for a loaded host) */
+static void test_nullable_nesting(void) {
+    char err[256];
+    zg_vocab *v = s_byte_vocab();
+    const char *text = "root ::= \"\" | [a(0f] . root{2,3}\n";
+    zg_grammar *g = grammar_compile(ZG_GBNF, text, strlen(text), err, sizeof err);
+    zg_matcher *m = g ? grammar_matcher_new(g, err, sizeof err) : NULL;
+    CHECK(v && m, "grammar: %s", err);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int steps = 0;
+    uint32_t mask[9];
+    for (; m && steps < 64; steps++) {
+        if (grammar_matcher_mask(m, v, mask) == 0) break;
+        int id = steps % 2 ? 'x' : 'a'; /* a class character, then any: each pair nests two or three more roots */
+        if (!(mask[id >> 5] >> (id & 31) & 1) || grammar_matcher_accept_token(m, v, id) != 0) break;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    CHECK(steps == 64, "stopped after %d tokens", steps);
+    CHECK(s < 3.0, "64 tokens took %.2f s", s);
+    grammar_matcher_destroy(&m);
     grammar_unref(&g);
     grammar_vocab_destroy(&v);
 }
@@ -388,6 +416,7 @@ int main(void) {
     test_mask();
     test_ambiguous();
     test_dead_ends();
+    test_nullable_nesting();
     test_vocab_walks();
     test_cache();
     return test_report();
