@@ -202,6 +202,19 @@ static int s_hex(const char *s, const char *end, int n, uint32_t *out) {
     return 0;
 }
 
+/* does the class cls[0 .. n) take some character (a code point outside the surrogates): a class of surrogates
+ * only, or a negated one covering every character, would leave the matcher waiting for what no text holds */
+static int s_class_admits(const zg_elem *cls, int n) {
+    if (cls[0].type == ZG_CHAR_NOT)
+        return !zg_class_covers(cls, n, 0, 0xD7FF) || !zg_class_covers(cls, n, 0xE000, 0x10FFFF);
+    for (int i = 0; i < n; i++) {
+        uint32_t a = cls[i].val, b = a;
+        if (i + 1 < n && cls[i + 1].type == ZG_RNG_UPPER) b = cls[++i].val;
+        if (a < 0xD800 || b > 0xDFFF) return 1;
+    }
+    return 0;
+}
+
 /* one character of a literal or class, escapes decoded; returns the position after it, or NULL */
 static const char *s_char(s_parser *p, const char *s, uint32_t *cp) {
     if (s >= p->end) {
@@ -305,6 +318,10 @@ static const char *s_sequence(s_parser *p, const char *s, const char *base, size
                 uint32_t cp;
                 s = s_char(p, s, &cp);
                 if (!s) return NULL;
+                if (cp >= 0xD800 && cp <= 0xDFFF) { /* no text holds it: the matcher would wait forever */
+                    s_fail(p, at, "surrogate code point in a string");
+                    return NULL;
+                }
                 s_push(p, out, ZG_CHAR, cp);
             }
             if (s >= p->end) {
@@ -336,7 +353,7 @@ static const char *s_sequence(s_parser *p, const char *s, const char *base, size
                 s_fail(p, at, "unterminated character class");
                 return NULL;
             }
-            if (out->n == start) {
+            if (out->n == start || !s_class_admits(out->e + start, out->n - start)) {
                 s_fail(p, at, "empty character class");
                 return NULL;
             }

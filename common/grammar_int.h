@@ -64,6 +64,9 @@ void zg_buf_fmt(zg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2
 /* appends code point cp as a GBNF character escape usable inside "..." and [...] */
 void zg_buf_cp(zg_buf *b, uint32_t cp);
 
+/* grammar_match.c: does the union of a character class's ranges (cls[0 .. n): the first element, ZG_RNG_UPPER
+ * and ZG_CHAR_ALT ones, negation aside) cover every code point of [lo, hi] */
+int zg_class_covers(const zg_elem *cls, int n, uint32_t lo, uint32_t hi);
 /* grammar_gbnf.c: parses and checks GBNF text into a grammar (refs 1), or NULL with err */
 zg_grammar *zg_gbnf_compile(const char *text, size_t len, char *err, size_t errlen);
 /* grammar_schema.c: JSON schema (or, json_object, any object) to GBNF text in *out; 0 or -1 with err */

@@ -15,7 +15,7 @@
 #include <string.h>
 #include "grammar_int.h"
 
-#define S_MAX_SET 1024 /* parse stacks alive at once (an ambiguity bound: JSON schemas need a few dozen) */
+#define S_MAX_SET 1024 /* parse stacks kept at once (an ambiguity bound: JSON schemas need a few dozen) */
 
 typedef struct {
     int32_t pos;    /* element position of the top */
@@ -45,6 +45,12 @@ struct zg_matcher {
     int finished;      /* an end-of-generation id was accepted */
     int32_t *scr;      /* scratch stack of stack sets for the walks */
     int n_scr, cap_scr;
+    int open_at; /* the sentinel of the newest set opened on it: the one stacks are added to */
+    /* stamp[s + 1] == gen: stack s is in that set already, or (a reference on top) has been expanded into it
+     * (gen advances with each set opened) */
+    uint32_t *stamp;
+    int cap_stamp;
+    uint32_t gen;
     int oom;
     /* the mask walk's tables, emptied at its start: interned stack sets (contents in pool) and the memo of
      * transitions (set id, code point) -> set id (-1: refused) */
@@ -127,49 +133,69 @@ static void s_release(zg_matcher *m, int mark) {
 
 /* ---- stack sets on the scratch stack ---- */
 
-static int s_scr_push(zg_matcher *m, int32_t v) {
-    int i = m->n_scr - 1;
-    for (; i >= 0 && m->scr[i] != INT32_MIN; i--)
-        if (m->scr[i] == v) return 0; /* a set holds each stack once */
-    if (m->n_scr - i > S_MAX_SET) {   /* a grammar this ambiguous is refused rather than matched slowly */
+/* makes room for one more entry on the scratch stack; 0, or -1 (and oom) */
+static int s_scr_room(zg_matcher *m) {
+    if (m->n_scr < m->cap_scr) return 0;
+    int cap = m->cap_scr * 2;
+    int32_t *s = cap > 0 && cap < (1 << 28) ? realloc(m->scr, (size_t)cap * sizeof *s) : NULL;
+    if (!s) {
         m->oom = 1;
         return -1;
     }
-    if (m->n_scr == m->cap_scr) {
-        int cap = m->cap_scr * 2;
-        int32_t *s = cap > 0 && cap < (1 << 28) ? realloc(m->scr, (size_t)cap * sizeof *s) : NULL;
-        if (!s) {
-            m->oom = 1;
-            return -1;
-        }
-        m->scr = s;
-        m->cap_scr = cap;
+    m->scr = s;
+    m->cap_scr = cap;
+    return 0;
+}
+
+/* makes stamp[k] exist; 0, or -1 (and oom) */
+static int s_stamp_room(zg_matcher *m, int k) {
+    if (k < m->cap_stamp) return 0;
+    int cap = m->cap_stamp ? m->cap_stamp : 1024;
+    while (cap <= k && cap < (1 << 29)) cap *= 2;
+    uint32_t *st = cap > k ? realloc(m->stamp, (size_t)cap * sizeof *st) : NULL;
+    if (!st) {
+        m->oom = 1;
+        return -1;
     }
+    memset(st + m->cap_stamp, 0, (size_t)(cap - m->cap_stamp) * sizeof *st);
+    m->stamp = st;
+    m->cap_stamp = cap;
+    return 0;
+}
+
+/* does the newest open set hold S_MAX_SET stacks */
+static int s_scr_full(const zg_matcher *m) { return m->n_scr - m->open_at - 1 >= S_MAX_SET; }
+
+/* adds stack v to the newest open set. A set holds each stack once, and at most S_MAX_SET: a full set drops the
+ * rest, so a grammar this ambiguous is matched along its first S_MAX_SET parses only rather than slowly. Dropping
+ * (not refusing the step) leaves a step that made some stack with a stack: each kept one derives a complete match
+ * or goes on forever (a rule reaching itself only through a character), so the set after an accepted token never
+ * runs dry. The mask and the accept path step through s_step_cp alike and so keep the same stacks. */
+static int s_scr_push(zg_matcher *m, int32_t v) {
+    int k = v + 1;
+    if (s_stamp_room(m, k) != 0) return -1;
+    if (m->stamp[k] == m->gen || s_scr_full(m)) return 0;
+    if (s_scr_room(m) != 0) return -1;
+    m->stamp[k] = m->gen;
     m->scr[m->n_scr++] = v;
     return 0;
 }
 
-/* appends v to the scratch stack without the set semantics (state keys) */
+/* appends v to the scratch stack without the set semantics (state keys, copies of interned sets) */
 static void s_key_put(zg_matcher *m, int32_t v) {
-    if (m->n_scr == m->cap_scr) {
-        int cap = m->cap_scr * 2;
-        int32_t *s = cap > 0 && cap < (1 << 28) ? realloc(m->scr, (size_t)cap * sizeof *s) : NULL;
-        if (!s) {
-            m->oom = 1;
-            return;
-        }
-        m->scr = s;
-        m->cap_scr = cap;
-    }
-    m->scr[m->n_scr++] = v;
+    if (s_scr_room(m) == 0) m->scr[m->n_scr++] = v;
 }
 
 /* opens a new set on the scratch stack (a sentinel separates it from the sets below) */
 static int s_scr_open(zg_matcher *m) {
     int at = m->n_scr;
-    if (m->n_scr == m->cap_scr && s_scr_push(m, 0) == 0) m->n_scr--; /* grow */
-    if (m->oom) return -1;
+    if (s_scr_room(m) != 0) return -1;
     m->scr[m->n_scr++] = INT32_MIN;
+    m->open_at = at;
+    if (++m->gen == 0) { /* wrapped: forget every stamp */
+        if (m->stamp) memset(m->stamp, 0, (size_t)m->cap_stamp * sizeof *m->stamp);
+        m->gen = 1;
+    }
     return at;
 }
 
@@ -182,7 +208,9 @@ static int32_t s_next(zg_matcher *m, int32_t pos, int32_t parent) {
     return s_is_end(m->g->el[pos].type) ? parent : s_intern(m, pos, parent);
 }
 
-/* adds to the open set every stack that stack s expands to whose top is a character element (or -1) */
+/* adds to the open set every stack that stack s expands to whose top is a character element (or -1). A stack
+ * expands to the same stacks each time: one already expanded into this set is skipped (nullable rules reach a
+ * stack along many paths, as many as 2^depth), and so is everything once the set is full. */
 static void s_expand(zg_matcher *m, int32_t s, int depth) {
     if (m->oom || s < -1) {
         m->oom = 1;
@@ -198,6 +226,8 @@ static void s_expand(zg_matcher *m, int32_t s, int depth) {
         s_scr_push(m, s);
         return;
     }
+    if (s_scr_full(m) || s_stamp_room(m, s + 1) != 0 || m->stamp[s + 1] == m->gen) return;
+    m->stamp[s + 1] = m->gen;
     if (depth > ZG_MAX_RULES) {
         m->oom = 1;
         return;
@@ -230,19 +260,36 @@ static int s_class(const zg_elem *el, int32_t pos, uint32_t c, int32_t *end) {
     return found != neg;
 }
 
-/* may the class at pos take some code point in [lo, hi] (a partial UTF-8 sequence's range); a negated class
- * is refused only when one of its ranges covers [lo, hi] */
+int zg_class_covers(const zg_elem *cls, int n, uint32_t lo, uint32_t hi) {
+    /* each pass moves cur past a range that holds it, or ends: at most one pass per range */
+    for (uint32_t cur = lo; cur <= hi;) {
+        int moved = 0;
+        for (int i = 0; i < n; i++) {
+            uint32_t a = cls[i].val, b = a;
+            if (i + 1 < n && cls[i + 1].type == ZG_RNG_UPPER) b = cls[++i].val;
+            if (a <= cur && b >= cur) cur = b + 1, moved = 1;
+        }
+        if (!moved) return 0;
+    }
+    return 1;
+}
+
+/* may the class at pos take some code point in [lo, hi] (a partial UTF-8 sequence's range, free of surrogates):
+ * exactly, so that a token ending inside a character is allowed only when some character can complete it */
 static int s_class_range(const zg_elem *el, int32_t pos, uint32_t lo, uint32_t hi) {
     if (el[pos].type == ZG_CHAR_ANY) return 1;
-    int neg = el[pos].type == ZG_CHAR_NOT;
+    int32_t end = pos;
     do {
-        uint32_t a = el[pos].val, b = a;
-        if (el[pos + 1].type == ZG_RNG_UPPER) b = el[++pos].val;
-        if (!neg && a <= hi && b >= lo) return 1;
-        if (neg && a <= lo && b >= hi) return 0;
-        pos++;
-    } while (el[pos].type == ZG_CHAR_ALT);
-    return neg;
+        if (el[end + 1].type == ZG_RNG_UPPER) end++;
+        end++;
+    } while (el[end].type == ZG_CHAR_ALT);
+    if (el[pos].type == ZG_CHAR_NOT) return !zg_class_covers(el + pos, end - pos, lo, hi);
+    for (int32_t p = pos; p < end; p++) {
+        uint32_t a = el[p].val, b = a;
+        if (el[p + 1].type == ZG_RNG_UPPER) b = el[++p].val;
+        if (a <= hi && b >= lo) return 1;
+    }
+    return 0;
 }
 
 /* the set of stacks after code point c from the n stacks after the sentinel at scr[src] (indices, not pointers:
@@ -297,6 +344,9 @@ static int s_partial_ok(const zg_matcher *m, const int32_t *src, int n, const s_
     uint32_t lo = u->part << (6 * u->part_left), hi = lo | ((1u << (6 * u->part_left)) - 1);
     if (lo < u->part_min) lo = u->part_min; /* a lead byte alone: the shortest form's range only */
     if (hi > 0x10FFFF) hi = 0x10FFFF;
+    /* the surrogates are no characters: a lead byte's block holds them whole or none (0xED's: up to 0xD7FF) */
+    if (lo >= 0xD800 && lo <= 0xDFFF) lo = 0xE000;
+    if (hi >= 0xD800 && hi <= 0xDFFF) hi = 0xD7FF;
     if (lo > hi) return 0;
     for (int i = 0; i < n; i++)
         if (src[i] >= 0 && s_class_range(m->g->el, m->nodes[src[i]].pos, lo, hi)) return 1;
@@ -353,6 +403,7 @@ void grammar_matcher_destroy(zg_matcher **pm) {
     free(m->bucket);
     free(m->set);
     free(m->scr);
+    free(m->stamp);
     free(m->sets);
     free(m->pool);
     free(m->set_tab);
@@ -532,12 +583,8 @@ static int s_set_open(zg_matcher *m, int32_t sid) {
     int at = s_scr_open(m);
     if (at < 0) return -1;
     const s_set *e = &m->sets[sid];
-    for (int i = 0; i < e->len; i++) {
-        if (m->n_scr == m->cap_scr && s_scr_push(m, m->pool[e->start + i]) == 0) continue; /* grows */
-        if (m->oom) return -1;
-        if (m->n_scr < m->cap_scr) m->scr[m->n_scr++] = m->pool[e->start + i];
-    }
-    return at;
+    for (int i = 0; i < e->len; i++) s_key_put(m, m->pool[e->start + i]);
+    return m->oom ? -1 : at;
 }
 
 /* the set after code point c from set sid: an id, -1 when empty, -2 out of memory */

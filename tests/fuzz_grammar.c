@@ -97,8 +97,37 @@ static const char *const s_seed_text[] = {
     "\x03\0\x07\x01\x00\x03",
 };
 
+/* seeds holding NULs in their feed, as {text, length} */
+#define S_BIN(lit)                                                                                                     \
+    { lit, sizeof lit - 1 }
+static const struct {
+    const char *s;
+    size_t n;
+} s_seed_bin[] = {
+    /* a grammar whose parses multiply past the matcher's stack bound (recursion through a repetition) and a feed
+     * that drives it there: the bound drops parses, and every token allowed still leaves something to follow */
+    S_BIN("\x02root ::= \"(ro  ot\"\")\" | [a(0ff]+  root{2,3}\n\x00\x10 0-\\u00ff]+ 3}(\n\x00\x10 \x98"
+          "\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\xf8"
+          "\x98\x98"
+          "1\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98"
+          "\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98"
+          "\x98\x98\x98\x98\x98\x98\x98root{2,\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98"
+          "\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98\x98"
+          "0"),
+    /* a negated class whose ranges cover U+0080-00BF together, and a feed that picks the lead byte 0xC2 */
+    S_BIN("\x02root ::= \"a\" [^\\x80-\\x9f\\xa0-\\xbf]\n\0\x01\x80"),
+    /* a class reaching into the surrogates, and a feed that picks the lead byte 0xED */
+    S_BIN("\x02root ::= \"a\" [\\ud900-\\ue000]\n\0\x01\x00"),
+    /* a nullable rule repeated inside itself: each stack is expanded once per step, not along every path */
+    S_BIN("\x02root ::= \"\" | [a(0ff].  root{2,3}\n\0\x10 0-]. \x98\x03\x98"),
+};
+
 static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
     int n = 0;
+    for (size_t i = 0; i < sizeof s_seed_bin / sizeof *s_seed_bin && n < max; i++) {
+        seeds[n] = (const uint8_t *)s_seed_bin[i].s;
+        sizes[n++] = s_seed_bin[i].n;
+    }
     for (size_t i = 0; i < sizeof s_seed_text / sizeof *s_seed_text && n < max; i++) {
         const char *s = s_seed_text[i];
         size_t len = 1 + strlen(s + 1);

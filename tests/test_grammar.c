@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "gguf.h"
 #include "grammar.h"
 #include "test.h"
@@ -157,6 +158,151 @@ static void test_mask(void) {
     grammar_vocab_destroy(&v);
 }
 
+/* a vocabulary of every single byte (ids 0-255) and end of generation (256) */
+static zg_vocab *s_byte_vocab(void) {
+    static char one[256];
+    const char *toks[257];
+    size_t lens[257];
+    uint8_t eog[257] = {0};
+    for (int i = 0; i < 256; i++) {
+        one[i] = (char)i;
+        toks[i] = one + i;
+        lens[i] = 1;
+    }
+    toks[256] = "";
+    lens[256] = 0;
+    eog[256] = 1;
+    char err[256];
+    zg_vocab *v = grammar_vocab_new(257, toks, lens, eog, err, sizeof err);
+    CHECK(v != NULL, "byte vocab: %s", err);
+    return v;
+}
+
+/* the allowed bytes after prefix as a string of hex pairs ("" when the prefix is refused) */
+static void s_allowed_after(const zg_vocab *v, const char *text, const char *prefix, char *out, size_t cap) {
+    char err[256];
+    out[0] = 0;
+    zg_grammar *g = grammar_compile(ZG_GBNF, text, strlen(text), err, sizeof err);
+    zg_matcher *m = g ? grammar_matcher_new(g, err, sizeof err) : NULL;
+    grammar_unref(&g);
+    uint32_t mask[9];
+    if (m && grammar_matcher_accept_bytes(m, prefix, strlen(prefix)) == 0 && grammar_matcher_mask(m, v, mask) > 0)
+        for (int b = 0; b < 257; b++)
+            if (mask[b >> 5] >> (b & 31) & 1 && strlen(out) + 5 < cap)
+                snprintf(out + strlen(out), cap - strlen(out), "%02x ", b);
+    grammar_matcher_destroy(&m);
+}
+
+/* characters no text holds: surrogates in a string or a class of them only, or a negated class that covers every
+ * character, are refused at compile time; a token that ends inside a character is allowed only when some
+ * character of the class can complete it (negated classes whose ranges cover the block together, the block of
+ * 0xED that holds the surrogates) */
+static void test_dead_ends(void) {
+    s_refused(ZG_GBNF, "root ::= \"a\" \"\\ud800\" | \"b\"", "surrogate");
+    s_refused(ZG_GBNF, "root ::= \"a\" [\\ud800-\\udfff]", "empty character class");
+    s_refused(ZG_GBNF, "root ::= \"a\" [^\\x00-\\U0010ffff]", "empty character class");
+    s_refused(ZG_GBNF, "root ::= \"a\" [^\\x00-\\ud7ff\\ue000-\\U0010ffff]", "empty character class");
+    CHECK(s_match(ZG_GBNF, "root ::= [^\\x00-\\ud7ff\\ue001-\\U0010ffff]", "\xee\x80\x80") == 1, "U+E000 alone");
+    zg_vocab *v = s_byte_vocab();
+    if (!v) return;
+    char got[1024];
+    s_allowed_after(v, "root ::= \"a\" [^\\x00-\\x7f\\x80-\\x9f\\xa0-\\xbf]", "a", got, sizeof got);
+    CHECK(strncmp(got, "c3 c4 ", 6) == 0, "U+0080-00BF excluded by two ranges: no 0xC2 (%.12s)", got);
+    s_allowed_after(v, "root ::= \"a\" [\\ud900-\\ue000]", "a", got, sizeof got);
+    CHECK(strcmp(got, "ee ") == 0, "a class reaching into the surrogates: only 0xEE leads (%s)", got);
+    s_allowed_after(v, "root ::= \"a\" [\\ud7ff-\\ue000]", "a\xed", got, sizeof got);
+    CHECK(strcmp(got, "9f ") == 0, "after 0xED only 0x9F (U+D7C0-D7FF) (%s)", got);
+    grammar_vocab_destroy(&v);
+}
+
+/* a grammar whose parses multiply (recursion through a repetition, each character may end one parse and start
+ * another) past the matcher's bound on live stacks: every token the mask allows is accepted and leaves a
+ * non-empty mask, the mask agrees with accepting each byte on a replayed matcher, and a match can still end */
+static void test_ambiguous(void) {
+    char err[256];
+    zg_vocab *v = s_byte_vocab();
+    const char *text = "root ::= \"(ro  ot\" \")\" | [a(0f]+ root{2,3}\n";
+    zg_grammar *g = grammar_compile(ZG_GBNF, text, strlen(text), err, sizeof err);
+    CHECK(v != NULL && g != NULL, "vocab and grammar: %s", err);
+    if (!v || !g) goto done;
+    /* a path that fills the stack bound, ending where some next tokens would overflow it again */
+    const char *path = "(a((a0(faa0f(00(((0(a(a(a(a(a(a(a(a(a(a(a(a(ro  ot)(a(a(0f";
+    zg_matcher *m = grammar_matcher_new(g, err, sizeof err);
+    uint32_t mask[9];
+    int empty = 0, refused = 0, steps = 0, disagree = 0, ended = 0;
+    size_t np = strlen(path);
+    for (size_t k = 0; m && k < np + 200; k++, steps++) {
+        int n = grammar_matcher_mask(m, v, mask);
+        if (n == 0) {
+            empty++;
+            break;
+        }
+        /* the path, then the last allowed byte (the class's, so the parses keep multiplying) */
+        int id = k < np ? (unsigned char)path[k] : -1;
+        for (int i = 255; id < 0 && i >= 0; i--)
+            if (mask[i >> 5] >> (i & 31) & 1) id = i;
+        if (id < 0 || !(mask[id >> 5] >> (id & 31) & 1) || grammar_matcher_accept_token(m, v, id) != 0) {
+            refused++;
+            break;
+        }
+    }
+    CHECK(empty == 0 && refused == 0 && steps == (int)np + 200, "%d steps: %d empty masks, %d refusals", steps, empty,
+          refused);
+    /* the mask at the end against accepting each byte on a matcher that replays the path */
+    if (m && grammar_matcher_mask(m, v, mask) > 0) {
+        for (int b = 0; b < 256; b++) {
+            zg_matcher *r = grammar_matcher_new(g, err, sizeof err);
+            int ok = r && grammar_matcher_accept_bytes(r, path, np) == 0;
+            int acc = ok && grammar_matcher_accept_token(r, v, b) == 0;
+            if (ok && acc != (int)(mask[b >> 5] >> (b & 31) & 1)) disagree++;
+            grammar_matcher_destroy(&r);
+        }
+    }
+    CHECK(disagree == 0, "the mask disagrees with accepting %d bytes", disagree);
+    grammar_matcher_destroy(&m);
+    /* from deep in the ambiguity a whole match is still reachable: close with the literal alternative */
+    m = grammar_matcher_new(g, err, sizeof err);
+    for (int i = 0; m && i < 40 && !ended; i++) {
+        if (grammar_matcher_accept_bytes(m, "a(a", 3) != 0) break;
+        for (int j = 0; j < 8 && !ended; j++) {
+            if (grammar_matcher_accept_bytes(m, "(ro  ot)", 8) != 0) break;
+            ended = grammar_matcher_accepting(m);
+        }
+    }
+    CHECK(ended, "no whole match after the ambiguous prefix");
+    grammar_matcher_destroy(&m);
+done:
+    grammar_unref(&g);
+    grammar_vocab_destroy(&v);
+}
+
+/* a nullable rule repeated inside itself: each step's expansion reaches the same stacks along exponentially many
+ * paths unless each stack is expanded once; 64 tokens take milliseconds (a bound of seconds for a loaded host) */
+static void test_nullable_nesting(void) {
+    char err[256];
+    zg_vocab *v = s_byte_vocab();
+    const char *text = "root ::= \"\" | [a(0f] . root{2,3}\n";
+    zg_grammar *g = grammar_compile(ZG_GBNF, text, strlen(text), err, sizeof err);
+    zg_matcher *m = g ? grammar_matcher_new(g, err, sizeof err) : NULL;
+    CHECK(v && m, "grammar: %s", err);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int steps = 0;
+    uint32_t mask[9];
+    for (; m && steps < 64; steps++) {
+        if (grammar_matcher_mask(m, v, mask) == 0) break;
+        int id = steps % 2 ? 'x' : 'a'; /* a class character, then any: each pair nests two or three more roots */
+        if (!(mask[id >> 5] >> (id & 31) & 1) || grammar_matcher_accept_token(m, v, id) != 0) break;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    CHECK(steps == 64, "stopped after %d tokens", steps);
+    CHECK(s < 3.0, "64 tokens took %.2f s", s);
+    grammar_matcher_destroy(&m);
+    grammar_unref(&g);
+    grammar_vocab_destroy(&v);
+}
+
 static uint64_t s_rng = 88172645463325252ULL;
 static uint32_t s_rand(void) {
     s_rng ^= s_rng << 13;
@@ -268,6 +414,9 @@ int main(void) {
     test_regex();
     test_schema();
     test_mask();
+    test_ambiguous();
+    test_dead_ends();
+    test_nullable_nesting();
     test_vocab_walks();
     test_cache();
     return test_report();
