@@ -213,14 +213,17 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
             CU_CHECK(cudaEventCreate(&E->fl[i].ev1));
         }
         CU_CHECK(cudaEventCreateWithFlags(&E->ev_in, cudaEventDisableTiming));
-        
+
         /* RoPE table for every position of a slot: the model's frequencies and magnitude (engine/rope.h) */
         {
             const size_t nf = (size_t)b->n_ctx * c->rope_dim;
             float *h = (float *)malloc(nf * 4 + 4);
             if (!h) { snprintf(err, errlen, "out of memory"); goto fail; }
             zl_rope rope;
-            if (rope_init(&rope, m, b->n_ctx, err, errlen) != 0) { free(h); goto fail; }
+            if (rope_init(&rope, m, b->n_ctx, err, errlen) != 0) {
+                free(h);
+                goto fail;
+            }
             for (int p = 0; p < b->n_ctx; p++) rope_cs_row(&rope, p, h + (size_t)p * c->rope_dim);
             rope_free(&rope);
             ce = cudaMalloc((void **)&E->rope_cs, nf * 4 + 4);

@@ -179,8 +179,10 @@ static int s_read_rope_scaling(const gguf *g, const char *arch, zl_config *c, ch
         else if (gguf_str_eq(sv->v.str, "yarn")) c->rope_scaling = ZL_ROPE_SCALING_YARN;
         else if (!gguf_str_eq(sv->v.str, "linear") && !gguf_str_eq(sv->v.str, "longrope")) {
             int n = sv->v.str.len > 32 ? 32 : (int)sv->v.str.len;
-            snprintf(err, errlen, "%s: RoPE scaling type '%.*s' (%s) is not supported (zllm computes none, linear, "
-                     "yarn and longrope)", g->path, n, sv->v.str.ptr, key);
+            snprintf(err, errlen,
+                     "%s: RoPE scaling type '%.*s' (%s) is not supported (zllm computes none, linear, "
+                     "yarn and longrope)",
+                     g->path, n, sv->v.str.ptr, key);
             return -1;
         }
     }
@@ -293,8 +295,8 @@ static int s_block_layer(const char *name, const char **rest) {
 static int s_known_tensor(const zl_model *m, const char *name) {
     const zl_config *c = &m->cfg;
     static const char *const global[] = {"token_embd.weight", "output_norm.weight", "output.weight"};
-    static const char *const block[] = {"attn_norm.weight", "attn_output.weight", "ffn_norm.weight",
-                                        "ffn_up.weight", "ffn_down.weight"};
+    static const char *const block[] = {"attn_norm.weight", "attn_output.weight", "ffn_norm.weight", "ffn_up.weight",
+                                        "ffn_down.weight"};
     static const char *const qkv[] = {"attn_q.weight", "attn_k.weight", "attn_v.weight"};
     static const char *const bias[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
     static const char *const qk_norm[] = {"attn_q_norm.weight", "attn_k_norm.weight"};
@@ -375,8 +377,8 @@ static int s_bind_rope(zl_model *m, char *err, size_t errlen) {
         if (quant_dequant_row(ws[k]->type, ws[k]->data, f, half) != 0) rc = -1;
         for (int i = 0; i < half && rc == 0; i++)
             if (!(f[i] > 0.0f) || !isfinite(f[i])) rc = -1;
-        if (rc) snprintf(err, errlen, "%s: tensor %s holds a factor that is not positive and finite", g->path,
-                         ws[k]->name);
+        if (rc)
+            snprintf(err, errlen, "%s: tensor %s holds a factor that is not positive and finite", g->path, ws[k]->name);
     }
     free(f);
     return rc;
@@ -455,8 +457,7 @@ static int s_bind_all(zl_model *m, char *err, size_t errlen) {
             return -1;
         }
         if (!need_bias && have != 0) {
-            snprintf(err, errlen, "%s: layer %d has attention biases (unsupported for this architecture)", g->path,
-                     l);
+            snprintf(err, errlen, "%s: layer %d has attention biases (unsupported for this architecture)", g->path, l);
             return -1;
         }
         c->has_qkv_bias = need_bias;

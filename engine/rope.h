@@ -8,10 +8,10 @@
 #include "model.h"
 
 typedef struct {
-    int half;          /* rotated pairs per head: rope_dim / 2 */
-    double *inv_freq;  /* [half] angle per position of pair i: theta(p, i) = p * inv_freq[i] */
-    double mscale;     /* cos and sin are multiplied by this (YaRN's and LongRoPE's attention factor; else 1) */
-    int long_factors;  /* 1 when LongRoPE's long factor set was chosen (n_ctx > the original context) */
+    int half;         /* rotated pairs per head: rope_dim / 2 */
+    double *inv_freq; /* [half] angle per position of pair i: theta(p, i) = p * inv_freq[i] */
+    double mscale;    /* cos and sin are multiplied by this (YaRN's and LongRoPE's attention factor; else 1) */
+    int long_factors; /* 1 when LongRoPE's long factor set was chosen (n_ctx > the original context) */
 } zl_rope;
 
 /* Fills r for model m served with context n_ctx (LongRoPE picks its long factors when n_ctx exceeds
