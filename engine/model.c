@@ -417,9 +417,7 @@ static int s_bind_all(zl_model *m, char *err, size_t errlen) {
         char n[96];
 #define BIND(field, suffix, nin, nout, opt)                                                                            \
     (snprintf(n, sizeof n, "blk.%d." suffix, l), s_bind(g, &L->field, n, nin, nout, opt, err, errlen))
-        if (BIND(attn_norm, "attn_norm.weight", c->dim, 0, 0) || BIND(wo, "attn_output.weight", q_dim, c->dim, 0) ||
-            BIND(ffn_norm, "ffn_norm.weight", c->dim, 0, 0) || BIND(w_down, "ffn_down.weight", c->ffn_dim, c->dim, 0))
-            return -1;
+        if (BIND(attn_norm, "attn_norm.weight", c->dim, 0, 0)) return -1;
         zl_weight fused;
         snprintf(n, sizeof n, "blk.%d.attn_qkv.weight", l);
         if (c->arch == ZL_ARCH_PHI3 && gguf_find_tensor(g, n)) { /* phi3: q, k, v rows of one matrix */
@@ -431,6 +429,8 @@ static int s_bind_all(zl_model *m, char *err, size_t errlen) {
                    BIND(wv, "attn_v.weight", c->dim, kv_dim, 0)) {
             return -1;
         }
+        if (BIND(wo, "attn_output.weight", q_dim, c->dim, 0) || BIND(ffn_norm, "ffn_norm.weight", c->dim, 0, 0))
+            return -1;
         if (c->arch == ZL_ARCH_PHI3) { /* phi3: ffn_up.weight holds the gate rows, then the up rows */
             snprintf(n, sizeof n, "blk.%d.ffn_up.weight", l);
             if (s_bind(g, &fused, n, c->dim, 2 * (int64_t)c->ffn_dim, 0, err, errlen)) return -1;
@@ -440,6 +440,7 @@ static int s_bind_all(zl_model *m, char *err, size_t errlen) {
                    BIND(w_up, "ffn_up.weight", c->dim, c->ffn_dim, 0)) {
             return -1;
         }
+        if (BIND(w_down, "ffn_down.weight", c->ffn_dim, c->dim, 0)) return -1;
         /* qwen3: per-head RMSNorm of q and k (required; on other architectures the tensors are refused below) */
         if (c->arch == ZL_ARCH_QWEN3 && (BIND(attn_q_norm, "attn_q_norm.weight", c->head_dim, 0, 0) ||
                                          BIND(attn_k_norm, "attn_k_norm.weight", c->head_dim, 0, 0)))
