@@ -47,8 +47,8 @@ static void test_case(const char *name, zl_arch arch) {
         double off = oracle_run(&plain, &c, "cpu-ref", 0);
         CHECK(off > 1e-2, "%s: with the variant off the logits still match (%.3g): the check is blind to it", name,
               off);
-        printf("%s: %d rows x %d logits vs transformers: cpu-ref %.3g, cpu %.3g (variant off: %.3g)\n", name,
-               c.n_rows, c.vocab, ref, fast, off);
+        printf("%s: %d rows x %d logits vs transformers: cpu-ref %.3g, cpu %.3g (variant off: %.3g)\n", name, c.n_rows,
+               c.vocab, ref, fast, off);
     }
     model_destroy(&m);
     oracle_free(&c);
