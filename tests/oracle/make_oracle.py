@@ -7,7 +7,8 @@ llama3 / linear / yarn, Qwen3Config, Phi3Config with LongRoPE and partial rotary
 tests/data/oracle/NAME.gguf the way llama.cpp's convert_hf_to_gguf.py writes that architecture (tensor names,
 metadata keys, llama's Q/K row permutation, llama3's rope_freqs.weight, phi3's fused attn_qkv / ffn_up and
 rope_factors_long/short with the attention factor key), and transformers' f32 logits at chosen positions of a
-few random prompts are saved in NAME.logits.f32 ([rows][vocab] little-endian f32), described by NAME.txt:
+few random prompts are saved in NAME.logits.f32 ([rows][vocab] little-endian f32), described by NAME.txt
+(NAME-bf16.*: the same model with its matrices rounded to and stored as BF16, norms and factors F32):
 
     vocab V
     prompt N_TOKENS N_CTX N_CHECKS      (N_CTX: the context the engine must be made with; LongRoPE depends on it)
@@ -72,7 +73,8 @@ def np32(t):
     return t.detach().float().numpy().astype(np.float32)
 
 
-def write_gguf(path, arch, kv, tensors):
+def write_gguf(path, arch, kv, tensors, bf16=False):
+    """bf16: matrices (2-D tensors) stored as BF16, vectors (norms, RoPE factors) F32, as the converter does"""
     import gguf
     w = gguf.GGUFWriter(path, arch)
     for k, (kind, v) in kv.items():
@@ -84,7 +86,12 @@ def write_gguf(path, arch, kv, tensors):
         elif kind == "str":
             w.add_string(key, v)
     for name, arr in tensors:
-        w.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        if bf16 and arr.ndim == 2:
+            qt = gguf.GGMLQuantizationType.BF16
+            w.add_tensor(name, gguf.quants.quantize(arr, qt), raw_dtype=qt)
+        else:
+            w.add_tensor(name, arr)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -234,7 +241,6 @@ CASES = {"llama3": case_llama3, "linear": case_linear, "yarn": case_yarn, "qwen3
 
 def make(name, outdir):
     import torch
-    import transformers
     torch.manual_seed(0)
     arch, cfg, model, kv, tensors, prompts = CASES[name]()
     model.config._attn_implementation = "eager"
@@ -243,7 +249,20 @@ def make(name, outdir):
         model.tie_weights()
     model = model.float().eval()
     write_gguf(os.path.join(outdir, name + ".gguf"), arch, kv, tensors(model))
-    rng = np.random.RandomState(sum(map(ord, name)) + 7)
+    save_logits(name, outdir, arch, cfg, model, prompts)
+    # the BF16 twin: matrices rounded to bf16 (the model's own weights too, so its f32 logits are the oracle)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.copy_(p.to(torch.bfloat16).float())
+    write_gguf(os.path.join(outdir, name + "-bf16.gguf"), arch, kv, tensors(model), bf16=True)
+    save_logits(name + "-bf16", outdir, arch, cfg, model, prompts, seed_name=name)
+
+
+def save_logits(name, outdir, arch, cfg, model, prompts, seed_name=None):
+    import torch
+    import transformers
+    rng = np.random.RandomState(sum(map(ord, seed_name or name)) + 7)
     lines = [f"# {name}: {arch}, rope {cfg.rope_parameters}; transformers {transformers.__version__}, "
              f"torch {torch.__version__}, eager f32", f"vocab {VOCAB}"]
     rows = []
