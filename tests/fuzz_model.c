@@ -35,9 +35,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
 /* the committed tiny models, read once (from the repository root, where tests/run.sh runs) */
 static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
-    static const char *paths[] = { "tests/ref/tiny-llama.gguf", "tests/ref/tiny-qwen2.gguf",
-                                   "tests/data/oracle/llama3-bf16.gguf", "tests/data/oracle/qwen3-bf16.gguf",
-                                   "tests/data/oracle/phi3-bf16.gguf" };
+    static const char *paths[] = {"tests/ref/tiny-llama.gguf", "tests/ref/tiny-qwen2.gguf",
+                                  "tests/data/oracle/llama3-bf16.gguf", "tests/data/oracle/qwen3-bf16.gguf",
+                                  "tests/data/oracle/phi3-bf16.gguf"};
     enum { N_PATHS = sizeof paths / sizeof paths[0] };
     static uint8_t *bufs[N_PATHS];
     static size_t lens[N_PATHS];
