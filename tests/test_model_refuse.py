@@ -5,8 +5,8 @@ Each variant is stories260K (a real tiny Llama) rewritten by the `gguf` package'
 malformed RoPE factor tensors (rope_freqs.weight of the wrong length or with a zero factor, LongRoPE's long
 factors without the short ones), an unknown RoPE scaling type, per-head Q/K norms on llama, a stray tensor in a
 block, block tensors whose layer number is not written as the loader writes it, and each refused metadata key.
-The unchanged copy and the RoPE variants zllm computes (llama3 factors, linear scaling) must load and generate,
-so a loader that refuses everything fails this test too."""
+The unchanged copy and the RoPE variants zllm computes (llama3 factors, linear scaling, also under the older key
+rope.scale_linear) must load and generate, so a loader that refuses everything fails this test too."""
 import os
 import subprocess
 import sys
@@ -88,6 +88,7 @@ def main():
         ("rope_freqs", [("rope_freqs.weight", np.full(4, 2.0, dtype=np.float32))], [], None),
         ("linear", [], [("llama.rope.scaling.type", gguf.GGUFValueType.STRING, "linear"),
                         ("llama.rope.scaling.factor", f32, 8.0)], None),
+        ("scale_linear", [], [("llama.rope.scale_linear", f32, 2.0)], None),
         ("rope_freqs_len", [("rope_freqs.weight", np.ones(3, dtype=np.float32))], [], "rope_freqs.weight"),
         ("rope_freqs_zero", [("rope_freqs.weight", np.array([1, 0, 1, 1], dtype=np.float32))], [],
          "rope_freqs.weight"),
