@@ -186,7 +186,6 @@ static int s_read_rope_scaling(const gguf *g, const char *arch, zl_config *c, ch
             return -1;
         }
     }
-    float yarn_attn = 1.0f;
     /* the factor; older files write it as rope.scale_linear; 0 means none (llama.cpp) */
     snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
     const char *factor_key = gguf_get(g, key) ? "rope.scaling.factor" : "rope.scale_linear";
@@ -194,12 +193,11 @@ static int s_read_rope_scaling(const gguf *g, const char *arch, zl_config *c, ch
         s_get_int(g, arch, "rope.scaling.original_context_length", c->n_ctx, 1, 1 << 24, &c->rope_orig_ctx, err,
                   errlen) ||
         s_get_float(g, arch, "rope.scaling.attn_factor", 1.0, 0.0, 1e3, &c->rope_attn_factor, err, errlen) ||
-        s_get_float(g, arch, "rope.scaling.yarn_attn_factor", 1.0, 0.0, 1e3, &yarn_attn, err, errlen) ||
+        s_get_float(g, arch, "rope.scaling.yarn_attn_factor", 1.0, 0.0, 1e3, &c->rope_yarn_attn, err, errlen) ||
         s_get_float(g, arch, "rope.scaling.yarn_ext_factor", -1.0, -1.5, 1.0, &c->rope_ext_factor, err, errlen) ||
         s_get_float(g, arch, "rope.scaling.yarn_beta_fast", 32.0, 0.0, 1e6, &c->rope_beta_fast, err, errlen) ||
         s_get_float(g, arch, "rope.scaling.yarn_beta_slow", 1.0, 0.0, 1e6, &c->rope_beta_slow, err, errlen))
         return -1;
-    c->rope_attn_factor *= yarn_attn;
     if (c->rope_scale == 0.0f) c->rope_scale = 1.0f;
     if (c->rope_scaling == ZL_ROPE_SCALING_NONE) c->rope_scale = 1.0f; /* llama.cpp: no scaling whatever the factor */
     /* llama.cpp: a negative extrapolation factor means 1 for YaRN; it has no effect otherwise */

@@ -32,7 +32,8 @@ typedef struct {
     zl_rope_scaling rope_scaling; /* rope.scaling.type */
     float rope_scale;         /* rope.scaling.factor (linear and YaRN: positions are divided by it); 1 when absent */
     int rope_orig_ctx;        /* rope.scaling.original_context_length (YaRN, LongRoPE); n_ctx when absent */
-    float rope_attn_factor;   /* rope.scaling.attn_factor * rope.scaling.yarn_attn_factor: cos/sin magnitude */
+    float rope_attn_factor;   /* rope.scaling.attn_factor: cos/sin magnitude (LongRoPE's attention factor); 1 */
+    float rope_yarn_attn;     /* rope.scaling.yarn_attn_factor (1; unused where YaRN mixes, as in llama.cpp) */
     float rope_ext_factor;    /* YaRN's extrapolation mix (rope.scaling.yarn_ext_factor; 1 when absent) */
     float rope_beta_fast;     /* YaRN's correction range (rope.scaling.yarn_beta_fast, 32 when absent) */
     float rope_beta_slow;     /* (rope.scaling.yarn_beta_slow, 1 when absent) */

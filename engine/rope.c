@@ -5,8 +5,8 @@
  *     interp_i = extrap_i / scale                      (scale: rope.scaling.factor, 1 when absent)
  *     inv_i    = interp_i (1 - mix_i) + extrap_i mix_i (mix_i = ext_factor * ramp_i, YaRN only; else 0)
  * where ramp_i falls from 1 to 0 between YaRN's correction dims (from beta_fast and beta_slow at the original
- * context). The magnitude is attn_factor (rope.scaling.attn_factor times rope.scaling.yarn_attn_factor), times
- * 1 + 0.1 ln(scale) when YaRN mixes. */
+ * context). The magnitude is rope.scaling.attn_factor times, where YaRN mixes, 1 + 0.1 ln(scale) (scale > 1), and
+ * otherwise rope.scaling.yarn_attn_factor (llama.cpp's context set-up and rope kernel together). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,8 +66,10 @@ int rope_init(zl_rope *r, const zl_model *m, int n_ctx, char *err, size_t errlen
         }
         r->inv_freq[i] = interp * (1.0 - mix) + extrap * mix;
     }
-    r->mscale = c->rope_attn_factor;
-    if (ext != 0.0) r->mscale *= 1.0 + 0.1 * log(scale);
+    /* llama.cpp: where YaRN mixes, its own magnitude 1 + 0.1 ln(factor) (1 for a factor <= 1) replaces
+     * yarn_attn_factor; attn_factor multiplies either way */
+    if (ext != 0.0) r->mscale = c->rope_attn_factor * (scale > 1.0 ? 1.0 + 0.1 * log(scale) : 1.0);
+    else r->mscale = (double)c->rope_attn_factor * c->rope_yarn_attn;
     free(ff);
     return 0;
 }

@@ -20,6 +20,7 @@ static zl_model s_plain(const zl_model *m) {
     p.cfg.rope_scaling = ZL_ROPE_SCALING_NONE;
     p.cfg.rope_scale = 1.0f;
     p.cfg.rope_attn_factor = 1.0f;
+    p.cfg.rope_yarn_attn = 1.0f;
     p.cfg.rope_ext_factor = 0.0f;
     p.cfg.has_qk_norm = 0;
     memset(&p.rope_freqs, 0, sizeof p.rope_freqs);
