@@ -1,7 +1,7 @@
 /* cuda/test_oracle_gpu.cu -> gpu_test_oracle_gpu: the CUDA engine against transformers on the RoPE variants and
  * architectures of tests/data/oracle (tests/oracle/make_oracle.py; the CPU engines' check is
  * tests/test_oracle_logits.c): llama with llama3 frequency factors (positions to 2099), linear scaling, YaRN,
- * qwen3 (per-head Q/K norms) and phi3 (fused matrices, LongRoPE long and short sets, partial rotary). Max rel err
+ * qwen3 (per-head Q/K norms; also with YaRN) and phi3 (fused matrices, LongRoPE long and short sets, partial rotary). Max rel err
  * per logits row <= 1e-3 for the F32 models, <= 2e-2 for their BF16 twins (16-bit GEMM inputs and KV cache), with
  * the decode steps replayed from CUDA graphs and run eagerly. Batch
  * invariance on these models: tests/run_gpu.sh runs gpu_test_engine_gpu on each file. */
@@ -36,9 +36,10 @@ static void test_case(const char *name, zl_arch arch, double tol) {
 }
 
 int main(void) {
-    static const char *const names[] = {"llama3", "linear", "yarn", "qwen3", "phi3"};
-    static const zl_arch archs[] = {ZL_ARCH_LLAMA, ZL_ARCH_LLAMA, ZL_ARCH_LLAMA, ZL_ARCH_QWEN3, ZL_ARCH_PHI3};
-    for (int i = 0; i < 5; i++) {
+    static const char *const names[] = {"llama3", "linear", "yarn", "qwen3", "qwen3-yarn", "phi3"};
+    static const zl_arch archs[] = {ZL_ARCH_LLAMA, ZL_ARCH_LLAMA, ZL_ARCH_LLAMA,
+                                    ZL_ARCH_QWEN3, ZL_ARCH_QWEN3, ZL_ARCH_PHI3};
+    for (int i = 0; i < 6; i++) {
         char bf[64];
         snprintf(bf, sizeof bf, "%s-bf16", names[i]);
         test_case(names[i], archs[i], 1e-3);

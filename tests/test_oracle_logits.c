@@ -1,7 +1,7 @@
 /* tests/test_oracle_logits.c: zllm's CPU engines against transformers on the RoPE variants and architectures
  * (tests/data/oracle, made by tests/oracle/make_oracle.py: models built by transformers, written with the gguf
  * package's GGUFWriter): llama with llama3 frequency factors (rope_freqs.weight, positions to 2099), linear
- * scaling, YaRN, qwen3 (Q/K norms, tied head) and phi3 (fused Q/K/V and gate/up, LongRoPE's long and short factor
+ * scaling, YaRN, qwen3 (Q/K norms, tied head; also with YaRN) and phi3 (fused Q/K/V and gate/up, LongRoPE's long and short factor
  * sets, partial rotary), each in F32 and with BF16 matrices (NAME-bf16: transformers ran the same rounded weights).
  * cpu-ref (f32) must match within 1e-4 relative, cpu (the fast engine; F32 and BF16 weights keep f32 activations,
  * with its own summation order) within 1e-3.
@@ -117,9 +117,10 @@ static void test_case(const char *name, zl_arch arch) {
 }
 
 int main(void) {
-    static const char *const names[] = {"llama3", "linear", "yarn", "qwen3", "phi3"};
-    static const zl_arch archs[] = {ZL_ARCH_LLAMA, ZL_ARCH_LLAMA, ZL_ARCH_LLAMA, ZL_ARCH_QWEN3, ZL_ARCH_PHI3};
-    for (int i = 0; i < 5; i++) {
+    static const char *const names[] = {"llama3", "linear", "yarn", "qwen3", "qwen3-yarn", "phi3"};
+    static const zl_arch archs[] = {ZL_ARCH_LLAMA, ZL_ARCH_LLAMA, ZL_ARCH_LLAMA,
+                                    ZL_ARCH_QWEN3, ZL_ARCH_QWEN3, ZL_ARCH_PHI3};
+    for (int i = 0; i < 6; i++) {
         char bf[64];
         snprintf(bf, sizeof bf, "%s-bf16", names[i]);
         test_case(names[i], archs[i]);

@@ -3,7 +3,7 @@
 built by transformers (not by zllm) and written to GGUF with the gguf package's GGUFWriter (not zllm's writer).
 
 For each case below: a tiny random model is built by transformers from a config (LlamaConfig with rope_type
-llama3 / linear / yarn, Qwen3Config, Phi3Config with LongRoPE and partial rotary), its weights are written to
+llama3 / linear / yarn, Qwen3Config without and with yarn, Phi3Config with LongRoPE and partial rotary), its weights are written to
 tests/data/oracle/NAME.gguf the way llama.cpp's convert_hf_to_gguf.py writes that architecture (tensor names,
 metadata keys, llama's Q/K row permutation, llama3's rope_freqs.weight, phi3's fused attn_qkv / ffn_up and
 rope_factors_long/short with the attention factor key), and transformers' f32 logits at chosen positions of a
@@ -215,6 +215,22 @@ def case_qwen3():
     return "qwen3", cfg, model, kv, lambda m: llama_like_tensors(m, cfg, False, True), prompts
 
 
+def case_qwen3_yarn():
+    """Qwen3 with YaRN, as Qwen publishes its long-context setting (neox layout, tied head)"""
+    import transformers
+    rp = {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 128}
+    cfg = transformers.Qwen3Config(**BASE, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+                                   rms_norm_eps=1e-6, rope_parameters=rp, tie_word_embeddings=True,
+                                   attention_bias=False, use_sliding_window=False)
+    model = transformers.Qwen3ForCausalLM(cfg)
+    kv = common_kv(cfg, 16, 16, 512)
+    kv["{arch}.rope.scaling.type"] = ("str", "yarn")
+    kv["{arch}.rope.scaling.factor"] = ("f32", 4.0)
+    kv["{arch}.rope.scaling.original_context_length"] = ("u32", 128)
+    prompts = [(500, 512, [11, 127, 400, 497, 498, 499])]
+    return "qwen3", cfg, model, kv, lambda m: llama_like_tensors(m, cfg, False, True), prompts
+
+
 def case_phi3():
     import transformers
     orig, max_pos, rot = 256, 2048, 12  # partial rotary: 12 of 16 dims (factor 0.75)
@@ -236,7 +252,8 @@ def case_phi3():
     return "phi3", cfg, model, kv, lambda m: phi3_tensors(m, cfg), prompts
 
 
-CASES = {"llama3": case_llama3, "linear": case_linear, "yarn": case_yarn, "qwen3": case_qwen3, "phi3": case_phi3}
+CASES = {"llama3": case_llama3, "linear": case_linear, "yarn": case_yarn, "qwen3": case_qwen3,
+         "qwen3-yarn": case_qwen3_yarn, "phi3": case_phi3}
 
 
 def make(name, outdir):
