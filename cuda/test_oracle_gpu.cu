@@ -1,10 +1,10 @@
 /* cuda/test_oracle_gpu.cu -> gpu_test_oracle_gpu: the CUDA engine against transformers on the RoPE variants and
  * architectures of tests/data/oracle (tests/oracle/make_oracle.py; the CPU engines' check is
  * tests/test_oracle_logits.c): llama with llama3 frequency factors (positions to 2099), linear scaling, YaRN,
- * qwen3 (per-head Q/K norms; also with YaRN) and phi3 (fused matrices, LongRoPE long and short sets, partial rotary). Max rel err
- * per logits row <= 1e-3 for the F32 models, <= 2e-2 for their BF16 twins (16-bit GEMM inputs and KV cache), with
- * the decode steps replayed from CUDA graphs and run eagerly. Batch
- * invariance on these models: tests/run_gpu.sh runs gpu_test_engine_gpu on each file. */
+ * qwen3 (per-head Q/K norms; also with YaRN) and phi3 (fused matrices, LongRoPE long and short sets, partial
+ * rotary). Max rel err per logits row <= 1e-3 for the F32 models, <= 2e-2 for their BF16 twins (16-bit GEMM inputs
+ * and KV cache), with the decode steps replayed from CUDA graphs and run eagerly. Batch invariance on these
+ * models: tests/run_gpu.sh runs gpu_test_engine_gpu on each file. */
 extern "C" {
 #include "engine.h"
 #include "model.h"

@@ -1,8 +1,9 @@
 /* tests/test_oracle_logits.c: zllm's CPU engines against transformers on the RoPE variants and architectures
  * (tests/data/oracle, made by tests/oracle/make_oracle.py: models built by transformers, written with the gguf
  * package's GGUFWriter): llama with llama3 frequency factors (rope_freqs.weight, positions to 2099), linear
- * scaling, YaRN, qwen3 (Q/K norms, tied head; also with YaRN) and phi3 (fused Q/K/V and gate/up, LongRoPE's long and short factor
- * sets, partial rotary), each in F32 and with BF16 matrices (NAME-bf16: transformers ran the same rounded weights).
+ * scaling, YaRN, qwen3 (Q/K norms, tied head; also with YaRN) and phi3 (fused Q/K/V and gate/up, LongRoPE's long
+ * and short factor sets, partial rotary), each in F32 and with BF16 matrices (NAME-bf16: transformers ran the same
+ * rounded weights).
  * cpu-ref (f32) must match within 1e-4 relative, cpu (the fast engine; F32 and BF16 weights keep f32 activations,
  * with its own summation order) within 1e-3.
  * Batch invariance: a prompt's logits are bitwise the same with a second sequence in every step, on both engines.
