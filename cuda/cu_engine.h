@@ -72,6 +72,7 @@ typedef struct {
     cu_mat wg, wu, wd;         /* FFN matrices (wg, wu empty when wgu holds them) */
     float *attn_norm, *ffn_norm; /* [dim] f32 */
     float *bq, *bk, *bv;       /* biases f32 [rows], NULL when absent */
+    float *qn, *kn;            /* per-head q/k norm weights f32 [head_dim] (qwen3), NULL when absent */
     void *kc, *vc;             /* this layer's caches [n_slots + 1][n_ctx][kv_dim] of wt */
 } cu_layer;
 

@@ -196,6 +196,14 @@ static int s_qkv(cu_engine *E, const cu_layer *L, int n_rows, char *err, size_t 
     }
 }
 
+/* qwen3: per-head RMSNorm of q and k in E->qkv, before RoPE (no biases: the architecture has none) */
+static int s_qk_norm(cu_engine *E, const cu_layer *L, int n_rows, char *err, size_t errlen) {
+    const zl_config *c = &E->base.model->cfg;
+    const int qd = c->n_heads * c->head_dim, ld = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    FWD_CHECK(ops_head_rmsnorm(E->qkv, ld, n_rows, c->n_heads, c->head_dim, L->qn, c->rms_eps, E->st, err, errlen));
+    return ops_head_rmsnorm(E->qkv + qd, ld, n_rows, c->n_kv_heads, c->head_dim, L->kn, c->rms_eps, E->st, err, errlen);
+}
+
 /* biases, RoPE of q and k, q into E->q, k and v into the layer's caches: one kernel. The append precedes
  * attention on the same stream: every row then attends to itself through the cache */
 static int s_rope_append(cu_engine *E, const cu_layer *L, int n_rows, char *err, size_t errlen) {
@@ -309,6 +317,7 @@ int cuda_forward(cu_engine *E, const cu_batch *b, char *err, size_t errlen) {
         const void *xd = NULL;
         FWD_CHECK(s_rmsnorm(E, L->attn_norm, n, err, errlen));                 /* xb = norm(x) */
         FWD_CHECK(s_qkv(E, L, n, err, errlen));                                /* qkv = xb [Wq Wk Wv] */
+        if (L->qn) FWD_CHECK(s_qk_norm(E, L, n, err, errlen));                 /* qwen3: per-head norms */
         FWD_CHECK(s_rope_append(E, L, n, err, errlen));                        /* q, caches += k, v */
         FWD_CHECK(s_attention(E, L, b, err, errlen));                          /* att_w = attention(q) */
         FWD_CHECK(s_matmul(E, &L->wo, n, E->att_w, E->x, 0, 1, err, errlen));  /* x += att_w Wo */

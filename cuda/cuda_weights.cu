@@ -272,6 +272,8 @@ static int s_upload_layer(cu_engine *E, cu_stage *sg, int l, char *err, size_t e
     if (w->bq.data && s_upload(E, sg, &w->bq, CU_F32, (void **)&d->bq, err, errlen) != 0) return -1;
     if (w->bk.data && s_upload(E, sg, &w->bk, CU_F32, (void **)&d->bk, err, errlen) != 0) return -1;
     if (w->bv.data && s_upload(E, sg, &w->bv, CU_F32, (void **)&d->bv, err, errlen) != 0) return -1;
+    if (w->attn_q_norm.data && s_upload(E, sg, &w->attn_q_norm, CU_F32, (void **)&d->qn, err, errlen) != 0) return -1;
+    if (w->attn_k_norm.data && s_upload(E, sg, &w->attn_k_norm, CU_F32, (void **)&d->kn, err, errlen) != 0) return -1;
     d->qkv = d->wqkv.n_out ? CU_QKV_JOINED : d->wqk.n_out ? CU_QKV_QK_V : CU_QKV_SEPARATE;
     d->qkv_pair = d->qkv == CU_QKV_QK_V && cs->qtc_pair && d->wqk.path == CU_PATH_QTC && d->wv.path == CU_PATH_QTC;
     d->ffn = !d->wgu.n_out ? CU_FFN_SEPARATE : d->wgu.glu8 ? CU_FFN_GLU8 : CU_FFN_JOINED;
@@ -390,7 +392,7 @@ void cuda_weights_free(cu_engine *E) {
             cu_layer *L = &E->L[l];
             cu_mat *mats[] = CU_LAYER_MATS(L);
             for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) s_free_mat(mats[i]);
-            void *p[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv};
+            void *p[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->qn, L->kn};
             for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) cudaFree(p[i]);
         }
     }

@@ -16,6 +16,7 @@
 extern "C" {
 #include "engine.h"
 #include "model.h"
+#include "rope.h"
 #include "sampler.h"
 }
 #include <stdio.h>
@@ -212,13 +213,19 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
             CU_CHECK(cudaEventCreate(&E->fl[i].ev1));
         }
         CU_CHECK(cudaEventCreateWithFlags(&E->ev_in, cudaEventDisableTiming));
-        
-        /* RoPE table for every position of a slot */
+
+        /* RoPE table for every position of a slot: the model's frequencies and magnitude (engine/rope.h) */
         {
             const size_t nf = (size_t)b->n_ctx * c->rope_dim;
             float *h = (float *)malloc(nf * 4 + 4);
             if (!h) { snprintf(err, errlen, "out of memory"); goto fail; }
-            ops_rope_table_host(h, b->n_ctx, c->rope_dim, c->rope_base);
+            zl_rope rope;
+            if (rope_init(&rope, m, b->n_ctx, err, errlen) != 0) {
+                free(h);
+                goto fail;
+            }
+            for (int p = 0; p < b->n_ctx; p++) rope_cs_row(&rope, p, h + (size_t)p * c->rope_dim);
+            rope_free(&rope);
             ce = cudaMalloc((void **)&E->rope_cs, nf * 4 + 4);
             if (ce == cudaSuccess) ce = cudaMemcpy(E->rope_cs, h, nf * 4, cudaMemcpyHostToDevice);
             free(h);

@@ -28,6 +28,7 @@
 #include "engine.h"
 #include "engine_env.h"
 #include "quant.h"
+#include "rope.h"
 
 #define S_MAX_THREADS 64
 #define S_CHUNK_BYTES (24 * 1024) /* weight bytes a thread applies to all rows before moving on */
@@ -41,6 +42,8 @@ typedef struct {
     cpu_pool *pool;          /* threads */
     float *attn_norm;        /* [n_layers][dim] */
     float *ffn_norm;         /* [n_layers][dim] */
+    float *qn, *kn;          /* [n_layers][head_dim] per-head q/k norms (qwen3); NULL without */
+    zl_rope rope;            /* RoPE frequencies and magnitude (rope.h) */
     float *bq, *bk, *bv;     /* [n_layers][q_dim] / [n_layers][kv_dim]; NULL without biases */
     float *out_norm;         /* [dim] */
     float *kc, *vc;          /* [n_slots][n_own layers][n_ctx][kv_dim] */
@@ -288,7 +291,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         return -1;
     }
     if (cpu_launch_check(eb, seqs, n, embed, &T)) return -1;
-    const int dim = c->dim, hd = c->head_dim, half = c->rope_dim / 2;
+    const int dim = c->dim, hd = c->head_dim;
     const size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
     const size_t slot_stride = (size_t)(eb->layer_end - eb->layer_begin) * eb->n_ctx * kv_dim;
 
@@ -305,12 +308,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
             }
             e->row_slot[r] = s->slot;
             e->row_pos[r] = s->pos + t;
-            float *cs = e->rope_cs + (size_t)r * c->rope_dim;
-            for (int k = 0; k < half; k++) {
-                double theta = (double)(s->pos + t) * pow((double)c->rope_base, -2.0 * k / c->rope_dim);
-                cs[2 * k] = (float)cos(theta);
-                cs[2 * k + 1] = (float)sin(theta);
-            }
+            rope_cs_row(&e->rope, s->pos + t, e->rope_cs + (size_t)r * c->rope_dim);
         }
     }
     if (!embed) memcpy(e->x, h_in, (size_t)T * dim * sizeof(float));
@@ -327,6 +325,14 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         if (s_matmuls(e, 3, qkv, qkv_b, e->xb, qkv_y, T)) return -1;
         for (r = 0; r < T; r++) {
             const float *cs = e->rope_cs + (size_t)r * c->rope_dim;
+            if (e->qn) { /* qwen3: per-head RMSNorm of q and k, before RoPE */
+                for (int h = 0; h < c->n_heads; h++)
+                    s_rmsnorm(e->q + r * q_dim + h * hd, e->q + r * q_dim + h * hd, e->qn + (size_t)l * hd, hd,
+                              c->rms_eps);
+                for (int h = 0; h < c->n_kv_heads; h++)
+                    s_rmsnorm(e->k + r * kv_dim + h * hd, e->k + r * kv_dim + h * hd, e->kn + (size_t)l * hd, hd,
+                              c->rms_eps);
+            }
             s_rope(e->q + r * q_dim, c->n_heads, hd, c->rope_dim, c->rope_style, cs);
             s_rope(e->k + r * kv_dim, c->n_kv_heads, hd, c->rope_dim, c->rope_style, cs);
             size_t at = (size_t)e->row_slot[r] * slot_stride +
@@ -395,6 +401,9 @@ static void s_destroy(zl_engine *eb) {
                      e->hb,        e->hb2,      e->xl, e->lg,  e->lgs, e->rope_cs,  e->th_att};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e->xq);
+    free(e->qn);
+    free(e->kn);
+    rope_free(&e->rope);
     free(e->row_slot);
     free(e->row_pos);
     cpu_launch_free(&e->lq);
@@ -544,8 +553,20 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
             goto fail;
         }
     }
+    if (rope_init(&e->rope, m, b->n_ctx, err, errlen)) goto fail;
+    if (c->has_qk_norm) {
+        e->qn = s_alloc(L * (size_t)c->head_dim);
+        e->kn = s_alloc(L * (size_t)c->head_dim);
+        if (!e->qn || !e->kn) {
+            snprintf(err, errlen, "cpu engine: out of memory");
+            goto fail;
+        }
+    }
     for (size_t l = 0; l < L; l++) {
         const zl_layer_weights *lw = &m->layers[l];
+        if (c->has_qk_norm && (s_vec(&lw->attn_q_norm, e->qn + l * c->head_dim, err, errlen) ||
+                               s_vec(&lw->attn_k_norm, e->kn + l * c->head_dim, err, errlen)))
+            goto fail;
         if (s_vec(&lw->attn_norm, e->attn_norm + l * dim, err, errlen) ||
             s_vec(&lw->ffn_norm, e->ffn_norm + l * dim, err, errlen))
             goto fail;

@@ -19,6 +19,7 @@
 #include "cpu_launch.h"
 #include "engine.h"
 #include "quant.h"
+#include "rope.h"
 
 #define S_MAX_THREADS 64
 #define S_CHUNK_BYTES (64 * 1024) /* dequantized weight rows held per thread at once */
@@ -56,6 +57,7 @@ typedef struct {
     /* small weights dequantized to f32 at creation */
     float *attn_norm;    /* [n_layers][dim] */
     float *ffn_norm;     /* [n_layers][dim] */
+    float *qn, *kn;      /* [n_layers][head_dim] per-head q/k norms (qwen3); NULL without */
     float *bq, *bk, *bv; /* [n_layers][q_dim] / [n_layers][kv_dim]; NULL without biases */
     float *out_norm;     /* [dim] */
     /* KV cache: [n_slots][n_own][n_ctx][kv_dim] each, n_own = layer_end - layer_begin (this stage's layers) */
@@ -72,6 +74,7 @@ typedef struct {
     float *lgs;              /* [vocab] sampler scratch */
     int *row_slot, *row_pos; /* [T] slot and position of each row */
     float *rope_cs;          /* [T][rope_dim] cos/sin pairs per row */
+    zl_rope rope;            /* RoPE frequencies and magnitude (rope.h) */
     float *th_att;           /* [nth][n_ctx] attention scores per thread */
     float *th_w;             /* [nth][chunk floats] dequantized weight rows per thread */
     size_t th_w_floats;      /* floats per thread in th_w */
@@ -289,7 +292,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         return -1;
     }
     if (cpu_launch_check(eb, seqs, n, embed, &T)) return -1;
-    int dim = c->dim, hd = c->head_dim, half = c->rope_dim / 2;
+    int dim = c->dim, hd = c->head_dim;
     size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
     size_t slot_stride = (size_t)(eb->layer_end - eb->layer_begin) * eb->n_ctx * kv_dim;
 
@@ -307,12 +310,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
             }
             e->row_slot[r] = s->slot;
             e->row_pos[r] = s->pos + t;
-            float *cs = e->rope_cs + (size_t)r * c->rope_dim;
-            for (int k = 0; k < half; k++) {
-                double theta = (double)(s->pos + t) * pow((double)c->rope_base, -2.0 * k / c->rope_dim);
-                cs[2 * k] = (float)cos(theta);
-                cs[2 * k + 1] = (float)sin(theta);
-            }
+            rope_cs_row(&e->rope, s->pos + t, e->rope_cs + (size_t)r * c->rope_dim);
         }
     }
 
@@ -328,6 +326,14 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
             return -1;
         for (r = 0; r < T; r++) {
             const float *cs = e->rope_cs + (size_t)r * c->rope_dim;
+            if (e->qn) { /* qwen3: per-head RMSNorm of q and k, before RoPE */
+                for (int h = 0; h < c->n_heads; h++)
+                    s_rmsnorm(e->q + r * q_dim + h * hd, e->q + r * q_dim + h * hd, e->qn + (size_t)l * hd, hd,
+                              c->rms_eps);
+                for (int h = 0; h < c->n_kv_heads; h++)
+                    s_rmsnorm(e->k + r * kv_dim + h * hd, e->k + r * kv_dim + h * hd, e->kn + (size_t)l * hd, hd,
+                              c->rms_eps);
+            }
             s_rope(e->q + r * q_dim, c->n_heads, hd, c->rope_dim, c->rope_style, cs);
             s_rope(e->k + r * kv_dim, c->n_kv_heads, hd, c->rope_dim, c->rope_style, cs);
             size_t at = (size_t)e->row_slot[r] * slot_stride +
@@ -402,6 +408,9 @@ static void s_destroy(zl_engine *eb) {
                      e->x,         e->xb,       e->xb2, e->q,       e->k,      e->v,        e->hb, e->hb2,
                      e->xl,        e->lg,       e->lgs, e->rope_cs, e->th_att, e->th_w};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(e->qn);
+    free(e->kn);
+    rope_free(&e->rope);
     free(e->row_slot);
     free(e->row_pos);
     cpu_launch_free(&e->lq);
@@ -526,8 +535,20 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
             goto fail;
         }
     }
+    if (rope_init(&e->rope, m, b->n_ctx, err, errlen)) goto fail;
+    if (c->has_qk_norm) {
+        e->qn = s_alloc(L * (size_t)c->head_dim);
+        e->kn = s_alloc(L * (size_t)c->head_dim);
+        if (!e->qn || !e->kn) {
+            snprintf(err, errlen, "cpu engine: out of memory");
+            goto fail;
+        }
+    }
     for (size_t l = 0; l < L; l++) {
         const zl_layer_weights *lw = &m->layers[l];
+        if (c->has_qk_norm && (s_vec(&lw->attn_q_norm, e->qn + l * c->head_dim, err, errlen) ||
+                               s_vec(&lw->attn_k_norm, e->kn + l * c->head_dim, err, errlen)))
+            goto fail;
         if (s_vec(&lw->attn_norm, e->attn_norm + l * dim, err, errlen) ||
             s_vec(&lw->ffn_norm, e->ffn_norm + l * dim, err, errlen))
             goto fail;

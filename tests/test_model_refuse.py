@@ -2,10 +2,11 @@
 and that zllm does not compute is refused at load with an error naming it, never run without it.
 
 Each variant is stories260K (a real tiny Llama) rewritten by the `gguf` package's writer with one item added:
-rope_freqs.weight (llama3 RoPE frequency factors, as llama.cpp's converter writes for Llama 3.1/3.2), per-head
-Q/K norms, a stray tensor in a block, block tensors whose layer number is not written as the loader writes it,
-and each refused metadata key. The unchanged copy must still load and generate, so a loader that refuses
-everything fails this test too."""
+malformed RoPE factor tensors (rope_freqs.weight of the wrong length or with a zero factor, LongRoPE's long
+factors without the short ones), an unknown RoPE scaling type, per-head Q/K norms on llama, a stray tensor in a
+block, block tensors whose layer number is not written as the loader writes it, and each refused metadata key.
+The unchanged copy and the RoPE variants zllm computes (llama3 factors, linear scaling, also under the older key
+rope.scale_linear) must load and generate, so a loader that refuses everything fails this test too."""
 import os
 import subprocess
 import sys
@@ -83,7 +84,20 @@ def main():
     u32 = gguf.GGUFValueType.UINT32
     variants = [
         ("plain", [], [], None),
-        ("rope_freqs", [("rope_freqs.weight", np.ones(4, dtype=np.float32))], [], "rope_freqs.weight"),
+        # RoPE variants zllm computes load (llama3 factors, linear scaling); malformed or unknown ones are refused
+        ("rope_freqs", [("rope_freqs.weight", np.full(4, 2.0, dtype=np.float32))], [], None),
+        ("linear", [], [("llama.rope.scaling.type", gguf.GGUFValueType.STRING, "linear"),
+                        ("llama.rope.scaling.factor", f32, 8.0)], None),
+        ("scale_linear", [], [("llama.rope.scale_linear", f32, 2.0)], None),
+        ("rope_freqs_len", [("rope_freqs.weight", np.ones(3, dtype=np.float32))], [], "rope_freqs.weight"),
+        ("rope_freqs_zero", [("rope_freqs.weight", np.array([1, 0, 1, 1], dtype=np.float32))], [],
+         "rope_freqs.weight"),
+        ("longrope_half", [("rope_factors_long.weight", np.ones(4, dtype=np.float32))], [],
+         "rope_factors_short.weight"),
+        ("scaling_type", [], [("llama.rope.scaling.type", gguf.GGUFValueType.STRING, "dynamic")],
+         "llama.rope.scaling.type"),
+        ("yarn_log_mul", [], [("llama.rope.scaling.yarn_log_multiplier", f32, 0.1)],
+         "llama.rope.scaling.yarn_log_multiplier"),
         ("q_norm", [("blk.0.attn_q_norm.weight", np.ones(8, dtype=np.float32))], [], "blk.0.attn_q_norm.weight"),
         ("stray", [("blk.4.ffn_gate_up.weight", np.ones(8, dtype=np.float32))], [], "blk.4.ffn_gate_up.weight"),
         ("beyond", [("blk.5.attn_norm.weight", np.ones(64, dtype=np.float32))], [], "blk.5.attn_norm.weight"),
@@ -92,7 +106,6 @@ def main():
          "blk.4294967296.attn_norm.weight"),
         ("padded", [("blk.00.attn_norm.weight", np.ones(64, dtype=np.float32))], [], "blk.00.attn_norm.weight"),
         ("signed", [("blk.+1.attn_norm.weight", np.ones(64, dtype=np.float32))], [], "blk.+1.attn_norm.weight"),
-        ("scale", [], [("llama.rope.scaling.factor", f32, 8.0)], "llama.rope.scaling.factor"),
         ("swa", [], [("llama.attention.sliding_window", u32, 4096)], "llama.attention.sliding_window"),
         ("softcap", [], [("llama.final_logit_softcapping", f32, 30.0)], "llama.final_logit_softcapping"),
         ("experts", [], [("llama.expert_count", u32, 8)], "llama.expert_count"),
