@@ -123,7 +123,6 @@ static const struct {
 } s_refused_keys[] = {
     {"rope.scaling.factor", 1.0, "RoPE scaling"},
     {"rope.scaling.attn_factor", 1.0, "YaRN attention scaling"},
-    {"attention.sliding_window", 0.0, "sliding-window attention"},
     {"attn_logit_softcapping", 0.0, "attention logit soft-capping"},
     {"final_logit_softcapping", 0.0, "final logit soft-capping"},
     {"expert_count", 0.0, "mixture of experts"},
@@ -135,8 +134,10 @@ static const struct {
     {"attention.scale", 0.0, "a custom attention scale"},
 };
 
-static int s_refuse_keys(const gguf *g, const char *arch, char *err, size_t errlen) {
+/* skip: a suffix of the table that this configuration computes (NULL: none) */
+static int s_refuse_keys(const gguf *g, const char *arch, const char *skip, char *err, size_t errlen) {
     for (size_t i = 0; i < sizeof s_refused_keys / sizeof s_refused_keys[0]; i++) {
+        if (skip && strcmp(skip, s_refused_keys[i].suffix) == 0) continue;
         char key[128];
         snprintf(key, sizeof key, "%s.%s", arch, s_refused_keys[i].suffix);
         const gguf_value *v = gguf_get(g, key);
@@ -163,6 +164,63 @@ static int s_refuse_keys(const gguf *g, const char *arch, char *err, size_t errl
     return 0;
 }
 
+/* the sliding window and the gemma3 block, after the common hyper-parameters. gemma3 as llama.cpp reads it: every
+ * 6th layer global (RoPE base rope.freq_base, with the file's linear scaling), the others sliding (base 10000,
+ * unscaled); embeddings times sqrt(dim); the query scale 1/sqrt(key_length), 1/sqrt(dim / heads) for the 62-layer
+ * (27B) model whose query_pre_attn_scalar the file does not carry */
+static int s_swa_config(const gguf *g, const char *arch, zl_config *c, char *err, size_t errlen) {
+    c->rope_base_swa = c->rope_base;
+    c->rope_pos_scale = 1.0f;
+    c->embd_scale = 1.0f;
+    c->attn_scale = (float)(1.0 / sqrt((double)c->head_dim));
+    c->ffn_act = ZL_ACT_SILU;
+    if (s_get_int(g, arch, "attention.sliding_window", 0, 0, 1 << 24, &c->swa_window, err, errlen)) return -1;
+    if (c->swa_window > 0 && c->arch == ZL_ARCH_QWEN2) {
+        snprintf(err, errlen, "%s: metadata qwen2.attention.sliding_window (sliding-window attention) is not supported",
+                 g->path);
+        return -1;
+    }
+    if (c->arch != ZL_ARCH_GEMMA3) return 0;
+    c->swa_pattern = 6;
+    c->rope_base_swa = 10000.0f;
+    c->embd_scale = (float)sqrt((double)c->dim);
+    if (c->n_layers == 62) c->attn_scale = (float)(1.0 / sqrt((double)c->dim / c->n_heads));
+    c->has_qk_norm = 1;
+    c->has_post_norms = 1;
+    c->ffn_act = ZL_ACT_GELU_TANH;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    const gguf_value *sv = gguf_get(g, key);
+    if (sv && sv->type == GGUF_T_STRING && gguf_str_eq(sv->v.str, "linear")) {
+        float factor;
+        if (s_get_float(g, arch, "rope.scaling.factor", 1.0, 0.0, 1e6, &factor, err, errlen)) return -1;
+        c->rope_pos_scale = 1.0f / factor;
+    }
+    return 0;
+}
+
+int model_layer_window(const zl_config *c, int l) {
+    if (c->swa_window <= 0) return 0;
+    if (c->swa_pattern > 0 && l % c->swa_pattern == c->swa_pattern - 1) return 0;
+    return c->swa_window;
+}
+
+float model_layer_rope_base(const zl_config *c, int l) {
+    return model_layer_window(c, l) ? c->rope_base_swa : c->rope_base;
+}
+
+float model_layer_rope_pos_scale(const zl_config *c, int l) {
+    return model_layer_window(c, l) ? 1.0f : c->rope_pos_scale;
+}
+
+int model_rope_two_kinds(const zl_config *c) {
+    return c->swa_window > 0 && (c->rope_base_swa != c->rope_base || c->rope_pos_scale != 1.0f);
+}
+
+static const char *s_arch_name(zl_arch a) {
+    return a == ZL_ARCH_QWEN2 ? "qwen2" : a == ZL_ARCH_GEMMA3 ? "gemma3" : "llama";
+}
+
 static int s_read_config(const gguf *g, zl_config *c, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     const gguf_value *av = gguf_get(g, "general.architecture");
@@ -179,9 +237,13 @@ static int s_read_config(const gguf *g, zl_config *c, char *err, size_t errlen) 
         c->arch = ZL_ARCH_QWEN2;
         c->rope_style = ZL_ROPE_HALVES;
         arch = "qwen2";
+    } else if (gguf_str_eq(av->v.str, "gemma3")) {
+        c->arch = ZL_ARCH_GEMMA3;
+        c->rope_style = ZL_ROPE_HALVES; /* llama.cpp's NEOX rope type; the converter does not permute Q/K */
+        arch = "gemma3";
     } else {
         int n = av->v.str.len > 64 ? 64 : (int)av->v.str.len;
-        snprintf(err, errlen, "%s: unsupported architecture '%.*s' (zllm runs llama and qwen2)", g->path, n,
+        snprintf(err, errlen, "%s: unsupported architecture '%.*s' (zllm runs llama, qwen2 and gemma3)", g->path, n,
                  av->v.str.ptr);
         return -1;
     }
@@ -221,18 +283,21 @@ static int s_read_config(const gguf *g, zl_config *c, char *err, size_t errlen) 
         return -1;
     }
     if (s_get_float(g, arch, "rope.freq_base", 10000.0, 1.0, 1e12, &c->rope_base, err, errlen) ||
-        s_get_float(g, arch, "attention.layer_norm_rms_epsilon", c->arch == ZL_ARCH_QWEN2 ? 1e-6 : 1e-5, 0.0, 1.0,
+        s_get_float(g, arch, "attention.layer_norm_rms_epsilon", c->arch == ZL_ARCH_LLAMA ? 1e-5 : 1e-6, 0.0, 1.0,
                     &c->rms_eps, err, errlen))
         return -1;
-    /* rope scaling (linear, YaRN, llama3 ...) changes the function: refuse rather than compute it wrong */
+    if (s_swa_config(g, arch, c, err, errlen)) return -1;
+    /* rope scaling (linear, YaRN, llama3 ...) changes the function: refuse rather than compute it wrong; gemma3's
+     * linear scaling of its global layers is computed (s_swa_config) */
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     const gguf_value *sv = gguf_get(g, key);
-    if (sv && !(sv->type == GGUF_T_STRING && gguf_str_eq(sv->v.str, "none"))) {
+    int linear = sv && sv->type == GGUF_T_STRING && gguf_str_eq(sv->v.str, "linear") && c->arch == ZL_ARCH_GEMMA3;
+    if (sv && !linear && !(sv->type == GGUF_T_STRING && gguf_str_eq(sv->v.str, "none"))) {
         snprintf(err, errlen, "%s: RoPE scaling (%s) is not supported", g->path, key);
         return -1;
     }
-    return s_refuse_keys(g, arch, err, errlen);
+    return s_refuse_keys(g, arch, linear ? "rope.scaling.factor" : NULL, err, errlen);
 }
 
 /* the layer of a block tensor's name "blk.N.REST", N written as s_bind_all writes it (decimal, no sign, space or
@@ -257,6 +322,8 @@ static int s_known_tensor(const zl_config *c, const char *name) {
                                         "attn_v.weight",    "attn_output.weight", "ffn_norm.weight",
                                         "ffn_gate.weight",  "ffn_up.weight",      "ffn_down.weight"};
     static const char *const bias[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
+    static const char *const qk_norm[] = {"attn_q_norm.weight", "attn_k_norm.weight"};
+    static const char *const post[] = {"post_attention_norm.weight", "post_ffw_norm.weight"};
     for (size_t i = 0; i < sizeof global / sizeof global[0]; i++)
         if (strcmp(name, global[i]) == 0) return 1;
     const char *rest;
@@ -266,6 +333,10 @@ static int s_known_tensor(const zl_config *c, const char *name) {
         if (strcmp(rest, block[i]) == 0) return 1;
     for (size_t i = 0; c->has_qkv_bias && i < sizeof bias / sizeof bias[0]; i++)
         if (strcmp(rest, bias[i]) == 0) return 1;
+    for (size_t i = 0; c->has_qk_norm && i < sizeof qk_norm / sizeof qk_norm[0]; i++)
+        if (strcmp(rest, qk_norm[i]) == 0) return 1;
+    for (size_t i = 0; c->has_post_norms && i < sizeof post / sizeof post[0]; i++)
+        if (strcmp(rest, post[i]) == 0) return 1;
     return 0;
 }
 
@@ -283,7 +354,7 @@ static int s_refuse_tensors(const zl_model *m, char *err, size_t errlen) {
                      g->path);
         else
             snprintf(err, errlen, "%s: tensor %s is not used by zllm's %s model (unsupported)", g->path, name,
-                     m->cfg.arch == ZL_ARCH_QWEN2 ? "qwen2" : "llama");
+                     s_arch_name(m->cfg.arch));
         return -1;
     }
     return 0;
@@ -329,6 +400,12 @@ static int s_bind_all(zl_model *m, char *err, size_t errlen) {
             BIND(w_up, "ffn_up.weight", c->dim, c->ffn_dim, 0) ||
             BIND(w_down, "ffn_down.weight", c->ffn_dim, c->dim, 0))
             return -1;
+        if (c->has_qk_norm && (BIND(q_norm, "attn_q_norm.weight", c->head_dim, 0, 0) ||
+                               BIND(k_norm, "attn_k_norm.weight", c->head_dim, 0, 0)))
+            return -1;
+        if (c->has_post_norms && (BIND(post_attn_norm, "post_attention_norm.weight", c->dim, 0, 0) ||
+                                  BIND(post_ffn_norm, "post_ffw_norm.weight", c->dim, 0, 0)))
+            return -1;
         /* biases: required for qwen2, refused for llama (we would otherwise silently ignore them) */
         int need_bias = c->arch == ZL_ARCH_QWEN2;
         if (BIND(bq, "attn_q.bias", q_dim, 0, 1) || BIND(bk, "attn_k.bias", kv_dim, 0, 1) ||
@@ -341,7 +418,8 @@ static int s_bind_all(zl_model *m, char *err, size_t errlen) {
             return -1;
         }
         if (!need_bias && have != 0) {
-            snprintf(err, errlen, "%s: llama layer %d has attention biases (unsupported)", g->path, l);
+            snprintf(err, errlen, "%s: %s layer %d has attention biases (unsupported)", g->path, s_arch_name(c->arch),
+                     l);
             return -1;
         }
         c->has_qkv_bias = need_bias;

@@ -1,15 +1,18 @@
 /* engine/model.h: a Llama-family model as read from a GGUF file: its configuration from the metadata and
  * its weights as typed views into the mapping (no copy; backends dequantize or upload as they need).
- * Architectures: llama (Llama 2/3, Mistral, TinyLlama, SmolLM) and qwen2 (Q/K/V biases). */
+ * Architectures: llama (Llama 2/3, Mistral with its sliding window, TinyLlama, SmolLM), qwen2 (Q/K/V biases) and
+ * gemma3 (scaled embeddings, Q/K head norms, norms after attention and FFN, GeGLU, local and global layers). */
 #ifndef ZLLM_MODEL_H
 #define ZLLM_MODEL_H
 #include <stddef.h>
 #include <stdint.h>
 #include "gguf.h"
 
-typedef enum { ZL_ARCH_LLAMA = 0, ZL_ARCH_QWEN2 = 1 } zl_arch;
+typedef enum { ZL_ARCH_LLAMA = 0, ZL_ARCH_QWEN2 = 1, ZL_ARCH_GEMMA3 = 2 } zl_arch;
 /* RoPE pairing: llama rotates adjacent pairs (x[2i], x[2i+1]); qwen2 rotates halves (x[i], x[i + rope_dim/2]) */
 typedef enum { ZL_ROPE_ADJACENT = 0, ZL_ROPE_HALVES = 1 } zl_rope_style;
+/* the FFN's gate activation: SwiGLU silu(gate) * up, or GeGLU gelu_tanh(gate) * up (gemma3) */
+typedef enum { ZL_ACT_SILU = 0, ZL_ACT_GELU_TANH = 1 } zl_ffn_act;
 
 typedef struct {
     zl_arch arch;             /* architecture */
@@ -27,6 +30,20 @@ typedef struct {
     float rms_eps;            /* RMSNorm epsilon */
     int tied_embeddings;      /* 1 when there is no output.weight and the LM head is token_embd.weight */
     int has_qkv_bias;         /* 1 when attn_{q,k,v}.bias exist (qwen2) */
+    /* sliding windows and the gemma3 block (neutral values for the other architectures) */
+    int swa_window;       /* attention.sliding_window: on a sliding layer a query at position i sees the key at j
+                           * only when i - j < swa_window; 0: no layer slides */
+    int swa_pattern;      /* with swa_window: 0, every layer slides (Mistral); N, layer l slides unless
+                           * l % N == N - 1 (gemma3: 6, every 6th layer is global) */
+    float rope_base_swa;  /* RoPE base of the sliding layers (gemma3: 10000); rope_base where they share it */
+    float rope_pos_scale; /* the global layers rotate by position * rope_pos_scale (linear RoPE scaling, 1/factor;
+                           * gemma3 only); 1: none. Sliding layers never scale */
+    float embd_scale;     /* token embeddings are multiplied by this (gemma3: sqrt(dim)); 1 otherwise */
+    float attn_scale;     /* the softmax scale of q.k (1/sqrt(head_dim); gemma3 27B: 1/sqrt(dim / n_heads)) */
+    int has_qk_norm;      /* 1: per-head RMSNorm of q and k before RoPE (attn_{q,k}_norm.weight, [head_dim]) */
+    int has_post_norms;   /* 1: RMSNorm of the attention and FFN outputs before each residual add
+                           * (post_attention_norm.weight, post_ffw_norm.weight) */
+    zl_ffn_act ffn_act;   /* the FFN's gate activation */
 } zl_config;
 
 /* a weight matrix (or vector) in the file. Rows are ne[1], each of ne[0] elements of `type`. */
@@ -48,6 +65,10 @@ typedef struct {
     zl_weight ffn_norm;     /* [dim] */
     zl_weight w_gate, w_up; /* [ffn_dim rows][dim] */
     zl_weight w_down;       /* [dim rows][ffn_dim] */
+    /* gemma3 (data NULL otherwise) */
+    zl_weight q_norm, k_norm;     /* [head_dim]: per-head RMSNorm of q and k, as stored ((1 + w) for gemma3) */
+    zl_weight post_attn_norm;     /* [dim]: RMSNorm of the attention output */
+    zl_weight post_ffn_norm;      /* [dim]: RMSNorm of the FFN output */
 } zl_layer_weights;
 
 typedef struct zl_model {
@@ -66,6 +87,14 @@ typedef struct zl_model {
 zl_model *model_load(const char *path, char *err, size_t errlen);
 /* Same from an already open gguf; on success the model owns g. */
 zl_model *model_from_gguf(gguf *g, char *err, size_t errlen);
+/* The window of layer l's attention: swa_window on a sliding layer, 0 (all earlier positions) on a global one. */
+int model_layer_window(const zl_config *c, int l);
+/* Layer l's RoPE: its base and the factor on positions (model_layer_window says which kind it is). */
+float model_layer_rope_base(const zl_config *c, int l);
+float model_layer_rope_pos_scale(const zl_config *c, int l);
+/* 1 when the layers rotate in two ways (sliding and global layers differ in base or scale): the engines then keep
+ * a second RoPE table for the sliding layers. */
+int model_rope_two_kinds(const zl_config *c);
 /* Closes the file and frees; idempotent; sets *m to NULL. */
 void model_destroy(zl_model **m);
 #endif

@@ -4,8 +4,8 @@ and that zllm does not compute is refused at load with an error naming it, never
 Each variant is stories260K (a real tiny Llama) rewritten by the `gguf` package's writer with one item added:
 rope_freqs.weight (llama3 RoPE frequency factors, as llama.cpp's converter writes for Llama 3.1/3.2), per-head
 Q/K norms, a stray tensor in a block, block tensors whose layer number is not written as the loader writes it,
-and each refused metadata key. The unchanged copy must still load and generate, so a loader that refuses
-everything fails this test too."""
+and each refused metadata key. The unchanged copy, and copies with neutral values or an (integer) sliding window,
+must still load and generate, so a loader that refuses everything fails this test too."""
 import os
 import subprocess
 import sys
@@ -93,7 +93,11 @@ def main():
         ("padded", [("blk.00.attn_norm.weight", np.ones(64, dtype=np.float32))], [], "blk.00.attn_norm.weight"),
         ("signed", [("blk.+1.attn_norm.weight", np.ones(64, dtype=np.float32))], [], "blk.+1.attn_norm.weight"),
         ("scale", [], [("llama.rope.scaling.factor", f32, 8.0)], "llama.rope.scaling.factor"),
-        ("swa", [], [("llama.attention.sliding_window", u32, 4096)], "llama.attention.sliding_window"),
+        # a per-layer window array is not computed (an integer window is: tests/test_oracle.c)
+        ("swa_array", [], [("llama.attention.sliding_window", gguf.GGUFValueType.ARRAY, [4096, 0, 4096, 0, 4096])],
+         "llama.attention.sliding_window"),
+        ("swa", [], [("llama.attention.sliding_window", u32, 4096)], None),
+        ("attn_scale", [], [("llama.attention.scale", f32, 0.5)], "llama.attention.scale"),
         ("softcap", [], [("llama.final_logit_softcapping", f32, 30.0)], "llama.final_logit_softcapping"),
         ("experts", [], [("llama.expert_count", u32, 8)], "llama.expert_count"),
         ("neutral", [], [("llama.rope.scaling.factor", f32, 1.0), ("llama.expert_count", u32, 0)], None),
