@@ -274,7 +274,8 @@ static void s_rope_row(float *cs, int pos, int rope_dim, float base, float pos_s
 static void s_qk_norm(s_fast *e, int l, float *q, float *k) {
     const zl_config *c = &e->c;
     const int hd = c->head_dim;
-    for (int h = 0; h < c->n_heads; h++) s_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, e->q_norm + (size_t)l * hd, hd, c->rms_eps);
+    for (int h = 0; h < c->n_heads; h++)
+        s_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, e->q_norm + (size_t)l * hd, hd, c->rms_eps);
     for (int h = 0; h < c->n_kv_heads; h++)
         s_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, e->k_norm + (size_t)l * hd, hd, c->rms_eps);
 }
@@ -438,9 +439,9 @@ static void s_destroy(zl_engine *eb) {
     if (!eb) return;
     s_fast *e = (s_fast *)eb;
     cpu_pool_destroy(&e->pool);
-    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq, e->bk,  e->bv,  e->out_norm, e->kc,
-                     e->vc,        e->x,        e->xb, e->xb2, e->q,   e->k,        e->v,
-                     e->hb,        e->hb2,      e->xl, e->lg,  e->lgs, e->rope_cs,  e->th_att,
+    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq,        e->bk,       e->bv,         e->out_norm, e->kc,
+                     e->vc,        e->x,        e->xb,        e->xb2,      e->q,          e->k,        e->v,
+                     e->hb,        e->hb2,      e->xl,        e->lg,       e->lgs,        e->rope_cs,  e->th_att,
                      e->q_norm,    e->k_norm,   e->post_attn, e->post_ffn, e->rope_cs_swa};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e->xq);

@@ -58,8 +58,8 @@ typedef struct {
     float *ffn_norm;     /* [n_layers][dim] */
     float *bq, *bk, *bv; /* [n_layers][q_dim] / [n_layers][kv_dim]; NULL without biases */
     float *out_norm;     /* [dim] */
-    float *q_norm, *k_norm;          /* [n_layers][head_dim] per-head Q/K norms; NULL without them */
-    float *post_attn, *post_ffn;     /* [n_layers][dim] norms of the attention / FFN outputs; NULL without them */
+    float *q_norm, *k_norm;      /* [n_layers][head_dim] per-head Q/K norms; NULL without them */
+    float *post_attn, *post_ffn; /* [n_layers][dim] norms of the attention / FFN outputs; NULL without them */
     /* KV cache: [n_slots][n_own][n_ctx][kv_dim] each, n_own = layer_end - layer_begin (this stage's layers) */
     float *kc, *vc;
     /* step activations, sized for max_step_tokens rows */
@@ -439,10 +439,10 @@ static void s_destroy(zl_engine *eb) {
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->go);
     pthread_cond_destroy(&p->done);
-    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq,  e->bk,      e->bv,     e->out_norm, e->kc, e->vc,
-                     e->x,         e->xb,       e->xb2, e->q,       e->k,      e->v,        e->hb, e->hb2,
-                     e->xl,        e->lg,       e->lgs, e->rope_cs, e->th_att, e->th_w,
-                     e->q_norm,    e->k_norm,   e->post_attn, e->post_ffn, e->rope_cs_swa};
+    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq,     e->bk,        e->bv,       e->out_norm,   e->kc,
+                     e->vc,        e->x,        e->xb,     e->xb2,       e->q,        e->k,          e->v,
+                     e->hb,        e->hb2,      e->xl,     e->lg,        e->lgs,      e->rope_cs,    e->th_att,
+                     e->th_w,      e->q_norm,   e->k_norm, e->post_attn, e->post_ffn, e->rope_cs_swa};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e->row_slot);
     free(e->row_pos);

@@ -66,9 +66,9 @@ typedef struct {
     zl_weight w_gate, w_up; /* [ffn_dim rows][dim] */
     zl_weight w_down;       /* [dim rows][ffn_dim] */
     /* gemma3 (data NULL otherwise) */
-    zl_weight q_norm, k_norm;     /* [head_dim]: per-head RMSNorm of q and k, as stored ((1 + w) for gemma3) */
-    zl_weight post_attn_norm;     /* [dim]: RMSNorm of the attention output */
-    zl_weight post_ffn_norm;      /* [dim]: RMSNorm of the FFN output */
+    zl_weight q_norm, k_norm; /* [head_dim]: per-head RMSNorm of q and k, as stored ((1 + w) for gemma3) */
+    zl_weight post_attn_norm; /* [dim]: RMSNorm of the attention output */
+    zl_weight post_ffn_norm;  /* [dim]: RMSNorm of the FFN output */
 } zl_layer_weights;
 
 typedef struct zl_model {

@@ -24,11 +24,11 @@ typedef struct {
     int n_prompts;
     int vocab;
     int window;
-    int n[ORACLE_MAX_PROMPTS];                         /* tokens of each prompt */
-    int n_prefill[ORACLE_MAX_PROMPTS];                 /* its first step */
+    int n[ORACLE_MAX_PROMPTS];                          /* tokens of each prompt */
+    int n_prefill[ORACLE_MAX_PROMPTS];                  /* its first step */
     int32_t tok[ORACLE_MAX_PROMPTS][ORACLE_MAX_TOKENS]; /* its tokens */
-    float *ref;                                        /* rows of every prompt in order, [rows][vocab] */
-    size_t n_rows;                                     /* rows in all */
+    float *ref;                                         /* rows of every prompt in order, [rows][vocab] */
+    size_t n_rows;                                      /* rows in all */
 } oracle_ref;
 
 static char *oracle_slurp(const char *path, size_t *n) {
@@ -170,8 +170,11 @@ static double oracle_check(const char *name, const char *device, double bound) {
     if (!m) goto done;
     CHECK(m->cfg.vocab_size == o.vocab && m->cfg.swa_window == o.window, "%s: vocab %d window %d, reference %d %d",
           name, m->cfg.vocab_size, m->cfg.swa_window, o.vocab, o.window);
-    zl_engine_opts eo = {.device = device, .n_slots = ORACLE_MAX_PROMPTS, .max_batch = ORACLE_MAX_PROMPTS,
-                         .n_ctx = ORACLE_MAX_TOKENS, .threads = 2};
+    zl_engine_opts eo = {.device = device,
+                         .n_slots = ORACLE_MAX_PROMPTS,
+                         .max_batch = ORACLE_MAX_PROMPTS,
+                         .n_ctx = ORACLE_MAX_TOKENS,
+                         .threads = 2};
     e = engine_new(m, &eo, err, sizeof err);
     CHECK(e != NULL, "%s on %s: engine_new: %s", name, device, err);
     if (!e) goto done;
