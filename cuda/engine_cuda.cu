@@ -18,6 +18,7 @@ extern "C" {
 #include "model.h"
 #include "sampler.h"
 }
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,24 @@ static int s_op_wait(zl_engine *base, const zl_step *st) {
 
 /* ------------------------------------------------------------------ lifetime */
 
+
+/* the RoPE table of ops_rope_table_host (cs[p][i] = (cos, sin) of p * base^(-2i/rope_dim), in double, rounded to
+ * f32), with positions multiplied by pos_scale (linear RoPE scaling; 1: the same bits as ops_rope_table_host) */
+static void s_rope_table(float *cs, int n_pos, int rope_dim, double base, double pos_scale) {
+    if (pos_scale == 1.0) {
+        ops_rope_table_host(cs, n_pos, rope_dim, base);
+        return;
+    }
+    const int half = rope_dim / 2;
+    for (int i = 0; i < half; i++) {
+        const double inv = pow(base, -2.0 * i / (double)rope_dim);
+        for (int p = 0; p < n_pos; p++) {
+            const double a = (double)p * pos_scale * inv;
+            cs[((size_t)p * half + i) * 2] = (float)cos(a);
+            cs[((size_t)p * half + i) * 2 + 1] = (float)sin(a);
+        }
+    }
+}
 static void s_destroy(zl_engine *base) {
     cu_engine *E = (cu_engine *)base;
     if (!E) return;
@@ -121,7 +140,7 @@ static void s_destroy(zl_engine *base) {
     cudaFree(E->hbuf);
     /* E->gu is E->qkv's allocation: freed once, as qkv */
     void *d[] = {E->tok_embd, E->out_norm, E->rope_cs, E->kv, E->x, E->qkv, E->q, E->att, E->xb, E->logits,
-                 E->attn_ws, E->samp_ws, E->cb_ws, E->qtc_ws, E->carry_tok, E->carry_rng};
+                 E->attn_ws, E->samp_ws, E->cb_ws, E->qtc_ws, E->carry_tok, E->carry_rng, E->rope_cs_swa};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) cudaFree(d[i]);
     if (E->att_w != (void *)E->att) cudaFree(E->att_w);
     cudaFreeHost(E->h_logits);
@@ -213,14 +232,16 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         }
         CU_CHECK(cudaEventCreateWithFlags(&E->ev_in, cudaEventDisableTiming));
         
-        /* RoPE table for every position of a slot */
-        {
+        /* RoPE table for every position of a slot (the global layers'; the sliding layers' where they differ) */
+        for (int kind = 0; kind < (model_rope_two_kinds(c) ? 2 : 1); kind++) {
             const size_t nf = (size_t)b->n_ctx * c->rope_dim;
+            float **dst = kind ? &E->rope_cs_swa : &E->rope_cs;
             float *h = (float *)malloc(nf * 4 + 4);
             if (!h) { snprintf(err, errlen, "out of memory"); goto fail; }
-            ops_rope_table_host(h, b->n_ctx, c->rope_dim, c->rope_base);
-            ce = cudaMalloc((void **)&E->rope_cs, nf * 4 + 4);
-            if (ce == cudaSuccess) ce = cudaMemcpy(E->rope_cs, h, nf * 4, cudaMemcpyHostToDevice);
+            s_rope_table(h, b->n_ctx, c->rope_dim, kind ? c->rope_base_swa : c->rope_base,
+                         kind ? 1.0f : c->rope_pos_scale);
+            ce = cudaMalloc((void **)dst, nf * 4 + 4);
+            if (ce == cudaSuccess) ce = cudaMemcpy(*dst, h, nf * 4, cudaMemcpyHostToDevice);
             free(h);
             CU_CHECK(ce);
         }
@@ -235,7 +256,10 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         if (qd > wide) wide = qd;
         CU_CHECK(cudaMalloc((void **)&E->x, T * c->dim * 4));
         /* qkv and gu: one allocation for the wider of the two (disjoint lifetimes within a layer, see cu_engine) */
-        const size_t qkv_w = qd + 2 * kvd, gu_w = 2 * (size_t)c->ffn_dim;
+        /* with post norms (gemma3) the same allocation also holds the output projections' products [dim] before
+         * their norm and residual add (after the attention prologue has read qkv and the GeGLU has read gu) */
+        size_t qkv_w = qd + 2 * kvd, gu_w = 2 * (size_t)c->ffn_dim;
+        if (c->has_post_norms && gu_w < (size_t)c->dim) gu_w = c->dim;
         CU_CHECK(cudaMalloc((void **)&E->qkv, T * (qkv_w > gu_w ? qkv_w : gu_w) * 4));
         E->gu = E->qkv;
         CU_CHECK(cudaMalloc((void **)&E->q, T * qd * 4));

@@ -6,7 +6,7 @@
  * row must match the reference with rel err <= bound (rel err = max_i |ours_i - ref_i| / max_i |ref_i| over a row).
  * Then all prompts run together in one engine, their prompts cut into chunks of 7 tokens and the steps shared, and
  * every row must be bitwise the row of the prompt alone (batch invariance, chunking included).
- * Runs from the repository root (tests/run.sh does). Uses CHECK from tests/test.h. */
+ * Runs from the repository root (tests/run.sh does). Uses CHECK from tests/test.h. C and C++ (the GPU test). */
 #ifndef ZLLM_ORACLE_CHECK_H
 #define ZLLM_ORACLE_CHECK_H
 #include <math.h>
@@ -37,7 +37,7 @@ static char *oracle_slurp(const char *path, size_t *n) {
     char *b = NULL;
     long len = -1;
     if (fseek(f, 0, SEEK_END) == 0) len = ftell(f);
-    if (len >= 0 && fseek(f, 0, SEEK_SET) == 0) b = malloc((size_t)len + 1);
+    if (len >= 0 && fseek(f, 0, SEEK_SET) == 0) b = (char *)malloc((size_t)len + 1);
     if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
         free(b);
         b = NULL;
@@ -117,7 +117,7 @@ static double oracle_rel_err(const float *a, const float *b, int n) {
  * (0: n_prefill in one step), then one token per step; out[i] gets prompt which[i]'s rows */
 static int oracle_run(zl_engine *e, const oracle_ref *o, const int *which, int n, int chunk, float **out) {
     int pos[ORACLE_MAX_PROMPTS] = {0}, row[ORACLE_MAX_PROMPTS] = {0};
-    float *lg = malloc((size_t)ORACLE_MAX_PROMPTS * o->vocab * sizeof(float));
+    float *lg = (float *)malloc((size_t)ORACLE_MAX_PROMPTS * o->vocab * sizeof(float));
     if (!lg) return -1;
     for (;;) {
         zl_seq s[ORACLE_MAX_PROMPTS];
@@ -156,37 +156,37 @@ static int oracle_run(zl_engine *e, const oracle_ref *o, const int *which, int n
 /* the check of the file's header comment; returns the worst rel err seen (or INFINITY on a failure to run) */
 static double oracle_check(const char *name, const char *device, double bound) {
     oracle_ref o;
-    if (oracle_read(name, &o)) {
-        free(o.ref);
-        return INFINITY;
-    }
     char p[512], err[512];
-    snprintf(p, sizeof p, "tests/data/oracle/%s.gguf", name);
-    zl_model *m = model_load(p, err, sizeof err);
-    CHECK(m != NULL, "model_load: %s", err);
-    double worst = INFINITY;
+    zl_model *m = NULL;
     zl_engine *e = NULL;
+    zl_engine_opts eo;
     float *alone[ORACLE_MAX_PROMPTS] = {0}, *both[ORACLE_MAX_PROMPTS] = {0};
+    int which[ORACLE_MAX_PROMPTS];
+    size_t r0 = 0;
+    double worst = INFINITY;
+    if (oracle_read(name, &o)) goto done;
+    snprintf(p, sizeof p, "tests/data/oracle/%s.gguf", name);
+    m = model_load(p, err, sizeof err);
+    CHECK(m != NULL, "model_load: %s", err);
     if (!m) goto done;
     CHECK(m->cfg.vocab_size == o.vocab && m->cfg.swa_window == o.window, "%s: vocab %d window %d, reference %d %d",
           name, m->cfg.vocab_size, m->cfg.swa_window, o.vocab, o.window);
-    zl_engine_opts eo = {.device = device,
-                         .n_slots = ORACLE_MAX_PROMPTS,
-                         .max_batch = ORACLE_MAX_PROMPTS,
-                         .n_ctx = ORACLE_MAX_TOKENS,
-                         .threads = 2};
+    memset(&eo, 0, sizeof eo);
+    eo.device = device;
+    eo.n_slots = ORACLE_MAX_PROMPTS;
+    eo.max_batch = ORACLE_MAX_PROMPTS;
+    eo.n_ctx = ORACLE_MAX_TOKENS;
+    eo.threads = 2;
     e = engine_new(m, &eo, err, sizeof err);
     CHECK(e != NULL, "%s on %s: engine_new: %s", name, device, err);
     if (!e) goto done;
     worst = 0;
-    size_t r0 = 0;
-    int which[ORACLE_MAX_PROMPTS];
     for (int i = 0; i < o.n_prompts; i++) {
         const int rows = o.n[i] - o.n_prefill[i] + 1;
-        alone[i] = calloc((size_t)rows * o.vocab, sizeof(float));
-        both[i] = calloc((size_t)rows * o.vocab, sizeof(float));
+        alone[i] = (float *)calloc((size_t)rows * o.vocab, sizeof(float));
+        both[i] = (float *)calloc((size_t)rows * o.vocab, sizeof(float));
         which[i] = i;
-        if (!alone[i] || !both[i] || oracle_run(e, &o, &i, 1, 0, &alone[i])) {
+        if (!alone[i] || !both[i] || oracle_run(e, &o, &which[i], 1, 0, &alone[i])) {
             worst = INFINITY;
             goto done;
         }
