@@ -163,9 +163,9 @@ static int s_embed(cu_engine *E, int n_rows, char *err, size_t errlen) {
         ops_feed fd;   /* fed rows (zl_seq.feed): their ids and generator states from the slots' carries */
         fd.slot = IN_PTR(E, slot, int32_t); fd.carry_tok = E->carry_tok; fd.carry_rng = E->carry_rng;
         fd.rng = IN_PTR(E, rng, uint64_t);
-        FWD_CHECK(ops_embed(E->tok_embd, E->wt, dim, IN_PTR(E, tokens, int32_t), n_rows, E->x, &fd, E->st, err,
-                            errlen));
-        const float es = E->base.model->cfg.embd_scale;   /* gemma3: sqrt(dim) */
+        FWD_CHECK(
+            ops_embed(E->tok_embd, E->wt, dim, IN_PTR(E, tokens, int32_t), n_rows, E->x, &fd, E->st, err, errlen));
+        const float es = E->base.model->cfg.embd_scale; /* gemma3: sqrt(dim) */
         return es != 1.0f ? ops_scale(E->x, (size_t)n_rows * dim, es, E->st, err, errlen) : 0;
     }
     s_k_stage_in<<<n_rows, 256, 0, E->st>>>(E->x, IN_PTR(E, hptr, const unsigned long long),
@@ -205,10 +205,10 @@ static int s_qkv(cu_engine *E, const cu_layer *L, int n_rows, char *err, size_t 
  * attention on the same stream: every row then attends to itself through the cache */
 static int s_rope_append(cu_engine *E, const cu_layer *L, int l, int n_rows, char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
-    if (L->q_norm) {   /* per-head norms of q and k (gemma3), in place in qkv, before RoPE */
+    if (L->q_norm) { /* per-head norms of q and k (gemma3), in place in qkv, before RoPE */
         const int qd = c->n_heads * c->head_dim, ld = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
-        FWD_CHECK(ops_head_rmsnorm(E->qkv, ld, n_rows, c->n_heads, c->head_dim, L->q_norm, c->rms_eps, E->st, err,
-                                   errlen));
+        FWD_CHECK(
+            ops_head_rmsnorm(E->qkv, ld, n_rows, c->n_heads, c->head_dim, L->q_norm, c->rms_eps, E->st, err, errlen));
         FWD_CHECK(ops_head_rmsnorm(E->qkv + qd, ld, n_rows, c->n_kv_heads, c->head_dim, L->k_norm, c->rms_eps, E->st,
                                    err, errlen));
     }
@@ -217,7 +217,9 @@ static int s_rope_append(cu_engine *E, const cu_layer *L, int l, int n_rows, cha
     a.qkv = E->qkv; a.ld = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim; a.bq = L->bq; a.bk = L->bk; a.bv = L->bv;
     a.pos = IN_PTR(E, pos, int32_t); a.slot = IN_PTR(E, slot, int32_t);
     a.n_rows = n_rows; a.n_heads = c->n_heads; a.n_kv_heads = c->n_kv_heads; a.head_dim = c->head_dim;
-    a.rope_dim = c->rope_dim; a.style = (int)c->rope_style; a.q = E->q;
+    a.rope_dim = c->rope_dim;
+    a.style = (int)c->rope_style;
+    a.q = E->q;
     a.cs = E->rope_cs_swa && model_layer_window(c, l) ? E->rope_cs_swa : E->rope_cs;
     a.n_ctx = E->base.n_ctx; a.kc = L->kc; a.vc = L->vc; a.kvdt = E->wt;
     a.pos_pre = cu_settings_get()->inputs_early;
@@ -231,13 +233,23 @@ static int s_attention(cu_engine *E, const cu_layer *L, int l, const cu_batch *b
     cudaStream_t st = E->st;
     int att_w_done = 0;   /* the decode attention wrote att_w itself: no cast kernel */
     const int window = model_layer_window(c, l);
-    if (window > 0) {   /* a sliding layer: every row, decode or prefill, through the window kernel */
+    if (window > 0) { /* a sliding layer: every row, decode or prefill, through the window kernel */
         attn_window_params p;
         memset(&p, 0, sizeof p);
-        p.q = E->q; p.k_cache = L->kc; p.v_cache = L->vc; p.kv_type = cu_kv_type(E->wt);
-        p.pos = IN_PTR(E, pos, int32_t); p.slot = IN_PTR(E, slot, int32_t); p.out = E->att; p.n_rows = b->n_rows;
-        p.n_heads = c->n_heads; p.n_kv_heads = c->n_kv_heads; p.head_dim = c->head_dim; p.n_ctx = E->base.n_ctx;
-        p.window = window; p.scale = c->attn_scale;
+        p.q = E->q;
+        p.k_cache = L->kc;
+        p.v_cache = L->vc;
+        p.kv_type = cu_kv_type(E->wt);
+        p.pos = IN_PTR(E, pos, int32_t);
+        p.slot = IN_PTR(E, slot, int32_t);
+        p.out = E->att;
+        p.n_rows = b->n_rows;
+        p.n_heads = c->n_heads;
+        p.n_kv_heads = c->n_kv_heads;
+        p.head_dim = c->head_dim;
+        p.n_ctx = E->base.n_ctx;
+        p.window = window;
+        p.scale = c->attn_scale;
         FWD_CUDA(attn_window_launch(&p, st));
     }
     if (window == 0 && b->n_dec > 0) {
@@ -247,7 +259,8 @@ static int s_attention(cu_engine *E, const cu_layer *L, int l, const cu_batch *b
         p.slot = IN_PTR(E, slot, int32_t); p.kv_len = IN_PTR(E, kv_len, int32_t); p.out = E->att;
         p.workspace = E->attn_ws; p.workspace_bytes = E->attn_ws_bytes;
         p.n_seq = b->n_dec; p.n_heads = c->n_heads; p.n_kv_heads = c->n_kv_heads; p.head_dim = c->head_dim;
-        p.n_ctx = E->base.n_ctx; p.scale = c->attn_scale;
+        p.n_ctx = E->base.n_ctx;
+        p.scale = c->attn_scale;
         /* always the longest context and the start-up split count: a graph serves every length, and a row's split
          * boundaries never depend on the batch (batch invariance) */
         p.max_kv_len = E->base.n_ctx; p.sm_count = E->sm_count; p.n_splits = E->n_splits;
@@ -300,7 +313,7 @@ static int s_ffn_up(cu_engine *E, const cu_layer *L, int n_rows, const void **xd
         FWD_CHECK(s_matmul(E, &L->wg, n_rows, E->xb, E->gu, 2 * ff, 0, err, errlen));
         FWD_CHECK(s_matmul(E, &L->wu, n_rows, E->xb, E->gu + ff, 2 * ff, 0, err, errlen));
     }
-    if (E->base.model->cfg.ffn_act == ZL_ACT_GELU_TANH)   /* GeGLU (gemma3: never a glu8 join) */
+    if (E->base.model->cfg.ffn_act == ZL_ACT_GELU_TANH) /* GeGLU (gemma3: never a glu8 join) */
         return ops_geglu(E->gu, E->gu + ff, 2 * ff, n_rows, ff, E->xb, E->wt, E->st, err, errlen);
     return ops_swiglu_dual(E->gu, E->gu + ff, 2 * ff, n_rows, ff, E->xb, E->wt, NULL, 1, E->st, err, errlen);
 }

@@ -399,8 +399,8 @@ void cuda_weights_free(cu_engine *E) {
             cu_layer *L = &E->L[l];
             cu_mat *mats[] = CU_LAYER_MATS(L);
             for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) s_free_mat(mats[i]);
-            void *p[] = {L->attn_norm, L->ffn_norm,      L->bq,           L->bk, L->bv,
-                         L->q_norm,    L->k_norm,        L->post_attn_norm, L->post_ffn_norm};
+            void *p[] = {L->attn_norm, L->ffn_norm,       L->bq,           L->bk, L->bv, L->q_norm,
+                         L->k_norm,    L->post_attn_norm, L->post_ffn_norm};
             for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) cudaFree(p[i]);
         }
     }

@@ -139,8 +139,9 @@ static void s_destroy(zl_engine *base) {
     if (E->cst) cudaStreamDestroy(E->cst);
     cudaFree(E->hbuf);
     /* E->gu is E->qkv's allocation: freed once, as qkv */
-    void *d[] = {E->tok_embd, E->out_norm, E->rope_cs, E->kv, E->x, E->qkv, E->q, E->att, E->xb, E->logits,
-                 E->attn_ws, E->samp_ws, E->cb_ws, E->qtc_ws, E->carry_tok, E->carry_rng, E->rope_cs_swa};
+    void *d[] = {E->tok_embd, E->out_norm, E->rope_cs,   E->kv,        E->x,          E->qkv,
+                 E->q,        E->att,      E->xb,        E->logits,    E->attn_ws,    E->samp_ws,
+                 E->cb_ws,    E->qtc_ws,   E->carry_tok, E->carry_rng, E->rope_cs_swa};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) cudaFree(d[i]);
     if (E->att_w != (void *)E->att) cudaFree(E->att_w);
     cudaFreeHost(E->h_logits);
@@ -231,7 +232,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
             CU_CHECK(cudaEventCreate(&E->fl[i].ev1));
         }
         CU_CHECK(cudaEventCreateWithFlags(&E->ev_in, cudaEventDisableTiming));
-        
+
         /* RoPE table for every position of a slot (the global layers'; the sliding layers' where they differ) */
         for (int kind = 0; kind < (model_rope_two_kinds(c) ? 2 : 1); kind++) {
             const size_t nf = (size_t)b->n_ctx * c->rope_dim;

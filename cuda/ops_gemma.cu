@@ -79,8 +79,7 @@ static __device__ __forceinline__ void s_st(float *p, size_t i, float v) { p[i] 
 static __device__ __forceinline__ void s_st(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
 static __device__ __forceinline__ void s_st(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
-template <typename T>
-static __global__ void k_geglu(const float *g, const float *u, int ld, int n, T *out) {
+template <typename T> static __global__ void k_geglu(const float *g, const float *u, int ld, int n, T *out) {
     const size_t r = blockIdx.y;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         const float a = g[r * ld + i];
