@@ -144,8 +144,9 @@ static void s_run(const zl_model *m, const s_prompt *ps, const char *device) {
                "%.4f apart)\n",
                device, i, ps[i].n_ids, k, got[i][k], ps[i].expect[k], ps[i].gap[k]);
         CHECK(!exact, "%s: prompt %d: token %d is %d, transformers %d", device, i, k, got[i][k], ps[i].expect[k]);
-        CHECK(exact || ps[i].gap[k] < NEAR_TIE, "%s: prompt %d: token %d is %d, transformers %d (gap %.4f: no near tie)",
-              device, i, k, got[i][k], ps[i].expect[k], ps[i].gap[k]);
+        CHECK(exact || ps[i].gap[k] < NEAR_TIE,
+              "%s: prompt %d: token %d is %d, transformers %d (gap %.4f: no near tie)", device, i, k, got[i][k],
+              ps[i].expect[k], ps[i].gap[k]);
     }
     CHECK(whole >= N_PROMPTS - 1, "%s: %d of %d prompts match whole", device, whole, N_PROMPTS);
     printf("%s: %d of %d prompts give transformers' %d greedy tokens\n", device, whole, N_PROMPTS, N_NEW);
