@@ -4,7 +4,8 @@ and that zllm does not compute is refused at load with an error naming it, never
 Each variant is stories260K (a real tiny Llama) rewritten by the `gguf` package's writer with one item added:
 rope_freqs.weight (llama3 RoPE frequency factors, as llama.cpp's converter writes for Llama 3.1/3.2), per-head
 Q/K norms, a stray tensor in a block, block tensors whose layer number is not written as the loader writes it,
-and each refused metadata key. The unchanged copy, and copies with neutral values or an (integer) sliding window,
+and each refused metadata key; and the random gemma3 model of tests/data/oracle with softcapping, an unknown RoPE
+scaling type or a stray tensor. The unchanged copy, and copies with neutral values or an (integer) sliding window,
 must still load and generate, so a loader that refuses everything fails this test too."""
 import os
 import subprocess
@@ -102,10 +103,25 @@ def main():
         ("experts", [], [("llama.expert_count", u32, 8)], "llama.expert_count"),
         ("neutral", [], [("llama.rope.scaling.factor", f32, 1.0), ("llama.expert_count", u32, 0)], None),
     ]
+    # gemma3 (the random oracle model of tests/data/oracle): what it computes loads, what it does not is refused
+    g3 = os.path.join(ROOT, "tests", "data", "oracle", "gemma3-swa.gguf")
+    strs = gguf.GGUFValueType.STRING
+    variants += [
+        ("gemma3", [], [], None, g3),
+        ("gemma3_linear", [], [("gemma3.rope.scaling.type", strs, "linear"), ("gemma3.rope.scaling.factor", f32, 4.0)],
+         None, g3),
+        ("gemma3_softcap", [], [("gemma3.final_logit_softcapping", f32, 30.0)], "gemma3.final_logit_softcapping", g3),
+        ("gemma3_attn_softcap", [], [("gemma3.attn_logit_softcapping", f32, 50.0)], "gemma3.attn_logit_softcapping",
+         g3),
+        ("gemma3_yarn", [], [("gemma3.rope.scaling.type", strs, "yarn"), ("gemma3.rope.scaling.factor", f32, 4.0)],
+         "gemma3.rope.scaling.type", g3),
+        ("gemma3_stray", [("blk.0.attn_sinks.weight", np.ones(4, dtype=np.float32))], [], "blk.0.attn_sinks.weight", g3),
+    ]
     with tempfile.TemporaryDirectory() as d:
-        for tag, tensors, keys, refused in variants:
+        for v in variants:
+            tag, tensors, keys, refused = v[:4]
             path = os.path.join(d, tag + ".gguf")
-            rewrite(src, path, tensors, keys)
+            rewrite(v[4] if len(v) > 4 else src, path, tensors, keys)
             rc, out = run(path)
             if refused is None:
                 check(rc == 0 and out.strip() != "", "%s: loads and generates (rc %d): %s" % (tag, rc, out[-300:]))

@@ -13,7 +13,8 @@ Models (F32, eager attention, fixed seeds):
 Converter conventions mirrored here (not zllm's writer): gemma3 norm weights are stored as (1 + w) (Gemma3RMSNorm
 multiplies by 1 + w), token_embd is tied (no output.weight), Q/K are not permuted (NEOX rope); llama Q/K rows are
 permuted per head so that RoPE rotates adjacent pairs (LlamaModel.permute); tensor names come from the gguf
-package's tensor map for the architecture.
+package's tensor map for the architecture. Each file also carries a small SentencePiece-style vocabulary (byte
+tokens and a few word pieces) so that zllm-run and the broker can run it; the prompts are token ids.
 
 Outputs in OUT (default tests/data/oracle), per model NAME: NAME.gguf, NAME.json (prompts: tokens and n_prefill;
 rows per prompt; vocab; producer versions) and NAME.logits.f32 (little-endian float32: for each prompt in order,
@@ -78,6 +79,30 @@ def llama_permute(w, n_head, n_head_kv):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def add_vocab(w):
+    """a small SentencePiece-style ("llama") vocabulary of VOCAB tokens, so that zllm-run and the broker can run the
+    file: <pad>, <eos>, <bos>, <unk>, the 256 byte tokens, then word pieces (with Gemma's ids for the specials)"""
+    import gguf
+    pieces = ["\u2581"] + [chr(c) for c in range(97, 123)] + ["\u2581" + chr(c) for c in range(97, 123)]
+    pieces += ["\u2581the", "\u2581and", "th", "he", "in", "er", "an"]
+    toks = ["<pad>", "<eos>", "<bos>", "<unk>"] + ["<0x%02X>" % b for b in range(256)] + pieces
+    assert len(toks) == VOCAB
+    T = gguf.TokenType
+    types = [T.CONTROL, T.CONTROL, T.CONTROL, T.UNKNOWN] + [T.BYTE] * 256 + [T.NORMAL] * len(pieces)
+    scores = [0.0] * 260 + [-float(i) for i in range(len(pieces))]
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(toks)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(2)
+    w.add_eos_token_id(1)
+    w.add_unk_token_id(3)
+    w.add_pad_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_space_prefix(False)
+
+
 def write_gguf(path, arch_name, cfg, model):
     import gguf
     arch = {"gemma3": gguf.MODEL_ARCH.GEMMA3, "llama": gguf.MODEL_ARCH.LLAMA}[arch_name]
@@ -104,6 +129,7 @@ def write_gguf(path, arch_name, cfg, model):
                              else cfg.rope_theta)
         w.add_rope_dimension_count(cfg.head_dim)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    add_vocab(w)
     for name, t in model.state_dict().items():
         if name == "lm_head.weight" and cfg.tie_word_embeddings:
             continue
