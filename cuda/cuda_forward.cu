@@ -16,6 +16,7 @@
 extern "C" {
 #include "sampler.h"
 }
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "attention.h"
@@ -226,6 +227,12 @@ static int s_rope_append(cu_engine *E, const cu_layer *L, int l, int n_rows, cha
     return ops_qkv_rope_append(&a, E->st, err, errlen);
 }
 
+/* the softmax scale the attention kernels take: 0 (their own 1/sqrt(head_dim), whose f32 rounding the engine has
+ * always used) unless the model sets another one (gemma3 27B) */
+static float s_attn_scale(const zl_config *c) {
+    return c->attn_scale == (float)(1.0 / sqrt((double)c->head_dim)) ? 0.f : c->attn_scale;
+}
+
 /* attention of the step's rows into att_w (wt, the output projection's input): the decode kernels over the decode
  * rows, the prefill kernel over the prefill runs, then the cast, unless the decode kernel wrote att_w itself */
 static int s_attention(cu_engine *E, const cu_layer *L, int l, const cu_batch *b, char *err, size_t errlen) {
@@ -249,7 +256,7 @@ static int s_attention(cu_engine *E, const cu_layer *L, int l, const cu_batch *b
         p.head_dim = c->head_dim;
         p.n_ctx = E->base.n_ctx;
         p.window = window;
-        p.scale = c->attn_scale;
+        p.scale = s_attn_scale(c);
         FWD_CUDA(attn_window_launch(&p, st));
     }
     if (window == 0 && b->n_dec > 0) {
@@ -260,7 +267,7 @@ static int s_attention(cu_engine *E, const cu_layer *L, int l, const cu_batch *b
         p.workspace = E->attn_ws; p.workspace_bytes = E->attn_ws_bytes;
         p.n_seq = b->n_dec; p.n_heads = c->n_heads; p.n_kv_heads = c->n_kv_heads; p.head_dim = c->head_dim;
         p.n_ctx = E->base.n_ctx;
-        p.scale = c->attn_scale;
+        p.scale = s_attn_scale(c);
         /* always the longest context and the start-up split count: a graph serves every length, and a row's split
          * boundaries never depend on the batch (batch invariance) */
         p.max_kv_len = E->base.n_ctx; p.sm_count = E->sm_count; p.n_splits = E->n_splits;
@@ -285,7 +292,7 @@ static int s_attention(cu_engine *E, const cu_layer *L, int l, const cu_batch *b
         p.seq_slot = IN_PTR(E, seq_slot, int32_t); p.seq_pos0 = IN_PTR(E, seq_pos0, int32_t);
         p.out = E->att; p.n_seq = b->n_pre; p.max_rows = b->max_rows;
         p.n_heads = c->n_heads; p.n_kv_heads = c->n_kv_heads; p.head_dim = c->head_dim; p.n_ctx = E->base.n_ctx;
-        p.scale = c->attn_scale;
+        p.scale = s_attn_scale(c);
         FWD_CUDA(attn_prefill_launch(&p, st));
     }
     if (E->wt == CU_F32 || att_w_done) return 0;   /* F32: att_w is att */
