@@ -7,6 +7,8 @@ Models (F32, eager attention, fixed seeds):
                      4 heads / 2 KV heads of 16, FFN 128, vocab 320, sliding window 16, RoPE bases 10000 (sliding)
                      and 1000000 (global)
   gemma3-linear      the same shape with linear RoPE scaling (factor 8) on the global layer, as Gemma 3 4B+ has
+  gemma3-swa-bf16    gemma3-swa's network with every matrix (token_embd included) stored as BF16 (norms F32, as the
+                     converter keeps 1-D tensors); the reference is transformers on those rounded weights in f32
   mistral-swa        MistralForCausalLM written as a llama GGUF: dim 64, 3 layers, 4 heads / 2 KV heads of 16,
                      FFN 128, vocab 320, sliding window 16 on every layer
 
@@ -103,7 +105,16 @@ def add_vocab(w):
     w.add_add_space_prefix(False)
 
 
-def write_gguf(path, arch_name, cfg, model):
+def round_bf16(model):
+    """rounds every matrix of the model to bf16 (in place, kept in f32): the weights a BF16 file holds"""
+    import torch
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.dim() == 2:
+                p.copy_(p.to(torch.bfloat16).float())
+
+
+def write_gguf(path, arch_name, cfg, model, bf16=False):
     import gguf
     arch = {"gemma3": gguf.MODEL_ARCH.GEMMA3, "llama": gguf.MODEL_ARCH.LLAMA}[arch_name]
     tmap = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
@@ -128,7 +139,7 @@ def write_gguf(path, arch_name, cfg, model):
         w.add_rope_freq_base(cfg.rope_parameters["rope_theta"] if getattr(cfg, "rope_parameters", None)
                              else cfg.rope_theta)
         w.add_rope_dimension_count(cfg.head_dim)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if bf16 else gguf.LlamaFileType.ALL_F32)
     add_vocab(w)
     for name, t in model.state_dict().items():
         if name == "lm_head.weight" and cfg.tie_word_embeddings:
@@ -143,7 +154,12 @@ def write_gguf(path, arch_name, cfg, model):
         new = tmap.get_name(name, try_suffixes=(".weight", ".bias"))
         if new is None:
             raise SystemExit(f"{name}: no GGUF name")
-        w.add_tensor(new, np.ascontiguousarray(data, dtype=np.float32))
+        data = np.ascontiguousarray(data, dtype=np.float32)
+        if bf16 and data.ndim == 2:
+            w.add_tensor(new, gguf.quants.quantize(data, gguf.GGMLQuantizationType.BF16),
+                         raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            w.add_tensor(new, data)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -158,12 +174,15 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     cases = [("gemma3-swa", "gemma3", lambda: gemma3_model(0)), ("gemma3-linear", "gemma3", lambda: gemma3_model(1)),
-             ("mistral-swa", "llama", mistral_model)]
+             ("mistral-swa", "llama", mistral_model), ("gemma3-swa-bf16", "gemma3", lambda: gemma3_model(0))]
     rng = np.random.default_rng(2026)
     prompts = [[int(x) for x in rng.integers(1, VOCAB, size=n)] for n, _ in PROMPTS]
     for name, arch, make in cases:
         cfg, m = make()
-        write_gguf(os.path.join(a.out, name + ".gguf"), arch, cfg, m)
+        bf16 = name.endswith("-bf16")
+        if bf16:
+            round_bf16(m)
+        write_gguf(os.path.join(a.out, name + ".gguf"), arch, cfg, m, bf16)
         rows = []
         with torch.no_grad():
             for toks, (n, n_prefill) in zip(prompts, PROMPTS):
