@@ -141,6 +141,7 @@ fi
 if [ -x "$eng" ]; then
     g270=$(bash deploy/fetch-gemma3.sh) || { echo "FAIL deploy/fetch-gemma3.sh"; tf=$((tf + 1)); g270=; }
     for mdl in tests/data/oracle/gemma3-swa.gguf tests/data/oracle/gemma3-linear.gguf tests/data/oracle/mistral-swa.gguf \
+               tests/data/oracle/gemma3-swa-bf16.gguf \
                $g270; do
         run_one "engine_gpu:$(basename "$mdl")" "$eng" "$mdl"
     done
