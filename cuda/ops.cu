@@ -172,6 +172,10 @@ __global__ void k_head_rmsnorm(float *x, int ld, int head_dim, const float *w, f
 int ops_head_rmsnorm(float *x, int ld, int n_rows, int n_heads, int head_dim, const float *w, float eps,
                      cudaStream_t st, char *err, size_t errlen) {
     if (n_rows <= 0 || n_heads <= 0) return 0;
+    if (n_rows > 65535) {
+        snprintf(err, errlen, "ops_head_rmsnorm: %d rows (at most 65535)", n_rows);
+        return -1;
+    }
     k_head_rmsnorm<<<dim3(n_heads, n_rows), 32, 0, st>>>(x, ld, head_dim, w, eps);
     CU_LAUNCH_CHECK_RET("ops_head_rmsnorm");
     return 0;

@@ -1,10 +1,13 @@
-/* cuda/test_oracle_gpu.cu -> gpu_test_oracle_gpu: the CUDA engine against transformers on the RoPE variants and
- * architectures of tests/data/oracle (tests/oracle/make_oracle.py; the CPU engines' check is
- * tests/test_oracle_logits.c): llama with llama3 frequency factors (positions to 2099), linear scaling, YaRN,
- * qwen3 (per-head Q/K norms; also with YaRN) and phi3 (fused matrices, LongRoPE long and short sets, partial
- * rotary). Max rel err per logits row <= 1e-3 for the F32 models, <= 2e-2 for their BF16 twins (16-bit GEMM inputs
- * and KV cache), with the decode steps replayed from CUDA graphs and run eagerly. Batch invariance on these
- * models: tests/run_gpu.sh runs gpu_test_engine_gpu on each file. */
+/* cuda/test_oracle_gpu.cu -> gpu_test_oracle_gpu: the CUDA engine against transformers on the oracle models of
+ * tests/data/oracle (tests/oracle/make_oracle.py; the list is oracle_models in tests/oracle_check.h, the CPU
+ * engines' check tests/test_oracle.c): llama with llama3 frequency factors (positions to 2099), linear scaling,
+ * YaRN, qwen3 (per-head Q/K norms; also with YaRN), phi3 (fused matrices, LongRoPE long and short sets, partial
+ * rotary), gemma3 (local and global layers, sliding windows crossed by every prompt, linear scaling on the global
+ * ones) and a Mistral-style llama sliding on every layer. Max rel err per logits row <= 1e-3 for the F32 models,
+ * <= 2e-2 for their BF16 twins (16-bit GEMM inputs and KV cache), with the decode steps replayed from CUDA graphs
+ * and run eagerly; all prompts batched in chunks of 7 give bitwise the rows of each alone, and a companion
+ * sequence never changes a prompt's rows (tests/oracle_check.h). tests/run_gpu.sh also runs gpu_test_engine_gpu
+ * (CUDA against CPU, batch invariance) on each file. Runs from the repository root. */
 extern "C" {
 #include "engine.h"
 #include "model.h"
@@ -13,37 +16,24 @@ extern "C" {
 }
 #include <stdio.h>
 
-static void test_case(const char *name, zl_arch arch, double tol) {
+static void test_case(const oracle_model *om) {
     oracle_case c;
-    if (oracle_read(name, &c) != 0) {
-        oracle_free(&c);
-        return;
-    }
-    char path[256], err[512];
-    snprintf(path, sizeof path, "tests/data/oracle/%s.gguf", name);
-    zl_model *m = model_load(path, err, sizeof err);
-    CHECK(m != NULL, "%s", err);
-    if (m) {
-        CHECK(m->cfg.arch == arch, "%s: architecture %d, expected %d", name, (int)m->cfg.arch, (int)arch);
-        const double g = oracle_run(m, &c, "cuda", 0), eager = oracle_run(m, &c, "cuda", 1);
-        CHECK(g >= 0 && g <= tol, "%s: cuda (graphs) vs transformers: max rel err %.3g > %g", name, g, tol);
-        CHECK(eager >= 0 && eager <= tol, "%s: cuda (eager) vs transformers: max rel err %.3g > %g", name, eager, tol);
-        printf("%s: %d rows x %d logits vs transformers: cuda %.3g (graphs), %.3g (eager)\n", name, c.n_rows, c.vocab,
-               g, eager);
-    }
+    zl_model *m;
+    if (oracle_open(om, &c, &m) != 0) return;
+    const char *name = om->name;
+    const double tol = oracle_cuda_bound(name);
+    const double g = oracle_run(m, &c, "cuda", 0), eager = oracle_run(m, &c, "cuda", 1);
+    CHECK(g >= 0 && g <= tol, "%s: cuda (graphs) vs transformers: max rel err %.3g > %g", name, g, tol);
+    CHECK(eager >= 0 && eager <= tol, "%s: cuda (eager) vs transformers: max rel err %.3g > %g", name, eager, tol);
+    oracle_batch(m, &c, "cuda", 0, name);
+    oracle_companion(m, &c, "cuda", 0, name);
+    printf("%s: %d rows x %d logits vs transformers: cuda %.3g (graphs), %.3g (eager), bound %.0e\n", name,
+           c.n_rows, c.vocab, g, eager, tol);
     model_destroy(&m);
     oracle_free(&c);
 }
 
 int main(void) {
-    static const char *const names[] = {"llama3", "linear", "yarn", "qwen3", "qwen3-yarn", "phi3"};
-    static const zl_arch archs[] = {ZL_ARCH_LLAMA, ZL_ARCH_LLAMA, ZL_ARCH_LLAMA,
-                                    ZL_ARCH_QWEN3, ZL_ARCH_QWEN3, ZL_ARCH_PHI3};
-    for (int i = 0; i < 6; i++) {
-        char bf[64];
-        snprintf(bf, sizeof bf, "%s-bf16", names[i]);
-        test_case(names[i], archs[i], 1e-3);
-        test_case(bf, archs[i], 2e-2);
-    }
+    for (int i = 0; i < ORACLE_N_MODELS; i++) test_case(&oracle_models[i]);
     return test_report();
 }

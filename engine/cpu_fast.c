@@ -42,10 +42,11 @@ typedef struct {
     cpu_pool *pool;          /* threads */
     float *attn_norm;        /* [n_layers][dim] */
     float *ffn_norm;         /* [n_layers][dim] */
-    float *qn, *kn;          /* [n_layers][head_dim] per-head q/k norms (qwen3); NULL without */
-    zl_rope rope;            /* RoPE frequencies and magnitude (rope.h) */
     float *bq, *bk, *bv;     /* [n_layers][q_dim] / [n_layers][kv_dim]; NULL without biases */
     float *out_norm;         /* [dim] */
+    float *q_norm, *k_norm;  /* [n_layers][head_dim] per-head Q/K norms; NULL without them */
+    float *post_attn;        /* [n_layers][dim] norm of the attention output; NULL without it */
+    float *post_ffn;         /* [n_layers][dim] norm of the FFN output; NULL without it */
     float *kc, *vc;          /* [n_slots][n_own layers][n_ctx][kv_dim] */
     float *x;                /* [T][dim] residual stream */
     float *xb;               /* [T][max(dim, q_dim)] normed input / attention output */
@@ -61,7 +62,9 @@ typedef struct {
     const float *xq_of;      /* the f32 buffer xq now holds (NULL: none); reset whenever that buffer changes */
     int xq_n;                /* its row width */
     int *row_slot, *row_pos; /* [T] slot and position of each row */
-    float *rope_cs;          /* [T][rope_dim] cos/sin pairs per row */
+    float *rope_cs;          /* [T][rope_dim] cos/sin pairs per row (the global layers' RoPE) */
+    float *rope_cs_swa;      /* [T][rope_dim] the sliding layers' pairs; NULL when both kinds rotate alike */
+    zl_rope rope, rope_swa;  /* RoPE frequencies and magnitude (rope.h): global layers, sliding ones (with rope_cs_swa) */
     float *th_att;           /* [nth][n_ctx] attention scores per thread */
     int nth;                 /* threads */
     /* steps queued ahead (zl_engine.depth 2, whole models): as the reference, a launched step runs at once and
@@ -125,7 +128,21 @@ static void s_silu_row(s_fast *e, int r, const void *arg) {
     size_t ff = (size_t)e->c.ffn_dim;
     float *g = e->hb + r * ff;
     const float *u = e->hb2 + r * ff;
+    if (e->c.ffn_act == ZL_ACT_GELU_TANH) { /* GeGLU: gelu_tanh(gate) * up */
+        for (size_t i = 0; i < ff; i++) {
+            const float x = g[i];
+            g[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[i];
+        }
+        return;
+    }
     for (size_t i = 0; i < ff; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i]; /* SiLU(gate) * up */
+}
+
+/* xb2[r] = rmsnorm(xb2[r]) * w: the norm of a block's output before its residual add */
+static void s_post_norm_row(s_fast *e, int r, const void *arg) {
+    const s_norm_arg *a = arg;
+    size_t dim = (size_t)e->c.dim;
+    s_rmsnorm(e->xb2 + r * dim, e->xb2 + r * dim, a->w, (int)dim, e->c.rms_eps);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -246,6 +263,16 @@ static void s_rope(float *x, int n_heads, int head_dim, int rope_dim, zl_rope_st
     }
 }
 
+/* per-head RMSNorm of a row's q and k (before RoPE), with layer l's weights */
+static void s_qk_norm(s_fast *e, int l, float *q, float *k) {
+    const zl_config *c = &e->c;
+    const int hd = c->head_dim;
+    for (int h = 0; h < c->n_heads; h++)
+        s_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, e->q_norm + (size_t)l * hd, hd, c->rms_eps);
+    for (int h = 0; h < c->n_kv_heads; h++)
+        s_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, e->k_norm + (size_t)l * hd, hd, c->rms_eps);
+}
+
 typedef struct {
     s_fast *e;
     int layer;
@@ -261,16 +288,19 @@ static void s_attn_fn(void *ctx, int ith, int nth) {
     const size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
     const size_t slot_stride = (size_t)(e->base.layer_end - e->base.layer_begin) * e->base.n_ctx * kv_dim;
     float *att = e->th_att + (size_t)ith * e->base.n_ctx;
-    const float scale = (float)(1.0 / sqrt((double)hd));
+    const float scale = c->attn_scale;
+    const int window = model_layer_window(c, j->layer);
     int64_t lo, hi;
     s_range((int64_t)j->T * c->n_heads, ith, nth, &lo, &hi);
     for (int64_t it = lo; it < hi; it++) {
         const int r = (int)(it / c->n_heads), h = (int)(it % c->n_heads), kvh = h / group;
         const int pos = e->row_pos[r];
+        const int p0 = window > 0 && pos >= window ? pos - window + 1 : 0; /* the first key the row sees */
         const size_t base = (size_t)e->row_slot[r] * slot_stride +
-                            (size_t)(j->layer - e->base.layer_begin) * e->base.n_ctx * kv_dim + (size_t)kvh * hd;
-        cpu_attn_head(isa, e->q + (size_t)r * q_dim + (size_t)h * hd, hd, e->kc + base, e->vc + base, kv_dim, pos + 1,
-                      scale, att, e->xb + (size_t)r * q_dim + (size_t)h * hd);
+                            (size_t)(j->layer - e->base.layer_begin) * e->base.n_ctx * kv_dim + (size_t)kvh * hd +
+                            (size_t)p0 * kv_dim;
+        cpu_attn_head(isa, e->q + (size_t)r * q_dim + (size_t)h * hd, hd, e->kc + base, e->vc + base, kv_dim,
+                      pos + 1 - p0, scale, att, e->xb + (size_t)r * q_dim + (size_t)h * hd);
     }
 }
 
@@ -305,10 +335,13 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
                     snprintf(eb->err, sizeof eb->err, "cannot dequantize token_embd.weight");
                     return -1;
                 }
+                if (c->embd_scale != 1.0f)
+                    for (int i = 0; i < dim; i++) e->x[(size_t)r * dim + i] *= c->embd_scale;
             }
             e->row_slot[r] = s->slot;
             e->row_pos[r] = s->pos + t;
             rope_cs_row(&e->rope, s->pos + t, e->rope_cs + (size_t)r * c->rope_dim);
+            if (e->rope_cs_swa) rope_cs_row(&e->rope_swa, s->pos + t, e->rope_cs_swa + (size_t)r * c->rope_dim);
         }
     }
     if (!embed) memcpy(e->x, h_in, (size_t)T * dim * sizeof(float));
@@ -323,16 +356,10 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
                                  e->bv ? e->bv + l * kv_dim : NULL};
         float *qkv_y[3] = {e->q, e->k, e->v};
         if (s_matmuls(e, 3, qkv, qkv_b, e->xb, qkv_y, T)) return -1;
+        const float *cs_l = e->rope_cs_swa && model_layer_window(c, l) ? e->rope_cs_swa : e->rope_cs;
         for (r = 0; r < T; r++) {
-            const float *cs = e->rope_cs + (size_t)r * c->rope_dim;
-            if (e->qn) { /* qwen3: per-head RMSNorm of q and k, before RoPE */
-                for (int h = 0; h < c->n_heads; h++)
-                    s_rmsnorm(e->q + r * q_dim + h * hd, e->q + r * q_dim + h * hd, e->qn + (size_t)l * hd, hd,
-                              c->rms_eps);
-                for (int h = 0; h < c->n_kv_heads; h++)
-                    s_rmsnorm(e->k + r * kv_dim + h * hd, e->k + r * kv_dim + h * hd, e->kn + (size_t)l * hd, hd,
-                              c->rms_eps);
-            }
+            const float *cs = cs_l + (size_t)r * c->rope_dim;
+            if (e->q_norm) s_qk_norm(e, l, e->q + r * q_dim, e->k + r * kv_dim);
             s_rope(e->q + r * q_dim, c->n_heads, hd, c->rope_dim, c->rope_style, cs);
             s_rope(e->k + r * kv_dim, c->n_kv_heads, hd, c->rope_dim, c->rope_style, cs);
             size_t at = (size_t)e->row_slot[r] * slot_stride +
@@ -344,6 +371,10 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         e->xq_of = NULL;
         cpu_pool_run(e->pool, s_attn_fn, &aj);
         if (s_matmul(e, &L->wo, NULL, e->xb, e->xb2, T)) return -1;
+        if (e->post_attn) {
+            s_norm_arg pa = {e->post_attn + (size_t)l * dim};
+            s_rows(e, T, s_post_norm_row, &pa);
+        }
         for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];
 
         na.w = e->ffn_norm + (size_t)l * dim;
@@ -355,6 +386,10 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         if (s_matmuls(e, 2, gu, gu_b, e->xb, gu_y, T)) return -1;
         s_rows(e, T, s_silu_row, NULL);
         if (s_matmul(e, &L->w_down, NULL, e->hb, e->xb2, T)) return -1;
+        if (e->post_ffn) {
+            s_norm_arg pf = {e->post_ffn + (size_t)l * dim};
+            s_rows(e, T, s_post_norm_row, &pf);
+        }
         for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];
     }
     e->xq_of = NULL;
@@ -396,14 +431,14 @@ static void s_destroy(zl_engine *eb) {
     if (!eb) return;
     s_fast *e = (s_fast *)eb;
     cpu_pool_destroy(&e->pool);
-    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq, e->bk,  e->bv,  e->out_norm, e->kc,
-                     e->vc,        e->x,        e->xb, e->xb2, e->q,   e->k,        e->v,
-                     e->hb,        e->hb2,      e->xl, e->lg,  e->lgs, e->rope_cs,  e->th_att};
+    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq,        e->bk,       e->bv,         e->out_norm, e->kc,
+                     e->vc,        e->x,        e->xb,        e->xb2,      e->q,          e->k,        e->v,
+                     e->hb,        e->hb2,      e->xl,        e->lg,       e->lgs,        e->rope_cs,  e->th_att,
+                     e->q_norm,    e->k_norm,   e->post_attn, e->post_ffn, e->rope_cs_swa};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e->xq);
-    free(e->qn);
-    free(e->kn);
     rope_free(&e->rope);
+    rope_free(&e->rope_swa);
     free(e->row_slot);
     free(e->row_pos);
     cpu_launch_free(&e->lq);
@@ -420,6 +455,36 @@ static int s_vec(const zl_weight *w, float *dst, char *err, size_t errlen) {
         return -1;
     }
     return 0;
+}
+
+/* the RoPE frequencies, and the small weights of qwen3's and gemma3's blocks (Q/K and post norms) and the sliding
+ * layers' RoPE table where the model has them */
+static int s_extra_weights(s_fast *e, const zl_model *m, size_t T, char *err, size_t errlen) {
+    const zl_config *c = &m->cfg;
+    size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, hd = (size_t)c->head_dim;
+    if (rope_init(&e->rope, m, e->base.n_ctx, 0, err, errlen)) return -1;
+    if (model_rope_two_kinds(c)) {
+        if (!(e->rope_cs_swa = s_alloc(T * (size_t)c->rope_dim))) goto oom;
+        if (rope_init(&e->rope_swa, m, e->base.n_ctx, 1, err, errlen)) return -1;
+    }
+    if (c->has_qk_norm) {
+        if (!(e->q_norm = s_alloc(L * hd)) || !(e->k_norm = s_alloc(L * hd))) goto oom;
+        for (size_t l = 0; l < L; l++)
+            if (s_vec(&m->layers[l].attn_q_norm, e->q_norm + l * hd, err, errlen) ||
+                s_vec(&m->layers[l].attn_k_norm, e->k_norm + l * hd, err, errlen))
+                return -1;
+    }
+    if (c->has_post_norms) {
+        if (!(e->post_attn = s_alloc(L * dim)) || !(e->post_ffn = s_alloc(L * dim))) goto oom;
+        for (size_t l = 0; l < L; l++)
+            if (s_vec(&m->layers[l].post_attn_norm, e->post_attn + l * dim, err, errlen) ||
+                s_vec(&m->layers[l].post_ffn_norm, e->post_ffn + l * dim, err, errlen))
+                return -1;
+    }
+    return 0;
+oom:
+    snprintf(err, errlen, "cpu engine: out of memory");
+    return -1;
 }
 
 /* the ISA from $ZLLM_CPU_ISA (refused when this CPU lacks it) or the best one */
@@ -553,20 +618,8 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
             goto fail;
         }
     }
-    if (rope_init(&e->rope, m, b->n_ctx, err, errlen)) goto fail;
-    if (c->has_qk_norm) {
-        e->qn = s_alloc(L * (size_t)c->head_dim);
-        e->kn = s_alloc(L * (size_t)c->head_dim);
-        if (!e->qn || !e->kn) {
-            snprintf(err, errlen, "cpu engine: out of memory");
-            goto fail;
-        }
-    }
     for (size_t l = 0; l < L; l++) {
         const zl_layer_weights *lw = &m->layers[l];
-        if (c->has_qk_norm && (s_vec(&lw->attn_q_norm, e->qn + l * c->head_dim, err, errlen) ||
-                               s_vec(&lw->attn_k_norm, e->kn + l * c->head_dim, err, errlen)))
-            goto fail;
         if (s_vec(&lw->attn_norm, e->attn_norm + l * dim, err, errlen) ||
             s_vec(&lw->ffn_norm, e->ffn_norm + l * dim, err, errlen))
             goto fail;
@@ -576,6 +629,7 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
             goto fail;
     }
     if (s_vec(&m->output_norm, e->out_norm, err, errlen)) goto fail;
+    if (s_extra_weights(e, m, T, err, errlen)) goto fail;
     e->pool = cpu_pool_new(e->nth, err, errlen);
     if (!e->pool) goto fail;
     return b;

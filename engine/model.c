@@ -123,7 +123,6 @@ static const struct {
 } s_refused_keys[] = {
     {"rope.scaling.yarn_log_multiplier", 0.0, "YaRN attention scaling by log multiplier"},
     {"rope.scaling.alpha", 0.0, "NTK-alpha RoPE scaling"},
-    {"attention.sliding_window", 0.0, "sliding-window attention"},
     {"attn_logit_softcapping", 0.0, "attention logit soft-capping"},
     {"final_logit_softcapping", 0.0, "final logit soft-capping"},
     {"expert_count", 0.0, "mixture of experts"},
@@ -205,6 +204,55 @@ static int s_read_rope_scaling(const gguf *g, const char *arch, zl_config *c, ch
     return 0;
 }
 
+/* the sliding window and the gemma3 block, after the common hyper-parameters and the RoPE scaling. gemma3 as
+ * llama.cpp reads it: every 6th layer global (RoPE base rope.freq_base, with the file's scaling), the others
+ * sliding (base 10000, unscaled); embeddings times sqrt(dim); the query scale 1/sqrt(key_length), 1/sqrt(dim /
+ * heads) for the 62-layer (27B) model whose query_pre_attn_scalar the file does not carry */
+static int s_swa_config(const gguf *g, const char *arch, zl_config *c, char *err, size_t errlen) {
+    c->rope_base_swa = c->rope_base;
+    c->rope_scale_swa = c->rope_scale;
+    c->embd_scale = 1.0f;
+    c->attn_scale = (float)(1.0 / sqrt((double)c->head_dim));
+    c->ffn_act = ZL_ACT_SILU;
+    if (s_get_int(g, arch, "attention.sliding_window", 0, 0, 1 << 24, &c->swa_window, err, errlen)) return -1;
+    /* qwen2/qwen3 (max_window_layers) and phi3 (llama.cpp ignores its window) slide otherwise: refused */
+    if (c->swa_window > 0 && c->arch != ZL_ARCH_LLAMA && c->arch != ZL_ARCH_GEMMA3) {
+        snprintf(err, errlen, "%s: metadata %s.attention.sliding_window (sliding-window attention) is not supported",
+                 g->path, arch);
+        return -1;
+    }
+    if (c->arch != ZL_ARCH_GEMMA3) return 0;
+    /* gemma3 scales its global layers linearly (Gemma 3 4B+); YaRN there is not what its checks cover: refused */
+    if (c->rope_scaling == ZL_ROPE_SCALING_YARN) {
+        snprintf(err, errlen, "%s: metadata gemma3.rope.scaling.type 'yarn' (RoPE scaling) is not supported for gemma3",
+                 g->path);
+        return -1;
+    }
+    c->swa_pattern = 6;
+    c->rope_base_swa = 10000.0f;
+    c->rope_scale_swa = 1.0f;
+    c->embd_scale = (float)sqrt((double)c->dim);
+    if (c->n_layers == 62) c->attn_scale = (float)(1.0 / sqrt((double)c->dim / c->n_heads));
+    c->has_post_norms = 1;
+    c->ffn_act = ZL_ACT_GELU_TANH;
+    return 0;
+}
+
+int model_layer_window(const zl_config *c, int l) {
+    if (c->swa_window <= 0) return 0;
+    if (c->swa_pattern > 0 && l % c->swa_pattern == c->swa_pattern - 1) return 0;
+    return c->swa_window;
+}
+
+int model_rope_two_kinds(const zl_config *c) {
+    if (c->swa_window <= 0 || (c->rope_base_swa == c->rope_base && c->rope_scale_swa == c->rope_scale)) return 0;
+    for (int l = 0; l < c->n_layers; l++) /* both kinds of layer present */
+        if (!model_layer_window(c, l)) return 1;
+    return 0;
+}
+
+static const char *const s_arch_names[] = {"llama", "qwen2", "qwen3", "phi3", "gemma3"};
+
 static int s_read_config(const gguf *g, zl_config *c, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     const gguf_value *av = gguf_get(g, "general.architecture");
@@ -229,9 +277,13 @@ static int s_read_config(const gguf *g, zl_config *c, char *err, size_t errlen) 
         c->arch = ZL_ARCH_PHI3;
         c->rope_style = ZL_ROPE_HALVES;
         arch = "phi3";
+    } else if (gguf_str_eq(av->v.str, "gemma3")) {
+        c->arch = ZL_ARCH_GEMMA3;
+        c->rope_style = ZL_ROPE_HALVES; /* llama.cpp's NEOX rope type; the converter does not permute Q/K */
+        arch = "gemma3";
     } else {
         int n = av->v.str.len > 64 ? 64 : (int)av->v.str.len;
-        snprintf(err, errlen, "%s: unsupported architecture '%.*s' (zllm runs llama, qwen2, qwen3 and phi3)", g->path,
+        snprintf(err, errlen, "%s: unsupported architecture '%.*s' (zllm runs llama, qwen2, qwen3, phi3 and gemma3)", g->path,
                  n, av->v.str.ptr);
         return -1;
     }
@@ -272,10 +324,13 @@ static int s_read_config(const gguf *g, zl_config *c, char *err, size_t errlen) 
     }
     if (s_get_float(g, arch, "rope.freq_base", 10000.0, 1.0, 1e12, &c->rope_base, err, errlen) ||
         s_get_float(g, arch, "attention.layer_norm_rms_epsilon",
-                    c->arch == ZL_ARCH_QWEN2 || c->arch == ZL_ARCH_QWEN3 ? 1e-6 : 1e-5, 0.0, 1.0, &c->rms_eps, err,
+                    c->arch == ZL_ARCH_LLAMA || c->arch == ZL_ARCH_PHI3 ? 1e-5 : 1e-6, 0.0, 1.0, &c->rms_eps, err,
                     errlen))
         return -1;
-    return s_read_rope_scaling(g, arch, c, err, errlen) || s_refuse_keys(g, arch, err, errlen) ? -1 : 0;
+    return s_read_rope_scaling(g, arch, c, err, errlen) || s_swa_config(g, arch, c, err, errlen) ||
+                   s_refuse_keys(g, arch, err, errlen)
+               ? -1
+               : 0;
 }
 
 /* the layer of a block tensor's name "blk.N.REST", N written as s_bind_all writes it (decimal, no sign, space or
@@ -302,6 +357,7 @@ static int s_known_tensor(const zl_model *m, const char *name) {
     static const char *const qkv[] = {"attn_q.weight", "attn_k.weight", "attn_v.weight"};
     static const char *const bias[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
     static const char *const qk_norm[] = {"attn_q_norm.weight", "attn_k_norm.weight"};
+    static const char *const post[] = {"post_attention_norm.weight", "post_ffw_norm.weight"};
     for (size_t i = 0; i < sizeof global / sizeof global[0]; i++)
         if (strcmp(name, global[i]) == 0) return 1;
     /* RoPE factor tensors, bound by s_bind_rope */
@@ -324,6 +380,8 @@ static int s_known_tensor(const zl_model *m, const char *name) {
         if (strcmp(rest, bias[i]) == 0) return 1;
     for (size_t i = 0; c->has_qk_norm && i < sizeof qk_norm / sizeof qk_norm[0]; i++)
         if (strcmp(rest, qk_norm[i]) == 0) return 1;
+    for (size_t i = 0; c->has_post_norms && i < sizeof post / sizeof post[0]; i++)
+        if (strcmp(rest, post[i]) == 0) return 1;
     return 0;
 }
 
@@ -334,9 +392,8 @@ static int s_refuse_tensors(const zl_model *m, char *err, size_t errlen) {
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const char *name = g->tensors[i].name;
         if (s_known_tensor(m, name)) continue;
-        static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "phi3"};
         snprintf(err, errlen, "%s: tensor %s is not used by zllm's %s model (unsupported)", g->path, name,
-                 arch_names[m->cfg.arch]);
+                 s_arch_names[m->cfg.arch]);
         return -1;
     }
     return 0;
@@ -443,11 +500,16 @@ static int s_bind_all(zl_model *m, char *err, size_t errlen) {
             return -1;
         }
         if (BIND(w_down, "ffn_down.weight", c->ffn_dim, c->dim, 0)) return -1;
-        /* qwen3: per-head RMSNorm of q and k (required; on other architectures the tensors are refused below) */
-        if (c->arch == ZL_ARCH_QWEN3 && (BIND(attn_q_norm, "attn_q_norm.weight", c->head_dim, 0, 0) ||
-                                         BIND(attn_k_norm, "attn_k_norm.weight", c->head_dim, 0, 0)))
+        /* qwen3, gemma3: per-head RMSNorm of q and k (required; on other architectures the tensors are refused
+         * below) */
+        c->has_qk_norm = c->arch == ZL_ARCH_QWEN3 || c->arch == ZL_ARCH_GEMMA3;
+        if (c->has_qk_norm && (BIND(attn_q_norm, "attn_q_norm.weight", c->head_dim, 0, 0) ||
+                               BIND(attn_k_norm, "attn_k_norm.weight", c->head_dim, 0, 0)))
             return -1;
-        c->has_qk_norm = c->arch == ZL_ARCH_QWEN3;
+        /* gemma3: norms of the attention and FFN outputs (required) */
+        if (c->has_post_norms && (BIND(post_attn_norm, "post_attention_norm.weight", c->dim, 0, 0) ||
+                                  BIND(post_ffn_norm, "post_ffw_norm.weight", c->dim, 0, 0)))
+            return -1;
         /* biases: required for qwen2, refused elsewhere (we would otherwise silently ignore them) */
         int need_bias = c->arch == ZL_ARCH_QWEN2;
         if (BIND(bq, "attn_q.bias", q_dim, 0, 1) || BIND(bk, "attn_k.bias", kv_dim, 0, 1) ||

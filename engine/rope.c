@@ -6,7 +6,8 @@
  *     inv_i    = interp_i (1 - mix_i) + extrap_i mix_i (mix_i = ext_factor * ramp_i, YaRN only; else 0)
  * where ramp_i falls from 1 to 0 between YaRN's correction dims (from beta_fast and beta_slow at the original
  * context). The magnitude is rope.scaling.attn_factor times, where YaRN mixes, 1 + 0.1 ln(scale) (scale > 1), and
- * otherwise rope.scaling.yarn_attn_factor (llama.cpp's context set-up and rope kernel together). */
+ * otherwise rope.scaling.yarn_attn_factor (llama.cpp's context set-up and rope kernel together). base and scale are
+ * rope.freq_base and the factor, or on sliding layers rope_base_swa and rope_scale_swa (model.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +30,7 @@ static const zl_weight *s_factors(const zl_model *m, int n_ctx, int *is_long) {
     return m->rope_short.data ? &m->rope_short : NULL;
 }
 
-int rope_init(zl_rope *r, const zl_model *m, int n_ctx, char *err, size_t errlen) {
+int rope_init(zl_rope *r, const zl_model *m, int n_ctx, int sliding, char *err, size_t errlen) {
     const zl_config *c = &m->cfg;
     r->half = c->rope_dim / 2;
     r->inv_freq = calloc((size_t)r->half, sizeof(double));
@@ -48,7 +49,7 @@ int rope_init(zl_rope *r, const zl_model *m, int n_ctx, char *err, size_t errlen
         rope_free(r);
         return -1;
     }
-    const double base = c->rope_base, scale = c->rope_scale;
+    const double base = sliding ? c->rope_base_swa : c->rope_base, scale = sliding ? c->rope_scale_swa : c->rope_scale;
     const double ext = c->rope_scaling == ZL_ROPE_SCALING_YARN ? c->rope_ext_factor : 0.0;
     double lo = 0, hi = 0;
     if (ext != 0.0) {

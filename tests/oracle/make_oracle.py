@@ -1,25 +1,45 @@
 #!/usr/bin/env python3
-"""tests/oracle/make_oracle.py: oracle logits for the RoPE variants and architectures zllm computes, from models
-built by transformers (not by zllm) and written to GGUF with the gguf package's GGUFWriter (not zllm's writer).
+"""tests/oracle/make_oracle.py: oracle logits for the architectures, RoPE variants and sliding windows zllm
+computes, from models built by transformers (not by zllm) and written to GGUF with the gguf package's GGUFWriter
+(not zllm's writer) the way llama.cpp's convert_hf_to_gguf.py writes that architecture.
 
-For each case below: a tiny random model is built by transformers from a config (LlamaConfig with rope_type
-llama3 / linear / yarn, Qwen3Config without and with yarn, Phi3Config with LongRoPE and partial rotary), its weights are written to
-tests/data/oracle/NAME.gguf the way llama.cpp's convert_hf_to_gguf.py writes that architecture (tensor names,
-metadata keys, llama's Q/K row permutation, llama3's rope_freqs.weight, phi3's fused attn_qkv / ffn_up and
-rope_factors_long/short with the attention factor key), and transformers' f32 logits at chosen positions of a
-few random prompts are saved in NAME.logits.f32 ([rows][vocab] little-endian f32), described by NAME.txt
-(NAME-bf16.*: the same model with its matrices rounded to and stored as BF16, norms and factors F32):
+RoPE variants and architectures (tiny random models; each also as NAME-bf16: the same model with its matrices
+rounded to and stored as BF16, norms and factors F32, transformers' logits on the rounded weights):
+  llama3, linear, yarn   LlamaConfig with rope_type llama3 (rope_freqs.weight) / linear / yarn
+  qwen3, qwen3-yarn      Qwen3Config without and with yarn
+  phi3                   Phi3Config with LongRoPE (rope_factors_long/short and the attention factor key) and
+                         partial rotary (fused attn_qkv / ffn_up)
+Their prompts cross the scaling's frequency bands (positions beyond the original context: 2k+ for llama3).
+
+gemma3 and sliding windows (F32, eager attention, fixed seeds; vocab 320, window 16, three prompts of 64 to 96
+tokens prefilled in part and decoded one token per step, every one longer than the window):
+  gemma3-swa         Gemma3ForCausalLM: dim 64, 6 layers (5 sliding + 1 global, llama.cpp's fixed pattern of 6),
+                     4 heads / 2 KV heads of 16, FFN 128, RoPE bases 10000 (sliding) and 1000000 (global)
+  gemma3-linear      the same shape with linear RoPE scaling (factor 8) on the global layer, as Gemma 3 4B+ has
+  gemma3-swa-bf16    gemma3-swa's network with every matrix (token_embd included) stored as BF16 (norms F32)
+  mistral-swa        MistralForCausalLM written as a llama GGUF: dim 64, 3 layers, sliding window on every layer
+These mirror the converter's gemma3 conventions: norm weights stored as (1 + w) (Gemma3RMSNorm multiplies by
+1 + w), token_embd tied (no output.weight), Q/K not permuted (NEOX rope); tensor names from the gguf package's
+tensor map. Each file also carries a small SentencePiece-style vocabulary (byte tokens and a few word pieces) so
+that zllm-run and the broker can run it; the prompts are token ids.
+
+Converter conventions for all: tensor names and metadata keys, llama's Q/K row permutation (halves -> adjacent
+pairs per head).
+
+Outputs in OUT per case NAME: NAME.gguf, NAME.logits.f32 (transformers' f32 logits at the check positions,
+[rows][vocab] little-endian f32, prompt after prompt) and NAME.txt, which describes them:
 
     vocab V
+    window W                            (the sliding window, only where the model has one)
     prompt N_TOKENS N_CTX N_CHECKS      (N_CTX: the context the engine must be made with; LongRoPE depends on it)
     TOKENS...
     CHECK POSITIONS...                  (ascending; the logits rows, in this order, prompt after prompt)
 
-Prompts cross the scaling's frequency bands (positions beyond the original context: 2k+ for llama3).
-tests/test_oracle_logits.c runs zllm's engines on these files (no torch needed there).
+tests/oracle_check.h reads them for tests/test_oracle.c and cuda/test_oracle_gpu.cu (no torch needed there).
 
 Command that made the committed files (from the repository root; needs torch, transformers, gguf, numpy):
     python3 tests/oracle/make_oracle.py --out tests/data/oracle
+(one case or a few: name them after the options).
 """
 import argparse
 import math
@@ -296,14 +316,177 @@ def save_logits(name, outdir, arch, cfg, model, prompts, seed_name=None):
     print(f"{name}: {arch}, {len(rows)} rows of {VOCAB} logits")
 
 
+SWA_VOCAB = 320
+SWA_WINDOW = 16
+SWA_PROMPTS = [(80, 40), (96, 9), (64, 20)]  # (length, n_prefill): the rest is decoded one token per step
+SWA_N_CTX = 128
+
+
+def gemma3_model(linear):
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    full = {"rope_type": "default", "rope_theta": 1000000.0}
+    if linear:
+        full = {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}
+    cfg = Gemma3TextConfig(vocab_size=SWA_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+                           sliding_window=SWA_WINDOW, max_position_embeddings=512, rms_norm_eps=1e-6,
+                           rope_parameters={"full_attention": full,
+                                            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                           tie_word_embeddings=True, initializer_range=0.15, attn_implementation="eager")
+    torch.manual_seed(35 + linear)
+    m = Gemma3ForCausalLM(cfg).float().eval()
+    with torch.no_grad():   # norms away from their zero init, so that (1 + w) is tested
+        for n, p in m.named_parameters():
+            if n.endswith("norm.weight"):
+                p.copy_(torch.randn_like(p) * 0.3)
+    return cfg, m
+
+
+def mistral_model():
+    import torch
+    from transformers import MistralConfig, MistralForCausalLM
+    cfg = MistralConfig(vocab_size=SWA_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=SWA_WINDOW,
+                        max_position_embeddings=512, rms_norm_eps=1e-5, rope_theta=10000.0,
+                        tie_word_embeddings=False, initializer_range=0.15, attn_implementation="eager")
+    torch.manual_seed(37)
+    m = MistralForCausalLM(cfg).float().eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith("norm.weight"):
+                p.copy_(1.0 + torch.randn_like(p) * 0.3)
+    return cfg, m
+
+
+def add_vocab(w):
+    """a small SentencePiece-style ("llama") vocabulary of SWA_VOCAB tokens, so that zllm-run and the broker can run the
+    file: <pad>, <eos>, <bos>, <unk>, the 256 byte tokens, then word pieces (with Gemma's ids for the specials)"""
+    import gguf
+    pieces = ["\u2581"] + [chr(c) for c in range(97, 123)] + ["\u2581" + chr(c) for c in range(97, 123)]
+    pieces += ["\u2581the", "\u2581and", "th", "he", "in", "er", "an"]
+    toks = ["<pad>", "<eos>", "<bos>", "<unk>"] + ["<0x%02X>" % b for b in range(256)] + pieces
+    assert len(toks) == SWA_VOCAB
+    T = gguf.TokenType
+    types = [T.CONTROL, T.CONTROL, T.CONTROL, T.UNKNOWN] + [T.BYTE] * 256 + [T.NORMAL] * len(pieces)
+    scores = [0.0] * 260 + [-float(i) for i in range(len(pieces))]
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(toks)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(2)
+    w.add_eos_token_id(1)
+    w.add_unk_token_id(3)
+    w.add_pad_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_space_prefix(False)
+
+
+def round_bf16(model):
+    """rounds every matrix of the model to bf16 (in place, kept in f32): the weights a BF16 file holds"""
+    import torch
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.dim() == 2:
+                p.copy_(p.to(torch.bfloat16).float())
+
+
+def write_gguf_mapped(path, arch_name, cfg, model, bf16=False):
+    """a transformers model written through the gguf package's tensor map (the gemma3 and Mistral cases)"""
+    import gguf
+    arch = {"gemma3": gguf.MODEL_ARCH.GEMMA3, "llama": gguf.MODEL_ARCH.LLAMA}[arch_name]
+    tmap = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
+    w = gguf.GGUFWriter(path, arch_name)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_sliding_window(cfg.sliding_window)
+    if arch_name == "gemma3":
+        full = cfg.rope_parameters["full_attention"]
+        w.add_rope_freq_base(full["rope_theta"])
+        if full.get("rope_type") == "linear":
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(full["factor"])
+    else:
+        w.add_rope_freq_base(cfg.rope_parameters["rope_theta"] if getattr(cfg, "rope_parameters", None)
+                             else cfg.rope_theta)
+        w.add_rope_dimension_count(cfg.head_dim)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if bf16 else gguf.LlamaFileType.ALL_F32)
+    add_vocab(w)
+    for name, t in model.state_dict().items():
+        if name == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue
+        data = t.detach().float().numpy().copy()
+        if arch_name == "gemma3" and name.endswith("norm.weight"):
+            data = data + 1.0
+        if arch_name == "llama" and name.endswith("q_proj.weight"):
+            data = permute(data, cfg.num_attention_heads)
+        if arch_name == "llama" and name.endswith("k_proj.weight"):
+            data = permute(data, cfg.num_key_value_heads)
+        new = tmap.get_name(name, try_suffixes=(".weight", ".bias"))
+        if new is None:
+            raise SystemExit(f"{name}: no GGUF name")
+        data = np.ascontiguousarray(data, dtype=np.float32)
+        if bf16 and data.ndim == 2:
+            w.add_tensor(new, gguf.quants.quantize(data, gguf.GGMLQuantizationType.BF16),
+                         raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            w.add_tensor(new, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+SWA_CASES = {"gemma3-swa": ("gemma3", lambda: gemma3_model(0)), "gemma3-linear": ("gemma3", lambda: gemma3_model(1)),
+             "mistral-swa": ("llama", mistral_model), "gemma3-swa-bf16": ("gemma3", lambda: gemma3_model(0))}
+
+
+def make_swa(name, outdir):
+    import torch
+    import transformers
+    arch, build = SWA_CASES[name]
+    rng = np.random.default_rng(2026)  # the same prompts for every case
+    prompts = [[int(x) for x in rng.integers(1, SWA_VOCAB, size=n)] for n, _ in SWA_PROMPTS]
+    cfg, m = build()
+    bf16 = name.endswith("-bf16")
+    if bf16:
+        round_bf16(m)
+    write_gguf_mapped(os.path.join(outdir, name + ".gguf"), arch, cfg, m, bf16)
+    rows = []
+    lines = [f"# {name}: {arch}, sliding window {SWA_WINDOW}; transformers {transformers.__version__}, "
+             f"torch {torch.__version__}, eager f32", f"vocab {SWA_VOCAB}", f"window {SWA_WINDOW}"]
+    with torch.no_grad():
+        for toks, (n, n_prefill) in zip(prompts, SWA_PROMPTS):
+            lg = m(torch.tensor([toks])).logits[0].float().numpy()
+            rows.append(lg[n_prefill - 1:])
+            checks = list(range(n_prefill - 1, n))
+            lines += [f"prompt {n} {SWA_N_CTX} {len(checks)}", " ".join(map(str, toks)), " ".join(map(str, checks))]
+    logits = np.concatenate(rows).astype("<f4")
+    logits.tofile(os.path.join(outdir, name + ".logits.f32"))
+    with open(os.path.join(outdir, name + ".txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"{name}: {logits.shape[0]} rows x {SWA_VOCAB}, max |logit| {np.abs(logits).max():.3f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="tests/data/oracle")
-    ap.add_argument("cases", nargs="*", default=list(CASES))
+    ap.add_argument("cases", nargs="*", default=list(CASES) + list(SWA_CASES))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     for c in a.cases:
-        make(c, a.out)
+        if c in SWA_CASES:
+            make_swa(c, a.out)
+        else:
+            make(c, a.out)
     return 0
 
 
