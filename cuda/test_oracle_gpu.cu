@@ -27,8 +27,8 @@ static void test_case(const oracle_model *om) {
     CHECK(eager >= 0 && eager <= tol, "%s: cuda (eager) vs transformers: max rel err %.3g > %g", name, eager, tol);
     oracle_batch(m, &c, "cuda", 0, name);
     oracle_companion(m, &c, "cuda", 0, name);
-    printf("%s: %d rows x %d logits vs transformers: cuda %.3g (graphs), %.3g (eager), bound %.0e\n", name,
-           c.n_rows, c.vocab, g, eager, tol);
+    printf("%s: %d rows x %d logits vs transformers: cuda %.3g (graphs), %.3g (eager), bound %.0e\n", name, c.n_rows,
+           c.vocab, g, eager, tol);
     model_destroy(&m);
     oracle_free(&c);
 }

@@ -64,7 +64,8 @@ typedef struct {
     int *row_slot, *row_pos; /* [T] slot and position of each row */
     float *rope_cs;          /* [T][rope_dim] cos/sin pairs per row (the global layers' RoPE) */
     float *rope_cs_swa;      /* [T][rope_dim] the sliding layers' pairs; NULL when both kinds rotate alike */
-    zl_rope rope, rope_swa;  /* RoPE frequencies and magnitude (rope.h): global layers, sliding ones (with rope_cs_swa) */
+    zl_rope rope;            /* RoPE frequencies and magnitude (rope.h) */
+    zl_rope rope_swa;        /* the sliding layers' (with rope_cs_swa) */
     float *th_att;           /* [nth][n_ctx] attention scores per thread */
     int nth;                 /* threads */
     /* steps queued ahead (zl_engine.depth 2, whole models): as the reference, a launched step runs at once and

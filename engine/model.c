@@ -283,8 +283,8 @@ static int s_read_config(const gguf *g, zl_config *c, char *err, size_t errlen) 
         arch = "gemma3";
     } else {
         int n = av->v.str.len > 64 ? 64 : (int)av->v.str.len;
-        snprintf(err, errlen, "%s: unsupported architecture '%.*s' (zllm runs llama, qwen2, qwen3, phi3 and gemma3)", g->path,
-                 n, av->v.str.ptr);
+        snprintf(err, errlen, "%s: unsupported architecture '%.*s' (zllm runs llama, qwen2, qwen3, phi3 and gemma3)",
+                 g->path, n, av->v.str.ptr);
         return -1;
     }
     const int64_t big = 1 << 20;

@@ -277,8 +277,7 @@ done:
 }
 
 /* the companion check of the header comment on device dev; 0, or -1 after a failed CHECK */
-static int oracle_companion(const zl_model *m, const oracle_case *c, const char *dev, int no_graphs,
-                            const char *name) {
+static int oracle_companion(const zl_model *m, const oracle_case *c, const char *dev, int no_graphs, const char *name) {
     const oracle_prompt *p = &c->p[0];
     size_t V = (size_t)c->vocab;
     float *solo = (float *)calloc((size_t)p->n_checks * V, sizeof(float)), *lg = (float *)calloc(2 * V, sizeof(float));
