@@ -2,7 +2,7 @@
  * accepted, one CPU engine step on it. Must never crash, leak or read out of bounds: every inconsistency between
  * metadata and tensors is refused with a message. Seeds: the committed tiny llama / qwen2 models (tests/ref) and
  * the BF16 oracle models of the RoPE variants and architectures (tests/data/oracle: llama3 rope_freqs, qwen3 Q/K
- * norms, phi3 fused matrices and LongRoPE factors). */
+ * norms, phi3 fused matrices and LongRoPE factors, gemma3 post norms and sliding window). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -35,9 +35,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
 /* the committed tiny models, read once (from the repository root, where tests/run.sh runs) */
 static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
-    static const char *paths[] = {"tests/ref/tiny-llama.gguf", "tests/ref/tiny-qwen2.gguf",
+    static const char *paths[] = {"tests/ref/tiny-llama.gguf",          "tests/ref/tiny-qwen2.gguf",
                                   "tests/data/oracle/llama3-bf16.gguf", "tests/data/oracle/qwen3-bf16.gguf",
-                                  "tests/data/oracle/phi3-bf16.gguf"};
+                                  "tests/data/oracle/phi3-bf16.gguf",   "tests/data/oracle/gemma3-swa-bf16.gguf"};
     enum { N_PATHS = sizeof paths / sizeof paths[0] };
     static uint8_t *bufs[N_PATHS];
     static size_t lens[N_PATHS];
