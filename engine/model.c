@@ -1,6 +1,6 @@
 /* engine/model.c: reads a Llama-family configuration (llama, qwen2, gemma3; docs/models.md) from GGUF metadata and
- * binds every weight tensor, checking presence, shape and type against that configuration. Nothing is copied: zl_weight points into
- * the mapping owned by the gguf. Every check returns an error message; nothing is asserted. */
+ * binds every weight tensor, checking presence, shape and type against that configuration. Nothing is copied:
+ * zl_weight points into the mapping owned by the gguf. Every check returns an error message; nothing is asserted. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
