@@ -164,6 +164,31 @@ static int s_refuse_keys(const gguf *g, const char *arch, const char *skip, char
     return 0;
 }
 
+/* attention.sliding_window_pattern, where a file carries one, must say what zllm computes (gemma3: an integer 6, or
+ * one flag per layer, true on the sliding layers); any other value, and the key on another architecture, is refused */
+static int s_check_swa_pattern(const gguf *g, const char *arch, const zl_config *c, char *err, size_t errlen) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    const gguf_value *v = gguf_get(g, key);
+    if (!v) return 0;
+    int ok = c->arch == ZL_ARCH_GEMMA3;
+    if (ok && v->type == GGUF_T_ARRAY) {
+        ok = v->v.arr.n == (uint64_t)c->n_layers;
+        for (int l = 0; ok && l < c->n_layers; l++) {
+            int64_t f;
+            ok = gguf_arr_i64(v, (uint64_t)l, &f) == 0 && (f != 0) == (l % c->swa_pattern != c->swa_pattern - 1);
+        }
+    } else if (ok) {
+        ok = (v->type == GGUF_T_UINT32 || v->type == GGUF_T_INT32 || v->type == GGUF_T_UINT64 ||
+              v->type == GGUF_T_INT64) &&
+             v->v.u64 == (uint64_t)c->swa_pattern;
+    }
+    if (ok) return 0;
+    snprintf(err, errlen, "%s: metadata %s (a sliding-window layer pattern other than %s) is not supported", g->path,
+             key, c->arch == ZL_ARCH_GEMMA3 ? "gemma3's every-6th-layer-global" : "none");
+    return -1;
+}
+
 /* the sliding window and the gemma3 block, after the common hyper-parameters. gemma3 as llama.cpp reads it: every
  * 6th layer global (RoPE base rope.freq_base, with the file's linear scaling), the others sliding (base 10000,
  * unscaled); embeddings times sqrt(dim); the query scale 1/sqrt(key_length), 1/sqrt(dim / heads) for the 62-layer
@@ -180,8 +205,9 @@ static int s_swa_config(const gguf *g, const char *arch, zl_config *c, char *err
                  g->path);
         return -1;
     }
+    if (c->arch == ZL_ARCH_GEMMA3) c->swa_pattern = 6;
+    if (s_check_swa_pattern(g, arch, c, err, errlen)) return -1;
     if (c->arch != ZL_ARCH_GEMMA3) return 0;
-    c->swa_pattern = 6;
     c->rope_base_swa = 10000.0f;
     c->embd_scale = (float)sqrt((double)c->dim);
     if (c->n_layers == 62) c->attn_scale = (float)(1.0 / sqrt((double)c->dim / c->n_heads));

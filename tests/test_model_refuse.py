@@ -106,6 +106,7 @@ def main():
     # gemma3 (the random oracle model of tests/data/oracle): what it computes loads, what it does not is refused
     g3 = os.path.join(ROOT, "tests", "data", "oracle", "gemma3-swa.gguf")
     strs = gguf.GGUFValueType.STRING
+    arr = gguf.GGUFValueType.ARRAY
     variants += [
         ("gemma3", [], [], None, g3),
         ("gemma3_linear", [], [("gemma3.rope.scaling.type", strs, "linear"), ("gemma3.rope.scaling.factor", f32, 4.0)],
@@ -116,6 +117,17 @@ def main():
         ("gemma3_yarn", [], [("gemma3.rope.scaling.type", strs, "yarn"), ("gemma3.rope.scaling.factor", f32, 4.0)],
          "gemma3.rope.scaling.type", g3),
         ("gemma3_stray", [("blk.0.attn_sinks.weight", np.ones(4, dtype=np.float32))], [], "blk.0.attn_sinks.weight", g3),
+        ("gemma3_pattern6", [], [("gemma3.attention.sliding_window_pattern", u32, 6)], None, g3),
+        ("gemma3_pattern_flags", [], [("gemma3.attention.sliding_window_pattern", arr,
+                                       [True, True, True, True, True, False])], None, g3),
+        ("gemma3_pattern4", [], [("gemma3.attention.sliding_window_pattern", u32, 4)],
+         "gemma3.attention.sliding_window_pattern", g3),
+        ("gemma3_pattern_other", [], [("gemma3.attention.sliding_window_pattern", arr,
+                                       [True, False, True, False, True, False])],
+         "gemma3.attention.sliding_window_pattern", g3),
+        ("llama_pattern", [], [("llama.attention.sliding_window", u32, 16),
+                               ("llama.attention.sliding_window_pattern", u32, 2)],
+         "llama.attention.sliding_window_pattern"),
     ]
     with tempfile.TemporaryDirectory() as d:
         for v in variants:
