@@ -231,14 +231,6 @@ int model_layer_window(const zl_config *c, int l) {
     return c->swa_window;
 }
 
-float model_layer_rope_base(const zl_config *c, int l) {
-    return model_layer_window(c, l) ? c->rope_base_swa : c->rope_base;
-}
-
-float model_layer_rope_pos_scale(const zl_config *c, int l) {
-    return model_layer_window(c, l) ? 1.0f : c->rope_pos_scale;
-}
-
 int model_rope_two_kinds(const zl_config *c) {
     return c->swa_window > 0 && (c->rope_base_swa != c->rope_base || c->rope_pos_scale != 1.0f);
 }

@@ -89,11 +89,8 @@ zl_model *model_load(const char *path, char *err, size_t errlen);
 zl_model *model_from_gguf(gguf *g, char *err, size_t errlen);
 /* The window of layer l's attention: swa_window on a sliding layer, 0 (all earlier positions) on a global one. */
 int model_layer_window(const zl_config *c, int l);
-/* Layer l's RoPE: its base and the factor on positions (model_layer_window says which kind it is). */
-float model_layer_rope_base(const zl_config *c, int l);
-float model_layer_rope_pos_scale(const zl_config *c, int l);
-/* 1 when the layers rotate in two ways (sliding and global layers differ in base or scale): the engines then keep
- * a second RoPE table for the sliding layers. */
+/* 1 when the layers rotate in two ways (sliding layers: base rope_base_swa, unscaled; global ones: rope_base and
+ * rope_pos_scale) and these differ: the engines then keep a second RoPE table for the sliding layers. */
 int model_rope_two_kinds(const zl_config *c);
 /* Closes the file and frees; idempotent; sets *m to NULL. */
 void model_destroy(zl_model **m);
