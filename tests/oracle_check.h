@@ -83,7 +83,7 @@ static inline double oracle_cuda_bound(const char *name) {
     return n > 5 && strcmp(name + n - 5, "-bf16") == 0 ? 2e-2 : 1e-3;
 }
 
-static void oracle_free(oracle_case *c) {
+static inline void oracle_free(oracle_case *c) {
     for (int i = 0; i < c->n_prompts; i++) {
         free(c->p[i].tokens);
         free(c->p[i].checks);
@@ -93,7 +93,7 @@ static void oracle_free(oracle_case *c) {
 }
 
 /* reads tests/data/oracle/NAME.txt and NAME.logits.f32; 0 or -1 (with a CHECK failure) */
-static int oracle_read(const char *name, oracle_case *c) {
+static inline int oracle_read(const char *name, oracle_case *c) {
     char path[512], line[256];
     memset(c, 0, sizeof *c);
     snprintf(path, sizeof path, "tests/data/oracle/%s.txt", name);
@@ -138,7 +138,7 @@ static int oracle_read(const char *name, oracle_case *c) {
     return got == (size_t)c->n_rows * c->vocab ? 0 : -1;
 }
 
-static double oracle_rel_err(const float *a, const float *b, int n) {
+static inline double oracle_rel_err(const float *a, const float *b, int n) {
     double num = 0, den = 0;
     for (int i = 0; i < n; i++) {
         double d = fabs((double)a[i] - b[i]);
@@ -148,8 +148,8 @@ static double oracle_rel_err(const float *a, const float *b, int n) {
     return den > 0 ? num / den : num;
 }
 
-static zl_engine *oracle_engine(const zl_model *m, const char *dev, int n_slots, int n_ctx, int max_step_tokens,
-                                int no_graphs) {
+static inline zl_engine *oracle_engine(const zl_model *m, const char *dev, int n_slots, int n_ctx, int max_step_tokens,
+                                       int no_graphs) {
     char err[512];
     zl_engine_opts o;
     memset(&o, 0, sizeof o);
@@ -167,7 +167,7 @@ static zl_engine *oracle_engine(const zl_model *m, const char *dev, int n_slots,
 
 /* the largest rel err of device `dev`'s logits on model m over every check row of c; -1 when a step fails
  * (a CHECK failure names it). no_graphs: the CUDA engine's decode steps run eagerly instead of from graphs */
-static double oracle_run(const zl_model *m, const oracle_case *c, const char *dev, int no_graphs) {
+static inline double oracle_run(const zl_model *m, const oracle_case *c, const char *dev, int no_graphs) {
     double worst = 0;
     float *lg = (float *)calloc((size_t)c->vocab, sizeof(float));
     int row = 0;
@@ -207,7 +207,7 @@ static double oracle_run(const zl_model *m, const oracle_case *c, const char *de
 /* runs the prompts `which` (n of them, the i-th in slot i) of c on e in shared steps, each cut into chunks of at
  * most `chunk` tokens (0: no limit) that end at its check positions; out[i] gets the check rows of prompt
  * which[i]. 0, or -1 after a failed CHECK */
-static int oracle_steps(zl_engine *e, const oracle_case *c, const int *which, int n, int chunk, float **out) {
+static inline int oracle_steps(zl_engine *e, const oracle_case *c, const int *which, int n, int chunk, float **out) {
     int pos[ORACLE_MAX_PROMPTS] = {0}, row[ORACLE_MAX_PROMPTS] = {0};
     float *lg = (float *)malloc((size_t)ORACLE_MAX_PROMPTS * c->vocab * sizeof(float));
     if (!lg) return -1;
@@ -247,8 +247,8 @@ static int oracle_steps(zl_engine *e, const oracle_case *c, const int *which, in
 
 /* the batch and chunking check of the header comment on device dev: bitwise (bound 0) or within bound of the
  * reference; 0, or -1 after a failed CHECK */
-static int oracle_batch(const zl_model *m, const oracle_case *c, const char *dev, int no_graphs, const char *name,
-                        double bound) {
+static inline int oracle_batch(const zl_model *m, const oracle_case *c, const char *dev, int no_graphs,
+                               const char *name, double bound) {
     float *alone[ORACLE_MAX_PROMPTS] = {0}, *both[ORACLE_MAX_PROMPTS] = {0};
     int which[ORACLE_MAX_PROMPTS], n_ctx = 0, steps = 0, rc = -1;
     for (int i = 0; i < c->n_prompts; i++) {
@@ -290,7 +290,8 @@ done:
 }
 
 /* the companion check of the header comment on device dev; 0, or -1 after a failed CHECK */
-static int oracle_companion(const zl_model *m, const oracle_case *c, const char *dev, int no_graphs, const char *name) {
+static inline int oracle_companion(const zl_model *m, const oracle_case *c, const char *dev, int no_graphs,
+                                   const char *name) {
     const oracle_prompt *p = &c->p[0];
     size_t V = (size_t)c->vocab;
     float *solo = (float *)calloc((size_t)p->n_checks * V, sizeof(float)), *lg = (float *)calloc(2 * V, sizeof(float));
@@ -340,7 +341,7 @@ static int oracle_companion(const zl_model *m, const oracle_case *c, const char 
 }
 
 /* loads case `name` (its model into *m); 0, or -1 after a failed CHECK (then nothing is held) */
-static int oracle_open(const oracle_model *om, oracle_case *c, zl_model **m) {
+static inline int oracle_open(const oracle_model *om, oracle_case *c, zl_model **m) {
     char path[256], err[512];
     *m = NULL;
     if (oracle_read(om->name, c) != 0) {
