@@ -19,7 +19,7 @@ package's tensor map for the architecture. Each file also carries a small Senten
 tokens and a few word pieces) so that zllm-run and the broker can run it; the prompts are token ids.
 
 Outputs in OUT (default tests/data/oracle), per model NAME: NAME.gguf, NAME.json (prompts: tokens and n_prefill;
-rows per prompt; vocab; producer versions) and NAME.logits.f32 (little-endian float32: for each prompt in order,
+rows per prompt; vocab; prompt 0's greedy continuation of N_GREEDY tokens, no near tie in it; producer versions) and NAME.logits.f32 (little-endian float32: for each prompt in order,
 the logits rows of positions n_prefill-1 .. len-1, each [vocab]). Every prompt is longer than the window, so the
 decode rows and the prefill both cross it.
 
@@ -35,6 +35,7 @@ import numpy as np
 VOCAB = 320
 WINDOW = 16
 PROMPTS = [(80, 40), (96, 9), (64, 20)]   # (length, n_prefill): the rest is decoded one token per step
+N_GREEDY = 40                              # greedy tokens after prompt 0 (positions 80..119)
 
 
 def gemma3_model(linear):
@@ -188,11 +189,23 @@ def main():
             for toks, (n, n_prefill) in zip(prompts, PROMPTS):
                 lg = m(torch.tensor([toks])).logits[0].float().numpy()
                 rows.append(lg[n_prefill - 1:])
+        greedy, gaps = [], []   # prompt 0 continued greedily (the broker test, tests/test_e2e_gemma3.sh)
+        with torch.no_grad():
+            x = list(prompts[0])
+            for _ in range(N_GREEDY):
+                lg = m(torch.tensor([x])).logits[0, -1].float()
+                top = torch.topk(lg, 2)
+                greedy.append(int(top.indices[0]))
+                gaps.append(float(top.values[0] - top.values[1]))
+                x.append(greedy[-1])
+        if min(gaps) < 1e-3:
+            raise SystemExit(f"{name}: a near tie in the greedy continuation (gap {min(gaps):.2g})")
         logits = np.concatenate(rows).astype("<f4")
         logits.tofile(os.path.join(a.out, name + ".logits.f32"))
         hdr = {"model": name + ".gguf", "vocab": VOCAB, "window": WINDOW, "n_prompts": len(prompts),
                "prompts": [{"n_prefill": p, "tokens": t} for t, (_, p) in zip(prompts, PROMPTS)],
-               "rows": [n - p + 1 for n, p in PROMPTS], "transformers": transformers.__version__,
+               "rows": [n - p + 1 for n, p in PROMPTS], "greedy": greedy, "greedy_min_gap": round(min(gaps), 4),
+               "transformers": transformers.__version__,
                "torch": torch.__version__}
         with open(os.path.join(a.out, name + ".json"), "w") as f:
             json.dump(hdr, f, indent=1)
