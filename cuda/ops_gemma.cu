@@ -21,9 +21,9 @@ int ops_scale(float *x, size_t n, float s, cudaStream_t st, char *err, size_t er
     return 0;
 }
 
-/* one warp per (head, row): blockIdx.x = head, blockIdx.y = row */
+/* one warp per (row, head): blockIdx.x = row, blockIdx.y = head */
 static __global__ void k_head_rmsnorm(float *x, int ld, int head_dim, const float *w, float eps) {
-    float *v = x + (size_t)blockIdx.y * ld + (size_t)blockIdx.x * head_dim;
+    float *v = x + (size_t)blockIdx.x * ld + (size_t)blockIdx.y * head_dim;
     float ss = 0.f;
     for (int i = threadIdx.x; i < head_dim; i += 32) ss = fmaf(v[i], v[i], ss);
 #pragma unroll
@@ -35,11 +35,11 @@ static __global__ void k_head_rmsnorm(float *x, int ld, int head_dim, const floa
 int ops_head_rmsnorm(float *x, int ld, int n_rows, int n_heads, int head_dim, const float *w, float eps,
                      cudaStream_t st, char *err, size_t errlen) {
     if (n_rows <= 0 || n_heads <= 0) return 0;
-    if (n_rows > 65535) {
-        snprintf(err, errlen, "ops_head_rmsnorm: %d rows (at most 65535)", n_rows);
+    if (n_heads > 65535) {
+        snprintf(err, errlen, "ops_head_rmsnorm: %d heads (at most 65535)", n_heads);
         return -1;
     }
-    k_head_rmsnorm<<<dim3((unsigned)n_heads, (unsigned)n_rows), 32, 0, st>>>(x, ld, head_dim, w, eps);
+    k_head_rmsnorm<<<dim3((unsigned)n_rows, (unsigned)n_heads), 32, 0, st>>>(x, ld, head_dim, w, eps);
     CU_LAUNCH_CHECK_RET("ops_head_rmsnorm");
     return 0;
 }
@@ -79,9 +79,10 @@ static __device__ __forceinline__ void s_st(float *p, size_t i, float v) { p[i] 
 static __device__ __forceinline__ void s_st(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
 static __device__ __forceinline__ void s_st(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
+/* one block per row */
 template <typename T> static __global__ void k_geglu(const float *g, const float *u, int ld, int n, T *out) {
-    const size_t r = blockIdx.y;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const size_t r = blockIdx.x;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float a = g[r * ld + i];
         const float ge = 0.5f * a * (1.0f + tanhf(0.7978845608028654f * (a + 0.044715f * a * a * a)));
         s_st(out, r * n + i, ge * u[r * ld + i]);
@@ -91,11 +92,7 @@ template <typename T> static __global__ void k_geglu(const float *g, const float
 int ops_geglu(const float *gate, const float *up, int ld, int n_rows, int n, void *out, cu_dtype odt, cudaStream_t st,
               char *err, size_t errlen) {
     if (n_rows <= 0 || n <= 0) return 0;
-    if (n_rows > 65535) {
-        snprintf(err, errlen, "ops_geglu: %d rows (at most 65535)", n_rows);
-        return -1;
-    }
-    const dim3 grid((unsigned)((n + 255) / 256), (unsigned)n_rows);
+    const unsigned grid = (unsigned)n_rows;
     if (!ld) ld = n;
     if (odt == CU_F32) k_geglu<float><<<grid, 256, 0, st>>>(gate, up, ld, n, (float *)out);
     else if (odt == CU_F16) k_geglu<__half><<<grid, 256, 0, st>>>(gate, up, ld, n, (__half *)out);
