@@ -15,7 +15,7 @@ static __device__ __forceinline__ float s_ld(const __nv_bfloat16 *p, size_t i) {
 template <typename T, int EPL>
 static __global__ void __launch_bounds__(S_WARPS * 32) k_attn_window(attn_window_params p, float qscale) {
     __shared__ float s_m[S_WARPS], s_l[S_WARPS], s_o[S_WARPS][EPL * 32];
-    const int h = blockIdx.x, r = blockIdx.y, D = p.head_dim;
+    const int r = blockIdx.x, h = blockIdx.y, D = p.head_dim;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int group = p.n_heads / p.n_kv_heads, kvh = h / group;
     const int pos = p.pos[r];
@@ -81,7 +81,7 @@ static __global__ void __launch_bounds__(S_WARPS * 32) k_attn_window(attn_window
 }
 
 template <typename T> static cudaError_t s_launch(const attn_window_params *p, float qscale, cudaStream_t st) {
-    const dim3 grid((unsigned)p->n_heads, (unsigned)p->n_rows), block(S_WARPS * 32);
+    const dim3 grid((unsigned)p->n_rows, (unsigned)p->n_heads), block(S_WARPS * 32);
     if (p->head_dim <= 32) k_attn_window<T, 1><<<grid, block, 0, st>>>(*p, qscale);
     else if (p->head_dim <= 64) k_attn_window<T, 2><<<grid, block, 0, st>>>(*p, qscale);
     else if (p->head_dim <= 128) k_attn_window<T, 4><<<grid, block, 0, st>>>(*p, qscale);
@@ -91,7 +91,7 @@ template <typename T> static cudaError_t s_launch(const attn_window_params *p, f
 
 cudaError_t attn_window_launch(const attn_window_params *p, cudaStream_t stream) {
     if (!p || !p->q || !p->k_cache || !p->v_cache || !p->pos || !p->slot || !p->out || p->n_rows < 1 ||
-        p->n_rows > 65535 || p->n_heads < 1 || p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads != 0 ||
+        p->n_heads > 65535 || p->n_heads < 1 || p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads != 0 ||
         p->head_dim < 1 || p->head_dim > 256 || p->n_ctx < 1 || p->window < 1)
         return cudaErrorInvalidValue;
     const float qscale = (p->scale > 0.f ? p->scale : 1.0f / sqrtf((float)p->head_dim)) * 1.4426950408889634f;

@@ -2,7 +2,7 @@
  * Mistral-style llama files), decode and prefill rows alike.
  *
  * Row r (at position pos[r], in KV slot slot[r]) attends to the keys at positions j with pos[r] - window < j <=
- * pos[r], j >= 0: at most `window` keys, whatever the context. One block of 4 warps per (query head, row): warp w
+ * pos[r], j >= 0: at most `window` keys, whatever the context. One block of 4 warps per (row, query head): warp w
  * takes the keys lo + w, lo + w + 4, ... in order with an online softmax in the log2 domain (q scaled by scale *
  * log2(e), f32 throughout), the four warps' partials are merged in warp order. A row's result depends only on its
  * q, its position and its slot's cache, never on the other rows of the launch: batch invariant, and a prompt gives
@@ -26,8 +26,8 @@ typedef struct {
     const int32_t *pos;   /* device [n_rows]: each row's position, < n_ctx (a negative one writes zeros) */
     const int32_t *slot;  /* device [n_rows]: each row's KV slot */
     float *out;           /* [n_rows][n_heads * head_dim] f32 */
-    int n_rows;           /* rows, 1 .. 65535 */
-    int n_heads;          /* query heads, a multiple of n_kv_heads */
+    int n_rows;           /* rows, >= 1 */
+    int n_heads;          /* query heads, a multiple of n_kv_heads, at most 65535 */
     int n_kv_heads;       /* KV heads */
     int head_dim;         /* 1 .. 256 */
     int n_ctx;            /* positions per slot in the cache layout */

@@ -56,9 +56,10 @@ static __device__ __forceinline__ void s_st(float *p, size_t i, float v) { p[i] 
 static __device__ __forceinline__ void s_st(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
 static __device__ __forceinline__ void s_st(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
+/* one block per row */
 template <typename T> static __global__ void k_geglu(const float *g, const float *u, int ld, int n, T *out) {
-    const size_t r = blockIdx.y;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const size_t r = blockIdx.x;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float a = g[r * ld + i];
         const float ge = 0.5f * a * (1.0f + tanhf(0.7978845608028654f * (a + 0.044715f * a * a * a)));
         s_st(out, r * n + i, ge * u[r * ld + i]);
@@ -68,11 +69,7 @@ template <typename T> static __global__ void k_geglu(const float *g, const float
 int ops_geglu(const float *gate, const float *up, int ld, int n_rows, int n, void *out, cu_dtype odt, cudaStream_t st,
               char *err, size_t errlen) {
     if (n_rows <= 0 || n <= 0) return 0;
-    if (n_rows > 65535) {
-        snprintf(err, errlen, "ops_geglu: %d rows (at most 65535)", n_rows);
-        return -1;
-    }
-    const dim3 grid((unsigned)((n + 255) / 256), (unsigned)n_rows);
+    const unsigned grid = (unsigned)n_rows;
     if (!ld) ld = n;
     if (odt == CU_F32) k_geglu<float><<<grid, 256, 0, st>>>(gate, up, ld, n, (float *)out);
     else if (odt == CU_F16) k_geglu<__half><<<grid, 256, 0, st>>>(gate, up, ld, n, (__half *)out);

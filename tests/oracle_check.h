@@ -8,6 +8,8 @@
  * prompt in order). NAME.txt:
  *     vocab V
  *     window W                            (optional: the model's attention.sliding_window, 0 when absent)
+ *     greedy N IDS...                     (optional: transformers' greedy continuation of prompt 0, for
+ *                                          tests/test_e2e_gemma3.sh; no near tie in it)
  *     prompt N_TOKENS N_CTX N_CHECKS      (N_CTX: the context the engine is made with; LongRoPE depends on it)
  *     TOKENS...
  *     CHECK POSITIONS...                  (ascending; one logits row each)
@@ -109,6 +111,10 @@ static inline int oracle_read(const char *name, oracle_case *c) {
             ok = fscanf(f, "%d", &c->vocab) == 1 && c->vocab > 0;
         } else if (!strcmp(line, "window")) {
             ok = fscanf(f, "%d", &c->window) == 1 && c->window >= 0;
+        } else if (!strcmp(line, "greedy")) { /* read by the broker test */
+            int n, id;
+            ok = fscanf(f, "%d", &n) == 1 && n >= 0;
+            for (int i = 0; ok && i < n; i++) ok = fscanf(f, "%d", &id) == 1;
         } else if (!strcmp(line, "prompt") && c->n_prompts < ORACLE_MAX_PROMPTS) {
             oracle_prompt *p = &c->p[c->n_prompts++];
             ok = fscanf(f, "%d %d %d", &p->n_tokens, &p->n_ctx, &p->n_checks) == 3 && p->n_tokens > 0 &&

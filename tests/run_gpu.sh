@@ -18,7 +18,7 @@
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
 #   - tests/test_worker_golden.sh cuda: a broker and a CUDA worker give the golden ids to concurrent requests;
 #   - Gemma 3 270M Q4_K_M (deploy/fetch-gemma3.sh): gpu_test_engine_gpu, test_gemma3_270m on cuda, and zllm-run's
-#     text;
+#     text; test_e2e_gemma3.sh on cuda (a broker and a CUDA worker serve the gemma3 and Mistral-style oracle models);
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
 #     the tool is absent).
@@ -147,6 +147,7 @@ fi
 if [ -x "$eng" ]; then
     g270=$(bash deploy/fetch-gemma3.sh) || { echo "FAIL deploy/fetch-gemma3.sh"; tf=$((tf + 1)); g270=; }
     [ -n "$g270" ] && run_one "engine_gpu:$(basename "$g270")" "$eng" "$g270"
+    run_one "e2e_gemma3:cuda" env ZLLM_BUILD="$build" bash tests/test_e2e_gemma3.sh cuda
     [ -n "$g270" ] && run_one "gemma3-270m:cuda" "$build/tests/test_gemma3_270m" cuda
     [ -n "$g270" ] && run_one "gemma3-270m:zllm-run" "$build/bin/zllm-run" -m "$g270" --device cuda --temp 0 -n 48 \
         -p "The capital of France is"

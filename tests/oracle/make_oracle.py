@@ -31,6 +31,9 @@ Outputs in OUT per case NAME: NAME.gguf, NAME.logits.f32 (transformers' f32 logi
 
     vocab V
     window W                            (the sliding window, only where the model has one)
+    greedy N IDS...                     (sliding-window cases: transformers' greedy continuation of prompt 0,
+                                         N_GREEDY tokens past the window, for tests/test_e2e_gemma3.sh; a near
+                                         tie in it stops the script)
     prompt N_TOKENS N_CTX N_CHECKS      (N_CTX: the context the engine must be made with; LongRoPE depends on it)
     TOKENS...
     CHECK POSITIONS...                  (ascending; the logits rows, in this order, prompt after prompt)
@@ -320,6 +323,7 @@ SWA_VOCAB = 320
 SWA_WINDOW = 16
 SWA_PROMPTS = [(80, 40), (96, 9), (64, 20)]  # (length, n_prefill): the rest is decoded one token per step
 SWA_N_CTX = 128
+N_GREEDY = 40  # greedy tokens after prompt 0 (positions 80..119)
 
 
 def gemma3_model(linear):
@@ -463,6 +467,18 @@ def make_swa(name, outdir):
     rows = []
     lines = [f"# {name}: {arch}, sliding window {SWA_WINDOW}; transformers {transformers.__version__}, "
              f"torch {torch.__version__}, eager f32", f"vocab {SWA_VOCAB}", f"window {SWA_WINDOW}"]
+    greedy, gaps = [], []  # prompt 0 continued greedily (the broker test, tests/test_e2e_gemma3.sh)
+    with torch.no_grad():
+        x = list(prompts[0])
+        for _ in range(N_GREEDY):
+            lg = m(torch.tensor([x])).logits[0, -1].float()
+            top = torch.topk(lg, 2)
+            greedy.append(int(top.indices[0]))
+            gaps.append(float(top.values[0] - top.values[1]))
+            x.append(greedy[-1])
+    if min(gaps) < 1e-3:
+        raise SystemExit(f"{name}: a near tie in the greedy continuation (gap {min(gaps):.2g})")
+    lines.append(f"greedy {len(greedy)} " + " ".join(map(str, greedy)))
     with torch.no_grad():
         for toks, (n, n_prefill) in zip(prompts, SWA_PROMPTS):
             lg = m(torch.tensor([toks])).logits[0].float().numpy()
@@ -473,7 +489,8 @@ def make_swa(name, outdir):
     logits.tofile(os.path.join(outdir, name + ".logits.f32"))
     with open(os.path.join(outdir, name + ".txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    print(f"{name}: {logits.shape[0]} rows x {SWA_VOCAB}, max |logit| {np.abs(logits).max():.3f}")
+    print(f"{name}: {logits.shape[0]} rows x {SWA_VOCAB}, max |logit| {np.abs(logits).max():.3f}, greedy gap "
+          f"{min(gaps):.4f}")
 
 
 def main():
