@@ -5,8 +5,9 @@
  * rotary), gemma3 (local and global layers, sliding windows crossed by every prompt, linear scaling on the global
  * ones) and a Mistral-style llama sliding on every layer. Max rel err per logits row <= 1e-3 for the F32 models,
  * <= 2e-2 for their BF16 twins (16-bit GEMM inputs and KV cache), with the decode steps replayed from CUDA graphs
- * and run eagerly, and with all prompts batched in chunks of 7 (tests/oracle_check.h). tests/run_gpu.sh also runs
- * gpu_test_engine_gpu (CUDA against CPU, batch invariance) on each file. Runs from the repository root. */
+ * and run eagerly; all prompts batched in chunks of 7 within the same bound of each alone (tests/oracle_check.h).
+ * tests/run_gpu.sh also runs gpu_test_engine_gpu (CUDA against CPU, batch invariance) on each file. Runs from the
+ * repository root. */
 extern "C" {
 #include "engine.h"
 #include "model.h"
