@@ -182,6 +182,8 @@ $(foreach f,$(MAIN_C),$(eval $(call MAIN_RULE,$(f),$(patsubst %/,%,$(dir $(f))))
 $(BUILD)/tests/test_%: tests/test_%.c tests/test.h $(call libs_of,$(LINK_tests))
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INC_tests) $(LDFLAGS) -o $@ $< $(LINK_tests) $(LDLIBS) $(XLIBS_tests)
+# test headers beyond test.h (the tests build without dependency files)
+$(BUILD)/tests/test_oracle: tests/oracle_check.h
 
 # the sanitizer build of the library (no CUDA), made by a sub-make that checks its own dependencies: tests
 # relink only when an archive changed

@@ -75,6 +75,9 @@ typedef struct {
     cu_mat wg, wu, wd;         /* FFN matrices (wg, wu empty when wgu holds them) */
     float *attn_norm, *ffn_norm; /* [dim] f32 */
     float *bq, *bk, *bv;       /* biases f32 [rows], NULL when absent */
+    float *q_norm, *k_norm;    /* per-head Q/K norms f32 [head_dim] (qwen3, gemma3), NULL when absent */
+    float *post_attn_norm;     /* f32 [dim]: norm of the attention output before its residual add (gemma3), or NULL */
+    float *post_ffn_norm;      /* f32 [dim]: norm of the FFN output before its residual add (gemma3), or NULL */
     void *kc, *vc;             /* this layer's caches [n_slots + 1][n_ctx][kv_dim] of wt */
 } cu_layer;
 
@@ -157,6 +160,8 @@ typedef struct {
     double last_gpu_ms;        /* device time of the last step waited for, from its flight's ev0/ev1; -1 before */
     float *out_norm;           /* [dim] */
     float *rope_cs;            /* [n_ctx][rope_dim/2] (cos, sin) */
+    float *rope_cs_swa;        /* the sliding layers' table where they rotate otherwise (model_rope_two_kinds), or
+                                * NULL */
     void *kv;                  /* one allocation holding every layer's K and V */
     size_t kv_bytes;
     size_t weight_bytes;       /* bytes of weights on the device */

@@ -16,12 +16,15 @@
 extern "C" {
 #include "sampler.h"
 }
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "attention.h"
 #include "attn_decode_tc.h"
+#include "attn_window.h"
 #include "cu_engine.h"
 #include "cu_settings.h"
+#include "ops_gemma.h"
 #include "qtc.h"
 #include "sample.h"
 #include "sample_mask.h"
@@ -164,7 +167,10 @@ static int s_embed(cu_engine *E, int n_rows, char *err, size_t errlen) {
         ops_feed fd;   /* fed rows (zl_seq.feed): their ids and generator states from the slots' carries */
         fd.slot = IN_PTR(E, slot, int32_t); fd.carry_tok = E->carry_tok; fd.carry_rng = E->carry_rng;
         fd.rng = IN_PTR(E, rng, uint64_t);
-        return ops_embed(E->tok_embd, E->wt, dim, IN_PTR(E, tokens, int32_t), n_rows, E->x, &fd, E->st, err, errlen);
+        FWD_CHECK(
+            ops_embed(E->tok_embd, E->wt, dim, IN_PTR(E, tokens, int32_t), n_rows, E->x, &fd, E->st, err, errlen));
+        const float es = E->base.model->cfg.embd_scale; /* gemma3: sqrt(dim) */
+        return es != 1.0f ? ops_scale(E->x, (size_t)n_rows * dim, es, E->st, err, errlen) : 0;
     }
     s_k_stage_in<<<n_rows, 256, 0, E->st>>>(E->x, IN_PTR(E, hptr, const unsigned long long),
                                               IN_PTR(E, perm, const int32_t), dim);
@@ -199,28 +205,68 @@ static int s_qkv(cu_engine *E, const cu_layer *L, int n_rows, char *err, size_t 
     }
 }
 
+/* qwen3, gemma3: per-head RMSNorm of q and k in place in E->qkv, before RoPE (no biases: neither architecture has
+ * them) */
+static int s_qk_norm(cu_engine *E, const cu_layer *L, int n_rows, char *err, size_t errlen) {
+    const zl_config *c = &E->base.model->cfg;
+    const int qd = c->n_heads * c->head_dim, ld = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    FWD_CHECK(
+        ops_head_rmsnorm(E->qkv, ld, n_rows, c->n_heads, c->head_dim, L->q_norm, c->rms_eps, E->st, err, errlen));
+    return ops_head_rmsnorm(E->qkv + qd, ld, n_rows, c->n_kv_heads, c->head_dim, L->k_norm, c->rms_eps, E->st, err,
+                            errlen);
+}
+
 /* biases, RoPE of q and k, q into E->q, k and v into the layer's caches: one kernel. The append precedes
  * attention on the same stream: every row then attends to itself through the cache */
-static int s_rope_append(cu_engine *E, const cu_layer *L, int n_rows, char *err, size_t errlen) {
+static int s_rope_append(cu_engine *E, const cu_layer *L, int l, int n_rows, char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
     ops_qkv_args a;
     memset(&a, 0, sizeof a);
     a.qkv = E->qkv; a.ld = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim; a.bq = L->bq; a.bk = L->bk; a.bv = L->bv;
     a.pos = IN_PTR(E, pos, int32_t); a.slot = IN_PTR(E, slot, int32_t);
     a.n_rows = n_rows; a.n_heads = c->n_heads; a.n_kv_heads = c->n_kv_heads; a.head_dim = c->head_dim;
-    a.rope_dim = c->rope_dim; a.style = (int)c->rope_style; a.cs = E->rope_cs; a.q = E->q;
+    a.rope_dim = c->rope_dim;
+    a.style = (int)c->rope_style;
+    a.q = E->q;
+    a.cs = E->rope_cs_swa && model_layer_window(c, l) ? E->rope_cs_swa : E->rope_cs;
     a.n_ctx = E->base.n_ctx; a.kc = L->kc; a.vc = L->vc; a.kvdt = E->wt;
     a.pos_pre = cu_settings_get()->inputs_early;
     return ops_qkv_rope_append(&a, E->st, err, errlen);
 }
 
+/* the softmax scale the attention kernels take: 0 (their own 1/sqrt(head_dim), whose f32 rounding the engine has
+ * always used) unless the model sets another one (gemma3 27B) */
+static float s_attn_scale(const zl_config *c) {
+    return c->attn_scale == (float)(1.0 / sqrt((double)c->head_dim)) ? 0.f : c->attn_scale;
+}
+
 /* attention of the step's rows into att_w (wt, the output projection's input): the decode kernels over the decode
  * rows, the prefill kernel over the prefill runs, then the cast, unless the decode kernel wrote att_w itself */
-static int s_attention(cu_engine *E, const cu_layer *L, const cu_batch *b, char *err, size_t errlen) {
+static int s_attention(cu_engine *E, const cu_layer *L, int l, const cu_batch *b, char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
     cudaStream_t st = E->st;
     int att_w_done = 0;   /* the decode attention wrote att_w itself: no cast kernel */
-    if (b->n_dec > 0) {
+    const int window = model_layer_window(c, l);
+    if (window > 0) { /* a sliding layer: every row, decode or prefill, through the window kernel */
+        attn_window_params p;
+        memset(&p, 0, sizeof p);
+        p.q = E->q;
+        p.k_cache = L->kc;
+        p.v_cache = L->vc;
+        p.kv_type = cu_kv_type(E->wt);
+        p.pos = IN_PTR(E, pos, int32_t);
+        p.slot = IN_PTR(E, slot, int32_t);
+        p.out = E->att;
+        p.n_rows = b->n_rows;
+        p.n_heads = c->n_heads;
+        p.n_kv_heads = c->n_kv_heads;
+        p.head_dim = c->head_dim;
+        p.n_ctx = E->base.n_ctx;
+        p.window = window;
+        p.scale = s_attn_scale(c);
+        FWD_CUDA(attn_window_launch(&p, st));
+    }
+    if (window == 0 && b->n_dec > 0) {
         attn_decode_params p;
         memset(&p, 0, sizeof p);
         p.q = E->q; p.k_cache = L->kc; p.v_cache = L->vc; p.kv_type = cu_kv_type(E->wt);
@@ -228,6 +274,7 @@ static int s_attention(cu_engine *E, const cu_layer *L, const cu_batch *b, char 
         p.workspace = E->attn_ws; p.workspace_bytes = E->attn_ws_bytes;
         p.n_seq = b->n_dec; p.n_heads = c->n_heads; p.n_kv_heads = c->n_kv_heads; p.head_dim = c->head_dim;
         p.n_ctx = E->base.n_ctx;
+        p.scale = s_attn_scale(c);
         /* always the longest context and the start-up split count: a graph serves every length, and a row's split
          * boundaries never depend on the batch (batch invariance) */
         p.max_kv_len = E->base.n_ctx; p.sm_count = E->sm_count; p.n_splits = E->n_splits;
@@ -244,7 +291,7 @@ static int s_attention(cu_engine *E, const cu_layer *L, const cu_batch *b, char 
         }
         FWD_CUDA(attn_decode_launch(&p, st));
     }
-    if (b->n_pre > 0) {
+    if (window == 0 && b->n_pre > 0) {
         attn_prefill_params p;
         memset(&p, 0, sizeof p);
         p.q = E->q; p.k_cache = L->kc; p.v_cache = L->vc; p.kv_type = cu_kv_type(E->wt);
@@ -252,6 +299,7 @@ static int s_attention(cu_engine *E, const cu_layer *L, const cu_batch *b, char 
         p.seq_slot = IN_PTR(E, seq_slot, int32_t); p.seq_pos0 = IN_PTR(E, seq_pos0, int32_t);
         p.out = E->att; p.n_seq = b->n_pre; p.max_rows = b->max_rows;
         p.n_heads = c->n_heads; p.n_kv_heads = c->n_kv_heads; p.head_dim = c->head_dim; p.n_ctx = E->base.n_ctx;
+        p.scale = s_attn_scale(c);
         FWD_CUDA(attn_prefill_launch(&p, st));
     }
     if (E->wt == CU_F32 || att_w_done) return 0;   /* F32: att_w is att */
@@ -279,7 +327,19 @@ static int s_ffn_up(cu_engine *E, const cu_layer *L, int n_rows, const void **xd
         FWD_CHECK(s_matmul(E, &L->wg, n_rows, E->xb, E->gu, 2 * ff, 0, err, errlen));
         FWD_CHECK(s_matmul(E, &L->wu, n_rows, E->xb, E->gu + ff, 2 * ff, 0, err, errlen));
     }
+    if (E->base.model->cfg.ffn_act == ZL_ACT_GELU_TANH) /* GeGLU (gemma3: never a glu8 join) */
+        return ops_geglu(E->gu, E->gu + ff, 2 * ff, n_rows, ff, E->xb, E->wt, E->st, err, errlen);
     return ops_swiglu_dual(E->gu, E->gu + ff, 2 * ff, n_rows, ff, E->xb, E->wt, NULL, 1, E->st, err, errlen);
+}
+
+/* x += xw W^T, or with a post norm (gemma3) x += norm(xw W^T) * post: the product then goes to E->qkv's memory
+ * (free after the attention prologue and the GLU: cu_engine.gu) and one kernel norms and adds it */
+static int s_out_proj(cu_engine *E, const cu_mat *W, const float *post, int n_rows, const void *xw, char *err,
+                      size_t errlen) {
+    const zl_config *c = &E->base.model->cfg;
+    if (!post) return s_matmul(E, W, n_rows, xw, E->x, 0, 1, err, errlen);
+    FWD_CHECK(s_matmul(E, W, n_rows, xw, E->qkv, c->dim, 0, err, errlen));
+    return ops_rmsnorm_add(E->x, E->qkv, c->dim, post, c->dim, c->rms_eps, n_rows, E->st, err, errlen);
 }
 
 /* the sampler over the LM head's logits: one id per sampling row, generator states advanced; with two input
@@ -357,12 +417,13 @@ int cuda_forward(cu_engine *E, const cu_batch *b, char *err, size_t errlen) {
         const void *xd = NULL;
         FWD_CHECK(s_rmsnorm(E, L->attn_norm, n, err, errlen));                 /* xb = norm(x) */
         FWD_CHECK(s_qkv(E, L, n, err, errlen));                                /* qkv = xb [Wq Wk Wv] */
-        FWD_CHECK(s_rope_append(E, L, n, err, errlen));                        /* q, caches += k, v */
-        FWD_CHECK(s_attention(E, L, b, err, errlen));                          /* att_w = attention(q) */
-        FWD_CHECK(s_matmul(E, &L->wo, n, E->att_w, E->x, 0, 1, err, errlen));  /* x += att_w Wo */
+        if (L->q_norm) FWD_CHECK(s_qk_norm(E, L, n, err, errlen));             /* qwen3, gemma3: per-head norms */
+        FWD_CHECK(s_rope_append(E, L, l, n, err, errlen));                     /* q, caches += k, v */
+        FWD_CHECK(s_attention(E, L, l, b, err, errlen));                       /* att_w = attention(q) */
+        FWD_CHECK(s_out_proj(E, &L->wo, L->post_attn_norm, n, E->att_w, err, errlen)); /* x += att_w Wo */
         FWD_CHECK(s_rmsnorm(E, L->ffn_norm, n, err, errlen));                  /* xb = norm(x) */
         FWD_CHECK(s_ffn_up(E, L, n, &xd, err, errlen));                        /* xd = silu(xb Wg) * xb Wu */
-        FWD_CHECK(s_matmul(E, &L->wd, n, xd, E->x, 0, 1, err, errlen));        /* x += xd Wd */
+        FWD_CHECK(s_out_proj(E, &L->wd, L->post_ffn_norm, n, xd, err, errlen)); /* x += xd Wd */
     }
     if (E->base.layer_end < c->n_layers) {   /* a stage before the last: hand the residual stream on */
         s_k_stage_out<<<n, 256, 0, E->st>>>(E->x, IN_PTR(E, hptr, const unsigned long long),

@@ -256,7 +256,9 @@ static int s_upload_layer(cu_engine *E, cu_stage *sg, int l, char *err, size_t e
                     s_upload_mat(E, sg, &w->wk, &d->wk, err, errlen) != 0 ||
                     s_upload_mat(E, sg, &w->wv, &d->wv, err, errlen) != 0))
         return -1;
-    const int jg = s_join_qtc(E, sg, gu, 2, cs->qtc_glu, "ffn_gate+ffn_up", &d->wgu, err, errlen);
+    /* the fused gate/up epilogues compute SwiGLU: a GeGLU layer (gemma3) keeps gate and up in order */
+    const int silu = E->base.model->cfg.ffn_act == ZL_ACT_SILU;
+    const int jg = s_join_qtc(E, sg, gu, 2, cs->qtc_glu && silu, "ffn_gate+ffn_up", &d->wgu, err, errlen);
     if (jg < 0) return -1;
     if (jg == 0 && (s_upload_mat(E, sg, &w->w_gate, &d->wg, err, errlen) != 0 ||
                     s_upload_mat(E, sg, &w->w_up, &d->wu, err, errlen) != 0))
@@ -265,13 +267,20 @@ static int s_upload_layer(cu_engine *E, cu_stage *sg, int l, char *err, size_t e
         cu_mat *dq[] = {&d->wq, &d->wk, &d->wv}, *dg[] = {&d->wg, &d->wu};
         /* gate/up through wtc: interleaved, for its SwiGLU epilogue (the product's arithmetic per element is the
          * same: wtc's splits follow the joined shape only) */
-        const int il8 = E->wtc_on && wtc_supported(d->wg.n_in, d->wg.n_out + d->wu.n_out);
+        const int il8 = silu && E->wtc_on && wtc_supported(d->wg.n_in, d->wg.n_out + d->wu.n_out);
         if (s_join_dense(E, dq, 3, 0, &d->wqkv, err, errlen) < 0 || s_join_dense(E, dg, 2, il8, &d->wgu, err, errlen) < 0)
             return -1;
     }
     if (w->bq.data && s_upload(E, sg, &w->bq, CU_F32, (void **)&d->bq, err, errlen) != 0) return -1;
     if (w->bk.data && s_upload(E, sg, &w->bk, CU_F32, (void **)&d->bk, err, errlen) != 0) return -1;
     if (w->bv.data && s_upload(E, sg, &w->bv, CU_F32, (void **)&d->bv, err, errlen) != 0) return -1;
+    if (w->attn_q_norm.data && (s_upload(E, sg, &w->attn_q_norm, CU_F32, (void **)&d->q_norm, err, errlen) != 0 ||
+                                s_upload(E, sg, &w->attn_k_norm, CU_F32, (void **)&d->k_norm, err, errlen) != 0))
+        return -1;
+    if (w->post_attn_norm.data &&
+        (s_upload(E, sg, &w->post_attn_norm, CU_F32, (void **)&d->post_attn_norm, err, errlen) != 0 ||
+         s_upload(E, sg, &w->post_ffn_norm, CU_F32, (void **)&d->post_ffn_norm, err, errlen) != 0))
+        return -1;
     d->qkv = d->wqkv.n_out ? CU_QKV_JOINED : d->wqk.n_out ? CU_QKV_QK_V : CU_QKV_SEPARATE;
     d->qkv_pair = d->qkv == CU_QKV_QK_V && cs->qtc_pair && d->wqk.path == CU_PATH_QTC && d->wv.path == CU_PATH_QTC;
     d->ffn = !d->wgu.n_out ? CU_FFN_SEPARATE : d->wgu.glu8 ? CU_FFN_GLU8 : CU_FFN_JOINED;
@@ -390,7 +399,8 @@ void cuda_weights_free(cu_engine *E) {
             cu_layer *L = &E->L[l];
             cu_mat *mats[] = CU_LAYER_MATS(L);
             for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) s_free_mat(mats[i]);
-            void *p[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv};
+            void *p[] = {L->attn_norm, L->ffn_norm,       L->bq,           L->bk, L->bv, L->q_norm,
+                         L->k_norm,    L->post_attn_norm, L->post_ffn_norm};
             for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) cudaFree(p[i]);
         }
     }

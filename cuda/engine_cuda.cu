@@ -16,6 +16,7 @@
 extern "C" {
 #include "engine.h"
 #include "model.h"
+#include "rope.h"
 #include "sampler.h"
 }
 #include <stdio.h>
@@ -170,8 +171,9 @@ static void s_destroy(zl_engine *base) {
     if (E->cst) cudaStreamDestroy(E->cst);
     cudaFree(E->hbuf);
     /* E->gu is E->qkv's allocation: freed once, as qkv */
-    void *d[] = {E->tok_embd, E->out_norm, E->rope_cs, E->kv, E->x, E->qkv, E->q, E->att, E->xb, E->logits,
-                 E->attn_ws, E->samp_ws, E->cb_ws, E->qtc_ws, E->carry_tok, E->carry_rng};
+    void *d[] = {E->tok_embd, E->out_norm, E->rope_cs,   E->kv,        E->x,          E->qkv,
+                 E->q,        E->att,      E->xb,        E->logits,    E->attn_ws,    E->samp_ws,
+                 E->cb_ws,    E->qtc_ws,   E->carry_tok, E->carry_rng, E->rope_cs_swa};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) cudaFree(d[i]);
     if (E->att_w != (void *)E->att) cudaFree(E->att_w);
     cudaFreeHost(E->h_logits);
@@ -296,15 +298,23 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
             CU_CHECK(cudaEventCreate(&E->fl[i].ev1));
         }
         CU_CHECK(cudaEventCreateWithFlags(&E->ev_in, cudaEventDisableTiming));
-        
-        /* RoPE table for every position of a slot */
-        {
+
+        /* RoPE table for every position of a slot: the model's frequencies and magnitude (engine/rope.h), the global
+         * layers' and, where they rotate otherwise, the sliding layers' */
+        for (int kind = 0; kind < (model_rope_two_kinds(c) ? 2 : 1); kind++) {
             const size_t nf = (size_t)b->n_ctx * c->rope_dim;
+            float **dst = kind ? &E->rope_cs_swa : &E->rope_cs;
             float *h = (float *)malloc(nf * 4 + 4);
             if (!h) { snprintf(err, errlen, "out of memory"); goto fail; }
-            ops_rope_table_host(h, b->n_ctx, c->rope_dim, c->rope_base);
-            ce = cudaMalloc((void **)&E->rope_cs, nf * 4 + 4);
-            if (ce == cudaSuccess) ce = cudaMemcpy(E->rope_cs, h, nf * 4, cudaMemcpyHostToDevice);
+            zl_rope rope;
+            if (rope_init(&rope, m, b->n_ctx, kind, err, errlen) != 0) {
+                free(h);
+                goto fail;
+            }
+            for (int p = 0; p < b->n_ctx; p++) rope_cs_row(&rope, p, h + (size_t)p * c->rope_dim);
+            rope_free(&rope);
+            ce = cudaMalloc((void **)dst, nf * 4 + 4);
+            if (ce == cudaSuccess) ce = cudaMemcpy(*dst, h, nf * 4, cudaMemcpyHostToDevice);
             free(h);
             CU_CHECK(ce);
         }
@@ -319,7 +329,10 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         if (qd > wide) wide = qd;
         CU_CHECK(cudaMalloc((void **)&E->x, T * c->dim * 4));
         /* qkv and gu: one allocation for the wider of the two (disjoint lifetimes within a layer, see cu_engine) */
-        const size_t qkv_w = qd + 2 * kvd, gu_w = 2 * (size_t)c->ffn_dim;
+        /* with post norms (gemma3) the same allocation also holds the output projections' products [dim] before
+         * their norm and residual add (after the attention prologue has read qkv and the GeGLU has read gu) */
+        size_t qkv_w = qd + 2 * kvd, gu_w = 2 * (size_t)c->ffn_dim;
+        if (c->has_post_norms && gu_w < (size_t)c->dim) gu_w = c->dim;
         CU_CHECK(cudaMalloc((void **)&E->qkv, T * (qkv_w > gu_w ? qkv_w : gu_w) * 4));
         E->gu = E->qkv;
         CU_CHECK(cudaMalloc((void **)&E->q, T * qd * 4));

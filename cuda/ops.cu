@@ -158,6 +158,30 @@ int ops_rmsnorm(const float *x, const int32_t *rows, const float *w, int dim, fl
     return 0;
 }
 
+/* ---------------------------------------------------------------- per-head RMSNorm */
+/* block (row, head) of 32 threads, blockIdx.x = row, blockIdx.y = head (any row count launches): lane i sums
+ * elements i, i + 32, ...; then a butterfly over the warp */
+__global__ void k_head_rmsnorm(float *x, int ld, int head_dim, const float *w, float eps) {
+    float *v = x + (size_t)blockIdx.x * ld + (size_t)blockIdx.y * head_dim;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < head_dim; i += 32) ss += v[i] * v[i];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float scale = 1.0f / sqrtf(ss / (float)head_dim + eps);
+    for (int i = threadIdx.x; i < head_dim; i += 32) v[i] = v[i] * scale * w[i];
+}
+
+int ops_head_rmsnorm(float *x, int ld, int n_rows, int n_heads, int head_dim, const float *w, float eps,
+                     cudaStream_t st, char *err, size_t errlen) {
+    if (n_rows <= 0 || n_heads <= 0) return 0;
+    if (n_heads > 65535) {
+        snprintf(err, errlen, "ops_head_rmsnorm: %d heads (at most 65535)", n_heads);
+        return -1;
+    }
+    k_head_rmsnorm<<<dim3(n_rows, n_heads), 32, 0, st>>>(x, ld, head_dim, w, eps);
+    CU_LAUNCH_CHECK_RET("ops_head_rmsnorm");
+    return 0;
+}
+
 /* ---------------------------------------------------------------- bias */
 __global__ void k_bias_add(float *y, const float *b, size_t total, int n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)

@@ -42,6 +42,12 @@ int ops_embed(const void *table, cu_dtype tdt, int dim, const int32_t *tokens, i
 int ops_rmsnorm(const float *x, const int32_t *rows, const float *w, int dim, float eps, int n_rows,
                 void *out, cu_dtype odt, cudaStream_t st, char *err, size_t errlen);
 
+/* per-head RMSNorm in place (qwen3's and gemma3's q and k norms): for r < n_rows, h < n_heads (<= 65535), the
+ * head_dim values at x + r * ld + h * head_dim become x / sqrt(mean(x^2) + eps) * w, f32, one warp per head in a
+ * fixed order (a row's values never depend on the other rows) */
+int ops_head_rmsnorm(float *x, int ld, int n_rows, int n_heads, int head_dim, const float *w, float eps,
+                     cudaStream_t st, char *err, size_t errlen);
+
 /* y[r][i] += b[i] for r < n_rows, i < n (Q/K/V biases, f32) */
 int ops_bias_add(float *y, const float *b, int n_rows, int n, cudaStream_t st, char *err, size_t errlen);
 

@@ -4,7 +4,8 @@
  * finite (an unwritten element stays NaN). The dual-output variants (an f32 copy beside the typed output) are
  * checked for exact agreement with the single-output functions, the fused ops_qkv_rope_append for the same bits as
  * the chain it replaces (bias adds, two RoPEs, KV append), the strided SwiGLU for the bits of the contiguous one,
- * and ops_gemm's ldy for writing only its column slice. Needs a CUDA GPU. */
+ * and ops_gemm's ldy for writing only its column slice, ops_head_rmsnorm for leaving the other columns alone. Needs a
+ * CUDA GPU. */
 extern "C" {
 #include "quant.h"
 #include "test.h"
@@ -123,6 +124,30 @@ static void test_rmsnorm(int dim, int rows, int gather) {
         cmp(gather ? "rmsnorm(gather)" : "rmsnorm", dout, t, ref, (size_t)rows * dim);
         cudaFree(dx); cudaFree(dw); cudaFree(di); cudaFree(dout); free(x); free(w); free(idx); free(ref);
     }
+}
+
+/* per-head RMSNorm in place on the q columns [col0, col0 + n_heads * hd) of rows ld floats apart; the other
+ * columns must keep their values */
+static void test_head_rmsnorm(int rows, int n_heads, int hd, int ld, int col0) {
+    const size_t n = (size_t)rows * ld;
+    float *x = hrand(n), *w = hrand(hd);
+    double *ref = (double *)malloc(sizeof(double) * n);
+    for (size_t i = 0; i < n; i++) ref[i] = x[i];
+    for (int r = 0; r < rows; r++)
+        for (int h = 0; h < n_heads; h++) {
+            const float *v = x + (size_t)r * ld + col0 + (size_t)h * hd;
+            double ss = 0;
+            for (int i = 0; i < hd; i++) ss += (double)v[i] * v[i];
+            const double sc = 1.0 / sqrt(ss / hd + 1e-6);
+            for (int i = 0; i < hd; i++) ref[(size_t)r * ld + col0 + (size_t)h * hd + i] = v[i] * sc * w[i];
+        }
+    void *dx = dnew(x, CU_F32, n), *dw = dnew(w, CU_F32, hd);
+    CHECK(ops_head_rmsnorm((float *)dx + col0, ld, rows, n_heads, hd, (float *)dw, 1e-6f, 0, err, errlen) == 0,
+          "head_rmsnorm: %s", err);
+    char what[96];
+    snprintf(what, sizeof what, "head_rmsnorm(%d heads of %d, ld %d, col %d)", n_heads, hd, ld, col0);
+    cmp(what, dx, CU_F32, ref, n);
+    cudaFree(dx); cudaFree(dw); free(x); free(w); free(ref);
 }
 
 static void test_bias_residual(int rows, int n) {
@@ -546,6 +571,9 @@ int main(void) {
     test_rmsnorm(64, 5, 0);
     test_rmsnorm(576, 17, 1);
     test_rmsnorm(4096, 3, 0);
+    test_head_rmsnorm(5, 8, 16, 8 * 16 + 2 * 2 * 16, 0);       /* qwen3-like q heads of a qkv row */
+    test_head_rmsnorm(3, 2, 128, 16 * 128 + 2 * 2 * 128, 16 * 128);   /* k heads, head size 128 */
+    test_head_rmsnorm(33, 4, 64, 4 * 64 * 3, 0);
     test_bias_residual(9, 896);
     test_bias_residual(1, 64);
     test_rope(7, 8, 8, 8, 0, 512);

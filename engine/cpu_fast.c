@@ -1,9 +1,9 @@
-/* engine/cpu_fast.c: the fast CPU backend (device "cpu"; the f32 reference is "cpu-ref", common/engine_cpu.c).
- * A Llama-family forward pass over a batch of sequences at independent positions, with per-slot f32 KV caches,
- * like the reference, but with the matrix products on the packed GGUF blocks (engine/cpu_qdot.c: integer dot
- * products against activations quantized per block of 32 for Q4_0/Q4_1/Q8_0/Q4_K/Q6_K weights, f32 for the
- * float types), SIMD attention, and the row-wise work (norms, activation quantization, SiLU) spread over the
- * thread pool when a step has many rows.
+/* engine/cpu_fast.c: the fast CPU backend (device "cpu"; the f32 reference is "cpu-ref", common/engine_cpu.c). A
+ * Llama-family forward pass (llama, qwen2, qwen3, phi3, gemma3; sliding windows per layer, engine/model.h) over a batch
+ * of sequences at independent positions, with per-slot f32 KV caches, like the reference, but with the matrix products
+ * on the packed GGUF blocks (engine/cpu_qdot.c: integer dot products against activations quantized per block of 32 for
+ * Q4_0/Q4_1/Q8_0/Q4_K/Q6_K weights, f32 for the float types), SIMD attention, and the row-wise work (norms, activation
+ * quantization, SiLU) spread over the thread pool when a step has many rows.
  *
  * Batch processing: the step's T = sum(n_tokens) rows are stacked; a matrix product walks each thread's share of
  * weight rows in chunks that stay in cache and applies every chunk to all T rows, QDOT_TILE rows per kernel
@@ -30,6 +30,7 @@
 #include "sampler_mask.h"
 #include "engine_env.h"
 #include "quant.h"
+#include "rope.h"
 
 #define S_MAX_THREADS 64
 #define S_CHUNK_BYTES (24 * 1024) /* weight bytes a thread applies to all rows before moving on */
@@ -45,6 +46,9 @@ typedef struct {
     float *ffn_norm;         /* [n_layers][dim] */
     float *bq, *bk, *bv;     /* [n_layers][q_dim] / [n_layers][kv_dim]; NULL without biases */
     float *out_norm;         /* [dim] */
+    float *q_norm, *k_norm;  /* [n_layers][head_dim] per-head Q/K norms; NULL without them */
+    float *post_attn;        /* [n_layers][dim] norm of the attention output; NULL without it */
+    float *post_ffn;         /* [n_layers][dim] norm of the FFN output; NULL without it */
     float *kc, *vc;          /* [n_slots][n_own layers][n_ctx][kv_dim] */
     float *x;                /* [T][dim] residual stream */
     float *xb;               /* [T][max(dim, q_dim)] normed input / attention output */
@@ -60,7 +64,10 @@ typedef struct {
     const float *xq_of;      /* the f32 buffer xq now holds (NULL: none); reset whenever that buffer changes */
     int xq_n;                /* its row width */
     int *row_slot, *row_pos; /* [T] slot and position of each row */
-    float *rope_cs;          /* [T][rope_dim] cos/sin pairs per row */
+    float *rope_cs;          /* [T][rope_dim] cos/sin pairs per row (the global layers' RoPE) */
+    float *rope_cs_swa;      /* [T][rope_dim] the sliding layers' pairs; NULL when both kinds rotate alike */
+    zl_rope rope;            /* RoPE frequencies and magnitude (rope.h) */
+    zl_rope rope_swa;        /* the sliding layers' (with rope_cs_swa) */
     float *th_att;           /* [nth][n_ctx] attention scores per thread */
     int nth;                 /* threads */
     /* steps queued ahead (zl_engine.depth 2, whole models): as the reference, a launched step runs at once and
@@ -119,12 +126,26 @@ static void s_quant_row(s_fast *e, int r, const void *arg) {
     qdot_quantize_row(e->isa, e->xq_of + (size_t)r * e->xq_n, e->xq + (size_t)r * e->xq_row, e->xq_n);
 }
 
-static void s_silu_row(s_fast *e, int r, const void *arg) {
+static void s_glu_row(s_fast *e, int r, const void *arg) {
     (void)arg;
     size_t ff = (size_t)e->c.ffn_dim;
     float *g = e->hb + r * ff;
     const float *u = e->hb2 + r * ff;
+    if (e->c.ffn_act == ZL_ACT_GELU_TANH) { /* GeGLU: gelu_tanh(gate) * up */
+        for (size_t i = 0; i < ff; i++) {
+            const float x = g[i];
+            g[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[i];
+        }
+        return;
+    }
     for (size_t i = 0; i < ff; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i]; /* SiLU(gate) * up */
+}
+
+/* xb2[r] = rmsnorm(xb2[r]) * w: the norm of a block's output before its residual add */
+static void s_post_norm_row(s_fast *e, int r, const void *arg) {
+    const s_norm_arg *a = arg;
+    size_t dim = (size_t)e->c.dim;
+    s_rmsnorm(e->xb2 + r * dim, e->xb2 + r * dim, a->w, (int)dim, e->c.rms_eps);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -245,6 +266,16 @@ static void s_rope(float *x, int n_heads, int head_dim, int rope_dim, zl_rope_st
     }
 }
 
+/* per-head RMSNorm of a row's q and k (before RoPE), with layer l's weights */
+static void s_qk_norm(s_fast *e, int l, float *q, float *k) {
+    const zl_config *c = &e->c;
+    const int hd = c->head_dim;
+    for (int h = 0; h < c->n_heads; h++)
+        s_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, e->q_norm + (size_t)l * hd, hd, c->rms_eps);
+    for (int h = 0; h < c->n_kv_heads; h++)
+        s_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, e->k_norm + (size_t)l * hd, hd, c->rms_eps);
+}
+
 typedef struct {
     s_fast *e;
     int layer;
@@ -260,16 +291,19 @@ static void s_attn_fn(void *ctx, int ith, int nth) {
     const size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
     const size_t slot_stride = (size_t)(e->base.layer_end - e->base.layer_begin) * e->base.n_ctx * kv_dim;
     float *att = e->th_att + (size_t)ith * e->base.n_ctx;
-    const float scale = (float)(1.0 / sqrt((double)hd));
+    const float scale = c->attn_scale;
+    const int window = model_layer_window(c, j->layer);
     int64_t lo, hi;
     s_range((int64_t)j->T * c->n_heads, ith, nth, &lo, &hi);
     for (int64_t it = lo; it < hi; it++) {
         const int r = (int)(it / c->n_heads), h = (int)(it % c->n_heads), kvh = h / group;
         const int pos = e->row_pos[r];
+        const int p0 = window > 0 && pos >= window ? pos - window + 1 : 0; /* the first key the row sees */
         const size_t base = (size_t)e->row_slot[r] * slot_stride +
-                            (size_t)(j->layer - e->base.layer_begin) * e->base.n_ctx * kv_dim + (size_t)kvh * hd;
-        cpu_attn_head(isa, e->q + (size_t)r * q_dim + (size_t)h * hd, hd, e->kc + base, e->vc + base, kv_dim, pos + 1,
-                      scale, att, e->xb + (size_t)r * q_dim + (size_t)h * hd);
+                            (size_t)(j->layer - e->base.layer_begin) * e->base.n_ctx * kv_dim + (size_t)kvh * hd +
+                            (size_t)p0 * kv_dim;
+        cpu_attn_head(isa, e->q + (size_t)r * q_dim + (size_t)h * hd, hd, e->kc + base, e->vc + base, kv_dim,
+                      pos + 1 - p0, scale, att, e->xb + (size_t)r * q_dim + (size_t)h * hd);
     }
 }
 
@@ -290,7 +324,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         return -1;
     }
     if (cpu_launch_check(eb, seqs, n, embed, &T)) return -1;
-    const int dim = c->dim, hd = c->head_dim, half = c->rope_dim / 2;
+    const int dim = c->dim, hd = c->head_dim;
     const size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
     const size_t slot_stride = (size_t)(eb->layer_end - eb->layer_begin) * eb->n_ctx * kv_dim;
 
@@ -304,15 +338,13 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
                     snprintf(eb->err, sizeof eb->err, "cannot dequantize token_embd.weight");
                     return -1;
                 }
+                if (c->embd_scale != 1.0f)
+                    for (int i = 0; i < dim; i++) e->x[(size_t)r * dim + i] *= c->embd_scale;
             }
             e->row_slot[r] = s->slot;
             e->row_pos[r] = s->pos + t;
-            float *cs = e->rope_cs + (size_t)r * c->rope_dim;
-            for (int k = 0; k < half; k++) {
-                double theta = (double)(s->pos + t) * pow((double)c->rope_base, -2.0 * k / c->rope_dim);
-                cs[2 * k] = (float)cos(theta);
-                cs[2 * k + 1] = (float)sin(theta);
-            }
+            rope_cs_row(&e->rope, s->pos + t, e->rope_cs + (size_t)r * c->rope_dim);
+            if (e->rope_cs_swa) rope_cs_row(&e->rope_swa, s->pos + t, e->rope_cs_swa + (size_t)r * c->rope_dim);
         }
     }
     if (!embed) memcpy(e->x, h_in, (size_t)T * dim * sizeof(float));
@@ -327,8 +359,10 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
                                  e->bv ? e->bv + l * kv_dim : NULL};
         float *qkv_y[3] = {e->q, e->k, e->v};
         if (s_matmuls(e, 3, qkv, qkv_b, e->xb, qkv_y, T)) return -1;
+        const float *cs_l = e->rope_cs_swa && model_layer_window(c, l) ? e->rope_cs_swa : e->rope_cs;
         for (r = 0; r < T; r++) {
-            const float *cs = e->rope_cs + (size_t)r * c->rope_dim;
+            const float *cs = cs_l + (size_t)r * c->rope_dim;
+            if (e->q_norm) s_qk_norm(e, l, e->q + r * q_dim, e->k + r * kv_dim);
             s_rope(e->q + r * q_dim, c->n_heads, hd, c->rope_dim, c->rope_style, cs);
             s_rope(e->k + r * kv_dim, c->n_kv_heads, hd, c->rope_dim, c->rope_style, cs);
             size_t at = (size_t)e->row_slot[r] * slot_stride +
@@ -340,6 +374,10 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         e->xq_of = NULL;
         cpu_pool_run(e->pool, s_attn_fn, &aj);
         if (s_matmul(e, &L->wo, NULL, e->xb, e->xb2, T)) return -1;
+        if (e->post_attn) {
+            s_norm_arg pa = {e->post_attn + (size_t)l * dim};
+            s_rows(e, T, s_post_norm_row, &pa);
+        }
         for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];
 
         na.w = e->ffn_norm + (size_t)l * dim;
@@ -349,8 +387,12 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         const float *gu_b[2] = {NULL, NULL};
         float *gu_y[2] = {e->hb, e->hb2};
         if (s_matmuls(e, 2, gu, gu_b, e->xb, gu_y, T)) return -1;
-        s_rows(e, T, s_silu_row, NULL);
+        s_rows(e, T, s_glu_row, NULL);
         if (s_matmul(e, &L->w_down, NULL, e->hb, e->xb2, T)) return -1;
+        if (e->post_ffn) {
+            s_norm_arg pf = {e->post_ffn + (size_t)l * dim};
+            s_rows(e, T, s_post_norm_row, &pf);
+        }
         for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];
     }
     e->xq_of = NULL;
@@ -391,11 +433,14 @@ static void s_destroy(zl_engine *eb) {
     if (!eb) return;
     s_fast *e = (s_fast *)eb;
     cpu_pool_destroy(&e->pool);
-    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq, e->bk,  e->bv,  e->out_norm, e->kc,
-                     e->vc,        e->x,        e->xb, e->xb2, e->q,   e->k,        e->v,
-                     e->hb,        e->hb2,      e->xl, e->lg,  e->lgs, e->rope_cs,  e->th_att};
+    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq,        e->bk,       e->bv,         e->out_norm, e->kc,
+                     e->vc,        e->x,        e->xb,        e->xb2,      e->q,          e->k,        e->v,
+                     e->hb,        e->hb2,      e->xl,        e->lg,       e->lgs,        e->rope_cs,  e->th_att,
+                     e->q_norm,    e->k_norm,   e->post_attn, e->post_ffn, e->rope_cs_swa};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e->xq);
+    rope_free(&e->rope);
+    rope_free(&e->rope_swa);
     free(e->row_slot);
     free(e->row_pos);
     cpu_launch_free(&e->lq);
@@ -418,6 +463,36 @@ static int s_vec(const zl_weight *w, float *dst, char *err, size_t errlen) {
         return -1;
     }
     return 0;
+}
+
+/* the RoPE frequencies, and the small weights of qwen3's and gemma3's blocks (Q/K and post norms) and the sliding
+ * layers' RoPE table where the model has them */
+static int s_extra_weights(s_fast *e, const zl_model *m, size_t T, char *err, size_t errlen) {
+    const zl_config *c = &m->cfg;
+    size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, hd = (size_t)c->head_dim;
+    if (rope_init(&e->rope, m, e->base.n_ctx, 0, err, errlen)) return -1;
+    if (model_rope_two_kinds(c)) {
+        if (!(e->rope_cs_swa = s_alloc(T * (size_t)c->rope_dim))) goto oom;
+        if (rope_init(&e->rope_swa, m, e->base.n_ctx, 1, err, errlen)) return -1;
+    }
+    if (c->has_qk_norm) {
+        if (!(e->q_norm = s_alloc(L * hd)) || !(e->k_norm = s_alloc(L * hd))) goto oom;
+        for (size_t l = 0; l < L; l++)
+            if (s_vec(&m->layers[l].attn_q_norm, e->q_norm + l * hd, err, errlen) ||
+                s_vec(&m->layers[l].attn_k_norm, e->k_norm + l * hd, err, errlen))
+                return -1;
+    }
+    if (c->has_post_norms) {
+        if (!(e->post_attn = s_alloc(L * dim)) || !(e->post_ffn = s_alloc(L * dim))) goto oom;
+        for (size_t l = 0; l < L; l++)
+            if (s_vec(&m->layers[l].post_attn_norm, e->post_attn + l * dim, err, errlen) ||
+                s_vec(&m->layers[l].post_ffn_norm, e->post_ffn + l * dim, err, errlen))
+                return -1;
+    }
+    return 0;
+oom:
+    snprintf(err, errlen, "cpu engine: out of memory");
+    return -1;
 }
 
 /* the ISA from $ZLLM_CPU_ISA (refused when this CPU lacks it) or the best one */
@@ -564,6 +639,7 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
             goto fail;
     }
     if (s_vec(&m->output_norm, e->out_norm, err, errlen)) goto fail;
+    if (s_extra_weights(e, m, T, err, errlen)) goto fail;
     e->pool = cpu_pool_new(e->nth, err, errlen);
     if (!e->pool) goto fail;
     return b;

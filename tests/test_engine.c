@@ -156,8 +156,8 @@ static void test_validation(void) {
     expect_refused("negative eps", &e, 1, NULL, NULL, 0, "epsilon");
     e = (kv_edit){ "llama.rope.freq_base", 'f', 0, NULL, NAN };
     expect_refused("NaN rope base", &e, 1, NULL, NULL, 0, "freq_base");
-    e = (kv_edit){ "llama.rope.scaling.type", 's', 0, "yarn", 0 };
-    expect_refused("rope scaling", &e, 1, NULL, NULL, 0, "scaling");
+    e = (kv_edit){"llama.rope.scaling.type", 's', 0, "dynamic", 0};
+    expect_refused("unknown rope scaling type", &e, 1, NULL, NULL, 0, "scaling");
     expect_refused("missing tensor", NULL, 0, "blk.2.ffn_up.weight", NULL, 0, "blk.2.ffn_up.weight");
     expect_refused("missing norm", NULL, 0, "output_norm.weight", NULL, 0, "output_norm.weight");
     expect_refused("missing embeddings", NULL, 0, "token_embd.weight", NULL, 0, "token_embd.weight");

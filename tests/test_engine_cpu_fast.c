@@ -483,7 +483,8 @@ done:
 }
 
 /* every weight type through the whole engine: random 2-layer models (zllm-mkmodel, dims multiples of 256 so
- * that k-quants apply; q4_k_m mixes Q4_K and Q6_K; qwen2 has Q/K/V biases): the fast engine's logits against
+ * that k-quants apply; q4_k_m mixes Q4_K and Q6_K; qwen2 has Q/K/V biases, qwen3 Q/K norms, phi3 fused Q/K/V and
+ * gate/up matrices): the fast engine's logits against
  * the reference's, with f32 activations (ZLLM_CPU_EXACT=1) within 1e-4 of the largest logit, and as run
  * (16-bit activation levels for the integer types: 1e-4 measured) within `bound` */
 static void test_types(void) {
@@ -493,7 +494,8 @@ static void test_types(void) {
     } cs[] = {
         {"llama", "f32", 1e-5},  {"llama", "f16", 1e-5},    {"llama", "bf16", 1e-5},   {"llama", "q8_0", 5e-4},
         {"llama", "q4_0", 5e-4}, {"llama", "q4_1", 5e-4},   {"llama", "q4_k_m", 5e-4}, {"llama", "q6_k", 5e-4},
-        {"qwen2", "q5_0", 1e-5}, {"qwen2", "q4_k_m", 5e-4},
+        {"qwen2", "q5_0", 1e-5}, {"qwen2", "q4_k_m", 5e-4}, {"qwen3", "q4_k_m", 5e-4}, {"phi3", "q4_k_m", 5e-4},
+        {"phi3", "q8_0", 5e-4},
     };
     const char *build = getenv("ZLLM_BUILD");
     if (!build || !*build) build = "build";

@@ -163,6 +163,32 @@ def test_presets_and_options():
     names = [t.name for t in r.tensors]
     check(field(r, "general.architecture") == "qwen2" and "blk.2.attn_k.bias" in names, "tiny-qwen2 biases")
     check("output.weight" not in names, "tiny-qwen2 tied")
+    # qwen3 (per-head Q/K norms) and phi3 (fused attn_qkv and gate/up) as llama.cpp names them, RoPE factors
+    out = os.path.join(TMP, "tq3.gguf")
+    rc, err = mk(out, "--preset", "tiny-qwen3", "--rope-freqs")
+    check(rc == 0, f"tiny-qwen3: {err}")
+    r = gguf.GGUFReader(out)
+    t = {x.name: x for x in r.tensors}
+    check(field(r, "general.architecture") == "qwen3" and "blk.2.attn_q_norm.weight" in t and
+          "blk.2.attn_k_norm.weight" in t and "blk.0.attn_q.bias" not in t, "tiny-qwen3 q/k norms, no biases")
+    check([int(x) for x in t["blk.0.attn_k_norm.weight"].shape] == [16], "tiny-qwen3 norm of head_dim")
+    f = np.array(t["rope_freqs.weight"].data, dtype=np.float32)
+    check(f.shape == (8,) and bool(np.all(f > 0)), "rope_freqs: head_dim / 2 positive factors")
+    out = os.path.join(TMP, "tp3.gguf")
+    rc, err = mk(out, "--preset", "tiny-phi3", "--longrope", "--type", "q8_0")
+    check(rc == 0, f"tiny-phi3: {err}")
+    r = gguf.GGUFReader(out)
+    t = {x.name: x for x in r.tensors}
+    check(field(r, "general.architecture") == "phi3" and "blk.0.ffn_gate.weight" not in t and
+          "blk.0.attn_q.weight" not in t, "tiny-phi3: no separate q or gate")
+    check([int(x) for x in t["blk.0.attn_qkv.weight"].shape] == [64, 8 * 16 + 2 * 2 * 16], "phi3 attn_qkv rows")
+    check([int(x) for x in t["blk.0.ffn_up.weight"].shape] == [64, 2 * 160], "phi3 ffn_up holds gate and up")
+    check("rope_factors_long.weight" in t and "rope_factors_short.weight" in t and
+          field(r, "phi3.rope.scaling.original_context_length") == 128 and
+          abs(field(r, "phi3.rope.scaling.attn_factor") - (1 + np.log(4) / np.log(128)) ** 0.5) < 1e-6,
+          "phi3 LongRoPE factors, original context, attention factor")
+    rc, err = mk(os.path.join(TMP, "bad.gguf"), "--rope-freqs", "--longrope")
+    check(rc != 0 and "exclude" in err, f"--rope-freqs with --longrope refused: {err}")
     # K types on rows that do not fit 256 fall back like llama.cpp
     out = os.path.join(TMP, "tlk.gguf")
     rc, err = mk(out, "--preset", "tiny-llama", "--type", "q4_k")

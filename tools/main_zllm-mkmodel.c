@@ -21,7 +21,7 @@
 
 typedef struct {
     const char *name;   /* preset name */
-    const char *arch;   /* "llama" or "qwen2" */
+    const char *arch;   /* "llama", "qwen2", "qwen3" or "phi3" */
     int layers;         /* transformer blocks */
     int dim;            /* embedding width */
     int heads;          /* query heads */
@@ -38,6 +38,8 @@ typedef struct {
 static const s_cfg s_presets[] = {
     {"tiny-llama", "llama", 3, 64, 8, 2, 16, 160, 384, 512, 10000.0, 1e-5, 0},
     {"tiny-qwen2", "qwen2", 3, 64, 8, 2, 16, 160, 384, 512, 1000000.0, 1e-6, 1},
+    {"tiny-qwen3", "qwen3", 3, 64, 8, 2, 16, 160, 384, 512, 1000000.0, 1e-6, 1},
+    {"tiny-phi3", "phi3", 3, 64, 8, 2, 16, 160, 384, 512, 10000.0, 1e-5, 0},
     {"llama-3.1-8b", "llama", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 500000.0, 1e-5, 0},
     {"llama-3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0, 1e-5, 1},
     {"qwen2.5-1.5b", "qwen2", 28, 1536, 12, 2, 128, 8960, 151936, 32768, 1000000.0, 1e-6, 1},
@@ -155,15 +157,21 @@ out:
 
 static void s_usage(FILE *o) {
     fprintf(o,
-            "usage: zllm-mkmodel -o OUT.gguf [--preset NAME] [--arch llama|qwen2] [--layers N] [--dim N]\n"
+            "usage: zllm-mkmodel -o OUT.gguf [--preset NAME] [--arch llama|qwen2|qwen3|phi3] [--layers N] [--dim N]\n"
             "         [--heads N] [--kv-heads N] [--head-dim N] [--ffn N] [--vocab N] [--ctx N] [--rope-base F]\n"
             "         [--rms-eps F] [--type T] [--tied | --untied] [--seed S] [--threads N] [--vocab-from F.gguf]\n"
-            "presets: tiny-llama tiny-qwen2 llama-3.1-8b llama-3.2-1b qwen2.5-1.5b smollm2-135m (default tiny-llama)\n"
+            "         [--rope-freqs] [--longrope]\n"
+            "presets: tiny-llama tiny-qwen2 tiny-qwen3 tiny-phi3 llama-3.1-8b llama-3.2-1b qwen2.5-1.5b smollm2-135m\n"
+            "         (default tiny-llama)\n"
             "types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m (default f32)\n"
             "Explicit shape options override the preset's values. Matrices whose row length does not fit the\n"
             "type's block fall back as llama.cpp does (q4_k->q5_0, q5_k->q5_1, q6_k->q8_0, then f16).\n"
             "Defaults: the shape, --arch, --rope-base, --rms-eps and --tied/--untied come from the preset;\n"
             "--seed 1234; --threads: all cores (at most 256); --vocab-from: the synthetic byte-level vocabulary.\n"
+            "Architectures as llama.cpp writes them: qwen3 adds per-head attn_q_norm/attn_k_norm, phi3 fuses\n"
+            "attn_qkv and gate/up (ffn_up). --rope-freqs adds llama3 RoPE frequency factors (rope_freqs.weight);\n"
+            "--longrope adds LongRoPE factors (rope_factors_long/short.weight, original context ctx/4, its\n"
+            "attention factor). Factors are random values around 1 (K_NORM's fill), all positive.\n"
             "       zllm-mkmodel --help | --version\n"
             "Environment: none read.\n");
 }
@@ -253,7 +261,7 @@ int main(int argc, char **argv) {
     static const char *int_opts[9] = {"--layers", "--dim",   "--heads", "--kv-heads", "--head-dim",
                                       "--ffn",    "--vocab", "--ctx",   "--threads"};
     double rope_base = -1, rms_eps = -1;
-    int tied = -1;
+    int tied = -1, rope_freqs = 0, longrope = 0;
     uint64_t seed = 1234;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -275,6 +283,8 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--seed") == 0 && has_v) seed = (uint64_t)s_int_arg(a, argv[++i]);
         else if (strcmp(a, "--tied") == 0) tied = 1;
         else if (strcmp(a, "--untied") == 0) tied = 0;
+        else if (strcmp(a, "--rope-freqs") == 0) rope_freqs = 1;
+        else if (strcmp(a, "--longrope") == 0) longrope = 1;
         else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             s_usage(stdout);
             return 0;
@@ -315,8 +325,9 @@ int main(int argc, char **argv) {
     if (threads < 1) threads = 1;
     if (threads > 256) threads = 256;
     if (arch) c.arch = arch;
-    if (strcmp(c.arch, "llama") != 0 && strcmp(c.arch, "qwen2") != 0) {
-        fprintf(stderr, "zllm-mkmodel: unknown arch %s (llama, qwen2)\n", c.arch);
+    if (strcmp(c.arch, "llama") != 0 && strcmp(c.arch, "qwen2") != 0 && strcmp(c.arch, "qwen3") != 0 &&
+        strcmp(c.arch, "phi3") != 0) {
+        fprintf(stderr, "zllm-mkmodel: unknown arch %s (llama, qwen2, qwen3, phi3)\n", c.arch);
         return 2;
     }
     if (rope_base > 0) c.rope_base = rope_base;
@@ -335,7 +346,11 @@ int main(int argc, char **argv) {
     }
     int is_q4km = strcmp(type_name, "q4_k_m") == 0;
     ggml_type wtype = s_types[ti].type;
-    int bias = strcmp(c.arch, "qwen2") == 0;
+    int bias = strcmp(c.arch, "qwen2") == 0, qk_norm = strcmp(c.arch, "qwen3") == 0, phi3 = strcmp(c.arch, "phi3") == 0;
+    if (rope_freqs && longrope) {
+        fprintf(stderr, "zllm-mkmodel: --rope-freqs and --longrope exclude each other\n");
+        return 2;
+    }
 
     int rc = 1;
     char err[512];
@@ -389,6 +404,12 @@ int main(int argc, char **argv) {
     gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)c.head_dim);
     gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)c.rms_eps);
     gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)c.vocab);
+    if (longrope) { /* phi3-style: long factors beyond the original context, and LongRoPE's attention factor */
+        const int orig = c.ctx / 4 > 0 ? c.ctx / 4 : 1;
+        gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)orig);
+        if (orig > 1)
+            gguf_writer_set_f32(w, KEY("rope.scaling.attn_factor"), (float)sqrt(1.0 + log(4.0) / log((double)orig)));
+    }
 #undef KEY
     if (vf) {
         for (uint64_t i = 0; i < vf->n_kv; i++) {
@@ -409,7 +430,7 @@ int main(int argc, char **argv) {
     }
 
     /* tensors, in llama.cpp's usual order */
-    int max_t = 3 + c.layers * 12, n_t = 0;
+    int max_t = 5 + c.layers * 14, n_t = 0;
     ts = calloc((size_t)max_t, sizeof *ts);
     if (!ts) goto fail;
     int64_t qdim = (int64_t)c.heads * c.head_dim, kvdim = (int64_t)c.kv_heads * c.head_dim;
@@ -433,9 +454,17 @@ int main(int argc, char **argv) {
         ggml_type more = is_q4km && s_more_bits(l, c.layers) ? GGML_Q6_K : wtype;
 #define BLK(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", l, suffix), nm)
         ADD(BLK("attn_norm.weight"), K_NORM, c.dim, 1, GGML_F32);
-        ADD(BLK("attn_q.weight"), K_MATRIX, c.dim, qdim, wtype);
-        ADD(BLK("attn_k.weight"), K_MATRIX, c.dim, kvdim, wtype);
-        ADD(BLK("attn_v.weight"), K_MATRIX, c.dim, kvdim, more);
+        if (phi3) { /* q, k, v rows in one matrix */
+            ADD(BLK("attn_qkv.weight"), K_MATRIX, c.dim, qdim + 2 * kvdim, more);
+        } else {
+            ADD(BLK("attn_q.weight"), K_MATRIX, c.dim, qdim, wtype);
+            ADD(BLK("attn_k.weight"), K_MATRIX, c.dim, kvdim, wtype);
+            ADD(BLK("attn_v.weight"), K_MATRIX, c.dim, kvdim, more);
+        }
+        if (qk_norm) {
+            ADD(BLK("attn_q_norm.weight"), K_NORM, c.head_dim, 1, GGML_F32);
+            ADD(BLK("attn_k_norm.weight"), K_NORM, c.head_dim, 1, GGML_F32);
+        }
         if (bias) {
             ADD(BLK("attn_q.bias"), K_BIAS, qdim, 1, GGML_F32);
             ADD(BLK("attn_k.bias"), K_BIAS, kvdim, 1, GGML_F32);
@@ -443,13 +472,22 @@ int main(int argc, char **argv) {
         }
         ADD(BLK("attn_output.weight"), K_MATRIX, qdim, c.dim, wtype);
         ADD(BLK("ffn_norm.weight"), K_NORM, c.dim, 1, GGML_F32);
-        ADD(BLK("ffn_gate.weight"), K_MATRIX, c.dim, c.ffn, wtype);
-        ADD(BLK("ffn_up.weight"), K_MATRIX, c.dim, c.ffn, wtype);
+        if (phi3) { /* gate rows, then up rows */
+            ADD(BLK("ffn_up.weight"), K_MATRIX, c.dim, 2 * (int64_t)c.ffn, wtype);
+        } else {
+            ADD(BLK("ffn_gate.weight"), K_MATRIX, c.dim, c.ffn, wtype);
+            ADD(BLK("ffn_up.weight"), K_MATRIX, c.dim, c.ffn, wtype);
+        }
         ADD(BLK("ffn_down.weight"), K_MATRIX, c.ffn, c.dim, more);
 #undef BLK
     }
     ADD("output_norm.weight", K_NORM, c.dim, 1, GGML_F32);
     if (!c.tied) ADD("output.weight", K_MATRIX, c.dim, c.vocab, out_type);
+    if (rope_freqs) ADD("rope_freqs.weight", K_NORM, c.head_dim / 2, 1, GGML_F32);
+    if (longrope) {
+        ADD("rope_factors_long.weight", K_NORM, c.head_dim / 2, 1, GGML_F32);
+        ADD("rope_factors_short.weight", K_NORM, c.head_dim / 2, 1, GGML_F32);
+    }
 #undef ADD
 
     if (gguf_writer_open(w, out, err, sizeof err) != 0) {
