@@ -210,8 +210,7 @@ static int s_qkv(cu_engine *E, const cu_layer *L, int n_rows, char *err, size_t 
 static int s_qk_norm(cu_engine *E, const cu_layer *L, int n_rows, char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
     const int qd = c->n_heads * c->head_dim, ld = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
-    FWD_CHECK(
-        ops_head_rmsnorm(E->qkv, ld, n_rows, c->n_heads, c->head_dim, L->q_norm, c->rms_eps, E->st, err, errlen));
+    FWD_CHECK(ops_head_rmsnorm(E->qkv, ld, n_rows, c->n_heads, c->head_dim, L->q_norm, c->rms_eps, E->st, err, errlen));
     return ops_head_rmsnorm(E->qkv + qd, ld, n_rows, c->n_kv_heads, c->head_dim, L->k_norm, c->rms_eps, E->st, err,
                             errlen);
 }

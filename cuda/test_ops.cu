@@ -147,7 +147,11 @@ static void test_head_rmsnorm(int rows, int n_heads, int hd, int ld, int col0) {
     char what[96];
     snprintf(what, sizeof what, "head_rmsnorm(%d heads of %d, ld %d, col %d)", n_heads, hd, ld, col0);
     cmp(what, dx, CU_F32, ref, n);
-    cudaFree(dx); cudaFree(dw); free(x); free(w); free(ref);
+    cudaFree(dx);
+    cudaFree(dw);
+    free(x);
+    free(w);
+    free(ref);
 }
 
 static void test_bias_residual(int rows, int n) {
@@ -571,8 +575,8 @@ int main(void) {
     test_rmsnorm(64, 5, 0);
     test_rmsnorm(576, 17, 1);
     test_rmsnorm(4096, 3, 0);
-    test_head_rmsnorm(5, 8, 16, 8 * 16 + 2 * 2 * 16, 0);       /* qwen3-like q heads of a qkv row */
-    test_head_rmsnorm(3, 2, 128, 16 * 128 + 2 * 2 * 128, 16 * 128);   /* k heads, head size 128 */
+    test_head_rmsnorm(5, 8, 16, 8 * 16 + 2 * 2 * 16, 0);            /* qwen3-like q heads of a qkv row */
+    test_head_rmsnorm(3, 2, 128, 16 * 128 + 2 * 2 * 128, 16 * 128); /* k heads, head size 128 */
     test_head_rmsnorm(33, 4, 64, 4 * 64 * 3, 0);
     test_bias_residual(9, 896);
     test_bias_residual(1, 64);
