@@ -80,10 +80,10 @@ typedef struct bk_req {
     char *format_text;            /* owned copy of its text (format_len bytes), NULL for none */
     uint32_t format_len;
     int stream;
-    proto_bias *bias;   /* [sampling.n_bias] owned copy (sampling.bias points here) */
-    uint32_t index;     /* its completion among the generate's n (0..n_choices-1) */
-    uint32_t n_choices; /* the generate's n: each completion is a request of its own, same id */
-    uint64_t share_rid; /* rid of completion 0 (index > 0): the worker may copy its prompt KV; 0: none */
+    proto_bias *bias;      /* [sampling.n_bias] owned copy (sampling.bias points here) */
+    uint32_t index;        /* its completion among the generate's n (0..n_choices-1) */
+    uint32_t n_choices;    /* the generate's n: each completion is a request of its own, same id */
+    uint64_t share_rid;    /* rid of completion 0 (index > 0): the worker may copy its prompt KV; 0: none */
     int32_t priority;      /* PROTO_PRIORITY_MIN..MAX: the queue admits higher first, FIFO within one */
     uint64_t *bhash;       /* [n_bhash] chained block hashes of the prompt (routing), for block size bhash_bs */
     int n_bhash, bhash_bs; /* bhash_bs 0: not computed yet */

@@ -89,7 +89,7 @@ typedef struct {
     int n_bias;
     long long logprobs; /* --logprobs K: each token's logprob and K alternatives on stderr; -1 = off */
     int choices;        /* --choices N: completions (the protocol's n); 0 = 1 */
-    int priority;                  /* --priority; 0 = default */
+    int priority;       /* --priority; 0 = default */
     /* bench */
     int n_requests;                /* -N */
     int concurrency;               /* -c */

@@ -305,7 +305,7 @@ typedef struct {
     uint32_t running;
     uint64_t prefills_shared; /* sequences so far whose prompt KV the worker copied from a sibling (`share`)
                                  * instead of prefilling it (omitted when 0) */
-    proto_kv kv; /* worker: its KV report (has_kv 0 when absent) */
+    proto_kv kv;              /* worker: its KV report (has_kv 0 when absent) */
 } proto_hb;
 
 typedef struct {
@@ -317,9 +317,9 @@ typedef struct {
     const int32_t *stop_ids;    /* [n_stop_ids] */
     uint32_t n_stop_ids;
     proto_format format; /* structured output; kind NONE when absent */
-    uint64_t share; /* rid of an earlier sequence of the same assign with the same prompt, whose prompt
+    uint64_t share;      /* rid of an earlier sequence of the same assign with the same prompt, whose prompt
                                  * KV the worker may copy instead of prefilling (a sibling of `n`); 0: none */
-    int32_t priority; /* PROTO_PRIORITY_MIN..MAX (default 0) */
+    int32_t priority;    /* PROTO_PRIORITY_MIN..MAX (default 0) */
 } proto_seq;
 
 typedef struct {

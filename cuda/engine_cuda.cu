@@ -258,7 +258,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         b->depth = 2;
         b->launch_async = 1;
     }
-    b->masks = le == c->n_layers; /* the last stage samples: structured output's masks (cuda/sample_mask.cu) */
+    b->masks = le == c->n_layers;       /* the last stage samples: structured output's masks (cuda/sample_mask.cu) */
     if (lb == 0 && le == c->n_layers) { /* late masks: steps queued behind another, whole models only */
         b->masks_late = 1;
         b->masks_ready = s_op_masks_ready;

@@ -147,7 +147,7 @@ struct zl_engine {
     int masks_late;           /* 1: the engine takes masks announced after the launch (zl_seq.mask_late): its
                                 * sampling waits on the device for engine_masks_ready, the forward pass does not */
     int (*masks_ready)(zl_engine *e, const zl_step *st); /* with masks_late: see engine_masks_ready */
-    int caps;                 /* ZL_CAP_* the back-end serves */
+    int caps;                                            /* ZL_CAP_* the back-end serves */
     int launch_async;         /* 1: launch returns while the step runs (CUDA): queuing ahead hides the host;
                                 * 0: it runs the step before it returns (CPU), so queuing ahead only delays each
                                 * step's ids by one step (callers queue ahead there only when asked to) */

@@ -612,8 +612,8 @@ static void test_format(void) {
     g.prompt = proto_cstr("hi");
     g.format.kind = PROTO_FORMAT_REGEX;
     g.format.text = proto_cstr("[a-z]+");
-    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) == 0 && s_m.generate.format.kind == PROTO_FORMAT_REGEX &&
-              proto_str_eq(s_m.generate.format.text, "[a-z]+"),
+    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) == 0 &&
+              s_m.generate.format.kind == PROTO_FORMAT_REGEX && proto_str_eq(s_m.generate.format.text, "[a-z]+"),
           "generate with response_format: %s", s_err);
     g.format.kind = PROTO_FORMAT_JSON_OBJECT;
     g.format.text = proto_cstr(NULL);

@@ -116,8 +116,8 @@ static void s_run(const zl_model *m, const zg_vocab *v, zg_grammar **g, int ahea
             const int k = 2 * i % 8 + 1; /* golden ids in the prompt after BOS */
             int same = fin[i] == WK_FIN_LENGTH && n_got[i] == 24;
             for (int t = 0; same && t < 24; t++) same = got[i][t] == s_gold[k + t];
-            CHECK(same, "ahead %d threads %d seq %d: the unconstrained continuation is golden (fin %d, %d ids)",
-                  ahead, threads, i, fin[i], n_got[i]);
+            CHECK(same, "ahead %d threads %d seq %d: the unconstrained continuation is golden (fin %d, %d ids)", ahead,
+                  threads, i, fin[i], n_got[i]);
         }
     }
     free(ev);

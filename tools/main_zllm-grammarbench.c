@@ -43,19 +43,18 @@ static uint32_t s_rand(void) {
 }
 
 static void s_usage(FILE *f) {
-    fprintf(f,
-            "usage: zllm-grammarbench -m MODEL.gguf [--kind K] [--walks N] [--steps N] [TEXT | -f FILE]\n"
-            "  the grammar engine's costs: compiling (cold and cached) and the token mask per step along random\n"
-            "  walks over the model's vocabulary (docs/structured-output.md)\n"
-            "  -m MODEL.gguf     the model whose vocabulary the masks cover (required)\n"
-            "  --kind K          json_schema (default), json_object, regex or grammar\n"
-            "  --walks N         random walks (default 4)\n"
-            "  --steps N         most tokens per walk (default 64)\n"
-            "  -f FILE           the schema, regex or grammar text from FILE (default: TEXT, else a built-in\n"
-            "                    1 KB schema)\n"
-            "  -h, --help        this text;  --version  print the version\n"
-            "Environment: none read.\n"
-            "Exit status 1 on any error, 2 on a usage error.\n");
+    fprintf(f, "usage: zllm-grammarbench -m MODEL.gguf [--kind K] [--walks N] [--steps N] [TEXT | -f FILE]\n"
+               "  the grammar engine's costs: compiling (cold and cached) and the token mask per step along random\n"
+               "  walks over the model's vocabulary (docs/structured-output.md)\n"
+               "  -m MODEL.gguf     the model whose vocabulary the masks cover (required)\n"
+               "  --kind K          json_schema (default), json_object, regex or grammar\n"
+               "  --walks N         random walks (default 4)\n"
+               "  --steps N         most tokens per walk (default 64)\n"
+               "  -f FILE           the schema, regex or grammar text from FILE (default: TEXT, else a built-in\n"
+               "                    1 KB schema)\n"
+               "  -h, --help        this text;  --version  print the version\n"
+               "Environment: none read.\n"
+               "Exit status 1 on any error, 2 on a usage error.\n");
 }
 
 int main(int argc, char **argv) {

@@ -70,7 +70,7 @@ typedef struct {
     zl_bias bias[ZL_MAX_LOGIT_BIAS]; /* logit bias */
     int n_bias;                      /* entries in bias */
     uint64_t share;                  /* rid whose prompt KV it waits to copy (wk_request.share); 0: none */
-    kv_table kvt;                  /* its KV block table (block accounting, docs/kv-cache.md); empty without it */
+    kv_table kvt;                    /* its KV block table (block accounting, docs/kv-cache.md); empty without it */
 } s_rec;
 
 typedef struct {
