@@ -180,7 +180,11 @@ fi
 run_one "worker-cuda-golden" env ZLLM_BUILD="$build" bash tests/test_worker_golden.sh cuda
 # logprobs, penalties, logit bias and n end to end on a CUDA worker (tests/test_logprobs.py: float64 references,
 # a request alone and inside a batch of 64 bit-identical, n=8 sharing its prefill through copy_kv)
-run_one "e2e-logprobs-cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda python3 tests/test_logprobs.py
+run_one "e2e-logprobs-cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda \
+    ZLLM_E2E_BITWISE_MODEL="$tmp/smollm2-135m-bf16.gguf" python3 tests/test_logprobs.py
+# the CUDA engine's logprobs, penalties and copied KV on a BF16 model (wtc products: bitwise checks)
+[ -x "$build/tests/gpu_test_logprobs" ] && [ -f "$tmp/smollm2-135m-bf16.gguf" ] && \
+    run_one "gpu_test_logprobs:smollm2-135m-bf16" "$build/tests/gpu_test_logprobs" "$tmp/smollm2-135m-bf16.gguf"
 
 # compute-sanitizer memcheck over a short engine run (golden ids, mixed batches, graphs, invariance with 8 tokens)
 if command -v compute-sanitizer >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
