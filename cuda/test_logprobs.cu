@@ -10,7 +10,10 @@
  *  - the CUDA engine on stories260K (zl_step.out_logprobs): with logprobs, a logit bias and presence/frequency
  *    penalties its ids equal the CPU reference engine's and its logprobs are within 1e-4 of them; an entry gives
  *    the same bits alone and inside a batch of 6; a slot whose prompt KV was copied (engine_copy_kv, the prefill
- *    shared by `n`) gives the bits of the slot that prefilled it. */
+ *    shared by `n`) gives the bits of the slot that prefilled it;
+ *  - prompt logprobs (zl_seq.plp_rows) on the CUDA engine: each prompt row's logprob and 20 alternatives within 1e-4
+ *    of the CPU reference engine's (ids equal but for near-ties), bit-identical alone, inside a batch with decode
+ *    and other prefill entries (one with prompt logprobs too), and prefilled in chunks of 3 and of 7 tokens. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -348,6 +351,105 @@ out:
     model_destroy(&m);
 }
 
+/* prompt logprobs of PR[0..n) (rows scoring PR[1..n)) on engine e, slot `slot`, in chunks of `chunk` tokens, each
+ * chunk's entry at index `at` of a step with `others` other entries (decodes and a prefill, one with prompt
+ * logprobs) on slots 4..7; out[n - 1] */
+static int s_prompt_run(zl_engine *e, const int32_t *PR, int n, int chunk, int slot, int others, zl_logprobs *out) {
+    zl_sampling sp = sampler_defaults();
+    zl_sampling so = sampler_defaults();
+    so.temperature = 0.7f;
+    static int32_t otok[4][8];
+    static zl_logprobs oplp[4][8];
+    static uint64_t orng[4];
+    for (int done = 0; done < n;) {
+        const int len = n - done < chunk ? n - done : chunk;
+        zl_seq b[5];
+        memset(b, 0, sizeof b);
+        int k = 0;
+        for (int i = 0; i < others; i++, k++) { /* other entries: 2 decodes, then prefills of 6 tokens */
+            for (int t = 0; t < 8; t++) otok[i][t] = 2 + (i * 37 + t * 11 + done) % 400;
+            orng[i] = sampler_rng_init((uint64_t)(i + 1));
+            b[k].slot = 4 + i;
+            b[k].pos = 0;
+            b[k].n_tokens = i < 2 ? 1 : 6;
+            b[k].tokens = otok[i];
+            b[k].sample = 1;
+            b[k].samp = &so;
+            b[k].rng = &orng[i];
+            if (i == 2) { /* a prefill with prompt logprobs of its own */
+                b[k].plp_rows = 5;
+                b[k].plp_top = 3;
+                b[k].plp_next = otok[i] + 1;
+                b[k].plp_out = oplp[i];
+            }
+        }
+        zl_seq *q = &b[k++];
+        q->slot = slot;
+        q->pos = done;
+        q->n_tokens = len;
+        q->tokens = PR + done;
+        q->sample = done + len == n;
+        q->samp = &sp;
+        q->plp_rows = done + len == n ? len - 1 : len; /* the last position scores nothing of the prompt */
+        q->plp_top = 20;
+        q->plp_next = PR + done + 1;
+        q->plp_out = out + done;
+        if (others) std::swap(b[0], b[k - 1]); /* the prompt's entry first, the others after it */
+        int32_t tok[5];
+        zl_logprobs lp[5];
+        if (s_run(e, b, k, tok, lp)) return -1;
+        done += len;
+    }
+    return 0;
+}
+
+static void s_prompt(void) {
+    char path[1100], err[256];
+    snprintf(path, sizeof path, "%s/stories260K/stories260K.gguf", test_fixtures());
+    zl_model *m = model_load(path, err, sizeof err);
+    CHECK(m != NULL, "model_load: %s", err);
+    if (!m) return;
+    zl_engine *g = s_engine_new(m, "cuda"), *c = s_engine_new(m, "cpu-ref");
+    if (g && c) {
+        CHECK(g->caps & ZL_CAP_PROMPT_LOGPROBS, "the CUDA engine serves prompt logprobs");
+        static const int32_t PR[20] = {1, 327, 260, 299, 472, 17, 375, 408, 39, 508, 48, 186, 60, 61, 62, 300, 301, 17,
+                                       260, 299};
+        const int n = 20;
+        zl_logprobs ref[20], alone[20], batch[20], ch3[20], ch7[20];
+        memset(ref, 0, sizeof ref);
+        memset(alone, 0, sizeof alone);
+        memset(batch, 0xA5, sizeof batch);
+        memset(ch3, 0x5A, sizeof ch3);
+        memset(ch7, 0x3C, sizeof ch7);
+        if (s_prompt_run(c, PR, n, n, 0, 0, ref) == 0 && s_prompt_run(g, PR, n, n, 0, 0, alone) == 0 &&
+            s_prompt_run(g, PR, n, n, 1, 3, batch) == 0 && s_prompt_run(g, PR, n, 3, 2, 0, ch3) == 0 &&
+            s_prompt_run(g, PR, n, 7, 3, 3, ch7) == 0) {
+            float worst = 0;
+            int ids = 1, same_b = 1, same_3 = 1, same_7 = 1;
+            for (int p = 0; p < n - 1; p++) {
+                worst = fmaxf(worst, fabsf(alone[p].logprob - ref[p].logprob));
+                ids &= alone[p].n_top == 20 && ref[p].n_top == 20;
+                for (int j = 0; ids && j < 20; j++) {
+                    worst = fmaxf(worst, fabsf(alone[p].top_logprob[j] - ref[p].top_logprob[j]));
+                    ids &= alone[p].top_id[j] == ref[p].top_id[j] ||
+                           fabsf(ref[p].top_logprob[j] - alone[p].top_logprob[j]) <= 1e-4f;
+                }
+                same_b &= s_same_lp(&alone[p], &batch[p]);
+                same_3 &= s_same_lp(&alone[p], &ch3[p]);
+                same_7 &= s_same_lp(&alone[p], &ch7[p]);
+            }
+            CHECK(worst <= 1e-4f, "prompt logprobs: CUDA within 1e-4 of the CPU reference (max err %g)", worst);
+            CHECK(ids, "prompt logprobs: 20 alternatives, the CPU reference's ids but for near-ties");
+            CHECK(same_b, "prompt logprobs alone and inside a batch with decodes and prefills: the same bits");
+            CHECK(same_3, "prompt logprobs prefilled in chunks of 3: the same bits");
+            CHECK(same_7, "prompt logprobs in chunks of 7 inside batches: the same bits");
+        }
+    }
+    engine_destroy(&g);
+    engine_destroy(&c);
+    model_destroy(&m);
+}
+
 int main(void) {
     penalty_case *cases;
     int n = penalty_ref_load("tests/data/penalty_ref.bin", &cases);
@@ -356,5 +458,6 @@ int main(void) {
     penalty_ref_free(cases, n);
     s_batch();
     s_engine();
+    s_prompt();
     return test_report();
 }

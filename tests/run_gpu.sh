@@ -18,6 +18,7 @@
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
 #   - tests/test_worker_golden.sh cuda: a broker and a CUDA worker give the golden ids to concurrent requests;
 #   - tests/test_logprobs.py on a CUDA worker: logprobs, penalties, logit bias and n end to end;
+#   - tests/test_prompt_logprobs.py on CUDA workers: prompt logprobs against float64, alone/batch/chunks bitwise;
 #   - Gemma 3 270M Q4_K_M (deploy/fetch-gemma3.sh): gpu_test_engine_gpu, test_gemma3_270m on cuda, and zllm-run's
 #     text; test_e2e_gemma3.sh on cuda (a broker and a CUDA worker serve the gemma3 and Mistral-style oracle models);
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
@@ -181,6 +182,8 @@ run_one "worker-cuda-golden" env ZLLM_BUILD="$build" bash tests/test_worker_gold
 # logprobs, penalties, logit bias and n end to end on a CUDA worker (tests/test_logprobs.py: float64 references,
 # a request alone and inside a batch of 64 bit-identical, n=8 sharing its prefill through copy_kv)
 run_one "e2e-logprobs-cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda python3 tests/test_logprobs.py
+# prompt logprobs end to end on CUDA workers (alone, in a batch of 25, prefilled in chunks of 3: the same bits)
+run_one "e2e-prompt-logprobs-cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda python3 tests/test_prompt_logprobs.py
 
 # compute-sanitizer memcheck over a short engine run (golden ids, mixed batches, graphs, invariance with 8 tokens)
 if command -v compute-sanitizer >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tests/test_prompt_logprobs.py: prompt logprobs (`prompt_logprobs` K, docs/protocol.md) end to end: Python client,
 real broker, CPU workers of both engines on stories260K: `cpu` (model "stories") and `cpu-ref` ("ref"), and each
-again with steps of at most 3 tokens, so that prompts are prefilled in chunks of 3 ("chunk", "refchunk"):
+again with steps of at most 3 tokens, so that prompts are prefilled in chunks of 3 ("chunk", "refchunk").
+ZLLM_E2E_DEVICE=cuda (tests/run_gpu.sh) puts the CUDA engine in place of `cpu` ("stories" and "chunk"):
 
 - reference: each prompt position's logprob and its 20 alternatives equal the float64 log-softmax of the logits that
   zllm-logits (cpu-ref) prints for the prefix before it, within 1e-4, alternatives ordered by logprob then id;
@@ -27,7 +28,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_cluster import BIN, STORIES, Checks, Cluster, watchdog, zllm  # noqa: E402
+from e2e_cluster import BIN, DEVICE, STORIES, Checks, Cluster, watchdog, zllm  # noqa: E402
 
 PROMPT = [1, 327, 260, 299, 472, 17, 375, 408, 39, 508, 48, 186, 60, 61, 62, 300, 301, 17, 260, 299]
 MODELS = ("stories", "ref", "chunk", "refchunk")
@@ -181,7 +182,7 @@ def main():
     cl = Cluster()
     cl.start_broker(*[a for m in MODELS[1:] for a in ("--model", "%s=%s" % (m, STORIES))])
     cl.start_worker("stories", max_batch=32)
-    for name, dev, extra in (("ref", "cpu-ref", []), ("chunk", "cpu", ["--step-tokens", "3"]),
+    for name, dev, extra in (("ref", "cpu-ref", []), ("chunk", DEVICE, ["--step-tokens", "3"]),
                              ("refchunk", "cpu-ref", ["--step-tokens", "3"])):
         cl.workers[name] = cl._spawn(name, [os.path.join(BIN, "zllm-worker"), "--broker", cl.workers_ep, "-m", STORIES,
                                             "--model-name", name, "--name", name, "--device", dev, "--max-batch", "32",
