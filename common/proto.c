@@ -1031,8 +1031,10 @@ static int d_seq(dec *d, proto_seq *s) {
         else if (key_is(k, "tokens")) {
             rc = d_i32arr(d, "tokens", &s->tokens, &s->n_tokens, PROTO_MAX_TOKENS, 0, PROTO_TOKEN_ID_MAX);
             have_tokens = 1;
-        } else if (key_is(k, "max_tokens")) { rc = d_u32(d, "max_tokens", &s->max_tokens, 0, PROTO_MAX_GEN); have_max = 1; }
-        else if (key_is(k, "stop_ids"))
+        } else if (key_is(k, "max_tokens")) {
+            rc = d_u32(d, "max_tokens", &s->max_tokens, 0, PROTO_MAX_GEN);
+            have_max = 1;
+        } else if (key_is(k, "stop_ids"))
             rc = d_i32arr(d, "stop_ids", &s->stop_ids, &s->n_stop_ids, PROTO_MAX_STOP_IDS, 0, PROTO_TOKEN_ID_MAX);
         else if (key_is(k, "response_format")) rc = d_format(d, &s->format);
         else if (key_is(k, "share")) rc = d_u64(d, "share", &s->share, 0, UINT64_MAX);
@@ -1142,20 +1144,20 @@ static const struct {
     const char *name;
     field_fn fn;
 } s_types[PROTO_TYPE_COUNT] = {
-    [PROTO_NONE] = { "", NULL },
-    [PROTO_GENERATE] = { "generate", f_generate },
-    [PROTO_CANCEL] = { "cancel", f_cancel },
-    [PROTO_STATUS] = { "status", f_status },
-    [PROTO_TOKEN] = { "token", f_token },
-    [PROTO_FINAL] = { "final", f_final },
-    [PROTO_ERROR] = { "error", f_error },
-    [PROTO_REGISTER] = { "register", f_register },
-    [PROTO_REGISTERED] = { "registered", f_registered },
-    [PROTO_HB] = { "hb", f_hb },
-    [PROTO_REREGISTER] = { "reregister", f_nofields },
-    [PROTO_ASSIGN] = { "assign", f_assign },
-    [PROTO_OUT] = { "out", f_out },
-    [PROTO_PROMPT_LPS] = { "prompt_logprobs", f_plps },
+    [PROTO_NONE] = {"", NULL},
+    [PROTO_GENERATE] = {"generate", f_generate},
+    [PROTO_CANCEL] = {"cancel", f_cancel},
+    [PROTO_STATUS] = {"status", f_status},
+    [PROTO_TOKEN] = {"token", f_token},
+    [PROTO_FINAL] = {"final", f_final},
+    [PROTO_ERROR] = {"error", f_error},
+    [PROTO_REGISTER] = {"register", f_register},
+    [PROTO_REGISTERED] = {"registered", f_registered},
+    [PROTO_HB] = {"hb", f_hb},
+    [PROTO_REREGISTER] = {"reregister", f_nofields},
+    [PROTO_ASSIGN] = {"assign", f_assign},
+    [PROTO_OUT] = {"out", f_out},
+    [PROTO_PROMPT_LPS] = {"prompt_logprobs", f_plps},
 };
 
 /* out: the three arrays must be present and of equal length; proto_out has one count, so the lengths are
@@ -1279,12 +1281,14 @@ int proto_decode(const void *buf, size_t len, proto_msg *out, char *err, size_t 
         break;
     case PROTO_TOKEN:
         if (!out->token.id.p) FAIL("token: missing id");
-        if (out->token.lps && arr_count(buf, len, "logprobs") != out->token.n_ids) FAIL("token: logprobs and ids differ in length");
+        if (out->token.lps && arr_count(buf, len, "logprobs") != out->token.n_ids)
+            FAIL("token: logprobs and ids differ in length");
         break;
     case PROTO_FINAL:
         if (!out->final.id.p) FAIL("final: missing id");
         if (out->final.finish == PROTO_FINISH_NONE) FAIL("final: missing finish");
-        if (out->final.lps && arr_count(buf, len, "logprobs") != out->final.n_ids) FAIL("final: logprobs and ids differ in length");
+        if (out->final.lps && arr_count(buf, len, "logprobs") != out->final.n_ids)
+            FAIL("final: logprobs and ids differ in length");
         break;
     case PROTO_REGISTER: {
         proto_register *r = &out->reg;
@@ -1778,9 +1782,12 @@ int proto_encode_out_plp(proto_buf *b, uint64_t step, const uint64_t *rids, cons
 
 int proto_encode_plps(proto_buf *b, const proto_plps *p) {
     w_head(b, 4 + (p->index != 0), "prompt_logprobs");
-    w_key(b, "id"); w_str(b, p->id);
-    w_key(b, "start"); w_uint(b, p->start);
-    w_key(b, "ids"); w_i32arr(b, p->ids, p->n_ids);
+    w_key(b, "id");
+    w_str(b, p->id);
+    w_key(b, "start");
+    w_uint(b, p->start);
+    w_key(b, "ids");
+    w_i32arr(b, p->ids, p->n_ids);
     w_key(b, "logprobs");
     w_arr(b, p->n_ids);
     for (uint32_t i = 0; i < p->n_ids; i++) w_logprob(b, &p->lps[i]);

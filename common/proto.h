@@ -52,20 +52,20 @@
 typedef enum {
     PROTO_NONE = 0,
     /* client <-> broker */
-    PROTO_GENERATE,     /* client -> broker */
-    PROTO_CANCEL,       /* client -> broker (`id`) and broker -> worker (`rids`): same type string */
-    PROTO_STATUS,       /* client -> broker (request: only `id`) and broker -> client (the reply) */
-    PROTO_TOKEN,        /* broker -> client */
-    PROTO_FINAL,        /* broker -> client */
-    PROTO_ERROR,        /* broker -> client */
+    PROTO_GENERATE, /* client -> broker */
+    PROTO_CANCEL,   /* client -> broker (`id`) and broker -> worker (`rids`): same type string */
+    PROTO_STATUS,   /* client -> broker (request: only `id`) and broker -> client (the reply) */
+    PROTO_TOKEN,    /* broker -> client */
+    PROTO_FINAL,    /* broker -> client */
+    PROTO_ERROR,    /* broker -> client */
     /* worker <-> broker */
-    PROTO_REGISTER,     /* worker -> broker */
-    PROTO_REGISTERED,   /* broker -> worker */
-    PROTO_HB,           /* both ways */
-    PROTO_REREGISTER,   /* broker -> worker */
-    PROTO_ASSIGN,       /* broker -> worker */
-    PROTO_OUT,          /* worker -> broker */
-    PROTO_PROMPT_LPS,   /* broker -> client: `prompt_logprobs` */
+    PROTO_REGISTER,   /* worker -> broker */
+    PROTO_REGISTERED, /* broker -> worker */
+    PROTO_HB,         /* both ways */
+    PROTO_REREGISTER, /* broker -> worker */
+    PROTO_ASSIGN,     /* broker -> worker */
+    PROTO_OUT,        /* worker -> broker */
+    PROTO_PROMPT_LPS, /* broker -> client: `prompt_logprobs` */
     PROTO_TYPE_COUNT
 } proto_type;
 
@@ -171,7 +171,7 @@ typedef struct {
     uint32_t n_tokens;
     const proto_chat *messages; /* PROTO_PROMPT_MESSAGES: [n_messages] */
     uint32_t n_messages;
-    uint32_t max_tokens;        /* 1..PROTO_MAX_GEN, default 128; 0 only with sampling.prompt_lp (scoring) */
+    uint32_t max_tokens; /* 1..PROTO_MAX_GEN, default 128; 0 only with sampling.prompt_lp (scoring) */
     proto_sampling sampling;
     proto_str stop[PROTO_MAX_STOP]; /* [n_stop] stop strings, 1..256 bytes each */
     uint32_t n_stop;
@@ -316,7 +316,7 @@ typedef struct {
     uint64_t rid;               /* broker sequence id */
     const int32_t *tokens;      /* [n_tokens] the whole prompt, >= 1 */
     uint32_t n_tokens;
-    uint32_t max_tokens;        /* >= 1; 0 only with sampling.prompt_lp */
+    uint32_t max_tokens; /* >= 1; 0 only with sampling.prompt_lp */
     proto_sampling sampling;
     const int32_t *stop_ids;    /* [n_stop_ids] */
     uint32_t n_stop_ids;
@@ -333,10 +333,10 @@ typedef struct {
 
 /* one `out` entry's prompt logprobs (`plp`): on the wire nil (none) or [start, [entries]] */
 typedef struct {
-    uint32_t start;             /* the prompt position of lps[0] (>= 1): entry j scores the token at start + j given
+    uint32_t start;           /* the prompt position of lps[0] (>= 1): entry j scores the token at start + j given
                                  * the tokens before it */
-    uint32_t n;                 /* entries; 0: none (nil) */
-    const proto_logprob *lps;   /* [n] each present */
+    uint32_t n;               /* entries; 0: none (nil) */
+    const proto_logprob *lps; /* [n] each present */
 } proto_plp;
 
 typedef struct {
@@ -352,12 +352,12 @@ typedef struct {
 /* broker -> client `prompt_logprobs`: the logprobs of prompt positions [start, start + n_ids), sent in order,
  * before the request's first `token` (and its `final`), in messages of at most PROTO_PLP_CHUNK positions */
 typedef struct {
-    proto_str id;               /* request id */
-    uint32_t start;             /* position of ids[0] in the prompt */
-    const int32_t *ids;         /* [n_ids] the prompt's token ids at those positions */
-    uint32_t n_ids;             /* 1..PROTO_PLP_CHUNK */
-    const proto_logprob *lps;   /* [n_ids]: nil (present 0) for position 0, which nothing precedes */
-    uint32_t index;             /* the completion (0..n-1) of a generate with n > 1; 0 otherwise */
+    proto_str id;             /* request id */
+    uint32_t start;           /* position of ids[0] in the prompt */
+    const int32_t *ids;       /* [n_ids] the prompt's token ids at those positions */
+    uint32_t n_ids;           /* 1..PROTO_PLP_CHUNK */
+    const proto_logprob *lps; /* [n_ids]: nil (present 0) for position 0, which nothing precedes */
+    uint32_t index;           /* the completion (0..n-1) of a generate with n > 1; 0 otherwise */
 } proto_plps;
 
 struct proto_arena;             /* internal: chunked bump allocator */

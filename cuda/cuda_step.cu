@@ -167,12 +167,13 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
             return -1;
         }
         extras |= s->sample && s_extras(s);
-        if (s->plp_rows &&
-            (!(base->caps & ZL_CAP_PROMPT_LOGPROBS) || !embed || !last || s->feed || s->plp_rows < 0 ||
-             s->plp_rows > s->n_tokens || !s->plp_next || !s->plp_out || s->plp_top < 0 ||
-             s->plp_top > ZL_MAX_TOP_LOGPROBS)) {
-            snprintf(base->err, sizeof base->err, "entry %d: prompt logprobs (%d rows, top %d) this engine does not "
-                     "serve, or out of range", i, s->plp_rows, s->plp_top);
+        if (s->plp_rows && (!(base->caps & ZL_CAP_PROMPT_LOGPROBS) || !embed || !last || s->feed || s->plp_rows < 0 ||
+                            s->plp_rows > s->n_tokens || !s->plp_next || !s->plp_out || s->plp_top < 0 ||
+                            s->plp_top > ZL_MAX_TOP_LOGPROBS)) {
+            snprintf(base->err, sizeof base->err,
+                     "entry %d: prompt logprobs (%d rows, top %d) this engine does not "
+                     "serve, or out of range",
+                     i, s->plp_rows, s->plp_top);
             return -1;
         }
         for (int t = 0; t < s->plp_rows; t++)

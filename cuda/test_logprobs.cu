@@ -412,8 +412,8 @@ static void s_prompt(void) {
     zl_engine *g = s_engine_new(m, "cuda"), *c = s_engine_new(m, "cpu-ref");
     if (g && c) {
         CHECK(g->caps & ZL_CAP_PROMPT_LOGPROBS, "the CUDA engine serves prompt logprobs");
-        static const int32_t PR[20] = {1, 327, 260, 299, 472, 17, 375, 408, 39, 508, 48, 186, 60, 61, 62, 300, 301, 17,
-                                       260, 299};
+        static const int32_t PR[20] = {1,  327, 260, 299, 472, 17,  375, 408, 39,  508,
+                                       48, 186, 60,  61,  62,  300, 301, 17,  260, 299};
         const int n = 20;
         zl_logprobs ref[20], alone[20], batch[20], ch3[20], ch7[20];
         memset(ref, 0, sizeof ref);

@@ -411,7 +411,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
             const int nr = s->plp_rows - j0 < eb->max_batch ? s->plp_rows - j0 : eb->max_batch;
             for (int j = 0; j < nr; j++)
                 s_rmsnorm(e->xl + (size_t)j * dim, e->x + (size_t)(r + j0 + j) * dim, e->out_norm, dim, c->rms_eps);
-        e->xq_of = NULL; /* xl holds new rows */
+            e->xq_of = NULL; /* xl holds new rows */
             if (s_matmul(e, &m->output, NULL, e->xl, e->lg, nr)) return -1;
             for (int j = 0; j < nr; j++)
                 logprobs_prompt_row(e->lg + (size_t)j * c->vocab_size, c->vocab_size, s->plp_next[j0 + j], s->plp_top,

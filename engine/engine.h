@@ -65,8 +65,8 @@ typedef struct zl_engine zl_engine;
 /* what a back-end's sampling offers besides the id (zl_engine.caps): a step whose entries ask for more than their
  * engine offers is refused (the batcher refuses such sequences at admission) */
 enum {
-    ZL_CAP_LOGPROBS = 1, /* zl_sampling.logprobs / top_logprobs, zl_step.out_logprobs */
-    ZL_CAP_PENALTY = 2,  /* zl_sampling.presence_penalty / frequency_penalty, zl_seq.bias */
+    ZL_CAP_LOGPROBS = 1,        /* zl_sampling.logprobs / top_logprobs, zl_step.out_logprobs */
+    ZL_CAP_PENALTY = 2,         /* zl_sampling.presence_penalty / frequency_penalty, zl_seq.bias */
     ZL_CAP_PROMPT_LOGPROBS = 4, /* zl_seq.plp_rows: logprobs of prompt positions */
 };
 

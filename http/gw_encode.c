@@ -308,9 +308,9 @@ int gw_logprobs_concat(json_t *a, const json_t *b) {
 static json_t *s_plp_entry(const void *tok, int32_t id, float lp, int rank) {
     size_t n = 0;
     char *t = s_token_text(tok, id, 0, &n);
-    json_t *o = json_pack("{s:o, s:o, s:o}", "logprob", s_lpval(lp), "rank",
-                          rank > 0 ? json_integer(rank) : json_null(), "decoded_token",
-                          t ? s_jstring(t, n) : json_null());
+    json_t *o =
+        json_pack("{s:o, s:o, s:o}", "logprob", s_lpval(lp), "rank", rank > 0 ? json_integer(rank) : json_null(),
+                  "decoded_token", t ? s_jstring(t, n) : json_null());
     free(t);
     return o;
 }
