@@ -512,8 +512,8 @@ static int s_parse(int argc, char **argv, s_args *a) {
         return -1;
     }
     if (a->max_tokens == 0 && a->prompt_logprobs < 0) {
-        fprintf(stderr, "zllm %s: -n 0 generates nothing: it is for scoring a prompt, with --prompt-logprobs K\n",
-                a->cmd_name);
+        fprintf(stderr, "zllm %s: -n/--max-tokens 0: expected 1..%d, or 0 with --prompt-logprobs K (scoring)\n",
+                a->cmd_name, PROTO_MAX_GEN);
         return -1;
     }
     if (a->cmd == C_GEN) {
