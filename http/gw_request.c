@@ -131,6 +131,8 @@ static int s_extras(gw_request *r, json_t *o, gw_error *e) {
     /* the prompt's logprobs: completions' echo (its prompt tokens' logprobs with `logprobs`) and vLLM's
      * prompt_logprobs extension on both endpoints; the broker computes them for the larger of the two k */
     r->echo_top = r->plp_ext = -1;
+    json_t *ev = s_get(o, "echo");
+    if (r->ep == GW_EP_CHAT && ev && !json_is_false(ev)) return s_unsupported(e, "echo", "on chat completions");
     if (r->ep == GW_EP_COMPLETIONS && (rc = s_bool(o, "echo", &r->echo, e)) < 0) return -1;
     if (r->echo && s->logprobs) r->echo_top = (int)s->top_logprobs;
     if ((rc = s_int(o, "prompt_logprobs", 0, PROTO_MAX_TOP_LOGPROBS, &k, e)) < 0) return -1;

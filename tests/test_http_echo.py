@@ -11,7 +11,8 @@ broker and CPU worker (stories260K, whose vocabulary the gateway loads for the t
 - echo without logprobs returns the prompt and the completion, with logprobs null;
 - the prompt_logprobs extension (vLLM's) on chat and completions: a top-level `prompt_logprobs` list, null for
   position 0, then {id: {logprob, rank, decoded_token}} holding the prompt token and the top 2;
-- bad values answer 400 naming the field: max_tokens 0 without echo, echo not a boolean, prompt_logprobs 21.
+- bad values answer 400 naming the field: max_tokens 0 without echo, echo not a boolean, prompt_logprobs 21, echo
+  on chat completions.
 Needs `pip install openai`. Prints "N passed, N failed"."""
 import os
 import subprocess
@@ -113,6 +114,9 @@ def bad(ck, gw):
         body = dict({"model": "stories", "prompt": "a", "max_tokens": 2}, **extra)
         st, h, b = gw.json("POST", "/v1/completions", body, {"Content-Type": "application/json"})
         error_ok(ck, what, st, b, 400, param)
+    body = {"model": "chat", "messages": [{"role": "user", "content": "a"}], "max_tokens": 2, "echo": True}
+    st, h, b = gw.json("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    error_ok(ck, "echo on chat completions", st, b, 400, "echo")
 
 
 def main():
