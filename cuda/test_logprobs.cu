@@ -11,6 +11,7 @@
  *    penalties its ids equal the CPU reference engine's and its logprobs are within 1e-4 of them; an entry gives
  *    the same bits alone and inside a batch of 6; a slot whose prompt KV was copied (engine_copy_kv, the prefill
  *    shared by `n`) gives the bits of the slot that prefilled it;
+ *  - raw rows (prompt logprobs: no params, a top k per row) equal to engine/logprobs.c's within 1e-6;
  *  - prompt logprobs (zl_seq.plp_rows) on the CUDA engine: each prompt row's logprob and 20 alternatives within 1e-4
  *    of the CPU reference engine's (ids equal but for near-ties), bit-identical alone, inside a batch with decode
  *    and other prefill entries (one with prompt logprobs too), and prefilled in chunks of 3 and of 7 tokens. */
@@ -205,6 +206,47 @@ static void s_batch(void) {
     CHECK(cpu_ok == asked, "batch of 64: %d of %d rows equal engine/logprobs.c's", cpu_ok, asked);
     CHECK(untouched == B - asked, "rows without logprobs untouched (%d of %d)", untouched, B - asked);
     cudaFree(d_lg), cudaFree(d_pen), cudaFree(d_par), cudaFree(d_hl), cudaFree(d_s), cudaFree(d_all), cudaFree(d_one);
+}
+
+/* raw rows (prompt logprobs: params NULL, top_k per row, pen_rows and hist_len ignored): every row computed, equal
+ * to engine/logprobs.c's logprobs_prompt_row within 1e-6, ids exact */
+static void s_raw(void) {
+    const int B = 24, V = 5000;
+    std::vector<float> lg((size_t)B * V);
+    for (size_t i = 0; i < lg.size(); i++) lg[i] = roundf((rnd() * 10.0f - 5.0f) * 4.0f) / 4.0f; /* ties */
+    lg[7] = -INFINITY;                                                                          /* no candidate */
+    std::vector<int32_t> k(B), next(B);
+    for (int r = 0; r < B; r++) k[r] = r % 21, next[r] = r == 0 ? 7 : (r * 131) % V;
+    float *d_lg = dev_copy(lg.data(), lg.size());
+    int32_t *d_k = dev_copy(k.data(), B), *d_n = dev_copy(next.data(), B);
+    zl_logprobs *d_out = NULL;
+    CUDA_OK(cudaMalloc(&d_out, B * sizeof(zl_logprobs)));
+    CUDA_OK(cudaMemset(d_out, 0x7f, B * sizeof(zl_logprobs)));
+    logprobs_params p = {};
+    p.logits = d_lg;
+    p.pen_rows = d_lg; /* ignored without params */
+    p.n_rows = B;
+    p.vocab = V;
+    p.top_k = d_k;
+    p.sampled = d_n;
+    p.out = d_out;
+    CUDA_OK(logprobs_launch(&p, 0));
+    std::vector<zl_logprobs> out(B);
+    CUDA_OK(cudaMemcpy(out.data(), d_out, B * sizeof(zl_logprobs), cudaMemcpyDeviceToHost));
+    int ok_rows = 0;
+    for (int r = 0; r < B; r++) {
+        zl_logprobs ref;
+        logprobs_prompt_row(lg.data() + (size_t)r * V, V, next[r], k[r], &ref);
+        int ok = (ref.logprob == out[r].logprob || fabs(ref.logprob - out[r].logprob) <= 1e-6 * (1 + fabs(ref.logprob))) &&
+                 ref.n_top == out[r].n_top;
+        for (int j = 0; ok && j < ref.n_top; j++)
+            ok = ref.top_id[j] == out[r].top_id[j] &&
+                 fabs(ref.top_logprob[j] - out[r].top_logprob[j]) <= 1e-6 * (1 + fabs(ref.top_logprob[j]));
+        ok_rows += ok;
+    }
+    CHECK(ok_rows == B, "raw rows (top_k per row, no params): %d of %d equal logprobs_prompt_row's", ok_rows, B);
+    CHECK(out[0].logprob == -INFINITY, "a raw row's -inf id: logprob -inf (%g)", out[0].logprob);
+    cudaFree(d_lg), cudaFree(d_k), cudaFree(d_n), cudaFree(d_out);
 }
 
 static zl_engine *s_engine_new(const zl_model *m, const char *dev) {
@@ -457,6 +499,7 @@ int main(void) {
     for (int i = 0; i < n; i++) s_case(&cases[i], i);
     penalty_ref_free(cases, n);
     s_batch();
+    s_raw();
     s_engine();
     s_prompt();
     return test_report();
