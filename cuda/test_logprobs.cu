@@ -214,7 +214,7 @@ static void s_raw(void) {
     const int B = 24, V = 5000;
     std::vector<float> lg((size_t)B * V);
     for (size_t i = 0; i < lg.size(); i++) lg[i] = roundf((rnd() * 10.0f - 5.0f) * 4.0f) / 4.0f; /* ties */
-    lg[7] = -INFINITY;                                                                          /* no candidate */
+    lg[7] = -INFINITY;                                                                           /* no candidate */
     std::vector<int32_t> k(B), next(B);
     for (int r = 0; r < B; r++) k[r] = r % 21, next[r] = r == 0 ? 7 : (r * 131) % V;
     float *d_lg = dev_copy(lg.data(), lg.size());
@@ -237,8 +237,9 @@ static void s_raw(void) {
     for (int r = 0; r < B; r++) {
         zl_logprobs ref;
         logprobs_prompt_row(lg.data() + (size_t)r * V, V, next[r], k[r], &ref);
-        int ok = (ref.logprob == out[r].logprob || fabs(ref.logprob - out[r].logprob) <= 1e-6 * (1 + fabs(ref.logprob))) &&
-                 ref.n_top == out[r].n_top;
+        int ok =
+            (ref.logprob == out[r].logprob || fabs(ref.logprob - out[r].logprob) <= 1e-6 * (1 + fabs(ref.logprob))) &&
+            ref.n_top == out[r].n_top;
         for (int j = 0; ok && j < ref.n_top; j++)
             ok = ref.top_id[j] == out[r].top_id[j] &&
                  fabs(ref.top_logprob[j] - out[r].top_logprob[j]) <= 1e-6 * (1 + fabs(ref.top_logprob[j]));

@@ -741,9 +741,8 @@ static void test_prompt_lp(void) {
     const proto_logprob plps[3] = {{0, 0, 0, NULL, NULL}, rows[0], rows[1]};
     proto_plps pm = {proto_cstr("p"), 0, pids, 3, plps, 2};
     CHECK(proto_encode_plps(&b, &pm) == 0 && oracle_map(&b, 7) && dec(b.data, b.len) == 0 &&
-              s_m.type == PROTO_PROMPT_LPS && streq(s_m.plps.id, "p") && s_m.plps.start == 0 &&
-              s_m.plps.n_ids == 3 && s_m.plps.ids[2] == 3 && !s_m.plps.lps[0].present &&
-              s_m.plps.lps[1].top_id[0] == 7 && s_m.plps.index == 2,
+              s_m.type == PROTO_PROMPT_LPS && streq(s_m.plps.id, "p") && s_m.plps.start == 0 && s_m.plps.n_ids == 3 &&
+              s_m.plps.ids[2] == 3 && !s_m.plps.lps[0].present && s_m.plps.lps[1].top_id[0] == 7 && s_m.plps.index == 2,
           "prompt_logprobs round trip");
     mp_init(&m);
     mp_head(&m, 4, "prompt_logprobs");

@@ -973,8 +973,8 @@ static void test_prompt_lp(const zl_model *m) {
         memset(chunked ? c : a, 0xA5, sizeof a);
         const int rows = s_run_plp(b, 10, chunked ? c : a, toks, &n_tok, &fin);
         CHECK(rows == P - 1, "prompt logprobs of %d positions in order (%d)", P - 1, rows);
-        CHECK(!memcmp(chunked ? c : a, ref, (size_t)(P - 1) * sizeof *ref),
-              "%s: the bits of one step over the prompt", chunked ? "chunks of 3 beside another prompt" : "whole");
+        CHECK(!memcmp(chunked ? c : a, ref, (size_t)(P - 1) * sizeof *ref), "%s: the bits of one step over the prompt",
+              chunked ? "chunks of 3 beside another prompt" : "whole");
         CHECK(n_tok == 4 && fin == WK_FIN_LENGTH && !memcmp(toks, s_gold + K, 4 * sizeof(int)),
               "the golden continuation all the same");
         batcher_destroy(&b);

@@ -744,9 +744,8 @@ static void s_masks(wk_batcher *b, s_lane *L, int n0, int n) {
 static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int *prefill) {
     zl_engine *e = b->e;
     int n = n0;
-    int *rot = &b->lane[l].rotate;
-    L->plp_used = 0;
-        /* entries [0, n0) are fed ones, which have no prompt rows */ /* the lane's rotation (with steps queued ahead, L is either buffer) */
+    int *rot = &b->lane[l].rotate; /* the lane's rotation (with steps queued ahead, L is either buffer) */
+    L->plp_used = 0;               /* entries [0, n0) are fed ones, which have no prompt rows */
     /* decodes first, rotating the start so that every decoding sequence gets its turn */
     for (int k = 0; k < b->n_scan && n < e->max_batch && budget > 0; k++) {
         int i = (k + *rot) % b->n_scan;
