@@ -16,6 +16,7 @@ ZLLM_E2E_DEVICE=cuda (tests/run_gpu.sh) puts the CUDA engine in place of `cpu` (
   request without prompt logprobs;
 - max_tokens 0 (scoring): no token, finish length; a one-token prompt gets its one nil entry;
 - n = 2: each completion carries the same prompt logprobs (each prefills its prompt: no KV copy);
+- the asyncio client: the same prompt logprobs;
 - the `zllm` CLI: --prompt-logprobs 2 -n 0 prints one line per position with the protocol's values; -n 0 alone is a
   usage error;
 - bounds: prompt_logprobs 21, max_tokens 0 without prompt_logprobs: bad_request, nothing queued; a prompt beyond the
@@ -143,6 +144,21 @@ def check_n(ck, c, cl):
     ck.ok(cl.status()["counters"].get("prefills_shared", 0) == before, "n=2 with prompt logprobs: no KV copied")
 
 
+def check_async(ck, c, cl):
+    import asyncio
+    want = c.generate(tokens=PROMPT, max_tokens=0, prompt_logprobs=4)
+
+    async def go():
+        ac = zllm.AsyncClient(cl.clients_ep)
+        try:
+            return await ac.generate(tokens=PROMPT, max_tokens=0, prompt_logprobs=4)
+        finally:
+            ac.close()
+    r = asyncio.run(go())
+    ck.ok(r.prompt_token_ids == PROMPT and r.prompt_logprobs == want.prompt_logprobs and len(want.prompt_logprobs) ==
+          len(PROMPT), "AsyncClient: the same prompt logprobs")
+
+
 def check_cli(ck, c, cl):
     zl = os.path.join(BIN, "zllm")
     ref = c.generate(tokens=PROMPT, max_tokens=0, prompt_logprobs=2)
@@ -195,6 +211,7 @@ def main():
                 check_order(ck, c)
                 check_invariance(ck, c)
                 check_n(ck, c, cl)
+                check_async(ck, c, cl)
                 check_cli(ck, c, cl)
                 check_bad(ck, c, cl)
         else:
