@@ -93,6 +93,8 @@ typedef struct bk_req {
     double t_recv, t_admit, t_first, deadline; /* ms, monotonic */
     uint32_t n_gen;               /* tokens generated */
     uint32_t n_sent;              /* tokens sent to the client in `token` messages */
+    uint32_t plp_next;            /* prompt logprobs (sampling.prompt_lp): the next prompt position to send; rows
+                                   * below it that a worker sends again (after a requeue) are dropped */
     int32_t *gen;                 /* [n_gen] all ids (non-streaming only), cap gen_cap */
     bk_lp *lps;                   /* [n_gen] their logprobs (non-streaming with logprobs only), cap gen_cap */
     uint32_t gen_cap;
@@ -443,6 +445,32 @@ static int text_append(bk_req *q, const char *s, size_t n) {
     return 0;
 }
 
+/* forwards the prompt logprobs of positions [start, start + n) (lps[n], from a worker's `out`) to the client in
+ * `prompt_logprobs` messages of at most PROTO_PLP_CHUNK positions, position 0 (nil: nothing precedes it) first;
+ * rows already sent are skipped, rows that do not continue what was sent are dropped */
+static void req_plp(broker *b, bk_req *q, uint32_t start, uint32_t n, const proto_logprob *lps) {
+    if (!q->sampling.prompt_lp || start > (q->plp_next ? q->plp_next : 1)) return;
+    uint32_t from = q->plp_next, end = start + n;
+    if (end > q->n_prompt) end = q->n_prompt; /* out_check refused longer ones */
+    proto_logprob chunk[PROTO_PLP_CHUNK];
+    while (from < end || from == 0) {
+        uint32_t k = 0, p0 = from;
+        for (; k < PROTO_PLP_CHUNK && (from < end || from == 0); k++, from++)
+            if (from == 0) memset(&chunk[k], 0, sizeof chunk[k]);
+            else chunk[k] = lps[from - start];
+        proto_plps m = {{q->id, q->id_len}, p0, q->prompt + p0, k, chunk, q->index};
+        proto_encode_plps(&b->out, &m);
+        send_client(b, q->cid, q->cid_len, &b->out);
+    }
+    q->plp_next = from;
+}
+
+/* before the first token or the final: position 0 of the prompt logprobs when nothing was sent (a prompt of one
+ * token has no other) */
+static void req_plp_head(broker *b, bk_req *q) {
+    if (q->sampling.prompt_lp && q->plp_next == 0) req_plp(b, q, 1, 0, NULL);
+}
+
 /* send: 0 when the client is known to be gone (no final can reach it) */
 static void req_finish(broker *b, bk_req *q, proto_finish fin, proto_code code, const char *message, int send,
                        int cancel_worker) {
@@ -457,6 +485,7 @@ static void req_finish(broker *b, bk_req *q, proto_finish fin, proto_code code, 
     q->state = 0;
     if (send) {
         if (fin == PROTO_FINISH_STOP || fin == PROTO_FINISH_LENGTH) {
+            req_plp_head(b, q);
             char tail[64];
             int n = tokenizer_decode_flush(q->model->tok, &q->detok, tail, sizeof tail);
             if (n > 0 && fin == PROTO_FINISH_LENGTH) text_append(q, tail, (size_t)n);
@@ -530,6 +559,7 @@ static void final_reject(broker *b, const uint8_t *cid, uint32_t cn, proto_str i
 static int req_token(broker *b, bk_req *q, int32_t tok, const proto_logprob *lp, double t) {
     char *piece = q->model->piece; /* tokenizer_stream_cap bytes: the decode below cannot run short */
     if (q->n_gen == 0) q->t_first = t;
+    req_plp_head(b, q);
     proto_logprob none = {0};
     if (!lp) lp = &none;
     if (!q->stream) {
@@ -860,7 +890,7 @@ static void on_generate(broker *b, const uint8_t *cid, uint32_t cn, const proto_
         final_reject(b, cid, cn, g->id, PROTO_FINISH_ERROR, PROTO_CODE_BAD_REQUEST, "empty prompt", 0);
         return;
     }
-    uint64_t need = (uint64_t)n_ids + g->max_tokens;
+    uint64_t need = (uint64_t)n_ids + (g->max_tokens ? g->max_tokens : 1); /* 0 (scoring) still needs the slot */
     int nw;
     uint32_t wctx = model_max_worker_ctx(b, m, &nw);
     if (m->n_ctx && need > m->n_ctx) {
@@ -1182,7 +1212,21 @@ static const char *out_check(broker *b, bk_worker *w, const proto_out *o, char *
                          (unsigned long long)rid, n_vocab);
                 return why;
             }
+        const proto_plp *pl = o->plp ? &o->plp[i] : NULL;
+        for (uint32_t j = 0; pl && j < pl->n; j++)
+            for (uint32_t k = 0; k < pl->lps[j].n_top; k++)
+                if (n_vocab > 0 && pl->lps[j].top_id[k] >= n_vocab) {
+                    snprintf(why, whylen, "prompt logprob id %d for rid %llu is outside the vocabulary (%d)",
+                             pl->lps[j].top_id[k], (unsigned long long)rid, n_vocab);
+                    return why;
+                }
         bk_req *q = find_by_rid(b, rid);
+        if (q && pl && pl->n && (!q->sampling.prompt_lp || (uint64_t)pl->start + pl->n > q->n_prompt)) {
+            snprintf(why, whylen, "prompt logprobs of positions %u..%u for rid %llu (prompt of %u, %s)", pl->start,
+                     pl->start + pl->n - 1, (unsigned long long)rid, q->n_prompt,
+                     q->sampling.prompt_lp ? "asked" : "not asked");
+            return why;
+        }
         if (!q) {
             if (rid == 0 || rid > b->next_rid) {
                 snprintf(why, whylen, "rid %llu was never assigned", (unsigned long long)rid);
@@ -1219,6 +1263,8 @@ static void on_out(broker *b, bk_worker *w, const proto_out *o, double t) {
         if (!q || q->worker != w) { b->c.late_outputs++; continue; }
         int fin = o->fin[i];
         int stopped = 0;
+        if (o->plp && o->plp[i].n && fin != PROTO_FIN_ERROR && fin != PROTO_FIN_CANCELLED)
+            req_plp(b, q, o->plp[i].start, o->plp[i].n, o->plp[i].lps);
         if (o->toks[i] >= 0 && fin != PROTO_FIN_ERROR && fin != PROTO_FIN_CANCELLED)
             stopped = req_token(b, q, o->toks[i], o->lps ? &o->lps[i] : NULL, t);
         if (stopped) {
@@ -1231,7 +1277,7 @@ static void on_out(broker *b, bk_worker *w, const proto_out *o, double t) {
         } else if (fin == PROTO_FIN_ERROR) {
             b->c.worker_errors++;
             req_finish(b, q, PROTO_FINISH_ERROR, PROTO_CODE_WORKER_FAILED, "the worker could not run the sequence", 1, 0);
-        } else if (q->n_gen >= q->max_tokens) {
+        } else if (o->toks[i] >= 0 && q->n_gen >= q->max_tokens) {
             /* the worker should have said fin=2; enforce max_tokens anyway */
             req_finish(b, q, PROTO_FINISH_LENGTH, PROTO_CODE_NONE, NULL, 1, 1);
         }
@@ -1290,7 +1336,7 @@ static void on_worker_msg(broker *b, const uint8_t *wid, uint32_t wn, const void
  * of requests for one worker share one `assign` */
 
 static int req_fits(const bk_req *q, const bk_worker *w) {
-    return (uint64_t)q->n_prompt + q->max_tokens <= w->n_ctx;
+    return (uint64_t)q->n_prompt + (q->max_tokens ? q->max_tokens : 1) <= w->n_ctx;
 }
 
 /* the prompt's chained block hashes for block size bs (computed once per request and block size) */

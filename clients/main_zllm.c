@@ -6,7 +6,7 @@
  *                 [--model NAME]
  *                 [--ids] [--chat] [--system TEXT]
  *                 [--json-schema JSON|@FILE | --json-object | --regex RE | --grammar GBNF|@FILE]
- *                 [--presence-penalty P] [--frequency-penalty P] [--logit-bias ID=B]... [--logprobs K] [--choices N]
+ *                 [--presence-penalty P] [--frequency-penalty P] [--logit-bias ID=B]... [--logprobs K] [--prompt-logprobs K] [--choices N]
  *   zllm chat     --broker EP [--system TEXT] [sampling options]     (interactive; conversation kept)
  *   zllm status   --broker EP
  *   zllm bench    --broker EP [-N REQUESTS] [-c CONCURRENCY] [--prompt-len DIST] [--out-len DIST] [--vocab V]
@@ -88,6 +88,7 @@ typedef struct {
     proto_bias bias[PROTO_MAX_LOGIT_BIAS]; /* --logit-bias, all given */
     int n_bias;
     long long logprobs; /* --logprobs K: each token's logprob and K alternatives on stderr; -1 = off */
+    long long prompt_logprobs; /* --prompt-logprobs K: each prompt position's logprob and K alternatives; -1 = off */
     int choices;        /* --choices N: completions (the protocol's n); 0 = 1 */
     int priority;       /* --priority; 0 = default */
     /* bench */
@@ -161,7 +162,7 @@ static void s_usage(FILE *f) {
             "  --broker EP          broker client endpoint (default $ZLLM_BROKER, else tcp://127.0.0.1:5555)\n"
             "generate, chat, bench (request fields, docs/protocol.md; default: the broker's):\n"
             "  --model NAME         model name (default: the broker's first model)\n"
-            "  -n, --max-tokens N   most tokens to generate, 1..%d (default 128)\n"
+            "  -n, --max-tokens N   most tokens to generate, 1..%d, 0 with --prompt-logprobs (default 128)\n"
             "  --temp T             temperature, 0..100, 0 = greedy (default 1.0; bench: 0)\n"
             "  --top-k K            0..%d, 0 = off (default 0)\n"
             "  --top-p P            (0, 1], 1 = off (default 1)\n"
@@ -193,6 +194,9 @@ static void s_usage(FILE *f) {
             "  --ids                print token ids instead of text\n"
             "  --logprobs K         each generated token's logprob and its K (0..20) most likely alternatives, one\n"
             "                       line a token on stderr: `logprob ID LP [ALT_ID:LP ...]`\n"
+            "  --prompt-logprobs K  each prompt token's logprob (the model's raw distribution) and its K (0..20)\n"
+            "                       alternatives, first, a line a position on stderr: `prompt_logprob POS ID LP\n"
+            "                       [ALT_ID:LP ...]` (LP `-` at position 0); -n 0 then scores the prompt only\n"
             "  --choices N          N completions of the prompt (1..16, seeds S + i), each printed whole after a\n"
             "                       `--- completion I` line\n"
             "bench:\n"
@@ -320,6 +324,7 @@ static int s_parse(int argc, char **argv, s_args *a) {
     a->max_tokens = -1;
     a->temp = a->top_p = a->min_p = a->repeat_penalty = a->presence_penalty = a->frequency_penalty = NAN;
     a->logprobs = -1;
+    a->prompt_logprobs = -1;
     a->top_k = a->repeat_last_n = -1;
     a->add_bos = -1;
     a->n_requests = 64;
@@ -395,6 +400,7 @@ static int s_parse(int argc, char **argv, s_args *a) {
             {"--frequency-penalty", NULL, C_SAMPLE},
             {"--logit-bias", NULL, C_SAMPLE},
             {"--logprobs", NULL, C_GEN},
+            {"--prompt-logprobs", NULL, C_GEN},
             {"--choices", NULL, C_GEN},
             {"--priority", NULL, C_SAMPLE},
             {"-N", NULL, C_BENCH},
@@ -441,7 +447,7 @@ static int s_parse(int argc, char **argv, s_args *a) {
             if (a->n_tokens < 0) a->n_tokens = 0;
             bad = s_ids(k, v, a->tokens, &a->n_tokens, S_MAX_TOKENS_ARG);
         } else if (!strcmp(o, "--max-tokens")) {
-            if (!(bad = s_num(k, v, 1, PROTO_MAX_GEN, N_INT, &x, NULL))) a->max_tokens = (int)x;
+            if (!(bad = s_num(k, v, 0, PROTO_MAX_GEN, N_INT, &x, NULL))) a->max_tokens = (int)x; /* 0: below */
         } else if (!strcmp(o, "--temp")) bad = s_num(k, v, 0, 100, 0, &a->temp, NULL);
         else if (!strcmp(o, "--top-k")) {
             if (!(bad = s_num(k, v, 0, PROTO_TOKEN_ID_MAX, N_INT, &x, NULL))) a->top_k = (long long)x;
@@ -476,6 +482,8 @@ static int s_parse(int argc, char **argv, s_args *a) {
                 a->bias[a->n_bias].id = (int32_t)x;
                 a->bias[a->n_bias++].bias = (float)b;
             }
+        } else if (!strcmp(o, "--prompt-logprobs")) {
+            if (!(bad = s_num(k, v, 0, PROTO_MAX_TOP_LOGPROBS, N_INT, &x, NULL))) a->prompt_logprobs = (long long)x;
         } else if (!strcmp(o, "--logprobs")) {
             if (!(bad = s_num(k, v, 0, PROTO_MAX_TOP_LOGPROBS, N_INT, &x, NULL))) a->logprobs = (long long)x;
         } else if (!strcmp(o, "--choices")) {
@@ -503,6 +511,11 @@ static int s_parse(int argc, char **argv, s_args *a) {
         fprintf(stderr, "zllm %s: %s does not apply to this command (zllm --help)\n", a->cmd_name, k);
         return -1;
     }
+    if (a->max_tokens == 0 && a->prompt_logprobs < 0) {
+        fprintf(stderr, "zllm %s: -n/--max-tokens 0: expected 1..%d, or 0 with --prompt-logprobs K (scoring)\n",
+                a->cmd_name, PROTO_MAX_GEN);
+        return -1;
+    }
     if (a->cmd == C_GEN) {
         if (a->prompt && a->n_tokens >= 0) {
             fprintf(stderr, "zllm generate: -p and --tokens both give the prompt: use one\n");
@@ -526,7 +539,7 @@ static void s_fill(const s_args *a, proto_generate *g, const char *id) {
     proto_generate_defaults(g);
     g->id = proto_cstr(id);
     if (a->model) g->model = proto_cstr(a->model);
-    if (a->max_tokens > 0) g->max_tokens = (uint32_t)a->max_tokens;
+    if (a->max_tokens >= 0) g->max_tokens = (uint32_t)a->max_tokens;
     if (!isnan(a->temp)) g->sampling.temperature = (float)a->temp;
     if (a->top_k >= 0) g->sampling.top_k = (int32_t)a->top_k;
     if (!isnan(a->top_p)) g->sampling.top_p = (float)a->top_p;
@@ -563,6 +576,10 @@ static void s_fill(const s_args *a, proto_generate *g, const char *id) {
         g->sampling.logprobs = 1;
         g->sampling.top_logprobs = (uint32_t)a->logprobs;
     }
+    if (a->prompt_logprobs >= 0) {
+        g->sampling.prompt_lp = 1;
+        g->sampling.prompt_top = (uint32_t)a->prompt_logprobs;
+    }
     if (a->choices > 1) {
         g->n = (uint32_t)a->choices;
         g->stream = 0; /* each completion is printed whole, in the order they end */
@@ -576,6 +593,21 @@ static void s_print_logprobs(const int32_t *ids, const proto_logprob *lps, uint3
         fprintf(stderr, "logprob %d %.6f", (int)ids[i], (double)lps[i].logprob);
         for (uint32_t k = 0; k < lps[i].n_top; k++)
             fprintf(stderr, " %d:%.6f", (int)lps[i].top_id[k], (double)lps[i].top_logprob[k]);
+        fputc('\n', stderr);
+    }
+}
+
+/* --prompt-logprobs: one line on stderr per prompt position (completion 0's only: the others are the same) */
+static void s_print_prompt_logprobs(const proto_plps *p) {
+    for (uint32_t i = 0; p->index == 0 && i < p->n_ids; i++) {
+        const proto_logprob *lp = &p->lps[i];
+        if (!lp->present) {
+            fprintf(stderr, "prompt_logprob %u %d -\n", p->start + i, (int)p->ids[i]);
+            continue;
+        }
+        fprintf(stderr, "prompt_logprob %u %d %.6f", p->start + i, (int)p->ids[i], (double)lp->logprob);
+        for (uint32_t k = 0; k < lp->n_top; k++)
+            fprintf(stderr, " %d:%.6f", (int)lp->top_id[k], (double)lp->top_logprob[k]);
         fputc('\n', stderr);
     }
 }
@@ -648,6 +680,10 @@ static int s_run_one(zllm_client *c, const s_args *a, proto_generate *g, char **
             char name[PROTO_NAME_MAX + 1];
             if (!got_first && !cancelled && s_no_worker(&m->status, a, name, sizeof name))
                 fprintf(stderr, "zllm: waiting for a worker for model %s\n", name[0] ? name : "(none)");
+            continue;
+        }
+        if (m->type == PROTO_PROMPT_LPS) {
+            if (proto_str_eq(m->plps.id, id)) s_print_prompt_logprobs(&m->plps);
             continue;
         }
         proto_str text = {0};

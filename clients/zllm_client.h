@@ -1,7 +1,9 @@
 /* clients/zllm_client.h: the C client library of zllm: connect to a broker, submit requests, receive streamed
  * tokens and finals, cancel, ask for status, close. One DEALER socket; any number of requests in flight,
  * told apart by their request ids (docs/protocol.md). Not thread-safe: one client per thread. A generate with n > 1
- * gets one final per completion (final.index); it has ended with the final whose `left` is 0.
+ * gets one final per completion (final.index); it has ended with the final whose `left` is 0. A generate with
+ * sampling.prompt_lp gets its prompt positions' logprobs first, in PROTO_PROMPT_LPS messages (m->plps: positions
+ * [start, start + n_ids) in order, position 0 nil), before its first token and its final.
  *
  *     zllm_client *c = zllm_client_new("tcp://127.0.0.1:5555", err, sizeof err);
  *     proto_generate g; proto_generate_defaults(&g);

@@ -666,6 +666,9 @@ static int d_sampling(dec *d, proto_str k, proto_sampling *s) {
         if (d_bool(d, "logprobs", &s->logprobs)) return -1;
     } else if (key_is(k, "top_logprobs")) {
         if (d_u32(d, "top_logprobs", &s->top_logprobs, 0, PROTO_MAX_TOP_LOGPROBS)) return -1;
+    } else if (key_is(k, "prompt_logprobs")) {
+        if (d_u32(d, "prompt_logprobs", &s->prompt_top, 0, PROTO_MAX_TOP_LOGPROBS)) return -1;
+        s->prompt_lp = 1;
     } else {
         return 0;
     }
@@ -716,7 +719,7 @@ static int f_generate(dec *d, proto_str k, proto_msg *m) {
         g->n_messages = n;
         return 0;
     }
-    if (key_is(k, "max_tokens")) return d_u32(d, "max_tokens", &g->max_tokens, 1, PROTO_MAX_GEN);
+    if (key_is(k, "max_tokens")) return d_u32(d, "max_tokens", &g->max_tokens, 0, PROTO_MAX_GEN); /* 0: below */
     if (key_is(k, "stop")) {
         uint32_t n;
         if (rd_arr(&d->r, &n)) FAIL("stop: expected an array of strings");
@@ -1028,8 +1031,10 @@ static int d_seq(dec *d, proto_seq *s) {
         else if (key_is(k, "tokens")) {
             rc = d_i32arr(d, "tokens", &s->tokens, &s->n_tokens, PROTO_MAX_TOKENS, 0, PROTO_TOKEN_ID_MAX);
             have_tokens = 1;
-        } else if (key_is(k, "max_tokens")) { rc = d_u32(d, "max_tokens", &s->max_tokens, 1, PROTO_MAX_GEN); have_max = 1; }
-        else if (key_is(k, "stop_ids"))
+        } else if (key_is(k, "max_tokens")) {
+            rc = d_u32(d, "max_tokens", &s->max_tokens, 0, PROTO_MAX_GEN);
+            have_max = 1;
+        } else if (key_is(k, "stop_ids"))
             rc = d_i32arr(d, "stop_ids", &s->stop_ids, &s->n_stop_ids, PROTO_MAX_STOP_IDS, 0, PROTO_TOKEN_ID_MAX);
         else if (key_is(k, "response_format")) rc = d_format(d, &s->format);
         else if (key_is(k, "share")) rc = d_u64(d, "share", &s->share, 0, UINT64_MAX);
@@ -1039,6 +1044,7 @@ static int d_seq(dec *d, proto_seq *s) {
     }
     if (!have_rid || !have_tokens || !have_max) FAIL("seqs[]: needs rid, tokens and max_tokens");
     if (s->n_tokens < 1) FAIL("seqs[]: empty prompt");
+    if (s->max_tokens == 0 && !s->sampling.prompt_lp) FAIL("seqs[]: max_tokens 0 needs prompt_logprobs");
     s->sampling.has_seed = 1;
     if (!have_seed) s->sampling.seed = 0;
     return 0;
@@ -1099,6 +1105,38 @@ static int f_out(dec *d, proto_str k, proto_msg *m) {
         uint32_t nl;
         return d_logprobs(d, "lps", &o->lps, &nl, PROTO_MAX_SEQS); /* length checked in proto_decode */
     }
+    if (key_is(k, "plp")) { /* [nil or [start, [entries]]], length checked in proto_decode */
+        if (rd_arr(&d->r, &n)) FAIL("plp: expected an array");
+        if (n > PROTO_MAX_SEQS) FAIL("plp: too many");
+        proto_plp *v = arena_alloc(d->a, (size_t)(n ? n : 1) * sizeof *v);
+        if (!v) FAIL("plp: out of memory");
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t two;
+            memset(&v[i], 0, sizeof v[i]);
+            if (rd_nil(&d->r)) continue;
+            if (rd_arr(&d->r, &two) || two != 2) FAIL("plp[%u]: expected [start, [entries]]", i);
+            if (d_u32(d, "plp start", &v[i].start, 1, PROTO_MAX_TOKENS - 1)) return -1;
+            if (d_logprobs(d, "plp entries", &v[i].lps, &v[i].n, PROTO_MAX_TOKENS)) return -1;
+            for (uint32_t j = 0; j < v[i].n; j++)
+                if (!v[i].lps[j].present) FAIL("plp[%u]: entry %u is nil", i, j);
+            if ((uint64_t)v[i].start + v[i].n > PROTO_MAX_TOKENS) FAIL("plp[%u]: past the longest prompt", i);
+        }
+        o->plp = v;
+        return 0;
+    }
+    return d_skip(d);
+}
+
+static int f_plps(dec *d, proto_str k, proto_msg *m) {
+    proto_plps *p = &m->plps;
+    if (key_is(k, "id")) return d_str(d, "id", &p->id, 1, PROTO_ID_MAX, 1);
+    if (key_is(k, "start")) return d_u32(d, "start", &p->start, 0, PROTO_MAX_TOKENS - 1);
+    if (key_is(k, "ids")) return d_i32arr(d, "ids", &p->ids, &p->n_ids, PROTO_PLP_CHUNK, 0, PROTO_TOKEN_ID_MAX);
+    if (key_is(k, "logprobs")) {
+        uint32_t n;
+        return d_logprobs(d, "logprobs", &p->lps, &n, PROTO_PLP_CHUNK); /* length checked against ids at the end */
+    }
+    if (key_is(k, "index")) return d_u32(d, "index", &p->index, 0, PROTO_MAX_N - 1);
     return d_skip(d);
 }
 
@@ -1106,19 +1144,20 @@ static const struct {
     const char *name;
     field_fn fn;
 } s_types[PROTO_TYPE_COUNT] = {
-    [PROTO_NONE] = { "", NULL },
-    [PROTO_GENERATE] = { "generate", f_generate },
-    [PROTO_CANCEL] = { "cancel", f_cancel },
-    [PROTO_STATUS] = { "status", f_status },
-    [PROTO_TOKEN] = { "token", f_token },
-    [PROTO_FINAL] = { "final", f_final },
-    [PROTO_ERROR] = { "error", f_error },
-    [PROTO_REGISTER] = { "register", f_register },
-    [PROTO_REGISTERED] = { "registered", f_registered },
-    [PROTO_HB] = { "hb", f_hb },
-    [PROTO_REREGISTER] = { "reregister", f_nofields },
-    [PROTO_ASSIGN] = { "assign", f_assign },
-    [PROTO_OUT] = { "out", f_out },
+    [PROTO_NONE] = {"", NULL},
+    [PROTO_GENERATE] = {"generate", f_generate},
+    [PROTO_CANCEL] = {"cancel", f_cancel},
+    [PROTO_STATUS] = {"status", f_status},
+    [PROTO_TOKEN] = {"token", f_token},
+    [PROTO_FINAL] = {"final", f_final},
+    [PROTO_ERROR] = {"error", f_error},
+    [PROTO_REGISTER] = {"register", f_register},
+    [PROTO_REGISTERED] = {"registered", f_registered},
+    [PROTO_HB] = {"hb", f_hb},
+    [PROTO_REREGISTER] = {"reregister", f_nofields},
+    [PROTO_ASSIGN] = {"assign", f_assign},
+    [PROTO_OUT] = {"out", f_out},
+    [PROTO_PROMPT_LPS] = {"prompt_logprobs", f_plps},
 };
 
 /* out: the three arrays must be present and of equal length; proto_out has one count, so the lengths are
@@ -1147,15 +1186,15 @@ static int out_lengths(const uint8_t *buf, size_t len, uint32_t *nr, uint32_t *n
     return 0;
 }
 
-/* the length of the top map's `logprobs` array (token, final), UINT32_MAX when absent */
-static uint32_t lps_count(const uint8_t *buf, size_t len) {
+/* the length of the top map's array under key (`logprobs` of token and final), UINT32_MAX when absent */
+static uint32_t arr_count(const uint8_t *buf, size_t len, const char *key) {
     rd r = {buf, buf + len};
     uint32_t n, c = UINT32_MAX;
     if (rd_map(&r, &n)) return UINT32_MAX;
     for (uint32_t i = 0; i < n; i++) {
         proto_str k;
         if (rd_str(&r, &k)) return UINT32_MAX;
-        if (key_is(k, "logprobs")) {
+        if (key_is(k, key)) {
             rd save = r;
             if (rd_arr(&r, &c) != 0) c = UINT32_MAX;
             r = save;
@@ -1233,6 +1272,7 @@ int proto_decode(const void *buf, size_t len, proto_msg *out, char *err, size_t 
         proto_generate *g = &out->generate;
         if (!g->id.p) FAIL("generate: missing id");
         if (!g->prompt_kind) FAIL("generate: needs one of prompt, tokens, messages");
+        if (g->max_tokens == 0 && !g->sampling.prompt_lp) FAIL("generate: max_tokens 0 needs prompt_logprobs");
         if (g->prompt_kind == PROTO_PROMPT_TOKENS && g->n_tokens == 0) FAIL("generate: empty tokens");
         break;
     }
@@ -1241,12 +1281,14 @@ int proto_decode(const void *buf, size_t len, proto_msg *out, char *err, size_t 
         break;
     case PROTO_TOKEN:
         if (!out->token.id.p) FAIL("token: missing id");
-        if (out->token.lps && lps_count(buf, len) != out->token.n_ids) FAIL("token: logprobs and ids differ in length");
+        if (out->token.lps && arr_count(buf, len, "logprobs") != out->token.n_ids)
+            FAIL("token: logprobs and ids differ in length");
         break;
     case PROTO_FINAL:
         if (!out->final.id.p) FAIL("final: missing id");
         if (out->final.finish == PROTO_FINISH_NONE) FAIL("final: missing finish");
-        if (out->final.lps && lps_count(buf, len) != out->final.n_ids) FAIL("final: logprobs and ids differ in length");
+        if (out->final.lps && arr_count(buf, len, "logprobs") != out->final.n_ids)
+            FAIL("final: logprobs and ids differ in length");
         break;
     case PROTO_REGISTER: {
         proto_register *r = &out->reg;
@@ -1268,6 +1310,15 @@ int proto_decode(const void *buf, size_t len, proto_msg *out, char *err, size_t 
         if (nr != nt || nr != nf) FAIL("out: rids/toks/fin lengths differ (%u/%u/%u)", nr, nt, nf);
         if (!out->out.lps) nl = UINT32_MAX; /* absent, or nil */
         if (nl != UINT32_MAX && nl != nr) FAIL("out: lps has %u entries for %u rids", nl, nr);
+        if (out->out.plp && arr_count(buf, len, "plp") != nr) FAIL("out: plp and rids differ in length");
+        break;
+    }
+    case PROTO_PROMPT_LPS: {
+        const proto_plps *p = &out->plps;
+        if (!p->id.p || !p->ids || !p->lps) FAIL("prompt_logprobs: needs id, ids and logprobs");
+        if (p->n_ids < 1 || arr_count(buf, len, "logprobs") != p->n_ids)
+            FAIL("prompt_logprobs: logprobs and ids differ in length");
+        if ((uint64_t)p->start + p->n_ids > PROTO_MAX_TOKENS) FAIL("prompt_logprobs: past the longest prompt");
         break;
     }
     default:
@@ -1344,12 +1395,16 @@ static void w_sampling(proto_buf *b, const proto_sampling *s, int with_seed) {
         w_key(b, "top_logprobs");
         w_uint(b, s->top_logprobs);
     }
+    if (s->prompt_lp) {
+        w_key(b, "prompt_logprobs");
+        w_uint(b, s->prompt_top > PROTO_MAX_TOP_LOGPROBS ? PROTO_MAX_TOP_LOGPROBS : s->prompt_top);
+    }
 }
 #define SAMPLING_FIELDS 7
 /* the optional sampling fields w_sampling writes (those away from their defaults) */
 static uint32_t sampling_extra(const proto_sampling *s) {
     return (s->presence_penalty != 0.0f) + (s->frequency_penalty != 0.0f) + (s->n_bias != 0) + (s->logprobs != 0) +
-           (s->top_logprobs != 0);
+           (s->top_logprobs != 0) + (s->prompt_lp != 0);
 }
 
 /* one logprobs entry: nil when absent */
@@ -1690,7 +1745,12 @@ int proto_encode_out(proto_buf *b, uint64_t step, const uint64_t *rids, const in
 
 int proto_encode_out_lp(proto_buf *b, uint64_t step, const uint64_t *rids, const int32_t *toks, const uint8_t *fin,
                         const proto_logprob *lps, uint32_t n) {
-    w_head(b, 4 + (lps != NULL), "out");
+    return proto_encode_out_plp(b, step, rids, toks, fin, lps, NULL, n);
+}
+
+int proto_encode_out_plp(proto_buf *b, uint64_t step, const uint64_t *rids, const int32_t *toks, const uint8_t *fin,
+                         const proto_logprob *lps, const proto_plp *plp, uint32_t n) {
+    w_head(b, 4 + (lps != NULL) + (plp != NULL), "out");
     w_key(b, "step"); w_uint(b, step);
     w_key(b, "rids"); w_arr(b, n);
     for (uint32_t i = 0; i < n; i++) w_uint(b, rids[i]);
@@ -1701,6 +1761,39 @@ int proto_encode_out_lp(proto_buf *b, uint64_t step, const uint64_t *rids, const
         w_key(b, "lps");
         w_arr(b, n);
         for (uint32_t i = 0; i < n; i++) w_logprob(b, &lps[i]);
+    }
+    if (plp) {
+        w_key(b, "plp");
+        w_arr(b, n);
+        for (uint32_t i = 0; i < n; i++) {
+            if (!plp[i].n) {
+                uint8_t c = 0xc0;
+                w_bytes(b, &c, 1);
+                continue;
+            }
+            w_arr(b, 2);
+            w_uint(b, plp[i].start);
+            w_arr(b, plp[i].n);
+            for (uint32_t j = 0; j < plp[i].n; j++) w_logprob(b, &plp[i].lps[j]);
+        }
+    }
+    return enc_done(b);
+}
+
+int proto_encode_plps(proto_buf *b, const proto_plps *p) {
+    w_head(b, 4 + (p->index != 0), "prompt_logprobs");
+    w_key(b, "id");
+    w_str(b, p->id);
+    w_key(b, "start");
+    w_uint(b, p->start);
+    w_key(b, "ids");
+    w_i32arr(b, p->ids, p->n_ids);
+    w_key(b, "logprobs");
+    w_arr(b, p->n_ids);
+    for (uint32_t i = 0; i < p->n_ids; i++) w_logprob(b, &p->lps[i]);
+    if (p->index) {
+        w_key(b, "index");
+        w_uint(b, p->index);
     }
     return enc_done(b);
 }

@@ -42,6 +42,7 @@
 #define PROTO_FORMAT_MAX_LEN (64u * 1024)   /* bytes of a response_format text (schema, regex, grammar) */
 #define PROTO_MAX_LOGIT_BIAS 300            /* logit_bias entries per request */
 #define PROTO_MAX_TOP_LOGPROBS 20           /* top_logprobs per token */
+#define PROTO_PLP_CHUNK 256                 /* prompt positions per broker -> client `prompt_logprobs` message */
 #define PROTO_MAX_N 16                      /* completions (`n`) per generate */
 #define PROTO_PRIORITY_MIN (-100)           /* generate/assign `priority`: higher is admitted first, default 0 */
 #define PROTO_PRIORITY_MAX 100
@@ -51,19 +52,20 @@
 typedef enum {
     PROTO_NONE = 0,
     /* client <-> broker */
-    PROTO_GENERATE,     /* client -> broker */
-    PROTO_CANCEL,       /* client -> broker (`id`) and broker -> worker (`rids`): same type string */
-    PROTO_STATUS,       /* client -> broker (request: only `id`) and broker -> client (the reply) */
-    PROTO_TOKEN,        /* broker -> client */
-    PROTO_FINAL,        /* broker -> client */
-    PROTO_ERROR,        /* broker -> client */
+    PROTO_GENERATE, /* client -> broker */
+    PROTO_CANCEL,   /* client -> broker (`id`) and broker -> worker (`rids`): same type string */
+    PROTO_STATUS,   /* client -> broker (request: only `id`) and broker -> client (the reply) */
+    PROTO_TOKEN,    /* broker -> client */
+    PROTO_FINAL,    /* broker -> client */
+    PROTO_ERROR,    /* broker -> client */
     /* worker <-> broker */
-    PROTO_REGISTER,     /* worker -> broker */
-    PROTO_REGISTERED,   /* broker -> worker */
-    PROTO_HB,           /* both ways */
-    PROTO_REREGISTER,   /* broker -> worker */
-    PROTO_ASSIGN,       /* broker -> worker */
-    PROTO_OUT,          /* worker -> broker */
+    PROTO_REGISTER,   /* worker -> broker */
+    PROTO_REGISTERED, /* broker -> worker */
+    PROTO_HB,         /* both ways */
+    PROTO_REREGISTER, /* broker -> worker */
+    PROTO_ASSIGN,     /* broker -> worker */
+    PROTO_OUT,        /* worker -> broker */
+    PROTO_PROMPT_LPS, /* broker -> client: `prompt_logprobs` */
     PROTO_TYPE_COUNT
 } proto_type;
 
@@ -156,6 +158,8 @@ typedef struct {
     uint32_t n_bias;            /* 0..PROTO_MAX_LOGIT_BIAS */
     int logprobs;               /* 0/1: return each generated token's logprob */
     uint32_t top_logprobs;      /* 0..PROTO_MAX_TOP_LOGPROBS alternatives per token (with logprobs) */
+    int prompt_lp;              /* 0/1: `prompt_logprobs` given: return the prompt positions' logprobs */
+    uint32_t prompt_top;        /* its value: 0..PROTO_MAX_TOP_LOGPROBS alternatives per prompt position */
 } proto_sampling;
 
 typedef struct {
@@ -167,7 +171,7 @@ typedef struct {
     uint32_t n_tokens;
     const proto_chat *messages; /* PROTO_PROMPT_MESSAGES: [n_messages] */
     uint32_t n_messages;
-    uint32_t max_tokens;        /* 1..PROTO_MAX_GEN, default 128 */
+    uint32_t max_tokens; /* 1..PROTO_MAX_GEN, default 128; 0 only with sampling.prompt_lp (scoring) */
     proto_sampling sampling;
     proto_str stop[PROTO_MAX_STOP]; /* [n_stop] stop strings, 1..256 bytes each */
     uint32_t n_stop;
@@ -312,7 +316,7 @@ typedef struct {
     uint64_t rid;               /* broker sequence id */
     const int32_t *tokens;      /* [n_tokens] the whole prompt, >= 1 */
     uint32_t n_tokens;
-    uint32_t max_tokens;        /* >= 1 */
+    uint32_t max_tokens; /* >= 1; 0 only with sampling.prompt_lp */
     proto_sampling sampling;
     const int32_t *stop_ids;    /* [n_stop_ids] */
     uint32_t n_stop_ids;
@@ -327,6 +331,14 @@ typedef struct {
     uint32_t n_seqs;
 } proto_assign;
 
+/* one `out` entry's prompt logprobs (`plp`): on the wire nil (none) or [start, [entries]] */
+typedef struct {
+    uint32_t start;           /* the prompt position of lps[0] (>= 1): entry j scores the token at start + j given
+                                 * the tokens before it */
+    uint32_t n;               /* entries; 0: none (nil) */
+    const proto_logprob *lps; /* [n] each present */
+} proto_plp;
+
 typedef struct {
     uint64_t step;
     const uint64_t *rids;       /* [n] */
@@ -334,7 +346,19 @@ typedef struct {
     const uint8_t *fin;         /* [n] PROTO_FIN_* */
     uint32_t n;                 /* 0..PROTO_MAX_SEQS; rids are unique within a message */
     const proto_logprob *lps;   /* [n] (`lps`, optional): each entry's token's logprobs, or NULL when absent */
+    const proto_plp *plp;       /* [n] (`plp`, optional): each entry's prompt logprobs, or NULL when absent */
 } proto_out;
+
+/* broker -> client `prompt_logprobs`: the logprobs of prompt positions [start, start + n_ids), sent in order,
+ * before the request's first `token` (and its `final`), in messages of at most PROTO_PLP_CHUNK positions */
+typedef struct {
+    proto_str id;             /* request id */
+    uint32_t start;           /* position of ids[0] in the prompt */
+    const int32_t *ids;       /* [n_ids] the prompt's token ids at those positions */
+    uint32_t n_ids;           /* 1..PROTO_PLP_CHUNK */
+    const proto_logprob *lps; /* [n_ids]: nil (present 0) for position 0, which nothing precedes */
+    uint32_t index;           /* the completion (0..n-1) of a generate with n > 1; 0 otherwise */
+} proto_plps;
 
 struct proto_arena;             /* internal: chunked bump allocator */
 
@@ -355,6 +379,7 @@ typedef struct {
         proto_hb hb;
         proto_assign assign;
         proto_out out;
+        proto_plps plps;
     };
     struct proto_arena *arena;  /* owned: arrays of the last decode */
 } proto_msg;
@@ -411,6 +436,11 @@ int proto_encode_out(proto_buf *b, uint64_t step, const uint64_t *rids, const in
 /* an out with logprobs (lps [n] or NULL: no `lps` key) */
 int proto_encode_out_lp(proto_buf *b, uint64_t step, const uint64_t *rids, const int32_t *toks, const uint8_t *fin,
                         const proto_logprob *lps, uint32_t n);
+/* an out with logprobs and prompt logprobs (plp [n] or NULL: no `plp` key; entries with n 0 are nil) */
+int proto_encode_out_plp(proto_buf *b, uint64_t step, const uint64_t *rids, const int32_t *toks, const uint8_t *fin,
+                         const proto_logprob *lps, const proto_plp *plp, uint32_t n);
+/* broker -> client prompt_logprobs (index omitted when 0) */
+int proto_encode_plps(proto_buf *b, const proto_plps *p);
 void proto_buf_free(proto_buf *b);   /* idempotent */
 /* Adds key: v to the top-level map of an encoded message (the broker's instance id on every client-bound
  * message). Returns 0, or -1 when b holds no map or the allocation failed. */

@@ -112,6 +112,11 @@ typedef struct {
     size_t gen_id;             /* int32 [max_batch][CU_GEN] */
     size_t gen_cnt;            /* int32 [max_batch][CU_GEN] their counts */
     size_t total;              /* whole block: the copy length of a step with extras (cu_batch.extras) */
+    size_t plp_row;            /* int32 [max_tok] prompt logprobs (zl_seq.plp_rows): each such row's index in x, in
+                                * ordered-entry order; copied by a second copy, only by steps that have such rows */
+    size_t plp_next;           /* int32 [max_tok] the id each of those rows scores */
+    size_t plp_k;              /* int32 [max_tok] its alternatives */
+    size_t plp_end;            /* end of the prompt logprob area */
     int mask_words;            /* sample_mask_words(vocab) */
 } cu_inputs;
 
@@ -129,6 +134,9 @@ typedef struct {
     zl_logprobs *h_lp;         /* pinned mapped [max_batch]: the logprobs kernel's results per ordered entry (whole
                                 * model engines; NULL otherwise) */
     zl_logprobs *d_lp;         /* h_lp's device address */
+    zl_logprobs *h_plp;        /* pinned mapped [max_tok]: the prompt rows' logprobs (zl_seq.plp_out) in ordered-entry
+                                * order (whole-model engines; NULL otherwise) */
+    zl_logprobs *d_plp;        /* h_plp's device address */
     cudaEvent_t ev0, ev1;      /* around the step's device work (input copy .. output copy) */
     uint32_t *h_lmask;         /* mapped pinned [max_batch][mask_words]: the late masks of its sampling rows */
     uint32_t *d_lmask;         /* h_lmask's device address */
@@ -249,6 +257,9 @@ typedef struct {
     int masks;                 /* 1: the mask kernel runs (a sampling row has a mask, or a graph is captured: its
                                 * replays serve masked and unmasked steps alike); 0: the logits go to the sampler
                                 * as the LM head wrote them, with no kernel between */
+    int n_plp;                 /* prompt logprob rows (zl_seq.plp_rows; never in a graph): before the sampling, the
+                                * final norm, the LM head and the logprobs kernel run over them max_batch at a time
+                                * through the sampling rows' buffers */
 } cu_batch;
 
 /* one call of the step body (cuda_step_run): the entries and where their hidden states and results go */

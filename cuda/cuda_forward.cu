@@ -430,6 +430,23 @@ int cuda_forward(cu_engine *E, const cu_batch *b, char *err, size_t errlen) {
         FWD_CUDA(cudaGetLastError());
         return 0;
     }
+    /* prompt logprobs (eager steps only): the final norm, the LM head and the log-softmax of those rows, max_batch
+     * rows at a time through the sampling rows' buffers (xb, logits), before the sampling rows use them */
+    for (int g = 0; g < b->n_plp; g += E->base.max_batch) {
+        const int nr = b->n_plp - g < E->base.max_batch ? b->n_plp - g : E->base.max_batch;
+        FWD_CHECK(ops_rmsnorm_dual(E->x, IN_PTR(E, plp_row, int32_t) + g, E->out_norm, c->dim, c->rms_eps, nr, E->xb,
+                                   E->wt, NULL, 1, E->st, err, errlen));
+        FWD_CHECK(s_matmul(E, &E->out, nr, E->xb, E->logits, 0, 0, err, errlen));
+        logprobs_params lp;
+        memset(&lp, 0, sizeof lp);
+        lp.logits = E->logits;
+        lp.n_rows = nr;
+        lp.vocab = c->vocab_size;
+        lp.top_k = IN_PTR(E, plp_k, int32_t) + g;
+        lp.sampled = IN_PTR(E, plp_next, int32_t) + g;
+        lp.out = E->cur_fl->d_plp + g;
+        FWD_CUDA(logprobs_launch(&lp, E->st));
+    }
     /* the final norm of each entry's last row only, then the LM head for those rows, then the sampler */
     FWD_CHECK(ops_rmsnorm_dual(E->x, IN_PTR(E, last_row, int32_t), E->out_norm, c->dim, c->rms_eps, b->n_samp, E->xb,
                                E->wt, NULL, 1, E->st, err, errlen));

@@ -136,7 +136,7 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
         return -1;
     }
     /* validate everything before touching the device */
-    int total = 0, n_dec = 0, max_rows = 1, need_hist = 0, need_mask = 0, need_late = 0, extras = 0;
+    int total = 0, n_dec = 0, max_rows = 1, need_hist = 0, need_mask = 0, need_late = 0, extras = 0, n_plp = 0;
     for (int i = 0; i < n; i++) {
         const zl_seq *s = &seqs[i];
         if (s->slot < 0 || s->slot >= base->n_slots || s->pos < 0 || s->n_tokens < 1 ||
@@ -167,6 +167,22 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
             return -1;
         }
         extras |= s->sample && s_extras(s);
+        if (s->plp_rows && (!(base->caps & ZL_CAP_PROMPT_LOGPROBS) || !embed || !last || s->feed || s->plp_rows < 0 ||
+                            s->plp_rows > s->n_tokens || !s->plp_next || !s->plp_out || s->plp_top < 0 ||
+                            s->plp_top > ZL_MAX_TOP_LOGPROBS)) {
+            snprintf(base->err, sizeof base->err,
+                     "entry %d: prompt logprobs (%d rows, top %d) this engine does not "
+                     "serve, or out of range",
+                     i, s->plp_rows, s->plp_top);
+            return -1;
+        }
+        for (int t = 0; t < s->plp_rows; t++)
+            if (s->plp_next[t] < 0 || s->plp_next[t] >= c->vocab_size) {
+                snprintf(base->err, sizeof base->err, "entry %d: prompt logprob id %d out of range", i,
+                         (int)s->plp_next[t]);
+                return -1;
+            }
+        n_plp += s->plp_rows > 0 ? s->plp_rows : 0;
         for (int t = 0; embed && !s->feed && t < s->n_tokens; t++) if (s->tokens[t] < 0 || s->tokens[t] >= c->vocab_size) {
             snprintf(base->err, sizeof base->err, "entry %d: token %d out of range", i, (int)s->tokens[t]);
             return -1;
@@ -215,7 +231,7 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     const int n_pre = n - n_dec;
     /* decode-only steps replay a captured graph, except a step with late masks (its sampling waits for the host)
      * or with extras (the captured graphs hold the plain sampler only) */
-    const int gi = (n_pre == 0 && E->n_buckets > 0 && !need_late && !extras) ? s_bucket_for(E, n) : -1;
+    const int gi = (n_pre == 0 && E->n_buckets > 0 && !need_late && !extras && !n_plp) ? s_bucket_for(E, n) : -1;
     const int n_samp = gi >= 0 ? E->bucket[gi] : n;
     int32_t *tok = (int32_t *)(E->h_in + E->in.tokens), *pos = (int32_t *)(E->h_in + E->in.pos);
     int32_t *slot = (int32_t *)(E->h_in + E->in.slot), *kvl = (int32_t *)(E->h_in + E->in.kv_len);
@@ -223,7 +239,9 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     int32_t *ss = (int32_t *)(E->h_in + E->in.seq_slot), *sp0 = (int32_t *)(E->h_in + E->in.seq_pos0);
     int32_t *lastr = (int32_t *)(E->h_in + E->in.last_row), *perm = (int32_t *)(E->h_in + E->in.perm);
     int32_t *eslot = (int32_t *)(E->h_in + E->in.eslot);
-    int row = 0;
+    int32_t *prow = (int32_t *)(E->h_in + E->in.plp_row), *pnext = (int32_t *)(E->h_in + E->in.plp_next);
+    int32_t *pk = (int32_t *)(E->h_in + E->in.plp_k);
+    int row = 0, prows = 0;
     for (k = 0; k < n; k++) {
         const zl_seq *s = &seqs[E->order[k]];
         for (int t = 0; t < s->n_tokens; t++) perm[row + t] = E->crow[E->order[k]] + t;
@@ -235,6 +253,11 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
         for (int t = 0; t < s->n_tokens; t++, row++) {
             /* a fed row: -1, which the embedding gather replaces with the slot's carried id (ops_feed) */
             tok[row] = embed && !s->feed ? s->tokens[t] : embed ? -1 : 0; pos[row] = s->pos + t; slot[row] = s->slot;
+        }
+        for (int t = 0; t < s->plp_rows; t++, prows++) { /* rows [row - n_tokens, ...) in ordered-entry order */
+            prow[prows] = row - s->n_tokens + t;
+            pnext[prows] = s->plp_next[t];
+            pk[prows] = s->plp_top;
         }
         lastr[k] = row - 1;
         eslot[k] = s->slot;
@@ -268,10 +291,14 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     unsigned long long *hp = (unsigned long long *)(E->h_in + E->in.hptr);
     hp[0] = (unsigned long long)(uintptr_t)(dev ? (const void *)h_in : (const void *)E->hbuf);
     hp[1] = (unsigned long long)(uintptr_t)(dev ? (void *)h_out : (void *)E->hbuf);
+    /* the prompt logprob rows' area, only when the step has such rows (after the main copy, on its stream) */
+    const size_t plp_bytes = n_plp ? E->in.plp_end - E->in.plp_row : 0;
     if (E->n_inb == 2) {
         /* the copy on cst may run while the step before runs on st: it writes the other block */
         if (cudaEventRecord(f->ev0, E->st) != cudaSuccess ||
             cudaMemcpyAsync(E->d_in, E->h_in, nbytes, cudaMemcpyHostToDevice, E->cst) != cudaSuccess ||
+            (plp_bytes && cudaMemcpyAsync(E->d_in + E->in.plp_row, E->h_in + E->in.plp_row, plp_bytes,
+                                          cudaMemcpyHostToDevice, E->cst) != cudaSuccess) ||
             cudaEventRecord(E->ev_cp[E->cur_p], E->cst) != cudaSuccess ||
             cudaStreamWaitEvent(E->st, E->ev_cp[E->cur_p], 0) != cudaSuccess) {
             s_fail_step(E, seqs, n, "input copy failed");
@@ -291,7 +318,11 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
             s_fail_step(E, seqs, n, "cudaStreamWaitEvent on a stage event failed");
             return -1;
         }
-    const cu_batch fb = {row, n_dec, n_pre, max_rows, n, extras, need_mask};
+    if (n_plp && !f->d_plp) {
+        s_fail_step(E, seqs, n, "prompt logprobs without their result buffer");
+        return -1;
+    }
+    const cu_batch fb = {row, n_dec, n_pre, max_rows, n, extras, need_mask, n_plp};
     E->step_late = need_late;
     E->cur_fl = f;
     if (gi >= 0) {
@@ -384,6 +415,13 @@ int cuda_step_collect(cu_engine *E, int32_t *out_tokens) {
         if (f->logits) memcpy(f->logits + (size_t)i * V, E->h_logits + (size_t)k * V, V * 4);
         if (f->lps && f->h_lp && seqs[i].sample && seqs[i].samp && seqs[i].samp->logprobs) f->lps[i] = f->h_lp[k];
     }
+    /* prompt logprobs, in ordered-entry order as staged */
+    for (int k = 0, off = 0; k < n; k++) {
+        const zl_seq *s = &seqs[f->order[k]];
+        if (s->plp_rows <= 0 || !f->h_plp) continue;
+        memcpy(s->plp_out, f->h_plp + off, (size_t)s->plp_rows * sizeof(zl_logprobs));
+        off += s->plp_rows;
+    }
     return 0;
 }
 
@@ -434,6 +472,13 @@ void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab) {
     in->gen_cnt = o;
     o = s_align(o + (size_t)max_batch * CU_GEN * 4);
     in->total = o;
+    in->plp_row = o;
+    o = s_align(o + (size_t)max_tok * 4);
+    in->plp_next = o;
+    o = s_align(o + (size_t)max_tok * 4);
+    in->plp_k = o;
+    o = s_align(o + (size_t)max_tok * 4);
+    in->plp_end = o;
 }
 
 /* Captures one CUDA graph per decode bucket. Done last, when every buffer exists, because a graph records the
@@ -452,7 +497,7 @@ int cuda_step_capture_graphs(cu_engine *E, char *err, size_t errlen) {
             E->d_in = E->d_inb[p];
             /* thread-local capture: other threads of the process may keep using CUDA (e.g. another engine) */
             CU_CHECK(cudaStreamBeginCapture(E->st, cudaStreamCaptureModeThreadLocal));
-            const cu_batch fb = {B, B, 0, 1, B, 0, 1};
+            const cu_batch fb = {B, B, 0, 1, B, 0, 1, 0};
             E->step_late = 0; /* a graph never waits for late masks */
             if (cuda_forward(E, &fb, err, errlen) != 0) {
                 cudaStreamEndCapture(E->st, &g);

@@ -157,6 +157,7 @@ static void s_destroy(zl_engine *base) {
         cudaFreeHost(E->fl[i].h_lmask);
         cudaFreeHost((void *)E->fl[i].h_lflag);
         cudaFreeHost(E->fl[i].h_lp);
+        cudaFreeHost(E->fl[i].h_plp);
         free(E->fl[i].order);
     }
     free(E->carry_ok);
@@ -376,6 +377,11 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
                                        cudaHostAllocMapped));
                 memset(E->fl[i].h_lp, 0, (size_t)b->max_batch * sizeof(zl_logprobs));
                 CU_CHECK(cudaHostGetDevicePointer((void **)&E->fl[i].d_lp, E->fl[i].h_lp, 0));
+                /* and the prompt logprobs of a step's rows (zl_seq.plp_rows) */
+                CU_CHECK(cudaHostAlloc((void **)&E->fl[i].h_plp, (size_t)E->max_tok * sizeof(zl_logprobs),
+                                       cudaHostAllocMapped));
+                memset(E->fl[i].h_plp, 0, (size_t)E->max_tok * sizeof(zl_logprobs));
+                CU_CHECK(cudaHostGetDevicePointer((void **)&E->fl[i].d_plp, E->fl[i].h_plp, 0));
             }
         }
         if (E->n_inb == 2) {
@@ -385,7 +391,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
                 snprintf(err, errlen, "out of memory");
                 goto fail;
             }
-            b->caps = ZL_CAP_LOGPROBS | ZL_CAP_PENALTY;
+            b->caps = ZL_CAP_LOGPROBS | ZL_CAP_PENALTY | ZL_CAP_PROMPT_LOGPROBS;
         }
         E->order = E->fl[0].order;
         E->crow = (int *)malloc((size_t)b->max_batch * sizeof(int));

@@ -79,17 +79,23 @@ __global__ void __launch_bounds__(kThreads) logprobs_kernel(logprobs_params p) {
     pdl_trigger();
     pdl_wait(); /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     const int row = blockIdx.x, V = p.vocab;
-    const zl_sampling P = p.params[row];
-    if (!P.logprobs) return;
+    zl_sampling P;
+    if (p.params) {
+        P = p.params[row];
+        if (!P.logprobs) return;
+    } else { /* raw rows (prompt logprobs): every row, no penalty */
+        memset(&P, 0, sizeof P);
+    }
     const long stride = p.logits_stride ? p.logits_stride : V;
-    const int hl = p.hist_len ? p.hist_len[row] : 0;
+    const int hl = p.hist_len && p.params ? p.hist_len[row] : 0;
     const bool pen = p.pen_rows && hl > 0 && P.repeat_last_n > 0 && P.repeat_penalty != 1.0f && P.repeat_penalty > 0.0f;
     const float *x = pen ? p.pen_rows + (long)row * V : p.logits + (long)row * stride;
     float mx;
     int mi;
     block_next(sm, x, V, 0.0f, -1, &mx, &mi);
     zl_logprobs *o = &p.out[row];
-    int k = P.top_logprobs < 0 ? 0 : P.top_logprobs > ZL_MAX_TOP_LOGPROBS ? ZL_MAX_TOP_LOGPROBS : P.top_logprobs;
+    const int k0 = p.top_k ? p.top_k[row] : P.top_logprobs;
+    int k = k0 < 0 ? 0 : k0 > ZL_MAX_TOP_LOGPROBS ? ZL_MAX_TOP_LOGPROBS : k0;
     if (mi < 0) { /* no candidate at all */
         if (threadIdx.x == 0) o->logprob = -INFINITY, o->n_top = 0;
         return;
@@ -118,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) logprobs_kernel(logprobs_params p) {
 } // namespace
 
 extern "C" cudaError_t logprobs_launch(const logprobs_params *p, cudaStream_t stream) {
-    if (!p || !p->logits || !p->params || !p->sampled || !p->out || p->n_rows < 1 || p->vocab < 1 ||
+    if (!p || !p->logits || (!p->params && !p->top_k) || !p->sampled || !p->out || p->n_rows < 1 || p->vocab < 1 ||
         p->logits_stride < 0 || (p->logits_stride && p->logits_stride < p->vocab))
         return cudaErrorInvalidValue;
     return cu_launch(logprobs_kernel, dim3((unsigned)p->n_rows), dim3(kThreads), 0, stream, *p);

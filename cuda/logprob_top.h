@@ -22,7 +22,10 @@ typedef struct {
     const int32_t *hist_len;   /* device [n_rows]: staged history of row r (the penalty applies when > 0, with
                                   repeat_penalty != 1 and repeat_last_n > 0, as cuda/sample.cu decides); NULL: 0 */
     int n_rows, vocab;         /* >= 1 */
-    const zl_sampling *params; /* device [n_rows]: logprobs, top_logprobs (and the repetition penalty's fields) */
+    const zl_sampling *params; /* device [n_rows]: logprobs, top_logprobs (and the repetition penalty's fields); NULL
+                                  with top_k: every row, no penalty */
+    const int32_t *top_k;      /* device [n_rows]: alternatives per row (prompt logprobs of raw logits rows); NULL:
+                                  params->top_logprobs */
     const int32_t *sampled;    /* device [n_rows]: each row's sampled id */
     zl_logprobs *out;          /* device [n_rows] (mapped host memory, say) */
 } logprobs_params;

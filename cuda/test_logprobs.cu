@@ -10,7 +10,11 @@
  *  - the CUDA engine on stories260K (zl_step.out_logprobs): with logprobs, a logit bias and presence/frequency
  *    penalties its ids equal the CPU reference engine's and its logprobs are within 1e-4 of them; an entry gives
  *    the same bits alone and inside a batch of 6; a slot whose prompt KV was copied (engine_copy_kv, the prefill
- *    shared by `n`) gives the bits of the slot that prefilled it. */
+ *    shared by `n`) gives the bits of the slot that prefilled it;
+ *  - raw rows (prompt logprobs: no params, a top k per row) equal to engine/logprobs.c's within 1e-6;
+ *  - prompt logprobs (zl_seq.plp_rows) on the CUDA engine: each prompt row's logprob and 20 alternatives within 1e-4
+ *    of the CPU reference engine's (ids equal but for near-ties), bit-identical alone, inside a batch with decode
+ *    and other prefill entries (one with prompt logprobs too), and prefilled in chunks of 3 and of 7 tokens. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -204,6 +208,48 @@ static void s_batch(void) {
     cudaFree(d_lg), cudaFree(d_pen), cudaFree(d_par), cudaFree(d_hl), cudaFree(d_s), cudaFree(d_all), cudaFree(d_one);
 }
 
+/* raw rows (prompt logprobs: params NULL, top_k per row, pen_rows and hist_len ignored): every row computed, equal
+ * to engine/logprobs.c's logprobs_prompt_row within 1e-6, ids exact */
+static void s_raw(void) {
+    const int B = 24, V = 5000;
+    std::vector<float> lg((size_t)B * V);
+    for (size_t i = 0; i < lg.size(); i++) lg[i] = roundf((rnd() * 10.0f - 5.0f) * 4.0f) / 4.0f; /* ties */
+    lg[7] = -INFINITY;                                                                           /* no candidate */
+    std::vector<int32_t> k(B), next(B);
+    for (int r = 0; r < B; r++) k[r] = r % 21, next[r] = r == 0 ? 7 : (r * 131) % V;
+    float *d_lg = dev_copy(lg.data(), lg.size());
+    int32_t *d_k = dev_copy(k.data(), B), *d_n = dev_copy(next.data(), B);
+    zl_logprobs *d_out = NULL;
+    CUDA_OK(cudaMalloc(&d_out, B * sizeof(zl_logprobs)));
+    CUDA_OK(cudaMemset(d_out, 0x7f, B * sizeof(zl_logprobs)));
+    logprobs_params p = {};
+    p.logits = d_lg;
+    p.pen_rows = d_lg; /* ignored without params */
+    p.n_rows = B;
+    p.vocab = V;
+    p.top_k = d_k;
+    p.sampled = d_n;
+    p.out = d_out;
+    CUDA_OK(logprobs_launch(&p, 0));
+    std::vector<zl_logprobs> out(B);
+    CUDA_OK(cudaMemcpy(out.data(), d_out, B * sizeof(zl_logprobs), cudaMemcpyDeviceToHost));
+    int ok_rows = 0;
+    for (int r = 0; r < B; r++) {
+        zl_logprobs ref;
+        logprobs_prompt_row(lg.data() + (size_t)r * V, V, next[r], k[r], &ref);
+        int ok =
+            (ref.logprob == out[r].logprob || fabs(ref.logprob - out[r].logprob) <= 1e-6 * (1 + fabs(ref.logprob))) &&
+            ref.n_top == out[r].n_top;
+        for (int j = 0; ok && j < ref.n_top; j++)
+            ok = ref.top_id[j] == out[r].top_id[j] &&
+                 fabs(ref.top_logprob[j] - out[r].top_logprob[j]) <= 1e-6 * (1 + fabs(ref.top_logprob[j]));
+        ok_rows += ok;
+    }
+    CHECK(ok_rows == B, "raw rows (top_k per row, no params): %d of %d equal logprobs_prompt_row's", ok_rows, B);
+    CHECK(out[0].logprob == -INFINITY, "a raw row's -inf id: logprob -inf (%g)", out[0].logprob);
+    cudaFree(d_lg), cudaFree(d_k), cudaFree(d_n), cudaFree(d_out);
+}
+
 static zl_engine *s_engine_new(const zl_model *m, const char *dev) {
     char err[256];
     zl_engine_opts o;
@@ -357,6 +403,111 @@ out:
     model_destroy(&m);
 }
 
+/* prompt logprobs of PR[0..n) (rows scoring PR[1..n)) on engine e, slot `slot`, in chunks of `chunk` tokens, each
+ * chunk's entry at index `at` of a step with `others` other entries (decodes and a prefill, one with prompt
+ * logprobs) on slots 4..7; out[n - 1] */
+static int s_prompt_run(zl_engine *e, const int32_t *PR, int n, int chunk, int slot, int others, zl_logprobs *out) {
+    zl_sampling sp = sampler_defaults();
+    zl_sampling so = sampler_defaults();
+    so.temperature = 0.7f;
+    static int32_t otok[4][8];
+    static zl_logprobs oplp[4][8];
+    static uint64_t orng[4];
+    for (int done = 0; done < n;) {
+        const int len = n - done < chunk ? n - done : chunk;
+        zl_seq b[5];
+        memset(b, 0, sizeof b);
+        int k = 0;
+        for (int i = 0; i < others; i++, k++) { /* other entries: 2 decodes, then prefills of 6 tokens */
+            for (int t = 0; t < 8; t++) otok[i][t] = 2 + (i * 37 + t * 11 + done) % 400;
+            orng[i] = sampler_rng_init((uint64_t)(i + 1));
+            b[k].slot = 4 + i;
+            b[k].pos = 0;
+            b[k].n_tokens = i < 2 ? 1 : 6;
+            b[k].tokens = otok[i];
+            b[k].sample = 1;
+            b[k].samp = &so;
+            b[k].rng = &orng[i];
+            if (i == 2) { /* a prefill with prompt logprobs of its own */
+                b[k].plp_rows = 5;
+                b[k].plp_top = 3;
+                b[k].plp_next = otok[i] + 1;
+                b[k].plp_out = oplp[i];
+            }
+        }
+        zl_seq *q = &b[k++];
+        q->slot = slot;
+        q->pos = done;
+        q->n_tokens = len;
+        q->tokens = PR + done;
+        q->sample = done + len == n;
+        q->samp = &sp;
+        q->plp_rows = done + len == n ? len - 1 : len; /* the last position scores nothing of the prompt */
+        q->plp_top = 20;
+        q->plp_next = PR + done + 1;
+        q->plp_out = out + done;
+        if (others) std::swap(b[0], b[k - 1]); /* the prompt's entry first, the others after it */
+        int32_t tok[5];
+        zl_logprobs lp[5];
+        if (s_run(e, b, k, tok, lp)) return -1;
+        done += len;
+    }
+    return 0;
+}
+
+/* model: as s_engine's (bitwise checks where every product is batch invariant, the CPU reference on F32 files) */
+static void s_prompt(const char *model) {
+    char path[1100], err[256];
+    if (model) snprintf(path, sizeof path, "%s", model);
+    else snprintf(path, sizeof path, "%s/stories260K/stories260K.gguf", test_fixtures());
+    zl_model *m = model_load(path, err, sizeof err);
+    CHECK(m != NULL, "model_load: %s", err);
+    if (!m) return;
+    zl_engine *g = s_engine_new(m, "cuda"), *c = s_engine_new(m, "cpu-ref");
+    if (g && c) {
+        CHECK(g->caps & ZL_CAP_PROMPT_LOGPROBS, "the CUDA engine serves prompt logprobs");
+        const int bitwise = m->layers[0].wq.type != GGML_F32;
+        static const int32_t PR[20] = {1,  327, 260, 299, 472, 17,  375, 408, 39,  508,
+                                       48, 186, 60,  61,  62,  300, 301, 17,  260, 299};
+        const int n = 20;
+        zl_logprobs ref[20], alone[20], batch[20], ch3[20], ch7[20];
+        memset(ref, 0, sizeof ref);
+        memset(alone, 0, sizeof alone);
+        memset(batch, 0xA5, sizeof batch);
+        memset(ch3, 0x5A, sizeof ch3);
+        memset(ch7, 0x3C, sizeof ch7);
+        if (s_prompt_run(c, PR, n, n, 0, 0, ref) == 0 && s_prompt_run(g, PR, n, n, 0, 0, alone) == 0 &&
+            s_prompt_run(g, PR, n, n, 1, 3, batch) == 0 && s_prompt_run(g, PR, n, 3, 2, 0, ch3) == 0 &&
+            s_prompt_run(g, PR, n, 7, 3, 3, ch7) == 0) {
+            float worst = 0;
+            int ids = 1, same_b = 1, same_3 = 1, same_7 = 1;
+            for (int p = 0; p < n - 1; p++) {
+                worst = fmaxf(worst, fabsf(alone[p].logprob - ref[p].logprob));
+                ids &= alone[p].n_top == 20 && ref[p].n_top == 20;
+                for (int j = 0; ids && j < 20; j++) {
+                    worst = fmaxf(worst, fabsf(alone[p].top_logprob[j] - ref[p].top_logprob[j]));
+                    ids &= alone[p].top_id[j] == ref[p].top_id[j] ||
+                           fabsf(ref[p].top_logprob[j] - alone[p].top_logprob[j]) <= 1e-4f;
+                }
+                same_b &= s_same_lp(&alone[p], &batch[p]);
+                same_3 &= s_same_lp(&alone[p], &ch3[p]);
+                same_7 &= s_same_lp(&alone[p], &ch7[p]);
+            }
+            if (!bitwise) {
+                CHECK(worst <= 1e-4f, "prompt logprobs: CUDA within 1e-4 of the CPU reference (max err %g)", worst);
+                CHECK(ids, "prompt logprobs: 20 alternatives, the CPU reference's ids but for near-ties");
+            } else {
+                CHECK(same_b, "prompt logprobs alone and inside a batch with decodes and prefills: the same bits");
+                CHECK(same_3, "prompt logprobs prefilled in chunks of 3: the same bits");
+                CHECK(same_7, "prompt logprobs in chunks of 7 inside batches: the same bits");
+            }
+        }
+    }
+    engine_destroy(&g);
+    engine_destroy(&c);
+    model_destroy(&m);
+}
+
 /* argv[1]: the model of the engine checks (default stories260K; tests/run_gpu.sh adds a BF16 one) */
 int main(int argc, char **argv) {
     penalty_case *cases;
@@ -365,6 +516,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) s_case(&cases[i], i);
     penalty_ref_free(cases, n);
     s_batch();
+    s_raw();
     s_engine(argc > 1 ? argv[1] : NULL);
+    s_prompt(argc > 1 ? argv[1] : NULL);
     return test_report();
 }

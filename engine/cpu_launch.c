@@ -79,6 +79,18 @@ int cpu_launch_check(zl_engine *b, const zl_seq *seqs, int n, int need_tokens, i
                      s->n_bias, s->history_prompt, s->samp ? s->samp->top_logprobs : 0);
             return -1;
         }
+        if (s->plp_rows < 0 || s->plp_rows > s->n_tokens ||
+            (s->plp_rows && (!s->plp_next || !s->plp_out || s->plp_top < 0 || s->plp_top > ZL_MAX_TOP_LOGPROBS))) {
+            snprintf(b->err, sizeof b->err, "step: seq %d: prompt logprobs of %d rows (top %d) out of range", i,
+                     s->plp_rows, s->plp_top);
+            return -1;
+        }
+        for (int t = 0; t < s->plp_rows; t++)
+            if (s->plp_next[t] < 0 || s->plp_next[t] >= b->model->cfg.vocab_size) {
+                snprintf(b->err, sizeof b->err, "step: seq %d: prompt logprob id %d out of vocabulary", i,
+                         (int)s->plp_next[t]);
+                return -1;
+            }
         T += s->n_tokens;
     }
     if (T > b->max_step_tokens) {
@@ -104,11 +116,11 @@ static int s_step_fed(zl_engine *e, cpu_launch *l, const zl_seq *seqs, int n, in
         l->fseq[i] = *s;
         if (!s->feed) continue;
         const zl_sampling *sp = s->samp;
-        if (s->slot < 0 || s->slot >= e->n_slots || s->n_tokens != 1 || !l->carry_ok[s->slot] ||
+        if (s->slot < 0 || s->slot >= e->n_slots || s->n_tokens != 1 || !l->carry_ok[s->slot] || s->plp_rows ||
             (sp && sp->repeat_penalty != 1.0f && sp->repeat_last_n > 0) || penalty_counts(sp)) {
             snprintf(e->err, sizeof e->err,
                      "step: seq %d: a fed entry needs one token, a slot whose last step "
-                     "sampled, and no repetition, presence or frequency penalty (slot %d)",
+                     "sampled, no prompt logprobs and no repetition, presence or frequency penalty (slot %d)",
                      i, s->slot);
             return -1;
         }

@@ -46,6 +46,14 @@ typedef struct {
                                 * every id. Read only with sample set, by an engine whose zl_engine.masks is 1
                                 * (callers check it: one with 0 ignores masks); out_logits stay unmasked on the CPU
                                 * engines (on CUDA a masked row's logits come back masked) */
+    int plp_rows;            /* prompt logprobs: rows [0, plp_rows) of this entry (plp_rows <= n_tokens) report the
+                                * log probability of plp_next[j] under the logits of row j (position pos + j) and
+                                * their top plp_top alternatives (engine/logprobs.h: logprobs_prompt_row); 0: none.
+                                * Only on an engine with ZL_CAP_PROMPT_LOGPROBS, never on a fed entry */
+    int plp_top;             /* alternatives per row, 0..ZL_MAX_TOP_LOGPROBS */
+    const int32_t *plp_next; /* [plp_rows] the ids the rows score (the prompt's next tokens), each in [0, vocab) */
+    zl_logprobs *plp_out;    /* [plp_rows] the rows' results, the caller's buffer: written by the step's wait (the
+                                * CPU engines write them at the launch) */
     int mask_late;           /* 1: mask's contents are written by the caller after the launch and announced with
                                 * engine_masks_ready before the step is waited for (a fed entry's mask depends on
                                 * the id of the step in flight); only on an engine with zl_engine.masks_late, in a
@@ -57,8 +65,9 @@ typedef struct zl_engine zl_engine;
 /* what a back-end's sampling offers besides the id (zl_engine.caps): a step whose entries ask for more than their
  * engine offers is refused (the batcher refuses such sequences at admission) */
 enum {
-    ZL_CAP_LOGPROBS = 1, /* zl_sampling.logprobs / top_logprobs, zl_step.out_logprobs */
-    ZL_CAP_PENALTY = 2,  /* zl_sampling.presence_penalty / frequency_penalty, zl_seq.bias */
+    ZL_CAP_LOGPROBS = 1,        /* zl_sampling.logprobs / top_logprobs, zl_step.out_logprobs */
+    ZL_CAP_PENALTY = 2,         /* zl_sampling.presence_penalty / frequency_penalty, zl_seq.bias */
+    ZL_CAP_PROMPT_LOGPROBS = 4, /* zl_seq.plp_rows: logprobs of prompt positions */
 };
 
 /* One step's arguments and results (zl_engine_ops.launch and .wait). The struct and everything it points to

@@ -393,6 +393,22 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         return 0;
     }
 
+    /* prompt logprobs (zl_seq.plp_rows): the LM head on those rows too, max_batch rows at a time through the same
+     * buffers and products as the last rows (each row's logits are the same bits whichever rows share the product) */
+    r = 0;
+    for (int i = 0; i < n; i++) {
+        const zl_seq *s = &seqs[i];
+        for (int j0 = 0; j0 < s->plp_rows; j0 += eb->max_batch) {
+            const int nr = s->plp_rows - j0 < eb->max_batch ? s->plp_rows - j0 : eb->max_batch;
+            for (int j = 0; j < nr; j++)
+                s_rmsnorm(e->xl + (size_t)j * dim, e->x + (size_t)(r + j0 + j) * dim, e->out_norm, dim, c->rms_eps);
+            if (s_matmul(e, &m->output, NULL, e->xl, e->lg, nr)) return -1;
+            for (int j = 0; j < nr; j++)
+                logprobs_prompt_row(e->lg + (size_t)j * c->vocab_size, c->vocab_size, s->plp_next[j0 + j], s->plp_top,
+                                    &s->plp_out[j0 + j]);
+        }
+        r += s->n_tokens;
+    }
     /* LM head on each sequence's last row only */
     r = 0;
     for (int i = 0; i < n; i++) {
@@ -531,7 +547,7 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
     b->layer_end = le;
     b->lanes = 1;
     b->masks = 1;
-    b->caps = ZL_CAP_LOGPROBS | ZL_CAP_PENALTY;
+    b->caps = ZL_CAP_LOGPROBS | ZL_CAP_PENALTY | ZL_CAP_PROMPT_LOGPROBS;
     b->depth = lb == 0 && le == c->n_layers ? 2 : 1; /* steps queued ahead: whole models only (the sampler
                                                         * carries ids) */
     snprintf(b->device, sizeof b->device, "cpu-ref");

@@ -179,11 +179,14 @@ json_t *gw_encode_choice(const gw_resp *r, uint32_t index, const char *text, siz
                      finish);
 }
 
-char *gw_encode_full(const gw_resp *r, json_t *choices, uint32_t prompt_tokens, uint32_t completion_tokens) {
+char *gw_encode_full(const gw_resp *r, json_t *choices, uint32_t prompt_tokens, uint32_t completion_tokens,
+                     json_t *prompt_logprobs) {
     json_t *o =
         json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", r->id, "object",
                   r->ep == GW_EP_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)r->created,
                   "model", r->model, "choices", choices, "usage", s_usage(prompt_tokens, completion_tokens));
+    if (o && prompt_logprobs) json_object_set(o, "prompt_logprobs", prompt_logprobs);
+    json_decref(prompt_logprobs);
     return s_dump(o);
 }
 
@@ -264,7 +267,8 @@ json_t *gw_encode_logprobs(const gw_resp *r, const void *tok, const int32_t *ids
             }
             json_array_append_new(tokens, s_jstring(tt, tn));
             json_array_append_new(tlps, lp->present ? s_lpval(lp->logprob) : json_null());
-            json_array_append_new(tops, alts ? alts : json_null());
+            if (!lp->present) json_decref(alts); /* a position nothing precedes, or a token without logprobs */
+            json_array_append_new(tops, alts && lp->present ? alts : json_null());
             json_array_append_new(offs, json_integer((json_int_t)*text_off));
         }
         *text_off += tn;
@@ -283,6 +287,58 @@ json_t *gw_encode_logprobs(const gw_resp *r, const void *tok, const int32_t *ids
     json_decref(tops);
     json_decref(offs);
     return o;
+}
+
+int gw_token_space(const void *tok, int32_t id) {
+    size_t pn = 0;
+    const char *piece = tok && id >= 0 && id < tokenizer_n_vocab(tok) ? tokenizer_token_text(tok, id, &pn) : NULL;
+    return piece && tokenizer_is_spm(tok) && pn >= 3 && !memcmp(piece, "\xe2\x96\x81", 3);
+}
+
+int gw_logprobs_concat(json_t *a, const json_t *b) {
+    static const char *keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    for (int i = 0; i < 4; i++) {
+        json_t *x = json_object_get(a, keys[i]), *y = json_object_get(b, keys[i]);
+        if (!x || !y || json_array_extend(x, y) != 0) return -1;
+    }
+    return 0;
+}
+
+/* {"logprob", "rank", "decoded_token"} of one id (rank <= 0: null) */
+static json_t *s_plp_entry(const void *tok, int32_t id, float lp, int rank) {
+    size_t n = 0;
+    char *t = s_token_text(tok, id, 0, &n);
+    json_t *o =
+        json_pack("{s:o, s:o, s:o}", "logprob", s_lpval(lp), "rank", rank > 0 ? json_integer(rank) : json_null(),
+                  "decoded_token", t ? s_jstring(t, n) : json_null());
+    free(t);
+    return o;
+}
+
+int gw_encode_prompt_logprobs(json_t *list, const void *tok, const int32_t *ids, const proto_logprob *lps, uint32_t n,
+                              uint32_t k) {
+    for (uint32_t i = 0; i < n; i++) {
+        const proto_logprob *lp = &lps[i];
+        if (!lp->present) {
+            if (json_array_append_new(list, json_null()) != 0) return -1;
+            continue;
+        }
+        json_t *o = json_object();
+        if (!o) return -1;
+        char key[16];
+        int rank = 0;
+        for (uint32_t j = 0; j < lp->n_top; j++)
+            if (lp->top_id[j] == ids[i]) rank = (int)j + 1;
+        snprintf(key, sizeof key, "%d", (int)ids[i]);
+        json_object_set_new(o, key, s_plp_entry(tok, ids[i], lp->logprob, rank));
+        for (uint32_t j = 0; j < lp->n_top && j < k; j++) {
+            snprintf(key, sizeof key, "%d", (int)lp->top_id[j]);
+            if (!json_object_get(o, key))
+                json_object_set_new(o, key, s_plp_entry(tok, lp->top_id[j], lp->top_logprob[j], (int)j + 1));
+        }
+        if (json_array_append_new(list, o) != 0) return -1;
+    }
+    return 0;
 }
 
 /* appends `N,` (the choice index after chunk_pre) */

@@ -56,6 +56,13 @@ typedef struct gw_conn {
     const void *tok;              /* the model's vocabulary (a zl_tokenizer *) for token texts, or NULL */
     size_t text_off[PROTO_MAX_N]; /* completions' text_offset: each choice's text bytes so far */
     json_t *choices;              /* non-streamed n > 1: the choices ended so far (a JSON array) */
+    int echo;                     /* completions echo: each choice starts with the prompt */
+    int echo_top;                 /* with echo: alternatives per prompt token in its logprobs, -1: no logprobs */
+    int plp_ext;                  /* the prompt_logprobs extension's alternatives, -1: not asked for */
+    char *echo_text;              /* with echo: the prompt's text (owned) */
+    size_t echo_len;
+    json_t *echo_lp[PROTO_MAX_N]; /* with echo and logprobs: each choice's prompt logprobs (completions shape) */
+    json_t *plp_list;             /* with prompt_logprobs: vLLM's list for the prompt (choice 0's messages) */
     uint32_t usage_completion;    /* completion tokens of the choices ended so far */
     gw_resp resp;
     char model[PROTO_NAME_MAX + 1]; /* the metrics label: the model name as resolved */

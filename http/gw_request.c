@@ -90,7 +90,6 @@ static int s_refuse_unsupported(json_t *o, gw_endpoint ep, gw_error *e) {
     (void)ep;
     if ((v = s_get(o, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
         return s_unsupported(e, "best_of", "other than 1");
-    if ((v = s_get(o, "echo")) && !json_is_false(v)) return s_unsupported(e, "echo", "");
     if ((v = s_get(o, "modalities"))) {
         if (!json_is_array(v)) return s_unsupported(e, "modalities", "");
         size_t i;
@@ -129,6 +128,22 @@ static int s_extras(gw_request *r, json_t *o, gw_error *e) {
             s->top_logprobs = (uint32_t)k;
         }
     }
+    /* the prompt's logprobs: completions' echo (its prompt tokens' logprobs with `logprobs`) and vLLM's
+     * prompt_logprobs extension on both endpoints; the broker computes them for the larger of the two k */
+    r->echo_top = r->plp_ext = -1;
+    json_t *ev = s_get(o, "echo");
+    if (r->ep == GW_EP_CHAT && ev && !json_is_false(ev)) return s_unsupported(e, "echo", "on chat completions");
+    if (r->ep == GW_EP_COMPLETIONS && (rc = s_bool(o, "echo", &r->echo, e)) < 0) return -1;
+    if (r->echo && s->logprobs) r->echo_top = (int)s->top_logprobs;
+    if ((rc = s_int(o, "prompt_logprobs", 0, PROTO_MAX_TOP_LOGPROBS, &k, e)) < 0) return -1;
+    if (rc) r->plp_ext = (int)k;
+    if (r->echo || r->plp_ext >= 0) {
+        s->prompt_lp = 1;
+        s->prompt_top = (uint32_t)(r->echo_top > r->plp_ext ? (r->echo_top > 0 ? r->echo_top : 0) : r->plp_ext);
+    }
+    if (r->has_max_tokens && r->gen.max_tokens == 0 && !s->prompt_lp)
+        return gw_error_set(e, 400, INVALID, "max_tokens", NULL,
+                            "'max_tokens' = 0 generates nothing: it needs 'echo' or 'prompt_logprobs'");
     json_t *lb = s_get(o, "logit_bias");
     if (lb) {
         if (!json_is_object(lb))
@@ -339,7 +354,7 @@ static int s_sampling(gw_request *r, json_t *o, gw_error *e) {
     if (rc) s->ignore_eos = b;
     /* max_completion_tokens wins over the older max_tokens when both are given */
     const char *mk = s_get(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if ((rc = s_int(o, mk, 1, PROTO_MAX_GEN, &k, e)) < 0) return -1;
+    if ((rc = s_int(o, mk, 0, PROTO_MAX_GEN, &k, e)) < 0) return -1; /* 0: with echo or prompt_logprobs only */
     if (rc) {
         r->gen.max_tokens = (uint32_t)k;
         r->has_max_tokens = 1;

@@ -1,7 +1,8 @@
 /* http/gw_request.h: an OpenAI request body (chat or completions) parsed with jansson and validated into a
  * proto_generate for the broker. Every field zllm supports is range-checked against docs/protocol.md (logprobs,
- * top_logprobs, n, presence/frequency_penalty, logit_bias and response_format included: docs/http.md); every field
- * it does not support yet (best_of, echo, tools, ...) is refused with a 400 naming the field; fields that
+ * top_logprobs, n, presence/frequency_penalty, logit_bias, response_format, completions' echo and the
+ * prompt_logprobs extension included: docs/http.md); every field it does not support yet (best_of, tools, ...) is
+ * refused with a 400 naming the field; fields that
  * change nothing (user, store, metadata, ...) are accepted and ignored.
  *
  *     gw_request r; gw_error e;
@@ -25,6 +26,10 @@ typedef struct {
     int stream;         /* 0/1 */
     int include_usage;  /* stream_options.include_usage */
     int has_max_tokens; /* 1 when max_tokens / max_completion_tokens was given */
+    int echo;           /* completions `echo`: the prompt is returned before the completion */
+    int echo_top;       /* with echo: alternatives per prompt token in logprobs (completions' `logprobs`), -1 when
+                         * logprobs were not asked for */
+    int plp_ext;        /* the `prompt_logprobs` extension (vLLM's): alternatives per prompt position, -1: absent */
     proto_generate gen; /* prompt and sampling (gen.id and gen.model are the caller's to set) */
     /* owned storage the pointers above point into */
     void *root; /* the parsed json_t document */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include "gw_internal.h"
+#include "tokenizer.h"
 
 const proto_status *gw_session_status(const gw_server *s) { return s->has_status ? &s->st_msg.status : NULL; }
 
@@ -201,6 +202,50 @@ void gw_session_resume_deferred(gw_server *s) {
     s->n_defer = 0;
 }
 
+/* releases c's echo and prompt_logprobs state */
+static void s_echo_free(gw_conn *c) {
+    free(c->echo_text);
+    c->echo_text = NULL;
+    for (int i = 0; i < PROTO_MAX_N; i++) {
+        json_decref(c->echo_lp[i]);
+        c->echo_lp[i] = NULL;
+    }
+    json_decref(c->plp_list);
+    c->plp_list = NULL;
+}
+
+/* a choice's first stream event with echo: the prompt's text and, with logprobs, its tokens' logprobs */
+static void s_echo_delta(gw_conn *c, uint32_t ix) {
+    json_t *lp = c->echo_lp[ix];
+    c->echo_lp[ix] = NULL;
+    gw_sse_delta(&c->out, &c->resp, ix, c->echo_text ? c->echo_text : "", c->echo_len, 1, lp);
+    c->choice_started |= 1u << ix;
+}
+
+/* a `prompt_logprobs` message (before the choice's first token): the echo's logprobs of its prompt tokens, and the
+ * extension's list (choice 0's: every choice has the same) */
+static void s_on_plps(gw_conn *c, const proto_plps *p) {
+    const uint32_t ix = p->index < c->n_choices ? p->index : 0;
+    proto_logprob clip[PROTO_PLP_CHUNK];
+    const uint32_t n = p->n_ids < PROTO_PLP_CHUNK ? p->n_ids : PROTO_PLP_CHUNK;
+    if (c->echo && c->echo_top >= 0) {
+        for (uint32_t i = 0; i < n; i++) {
+            clip[i] = p->lps[i];
+            if (clip[i].n_top > (uint32_t)c->echo_top) clip[i].n_top = (uint32_t)c->echo_top;
+        }
+        json_t *lp = gw_encode_logprobs(&c->resp, c->tok, p->ids, clip, n, &c->text_off[ix]);
+        if (lp && !c->echo_lp[ix]) c->echo_lp[ix] = lp;
+        else if (lp) {
+            (void)gw_logprobs_concat(c->echo_lp[ix], lp);
+            json_decref(lp);
+        }
+    }
+    if (c->plp_ext >= 0 && ix == 0) {
+        if (!c->plp_list) c->plp_list = json_array();
+        if (c->plp_list) (void)gw_encode_prompt_logprobs(c->plp_list, c->tok, p->ids, p->lps, n, (uint32_t)c->plp_ext);
+    }
+}
+
 static void s_on_token(gw_conn *c, const proto_token *t) {
     if (!c->stream) return;
     if (c->out.n - c->out_off > c->srv->cfg.max_stream_buffer) {
@@ -215,8 +260,15 @@ static void s_on_token(gw_conn *c, const proto_token *t) {
         c->t_last = now;
     }
     s_start_stream(c);
+    int space = 0; /* an echo: the space SentencePiece's first completion token had, between prompt and text */
+    if (first && c->echo) {
+        s_echo_delta(c, ix);
+        first = 0;
+        space = t->n_ids && gw_token_space(c->tok, t->ids[0]) && !(t->text.n && t->text.p[0] == ' ');
+    }
     json_t *lp =
         c->logprobs && t->lps ? gw_encode_logprobs(&c->resp, c->tok, t->ids, t->lps, t->n_ids, &c->text_off[ix]) : NULL;
+    if (space) gw_sse_delta(&c->out, &c->resp, ix, " ", 1, 0, NULL);
     if (first || t->text.n || lp) {
         gw_sse_delta(&c->out, &c->resp, ix, t->text.p ? t->text.p : "", t->text.n, first, lp);
         c->choice_started |= 1u << ix;
@@ -256,6 +308,10 @@ static void s_on_final(gw_conn *c, const proto_final *f) {
     } else if (c->stream) {
         int first = !(c->choice_started >> ix & 1);
         s_start_stream(c);
+        if (first && c->echo) {
+            s_echo_delta(c, ix);
+            first = 0;
+        }
         if (first || f->text.n) gw_sse_delta(&c->out, &c->resp, ix, f->text.p ? f->text.p : "", f->text.n, first, NULL);
         c->choice_started |= 1u << ix;
         gw_sse_finish(&c->out, &c->resp, ix, finish);
@@ -269,8 +325,24 @@ static void s_on_final(gw_conn *c, const proto_final *f) {
         json_t *lp = c->logprobs && f->lps
                          ? gw_encode_logprobs(&c->resp, c->tok, f->ids, f->lps, f->n_ids, &c->text_off[ix])
                          : NULL;
+        if (c->echo && c->echo_top >= 0) { /* the prompt's tokens, then the completion's */
+            json_t *all = c->echo_lp[ix];
+            c->echo_lp[ix] = NULL;
+            if (all && lp) (void)gw_logprobs_concat(all, lp);
+            json_decref(lp);
+            lp = all;
+        }
+        gw_buf echoed = {0};
+        if (c->echo) {
+            gw_buf_add(&echoed, c->echo_text ? c->echo_text : "", c->echo_len);
+            if (f->n_ids && gw_token_space(c->tok, f->ids[0]) && !(f->text.n && f->text.p[0] == ' '))
+                gw_buf_add(&echoed, " ", 1);
+            gw_buf_add(&echoed, f->text.p ? f->text.p : "", f->text.n);
+        }
         if (!c->choices) c->choices = json_array();
-        json_t *ch = gw_encode_choice(&c->resp, ix, f->text.p ? f->text.p : "", f->text.n, finish, lp);
+        json_t *ch = c->echo ? gw_encode_choice(&c->resp, ix, echoed.p ? echoed.p : "", echoed.n, finish, lp)
+                             : gw_encode_choice(&c->resp, ix, f->text.p ? f->text.p : "", f->text.n, finish, lp);
+        gw_buf_free(&echoed);
         if (c->choices && ch) json_array_append_new(c->choices, ch);
         if (last) {
             gw_metrics_ttft(s->metrics, c->model, gw_now() - c->t0);
@@ -286,7 +358,12 @@ static void s_on_final(gw_conn *c, const proto_final *f) {
             }
             json_decref(chs);
             c->reply_status = 200;
-            c->reply_body = sorted ? gw_encode_full(&c->resp, sorted, f->prompt_tokens, c->usage_completion) : NULL;
+            json_t *plp = c->plp_list;
+            c->plp_list = NULL;
+            if (c->plp_ext >= 0 && !plp) plp = json_array();
+            c->reply_body =
+                sorted ? gw_encode_full(&c->resp, sorted, f->prompt_tokens, c->usage_completion, plp) : NULL;
+            if (!sorted) json_decref(plp);
             c->reply_type = "application/json";
             c->state = S_REPLY;
         }
@@ -294,6 +371,7 @@ static void s_on_final(gw_conn *c, const proto_final *f) {
     if (!last) return;
     json_decref(c->choices);
     c->choices = NULL;
+    s_echo_free(c);
     if (c->eof || c->state == S_REPLY) gw_metrics_e2e(s->metrics, c->model, gw_now() - c->t0);
     s_slot_give(s, c);
     gw_conn_resume(c);
@@ -349,6 +427,9 @@ void gw_session_drain(gw_server *s) {
         switch (m->type) {
         case PROTO_TOKEN:
             if ((c = s_slot_find(s, m->token.id))) s_on_token(c, &m->token);
+            break;
+        case PROTO_PROMPT_LPS:
+            if ((c = s_slot_find(s, m->plps.id)) && c->at_broker) s_on_plps(c, &m->plps);
             break;
         case PROTO_FINAL:
             if ((c = s_slot_find(s, m->final.id)) && c->at_broker) s_on_final(c, &m->final);
@@ -408,6 +489,18 @@ ssize_t gw_session_sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     return 0;
 }
 
+/* the text an echo starts with (malloc'd, *n bytes): a text prompt as given, a token-id prompt decoded by tok */
+static char *s_echo_text(const gw_request *r, const void *tok, size_t *n) {
+    if (r->gen.prompt_kind == PROTO_PROMPT_TOKENS)
+        return tok ? tokenizer_decode_len(tok, r->gen.tokens, (int)r->gen.n_tokens, 0, n) : NULL;
+    char *t = malloc(r->gen.prompt.n + 1);
+    if (!t) return NULL;
+    if (r->gen.prompt.n) memcpy(t, r->gen.prompt.p, r->gen.prompt.n);
+    t[r->gen.prompt.n] = 0;
+    *n = r->gen.prompt.n;
+    return t;
+}
+
 enum MHD_Result gw_session_generate(gw_conn *c) {
     gw_server *s = c->srv;
     gw_request r;
@@ -424,6 +517,13 @@ enum MHD_Result gw_session_generate(gw_conn *c) {
     }
     if (bmodel[0] && gw_session_alive_workers(s, bmodel) == 0) {
         gw_error_set(&e, 503, "service_unavailable", NULL, "no_worker", "no worker serves the model '%s' now", bmodel);
+        goto fail;
+    }
+    const void *tok = gw_vocab_get(s->vocab, bmodel[0] ? bmodel : NULL);
+    if (!tok) tok = gw_vocab_get(s->vocab, c->model);
+    if (r.echo && r.gen.prompt_kind == PROTO_PROMPT_TOKENS && !tok) {
+        gw_error_set(&e, 400, "invalid_request_error", "echo", NULL,
+                     "'echo' of a token-id prompt needs the model's vocabulary (zllm-http --model NAME=PATH)");
         goto fail;
     }
     char uid[40];
@@ -448,9 +548,14 @@ enum MHD_Result gw_session_generate(gw_conn *c) {
     c->n_choices = r.gen.n ? r.gen.n : 1;
     c->choice_started = 0;
     c->logprobs = r.gen.sampling.logprobs;
-    c->tok = gw_vocab_get(s->vocab, bmodel[0] ? bmodel : NULL);
-    if (!c->tok) c->tok = gw_vocab_get(s->vocab, c->model);
+    c->tok = tok;
     memset(c->text_off, 0, sizeof c->text_off);
+    s_echo_free(c);
+    c->echo = r.echo;
+    c->echo_top = r.echo_top;
+    c->plp_ext = r.plp_ext;
+    c->echo_len = 0;
+    if (c->echo) c->echo_text = s_echo_text(&r, c->tok, &c->echo_len);
     c->usage_completion = 0;
     c->at_broker = 1;
     gw_metrics_inflight(s->metrics, 1);
@@ -472,6 +577,9 @@ void gw_session_cancel(gw_conn *c, int status) {
     gw_conn_count(c, status);
 }
 
-void gw_session_release(gw_conn *c) { s_slot_give(c->srv, c); }
+void gw_session_release(gw_conn *c) {
+    s_slot_give(c->srv, c);
+    s_echo_free(c);
+}
 
 gw_conn *gw_session_slot(gw_server *s, int slot) { return slot >= 0 && slot < s->n_slots ? s->slots[slot] : NULL; }

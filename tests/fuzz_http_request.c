@@ -70,7 +70,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_array_append_new(choices, gw_encode_choice(&rs, 0, body, size, "stop", NULL));
     json_array_append_new(
         choices, gw_encode_choice(&rs, 1, body, size, "length", gw_encode_logprobs(&rs, NULL, ids, lps, 4, &off)));
-    char *full = gw_encode_full(&rs, choices, 1, 2);
+    json_t *plp = json_array(); /* the prompt_logprobs extension's list of the same entries */
+    s_check(plp && gw_encode_prompt_logprobs(plp, NULL, ids, lps, 4, 3) == 0 && json_array_size(plp) == 4,
+            "prompt logprobs encode");
+    char *full = gw_encode_full(&rs, choices, 1, 2, plp);
     s_check(full != NULL, "the full body encodes");
     j = json_loads(full, JSON_ALLOW_NUL, &je);
     s_check(j != NULL, "the full body is JSON");

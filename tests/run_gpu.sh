@@ -18,6 +18,7 @@
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
 #   - tests/test_worker_golden.sh cuda: a broker and a CUDA worker give the golden ids to concurrent requests;
 #   - tests/test_logprobs.py on a CUDA worker: logprobs, penalties, logit bias and n end to end;
+#   - tests/test_prompt_logprobs.py on CUDA workers: prompt logprobs against float64, alone/batch/chunks bitwise;
 #   - Gemma 3 270M Q4_K_M (deploy/fetch-gemma3.sh): gpu_test_engine_gpu, test_gemma3_270m on cuda, and zllm-run's
 #     text; test_e2e_gemma3.sh on cuda (a broker and a CUDA worker serve the gemma3 and Mistral-style oracle models);
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
@@ -185,6 +186,10 @@ run_one "e2e-logprobs-cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda \
 # the CUDA engine's logprobs, penalties and copied KV on a BF16 model (wtc products: bitwise checks)
 [ -x "$build/tests/gpu_test_logprobs" ] && [ -f "$tmp/smollm2-135m-bf16.gguf" ] && \
     run_one "gpu_test_logprobs:smollm2-135m-bf16" "$build/tests/gpu_test_logprobs" "$tmp/smollm2-135m-bf16.gguf"
+# prompt logprobs end to end on CUDA workers (alone, in a batch of 25, prefilled in chunks of 3: the same bits on
+# the BF16 model)
+run_one "e2e-prompt-logprobs-cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda \
+    ZLLM_E2E_BITWISE_MODEL="$tmp/smollm2-135m-bf16.gguf" python3 tests/test_prompt_logprobs.py
 
 # compute-sanitizer memcheck over a short engine run (golden ids, mixed batches, graphs, invariance with 8 tokens)
 if command -v compute-sanitizer >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then

@@ -654,8 +654,116 @@ static void test_format(void) {
     proto_buf_free(&b);
 }
 
+/* prompt logprobs: the generate/assign field, max_tokens 0 only with it, the out's `plp` column and the
+ * broker -> client prompt_logprobs message, and their hostile forms */
+static void test_prompt_lp(void) {
+    proto_buf b = {0};
+    proto_generate g;
+    proto_generate_defaults(&g);
+    g.id = proto_cstr("p");
+    g.prompt_kind = PROTO_PROMPT_TEXT;
+    g.prompt = proto_cstr("hi");
+    g.max_tokens = 0;
+    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) != 0 && strstr(s_err, "prompt_logprobs"),
+          "max_tokens 0 without prompt_logprobs refused (%s)", s_err);
+    g.sampling.prompt_lp = 1;
+    g.sampling.prompt_top = 0;
+    CHECK(proto_encode_generate(&b, &g) == 0 && oracle_map(&b, 16) && dec(b.data, b.len) == 0 &&
+              s_m.generate.max_tokens == 0 && s_m.generate.sampling.prompt_lp == 1 &&
+              s_m.generate.sampling.prompt_top == 0,
+          "generate prompt_logprobs 0, max_tokens 0 round trip");
+    g.sampling.prompt_top = 20;
+    CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) == 0 && s_m.generate.sampling.prompt_top == 20,
+          "prompt_logprobs 20");
+    g.sampling.prompt_top = 21; /* the encoder clamps: a hand-made frame carries 21 */
+    mp m;
+    mp_init(&m);
+    mp_head(&m, 3, "generate");
+    mp_str(&m, "id");
+    mp_str(&m, "x");
+    mp_str(&m, "prompt");
+    mp_str(&m, "hi");
+    mp_str(&m, "prompt_logprobs");
+    msgpack_pack_uint32(&m.pk, 21);
+    CHECK(mp_dec(&m) != 0 && strstr(s_err, "prompt_logprobs"), "prompt_logprobs 21 refused: %s", s_err);
+    proto_seq q;
+    memset(&q, 0, sizeof q);
+    int32_t toks[3] = {1, 2, 3};
+    q.rid = 4;
+    q.tokens = toks;
+    q.n_tokens = 3;
+    proto_sampling_defaults(&q.sampling);
+    CHECK(proto_encode_assign(&b, &q, 1) == 0 && dec(b.data, b.len) != 0, "assign max_tokens 0 without it refused");
+    q.sampling.prompt_lp = 1;
+    q.sampling.prompt_top = 5;
+    CHECK(proto_encode_assign(&b, &q, 1) == 0 && dec(b.data, b.len) == 0 && s_m.assign.seqs[0].max_tokens == 0 &&
+              s_m.assign.seqs[0].sampling.prompt_lp && s_m.assign.seqs[0].sampling.prompt_top == 5,
+          "assign prompt_logprobs round trip");
+    /* out with plp: entry 0 two rows from position 1, entry 1 none */
+    const int32_t tid[2] = {7, 9};
+    const float tlp[2] = {-0.5f, -1.5f};
+    const proto_logprob rows[2] = {{1, -2.0f, 2, tid, tlp}, {1, -INFINITY, 0, NULL, NULL}};
+    const proto_plp plp[2] = {{1, 2, rows}, {0, 0, NULL}};
+    const uint64_t rids[2] = {4, 5};
+    const int32_t otok[2] = {-1, 11};
+    const uint8_t fin[2] = {0, 0};
+    CHECK(proto_encode_out_plp(&b, 3, rids, otok, fin, NULL, plp, 2) == 0 && oracle_map(&b, 7) &&
+              dec(b.data, b.len) == 0 && s_m.out.plp && s_m.out.plp[0].start == 1 && s_m.out.plp[0].n == 2 &&
+              s_m.out.plp[0].lps[0].logprob == -2.0f && s_m.out.plp[0].lps[0].n_top == 2 &&
+              s_m.out.plp[0].lps[0].top_id[1] == 9 && s_m.out.plp[0].lps[1].logprob == -INFINITY &&
+              s_m.out.plp[1].n == 0,
+          "out plp round trip");
+    const proto_logprob holes[2] = {{1, -2.0f, 0, NULL, NULL}, {0, 0, 0, NULL, NULL}};
+    const proto_plp bad_plp[2] = {{1, 2, holes}, {0, 0, NULL}};
+    CHECK(proto_encode_out_plp(&b, 3, rids, otok, fin, NULL, bad_plp, 2) == 0 && dec(b.data, b.len) != 0,
+          "a nil row inside plp refused");
+    const proto_plp zero[2] = {{0, 2, rows}, {0, 0, NULL}};
+    CHECK(proto_encode_out_plp(&b, 3, rids, otok, fin, NULL, zero, 2) == 0 && dec(b.data, b.len) != 0,
+          "plp start 0 refused (position 0 has none)");
+    mp_init(&m);
+    mp_head(&m, 4, "out");
+    mp_str(&m, "rids");
+    msgpack_pack_array(&m.pk, 1);
+    msgpack_pack_uint64(&m.pk, 4);
+    mp_str(&m, "toks");
+    msgpack_pack_array(&m.pk, 1);
+    msgpack_pack_int32(&m.pk, -1);
+    mp_str(&m, "fin");
+    msgpack_pack_array(&m.pk, 1);
+    msgpack_pack_uint32(&m.pk, 0);
+    mp_str(&m, "plp");
+    msgpack_pack_array(&m.pk, 2);
+    msgpack_pack_nil(&m.pk);
+    msgpack_pack_nil(&m.pk);
+    CHECK(mp_dec(&m) != 0 && strstr(s_err, "plp"), "plp longer than rids refused: %s", s_err);
+    /* broker -> client */
+    const int32_t pids[3] = {1, 2, 3};
+    const proto_logprob plps[3] = {{0, 0, 0, NULL, NULL}, rows[0], rows[1]};
+    proto_plps pm = {proto_cstr("p"), 0, pids, 3, plps, 2};
+    CHECK(proto_encode_plps(&b, &pm) == 0 && oracle_map(&b, 7) && dec(b.data, b.len) == 0 &&
+              s_m.type == PROTO_PROMPT_LPS && streq(s_m.plps.id, "p") && s_m.plps.start == 0 && s_m.plps.n_ids == 3 &&
+              s_m.plps.ids[2] == 3 && !s_m.plps.lps[0].present && s_m.plps.lps[1].top_id[0] == 7 && s_m.plps.index == 2,
+          "prompt_logprobs round trip");
+    mp_init(&m);
+    mp_head(&m, 4, "prompt_logprobs");
+    mp_str(&m, "id");
+    mp_str(&m, "p");
+    mp_str(&m, "start");
+    msgpack_pack_uint32(&m.pk, 0);
+    mp_str(&m, "ids");
+    msgpack_pack_array(&m.pk, 2);
+    msgpack_pack_uint32(&m.pk, 1);
+    msgpack_pack_uint32(&m.pk, 2);
+    mp_str(&m, "logprobs");
+    msgpack_pack_array(&m.pk, 1);
+    msgpack_pack_nil(&m.pk);
+    CHECK(mp_dec(&m) != 0, "prompt_logprobs with ids and logprobs of different lengths refused");
+    proto_buf_free(&b);
+}
+
 int main(void) {
     test_roundtrips();
+    test_prompt_lp();
     test_format();
     test_kv_fields();
     test_add_str();

@@ -904,6 +904,113 @@ static void test_extras(const zl_model *m) {
     engine_destroy(&t);
 }
 
+/* runs rid's sequence (with prompt logprobs) in b to its end: its prompt logprobs in order into plp[], its tokens,
+ * its final code; returns the rows received (-1 when they came out of order) */
+static int s_run_plp(wk_batcher *b, uint64_t rid, zl_logprobs *plp, int *toks, int *n_tok, int *fin) {
+    char err[256];
+    int cap = batcher_event_cap(b), rows = 0, order = 1;
+    wk_event *ev = calloc((size_t)cap, sizeof *ev);
+    *n_tok = 0;
+    *fin = 0;
+    for (int step = 0; step < 200 && !*fin; step++) {
+        int n_ev = 0;
+        if (batcher_step(b, ev, cap, &n_ev, err, sizeof err) < 0) {
+            CHECK(0, "step: %s", err);
+            break;
+        }
+        for (int j = 0; j < n_ev; j++) {
+            if (ev[j].rid != rid) continue;
+            if (ev[j].n_plp) {
+                order &= ev[j].plp_start == rows + 1;
+                memcpy(plp + rows, ev[j].plp, (size_t)ev[j].n_plp * sizeof *plp);
+                rows += ev[j].n_plp;
+            }
+            if (ev[j].tok >= 0) toks[(*n_tok)++] = ev[j].tok;
+            *fin = ev[j].fin;
+        }
+    }
+    /* the others to their end too, so that no step stays in flight on the engine the next batcher takes */
+    for (int step = 0; step < 200 && (batcher_running(b) > 0 || batcher_in_flight(b) > 0); step++) {
+        int n_ev = 0;
+        if (batcher_step(b, ev, cap, &n_ev, err, sizeof err) < 0) break;
+    }
+    free(ev);
+    return order ? rows : -1;
+}
+
+/* prompt logprobs (wk_request.prompt_lp): positions 1..P-1 in order, the same bits as one engine step over the whole
+ * prompt, whatever the chunking (a prefill cap of 3) and beside another sequence; tokens unchanged; max_tokens 0
+ * ends with fin 2 and no token once the prompt is in; a sharer with prompt logprobs prefills itself */
+static void test_prompt_lp(const zl_model *m) {
+    char err[256];
+    int32_t buf[3][NG + 1];
+    const int K = 12, P = K + 1;
+    zl_logprobs ref[NG], a[NG], c[NG];
+    zl_engine *e = s_engine(m, 4, 4, 64, 64);
+    {
+        /* the reference: one step over the whole prompt on the same engine */
+        wk_request r = s_req(1, buf[0], K, 1);
+        zl_seq q;
+        memset(&q, 0, sizeof q);
+        q.slot = 3;
+        q.n_tokens = P;
+        q.tokens = r.tokens;
+        q.plp_rows = P - 1;
+        q.plp_top = 5;
+        q.plp_next = r.tokens + 1;
+        q.plp_out = ref;
+        int32_t tok;
+        CHECK(engine_step(e, &q, 1, &tok, NULL) == 0, "reference step: %s", e->err);
+    }
+    int toks[16], n_tok, fin, plain[16], n_plain, fin_plain;
+    for (int chunked = 0; chunked < 2; chunked++) {
+        wk_batcher *b = s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+        if (chunked) batcher_set_prefill_cap(b, 3);
+        wk_request r = s_req(10, buf[0], K, 4), o = s_req(11, buf[1], 20, 6);
+        r.prompt_lp = 1;
+        r.prompt_top = 5;
+        CHECK(batcher_add(b, &o, err, sizeof err) == 0 && batcher_add(b, &r, err, sizeof err) == 0, "add: %s", err);
+        memset(chunked ? c : a, 0xA5, sizeof a);
+        const int rows = s_run_plp(b, 10, chunked ? c : a, toks, &n_tok, &fin);
+        CHECK(rows == P - 1, "prompt logprobs of %d positions in order (%d)", P - 1, rows);
+        CHECK(!memcmp(chunked ? c : a, ref, (size_t)(P - 1) * sizeof *ref), "%s: the bits of one step over the prompt",
+              chunked ? "chunks of 3 beside another prompt" : "whole");
+        CHECK(n_tok == 4 && fin == WK_FIN_LENGTH && !memcmp(toks, s_gold + K, 4 * sizeof(int)),
+              "the golden continuation all the same");
+        batcher_destroy(&b);
+    }
+    {
+        wk_batcher *b = s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+        wk_request r = s_req(20, buf[0], K, 0);
+        CHECK(batcher_add(b, &r, err, sizeof err) == -1, "max_tokens 0 without prompt logprobs refused");
+        r.prompt_lp = 1;
+        r.prompt_top = 5;
+        CHECK(batcher_add(b, &r, err, sizeof err) == 0, "max_tokens 0 with prompt logprobs: %s", err);
+        const int rows = s_run_plp(b, 20, c, plain, &n_plain, &fin_plain);
+        CHECK(rows == P - 1 && n_plain == 0 && fin_plain == WK_FIN_LENGTH && !memcmp(c, ref, (P - 1) * sizeof *ref),
+              "max_tokens 0: the prompt logprobs, no token, length (%d rows, %d tokens, fin %d)", rows, n_plain,
+              fin_plain);
+        wk_request s0 = s_req(30, buf[1], K, 2), s1 = s_req(31, buf[2], K, 2);
+        s1.share = 30;
+        s1.prompt_lp = 1;
+        CHECK(batcher_add(b, &s0, err, sizeof err) == 0 && batcher_add(b, &s1, err, sizeof err) == 0, "add pair");
+        const int rows1 = s_run_plp(b, 31, c, plain, &n_plain, &fin_plain);
+        CHECK(rows1 == P - 1 && batcher_prefills_shared(b) == 0, "a sharer with prompt logprobs prefills itself");
+        r.prompt_top = 21;
+        r.rid = 40;
+        CHECK(batcher_add(b, &r, err, sizeof err) == -1, "21 alternatives refused");
+        batcher_destroy(&b);
+    }
+    zl_engine *t = ta_new(e, 1);
+    wk_batcher *b = s_batcher_new(t, s_eog, m->cfg.vocab_size, err, sizeof err);
+    wk_request q = s_req(50, buf[2], 3, 4);
+    q.prompt_lp = 1;
+    CHECK(batcher_add(b, &q, err, sizeof err) == -1 && strstr(err, "prompt logprobs"),
+          "an engine without ZL_CAP_PROMPT_LOGPROBS refuses them (%s)", err);
+    batcher_destroy(&b);
+    engine_destroy(&t); /* and e, which t owns */
+}
+
 /* KV block accounting (batcher_set_kv): blocks by tokens used, the prefix cache found again by a second run of the
  * same prompt (its tokens unchanged), counters and hashes for the heartbeat; and prefill by priority */
 static void test_kv(const zl_model *m) {
@@ -993,6 +1100,7 @@ int main(void) {
     test_rejects_and_cancel(m);
     test_ahead(m);
     test_extras(m);
+    test_prompt_lp(m);
     test_kv(m);
     /* the one-lane tests again with steps queued ahead over the CPU engine (forced: not its default) */
     s_force_ahead = 1;
@@ -1001,6 +1109,7 @@ int main(void) {
     test_stops(m);
     test_rejects_and_cancel(m);
     test_extras(m);
+    test_prompt_lp(m);
     s_force_ahead = -1;
     free(s_eog);
     model_destroy(&m);

@@ -1,7 +1,7 @@
 """tests/test_broker_trust.py: what a broker accepts from workers. A tcp:// worker endpoint without CURVE is
 refused at start unless --insecure-tcp-workers names the risk; the ipc:// worker socket is 0600 in a directory
-created 0700; a worker that sends a token id outside the vocabulary, a rid twice in one `out`, or a rid not
-assigned to it is forgotten and nothing of that message reaches a client (its request is served by an honest
+created 0700; a worker that sends a token id outside the vocabulary, a rid twice in one `out`, a rid not
+assigned to it, or prompt logprobs its request did not ask for (or naming an id outside the vocabulary) is forgotten and nothing of that message reaches a client (its request is served by an honest
 worker); 300 registrations that never serve do not lock out a worker that does; status says why a model has no
 capacity (no_worker), and a request beyond every worker's context gets no_capacity, not prompt_too_long."""
 import os
@@ -141,6 +141,10 @@ lying_case("out-of-vocabulary id", lambda rid: {"rids": [rid], "toks": [BAD_TOKE
 lying_case("negative id", lambda rid: {"rids": [rid], "toks": [-7], "fin": [0]})
 lying_case("rid repeated", lambda rid: {"rids": [rid] * 3000, "toks": [5] * 3000, "fin": [0] * 3000})
 lying_case("rid never assigned", lambda rid: {"rids": [rid, rid + 1000], "toks": [5, 6], "fin": [0, 0]})
+lying_case("prompt logprobs not asked for",
+           lambda rid: {"rids": [rid], "toks": [-1], "fin": [0], "plp": [[1, [[-0.5, [], []]]]]})
+lying_case("prompt logprob id outside the vocabulary",
+           lambda rid: {"rids": [rid], "toks": [-1], "fin": [0], "plp": [[1, [[-0.5, [BAD_TOKEN], [-1.0]]]]]})
 
 # a rid that belongs to another worker's request
 b = Broker(binary)

@@ -205,7 +205,8 @@ def main():
                 ("top_p 0", {"model": "stories", "prompt": "a", "top_p": 0}, 400, "top_p"),
                 ("stop not a string", {"model": "stories", "prompt": "a", "stop": 5}, 400, "stop"),
                 ("logprobs 21", {"model": "stories", "prompt": "a", "logprobs": 21}, 400, "logprobs"),
-                ("echo", {"model": "stories", "prompt": "a", "echo": True}, 400, "echo"),
+                ("echo not a boolean", {"model": "stories", "prompt": "a", "echo": "yes"}, 400, "echo"),
+                ("max_tokens 0 without echo", {"model": "stories", "prompt": "a", "max_tokens": 0}, 400, "max_tokens"),
                 ("prompt token out of range", {"model": "stories", "prompt": [-1]}, 400, "prompt"),
                 ("prompt too long", {"model": "stories", "prompt": "a", "max_tokens": 1000000}, 400, None)]:
             st, h, b = gw.json("POST", "/v1/completions", body, {"Content-Type": "application/json"})

@@ -70,6 +70,8 @@ typedef struct {
     zl_bias bias[ZL_MAX_LOGIT_BIAS]; /* logit bias */
     int n_bias;                      /* entries in bias */
     uint64_t share;                  /* rid whose prompt KV it waits to copy (wk_request.share); 0: none */
+    int plp;                         /* wk_request.prompt_lp */
+    int plp_top;                     /* wk_request.prompt_top */
     kv_table kvt;                    /* its KV block table (block accounting, docs/kv-cache.md); empty without it */
 } s_rec;
 
@@ -79,6 +81,9 @@ typedef struct {
     int *seq_rec;                  /* [max_batch] record of each entry */
     int32_t *out_tok;              /* [max_batch] sampled ids (an engine without lanes writes them at the submit) */
     zl_logprobs *out_lp;           /* [max_batch] their logprobs (entries whose sequence asks for them) */
+    zl_logprobs *plp;              /* [max_step_tokens] prompt logprobs of the step's rows (zl_seq.plp_out points
+                                    * here), allocated with the first sequence that asks for them; NULL before */
+    int plp_used;                  /* rows of plp taken by the step being built */
     zl_step st;                    /* the step in flight (engine_launch/engine_wait name it by this address) */
     int n;                         /* entries of the step in flight */
     int prefill;                   /* with ahead: its prompt tokens (batcher_last_prefill_tokens at its collect) */
@@ -209,6 +214,7 @@ void batcher_destroy(wk_batcher **pb) {
         free(b->lane[l].seq_rec);
         free(b->lane[l].out_tok);
         free(b->lane[l].out_lp);
+        free(b->lane[l].plp);
     }
     free(b);
     *pb = NULL;
@@ -368,10 +374,26 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
                  (unsigned long long)r->rid, r->n_tokens, b->n_ctx);
         goto reject;
     }
-    if (r->max_tokens < 1) {
+    if (r->max_tokens < (r->prompt_lp ? 0 : 1)) {
         snprintf(err, errlen, "rid %llu: max_tokens %d < 1", (unsigned long long)r->rid, r->max_tokens);
         goto reject;
     }
+    if (r->prompt_lp && (r->prompt_top < 0 || r->prompt_top > ZL_MAX_TOP_LOGPROBS)) {
+        snprintf(err, errlen, "rid %llu: prompt logprobs with %d alternatives (at most %d)", (unsigned long long)r->rid,
+                 r->prompt_top, ZL_MAX_TOP_LOGPROBS);
+        goto reject;
+    }
+    if (r->prompt_lp && !(b->e->caps & ZL_CAP_PROMPT_LOGPROBS)) {
+        snprintf(err, errlen, "rid %llu: device %s does not serve prompt logprobs", (unsigned long long)r->rid,
+                 b->e->device);
+        goto reject;
+    }
+    /* the rows of every lane a step may be built in (steps queued ahead use lanes 0 and 1) */
+    for (int l = 0; r->prompt_lp && l < WK_MAX_LANES && (l < b->lanes || l < 2); l++)
+        if (!b->lane[l].plp && !(b->lane[l].plp = malloc((size_t)b->e->max_step_tokens * sizeof(zl_logprobs)))) {
+            snprintf(err, errlen, "rid %llu: out of memory for prompt logprobs", (unsigned long long)r->rid);
+            goto reject;
+        }
     if (r->n_stop_ids < 0 || r->n_stop_ids > WK_MAX_STOP_IDS || (r->n_stop_ids && !r->stop_ids)) {
         snprintf(err, errlen, "rid %llu: %d stop ids (at most %d)", (unsigned long long)r->rid, r->n_stop_ids,
                  WK_MAX_STOP_IDS);
@@ -455,7 +477,10 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
     s->ignore_eos = r->ignore_eos;
     s->n_bias = r->n_bias;
     if (r->n_bias) memcpy(s->bias, r->bias, (size_t)r->n_bias * sizeof *s->bias);
-    s->share = r->share != r->rid && r->n_tokens > 1 && b->e->ops->copy_kv ? r->share : 0;
+    s->plp = r->prompt_lp != 0;
+    s->plp_top = r->prompt_top;
+    /* prompt logprobs need the logits of every prompt row: such a prompt is prefilled, never copied */
+    s->share = r->share != r->rid && r->n_tokens > 1 && b->e->ops->copy_kv && !s->plp ? r->share : 0;
     if (kv >= 0) s_kv_admit(b, slot);
     return 0;
 reject:
@@ -626,7 +651,7 @@ static int s_entry(wk_batcher *b, s_lane *L, int i, int n, int budget) {
     q->pos = at;
     q->n_tokens = chunk;
     q->tokens = s->toks + at;
-    q->sample = at + chunk == s->len;
+    q->sample = at + chunk == s->len && s->max_tokens > 0; /* max_tokens 0: prompt logprobs only */
     q->samp = &s->samp;
     q->history = s->toks;
     q->n_history = at + chunk;
@@ -639,6 +664,13 @@ static int s_entry(wk_batcher *b, s_lane *L, int i, int n, int budget) {
      * sampling entry in flight */
     q->mask = q->sample && s->gm ? s->mask : NULL;
     q->mask_late = 0;
+    /* prompt logprobs: rows whose next token is a prompt token (positions at .. n_prompt - 2) */
+    const int rows = s->plp ? (s->n_prompt - 1 - at < chunk ? s->n_prompt - 1 - at : chunk) : 0;
+    q->plp_rows = rows > 0 && L->plp ? rows : 0;
+    q->plp_top = s->plp_top;
+    q->plp_next = q->plp_rows ? s->toks + at + 1 : NULL;
+    q->plp_out = q->plp_rows ? L->plp + L->plp_used : NULL;
+    L->plp_used += q->plp_rows;
     L->seq_rec[n] = i;
     return chunk;
 }
@@ -664,6 +696,10 @@ static void s_entry_fed(wk_batcher *b, s_lane *L, int i, int n) {
      * and announced to the engine then (s_late_masks) */
     q->mask = s->gm ? s->mask : NULL;
     q->mask_late = s->gm != NULL;
+    q->plp_rows = 0;
+    q->plp_top = 0;
+    q->plp_next = NULL;
+    q->plp_out = NULL;
     L->seq_rec[n] = i;
 }
 
@@ -708,7 +744,8 @@ static void s_masks(wk_batcher *b, s_lane *L, int n0, int n) {
 static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int *prefill) {
     zl_engine *e = b->e;
     int n = n0;
-    int *rot = &b->lane[l].rotate;   /* the lane's rotation (with steps queued ahead, L is either buffer) */
+    int *rot = &b->lane[l].rotate; /* the lane's rotation (with steps queued ahead, L is either buffer) */
+    L->plp_used = 0;               /* entries [0, n0) are fed ones, which have no prompt rows */
     /* decodes first, rotating the start so that every decoding sequence gets its turn */
     for (int k = 0; k < b->n_scan && n < e->max_batch && budget > 0; k++) {
         int i = (k + *rot) % b->n_scan;
@@ -902,7 +939,24 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
         if (b->kvp && s->n_past >= s->n_prompt &&
             s->kvt.n_published * kv_pool_block_size(b->kvp) + kv_pool_block_size(b->kvp) <= s->n_prompt)
             kv_table_publish(b->kvp, &s->kvt, b->kv_key, s->toks, s->n_prompt); /* the prompt's KV is written */
-        if (!q->sample) continue;
+        if (!q->sample) {
+            /* a prompt chunk: its prompt logprobs, and the end of a scoring-only sequence (max_tokens 0) */
+            const int done = s->max_tokens == 0 && s->n_past >= s->n_prompt;
+            if (!q->plp_rows && !done) continue;
+            ev[(*ne)++] = (wk_event){.rid = s->rid,
+                                     .tok = -1,
+                                     .fin = done ? WK_FIN_LENGTH : WK_FIN_NONE,
+                                     .plp_start = q->pos + 1,
+                                     .n_plp = q->plp_rows,
+                                     .plp = q->plp_out};
+            if (done && s->inflight == 0) {
+                s_release(b, i);
+                released = 1;
+            } else if (done) {
+                s->live = 0;
+            }
+            continue;
+        }
         int32_t t = L->out_tok[j];
         if (t < 0 || t >= b->vocab) {
             /* an engine that returns an impossible id is broken; end the sequence rather than index with it */
@@ -927,6 +981,9 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
         v->fin = fin;
         v->has_lp = s->samp.logprobs != 0;
         if (v->has_lp) v->lp = L->out_lp[j];
+        v->plp_start = q->pos + 1;
+        v->n_plp = q->plp_rows;
+        v->plp = q->plp_out;
         if (fin && s->inflight == 0) {
             s_release(b, i);
             released = 1;

@@ -58,6 +58,12 @@ typedef struct {
                                     * once written (zl_engine_ops.copy_kv) instead of prefilled; 0, an unknown rid,
                                     * another prompt or an engine without copy_kv: prefilled as usual */
     int priority;                  /* higher prefills (and gets a freed KV slot) first; the broker's range */
+    int prompt_lp;                 /* 1: report the logprobs of prompt positions 1..n_tokens-1 (wk_event.plp), which
+                                    * needs every prompt row's logits: such a sequence prefills its whole prompt itself
+                                    * (no `share` copy, and never a prefix-cache hit, should the prompt KV ever be
+                                    * reused) on an engine with ZL_CAP_PROMPT_LOGPROBS; with it max_tokens may be 0
+                                    * (scoring only: the sequence ends with fin 2 once its prompt is in) */
+    int prompt_top;                /* alternatives per prompt position, 0..ZL_MAX_TOP_LOGPROBS */
 } wk_request;
 
 /* one entry of an `out` message */
@@ -67,6 +73,10 @@ typedef struct {
     int fin;                       /* WK_FIN_* */
     int has_lp;                    /* 1: lp holds tok's logprobs (the sequence asked for them: samp.logprobs) */
     zl_logprobs lp;                /* tok's log probability and top alternatives (engine/logprobs.h) */
+    int plp_start;                 /* prompt logprobs this step (wk_request.prompt_lp): plp[j] scores the prompt token
+                                    * at position plp_start + j (>= 1) */
+    int n_plp;                     /* entries in plp, 0: none */
+    const zl_logprobs *plp;        /* [n_plp], the batcher's: valid until the next batcher_step */
 } wk_event;
 
 typedef struct wk_batcher wk_batcher;

@@ -100,6 +100,8 @@ typedef struct {
     int32_t *out_toks;             /* [ev_cap] */
     uint8_t *out_fin;              /* [ev_cap] */
     proto_logprob *out_lps;        /* [ev_cap] (pointing into ev's logprobs) */
+    proto_plp *out_plp;            /* [ev_cap] prompt logprobs per event (pointing into plp_rows) */
+    proto_logprob *plp_rows;       /* [max_step_tokens] their entries (pointing into the batcher's rows) */
     proto_buf buf;                 /* encode buffer */
     proto_msg msg;                 /* decode state */
     uint64_t bad_messages;         /* undecodable or unexpected messages from the broker */
@@ -445,6 +447,8 @@ static void s_handle_assign(s_worker *w, const proto_assign *a) {
         r.stop_ids = q->stop_ids;
         r.n_stop_ids = (int)q->n_stop_ids;
         r.ignore_eos = ps->ignore_eos;
+        r.prompt_lp = ps->prompt_lp != 0;
+        r.prompt_top = ps->prompt_top > ZL_MAX_TOP_LOGPROBS ? ZL_MAX_TOP_LOGPROBS + 1 : (int)ps->prompt_top;
         if (q->format.kind != PROTO_FORMAT_NONE) {
             r.grammar = w->grammars ? grammar_cache_get(w->grammars, q->format.kind, q->format.text.p, q->format.text.n,
                                                         err, sizeof err)
@@ -566,9 +570,20 @@ static void s_step(s_worker *w) {
         nanosleep(&d, NULL);
     }
     if (n_ev == 0) return;
-    int any_lp = 0;
+    int any_lp = 0, any_plp = 0, rows = 0;
     for (int i = 0; i < n_ev; i++) {
         const wk_event *v = &w->ev[i];
+        proto_plp *pp = &w->out_plp[i];
+        memset(pp, 0, sizeof *pp);
+        if (v->n_plp > 0 && rows + v->n_plp <= w->engine->max_step_tokens) { /* a step's rows: always within */
+            pp->start = (uint32_t)v->plp_start;
+            pp->n = (uint32_t)v->n_plp;
+            pp->lps = w->plp_rows + rows;
+            for (int j = 0; j < v->n_plp; j++, rows++)
+                w->plp_rows[rows] = (proto_logprob){1, v->plp[j].logprob, (uint32_t)v->plp[j].n_top, v->plp[j].top_id,
+                                                    v->plp[j].top_logprob};
+            any_plp = 1;
+        }
         w->out_rids[i] = v->rid;
         w->out_toks[i] = v->tok;
         w->out_fin[i] = (uint8_t)v->fin;
@@ -583,8 +598,8 @@ static void s_step(s_worker *w) {
             any_lp = 1;
         }
     }
-    if (proto_encode_out_lp(&w->buf, batcher_steps(w->batcher), w->out_rids, w->out_toks, w->out_fin,
-                            any_lp ? w->out_lps : NULL, (uint32_t)n_ev) == 0)
+    if (proto_encode_out_plp(&w->buf, batcher_steps(w->batcher), w->out_rids, w->out_toks, w->out_fin,
+                             any_lp ? w->out_lps : NULL, any_plp ? w->out_plp : NULL, (uint32_t)n_ev) == 0)
         s_send(w);
 }
 
@@ -710,7 +725,9 @@ int main(int argc, char **argv) {
     w.out_toks = calloc((size_t)w.ev_cap, sizeof *w.out_toks);
     w.out_fin = calloc((size_t)w.ev_cap, sizeof *w.out_fin);
     w.out_lps = calloc((size_t)w.ev_cap, sizeof *w.out_lps);
-    if (!w.ev || !w.out_rids || !w.out_toks || !w.out_fin || !w.out_lps) goto oom;
+    w.out_plp = calloc((size_t)w.ev_cap, sizeof *w.out_plp);
+    w.plp_rows = calloc((size_t)w.engine->max_step_tokens, sizeof *w.plp_rows);
+    if (!w.ev || !w.out_rids || !w.out_toks || !w.out_fin || !w.out_lps || !w.out_plp || !w.plp_rows) goto oom;
     w.zctx = zmq_ctx_new();
     if (!w.zctx) goto oom;
     s_log(&w, "model %s (%s) on %s: %d slots of %d tokens, batch %d, %d tokens per step, %d lane%s%s, broker %s",
@@ -738,6 +755,8 @@ done:
     free(w.out_toks);
     free(w.out_fin);
     free(w.out_lps);
+    free(w.out_plp);
+    free(w.plp_rows);
     free(w.kv_hashes);
     free(eog);
     batcher_destroy(&w.batcher);

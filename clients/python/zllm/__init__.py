@@ -136,6 +136,8 @@ class Result:
     "error", "timeout" or "overloaded"; code / message: error details (None otherwise); usage, timings: dicts.
     logprobs: with logprobs=True, one entry per token id: {"logprob": float, "top": [(id, logprob), ...]} (None
     where the worker sent none); index: the completion (0..n-1) of a request with n > 1.
+    prompt_token_ids, prompt_logprobs: with prompt_logprobs=K, the prompt's ids and, per position, the same kind
+    of entry under the model's raw distribution (None for position 0, which nothing precedes).
     """
 
     def __init__(self, id, index=0):
@@ -144,6 +146,8 @@ class Result:
         self.text = ""
         self.token_ids = []
         self.logprobs = []
+        self.prompt_token_ids = []
+        self.prompt_logprobs = []
         self.finish_reason = None
         self.code = None
         self.message = None
@@ -187,11 +191,12 @@ def build_generate(id, prompt=None, tokens=None, messages=None, max_tokens=128, 
                    top_p=None, min_p=None, repeat_penalty=None, repeat_last_n=None, seed=None, stop=None,
                    stop_ids=None, ignore_eos=None, stream=True, deadline_ms=None, special=None, add_bos=None,
                    model=None, response_format=None, presence_penalty=None, frequency_penalty=None, logit_bias=None,
-                   logprobs=None, top_logprobs=None, n=None, priority=None):
+                   logprobs=None, top_logprobs=None, n=None, priority=None, prompt_logprobs=None):
     """The `generate` map for a request (exactly one of prompt, tokens, messages). response_format: structured
     output (see response_format_map). logit_bias: {id: bias} or [(id, bias), ...]; logprobs: True for each token's
     logprob, top_logprobs: that many alternatives too (needs logprobs); n: completions of the prompt, seeds
-    seed + i (docs/protocol.md); priority: -100..100, higher is admitted first."""
+    seed + i (docs/protocol.md); priority: -100..100, higher is admitted first; prompt_logprobs: K (0..20) for
+    each prompt position's logprob and K alternatives (Result.prompt_logprobs; max_tokens may then be 0)."""
     given = sum(x is not None for x in (prompt, tokens, messages))
     if given != 1:
         raise ValueError("exactly one of prompt, tokens, messages is required")
@@ -209,7 +214,7 @@ def build_generate(id, prompt=None, tokens=None, messages=None, max_tokens=128, 
                     ("ignore_eos", ignore_eos, bool), ("special", special, bool), ("add_bos", add_bos, bool),
                     ("model", model, str), ("presence_penalty", presence_penalty, float),
                     ("frequency_penalty", frequency_penalty, float), ("logprobs", logprobs, bool),
-                    ("top_logprobs", top_logprobs, int), ("n", n, int),
+                    ("top_logprobs", top_logprobs, int), ("n", n, int), ("prompt_logprobs", prompt_logprobs, int),
                     ("priority", priority, int)):
         if v is not None:
             m[k] = f(v)
@@ -276,7 +281,14 @@ def _decode(frames):
 
 
 def _apply(result, m):
-    """Folds a token or final message into result; returns a Delta."""
+    """Folds a token, final or prompt_logprobs message into result; returns a Delta (None for prompt_logprobs,
+    which only fill result.prompt_logprobs)."""
+    if m["type"] == "prompt_logprobs":
+        start, ids = m.get("start", 0), list(m.get("ids", []) or [])
+        if start == len(result.prompt_token_ids):   # in order by the protocol
+            result.prompt_token_ids += ids
+            result.prompt_logprobs += [_logprob(x) for x in (m.get("logprobs") or [])]
+        return None
     if m["type"] == "token":
         text, ids = m.get("text", "") or "", list(m.get("ids", []) or [])
         lps = [_logprob(x) for x in m["logprobs"]] if m.get("logprobs") is not None else []
@@ -448,7 +460,7 @@ class Client:
             self._inst = inst
         if _last_final(m) or (t == "error" and m.get("code") == "duplicate_id"):
             self._inflight.pop(m.get("id"), None)
-        if t in ("token", "final") and isinstance(m.get("id"), str):
+        if t in ("token", "final", "prompt_logprobs") and isinstance(m.get("id"), str):
             self._queues[m["id"]].append(m)
         elif t == "status":
             self._status.append(m)
@@ -465,7 +477,7 @@ class Client:
         return id
 
     def next_message(self, id=None, timeout=1.0):
-        """The next token/final message dict for id (any id when None), or None after timeout seconds."""
+        """The next token/final/prompt_logprobs message dict for id (any id when None), or None after timeout seconds."""
         end = time.monotonic() + timeout
         while True:
             if id is None:
@@ -535,6 +547,8 @@ class Client:
                     return
                 result = results[_index(m, n)]
                 d = _apply(result, m)
+                if d is None:
+                    continue
                 if d.finish_reason is not None and raise_on_error and not result.ok:
                     raise _result_error(result)
                 yield d
@@ -609,7 +623,7 @@ class AsyncClient:
                 self._fail_inflight("broker_restarted", "broker instance %s replaced %s; the request is lost" %
                                     (inst, self._inst), lambda sent, inst=inst: sent is not None and sent != inst)
                 self._inst = inst
-            if m["type"] in ("token", "final"):
+            if m["type"] in ("token", "final", "prompt_logprobs"):
                 q = self._queues.get(m.get("id"))
                 if q is not None:
                     q.put_nowait(m)
@@ -684,6 +698,8 @@ class AsyncClient:
                     return
                 result = results[_index(m, n)]
                 d = _apply(result, m)
+                if d is None:
+                    continue
                 if d.finish_reason is not None and raise_on_error and not result.ok:
                     raise _result_error(result)
                 yield d
