@@ -234,8 +234,8 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         return NULL;
     }
     if (dev >= ndev) { snprintf(err, errlen, "%s: only %d CUDA device(s)", name, ndev); return NULL; }
-    if (c->head_dim != 8 && c->head_dim != 16 && c->head_dim != 32 && c->head_dim != 64 && c->head_dim != 128 &&
-        c->head_dim != 256) {
+    if (c->head_dim != 8 && c->head_dim != 16 && c->head_dim != 32 && c->head_dim != 64 && c->head_dim != 80 &&
+        c->head_dim != 96 && c->head_dim != 128 && c->head_dim != 256) {
         snprintf(err, errlen, "%s: head size %d not supported by the CUDA attention", m->path, c->head_dim);
         return NULL;
     }

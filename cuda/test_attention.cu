@@ -624,6 +624,16 @@ int main(void) {
             {48, 16, 4, 128, 2048, 2048, t, 0, 1},    /* more items than resident blocks: each walks several */
             {4, 8, 8, 64, 40000, 40000, t, 0, 1},     /* long rows: 49 splits of 832 keys */
             {4, 8, 2, 64, 9000, 9000, t, 200, 1},     /* 141 forced splits: the widest split merge */
+            /* head sizes 80 and 96 (Phi-2, Phi-3 mini): teams with idle lanes, on the shapes above */
+            {1, 32, 32, 96, 4096, 4096, t, 0, 0},     /* Phi-3 mini shape, batch 1 */
+            {16, 32, 8, 96, 1100, 1033, t, 0, 1},
+            {7, 9, 3, 80, 2000, 1999, t, 0, 1},       /* GQA 3 */
+            {2, 32, 2, 80, 800, 800, t, 0, 0},        /* GQA 16: two head tiles */
+            {4, 16, 8, 96, 3000, 2900, t, 0, 1},      /* GQA 2 */
+            {3, 8, 2, 80, 2000, 2000, t, 7, 1},       /* forced split count: the reduce kernel */
+            {48, 16, 4, 96, 2048, 2048, t, 0, 1},
+            {4, 8, 8, 80, 40000, 40000, t, 0, 1},     /* long rows: the merge inside the chunk kernel */
+            {4, 8, 2, 96, 9000, 9000, t, 200, 1},
         };
         for (const auto &c : dc) run_decode_case(c);
         for (int k = 0; k <= 3; k++) if (k != 2) run_graph_case(t, k);
@@ -638,10 +648,13 @@ int main(void) {
             {2, 8, 1, 64, 300, 33, t},
             {2, 4, 2, 256, 200, 40, t},
             {2, 8, 8, 32, 100, 17, t},
+            {4, 32, 8, 96, 300, 100, t},
+            {3, 9, 3, 80, 400, 120, t},
+            {2, 32, 32, 96, 300, 33, t},
         };
         for (const auto &c : pc) run_prefill_case(c);
     }
-    /* the tensor-core prefill kernel (cuda/attn_prefill_tc.cu): F16/BF16, head sizes 64/128, GQA 1/3/4/8, rows
+    /* the tensor-core prefill kernel (cuda/attn_prefill_tc.cu): F16/BF16, head sizes 64/80/96/128, GQA 1/3/4/8, rows
      * not multiples of its tiles, continuation chunks, batch invariance; and the scalar kernel on the same shapes */
     for (int ti = 1; ti < 3; ti++) {
         const attn_kv_type t = types[ti];
@@ -655,6 +668,13 @@ int main(void) {
             {2, 9, 3, 64, 300, 65, t, 1, 0, 0},       /* GQA 3 */
             {6, 8, 2, 64, 300, 5, t, 1, 1, 1},        /* a few rows each */
             {3, 32, 8, 128, 300, 100, t, 0, 1, 1},    /* the scalar kernel on a served shape */
+            /* head sizes 80 and 96: padded shared rows instead of the swizzle */
+            {1, 8, 2, 96, 1100, 1000, t, 1, 0, 1},
+            {3, 32, 32, 96, 700, 300, t, 1, 1, 1},    /* Phi-3 mini heads, continuation chunks */
+            {4, 16, 2, 80, 600, 200, t, 1, 0, 1},     /* GQA 8 */
+            {5, 12, 12, 80, 500, 129, t, 1, 1, 1},
+            {2, 9, 3, 96, 300, 65, t, 1, 0, 0},       /* GQA 3 */
+            {3, 32, 8, 96, 300, 100, t, 0, 1, 1},     /* the scalar kernel */
         };
         for (const auto &c : tc) run_prefill_case(c);
     }
