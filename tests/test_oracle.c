@@ -3,7 +3,8 @@
  * llama.cpp's converter writes them; the list and bounds are oracle_models in tests/oracle_check.h):
  * - RoPE variants and architectures: llama with llama3 frequency factors (rope_freqs.weight, positions to 2099),
  *   linear scaling, YaRN, qwen3 (Q/K norms, tied head; also with YaRN) and phi3 (fused Q/K/V and gate/up,
- *   LongRoPE's long and short factor sets, partial rotary);
+ *   LongRoPE's long and short factor sets, partial rotary; and phi3-hd96: Phi-3 mini's head size 96, full rotary,
+ *   its declared window wider than the context);
  * - gemma3 and sliding windows: gemma3 with its local and global layers (windows crossed by every prompt), with
  *   linear RoPE scaling on the global ones, and a Mistral-style llama sliding on every layer;
  * each in F32 and the BF16 twins (NAME-bf16: transformers ran the same rounded weights).
