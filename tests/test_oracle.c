@@ -138,8 +138,36 @@ done:
     oracle_free(&c);
 }
 
+/* model_attn_window (the window kernels run only where a window is below the engine's context): phi3-hd96's 2047
+ * on every layer, gemma3-swa's 16 on its sliding layers and none on its global layer 5 */
+static void window_choice(void) {
+    char err[512];
+    zl_model *m = model_load("tests/data/oracle/phi3-hd96.gguf", err, sizeof err);
+    CHECK(m != NULL, "%s", err);
+    if (m) {
+        const zl_config *c = &m->cfg;
+        CHECK(model_layer_window(c, 1) == 2047, "phi3-hd96: layer window %d", model_layer_window(c, 1));
+        CHECK(model_attn_window(c, 1, 1024) == 0 && model_attn_window(c, 1, 2047) == 0,
+              "phi3-hd96: a window of 2047 must not apply to contexts up to 2047");
+        CHECK(model_attn_window(c, 1, 2048) == 2047 && model_attn_window(c, 0, 4096) == 2047,
+              "phi3-hd96: a window of 2047 must apply to contexts above it");
+        model_destroy(&m);
+    }
+    m = model_load("tests/data/oracle/gemma3-swa.gguf", err, sizeof err);
+    CHECK(m != NULL, "%s", err);
+    if (m) {
+        const zl_config *c = &m->cfg;
+        CHECK(model_attn_window(c, 0, 128) == 16 && model_attn_window(c, 5, 128) == 0 &&
+                  model_attn_window(c, 0, 16) == 0 && model_attn_window(c, 0, 17) == 16,
+              "gemma3-swa: windows %d %d %d %d", model_attn_window(c, 0, 128), model_attn_window(c, 5, 128),
+              model_attn_window(c, 0, 16), model_attn_window(c, 0, 17));
+        model_destroy(&m);
+    }
+}
+
 int main(void) {
     for (int i = 0; i < ORACLE_N_MODELS; i++) test_case(&oracle_models[i]);
+    window_choice();
     chain_check("cpu-ref");
     chain_check("cpu");
     return test_report();
