@@ -685,8 +685,18 @@ static int prompt_tokens(broker *b, bk_model *m, const proto_generate *g, int32_
             }
             memcpy(p, r.p, r.n); p[r.n] = 0; cm[i].role = p; p += r.n + 1;
             memcpy(p, c.p, c.n); p[c.n] = 0; cm[i].content = p; p += c.n + 1;
-            if (ti.p) { memcpy(p, ti.p, ti.n); p[ti.n] = 0; cm[i].tool_call_id = p; p += ti.n + 1; }
-            if (tc.p) { memcpy(p, tc.p, tc.n); p[tc.n] = 0; cm[i].tool_calls = p; p += tc.n + 1; }
+            if (ti.p) {
+                memcpy(p, ti.p, ti.n);
+                p[ti.n] = 0;
+                cm[i].tool_call_id = p;
+                p += ti.n + 1;
+            }
+            if (tc.p) {
+                memcpy(p, tc.p, tc.n);
+                p[tc.n] = 0;
+                cm[i].tool_calls = p;
+                p += tc.n + 1;
+            }
         }
         char terr[256] = "";
         rendered = chat_apply(m->tok, cm, (int)g->n_messages, 1, terr, sizeof terr);

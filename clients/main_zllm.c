@@ -778,7 +778,8 @@ static int s_chat(zllm_client *c, const s_args *a) {
         role[n] = strdup("user");
         content[n++] = strdup(line);
         proto_chat msgs[MAXM];
-        for (int k = 0; k < n; k++) msgs[k] = (proto_chat){.role = proto_cstr(role[k]), .content = proto_cstr(content[k])};
+        for (int k = 0; k < n; k++)
+            msgs[k] = (proto_chat){.role = proto_cstr(role[k]), .content = proto_cstr(content[k])};
         char id[64];
         snprintf(id, sizeof id, "chat-%d-%d", (int)getpid(), turn++);
         proto_generate g;

@@ -1395,10 +1395,18 @@ int proto_encode_generate(proto_buf *b, const proto_generate *g) {
         for (uint32_t i = 0; i < g->n_messages; i++) {
             const proto_chat *m = &g->messages[i];
             w_map(b, 2 + (m->tool_call_id.p != NULL) + (m->tool_calls.p != NULL));
-            w_key(b, "role"); w_str(b, m->role);
-            w_key(b, "content"); w_str(b, m->content);
-            if (m->tool_call_id.p) { w_key(b, "tool_call_id"); w_str(b, m->tool_call_id); }
-            if (m->tool_calls.p) { w_key(b, "tool_calls"); w_str(b, m->tool_calls); }
+            w_key(b, "role");
+            w_str(b, m->role);
+            w_key(b, "content");
+            w_str(b, m->content);
+            if (m->tool_call_id.p) {
+                w_key(b, "tool_call_id");
+                w_str(b, m->tool_call_id);
+            }
+            if (m->tool_calls.p) {
+                w_key(b, "tool_calls");
+                w_str(b, m->tool_calls);
+            }
         }
     } else { w_key(b, "prompt"); w_str(b, g->prompt); }
     w_sampling(b, &g->sampling, g->sampling.has_seed);

@@ -117,7 +117,8 @@ __device__ __forceinline__ void decode_load_q(const attn_decode_params &p, int s
 #pragma unroll
             for (int j = 0; j < VEC; j += 4) {
                 float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (h < gcount && S::on(r, v)) x = *reinterpret_cast<const float4 *>(qrow + h * D + (r + v * TPK) * VEC + j);
+                if (h < gcount && S::on(r, v))
+                    x = *reinterpret_cast<const float4 *>(qrow + h * D + (r + v * TPK) * VEC + j);
                 q[h][v * VEC + j + 0] = x.x * qscale;
                 q[h][v * VEC + j + 1] = x.y * qscale;
                 q[h][v * VEC + j + 2] = x.z * qscale;

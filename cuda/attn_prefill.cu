@@ -178,7 +178,7 @@ extern "C" cudaError_t attn_prefill_launch(const attn_prefill_params *p, cudaStr
         p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads || !attn_head_dim_ok(p->head_dim) || p->n_ctx < 1 ||
         p->q_stride < 0 || p->out_stride < 0)
         return cudaErrorInvalidValue;
-    if (attn_prefill_tc_wants(p)) return attn_prefill_tc_launch(p, stream);   /* tensor cores: F16/BF16, D 64-128 */
+    if (attn_prefill_tc_wants(p)) return attn_prefill_tc_launch(p, stream); /* tensor cores: F16/BF16, D 64-128 */
     switch (p->kv_type) {
     case ATTN_KV_F32: return prefill_launch_d<float>(p, stream);
     case ATTN_KV_F16: return prefill_launch_d<__half>(p, stream);

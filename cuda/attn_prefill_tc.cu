@@ -52,7 +52,7 @@ template <int D> __device__ __forceinline__ int lay(int r, int c) {
 }
 
 template <typename T, int D, int W> constexpr size_t tc_smem() {
-    return sizeof(T) * ((size_t)W * kWarpRows * tc_rs<D>() + 4 * (size_t)kKeys * tc_rs<D>());   /* Q + 2 x (K + V) */
+    return sizeof(T) * ((size_t)W * kWarpRows * tc_rs<D>() + 4 * (size_t)kKeys * tc_rs<D>()); /* Q + 2 x (K + V) */
 }
 
 /* grid: (n_heads, query tiles, n_seq); W warps; q pre-scale qscale = scale * log2(e); SPLIT: see tc_knobs.split */
@@ -68,9 +68,9 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
     constexpr int DN = D / 8;           /* n-tiles of the O accumulator */
     constexpr int RS = tc_rs<D>();      /* elements between shared rows */
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    T *sq = reinterpret_cast<T *>(smem_raw);   /* [R][RS] */
-    T *sk = sq + R * RS;                       /* [2][kKeys][RS] */
-    T *sv = sk + 2 * kKeys * RS;               /* [2][kKeys][RS] */
+    T *sq = reinterpret_cast<T *>(smem_raw); /* [R][RS] */
+    T *sk = sq + R * RS;                     /* [2][kKeys][RS] */
+    T *sv = sk + 2 * kKeys * RS;             /* [2][kKeys][RS] */
 
     const int head = blockIdx.x, seq = blockIdx.z;
     const int tile = (int)gridDim.y - 1 - (int)blockIdx.y;   /* heaviest tiles first */

@@ -330,7 +330,8 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
             e->row_slot[r] = s->slot;
             e->row_pos[r] = s->pos + t;
             rope_cs_row(&e->ex.rope, s->pos + t, e->rope_cs + (size_t)r * c->rope_dim);
-            if (e->ex.rope_cs_swa) rope_cs_row(&e->ex.rope_swa, s->pos + t, e->ex.rope_cs_swa + (size_t)r * c->rope_dim);
+            if (e->ex.rope_cs_swa)
+                rope_cs_row(&e->ex.rope_swa, s->pos + t, e->ex.rope_cs_swa + (size_t)r * c->rope_dim);
         }
     }
 
@@ -431,10 +432,9 @@ static void s_destroy(zl_engine *eb) {
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->go);
     pthread_cond_destroy(&p->done);
-    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq,     e->bk,        e->bv,       e->out_norm,   e->kc,
-                     e->vc,        e->x,        e->xb,     e->xb2,       e->q,        e->k,          e->v,
-                     e->hb,        e->hb2,      e->xl,     e->lg,        e->lgs,      e->rope_cs,    e->th_att,
-                     e->th_w};
+    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq,  e->bk,      e->bv,     e->out_norm, e->kc, e->vc,
+                     e->x,         e->xb,       e->xb2, e->q,       e->k,      e->v,        e->hb, e->hb2,
+                     e->xl,        e->lg,       e->lgs, e->rope_cs, e->th_att, e->th_w};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     cpu_extra_free(&e->ex);
     free(e->row_slot);
@@ -564,9 +564,9 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
         if (cpu_extra_vec(&lw->attn_norm, e->attn_norm + l * dim, err, errlen) ||
             cpu_extra_vec(&lw->ffn_norm, e->ffn_norm + l * dim, err, errlen))
             goto fail;
-        if (c->has_qkv_bias &&
-            (cpu_extra_vec(&lw->bq, e->bq + l * q_dim, err, errlen) || cpu_extra_vec(&lw->bk, e->bk + l * kv_dim, err, errlen) ||
-             cpu_extra_vec(&lw->bv, e->bv + l * kv_dim, err, errlen)))
+        if (c->has_qkv_bias && (cpu_extra_vec(&lw->bq, e->bq + l * q_dim, err, errlen) ||
+                                cpu_extra_vec(&lw->bk, e->bk + l * kv_dim, err, errlen) ||
+                                cpu_extra_vec(&lw->bv, e->bv + l * kv_dim, err, errlen)))
             goto fail;
     }
     if (cpu_extra_vec(&m->output_norm, e->out_norm, err, errlen)) goto fail;

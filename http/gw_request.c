@@ -258,8 +258,7 @@ static int s_messages(gw_request *r, json_t *o, gw_error *e) {
         if (tc) {
             char tparam[64];
             snprintf(tparam, sizeof tparam, "messages[%zu].tool_calls", i);
-            if (strcmp(rs, "assistant"))
-                return s_bad(e, tparam, "'%s' is for assistant messages only", tparam);
+            if (strcmp(rs, "assistant")) return s_bad(e, tparam, "'%s' is for assistant messages only", tparam);
             if (s_tool_calls(r, tc, tparam, &r->msgs[i].tool_calls, e) != 0) return -1;
         }
         if (!strcmp(rs, "tool")) { /* a tool's result: the id of the call it answers, as the templates read it */
