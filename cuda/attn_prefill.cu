@@ -116,7 +116,9 @@ __global__ void __launch_bounds__(128) prefill_kernel(attn_prefill_params p, int
 #pragma unroll
             for (int c = 0; c < DC; c++) {
                 const int d = lane + 32 * c;
-                const float vd = (D >= 32 || d < D) ? sv[j * D + (d < D ? d : 0)] : 0.f;
+                /* lanes past the head (D not a multiple of 32: 8, 16, 80) read nothing: past the last row of sv
+                 * lies the end of shared memory */
+                const float vd = (D % 32 == 0 || d < D) ? sv[j * D + (d < D ? d : 0)] : 0.f;
 #pragma unroll
                 for (int i = 0; i < kPfRowsPerWarp; i++) {
                     const float pj = __shfl_sync(0xffffffffu, s[i], j);
