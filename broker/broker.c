@@ -696,13 +696,18 @@ static int prompt_tokens(broker *b, bk_model *m, const proto_generate *g, int32_
         zl_chat_msg *cm = calloc(g->n_messages, sizeof *cm);
         char *store = NULL;
         size_t total = 0;
-        for (uint32_t i = 0; i < g->n_messages; i++) total += g->messages[i].role.n + g->messages[i].content.n + 2;
+        for (uint32_t i = 0; i < g->n_messages; i++) {
+            const proto_chat *pm = &g->messages[i];
+            total += pm->role.n + pm->content.n + pm->tool_call_id.n + pm->tool_calls.n + 4;
+        }
         if (cm) store = malloc(total);
         if (!cm || !store) { free(cm); free(store); goto oom; }
         char *p = store;
         for (uint32_t i = 0; i < g->n_messages; i++) {
             proto_str r = g->messages[i].role, c = g->messages[i].content;
-            if (memchr(r.p, 0, r.n) || memchr(c.p, 0, c.n)) {
+            proto_str ti = g->messages[i].tool_call_id, tc = g->messages[i].tool_calls;
+            if (memchr(r.p, 0, r.n) || memchr(c.p, 0, c.n) || (ti.p && memchr(ti.p, 0, ti.n)) ||
+                (tc.p && memchr(tc.p, 0, tc.n))) {
                 free(cm); free(store);
                 *code = PROTO_CODE_BAD_REQUEST;
                 snprintf(msg, msglen, "messages[%u] contains a NUL byte", i);
@@ -710,6 +715,18 @@ static int prompt_tokens(broker *b, bk_model *m, const proto_generate *g, int32_
             }
             memcpy(p, r.p, r.n); p[r.n] = 0; cm[i].role = p; p += r.n + 1;
             memcpy(p, c.p, c.n); p[c.n] = 0; cm[i].content = p; p += c.n + 1;
+            if (ti.p) {
+                memcpy(p, ti.p, ti.n);
+                p[ti.n] = 0;
+                cm[i].tool_call_id = p;
+                p += ti.n + 1;
+            }
+            if (tc.p) {
+                memcpy(p, tc.p, tc.n);
+                p[tc.n] = 0;
+                cm[i].tool_calls = p;
+                p += tc.n + 1;
+            }
         }
         char terr[256] = "";
         rendered = chat_apply(m->tok, cm, (int)g->n_messages, 1, terr, sizeof terr);

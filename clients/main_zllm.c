@@ -768,8 +768,8 @@ static int s_generate(zllm_client *c, const s_args *a) {
         g.n_tokens = (uint32_t)a->n_tokens;
     } else if (a->chat || a->system) {
         int n = 0;
-        if (a->system) msgs[n++] = (proto_chat){proto_cstr("system"), proto_cstr(a->system)};
-        msgs[n++] = (proto_chat){proto_cstr("user"), proto_cstr(a->prompt)};
+        if (a->system) msgs[n++] = (proto_chat){.role = proto_cstr("system"), .content = proto_cstr(a->system)};
+        msgs[n++] = (proto_chat){.role = proto_cstr("user"), .content = proto_cstr(a->prompt)};
         g.prompt_kind = PROTO_PROMPT_MESSAGES;
         g.messages = msgs;
         g.n_messages = (uint32_t)n;
@@ -814,7 +814,8 @@ static int s_chat(zllm_client *c, const s_args *a) {
         role[n] = strdup("user");
         content[n++] = strdup(line);
         proto_chat msgs[MAXM];
-        for (int k = 0; k < n; k++) msgs[k] = (proto_chat){proto_cstr(role[k]), proto_cstr(content[k])};
+        for (int k = 0; k < n; k++)
+            msgs[k] = (proto_chat){.role = proto_cstr(role[k]), .content = proto_cstr(content[k])};
         char id[64];
         snprintf(id, sizeof id, "chat-%d-%d", (int)getpid(), turn++);
         proto_generate g;

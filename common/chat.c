@@ -1,5 +1,6 @@
 /* common/chat.c: chat templates. The model's tokenizer.chat_template is rendered by the Jinja interpreter
- * (common/jinja*.c) as transformers renders it, with messages (role, content), bos_token, eos_token,
+ * (common/jinja*.c) as transformers renders it, with messages (role, content; tool_call_id on tool results and
+ * tool_calls on assistant turns where the caller gave them, zl_chat_msg), bos_token, eos_token,
  * add_generation_prompt, tools = documents = None, raise_exception and strftime_now. When the template uses a
  * construct the interpreter does not implement, the hand-written family below renders it instead (the note says
  * which construct and which family), or on request (CHAT_BUILTIN; chat_set_mode for chat_apply).
@@ -20,6 +21,7 @@
  *     has Gemma's <start_of_turn> and <end_of_turn> control tokens (Gemma 3 base models; chat_apply says so).
  * Anything else is refused with "... send a raw prompt": a wrong prompt is worse than none. */
 #include "chat.h"
+#include "grammar_int.h" /* zj_parse: the common layer's JSON reader (grammar_json.c) */
 #include "jinja.h"
 #include "tokenizer.h"
 
@@ -119,12 +121,19 @@ static char *s_chatml_default_system(const char *tmpl) {
     return NULL;
 }
 
-static int s_role_ok(const char *r) { return r && (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant")); }
+static int s_role_ok(const char *r) {
+    return r && (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant") || !strcmp(r, "tool"));
+}
 
 static char *s_builtin(const char *tmpl, const char *bos, const char *eos, const zl_chat_msg *msgs, int n, int add_gen,
                        const char **family, char *err, size_t errlen) {
     sbuf b = {0};
     char *defsys = NULL;
+    for (int i = 0; i < n; i++) /* tool turns only through the model's own template */
+        if (!strcmp(msgs[i].role, "tool") || msgs[i].tool_calls) {
+            s_err(err, errlen, "chat: message %d: the built-in templates do not render tool turns", i);
+            return NULL;
+        }
     if (strstr(tmpl, "<|im_start|>")) {
         *family = "ChatML";
         if (strstr(tmpl, "messages[0]['role'] != 'system'") || strstr(tmpl, "messages[0].role != 'system'") ||
@@ -232,6 +241,72 @@ fail:
     return NULL;
 }
 
+/* a JSON value as the Jinja value json.loads gives transformers: objects as dicts (members in order), arrays as
+ * lists, integers as ints, other numbers as floats. args: inside a tool call's "function", whose "arguments" string
+ * is replaced by the value it holds (kept as a string when it is not JSON). 0, or -1 out of memory */
+static int s_jv_of_json(jinja_env *e, const zj_value *v, int args, jv *out) {
+    switch (v->type) {
+    case ZJ_NULL: *out = jv_none(); return 0;
+    case ZJ_FALSE: *out = jv_bool(0); return 0;
+    case ZJ_TRUE: *out = jv_bool(1); return 0;
+    case ZJ_STRING: *out = jv_string(e, v->str, v->slen); return out->t == JV_STR ? 0 : -1;
+    case ZJ_NUMBER: {
+        const char *t = v->str;
+        if (!strpbrk(t, ".eE") && strlen(t) < 19) *out = jv_int(strtoll(t, NULL, 10));
+        else *out = jv_float(v->num);
+        return 0;
+    }
+    case ZJ_ARRAY: {
+        *out = jv_list_new(e);
+        if (out->t != JV_LIST) return -1;
+        for (int i = 0; i < v->n; i++) {
+            jv x;
+            if (s_jv_of_json(e, v->items[i], args, &x) || jv_list_push(e, *out, x)) return -1;
+        }
+        return 0;
+    }
+    case ZJ_OBJECT: {
+        *out = jv_dict_new(e);
+        if (out->t != JV_DICT) return -1;
+        for (int i = 0; i < v->n; i++) {
+            const zj_value *x = v->items[i];
+            jv k = jv_string(e, v->keys[i], strlen(v->keys[i])), xv;
+            zj_value *parsed = NULL;
+            if (args == 2 && !strcmp(v->keys[i], "arguments") && x->type == ZJ_STRING) {
+                char ignore[64];
+                parsed = zj_parse(x->str, x->slen, ignore, sizeof ignore);
+                if (parsed) x = parsed;
+            }
+            const int rc = s_jv_of_json(e, x, args == 1 && !strcmp(v->keys[i], "function") ? 2 : 0, &xv);
+            zj_free(parsed);
+            if (rc || jv_dict_set(e, *out, k, xv)) return -1;
+        }
+        return 0;
+    }
+    }
+    return -1;
+}
+
+/* a message's tool_calls text as the list the template sees (each item's function arguments parsed); a text that
+ * is not a JSON array stays a string (the gateway sends arrays only). 0, or -1 out of memory */
+static int s_tool_calls(jinja_env *e, const char *text, jv *out) {
+    char ignore[64];
+    zj_value *v = zj_parse(text, strlen(text), ignore, sizeof ignore);
+    if (!v || v->type != ZJ_ARRAY) {
+        zj_free(v);
+        *out = jv_string(e, text, strlen(text));
+        return out->t == JV_STR ? 0 : -1;
+    }
+    *out = jv_list_new(e);
+    int rc = out->t == JV_LIST ? 0 : -1;
+    for (int i = 0; !rc && i < v->n; i++) {
+        jv x;
+        rc = s_jv_of_json(e, v->items[i], 1, &x) || jv_list_push(e, *out, x);
+    }
+    zj_free(v);
+    return rc;
+}
+
 /* the context transformers passes: messages, bos_token, eos_token, add_generation_prompt, tools, documents */
 static int s_context(jinja_env *e, const char *bos, const char *eos, const zl_chat_msg *msgs, int n, int add_gen) {
     jv list = jv_list_new(e);
@@ -240,6 +315,14 @@ static int s_context(jinja_env *e, const char *bos, const char *eos, const zl_ch
         jv m = jv_dict_new(e);
         rc |= jv_dict_set(e, m, jv_string(e, "role", 4), jv_string(e, msgs[i].role, strlen(msgs[i].role)));
         rc |= jv_dict_set(e, m, jv_string(e, "content", 7), jv_string(e, msgs[i].content, strlen(msgs[i].content)));
+        if (msgs[i].tool_calls) {
+            jv tc;
+            rc |= s_tool_calls(e, msgs[i].tool_calls, &tc);
+            if (!rc) rc |= jv_dict_set(e, m, jv_string(e, "tool_calls", 10), tc);
+        }
+        if (msgs[i].tool_call_id)
+            rc |= jv_dict_set(e, m, jv_string(e, "tool_call_id", 12),
+                              jv_string(e, msgs[i].tool_call_id, strlen(msgs[i].tool_call_id)));
         rc |= jv_list_push(e, list, m);
     }
     rc |= jinja_env_set(e, "messages", list);
@@ -255,7 +338,10 @@ static int s_jinja(const char *tmpl, const char *bos, const char *eos, const zl_
                    char **out, char *err, size_t errlen) {
     jinja_limits lim = jinja_limits_default();
     size_t in = 0;
-    for (int i = 0; i < n; i++) in += strlen(msgs[i].content) + strlen(msgs[i].role);
+    for (int i = 0; i < n; i++) {
+        in += strlen(msgs[i].content) + strlen(msgs[i].role);
+        if (msgs[i].tool_calls) in += strlen(msgs[i].tool_calls);
+    }
     /* room for templates that repeat the conversation a few times */
     if (lim.max_output < 8 * in) lim.max_output = 8 * in;
     if (lim.max_memory < 64 * in) lim.max_memory = 64 * in;
@@ -312,7 +398,7 @@ char *chat_render(const char *tmpl, const char *bos, const char *eos, const zl_c
     }
     for (int i = 0; i < n; i++)
         if (!s_role_ok(msgs[i].role) || !msgs[i].content) {
-            s_err(err, errlen, "chat: message %d: role must be system, user or assistant, with content", i);
+            s_err(err, errlen, "chat: message %d: role must be system, user, assistant or tool, with content", i);
             return NULL;
         }
     const char *family = "none";

@@ -66,6 +66,7 @@ void jinja_env_destroy(jinja_env **e);
 jv jv_none(void);
 jv jv_bool(int b);
 jv jv_int(int64_t i);
+jv jv_float(double f);
 jv jv_string(jinja_env *e, const char *s, size_t n);
 jv jv_list_new(jinja_env *e);
 jv jv_dict_new(jinja_env *e);

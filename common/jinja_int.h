@@ -173,7 +173,6 @@ struct jinja_env {
     jbuf out;
 };
 jv jv_undef(const char *name);
-jv jv_float(double f);
 jv jv_str_of(jinja_env *e, const char *s); /* NUL-terminated */
 jv jv_tuple_new(jinja_env *e);
 int jv_truthy(jv v);

@@ -703,14 +703,17 @@ static int f_generate(dec *d, proto_str k, proto_msg *m) {
         for (uint32_t i = 0; i < n; i++) {
             uint32_t nk;
             if (rd_map(&d->r, &nk)) FAIL("messages[%u]: expected a map", i);
-            c[i].role.p = c[i].content.p = NULL;
-            c[i].role.n = c[i].content.n = 0;
+            memset(&c[i], 0, sizeof c[i]);
             for (uint32_t j = 0; j < nk; j++) {
                 proto_str kk;
                 if (d_key(d, &kk)) return -1;
                 if (key_is(kk, "role")) { if (d_str(d, "messages.role", &c[i].role, 1, 64, 1)) return -1; }
                 else if (key_is(kk, "content")) {
                     if (d_str(d, "messages.content", &c[i].content, 0, PROTO_CLIENT_MAX_FRAME, 1)) return -1;
+                } else if (key_is(kk, "tool_call_id")) {
+                    if (d_str(d, "messages.tool_call_id", &c[i].tool_call_id, 0, 256, 1)) return -1;
+                } else if (key_is(kk, "tool_calls")) {
+                    if (d_str(d, "messages.tool_calls", &c[i].tool_calls, 0, PROTO_CLIENT_MAX_FRAME, 1)) return -1;
                 } else if (d_skip(d)) return -1;
             }
             if (!c[i].role.p || !c[i].content.p) FAIL("messages[%u]: needs role and content", i);
@@ -1445,9 +1448,20 @@ int proto_encode_generate(proto_buf *b, const proto_generate *g) {
         w_key(b, "messages");
         w_arr(b, g->n_messages);
         for (uint32_t i = 0; i < g->n_messages; i++) {
-            w_map(b, 2);
-            w_key(b, "role"); w_str(b, g->messages[i].role);
-            w_key(b, "content"); w_str(b, g->messages[i].content);
+            const proto_chat *m = &g->messages[i];
+            w_map(b, 2 + (m->tool_call_id.p != NULL) + (m->tool_calls.p != NULL));
+            w_key(b, "role");
+            w_str(b, m->role);
+            w_key(b, "content");
+            w_str(b, m->content);
+            if (m->tool_call_id.p) {
+                w_key(b, "tool_call_id");
+                w_str(b, m->tool_call_id);
+            }
+            if (m->tool_calls.p) {
+                w_key(b, "tool_calls");
+                w_str(b, m->tool_calls);
+            }
         }
     } else { w_key(b, "prompt"); w_str(b, g->prompt); }
     w_sampling(b, &g->sampling, g->sampling.has_seed);

@@ -111,6 +111,8 @@ typedef struct {
 typedef struct {
     proto_str role;             /* "system", "user", "assistant" (any string of 1..64 bytes) */
     proto_str content;          /* UTF-8 text */
+    proto_str tool_call_id;     /* optional (NULL p when absent): the call a "tool" message answers */
+    proto_str tool_calls;       /* optional: an assistant's calls as OpenAI's JSON array text (zl_chat_msg) */
 } proto_chat;
 
 /* structured output (`response_format`, docs/structured-output.md): the kinds match common/grammar.h's ZG_* */

@@ -50,6 +50,11 @@ char *tokenizer_decode(const zl_tokenizer *t, const int32_t *ids, int n, int spe
 typedef struct {
     const char *role;          /* "system", "user", "assistant" */
     const char *content;       /* UTF-8 text */
+    const char *tool_call_id;  /* NULL, or (role "tool") the id of the call this message answers */
+    const char *tool_calls;    /* NULL, or (role "assistant") the calls it made as OpenAI's JSON array text,
+                                * [{"id", "type", "function": {"name", "arguments"}}]: the template sees the array,
+                                * each function's "arguments" string parsed into its JSON value (as vLLM passes it
+                                * to transformers' templates); text that does not parse stays a string */
 } zl_chat_msg;
 
 /* Renders msgs with the model's tokenizer.chat_template (kept by tokenizer_new) into a malloc'd prompt, with the

@@ -1,13 +1,14 @@
 /* cuda/attention.cu: split-K flash decoding on CUDA cores and the decode dispatch (see attention.h); the prefill
  * kernels are in cuda/attn_prefill.cu and cuda/attn_prefill_tc.cu.
- * attn_decode_launch hands F16/BF16 caches with head sizes 64/128 to the tensor-core decode kernel
+ * attn_decode_launch hands F16/BF16 caches with head sizes 64/128 (not 80/96) to the tensor-core decode kernel
  * (cuda/attn_decode_tc.cu) unless cu_settings.attn_tc is 0 or an explicit kernel 1-3 is asked for; the kernels
  * below serve every other shape. attn_decode_workspace_bytes covers both, attn_decode_splits reports the chunk
  * count of whichever runs.
  *
  * Decode chunk kernel: one block of 4 warps per (KV head group x query-head tile, split, sequence). A "team"
  * of TPK consecutive lanes owns one key row at a time: each lane holds 16 bytes (VEC elements) of it, so a
- * team covers a whole head row with coalesced 16-byte accesses. Loads go through a per-thread cp.async ring in
+ * team covers a whole head row with coalesced 16-byte accesses (TPK a power of two: at head sizes 80 and 96 the
+ * team's last lanes hold no part of the row and add zeros). Loads go through a per-thread cp.async ring in
  * shared memory, kStages steps deep (each slot written and read by the same thread, so no barriers), which
  * keeps 3 steps of U keys per team in flight while the current one is computed. Each team computes the scores
  * of every query head of its GQA group (partial dot products summed by xor shuffles within the team) and keeps
@@ -79,14 +80,25 @@ struct decode_geom {
  * Teams: NT per block. A block serves HB KV heads (HB a power of two dividing NT and n_kv_heads): team t works
  * for KV head hg * HB + (t % HB) on the key subset t / HB of the chunk (keys kb + u * KS + subset, KS = NT / HB),
  * so with HB > 1 the teams of one step read the contiguous [position][head] rows of several heads together. */
+/* lanes per team for a row of n 16-byte vectors: the smallest power of two covering them, at most 32 (the xor
+ * shuffles of a team need a power of two; head sizes 80 and 96 leave some lanes of a team idle) */
+__host__ __device__ constexpr int decode_tpk(int n) {
+    int t = 1;
+    while (t < n && t < 32) t *= 2;
+    return t;
+}
+
 template <typename T, int D> struct decode_shape {
     static constexpr int VEC = vec_traits<T>::VEC;
-    static constexpr int TPK0 = D / VEC;
-    static constexpr int TPK = TPK0 < 32 ? TPK0 : 32;     /* lanes per team (one key row) */
-    static constexpr int NV = D / (VEC * TPK);            /* 16-byte vectors per lane per row */
+    static constexpr int TPK0 = D / VEC;                  /* 16-byte vectors per key row */
+    static constexpr int TPK = decode_tpk(TPK0);          /* lanes per team (one key row) */
+    static constexpr int NV = (TPK0 + TPK - 1) / TPK;     /* 16-byte vectors per lane per row */
     static constexpr int E = NV * VEC;                    /* elements per lane per row */
     static constexpr int KPW = 32 / TPK;                  /* teams per warp */
     static constexpr int NT = kDecodeWarps * KPW;         /* teams per block */
+    /* vector v of team lane r lies inside the row (always, unless TPK * NV > TPK0): an idle vector loads
+     * nothing, holds zeros and stores nothing */
+    static __device__ __forceinline__ bool on(int r, int v) { return TPK * NV == TPK0 || r + v * TPK < TPK0; }
 };
 
 /* The team's slice of the GM query rows h0 .. h0 + gcount - 1 of sequence seq (rows past gcount are zeros), scaled
@@ -105,7 +117,8 @@ __device__ __forceinline__ void decode_load_q(const attn_decode_params &p, int s
 #pragma unroll
             for (int j = 0; j < VEC; j += 4) {
                 float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (h < gcount) x = *reinterpret_cast<const float4 *>(qrow + h * D + (r + v * TPK) * VEC + j);
+                if (h < gcount && S::on(r, v))
+                    x = *reinterpret_cast<const float4 *>(qrow + h * D + (r + v * TPK) * VEC + j);
                 q[h][v * VEC + j + 0] = x.x * qscale;
                 q[h][v * VEC + j + 1] = x.y * qscale;
                 q[h][v * VEC + j + 2] = x.z * qscale;
@@ -242,7 +255,7 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
                     int fuse) {
     using S = decode_shape<T, D>;
     constexpr int VEC = S::VEC, TPK = S::TPK, NV = S::NV, E = S::E, KPW = S::KPW, NT = S::NT;
-    static_assert(D % (VEC * TPK) == 0, "head size");
+    static_assert(D % VEC == 0, "head size");
     constexpr int NTH = kDecodeWarps * 32;
     /* per-thread prefetch ring: [stage][u][v][K,V][thread] 16-byte slots, each written and read by one thread
      * only (so no barrier is needed). The team merge of the split uses the drained ring after the loop. */
@@ -306,6 +319,7 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
                 if (key < k1) {
 #pragma unroll
                     for (int v = 0; v < NV; v++) {
+                        if (!S::on(r, v)) continue;
                         const long off = key * row_stride + (r + v * TPK) * VEC;
                         cp_async16(slot + ((u * NV + v) * 2 + 0) * NTH + threadIdx.x, kbase + off);
                         cp_async16(slot + ((u * NV + v) * 2 + 1) * NTH + threadIdx.x, vbase + off);
@@ -332,6 +346,7 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
             }
 #pragma unroll
             for (int v = 0; v < NV; v++) {
+                if (!S::on(r, v)) continue;
 #pragma unroll
                 for (int j = 0; j < VEC; j++)
                     s_o[(team * GM + h) * D + (r + v * TPK) * VEC + j] = acc[h][v * VEC + j];
@@ -349,8 +364,12 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
         for (int u = 0; u < U; u++) {
 #pragma unroll
             for (int v = 0; v < NV; v++) {
-                kr[u][v] = slot[((u * NV + v) * 2 + 0) * NTH + threadIdx.x];
-                vr[u][v] = slot[((u * NV + v) * 2 + 1) * NTH + threadIdx.x];
+                if (S::on(r, v)) {
+                    kr[u][v] = slot[((u * NV + v) * 2 + 0) * NTH + threadIdx.x];
+                    vr[u][v] = slot[((u * NV + v) * 2 + 1) * NTH + threadIdx.x];
+                } else {
+                    kr[u][v] = vr[u][v] = make_uint4(0u, 0u, 0u, 0u);
+                }
             }
         }
         decode_step<T, D, GM, U>(q, kr, vr, kb, KS, sub, k1, m, l, acc);
@@ -453,12 +472,13 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
 constexpr int kReduceThreads = 128;      /* fewest threads per reduce block */
 constexpr int kReduceMaxThreads = 512;   /* most: many splits get more groups, <= 8 loads per thread */
 
-/* threads of a reduce block: (D / 4) float4 columns x G split groups; a function of D and the split count only */
+/* threads of a reduce block: (D / 4) float4 columns x G split groups (a whole number of groups: head sizes 80
+ * and 96 do not divide a power of two); a function of D and the split count only */
 int reduce_threads(int D, int splits) {
     const int cols = D / 4;
     int t = kReduceThreads;
     while (t < kReduceMaxThreads && (t / cols) * 8 < splits) t *= 2;
-    return t;
+    return t / cols * cols;
 }
 
 /* ---- decode reduce kernel: one block of 128..512 threads per (sequence, query head) ----
@@ -552,8 +572,7 @@ int decode_params_ok(const attn_decode_params *p) {
 /* teams per decode block for a cache type and head size (decode_shape<T, D>::NT) */
 int decode_teams(attn_kv_type t, int D) {
     const int vec = t == ATTN_KV_F32 ? 4 : 8;
-    const int tpk = D / vec < 32 ? D / vec : 32;
-    return kDecodeWarps * (32 / tpk);
+    return kDecodeWarps * (32 / decode_tpk(D / vec));
 }
 
 /* log2 of the KV heads per block: the largest power of two dividing n_kv_heads, at most the teams and the cap */
@@ -600,9 +619,7 @@ decode_geom decode_geometry(const attn_decode_params *p) {
 
 /* dynamic shared memory of the chunk kernel: the prefetch ring, or the merge area if larger */
 template <typename T, int D, int GM, int U> constexpr size_t decode_smem() {
-    constexpr int VEC = vec_traits<T>::VEC;
-    constexpr int TPK = D / VEC < 32 ? D / VEC : 32;
-    constexpr int NV = D / (VEC * TPK);
+    constexpr int NV = decode_shape<T, D>::NV;
     constexpr size_t ring = (size_t)kStages * U * NV * 2 * kDecodeWarps * 32 * 16 +
                             decode_ring_extra<T, D, GM, U>::bytes;
     constexpr size_t merge = sizeof(float) * (size_t)decode_shape<T, D>::NT * GM * (2 + D);
@@ -674,6 +691,8 @@ cudaError_t decode_launch_d(const attn_decode_params *p, decode_geom g, cudaStre
     case 16: return decode_launch_g<T, 16>(p, g, st);
     case 32: return decode_launch_g<T, 32>(p, g, st);
     case 64: return decode_launch_g<T, 64>(p, g, st);
+    case 80: return decode_launch_g<T, 80>(p, g, st);
+    case 96: return decode_launch_g<T, 96>(p, g, st);
     case 128: return decode_launch_g<T, 128>(p, g, st);
     case 256: return decode_launch_g<T, 256>(p, g, st);
     default: return cudaErrorInvalidValue;

@@ -3,7 +3,8 @@
  * Decode: split-K flash decoding. For F16/BF16 caches with head sizes 64/128 (every Llama-family model in
  * 16-bit or quantized form) the default is the tensor-core kernel of cuda/attn_decode_tc.h (one warp per chunk,
  * mma.sync, the chunks merged by one fixed tree, so the block shape may follow the batch); the rest of this
- * paragraph describes the CUDA-core kernels that serve the other shapes (F32 caches, head sizes 8-32 and 256)
+ * paragraph describes the CUDA-core kernels that serve the other shapes (F32 caches, head sizes 8-32, 80, 96 and
+ * 256)
  * and cu_settings.attn_tc = 0. Work items are (sequence, KV head, split): each loads a chunk of the
  * sequence's K/V once and serves every query head of that GQA group from it, keeping a running (max, sum,
  * output) in f32; the splits' partials merge through log-sum-exp (in the chunk kernel's last block per row, or
@@ -18,7 +19,7 @@
  * KV caches (one K and one V array per layer): element type attn_kv_type, layout
  * [n_slots][n_ctx][n_kv_heads][head_dim], i.e. slot s, position t, KV head h starts at element
  * ((s * n_ctx + t) * n_kv_heads + h) * head_dim. Query head j reads KV head j / (n_heads / n_kv_heads).
- * Head sizes: 8, 16, 32, 64, 128, 256. Every pointer is device memory, 16-byte aligned; q/out row strides
+ * Head sizes: 8, 16, 32, 64, 80, 96, 128, 256. Every pointer is device memory, 16-byte aligned; q/out row strides
  * must keep rows 16-byte aligned (multiples of 4 floats). No launcher synchronizes, allocates or copies
  * from the host, so every launch may be captured in a CUDA graph.
  * CPU references for the checks live in cuda/test_attention.cu. */
@@ -54,7 +55,7 @@ typedef struct {
     int n_seq;                 /* rows (sequences) in this launch, >= 1 */
     int n_heads;               /* query heads, a multiple of n_kv_heads */
     int n_kv_heads;            /* KV heads */
-    int head_dim;              /* 8, 16, 32, 64, 128 or 256 */
+    int head_dim;              /* 8, 16, 32, 64, 80, 96, 128 or 256 */
     int n_ctx;                 /* positions per slot in the cache layout */
     int max_kv_len;            /* upper bound on every kv_len[i] (<= n_ctx): fixes the grid. Under graph capture
                                   pass the longest allowed context; eagerly, the step's longest kv_len */
@@ -137,7 +138,7 @@ typedef struct {
     int max_rows;              /* upper bound on every seq_rows[i] (fixes the grid), >= 1 */
     int n_heads;               /* query heads, a multiple of n_kv_heads */
     int n_kv_heads;            /* KV heads */
-    int head_dim;              /* 8, 16, 32, 64, 128 or 256 */
+    int head_dim;              /* 8, 16, 32, 64, 80, 96, 128 or 256 */
     int n_ctx;                 /* positions per slot in the cache layout */
     float scale;               /* softmax scale; 0: 1/sqrt(head_dim) */
 } attn_prefill_params;

@@ -3,7 +3,8 @@
  *
  * Same contract as attn_decode_launch (cuda/attention.h, attn_decode_params). Served shapes: kv_type
  * ATTN_KV_F16 or ATTN_KV_BF16, head_dim 64 or 128, GQA group (n_heads / n_kv_heads) at most 16; every other
- * shape stays on the CUDA-core kernels of cuda/attention.cu.
+ * shape (head sizes 80 and 96 included: the key rings' swizzle and chunk layout assume 8 or 16 chunks per row)
+ * stays on the CUDA-core kernels of cuda/attention.cu.
  *
  * Arithmetic (what makes a row's bits independent of the batch and of the launch shape):
  *   - A row (sequence, KV head) is cut into chunks of `chunk` keys, [c * chunk, (c + 1) * chunk): the leaves of

@@ -116,7 +116,9 @@ __global__ void __launch_bounds__(128) prefill_kernel(attn_prefill_params p, int
 #pragma unroll
             for (int c = 0; c < DC; c++) {
                 const int d = lane + 32 * c;
-                const float vd = (D >= 32 || d < D) ? sv[j * D + (d < D ? d : 0)] : 0.f;
+                /* lanes past the head (D not a multiple of 32: 8, 16, 80) read nothing: past the last row of sv
+                 * lies the end of shared memory */
+                const float vd = (D % 32 == 0 || d < D) ? sv[j * D + (d < D ? d : 0)] : 0.f;
 #pragma unroll
                 for (int i = 0; i < kPfRowsPerWarp; i++) {
                     const float pj = __shfl_sync(0xffffffffu, s[i], j);
@@ -160,6 +162,8 @@ cudaError_t prefill_launch_d(const attn_prefill_params *p, cudaStream_t st) {
     case 16: return prefill_launch_t<T, 16>(p, st);
     case 32: return prefill_launch_t<T, 32>(p, st);
     case 64: return prefill_launch_t<T, 64>(p, st);
+    case 80: return prefill_launch_t<T, 80>(p, st);
+    case 96: return prefill_launch_t<T, 96>(p, st);
     case 128: return prefill_launch_t<T, 128>(p, st);
     case 256: return prefill_launch_t<T, 256>(p, st);
     default: return cudaErrorInvalidValue;
@@ -176,7 +180,7 @@ extern "C" cudaError_t attn_prefill_launch(const attn_prefill_params *p, cudaStr
         p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads || !attn_head_dim_ok(p->head_dim) || p->n_ctx < 1 ||
         p->q_stride < 0 || p->out_stride < 0)
         return cudaErrorInvalidValue;
-    if (attn_prefill_tc_wants(p)) return attn_prefill_tc_launch(p, stream);   /* tensor cores: F16/BF16, D 64/128 */
+    if (attn_prefill_tc_wants(p)) return attn_prefill_tc_launch(p, stream); /* tensor cores: F16/BF16, D 64-128 */
     switch (p->kv_type) {
     case ATTN_KV_F32: return prefill_launch_d<float>(p, stream);
     case ATTN_KV_F16: return prefill_launch_d<__half>(p, stream);

@@ -1,12 +1,13 @@
 /* cuda/attn_prefill_tc.cu: tensor-core causal prefill attention (FlashAttention-2 style) for F16/BF16 KV caches,
- * head sizes 64 and 128 (see attn_prefill_tc.h for the contract and the arithmetic).
+ * head sizes 64, 80, 96 and 128 (see attn_prefill_tc.h for the contract and the arithmetic).
  *
  * One block per (query head, tile of 16 * W query rows, sequence), W = kWarps warps of 16 rows each. The block
  * converts its q rows (f32, scaled by scale * log2 e) to the cache type once into shared memory, and each warp
  * keeps its 16 x head_dim Q fragments in registers. K/V tiles of 64 keys stream through two shared-memory buffers
  * with cp.async (tile j + 1 is in flight while tile j is computed); positions past the last key the block needs are
- * zero-filled, never read. Shared rows are stored with their 16-byte chunks XOR-swizzled by (row & 7), so the
- * ldmatrix reads of 8 rows x 16 bytes hit 8 distinct bank groups. Per tile each warp computes S = Q K^T (mma.sync
+ * zero-filled, never read. Shared rows are stored with their 16-byte chunks XOR-swizzled by (row & 7) (head sizes
+ * 64 and 128; 80 and 96 pad each row by one chunk instead, lay), so the ldmatrix reads of 8 rows x 16 bytes hit 8
+ * distinct bank groups. Per tile each warp computes S = Q K^T (mma.sync
  * m16n8k16, f32 accumulators; K read by ldmatrix), masks keys past each row's position only on tiles that reach
  * past the block's first row position (the diagonal tiles), updates the running max and sum in f32 (exp2), rescales
  * its O accumulators, rounds P to the cache type in registers (the S accumulator layout is the A operand layout of
@@ -39,8 +40,19 @@ constexpr int kWarpRows = 16;      /* query rows per warp (the mma's M) */
 std::atomic<int> s_force{-1};      /* attn_prefill_tc_force: -1 the settings, 0 off, 1 on */
 constexpr int kWarps = 4;          /* warps per block: 64-row query tiles */
 
+/* shared rows: head sizes that are multiples of 64 (8 chunks or more, a multiple of 8) XOR-swizzle their 16-byte
+ * chunks by (row & 7); 80 and 96 (10 and 12 chunks, which the swizzle would carry past the row) pad each row by
+ * one chunk instead: an odd number of chunks between rows puts 8 consecutive rows' chunk c in 8 distinct bank
+ * groups as well */
+template <int D> __host__ __device__ constexpr bool tc_swz() { return D % 64 == 0; }
+template <int D> __host__ __device__ constexpr int tc_rs() { return tc_swz<D>() ? D : D + 8; } /* elements a row */
+template <int D> __device__ __forceinline__ int lay(int r, int c) {
+    if constexpr (tc_swz<D>()) return sw<D>(r, c);
+    else return r * tc_rs<D>() + c * 8;
+}
+
 template <typename T, int D, int W> constexpr size_t tc_smem() {
-    return sizeof(T) * ((size_t)W * kWarpRows * D + 4 * (size_t)kKeys * D);   /* Q + 2 x (K + V) */
+    return sizeof(T) * ((size_t)W * kWarpRows * tc_rs<D>() + 4 * (size_t)kKeys * tc_rs<D>()); /* Q + 2 x (K + V) */
 }
 
 /* grid: (n_heads, query tiles, n_seq); W warps; q pre-scale qscale = scale * log2(e); SPLIT: see tc_knobs.split */
@@ -54,10 +66,11 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
     constexpr int CH = D / 8;           /* 16-byte chunks per row */
     constexpr int DK = D / 16;          /* k-steps of Q K^T */
     constexpr int DN = D / 8;           /* n-tiles of the O accumulator */
+    constexpr int RS = tc_rs<D>();      /* elements between shared rows */
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    T *sq = reinterpret_cast<T *>(smem_raw);   /* [R][D] */
-    T *sk = sq + R * D;                        /* [2][kKeys][D] */
-    T *sv = sk + 2 * kKeys * D;                /* [2][kKeys][D] */
+    T *sq = reinterpret_cast<T *>(smem_raw); /* [R][RS] */
+    T *sk = sq + R * RS;                     /* [2][kKeys][RS] */
+    T *sv = sk + 2 * kKeys * RS;             /* [2][kKeys][RS] */
 
     const int head = blockIdx.x, seq = blockIdx.z;
     const int tile = (int)gridDim.y - 1 - (int)blockIdx.y;   /* heaviest tiles first */
@@ -79,14 +92,14 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
 
     /* K (kv bit 0) and/or V (bit 1) tile j into buffer b: 64 keys x CH chunks each, zero past kend; one commit */
     auto load_kv = [&](int j, int b, int kv) {
-        T *dk = sk + b * kKeys * D, *dv = sv + b * kKeys * D;
+        T *dk = sk + b * kKeys * RS, *dv = sv + b * kKeys * RS;
         for (int i = tid; i < kKeys * CH; i += NT) {
             const int r = i / CH, c = i - r * CH;
             const int key = j * kKeys + r;
             const bool ok = key < kend;
             const long off = ok ? (long)key * row_stride + c * 8 : 0;
-            if (kv & 1) cp_async16_zfill(dk + sw<D>(r, c), kbase + off, ok);
-            if (kv & 2) cp_async16_zfill(dv + sw<D>(r, c), vbase + off, ok);
+            if (kv & 1) cp_async16_zfill(dk + lay<D>(r, c), kbase + off, ok);
+            if (kv & 2) cp_async16_zfill(dv + lay<D>(r, c), vbase + off, ok);
         }
         cp_async_commit();
     };
@@ -105,13 +118,13 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
         uint2 u;
         u.x = tc_type<T>::pack(v.x * qscale, v.y * qscale);
         u.y = tc_type<T>::pack(v.z * qscale, v.w * qscale);
-        *reinterpret_cast<uint2 *>(sq + sw<D>(r, d >> 3) + (d & 7)) = u;
+        *reinterpret_cast<uint2 *>(sq + lay<D>(r, d >> 3) + (d & 7)) = u;
     }
     __syncthreads();
     /* warp's Q as A fragments: lanes 0-15 address rows 0-15 at chunk 2k, lanes 16-31 the same rows at 2k + 1 */
     uint32_t qf[DK][4];
 #pragma unroll
-    for (int kk = 0; kk < DK; kk++) ldsm_x4(qf[kk], sq + sw<D>(warp * kWarpRows + (lane & 15), 2 * kk + (lane >> 4)));
+    for (int kk = 0; kk < DK; kk++) ldsm_x4(qf[kk], sq + lay<D>(warp * kWarpRows + (lane & 15), 2 * kk + (lane >> 4)));
 
     const bool active = warp * kWarpRows < nr;   /* a warp of padding rows only skips the math */
     const int g = lane >> 2, tq = lane & 3;     /* mma fragment coordinates: row group, column pair */
@@ -135,10 +148,10 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
             cp_async_wait<0>();
             __syncthreads();
         }
-        const T *vb = sv + (j & 1) * kKeys * D;
+        const T *vb = sv + (j & 1) * kKeys * RS;
         float s[kKeys / 8][4];
         if (active) {
-            const T *kb = sk + (j & 1) * kKeys * D;
+            const T *kb = sk + (j & 1) * kKeys * RS;
 #pragma unroll
             for (int n = 0; n < kKeys / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
             /* S = Q K^T: ldmatrix x4 gives the B fragments of key n-tiles 2np and 2np + 1 */
@@ -147,7 +160,7 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
 #pragma unroll
                 for (int np = 0; np < kKeys / 16; np++) {
                     uint32_t b[4];
-                    ldsm_x4(b, kb + sw<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * kk + ((lane >> 3) & 1)));
+                    ldsm_x4(b, kb + lay<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * kk + ((lane >> 3) & 1)));
                     tc_type<T>::mma(s[2 * np], qf[kk], b[0], b[1]);
                     tc_type<T>::mma(s[2 * np + 1], qf[kk], b[2], b[3]);
                 }
@@ -206,7 +219,7 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
 #pragma unroll
                 for (int dp = 0; dp < D / 16; dp++) {
                     uint32_t b[4];
-                    ldsm_x4_t(b, vb + sw<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * dp + (lane >> 4)));
+                    ldsm_x4_t(b, vb + lay<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * dp + (lane >> 4)));
                     tc_type<T>::mma(o[2 * dp], a, b[0], b[1]);
                     tc_type<T>::mma(o[2 * dp + 1], a, b[2], b[3]);
                 }
@@ -256,6 +269,8 @@ template <typename T, int W>
 cudaError_t tc_launch_d(const attn_prefill_params *p, cudaStream_t st) {
     switch (p->head_dim) {
     case 64: return tc_launch_t<T, 64, W, false>(p, st);
+    case 80: return tc_launch_t<T, 80, W, false>(p, st);
+    case 96: return tc_launch_t<T, 96, W, false>(p, st);
     case 128: return tc_launch_t<T, 128, W, false>(p, st);
     default: return cudaErrorInvalidValue;
     }
@@ -267,7 +282,8 @@ cudaError_t tc_launch_w(const attn_prefill_params *p, cudaStream_t st) {
 }
 
 bool tc_served(const attn_prefill_params *p) {
-    return (p->kv_type == ATTN_KV_F16 || p->kv_type == ATTN_KV_BF16) && (p->head_dim == 64 || p->head_dim == 128);
+    return (p->kv_type == ATTN_KV_F16 || p->kv_type == ATTN_KV_BF16) &&
+           (p->head_dim == 64 || p->head_dim == 80 || p->head_dim == 96 || p->head_dim == 128);
 }
 
 } // namespace

@@ -3,7 +3,7 @@
  *
  * Same contract as attn_prefill_launch (cuda/attention.h, attn_prefill_params): several sequences per launch,
  * each with its own q/out rows, KV slot and pos0 (a prompt may be a continuation chunk). Served shapes: kv_type
- * ATTN_KV_F16 or ATTN_KV_BF16, head_dim 64 or 128; every other shape stays on the scalar kernel.
+ * ATTN_KV_F16 or ATTN_KV_BF16, head_dim 64, 80, 96 or 128; every other shape stays on the scalar kernel.
  * Arithmetic: q rows are scaled by scale * log2(e) in f32 and rounded once to the cache type; S = Q K^T and
  * O += P V run on mma.sync m16n8k16 with f32 accumulation; the online softmax (max, sum) is f32 in the log2
  * domain; P is rounded to the cache type before P V. A row's result depends only on its own q row, its

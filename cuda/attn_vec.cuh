@@ -12,7 +12,9 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 
 /* the head sizes the attention kernels serve */
-inline int attn_head_dim_ok(int d) { return d == 8 || d == 16 || d == 32 || d == 64 || d == 128 || d == 256; }
+inline int attn_head_dim_ok(int d) {
+    return d == 8 || d == 16 || d == 32 || d == 64 || d == 80 || d == 96 || d == 128 || d == 256;
+}
 
 /* ---- 16-byte vectors of K/V elements converted to f32 ---- */
 template <typename T> struct vec_traits;

@@ -79,6 +79,8 @@ typedef struct {
     float *post_attn_norm;     /* f32 [dim]: norm of the attention output before its residual add (gemma3), or NULL */
     float *post_ffn_norm;      /* f32 [dim]: norm of the FFN output before its residual add (gemma3), or NULL */
     void *kc, *vc;             /* this layer's caches [n_slots + 1][n_ctx][kv_dim] of wt */
+    int window;                /* keys a row attends to at most (model_attn_window for the engine's n_ctx): > 0 runs
+                                * the window kernel, 0 the causal decode/prefill kernels */
 } cu_layer;
 
 /* offsets (bytes) of the per-step input block, identical in the pinned host copy and on the device */

@@ -241,11 +241,11 @@ static float s_attn_scale(const zl_config *c) {
 
 /* attention of the step's rows into att_w (wt, the output projection's input): the decode kernels over the decode
  * rows, the prefill kernel over the prefill runs, then the cast, unless the decode kernel wrote att_w itself */
-static int s_attention(cu_engine *E, const cu_layer *L, int l, const cu_batch *b, char *err, size_t errlen) {
+static int s_attention(cu_engine *E, const cu_layer *L, const cu_batch *b, char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
     cudaStream_t st = E->st;
     int att_w_done = 0;   /* the decode attention wrote att_w itself: no cast kernel */
-    const int window = model_layer_window(c, l);
+    const int window = L->window; /* chosen at load: 0 where the window covers the whole context */
     if (window > 0) { /* a sliding layer: every row, decode or prefill, through the window kernel */
         attn_window_params p;
         memset(&p, 0, sizeof p);
@@ -418,7 +418,7 @@ int cuda_forward(cu_engine *E, const cu_batch *b, char *err, size_t errlen) {
         FWD_CHECK(s_qkv(E, L, n, err, errlen));                                /* qkv = xb [Wq Wk Wv] */
         if (L->q_norm) FWD_CHECK(s_qk_norm(E, L, n, err, errlen));             /* qwen3, gemma3: per-head norms */
         FWD_CHECK(s_rope_append(E, L, l, n, err, errlen));                     /* q, caches += k, v */
-        FWD_CHECK(s_attention(E, L, l, b, err, errlen));                       /* att_w = attention(q) */
+        FWD_CHECK(s_attention(E, L, b, err, errlen));                          /* att_w = attention(q) */
         FWD_CHECK(s_out_proj(E, &L->wo, L->post_attn_norm, n, E->att_w, err, errlen)); /* x += att_w Wo */
         FWD_CHECK(s_rmsnorm(E, L->ffn_norm, n, err, errlen));                  /* xb = norm(x) */
         FWD_CHECK(s_ffn_up(E, L, n, &xd, err, errlen));                        /* xd = silu(xb Wg) * xb Wu */

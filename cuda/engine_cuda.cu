@@ -235,8 +235,8 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         return NULL;
     }
     if (dev >= ndev) { snprintf(err, errlen, "%s: only %d CUDA device(s)", name, ndev); return NULL; }
-    if (c->head_dim != 8 && c->head_dim != 16 && c->head_dim != 32 && c->head_dim != 64 && c->head_dim != 128 &&
-        c->head_dim != 256) {
+    if (c->head_dim != 8 && c->head_dim != 16 && c->head_dim != 32 && c->head_dim != 64 && c->head_dim != 80 &&
+        c->head_dim != 96 && c->head_dim != 128 && c->head_dim != 256) {
         snprintf(err, errlen, "%s: head size %d not supported by the CUDA attention", m->path, c->head_dim);
         return NULL;
     }
@@ -455,6 +455,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         for (int l = lb; l < le; l++) {
             E->L[l].kc = (uint8_t *)E->kv + (size_t)(l - lb) * 2 * layer_half;
             E->L[l].vc = (uint8_t *)E->kv + ((size_t)(l - lb) * 2 + 1) * layer_half;
+            E->L[l].window = model_attn_window(c, l, b->n_ctx);
         }
         fprintf(stderr, "zllm %s: KV cache %d slots x %d tokens (%lld tokens, %.1f MiB %s), max batch %d\n", b->device,
                 b->n_slots, b->n_ctx, (long long)b->n_slots * b->n_ctx, E->kv_bytes / 1048576.0, ops_dtype_name(E->wt),

@@ -607,54 +607,67 @@ int main(void) {
         const attn_kv_type t = types[ti];
         /* n_seq, heads, kv heads, D, n_ctx, max_len, type, forced splits, zero rows */
         const decode_case dc[] = {
-            {1, 8, 4, 8, 512, 300, t, 0, 0},          /* stories260K shape */
+            {1, 8, 4, 8, 512, 300, t, 0, 0}, /* stories260K shape */
             {5, 8, 4, 8, 1024, 1024, t, 0, 1},
-            {3, 4, 4, 16, 600, 555, t, 0, 1},         /* GQA 1 */
+            {3, 4, 4, 16, 600, 555, t, 0, 1}, /* GQA 1 */
             {2, 8, 2, 32, 700, 700, t, 0, 0},
-            {1, 32, 8, 128, 4096, 4096, t, 0, 0},     /* llama shape, batch 1 */
+            {1, 32, 8, 128, 4096, 4096, t, 0, 0}, /* llama shape, batch 1 */
             {16, 32, 8, 128, 1100, 1033, t, 0, 1},
-            {64, 8, 1, 64, 300, 257, t, 0, 1},        /* GQA 8, batch 64 */
-            {7, 9, 3, 64, 2000, 1999, t, 0, 1},       /* SmolLM2-135M: GQA 3 */
-            {3, 14, 2, 64, 1500, 1500, t, 0, 0},      /* GQA 7 */
-            {2, 32, 2, 64, 800, 800, t, 0, 0},        /* GQA 16: two head tiles */
-            {4, 16, 8, 128, 3000, 2900, t, 0, 1},     /* GQA 2 */
+            {64, 8, 1, 64, 300, 257, t, 0, 1},    /* GQA 8, batch 64 */
+            {7, 9, 3, 64, 2000, 1999, t, 0, 1},   /* SmolLM2-135M: GQA 3 */
+            {3, 14, 2, 64, 1500, 1500, t, 0, 0},  /* GQA 7 */
+            {2, 32, 2, 64, 800, 800, t, 0, 0},    /* GQA 16: two head tiles */
+            {4, 16, 8, 128, 3000, 2900, t, 0, 1}, /* GQA 2 */
             {2, 8, 4, 256, 900, 900, t, 0, 0},
-            {3, 8, 2, 128, 2000, 2000, t, 7, 1},      /* forced split count */
-            {3, 8, 2, 128, 2000, 1, t, 0, 0},         /* one key */
-            {48, 16, 4, 128, 2048, 2048, t, 0, 1},    /* more items than resident blocks: each walks several */
-            {4, 8, 8, 64, 40000, 40000, t, 0, 1},     /* long rows: 49 splits of 832 keys */
-            {4, 8, 2, 64, 9000, 9000, t, 200, 1},     /* 141 forced splits: the widest split merge */
+            {3, 8, 2, 128, 2000, 2000, t, 7, 1},   /* forced split count */
+            {3, 8, 2, 128, 2000, 1, t, 0, 0},      /* one key */
+            {48, 16, 4, 128, 2048, 2048, t, 0, 1}, /* more items than resident blocks: each walks several */
+            {4, 8, 8, 64, 40000, 40000, t, 0, 1},  /* long rows: 49 splits of 832 keys */
+            {4, 8, 2, 64, 9000, 9000, t, 200, 1},  /* 141 forced splits: the widest split merge */
+            /* head sizes 80 and 96 (Phi-2, Phi-3 mini): teams with idle lanes, on the shapes above */
+            {1, 32, 32, 96, 4096, 4096, t, 0, 0}, /* Phi-3 mini shape, batch 1 */
+            {16, 32, 8, 96, 1100, 1033, t, 0, 1},
+            {7, 9, 3, 80, 2000, 1999, t, 0, 1},  /* GQA 3 */
+            {2, 32, 2, 80, 800, 800, t, 0, 0},   /* GQA 16: two head tiles */
+            {4, 16, 8, 96, 3000, 2900, t, 0, 1}, /* GQA 2 */
+            {3, 8, 2, 80, 2000, 2000, t, 7, 1},  /* forced split count: the reduce kernel */
+            {48, 16, 4, 96, 2048, 2048, t, 0, 1},
+            {4, 8, 8, 80, 40000, 40000, t, 0, 1}, /* long rows: the merge inside the chunk kernel */
+            {4, 8, 2, 96, 9000, 9000, t, 200, 1},
         };
         for (const auto &c : dc) run_decode_case(c);
         for (int k = 0; k <= 3; k++) if (k != 2) run_graph_case(t, k);
         if (t != ATTN_KV_F32) run_graph_case(t, 4);
         run_reuse_case(t);
         const prefill_case pc[] = {
-            {1, 8, 4, 8, 256, 200, t},
-            {3, 8, 4, 8, 512, 100, t},
-            {2, 4, 4, 16, 300, 70, t},
-            {4, 32, 8, 128, 300, 100, t},
-            {3, 9, 3, 64, 400, 120, t},
-            {2, 8, 1, 64, 300, 33, t},
-            {2, 4, 2, 256, 200, 40, t},
-            {2, 8, 8, 32, 100, 17, t},
+            {1, 8, 4, 8, 256, 200, t},    {3, 8, 4, 8, 512, 100, t},   {2, 4, 4, 16, 300, 70, t},
+            {4, 32, 8, 128, 300, 100, t}, {3, 9, 3, 64, 400, 120, t},  {2, 8, 1, 64, 300, 33, t},
+            {2, 4, 2, 256, 200, 40, t},   {2, 8, 8, 32, 100, 17, t},   {4, 32, 8, 96, 300, 100, t},
+            {3, 9, 3, 80, 400, 120, t},   {2, 32, 32, 96, 300, 33, t},
         };
         for (const auto &c : pc) run_prefill_case(c);
     }
-    /* the tensor-core prefill kernel (cuda/attn_prefill_tc.cu): F16/BF16, head sizes 64/128, GQA 1/3/4/8, rows
+    /* the tensor-core prefill kernel (cuda/attn_prefill_tc.cu): F16/BF16, head sizes 64/80/96/128, GQA 1/3/4/8, rows
      * not multiples of its tiles, continuation chunks, batch invariance; and the scalar kernel on the same shapes */
     for (int ti = 1; ti < 3; ti++) {
         const attn_kv_type t = types[ti];
         /* n_seq, heads, kv heads, D, n_ctx, max_rows, type, kernel, continuation, invariance */
         const prefill_case tc[] = {
-            {1, 8, 2, 128, 1100, 1000, t, 1, 0, 1},   /* long prompt, GQA 4: 16 key tiles, several query tiles */
-            {3, 8, 8, 128, 700, 300, t, 1, 1, 1},     /* GQA 1, continuation chunks */
-            {4, 16, 2, 64, 600, 200, t, 1, 0, 1},     /* GQA 8 */
+            {1, 8, 2, 128, 1100, 1000, t, 1, 0, 1}, /* long prompt, GQA 4: 16 key tiles, several query tiles */
+            {3, 8, 8, 128, 700, 300, t, 1, 1, 1},   /* GQA 1, continuation chunks */
+            {4, 16, 2, 64, 600, 200, t, 1, 0, 1},   /* GQA 8 */
             {2, 8, 1, 128, 400, 130, t, 1, 1, 0},
             {5, 12, 12, 64, 500, 129, t, 1, 1, 1},
-            {2, 9, 3, 64, 300, 65, t, 1, 0, 0},       /* GQA 3 */
-            {6, 8, 2, 64, 300, 5, t, 1, 1, 1},        /* a few rows each */
-            {3, 32, 8, 128, 300, 100, t, 0, 1, 1},    /* the scalar kernel on a served shape */
+            {2, 9, 3, 64, 300, 65, t, 1, 0, 0},    /* GQA 3 */
+            {6, 8, 2, 64, 300, 5, t, 1, 1, 1},     /* a few rows each */
+            {3, 32, 8, 128, 300, 100, t, 0, 1, 1}, /* the scalar kernel on a served shape */
+            /* head sizes 80 and 96: padded shared rows instead of the swizzle */
+            {1, 8, 2, 96, 1100, 1000, t, 1, 0, 1},
+            {3, 32, 32, 96, 700, 300, t, 1, 1, 1}, /* Phi-3 mini heads, continuation chunks */
+            {4, 16, 2, 80, 600, 200, t, 1, 0, 1},  /* GQA 8 */
+            {5, 12, 12, 80, 500, 129, t, 1, 1, 1},
+            {2, 9, 3, 96, 300, 65, t, 1, 0, 0},   /* GQA 3 */
+            {3, 32, 8, 96, 300, 100, t, 0, 1, 1}, /* the scalar kernel */
         };
         for (const auto &c : tc) run_prefill_case(c);
     }

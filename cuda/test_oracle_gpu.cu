@@ -2,7 +2,7 @@
  * tests/data/oracle (tests/oracle/make_oracle.py; the list is oracle_models in tests/oracle_check.h, the CPU
  * engines' check tests/test_oracle.c): llama with llama3 frequency factors (positions to 2099), linear scaling,
  * YaRN, qwen3 (per-head Q/K norms; also with YaRN), phi3 (fused matrices, LongRoPE long and short sets, partial
- * rotary), gemma3 (local and global layers, sliding windows crossed by every prompt, linear scaling on the global
+ * rotary; phi3-hd96: head size 96 and a window wider than the context, so the causal kernels run), gemma3 (local and global layers, sliding windows crossed by every prompt, linear scaling on the global
  * ones) and a Mistral-style llama sliding on every layer. Max rel err per logits row <= 1e-3 for the F32 models,
  * <= 2e-2 for their BF16 twins (16-bit GEMM inputs and KV cache), with the decode steps replayed from CUDA graphs
  * and run eagerly; all prompts batched in chunks of 7 within the same bound of each alone (tests/oracle_check.h).

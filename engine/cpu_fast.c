@@ -24,6 +24,7 @@
 #include "cpu_attn.h"
 #include "cpu_pool.h"
 #include "cpu_qdot.h"
+#include "cpu_extra.h"
 #include "cpu_launch.h"
 #include "cpu_sample.h"
 #include "engine.h"
@@ -46,9 +47,6 @@ typedef struct {
     float *ffn_norm;         /* [n_layers][dim] */
     float *bq, *bk, *bv;     /* [n_layers][q_dim] / [n_layers][kv_dim]; NULL without biases */
     float *out_norm;         /* [dim] */
-    float *q_norm, *k_norm;  /* [n_layers][head_dim] per-head Q/K norms; NULL without them */
-    float *post_attn;        /* [n_layers][dim] norm of the attention output; NULL without it */
-    float *post_ffn;         /* [n_layers][dim] norm of the FFN output; NULL without it */
     float *kc, *vc;          /* [n_slots][n_own layers][n_ctx][kv_dim] */
     float *x;                /* [T][dim] residual stream */
     float *xb;               /* [T][max(dim, q_dim)] normed input / attention output */
@@ -65,9 +63,7 @@ typedef struct {
     int xq_n;                /* its row width */
     int *row_slot, *row_pos; /* [T] slot and position of each row */
     float *rope_cs;          /* [T][rope_dim] cos/sin pairs per row (the global layers' RoPE) */
-    float *rope_cs_swa;      /* [T][rope_dim] the sliding layers' pairs; NULL when both kinds rotate alike */
-    zl_rope rope;            /* RoPE frequencies and magnitude (rope.h) */
-    zl_rope rope_swa;        /* the sliding layers' (with rope_cs_swa) */
+    cpu_extra ex;            /* RoPE tables and the qwen3/gemma3 per-layer vectors (cpu_extra.h) */
     float *th_att;           /* [nth][n_ctx] attention scores per thread */
     int nth;                 /* threads */
     /* steps queued ahead (zl_engine.depth 2, whole models): as the reference, a launched step runs at once and
@@ -271,9 +267,9 @@ static void s_qk_norm(s_fast *e, int l, float *q, float *k) {
     const zl_config *c = &e->c;
     const int hd = c->head_dim;
     for (int h = 0; h < c->n_heads; h++)
-        s_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, e->q_norm + (size_t)l * hd, hd, c->rms_eps);
+        s_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, e->ex.q_norm + (size_t)l * hd, hd, c->rms_eps);
     for (int h = 0; h < c->n_kv_heads; h++)
-        s_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, e->k_norm + (size_t)l * hd, hd, c->rms_eps);
+        s_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, e->ex.k_norm + (size_t)l * hd, hd, c->rms_eps);
 }
 
 typedef struct {
@@ -343,8 +339,9 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
             }
             e->row_slot[r] = s->slot;
             e->row_pos[r] = s->pos + t;
-            rope_cs_row(&e->rope, s->pos + t, e->rope_cs + (size_t)r * c->rope_dim);
-            if (e->rope_cs_swa) rope_cs_row(&e->rope_swa, s->pos + t, e->rope_cs_swa + (size_t)r * c->rope_dim);
+            rope_cs_row(&e->ex.rope, s->pos + t, e->rope_cs + (size_t)r * c->rope_dim);
+            if (e->ex.rope_cs_swa)
+                rope_cs_row(&e->ex.rope_swa, s->pos + t, e->ex.rope_cs_swa + (size_t)r * c->rope_dim);
         }
     }
     if (!embed) memcpy(e->x, h_in, (size_t)T * dim * sizeof(float));
@@ -359,10 +356,10 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
                                  e->bv ? e->bv + l * kv_dim : NULL};
         float *qkv_y[3] = {e->q, e->k, e->v};
         if (s_matmuls(e, 3, qkv, qkv_b, e->xb, qkv_y, T)) return -1;
-        const float *cs_l = e->rope_cs_swa && model_layer_window(c, l) ? e->rope_cs_swa : e->rope_cs;
+        const float *cs_l = e->ex.rope_cs_swa && model_layer_window(c, l) ? e->ex.rope_cs_swa : e->rope_cs;
         for (r = 0; r < T; r++) {
             const float *cs = cs_l + (size_t)r * c->rope_dim;
-            if (e->q_norm) s_qk_norm(e, l, e->q + r * q_dim, e->k + r * kv_dim);
+            if (e->ex.q_norm) s_qk_norm(e, l, e->q + r * q_dim, e->k + r * kv_dim);
             s_rope(e->q + r * q_dim, c->n_heads, hd, c->rope_dim, c->rope_style, cs);
             s_rope(e->k + r * kv_dim, c->n_kv_heads, hd, c->rope_dim, c->rope_style, cs);
             size_t at = (size_t)e->row_slot[r] * slot_stride +
@@ -374,8 +371,8 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         e->xq_of = NULL;
         cpu_pool_run(e->pool, s_attn_fn, &aj);
         if (s_matmul(e, &L->wo, NULL, e->xb, e->xb2, T)) return -1;
-        if (e->post_attn) {
-            s_norm_arg pa = {e->post_attn + (size_t)l * dim};
+        if (e->ex.post_attn) {
+            s_norm_arg pa = {e->ex.post_attn + (size_t)l * dim};
             s_rows(e, T, s_post_norm_row, &pa);
         }
         for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];
@@ -389,8 +386,8 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
         if (s_matmuls(e, 2, gu, gu_b, e->xb, gu_y, T)) return -1;
         s_rows(e, T, s_glu_row, NULL);
         if (s_matmul(e, &L->w_down, NULL, e->hb, e->xb2, T)) return -1;
-        if (e->post_ffn) {
-            s_norm_arg pf = {e->post_ffn + (size_t)l * dim};
+        if (e->ex.post_ffn) {
+            s_norm_arg pf = {e->ex.post_ffn + (size_t)l * dim};
             s_rows(e, T, s_post_norm_row, &pf);
         }
         for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->xb2[i];
@@ -451,14 +448,12 @@ static void s_destroy(zl_engine *eb) {
     if (!eb) return;
     s_fast *e = (s_fast *)eb;
     cpu_pool_destroy(&e->pool);
-    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq,        e->bk,       e->bv,         e->out_norm, e->kc,
-                     e->vc,        e->x,        e->xb,        e->xb2,      e->q,          e->k,        e->v,
-                     e->hb,        e->hb2,      e->xl,        e->lg,       e->lgs,        e->rope_cs,  e->th_att,
-                     e->q_norm,    e->k_norm,   e->post_attn, e->post_ffn, e->rope_cs_swa};
+    float *bufs[] = {e->attn_norm, e->ffn_norm, e->bq, e->bk,  e->bv,  e->out_norm, e->kc,
+                     e->vc,        e->x,        e->xb, e->xb2, e->q,   e->k,        e->v,
+                     e->hb,        e->hb2,      e->xl, e->lg,  e->lgs, e->rope_cs,  e->th_att};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e->xq);
-    rope_free(&e->rope);
-    rope_free(&e->rope_swa);
+    cpu_extra_free(&e->ex);
     free(e->row_slot);
     free(e->row_pos);
     cpu_launch_free(&e->lq);
@@ -472,46 +467,6 @@ static int s_copy_kv(zl_engine *eb, int src, int dst, int n_tokens) {
 }
 
 static const zl_engine_ops s_ops = {s_launch, s_wait, s_destroy, s_copy_kv};
-
-static float *s_alloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
-
-static int s_vec(const zl_weight *w, float *dst, char *err, size_t errlen) {
-    if (quant_dequant_row(w->type, w->data, dst, w->n_in) != 0) {
-        snprintf(err, errlen, "cannot dequantize %s", w->name ? w->name : "?");
-        return -1;
-    }
-    return 0;
-}
-
-/* the RoPE frequencies, and the small weights of qwen3's and gemma3's blocks (Q/K and post norms) and the sliding
- * layers' RoPE table where the model has them */
-static int s_extra_weights(s_fast *e, const zl_model *m, size_t T, char *err, size_t errlen) {
-    const zl_config *c = &m->cfg;
-    size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, hd = (size_t)c->head_dim;
-    if (rope_init(&e->rope, m, e->base.n_ctx, 0, err, errlen)) return -1;
-    if (model_rope_two_kinds(c)) {
-        if (!(e->rope_cs_swa = s_alloc(T * (size_t)c->rope_dim))) goto oom;
-        if (rope_init(&e->rope_swa, m, e->base.n_ctx, 1, err, errlen)) return -1;
-    }
-    if (c->has_qk_norm) {
-        if (!(e->q_norm = s_alloc(L * hd)) || !(e->k_norm = s_alloc(L * hd))) goto oom;
-        for (size_t l = 0; l < L; l++)
-            if (s_vec(&m->layers[l].attn_q_norm, e->q_norm + l * hd, err, errlen) ||
-                s_vec(&m->layers[l].attn_k_norm, e->k_norm + l * hd, err, errlen))
-                return -1;
-    }
-    if (c->has_post_norms) {
-        if (!(e->post_attn = s_alloc(L * dim)) || !(e->post_ffn = s_alloc(L * dim))) goto oom;
-        for (size_t l = 0; l < L; l++)
-            if (s_vec(&m->layers[l].post_attn_norm, e->post_attn + l * dim, err, errlen) ||
-                s_vec(&m->layers[l].post_ffn_norm, e->post_ffn + l * dim, err, errlen))
-                return -1;
-    }
-    return 0;
-oom:
-    snprintf(err, errlen, "cpu engine: out of memory");
-    return -1;
-}
 
 /* the ISA from $ZLLM_CPU_ISA (refused when this CPU lacks it) or the best one */
 static int s_pick_isa(char *err, size_t errlen) {
@@ -609,24 +564,24 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
         goto fail;
     }
     e->xq_row = (max_in + 31) / 32;
-    e->attn_norm = s_alloc(L * dim);
-    e->ffn_norm = s_alloc(L * dim);
-    e->out_norm = s_alloc(dim);
-    e->kc = s_alloc((size_t)kv_floats);
-    e->vc = s_alloc((size_t)kv_floats);
-    e->x = s_alloc(T * dim);
-    e->xb = s_alloc(T * wide);
-    e->xb2 = s_alloc(T * dim);
-    e->q = s_alloc(T * q_dim);
-    e->k = s_alloc(T * kv_dim);
-    e->v = s_alloc(T * kv_dim);
-    e->hb = s_alloc(T * ff);
-    e->hb2 = s_alloc(T * ff);
-    e->xl = s_alloc((size_t)b->max_batch * dim);
-    e->lg = s_alloc((size_t)b->max_batch * V);
-    e->lgs = s_alloc(V);
-    e->rope_cs = s_alloc(T * (size_t)c->rope_dim);
-    e->th_att = s_alloc((size_t)e->nth * b->n_ctx);
+    e->attn_norm = cpu_extra_floats(L * dim);
+    e->ffn_norm = cpu_extra_floats(L * dim);
+    e->out_norm = cpu_extra_floats(dim);
+    e->kc = cpu_extra_floats((size_t)kv_floats);
+    e->vc = cpu_extra_floats((size_t)kv_floats);
+    e->x = cpu_extra_floats(T * dim);
+    e->xb = cpu_extra_floats(T * wide);
+    e->xb2 = cpu_extra_floats(T * dim);
+    e->q = cpu_extra_floats(T * q_dim);
+    e->k = cpu_extra_floats(T * kv_dim);
+    e->v = cpu_extra_floats(T * kv_dim);
+    e->hb = cpu_extra_floats(T * ff);
+    e->hb2 = cpu_extra_floats(T * ff);
+    e->xl = cpu_extra_floats((size_t)b->max_batch * dim);
+    e->lg = cpu_extra_floats((size_t)b->max_batch * V);
+    e->lgs = cpu_extra_floats(V);
+    e->rope_cs = cpu_extra_floats(T * (size_t)c->rope_dim);
+    e->th_att = cpu_extra_floats((size_t)e->nth * b->n_ctx);
     e->xq = calloc(T * e->xq_row, sizeof(qdot_blk));
     e->row_slot = calloc(T, sizeof(int));
     e->row_pos = calloc(T, sizeof(int));
@@ -638,9 +593,9 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
         goto fail;
     }
     if (c->has_qkv_bias) {
-        e->bq = s_alloc(L * q_dim);
-        e->bk = s_alloc(L * kv_dim);
-        e->bv = s_alloc(L * kv_dim);
+        e->bq = cpu_extra_floats(L * q_dim);
+        e->bk = cpu_extra_floats(L * kv_dim);
+        e->bv = cpu_extra_floats(L * kv_dim);
         if (!e->bq || !e->bk || !e->bv) {
             snprintf(err, errlen, "cpu engine: out of memory");
             goto fail;
@@ -648,16 +603,16 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
     }
     for (size_t l = 0; l < L; l++) {
         const zl_layer_weights *lw = &m->layers[l];
-        if (s_vec(&lw->attn_norm, e->attn_norm + l * dim, err, errlen) ||
-            s_vec(&lw->ffn_norm, e->ffn_norm + l * dim, err, errlen))
+        if (cpu_extra_vec(&lw->attn_norm, e->attn_norm + l * dim, err, errlen) ||
+            cpu_extra_vec(&lw->ffn_norm, e->ffn_norm + l * dim, err, errlen))
             goto fail;
-        if (c->has_qkv_bias &&
-            (s_vec(&lw->bq, e->bq + l * q_dim, err, errlen) || s_vec(&lw->bk, e->bk + l * kv_dim, err, errlen) ||
-             s_vec(&lw->bv, e->bv + l * kv_dim, err, errlen)))
+        if (c->has_qkv_bias && (cpu_extra_vec(&lw->bq, e->bq + l * q_dim, err, errlen) ||
+                                cpu_extra_vec(&lw->bk, e->bk + l * kv_dim, err, errlen) ||
+                                cpu_extra_vec(&lw->bv, e->bv + l * kv_dim, err, errlen)))
             goto fail;
     }
-    if (s_vec(&m->output_norm, e->out_norm, err, errlen)) goto fail;
-    if (s_extra_weights(e, m, T, err, errlen)) goto fail;
+    if (cpu_extra_vec(&m->output_norm, e->out_norm, err, errlen)) goto fail;
+    if (cpu_extra_load(&e->ex, m, e->base.n_ctx, T, err, errlen)) goto fail;
     e->pool = cpu_pool_new(e->nth, err, errlen);
     if (!e->pool) goto fail;
     return b;

@@ -272,6 +272,11 @@ int model_layer_window(const zl_config *c, int l) {
     return c->swa_window;
 }
 
+int model_attn_window(const zl_config *c, int l, int n_ctx) {
+    const int w = model_layer_window(c, l);
+    return w >= n_ctx ? 0 : w;
+}
+
 int model_rope_two_kinds(const zl_config *c) {
     if (c->swa_window <= 0 || (c->rope_base_swa == c->rope_base && c->rope_scale_swa == c->rope_scale)) return 0;
     for (int l = 0; l < c->n_layers; l++) /* both kinds of layer present */

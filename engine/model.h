@@ -106,6 +106,11 @@ zl_model *model_load(const char *path, char *err, size_t errlen);
 zl_model *model_from_gguf(gguf *g, char *err, size_t errlen);
 /* The window of layer l's attention: swa_window on a sliding layer, 0 (all earlier positions) on a global one. */
 int model_layer_window(const zl_config *c, int l);
+/* The window an engine of n_ctx positions per slot must apply at layer l: model_layer_window, or 0 when that
+ * window is at least n_ctx (a row at a position below n_ctx then sees every earlier position anyway, so the causal
+ * kernels give the same result; Phi-3 and Mistral-style files declare windows of 2k-32k and more). The rotation
+ * of a sliding layer still follows model_layer_window. */
+int model_attn_window(const zl_config *c, int l, int n_ctx);
 /* 1 when the layers rotate in two ways (sliding layers' rope_base_swa / rope_scale_swa differ from the global
  * layers' rope_base / rope_scale): the engines then keep a second RoPE table for the sliding layers (rope_init with
  * sliding = 1). */

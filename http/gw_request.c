@@ -214,6 +214,39 @@ static int s_content(gw_request *r, json_t *c, const char *param, proto_str *out
     return 0;
 }
 
+/* an assistant message's tool_calls (OpenAI's [{"id", "type", "function": {"name", "arguments"}}]) as compact JSON
+ * text in out (owned by r); an empty array is no calls (out left absent) */
+static int s_tool_calls(gw_request *r, json_t *tc, const char *param, proto_str *out, gw_error *e) {
+    if (!json_is_array(tc)) return s_bad(e, param, "'%s' must be an array", param);
+    if (json_array_size(tc) == 0) return 0;
+    size_t i;
+    json_t *c;
+    json_array_foreach(tc, i, c) {
+        json_t *f = json_is_object(c) ? json_object_get(c, "function") : NULL;
+        json_t *name = json_is_object(f) ? json_object_get(f, "name") : NULL;
+        json_t *args = json_is_object(f) ? json_object_get(f, "arguments") : NULL;
+        json_t *id = json_is_object(c) ? json_object_get(c, "id") : NULL;
+        if (!json_is_string(name) || (args && !json_is_string(args) && !json_is_object(args)) ||
+            (id && !json_is_string(id)))
+            return s_bad(e, param,
+                         "'%s' entries must be {\"id\": str, \"type\": \"function\", \"function\": {\"name\": str, "
+                         "\"arguments\": str}}",
+                         param);
+    }
+    char *s = json_dumps(tc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!s) return gw_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    char **np = realloc(r->pieces, (size_t)(r->n_pieces + 1) * sizeof *np);
+    if (!np) {
+        free(s);
+        return gw_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    r->pieces = np;
+    r->pieces[r->n_pieces++] = s;
+    if (strlen(s) > PROTO_CLIENT_MAX_FRAME) return s_bad(e, param, "'%s' is too long", param);
+    *out = (proto_str){s, (uint32_t)strlen(s)};
+    return 0;
+}
+
 static int s_messages(gw_request *r, json_t *o, gw_error *e) {
     json_t *ms = s_get(o, "messages");
     if (!ms) return s_bad(e, "messages", "'%s' is required", "messages");
@@ -232,13 +265,24 @@ static int s_messages(gw_request *r, json_t *o, gw_error *e) {
         if (!json_is_string(role)) return s_bad(e, param, "'%s' needs a string 'role'", param);
         const char *rs = json_string_value(role);
         if (!strcmp(rs, "developer")) rs = "system";
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool"))
             return gw_error_set(e, 400, INVALID, param, "unsupported_field",
-                                "'%s' role '%.32s' is not supported by zllm (system, user, assistant)", param, rs);
-        if (s_get(m, "tool_calls") &&
-            !(json_is_array(s_get(m, "tool_calls")) && json_array_size(s_get(m, "tool_calls")) == 0))
-            return gw_error_set(e, 400, INVALID, param, "unsupported_field", "'%s.tool_calls' is not supported by zllm",
-                                param);
+                                "'%s' role '%.32s' is not supported by zllm (system, user, assistant, tool)", param,
+                                rs);
+        json_t *tc = s_get(m, "tool_calls");
+        if (tc) {
+            char tparam[64];
+            snprintf(tparam, sizeof tparam, "messages[%zu].tool_calls", i);
+            if (strcmp(rs, "assistant")) return s_bad(e, tparam, "'%s' is for assistant messages only", tparam);
+            if (s_tool_calls(r, tc, tparam, &r->msgs[i].tool_calls, e) != 0) return -1;
+        }
+        if (!strcmp(rs, "tool")) { /* a tool's result: the id of the call it answers, as the templates read it */
+            json_t *id = s_get(m, "tool_call_id");
+            if (!json_is_string(id) || json_string_length(id) < 1 || json_string_length(id) > 256 ||
+                memchr(json_string_value(id), 0, json_string_length(id)))
+                return s_bad(e, param, "'%s' (role tool) needs a string 'tool_call_id' of 1..256 bytes", param);
+            r->msgs[i].tool_call_id = (proto_str){json_string_value(id), (uint32_t)json_string_length(id)};
+        }
         json_t *c = s_get(m, "content");
         if (!c) {
             if (strcmp(rs, "assistant")) return s_bad(e, param, "'%s' needs 'content'", param);

@@ -46,10 +46,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             p += strlen(p) + 1;
         }
     } else {
-        msgs[0] = (zl_chat_msg){"system", "S"};
-        msgs[1] = (zl_chat_msg){"user", " u1 "};
-        msgs[2] = (zl_chat_msg){"assistant", "<think>\nr\n</think>\n\na1"};
-        msgs[3] = (zl_chat_msg){"user", "u2 \xC3\xA9\n"};
+        msgs[0] = (zl_chat_msg){.role = "system", .content = "S"};
+        msgs[1] = (zl_chat_msg){.role = "user", .content = " u1 "};
+        msgs[2] = (zl_chat_msg){.role = "assistant", .content = "<think>\nr\n</think>\n\na1"};
+        msgs[3] = (zl_chat_msg){.role = "user", .content = "u2 \xC3\xA9\n"};
         nm = 4;
     }
     /* the interpreter directly, with small limits */

@@ -138,7 +138,10 @@ static void s_mode_chat(const uint8_t *d, size_t n, uint8_t flags) {
     if (!tmpl) abort();
     memcpy(tmpl, d, n);
     tmpl[n] = 0;
-    zl_chat_msg msgs[4] = {{"system", "S"}, {"user", " u1 "}, {"assistant", "a1"}, {"user", "u2\n"}};
+    zl_chat_msg msgs[4] = {{.role = "system", .content = "S"},
+                           {.role = "user", .content = " u1 "},
+                           {.role = "assistant", .content = "a1"},
+                           {.role = "user", .content = "u2\n"}};
     char err[256];
     int first = (flags >> 2) & 1;
     char *p = chat_apply_template(tmpl, "<s>", "</s>", msgs + first, 4 - first, (flags >> 3) & 1, err, sizeof err);

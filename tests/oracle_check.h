@@ -72,6 +72,8 @@ static const oracle_model oracle_models[] = {
     {"qwen3-yarn-bf16", ZL_ARCH_QWEN3, 1e-3},
     {"phi3", ZL_ARCH_PHI3, 1e-3},
     {"phi3-bf16", ZL_ARCH_PHI3, 1e-3},
+    {"phi3-hd96", ZL_ARCH_PHI3, 1e-3}, /* Phi-3 mini's head size 96 */
+    {"phi3-hd96-bf16", ZL_ARCH_PHI3, 1e-3},
     /* gemma3 and sliding windows */
     {"gemma3-swa", ZL_ARCH_GEMMA3, 1e-4},
     {"gemma3-linear", ZL_ARCH_GEMMA3, 1e-4},

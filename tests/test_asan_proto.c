@@ -85,7 +85,8 @@ static void test_roundtrips(void) {
     CHECK(proto_encode_generate(&b, &g) == 0 && dec(b.data, b.len) == 0, "tokens generate: %s", s_err);
     CHECK(s_m.generate.n_tokens == 300 && s_m.generate.tokens[299] == 299000 && s_m.generate.max_tokens == 128 &&
           s_m.generate.stream == 1, "tokens content and defaults");
-    proto_chat chat[2] = { { proto_cstr("system"), proto_cstr("Be brief.") }, { proto_cstr("user"), proto_cstr("Hi") } };
+    proto_chat chat[2] = {{.role = proto_cstr("system"), .content = proto_cstr("Be brief.")},
+                          {.role = proto_cstr("user"), .content = proto_cstr("Hi")}};
     proto_generate_defaults(&g);
     g.id = proto_cstr("c");
     g.prompt_kind = PROTO_PROMPT_MESSAGES;

@@ -3,7 +3,8 @@
  * llama.cpp's converter writes them; the list and bounds are oracle_models in tests/oracle_check.h):
  * - RoPE variants and architectures: llama with llama3 frequency factors (rope_freqs.weight, positions to 2099),
  *   linear scaling, YaRN, qwen3 (Q/K norms, tied head; also with YaRN) and phi3 (fused Q/K/V and gate/up,
- *   LongRoPE's long and short factor sets, partial rotary);
+ *   LongRoPE's long and short factor sets, partial rotary; and phi3-hd96: Phi-3 mini's head size 96, full rotary,
+ *   its declared window wider than the context);
  * - gemma3 and sliding windows: gemma3 with its local and global layers (windows crossed by every prompt), with
  *   linear RoPE scaling on the global ones, and a Mistral-style llama sliding on every layer;
  * each in F32 and the BF16 twins (NAME-bf16: transformers ran the same rounded weights).
@@ -137,8 +138,36 @@ done:
     oracle_free(&c);
 }
 
+/* model_attn_window (the window kernels run only where a window is below the engine's context): phi3-hd96's 2047
+ * on every layer, gemma3-swa's 16 on its sliding layers and none on its global layer 5 */
+static void window_choice(void) {
+    char err[512];
+    zl_model *m = model_load("tests/data/oracle/phi3-hd96.gguf", err, sizeof err);
+    CHECK(m != NULL, "%s", err);
+    if (m) {
+        const zl_config *c = &m->cfg;
+        CHECK(model_layer_window(c, 1) == 2047, "phi3-hd96: layer window %d", model_layer_window(c, 1));
+        CHECK(model_attn_window(c, 1, 1024) == 0 && model_attn_window(c, 1, 2047) == 0,
+              "phi3-hd96: a window of 2047 must not apply to contexts up to 2047");
+        CHECK(model_attn_window(c, 1, 2048) == 2047 && model_attn_window(c, 0, 4096) == 2047,
+              "phi3-hd96: a window of 2047 must apply to contexts above it");
+        model_destroy(&m);
+    }
+    m = model_load("tests/data/oracle/gemma3-swa.gguf", err, sizeof err);
+    CHECK(m != NULL, "%s", err);
+    if (m) {
+        const zl_config *c = &m->cfg;
+        CHECK(model_attn_window(c, 0, 128) == 16 && model_attn_window(c, 5, 128) == 0 &&
+                  model_attn_window(c, 0, 16) == 0 && model_attn_window(c, 0, 17) == 16,
+              "gemma3-swa: windows %d %d %d %d", model_attn_window(c, 0, 128), model_attn_window(c, 5, 128),
+              model_attn_window(c, 0, 16), model_attn_window(c, 0, 17));
+        model_destroy(&m);
+    }
+}
+
 int main(void) {
     for (int i = 0; i < ORACLE_N_MODELS; i++) test_case(&oracle_models[i]);
+    window_choice();
     chain_check("cpu-ref");
     chain_check("cpu");
     return test_report();

@@ -119,7 +119,7 @@ static int32_t *s_encode(const zl_tokenizer *tk, const s_args *a, int *n) {
     const char *src = a->prompt;
     int add_bos = tokenizer_add_bos(tk);
     if (a->chat) {
-        zl_chat_msg msg = { "user", a->prompt };
+        zl_chat_msg msg = {.role = "user", .content = a->prompt};
         text = chat_apply(tk, &msg, 1, 1, err, sizeof err);
         if (!text) {
             fprintf(stderr, "zllm-run: --chat: %s\n", err);

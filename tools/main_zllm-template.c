@@ -1,9 +1,10 @@
 /* tools/main_zllm-template.c: renders chat templates without a model file, for tests and template work.
  *
- *   zllm-template [--jinja | --builtin] TEMPLATE_FILE < cases
+ *   zllm-template [--jinja | --builtin] [--tools] TEMPLATE_FILE < cases
  *
  * stdin holds any number of cases, each a run of NUL-terminated fields:
- *   add_generation_prompt ("0"/"1"), bos_token, eos_token, message count N, then N times role, content.
+ *   add_generation_prompt ("0"/"1"), bos_token, eos_token, message count N, then N times role, content
+ *   (with --tools: role, content, tool_call_id, tool_calls, an empty field meaning absent; zl_chat_msg).
  * For each case stdout gets one header line "STATUS LENGTH" and then LENGTH bytes and a newline: STATUS is
  * jinja (rendered by the interpreter), builtin (by a hand-written family; the bytes are the prompt, the reason
  * goes to stderr), raised (the template's raise_exception; the bytes are the message) or error (the message).
@@ -18,11 +19,13 @@
 #include <string.h>
 
 static void s_usage(FILE *f) {
-    fprintf(f, "usage: zllm-template [--jinja | --builtin] TEMPLATE_FILE < cases\n"
+    fprintf(f, "usage: zllm-template [--jinja | --builtin] [--tools] TEMPLATE_FILE < cases\n"
                "       zllm-template --help | --version\n"
                "  cases      NUL-terminated fields: add_gen (0/1), bos, eos, N, then N x (role, content)\n"
                "  --jinja    the Jinja interpreter only (default: with the built-in fallback)\n"
                "  --builtin  the hand-written templates only\n"
+               "  --tools    N x (role, content, tool_call_id, tool_calls): an empty field is absent; tool_calls\n"
+               "             is OpenAI's JSON array of calls (their arguments strings parsed for the template)\n"
                "Output per case: \"jinja|builtin|raised|error LENGTH\\n\" then LENGTH bytes and \"\\n\".\n"
                "Environment: none read. Exit status 1 on malformed input, 2 on a usage error.\n");
 }
@@ -39,7 +42,7 @@ static const char *s_field(const char *in, size_t n, size_t *p) {
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int mode = CHAT_AUTO, rc = 1;
+    int mode = CHAT_AUTO, rc = 1, tools = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             s_usage(stdout);
@@ -51,6 +54,7 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "--jinja")) mode = CHAT_JINJA;
         else if (!strcmp(argv[i], "--builtin")) mode = CHAT_BUILTIN;
+        else if (!strcmp(argv[i], "--tools")) tools = 1;
         else if (argv[i][0] == '-' || path) {
             s_usage(stderr);
             return 2;
@@ -95,6 +99,15 @@ int main(int argc, char **argv) {
         for (long i = 0; i < nm; i++) {
             msgs[i].role = s_field(in, n, &p);
             msgs[i].content = s_field(in, n, &p);
+            if (tools) {
+                const char *id = s_field(in, n, &p), *calls = s_field(in, n, &p);
+                if (!id || !calls) {
+                    fprintf(stderr, "zllm-template: case truncated\n");
+                    goto fail;
+                }
+                msgs[i].tool_call_id = id[0] ? id : NULL;
+                msgs[i].tool_calls = calls[0] ? calls : NULL;
+            }
             if (!msgs[i].role || !msgs[i].content) {
                 fprintf(stderr, "zllm-template: case truncated\n");
                 goto fail;

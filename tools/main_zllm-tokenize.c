@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
                 if (!nmsgs) goto fail;
                 msgs = nmsgs;
             }
-            msgs[nm++] = (zl_chat_msg){role, content};
+            msgs[nm++] = (zl_chat_msg){.role = role, .content = content};
         }
         if (tmpl_path) {
             FILE *f = fopen(tmpl_path, "rb");

@@ -9,6 +9,8 @@ rounded to and stored as BF16, norms and factors F32, transformers' logits on th
   qwen3, qwen3-yarn      Qwen3Config without and with yarn
   phi3                   Phi3Config with LongRoPE (rope_factors_long/short and the attention factor key) and
                          partial rotary (fused attn_qkv / ffn_up)
+  phi3-hd96              Phi-3 mini's head size: dim 192 = 2 heads x 96 (1 KV head), full rotary LongRoPE, its
+                         declared window 2047 (wider than the engine contexts of the prompts)
 Their prompts cross the scaling's frequency bands (positions beyond the original context: 2k+ for llama3).
 
 gemma3 and sliding windows (F32, eager attention, fixed seeds; vocab 320, window 16, three prompts of 64 to 96
@@ -275,8 +277,31 @@ def case_phi3():
     return "phi3", cfg, model, kv, lambda m: phi3_tensors(m, cfg), prompts
 
 
+def case_phi3_hd96():
+    """Phi-3 mini's head size (96) and full rotary, with its declared window (2047) above every engine context the
+    prompts need, as Phi-3 mini files carry it"""
+    import transformers
+    orig, max_pos, hd = 256, 2048, 96
+    rng = np.random.RandomState(5)
+    long_f = [round(float(x), 4) for x in 1.0 + 7.0 * np.sort(rng.rand(hd // 2))]
+    short_f = [round(float(x), 4) for x in 1.0 + 0.5 * np.sort(rng.rand(hd // 2))]
+    rp = {"rope_type": "longrope", "rope_theta": 10000.0, "long_factor": long_f, "short_factor": short_f,
+          "original_max_position_embeddings": orig}
+    base = dict(BASE, hidden_size=2 * hd, num_attention_heads=2)
+    cfg = transformers.Phi3Config(**base, num_key_value_heads=1, max_position_embeddings=max_pos,
+                                  original_max_position_embeddings=orig, rms_norm_eps=1e-5, rope_parameters=rp,
+                                  tie_word_embeddings=False, sliding_window=2047, pad_token_id=0, eos_token_id=2)
+    model = transformers.Phi3ForCausalLM(cfg)
+    kv = common_kv(cfg, hd, hd, max_pos)
+    kv["{arch}.rope.scaling.original_context_length"] = ("u32", orig)
+    kv["{arch}.rope.scaling.attn_factor"] = ("f32", math.sqrt(1 + math.log(max_pos / orig) / math.log(orig)))
+    kv["{arch}.attention.sliding_window"] = ("u32", 2047)
+    prompts = [(600, 1024, [7, 200, 597, 598, 599]), (200, 256, [30, 197, 198, 199])]
+    return "phi3", cfg, model, kv, lambda m: phi3_tensors(m, cfg), prompts
+
+
 CASES = {"llama3": case_llama3, "linear": case_linear, "yarn": case_yarn, "qwen3": case_qwen3,
-         "qwen3-yarn": case_qwen3_yarn, "phi3": case_phi3}
+         "qwen3-yarn": case_qwen3_yarn, "phi3": case_phi3, "phi3-hd96": case_phi3_hd96}
 
 
 def make(name, outdir):
@@ -289,22 +314,25 @@ def make(name, outdir):
         model.tie_weights()
     model = model.float().eval()
     write_gguf(os.path.join(outdir, name + ".gguf"), arch, kv, tensors(model))
-    save_logits(name, outdir, arch, cfg, model, prompts)
+    window = kv.get("{arch}.attention.sliding_window", (None, 0))[1]
+    save_logits(name, outdir, arch, cfg, model, prompts, window=window)
     # the BF16 twin: matrices rounded to bf16 (the model's own weights too, so its f32 logits are the oracle)
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
                 p.copy_(p.to(torch.bfloat16).float())
     write_gguf(os.path.join(outdir, name + "-bf16.gguf"), arch, kv, tensors(model), bf16=True)
-    save_logits(name + "-bf16", outdir, arch, cfg, model, prompts, seed_name=name)
+    save_logits(name + "-bf16", outdir, arch, cfg, model, prompts, seed_name=name, window=window)
 
 
-def save_logits(name, outdir, arch, cfg, model, prompts, seed_name=None):
+def save_logits(name, outdir, arch, cfg, model, prompts, seed_name=None, window=0):
     import torch
     import transformers
     rng = np.random.RandomState(sum(map(ord, seed_name or name)) + 7)
     lines = [f"# {name}: {arch}, rope {cfg.rope_parameters}; transformers {transformers.__version__}, "
              f"torch {torch.__version__}, eager f32", f"vocab {VOCAB}"]
+    if window:
+        lines.append(f"window {window}")
     rows = []
     for n_tok, n_ctx, checks in prompts:
         toks = rng.randint(0, VOCAB, size=n_tok).tolist()
