@@ -279,7 +279,10 @@ CASES = {"llama3": case_llama3, "linear": case_linear, "yarn": case_yarn, "qwen3
          "qwen3-yarn": case_qwen3_yarn, "phi3": case_phi3}
 
 
-def make(name, outdir):
+def build(name, twin=False):
+    """case NAME's transformers model (f32, eval, eager attention) and its description: (arch, cfg, model, kv,
+    tensors, prompts). twin: the BF16 twin's network, its matrices rounded to bf16 (kept in f32, so the model's
+    own f32 logits are the oracle)"""
     import torch
     torch.manual_seed(0)
     arch, cfg, model, kv, tensors, prompts = CASES[name]()
@@ -288,13 +291,17 @@ def make(name, outdir):
     if cfg.tie_word_embeddings:
         model.tie_weights()
     model = model.float().eval()
-    write_gguf(os.path.join(outdir, name + ".gguf"), arch, kv, tensors(model))
-    save_logits(name, outdir, arch, cfg, model, prompts)
-    # the BF16 twin: matrices rounded to bf16 (the model's own weights too, so its f32 logits are the oracle)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.copy_(p.to(torch.bfloat16).float())
+    if twin:
+        round_bf16(model)
+    return arch, cfg, model, kv, tensors, prompts
+
+
+def make(name, outdir, twin_only=False):
+    if not twin_only:
+        arch, cfg, model, kv, tensors, prompts = build(name)
+        write_gguf(os.path.join(outdir, name + ".gguf"), arch, kv, tensors(model))
+        save_logits(name, outdir, arch, cfg, model, prompts)
+    arch, cfg, model, kv, tensors, prompts = build(name, twin=True)
     write_gguf(os.path.join(outdir, name + "-bf16.gguf"), arch, kv, tensors(model), bf16=True)
     save_logits(name + "-bf16", outdir, arch, cfg, model, prompts, seed_name=name)
 
