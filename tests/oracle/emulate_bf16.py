@@ -21,7 +21,8 @@ test's own measure, the L2 rel err sqrt(sum (a-b)^2 / sum ref^2).
   --round gemm,kv (default) | gemm | kv | none   which rounding points to apply ("none" must reproduce the
                                                   committed logits to f32 accuracy: a check of the build)
   --bug NAME    a deliberately wrong engine: no-attn-factor (the RoPE attention factor of YaRN / LongRoPE
-                dropped), no-freq-scaling (the RoPE frequencies of the unscaled model: llama3 factors, linear,
+                dropped), attn-factor-once (applied to q only, so once in the scores instead of twice),
+                no-freq-scaling (the RoPE frequencies of the unscaled model: llama3 factors, linear,
                 YaRN or LongRoPE scaling dropped), neox-half (phi3's NEOX pairs taken head_dim / 2 apart
                 instead of rope_dim / 2)
   --no-engine-test   the oracle prompts only
@@ -137,6 +138,16 @@ def engine_bug(model, bug):
             return (emb.cos() * s).to(cos.dtype), (emb.sin() * s).to(sin.dtype)
         rot.forward = fwd
         restore.append(lambda: setattr(rot, "forward", orig_fwd))
+    elif bug == "attn-factor-once":
+        for arch in ("llama", "qwen3", "phi3"):
+            mm = importlib.import_module(f"transformers.models.{arch}.modeling_{arch}")
+
+            def once(q, k, cos, sin, *a, _orig=mm.apply_rotary_pos_emb, **kw):
+                """q with the attention factor, k without it: the factor once in the scores instead of twice"""
+                s = float(rot.attention_scaling)
+                return _orig(q, k, cos, sin, *a, **kw)[0], _orig(q, k, cos / s, sin / s, *a, **kw)[1]
+            restore.append(lambda mm=mm, o=mm.apply_rotary_pos_emb: setattr(mm, "apply_rotary_pos_emb", o))
+            mm.apply_rotary_pos_emb = once
     elif bug == "neox-half":
         mm = importlib.import_module("transformers.models.phi3.modeling_phi3")
         orig = mm.apply_rotary_pos_emb
