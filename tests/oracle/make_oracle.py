@@ -25,12 +25,12 @@ tensor map. Each file also carries a small SentencePiece-style vocabulary (byte 
 that zllm-run and the broker can run it; the prompts are token ids.
 
 Why the twins' Q/K scale (TWIN_QK_GAIN) is smaller than the F32 cases' (QK_GAIN): a BF16 engine rounds every
-matrix product's input and its K/V cache to bf16 (8 significant bits). With the F32 cases' peaked attention those
-roundings alone moved llama3's, yarn's and phi3's logits by 2.9e-2 to 4.9e-2 relative to the unrounded network
-(tests/oracle/emulate_bf16.py emulates the CUDA engine's rounding points; the CUDA engine measured the same),
-beyond the 2e-2 bound of the twins, so the bound could not tell rounding from a bug. At the smaller scale the
+matrix product's input and its K/V cache to bf16 (8 significant bits). At QK_GAIN, whose attention is peaked,
+those roundings alone move llama3's, yarn's and phi3's logits by 2.9e-2 to 4.9e-2 relative to the unrounded
+network (tests/oracle/emulate_bf16.py emulates the CUDA engine's rounding points, and the CUDA engine's errors
+agree), beyond the twins' 2e-2 bound, so the bound cannot tell rounding from a bug there. At TWIN_QK_GAIN the
 emulated engine stays below 7e-3 on these twins while RoPE still decides the logits: dropping the frequency
-scaling or the attention factor moves them by 7e-2 to 0.3 (emulate_bf16.py --bug).
+scaling or the attention factor moves the oracle rows by 7e-2 to 0.3 (emulate_bf16.py --bug).
 
 Converter conventions for all: tensor names and metadata keys, llama's Q/K row permutation (halves -> adjacent
 pairs per head).
