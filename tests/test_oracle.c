@@ -7,7 +7,8 @@
  *   its declared window wider than the context);
  * - gemma3 and sliding windows: gemma3 with its local and global layers (windows crossed by every prompt), with
  *   linear RoPE scaling on the global ones, and a Mistral-style llama sliding on every layer;
- * each in F32 and the BF16 twins (NAME-bf16: transformers ran the same rounded weights).
+ * each in F32 and the BF16 twins (NAME-bf16: transformers ran the rounded weights; the RoPE cases' twins have a
+ * smaller Q/K scale, tests/oracle/make_oracle.py says why).
  * cpu-ref (f32) and cpu (the fast engine; F32 and BF16 weights keep f32 activations, with its own summation
  * order) must match within the case's bound (1e-4 or 1e-3 relative per logits row).
  * Batch and chunking invariance on both engines (oracle_batch, oracle_companion in tests/oracle_check.h), and
