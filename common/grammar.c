@@ -76,12 +76,7 @@ void grammar_unref(zg_grammar **pg) {
     zg_grammar *g = *pg;
     *pg = NULL;
     if (--g->refs > 0) return;
-    for (int i = 0; g->mc && i < ZG_MASK_CACHE; i++) {
-        free(g->mc[i].key);
-        free(g->mc[i].mask);
-    }
-    free(g->mc);
-    pthread_mutex_destroy(&g->mc_lock);
+    zg_mcache_free(&g->mc);
     free(g->el);
     free(g->rule_start);
     free(g);

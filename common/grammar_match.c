@@ -666,11 +666,14 @@ static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int32_t sid, s_u
     }
 }
 
-/* the parse state as integers (UTF-8 state, then each stack's positions top to bottom, -1 after each) into
- * m->scr from index 0; returns its length, or -1 when out of memory */
+/* the parse state as integers, the key of the grammar's remembered masks, into m->scr from index 0: the pending
+ * UTF-8 bytes (zeros when none: the bits of a completed character are stale and no part of the state), the
+ * number of stacks, then each stack's element positions top to bottom with -1 after each (positions, not node
+ * ids, which are local to a matcher). Returns its length, or -1 when out of memory. */
 static int s_state_key(zg_matcher *m) {
     m->n_scr = 0;
-    int32_t head[4] = {(int32_t)m->part, m->part_left, (int32_t)m->part_min, m->n_set};
+    int pending = m->part_left > 0;
+    int32_t head[4] = {pending ? (int32_t)m->part : 0, m->part_left, pending ? (int32_t)m->part_min : 0, m->n_set};
     for (int i = 0; i < 4; i++) s_key_put(m, head[i]);
     for (int i = 0; i < m->n_set; i++) {
         for (int32_t s = m->set[i]; s >= 0; s = m->nodes[s].parent) s_key_put(m, m->nodes[s].pos);
@@ -696,29 +699,13 @@ int grammar_matcher_mask(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
     zg_grammar *g = m->g;
     int klen = s_state_key(m); /* the key lives in m->scr[0 .. klen) until the walk */
     uint64_t h = klen > 0 ? s_key_hash(m->scr, klen) : 0;
-    pthread_mutex_lock(&g->mc_lock);
-    if (g->mc_vocab != v && g->mc) { /* another vocabulary: forget the masks */
-        for (int i = 0; i < ZG_MASK_CACHE; i++) {
-            free(g->mc[i].key);
-            free(g->mc[i].mask);
-        }
-        memset(g->mc, 0, ZG_MASK_CACHE * sizeof *g->mc);
-    }
-    if (!g->mc) g->mc = calloc(ZG_MASK_CACHE, sizeof *g->mc);
-    g->mc_vocab = v;
-    if (g->mc && klen > 0) {
-        const zg_mask_entry *e = &g->mc[h % ZG_MASK_CACHE];
-        if (e->mask && e->hash == h && e->klen == klen && memcmp(e->key, m->scr, (size_t)klen * sizeof *m->scr) == 0) {
-            memcpy(mask, e->mask, words * sizeof *mask);
-            int count = e->count;
-            g->mc_hits++;
-            pthread_mutex_unlock(&g->mc_lock);
+    if (klen > 0) {
+        int count = zg_mcache_get(&g->mc, v, h, m->scr, klen, mask, words);
+        if (count >= 0) {
             m->n_scr = 0;
             return count;
         }
     }
-    g->mc_misses++;
-    pthread_mutex_unlock(&g->mc_lock);
     int32_t *key = NULL;
     if (klen > 0) {
         key = malloc((size_t)klen * sizeof *key);
@@ -727,21 +714,7 @@ int grammar_matcher_mask(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
     m->n_scr = 0;
     m->oom = 0;
     int count = s_mask_walk(m, v, mask);
-    uint32_t *copy = key ? malloc(words * sizeof *copy) : NULL;
-    if (copy) {
-        memcpy(copy, mask, words * sizeof *copy);
-        pthread_mutex_lock(&g->mc_lock);
-        if (g->mc && g->mc_vocab == v) {
-            zg_mask_entry *e = &g->mc[h % ZG_MASK_CACHE];
-            free(e->key);
-            free(e->mask);
-            *e = (zg_mask_entry){h, key, klen, copy, count};
-            key = NULL;
-            copy = NULL;
-        }
-        pthread_mutex_unlock(&g->mc_lock);
-    }
-    free(copy);
+    if (key) zg_mcache_put(&g->mc, v, h, key, klen, mask, words, count);
     free(key);
     return count;
 }
