@@ -13,7 +13,7 @@
 #include "grammar_int.h"
 
 struct zg_mc_entry {
-    zg_mc_entry *hnext;       /* hash chain */
+    zg_mc_entry *hnext;         /* hash chain */
     zg_mc_entry *newer, *older; /* the LRU list */
     uint64_t hash;
     size_t bytes; /* this entry's share of the bounds */

@@ -454,17 +454,20 @@ static void test_mask_cache(void) {
     CHECK(v != NULL, "vocab: %s", err);
     zg_vocab *bytes = s_byte_vocab(); /* every character split into bytes: the pending bits decide what follows */
     if (bytes)
-        s_cache_exact(bytes, ZG_GBNF, "root ::= ([a-c] | [\\u00e0-\\u00ef] | [\\u4e00-\\u9fff] | [\\U0001F600-\\U0001F64F])+ \".\"\n",
+        s_cache_exact(bytes, ZG_GBNF,
+                      "root ::= ([a-c] | [\\u00e0-\\u00ef] | [\\u4e00-\\u9fff] | [\\U0001F600-\\U0001F64F])+ \".\"\n",
                       200, 16);
     grammar_vocab_destroy(&bytes);
     if (v) {
         s_cache_exact(v, ZG_REGEX, "[a-c]{1,3}(\\.[\\u00e0-\\u00ff\\u4e00-\\u4e0f]{1,4}){0,3}", 12, 24);
-        s_cache_exact(v, ZG_GBNF, "root ::= ([a-z ] | [\\u00e0-\\u00ef] | [\\u4e00-\\u9fff] | [\\U0001F600-\\U0001F64F])+ \".\"\n",
+        s_cache_exact(v, ZG_GBNF,
+                      "root ::= ([a-z ] | [\\u00e0-\\u00ef] | [\\u4e00-\\u9fff] | [\\U0001F600-\\U0001F64F])+ \".\"\n",
                       12, 24);
-        s_cache_exact(v, ZG_JSON_SCHEMA,
-                      "{\"type\":\"object\",\"properties\":{\"items\":{\"type\":\"array\",\"items\":{\"type\":\"string\","
-                      "\"maxLength\":12}}},\"required\":[\"items\"],\"additionalProperties\":false}",
-                      12, 48);
+        s_cache_exact(
+            v, ZG_JSON_SCHEMA,
+            "{\"type\":\"object\",\"properties\":{\"items\":{\"type\":\"array\",\"items\":{\"type\":\"string\","
+            "\"maxLength\":12}}},\"required\":[\"items\"],\"additionalProperties\":false}",
+            12, 48);
         s_cache_exact(v, ZG_JSON_OBJECT, "", 8, 48);
     }
     grammar_vocab_destroy(&v);
