@@ -65,12 +65,22 @@ struct zg_matcher {
     int memo_cap, n_memo;
 };
 
+/* a trie node as the walk reads it: its children are nodes first .. first + n_child - 1 (breadth-first order, so
+ * that siblings sit side by side and a node's fields share a cache line) */
+typedef struct {
+    int32_t first;   /* first child */
+    int32_t tok;     /* first token ending here (more through tok_next), -1 for none */
+    uint16_t n_child;
+    uint8_t byte;    /* the byte that leads here from the parent */
+} s_tnode;
+
 struct zg_vocab {
     int n_vocab;
-    /* trie: node 0 is the root; children by first-child / next-sibling */
+    /* trie while building: node 0 is the root; children by first-child / next-sibling */
     int32_t *child, *sibling, *tok_head;
     uint8_t *byte;
     int n_nodes;
+    s_tnode *tn; /* the trie the walk reads: [n_nodes], node 0 the root */
     int32_t *tok_next; /* [n_vocab] next token ending at the same node */
     uint8_t *eog;      /* [n_vocab] */
     char **bytes;      /* [n_vocab] copies */
@@ -644,8 +654,10 @@ static int s_set_partial_ok(zg_matcher *m, int32_t sid, const s_utf *u) {
 /* the walk under trie node t in stack set sid with UTF-8 state u */
 static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int32_t sid, s_utf u, uint32_t *mask, int *count,
                    int depth) {
-    for (int32_t c = v->child[t]; c >= 0; c = v->sibling[c]) {
-        unsigned b = v->byte[c];
+    const s_tnode *tp = &v->tn[t];
+    for (int32_t c = tp->first, end = tp->first + tp->n_child; c < end; c++) {
+        const s_tnode *cn = &v->tn[c];
+        unsigned b = cn->byte;
         s_utf w = u;
         int32_t nsid = -1;
         if (u.part_left == 0 && b < 0x80) {
@@ -657,12 +669,12 @@ static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int32_t sid, s_u
             else if (r == 1) nsid = s_memo_step(m, sid, cp);
         }
         if (nsid < 0) continue;
-        for (int32_t id = v->tok_head[c]; id >= 0; id = v->tok_next[id])
+        for (int32_t id = cn->tok; id >= 0; id = v->tok_next[id])
             if (!(mask[id >> 5] >> (id & 31) & 1)) {
                 mask[id >> 5] |= 1u << (id & 31);
                 (*count)++;
             }
-        if (v->child[c] >= 0 && depth < 4096) s_walk(m, v, c, nsid, w, mask, count, depth + 1);
+        if (cn->n_child > 0 && depth < 4096) s_walk(m, v, c, nsid, w, mask, count, depth + 1);
     }
 }
 
@@ -829,6 +841,31 @@ zg_vocab *grammar_vocab_new(int n_vocab, const char *const *bytes, const size_t 
         v->tok_next[i] = v->tok_head[t];
         v->tok_head[t] = i;
     }
+    /* the walk's layout: breadth first, each node's children numbered together as it leaves the queue (queue
+     * holds the build ids in their new order) */
+    int32_t *queue = malloc((size_t)v->n_nodes * sizeof *queue);
+    v->tn = malloc((size_t)v->n_nodes * sizeof *v->tn);
+    if (!queue || !v->tn) {
+        free(queue);
+        goto oom;
+    }
+    int32_t tail = 1;
+    queue[0] = 0;
+    for (int32_t k = 0; k < v->n_nodes; k++) {
+        int32_t o = queue[k], n_child = 0;
+        v->tn[k].first = tail;
+        v->tn[k].tok = v->tok_head[o];
+        v->tn[k].byte = v->byte[o];
+        for (int32_t c = v->child[o]; c >= 0; c = v->sibling[c]) queue[tail++] = c, n_child++;
+        v->tn[k].n_child = (uint16_t)n_child; /* at most 256: one per byte value */
+    }
+    free(queue);
+    free(v->child);
+    free(v->sibling);
+    free(v->tok_head);
+    free(v->byte);
+    v->child = v->sibling = v->tok_head = NULL;
+    v->byte = NULL;
     return v;
 oom:
     snprintf(err, errlen, "grammar: out of memory");
@@ -847,6 +884,7 @@ void grammar_vocab_destroy(zg_vocab **pv) {
     free(v->sibling);
     free(v->tok_head);
     free(v->byte);
+    free(v->tn);
     free(v->tok_next);
     free(v->eog);
     free(v);
