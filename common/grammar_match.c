@@ -68,10 +68,10 @@ struct zg_matcher {
 /* a trie node as the walk reads it: its children are nodes first .. first + n_child - 1 (breadth-first order, so
  * that siblings sit side by side and a node's fields share a cache line) */
 typedef struct {
-    int32_t first;   /* first child */
-    int32_t tok;     /* first token ending here (more through tok_next), -1 for none */
+    int32_t first; /* first child */
+    int32_t tok;   /* first token ending here (more through tok_next), -1 for none */
     uint16_t n_child;
-    uint8_t byte;    /* the byte that leads here from the parent */
+    uint8_t byte; /* the byte that leads here from the parent */
 } s_tnode;
 
 struct zg_vocab {
@@ -80,7 +80,7 @@ struct zg_vocab {
     int32_t *child, *sibling, *tok_head;
     uint8_t *byte;
     int n_nodes;
-    s_tnode *tn; /* the trie the walk reads: [n_nodes], node 0 the root */
+    s_tnode *tn;       /* the trie the walk reads: [n_nodes], node 0 the root */
     int32_t *tok_next; /* [n_vocab] next token ending at the same node */
     uint8_t *eog;      /* [n_vocab] */
     char **bytes;      /* [n_vocab] copies */
