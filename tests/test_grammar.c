@@ -4,6 +4,7 @@
  * accepts); and random walks over a real tokenizer's vocabulary, where every token the mask allows keeps the
  * matcher alive until an end-of-generation id ends a whole match; the masks a grammar remembers equal a walk's,
  * bit for bit. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -443,6 +444,79 @@ done:
     grammar_unref(&ref);
 }
 
+/* matchers of one grammar masking on several threads at once (as the worker's mask threads do): each thread
+ * walks its own matchers, every mask compared with a cache-less twin's */
+typedef struct {
+    const zg_vocab *v;
+    zg_grammar *g, *ref;
+    uint64_t seed;
+    int walks, steps, masks, differ;
+} s_mt_job;
+
+static void *s_mt_run(void *arg) {
+    s_mt_job *j = arg;
+    char err[256];
+    int nv = grammar_vocab_size(j->v), words = (nv + 31) / 32;
+    uint32_t *a = malloc((size_t)words * 4), *b = malloc((size_t)words * 4);
+    int32_t *allowed = malloc((size_t)nv * sizeof *allowed);
+    uint64_t x = j->seed;
+    for (int w = 0; a && b && allowed && w < j->walks; w++) {
+        zg_matcher *ma = grammar_matcher_new(j->g, err, sizeof err), *mb = grammar_matcher_new(j->ref, err, sizeof err);
+        for (int step = 0; ma && mb && step < j->steps; step++) {
+            int na = grammar_matcher_mask(ma, j->v, a), nb = grammar_matcher_mask(mb, j->v, b), k = 0;
+            j->masks++;
+            if (na != nb || memcmp(a, b, (size_t)words * 4) != 0) {
+                j->differ++;
+                break;
+            }
+            for (int i = 0; i < nv; i++)
+                if (b[i >> 5] >> (i & 31) & 1) allowed[k++] = i;
+            if (k == 0) break;
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            int32_t id = allowed[(x >> 16) % (uint64_t)k];
+            if (grammar_matcher_accept_token(ma, j->v, id) != 0 || grammar_matcher_accept_token(mb, j->v, id) != 0 ||
+                !grammar_matcher_can_continue(mb))
+                break;
+        }
+        grammar_matcher_destroy(&ma);
+        grammar_matcher_destroy(&mb);
+    }
+    free(a);
+    free(b);
+    free(allowed);
+    return NULL;
+}
+
+static void s_cache_threads(const zg_vocab *v, int kind, const char *text) {
+    char err[256];
+    zg_grammar *g = grammar_compile(kind, text, strlen(text), err, sizeof err);
+    zg_grammar *ref = grammar_compile(kind, text, strlen(text), err, sizeof err);
+    CHECK(g && ref, "compile: %s", err);
+    if (g && ref) {
+        grammar_mask_cache_limit(ref, 0);
+        grammar_mask_cache_limit(g, (size_t)((grammar_vocab_size(v) + 31) / 32) * 4 * 40); /* evictions too */
+        s_mt_job jobs[4];
+        pthread_t th[4];
+        int started = 0, masks = 0, differ = 0;
+        for (int i = 0; i < 4; i++) {
+            jobs[i] = (s_mt_job){v, g, ref, 0x9E3779B97F4A7C15ULL * (uint64_t)(i + 1), 40, 16, 0, 0};
+            if (pthread_create(&th[i], NULL, s_mt_run, &jobs[i]) == 0) started++;
+        }
+        for (int i = 0; i < started; i++) {
+            pthread_join(th[i], NULL);
+            masks += jobs[i].masks;
+            differ += jobs[i].differ;
+        }
+        uint64_t hits = 0;
+        grammar_mask_cache_stats(g, &hits, NULL, NULL);
+        CHECK(started == 4 && differ == 0 && masks > 100 && hits > 0,
+              "%s: 4 threads: %d of %d masks differ from a walk's (%llu hits)", text, differ, masks,
+              (unsigned long long)hits);
+    }
+    grammar_unref(&g);
+    grammar_unref(&ref);
+}
+
 static void test_mask_cache(void) {
     char path[1024], err[256];
     snprintf(path, sizeof path, "%s/vocab/ggml-vocab-llama-bpe.gguf", test_fixtures());
@@ -457,6 +531,9 @@ static void test_mask_cache(void) {
         s_cache_exact(bytes, ZG_GBNF,
                       "root ::= ([a-c] | [\\u00e0-\\u00ef] | [\\u4e00-\\u9fff] | [\\U0001F600-\\U0001F64F])+ \".\"\n",
                       200, 16);
+    if (bytes)
+        s_cache_threads(bytes, ZG_GBNF,
+                        "root ::= ([a-c] | [\\u00e0-\\u00ef] | [\\u4e00-\\u9fff] | [\\U0001F600-\\U0001F64F])+ \".\"\n");
     grammar_vocab_destroy(&bytes);
     if (v) {
         s_cache_exact(v, ZG_REGEX, "[a-c]{1,3}(\\.[\\u00e0-\\u00ff\\u4e00-\\u4e0f]{1,4}){0,3}", 12, 24);
