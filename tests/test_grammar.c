@@ -532,8 +532,9 @@ static void test_mask_cache(void) {
                       "root ::= ([a-c] | [\\u00e0-\\u00ef] | [\\u4e00-\\u9fff] | [\\U0001F600-\\U0001F64F])+ \".\"\n",
                       200, 16);
     if (bytes)
-        s_cache_threads(bytes, ZG_GBNF,
-                        "root ::= ([a-c] | [\\u00e0-\\u00ef] | [\\u4e00-\\u9fff] | [\\U0001F600-\\U0001F64F])+ \".\"\n");
+        s_cache_threads(
+            bytes, ZG_GBNF,
+            "root ::= ([a-c] | [\\u00e0-\\u00ef] | [\\u4e00-\\u9fff] | [\\U0001F600-\\U0001F64F])+ \".\"\n");
     grammar_vocab_destroy(&bytes);
     if (v) {
         s_cache_exact(v, ZG_REGEX, "[a-c]{1,3}(\\.[\\u00e0-\\u00ff\\u4e00-\\u4e0f]{1,4}){0,3}", 12, 24);
