@@ -189,7 +189,11 @@ typedef struct {
     void *samp_ws;             /* sampler scratch */
     size_t samp_ws_bytes;
     cu_inputs in;              /* input block layout */
-    int step_late;             /* the step being launched has late masks (read by the forward pass's sampling) */
+    int step_late;             /* the forward pass's sampling waits for late masks (an eager step that has them, or
+                                * the capture of graphs that hold the wait: graph_late) */
+    int graph_late;            /* 1: the decode graphs hold the wait for late masks and their kernel (a whole model
+                                * that takes them), so steps with late masks replay graphs too; a step without
+                                * them stages lwant as the flag's current value and passes the wait at once */
     cu_flight *cur_fl;         /* the flight of the step being launched */
     uint8_t *h_in;             /* the pinned host input block of the step being staged (h_inb[cur_p]) */
     uint8_t *d_in;             /* its device input block (d_inb[cur_p]): what IN_PTR addresses */
