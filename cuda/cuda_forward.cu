@@ -354,8 +354,8 @@ static int s_sample(cu_engine *E, int n_samp, int extras, int masks, char *err, 
             sample_mask_launch(E->logits, V, n_samp, V, IN_PTR(E, mask_on, int32_t), IN_PTR(E, mask, uint32_t), E->st));
     if (E->step_late) {
         FWD_CUDA(sample_mask_wait_launch(E->fl[E->cur_p].d_lflag, IN_PTR(E, lwant, uint32_t), E->st));
-        FWD_CUDA(sample_mask_late_launch(E->logits, V, n_samp, V, IN_PTR(E, mask_late_on, int32_t), E->fl[E->cur_p].d_lmask,
-                                         E->st));
+        FWD_CUDA(sample_mask_late_launch(E->logits, V, n_samp, V, IN_PTR(E, mask_late_on, int32_t),
+                                         E->fl[E->cur_p].d_lmask, E->st));
     }
     if (extras) { /* logit bias and presence/frequency penalties: every row into the sampler's workspace */
         penalty_params pp;

@@ -315,17 +315,17 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     hp[1] = (unsigned long long)(uintptr_t)(dev ? (void *)h_out : (void *)E->hbuf);
     if (E->n_inb == 2) {
         /* the copy on cst may run while the step before runs on st: it writes the other block */
-        if (cudaEventRecord(f->ev0, E->st) != cudaSuccess ||
-            s_copy_in(E, cr, n_cr, E->cst) != cudaSuccess ||
+        if (cudaEventRecord(f->ev0, E->st) != cudaSuccess || s_copy_in(E, cr, n_cr, E->cst) != cudaSuccess ||
             cudaEventRecord(E->ev_cp[E->cur_p], E->cst) != cudaSuccess ||
             cudaStreamWaitEvent(E->st, E->ev_cp[E->cur_p], 0) != cudaSuccess) {
             s_fail_step(E, seqs, n, "input copy failed");
             return -1;
         }
     } else if (cudaEventRecord(f->ev0, E->st) != cudaSuccess || s_copy_in(E, cr, n_cr, E->st) != cudaSuccess ||
-        cudaEventRecord(E->ev_in, E->st) != cudaSuccess ||
-        (stage_io && !dev && !embed &&
-         cudaMemcpyAsync(E->hbuf, h_in, (size_t)total * c->dim * 4, cudaMemcpyHostToDevice, E->st) != cudaSuccess)) {
+               cudaEventRecord(E->ev_in, E->st) != cudaSuccess ||
+               (stage_io && !dev && !embed &&
+                cudaMemcpyAsync(E->hbuf, h_in, (size_t)total * c->dim * 4, cudaMemcpyHostToDevice, E->st) !=
+                    cudaSuccess)) {
         s_fail_step(E, seqs, n, "input copy failed");
         return -1;
     }

@@ -331,8 +331,7 @@ static void test_late(const char *path) {
         s_rng = 0x1A7E; /* the same tokens and masks on both engines */
         int bad = 0, checked = 0;
         for (int p = 0; p < 40; p += 2) s_late_pair(e, m->cfg.vocab_size, p, 1, &bad, &checked, &ids[graphs]);
-        CHECK(checked > 0 && bad == 0, "graphs %d: late masks: %d of %d ids outside their masks", graphs, bad,
-              checked);
+        CHECK(checked > 0 && bad == 0, "graphs %d: late masks: %d of %d ids outside their masks", graphs, bad, checked);
         s_late_pair(e, m->cfg.vocab_size, 60, 0, &bad, &checked, &ids[graphs]); /* returns: no hang */
         CHECK(1, "graphs %d: a step with late masks never announced was waited for", graphs);
         /* refusals */
