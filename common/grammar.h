@@ -75,7 +75,7 @@ int grammar_matcher_mask(zg_matcher *m, const zg_vocab *v, uint32_t *mask);
 /* The masks a grammar remembers by parse state, shared by all its matchers: a state seen before costs a copy of
  * its mask (bit for bit what a walk gives). Bounded by bytes: ZG_MASK_CACHE_BYTES per grammar by default (0: no
  * cache), ZG_MASK_CACHE_TOTAL over every grammar of the process; the least recently used masks go first. */
-#define ZG_MASK_CACHE_BYTES ((size_t)8 << 20)
+#define ZG_MASK_CACHE_BYTES ((size_t)32 << 20)
 #define ZG_MASK_CACHE_TOTAL ((size_t)256 << 20)
 void grammar_mask_cache_limit(zg_grammar *g, size_t bytes);
 /* lookups that found a mask, lookups that walked, bytes held now (any pointer may be NULL) */

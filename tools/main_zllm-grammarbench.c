@@ -3,7 +3,7 @@
  * vocabulary, along random walks that pick allowed tokens.
  *
  *     zllm-grammarbench -m MODEL.gguf [--kind json_schema|json_object|regex|grammar] [--walks N] [--steps N]
- *                       [--serve N [--requests N]] [--no-cache] (TEXT | -f FILE)
+ *                       [--serve N [--requests N]] [--no-cache | --cache-mib N] (TEXT | -f FILE)
  * Without TEXT or -f a built-in typical schema (about 1 KB) is used. --serve simulates N sequences generating
  * under the grammar at once (a step masks each of them, then each takes a random allowed token; a finished
  * sequence makes room for the next request), so the grammar's remembered masks are shared as in serving.
@@ -111,7 +111,7 @@ done:
 
 static void s_usage(FILE *f) {
     fprintf(f, "usage: zllm-grammarbench -m MODEL.gguf [--kind K] [--walks N] [--steps N] [--serve N [--requests N]]\n"
-               "                         [--no-cache] [TEXT | -f FILE]\n"
+               "                         [--no-cache | --cache-mib N] [TEXT | -f FILE]\n"
                "  the grammar engine's costs: compiling (cold and cached) and the token mask per step along random\n"
                "  walks over the model's vocabulary (docs/structured-output.md)\n"
                "  -m MODEL.gguf     the model whose vocabulary the masks cover (required)\n"
@@ -121,6 +121,7 @@ static void s_usage(FILE *f) {
                "  --serve N         then N sequences at once over --requests requests (default 0: none)\n"
                "  --requests N      requests of --serve (default 512)\n"
                "  --no-cache        no remembered masks: every mask walks the vocabulary\n"
+               "  --cache-mib N     the grammar remembers masks up to N MiB (default 32)\n"
                "  -f FILE           the schema, regex or grammar text from FILE (default: TEXT, else a built-in\n"
                "                    1 KB schema)\n"
                "  -h, --help        this text;  --version  print the version\n"
@@ -130,7 +131,7 @@ static void s_usage(FILE *f) {
 
 int main(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *text = NULL;
-    int kind = ZG_JSON_SCHEMA, walks = 4, steps = 64, serve = 0, requests = 512, no_cache = 0, rc = 1;
+    int kind = ZG_JSON_SCHEMA, walks = 4, steps = 64, serve = 0, requests = 512, no_cache = 0, cache_mib = -1, rc = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             s_usage(stdout);
@@ -146,13 +147,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--serve") && i + 1 < argc) serve = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--requests") && i + 1 < argc) requests = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-cache")) no_cache = 1;
+        else if (!strcmp(argv[i], "--cache-mib") && i + 1 < argc) cache_mib = atoi(argv[++i]);
         else if (argv[i][0] != '-' && !text) text = argv[i];
         else {
             s_usage(stderr);
             return 2;
         }
     }
-    if (kind < 0 || !model || walks < 0 || steps < 1 || serve < 0 || serve > 4096 || requests < 0) {
+    if (kind < 0 || !model || walks < 0 || steps < 1 || serve < 0 || serve > 4096 || requests < 0 ||
+        cache_mib > 4096) {
         fprintf(stderr, "zllm-grammarbench: needs -m MODEL and a known --kind\n");
         return 2;
     }
@@ -191,6 +194,7 @@ int main(int argc, char **argv) {
     printf("compile %s (%zu bytes, %d rules): %.3f ms; cached: %.4f ms\n", grammar_kind_name(kind), len,
            grammar_rules(gr), t1 - t0, t2 - t1);
     if (no_cache) grammar_mask_cache_limit(gr, 0);
+    else if (cache_mib >= 0) grammar_mask_cache_limit(gr, (size_t)cache_mib << 20);
     int nv = grammar_vocab_size(v);
     mask = malloc(((size_t)nv + 31) / 32 * sizeof *mask);
     int32_t *allowed = malloc((size_t)nv * sizeof *allowed);
