@@ -154,8 +154,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (kind < 0 || !model || walks < 0 || steps < 1 || serve < 0 || serve > 4096 || requests < 0 ||
-        cache_mib > 4096) {
+    if (kind < 0 || !model || walks < 0 || steps < 1 || serve < 0 || serve > 4096 || requests < 0 || cache_mib > 4096) {
         fprintf(stderr, "zllm-grammarbench: needs -m MODEL and a known --kind\n");
         return 2;
     }
