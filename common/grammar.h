@@ -41,7 +41,7 @@ zg_grammar *grammar_compile(int kind, const char *text, size_t len, char *err, s
 /* the GBNF text a JSON schema or regex is translated into before compiling (kind ZG_GBNF: a copy), for
  * debugging and tests; malloc'd, or NULL with err */
 char *grammar_to_gbnf(int kind, const char *text, size_t len, char *err, size_t errlen);
-zg_grammar *grammar_ref(zg_grammar *g); /* one more reference; returns g */
+zg_grammar *grammar_ref(zg_grammar *g); /* one more reference (atomic: any thread); returns g */
 void grammar_unref(zg_grammar **g);     /* drops one reference, frees on the last; sets *g to NULL */
 int grammar_kind(const zg_grammar *g);
 int grammar_rules(const zg_grammar *g); /* rules after translation (tests, the benchmark) */

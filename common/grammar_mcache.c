@@ -7,7 +7,8 @@
  * same in every matcher. Entries form a hash table and a least-recently-used list, bounded by bytes per grammar
  * (grammar_mask_cache_limit) and by ZG_MASK_CACHE_TOTAL over every grammar of the process: a grammar inserting
  * past either bound drops its own oldest entries. Matchers mask on several threads at once: the lock covers
- * the lookups and the list, never a walk (a miss computes outside it and inserts afterwards). */
+ * the lookups and the list, never a walk (a miss computes outside it and inserts afterwards) nor a hit's copy
+ * (the entry is pinned while it is copied: dropped meanwhile, its last reader frees it). */
 #include <stdlib.h>
 #include <string.h>
 #include "grammar_int.h"
@@ -18,6 +19,8 @@ struct zg_mc_entry {
     uint64_t hash;
     size_t bytes; /* this entry's share of the bounds */
     int klen, count;
+    int pins;    /* readers copying its mask outside the lock */
+    int dropped; /* out of the table and the list: the last reader frees it */
     uint32_t *mask; /* words of mask bits after the key */
     int32_t key[];
 };
@@ -55,7 +58,8 @@ static void s_drop(zg_mcache *c, zg_mc_entry *e) {
     c->bytes -= e->bytes;
     c->n--;
     __atomic_sub_fetch(&s_total, e->bytes, __ATOMIC_RELAXED);
-    free(e);
+    if (e->pins > 0) e->dropped = 1;
+    else free(e);
 }
 
 /* drops every entry (the lock held) */
@@ -90,14 +94,22 @@ int zg_mcache_get(zg_mcache *c, const void *vocab, uint64_t h, const int32_t *ke
     pthread_mutex_lock(&c->lock);
     s_vocab(c, vocab);
     zg_mc_entry *e = s_find(c, h, key, klen);
-    if (e) {
-        memcpy(mask, e->mask, words * sizeof *mask);
-        count = e->count;
-        s_unlink(c, e);
-        s_push_newest(c, e);
-        c->hits++;
-    } else c->misses++;
+    if (!e) {
+        c->misses++;
+        pthread_mutex_unlock(&c->lock);
+        return -1;
+    }
+    count = e->count;
+    s_unlink(c, e);
+    s_push_newest(c, e);
+    c->hits++;
+    e->pins++;
     pthread_mutex_unlock(&c->lock);
+    memcpy(mask, e->mask, words * sizeof *mask); /* immutable once inserted */
+    pthread_mutex_lock(&c->lock);
+    int last = --e->pins == 0 && e->dropped;
+    pthread_mutex_unlock(&c->lock);
+    if (last) free(e);
     return count;
 }
 
