@@ -19,8 +19,8 @@ struct zg_mc_entry {
     uint64_t hash;
     size_t bytes; /* this entry's share of the bounds */
     int klen, count;
-    int pins;    /* readers copying its mask outside the lock */
-    int dropped; /* out of the table and the list: the last reader frees it */
+    int pins;       /* readers copying its mask outside the lock */
+    int dropped;    /* out of the table and the list: the last reader frees it */
     uint32_t *mask; /* words of mask bits after the key */
     int32_t key[];
 };
