@@ -681,7 +681,8 @@ static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int32_t sid, s_u
 /* the parse state as integers, the key of the grammar's remembered masks, into m->scr from index 0: the pending
  * UTF-8 bytes (zeros when none: the bits of a completed character are stale and no part of the state), the
  * number of stacks, then each stack's element positions top to bottom with -1 after each (positions, not node
- * ids, which are local to a matcher). Returns its length, or -1 when out of memory. */
+ * ids, which are local to a matcher). A finished matcher never gets here (its mask is empty). Returns its length,
+ * or -1 when out of memory. */
 static int s_state_key(zg_matcher *m) {
     m->n_scr = 0;
     int pending = m->part_left > 0;
