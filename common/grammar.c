@@ -67,7 +67,7 @@ zg_grammar *grammar_compile(int kind, const char *text, size_t len, char *err, s
 }
 
 zg_grammar *grammar_ref(zg_grammar *g) {
-    if (g) g->refs++;
+    if (g) __atomic_add_fetch(&g->refs, 1, __ATOMIC_RELAXED); /* matchers may come and go on several threads */
     return g;
 }
 
@@ -75,13 +75,8 @@ void grammar_unref(zg_grammar **pg) {
     if (!pg || !*pg) return;
     zg_grammar *g = *pg;
     *pg = NULL;
-    if (--g->refs > 0) return;
-    for (int i = 0; g->mc && i < ZG_MASK_CACHE; i++) {
-        free(g->mc[i].key);
-        free(g->mc[i].mask);
-    }
-    free(g->mc);
-    pthread_mutex_destroy(&g->mc_lock);
+    if (__atomic_sub_fetch(&g->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+    zg_mcache_free(&g->mc);
     free(g->el);
     free(g->rule_start);
     free(g);

@@ -41,7 +41,7 @@ zg_grammar *grammar_compile(int kind, const char *text, size_t len, char *err, s
 /* the GBNF text a JSON schema or regex is translated into before compiling (kind ZG_GBNF: a copy), for
  * debugging and tests; malloc'd, or NULL with err */
 char *grammar_to_gbnf(int kind, const char *text, size_t len, char *err, size_t errlen);
-zg_grammar *grammar_ref(zg_grammar *g); /* one more reference; returns g */
+zg_grammar *grammar_ref(zg_grammar *g); /* one more reference (atomic: any thread); returns g */
 void grammar_unref(zg_grammar **g);     /* drops one reference, frees on the last; sets *g to NULL */
 int grammar_kind(const zg_grammar *g);
 int grammar_rules(const zg_grammar *g); /* rules after translation (tests, the benchmark) */
@@ -71,6 +71,15 @@ int grammar_matcher_can_continue(const zg_matcher *m); /* 1: some continuation b
  * number of allowed ids (0 only for a matcher that cannot go on and does not accept: never after a successful
  * accept, since every allowed token leaves an accepting or continuable state). */
 int grammar_matcher_mask(zg_matcher *m, const zg_vocab *v, uint32_t *mask);
+
+/* The masks a grammar remembers by parse state, shared by all its matchers: a state seen before costs a copy of
+ * its mask (bit for bit what a walk gives). Bounded by bytes: ZG_MASK_CACHE_BYTES per grammar by default (0: no
+ * cache), ZG_MASK_CACHE_TOTAL over every grammar of the process; the least recently used masks go first. */
+#define ZG_MASK_CACHE_BYTES ((size_t)32 << 20)
+#define ZG_MASK_CACHE_TOTAL ((size_t)256 << 20)
+void grammar_mask_cache_limit(zg_grammar *g, size_t bytes);
+/* lookups that found a mask, lookups that walked, bytes held now (any pointer may be NULL) */
+void grammar_mask_cache_stats(zg_grammar *g, uint64_t *hits, uint64_t *misses, size_t *bytes);
 
 /* a cache of compiled grammars: up to cap entries, least recently used dropped first */
 zg_cache *grammar_cache_new(int cap);

@@ -564,7 +564,7 @@ static zg_grammar *s_finish(s_parser *p) {
     if (!g) goto oom;
     g->refs = 1;
     g->kind = ZG_GBNF;
-    pthread_mutex_init(&g->mc_lock, NULL);
+    zg_mcache_init(&g->mc);
     g->n_rules = p->n_rules;
     g->root = root;
     g->rule_start = malloc((size_t)p->n_rules * sizeof *g->rule_start);
@@ -579,6 +579,7 @@ static zg_grammar *s_finish(s_parser *p) {
 oom:
     snprintf(p->err, p->errlen, "grammar: out of memory");
     if (g) {
+        zg_mcache_free(&g->mc);
         free(g->rule_start);
         free(g->el);
         free(g);

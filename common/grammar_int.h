@@ -23,27 +23,31 @@ typedef struct {
     uint32_t val;  /* rule id (ZG_REF) or code point */
 } zg_elem;
 
-#define ZG_MASK_CACHE 1024 /* masks a grammar remembers by parse state (direct-mapped by hash) */
-
-/* one remembered mask: the parse state it belongs to (the matcher's key) and the mask */
+/* the masks a grammar remembers by parse state (grammar_mcache.c): a hash table and a least-recently-used list
+ * bounded by bytes (limit per grammar, ZG_MASK_CACHE_TOTAL over all); lock guards every field (matchers of one
+ * grammar mask on several threads at once). Valid for one vocabulary (vocab): another one empties it. */
+typedef struct zg_mc_entry zg_mc_entry;
 typedef struct {
-    uint64_t hash;
-    int32_t *key;
-    int klen;
-    uint32_t *mask;
-    int count;
-} zg_mask_entry;
+    pthread_mutex_t lock;
+    const void *vocab;
+    zg_mc_entry **bucket; /* [nb] hash chains, NULL until the first entry */
+    int nb, n;
+    zg_mc_entry *newest, *oldest;
+    size_t bytes, limit;
+    uint64_t hits, misses;
+} zg_mcache;
+void zg_mcache_init(zg_mcache *c);
+void zg_mcache_free(zg_mcache *c);
+/* copies the mask of key[klen] (hash h) into mask[words] and returns its allowed count, or -1 on a miss */
+int zg_mcache_get(zg_mcache *c, const void *vocab, uint64_t h, const int32_t *key, int klen, uint32_t *mask,
+                  size_t words);
+/* remembers mask[words] (count allowed ids) for key[klen], dropping the oldest entries past the bounds */
+void zg_mcache_put(zg_mcache *c, const void *vocab, uint64_t h, const int32_t *key, int klen, const uint32_t *mask,
+                   size_t words, int count);
 
 struct zg_grammar {
     int refs;
-    /* masks by parse state, shared by every matcher of this grammar (matchers of one grammar may mask on several
-     * threads at once: mc_lock guards these fields): sequences under one schema pass through the same states (a
-     * string at its k-th character, after a key), and their masks are then a copy. Valid for one vocabulary
-     * (mc_vocab); NULL until the first mask */
-    pthread_mutex_t mc_lock;
-    zg_mask_entry *mc;
-    const void *mc_vocab;
-    uint64_t mc_hits, mc_misses;
+    zg_mcache mc; /* masks by parse state, shared by every matcher of this grammar */
     int kind;
     zg_elem *el;
     int n_el;

@@ -65,12 +65,22 @@ struct zg_matcher {
     int memo_cap, n_memo;
 };
 
+/* a trie node as the walk reads it: its children are nodes first .. first + n_child - 1 (breadth-first order, so
+ * that siblings sit side by side and a node's fields share a cache line) */
+typedef struct {
+    int32_t first; /* first child */
+    int32_t tok;   /* first token ending here (more through tok_next), -1 for none */
+    uint16_t n_child;
+    uint8_t byte; /* the byte that leads here from the parent */
+} s_tnode;
+
 struct zg_vocab {
     int n_vocab;
-    /* trie: node 0 is the root; children by first-child / next-sibling */
+    /* trie while building: node 0 is the root; children by first-child / next-sibling */
     int32_t *child, *sibling, *tok_head;
     uint8_t *byte;
     int n_nodes;
+    s_tnode *tn;       /* the trie the walk reads: [n_nodes], node 0 the root */
     int32_t *tok_next; /* [n_vocab] next token ending at the same node */
     uint8_t *eog;      /* [n_vocab] */
     char **bytes;      /* [n_vocab] copies */
@@ -644,8 +654,10 @@ static int s_set_partial_ok(zg_matcher *m, int32_t sid, const s_utf *u) {
 /* the walk under trie node t in stack set sid with UTF-8 state u */
 static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int32_t sid, s_utf u, uint32_t *mask, int *count,
                    int depth) {
-    for (int32_t c = v->child[t]; c >= 0; c = v->sibling[c]) {
-        unsigned b = v->byte[c];
+    const s_tnode *tp = &v->tn[t];
+    for (int32_t c = tp->first, end = tp->first + tp->n_child; c < end; c++) {
+        const s_tnode *cn = &v->tn[c];
+        unsigned b = cn->byte;
         s_utf w = u;
         int32_t nsid = -1;
         if (u.part_left == 0 && b < 0x80) {
@@ -657,20 +669,24 @@ static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int32_t sid, s_u
             else if (r == 1) nsid = s_memo_step(m, sid, cp);
         }
         if (nsid < 0) continue;
-        for (int32_t id = v->tok_head[c]; id >= 0; id = v->tok_next[id])
+        for (int32_t id = cn->tok; id >= 0; id = v->tok_next[id])
             if (!(mask[id >> 5] >> (id & 31) & 1)) {
                 mask[id >> 5] |= 1u << (id & 31);
                 (*count)++;
             }
-        if (v->child[c] >= 0 && depth < 4096) s_walk(m, v, c, nsid, w, mask, count, depth + 1);
+        if (cn->n_child > 0 && depth < 4096) s_walk(m, v, c, nsid, w, mask, count, depth + 1);
     }
 }
 
-/* the parse state as integers (UTF-8 state, then each stack's positions top to bottom, -1 after each) into
- * m->scr from index 0; returns its length, or -1 when out of memory */
+/* the parse state as integers, the key of the grammar's remembered masks, into m->scr from index 0: the pending
+ * UTF-8 bytes (zeros when none: the bits of a completed character are stale and no part of the state), the
+ * number of stacks, then each stack's element positions top to bottom with -1 after each (positions, not node
+ * ids, which are local to a matcher). A finished matcher never gets here (its mask is empty). Returns its length,
+ * or -1 when out of memory. */
 static int s_state_key(zg_matcher *m) {
     m->n_scr = 0;
-    int32_t head[4] = {(int32_t)m->part, m->part_left, (int32_t)m->part_min, m->n_set};
+    int pending = m->part_left > 0;
+    int32_t head[4] = {pending ? (int32_t)m->part : 0, m->part_left, pending ? (int32_t)m->part_min : 0, m->n_set};
     for (int i = 0; i < 4; i++) s_key_put(m, head[i]);
     for (int i = 0; i < m->n_set; i++) {
         for (int32_t s = m->set[i]; s >= 0; s = m->nodes[s].parent) s_key_put(m, m->nodes[s].pos);
@@ -696,29 +712,13 @@ int grammar_matcher_mask(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
     zg_grammar *g = m->g;
     int klen = s_state_key(m); /* the key lives in m->scr[0 .. klen) until the walk */
     uint64_t h = klen > 0 ? s_key_hash(m->scr, klen) : 0;
-    pthread_mutex_lock(&g->mc_lock);
-    if (g->mc_vocab != v && g->mc) { /* another vocabulary: forget the masks */
-        for (int i = 0; i < ZG_MASK_CACHE; i++) {
-            free(g->mc[i].key);
-            free(g->mc[i].mask);
-        }
-        memset(g->mc, 0, ZG_MASK_CACHE * sizeof *g->mc);
-    }
-    if (!g->mc) g->mc = calloc(ZG_MASK_CACHE, sizeof *g->mc);
-    g->mc_vocab = v;
-    if (g->mc && klen > 0) {
-        const zg_mask_entry *e = &g->mc[h % ZG_MASK_CACHE];
-        if (e->mask && e->hash == h && e->klen == klen && memcmp(e->key, m->scr, (size_t)klen * sizeof *m->scr) == 0) {
-            memcpy(mask, e->mask, words * sizeof *mask);
-            int count = e->count;
-            g->mc_hits++;
-            pthread_mutex_unlock(&g->mc_lock);
+    if (klen > 0) {
+        int count = zg_mcache_get(&g->mc, v, h, m->scr, klen, mask, words);
+        if (count >= 0) {
             m->n_scr = 0;
             return count;
         }
     }
-    g->mc_misses++;
-    pthread_mutex_unlock(&g->mc_lock);
     int32_t *key = NULL;
     if (klen > 0) {
         key = malloc((size_t)klen * sizeof *key);
@@ -727,21 +727,7 @@ int grammar_matcher_mask(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
     m->n_scr = 0;
     m->oom = 0;
     int count = s_mask_walk(m, v, mask);
-    uint32_t *copy = key ? malloc(words * sizeof *copy) : NULL;
-    if (copy) {
-        memcpy(copy, mask, words * sizeof *copy);
-        pthread_mutex_lock(&g->mc_lock);
-        if (g->mc && g->mc_vocab == v) {
-            zg_mask_entry *e = &g->mc[h % ZG_MASK_CACHE];
-            free(e->key);
-            free(e->mask);
-            *e = (zg_mask_entry){h, key, klen, copy, count};
-            key = NULL;
-            copy = NULL;
-        }
-        pthread_mutex_unlock(&g->mc_lock);
-    }
-    free(copy);
+    if (key) zg_mcache_put(&g->mc, v, h, key, klen, mask, words, count);
     free(key);
     return count;
 }
@@ -856,6 +842,31 @@ zg_vocab *grammar_vocab_new(int n_vocab, const char *const *bytes, const size_t 
         v->tok_next[i] = v->tok_head[t];
         v->tok_head[t] = i;
     }
+    /* the walk's layout: breadth first, each node's children numbered together as it leaves the queue (queue
+     * holds the build ids in their new order) */
+    int32_t *queue = malloc((size_t)v->n_nodes * sizeof *queue);
+    v->tn = malloc((size_t)v->n_nodes * sizeof *v->tn);
+    if (!queue || !v->tn) {
+        free(queue);
+        goto oom;
+    }
+    int32_t tail = 1;
+    queue[0] = 0;
+    for (int32_t k = 0; k < v->n_nodes; k++) {
+        int32_t o = queue[k], n_child = 0;
+        v->tn[k].first = tail;
+        v->tn[k].tok = v->tok_head[o];
+        v->tn[k].byte = v->byte[o];
+        for (int32_t c = v->child[o]; c >= 0; c = v->sibling[c]) queue[tail++] = c, n_child++;
+        v->tn[k].n_child = (uint16_t)n_child; /* at most 256: one per byte value */
+    }
+    free(queue);
+    free(v->child);
+    free(v->sibling);
+    free(v->tok_head);
+    free(v->byte);
+    v->child = v->sibling = v->tok_head = NULL;
+    v->byte = NULL;
     return v;
 oom:
     snprintf(err, errlen, "grammar: out of memory");
@@ -874,6 +885,7 @@ void grammar_vocab_destroy(zg_vocab **pv) {
     free(v->sibling);
     free(v->tok_head);
     free(v->byte);
+    free(v->tn);
     free(v->tok_next);
     free(v->eog);
     free(v);

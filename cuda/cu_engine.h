@@ -113,9 +113,9 @@ typedef struct {
     size_t gen_n;              /* int32 [max_batch] distinct generated ids per sampling row */
     size_t gen_id;             /* int32 [max_batch][CU_GEN] */
     size_t gen_cnt;            /* int32 [max_batch][CU_GEN] their counts */
-    size_t total;              /* whole block: the copy length of a step with extras (cu_batch.extras) */
+    size_t total;              /* whole block (the allocation), the prompt logprob area included */
     size_t plp_row;            /* int32 [max_tok] prompt logprobs (zl_seq.plp_rows): each such row's index in x, in
-                                * ordered-entry order; copied by a second copy, only by steps that have such rows */
+                                * ordered-entry order; copied only by steps that have such rows */
     size_t plp_next;           /* int32 [max_tok] the id each of those rows scores */
     size_t plp_k;              /* int32 [max_tok] its alternatives */
     size_t plp_end;            /* end of the prompt logprob area */
@@ -199,7 +199,11 @@ typedef struct {
     void *samp_ws;             /* sampler scratch */
     size_t samp_ws_bytes;
     cu_inputs in;              /* input block layout */
-    int step_late;             /* the step being launched has late masks (read by the forward pass's sampling) */
+    int step_late;             /* the forward pass's sampling waits for late masks (an eager step that has them, or
+                                * the capture of graphs that hold the wait: graph_late) */
+    int graph_late;            /* 1: the decode graphs hold the wait for late masks and their kernel (a whole model
+                                * that takes them), so steps with late masks replay graphs too; a step without
+                                * them stages lwant as the flag's current value and passes the wait at once */
     cu_flight *cur_fl;         /* the flight of the step being launched */
     uint8_t *h_in;             /* the pinned host input block of the step being staged (h_inb[cur_p]) */
     uint8_t *d_in;             /* its device input block (d_inb[cur_p]): what IN_PTR addresses */

@@ -346,15 +346,16 @@ static int s_out_proj(cu_engine *E, const cu_mat *W, const float *post, int n_ro
 static int s_sample(cu_engine *E, int n_samp, int extras, int masks, char *err, size_t errlen) {
     const int V = E->base.model->cfg.vocab_size;
     /* structured output first, so that penalties, sampling and logprobs all see it: rows flagged in mask_on get
-     * their masked ids' logits at -inf (in place); rows with
-     * late masks wait until the host has written them into the flight's mapped buffer (never in a graph) */
+     * their masked ids' logits at -inf (in place); rows with late masks wait until the host has written them into
+     * the flight's mapped buffer (the flight of input block cur_p: a graph of block p waits on flight p's flag, for
+     * the value the step's input copy brings in lwant) */
     if (masks)
         FWD_CUDA(
             sample_mask_launch(E->logits, V, n_samp, V, IN_PTR(E, mask_on, int32_t), IN_PTR(E, mask, uint32_t), E->st));
     if (E->step_late) {
-        FWD_CUDA(sample_mask_wait_launch(E->cur_fl->d_lflag, IN_PTR(E, lwant, uint32_t), E->st));
-        FWD_CUDA(sample_mask_late_launch(E->logits, V, n_samp, V, IN_PTR(E, mask_late_on, int32_t), E->cur_fl->d_lmask,
-                                         E->st));
+        FWD_CUDA(sample_mask_wait_launch(E->fl[E->cur_p].d_lflag, IN_PTR(E, lwant, uint32_t), E->st));
+        FWD_CUDA(sample_mask_late_launch(E->logits, V, n_samp, V, IN_PTR(E, mask_late_on, int32_t),
+                                         E->fl[E->cur_p].d_lmask, E->st));
     }
     if (extras) { /* logit bias and presence/frequency penalties: every row into the sampler's workspace */
         penalty_params pp;

@@ -2,12 +2,15 @@
  * the flight that carries a launched step's results back, and the CUDA graphs of decode steps.
  * Staging: entries are reordered so that decode entries (one token) come first, one row each, then prefill
  * entries, each a run of consecutive rows. All per-step inputs are packed into one pinned host block and sent by
- * ONE cudaMemcpyAsync (on the copy stream cst while the step before still runs, with two input blocks), so that
+ * one cudaMemcpyAsync per part the step reads (one for a plain step: s_copy_ranges) on the copy stream cst
+ * while the step before still runs (with two input blocks), so that
  * every kernel (eager or graph) reads them from fixed device addresses after the copy; only ids and the advanced
  * generator states come back (the sampler writes them into the flight's mapped memory), logits only when asked
  * for.
  * Graphs: decode-only steps replay a graph captured at start-up for the smallest bucket (1, 2, 4, 8, 16, 24, ...,
- * max_batch) that holds them; padded rows use the sentinel slot n_slots with kv_len 0.
+ * max_batch) that holds them; padded rows use the sentinel slot n_slots with kv_len 0. A whole model's graphs
+ * hold the wait for late masks (graph_late): the value waited for travels in the input block (lwant), so steps
+ * with and without late masks replay the same graphs.
  * Pipeline stages (worker/stage.h, docs/pipeline.md): a later stage reads its input rows through a gather kernel
  * and an earlier one writes its output rows through a scatter kernel; both take the buffer's address from the
  * step's input block (hptr) and the caller's row of every engine row from a permutation (perm), so the same
@@ -90,6 +93,49 @@ static void s_stage_sampling(cu_engine *E, int k, const zl_seq *s) {
     }
 }
 
+/* The parts of the input block a step reads, as ranges {offset, bytes} in block order: the core (with the
+ * repetition penalty's history when a row uses it), the masks of the sampling rows when one has a mask, and the
+ * first n_samp rows of each extras array when a row asks for them, and the prompt logprob rows' area when the step
+ * has such rows. Ranges less than S_COPY_GAP apart are merged: one copy of a small gap costs less than one more
+ * call. Returns their count (at most S_COPY_MAX). */
+#define S_COPY_GAP ((size_t)64 << 10)
+#define S_COPY_MAX 10 /* ranges at most: the core, the masks, six extras arrays, the prompt logprob rows */
+static int s_copy_ranges(const cu_inputs *in, int n_samp, int need_hist, int need_mask, int extras, int n_plp,
+                         size_t r[][2]) {
+    const size_t rows = (size_t)n_samp;
+    size_t want[S_COPY_MAX][2] = {{0, need_hist ? in->hist_end : in->core_end}};
+    int n = 1;
+    if (need_mask) want[n][0] = in->mask, want[n++][1] = rows * in->mask_words * 4;
+    if (extras) {
+        const size_t part[6][2] = {{in->bias_n, rows * 4},
+                                   {in->bias_id, rows * ZL_MAX_LOGIT_BIAS * 4},
+                                   {in->bias_v, rows * ZL_MAX_LOGIT_BIAS * 4},
+                                   {in->gen_n, rows * 4},
+                                   {in->gen_id, rows * CU_GEN * 4},
+                                   {in->gen_cnt, rows * CU_GEN * 4}};
+        for (int i = 0; i < 6; i++) want[n][0] = part[i][0], want[n++][1] = part[i][1];
+    }
+    if (n_plp) want[n][0] = in->plp_row, want[n++][1] = in->plp_end - in->plp_row; /* the prompt logprob rows */
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (m > 0 && want[i][0] <= r[m - 1][0] + r[m - 1][1] + S_COPY_GAP) {
+            r[m - 1][1] = want[i][0] + want[i][1] - r[m - 1][0];
+            continue;
+        }
+        r[m][0] = want[i][0];
+        r[m++][1] = want[i][1];
+    }
+    return m;
+}
+
+/* copies the ranges of the staged input block to the device block on stream s */
+static cudaError_t s_copy_in(const cu_engine *E, size_t r[][2], int n, cudaStream_t s) {
+    cudaError_t ce = cudaSuccess;
+    for (int i = 0; i < n && ce == cudaSuccess; i++)
+        ce = cudaMemcpyAsync(E->d_in + r[i][0], E->h_in + r[i][0], r[i][1], cudaMemcpyHostToDevice, s);
+    return ce;
+}
+
 static int s_bucket_for(const cu_engine *E, int n) {
     for (int i = 0; i < E->n_buckets; i++) if (E->bucket[i] >= n) return i;
     return -1;
@@ -102,6 +148,13 @@ static void s_fail_step(cu_engine *E, const zl_seq *seqs, int n, const char *wha
     for (int i = 0; i < n && o + 12 < sizeof slots; i++) o += snprintf(slots + o, sizeof slots - o, "%s%d", i ? "," : "", seqs[i].slot);
     snprintf(E->base.err, sizeof E->base.err, "cuda step of %d entries (slots %s): %s", n, slots, what);
     E->dead = 1;
+}
+
+/* s_fail_step for a failed input copy, naming the CUDA error */
+static void s_fail_copy(cu_engine *E, const zl_seq *seqs, int n) {
+    char what[160];
+    snprintf(what, sizeof what, "input copy failed (%s)", cudaGetErrorString(cudaGetLastError()));
+    s_fail_step(E, seqs, n, what);
 }
 
 /* One step of layers [layer_begin, layer_end) (the whole model for an engine without a range). h_in/h_out:
@@ -229,9 +282,11 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     for (int i = 0; i < n; i++) if (seqs[i].n_tokens == 1) E->order[k++] = i;
     for (int i = 0; i < n; i++) if (seqs[i].n_tokens > 1) E->order[k++] = i;
     const int n_pre = n - n_dec;
-    /* decode-only steps replay a captured graph, except a step with late masks (its sampling waits for the host)
-     * or with extras (the captured graphs hold the plain sampler only) */
-    const int gi = (n_pre == 0 && E->n_buckets > 0 && !need_late && !extras && !n_plp) ? s_bucket_for(E, n) : -1;
+    /* decode-only steps replay a captured graph, except a step with extras or prompt logprob rows (the captured
+     * graphs hold the plain sampler only), or with late masks when the graphs do not hold their wait (graph_late) */
+    const int gi = (n_pre == 0 && E->n_buckets > 0 && (!need_late || E->graph_late) && !extras && !n_plp)
+                       ? s_bucket_for(E, n)
+                       : -1;
     const int n_samp = gi >= 0 ? E->bucket[gi] : n;
     int32_t *tok = (int32_t *)(E->h_in + E->in.tokens), *pos = (int32_t *)(E->h_in + E->in.pos);
     int32_t *slot = (int32_t *)(E->h_in + E->in.slot), *kvl = (int32_t *)(E->h_in + E->in.kv_len);
@@ -270,45 +325,43 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
         eslot[k] = base->n_slots;
         s_stage_sampling(E, k, NULL);
     }
-    /* ONE host-to-device copy of every per-step input, on the engine's stream: the kernels (or the graph) that
+    /* the host-to-device copy of the per-step inputs, on the engine's stream: the kernels (or the graph) that
      * follow on the same stream see it complete; the pinned block is not rewritten before the step's final
      * synchronisation, so the asynchronous copy never reads a half-updated block */
-    /* a masked step copies the masks of its sampling rows only (a row of a 262k vocabulary is 32 KiB) */
-    const size_t nbytes = extras      ? E->in.total
-                          : need_mask ? E->in.mask + (size_t)n_samp * E->in.mask_words * 4
-                          : need_hist ? E->in.hist_end
-                                      : E->in.core_end;
+    /* only what the step reads: a masked step the masks of its sampling rows (a row of a 262k vocabulary is
+     * 32 KiB), a step with extras their first n_samp rows */
+    size_t cr[S_COPY_MAX][2];
+    const int n_cr = s_copy_ranges(&E->in, n_samp, need_hist, need_mask, extras, n_plp, cr);
     /* late masks: the flight's flag value that releases this step's sampling (the flag is below it until the host
-     * has written the masks: it holds the flight's previous value) */
+     * has written the masks: it holds the flight's previous value). Without late masks, the value the flag holds
+     * now (the host only moves it forward): a graph's wait passes at once */
     f->late = need_late;
     f->late_ready = !need_late;
     if (need_late) {
         f->lseq++;
         *(uint32_t *)(E->h_in + E->in.lwant) = f->lseq;
+    } else if (f->h_lflag) {
+        *(uint32_t *)(E->h_in + E->in.lwant) = *f->h_lflag;
     }
     /* stage buffers: device pointers as given, host ones through hbuf (copied in here, out after the step) */
     const int stage_io = !embed || !last;
     unsigned long long *hp = (unsigned long long *)(E->h_in + E->in.hptr);
     hp[0] = (unsigned long long)(uintptr_t)(dev ? (const void *)h_in : (const void *)E->hbuf);
     hp[1] = (unsigned long long)(uintptr_t)(dev ? (void *)h_out : (void *)E->hbuf);
-    /* the prompt logprob rows' area, only when the step has such rows (after the main copy, on its stream) */
-    const size_t plp_bytes = n_plp ? E->in.plp_end - E->in.plp_row : 0;
     if (E->n_inb == 2) {
         /* the copy on cst may run while the step before runs on st: it writes the other block */
-        if (cudaEventRecord(f->ev0, E->st) != cudaSuccess ||
-            cudaMemcpyAsync(E->d_in, E->h_in, nbytes, cudaMemcpyHostToDevice, E->cst) != cudaSuccess ||
-            (plp_bytes && cudaMemcpyAsync(E->d_in + E->in.plp_row, E->h_in + E->in.plp_row, plp_bytes,
-                                          cudaMemcpyHostToDevice, E->cst) != cudaSuccess) ||
+        if (cudaEventRecord(f->ev0, E->st) != cudaSuccess || s_copy_in(E, cr, n_cr, E->cst) != cudaSuccess ||
             cudaEventRecord(E->ev_cp[E->cur_p], E->cst) != cudaSuccess ||
             cudaStreamWaitEvent(E->st, E->ev_cp[E->cur_p], 0) != cudaSuccess) {
-            s_fail_step(E, seqs, n, "input copy failed");
+            s_fail_copy(E, seqs, n);
             return -1;
         }
-    } else if (cudaEventRecord(f->ev0, E->st) != cudaSuccess || cudaMemcpyAsync(E->d_in, E->h_in, nbytes, cudaMemcpyHostToDevice, E->st) != cudaSuccess ||
-        cudaEventRecord(E->ev_in, E->st) != cudaSuccess ||
-        (stage_io && !dev && !embed &&
-         cudaMemcpyAsync(E->hbuf, h_in, (size_t)total * c->dim * 4, cudaMemcpyHostToDevice, E->st) != cudaSuccess)) {
-        s_fail_step(E, seqs, n, "input copy failed");
+    } else if (cudaEventRecord(f->ev0, E->st) != cudaSuccess || s_copy_in(E, cr, n_cr, E->st) != cudaSuccess ||
+               cudaEventRecord(E->ev_in, E->st) != cudaSuccess ||
+               (stage_io && !dev && !embed &&
+                cudaMemcpyAsync(E->hbuf, h_in, (size_t)total * c->dim * 4, cudaMemcpyHostToDevice, E->st) !=
+                    cudaSuccess)) {
+        s_fail_copy(E, seqs, n);
         return -1;
     }
     /* cross-process ordering: after the input copy (which reads only this process's pinned block), before the
@@ -471,7 +524,6 @@ void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab) {
     o = s_align(o + (size_t)max_batch * CU_GEN * 4);
     in->gen_cnt = o;
     o = s_align(o + (size_t)max_batch * CU_GEN * 4);
-    in->total = o;
     in->plp_row = o;
     o = s_align(o + (size_t)max_tok * 4);
     in->plp_next = o;
@@ -479,6 +531,7 @@ void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab) {
     in->plp_k = o;
     o = s_align(o + (size_t)max_tok * 4);
     in->plp_end = o;
+    in->total = o;
 }
 
 /* Captures one CUDA graph per decode bucket. Done last, when every buffer exists, because a graph records the
@@ -487,6 +540,7 @@ void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab) {
 int cuda_step_capture_graphs(cu_engine *E, char *err, size_t errlen) {
     const int mb = E->base.max_batch;
     int nb = 0;
+    E->graph_late = E->base.masks_late && E->n_inb == 2 && E->fl[0].d_lflag && E->fl[1].d_lflag;
     for (int b = 1; b <= mb && nb < CU_MAX_BUCKETS - 1; b = b < 8 ? b * 2 : b + 8) E->bucket[nb++] = b;
     if (E->bucket[nb - 1] != mb) E->bucket[nb++] = mb;
     for (int i = 0; i < nb; i++) {
@@ -498,7 +552,7 @@ int cuda_step_capture_graphs(cu_engine *E, char *err, size_t errlen) {
             /* thread-local capture: other threads of the process may keep using CUDA (e.g. another engine) */
             CU_CHECK(cudaStreamBeginCapture(E->st, cudaStreamCaptureModeThreadLocal));
             const cu_batch fb = {B, B, 0, 1, B, 0, 1, 0};
-            E->step_late = 0; /* a graph never waits for late masks */
+            E->step_late = E->graph_late; /* flight p's flag and late masks (n_inb 2: block p is flight p's) */
             if (cuda_forward(E, &fb, err, errlen) != 0) {
                 cudaStreamEndCapture(E->st, &g);
                 if (g) cudaGraphDestroy(g);
@@ -516,9 +570,11 @@ int cuda_step_capture_graphs(cu_engine *E, char *err, size_t errlen) {
     }
     E->cur_p = 0;
     E->d_in = E->d_inb[0];
+    E->step_late = 0;
     CU_CHECK(cudaStreamSynchronize(E->st));
     return 0;
 fail:
+    E->step_late = 0;
     return -1;
 }
 

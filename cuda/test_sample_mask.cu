@@ -3,16 +3,18 @@
  *    vocabulary that is not a multiple of 32; rows without the flag untouched): bit for bit; the late form over
  *    mapped host memory rewritten between two launches: the second applies the new masks;
  *  - the input block's layout (cuda_step_layout): regions in order, large enough, aligned;
- *  - the wait for late masks across the counter's wrap (a flag at 2^32 - 1 still waits for 0);
+ *  - the wait for late masks across the counter's wrap (a flag at 2^32 - 1 still waits for 0), and its cost in a
+ *    graph when it has nothing to wait for (printed; a few microseconds);
  *  - the GPU sampler after the mask, greedy and with temperature/top-k/top-p: every id drawn is allowed;
  *  - the CUDA engine on stories260K ($ZLLM_FIXTURES, or the model given as argv[1]): decode steps of 8 sequences
  *    (graph replays and eager steps), each with its own mask (random subsets, a single allowed id, none on some),
  *    greedy and sampled: every sampled id is allowed, a single allowed id is taken, and an unmasked sequence's ids
  *    equal those of the same step without any mask in the batch (the mask changes nothing else);
  *  - late masks (zl_seq.mask_late): a step queued behind another, its constrained entries fed, their masks written
- *    after the first step is collected and announced with engine_masks_ready: every id drawn is allowed; waiting
- *    without the announcement does not hang (the rows go unmasked); a synchronous step with a late mask and an
- *    announcement for a step without late masks are refused. */
+ *    after the first step is collected and announced with engine_masks_ready: every id drawn is allowed, graph
+ *    replays (whose wait passes at once for a step without late masks) draw exactly the ids of eager steps, the
+ *    flights' counters wrap; waiting without the announcement does not hang (the rows go unmasked); a synchronous
+ *    step with a late mask and an announcement for a step without late masks are refused. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -245,7 +247,8 @@ static void test_engine(const char *path) {
 
 /* one pair of steps: A (prompt tokens, sampling), B queued behind it with every entry fed and late masks on
  * the even ones; announce: call engine_masks_ready between waiting for A and for B */
-static void s_late_pair(zl_engine *e, int vocab, int pos, int announce, int *bad, int *checked) {
+static void s_late_pair(zl_engine *e, int vocab, int pos, int announce, int *bad, int *checked,
+                        std::vector<int32_t> *ids) {
     const int words = sample_mask_words(vocab);
     std::vector<uint32_t> mask((size_t)NS * words);
     std::vector<int32_t> tok(NS), outa(NS), outb(NS);
@@ -286,6 +289,8 @@ static void s_late_pair(zl_engine *e, int vocab, int pos, int announce, int *bad
     for (int i = 0; i < NS; i += 2) rnd_mask(&mask[(size_t)i * words], vocab, (pos + i) % 4);
     if (announce) CHECK(engine_masks_ready(e, &sb) == 0, "masks_ready: %s", e->err);
     CHECK(engine_wait(e, &sb) == 0, "wait B: %s", e->err);
+    ids->insert(ids->end(), outa.begin(), outa.end());
+    ids->insert(ids->end(), outb.begin(), outb.end());
     if (!announce) return;
     for (int i = 0; i < NS; i += 2) {
         *bad += !allowed(&mask[(size_t)i * words], outb[i]);
@@ -293,27 +298,42 @@ static void s_late_pair(zl_engine *e, int vocab, int pos, int announce, int *bad
     }
 }
 
+/* late masks on an engine with graphs (whose decode graphs hold the wait: steps with late masks replay them) and
+ * on one without (eager steps): the same steps from the same random state draw the same ids on both, every id of
+ * a late-masked row is allowed, the flights' counters cross their wrap on the way, and a step whose late masks
+ * are never announced is waited for without hanging (alarm in main) */
 static void test_late(const char *path) {
     char err[256];
     zl_model *m = model_load(path, err, sizeof err);
     if (!m) return;
-    zl_engine_opts o;
-    memset(&o, 0, sizeof o);
-    o.device = "cuda";
-    o.n_slots = NS;
-    o.max_batch = NS;
-    o.n_ctx = 128;
-    o.max_step_tokens = 256;
-    o.kv_mem = (size_t)1 << 28;
-    zl_engine *e = engine_new(m, &o, err, sizeof err);
-    CHECK(e != NULL, "engine_new: %s", err);
-    if (e) {
+    std::vector<int32_t> ids[2];
+    for (int graphs = 1; graphs >= 0; graphs--) {
+        zl_engine_opts o;
+        memset(&o, 0, sizeof o);
+        o.device = "cuda";
+        o.n_slots = NS;
+        o.max_batch = NS;
+        o.n_ctx = 128;
+        o.max_step_tokens = 256;
+        o.no_graphs = !graphs;
+        o.kv_mem = (size_t)1 << 28;
+        zl_engine *e = engine_new(m, &o, err, sizeof err);
+        CHECK(e != NULL, "engine_new: %s", err);
+        if (!e) continue;
+        cu_engine *E = (cu_engine *)e;
         CHECK(e->masks_late == 1, "the CUDA engine takes late masks");
+        CHECK(E->graph_late == graphs, "graphs %d: the decode graphs hold the wait for late masks: %d", graphs,
+              E->graph_late);
+        for (int i = 0; i < 2; i++) { /* 20 late steps per flight from here cross the counter's wrap */
+            E->fl[i].lseq = 0xFFFFFFF8u;
+            *E->fl[i].h_lflag = 0xFFFFFFF8u;
+        }
+        s_rng = 0x1A7E; /* the same tokens and masks on both engines */
         int bad = 0, checked = 0;
-        for (int p = 0; p < 40; p += 2) s_late_pair(e, m->cfg.vocab_size, p, 1, &bad, &checked);
-        CHECK(checked > 0 && bad == 0, "late masks: %d of %d ids outside their masks", bad, checked);
-        s_late_pair(e, m->cfg.vocab_size, 60, 0, &bad, &checked); /* returns: no hang */
-        CHECK(1, "a step with late masks never announced was waited for");
+        for (int p = 0; p < 40; p += 2) s_late_pair(e, m->cfg.vocab_size, p, 1, &bad, &checked, &ids[graphs]);
+        CHECK(checked > 0 && bad == 0, "graphs %d: late masks: %d of %d ids outside their masks", graphs, bad, checked);
+        s_late_pair(e, m->cfg.vocab_size, 60, 0, &bad, &checked, &ids[graphs]); /* returns: no hang */
+        CHECK(1, "graphs %d: a step with late masks never announced was waited for", graphs);
         /* refusals */
         std::vector<uint32_t> mk((size_t)sample_mask_words(m->cfg.vocab_size), 0xFFFFFFFFu);
         int32_t t = 5, out = -1;
@@ -327,9 +347,7 @@ static void test_late(const char *path) {
         q.mask = mk.data();
         q.mask_late = 1;
         CHECK(engine_step(e, &q, 1, &out, NULL) == -1 && strstr(e->err, "late mask"),
-              "a synchronous step with a "
-              "late mask is refused: %s",
-              e->err);
+              "a synchronous step with a late mask is refused: %s", e->err);
         q.mask_late = 0;
         zl_step st;
         memset(&st, 0, sizeof st);
@@ -341,6 +359,10 @@ static void test_late(const char *path) {
         CHECK(engine_wait(e, &st) == 0 && out >= 0, "wait: %s", e->err);
         engine_destroy(&e);
     }
+    size_t same = 0;
+    for (size_t i = 0; i < ids[0].size() && i < ids[1].size(); i++) same += ids[0][i] == ids[1][i];
+    CHECK(!ids[0].empty() && ids[0].size() == ids[1].size() && same == ids[0].size(),
+          "late masks: graph replays draw the eager steps' ids: %zu of %zu", same, ids[0].size());
     model_destroy(&m);
 }
 
@@ -422,10 +444,68 @@ static void test_wait_wrap(void) {
     cudaFreeHost(h_flag);
 }
 
+/* what a decode graph pays for holding the wait when a step has no late masks: the wait on a flag already
+ * reached and the late-mask kernel with no row on (64 rows of a 49152-id vocabulary), captured 100 times in a
+ * graph and replayed; prints the cost per step, which must stay a few microseconds */
+static void test_noop_wait_cost(void) {
+    const int rows = 64, vocab = 49152, words = sample_mask_words(vocab), reps = 100;
+    uint32_t *h_flag, *d_flag, *d_want, *h_lmask, *d_lmask;
+    int32_t *d_on;
+    float *d_lg;
+    CUDA_OK(cudaHostAlloc((void **)&h_flag, 64, cudaHostAllocMapped));
+    CUDA_OK(cudaHostGetDevicePointer((void **)&d_flag, h_flag, 0));
+    CUDA_OK(cudaHostAlloc((void **)&h_lmask, (size_t)rows * words * 4, cudaHostAllocMapped));
+    CUDA_OK(cudaHostGetDevicePointer((void **)&d_lmask, h_lmask, 0));
+    CUDA_OK(cudaMalloc(&d_want, 4));
+    CUDA_OK(cudaMalloc(&d_on, rows * 4));
+    CUDA_OK(cudaMalloc(&d_lg, (size_t)rows * vocab * 4));
+    CUDA_OK(cudaMemset(d_on, 0, rows * 4));
+    *(volatile uint32_t *)h_flag = 7u;
+    const uint32_t want = 7u;
+    CUDA_OK(cudaMemcpy(d_want, &want, 4, cudaMemcpyHostToDevice));
+    cudaStream_t st;
+    CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    int ok = 1;
+    for (int i = 0; i < reps; i++) {
+        ok &= sample_mask_wait_launch(d_flag, d_want, st) == cudaSuccess;
+        ok &= sample_mask_late_launch(d_lg, vocab, rows, vocab, d_on, d_lmask, st) == cudaSuccess;
+    }
+    CUDA_OK(cudaStreamEndCapture(st, &g));
+    CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+    CUDA_OK(cudaGraphLaunch(ge, st));
+    CUDA_OK(cudaStreamSynchronize(st));
+    cudaEvent_t e0, e1;
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    CUDA_OK(cudaEventRecord(e0, st));
+    for (int i = 0; i < 10; i++) CUDA_OK(cudaGraphLaunch(ge, st));
+    CUDA_OK(cudaEventRecord(e1, st));
+    CUDA_OK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+    const double us = ms * 1000.0 / (10.0 * reps);
+    printf("a decode graph's wait and late-mask kernel without late masks: %.2f us per step\n", us);
+    CHECK(ok && us < 20.0, "the no-op wait costs %.2f us per step (launches ok: %d)", us, ok);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(st);
+    cudaFree(d_want);
+    cudaFree(d_on);
+    cudaFree(d_lg);
+    cudaFreeHost(h_lmask);
+    cudaFreeHost(h_flag);
+}
+
 int main(int argc, char **argv) {
     alarm(300); /* a device waiting for late masks that never come ends the test instead of hanging it */
     test_layout();
     test_wait_wrap();
+    test_noop_wait_cost();
     test_kernel(37, 9);
     test_kernel(49152, 64);
     test_kernel(151936, 5);

@@ -2,7 +2,9 @@
  * Input: one byte choosing the kind (low 2 bits) and how the tail is split, then the text; after a NUL, bytes fed
  * to the matcher. Must never crash, leak, read out of bounds or run unbounded; a refusal carries a message. A
  * compiled grammar is driven over a small fixed vocabulary: masks, then the fed bytes as tokens, checking that
- * every token the mask allows is accepted and leaves the matcher alive or complete. */
+ * every token the mask allows is accepted and leaves the matcher alive or complete. The walk runs twice (the
+ * second finds the grammar's remembered masks), each mask compared bit for bit with that of a matcher of the
+ * same text compiled without the mask cache. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,28 +59,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     zg_vocab *v = s_vocab();
-    zg_matcher *m = grammar_matcher_new(g, err, sizeof err);
-    grammar_unref(&g);
-    if (!m) return 0;
-    uint32_t mask[(S_NV + 31) / 32];
+    zg_grammar *ref = grammar_compile(kind, text, tn, err, sizeof err);
+    if (!ref) s_fail("the same text compiled twice: refused the second time");
+    grammar_mask_cache_limit(ref, 0);
     const uint8_t *feed = tn < n ? data + 1 + tn + 1 : NULL;
     size_t nf = tn < n ? n - tn - 1 : 0;
-    for (size_t k = 0; k < 64; k++) {
-        int allowed = grammar_matcher_mask(m, v, mask);
-        if (allowed == 0) {
-            if (k > 0) s_fail("empty mask after an accepted token");
+    for (int pass = 0; pass < 2; pass++) {
+        zg_matcher *m = grammar_matcher_new(g, err, sizeof err), *mr = grammar_matcher_new(ref, err, sizeof err);
+        if (!m || !mr) {
+            grammar_matcher_destroy(&m);
+            grammar_matcher_destroy(&mr);
             break;
         }
-        /* the next token: the fed byte's choice among the allowed ids, or the first allowed */
-        int pick = feed && k < nf ? feed[k] % allowed : 0, id = -1;
-        for (int i = 0; i < S_NV && id < 0; i++)
-            if (mask[i >> 5] >> (i & 31) & 1 && pick-- == 0) id = i;
-        if (grammar_matcher_accept_token(m, v, id) != 0) s_fail("an allowed token refused");
-        if (!grammar_matcher_can_continue(m)) break;
+        uint32_t mask[(S_NV + 31) / 32], mref[(S_NV + 31) / 32];
+        for (size_t k = 0; k < 64; k++) {
+            int allowed = grammar_matcher_mask(m, v, mask);
+            if (grammar_matcher_mask(mr, v, mref) != allowed || memcmp(mask, mref, sizeof mask) != 0)
+                s_fail("a remembered mask differs from a walk's");
+            if (allowed == 0) {
+                if (k > 0) s_fail("empty mask after an accepted token");
+                break;
+            }
+            /* the next token: the fed byte's choice among the allowed ids, or the first allowed */
+            int pick = feed && k < nf ? feed[k] % allowed : 0, id = -1;
+            for (int i = 0; i < S_NV && id < 0; i++)
+                if (mask[i >> 5] >> (i & 31) & 1 && pick-- == 0) id = i;
+            if (grammar_matcher_accept_token(m, v, id) != 0 || grammar_matcher_accept_token(mr, v, id) != 0)
+                s_fail("an allowed token refused");
+            if (!grammar_matcher_can_continue(m)) break;
+        }
+        /* raw bytes straight in: refused or accepted, never a crash */
+        if (feed && pass == 1) grammar_matcher_accept_bytes(m, (const char *)feed, nf);
+        grammar_matcher_destroy(&m);
+        grammar_matcher_destroy(&mr);
     }
-    /* raw bytes straight in: refused or accepted, never a crash */
-    if (feed) grammar_matcher_accept_bytes(m, (const char *)feed, nf);
-    grammar_matcher_destroy(&m);
+    grammar_unref(&g);
+    grammar_unref(&ref);
     return 0;
 }
 

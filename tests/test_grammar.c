@@ -2,7 +2,9 @@
  * that accept what they should and refuse the rest; bad inputs are refused with a message; the token mask on a
  * small hand-made vocabulary (multi-byte characters split across tokens, end of generation only when the grammar
  * accepts); and random walks over a real tokenizer's vocabulary, where every token the mask allows keeps the
- * matcher alive until an end-of-generation id ends a whole match. */
+ * matcher alive until an end-of-generation id ends a whole match; the masks a grammar remembers equal a walk's,
+ * bit for bit. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -390,6 +392,167 @@ static void test_vocab_walks(void) {
     gguf_close(&f);
 }
 
+/* the grammar's remembered masks give bit for bit what a walk gives: matchers of a grammar with the cache and of
+ * the same text compiled again without it advance in lockstep along random walks (several walks per grammar, so
+ * states repeat and hit), every mask and count compared; then again with a bound of a few masks (evictions) */
+static void s_cache_exact(const zg_vocab *v, int kind, const char *text, int walks, int max_steps) {
+    char err[256];
+    zg_grammar *g = grammar_compile(kind, text, strlen(text), err, sizeof err);
+    zg_grammar *ref = grammar_compile(kind, text, strlen(text), err, sizeof err);
+    CHECK(g && ref, "compile: %s", err);
+    if (!g || !ref) goto done;
+    grammar_mask_cache_limit(ref, 0);
+    int nv = grammar_vocab_size(v), words = (nv + 31) / 32, differ = 0, masks = 0;
+    uint32_t *a = malloc((size_t)words * 4), *b = malloc((size_t)words * 4);
+    int32_t *allowed = malloc((size_t)nv * sizeof *allowed);
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) grammar_mask_cache_limit(g, (size_t)words * 4 * 3);
+        for (int w = 0; w < walks; w++) {
+            zg_matcher *ma = grammar_matcher_new(g, err, sizeof err), *mb = grammar_matcher_new(ref, err, sizeof err);
+            for (int step = 0; ma && mb && step < max_steps; step++) {
+                int na = grammar_matcher_mask(ma, v, a), nb = grammar_matcher_mask(mb, v, b), k = 0;
+                masks++;
+                if (na != nb || memcmp(a, b, (size_t)words * 4) != 0) {
+                    differ++;
+                    break;
+                }
+                for (int i = 0; i < nv; i++)
+                    if (b[i >> 5] >> (i & 31) & 1) allowed[k++] = i;
+                if (k == 0) break;
+                int32_t id = allowed[s_rand() % (uint32_t)k];
+                if (grammar_matcher_accept_token(ma, v, id) != 0 || grammar_matcher_accept_token(mb, v, id) != 0 ||
+                    !grammar_matcher_can_continue(mb))
+                    break;
+            }
+            grammar_matcher_destroy(&ma);
+            grammar_matcher_destroy(&mb);
+        }
+    }
+    uint64_t hits = 0, misses = 0, rhits = 0;
+    size_t bytes = 0;
+    grammar_mask_cache_stats(g, &hits, &misses, &bytes);
+    grammar_mask_cache_stats(ref, &rhits, NULL, NULL);
+    CHECK(differ == 0, "%s: %d of %d remembered masks differ from a walk's", text, differ, masks);
+    CHECK(hits > (uint64_t)masks / 4 && rhits == 0, "%s: %llu hits, %llu misses over %d masks (%llu without cache)",
+          text, (unsigned long long)hits, (unsigned long long)misses, masks, (unsigned long long)rhits);
+    CHECK(bytes <= (size_t)words * 4 * 3, "%s: %zu bytes past the bound", text, bytes);
+    free(a);
+    free(b);
+    free(allowed);
+done:
+    grammar_unref(&g);
+    grammar_unref(&ref);
+}
+
+/* matchers of one grammar masking on several threads at once (as the worker's mask threads do): each thread
+ * walks its own matchers, every mask compared with a cache-less twin's */
+typedef struct {
+    const zg_vocab *v;
+    zg_grammar *g, *ref;
+    uint64_t seed;
+    int walks, steps, masks, differ;
+} s_mt_job;
+
+static void *s_mt_run(void *arg) {
+    s_mt_job *j = arg;
+    char err[256];
+    int nv = grammar_vocab_size(j->v), words = (nv + 31) / 32;
+    uint32_t *a = malloc((size_t)words * 4), *b = malloc((size_t)words * 4);
+    int32_t *allowed = malloc((size_t)nv * sizeof *allowed);
+    uint64_t x = j->seed;
+    for (int w = 0; a && b && allowed && w < j->walks; w++) {
+        zg_matcher *ma = grammar_matcher_new(j->g, err, sizeof err), *mb = grammar_matcher_new(j->ref, err, sizeof err);
+        for (int step = 0; ma && mb && step < j->steps; step++) {
+            int na = grammar_matcher_mask(ma, j->v, a), nb = grammar_matcher_mask(mb, j->v, b), k = 0;
+            j->masks++;
+            if (na != nb || memcmp(a, b, (size_t)words * 4) != 0) {
+                j->differ++;
+                break;
+            }
+            for (int i = 0; i < nv; i++)
+                if (b[i >> 5] >> (i & 31) & 1) allowed[k++] = i;
+            if (k == 0) break;
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            int32_t id = allowed[(x >> 16) % (uint64_t)k];
+            if (grammar_matcher_accept_token(ma, j->v, id) != 0 || grammar_matcher_accept_token(mb, j->v, id) != 0 ||
+                !grammar_matcher_can_continue(mb))
+                break;
+        }
+        grammar_matcher_destroy(&ma);
+        grammar_matcher_destroy(&mb);
+    }
+    free(a);
+    free(b);
+    free(allowed);
+    return NULL;
+}
+
+static void s_cache_threads(const zg_vocab *v, int kind, const char *text) {
+    char err[256];
+    zg_grammar *g = grammar_compile(kind, text, strlen(text), err, sizeof err);
+    zg_grammar *ref = grammar_compile(kind, text, strlen(text), err, sizeof err);
+    CHECK(g && ref, "compile: %s", err);
+    if (g && ref) {
+        grammar_mask_cache_limit(ref, 0);
+        grammar_mask_cache_limit(g, (size_t)((grammar_vocab_size(v) + 31) / 32) * 4 * 40); /* evictions too */
+        s_mt_job jobs[4];
+        pthread_t th[4];
+        int started = 0, masks = 0, differ = 0;
+        for (int i = 0; i < 4; i++) {
+            jobs[i] = (s_mt_job){v, g, ref, 0x9E3779B97F4A7C15ULL * (uint64_t)(i + 1), 40, 16, 0, 0};
+            if (pthread_create(&th[i], NULL, s_mt_run, &jobs[i]) == 0) started++;
+        }
+        for (int i = 0; i < started; i++) {
+            pthread_join(th[i], NULL);
+            masks += jobs[i].masks;
+            differ += jobs[i].differ;
+        }
+        uint64_t hits = 0;
+        grammar_mask_cache_stats(g, &hits, NULL, NULL);
+        CHECK(started == 4 && differ == 0 && masks > 100 && hits > 0,
+              "%s: 4 threads: %d of %d masks differ from a walk's (%llu hits)", text, differ, masks,
+              (unsigned long long)hits);
+    }
+    grammar_unref(&g);
+    grammar_unref(&ref);
+}
+
+static void test_mask_cache(void) {
+    char path[1024], err[256];
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-llama-bpe.gguf", test_fixtures());
+    gguf *f = gguf_open(path, err, sizeof err);
+    CHECK(f != NULL, "open %s: %s", path, err);
+    if (!f) return;
+    zl_tokenizer *t = tokenizer_new(f, err, sizeof err);
+    zg_vocab *v = t ? grammar_vocab_from_tokenizer(t, err, sizeof err) : NULL;
+    CHECK(v != NULL, "vocab: %s", err);
+    zg_vocab *bytes = s_byte_vocab(); /* every character split into bytes: the pending bits decide what follows */
+    if (bytes)
+        s_cache_exact(bytes, ZG_GBNF,
+                      "root ::= ([a-c] | [\\u00e0-\\u00ef] | [\\u4e00-\\u9fff] | [\\U0001F600-\\U0001F64F])+ \".\"\n",
+                      200, 16);
+    if (bytes)
+        s_cache_threads(
+            bytes, ZG_GBNF,
+            "root ::= ([a-c] | [\\u00e0-\\u00ef] | [\\u4e00-\\u9fff] | [\\U0001F600-\\U0001F64F])+ \".\"\n");
+    grammar_vocab_destroy(&bytes);
+    if (v) {
+        s_cache_exact(v, ZG_REGEX, "[a-c]{1,3}(\\.[\\u00e0-\\u00ff\\u4e00-\\u4e0f]{1,4}){0,3}", 12, 24);
+        s_cache_exact(v, ZG_GBNF,
+                      "root ::= ([a-z ] | [\\u00e0-\\u00ef] | [\\u4e00-\\u9fff] | [\\U0001F600-\\U0001F64F])+ \".\"\n",
+                      12, 24);
+        s_cache_exact(
+            v, ZG_JSON_SCHEMA,
+            "{\"type\":\"object\",\"properties\":{\"items\":{\"type\":\"array\",\"items\":{\"type\":\"string\","
+            "\"maxLength\":12}}},\"required\":[\"items\"],\"additionalProperties\":false}",
+            12, 48);
+        s_cache_exact(v, ZG_JSON_OBJECT, "", 8, 48);
+    }
+    grammar_vocab_destroy(&v);
+    tokenizer_destroy(&t);
+    gguf_close(&f);
+}
+
 static void test_cache(void) {
     zg_cache *c = grammar_cache_new(2);
     char err[256];
@@ -418,6 +581,7 @@ int main(void) {
     test_dead_ends();
     test_nullable_nesting();
     test_vocab_walks();
+    test_mask_cache();
     test_cache();
     return test_report();
 }

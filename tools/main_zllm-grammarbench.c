@@ -3,8 +3,11 @@
  * vocabulary, along random walks that pick allowed tokens.
  *
  *     zllm-grammarbench -m MODEL.gguf [--kind json_schema|json_object|regex|grammar] [--walks N] [--steps N]
- *                       (TEXT | -f FILE)
- * Without TEXT or -f a built-in typical schema (about 1 KB) is used. Prints one line per measurement. */
+ *                       [--serve N [--requests N]] [--no-cache | --cache-mib N] (TEXT | -f FILE)
+ * Without TEXT or -f a built-in typical schema (about 1 KB) is used. --serve simulates N sequences generating
+ * under the grammar at once (a step masks each of them, then each takes a random allowed token; a finished
+ * sequence makes room for the next request), so the grammar's remembered masks are shared as in serving.
+ * Prints one line per measurement. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,14 +45,83 @@ static uint32_t s_rand(void) {
     return (uint32_t)(s_rng >> 16);
 }
 
+/* serve sequences at once over requests requests of up to steps tokens: each step masks every live sequence,
+ * then each takes a random allowed token; prints the masks' cost per mask and per step and the hit rate */
+static int s_serve(zg_grammar *gr, const zg_vocab *v, int serve, int requests, int steps) {
+    char err[256];
+    int nv = grammar_vocab_size(v), rc = 1;
+    size_t words = ((size_t)nv + 31) / 32;
+    zg_matcher **m = calloc((size_t)serve, sizeof *m);
+    int *len = calloc((size_t)serve, sizeof *len);
+    uint32_t *mask = malloc(words * sizeof *mask);
+    int32_t *allowed = malloc((size_t)nv * sizeof *allowed);
+    uint64_t h0 = 0, m0 = 0, h1 = 0, m1 = 0;
+    grammar_mask_cache_stats(gr, &h0, &m0, NULL);
+    double total = 0, worst = 0, worst_step = 0;
+    long n_masks = 0, n_steps = 0;
+    int started = 0, live = 0;
+    if (!m || !len || !mask || !allowed) goto done;
+    for (;;) {
+        for (int i = 0; i < serve; i++) /* admit requests into free slots */
+            if (!m[i] && started < requests) {
+                m[i] = grammar_matcher_new(gr, err, sizeof err);
+                if (!m[i]) goto done;
+                len[i] = 0;
+                started++;
+                live++;
+            }
+        if (live == 0) break;
+        double step = 0;
+        for (int i = 0; i < serve; i++) {
+            if (!m[i]) continue;
+            double a = s_ms();
+            int n = grammar_matcher_mask(m[i], v, mask);
+            double d = s_ms() - a;
+            step += d;
+            worst = d > worst ? d : worst;
+            n_masks++;
+            int k = 0;
+            for (int t = 0; n > 0 && t < nv; t++)
+                if (mask[t >> 5] >> (t & 31) & 1) allowed[k++] = t;
+            if (k == 0 || grammar_matcher_accept_token(m[i], v, allowed[s_rand() % (uint32_t)k]) != 0 ||
+                !grammar_matcher_can_continue(m[i]) || ++len[i] >= steps) {
+                grammar_matcher_destroy(&m[i]);
+                live--;
+            }
+        }
+        total += step;
+        worst_step = step > worst_step ? step : worst_step;
+        n_steps++;
+    }
+    grammar_mask_cache_stats(gr, &h1, &m1, NULL);
+    uint64_t hits = h1 - h0, misses = m1 - m0;
+    printf("serve %d at once, %d requests: %.3f ms mean, %.3f ms worst per mask; %.3f ms mean, %.3f ms worst of "
+           "masks per step (one thread); %.1f%% remembered (%ld masks)\n",
+           serve, requests, n_masks ? total / (double)n_masks : 0.0, worst, n_steps ? total / (double)n_steps : 0.0,
+           worst_step, hits + misses ? 100.0 * (double)hits / (double)(hits + misses) : 0.0, n_masks);
+    rc = 0;
+done:
+    for (int i = 0; m && i < serve; i++) grammar_matcher_destroy(&m[i]);
+    free(m);
+    free(len);
+    free(mask);
+    free(allowed);
+    return rc;
+}
+
 static void s_usage(FILE *f) {
-    fprintf(f, "usage: zllm-grammarbench -m MODEL.gguf [--kind K] [--walks N] [--steps N] [TEXT | -f FILE]\n"
+    fprintf(f, "usage: zllm-grammarbench -m MODEL.gguf [--kind K] [--walks N] [--steps N] [--serve N [--requests N]]\n"
+               "                         [--no-cache | --cache-mib N] [TEXT | -f FILE]\n"
                "  the grammar engine's costs: compiling (cold and cached) and the token mask per step along random\n"
                "  walks over the model's vocabulary (docs/structured-output.md)\n"
                "  -m MODEL.gguf     the model whose vocabulary the masks cover (required)\n"
                "  --kind K          json_schema (default), json_object, regex or grammar\n"
                "  --walks N         random walks (default 4)\n"
-               "  --steps N         most tokens per walk (default 64)\n"
+               "  --steps N         most tokens per walk or request (default 64)\n"
+               "  --serve N         then N sequences at once over --requests requests (default 0: none)\n"
+               "  --requests N      requests of --serve (default 512)\n"
+               "  --no-cache        no remembered masks: every mask walks the vocabulary\n"
+               "  --cache-mib N     the grammar remembers masks up to N MiB (default 32)\n"
                "  -f FILE           the schema, regex or grammar text from FILE (default: TEXT, else a built-in\n"
                "                    1 KB schema)\n"
                "  -h, --help        this text;  --version  print the version\n"
@@ -59,7 +131,7 @@ static void s_usage(FILE *f) {
 
 int main(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *text = NULL;
-    int kind = ZG_JSON_SCHEMA, walks = 4, steps = 64, rc = 1;
+    int kind = ZG_JSON_SCHEMA, walks = 4, steps = 64, serve = 0, requests = 512, no_cache = 0, cache_mib = -1, rc = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             s_usage(stdout);
@@ -72,14 +144,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--kind") && i + 1 < argc) kind = grammar_kind_parse(argv[++i]);
         else if (!strcmp(argv[i], "--walks") && i + 1 < argc) walks = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--serve") && i + 1 < argc) serve = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--requests") && i + 1 < argc) requests = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-cache")) no_cache = 1;
+        else if (!strcmp(argv[i], "--cache-mib") && i + 1 < argc) cache_mib = atoi(argv[++i]);
         else if (argv[i][0] != '-' && !text) text = argv[i];
         else {
-            fprintf(stderr,
-                    "usage: zllm-grammarbench -m MODEL.gguf [--kind K] [--walks N] [--steps N] [TEXT | -f FILE]\n");
+            s_usage(stderr);
             return 2;
         }
     }
-    if (kind < 0 || !model || walks < 0 || steps < 1) {
+    if (kind < 0 || !model || walks < 0 || steps < 1 || serve < 0 || serve > 4096 || requests < 0 || cache_mib > 4096) {
         fprintf(stderr, "zllm-grammarbench: needs -m MODEL and a known --kind\n");
         return 2;
     }
@@ -117,6 +192,8 @@ int main(int argc, char **argv) {
     double t2 = s_ms();
     printf("compile %s (%zu bytes, %d rules): %.3f ms; cached: %.4f ms\n", grammar_kind_name(kind), len,
            grammar_rules(gr), t1 - t0, t2 - t1);
+    if (no_cache) grammar_mask_cache_limit(gr, 0);
+    else if (cache_mib >= 0) grammar_mask_cache_limit(gr, (size_t)cache_mib << 20);
     int nv = grammar_vocab_size(v);
     mask = malloc(((size_t)nv + 31) / 32 * sizeof *mask);
     int32_t *allowed = malloc((size_t)nv * sizeof *allowed);
@@ -146,10 +223,13 @@ int main(int argc, char **argv) {
         grammar_matcher_destroy(&m);
     }
     free(allowed);
-    printf("mask over %d ids: %.3f ms mean, %.3f ms worst, %.0f ids allowed on average (%ld masks)\n", nv,
-           n_masks ? mask_ms / (double)n_masks : 0.0, worst, n_masks ? (double)n_allowed / (double)n_masks : 0.0,
-           n_masks);
-    rc = 0;
+    uint64_t hits = 0, misses = 0;
+    grammar_mask_cache_stats(gr, &hits, &misses, NULL);
+    printf("mask over %d ids: %.3f ms mean, %.3f ms worst, %.0f ids allowed on average (%ld masks, %.1f%% "
+           "remembered)\n",
+           nv, n_masks ? mask_ms / (double)n_masks : 0.0, worst, n_masks ? (double)n_allowed / (double)n_masks : 0.0,
+           n_masks, hits + misses ? 100.0 * (double)hits / (double)(hits + misses) : 0.0);
+    rc = serve > 0 ? s_serve(gr, v, serve, requests, steps) : 0;
 done:
     free(mask);
     grammar_unref(&gr);
