@@ -75,6 +75,7 @@ typedef struct {
     int ahead;                     /* --ahead: 1 / 0 queue steps ahead on / off; -1: as the engine says */
     int mask_threads;              /* --mask-threads: threads computing structured output's masks; 0: default */
     int kv_block;                  /* --kv-block: tokens per KV block of the block accounting; 0: off */
+    int kv_blocks;                 /* --kv-blocks: paged KV of that many blocks where the engine offers it; 0: off */
     const char *curve_server_key;  /* --curve-server-key: file with the broker's Z85 public key, or NULL */
     const char *curve_key;         /* --curve-key: file with this worker's Z85 secret key, or NULL */
     char curve_srv[41], curve_pub[41], curve_sec[41]; /* the keys in Z85 (read at startup; pub derived) */
@@ -167,6 +168,10 @@ static void s_usage(FILE *f) {
             "  --kv-block N         tokens per KV block of the block accounting and prefix cache, 0..256, 0 off\n"
             "                       (default 16; docs/kv-cache.md): its counters and cached-block hashes go\n"
             "                       to the broker in every heartbeat, for cache-aware routing\n"
+            "  --kv-blocks N        paged KV of N blocks of --kv-block tokens on an engine that offers it (the CPU\n"
+            "                       engines; one lane, no steps queued ahead): a cached prompt prefix is not\n"
+            "                       prefilled again, and a sequence short of blocks preempts the lowest priority,\n"
+            "                       newest one; at least ceil(ctx / kv-block) + 1; 0 (default): contiguous slots\n"
             "  --curve-server-key FILE  CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
             "  --curve-key FILE     CURVE: this worker's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
             "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n"
@@ -228,6 +233,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
         else if (!strcmp(a, "--ahead")) bad = s_int(v, 0, 1, &o->ahead);
         else if (!strcmp(a, "--mask-threads")) bad = s_int(v, 1, 256, &o->mask_threads);
         else if (!strcmp(a, "--kv-block")) bad = s_int(v, 0, KV_BLOCK_MAX, &o->kv_block);
+        else if (!strcmp(a, "--kv-blocks")) bad = s_int(v, 0, 1 << 24, &o->kv_blocks);
         else if (!strcmp(a, "--curve-server-key")) o->curve_server_key = v;
         else if (!strcmp(a, "--curve-key")) o->curve_key = v;
         else {
@@ -360,6 +366,8 @@ static void s_send_hb(s_worker *w) {
         kv.cached = (uint32_t)st.cached;
         kv.hit_tokens = st.hit_tokens;
         kv.prompt_tokens = st.prompt_tokens;
+        kv.preemptions = st.preemptions;
+        kv.evictions = st.evictions;
         if (w->kv_hashes) {
             kv.has_hashes = 1;
             kv.hashes = w->kv_hashes;
@@ -655,6 +663,10 @@ int main(int argc, char **argv) {
     eo.n_ctx = w.o.n_ctx;
     eo.max_step_tokens = w.o.step_tokens;
     eo.threads = w.o.threads;
+    if (w.o.kv_blocks && w.o.kv_block && !w.o.n_stages) { /* paged KV (batcher_set_kv checks what was granted) */
+        eo.kv_block = w.o.kv_block;
+        eo.kv_blocks = w.o.kv_blocks;
+    }
     stage_opts so;
     memset(&so, 0, sizeof so);
     so.group = w.o.group;
