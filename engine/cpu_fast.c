@@ -458,6 +458,12 @@ static void s_destroy(zl_engine *eb) {
     free(e);
 }
 
+static int s_copy_block(zl_engine *eb, int src, int dst, int n_rows) {
+    s_fast *e = (s_fast *)eb;
+    const zl_config *c = &eb->model->cfg;
+    return cpu_launch_copy_block(eb, e->kc, e->vc, (size_t)c->n_kv_heads * c->head_dim, src, dst, n_rows);
+}
+
 static int s_copy_kv(zl_engine *eb, int src, int dst, int n_tokens) {
     s_fast *e = (s_fast *)eb;
     const zl_config *c = &eb->model->cfg;
@@ -597,6 +603,7 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
     size_t T = (size_t)b->max_step_tokens, V = (size_t)c->vocab_size, ff = (size_t)c->ffn_dim;
     size_t wide = dim > q_dim ? dim : q_dim, max_in = wide > ff ? wide : ff;
     if (cpu_kv_shape(b, o, &e->kbs, &e->n_kb, err, errlen) != 0) goto fail;
+    if (b->kv_block > 0) b->copy_block = s_copy_block;
     double kv_floats = (double)e->n_kb * L_own * e->kbs * kv_dim;
     if (kv_floats * 8.0 > 1e12) {
         snprintf(err, errlen, "cpu engine: KV cache of %.0f GB is too large", kv_floats * 8.0 / 1e9);

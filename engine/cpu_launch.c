@@ -209,6 +209,22 @@ int cpu_kv_shape(zl_engine *e, const zl_engine_opts *o, int *kbs, int *n_kb, cha
     return 0;
 }
 
+int cpu_launch_copy_block(zl_engine *e, float *kc, float *vc, size_t kv_dim, int src, int dst, int n_rows) {
+    if (e->kv_block <= 0 || src < 0 || src >= e->kv_blocks || dst < 0 || dst >= e->kv_blocks || src == dst ||
+        n_rows < 0 || n_rows > e->kv_block) {
+        snprintf(e->err, sizeof e->err, "copy_block: blocks %d -> %d, %d rows: out of range", src, dst, n_rows);
+        return -1;
+    }
+    const int n_own = e->layer_end - e->layer_begin;
+    const int32_t s = src, d = dst;
+    for (int li = 0; li < n_own; li++) {
+        const size_t so = cpu_kv_at(&s, e->kv_block, n_own, li, 0, kv_dim), dd = cpu_kv_at(&d, e->kv_block, n_own, li, 0, kv_dim);
+        memcpy(kc + dd, kc + so, (size_t)n_rows * kv_dim * sizeof(float));
+        memcpy(vc + dd, vc + so, (size_t)n_rows * kv_dim * sizeof(float));
+    }
+    return 0;
+}
+
 int cpu_launch_copy_kv(zl_engine *e, cpu_launch *l, float *kc, float *vc, size_t kv_dim, int src, int dst,
                        int n_tokens) {
     if (e->kv_block > 0) {

@@ -55,6 +55,9 @@ static inline const int32_t *cpu_kv_tab(const zl_engine *e, const zl_seq *s, con
 /* reads the paged-KV options into e (kv_block, kv_blocks) and the cache's shape (*kbs rows per block, *n_kb
  * blocks): 0, or -1 with err (bad sizes) */
 int cpu_kv_shape(zl_engine *e, const zl_engine_opts *o, int *kbs, int *n_kb, char *err, size_t errlen);
+/* zl_engine.copy_block over a paged CPU engine's caches kc/vc (layout of cpu_kv_at, n_own layers): runs at once.
+ * 0, or -1 with e->err */
+int cpu_launch_copy_block(zl_engine *e, float *kc, float *vc, size_t kv_dim, int src, int dst, int n_rows);
 /* zl_engine_ops.copy_kv over a CPU engine's caches kc/vc ([n_slots][n_own layers][n_ctx][kv_dim] f32 each): runs
  * at once (every launched step has run). Refused with paged KV (sequences share blocks instead). 0, or -1 with
  * e->err */

@@ -157,6 +157,10 @@ struct zl_engine {
                                 * sampling waits on the device for engine_masks_ready, the forward pass does not */
     int (*masks_ready)(zl_engine *e, const zl_step *st); /* with masks_late: see engine_masks_ready */
     int caps;                                            /* ZL_CAP_* the back-end serves */
+    /* paged KV (kv_block > 0): copies rows [0, n_rows) of pool block src into block dst, every layer, after every
+     * step launched before (a sibling's partial prompt block, generate's `n`); dst may not be read or written by a
+     * step in flight. 0, or -1 with err (bad blocks or rows). NULL where not offered */
+    int (*copy_block)(zl_engine *e, int src, int dst, int n_rows);
     int kv_block;             /* paged KV: rows per block (zl_seq.blocks); 0: contiguous slots (the CUDA engine) */
     int kv_blocks;            /* paged KV: blocks in the pool */
     int launch_async;         /* 1: launch returns while the step runs (CUDA): queuing ahead hides the host;

@@ -452,6 +452,12 @@ static void s_destroy(zl_engine *eb) {
     free(e);
 }
 
+static int s_copy_block(zl_engine *eb, int src, int dst, int n_rows) {
+    s_cpu *e = (s_cpu *)eb;
+    const zl_config *c = &eb->model->cfg;
+    return cpu_launch_copy_block(eb, e->kc, e->vc, (size_t)c->n_kv_heads * c->head_dim, src, dst, n_rows);
+}
+
 static int s_copy_kv(zl_engine *eb, int src, int dst, int n_tokens) {
     s_cpu *e = (s_cpu *)eb;
     const zl_config *c = &eb->model->cfg;
@@ -560,6 +566,7 @@ zl_engine *engine_cpu_new(const zl_model *m, const zl_engine_opts *o, char *err,
     size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim, T = (size_t)b->max_step_tokens, V = (size_t)c->vocab_size;
     size_t ff = (size_t)c->ffn_dim, wide = dim > q_dim ? dim : q_dim;
     if (cpu_kv_shape(b, o, &e->kbs, &e->n_kb, err, errlen) != 0) goto fail;
+    if (b->kv_block > 0) b->copy_block = s_copy_block;
     double kv_floats = (double)e->n_kb * L_own * e->kbs * kv_dim;
     if (kv_floats * 8.0 > 1e12) {
         snprintf(err, errlen, "cpu engine: KV cache of %.0f GB is too large", kv_floats * 8.0 / 1e9);

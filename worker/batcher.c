@@ -463,7 +463,7 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
     s->ignore_eos = r->ignore_eos;
     s->n_bias = r->n_bias;
     if (r->n_bias) memcpy(s->bias, r->bias, (size_t)r->n_bias * sizeof *s->bias);
-    s->share = r->share != r->rid && r->n_tokens > 1 && b->e->ops->copy_kv && !b->paged ? r->share : 0;
+    s->share = r->share != r->rid && r->n_tokens > 1 && (b->paged || b->e->ops->copy_kv) ? r->share : 0;
     if (kv >= 0) s_kv_admit(b, slot);
     return 0;
 reject:
@@ -575,6 +575,32 @@ uint64_t batcher_prefills_shared(const wk_batcher *b) { return b->prefills_share
 
 /* record f waits to copy the prompt KV of record i (or -1: its sibling is gone): copies it once i's KV holds all but
  * the last prompt token, or gives up (f prefills itself) when i cannot serve. 0, or -1 on an engine error */
+/* paged KV: record s waits for the prompt of its sibling l: once l's prompt is in (its full blocks published), s is
+ * admitted, finds those blocks in the prefix cache and gets a copy of the rows of l's partial last prompt block
+ * that precede the last prompt token (zl_engine.copy_block), so that it computes only that token. Not enough
+ * blocks now: it is admitted later as any prompt (s_kv_prepare). 0, or -1 on an engine error */
+static int s_share_paged(wk_batcher *b, s_rec *s, const s_rec *l, char *err, size_t errlen) {
+    const int need = s->n_prompt - 1, bs = kv_pool_block_size(b->kvp), j = need / bs;
+    if (l->n_past < l->n_prompt || l->kvt.n_blocks <= j || s->kv < 0 || s->inflight || s->kvt.n_blocks) return 0;
+    s->share = 0;
+    const int most = b->n_ctx - s->n_prompt;
+    if (kv_table_admit(b->kvp, &s->kvt, b->kv_key, s->toks, s->n_prompt, s->max_tokens < most ? s->max_tokens : most,
+                       WK_KV_HEADROOM) != 0)
+        return 0;
+    s->n_past = s->n_sched = s->kvt.n_cached;
+    b->kv_hit_tokens += (uint64_t)s->kvt.n_cached;
+    b->kv_prompt_tokens += (uint64_t)s->n_prompt;
+    if (s->kvt.n_cached == j * bs && need > j * bs && b->e->copy_block) {
+        if (b->e->copy_block(b->e, l->kvt.blocks[j], s->kvt.blocks[j], need - j * bs) != 0) {
+            snprintf(err, errlen, "%s", b->e->err);
+            return -1;
+        }
+        s->n_past = s->n_sched = need;
+    }
+    if (s->n_past > 0) b->prefills_shared++;
+    return 0;
+}
+
 static int s_share_one(wk_batcher *b, int f, int i, char *err, size_t errlen) {
     s_rec *s = &b->recs[f];
     const int need = s->n_prompt - 1;
@@ -588,6 +614,7 @@ static int s_share_one(wk_batcher *b, int f, int i, char *err, size_t errlen) {
         s->share = 0;
         return 0;
     }
+    if (b->paged) return s_share_paged(b, s, l, err, errlen);
     if (l->n_past < need || s->kv < 0 || s->inflight) return 0; /* not yet */
     if (engine_copy_kv(b->e, l->kv, s->kv, need) != 0) {
         snprintf(err, errlen, "%s", b->e->err);
@@ -772,7 +799,7 @@ static void s_kv_prepare(wk_batcher *b) {
         int w = -1;
         for (int i = 0; i < b->n_rec; i++) {
             const s_rec *r = &b->recs[i];
-            if (r->active && r->live && r->kv >= 0 && !r->kvt.n_blocks && !r->inflight &&
+            if (r->active && r->live && r->kv >= 0 && !r->kvt.n_blocks && !r->inflight && !r->share &&
                 (w < 0 || s_before(r, &b->recs[w])))
                 w = i;
         }
@@ -1009,10 +1036,10 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
             continue;
         }
         s->n_past += q->n_tokens;
-        if (!b->share_err[0]) (void)s_share(b, i, b->share_err, sizeof b->share_err); /* its siblings' KV */
         if (b->kvp && s->n_past >= s->n_prompt &&
             s->kvt.n_published * kv_pool_block_size(b->kvp) + kv_pool_block_size(b->kvp) <= s->n_prompt)
             kv_table_publish(b->kvp, &s->kvt, b->kv_key, s->toks, s->n_prompt); /* the prompt's KV is written */
+        if (!b->share_err[0]) (void)s_share(b, i, b->share_err, sizeof b->share_err); /* its siblings' KV */
         if (!q->sample) continue;
         int32_t t = L->out_tok[j];
         if (t < 0 || t >= b->vocab) {

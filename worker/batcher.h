@@ -55,8 +55,10 @@ typedef struct {
     int n_bias;                    /* 0..ZL_MAX_LOGIT_BIAS */
     uint64_t share;                /* rid of a sequence admitted before it with the same prompt (a sibling of the
                                     * same generate): its prompt KV but the last token's is copied from that one
-                                    * once written (zl_engine_ops.copy_kv) instead of prefilled; 0, an unknown rid,
-                                    * another prompt or an engine without copy_kv: prefilled as usual */
+                                    * once written (zl_engine_ops.copy_kv) instead of prefilled (paged KV: it waits
+                                    * until that one's prompt blocks are published and finds their full blocks in
+                                    * the prefix cache); 0, an unknown rid, another prompt or an engine without
+                                    * copy_kv: prefilled as usual */
     int priority;                  /* higher prefills (and gets a freed KV slot) first; the broker's range */
 } wk_request;
 
