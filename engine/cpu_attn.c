@@ -63,8 +63,7 @@ static S_AVX2 void s_attn_avx2(const float *q, int hd, const float *k, const flo
         for (int c = 0; c < nc; c++) {
             const __m256 qc = _mm256_loadu_ps(q + 8 * c);
 #pragma GCC unroll 8
-            for (int j = 0; j < 8; j++)
-                a[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + off[p + j] + 8 * c), a[j]);
+            for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + off[p + j] + 8 * c), a[j]);
         }
         const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
         const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);

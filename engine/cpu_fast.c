@@ -310,8 +310,8 @@ static void s_attn_fn(void *ctx, int ith, int nth) {
             r_off = r;
         }
         const size_t base = (size_t)kvh * hd;
-        cpu_attn_head(isa, e->q + (size_t)r * q_dim + (size_t)h * hd, hd, e->kc + base, e->vc + base, off,
-                      pos + 1 - p0, scale, att, e->xb + (size_t)r * q_dim + (size_t)h * hd);
+        cpu_attn_head(isa, e->q + (size_t)r * q_dim + (size_t)h * hd, hd, e->kc + base, e->vc + base, off, pos + 1 - p0,
+                      scale, att, e->xb + (size_t)r * q_dim + (size_t)h * hd);
     }
 }
 

@@ -218,7 +218,8 @@ int cpu_launch_copy_block(zl_engine *e, float *kc, float *vc, size_t kv_dim, int
     const int n_own = e->layer_end - e->layer_begin;
     const int32_t s = src, d = dst;
     for (int li = 0; li < n_own; li++) {
-        const size_t so = cpu_kv_at(&s, e->kv_block, n_own, li, 0, kv_dim), dd = cpu_kv_at(&d, e->kv_block, n_own, li, 0, kv_dim);
+        const size_t so = cpu_kv_at(&s, e->kv_block, n_own, li, 0, kv_dim),
+                     dd = cpu_kv_at(&d, e->kv_block, n_own, li, 0, kv_dim);
         memcpy(kc + dd, kc + so, (size_t)n_rows * kv_dim * sizeof(float));
         memcpy(vc + dd, vc + so, (size_t)n_rows * kv_dim * sizeof(float));
     }

@@ -170,8 +170,9 @@ static void s_model(const char *label, const char *path, const char *gpu) {
                                        label, devs[d], sd[i].n_prompt, t);
                                 break;
                             }
-                            CHECK(0, "%s %s%s run %d seq %d (prompt %d): logits of sampling entry %d differ from the "
-                                     "whole-prompt prefill",
+                            CHECK(0,
+                                  "%s %s%s run %d seq %d (prompt %d): logits of sampling entry %d differ from the "
+                                  "whole-prompt prefill",
                                   label, devs[d], paged ? " paged" : "", it, i, sd[i].n_prompt, t);
                             bad = 1;
                             break;

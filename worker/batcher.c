@@ -805,9 +805,8 @@ static void s_kv_prepare(wk_batcher *b) {
         }
         if (w < 0) break;
         s_rec *r = &b->recs[w];
-        const int left = r->max_tokens - r->n_gen, most = b->n_ctx - r->len;
-        while (kv_table_admit(b->kvp, &r->kvt, b->kv_key, r->toks, r->len, left < most ? left : most,
-                              WK_KV_HEADROOM) != 0) {
+        const int left = r->max_tokens - r->n_gen, most = b->n_ctx - r->len, gen = left < most ? left : most;
+        while (kv_table_admit(b->kvp, &r->kvt, b->kv_key, r->toks, r->len, gen, WK_KV_HEADROOM) != 0) {
             int v = s_victim(b, r->priority, 0, w);
             if (v < 0) goto grow; /* it waits (and every record behind it) until blocks come back */
             s_preempt(b, v);

@@ -148,10 +148,10 @@ typedef struct {
     int block_size, blocks, used, free, cached;
     uint64_t hit_tokens;    /* prompt tokens found in the prefix cache at admission */
     uint64_t prompt_tokens; /* prompt tokens admitted */
-    int paged;                /* 1: the engine reads KV through the block tables (prefix reuse, preemption) */
-    uint64_t preemptions;     /* sequences preempted for blocks (paged) */
-    uint64_t resumed_tokens;  /* tokens prefilled again on resumption, cached prefixes excluded (paged) */
-    uint64_t evictions;       /* cached blocks reclaimed for new ones */
+    int paged;              /* 1: the engine reads KV through the block tables (prefix reuse, preemption) */
+    uint64_t preemptions;   /* sequences preempted for blocks (paged) */
+    uint64_t resumed_tokens; /* tokens prefilled again on resumption, cached prefixes excluded (paged) */
+    uint64_t evictions;      /* cached blocks reclaimed for new ones */
 } wk_kv_stats;
 int batcher_set_kv(wk_batcher *b, int block_size, const char *model, char *err, size_t errlen);
 int batcher_kv(const wk_batcher *b, wk_kv_stats *st);               /* 1 with st filled when on, else 0 (st zeroed) */

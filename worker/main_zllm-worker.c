@@ -736,10 +736,9 @@ int main(int argc, char **argv) {
     if (w.engine->kv_block > 0)
         snprintf(paged, sizeof paged, ", paged KV of %d blocks of %d", w.engine->kv_blocks, w.engine->kv_block);
     s_log(&w, "model %s (%s) on %s: %d slots of %d tokens, batch %d, %d tokens per step, %d lane%s%s%s, broker %s",
-          w.o.model_name, w.o.model_path, w.engine->device, w.engine->n_slots, w.engine->n_ctx,
-          w.engine->max_batch, w.engine->max_step_tokens, batcher_lanes(w.batcher),
-          batcher_lanes(w.batcher) > 1 ? "s" : "", batcher_ahead(w.batcher) ? ", steps queued ahead" : "", paged,
-          w.o.broker);
+          w.o.model_name, w.o.model_path, w.engine->device, w.engine->n_slots, w.engine->n_ctx, w.engine->max_batch,
+          w.engine->max_step_tokens, batcher_lanes(w.batcher), batcher_lanes(w.batcher) > 1 ? "s" : "",
+          batcher_ahead(w.batcher) ? ", steps queued ahead" : "", paged, w.o.broker);
     rc = s_run(&w) == 0 ? 0 : 1;
     if (stage_leader_failed(w.engine)) {
         s_log(&w, "pipeline group %s failed", w.o.group);
