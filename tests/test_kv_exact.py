@@ -41,11 +41,12 @@ def make_requests(rng, n, prev):
         else:
             base = rng.choice(SHARED)
             toks = [1] + base[:rng.randint(0, len(base))] + [rng.randrange(3, VOCAB) for _ in range(rng.randint(0, 10))]
-        mt = rng.randint(1, 8)
+        cancel = rng.random() < 0.08   # to be cancelled at a random moment: longer answers
+        mt = rng.randint(8, 48) if cancel else rng.randint(1, 8)
         if len(toks) + mt > CTX - 1:
             toks = toks[:CTX - 1 - mt]
         spec = {"tokens": toks, "max_tokens": mt, "ignore_eos": rng.random() < 0.8,
-                "priority": rng.choice((-5, 0, 0, 5)), "stream": False}
+                "priority": rng.choice((-5, 0, 0, 5)), "stream": False, "cancel": cancel}
         if rng.random() < 0.5:
             spec.update(temperature=0.9, seed=rng.randrange(1 << 30), top_k=rng.choice((0, 20)))
         else:
@@ -56,6 +57,11 @@ def make_requests(rng, n, prev):
     return out
 
 
+def req(spec, **kw):
+    """the client's arguments for a spec (without the test's own keys)"""
+    return dict({k: v for k, v in spec.items() if k != "cancel"}, **kw)
+
+
 def run_wave(cl, specs, cancel_rng=None):
     """submits every spec at once (a share of them cancelled after a random delay when cancel_rng is given);
     returns ({id: result}, set of cancelled ids, ordered ids)"""
@@ -63,11 +69,10 @@ def run_wave(cl, specs, cancel_rng=None):
         ids = []
         cancels = []
         for s in specs:
-            cancel = cancel_rng is not None and cancel_rng.random() < 0.08
-            rid = c.submit(**dict(s, stream=cancel))   # streamed: a cancelled request's ids come in tokens
+            rid = c.submit(**req(s, stream=s["cancel"]))   # streamed: a cancelled request's ids come in tokens
             ids.append(rid)
-            if cancel:
-                cancels.append((time.monotonic() + cancel_rng.random() * 0.03, rid))
+            if s["cancel"] and cancel_rng is not None:   # in the queue, mid-prefill or mid-decode
+                cancels.append((time.monotonic() + cancel_rng.random() * 0.4, rid))
         cancels.sort()
         for t, rid in cancels:
             d = t - time.monotonic()
@@ -99,13 +104,13 @@ def main():
                      ref.wait_workers(["ref"], timeout=20) is not None, "workers registered"):
             return ck.report()
         prev = []
-        done = bad = cancelled = 0
+        done = bad = cancelled = cancelled_decoding = 0
         t0 = time.monotonic()
         alone_specs = []
         while done < N:
             specs = make_requests(rng, min(WAVE, N - done), prev)
             got, canc, gids = run_wave(test, specs, cancel_rng=rng)
-            want, _, wids = run_wave(ref, [dict(s, stream=False) for s in specs])
+            want, _, wids = run_wave(ref, [dict(s, cancel=False) for s in specs])
             for s, g, w in zip(specs, gids, wids):
                 rg, rw = got[g], want[w]
                 fw = rw["finals"][0] if rw["finals"] else {}
@@ -117,6 +122,7 @@ def main():
                 fg = rg["finals"][0] if rg["finals"] else {}
                 if g in canc and fg.get("finish") == "cancelled":
                     cancelled += 1
+                    cancelled_decoding += len(rg["ids"]) > 0   # else queued or prefilling
                     if not ck.ok(rg["ids"] == fw["ids"][:len(rg["ids"])], "cancelled %s: its ids %r are a prefix of "
                                  "the reference's %r" % (g, rg["ids"], fw["ids"])):
                         bad += 1
@@ -135,12 +141,13 @@ def main():
             done += len(specs)
         ck.ok(bad == 0, "%d requests (%d cancelled): every one equals the reference (%d differ)" % (
             done, cancelled, bad))
-        print("%d requests in %.1f s" % (done, time.monotonic() - t0), flush=True)
+        print("%d requests in %.1f s; %d cancelled (%d after their first token)" % (
+            done, time.monotonic() - t0, cancelled, cancelled_decoding), flush=True)
         # the reference against requests run one at a time on an empty cache
         diff = 0
         with ref.client() as c:
             for s, fw in alone_specs:
-                r = c.generate(**dict(s, stream=False), raise_on_error=False)
+                r = c.generate(**req(s, stream=False), raise_on_error=False)
                 lp = [[x["logprob"], [i for i, _ in x["top"]], [v for _, v in x["top"]]] if x else None
                       for x in r.logprobs] if s.get("logprobs") else None
                 want = [[float(a), list(b), [float(v) for v in c_]] if a is not None else None
