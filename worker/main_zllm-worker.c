@@ -716,6 +716,9 @@ int main(int argc, char **argv) {
         s_log(&w, "%s", err);
         goto fail;
     }
+    if (w.o.kv_blocks > 0 && !w.engine->kv_block)
+        s_log(&w, "--kv-blocks %d: the %s engine keeps contiguous slots (no paged KV)", w.o.kv_blocks,
+              w.engine->device);
     if (w.o.kv_block && !(w.kv_hashes = malloc(PROTO_MAX_KV_HASHES * sizeof *w.kv_hashes))) goto oom;
     if (w.o.lanes && batcher_set_lanes(w.batcher, w.o.lanes) != w.o.lanes)
         s_log(&w, "--lanes %d: the %s engine keeps at most %d steps in flight: %d lanes", w.o.lanes, w.engine->device,
