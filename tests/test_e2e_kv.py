@@ -3,7 +3,7 @@ broker and two CPU workers (stories260K, --kv-block 4). The same greedy prompt s
 other, gives llama2.c's golden ids each time; the second and third go to the worker that ran the first (routing
 by the block hashes it reported), which finds all but the last prompt block in its prefix cache (kv_hit_tokens);
 the other worker saw nothing. A priority is accepted end to end. The workers' KV counters reach status and
-`zllm status`."""
+`zllm status`. A paged pool too small for one context is refused at the worker's start."""
 import os
 import subprocess
 import sys
@@ -56,6 +56,12 @@ def main():
         busy = [w for w in ws.values() if w["kv_prompt_tokens"]]
         ck.ok(busy and busy[0]["kv_used"] == 0 and busy[0]["kv_cached"] >= (prompt + MT - 1) // BS and
               busy[0]["kv_summary"] >= busy[0]["kv_cached"], "its blocks are cached and reported: %r" % busy)
+        # a paged pool smaller than one whole context: refused at start, with the reason
+        p = subprocess.run([os.path.join(BIN, "zllm-worker"), "--broker", cl.workers_ep, "-m", cl.model, "--ctx", "64",
+                            "--kv-block", "4", "--kv-blocks", "16", "--threads", "1"], capture_output=True, text=True,
+                           timeout=20)
+        ck.ok(p.returncode != 0 and "at least 17 blocks" in p.stdout + p.stderr,
+              "--kv-blocks 16 for a context of 64 in blocks of 4: refused (rc %d): %s" % (p.returncode, p.stderr))
     finally:
         if ck.failed:
             cl.dump_logs()
