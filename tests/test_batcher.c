@@ -1041,6 +1041,46 @@ static void test_kv_paged(const zl_model *m) {
     }
     CHECK(st.preemptions > 0, "sequences were preempted");
     CHECK(st.hit_tokens > 0, "cached prefixes were found");
+    { /* a higher priority's admission preempts a running lower one; both give the tokens they give alone */
+        int32_t lo_buf[NG + 1], hi_buf[NG + 1];
+        int lo_ref[MT], hi_ref[MT], n_lo_ref = 0, n_hi_ref = 0, lo_got[MT], hi_got[MT], n_lo = 0, n_hi = 0;
+        wk_request lo = s_req(300, lo_buf, 40, MT), hi = s_req(301, hi_buf, 40, MT);
+        for (int t = 1; t <= 40; t++) { /* prompts unlike the cached ones: 11 blocks each, 2 x 11 > 20 */
+            lo_buf[t] = (lo_buf[t] + 7) % m->cfg.vocab_size;
+            hi_buf[t] = (hi_buf[t] + 13) % m->cfg.vocab_size;
+        }
+        hi.priority = 3;
+        for (int k = 0; k < 2; k++) { /* each alone first (on this engine: paged, an idle pool) */
+            wk_request r = k ? hi : lo;
+            r.rid += 10;
+            CHECK(batcher_add(b, &r, err, sizeof err) == 0, "add alone: %s", err);
+            s_run_one(b, r.rid, k ? hi_ref : lo_ref, k ? &n_hi_ref : &n_lo_ref);
+        }
+        uint64_t pre0 = st.preemptions;
+        CHECK(batcher_add(b, &lo, err, sizeof err) == 0, "add lo: %s", err);
+        wk_event ev[128];
+        int n_ev = 0, first = 0, done = 0;
+        batcher_set_prefill_cap(b, 8); /* lo is mid-prefill when hi comes */
+        for (int step = 0; step < 500 && done < 2; step++) {
+            if (step == 1) CHECK(batcher_add(b, &hi, err, sizeof err) == 0, "add hi: %s", err);
+            if (batcher_step(b, ev, 128, &n_ev, err, sizeof err) < 0) break;
+            for (int j = 0; j < n_ev; j++) {
+                if (ev[j].tok >= 0 && !first) first = (int)ev[j].rid;
+                if (ev[j].tok >= 0 && ev[j].rid == 300 && n_lo < MT) lo_got[n_lo++] = ev[j].tok;
+                if (ev[j].tok >= 0 && ev[j].rid == 301 && n_hi < MT) hi_got[n_hi++] = ev[j].tok;
+                done += ev[j].fin != 0;
+            }
+        }
+        batcher_kv(b, &st);
+        CHECK(first == 301 && st.preemptions > pre0,
+              "the high priority's first token comes first (rid %d), the low one preempted mid-prefill (%llu "
+              "preemptions)",
+              first, (unsigned long long)(st.preemptions - pre0));
+        CHECK(n_lo == n_lo_ref && !memcmp(lo_got, lo_ref, sizeof(int) * (size_t)n_lo) && n_hi == n_hi_ref &&
+                  !memcmp(hi_got, hi_ref, sizeof(int) * (size_t)n_hi),
+              "preempted and preempting sequences give their tokens alone (%d/%d, %d/%d)", n_lo, n_lo_ref, n_hi,
+              n_hi_ref);
+    }
     batcher_destroy(&b);
 out:
     engine_destroy(&e);
