@@ -1010,6 +1010,8 @@ static void on_status(broker *b, const uint8_t *cid, uint32_t cn, proto_str id) 
         x->kv_cached = w->kv.cached;
         x->kv_hit_tokens = w->kv.hit_tokens;
         x->kv_prompt_tokens = w->kv.prompt_tokens;
+        x->kv_preemptions = w->kv.preemptions;
+        x->kv_evictions = w->kv.evictions;
         x->kv_summary = bk_summary_size(w->summary);
         /* alive: heard from recently, and progressing (or idle) */
         x->alive = !w->failed && t - w->last_seen < b->cfg.dead_ms &&

@@ -860,6 +860,12 @@ static int s_status(zllm_client *c, const char *ep) {
                    (int)w->name.n, w->name.p ? w->name.p : "", (int)w->model.n, w->model.p ? w->model.p : "",
                    (int)w->device.n, w->device.p ? w->device.p : "", w->max_batch, w->n_slots, w->free_slots,
                    w->running, w->n_ctx, (unsigned long long)w->step, w->alive ? "alive" : "DEAD");
+            if (w->kv_block) /* its KV blocks and prefix cache (docs/kv-cache.md) */
+                printf("    kv block %u: used %u, free %u, cached %u; prompt tokens %llu, %llu found cached; "
+                       "%llu preemptions, %llu evictions\n",
+                       w->kv_block, w->kv_used, w->kv_free, w->kv_cached, (unsigned long long)w->kv_prompt_tokens,
+                       (unsigned long long)w->kv_hit_tokens, (unsigned long long)w->kv_preemptions,
+                       (unsigned long long)w->kv_evictions);
         }
         for (uint32_t i = 0; i < s->n_capacity; i++) { /* why a model cannot take work now */
             const proto_model_info *k = &s->capacity[i];

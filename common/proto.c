@@ -786,6 +786,8 @@ static int f_worker_info(dec *d, proto_worker_info *w) {
         else if (key_is(k, "kv_hit_tokens")) rc = d_u64(d, "kv_hit_tokens", &w->kv_hit_tokens, 0, UINT64_MAX);
         else if (key_is(k, "kv_prompt_tokens")) rc = d_u64(d, "kv_prompt_tokens", &w->kv_prompt_tokens, 0, UINT64_MAX);
         else if (key_is(k, "kv_summary")) rc = d_u32(d, "kv_summary", &w->kv_summary, 0, UINT32_MAX);
+        else if (key_is(k, "kv_preemptions")) rc = d_u64(d, "kv_preemptions", &w->kv_preemptions, 0, UINT64_MAX);
+        else if (key_is(k, "kv_evictions")) rc = d_u64(d, "kv_evictions", &w->kv_evictions, 0, UINT64_MAX);
         else rc = d_skip(d);
         if (rc) return -1;
     }
@@ -1004,6 +1006,14 @@ static int f_hb(dec *d, proto_str k, proto_msg *m) {
     if (key_is(k, "kv_prompt_tokens")) {
         h->kv.has_kv = 1;
         return d_u64(d, "kv_prompt_tokens", &h->kv.prompt_tokens, 0, UINT64_MAX);
+    }
+    if (key_is(k, "kv_preemptions")) {
+        h->kv.has_kv = 1;
+        return d_u64(d, "kv_preemptions", &h->kv.preemptions, 0, UINT64_MAX);
+    }
+    if (key_is(k, "kv_evictions")) {
+        h->kv.has_kv = 1;
+        return d_u64(d, "kv_evictions", &h->kv.evictions, 0, UINT64_MAX);
     }
     if (key_is(k, "kv_hashes")) {
         h->kv.has_hashes = 1;
@@ -1520,7 +1530,7 @@ int proto_encode_status(proto_buf *b, const proto_status *s) {
     w_key(b, "workers"); w_arr(b, s->n_workers);
     for (uint32_t i = 0; i < s->n_workers; i++) {
         const proto_worker_info *w = &s->workers[i];
-        w_map(b, 17);
+        w_map(b, 19);
         w_key(b, "name"); w_str(b, w->name);
         w_key(b, "model"); w_str(b, w->model);
         w_key(b, "device"); w_str(b, w->device);
@@ -1545,6 +1555,10 @@ int proto_encode_status(proto_buf *b, const proto_status *s) {
         w_uint(b, w->kv_prompt_tokens);
         w_key(b, "kv_summary");
         w_uint(b, w->kv_summary);
+        w_key(b, "kv_preemptions");
+        w_uint(b, w->kv_preemptions);
+        w_key(b, "kv_evictions");
+        w_uint(b, w->kv_evictions);
     }
     w_key(b, "counters"); w_map(b, s->n_counters);
     for (uint32_t i = 0; i < s->n_counters; i++) { w_str(b, s->counters[i].name); w_uint(b, s->counters[i].value); }
@@ -1697,7 +1711,7 @@ int proto_encode_hb_kv(proto_buf *b, uint64_t step, uint32_t free_slots, uint32_
                        const proto_kv *kv) {
     int has_kv = kv && kv->has_kv, has_h = kv && kv->has_hashes;
     uint32_t nh = has_h ? (kv->n_hashes > PROTO_MAX_KV_HASHES ? PROTO_MAX_KV_HASHES : kv->n_hashes) : 0;
-    w_head(b, 3 + (prefills_shared != 0) + (has_kv ? 5 : 0) + (has_h ? 1 : 0), "hb");
+    w_head(b, 3 + (prefills_shared != 0) + (has_kv ? 7 : 0) + (has_h ? 1 : 0), "hb");
     w_key(b, "step"); w_uint(b, step);
     w_key(b, "free_slots"); w_uint(b, free_slots);
     w_key(b, "running"); w_uint(b, running);
@@ -1716,6 +1730,10 @@ int proto_encode_hb_kv(proto_buf *b, uint64_t step, uint32_t free_slots, uint32_
         w_uint(b, kv->hit_tokens);
         w_key(b, "kv_prompt_tokens");
         w_uint(b, kv->prompt_tokens);
+        w_key(b, "kv_preemptions");
+        w_uint(b, kv->preemptions);
+        w_key(b, "kv_evictions");
+        w_uint(b, kv->evictions);
     }
     if (has_h) {
         w_key(b, "kv_hashes");

@@ -243,6 +243,8 @@ typedef struct {
     uint64_t kv_hit_tokens;               /* prompt tokens found in its prefix cache, as it reported */
     uint64_t kv_prompt_tokens;            /* prompt tokens admitted, as it reported */
     uint32_t kv_summary;                  /* block hashes the broker holds for it (cache-aware routing) */
+    uint64_t kv_preemptions;              /* sequences it preempted for KV blocks, as it reported */
+    uint64_t kv_evictions;                /* cached blocks it reclaimed, as it reported */
 } proto_worker_info;
 
 typedef struct {
@@ -302,6 +304,8 @@ typedef struct {
     int has_hashes;              /* 1 when `kv_hashes` is present: it replaces the broker's summary */
     const uint64_t *hashes;      /* [n_hashes] chain hashes of cached blocks (common/kv_hash.h) */
     uint32_t n_hashes;           /* <= PROTO_MAX_KV_HASHES */
+    uint64_t preemptions;        /* sequences preempted for KV blocks since start */
+    uint64_t evictions;          /* cached blocks reclaimed since start */
 } proto_kv;
 
 typedef struct {

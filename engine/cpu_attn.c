@@ -10,11 +10,11 @@
 
 #define S_AVX2 __attribute__((target("avx2,fma")))
 
-static void s_attn_c(const float *q, int hd, const float *k, const float *v, size_t stride, int n_keys, float scale,
+static void s_attn_c(const float *q, int hd, const float *k, const float *v, const size_t *off, int n_keys, float scale,
                      float *att, float *out) {
     float mx = -INFINITY;
     for (int p = 0; p < n_keys; p++) {
-        att[p] = qdot_f32(QDOT_SCALAR, q, k + (size_t)p * stride, hd) * scale;
+        att[p] = qdot_f32(QDOT_SCALAR, q, k + off[p], hd) * scale;
         if (att[p] > mx) mx = att[p];
     }
     float sum = 0.0f;
@@ -24,7 +24,7 @@ static void s_attn_c(const float *q, int hd, const float *k, const float *v, siz
     }
     const float inv = 1.0f / sum;
     memset(out, 0, (size_t)hd * sizeof(float));
-    for (int p = 0; p < n_keys; p++) qdot_axpy(QDOT_SCALAR, out, att[p] * inv, v + (size_t)p * stride, hd);
+    for (int p = 0; p < n_keys; p++) qdot_axpy(QDOT_SCALAR, out, att[p] * inv, v + off[p], hd);
 }
 
 static inline S_AVX2 float s_hsum(__m256 v) {
@@ -51,7 +51,7 @@ static inline S_AVX2 __m256 s_exp(__m256 x) {
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
-static S_AVX2 void s_attn_avx2(const float *q, int hd, const float *k, const float *v, size_t stride, int n_keys,
+static S_AVX2 void s_attn_avx2(const float *q, int hd, const float *k, const float *v, const size_t *off, int n_keys,
                                float scale, float *att, float *out) {
     const int nc = hd / 8;
     int p = 0;
@@ -63,8 +63,7 @@ static S_AVX2 void s_attn_avx2(const float *q, int hd, const float *k, const flo
         for (int c = 0; c < nc; c++) {
             const __m256 qc = _mm256_loadu_ps(q + 8 * c);
 #pragma GCC unroll 8
-            for (int j = 0; j < 8; j++)
-                a[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + (size_t)(p + j) * stride + 8 * c), a[j]);
+            for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + off[p + j] + 8 * c), a[j]);
         }
         const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
         const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
@@ -75,7 +74,7 @@ static S_AVX2 void s_attn_avx2(const float *q, int hd, const float *k, const flo
     for (; p < n_keys; p++) {
         __m256 a = _mm256_setzero_ps();
         for (int c = 0; c < nc; c++)
-            a = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c), _mm256_loadu_ps(k + (size_t)p * stride + 8 * c), a);
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c), _mm256_loadu_ps(k + off[p] + 8 * c), a);
         att[p] = s_hsum(a) * scale;
     }
     /* softmax */
@@ -102,7 +101,7 @@ static S_AVX2 void s_attn_avx2(const float *q, int hd, const float *k, const flo
         for (int c = 0; c < 8; c++) o[c] = _mm256_setzero_ps();
         for (p = 0; p < n_keys; p++) {
             const __m256 w = _mm256_set1_ps(att[p] * inv);
-            const float *vp = v + (size_t)p * stride + 8 * c0;
+            const float *vp = v + off[p] + 8 * c0;
 #pragma GCC unroll 8
             for (int c = 0; c < 8; c++) o[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * c), o[c]);
         }
@@ -112,13 +111,13 @@ static S_AVX2 void s_attn_avx2(const float *q, int hd, const float *k, const flo
     for (; c0 < nc; c0++) {
         __m256 o = _mm256_setzero_ps();
         for (p = 0; p < n_keys; p++)
-            o = _mm256_fmadd_ps(_mm256_set1_ps(att[p] * inv), _mm256_loadu_ps(v + (size_t)p * stride + 8 * c0), o);
+            o = _mm256_fmadd_ps(_mm256_set1_ps(att[p] * inv), _mm256_loadu_ps(v + off[p] + 8 * c0), o);
         _mm256_storeu_ps(out + 8 * c0, o);
     }
 }
 
-void cpu_attn_head(int isa, const float *q, int hd, const float *k, const float *v, size_t stride, int n_keys,
+void cpu_attn_head(int isa, const float *q, int hd, const float *k, const float *v, const size_t *off, int n_keys,
                    float scale, float *att, float *out) {
-    if (isa >= QDOT_AVX2 && hd % 8 == 0) s_attn_avx2(q, hd, k, v, stride, n_keys, scale, att, out);
-    else s_attn_c(q, hd, k, v, stride, n_keys, scale, att, out);
+    if (isa >= QDOT_AVX2 && hd % 8 == 0) s_attn_avx2(q, hd, k, v, off, n_keys, scale, att, out);
+    else s_attn_c(q, hd, k, v, off, n_keys, scale, att, out);
 }

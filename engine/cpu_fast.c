@@ -62,9 +62,13 @@ typedef struct {
     const float *xq_of;      /* the f32 buffer xq now holds (NULL: none); reset whenever that buffer changes */
     int xq_n;                /* its row width */
     int *row_slot, *row_pos; /* [T] slot and position of each row */
+    const int32_t **row_tab; /* [T] block table of each row's sequence (cpu_kv_tab) */
+    int32_t *slot_ids;       /* [n_slots] i at i: the one-block tables of contiguous slots */
+    int kbs, n_kb;           /* rows per KV block (n_ctx for contiguous slots) and blocks (cpu_kv_shape) */
     float *rope_cs;          /* [T][rope_dim] cos/sin pairs per row (the global layers' RoPE) */
     cpu_extra ex;            /* RoPE tables and the qwen3/gemma3 per-layer vectors (cpu_extra.h) */
     float *th_att;           /* [nth][n_ctx] attention scores per thread */
+    size_t *th_off;          /* [nth][n_ctx] key row offsets per thread (cpu_attn_head) */
     int nth;                 /* threads */
     /* steps queued ahead (zl_engine.depth 2, whole models): as the reference, a launched step runs at once and
      * writes its results then; the wait only checks the order */
@@ -285,8 +289,10 @@ static void s_attn_fn(void *ctx, int ith, int nth) {
     const zl_config *c = &e->c;
     const int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, isa = e->isa;
     const size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
-    const size_t slot_stride = (size_t)(e->base.layer_end - e->base.layer_begin) * e->base.n_ctx * kv_dim;
+    const int n_own = e->base.layer_end - e->base.layer_begin, li = j->layer - e->base.layer_begin;
     float *att = e->th_att + (size_t)ith * e->base.n_ctx;
+    size_t *off = e->th_off + (size_t)ith * e->base.n_ctx; /* the keys' row offsets of row r_off */
+    int r_off = -1;
     const float scale = c->attn_scale;
     const int window = model_layer_window(c, j->layer);
     int64_t lo, hi;
@@ -295,11 +301,13 @@ static void s_attn_fn(void *ctx, int ith, int nth) {
         const int r = (int)(it / c->n_heads), h = (int)(it % c->n_heads), kvh = h / group;
         const int pos = e->row_pos[r];
         const int p0 = window > 0 && pos >= window ? pos - window + 1 : 0; /* the first key the row sees */
-        const size_t base = (size_t)e->row_slot[r] * slot_stride +
-                            (size_t)(j->layer - e->base.layer_begin) * e->base.n_ctx * kv_dim + (size_t)kvh * hd +
-                            (size_t)p0 * kv_dim;
-        cpu_attn_head(isa, e->q + (size_t)r * q_dim + (size_t)h * hd, hd, e->kc + base, e->vc + base, kv_dim,
-                      pos + 1 - p0, scale, att, e->xb + (size_t)r * q_dim + (size_t)h * hd);
+        if (r != r_off) {
+            for (int p = p0; p <= pos; p++) off[p - p0] = cpu_kv_at(e->row_tab[r], e->kbs, n_own, li, p, kv_dim);
+            r_off = r;
+        }
+        const size_t base = (size_t)kvh * hd;
+        cpu_attn_head(isa, e->q + (size_t)r * q_dim + (size_t)h * hd, hd, e->kc + base, e->vc + base, off, pos + 1 - p0,
+                      scale, att, e->xb + (size_t)r * q_dim + (size_t)h * hd);
     }
 }
 
@@ -322,7 +330,6 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
     if (cpu_launch_check(eb, seqs, n, embed, &T)) return -1;
     const int dim = c->dim, hd = c->head_dim;
     const size_t q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
-    const size_t slot_stride = (size_t)(eb->layer_end - eb->layer_begin) * eb->n_ctx * kv_dim;
 
     int r = 0;
     for (int i = 0; i < n; i++) {
@@ -338,6 +345,7 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
                     for (int i = 0; i < dim; i++) e->x[(size_t)r * dim + i] *= c->embd_scale;
             }
             e->row_slot[r] = s->slot;
+            e->row_tab[r] = cpu_kv_tab(eb, s, e->slot_ids);
             e->row_pos[r] = s->pos + t;
             rope_cs_row(&e->ex.rope, s->pos + t, e->rope_cs + (size_t)r * c->rope_dim);
             if (e->ex.rope_cs_swa)
@@ -362,8 +370,8 @@ static int s_forward(zl_engine *eb, const zl_seq *seqs, int n, const float *h_in
             if (e->ex.q_norm) s_qk_norm(e, l, e->q + r * q_dim, e->k + r * kv_dim);
             s_rope(e->q + r * q_dim, c->n_heads, hd, c->rope_dim, c->rope_style, cs);
             s_rope(e->k + r * kv_dim, c->n_kv_heads, hd, c->rope_dim, c->rope_style, cs);
-            size_t at = (size_t)e->row_slot[r] * slot_stride +
-                        ((size_t)(l - eb->layer_begin) * eb->n_ctx + e->row_pos[r]) * kv_dim;
+            size_t at = cpu_kv_at(e->row_tab[r], e->kbs, eb->layer_end - eb->layer_begin, l - eb->layer_begin,
+                                  e->row_pos[r], kv_dim);
             memcpy(e->kc + at, e->k + r * kv_dim, kv_dim * sizeof(float));
             memcpy(e->vc + at, e->v + r * kv_dim, kv_dim * sizeof(float));
         }
@@ -455,9 +463,18 @@ static void s_destroy(zl_engine *eb) {
     free(e->xq);
     cpu_extra_free(&e->ex);
     free(e->row_slot);
+    free(e->row_tab);
+    free(e->th_off);
+    free(e->slot_ids);
     free(e->row_pos);
     cpu_launch_free(&e->lq);
     free(e);
+}
+
+static int s_copy_block(zl_engine *eb, int src, int dst, int n_rows) {
+    s_fast *e = (s_fast *)eb;
+    const zl_config *c = &eb->model->cfg;
+    return cpu_launch_copy_block(eb, e->kc, e->vc, (size_t)c->n_kv_heads * c->head_dim, src, dst, n_rows);
 }
 
 static int s_copy_kv(zl_engine *eb, int src, int dst, int n_tokens) {
@@ -558,7 +575,9 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
     size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     size_t T = (size_t)b->max_step_tokens, V = (size_t)c->vocab_size, ff = (size_t)c->ffn_dim;
     size_t wide = dim > q_dim ? dim : q_dim, max_in = wide > ff ? wide : ff;
-    double kv_floats = (double)b->n_slots * L_own * b->n_ctx * kv_dim;
+    if (cpu_kv_shape(b, o, &e->kbs, &e->n_kb, err, errlen) != 0) goto fail;
+    if (b->kv_block > 0) b->copy_block = s_copy_block;
+    double kv_floats = (double)e->n_kb * L_own * e->kbs * kv_dim;
     if (kv_floats * 8.0 > 1e12) {
         snprintf(err, errlen, "cpu engine: KV cache of %.0f GB is too large", kv_floats * 8.0 / 1e9);
         goto fail;
@@ -582,13 +601,17 @@ zl_engine *engine_cpu_fast_new(const zl_model *m, const zl_engine_opts *o, char 
     e->lgs = cpu_extra_floats(V);
     e->rope_cs = cpu_extra_floats(T * (size_t)c->rope_dim);
     e->th_att = cpu_extra_floats((size_t)e->nth * b->n_ctx);
+    e->th_off = calloc((size_t)e->nth * b->n_ctx, sizeof *e->th_off);
     e->xq = calloc(T * e->xq_row, sizeof(qdot_blk));
     e->row_slot = calloc(T, sizeof(int));
+    e->row_tab = calloc(T, sizeof *e->row_tab);
+    e->slot_ids = calloc((size_t)b->n_slots, sizeof *e->slot_ids);
+    for (int i = 0; e->slot_ids && i < b->n_slots; i++) e->slot_ids[i] = i;
     e->row_pos = calloc(T, sizeof(int));
     const int lq_ok = cpu_launch_init(&e->lq, b->n_slots, b->max_batch, s_forward) == 0;
     if (!e->attn_norm || !e->ffn_norm || !e->out_norm || !e->kc || !e->vc || !e->x || !e->xb || !e->xb2 || !e->q ||
         !e->k || !e->v || !e->hb || !e->hb2 || !e->xl || !e->lg || !e->lgs || !e->rope_cs || !e->th_att || !e->xq ||
-        !e->row_slot || !e->row_pos || !lq_ok) {
+        !e->row_slot || !e->row_pos || !e->row_tab || !e->slot_ids || !e->th_off || !lq_ok) {
         snprintf(err, errlen, "cpu engine: out of memory (KV cache %.1f MB)", kv_floats * 8.0 / 1e6);
         goto fail;
     }

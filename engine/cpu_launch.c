@@ -57,6 +57,18 @@ int cpu_launch_check(zl_engine *b, const zl_seq *seqs, int n, int need_tokens, i
                      s->n_tokens, b->n_ctx);
             return -1;
         }
+        if (b->kv_block > 0) { /* paged KV: every block the entry touches is in the pool */
+            if (!s->blocks) {
+                snprintf(b->err, sizeof b->err, "step: seq %d: paged KV needs a block table", i);
+                return -1;
+            }
+            for (int k = 0, nb = (s->pos + s->n_tokens + b->kv_block - 1) / b->kv_block; k < nb; k++)
+                if (s->blocks[k] < 0 || s->blocks[k] >= b->kv_blocks) {
+                    snprintf(b->err, sizeof b->err, "step: seq %d: block %d is %d, outside [0, %d)", i, k,
+                             (int)s->blocks[k], b->kv_blocks);
+                    return -1;
+                }
+        }
         for (int t = 0; need_tokens && t < s->n_tokens; t++)
             if (s->tokens[t] < 0 || s->tokens[t] >= b->model->cfg.vocab_size) {
                 snprintf(b->err, sizeof b->err, "step: seq %d: token %d out of vocabulary", i, (int)s->tokens[t]);
@@ -194,8 +206,44 @@ int cpu_launch_wait(zl_engine *e, cpu_launch *l, const zl_step *st) {
     return 0;
 }
 
+int cpu_kv_shape(zl_engine *e, const zl_engine_opts *o, int *kbs, int *n_kb, char *err, size_t errlen) {
+    e->kv_block = e->kv_blocks = 0;
+    *kbs = e->n_ctx;
+    *n_kb = e->n_slots;
+    if (o->kv_block == 0) return 0;
+    if (o->kv_block < 1 || o->kv_block > 256 || o->kv_blocks < 0 || o->kv_blocks > (1 << 24)) {
+        snprintf(err, errlen, "cpu engine: KV blocks of %d rows (1..256), %d blocks: out of range", o->kv_block,
+                 o->kv_blocks);
+        return -1;
+    }
+    e->kv_block = *kbs = o->kv_block;
+    e->kv_blocks = *n_kb = o->kv_blocks ? o->kv_blocks : e->n_slots * ((e->n_ctx + o->kv_block - 1) / o->kv_block);
+    return 0;
+}
+
+int cpu_launch_copy_block(zl_engine *e, float *kc, float *vc, size_t kv_dim, int src, int dst, int n_rows) {
+    if (e->kv_block <= 0 || src < 0 || src >= e->kv_blocks || dst < 0 || dst >= e->kv_blocks || src == dst ||
+        n_rows < 0 || n_rows > e->kv_block) {
+        snprintf(e->err, sizeof e->err, "copy_block: blocks %d -> %d, %d rows: out of range", src, dst, n_rows);
+        return -1;
+    }
+    const int n_own = e->layer_end - e->layer_begin;
+    const int32_t s = src, d = dst;
+    for (int li = 0; li < n_own; li++) {
+        const size_t so = cpu_kv_at(&s, e->kv_block, n_own, li, 0, kv_dim),
+                     dd = cpu_kv_at(&d, e->kv_block, n_own, li, 0, kv_dim);
+        memcpy(kc + dd, kc + so, (size_t)n_rows * kv_dim * sizeof(float));
+        memcpy(vc + dd, vc + so, (size_t)n_rows * kv_dim * sizeof(float));
+    }
+    return 0;
+}
+
 int cpu_launch_copy_kv(zl_engine *e, cpu_launch *l, float *kc, float *vc, size_t kv_dim, int src, int dst,
                        int n_tokens) {
+    if (e->kv_block > 0) {
+        snprintf(e->err, sizeof e->err, "copy_kv: paged KV shares blocks instead");
+        return -1;
+    }
     if (src < 0 || src >= e->n_slots || dst < 0 || dst >= e->n_slots || src == dst || n_tokens < 0 ||
         n_tokens > e->n_ctx) {
         snprintf(e->err, sizeof e->err, "copy_kv: slots %d -> %d, %d tokens: out of range", src, dst, n_tokens);

@@ -42,8 +42,25 @@ int cpu_launch_run(zl_engine *e, cpu_launch *l, const zl_step *st);
 /* zl_engine_ops.wait: the results are in place since the launch; checks that st is the oldest launched step.
  * 0, or -1 with e->err */
 int cpu_launch_wait(zl_engine *e, cpu_launch *l, const zl_step *st);
+/* where position p of a sequence lives in a CPU engine's caches ([n_kb][n_own layers][kbs][kv_dim] f32 each: kbs
+ * rows per block; contiguous slots are blocks of n_ctx rows, one per slot): the float offset of row p of own layer
+ * li, tab the sequence's block table ({slot} for contiguous slots) */
+static inline size_t cpu_kv_at(const int32_t *tab, int kbs, int n_own, int li, int p, size_t kv_dim) {
+    return (((size_t)tab[p / kbs] * (size_t)n_own + (size_t)li) * (size_t)kbs + (size_t)(p % kbs)) * kv_dim;
+}
+/* the block table of e's entry s: its blocks (paged KV) or ids[slot] (the identity table of contiguous slots) */
+static inline const int32_t *cpu_kv_tab(const zl_engine *e, const zl_seq *s, const int32_t *ids) {
+    return e->kv_block > 0 ? s->blocks : ids + s->slot;
+}
+/* reads the paged-KV options into e (kv_block, kv_blocks) and the cache's shape (*kbs rows per block, *n_kb
+ * blocks): 0, or -1 with err (bad sizes) */
+int cpu_kv_shape(zl_engine *e, const zl_engine_opts *o, int *kbs, int *n_kb, char *err, size_t errlen);
+/* zl_engine.copy_block over a paged CPU engine's caches kc/vc (layout of cpu_kv_at, n_own layers): runs at once.
+ * 0, or -1 with e->err */
+int cpu_launch_copy_block(zl_engine *e, float *kc, float *vc, size_t kv_dim, int src, int dst, int n_rows);
 /* zl_engine_ops.copy_kv over a CPU engine's caches kc/vc ([n_slots][n_own layers][n_ctx][kv_dim] f32 each): runs
- * at once (every launched step has run). 0, or -1 with e->err */
+ * at once (every launched step has run). Refused with paged KV (sequences share blocks instead). 0, or -1 with
+ * e->err */
 int cpu_launch_copy_kv(zl_engine *e, cpu_launch *l, float *kc, float *vc, size_t kv_dim, int src, int dst,
                        int n_tokens);
 #endif

@@ -4,7 +4,10 @@
  * engine_wait, or engine_step for both) runs a batch of sequences at independent positions: each entry appends
  * n_tokens tokens to its slot starting at pos (a whole or partial prompt: prefill; or one token: decode), and,
  * when `sample` is set, samples the next token from the logits of its last position. Slots need no reset:
- * writing at pos overwrites, and attention reads only positions [0, pos + n_tokens).
+ * writing at pos overwrites, and attention reads only positions [0, pos + n_tokens). An engine created with
+ * paged KV (zl_engine_opts.kv_block, offered by the CPU engines: zl_engine.kv_block) keeps instead one pool of
+ * kv_blocks blocks of kv_block rows, and each entry names its rows through its block table (zl_seq.blocks), so
+ * that sequences share the blocks of a common prefix (docs/kv-cache.md).
  * Batch invariance is part of the contract: a sequence's tokens and logits do not depend on which other
  * sequences share its step, nor on its index in the batch. */
 #ifndef ZLLM_ENGINE_H
@@ -58,6 +61,12 @@ typedef struct {
                                 * engine_masks_ready before the step is waited for (a fed entry's mask depends on
                                 * the id of the step in flight); only on an engine with zl_engine.masks_late, in a
                                 * step queued behind another (not sync), with mask and sample set */
+    const int32_t *blocks;   /* paged KV (zl_engine.kv_block > 0): the sequence's block table, at least
+                                * ceil((pos + n_tokens) / kv_block) ids in [0, kv_blocks): position p's KV is row
+                                * p % kv_block of pool block blocks[p / kv_block]. Required there (slot then names
+                                * only the sequence's launch state: feeds, generator carries); the step writes rows
+                                * pos .. pos + n_tokens - 1 and reads rows 0 .. pos + n_tokens - 1. Ignored by an
+                                * engine with kv_block 0 (one contiguous slot of n_ctx rows per slot) */
 } zl_seq;
 
 typedef struct zl_engine zl_engine;
@@ -157,6 +166,12 @@ struct zl_engine {
                                 * sampling waits on the device for engine_masks_ready, the forward pass does not */
     int (*masks_ready)(zl_engine *e, const zl_step *st); /* with masks_late: see engine_masks_ready */
     int caps;                                            /* ZL_CAP_* the back-end serves */
+    /* paged KV (kv_block > 0): copies rows [0, n_rows) of pool block src into block dst, every layer, after every
+     * step launched before (a sibling's partial prompt block, generate's `n`); dst may not be read or written by a
+     * step in flight. 0, or -1 with err (bad blocks or rows). NULL where not offered */
+    int (*copy_block)(zl_engine *e, int src, int dst, int n_rows);
+    int kv_block;             /* paged KV: rows per block (zl_seq.blocks); 0: contiguous slots (the CUDA engine) */
+    int kv_blocks;            /* paged KV: blocks in the pool */
     int launch_async;         /* 1: launch returns while the step runs (CUDA): queuing ahead hides the host;
                                 * 0: it runs the step before it returns (CPU), so queuing ahead only delays each
                                 * step's ids by one step (callers queue ahead there only when asked to) */
@@ -172,6 +187,9 @@ typedef struct {
     int no_graphs;       /* CUDA: 1 runs decode eagerly instead of replaying CUDA graphs */
     int layer_begin;     /* pipeline stage: first layer run here; 0 with layer_end 0: the whole model */
     int layer_end;       /* one past the last layer run here, <= n_layers; 0: n_layers */
+    int kv_block;        /* paged KV, where the back-end offers it (the CPU engines): rows per block, 1..256; 0 (and
+                          * on other back-ends): contiguous slots. Check zl_engine.kv_block for what was granted */
+    int kv_blocks;       /* paged KV: blocks in the pool; 0: n_slots * ceil(n_ctx / kv_block) */
 } zl_engine_opts;
 
 /* Creates the backend named by o->device. Returns NULL with a message in err (unknown device, CUDA not

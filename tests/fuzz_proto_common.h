@@ -112,7 +112,7 @@ static int fuzz_proto_seeds(const uint8_t **seeds, size_t *sizes, int max, unsig
     SEED(PROTO_REGISTERED, proto_encode_registered(b, 500));
     SEED(PROTO_HB, proto_encode_hb_worker(b, 77, 3, 1, 5));
     static uint64_t kvh[3] = {0x632426691270953dull, 1, ~0ull};
-    proto_kv kv = {1, 10, 20, 30, 640, 1280, 1, kvh, 3};
+    proto_kv kv = {1, 10, 20, 30, 640, 1280, 1, kvh, 3, 4, 5};
     SEED(PROTO_HB, proto_encode_hb_kv(b, 78, 2, 2, 0, &kv));
     SEED(PROTO_HB, proto_encode_hb_broker(b));
     SEED(PROTO_REREGISTER, proto_encode_reregister(b));

@@ -22,6 +22,7 @@
 #   - Gemma 3 270M Q4_K_M (deploy/fetch-gemma3.sh): gpu_test_engine_gpu, test_gemma3_270m on cuda, and zllm-run's
 #     text; test_e2e_gemma3.sh on cuda (a broker and a CUDA worker serve the gemma3 and Mistral-style oracle models);
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
+#   - tests/test_prefill_chunks cuda: chunked and batched prefill equal the whole prefill bitwise;
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
 #     the tool is absent).
 # Adds up the "N passed, N failed" lines and prints the total last. ZLLM_TEST_FILTER=regex selects checks.
@@ -67,6 +68,8 @@ for t in "$build"/lab/gpu_test_*; do
     [ -x "$t" ] || continue
     run_one "lab:$(basename "$t")" "$t"
 done
+# chunk-invariant prefill on the CUDA engine (chunks of 2 or more tokens; a prompt fed 1 token at a time is printed)
+[ -x "$build/tests/test_prefill_chunks" ] && run_one prefill_chunks:cuda "$build/tests/test_prefill_chunks" cuda
 # qtc's narrow kernel with at most 3 CTAs over the tiles: every CTA takes several tiles through one ring (the
 # default grid gives the small test matrices one tile a CTA)
 [ -x "$build/tests/gpu_test_qtc" ] && run_one gpu_test_qtc_grid3 env ZLLM_CUDA_QTC_GRID=3 "$build/tests/gpu_test_qtc"

@@ -107,7 +107,7 @@ static void test_roundtrips(void) {
     CHECK(proto_encode_status_request(&b, proto_cstr("s1")) == 0 && dec(b.data, b.len) == 0 &&
           s_m.type == PROTO_STATUS && streq(s_m.status.id, "s1"), "status request");
     proto_worker_info wi = {
-        proto_cstr("w1"), proto_cstr("m"), proto_cstr("cpu"), 8, 8, 512, 3, 5, 99, 1, 0, 0, 0, 0, 0, 0, 0};
+        proto_cstr("w1"), proto_cstr("m"), proto_cstr("cpu"), 8, 8, 512, 3, 5, 99, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     proto_str models[1] = { proto_cstr("m") };
     proto_counter ct[2] = { { proto_cstr("bad_messages"), 4 }, { proto_cstr("requeued"), 1 } };
     proto_status st = {proto_cstr("s1"), 1, 2, 3, models, 1, &wi, 1, ct, 2, NULL, 0};
@@ -353,10 +353,11 @@ static void test_kv_fields(void) {
     r.kv_block = PROTO_MAX_KV_BLOCK + 1;
     CHECK(proto_encode_register(&b, &r) == 0 && dec(b.data, b.len) != 0, "kv_block 257 refused");
     uint64_t h[3] = {5, 1ull << 63, 0};
-    proto_kv kv = {1, 1, 2, 3, 400, 800, 1, h, 3};
+    proto_kv kv = {1, 1, 2, 3, 400, 800, 1, h, 3, 7, 8};
     CHECK(proto_encode_hb_kv(&b, 9, 1, 1, 0, &kv) == 0 && dec(b.data, b.len) == 0 && s_m.hb.kv.has_kv &&
               s_m.hb.kv.cached == 3 && s_m.hb.kv.hit_tokens == 400 && s_m.hb.kv.prompt_tokens == 800 &&
-              s_m.hb.kv.has_hashes && s_m.hb.kv.n_hashes == 3 && s_m.hb.kv.hashes[1] == 1ull << 63,
+              s_m.hb.kv.has_hashes && s_m.hb.kv.n_hashes == 3 && s_m.hb.kv.hashes[1] == 1ull << 63 &&
+              s_m.hb.kv.preemptions == 7 && s_m.hb.kv.evictions == 8,
           "hb with a KV report: %s", s_err);
     kv.has_hashes = 0;
     CHECK(proto_encode_hb_kv(&b, 9, 1, 1, 0, &kv) == 0 && dec(b.data, b.len) == 0 && !s_m.hb.kv.has_hashes,
@@ -406,11 +407,14 @@ static void test_kv_fields(void) {
                             6,
                             1ull << 40,
                             1ull << 41,
-                            77};
+                            77,
+                            12,
+                            13};
     proto_status st = {proto_cstr("s"), 1, 0, 0, NULL, 0, &wi, 1, NULL, 0, NULL, 0};
     CHECK(proto_encode_status(&b, &st) == 0 && dec(b.data, b.len) == 0 && s_m.status.workers[0].kv_block == 16 &&
               s_m.status.workers[0].kv_cached == 6 && s_m.status.workers[0].kv_hit_tokens == 1ull << 40 &&
-              s_m.status.workers[0].kv_prompt_tokens == 1ull << 41 && s_m.status.workers[0].kv_summary == 77,
+              s_m.status.workers[0].kv_prompt_tokens == 1ull << 41 && s_m.status.workers[0].kv_summary == 77 &&
+              s_m.status.workers[0].kv_preemptions == 12 && s_m.status.workers[0].kv_evictions == 13,
           "status carries the workers' KV counters: %s", s_err);
     proto_buf_free(&b);
 }

@@ -1073,6 +1073,126 @@ out:
     engine_destroy(&e);
 }
 
+/* paged KV (the engine reads KV through the batcher's block tables): 4 sampled requests sharing prefixes over a pool
+ * too small for all of them at once, with one of higher priority, give each the tokens it gives alone on
+ * contiguous slots; cached prefixes are found, sequences are preempted and resumed */
+static void test_kv_paged(const zl_model *m) {
+    enum { N = 4, MT = 24 };
+    static const int ks[N] = {10, 21, 14, 27};
+    int ref[N][MT], n_ref[N], got[N][MT], n_got[N];
+    int32_t bufs[N][NG + 1];
+    char err[256];
+    wk_kv_stats st;
+    for (int i = 0; i < N; i++) { /* alone, contiguous slots, no blocks */
+        zl_engine *e = s_engine(m, 1, 1, 64, 64);
+        wk_batcher *b = e ? s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err) : NULL;
+        wk_request r = s_req(100 + (uint64_t)i, bufs[i], ks[i], MT);
+        r.samp.temperature = 0.9f;
+        r.samp.seed = 7 + (uint64_t)i;
+        n_ref[i] = 0;
+        if (b && batcher_add(b, &r, err, sizeof err) == 0) s_run_one(b, r.rid, ref[i], &n_ref[i]);
+        CHECK(n_ref[i] == MT, "reference %d: %d tokens", i, n_ref[i]);
+        batcher_destroy(&b);
+        engine_destroy(&e);
+    }
+    zl_engine_opts o;
+    memset(&o, 0, sizeof o);
+    o.device = "cpu";
+    o.n_slots = o.max_batch = N;
+    o.n_ctx = 64;
+    o.threads = 1;
+    o.max_step_tokens = 64;
+    o.kv_block = 4;
+    o.kv_blocks = 20; /* a whole context (16) and the headroom, but not the 4 sequences' 6..13 blocks each */
+    zl_engine *e = engine_new(m, &o, err, sizeof err);
+    CHECK(e && e->kv_block == 4 && e->kv_blocks == 20, "paged engine: %s", e ? "kv_block" : err);
+    wk_batcher *b = e ? s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err) : NULL;
+    if (!b) goto out;
+    CHECK(batcher_set_kv(b, 8, "stories260K", err, sizeof err) == -1, "a block size other than the engine's: refused");
+    CHECK(batcher_set_kv(b, 4, "stories260K", err, sizeof err) == 0, "set_kv: %s", err);
+    CHECK(batcher_kv(b, &st) == 1 && st.paged == 1 && st.blocks == 20, "paged, 20 blocks");
+    CHECK(batcher_set_ahead(b, 1) == 0 && batcher_set_lanes(b, 2) == 1, "paged KV: one lane, nothing queued ahead");
+    for (int round = 0; round < 2; round++) { /* round 1 finds round 0's blocks cached */
+        for (int i = 0; i < N; i++) {
+            wk_request r = s_req(100 + (uint64_t)i + 10 * (uint64_t)round, bufs[i], ks[i], MT);
+            r.samp.temperature = 0.9f;
+            r.samp.seed = 7 + (uint64_t)i;
+            r.priority = i == 3 ? 5 : 0;
+            n_got[i] = 0;
+            CHECK(batcher_add(b, &r, err, sizeof err) == 0, "add %d: %s", i, err);
+        }
+        wk_event ev[128];
+        int done = 0;
+        for (int step = 0; step < 2000 && done < N; step++) {
+            int n_ev = 0;
+            if (batcher_step(b, ev, 128, &n_ev, err, sizeof err) < 0) {
+                CHECK(0, "step: %s", err);
+                break;
+            }
+            for (int j = 0; j < n_ev; j++) {
+                int i = (int)(ev[j].rid - 100 - 10 * (uint64_t)round);
+                if (i < 0 || i >= N) continue;
+                if (ev[j].tok >= 0 && n_got[i] < MT) got[i][n_got[i]++] = ev[j].tok;
+                done += ev[j].fin != 0;
+            }
+        }
+        for (int i = 0; i < N; i++)
+            CHECK(n_got[i] == n_ref[i] && memcmp(got[i], ref[i], sizeof(int) * (size_t)n_ref[i]) == 0,
+                  "round %d request %d: the tokens it gives alone (%d of %d)", round, i, n_got[i], n_ref[i]);
+        batcher_kv(b, &st);
+        printf("paged round %d: hit %llu of %llu prompt tokens, %llu preemptions, %llu re-prefilled, %llu evictions\n",
+               round, (unsigned long long)st.hit_tokens, (unsigned long long)st.prompt_tokens,
+               (unsigned long long)st.preemptions, (unsigned long long)st.resumed_tokens,
+               (unsigned long long)st.evictions);
+        CHECK(st.used == 0, "round %d: every block released (%d used)", round, st.used);
+    }
+    CHECK(st.preemptions > 0, "sequences were preempted");
+    CHECK(st.hit_tokens > 0, "cached prefixes were found");
+    { /* a higher priority's admission preempts a running lower one; both give the tokens they give alone */
+        int32_t lo_buf[NG + 1], hi_buf[NG + 1];
+        int lo_ref[MT], hi_ref[MT], n_lo_ref = 0, n_hi_ref = 0, lo_got[MT], hi_got[MT], n_lo = 0, n_hi = 0;
+        wk_request lo = s_req(300, lo_buf, 40, MT), hi = s_req(301, hi_buf, 40, MT);
+        for (int t = 1; t <= 40; t++) { /* prompts unlike the cached ones: 11 blocks each, 2 x 11 > 20 */
+            lo_buf[t] = (lo_buf[t] + 7) % m->cfg.vocab_size;
+            hi_buf[t] = (hi_buf[t] + 13) % m->cfg.vocab_size;
+        }
+        hi.priority = 3;
+        for (int k = 0; k < 2; k++) { /* each alone first (on this engine: paged, an idle pool) */
+            wk_request r = k ? hi : lo;
+            r.rid += 10;
+            CHECK(batcher_add(b, &r, err, sizeof err) == 0, "add alone: %s", err);
+            s_run_one(b, r.rid, k ? hi_ref : lo_ref, k ? &n_hi_ref : &n_lo_ref);
+        }
+        uint64_t pre0 = st.preemptions;
+        CHECK(batcher_add(b, &lo, err, sizeof err) == 0, "add lo: %s", err);
+        wk_event ev[128];
+        int n_ev = 0, first = 0, done = 0;
+        batcher_set_prefill_cap(b, 8); /* lo is mid-prefill when hi comes */
+        for (int step = 0; step < 500 && done < 2; step++) {
+            if (step == 1) CHECK(batcher_add(b, &hi, err, sizeof err) == 0, "add hi: %s", err);
+            if (batcher_step(b, ev, 128, &n_ev, err, sizeof err) < 0) break;
+            for (int j = 0; j < n_ev; j++) {
+                if (ev[j].tok >= 0 && !first) first = (int)ev[j].rid;
+                if (ev[j].tok >= 0 && ev[j].rid == 300 && n_lo < MT) lo_got[n_lo++] = ev[j].tok;
+                if (ev[j].tok >= 0 && ev[j].rid == 301 && n_hi < MT) hi_got[n_hi++] = ev[j].tok;
+                done += ev[j].fin != 0;
+            }
+        }
+        batcher_kv(b, &st);
+        CHECK(first == 301 && st.preemptions > pre0,
+              "the high priority's first token comes first (rid %d), the low one preempted mid-prefill (%llu "
+              "preemptions)",
+              first, (unsigned long long)(st.preemptions - pre0));
+        CHECK(n_lo == n_lo_ref && !memcmp(lo_got, lo_ref, sizeof(int) * (size_t)n_lo) && n_hi == n_hi_ref &&
+                  !memcmp(hi_got, hi_ref, sizeof(int) * (size_t)n_hi),
+              "preempted and preempting sequences give their tokens alone (%d/%d, %d/%d)", n_lo, n_lo_ref, n_hi,
+              n_hi_ref);
+    }
+    batcher_destroy(&b);
+out:
+    engine_destroy(&e);
+}
+
 int main(void) {
     char p[1100], err[256];
     snprintf(p, sizeof p, "%s/stories260K/golden_greedy_ids.txt", test_fixtures());
@@ -1088,6 +1208,7 @@ int main(void) {
     CHECK(m != NULL, "model_load: %s", err);
     if (!m || ng != NG) return test_report();
     s_eog = calloc((size_t)m->cfg.vocab_size, 1);
+    test_kv_paged(m);
     test_mixed(m, 0, 1);
     test_mixed(m, 0, 2);
     test_mixed(m, 0, 3);

@@ -2,13 +2,15 @@
 broker and two CPU workers (stories260K, --kv-block 4). The same greedy prompt sent three times, one after the
 other, gives llama2.c's golden ids each time; the second and third go to the worker that ran the first (routing
 by the block hashes it reported), which finds all but the last prompt block in its prefix cache (kv_hit_tokens);
-the other worker saw nothing. A priority is accepted end to end. The workers' KV counters reach status."""
+the other worker saw nothing. A priority is accepted end to end. The workers' KV counters reach status and
+`zllm status`. A paged pool too small for one context is refused at the worker's start."""
 import os
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_cluster import Checks, Cluster, golden_ids, golden_req, watchdog  # noqa: E402
+from e2e_cluster import BIN, Checks, Cluster, golden_ids, golden_req, watchdog  # noqa: E402
 
 K, MT, BS = 40, 8, 4
 
@@ -47,9 +49,19 @@ def main():
         ck.ok(prompts == [0, 3 * prompt], "one worker ran all three (prompt tokens %r)" % prompts)
         ck.ok(hits == [0, 2 * full], "runs 2 and 3 found %d cached tokens each (hits %r)" % (full, hits))
         ck.ok(st["counters"].get("cache_routed", 0) >= 2, "cache_routed: %r" % st["counters"])
+        out = subprocess.run([os.path.join(BIN, "zllm"), "status", "--broker", cl.clients_ep], capture_output=True,
+                             text=True, timeout=10).stdout
+        ck.ok("kv block %d: used 0" % BS in out and ("%d found cached" % (2 * full)) in out,
+              "zllm status prints the KV counters: %s" % out)
         busy = [w for w in ws.values() if w["kv_prompt_tokens"]]
         ck.ok(busy and busy[0]["kv_used"] == 0 and busy[0]["kv_cached"] >= (prompt + MT - 1) // BS and
               busy[0]["kv_summary"] >= busy[0]["kv_cached"], "its blocks are cached and reported: %r" % busy)
+        # a paged pool smaller than one whole context: refused at start, with the reason
+        p = subprocess.run([os.path.join(BIN, "zllm-worker"), "--broker", cl.workers_ep, "-m", cl.model, "--ctx", "64",
+                            "--kv-block", "4", "--kv-blocks", "16", "--threads", "1"], capture_output=True, text=True,
+                           timeout=20)
+        ck.ok(p.returncode != 0 and "at least 17 blocks" in p.stdout + p.stderr,
+              "--kv-blocks 16 for a context of 64 in blocks of 4: refused (rc %d): %s" % (p.returncode, p.stderr))
     finally:
         if ck.failed:
             cl.dump_logs()

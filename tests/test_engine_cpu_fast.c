@@ -174,6 +174,8 @@ static void test_attn(void) {
     const size_t stride = 3 * 128;
     float *k = malloc(sizeof(float) * stride * 100), *v = malloc(sizeof(float) * stride * 100);
     float q[128], att[100], o1[128], o2[128];
+    size_t off[100]; /* rows in scattered order, as a paged cache holds them */
+    for (int p = 0; p < 100; p++) off[p] = (size_t)((p * 37) % 100) * stride;
     if (!k || !v) {
         CHECK(0, "out of memory");
         free(k);
@@ -187,8 +189,8 @@ static void test_attn(void) {
             for (size_t b = 0; b < sizeof nks / sizeof nks[0]; b++) {
                 const int hd = hds[a], nk = nks[b];
                 for (int i = 0; i < hd; i++) q[i] = rnd_normal() * 2.0f;
-                cpu_attn_head(QDOT_SCALAR, q, hd, k + 5, v + 5, stride, nk, 0.125f, att, o1);
-                cpu_attn_head(isa, q, hd, k + 5, v + 5, stride, nk, 0.125f, att, o2);
+                cpu_attn_head(QDOT_SCALAR, q, hd, k + 5, v + 5, off, nk, 0.125f, att, o1);
+                cpu_attn_head(isa, q, hd, k + 5, v + 5, off, nk, 0.125f, att, o2);
                 float err = 0;
                 for (int i = 0; i < hd; i++) err = fmaxf(err, fabsf(o1[i] - o2[i]));
                 CHECK(err <= 1e-5f, "attention %s hd %d keys %d: %.3g from the scalar path", qdot_isa_name(isa), hd, nk,

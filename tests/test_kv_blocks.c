@@ -66,14 +66,14 @@ static void test_share_release_evict(void) {
     int32_t sys[3 * BS + 2];
     fill(sys, 3 * BS + 2, 1000); /* 3 full blocks + 2 */
     kv_table a = {0}, b = {0}, c = {0};
-    CHECK(kv_table_admit(p, &a, key, sys, 3 * BS + 2, 1000, 1) == 0, "A admitted");
+    CHECK(kv_table_admit(p, &a, key, sys, 3 * BS + 2, 1000, 1, 1) == 0, "A admitted");
     CHECK(a.n_blocks == 4 && a.n_cached == 0 && kv_pool_used(p) == 4, "A: 4 blocks for 14 tokens, none cached");
     CHECK(kv_table_publish(p, &a, key, sys, 3 * BS + 2) == 3, "A publishes its 3 full blocks");
     /* B: the same 3 blocks then its own tail: shares all 3 */
     int32_t pb[4 * BS];
     memcpy(pb, sys, sizeof(int32_t) * 3 * BS);
     fill(pb + 3 * BS, BS, 5000);
-    CHECK(kv_table_admit(p, &b, key, pb, 4 * BS, 10, 1) == 0, "B admitted");
+    CHECK(kv_table_admit(p, &b, key, pb, 4 * BS, 10, 1, 1) == 0, "B admitted");
     CHECK(b.n_cached == 3 * BS && b.blocks[0] == a.blocks[0] && b.blocks[2] == a.blocks[2] && b.n_blocks == 4,
           "B shares A's 3 blocks (cached %d)", b.n_cached);
     CHECK(kv_pool_refcount(p, a.blocks[0]) == 2 && kv_pool_refcount(p, a.blocks[3]) == 1, "refcounts 2 and 1");
@@ -102,7 +102,7 @@ static void test_share_release_evict(void) {
     kv_table_release(p, &b);
     CHECK(kv_pool_cached(p) == 4 && kv_pool_used(p) == 0 && kv_pool_available(p) == 16, "4 cached, all available");
     /* C reuses the cached prefix after every sequence ended */
-    CHECK(kv_table_admit(p, &c, key, pb, 4 * BS, 4, 0) == 0 && c.n_cached == 3 * BS && c.blocks[0] == b0,
+    CHECK(kv_table_admit(p, &c, key, pb, 4 * BS, 4, 0, 1) == 0 && c.n_cached == 3 * BS && c.blocks[0] == b0,
           "a cached prefix is reused after its sequences ended (cached %d)", c.n_cached);
     CHECK(kv_pool_cached(p) == 1 && kv_pool_refcount(p, b0) == 1, "revived blocks leave the LRU");
     kv_table_release(p, &c);
@@ -169,13 +169,13 @@ static void test_admission_growth(void) {
     fill(pr, 6 * BS, 1);
     kv_table a = {0}, b = {0};
     /* a long max_tokens reserves nothing beyond prompt + headroom */
-    CHECK(kv_table_admit(p, &a, key, pr, 5, 100000, 1) == 0 && a.n_blocks == 2 && kv_pool_used(p) == 2,
+    CHECK(kv_table_admit(p, &a, key, pr, 5, 100000, 1, 1) == 0 && a.n_blocks == 2 && kv_pool_used(p) == 2,
           "prompt of 5: 2 blocks, not prompt + max_tokens");
-    CHECK(kv_table_admit(p, &b, key, pr, 0, 1, 0) == -1, "empty prompt refused");
+    CHECK(kv_table_admit(p, &b, key, pr, 0, 1, 0, 1) == -1, "empty prompt refused");
     fill(pr, 6 * BS, 500);
-    CHECK(kv_table_admit(p, &b, key, pr, 6 * BS, 10, 1) == -1 && b.n_blocks == 0 && kv_pool_used(p) == 2,
+    CHECK(kv_table_admit(p, &b, key, pr, 6 * BS, 10, 1, 1) == -1 && b.n_blocks == 0 && kv_pool_used(p) == 2,
           "6 blocks + 1 headroom do not fit in 6 free: refused, nothing taken");
-    CHECK(kv_table_admit(p, &b, key, pr, 6 * BS, 0, 1) == 0, "headroom is capped by what max_tokens can use");
+    CHECK(kv_table_admit(p, &b, key, pr, 6 * BS, 0, 1, 1) == 0, "headroom is capped by what max_tokens can use");
     kv_table_release(p, &b);
     /* growth: one block per BS tokens */
     CHECK(kv_table_grow(p, &a, 3) == 0 && a.n_blocks == 2 && a.n_tokens == 8, "8 tokens: still 2 blocks");
@@ -200,7 +200,7 @@ static void test_hash_summary(void) {
     int32_t pr[8 * BS + 1];
     fill(pr, 8 * BS + 1, 3);
     kv_table a = {0};
-    kv_table_admit(p, &a, key, pr, 8 * BS + 1, 4, 1);
+    kv_table_admit(p, &a, key, pr, 8 * BS + 1, 4, 1, 1);
     kv_table_publish(p, &a, key, pr, 8 * BS + 1);
     uint64_t want[8], got[8];
     kv_hash_prompt(key, pr, 8 * BS + 1, BS, want, 8);
@@ -287,7 +287,7 @@ static void test_randomized(void) {
             for (int j = 0; j < extra; j++) q->toks[n + j] = 1000 + fz_rand(3);
             n += extra;
             fz_fp(q, 0, n);
-            if (kv_table_admit(p, &q->t, key, q->toks, n, 1 + fz_rand(16), 1) != 0) continue;
+            if (kv_table_admit(p, &q->t, key, q->toks, n, 1 + fz_rand(16), 1, 1) != 0) continue;
             q->on = 1;
             q->len = n;
             admitted++;

@@ -72,7 +72,10 @@ typedef struct {
     uint64_t share;                  /* rid whose prompt KV it waits to copy (wk_request.share); 0: none */
     int plp;                         /* wk_request.prompt_lp */
     int plp_top;                     /* wk_request.prompt_top */
+    int plp_sent;                    /* prompt positions below it have had their logprobs sent (a preempted
+                                      * sequence computes them again when it resumes: not sent twice) */
     kv_table kvt;                    /* its KV block table (block accounting, docs/kv-cache.md); empty without it */
+    int resumed;                     /* 1 once preempted (paged): its admissions no longer count as prompts */
 } s_rec;
 
 typedef struct {
@@ -137,6 +140,11 @@ struct wk_batcher {
     /* KV block accounting (batcher_set_kv, docs/kv-cache.md): the engine still keeps one contiguous slot per
      * sequence; the pool mirrors what paged KV would hold and finds the prompts' cached prefixes */
     kv_pool *kvp;              /* NULL: off */
+    int paged;                 /* 1: the engine reads KV through the tables (zl_engine.kv_block): the pool is the
+                                * engine's, a cached prefix is not prefilled again, and a sequence short of blocks
+                                * preempts (s_kv_prepare) */
+    uint64_t kv_preemptions;   /* sequences preempted (paged) */
+    uint64_t kv_resumed_tokens; /* tokens re-prefilled after preemptions, cached prefix excluded */
     uint64_t kv_key;           /* kv_hash_model of the model name */
     uint64_t kv_hit_tokens;    /* prompt tokens found cached at admission */
     uint64_t kv_prompt_tokens; /* prompt tokens admitted */
@@ -233,7 +241,7 @@ int batcher_set_ahead(wk_batcher *b, int on) {
     for (int i = 0; i < b->n_rec; i++)
         if (b->recs[i].active) return -1;
     if (batcher_in_flight(b)) return -1;
-    b->ahead_want = on != 0;
+    b->ahead_want = on != 0 && !b->paged;
     batcher_set_lanes(b, b->lanes);
     return b->ahead;
 }
@@ -244,6 +252,7 @@ int batcher_set_lanes(wk_batcher *b, int lanes) {
     for (int i = 0; i < b->n_rec; i++)
         if (b->recs[i].active) return -1;
     if (batcher_in_flight(b)) return -1;
+    if (b->paged) lanes = 1; /* paged KV: one synchronous lane (batcher_set_kv) */
     b->async = engine_lanes(b->e) > 1;
     if (lanes > WK_MAX_LANES) lanes = WK_MAX_LANES;
     if (b->async && lanes > engine_lanes(b->e)) lanes = engine_lanes(b->e);
@@ -306,10 +315,10 @@ static void s_release(wk_batcher *b, int i) {
  * sequence runs without block accounting (it changes no token). */
 static void s_kv_admit(wk_batcher *b, int i) {
     s_rec *r = &b->recs[i];
-    if (!b->kvp || r->kvt.n_blocks) return;
+    if (!b->kvp || b->paged || r->kvt.n_blocks) return;
     int most = b->n_ctx - r->n_prompt; /* what the slot lets it generate: the headroom never exceeds a slot */
     if (kv_table_admit(b->kvp, &r->kvt, b->kv_key, r->toks, r->n_prompt, r->max_tokens < most ? r->max_tokens : most,
-                       WK_KV_HEADROOM) != 0)
+                       WK_KV_HEADROOM, !r->plp) != 0)
         return;
     b->kv_hit_tokens += (uint64_t)r->kvt.n_cached;
     b->kv_prompt_tokens += (uint64_t)r->n_prompt;
@@ -465,6 +474,7 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
     memcpy(s->toks, r->tokens, (size_t)r->n_tokens * sizeof(int32_t));
     s->len = s->n_prompt = r->n_tokens;
     s->n_past = 0;
+    s->resumed = 0;
     s->n_gen = 0;
     s->n_sched = 0;
     s->n_gen_sched = 0;
@@ -479,8 +489,9 @@ int batcher_add(wk_batcher *b, const wk_request *r, char *err, size_t errlen) {
     if (r->n_bias) memcpy(s->bias, r->bias, (size_t)r->n_bias * sizeof *s->bias);
     s->plp = r->prompt_lp != 0;
     s->plp_top = r->prompt_top;
+    s->plp_sent = 0;
     /* prompt logprobs need the logits of every prompt row: such a prompt is prefilled, never copied */
-    s->share = r->share != r->rid && r->n_tokens > 1 && b->e->ops->copy_kv && !s->plp ? r->share : 0;
+    s->share = r->share != r->rid && r->n_tokens > 1 && (b->paged || b->e->ops->copy_kv) && !s->plp ? r->share : 0;
     if (kv >= 0) s_kv_admit(b, slot);
     return 0;
 reject:
@@ -537,6 +548,22 @@ int batcher_set_kv(wk_batcher *b, int block_size, const char *model, char *err, 
             return -1;
         }
     kv_pool_destroy(&b->kvp);
+    b->paged = 0;
+    if (b->e->kv_block > 0) { /* the engine's paged KV: its pool, its block size, one synchronous lane */
+        const int per_seq = (b->n_ctx + b->e->kv_block - 1) / b->e->kv_block;
+        if (block_size != b->e->kv_block || b->lanes != 1 || b->ahead || b->e->kv_blocks < per_seq + WK_KV_HEADROOM) {
+            snprintf(err, errlen,
+                     "batcher: paged KV of %d blocks of %d tokens needs --kv-block %d (not %d), one lane without "
+                     "steps queued ahead, and at least %d blocks (a whole context and the headroom)",
+                     b->e->kv_blocks, b->e->kv_block, b->e->kv_block, block_size, per_seq + WK_KV_HEADROOM);
+            return -1;
+        }
+        b->kvp = kv_pool_new(b->e->kv_blocks, block_size, err, errlen);
+        if (!b->kvp) return -1;
+        b->paged = 1;
+        b->kv_key = kv_hash_model(model ? model : "", model ? strlen(model) : 0);
+        return 0;
+    }
     if (block_size == 0) return 0;
     int per_slot = (b->n_ctx + block_size - 1) / (block_size > 0 ? block_size : 1);
     if (block_size < 0 || block_size > KV_BLOCK_MAX || (int64_t)per_slot * b->n_slots > (1 << 28)) {
@@ -559,6 +586,10 @@ int batcher_kv(const wk_batcher *b, wk_kv_stats *st) {
     st->cached = kv_pool_cached(b->kvp);
     st->hit_tokens = b->kv_hit_tokens;
     st->prompt_tokens = b->kv_prompt_tokens;
+    st->paged = b->paged;
+    st->preemptions = b->kv_preemptions;
+    st->resumed_tokens = b->kv_resumed_tokens;
+    st->evictions = kv_pool_evictions(b->kvp);
     return 1;
 }
 
@@ -572,6 +603,32 @@ uint64_t batcher_prefills_shared(const wk_batcher *b) { return b->prefills_share
 
 /* record f waits to copy the prompt KV of record i (or -1: its sibling is gone): copies it once i's KV holds all but
  * the last prompt token, or gives up (f prefills itself) when i cannot serve. 0, or -1 on an engine error */
+/* paged KV: record s waits for the prompt of its sibling l: once l's prompt is in (its full blocks published), s is
+ * admitted, finds those blocks in the prefix cache and gets a copy of the rows of l's partial last prompt block
+ * that precede the last prompt token (zl_engine.copy_block), so that it computes only that token. Not enough
+ * blocks now: it is admitted later as any prompt (s_kv_prepare). 0, or -1 on an engine error */
+static int s_share_paged(wk_batcher *b, s_rec *s, const s_rec *l, char *err, size_t errlen) {
+    const int need = s->n_prompt - 1, bs = kv_pool_block_size(b->kvp), j = need / bs;
+    if (l->n_past < l->n_prompt || l->kvt.n_blocks <= j || s->kv < 0 || s->inflight || s->kvt.n_blocks) return 0;
+    s->share = 0;
+    const int most = b->n_ctx - s->n_prompt;
+    if (kv_table_admit(b->kvp, &s->kvt, b->kv_key, s->toks, s->n_prompt, s->max_tokens < most ? s->max_tokens : most,
+                       WK_KV_HEADROOM, !s->plp) != 0)
+        return 0;
+    s->n_past = s->n_sched = s->kvt.n_cached;
+    b->kv_hit_tokens += (uint64_t)s->kvt.n_cached;
+    b->kv_prompt_tokens += (uint64_t)s->n_prompt;
+    if (s->kvt.n_cached == j * bs && need > j * bs && b->e->copy_block) {
+        if (b->e->copy_block(b->e, l->kvt.blocks[j], s->kvt.blocks[j], need - j * bs) != 0) {
+            snprintf(err, errlen, "%s", b->e->err);
+            return -1;
+        }
+        s->n_past = s->n_sched = need;
+    }
+    if (s->n_past > 0) b->prefills_shared++;
+    return 0;
+}
+
 static int s_share_one(wk_batcher *b, int f, int i, char *err, size_t errlen) {
     s_rec *s = &b->recs[f];
     const int need = s->n_prompt - 1;
@@ -585,6 +642,7 @@ static int s_share_one(wk_batcher *b, int f, int i, char *err, size_t errlen) {
         s->share = 0;
         return 0;
     }
+    if (b->paged) return s_share_paged(b, s, l, err, errlen);
     if (l->n_past < need || s->kv < 0 || s->inflight) return 0; /* not yet */
     if (engine_copy_kv(b->e, l->kv, s->kv, need) != 0) {
         snprintf(err, errlen, "%s", b->e->err);
@@ -632,6 +690,7 @@ static int s_finish(const wk_batcher *b, const s_rec *s, int32_t t) {
 static int s_ready(const wk_batcher *b, int i, int l) {
     const s_rec *s = &b->recs[i];
     if (!s->active || !s->live || s->kv < 0 || s->lane != l || s->share) return 0;
+    if (b->paged && (!s->kvt.n_blocks || s->kvt.n_tokens < s->len)) return 0; /* waits for blocks */
     /* with steps queued ahead, a prompt whose chunk in flight does not sample goes on with its next chunk (the
      * host has its tokens), positioned after what is in flight */
     return !s->inflight || (b->ahead && s->inflight == 1 && !s->last_sampled && s->n_sched < s->len);
@@ -671,6 +730,7 @@ static int s_entry(wk_batcher *b, s_lane *L, int i, int n, int budget) {
     q->plp_next = q->plp_rows ? s->toks + at + 1 : NULL;
     q->plp_out = q->plp_rows ? L->plp + L->plp_used : NULL;
     L->plp_used += q->plp_rows;
+    q->blocks = b->paged ? s->kvt.blocks : NULL;
     L->seq_rec[n] = i;
     return chunk;
 }
@@ -700,6 +760,7 @@ static void s_entry_fed(wk_batcher *b, s_lane *L, int i, int n) {
     q->plp_top = 0;
     q->plp_next = NULL;
     q->plp_out = NULL;
+    q->blocks = NULL; /* never paged: paged KV runs without steps queued ahead */
     L->seq_rec[n] = i;
 }
 
@@ -739,6 +800,83 @@ static void s_masks(wk_batcher *b, s_lane *L, int n0, int n) {
     else if (cnt > 0) s_mask_run(&job, 0, 1);
 }
 
+/* paged KV: preempts record v (docs/kv-cache.md): its written full blocks are published (likely found again), all
+ * its blocks released, and it waits for blocks again with its tokens so far (prompt and generated), its sampler
+ * state and grammar state kept: resumed, it prefills those tokens (its cached prefix excepted) and samples exactly
+ * the token its next decode would have */
+static void s_preempt(wk_batcher *b, int v) {
+    s_rec *r = &b->recs[v];
+    kv_table_publish(b->kvp, &r->kvt, b->kv_key, r->toks, r->n_past);
+    kv_table_release(b->kvp, &r->kvt);
+    r->n_past = r->n_sched = 0;
+    r->resumed = 1;
+    b->kv_preemptions++;
+}
+
+/* paged KV: the victim for a record of priority prio that needs blocks: the running record holding blocks with the
+ * lowest priority, the most recently admitted among those, of priority below prio (or equal with equal_ok), other
+ * than `keep`; -1 when none */
+static int s_victim(const wk_batcher *b, int prio, int equal_ok, int keep) {
+    int v = -1;
+    for (int i = 0; i < b->n_rec; i++) {
+        const s_rec *r = &b->recs[i];
+        if (i == keep || !r->active || !r->live || r->inflight || !r->kvt.n_blocks) continue;
+        if (r->priority > prio || (r->priority == prio && !equal_ok)) continue;
+        if (v < 0 || r->priority < b->recs[v].priority ||
+            (r->priority == b->recs[v].priority && r->order > b->recs[v].order))
+            v = i;
+    }
+    return v;
+}
+
+/* paged KV, before a step is built: records without blocks (new or preempted) are admitted by priority, then
+ * admission order, each preempting only sequences of lower priority, until one does not fit; then every running
+ * record's table is grown to hold its tokens (the token its next step feeds), highest priority first, preempting
+ * the lowest priority, most recently admitted sequence (possibly itself) when the pool runs out */
+static void s_kv_prepare(wk_batcher *b) {
+    for (;;) {
+        int w = -1;
+        for (int i = 0; i < b->n_rec; i++) {
+            const s_rec *r = &b->recs[i];
+            if (r->active && r->live && r->kv >= 0 && !r->kvt.n_blocks && !r->inflight && !r->share &&
+                (w < 0 || s_before(r, &b->recs[w])))
+                w = i;
+        }
+        if (w < 0) break;
+        s_rec *r = &b->recs[w];
+        const int left = r->max_tokens - r->n_gen, most = b->n_ctx - r->len, gen = left < most ? left : most;
+        while (kv_table_admit(b->kvp, &r->kvt, b->kv_key, r->toks, r->len, gen, WK_KV_HEADROOM, !r->plp) != 0) {
+            int v = s_victim(b, r->priority, 0, w);
+            if (v < 0) goto grow; /* it waits (and every record behind it) until blocks come back */
+            s_preempt(b, v);
+        }
+        r->n_past = r->n_sched = r->kvt.n_cached;
+        if (r->resumed) {
+            b->kv_resumed_tokens += (uint64_t)(r->len - r->kvt.n_cached);
+        } else {
+            b->kv_hit_tokens += (uint64_t)r->kvt.n_cached;
+            b->kv_prompt_tokens += (uint64_t)r->n_prompt;
+        }
+    }
+grow:
+    for (;;) {
+        int g = -1;
+        for (int i = 0; i < b->n_rec; i++) {
+            const s_rec *r = &b->recs[i];
+            if (r->active && r->live && !r->inflight && r->kvt.n_blocks && r->kvt.n_tokens < r->len &&
+                (g < 0 || s_before(r, &b->recs[g])))
+                g = i;
+        }
+        if (g < 0) return;
+        s_rec *r = &b->recs[g];
+        while (r->kvt.n_blocks && kv_table_grow(b->kvp, &r->kvt, r->len - r->kvt.n_tokens) != 0) {
+            int v = s_victim(b, r->priority, 1, -1); /* r itself when it is the lowest and newest */
+            if (v < 0) return;
+            s_preempt(b, v);
+        }
+    }
+}
+
 /* builds the next step of lane l's records into L's seqs after its first n0 entries, within budget tokens;
  * returns the entries and the prompt tokens in *prefill */
 static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int *prefill) {
@@ -776,7 +914,9 @@ static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int
 }
 
 /* builds lane l's next step in its seqs; returns the entries and the prompt tokens in *prefill */
+static void s_kv_prepare(wk_batcher *b);
 static int s_build(wk_batcher *b, int l, int *prefill) {
+    if (b->paged) s_kv_prepare(b);
     return s_build_into(b, l, &b->lane[l], 0, b->e->max_step_tokens, prefill);
 }
 
@@ -918,6 +1058,17 @@ static void s_accepts(wk_batcher *b, s_lane *L, int n, uint8_t *refused) {
         if (b->mask_list[k] < 0) refused[-1 - b->mask_list[k]] = 1;
 }
 
+/* the prompt logprob rows of entry q that were not sent before, into event v (positions q->pos + 1 on) */
+static void s_plp_event(s_rec *s, const zl_seq *q, wk_event *v) {
+    int skip = s->plp_sent - (q->pos + 1);
+    if (skip < 0) skip = 0;
+    if (skip > q->plp_rows) skip = q->plp_rows;
+    v->plp_start = q->pos + 1 + skip;
+    v->n_plp = q->plp_rows - skip;
+    v->plp = v->n_plp ? q->plp_out + skip : NULL;
+    if (q->pos + 1 + q->plp_rows > s->plp_sent) s->plp_sent = q->pos + 1 + q->plp_rows;
+}
+
 static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
     int released = 0;
     s_accepts(b, L, n, b->refused);
@@ -935,20 +1086,17 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
             continue;
         }
         s->n_past += q->n_tokens;
-        if (!b->share_err[0]) (void)s_share(b, i, b->share_err, sizeof b->share_err); /* its siblings' KV */
         if (b->kvp && s->n_past >= s->n_prompt &&
             s->kvt.n_published * kv_pool_block_size(b->kvp) + kv_pool_block_size(b->kvp) <= s->n_prompt)
             kv_table_publish(b->kvp, &s->kvt, b->kv_key, s->toks, s->n_prompt); /* the prompt's KV is written */
+        if (!b->share_err[0]) (void)s_share(b, i, b->share_err, sizeof b->share_err); /* its siblings' KV */
         if (!q->sample) {
             /* a prompt chunk: its prompt logprobs, and the end of a scoring-only sequence (max_tokens 0) */
             const int done = s->max_tokens == 0 && s->n_past >= s->n_prompt;
-            if (!q->plp_rows && !done) continue;
-            ev[(*ne)++] = (wk_event){.rid = s->rid,
-                                     .tok = -1,
-                                     .fin = done ? WK_FIN_LENGTH : WK_FIN_NONE,
-                                     .plp_start = q->pos + 1,
-                                     .n_plp = q->plp_rows,
-                                     .plp = q->plp_out};
+            wk_event pe = {.rid = s->rid, .tok = -1, .fin = done ? WK_FIN_LENGTH : WK_FIN_NONE};
+            s_plp_event(s, q, &pe);
+            if (!pe.n_plp && !done) continue;
+            ev[(*ne)++] = pe;
             if (done && s->inflight == 0) {
                 s_release(b, i);
                 released = 1;
@@ -971,7 +1119,8 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
         }
         s->toks[s->len++] = t;
         s->n_gen++;
-        if (b->kvp && s->kvt.n_blocks) kv_table_grow(b->kvp, &s->kvt, 1); /* within the slots' blocks: never short */
+        if (b->kvp && !b->paged && s->kvt.n_blocks)
+            kv_table_grow(b->kvp, &s->kvt, 1); /* within the slots' blocks: never short (paged: s_kv_prepare) */
         /* the matcher has taken t (s_accepts); a token the mask did not allow (an engine that ignored it) ends the
          * sequence as an error */
         int fin = s->gm && b->refused[j] ? WK_FIN_ERROR : s_finish(b, s, t);
@@ -981,9 +1130,7 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
         v->fin = fin;
         v->has_lp = s->samp.logprobs != 0;
         if (v->has_lp) v->lp = L->out_lp[j];
-        v->plp_start = q->pos + 1;
-        v->n_plp = q->plp_rows;
-        v->plp = q->plp_out;
+        s_plp_event(s, q, v);
         if (fin && s->inflight == 0) {
             s_release(b, i);
             released = 1;

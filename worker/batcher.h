@@ -55,8 +55,10 @@ typedef struct {
     int n_bias;                    /* 0..ZL_MAX_LOGIT_BIAS */
     uint64_t share;                /* rid of a sequence admitted before it with the same prompt (a sibling of the
                                     * same generate): its prompt KV but the last token's is copied from that one
-                                    * once written (zl_engine_ops.copy_kv) instead of prefilled; 0, an unknown rid,
-                                    * another prompt or an engine without copy_kv: prefilled as usual */
+                                    * once written (zl_engine_ops.copy_kv) instead of prefilled (paged KV: it waits
+                                    * until that one's prompt blocks are published and finds their full blocks in
+                                    * the prefix cache); 0, an unknown rid, another prompt or an engine without
+                                    * copy_kv: prefilled as usual */
     int priority;                  /* higher prefills (and gets a freed KV slot) first; the broker's range */
     int prompt_lp;                 /* 1: report the logprobs of prompt positions 1..n_tokens-1 (wk_event.plp), which
                                     * needs every prompt row's logits: such a sequence prefills its whole prompt itself
@@ -143,7 +145,12 @@ int batcher_last_step_tokens(const wk_batcher *b); /* tokens (prefill + decode) 
 int batcher_last_prefill_tokens(const wk_batcher *b); /* prompt tokens of that step (those under the cap) */
 int batcher_prefill_cap(const wk_batcher *b);      /* the current cap */
 
-/* KV block accounting (docs/kv-cache.md). The engine keeps one contiguous KV slot per sequence; with block_size
+/* KV blocks (docs/kv-cache.md). Over an engine with paged KV (zl_engine.kv_block > 0) block_size must be the
+ * engine's, with one lane and no steps queued ahead (then batcher_set_lanes and batcher_set_ahead keep those): the
+ * batcher's pool is the engine's (kv_blocks blocks), each entry reads its KV through its sequence's block table, a
+ * cached prompt prefix is not prefilled again, and a sequence short of blocks preempts the running one of lowest
+ * priority, newest first (possibly itself), which resumes later from its tokens with its sampler state.
+ * Otherwise (KV block accounting): the engine keeps one contiguous KV slot per sequence; with block_size
  * > 0 the batcher also keeps a block pool of n_slots * ceil(n_ctx / block_size) blocks and a block table per
  * sequence (a sequence takes its prompt's blocks, with WK_KV_HEADROOM more available, when it gets its KV slot;
  * decoding takes a block each block_size tokens;
@@ -156,6 +163,10 @@ typedef struct {
     int block_size, blocks, used, free, cached;
     uint64_t hit_tokens;    /* prompt tokens found in the prefix cache at admission */
     uint64_t prompt_tokens; /* prompt tokens admitted */
+    int paged;              /* 1: the engine reads KV through the block tables (prefix reuse, preemption) */
+    uint64_t preemptions;   /* sequences preempted for blocks (paged) */
+    uint64_t resumed_tokens; /* tokens prefilled again on resumption, cached prefixes excluded (paged) */
+    uint64_t evictions;      /* cached blocks reclaimed for new ones */
 } wk_kv_stats;
 int batcher_set_kv(wk_batcher *b, int block_size, const char *model, char *err, size_t errlen);
 int batcher_kv(const wk_batcher *b, wk_kv_stats *st);               /* 1 with st filled when on, else 0 (st zeroed) */

@@ -42,13 +42,13 @@ int kv_table_cached_prefix(const kv_pool *p, uint64_t model_key, const int32_t *
 }
 
 int kv_table_admit(kv_pool *p, kv_table *t, uint64_t model_key, const int32_t *tokens, int n, int max_tokens,
-                   int headroom) {
+                   int headroom, int reuse) {
     if (!p || !t || !tokens || n < 1 || t->n_blocks) return -1;
     int bs = kv_pool_block_size(p);
     int need_all = blocks_for(n, bs);
     if (table_reserve(t, need_all + 1) != 0) return -1;
     uint64_t h = 0;
-    int k = cached_walk(p, model_key, tokens, n, t->blocks, &h);
+    int k = reuse ? cached_walk(p, model_key, tokens, n, t->blocks, &h) : 0;
     int revive = 0; /* cached (unreferenced) blocks among them: taking them lowers what is available */
     for (int i = 0; i < k; i++) revive += kv_pool_refcount(p, t->blocks[i]) == 0;
     int64_t total = (int64_t)n + (max_tokens > 0 ? max_tokens : 0);

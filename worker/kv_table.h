@@ -25,12 +25,13 @@ typedef struct {
 } kv_table;
 
 /* Admits a prompt of n >= 1 tokens into the empty table t: takes the longest run of cached full blocks that is a
- * prefix of tokens and leaves at least the last prompt token to compute (so the first sampled token has logits),
+ * prefix of tokens and leaves at least the last prompt token to compute (so the first sampled token has logits;
+ * reuse 0: takes none, for a prompt whose every row must be computed, as prompt logprobs need),
  * then allocates blocks for the rest of the prompt. It is refused unless that many blocks plus headroom more are
  * available (headroom: blocks kept for the sequence's first decodes; at most what n + max_tokens can use).
  * Returns 0, or -1 with t left empty and nothing taken (no memory, or not enough blocks: kv_table_admit_fits). */
 int kv_table_admit(kv_pool *p, kv_table *t, uint64_t model_key, const int32_t *tokens, int n, int max_tokens,
-                   int headroom);
+                   int headroom, int reuse);
 /* Counts the leading cached full blocks of tokens[0..n) (the same rule as admit) without taking anything */
 int kv_table_cached_prefix(const kv_pool *p, uint64_t model_key, const int32_t *tokens, int n);
 /* Publishes the full blocks among the first n_known tokens whose KV is written (tokens: the sequence's tokens,

@@ -75,6 +75,8 @@ typedef struct {
     int ahead;                     /* --ahead: 1 / 0 queue steps ahead on / off; -1: as the engine says */
     int mask_threads;              /* --mask-threads: threads computing structured output's masks; 0: default */
     int kv_block;                  /* --kv-block: tokens per KV block of the block accounting; 0: off */
+    int kv_blocks;                 /* --kv-blocks: paged KV of that many blocks where the engine offers it; 0: off;
+                                    * -1 (default): a pool of the slots' size where it can run (s_paged) */
     const char *curve_server_key;  /* --curve-server-key: file with the broker's Z85 public key, or NULL */
     const char *curve_key;         /* --curve-key: file with this worker's Z85 secret key, or NULL */
     char curve_srv[41], curve_pub[41], curve_sec[41]; /* the keys in Z85 (read at startup; pub derived) */
@@ -169,6 +171,12 @@ static void s_usage(FILE *f) {
             "  --kv-block N         tokens per KV block of the block accounting and prefix cache, 0..256, 0 off\n"
             "                       (default 16; docs/kv-cache.md): its counters and cached-block hashes go\n"
             "                       to the broker in every heartbeat, for cache-aware routing\n"
+            "  --kv-blocks N        paged KV of N blocks of --kv-block tokens on an engine that offers it (the CPU\n"
+            "                       engines; one lane, no steps queued ahead): a cached prompt prefix is not\n"
+            "                       prefilled again, and a sequence short of blocks preempts the lowest priority,\n"
+            "                       newest one; at least ceil(ctx / kv-block) + 1; 0: contiguous slots; default:\n"
+            "                       as many blocks as the slots hold, where paged KV can run (no --lanes N > 1,\n"
+            "                       --ahead 1 or --stage), else contiguous slots\n"
             "  --curve-server-key FILE  CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
             "  --curve-key FILE     CURVE: this worker's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
             "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n"
@@ -194,6 +202,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
     o->max_batch = 16;
     o->heartbeat_ms = 500;
     o->kv_block = 16;
+    o->kv_blocks = -1;
     o->ahead = -1;
     const char *name = NULL, *model_name = NULL;
     for (int i = 1; i < argc; i++) {
@@ -230,6 +239,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
         else if (!strcmp(a, "--ahead")) bad = s_int(v, 0, 1, &o->ahead);
         else if (!strcmp(a, "--mask-threads")) bad = s_int(v, 1, 256, &o->mask_threads);
         else if (!strcmp(a, "--kv-block")) bad = s_int(v, 0, KV_BLOCK_MAX, &o->kv_block);
+        else if (!strcmp(a, "--kv-blocks")) bad = s_int(v, 0, 1 << 24, &o->kv_blocks);
         else if (!strcmp(a, "--curve-server-key")) o->curve_server_key = v;
         else if (!strcmp(a, "--curve-key")) o->curve_key = v;
         else {
@@ -362,6 +372,8 @@ static void s_send_hb(s_worker *w) {
         kv.cached = (uint32_t)st.cached;
         kv.hit_tokens = st.hit_tokens;
         kv.prompt_tokens = st.prompt_tokens;
+        kv.preemptions = st.preemptions;
+        kv.evictions = st.evictions;
         if (w->kv_hashes) {
             kv.has_hashes = 1;
             kv.hashes = w->kv_hashes;
@@ -670,6 +682,13 @@ int main(int argc, char **argv) {
     eo.n_ctx = w.o.n_ctx;
     eo.max_step_tokens = w.o.step_tokens;
     eo.threads = w.o.threads;
+    /* paged KV where asked for, or by default where it can run (one lane, nothing queued ahead, no stages); the
+     * engine grants it or not (zl_engine.kv_block), and batcher_set_kv checks what was granted */
+    const int paged_ok = w.o.lanes <= 1 && w.o.ahead != 1 && !w.o.n_stages;
+    if (w.o.kv_block && (w.o.kv_blocks > 0 || (w.o.kv_blocks < 0 && paged_ok))) {
+        eo.kv_block = w.o.kv_block;
+        eo.kv_blocks = w.o.kv_blocks > 0 ? w.o.kv_blocks : 0;
+    }
     stage_opts so;
     memset(&so, 0, sizeof so);
     so.group = w.o.group;
@@ -712,6 +731,9 @@ int main(int argc, char **argv) {
         s_log(&w, "%s", err);
         goto fail;
     }
+    if (w.o.kv_blocks > 0 && !w.engine->kv_block)
+        s_log(&w, "--kv-blocks %d: the %s engine keeps contiguous slots (no paged KV)", w.o.kv_blocks,
+              w.engine->device);
     if (w.o.kv_block && !(w.kv_hashes = malloc(PROTO_MAX_KV_HASHES * sizeof *w.kv_hashes))) goto oom;
     if (w.o.lanes && batcher_set_lanes(w.batcher, w.o.lanes) != w.o.lanes)
         s_log(&w, "--lanes %d: the %s engine keeps at most %d steps in flight: %d lanes", w.o.lanes, w.engine->device,
@@ -730,11 +752,13 @@ int main(int argc, char **argv) {
     if (!w.ev || !w.out_rids || !w.out_toks || !w.out_fin || !w.out_lps || !w.out_plp || !w.plp_rows) goto oom;
     w.zctx = zmq_ctx_new();
     if (!w.zctx) goto oom;
-    s_log(&w, "model %s (%s) on %s: %d slots of %d tokens, batch %d, %d tokens per step, %d lane%s%s, broker %s",
-          w.o.model_name, w.o.model_path, w.engine->device, w.engine->n_slots, w.engine->n_ctx,
-          w.engine->max_batch, w.engine->max_step_tokens, batcher_lanes(w.batcher),
-          batcher_lanes(w.batcher) > 1 ? "s" : "", batcher_ahead(w.batcher) ? ", steps queued ahead" : "",
-          w.o.broker);
+    char paged[64] = "";
+    if (w.engine->kv_block > 0)
+        snprintf(paged, sizeof paged, ", paged KV of %d blocks of %d", w.engine->kv_blocks, w.engine->kv_block);
+    s_log(&w, "model %s (%s) on %s: %d slots of %d tokens, batch %d, %d tokens per step, %d lane%s%s%s, broker %s",
+          w.o.model_name, w.o.model_path, w.engine->device, w.engine->n_slots, w.engine->n_ctx, w.engine->max_batch,
+          w.engine->max_step_tokens, batcher_lanes(w.batcher), batcher_lanes(w.batcher) > 1 ? "s" : "",
+          batcher_ahead(w.batcher) ? ", steps queued ahead" : "", paged, w.o.broker);
     rc = s_run(&w) == 0 ? 0 : 1;
     if (stage_leader_failed(w.engine)) {
         s_log(&w, "pipeline group %s failed", w.o.group);

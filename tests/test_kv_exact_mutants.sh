@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# tests/test_kv_exact_mutants.sh: tests/test_kv_exact.py must catch a broken prefix cache in a real worker. It links
+# zllm-worker (from the objects and libraries of $ZLLM_BUILD, default build) with one source replaced by a mutated
+# copy, and runs that test (2000 requests) against it; each mutant must fail it: a block hash that ignores the
+# preceding block (common/kv_hash.c), a release that frees a block still shared (worker/kv_blocks.c). The unmutated
+# worker, linked the same way, must pass.
+set -u
+cd "$(dirname "$0")/.."
+CC=${CC:-gcc}
+build=${ZLLM_BUILD:-build}
+case $build in /*) ;; *) build=$PWD/$build ;; esac
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL $*" >&2; }
+for f in obj/worker/main_zllm-worker.o lib/libzllm_worker.a lib/libzllm_engine.a lib/libzllm_common.a bin/zllm-broker; do
+    [ -f "$build/$f" ] || { echo "FAIL missing $build/$f (build it first)"; echo "0 passed, 1 failed"; exit 1; }
+done
+mkdir -p "$tmp/bin"
+ln -s "$build/bin/zllm-broker" "$tmp/bin/zllm-broker"
+
+# run LABEL SRC [SED]: links the worker with SRC (mutated by SED when given) and runs the exactness test
+run() {
+    local f="$tmp/$1.c"
+    cp "$2" "$f"
+    if [ -n "${3:-}" ]; then
+        sed -i "$3" "$f"
+        if cmp -s "$f" "$2"; then bad "mutation $1 did not apply (the source changed?)"; return 3; fi
+    fi
+    rm -f "$tmp/bin/zllm-worker"
+    if ! $CC -std=c11 -O2 -w -D_GNU_SOURCE -pthread -Iworker -Iengine -Icommon -c -o "$tmp/$1.o" "$f" 2>"$tmp/cc.log" ||
+        ! $CC -o "$tmp/bin/zllm-worker" "$build/obj/worker/main_zllm-worker.o" "$tmp/$1.o" "$build/lib/libzllm_worker.a" \
+            "$build/lib/libzllm_engine.a" "$build/lib/libzllm_common.a" -lzmq -lmsgpackc -lpcre2-8 -lutf8proc -lm \
+            -lpthread 2>>"$tmp/cc.log"; then
+        echo "build failed ($1):" >&2; cat "$tmp/cc.log" >&2; return 2
+    fi
+    ZLLM_BUILD="$tmp" ZLLM_KV_EXACT_N=${ZLLM_KV_MUTANT_N:-2000} ZLLM_KV_EXACT_ALONE=0 timeout 170 \
+        python3 tests/test_kv_exact.py >"$tmp/out_$1.log" 2>&1
+}
+
+if run base worker/kv_blocks.c; then ok; else bad "the unmutated worker fails:"; tail -20 "$tmp/out_base.log" >&2; fi
+for m in "common/kv_hash.c|hash_ignores_prev|s/msg\[i\] = (uint8_t)(prev >> (8 \* i));/msg[i] = 0;/" \
+         "worker/kv_blocks.c|freed_while_shared|s/if (--p->ref\[id\] > 0) return 0;/p->ref[id] = 0;/"; do
+    IFS='|' read -r src label expr <<<"$m"
+    run "$label" "$src" "$expr"
+    rc=$?
+    if [ $rc -eq 3 ]; then continue; fi
+    if [ $rc -ne 0 ] && [ $rc -ne 2 ]; then
+        ok; echo "mutant $label caught: $(grep -m1 '^FAIL' "$tmp/out_$label.log" | cut -c1-160)"
+    else bad "mutant $label was not caught (rc $rc)"; fi
+done
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
