@@ -41,8 +41,8 @@ mutant() {
 
 cp engine/cpu_fast.c "$tmp/base.c"
 if run base "$tmp/base.c"; then ok; else bad "the unmutated test fails:"; tail -20 "$tmp/out_base.log" >&2; fi
-mutant engine/cpu_fast.c fast_rope_chunk_index 's/rope_cs_row(&e->rope, s->pos + t,/rope_cs_row(\&e->rope, t,/'
+mutant engine/cpu_fast.c fast_rope_chunk_index 's/rope_cs_row(&e->ex.rope, s->pos + t,/rope_cs_row(\&e->ex.rope, t,/'
 mutant engine/cpu_fast.c fast_keys_of_step 's/off, pos + 1 - p0,/off, (pos + 1 - p0 < j->T ? pos + 1 - p0 : j->T),/'
-mutant engine/engine_cpu.c ref_rope_chunk_index 's/rope_cs_row(&e->rope, s->pos + t,/rope_cs_row(\&e->rope, t,/'
+mutant engine/engine_cpu.c ref_rope_chunk_index 's/rope_cs_row(&e->ex.rope, s->pos + t,/rope_cs_row(\&e->ex.rope, t,/'
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
