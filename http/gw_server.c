@@ -210,8 +210,10 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
         return gw_reply(conn, c->reply_status, c->reply_type, c->reply_body, c->retry_after);
     }
     case S_STREAM: {
+        /* libmicrohttpd allocates and clears a block of this size per response: SSE events are a few hundred
+         * bytes, and a larger backlog is handed over in several calls */
         struct MHD_Response *r =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, gw_session_sse_read, c, NULL);
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, gw_session_sse_read, c, NULL);
         if (!r) return MHD_NO;
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
