@@ -66,6 +66,40 @@ void gw_conn_watch(gw_conn *c) {
     c->sock = k;
 }
 
+/* A stream's first token goes out as libmicrohttpd's write of the headers and its write of the first chunk, and
+ * its end as the last chunk and the closing zero-length chunk: each write on a TCP_NODELAY socket is a segment,
+ * delivered on loopback in the writer's system call, and a wake-up of the client. Corking the socket for the
+ * turn's urgent passes (s_run_urgent) and uncorking it right after (s_uncork) sends each pair as one segment. */
+void gw_conn_cork(gw_conn *c) {
+    gw_server *s = c->srv;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    gw_sock *k = ci ? ci->socket_context : NULL;
+    if (!k || k->cork_ix) return;
+    if (s->n_cork == s->cap_cork) {
+        int n = s->cap_cork ? s->cap_cork * 2 : 1024;
+        gw_sock **a = realloc(s->cork, (size_t)n * sizeof *a);
+        if (!a) return;
+        s->cork = a;
+        s->cap_cork = n;
+    }
+    int one = 1;
+    if (setsockopt(k->fd, IPPROTO_TCP, TCP_CORK, &one, sizeof one) != 0) return;
+    s->cork[s->n_cork++] = k;
+    k->cork_ix = s->n_cork;
+}
+
+/* uncorks every socket corked this turn: what libmicrohttpd wrote leaves now */
+static void s_uncork(gw_server *s) {
+    int zero = 0;
+    for (int i = 0; i < s->n_cork; i++) {
+        gw_sock *k = s->cork[i];
+        if (!k) continue; /* closed since */
+        k->cork_ix = 0;
+        setsockopt(k->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
+    }
+    s->n_cork = 0;
+}
+
 /* counts the request's outcome once (the first status decided is the one the client saw) */
 void gw_conn_count(gw_conn *c, int status) {
     if (c->http_status) return;
@@ -262,6 +296,7 @@ static void s_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_
     if (!k) return;
     if (k->watched) epoll_ctl(s->ep, EPOLL_CTL_DEL, k->fd, NULL);
     if (k->cur) k->cur->sock = NULL;
+    if (k->cork_ix) s->cork[k->cork_ix - 1] = NULL;
     free(k);
     *socket_context = NULL;
 }
@@ -441,6 +476,7 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
         }
         gw_session_drain(s);
         s_run_urgent(s);
+        s_uncork(s);
         gw_session_resume_deferred(s);
         MHD_run(s->mhd);
         gw_session_drain(s); /* sends inside MHD_run may have consumed the descriptor's edge */
@@ -473,6 +509,7 @@ void gw_server_destroy(gw_server **ps) {
     free(s->gens);
     free(s->free_slots);
     free(s->defer);
+    free(s->cork);
     free(s);
     *ps = NULL;
 }
