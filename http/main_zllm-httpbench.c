@@ -389,7 +389,7 @@ int main(int argc, char **argv) {
                     ssize_t r = recv(c->fd, buf, sizeof buf, 0);
                     if (r > 0) {
                         end = s_feed(c, buf, (size_t)r, now);
-                        if (end) break;
+                        if (end || (size_t)r < sizeof buf) break; /* level-triggered: more data signals again */
                         continue;
                     }
                     if (r == 0 || (errno != EAGAIN && errno != EINTR)) end = -1;
