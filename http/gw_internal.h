@@ -106,7 +106,8 @@ double gw_now(void);             /* monotonic seconds */
 void gw_conn_resume(gw_conn *c); /* resumes c if it is suspended */
 void gw_conn_watch(gw_conn *c);  /* watches c's socket for a hang-up (c->slot set) */
 void gw_conn_unwatch(gw_conn *c);
-void gw_conn_cork(gw_conn *c); /* holds c's writes of this turn's urgent passes back, to leave as one segment */
+void gw_conn_cork(gw_conn *c);   /* holds c's writes of this turn's urgent passes back, to leave as one segment */
+void gw_conn_uncork(gw_conn *c); /* ... and lets them go once c's writes are done */
 void gw_conn_count(gw_conn *c, int status); /* counts c's outcome once */
 enum MHD_Result gw_reply(struct MHD_Connection *conn, int status, const char *type, const char *body, int retry_after);
 enum MHD_Result gw_reply_error(gw_conn *c, const gw_error *e);

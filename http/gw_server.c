@@ -69,7 +69,9 @@ void gw_conn_watch(gw_conn *c) {
 /* A stream's first token goes out as libmicrohttpd's write of the headers and its write of the first chunk, and
  * its end as the last chunk and the closing zero-length chunk: each write on a TCP_NODELAY socket is a segment,
  * delivered on loopback in the writer's system call, and a wake-up of the client. Corking the socket for the
- * turn's urgent passes (s_run_urgent) and uncorking it right after (s_uncork) sends each pair as one segment. */
+ * turn's urgent passes (s_run_urgent) sends each pair as one segment: a socket is uncorked as soon as its writes
+ * are done (gw_conn_uncork: the SSE callback finds nothing more, or the response completed), and whatever is
+ * still corked once the passes end (s_uncork). */
 void gw_conn_cork(gw_conn *c) {
     gw_server *s = c->srv;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -88,7 +90,22 @@ void gw_conn_cork(gw_conn *c) {
     k->cork_ix = s->n_cork;
 }
 
-/* uncorks every socket corked this turn: what libmicrohttpd wrote leaves now */
+static void s_uncork_sock(gw_server *s, gw_sock *k) {
+    int zero = 0;
+    s->cork[k->cork_ix - 1] = NULL;
+    k->cork_ix = 0;
+    setsockopt(k->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
+}
+
+/* c's writes are done (libmicrohttpd asks for more than there is, or completed the response): they leave now,
+ * not when the turn's other urgent writes are done too */
+void gw_conn_uncork(gw_conn *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    gw_sock *k = ci ? ci->socket_context : NULL;
+    if (k && k->cork_ix) s_uncork_sock(c->srv, k);
+}
+
+/* uncorks every socket still corked this turn: what libmicrohttpd wrote leaves now */
 static void s_uncork(gw_server *s) {
     int zero = 0;
     for (int i = 0; i < s->n_cork; i++) {
@@ -266,6 +283,7 @@ static void s_completed(void *cls, struct MHD_Connection *conn, void **con_cls, 
     gw_conn *c = *con_cls;
     if (!c) return;
     *con_cls = NULL;
+    gw_conn_uncork(c);
     if (c->at_broker) { /* the client left first: the worker's slot is freed now */
         gw_session_cancel(c, 499);
     } else if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && c->state == S_STREAM) {

@@ -408,6 +408,7 @@ ssize_t gw_session_sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         return (ssize_t)n;
     }
     if (c->eof) return MHD_CONTENT_READER_END_OF_STREAM;
+    gw_conn_uncork(c);               /* what was written leaves now */
     MHD_suspend_connection(c->conn); /* resumed by s_on_token / s_on_final / a hang-up */
     c->suspended = 1;
     return 0;
