@@ -33,6 +33,7 @@ typedef struct gw_sock {
     int fd;
     int watched;         /* in the epoll set */
     struct gw_conn *cur; /* the request watched for a hang-up, or NULL */
+    int cork_ix;         /* its index in srv->cork + 1 while corked (gw_conn_cork), else 0 */
 } gw_sock;
 
 typedef struct gw_conn {
@@ -90,6 +91,8 @@ struct gw_server {
     uint32_t *gens;
     int *free_slots, n_free, n_slots;
     int *defer, n_defer, cap_defer; /* slots of streams whose resumption waits for the turn's first tokens */
+    gw_sock **cork;                 /* sockets corked for the turn's urgent writes (NULL: closed since) */
+    int n_cork, cap_cork;
     uint64_t next_uid;
     char instance[12];
     /* the broker's last status reply (a copy of the frame and its decode) */
@@ -110,6 +113,8 @@ double gw_now(void);             /* monotonic seconds */
 void gw_conn_resume(gw_conn *c); /* resumes c if it is suspended */
 void gw_conn_watch(gw_conn *c);  /* watches c's socket for a hang-up (c->slot set) */
 void gw_conn_unwatch(gw_conn *c);
+void gw_conn_cork(gw_conn *c);   /* holds c's writes of this turn's urgent passes back, to leave as one segment */
+void gw_conn_uncork(gw_conn *c); /* ... and lets them go once c's writes are done */
 void gw_conn_count(gw_conn *c, int status); /* counts c's outcome once */
 enum MHD_Result gw_reply(struct MHD_Connection *conn, int status, const char *type, const char *body, int retry_after);
 enum MHD_Result gw_reply_error(gw_conn *c, const gw_error *e);

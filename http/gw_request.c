@@ -396,6 +396,9 @@ static int s_sampling(gw_request *r, json_t *o, gw_error *e) {
     }
     if ((rc = s_bool(o, "ignore_eos", &b, e)) < 0) return -1;
     if (rc) s->ignore_eos = b;
+    /* vLLM's extension: lower is handled earlier; the protocol's priority admits higher first */
+    if ((rc = s_int(o, "priority", -PROTO_PRIORITY_MAX, -PROTO_PRIORITY_MIN, &k, e)) < 0) return -1;
+    if (rc) r->gen.priority = (int32_t)-k;
     /* max_completion_tokens wins over the older max_tokens when both are given */
     const char *mk = s_get(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if ((rc = s_int(o, mk, 0, PROTO_MAX_GEN, &k, e)) < 0) return -1; /* 0: with echo or prompt_logprobs only */

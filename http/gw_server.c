@@ -66,6 +66,57 @@ void gw_conn_watch(gw_conn *c) {
     c->sock = k;
 }
 
+/* A stream's first token goes out as libmicrohttpd's write of the headers and its write of the first chunk, and
+ * its end as the last chunk and the closing zero-length chunk: each write on a TCP_NODELAY socket is a segment,
+ * delivered on loopback in the writer's system call, and a wake-up of the client. Corking the socket for the
+ * turn's urgent passes (s_run_urgent) sends each pair as one segment: a socket is uncorked as soon as its writes
+ * are done (gw_conn_uncork: the SSE callback finds nothing more, or the response completed), and whatever is
+ * still corked once the passes end (s_uncork). */
+void gw_conn_cork(gw_conn *c) {
+    gw_server *s = c->srv;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    gw_sock *k = ci ? ci->socket_context : NULL;
+    if (!k || k->cork_ix) return;
+    if (s->n_cork == s->cap_cork) {
+        int n = s->cap_cork ? s->cap_cork * 2 : 1024;
+        gw_sock **a = realloc(s->cork, (size_t)n * sizeof *a);
+        if (!a) return;
+        s->cork = a;
+        s->cap_cork = n;
+    }
+    int one = 1;
+    if (setsockopt(k->fd, IPPROTO_TCP, TCP_CORK, &one, sizeof one) != 0) return;
+    s->cork[s->n_cork++] = k;
+    k->cork_ix = s->n_cork;
+}
+
+static void s_uncork_sock(gw_server *s, gw_sock *k) {
+    int zero = 0;
+    s->cork[k->cork_ix - 1] = NULL;
+    k->cork_ix = 0;
+    setsockopt(k->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
+}
+
+/* c's writes are done (libmicrohttpd asks for more than there is, or completed the response): they leave now,
+ * not when the turn's other urgent writes are done too */
+void gw_conn_uncork(gw_conn *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    gw_sock *k = ci ? ci->socket_context : NULL;
+    if (k && k->cork_ix) s_uncork_sock(c->srv, k);
+}
+
+/* uncorks every socket still corked this turn: what libmicrohttpd wrote leaves now */
+static void s_uncork(gw_server *s) {
+    int zero = 0;
+    for (int i = 0; i < s->n_cork; i++) {
+        gw_sock *k = s->cork[i];
+        if (!k) continue; /* closed since */
+        k->cork_ix = 0;
+        setsockopt(k->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
+    }
+    s->n_cork = 0;
+}
+
 /* counts the request's outcome once (the first status decided is the one the client saw) */
 void gw_conn_count(gw_conn *c, int status) {
     if (c->http_status) return;
@@ -210,8 +261,10 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
         return gw_reply(conn, c->reply_status, c->reply_type, c->reply_body, c->retry_after);
     }
     case S_STREAM: {
+        /* libmicrohttpd allocates and clears a block of this size per response: SSE events are a few hundred
+         * bytes, and a larger backlog is handed over in several calls */
         struct MHD_Response *r =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, gw_session_sse_read, c, NULL);
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, gw_session_sse_read, c, NULL);
         if (!r) return MHD_NO;
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
@@ -230,6 +283,7 @@ static void s_completed(void *cls, struct MHD_Connection *conn, void **con_cls, 
     gw_conn *c = *con_cls;
     if (!c) return;
     *con_cls = NULL;
+    gw_conn_uncork(c);
     if (c->at_broker) { /* the client left first: the worker's slot is freed now */
         gw_session_cancel(c, 499);
     } else if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && c->state == S_STREAM) {
@@ -260,6 +314,7 @@ static void s_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_
     if (!k) return;
     if (k->watched) epoll_ctl(s->ep, EPOLL_CTL_DEL, k->fd, NULL);
     if (k->cur) k->cur->sock = NULL;
+    if (k->cork_ix) s->cork[k->cork_ix - 1] = NULL;
     free(k);
     *socket_context = NULL;
 }
@@ -439,6 +494,7 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
         }
         gw_session_drain(s);
         s_run_urgent(s);
+        s_uncork(s);
         gw_session_resume_deferred(s);
         MHD_run(s->mhd);
         gw_session_drain(s); /* sends inside MHD_run may have consumed the descriptor's edge */
@@ -471,6 +527,7 @@ void gw_server_destroy(gw_server **ps) {
     free(s->gens);
     free(s->free_slots);
     free(s->defer);
+    free(s->cork);
     free(s);
     *ps = NULL;
 }

@@ -273,8 +273,12 @@ static void s_on_token(gw_conn *c, const proto_token *t) {
         gw_sse_delta(&c->out, &c->resp, ix, t->text.p ? t->text.p : "", t->text.n, first, lp);
         c->choice_started |= 1u << ix;
     }
-    if (first) gw_conn_resume(c);
-    else s_defer(c);
+    if (first) {
+        gw_conn_cork(c); /* the headers and the first chunk */
+        gw_conn_resume(c);
+    } else {
+        s_defer(c);
+    }
 }
 
 static void s_on_final(gw_conn *c, const proto_final *f) {
@@ -374,6 +378,7 @@ static void s_on_final(gw_conn *c, const proto_final *f) {
     s_echo_free(c);
     if (c->eof || c->state == S_REPLY) gw_metrics_e2e(s->metrics, c->model, gw_now() - c->t0);
     s_slot_give(s, c);
+    if (c->suspended && c->state == S_STREAM) gw_conn_cork(c); /* the last chunks and the closing one */
     gw_conn_resume(c);
 }
 
@@ -484,6 +489,7 @@ ssize_t gw_session_sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         return (ssize_t)n;
     }
     if (c->eof) return MHD_CONTENT_READER_END_OF_STREAM;
+    gw_conn_uncork(c);               /* what was written leaves now */
     MHD_suspend_connection(c->conn); /* resumed by s_on_token / s_on_final / a hang-up */
     c->suspended = 1;
     return 0;

@@ -89,7 +89,7 @@ static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {
         "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\","
         "\"content\":[{\"type\":\"text\",\"text\":\"Hi\"}]}],\"max_tokens\":16,\"temperature\":0.7,\"top_p\":0.9,"
         "\"seed\":3,\"stop\":[\"\\n\",\"END\"],\"stream\":true,\"stream_options\":{\"include_usage\":true},"
-        "\"user\":\"u\",\"top_k\":40,\"min_p\":0.05,\"repetition_penalty\":1.1,\"ignore_eos\":false}",
+        "\"user\":\"u\",\"top_k\":40,\"min_p\":0.05,\"repetition_penalty\":1.1,\"ignore_eos\":false,\"priority\":-3}",
         "{\"model\":\"m\",\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"stop\":\"x\"}",
         "{\"prompt\":[1,403,407],\"max_completion_tokens\":4,\"n\":1,\"logprobs\":null}",
         "{\"prompt\":[1,403,407],\"n\":4,\"logprobs\":5,\"presence_penalty\":0.5,\"frequency_penalty\":-1,"
