@@ -28,6 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* messages: contents after the template, roles alternating from the flags */
     static const char *roles[] = {"system", "user", "assistant"};
     zl_chat_msg msgs[8];
+    memset(msgs, 0, sizeof msgs); /* the tool fields stay NULL */
     char *rest = NULL;
     int nm = 0;
     if (tn + 1 < n) {

@@ -11,7 +11,8 @@
  * `test_prefill_chunks DEVICE` (tests/run_gpu.sh: cuda) runs the same on that device's contiguous slots with chunks
  * of at least 2 tokens (the CUDA engine runs every 1-token entry through its decode attention, a different
  * arithmetic than its prefill kernel, so a prompt fed 1 token at a time is not expected to match there: that case
- * is printed, not checked). */
+ * is printed, not checked), on the two quantized models only (stories260K is F32: cuBLAS there, not chunk
+ * invariant in its bits). */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,7 +194,9 @@ int main(int argc, char **argv) {
     const char *gpu = argc > 1 ? argv[1] : NULL;
     s_min2 = gpu != NULL;
     snprintf(path, sizeof path, "%s/stories260K/stories260K.gguf", test_fixtures());
-    s_model("stories260K", path, gpu);
+    /* on a GPU stories260K (F32) runs its products through cuBLAS, which picks its algorithm by the row count and
+     * so is not chunk invariant in its bits (docs/cuda.md); the quantized models below take qtc there */
+    if (!gpu) s_model("stories260K", path, gpu);
     const char *build = getenv("ZLLM_BUILD");
     if (!build || !*build) build = "build";
     char dir[] = "/tmp/zllm_chunks_XXXXXX";

@@ -136,11 +136,24 @@ def check_invariance(ck, c, pairs=(("stories", "chunk"), ("ref", "refchunk"))):
         ck.ok(ch.token_ids == alone.token_ids and ch.logprobs == alone.logprobs, "%s: chunks of 3, same tokens" % model)
 
 
-def check_n(ck, c, cl):
+def close(a, b, tol):
+    """a == b, floats within tol"""
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= tol
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(close(x, y, tol) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k], tol) for k in a)
+    return a == b
+
+
+def check_n(ck, c, cl, tol=0.0):
+    """tol: 0 where the products are batch invariant in their bits; the F32 model on CUDA (cuBLAS) gets 1e-4"""
     before = cl.status()["counters"].get("prefills_shared", 0)
     rs = c.generate(tokens=PROMPT, n=2, seed=5, max_tokens=3, temperature=1.0, prompt_logprobs=2)
     one = c.generate(tokens=PROMPT, max_tokens=0, prompt_logprobs=2)
-    ck.ok(isinstance(rs, list) and len(rs) == 2 and all(r.prompt_logprobs == one.prompt_logprobs for r in rs),
+    ck.ok(isinstance(rs, list) and len(rs) == 2 and all(close(r.prompt_logprobs, one.prompt_logprobs, tol)
+                                                        for r in rs),
           "n=2: each completion carries the prompt logprobs")
     time.sleep(0.6)
     ck.ok(cl.status()["counters"].get("prefills_shared", 0) == before, "n=2 with prompt logprobs: no KV copied")
@@ -217,7 +230,7 @@ def main():
                 check_order(ck, c)
                 check_invariance(ck, c, (("ref", "refchunk"),) if bitwise_model else
                                  (("stories", "chunk"), ("ref", "refchunk")))
-                check_n(ck, c, cl)
+                check_n(ck, c, cl, 1e-4 if bitwise_model else 0.0)
                 check_async(ck, c, cl)
                 check_cli(ck, c, cl)
                 check_bad(ck, c, cl)
@@ -236,6 +249,7 @@ def main():
             if ck.ok(cl.wait_workers(["stories", "chunk"], timeout=60) is not None, "workers registered (BF16)"):
                 with cl.client() as c:
                     check_invariance(ck, c, (("stories", "chunk"),))
+                    check_n(ck, c, cl)
             else:
                 cl.dump_logs()
         finally:
