@@ -19,8 +19,9 @@
 #   - tests/test_worker_golden.sh cuda: a broker and a CUDA worker give the golden ids to concurrent requests;
 #   - tests/test_logprobs.py on a CUDA worker: logprobs, penalties, logit bias and n end to end;
 #   - tests/test_prompt_logprobs.py on CUDA workers: prompt logprobs against float64, alone/batch/chunks bitwise;
-#   - Gemma 3 270M Q4_K_M (deploy/fetch-gemma3.sh): gpu_test_engine_gpu, test_gemma3_270m on cuda, and zllm-run's
-#     text; test_e2e_gemma3.sh on cuda (a broker and a CUDA worker serve the gemma3 and Mistral-style oracle models);
+#   - Gemma 3 270M Q4_K_M (deploy/fetch-gemma3.sh): gpu_test_engine_gpu, test_gemma3_270m on cuda, zllm-run's
+#     text, and `zllm chat` through a broker and a CUDA worker (test_e2e_chat_templates.py); test_e2e_gemma3.sh
+#     on cuda (a broker and a CUDA worker serve the gemma3 and Mistral-style oracle models);
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
 #   - tests/test_prefill_chunks cuda: chunked and batched prefill equal the whole prefill bitwise;
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
@@ -171,6 +172,10 @@ if [ -x "$eng" ]; then
     [ -n "$g270" ] && run_one "gemma3-270m:cuda" "$build/tests/test_gemma3_270m" cuda
     [ -n "$g270" ] && run_one "gemma3-270m:zllm-run" "$build/bin/zllm-run" -m "$g270" --device cuda --temp 0 -n 48 \
         -p "The capital of France is"
+    # the real model through a broker and a CUDA worker: `zllm chat` turns rendered by the broker's Jinja against
+    # jinja2's render sent raw (tests/test_e2e_chat_templates.py; needs the fixtures' vocab files)
+    [ -n "$g270" ] && run_one "e2e_chat_templates:cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda \
+        ZLLM_GEMMA3_GGUF="$g270" python3 tests/test_e2e_chat_templates.py
 fi
 
 # pipeline stages over the GPU transport (cuda/test_stage_gpu.cu) on the zllm-mkmodel F32 llama: partial engines'
