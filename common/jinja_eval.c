@@ -800,12 +800,17 @@ int jinja_render(jinja_env *e, const jinja_tmpl *t, char **out, size_t *outlen, 
     free(e->out.p);
     e->out = (jbuf){.max = e->lim.max_output};
     int rc = 0;
-    if (e->arena.oom) rc = jerr_set(&e->err, JINJA_NOMEM, 0, "out of memory while building the context");
+    /* an env whose memory ran out (building the context, or in an earlier render whose values it still holds)
+     * fails every render: with JINJA_LIMIT when the bound max_memory was reached (jerr_oom) */
+    if (e->arena.oom) rc = jerr_oom(e, 0);
     else {
         jscope top = {.parent = NULL, .vars = jv_dict_new(e)};
         if (top.vars.t != JV_DICT) rc = s_oom(e, 0);
         else rc = s_exec(e, &top, t->root);
         if (rc > 0) rc = jerr_set(&e->err, JINJA_SYNTAX, 0, "break or continue outside a loop");
+        /* a value that could not be made fails the render even where the expression that made it was not checked:
+         * output built from an undefined stand-in is never returned as a success */
+        if (rc == 0 && !e->err.code && e->arena.oom) rc = jerr_oom(e, 0);
     }
     if (rc < 0 || e->err.code) {
         if (!e->err.code) jerr_set(&e->err, JINJA_RUNTIME, 0, "render failed");
