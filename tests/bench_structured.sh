@@ -4,8 +4,10 @@
 # deploy/fetch-model.sh); `zllm bench` at concurrency 64 (64 requests in flight, 512 in all, 128 output tokens
 # each) without a constraint, then with a JSON schema on every request (an array of short strings: long enough
 # that sequences run to max_tokens), then again without; prints both throughputs and their ratio (the target is
-# >= 0.90 on CUDA). Run by hand (a GPU machine): not part of make test or make test-gpu. ZLLM_BENCH_N, _C and
-# _OUT change the requests, the concurrency and the output tokens (a quick CPU try: 16, 8, 32).
+# >= 0.90 on CUDA), then the worker's host time per step by phase (zllm-worker --phase-times 1), for the steps
+# with grammars and those without (docs/structured-output.md "Where a step's host time goes"). Run by hand (a GPU
+# machine): not part of make test or make test-gpu. ZLLM_BENCH_N, _C and _OUT change the requests, the
+# concurrency and the output tokens (a quick CPU try: 16, 8, 32); ZLLM_BENCH_WORKER_ARGS adds worker options.
 set -euo pipefail
 build=${1:-build}
 dev=${2:-cuda}
@@ -15,7 +17,8 @@ tmp=$(mktemp -d /tmp/zllm-bench-structured.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 "$build/bin/zllm-broker" --clients "ipc://$tmp/c" --workers "ipc://$tmp/w" --model "m=$model" >"$tmp/broker.log" 2>&1 &
 "$build/bin/zllm-worker" --broker "ipc://$tmp/w" -m "$model" --model-name m --name w1 --device "$dev" \
-    --max-batch "${ZLLM_BENCH_C:-64}" >"$tmp/worker.log" 2>&1 &
+    --max-batch "${ZLLM_BENCH_C:-64}" --phase-times 1 ${ZLLM_BENCH_WORKER_ARGS:-} >"$tmp/worker.log" 2>&1 &
+worker=$!
 for _ in $(seq 120); do
     "$build/bin/zllm" status --broker "ipc://$tmp/c" 2>/dev/null | grep -q "w1" && break
     sleep 1
@@ -37,3 +40,6 @@ b=$(run "json_schema on every request" --json-schema "@$tmp/schema.json")
 c=$(run "unconstrained again")
 python3 -c "import sys; a, b, c = map(float, sys.argv[1:]); base = (a + c) / 2; \
 print('structured/unconstrained throughput: %.3f (%.1f vs %.1f tokens/s)' % (b / base, b, base))" "$a" "$b" "$c"
+kill -TERM "$worker"
+wait "$worker" || true
+sed -n 's/.*zllm-worker w1: \(phase times.*\)/\1/p' "$tmp/worker.log"

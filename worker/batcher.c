@@ -39,6 +39,7 @@
 #include "cpu_pool.h"
 #include "kv_hash.h"
 #include "kv_table.h"
+#include "phase_times.h"
 
 typedef struct {
     int active;                    /* 1 while the record is used: a running sequence, or a cancelled one whose
@@ -148,6 +149,12 @@ struct wk_batcher {
     uint64_t kv_key;           /* kv_hash_model of the model name */
     uint64_t kv_hit_tokens;    /* prompt tokens found cached at admission */
     uint64_t kv_prompt_tokens; /* prompt tokens admitted */
+    /* host timings (batcher_set_timing): the current call's phases in us (-1: not happened), whether a running
+     * sequence had a grammar, and when the last wait for (or synchronous run of) a step ended (0: none yet) */
+    int timing;
+    double ph[WK_PH_N];
+    int ph_grammar;
+    double t_collected;
 };
 
 wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, size_t errlen) {
@@ -226,6 +233,38 @@ void batcher_destroy(wk_batcher **pb) {
     }
     free(b);
     *pb = NULL;
+}
+
+void batcher_set_timing(wk_batcher *b, int on) {
+    b->timing = on != 0;
+    b->t_collected = 0;
+    for (int p = 0; p < WK_PH_N; p++) b->ph[p] = -1;
+}
+
+int batcher_phases(const wk_batcher *b, double *us) {
+    for (int p = 0; p < WK_PH_N; p++) us[p] = b->ph[p];
+    return b->ph_grammar;
+}
+
+/* the clock for a phase's start, read only with timings on */
+static double s_t0(const wk_batcher *b) { return b->timing ? phase_times_now_us() : 0; }
+
+/* adds the time since t0 (s_t0) to phase p of the current call; returns it */
+static double s_ph(wk_batcher *b, int p, double t0) {
+    if (!b->timing) return 0;
+    const double dt = phase_times_now_us() - t0;
+    b->ph[p] = (b->ph[p] < 0 ? 0 : b->ph[p]) + dt;
+    return dt;
+}
+
+/* the host's critical path (WK_PH_GAP): the time since the last collect, at a launch that fills the queue again */
+static void s_ph_gap(wk_batcher *b) {
+    if (b->timing && b->t_collected > 0) b->ph[WK_PH_GAP] = phase_times_now_us() - b->t_collected;
+}
+
+/* marks the end of a wait for (or of a synchronous run of) a step */
+static void s_ph_collected(wk_batcher *b) {
+    if (b->timing) b->t_collected = phase_times_now_us();
 }
 
 int batcher_in_flight(const wk_batcher *b) {
@@ -795,9 +834,12 @@ static void s_masks(wk_batcher *b, s_lane *L, int n0, int n) {
     int cnt = 0;
     for (int j = n0; j < n; j++)
         if (L->seqs[j].mask && !L->seqs[j].mask_late) b->mask_list[cnt++] = j;
+    if (!cnt) return;
+    const double t0 = s_t0(b);
     s_mask_job job = {b, L, cnt};
     if (cnt > 1 && b->mask_pool) cpu_pool_run(b->mask_pool, s_mask_run, &job);
-    else if (cnt > 0) s_mask_run(&job, 0, 1);
+    else s_mask_run(&job, 0, 1);
+    s_ph(b, WK_PH_MASKS, t0);
 }
 
 /* paged KV: preempts record v (docs/kv-cache.md): its written full blocks are published (likely found again), all
@@ -880,6 +922,7 @@ grow:
 /* builds the next step of lane l's records into L's seqs after its first n0 entries, within budget tokens;
  * returns the entries and the prompt tokens in *prefill */
 static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int *prefill) {
+    const double t0 = s_t0(b);
     zl_engine *e = b->e;
     int n = n0;
     int *rot = &b->lane[l].rotate; /* the lane's rotation (with steps queued ahead, L is either buffer) */
@@ -909,6 +952,7 @@ static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int
         budget -= s_entry(b, L, best, n++, budget);
     }
     *prefill = n > n_decode ? budget0 - budget : 0;
+    s_ph(b, WK_PH_BUILD, t0);
     s_masks(b, L, n0, n);
     return n;
 }
@@ -933,19 +977,27 @@ static void s_set_step(s_lane *L, int n, int lane) {
 }
 
 /* runs L's first n entries as one synchronous step on lane 0 (engine_step with logprobs) */
-static int s_run_sync(zl_engine *e, s_lane *L, int n) {
+static int s_run_sync(wk_batcher *b, s_lane *L, int n) {
     s_set_step(L, n, 0);
     L->st.sync = 1;
-    return engine_run(e, &L->st);
+    s_ph_gap(b);
+    const double t0 = s_t0(b);
+    const int rc = engine_run(b->e, &L->st);
+    s_ph(b, WK_PH_DEVICE, t0);
+    s_ph_collected(b);
+    return rc;
 }
 
 /* queues L's n entries behind the step in flight (steps queued ahead) and books them on their records */
 static int s_launch_ahead(wk_batcher *b, s_lane *L, int n, int prefill, char *err, size_t errlen) {
     s_set_step(L, n, 0);
+    if (b->fl_count == 1) s_ph_gap(b); /* the launch that fills the queue again */
+    const double t0 = s_t0(b);
     if (engine_launch(b->e, &L->st) != 0) {
         snprintf(err, errlen, "%s", b->e->err);
         return -1;
     }
+    s_ph(b, WK_PH_LAUNCH, t0);
     for (int j = 0; j < n; j++) {
         s_rec *s = &b->recs[L->seq_rec[j]];
         const zl_seq *q = &L->seqs[j];
@@ -974,6 +1026,7 @@ static int s_late_masks(wk_batcher *b, s_lane *B, char *err, size_t errlen) {
         else memset((uint32_t *)q->mask, 0xFF, (size_t)b->mask_words * sizeof(uint32_t));
     }
     if (!any) return 0;
+    const double t0 = s_t0(b);
     s_mask_job job = {b, B, cnt};
     if (cnt > 1 && b->mask_pool) cpu_pool_run(b->mask_pool, s_mask_run, &job);
     else if (cnt > 0) s_mask_run(&job, 0, 1);
@@ -981,6 +1034,7 @@ static int s_late_masks(wk_batcher *b, s_lane *B, char *err, size_t errlen) {
         snprintf(err, errlen, "%s", b->e->err);
         return -1;
     }
+    s_ph(b, WK_PH_MASKS, t0);
     return 0;
 }
 
@@ -991,6 +1045,7 @@ static int s_step_ahead(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *er
     zl_engine *e = b->e;
     *n_ev = ne;
     if (b->fl_count == 0) {
+        b->t_collected = 0; /* nothing in flight: no critical path to the launch behind this one */
         s_lane *L = &b->lane[b->fl_head];
         int prefill, n = s_build_into(b, 0, L, 0, e->max_step_tokens, &prefill);
         if (n == 0) return 0;
@@ -999,18 +1054,23 @@ static int s_step_ahead(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *er
     s_lane *A = &b->lane[b->fl_head], *B = &b->lane[b->fl_head ^ 1];
     if (b->fl_count == 1) {
         int nb = 0, budget = e->max_step_tokens, prefill = 0;
+        const double t0 = s_t0(b);
         for (int j = 0; j < A->n && nb < e->max_batch && budget > 0; j++)
             if (s_can_feed(b, A->seq_rec[j])) {
                 s_entry_fed(b, B, A->seq_rec[j], nb++);
                 budget--;
             }
+        s_ph(b, WK_PH_BUILD, t0);
         if (nb < e->max_batch && budget > 0) nb = s_build_into(b, 0, B, nb, budget, &prefill);
         if (nb > 0 && s_launch_ahead(b, B, nb, prefill, err, errlen) != 0) return -1;
     }
+    const double t0 = s_t0(b);
     if (engine_wait(e, &A->st) != 0) {
         snprintf(err, errlen, "%s", e->err);
         return -1;
     }
+    s_ph(b, WK_PH_DEVICE, t0);
+    s_ph_collected(b);
     b->fl_head ^= 1;
     b->fl_count--;
     b->steps++;
@@ -1071,7 +1131,9 @@ static void s_plp_event(s_rec *s, const zl_seq *q, wk_event *v) {
 
 static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
     int released = 0;
+    double t0 = s_t0(b);
     s_accepts(b, L, n, b->refused);
+    t0 += s_ph(b, WK_PH_ACCEPT, t0);
     for (int j = 0; j < n; j++) {
         int i = L->seq_rec[j];
         s_rec *s = &b->recs[i];
@@ -1139,6 +1201,7 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
         }
     }
     if (released) s_give_slots(b);
+    s_ph(b, WK_PH_APPLY, t0);
 }
 
 /* evens the lanes out after lane l's collect: while l has 2 or more sequences more than the lightest lane, its
@@ -1181,6 +1244,12 @@ int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, siz
         snprintf(err, errlen, "batcher: event buffer of %d < %d", cap, batcher_event_cap(b));
         return -1;
     }
+    if (b->timing) {
+        for (int p = 0; p < WK_PH_N; p++) b->ph[p] = -1;
+        b->ph_grammar = 0;
+        for (int i = 0; i < b->n_rec && !b->ph_grammar; i++)
+            b->ph_grammar = b->recs[i].active && b->recs[i].live && b->recs[i].gm;
+    }
     int ne = 0;
     for (int i = 0; i < b->n_pending; i++) ev[ne++] = b->pending[i];
     b->n_pending = 0;
@@ -1190,6 +1259,7 @@ int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, siz
         return -1;
     }
     const int rc = s_step_any(b, ev, ne, n_ev, err, errlen);
+    if (rc == 0) b->t_collected = 0; /* idle: the next step's gap starts afresh */
     if (rc >= 0 && b->share_err[0]) {
         snprintf(err, errlen, "%s", b->share_err);
         return -1;
@@ -1209,7 +1279,7 @@ static int s_step_any(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *err,
             return 0;
         }
         b->last_prefill = prefill;
-        if (s_run_sync(e, L, n) != 0) {
+        if (s_run_sync(b, L, n) != 0) {
             snprintf(err, errlen, "%s", e->err);
             *n_ev = ne;
             return -1;
@@ -1246,10 +1316,15 @@ static int s_step_any(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *err,
             *n_ev = ne;
             return -1;
         }
+        const double t0 = s_t0(b);
         if (b->async && engine_wait(e, &L->st) != 0) {
             snprintf(err, errlen, "%s", e->err);
             *n_ev = ne;
             return -1;
+        }
+        if (b->async) {
+            s_ph(b, WK_PH_DEVICE, t0);
+            s_ph_collected(b);
         }
         L->busy = 0;
         b->ord_collect++;
@@ -1265,7 +1340,15 @@ static int s_step_any(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *err,
         for (int j = 0; j < n; j++) b->last_tokens += L->seqs[j].n_tokens;
         /* an engine without lanes runs the step now; its tokens wait in out_tok for the lane's collect */
         s_set_step(L, n, l);
-        int rc = b->async ? engine_launch(e, &L->st) : s_run_sync(e, L, n);
+        int rc;
+        if (b->async) {
+            s_ph_gap(b);
+            const double t0 = s_t0(b);
+            rc = engine_launch(e, &L->st);
+            s_ph(b, WK_PH_LAUNCH, t0);
+        } else {
+            rc = s_run_sync(b, L, n);
+        }
         if (rc != 0) {
             snprintf(err, errlen, "%s", e->err);
             *n_ev = ne;

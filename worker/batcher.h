@@ -177,6 +177,12 @@ int batcher_event_cap(const wk_batcher *b);   /* the most events one batcher_ste
 uint64_t batcher_steps(const wk_batcher *b);  /* steps run (collected) so far */
 uint64_t batcher_duplicates(const wk_batcher *b); /* duplicate assignments ignored */
 uint64_t batcher_prefills_shared(const wk_batcher *b); /* sequences whose prompt KV was copied (wk_request.share) */
+/* Host timings (worker/phase_times.h): off by default; on, each batcher_step measures its phases (WK_PH_DEVICE,
+ * ACCEPT, APPLY, MASKS, BUILD, LAUNCH, GAP) with the monotonic clock. batcher_phases writes the last call's into
+ * us[WK_PH_N] (-1 where a phase did not happen, and for the worker's own phases) and returns 1 when a running
+ * sequence had a grammar at that call, else 0. */
+void batcher_set_timing(wk_batcher *b, int on);
+int batcher_phases(const wk_batcher *b, double *us);
 /* writes up to cap rids of the running sequences (for error logs); returns the count written */
 int batcher_rids(const wk_batcher *b, uint64_t *rids, int cap);
 #endif

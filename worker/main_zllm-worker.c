@@ -24,7 +24,8 @@
  *   model.h     - model_load: the GGUF model
  *   tokenizer.h - tokenizer_new/tokenizer_is_eog: end-of-generation ids from the model's vocabulary
  *   grammar.h   - structured output: response_format grammars (cached) and the vocabulary their masks cover
- *   proto.h     - proto_decode/proto_encode_*: the wire protocol */
+ *   proto.h     - proto_decode/proto_encode_*: the wire protocol
+ *   phase_times.h - --phase-times: the host time of each step's phases, logged at exit */
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -44,7 +45,11 @@
 #include "proto.h"
 #include "tokenizer.h"
 #include "grammar.h"
+#include "phase_times.h"
 #include "version.h"
+#ifdef ZLLM_HAVE_CUDA
+#include "engine_cuda.h"
+#endif
 
 #define S_REGISTER_RETRY_MS 250    /* resend `register` until `registered` comes back (a send fails while the
                                     * connection is not up: ZMQ_IMMEDIATE) */
@@ -74,6 +79,7 @@ typedef struct {
     int lanes;                     /* --lanes: steps in flight (batcher.h); 0: what the engine asks for */
     int ahead;                     /* --ahead: 1 / 0 queue steps ahead on / off; -1: as the engine says */
     int mask_threads;              /* --mask-threads: threads computing structured output's masks; 0: default */
+    int phase_times;               /* --phase-times: 1 logs each phase's host time per step at exit */
     int kv_block;                  /* --kv-block: tokens per KV block of the block accounting; 0: off */
     int kv_blocks;                 /* --kv-blocks: paged KV of that many blocks where the engine offers it; 0: off;
                                     * -1 (default): a pool of the slots' size where it can run (s_paged) */
@@ -109,6 +115,8 @@ typedef struct {
     uint64_t bad_messages;         /* undecodable or unexpected messages from the broker */
     uint64_t send_drops;           /* sends that failed (broker unreachable) */
     uint64_t *kv_hashes;           /* [PROTO_MAX_KV_HASHES] hb scratch: the cached blocks' hashes */
+    wk_phase_times *times;         /* --phase-times 1: per-step phase timings, else NULL */
+    double t_step[3];              /* with times: the last s_step's start, end of batcher_step, end of its out */
 } s_worker;
 
 static volatile sig_atomic_t s_stop;
@@ -168,6 +176,9 @@ static void s_usage(FILE *f) {
             "                       where the engine's steps run asynchronously, i.e. CUDA; one lane only)\n"
             "  --mask-threads N     threads computing structured output's token masks, 1..256 (default: the\n"
             "                       cores, at most 8)\n"
+            "  --phase-times 0|1    measure the host time of each step's phases (waiting for the device, grammar\n"
+            "                       accepts, masks, building, launching, out messages, socket work) and log their\n"
+            "                       mean and p99 per step at exit, for steps with and without grammars (default 0)\n"
             "  --kv-block N         tokens per KV block of the block accounting and prefix cache, 0..256, 0 off\n"
             "                       (default 16; docs/kv-cache.md): its counters and cached-block hashes go\n"
             "                       to the broker in every heartbeat, for cache-aware routing\n"
@@ -238,6 +249,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
         else if (!strcmp(a, "--lanes")) bad = s_int(v, 1, WK_MAX_LANES, &o->lanes);
         else if (!strcmp(a, "--ahead")) bad = s_int(v, 0, 1, &o->ahead);
         else if (!strcmp(a, "--mask-threads")) bad = s_int(v, 1, 256, &o->mask_threads);
+        else if (!strcmp(a, "--phase-times")) bad = s_int(v, 0, 1, &o->phase_times);
         else if (!strcmp(a, "--kv-block")) bad = s_int(v, 0, KV_BLOCK_MAX, &o->kv_block);
         else if (!strcmp(a, "--kv-blocks")) bad = s_int(v, 0, 1 << 24, &o->kv_blocks);
         else if (!strcmp(a, "--curve-server-key")) o->curve_server_key = v;
@@ -545,14 +557,15 @@ static void s_drain(s_worker *w) {
     }
 }
 
-/* one engine step (with lanes: one lane's collect and next submit) and its `out`; exits the process on an
- * engine error */
-static void s_step(s_worker *w) {
+/* one engine step (with lanes: one lane's collect and next submit) and its `out`; returns batcher_step's 0 or 1
+ * (exits the process on an engine error) */
+static int s_step(s_worker *w) {
     char err[256];
     int n_ev = 0;
     uint64_t rids[64];
     int n_rids = batcher_rids(w->batcher, rids, 64);
     int64_t t0 = s_now_ms();
+    if (w->times) w->t_step[0] = phase_times_now_us();
     int rc;
     if (w->o.fail_at_step > 0 && n_rids > 0 && batcher_steps(w->batcher) + 1 == (uint64_t)w->o.fail_at_step) {
         snprintf(err, sizeof err, "injected fault (--debug-fail-at-step %d)", w->o.fail_at_step);
@@ -560,6 +573,7 @@ static void s_step(s_worker *w) {
     } else {
         rc = batcher_step(w->batcher, w->ev, w->ev_cap, &n_ev, err, sizeof err);
     }
+    if (w->times) w->t_step[1] = w->t_step[2] = phase_times_now_us();
     if (rc == 1) {
         double dt = (double)(s_now_ms() - t0), target = S_STEP_TARGET_FRACTION * w->o.heartbeat_ms;
         int cap = batcher_prefill_cap(w->batcher);
@@ -581,7 +595,7 @@ static void s_step(s_worker *w) {
         struct timespec d = {w->o.step_delay_ms / 1000, (long)(w->o.step_delay_ms % 1000) * 1000000L};
         nanosleep(&d, NULL);
     }
-    if (n_ev == 0) return;
+    if (n_ev == 0) return rc;
     int any_lp = 0, any_plp = 0, rows = 0;
     for (int i = 0; i < n_ev; i++) {
         const wk_event *v = &w->ev[i];
@@ -613,11 +627,31 @@ static void s_step(s_worker *w) {
     if (proto_encode_out_plp(&w->buf, batcher_steps(w->batcher), w->out_rids, w->out_toks, w->out_fin,
                              any_lp ? w->out_lps : NULL, any_plp ? w->out_plp : NULL, (uint32_t)n_ev) == 0)
         s_send(w);
+    if (w->times) w->t_step[2] = phase_times_now_us();
+    return rc;
+}
+
+/* with --phase-times: the phases of the turn that started at t_turn and ran a step (the batcher's, then the
+ * loop's own: out, io the rest, loop the whole turn, gpu the device's time of the step collected) */
+static void s_times_add(s_worker *w, double t_turn) {
+    double ph[WK_PH_N];
+    const int g = batcher_phases(w->batcher, ph);
+    const double loop = phase_times_now_us() - t_turn;
+    ph[WK_PH_OUT] = w->t_step[2] - w->t_step[1];
+    ph[WK_PH_IO] = loop - (w->t_step[2] - w->t_step[0]);
+    ph[WK_PH_LOOP] = loop;
+    ph[WK_PH_GPU] = -1;
+#ifdef ZLLM_HAVE_CUDA
+    if (ph[WK_PH_DEVICE] >= 0) ph[WK_PH_GPU] = engine_cuda_last_step_gpu_ms(w->engine) * 1e3; /* -1 ms: not CUDA */
+#endif
+    for (int p = 0; p < WK_PH_N; p++) phase_times_add(w->times, g, p, ph[p]);
+    phase_times_step(w->times, g, batcher_last_step_tokens(w->batcher), batcher_last_prefill_tokens(w->batcher));
 }
 
 static int s_run(s_worker *w) {
     if (s_open_socket(w) != 0) return -1;
     while (!s_stop) {
+        const double t_turn = w->times ? phase_times_now_us() : 0;
         int64_t now = s_now_ms();
         if (!w->registered && now - w->last_register >= S_REGISTER_RETRY_MS) s_send_register(w);
         /* a step in flight must be collected even when its sequences were all cancelled or dropped */
@@ -646,13 +680,19 @@ static int s_run(s_worker *w) {
         }
         if (w->registered && now - w->last_hb >= w->o.heartbeat_ms) s_send_hb(w);
         /* acknowledgements (cancels, refusals) go out even when no sequence runs */
-        s_step(w);
+        const int ran = s_step(w);
         now = s_now_ms();
         if (w->registered && now - w->last_hb >= w->o.heartbeat_ms) s_send_hb(w);
+        if (w->times && ran == 1 && timeout == 0) s_times_add(w, t_turn);
     }
     s_log(w, "stopping (%llu steps, %llu bad messages, %llu failed sends)",
           (unsigned long long)batcher_steps(w->batcher), (unsigned long long)w->bad_messages,
           (unsigned long long)w->send_drops);
+    for (int g = 1; w->times && g >= 0; g--) {
+        char line[1024];
+        phase_times_format(w->times, g, line, sizeof line);
+        s_log(w, "%s", line);
+    }
     return 0;
 }
 
@@ -735,6 +775,10 @@ int main(int argc, char **argv) {
         s_log(&w, "--kv-blocks %d: the %s engine keeps contiguous slots (no paged KV)", w.o.kv_blocks,
               w.engine->device);
     if (w.o.kv_block && !(w.kv_hashes = malloc(PROTO_MAX_KV_HASHES * sizeof *w.kv_hashes))) goto oom;
+    if (w.o.phase_times) {
+        if (!(w.times = phase_times_new())) goto oom;
+        batcher_set_timing(w.batcher, 1);
+    }
     if (w.o.lanes && batcher_set_lanes(w.batcher, w.o.lanes) != w.o.lanes)
         s_log(&w, "--lanes %d: the %s engine keeps at most %d steps in flight: %d lanes", w.o.lanes, w.engine->device,
               engine_lanes(w.engine), batcher_lanes(w.batcher));
@@ -782,6 +826,7 @@ done:
     free(w.out_plp);
     free(w.plp_rows);
     free(w.kv_hashes);
+    phase_times_destroy(&w.times);
     free(eog);
     batcher_destroy(&w.batcher);
     grammar_vocab_destroy(&w.gvocab);
