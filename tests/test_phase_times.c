@@ -31,7 +31,8 @@ int main(void) {
     phase_times_add(pt, 0, WK_PH_DEVICE, 10000);
     CHECK(phase_times_quantile(pt, 0, WK_PH_DEVICE, 0.99) == 10000, "p99 of one long sample in 100: %f",
           phase_times_quantile(pt, 0, WK_PH_DEVICE, 0.99));
-    CHECK(phase_times_quantile(pt, 0, WK_PH_DEVICE, 0.5) == 11, "p50 %f", phase_times_quantile(pt, 0, WK_PH_DEVICE, 0.5));
+    CHECK(phase_times_quantile(pt, 0, WK_PH_DEVICE, 0.5) == 11, "p50 %f",
+          phase_times_quantile(pt, 0, WK_PH_DEVICE, 0.5));
     phase_times_add(pt, 0, WK_PH_GAP, 5e6);
     CHECK(phase_times_quantile(pt, 0, WK_PH_GAP, 0.99) == 5e6, "overflow bucket gives the maximum");
     /* the log line names the group, the steps and each phase with samples */
