@@ -79,21 +79,26 @@ cpu_pool *cpu_pool_new(int n_threads, char *err, size_t errlen) {
 
 int cpu_pool_threads(const cpu_pool *p) { return p->n_threads; }
 
-void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *ctx) {
-    if (p->n_threads <= 1) {
-        fn(ctx, 0, 1);
-        return;
-    }
+void cpu_pool_start(cpu_pool *p, cpu_pool_fn fn, void *ctx) {
     p->fn = fn;
     p->ctx = ctx;
+    if (p->n_threads <= 1) return;
     atomic_store(&p->pending, p->n_threads - 1);
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
-    fn(ctx, 0, p->n_threads);
-    for (int i = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++)
+}
+
+void cpu_pool_join(cpu_pool *p) {
+    p->fn(p->ctx, 0, p->n_threads);
+    for (int i = 0; p->n_threads > 1 && atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++)
         if (i > 64) sched_yield();
+}
+
+void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *ctx) {
+    cpu_pool_start(p, fn, ctx);
+    cpu_pool_join(p);
 }
 
 void cpu_pool_destroy(cpu_pool **pp) {

@@ -10,6 +10,11 @@ typedef struct cpu_pool cpu_pool;
 cpu_pool *cpu_pool_new(int n_threads, char *err, size_t errlen);
 /* runs fn on all threads and waits for them */
 void cpu_pool_run(cpu_pool *p, cpu_pool_fn fn, void *ctx);
+/* cpu_pool_run in two halves, so that the caller works on something else meanwhile: cpu_pool_start starts fn on
+ * the workers (ith 1..n-1) and returns at once; cpu_pool_join runs the caller's part (ith 0) and waits for the
+ * workers. Every start is followed by one join before any other call on the pool (destroy included). */
+void cpu_pool_start(cpu_pool *p, cpu_pool_fn fn, void *ctx);
+void cpu_pool_join(cpu_pool *p);
 int cpu_pool_threads(const cpu_pool *p);
 /* joins the workers; idempotent; sets *p to NULL */
 void cpu_pool_destroy(cpu_pool **p);

@@ -7,7 +7,10 @@
 # >= 0.90 on CUDA), then the worker's host time per step by phase (zllm-worker --phase-times 1), for the steps
 # with grammars and those without (docs/structured-output.md "Where a step's host time goes"). Run by hand (a GPU
 # machine): not part of make test or make test-gpu. ZLLM_BENCH_N, _C and _OUT change the requests, the
-# concurrency and the output tokens (a quick CPU try: 16, 8, 32); ZLLM_BENCH_WORKER_ARGS adds worker options.
+# concurrency and the output tokens (a quick CPU try: 16, 8, 32); ZLLM_BENCH_WORKER_ARGS adds worker options;
+# ZLLM_BENCH_SCHEMA=FILE replaces the schema. Each run also shows its output tokens per request: a schema whose
+# document the model completes before max_tokens ends requests early, and the steps that admit the next ones carry
+# prompt tokens (the phase report's "with prompt tokens"; on CUDA such a step runs eagerly, not as a graph).
 set -euo pipefail
 build=${1:-build}
 dev=${2:-cuda}
@@ -23,15 +26,23 @@ for _ in $(seq 120); do
     "$build/bin/zllm" status --broker "ipc://$tmp/c" 2>/dev/null | grep -q "w1" && break
     sleep 1
 done
-cat >"$tmp/schema.json" <<'JSON'
+if [ -n "${ZLLM_BENCH_SCHEMA:-}" ]; then
+    cp "$ZLLM_BENCH_SCHEMA" "$tmp/schema.json"
+else
+    cat >"$tmp/schema.json" <<'JSON'
 {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string", "maxLength": 12}}},
  "required": ["items"], "additionalProperties": false}
 JSON
+fi
 run() {   # label, extra args -> output tokens/s
     local out
     out=$("$build/bin/zllm" bench --broker "ipc://$tmp/c" -N "${ZLLM_BENCH_N:-512}" -c "${ZLLM_BENCH_C:-64}" \
         --prompt-len 32 --out-len "${ZLLM_BENCH_OUT:-128}" "${@:2}")
-    echo "$1: $(echo "$out" | grep 'output tokens/s')" >&2
+    local line
+    line=$(echo "$out" | grep 'output tokens/s')
+    echo "$1: $line, $(echo "$line" | python3 -c "import re, sys; t = sys.stdin.read(); \
+r = float(re.search(r'([0-9.]+) requests/s', t).group(1)); o = float(re.search(r'([0-9.]+) output tokens/s', t).group(1)); \
+print('%.1f output tokens per request' % (o / r if r else 0))")" >&2
     echo "$out" | sed -n 's/.* \([0-9.]*\) output tokens\/s.*/\1/p'
 }
 run "warm-up" >/dev/null

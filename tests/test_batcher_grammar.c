@@ -1,10 +1,14 @@
 /* tests/test_batcher_grammar.c: structured output in the worker's batcher over the real CPU engine on stories260K
  * (a SentencePiece vocabulary with byte-fallback pieces). Sequences with a grammar (GBNF and regex), greedy and
  * sampled, share steps with unconstrained ones, with steps synchronous and queued ahead (where a constrained
- * sequence must never be fed), with the masks on one thread and on three:
+ * sequence must never be fed), and queued ahead over an engine that takes late masks (the CPU engine wrapped so
+ * that a step runs at its wait, with the masks announced after its launch: constrained sequences are fed), with
+ * the masks on one thread and on three:
  *  - every constrained sequence ends with finish stop, and its tokens' bytes are accepted whole by a fresh
  *    matcher (a complete match);
  *  - the unconstrained sequences give llama2.c's golden greedy ids, as without the others;
+ *  - every run gives each sequence the ids and finish of synchronous steps on one thread; with late masks every
+ *    fed constrained entry's mask is announced before its step is waited for (fed entries did take them);
  *  - a constrained sequence refused where the batcher has no vocabulary, and a max_tokens cut ends with length. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +39,133 @@ static zl_engine *s_engine(const zl_model *m) {
     return e;
 }
 
+/* An engine that takes late masks (zl_engine.masks_late), around the CPU engine: a launched step is only booked
+ * (two at most, waited for in launch order) and runs at its wait, with the masks that engine_masks_ready copied
+ * (a step with late masks waited for before they were announced is a violation, and fails). */
+#define TL_MAX 8
+typedef struct {
+    zl_engine base;
+    zl_engine *inner;
+    const zl_step *q[2]; /* booked steps, oldest first */
+    int announced[2];    /* their late masks were announced */
+    uint32_t *masks[2];  /* [TL_MAX][words] their entries' masks as announced */
+    int nq, words;
+    zl_seq run[TL_MAX]; /* the entries the inner engine runs */
+    int late_entries;   /* fed entries whose late masks were announced */
+    int violations;
+} t_late;
+
+static int tl_fail(t_late *a, const char *why) {
+    a->violations++;
+    snprintf(a->base.err, sizeof a->base.err, "t_late: %s", why);
+    return -1;
+}
+
+static int tl_has_late(const zl_step *st) {
+    for (int i = 0; i < st->n; i++)
+        if (st->seqs[i].mask_late) return 1;
+    return 0;
+}
+
+static int tl_launch(zl_engine *e, const zl_step *st) {
+    t_late *a = (t_late *)e;
+    if (st->sync) {
+        if (a->nq) return tl_fail(a, "a synchronous step with steps booked");
+        return engine_run(a->inner, st);
+    }
+    if (a->nq >= 2 || st->n > TL_MAX) return tl_fail(a, "a third step in flight, or too many entries");
+    if (tl_has_late(st) && a->nq == 0) return tl_fail(a, "late masks in a step queued behind none");
+    a->q[a->nq] = st;
+    a->announced[a->nq] = 0;
+    a->nq++;
+    return 0;
+}
+
+static int tl_masks_ready(zl_engine *e, const zl_step *st) {
+    t_late *a = (t_late *)e;
+    for (int k = 0; k < a->nq; k++) {
+        if (a->q[k] != st || a->announced[k] || !tl_has_late(st)) continue;
+        for (int i = 0; i < st->n; i++)
+            if (st->seqs[i].mask_late) {
+                memcpy(a->masks[k] + (size_t)i * a->words, st->seqs[i].mask, (size_t)a->words * 4);
+                a->late_entries++;
+            }
+        a->announced[k] = 1;
+        return 0;
+    }
+    snprintf(e->err, sizeof e->err, "masks_ready: the step is not in flight with late masks to announce");
+    return -1;
+}
+
+static int tl_wait(zl_engine *e, const zl_step *st) {
+    t_late *a = (t_late *)e;
+    if (!a->nq || a->q[0] != st) return tl_fail(a, "wait for a step that is not the oldest booked");
+    if (tl_has_late(st) && !a->announced[0]) return tl_fail(a, "waited before its late masks were announced");
+    for (int i = 0; i < st->n; i++) {
+        a->run[i] = st->seqs[i];
+        if (a->run[i].mask_late) a->run[i].mask = a->masks[0] + (size_t)i * a->words;
+        a->run[i].mask_late = 0;
+    }
+    zl_step r = *st;
+    r.seqs = a->run;
+    r.sync = 1;
+    const int rc = engine_run(a->inner, &r);
+    if (rc != 0) snprintf(e->err, sizeof e->err, "%s", a->inner->err);
+    uint32_t *m0 = a->masks[0];
+    a->q[0] = a->q[1];
+    a->announced[0] = a->announced[1];
+    a->masks[0] = a->masks[1];
+    a->masks[1] = m0;
+    a->nq--;
+    return rc;
+}
+
+static void tl_destroy(zl_engine *e) {
+    t_late *a = (t_late *)e;
+    engine_destroy(&a->inner);
+    free(a->masks[0]);
+    free(a->masks[1]);
+    free(a);
+}
+
+static const zl_engine_ops tl_ops = {tl_launch, tl_wait, tl_destroy, NULL};
+
+/* wraps inner (taken over); NULL on failure (inner destroyed) */
+static zl_engine *tl_new(zl_engine *inner) {
+    t_late *a = inner && inner->max_batch <= TL_MAX ? calloc(1, sizeof *a) : NULL;
+    if (a) {
+        a->words = (inner->model->cfg.vocab_size + 31) / 32;
+        a->masks[0] = malloc((size_t)TL_MAX * (size_t)a->words * 4);
+        a->masks[1] = malloc((size_t)TL_MAX * (size_t)a->words * 4);
+    }
+    if (!a || !a->masks[0] || !a->masks[1]) {
+        if (a) {
+            free(a->masks[0]);
+            free(a->masks[1]);
+        }
+        free(a);
+        engine_destroy(&inner);
+        return NULL;
+    }
+    a->inner = inner;
+    zl_engine *b = &a->base;
+    b->ops = &tl_ops;
+    b->model = inner->model;
+    snprintf(b->device, sizeof b->device, "test-late");
+    b->n_slots = inner->n_slots;
+    b->n_ctx = inner->n_ctx;
+    b->max_batch = inner->max_batch;
+    b->max_step_tokens = inner->max_step_tokens;
+    b->lanes = 1;
+    b->depth = 2;
+    b->masks = 1;
+    b->masks_late = 1;
+    b->masks_ready = tl_masks_ready;
+    b->caps = inner->caps;
+    b->launch_async = 1;
+    return b;
+}
+
 /* does the byte string of ids[0..n) (end-of-generation ids excluded) match g whole */
 static int s_complete(zg_grammar *g, const zg_vocab *v, const int32_t *ids, int n) {
     char err[128];
@@ -47,8 +178,15 @@ static int s_complete(zg_grammar *g, const zg_vocab *v, const int32_t *ids, int 
 }
 
 #define NSEQ 6
-static void s_run(const zl_model *m, const zg_vocab *v, zg_grammar **g, int ahead, int threads) {
+/* ahead: 0 synchronous steps, 1 queued ahead, 2 queued ahead over late masks (t_late); each sequence's ids and
+ * finish code into got, n_got, fin */
+static void s_run(const zl_model *m, const zg_vocab *v, zg_grammar **g, int ahead, int threads, int32_t (*got)[NG],
+                  int *n_got, int *fin) {
     zl_engine *e = s_engine(m);
+    if (e && ahead == 2) {
+        e = tl_new(e);
+        CHECK(e != NULL, "the late-mask engine");
+    }
     if (!e) return;
     char err[256];
     uint8_t *eog = calloc((size_t)m->cfg.vocab_size, 1);
@@ -60,14 +198,14 @@ static void s_run(const zl_model *m, const zg_vocab *v, zg_grammar **g, int ahea
         engine_destroy(&e);
         return;
     }
-    batcher_set_ahead(b, ahead);
+    CHECK(batcher_set_ahead(b, ahead != 0) == (ahead != 0), "ahead %d", ahead);
     batcher_set_vocab(b, v);
     CHECK(batcher_set_mask_threads(b, threads, err, sizeof err) == 0, "mask threads: %s", err);
     /* sequences 0, 2, 4: constrained (grammar g[i / 2 % 2], greedy for 0, sampled for 2 and 4); 1, 3, 5: the
      * golden continuation of BOS + gold[0..k) */
     int32_t prompt[NSEQ][16];
-    int32_t got[NSEQ][NG];
-    int n_got[NSEQ] = {0}, fin[NSEQ] = {0};
+    memset(n_got, 0, NSEQ * sizeof *n_got);
+    memset(fin, 0, NSEQ * sizeof *fin);
     for (int i = 0; i < NSEQ; i++) {
         wk_request r;
         memset(&r, 0, sizeof r);
@@ -119,6 +257,11 @@ static void s_run(const zl_model *m, const zg_vocab *v, zg_grammar **g, int ahea
             CHECK(same, "ahead %d threads %d seq %d: the unconstrained continuation is golden (fin %d, %d ids)", ahead,
                   threads, i, fin[i], n_got[i]);
         }
+    }
+    if (ahead == 2) {
+        const t_late *a = (const t_late *)e;
+        CHECK(a->violations == 0, "threads %d: %d late-mask violations (%s)", threads, a->violations, e->err);
+        CHECK(a->late_entries > 20, "threads %d: %d fed entries took late masks", threads, a->late_entries);
     }
     free(ev);
     batcher_destroy(&b);
@@ -188,10 +331,20 @@ int main(void) {
                         grammar_compile(ZG_REGEX, re, strlen(re), err, sizeof err)};
     CHECK(g[0] && g[1], "grammars: %s", err);
     if (m && v && g[0] && g[1] && ng == NG) {
-        s_run(m, v, g, 0, 1);
-        s_run(m, v, g, 1, 1);
-        s_run(m, v, g, 0, 3);
-        s_run(m, v, g, 1, 3);
+        static int32_t got[6][NSEQ][NG];
+        int n_got[6][NSEQ], fin[6][NSEQ];
+        s_run(m, v, g, 0, 1, got[0], n_got[0], fin[0]);
+        s_run(m, v, g, 1, 1, got[1], n_got[1], fin[1]);
+        s_run(m, v, g, 0, 3, got[2], n_got[2], fin[2]);
+        s_run(m, v, g, 1, 3, got[3], n_got[3], fin[3]);
+        s_run(m, v, g, 2, 1, got[4], n_got[4], fin[4]);
+        s_run(m, v, g, 2, 3, got[5], n_got[5], fin[5]);
+        for (int r = 1; r < 6; r++)
+            for (int i = 0; i < NSEQ; i++)
+                CHECK(n_got[r][i] == n_got[0][i] && fin[r][i] == fin[0][i] &&
+                          !memcmp(got[r][i], got[0][i], (size_t)n_got[0][i] * sizeof(int32_t)),
+                      "run %d seq %d: %d ids (fin %d), synchronous on one thread %d (fin %d)", r, i, n_got[r][i],
+                      fin[r][i], n_got[0][i], fin[0][i]);
         s_edges(m, v, g[0]);
     }
     grammar_unref(&g[0]);

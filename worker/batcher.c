@@ -32,6 +32,7 @@
  * not sample goes on with its next chunk in the step queued behind (its tokens are known). A record may then be
  * in two steps in flight (inflight counts them), so records beyond n_slots are used as with lanes. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,18 @@
 #include "kv_hash.h"
 #include "kv_table.h"
 #include "phase_times.h"
+
+typedef struct s_lane s_lane;
+typedef struct wk_batcher wk_batcher;
+
+/* one job of mask computations: the entries list[0..n) of lane L, taken in turn from next by the threads */
+typedef struct {
+    wk_batcher *b;
+    s_lane *L;
+    const int *list;
+    int n;
+    atomic_int next;
+} s_mask_job;
 
 typedef struct {
     int active;                    /* 1 while the record is used: a running sequence, or a cancelled one whose
@@ -79,7 +92,7 @@ typedef struct {
     int resumed;                     /* 1 once preempted (paged): its admissions no longer count as prompts */
 } s_rec;
 
-typedef struct {
+struct s_lane {
     zl_seq *seqs;                  /* [max_batch] entries of the step being built or in flight (the engine reads
                                     * them until the collect) */
     int *seq_rec;                  /* [max_batch] record of each entry */
@@ -94,7 +107,7 @@ typedef struct {
     int busy;                      /* 1 while a step of this lane is submitted and not collected */
     uint64_t ord;                  /* that step's submission ordinal (collects go in submission order) */
     int rotate;                    /* decode start offset when more decodes than max_batch */
-} s_lane;
+};
 
 struct wk_batcher {
     zl_engine *e;                  /* borrowed engine */
@@ -138,6 +151,12 @@ struct wk_batcher {
     int *mask_list;                /* [max_batch] entries of the step being built that need their mask (or of
                                     * the step collected whose matchers take their tokens) */
     uint8_t *refused;              /* [max_batch] per entry of the step collected: its grammar refused the token */
+    /* late masks computed while the caller goes on (s_late_start .. s_late_finish): the fed step in flight whose
+     * masks they are (NULL: none pending), the job, its entries, and whether the mask threads run it */
+    s_lane *late_lane;
+    s_mask_job late_job;
+    int *late_list;                /* [max_batch] */
+    int late_async;
     /* KV block accounting (batcher_set_kv, docs/kv-cache.md): the engine still keeps one contiguous slot per
      * sequence; the pool mirrors what paged KV would hold and finds the prompts' cached prefixes */
     kv_pool *kvp;              /* NULL: off */
@@ -178,12 +197,15 @@ wk_batcher *batcher_new(zl_engine *e, const uint8_t *eog, int vocab, char *err, 
     b->mask_words = (vocab + 31) / 32;
     b->mask_list = malloc((size_t)e->max_batch * sizeof *b->mask_list);
     b->refused = malloc((size_t)e->max_batch);
+    b->late_list = malloc((size_t)e->max_batch * sizeof *b->late_list);
     b->eog = malloc((size_t)vocab);
     b->recs = calloc((size_t)b->n_rec, sizeof *b->recs);
     b->tok_buf = malloc((size_t)b->n_rec * (size_t)b->n_ctx * sizeof(int32_t));
     b->kv_rec = malloc((size_t)b->n_slots * sizeof *b->kv_rec);
     b->pending = calloc((size_t)b->pending_cap, sizeof *b->pending);
-    if (!b->eog || !b->recs || !b->tok_buf || !b->kv_rec || !b->pending || !b->mask_list || !b->refused) goto oom;
+    if (!b->eog || !b->recs || !b->tok_buf || !b->kv_rec || !b->pending || !b->mask_list || !b->refused ||
+        !b->late_list)
+        goto oom;
     for (int l = 0; l < WK_MAX_LANES; l++) {
         s_lane *L = &b->lane[l];
         L->seqs = calloc((size_t)e->max_batch, sizeof *L->seqs);
@@ -210,6 +232,7 @@ oom:
 void batcher_destroy(wk_batcher **pb) {
     if (!pb || !*pb) return;
     wk_batcher *b = *pb;
+    if (b->late_async) cpu_pool_join(b->mask_pool); /* the mask threads finish with the matchers before they go */
     for (int i = 0; b->recs && i < b->n_rec; i++) kv_table_free(&b->recs[i].kvt);
     kv_pool_destroy(&b->kvp);
     free(b->eog);
@@ -220,6 +243,7 @@ void batcher_destroy(wk_batcher **pb) {
     free(b->recs);
     free(b->mask_list);
     free(b->refused);
+    free(b->late_list);
     cpu_pool_destroy(&b->mask_pool);
     free(b->tok_buf);
     free(b->kv_rec);
@@ -329,7 +353,10 @@ void batcher_set_vocab(wk_batcher *b, const zg_vocab *v) {
     b->gvocab = v && grammar_vocab_size(v) == b->vocab ? v : NULL;
 }
 
+static int s_late_finish(wk_batcher *b, char *err, size_t errlen);
+
 int batcher_set_mask_threads(wk_batcher *b, int n, char *err, size_t errlen) {
+    if (b->late_lane && s_late_finish(b, err, errlen) != 0) return -1;
     cpu_pool_destroy(&b->mask_pool);
     if (n <= 1) return 0;
     b->mask_pool = cpu_pool_new(n, err, errlen);
@@ -814,17 +841,14 @@ static int s_can_feed(const wk_batcher *b, int i) {
            (!s->gm || b->e->masks_late) && s->n_gen_sched < s->max_tokens && s->n_sched + 1 < b->n_ctx;
 }
 
-typedef struct {
-    wk_batcher *b;
-    s_lane *L;
-    int n;
-} s_mask_job;
-
-/* thread ith of nth: every nth entry of the mask list */
+/* any thread: the entries list[0..n) of L whose masks it computes, taken one at a time from next (a walk of a
+ * state the grammar has not seen costs a hundred copies: taking entries in turn keeps the threads even) */
 static void s_mask_run(void *ctx, int ith, int nth) {
-    const s_mask_job *j = ctx;
-    for (int k = ith; k < j->n; k += nth) {
-        const int e = j->b->mask_list[k];
+    s_mask_job *j = ctx;
+    (void)ith;
+    (void)nth;
+    for (int k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n;) {
+        const int e = j->list[k];
         grammar_matcher_mask(j->b->recs[j->L->seq_rec[e]].gm, j->b->gvocab, (uint32_t *)j->L->seqs[e].mask);
     }
 }
@@ -836,7 +860,7 @@ static void s_masks(wk_batcher *b, s_lane *L, int n0, int n) {
         if (L->seqs[j].mask && !L->seqs[j].mask_late) b->mask_list[cnt++] = j;
     if (!cnt) return;
     const double t0 = s_t0(b);
-    s_mask_job job = {b, L, cnt};
+    s_mask_job job = {b, L, b->mask_list, cnt, 0};
     if (cnt > 1 && b->mask_pool) cpu_pool_run(b->mask_pool, s_mask_run, &job);
     else s_mask_run(&job, 0, 1);
     s_ph(b, WK_PH_MASKS, t0);
@@ -1012,24 +1036,46 @@ static int s_launch_ahead(wk_batcher *b, s_lane *L, int n, int prefill, char *er
     return 0;
 }
 
-/* the late masks of B's fed constrained entries (zl_seq.mask_late), once the step before it has been applied:
+/* The late masks of B's fed constrained entries (zl_seq.mask_late), once the step before it has been applied:
  * computed from the matchers that took that step's ids (a sequence that ended meanwhile gets all ids: its result
- * is dropped), then announced to the engine, whose sampling of B waits for them */
-static int s_late_masks(wk_batcher *b, s_lane *B, char *err, size_t errlen) {
+ * is dropped), then announced to the engine, whose sampling of B waits for them. s_late_start starts them on the
+ * mask threads' workers and returns, so that they are computed while the caller turns the collected step's events
+ * into its `out` message and reads the broker's; s_late_finish (at the next batcher_step, before anything
+ * else, and before anything that would free a matcher or the pool) computes what is left on the caller's thread,
+ * waits for the workers and announces them. In between, the workers own B's matchers (live ones, held by the
+ * step in flight, which nothing frees) and masks; the caller touches neither. */
+static int s_late_start(wk_batcher *b, s_lane *B, char *err, size_t errlen) {
     int cnt = 0, any = 0;
     for (int j = 0; j < B->n; j++) {
         zl_seq *q = &B->seqs[j];
         if (!q->mask_late) continue;
         any = 1;
         const s_rec *s = &b->recs[B->seq_rec[j]];
-        if (s->live && s->gm) b->mask_list[cnt++] = j;
+        if (s->live && s->gm) b->late_list[cnt++] = j;
         else memset((uint32_t *)q->mask, 0xFF, (size_t)b->mask_words * sizeof(uint32_t));
     }
     if (!any) return 0;
     const double t0 = s_t0(b);
-    s_mask_job job = {b, B, cnt};
-    if (cnt > 1 && b->mask_pool) cpu_pool_run(b->mask_pool, s_mask_run, &job);
-    else if (cnt > 0) s_mask_run(&job, 0, 1);
+    b->late_lane = B;
+    b->late_job.b = b;
+    b->late_job.L = B;
+    b->late_job.list = b->late_list;
+    b->late_job.n = cnt;
+    atomic_store_explicit(&b->late_job.next, 0, memory_order_relaxed);
+    b->late_async = cnt > 1 && b->mask_pool && cpu_pool_threads(b->mask_pool) > 1;
+    if (b->late_async) cpu_pool_start(b->mask_pool, s_mask_run, &b->late_job);
+    s_ph(b, WK_PH_MASKS, t0);
+    return b->late_async ? 0 : s_late_finish(b, err, errlen);
+}
+
+static int s_late_finish(wk_batcher *b, char *err, size_t errlen) {
+    s_lane *B = b->late_lane;
+    if (!B) return 0;
+    const double t0 = s_t0(b);
+    if (b->late_async) cpu_pool_join(b->mask_pool);
+    else s_mask_run(&b->late_job, 0, 1);
+    b->late_async = 0;
+    b->late_lane = NULL;
     if (engine_masks_ready(b->e, &B->st) != 0) {
         snprintf(err, errlen, "%s", b->e->err);
         return -1;
@@ -1079,7 +1125,7 @@ static int s_step_ahead(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *er
     for (int j = 0; j < A->n; j++) b->last_tokens += A->seqs[j].n_tokens;
     s_apply(b, A, A->n, ev, &ne);
     *n_ev = ne;
-    if (b->fl_count == 1 && s_late_masks(b, B, err, errlen) != 0) return -1;
+    if (b->fl_count == 1 && s_late_start(b, B, err, errlen) != 0) return -1;
     return 1;
 }
 
@@ -1089,12 +1135,15 @@ typedef struct {
     wk_batcher *b;
     s_lane *L;
     int n;
+    atomic_int next;
 } s_accept_job;
 
-/* thread ith of nth: every nth entry of the accept list, its result into mask_list's sign (-1 - entry: refused) */
+/* any thread: entries of the accept list taken in turn, each result into mask_list's sign (-1 - entry: refused) */
 static void s_accept_run(void *ctx, int ith, int nth) {
-    const s_accept_job *j = ctx;
-    for (int k = ith; k < j->n; k += nth) {
+    s_accept_job *j = ctx;
+    (void)ith;
+    (void)nth;
+    for (int k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n;) {
         const int e = j->b->mask_list[k];
         s_rec *s = &j->b->recs[j->L->seq_rec[e]];
         if (grammar_matcher_accept_token(s->gm, j->b->gvocab, j->L->out_tok[e]) != 0) j->b->mask_list[k] = -1 - e;
@@ -1111,7 +1160,7 @@ static void s_accepts(wk_batcher *b, s_lane *L, int n, uint8_t *refused) {
         const int32_t t = L->out_tok[j];
         if (s->live && s->gm && L->seqs[j].sample && t >= 0 && t < b->vocab) b->mask_list[cnt++] = j;
     }
-    s_accept_job job = {b, L, cnt};
+    s_accept_job job = {b, L, cnt, 0};
     if (cnt > 1 && b->mask_pool) cpu_pool_run(b->mask_pool, s_accept_run, &job);
     else if (cnt > 0) s_accept_run(&job, 0, 1);
     for (int k = 0; k < cnt; k++)
@@ -1250,6 +1299,7 @@ int batcher_step(wk_batcher *b, wk_event *ev, int cap, int *n_ev, char *err, siz
         for (int i = 0; i < b->n_rec && !b->ph_grammar; i++)
             b->ph_grammar = b->recs[i].active && b->recs[i].live && b->recs[i].gm;
     }
+    if (s_late_finish(b, err, errlen) != 0) return -1; /* the late masks of the step in flight, announced */
     int ne = 0;
     for (int i = 0; i < b->n_pending; i++) ev[ne++] = b->pending[i];
     b->n_pending = 0;
