@@ -10,10 +10,10 @@
 
 #define N_ENTRIES 1000
 typedef struct {
-    atomic_int calls[8];       /* per thread index */
-    atomic_int nth_bad;        /* calls whose nth was not the pool's */
-    int nth;                   /* expected nth */
-    atomic_int next;           /* entries taken in turn */
+    atomic_int calls[8];        /* per thread index */
+    atomic_int nth_bad;         /* calls whose nth was not the pool's */
+    int nth;                    /* expected nth */
+    atomic_int next;            /* entries taken in turn */
     atomic_int done[N_ENTRIES]; /* times each entry was done */
 } s_job;
 

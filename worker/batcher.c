@@ -155,7 +155,7 @@ struct wk_batcher {
      * masks they are (NULL: none pending), the job, its entries, and whether the mask threads run it */
     s_lane *late_lane;
     s_mask_job late_job;
-    int *late_list;                /* [max_batch] */
+    int *late_list; /* [max_batch] */
     int late_async;
     /* KV block accounting (batcher_set_kv, docs/kv-cache.md): the engine still keeps one contiguous slot per
      * sequence; the pool mirrors what paged KV would hold and finds the prompts' cached prefixes */

@@ -13,20 +13,22 @@
 
 /* the phases, in the order of a step's critical path; batcher.c and the worker's loop fill them */
 enum {
-    WK_PH_DEVICE, /* the host blocked on the device for the collected step (engine_wait; a synchronous
-                     * engine: the whole step) */
+    /* the host blocked on the device for the collected step (engine_wait; a synchronous engine: the whole step) */
+    WK_PH_DEVICE,
     WK_PH_ACCEPT, /* the grammars take the collected tokens (matcher accepts) */
     WK_PH_APPLY,  /* the rest of applying the collected step: positions, finishes, events */
-    WK_PH_MASKS,  /* masks of the steps built or in flight (late masks included) and their announcement */
+    /* masks of the steps built, and the late masks of the step in flight: the caller's share of computing them,
+     * the wait for the mask threads and the announcement */
+    WK_PH_MASKS,
     WK_PH_BUILD,  /* building the next step's entries (masks excluded) */
-    WK_PH_LAUNCH, /* engine_launch of a queued step (steps queued ahead) */
-    WK_PH_GAP,    /* the host's critical path: from the end of the wait for step n to the launch of the step
-                     * that fills the queue again (steps queued ahead: n + 2; otherwise from the end of step n to the
-                     * start of step n + 1) */
-    WK_PH_OUT,    /* events into the `out` message and its send */
-    WK_PH_IO,     /* the rest of the loop: poll, reading the broker's messages, heartbeats */
-    WK_PH_LOOP,   /* one whole turn of the loop (the step period seen by the host) */
-    WK_PH_GPU,    /* device time of the collected step (CUDA events around it; absent elsewhere) */
+    WK_PH_LAUNCH, /* engine_launch of a queued step (steps queued ahead, lanes) */
+    /* the host's critical path: from the end of the wait for step n to the launch of the step that fills the
+     * queue again (steps queued ahead: n + 2); synchronous steps: from the end of step n to the start of n + 1 */
+    WK_PH_GAP,
+    WK_PH_OUT,  /* events into the `out` message and its send */
+    WK_PH_IO,   /* the rest of the loop's turn: poll, reading the broker's messages, heartbeats */
+    WK_PH_LOOP, /* one whole turn of the loop (the step period seen by the host) */
+    WK_PH_GPU,  /* device time of the collected step (CUDA events around it; absent elsewhere) */
     WK_PH_N
 };
 
