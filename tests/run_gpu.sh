@@ -18,6 +18,7 @@
 #   - zllm-run --device cuda: the 200 golden stories260K ids, with and without graphs;
 #   - tests/test_worker_golden.sh cuda: a broker and a CUDA worker give the golden ids to concurrent requests;
 #   - tests/test_logprobs.py on a CUDA worker: logprobs, penalties, logit bias and n end to end;
+#   - tests/test_e2e_structured.py on a CUDA worker: structured output with steps queued ahead and late masks;
 #   - tests/test_prompt_logprobs.py on CUDA workers: prompt logprobs against float64, alone/batch/chunks bitwise;
 #   - Gemma 3 270M Q4_K_M (deploy/fetch-gemma3.sh): gpu_test_engine_gpu, test_gemma3_270m on cuda, zllm-run's
 #     text, and `zllm chat` through a broker and a CUDA worker (test_e2e_chat_templates.py); test_e2e_gemma3.sh
@@ -206,6 +207,10 @@ run_one "worker-cuda-golden" env ZLLM_BUILD="$build" bash tests/test_worker_gold
 # a request alone and inside a batch of 64 bit-identical, n=8 sharing its prefill through copy_kv)
 run_one "e2e-logprobs-cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda \
     ZLLM_E2E_BITWISE_MODEL="$tmp/smollm2-135m-bf16.gguf" python3 tests/test_logprobs.py
+# structured output end to end on a CUDA worker (tests/test_e2e_structured.py on the default model: every output
+# valid under its schema, regex or grammar; constrained sequences fed ahead, their late masks computed on the mask
+# threads while the worker sends the step's out)
+run_one "e2e-structured-cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda python3 tests/test_e2e_structured.py
 # the CUDA engine's logprobs, penalties and copied KV on a BF16 model (wtc products: bitwise checks)
 [ -x "$build/tests/gpu_test_logprobs" ] && [ -f "$tmp/smollm2-135m-bf16.gguf" ] && \
     run_one "gpu_test_logprobs:smollm2-135m-bf16" "$build/tests/gpu_test_logprobs" "$tmp/smollm2-135m-bf16.gguf"
