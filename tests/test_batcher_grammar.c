@@ -308,6 +308,98 @@ static void s_edges(const zl_model *m, const zg_vocab *v, zg_grammar *g) {
     engine_destroy(&e);
 }
 
+/* late masks with cancels, late admissions and a destroy while masks are being computed: 6 constrained sampled
+ * sequences on 3 mask threads; after the 3rd call two are cancelled (their step in flight still takes late masks)
+ * and two more are admitted into the freed slots; every other sequence still ends as a complete match, every
+ * cancel is acknowledged once, no step is waited for before its late masks were announced; then a batcher is
+ * destroyed with late masks pending (the mask threads finish before the matchers go) */
+static void s_late_cancel(const zl_model *m, const zg_vocab *v, zg_grammar *g) {
+    for (int pass = 0; pass < 2; pass++) {
+        zl_engine *e = s_engine(m);
+        e = e ? tl_new(e) : NULL;
+        CHECK(e != NULL, "the late-mask engine");
+        if (!e) return;
+        char err[256];
+        uint8_t *eog = calloc((size_t)m->cfg.vocab_size, 1);
+        eog[2] = 1;
+        wk_batcher *b = batcher_new(e, eog, m->cfg.vocab_size, err, sizeof err);
+        CHECK(b && batcher_set_ahead(b, 1) == 1, "late cancel: batcher queued ahead");
+        if (!b) {
+            free(eog);
+            engine_destroy(&e);
+            return;
+        }
+        batcher_set_vocab(b, v);
+        CHECK(batcher_set_mask_threads(b, 3, err, sizeof err) == 0, "mask threads: %s", err);
+        int32_t prompt[2] = {1, s_gold[0]};
+        int32_t got[8][NG];
+        int n_got[8] = {0}, fin[8] = {0}, acks[8] = {0};
+        wk_request r;
+        memset(&r, 0, sizeof r);
+        r.tokens = prompt;
+        r.n_tokens = 2;
+        r.max_tokens = 120;
+        r.samp = sampler_defaults();
+        r.samp.temperature = 0.9f;
+        r.grammar = g;
+        for (int i = 0; i < 6; i++) {
+            r.rid = 200 + (uint64_t)i;
+            r.samp.seed = 11 + (uint64_t)i;
+            CHECK(batcher_add(b, &r, err, sizeof err) == 0, "late cancel: add %d: %s", i, err);
+        }
+        int cap = batcher_event_cap(b);
+        wk_event *ev = calloc((size_t)cap, sizeof *ev);
+        for (int call = 0; call < 400; call++) {
+            if (pass == 1 && call == 4) break; /* destroyed below with late masks pending */
+            if (call == 3) {
+                CHECK(batcher_cancel(b, 201) == 1 && batcher_cancel(b, 204) == 1, "late cancel: cancels");
+                for (int i = 6; i < 8; i++) {
+                    r.rid = 200 + (uint64_t)i;
+                    r.samp.seed = 11 + (uint64_t)i;
+                    CHECK(batcher_add(b, &r, err, sizeof err) == 0, "late cancel: add %d: %s", i, err);
+                }
+            }
+            int n_ev = 0, done = 1;
+            if (batcher_step(b, ev, cap, &n_ev, err, sizeof err) < 0) {
+                CHECK(0, "late cancel: step: %s", err);
+                break;
+            }
+            for (int j = 0; j < n_ev; j++) {
+                int i = (int)(ev[j].rid - 200);
+                if (i < 0 || i >= 8) continue;
+                if (ev[j].fin == WK_FIN_CANCELLED) {
+                    acks[i]++;
+                    continue;
+                }
+                CHECK(!fin[i], "late cancel: seq %d: an event after its final", i);
+                if (ev[j].tok >= 0 && n_got[i] < NG) got[i][n_got[i]++] = ev[j].tok;
+                if (ev[j].fin) fin[i] = ev[j].fin;
+            }
+            for (int i = 0; i < 8; i++) done &= fin[i] != 0 || acks[i] != 0;
+            if (done && !batcher_in_flight(b)) break;
+        }
+        if (pass == 0) {
+            for (int i = 0; i < 8; i++) {
+                if (i == 1 || i == 4) {
+                    CHECK(acks[i] == 1 && !fin[i], "late cancel: seq %d acknowledged once (%d), no final", i, acks[i]);
+                    continue;
+                }
+                int n = n_got[i] > 0 && got[i][n_got[i] - 1] == 2 ? n_got[i] - 1 : n_got[i];
+                CHECK(fin[i] == WK_FIN_STOP && s_complete(g, v, got[i], n),
+                      "late cancel: seq %d: fin %d after %d tokens, a complete match", i, fin[i], n_got[i]);
+            }
+            CHECK(batcher_free_slots(b) == 6 && !batcher_in_flight(b), "late cancel: every slot back");
+        }
+        const t_late *a = (const t_late *)e;
+        CHECK(a->violations == 0, "late cancel pass %d: %d violations (%s)", pass, a->violations, e->err);
+        CHECK(a->late_entries > 0, "late cancel pass %d: late masks taken", pass);
+        free(ev);
+        batcher_destroy(&b);
+        free(eog);
+        engine_destroy(&e);
+    }
+}
+
 int main(void) {
     char p[1100], err[256];
     snprintf(p, sizeof p, "%s/stories260K/golden_greedy_ids.txt", test_fixtures());
@@ -345,6 +437,7 @@ int main(void) {
                           !memcmp(got[r][i], got[0][i], (size_t)n_got[0][i] * sizeof(int32_t)),
                       "run %d seq %d: %d ids (fin %d), synchronous on one thread %d (fin %d)", r, i, n_got[r][i],
                       fin[r][i], n_got[0][i], fin[0][i]);
+        s_late_cancel(m, v, g[0]);
         s_edges(m, v, g[0]);
     }
     grammar_unref(&g[0]);
