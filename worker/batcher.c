@@ -28,7 +28,9 @@
  * made where the end is certain (max_tokens, the context) or where a fed entry is not allowed (the repetition
  * penalty, or a grammar over an engine without late masks: such a sequence waits for its token and runs in the
  * step after). A grammar sequence fed over an engine with late masks gets its fed entry's mask once the step in
- * flight is collected (s_late_masks), while the device runs the fed step. A prompt whose chunk in flight does
+ * flight is collected: the mask threads compute it while the device runs the fed step and the caller handles the
+ * collected step's events, and the next batcher_step announces it first (s_late_start, s_late_finish). A prompt
+ * whose chunk in flight does
  * not sample goes on with its next chunk in the step queued behind (its tokens are known). A record may then be
  * in two steps in flight (inflight counts them), so records beyond n_slots are used as with lanes. */
 #include <math.h>
@@ -819,7 +821,7 @@ static void s_entry_fed(wk_batcher *b, s_lane *L, int i, int n) {
     q->rng = &s->rng;
     q->feed = 1;
     /* a constrained sequence's mask depends on the id of the step in flight: written after that step is collected
-     * and announced to the engine then (s_late_masks) */
+     * and announced to the engine then (s_late_start, s_late_finish) */
     q->mask = s->gm ? s->mask : NULL;
     q->mask_late = s->gm != NULL;
     q->plp_rows = 0;

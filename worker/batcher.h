@@ -107,8 +107,11 @@ int batcher_in_flight(const wk_batcher *b);   /* lanes with a step submitted and
  * engine that does not apply masks (zl_engine.masks), a request with a grammar is rejected. A sequence with a
  * grammar gets its mask computed on the CPU when its sampling entry is built; with steps queued ahead over an
  * engine that takes late masks (zl_engine.masks_late: CUDA) it is fed like any other sequence and the mask of its
- * fed entry is computed once the step in flight is collected, while the device runs the fed step (elsewhere it
- * is never fed: each mask needs the previous token). */
+ * fed entry is computed once the step in flight is collected, on the mask threads while the device runs the fed
+ * step and the caller handles the returned events, and announced to the engine at the start of the next
+ * batcher_step (elsewhere it is never fed: each mask needs the previous token). Between the two calls the mask
+ * threads read those sequences' matchers; batcher_add, batcher_cancel and batcher_clear stay safe (they free no
+ * matcher of a step in flight), and batcher_destroy and batcher_set_mask_threads wait for the threads first. */
 void batcher_set_vocab(wk_batcher *b, const zg_vocab *v);
 /* Computes each step's masks, and advances the matchers by the collected tokens, on n threads (the caller's included;
  * <= 1: on the caller's only). 0, or -1 with err
