@@ -30,9 +30,9 @@
  * step after). A grammar sequence fed over an engine with late masks gets its fed entry's mask once the step in
  * flight is collected: the mask threads compute it while the device runs the fed step and the caller handles the
  * collected step's events, and the next batcher_step announces it first (s_late_start, s_late_finish). A prompt
- * whose chunk in flight does
- * not sample goes on with its next chunk in the step queued behind (its tokens are known). A record may then be
- * in two steps in flight (inflight counts them), so records beyond n_slots are used as with lanes. */
+ * whose chunk in flight does not sample goes on with its next chunk in the step queued behind (its tokens are
+ * known). A record may then be in two steps in flight (inflight counts them), so records beyond n_slots are used
+ * as with lanes. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
