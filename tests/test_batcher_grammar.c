@@ -241,6 +241,9 @@ static void s_run(const zl_model *m, const zg_vocab *v, zg_grammar **g, int ahea
             if (ev[j].fin) fin[i] = ev[j].fin;
         }
         for (int i = 0; i < NSEQ; i++) done &= fin[i] != 0;
+        /* on three threads the late masks are announced here, as the worker does once its out is sent (elsewhere
+         * by the next batcher_step) */
+        if (ahead == 2 && threads == 3) CHECK(batcher_masks_flush(b, err, sizeof err) == 0, "flush: %s", err);
         if (done && !batcher_in_flight(b)) break;
     }
     for (int i = 0; i < NSEQ; i++) {

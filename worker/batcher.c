@@ -29,7 +29,8 @@
  * penalty, or a grammar over an engine without late masks: such a sequence waits for its token and runs in the
  * step after). A grammar sequence fed over an engine with late masks gets its fed entry's mask once the step in
  * flight is collected: the mask threads compute it while the device runs the fed step and the caller handles the
- * collected step's events, and the next batcher_step announces it first (s_late_start, s_late_finish). A prompt
+ * collected step's events, and batcher_masks_flush or the next batcher_step announces it (s_late_start,
+ * s_late_finish). A prompt
  * whose chunk in flight does not sample goes on with its next chunk in the step queued behind (its tokens are
  * known). A record may then be in two steps in flight (inflight counts them), so records beyond n_slots are used
  * as with lanes. */
@@ -1042,9 +1043,9 @@ static int s_launch_ahead(wk_batcher *b, s_lane *L, int n, int prefill, char *er
  * computed from the matchers that took that step's ids (a sequence that ended meanwhile gets all ids: its result
  * is dropped), then announced to the engine, whose sampling of B waits for them. s_late_start starts them on the
  * mask threads' workers and returns, so that they are computed while the caller turns the collected step's events
- * into its `out` message and reads the broker's; s_late_finish (at the next batcher_step, before anything
- * else, and before anything that would free a matcher or the pool) computes what is left on the caller's thread,
- * waits for the workers and announces them. In between, the workers own B's matchers (live ones, held by the
+ * into its `out` message; s_late_finish (batcher_masks_flush, else the next batcher_step before anything else,
+ * and before anything that would free a matcher or the pool) computes what is left on the caller's thread, waits
+ * for the workers and announces them. In between, the workers own B's matchers (live ones, held by the
  * step in flight, which nothing frees) and masks; the caller touches neither. */
 static int s_late_start(wk_batcher *b, s_lane *B, char *err, size_t errlen) {
     int cnt = 0, any = 0;
@@ -1069,6 +1070,8 @@ static int s_late_start(wk_batcher *b, s_lane *B, char *err, size_t errlen) {
     s_ph(b, WK_PH_MASKS, t0);
     return b->late_async ? 0 : s_late_finish(b, err, errlen);
 }
+
+int batcher_masks_flush(wk_batcher *b, char *err, size_t errlen) { return s_late_finish(b, err, errlen); }
 
 static int s_late_finish(wk_batcher *b, char *err, size_t errlen) {
     s_lane *B = b->late_lane;

@@ -108,11 +108,16 @@ int batcher_in_flight(const wk_batcher *b);   /* lanes with a step submitted and
  * grammar gets its mask computed on the CPU when its sampling entry is built; with steps queued ahead over an
  * engine that takes late masks (zl_engine.masks_late: CUDA) it is fed like any other sequence and the mask of its
  * fed entry is computed once the step in flight is collected, on the mask threads while the device runs the fed
- * step and the caller handles the returned events, and announced to the engine at the start of the next
- * batcher_step (elsewhere it is never fed: each mask needs the previous token). Between the two calls the mask
+ * step and the caller handles the returned events, and announced to the engine by batcher_masks_flush or at the
+ * start of the next batcher_step (elsewhere it is never fed: each mask needs the previous token). Between the two calls the mask
  * threads read those sequences' matchers; batcher_add, batcher_cancel and batcher_clear stay safe (they free no
  * matcher of a step in flight), and batcher_destroy and batcher_set_mask_threads wait for the threads first. */
 void batcher_set_vocab(wk_batcher *b, const zg_vocab *v);
+/* Announces the late masks that the last batcher_step left to the mask threads (waiting for them, and computing
+ * what they have not taken on the caller's thread), so that the device's sampling of the step in flight goes on;
+ * a no-op when none are pending. The worker calls it once the step's `out` is sent, before reading the broker;
+ * otherwise the next batcher_step does it first. 0, or -1 with err on an engine error (the caller must exit). */
+int batcher_masks_flush(wk_batcher *b, char *err, size_t errlen);
 /* Computes each step's masks, and advances the matchers by the collected tokens, on n threads (the caller's included;
  * <= 1: on the caller's only). 0, or -1 with err
  * when a thread cannot start (the masks then stay on the caller's thread). */

@@ -116,7 +116,8 @@ typedef struct {
     uint64_t send_drops;           /* sends that failed (broker unreachable) */
     uint64_t *kv_hashes;           /* [PROTO_MAX_KV_HASHES] hb scratch: the cached blocks' hashes */
     wk_phase_times *times;         /* --phase-times 1: per-step phase timings, else NULL */
-    double t_step[3];              /* with times: the last s_step's start, end of batcher_step, end of its out */
+    double t_step[4];              /* with times: the last s_step's start, end of batcher_step, end of its out, end of
+                                    * the masks' flush */
 } s_worker;
 
 static volatile sig_atomic_t s_stop;
@@ -557,8 +558,22 @@ static void s_drain(s_worker *w) {
     }
 }
 
-/* one engine step (with lanes: one lane's collect and next submit) and its `out`; returns batcher_step's 0 or 1
- * (exits the process on an engine error) */
+/* an engine error: logs the step and the rids it held, and exits 3 (the device state is unknown) */
+static void s_fatal(s_worker *w, const uint64_t *rids, int n_rids, const char *err) {
+    char list[64 * 21 + 1] = "";
+    size_t off = 0;
+    for (int i = 0; i < n_rids && off < sizeof list - 22; i++)
+        off += (size_t)snprintf(list + off, sizeof list - off, " %llu", (unsigned long long)rids[i]);
+    s_log(w, "FATAL engine error at step %llu (device %s), rids%s: %s", (unsigned long long)batcher_steps(w->batcher) + 1,
+          w->engine->device, list, err);
+    fflush(stderr);
+    _exit(3);
+}
+
+static void s_send_out(s_worker *w, int n_ev);
+
+/* one engine step (with lanes: one lane's collect and next submit), its `out`, and the announcement of the late
+ * masks computed meanwhile; returns batcher_step's 0 or 1 (exits the process on an engine error) */
 static int s_step(s_worker *w) {
     char err[256];
     int n_ev = 0;
@@ -573,7 +588,7 @@ static int s_step(s_worker *w) {
     } else {
         rc = batcher_step(w->batcher, w->ev, w->ev_cap, &n_ev, err, sizeof err);
     }
-    if (w->times) w->t_step[1] = w->t_step[2] = phase_times_now_us();
+    if (w->times) w->t_step[1] = phase_times_now_us();
     if (rc == 1) {
         double dt = (double)(s_now_ms() - t0), target = S_STEP_TARGET_FRACTION * w->o.heartbeat_ms;
         int cap = batcher_prefill_cap(w->batcher);
@@ -581,21 +596,21 @@ static int s_step(s_worker *w) {
         else if (dt < target / 2 && batcher_last_prefill_tokens(w->batcher) >= cap)
             batcher_set_prefill_cap(w->batcher, 2 * cap);
     }
-    if (rc < 0) {
-        char list[64 * 21 + 1] = "";
-        size_t off = 0;
-        for (int i = 0; i < n_rids && off < sizeof list - 22; i++)
-            off += (size_t)snprintf(list + off, sizeof list - off, " %llu", (unsigned long long)rids[i]);
-        s_log(w, "FATAL engine error at step %llu (device %s), rids%s: %s",
-              (unsigned long long)batcher_steps(w->batcher) + 1, w->engine->device, list, err);
-        fflush(stderr);
-        _exit(3);
-    }
+    if (rc < 0) s_fatal(w, rids, n_rids, err);
     if (rc == 1 && w->o.step_delay_ms > 0) {
         struct timespec d = {w->o.step_delay_ms / 1000, (long)(w->o.step_delay_ms % 1000) * 1000000L};
         nanosleep(&d, NULL);
     }
-    if (n_ev == 0) return rc;
+    if (n_ev > 0) s_send_out(w, n_ev);
+    if (w->times) w->t_step[2] = phase_times_now_us();
+    /* the late masks the mask threads computed meanwhile, announced before the broker's messages are read */
+    if (batcher_masks_flush(w->batcher, err, sizeof err) != 0) s_fatal(w, rids, n_rids, err);
+    if (w->times) w->t_step[3] = phase_times_now_us();
+    return rc;
+}
+
+/* the step's events as one `out` message, sent */
+static void s_send_out(s_worker *w, int n_ev) {
     int any_lp = 0, any_plp = 0, rows = 0;
     for (int i = 0; i < n_ev; i++) {
         const wk_event *v = &w->ev[i];
@@ -627,8 +642,6 @@ static int s_step(s_worker *w) {
     if (proto_encode_out_plp(&w->buf, batcher_steps(w->batcher), w->out_rids, w->out_toks, w->out_fin,
                              any_lp ? w->out_lps : NULL, any_plp ? w->out_plp : NULL, (uint32_t)n_ev) == 0)
         s_send(w);
-    if (w->times) w->t_step[2] = phase_times_now_us();
-    return rc;
 }
 
 /* with --phase-times: the phases of the turn that started at t_turn and ran a step (the batcher's, then the
@@ -638,7 +651,7 @@ static void s_times_add(s_worker *w, double t_turn) {
     const int g = batcher_phases(w->batcher, ph);
     const double loop = phase_times_now_us() - t_turn;
     ph[WK_PH_OUT] = w->t_step[2] - w->t_step[1];
-    ph[WK_PH_IO] = loop - (w->t_step[2] - w->t_step[0]);
+    ph[WK_PH_IO] = loop - (w->t_step[3] - w->t_step[0]); /* the flush counts as masks (the batcher's) */
     ph[WK_PH_LOOP] = loop;
     ph[WK_PH_GPU] = -1;
 #ifdef ZLLM_HAVE_CUDA
