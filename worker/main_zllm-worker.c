@@ -564,8 +564,8 @@ static void s_fatal(s_worker *w, const uint64_t *rids, int n_rids, const char *e
     size_t off = 0;
     for (int i = 0; i < n_rids && off < sizeof list - 22; i++)
         off += (size_t)snprintf(list + off, sizeof list - off, " %llu", (unsigned long long)rids[i]);
-    s_log(w, "FATAL engine error at step %llu (device %s), rids%s: %s", (unsigned long long)batcher_steps(w->batcher) + 1,
-          w->engine->device, list, err);
+    s_log(w, "FATAL engine error at step %llu (device %s), rids%s: %s",
+          (unsigned long long)batcher_steps(w->batcher) + 1, w->engine->device, list, err);
     fflush(stderr);
     _exit(3);
 }
