@@ -4,8 +4,9 @@
 # deploy/fetch-model.sh); `zllm bench` at concurrency 64 (64 requests in flight, 512 in all, 128 output tokens
 # each) without a constraint, then with a JSON schema on every request (an array of short strings: long enough
 # that sequences run to max_tokens), then again without; prints both throughputs and their ratio (the target is
-# >= 0.90 on CUDA), then the worker's host time per step by phase (zllm-worker --phase-times 1), for the steps
-# with grammars and those without (docs/structured-output.md "Where a step's host time goes"). Run by hand (a GPU
+# >= 0.90 on CUDA), then the worker's host time per step by phase for each run (zllm-worker --phase-times 1, its
+# lines taken with SIGUSR1 after each run: the steps with grammars and those without; docs/structured-output.md
+# "Where a step's host time goes"). Run by hand (a GPU
 # machine): not part of make test or make test-gpu. ZLLM_BENCH_N, _C and _OUT change the requests, the
 # concurrency and the output tokens (a quick CPU try: 16, 8, 32); ZLLM_BENCH_WORKER_ARGS adds worker options;
 # ZLLM_BENCH_SCHEMA=FILE replaces the schema. Each run also shows its output tokens per request and finishes: a
@@ -52,6 +53,15 @@ o = float(re.search(r'([0-9.]+) output tokens/s', t).group(1)); \
 f = re.search(r'requests: [0-9]+ \([0-9]+ ok([^)]*)\)', t).group(1); \
 print('%.1f output tokens per request (finish%s)' % (o * w / ok if ok else 0, f))")" >&2
     echo "$out" | sed -n 's/.* \([0-9.]*\) output tokens\/s.*/\1/p'
+    # the worker's phase lines of this run (SIGUSR1 logs them and starts afresh)
+    local n
+    n=$(grep -c 'phase times, steps without' "$tmp/worker.log" || true)
+    kill -USR1 "$worker"
+    for _ in $(seq 100); do
+        [ "$(grep -c 'phase times, steps without' "$tmp/worker.log" || true)" -gt "$n" ] && break
+        sleep 0.1
+    done
+    grep 'phase times' "$tmp/worker.log" | tail -n 2 | sed "s/^.*zllm-worker w1: /$1: /" >>"$tmp/phases.txt"
 }
 run "warm-up" >/dev/null
 a=$(run "unconstrained")
@@ -62,6 +72,5 @@ python3 -c "import sys; a, b, c, d = map(float, sys.argv[1:]); base = (a + c) / 
 print('structured/unconstrained throughput: %.3f (%.1f vs %.1f tokens/s)' % (b / base, b, base)); \
 print('unbounded strings/unconstrained throughput: %.3f (%.1f vs %.1f tokens/s)' % (d / base, d, base))" \
     "$a" "$b" "$c" "$d"
-kill -TERM "$worker"
-wait "$worker" || true
-sed -n 's/.*zllm-worker w1: \(phase times.*\)/\1/p' "$tmp/worker.log"
+echo "the worker's host time per step, by run (docs/structured-output.md, \"Where a step's host time goes\"):"
+grep -v -e '^warm-up: ' -e ': 0 steps (' "$tmp/phases.txt"

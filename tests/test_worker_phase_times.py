@@ -2,12 +2,14 @@
 time goes") on a real broker and CPU worker serving stories260K: requests with a regex and without one, then
 SIGTERM; the worker's log ends with one line for the steps with grammars and one for those without, each counting
 its steps and giving every phase the steps had (mean/p99 microseconds), the grammar line with its accepts and
-masks, the other without them. A worker without the option logs no such line."""
+masks, the other without them. SIGUSR1 logs the lines at once and starts afresh: after it, a plain request, and at
+the exit no step with grammars and the plain request's. A worker without the option logs no such line."""
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_cluster import BIN, Cluster, Checks, watchdog  # noqa: E402
@@ -45,17 +47,25 @@ def main():
                       "%s: regex request %d: %r" % (name, k, out))
                 rc, out = generate(cl, [])
                 ck.ok(rc == 0 and out.strip() != "", "%s: plain request %d: %r" % (name, k, out))
+            if name == "w1":  # the lines so far at SIGUSR1, then afresh: one plain request only
+                log = cl.logs[-1]
+                cl.send_signal(name, signal.SIGUSR1)
+                end = time.monotonic() + 10
+                while time.monotonic() < end and "phase times, steps without" not in open(log).read():
+                    time.sleep(0.05)
+                rc, out = generate(cl, [])
+                ck.ok(rc == 0 and out.strip() != "", "w1: plain request after SIGUSR1: %r" % out)
             ck.ok(cl.kill(name, signal.SIGTERM, wait=10) == 0, "%s exits 0 on SIGTERM" % name)
         logs = {}
         for log in cl.logs:
             name = os.path.basename(log).split(".")[0]
             with open(log, encoding="utf-8", errors="replace") as f:
                 logs[name] = f.read()
-        got = {}
+        got, late = {}, {}
         for line in logs.get("w1", "").splitlines():
             m = LINE.search(line)
             if m:
-                got[m.group(1)] = m
+                (late if m.group(1) in got else got)[m.group(1)] = m  # SIGUSR1's lines first, then the exit's
         ck.ok(set(got) == {"with", "without"}, "w1 logs both lines: %s" % sorted(got))
         for m in got.values():
             print(m.group(0))
@@ -73,6 +83,11 @@ def main():
             ph = phases(m.group(6))
             ck.ok(int(m.group(2)) >= 3, "steps without grammars: %s" % m.group(2))
             ck.ok("masks" not in ph and {"device", "loop"} <= set(ph), "phases without grammars: %s" % sorted(ph))
+        ck.ok(set(late) == {"with", "without"}, "w1 logs both lines again at exit: %s" % sorted(late))
+        if set(late) == {"with", "without"}:
+            ck.ok(int(late["with"].group(2)) == 0 and 1 <= int(late["without"].group(2)) < int(got["without"].group(2)),
+                  "after SIGUSR1 only the plain request's steps: %s / %s" % (late["with"].group(2),
+                                                                          late["without"].group(2)))
         ck.ok("phase times" not in logs.get("w2", "x"), "no phase line without --phase-times")
         if ck.failed:
             cl.dump_logs()

@@ -121,10 +121,16 @@ typedef struct {
 } s_worker;
 
 static volatile sig_atomic_t s_stop;
+static volatile sig_atomic_t s_dump; /* SIGUSR1: log the phase times so far and start afresh (--phase-times) */
 
 static void s_on_signal(int sig) {
     (void)sig;
     s_stop = 1;
+}
+
+static void s_on_usr1(int sig) {
+    (void)sig;
+    s_dump = 1;
 }
 
 static int64_t s_now_ms(void) {
@@ -179,7 +185,8 @@ static void s_usage(FILE *f) {
             "                       cores, at most 8)\n"
             "  --phase-times 0|1    measure the host time of each step's phases (waiting for the device, grammar\n"
             "                       accepts, masks, building, launching, out messages, socket work) and log their\n"
-            "                       mean and p99 per step at exit, for steps with and without grammars (default 0)\n"
+            "                       mean and p99 per step at exit, for steps with and without grammars (default 0);\n"
+            "                       SIGUSR1 logs them at once and starts counting afresh\n"
             "  --kv-block N         tokens per KV block of the block accounting and prefix cache, 0..256, 0 off\n"
             "                       (default 16; docs/kv-cache.md): its counters and cached-block hashes go\n"
             "                       to the broker in every heartbeat, for cache-aware routing\n"
@@ -661,9 +668,23 @@ static void s_times_add(s_worker *w, double t_turn) {
     phase_times_step(w->times, g, batcher_last_step_tokens(w->batcher), batcher_last_prefill_tokens(w->batcher));
 }
 
+/* with --phase-times: one line for the steps with grammars, one for those without */
+static void s_times_log(const s_worker *w) {
+    for (int g = 1; w->times && g >= 0; g--) {
+        char line[1024];
+        phase_times_format(w->times, g, line, sizeof line);
+        s_log(w, "%s", line);
+    }
+}
+
 static int s_run(s_worker *w) {
     if (s_open_socket(w) != 0) return -1;
     while (!s_stop) {
+        if (s_dump) {
+            s_dump = 0;
+            s_times_log(w);
+            phase_times_reset(w->times);
+        }
         const double t_turn = w->times ? phase_times_now_us() : 0;
         int64_t now = s_now_ms();
         if (!w->registered && now - w->last_register >= S_REGISTER_RETRY_MS) s_send_register(w);
@@ -701,11 +722,7 @@ static int s_run(s_worker *w) {
     s_log(w, "stopping (%llu steps, %llu bad messages, %llu failed sends)",
           (unsigned long long)batcher_steps(w->batcher), (unsigned long long)w->bad_messages,
           (unsigned long long)w->send_drops);
-    for (int g = 1; w->times && g >= 0; g--) {
-        char line[1024];
-        phase_times_format(w->times, g, line, sizeof line);
-        s_log(w, "%s", line);
-    }
+    s_times_log(w);
     return 0;
 }
 
@@ -718,6 +735,8 @@ int main(int argc, char **argv) {
     sa.sa_handler = s_on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sa.sa_handler = s_on_usr1;
+    sigaction(SIGUSR1, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     int rc = 1;
     char err[512];

@@ -2,6 +2,7 @@
 #include "phase_times.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define S_FINE 4096   /* 1 us buckets [0, 4096) */
@@ -29,6 +30,10 @@ void phase_times_destroy(wk_phase_times **pt) {
     if (!pt) return;
     free(*pt);
     *pt = NULL;
+}
+
+void phase_times_reset(wk_phase_times *pt) {
+    if (pt) memset(pt, 0, sizeof *pt);
 }
 
 static s_hist *s_get(const wk_phase_times *pt, int grammar, int phase) {
