@@ -36,7 +36,7 @@ typedef struct wk_phase_times wk_phase_times;
 
 wk_phase_times *phase_times_new(void);         /* NULL when out of memory */
 void phase_times_destroy(wk_phase_times **pt); /* idempotent; sets *pt to NULL */
-void phase_times_reset(wk_phase_times *pt);     /* forgets every sample and step */
+void phase_times_reset(wk_phase_times *pt);    /* forgets every sample and step */
 /* adds one sample of phase (WK_PH_*) in group grammar (0: steps without grammars, 1: with); a negative us
  * (a phase that did not happen this step) is not counted */
 void phase_times_add(wk_phase_times *pt, int grammar, int phase, double us);
