@@ -464,8 +464,11 @@ static void test_budget(const zl_model *m, int ahead, int budget) {
     int lone_first = -1;
     for (int step = 0; step < 20 && !fin[0]; step++) {
         CHECK(batcher_step(b, ev, cap, &n_ev, err, sizeof err) >= 0, "step: %s", err);
-        if (step == 0) CHECK(batcher_last_prefill_tokens(b) == 64, "budget %d, ahead %d: a lone prompt's first step "
-                             "takes the engine's 64 tokens (took %d)", budget, ahead, batcher_last_prefill_tokens(b));
+        if (step == 0)
+            CHECK(batcher_last_prefill_tokens(b) == 64,
+                  "budget %d, ahead %d: a lone prompt's first step "
+                  "takes the engine's 64 tokens (took %d)",
+                  budget, ahead, batcher_last_prefill_tokens(b));
         for (int j = 0; j < n_ev; j++)
             if (ev[j].rid == 200) {
                 if (ev[j].tok >= 0 && lone_first < 0) lone_first = ev[j].tok;
@@ -517,12 +520,14 @@ static void test_budget(const zl_model *m, int ahead, int budget) {
         for (int t = 0; same && t < want; t++) same = got[k][t] == s_gold[k0 + t];
         CHECK(same, "budget %d, ahead %d: sequence %d gives its golden continuation", budget, ahead, k);
     }
-    CHECK(long_steps >= (budget ? 8 : 1), "budget %d, ahead %d: %d steps with decodes and long prompts", budget, ahead, long_steps);
-    CHECK(stalls == 0, "budget %d, ahead %d: every decoder got a token in every step (%d steps without)", budget,
-          ahead, stalls);
+    CHECK(long_steps >= (budget ? 8 : 1), "budget %d, ahead %d: %d steps with decodes and long prompts", budget, ahead,
+          long_steps);
+    CHECK(stalls == 0, "budget %d, ahead %d: every decoder got a token in every step (%d steps without)", budget, ahead,
+          stalls);
     if (budget > 0) {
-        CHECK(most_prefill == share, "budget %d, ahead %d: prompt tokens per step beside 4 decodes at most %d (most %d)",
-              budget, ahead, share, most_prefill);
+        CHECK(most_prefill == share,
+              "budget %d, ahead %d: prompt tokens per step beside 4 decodes at most %d (most %d)", budget, ahead, share,
+              most_prefill);
         CHECK(first_at[ND] >= 0 && first_at[ND] < first_at[ND + 1],
               "budget %d, ahead %d: the older long prompt gets its first token first (%d, %d)", budget, ahead,
               first_at[ND], first_at[ND + 1]);

@@ -55,7 +55,7 @@
  * the broker rightly declares the worker dead. The cap shrinks in proportion when a step overruns the target
  * and doubles after a fast step that the cap limited (so a GPU reaches its full chunk after a few prompts). */
 #define S_STEP_TARGET_FRACTION 0.5
-#define S_STEP_BUDGET_CUDA     384 /* --step-budget's default on CUDA (docs/perf.md, "The step budget") */
+#define S_STEP_BUDGET_CUDA 384 /* --step-budget's default on CUDA (docs/perf.md, "The step budget") */
 
 typedef struct {
     const char *broker;            /* endpoint to connect */
@@ -768,15 +768,16 @@ int main(int argc, char **argv) {
     char paged[64] = "";
     if (w.engine->kv_block > 0)
         snprintf(paged, sizeof paged, ", paged KV of %d blocks of %d", w.engine->kv_blocks, w.engine->kv_block);
-    s_log(&w,
-          "model %s (%s) on %s: %d slots of %d tokens, batch %d, %d tokens per step (%d while decoding), %d lane%s%s%s, "
-          "broker %s",
-          w.o.model_name, w.o.model_path, w.engine->device, w.engine->n_slots, w.engine->n_ctx, w.engine->max_batch,
-          w.engine->max_step_tokens,
-          w.o.step_budget > 0 && w.o.step_budget < w.engine->max_step_tokens ? w.o.step_budget
-                                                                               : w.engine->max_step_tokens,
-          batcher_lanes(w.batcher), batcher_lanes(w.batcher) > 1 ? "s" : "",
-          batcher_ahead(w.batcher) ? ", steps queued ahead" : "", paged, w.o.broker);
+    s_log(
+        &w,
+        "model %s (%s) on %s: %d slots of %d tokens, batch %d, %d tokens per step (%d while decoding), %d lane%s%s%s, "
+        "broker %s",
+        w.o.model_name, w.o.model_path, w.engine->device, w.engine->n_slots, w.engine->n_ctx, w.engine->max_batch,
+        w.engine->max_step_tokens,
+        w.o.step_budget > 0 && w.o.step_budget < w.engine->max_step_tokens ? w.o.step_budget
+                                                                           : w.engine->max_step_tokens,
+        batcher_lanes(w.batcher), batcher_lanes(w.batcher) > 1 ? "s" : "",
+        batcher_ahead(w.batcher) ? ", steps queued ahead" : "", paged, w.o.broker);
     rc = s_run(&w) == 0 ? 0 : 1;
     if (stage_leader_failed(w.engine)) {
         s_log(&w, "pipeline group %s failed", w.o.group);
