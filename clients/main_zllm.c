@@ -937,8 +937,8 @@ static double s_pct(double *v, int n, double p) {
 }
 
 /* submits request `id` of pl random ids (drawn from [3, vocab)) and ol output tokens; returns 0 or -1 (err) */
-static int s_bench_submit(zllm_client *c, const s_args *a, const char *id, int32_t *toks, int pl, int ol,
-                          uint64_t *rng, char *err, size_t errlen) {
+static int s_bench_submit(zllm_client *c, const s_args *a, const char *id, int32_t *toks, int pl, int ol, uint64_t *rng,
+                          char *err, size_t errlen) {
     for (int i = 0; i < pl; i++) toks[i] = 3 + (int32_t)(s_rand(rng) % (uint64_t)(a->vocab - 3));
     proto_generate g;
     s_fill(a, &g, id);
