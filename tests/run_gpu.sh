@@ -22,6 +22,7 @@
 #   - Gemma 3 270M Q4_K_M (deploy/fetch-gemma3.sh): gpu_test_engine_gpu, test_gemma3_270m on cuda, zllm-run's
 #     text, and `zllm chat` through a broker and a CUDA worker (test_e2e_chat_templates.py); test_e2e_gemma3.sh
 #     on cuda (a broker and a CUDA worker serve the gemma3 and Mistral-style oracle models);
+#   - tests/test_bench_long.py on a CUDA worker: the step budget, zllm bench's background long prompts;
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
 #   - tests/test_prefill_chunks cuda: chunked and batched prefill equal the whole prefill bitwise;
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
