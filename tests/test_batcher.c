@@ -539,6 +539,59 @@ static void test_budget(const zl_model *m, int ahead, int budget) {
     engine_destroy(&e);
 }
 
+/* the step budget with steps queued ahead when the decoding sequences are not in the step being built (a repetition
+ * penalty keeps them from being fed: they wait for their token): the budget still holds, so a long prompt arriving
+ * does not take the engine's whole step while they wait */
+static void test_budget_unfed(const zl_model *m) {
+    enum { ND = 2, BUDGET = 12 };
+    zl_engine *e = s_engine(m, ND + 1, ND + 1, 256, 64);
+    if (!e) return;
+    char err[256];
+    static int32_t bufs[ND + 1][NG + 1];
+    wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+    CHECK(b && batcher_set_ahead(b, 1) == 1, "unfed: batcher with steps queued ahead");
+    if (!b) {
+        engine_destroy(&e);
+        return;
+    }
+    batcher_set_step_budget(b, BUDGET);
+    int cap = batcher_event_cap(b), n_ev = 0, fin[ND + 1] = {0}, done = 0, most = 0, first = -1;
+    wk_event *ev = calloc((size_t)cap, sizeof *ev);
+    for (int i = 0; i < ND; i++) {
+        wk_request r = s_req(400 + i, bufs[i], i, 60);
+        r.samp.repeat_penalty = 1.1f;
+        r.samp.repeat_last_n = 16;
+        CHECK(batcher_add(b, &r, err, sizeof err) == 0, "unfed: add decoder %d: %s", i, err);
+    }
+    for (int call = 0; call < 400 && done < ND + 1; call++) {
+        if (call == 4) {
+            wk_request r = s_req(400 + ND, bufs[ND], 120, 4);
+            CHECK(batcher_add(b, &r, err, sizeof err) == 0, "unfed: add the long prompt: %s", err);
+        }
+        if (batcher_step(b, ev, cap, &n_ev, err, sizeof err) < 0) {
+            CHECK(0, "unfed: step: %s", err);
+            break;
+        }
+        if (call >= 4 && first < 0 && batcher_last_prefill_tokens(b) > most) most = batcher_last_prefill_tokens(b);
+        for (int j = 0; j < n_ev; j++) {
+            const int k = (int)ev[j].rid - 400;
+            if (k < 0 || k > ND) continue;
+            if (k == ND && ev[j].tok >= 0 && first < 0) first = ev[j].tok;
+            if (ev[j].fin && !fin[k]) {
+                fin[k] = ev[j].fin;
+                done++;
+            }
+        }
+    }
+    CHECK(done == ND + 1, "unfed: %d of %d sequences ended", done, ND + 1);
+    CHECK(first == s_gold[120], "unfed: the long prompt's golden first token");
+    CHECK(most >= 1 && most <= BUDGET, "unfed: prompt tokens per step at most the budget of %d while sequences decode "
+          "outside the step (most %d)", BUDGET, most);
+    free(ev);
+    batcher_destroy(&b);
+    engine_destroy(&e);
+}
+
 /* ------------------------------------------------------------------------------------------------------------
  * lanes */
 
@@ -1337,6 +1390,7 @@ int main(void) {
     test_budget(m, 1, 12);
     test_budget(m, 0, 2);
     test_budget(m, 1, 0);
+    test_budget_unfed(m);
     /* the one-lane tests again with steps queued ahead over the CPU engine (forced: not its default) */
     s_force_ahead = 1;
     test_mixed(m, 0, 1);
