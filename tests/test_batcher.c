@@ -585,8 +585,10 @@ static void test_budget_unfed(const zl_model *m) {
     }
     CHECK(done == ND + 1, "unfed: %d of %d sequences ended", done, ND + 1);
     CHECK(first == s_gold[120], "unfed: the long prompt's golden first token");
-    CHECK(most >= 1 && most <= BUDGET, "unfed: prompt tokens per step at most the budget of %d while sequences decode "
-          "outside the step (most %d)", BUDGET, most);
+    CHECK(most >= 1 && most <= BUDGET,
+          "unfed: prompt tokens per step at most the budget of %d while sequences decode "
+          "outside the step (most %d)",
+          BUDGET, most);
     free(ev);
     batcher_destroy(&b);
     engine_destroy(&e);
