@@ -215,6 +215,8 @@ static void s_usage(FILE *f) {
             "                       own `long:` line, left out of every other figure (default none)\n"
             "  --long-every MS      one background prompt every MS ms, 1..3600000 (default 1000)\n"
             "  --long-out-len N     output tokens of each background prompt, 1..1000000 (default 1)\n"
+            "  bench prints the output tokens/s over the whole run and over its steady window (every stream of\n"
+            "  the first wave running, up to the last submission), TTFT and inter-token latency percentiles\n"
             "\n"
             "environment:\n"
             "  ZLLM_BROKER          the default for --broker\n"
@@ -977,6 +979,12 @@ static int s_bench(zllm_client *c, const s_args *a) {
     unsigned deadline = a->deadline_ms ? a->deadline_ms : 60000;
     int next = 0, in_flight = 0, finished = 0, n_long = 0;
     long long out_tokens = 0;
+    /* the steady window: from the first token of the last of the first `concurrency` requests (every stream of the
+     * first wave runs) to the last submission (after it fewer streams run): its tokens over its time */
+    long long streamed = 0, st_tok0 = -1, st_tok1 = -1;
+    double st_t0 = 0, st_t1 = 0;
+    const int first_wave = a->concurrency < N ? a->concurrency : N;
+    int first_wave_started = 0;
     char err[256], id[64];
     int fin_count[PROTO_FINISH_COUNT] = {0};
     double t0 = s_now(), t_scan = t0, t_long = t0 + a->long_every_ms / 1000.0;
@@ -994,6 +1002,10 @@ static int s_bench(zllm_client *c, const s_args *a) {
                 in_flight++;
             }
             next++;
+            if (next == N && N > a->concurrency) {
+                st_tok1 = streamed;
+                st_t1 = s_now();
+            }
         }
         if (a->long_len && n_long < n_long_cap && s_now() >= t_long) {
             snprintf(id, sizeof id, "l%d", n_long);
@@ -1030,6 +1042,10 @@ static int s_bench(zllm_client *c, const s_args *a) {
                 if (n > 0) {
                     if (q->n_out == 0) {
                         q->t_first = now;
+                        if (!is_long && k < first_wave && ++first_wave_started == first_wave) {
+                            st_tok0 = streamed;
+                            st_t0 = now;
+                        }
                     } else if (!is_long) {
                         if (n_itl == itl_cap) {
                             double *t = realloc(itl, 2 * itl_cap * sizeof *itl);
@@ -1039,6 +1055,7 @@ static int s_bench(zllm_client *c, const s_args *a) {
                     }
                     q->t_last = now;
                     q->n_out += n;
+                    if (!is_long) streamed += n;
                 }
                 if (m->type == PROTO_FINAL) {
                     q->done = 1;
@@ -1095,6 +1112,12 @@ static int s_bench(zllm_client *c, const s_args *a) {
     printf(", %d without final), concurrency %d, prompt %d..%d, output %d..%d tokens\n", N - n_final,
            a->concurrency, a->plen_lo, a->plen_hi, a->olen_lo, a->olen_hi);
     printf("wall %.2f s, %.1f requests/s, %.1f output tokens/s\n", wall, n_ok / wall, out_tokens / wall);
+    if (st_tok0 >= 0 && st_tok1 > st_tok0 && st_t1 > st_t0)
+        printf("steady: %.1f output tokens/s over %.2f s with %d streams (from the first token of every first stream "
+               "to the last submission)\n",
+               (double)(st_tok1 - st_tok0) / (st_t1 - st_t0), st_t1 - st_t0, a->concurrency);
+    else
+        printf("steady: none (the run has no window with every stream running: -N must exceed -c)\n");
     printf("ttft ms: p50 %.1f p90 %.1f p99 %.1f\n", s_pct(ttft, n_ttft, 50) * 1e3, s_pct(ttft, n_ttft, 90) * 1e3,
            s_pct(ttft, n_ttft, 99) * 1e3);
     const double i50 = s_pct(itl, (int)n_itl, 50), i99 = s_pct(itl, (int)n_itl, 99);

@@ -2,7 +2,7 @@
 worker (stories260K) running with a step budget (`zllm-worker --step-budget`): the measured requests all complete
 and are counted alone, the background prompts are submitted on their clock, reported on their own `long:` line and
 cancelled when the measured requests end; the inter-token latency line counts one gap per token message after
-the first. Bad values of the new options are refused before anything is sent (exit 2), by `zllm` and by
+the first; the steady window's rate is printed when the run has one (-N above -c). Bad values of the new options are refused before anything is sent (exit 2), by `zllm` and by
 `zllm-worker`."""
 import os
 import re
@@ -57,6 +57,16 @@ def main():
         p = subprocess.run(base, capture_output=True, text=True, timeout=60)
         ck.ok(p.returncode == 0 and "long:" not in p.stdout and "requests: %d (%d ok" % (N, N) in p.stdout,
               "without --long-prompt-len: no long: line (rc %d)" % p.returncode)
+        m = re.search(r"steady: ([\d.]+) output tokens/s over ([\d.]+) s with %d streams" % C, p.stdout)
+        w = re.search(r"wall ([\d.]+) s, [\d.]+ requests/s, ([\d.]+) output tokens/s", p.stdout)
+        if ck.ok(m is not None and w is not None, "a steady line beside the wall line"):
+            # the window lies inside the run and its rate is that of a real stream of tokens
+            ck.ok(0 < float(m.group(2)) <= float(w.group(1)) + 0.01 and float(m.group(1)) > 0,
+                  "steady window %s s of a %s s run, %s tokens/s" % (m.group(2), w.group(1), m.group(1)))
+        p = subprocess.run(base[:base.index("-N")] + ["-N", str(C), "-c", str(C), "--out-len", "4"],
+                           capture_output=True, text=True, timeout=60)
+        ck.ok(p.returncode == 0 and "steady: none" in p.stdout, "-N equal to -c: no steady window (rc %d, %r)" % (
+            p.returncode, p.stdout[-200:]))
         st = cl.status()
         w = [x for x in st.get("workers", []) if x.get("name") == "w1"]
         ck.ok(w and w[0].get("alive"), "the worker is alive after the runs")
