@@ -1116,8 +1116,7 @@ static int s_bench(zllm_client *c, const s_args *a) {
         printf("steady: %.1f output tokens/s over %.2f s with %d streams (from the first token of every first stream "
                "to the last submission)\n",
                (double)(st_tok1 - st_tok0) / (st_t1 - st_t0), st_t1 - st_t0, a->concurrency);
-    else
-        printf("steady: none (the run has no window with every stream running: -N must exceed -c)\n");
+    else printf("steady: none (the run has no window with every stream running: -N must exceed -c)\n");
     printf("ttft ms: p50 %.1f p90 %.1f p99 %.1f\n", s_pct(ttft, n_ttft, 50) * 1e3, s_pct(ttft, n_ttft, 90) * 1e3,
            s_pct(ttft, n_ttft, 99) * 1e3);
     const double i50 = s_pct(itl, (int)n_itl, 50), i99 = s_pct(itl, (int)n_itl, 99);
