@@ -10,6 +10,7 @@
  *   zllm chat     --broker EP [--system TEXT] [sampling options]     (interactive; conversation kept)
  *   zllm status   --broker EP
  *   zllm bench    --broker EP [-N REQUESTS] [-c CONCURRENCY] [--prompt-len DIST] [--out-len DIST] [--vocab V]
+ *                 [--long-prompt-len L [--long-every MS] [--long-out-len N]]
  *                 DIST: N (fixed) or A:B (uniform in [A, B])
  *   zllm --help | --version       (also after any subcommand)
  *
@@ -97,6 +98,9 @@ typedef struct {
     int plen_lo, plen_hi;          /* --prompt-len */
     int olen_lo, olen_hi;          /* --out-len */
     int vocab;                     /* --vocab: ids drawn from [3, vocab) */
+    int long_len;                  /* --long-prompt-len: background prompts of this many tokens; 0 = none */
+    int long_every_ms;             /* --long-every: one background prompt submitted every this many ms */
+    int long_out;                  /* --long-out-len: their output tokens */
     unsigned long long bench_seed; /* --bench-seed */
 } s_args;
 
@@ -206,6 +210,13 @@ static void s_usage(FILE *f) {
             "  --out-len A[:B]      output tokens, likewise (default 32)\n"
             "  --vocab V            prompt ids drawn from [3, V), 4..%d (default 256)\n"
             "  --bench-seed S       the prompts' random seed, 0..18446744073709551615 (default 1)\n"
+            "  --long-prompt-len L  background load: prompts of L tokens, 1..1000000, submitted beside the\n"
+            "                       measured requests (not counted in -c) until those end; reported on their\n"
+            "                       own `long:` line, left out of every other figure (default none)\n"
+            "  --long-every MS      one background prompt every MS ms, 1..3600000 (default 1000)\n"
+            "  --long-out-len N     output tokens of each background prompt, 1..1000000 (default 1)\n"
+            "  bench prints the output tokens/s over the whole run and over its steady window (every stream of\n"
+            "  the first wave running, up to the last submission), TTFT and inter-token latency percentiles\n"
             "\n"
             "environment:\n"
             "  ZLLM_BROKER          the default for --broker\n"
@@ -333,6 +344,8 @@ static int s_parse(int argc, char **argv, s_args *a) {
     a->olen_lo = a->olen_hi = 32;
     a->vocab = 256;
     a->bench_seed = 1;
+    a->long_every_ms = 1000;
+    a->long_out = 1;
     /* --help and --version win wherever they are, so that a bad value elsewhere does not hide the usage */
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -409,6 +422,9 @@ static int s_parse(int argc, char **argv, s_args *a) {
             {"--bench-seed", NULL, C_BENCH},
             {"--prompt-len", NULL, C_BENCH},
             {"--out-len", NULL, C_BENCH},
+            {"--long-prompt-len", NULL, C_BENCH},
+            {"--long-every", NULL, C_BENCH},
+            {"--long-out-len", NULL, C_BENCH},
         };
         const char *o = NULL; /* the option's long name */
         for (size_t j = 0; j < sizeof opts / sizeof opts[0] && !o; j++)
@@ -498,6 +514,12 @@ static int s_parse(int argc, char **argv, s_args *a) {
             if (!(bad = s_num(k, v, 1, 65536, N_INT, &x, NULL))) a->concurrency = (int)x;
         } else if (!strcmp(o, "--vocab")) {
             if (!(bad = s_num(k, v, 4, PROTO_TOKEN_ID_MAX, N_INT, &x, NULL))) a->vocab = (int)x;
+        } else if (!strcmp(o, "--long-prompt-len")) {
+            if (!(bad = s_num(k, v, 1, 1000000, N_INT, &x, NULL))) a->long_len = (int)x;
+        } else if (!strcmp(o, "--long-every")) {
+            if (!(bad = s_num(k, v, 1, 3600000, N_INT, &x, NULL))) a->long_every_ms = (int)x;
+        } else if (!strcmp(o, "--long-out-len")) {
+            if (!(bad = s_num(k, v, 1, 1000000, N_INT, &x, NULL))) a->long_out = (int)x;
         } else if (!strcmp(o, "--bench-seed")) {
             if (!(bad = s_num(k, v, 0, 18446744073709551615.0, N_INT, &x, &u))) a->bench_seed = u;
         } else if (!strcmp(o, "--json-schema")) bad = s_set_format(a, PROTO_FORMAT_JSON_SCHEMA, v);
@@ -916,39 +938,63 @@ static double s_pct(double *v, int n, double p) {
     return v[i];
 }
 
+/* submits request `id` of pl random ids (drawn from [3, vocab)) and ol output tokens; returns 0 or -1 (err) */
+static int s_bench_submit(zllm_client *c, const s_args *a, const char *id, int32_t *toks, int pl, int ol, uint64_t *rng,
+                          char *err, size_t errlen) {
+    for (int i = 0; i < pl; i++) toks[i] = 3 + (int32_t)(s_rand(rng) % (uint64_t)(a->vocab - 3));
+    proto_generate g;
+    s_fill(a, &g, id);
+    if (isnan(a->temp)) g.sampling.temperature = 0;
+    g.sampling.ignore_eos = 1;
+    g.prompt_kind = PROTO_PROMPT_TOKENS;
+    g.tokens = toks;
+    g.n_tokens = (uint32_t)pl;
+    g.max_tokens = (uint32_t)ol;
+    g.deadline_ms = a->deadline_ms ? a->deadline_ms : 60000;
+    return zllm_client_submit(c, &g, err, errlen);
+}
+
+/* Closed-loop load: N requests, `concurrency` of them in flight, each a new random prompt. Inter-token latency is
+ * the gap between two token messages of one stream (divided by the ids the later one carries). With
+ * --long-prompt-len, background requests (ids "l<k>") of long prompts are submitted on a clock beside them until
+ * the measured ones end, then cancelled; they are reported on their own line and left out of every other figure,
+ * so that the measured streams' ITL shows what a long prompt arriving does to them. */
 static int s_bench(zllm_client *c, const s_args *a) {
     int N = a->n_requests;
+    const int n_long_cap = 1 << 16;
     s_breq *r = calloc((size_t)N, sizeof *r);
-    double *ttft = calloc((size_t)N, sizeof *ttft);
-    size_t itl_cap = 1 << 16;
+    s_breq *lr = a->long_len ? calloc((size_t)n_long_cap, sizeof *lr) : NULL;
+    double *ttft = calloc((size_t)N + (a->long_len ? (size_t)n_long_cap : 0), sizeof *ttft);
+    size_t itl_cap = 1 << 16, n_itl = 0;
     double *itl = malloc(itl_cap * sizeof *itl);
-    int32_t *toks = malloc((size_t)a->plen_hi * sizeof *toks);
-    if (!r || !ttft || !itl || !toks) return 1;
-    size_t n_itl = 0;
-    uint64_t rng = a->bench_seed * 0x9E3779B97F4A7C15ull + 1;
+    const int tok_cap = a->plen_hi > a->long_len ? a->plen_hi : a->long_len;
+    int32_t *toks = malloc((size_t)tok_cap * sizeof *toks);
+    int rc = 0;
+    if (!r || !ttft || !itl || !toks || (a->long_len && !lr)) {
+        fprintf(stderr, "zllm bench: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    uint64_t rng = a->bench_seed * 0x9E3779B97F4A7C15ull + 1, lrng = rng ^ 0x5851F42D4C957F2Dull;
     unsigned deadline = a->deadline_ms ? a->deadline_ms : 60000;
-    int next = 0, in_flight = 0, finished = 0, rc = 0;
+    int next = 0, in_flight = 0, finished = 0, n_long = 0;
     long long out_tokens = 0;
+    /* the steady window: from the first token of the last of the first `concurrency` requests (every stream of the
+     * first wave runs) to the last submission (after it fewer streams run): its tokens over its time */
+    long long streamed = 0, st_tok0 = -1, st_tok1 = -1;
+    double st_t0 = 0, st_t1 = 0;
+    const int first_wave = a->concurrency < N ? a->concurrency : N;
+    int first_wave_started = 0;
     char err[256], id[64];
     int fin_count[PROTO_FINISH_COUNT] = {0};
-    double t0 = s_now(), t_scan = t0;
+    double t0 = s_now(), t_scan = t0, t_long = t0 + a->long_every_ms / 1000.0;
     while (finished < N && !s_interrupted) {
         while (next < N && in_flight < a->concurrency) {
             int pl = a->plen_lo + (int)(s_rand(&rng) % (uint64_t)(a->plen_hi - a->plen_lo + 1));
             int ol = a->olen_lo + (int)(s_rand(&rng) % (uint64_t)(a->olen_hi - a->olen_lo + 1));
-            for (int i = 0; i < pl; i++) toks[i] = 3 + (int32_t)(s_rand(&rng) % (uint64_t)(a->vocab - 3));
             snprintf(id, sizeof id, "b%d", next);
-            proto_generate g;
-            s_fill(a, &g, id);
-            if (isnan(a->temp)) g.sampling.temperature = 0;
-            g.sampling.ignore_eos = 1;
-            g.prompt_kind = PROTO_PROMPT_TOKENS;
-            g.tokens = toks;
-            g.n_tokens = (uint32_t)pl;
-            g.max_tokens = (uint32_t)ol;
-            g.deadline_ms = deadline;
             r[next].t_submit = s_now();
-            if (zllm_client_submit(c, &g, err, sizeof err) != 0) {
+            if (s_bench_submit(c, a, id, toks, pl, ol, &rng, err, sizeof err) != 0) {
                 fprintf(stderr, "zllm bench: %s\n", err);
                 r[next].done = 1;
                 finished++;
@@ -956,9 +1002,28 @@ static int s_bench(zllm_client *c, const s_args *a) {
                 in_flight++;
             }
             next++;
+            if (next == N && N > a->concurrency) {
+                st_tok1 = streamed;
+                st_t1 = s_now();
+            }
+        }
+        if (a->long_len && n_long < n_long_cap && s_now() >= t_long) {
+            snprintf(id, sizeof id, "l%d", n_long);
+            lr[n_long].t_submit = s_now();
+            if (s_bench_submit(c, a, id, toks, a->long_len, a->long_out, &lrng, err, sizeof err) != 0) {
+                fprintf(stderr, "zllm bench: %s\n", err);
+                lr[n_long].done = 1;
+            }
+            n_long++;
+            t_long += a->long_every_ms / 1000.0;
         }
         const proto_msg *m;
-        int got = zllm_client_recv(c, 100, &m, err, sizeof err);
+        int wait_ms = 100;
+        if (a->long_len) {
+            double to_long = (t_long - s_now()) * 1e3;
+            wait_ms = to_long < 0 ? 0 : to_long < 100 ? (int)to_long : 100;
+        }
+        int got = zllm_client_recv(c, wait_ms, &m, err, sizeof err);
         double now = s_now();
         if (got < 0) {
             fprintf(stderr, "zllm bench: %s\n", err);
@@ -969,25 +1034,40 @@ static int s_bench(zllm_client *c, const s_args *a) {
             proto_str pid = m->type == PROTO_TOKEN ? m->token.id : m->final.id;
             char sid[PROTO_ID_MAX + 1];
             proto_str_copy(pid, sid, sizeof sid);
-            int k = sid[0] == 'b' ? atoi(sid + 1) : -1;
-            if (k >= 0 && k < N && !r[k].done) {
-                s_breq *q = &r[k];
+            const int is_long = sid[0] == 'l';
+            int k = sid[0] == 'b' || is_long ? atoi(sid + 1) : -1;
+            s_breq *q = k < 0 ? NULL : is_long ? (k < n_long ? &lr[k] : NULL) : (k < N ? &r[k] : NULL);
+            if (q && !q->done) {
                 int n = m->type == PROTO_TOKEN ? (int)m->token.n_ids : 0;
                 if (n > 0) {
-                    if (q->n_out == 0) q->t_first = now;
-                    else if (n_itl < itl_cap) itl[n_itl++] = (now - q->t_last) / n;
+                    if (q->n_out == 0) {
+                        q->t_first = now;
+                        if (!is_long && k < first_wave && ++first_wave_started == first_wave) {
+                            st_tok0 = streamed;
+                            st_t0 = now;
+                        }
+                    } else if (!is_long) {
+                        if (n_itl == itl_cap) {
+                            double *t = realloc(itl, 2 * itl_cap * sizeof *itl);
+                            if (t) itl = t, itl_cap *= 2;
+                        }
+                        if (n_itl < itl_cap) itl[n_itl++] = (now - q->t_last) / n;
+                    }
                     q->t_last = now;
                     q->n_out += n;
+                    if (!is_long) streamed += n;
                 }
                 if (m->type == PROTO_FINAL) {
                     q->done = 1;
                     q->t_end = now;
                     q->finish = m->final.finish;
                     q->ok = q->finish == PROTO_FINISH_STOP || q->finish == PROTO_FINISH_LENGTH;
-                    fin_count[q->finish]++;
-                    out_tokens += q->n_out;
-                    in_flight--;
-                    finished++;
+                    if (!is_long) {
+                        fin_count[q->finish]++;
+                        out_tokens += q->n_out;
+                        in_flight--;
+                        finished++;
+                    }
                 }
             }
         }
@@ -1002,8 +1082,21 @@ static int s_bench(zllm_client *c, const s_args *a) {
                 in_flight--;
                 finished++;
             }
+        for (int k = 0; t_scan == now && k < n_long; k++)
+            if (!lr[k].done && now - lr[k].t_submit > (deadline + S_GRACE_MS) / 1000.0) {
+                snprintf(id, sizeof id, "l%d", k);
+                zllm_client_cancel(c, id, err, sizeof err);
+                lr[k].done = 1;
+            }
     }
     double wall = s_now() - t0;
+    int n_long_open = 0;
+    for (int k = 0; k < n_long; k++) /* background requests still running: not waited for */
+        if (!lr[k].done) {
+            snprintf(id, sizeof id, "l%d", k);
+            zllm_client_cancel(c, id, err, sizeof err);
+            n_long_open++;
+        }
     int n_ttft = 0, n_ok = 0;
     for (int k = 0; k < N; k++) {
         if (r[k].ok) n_ok++;
@@ -1019,12 +1112,32 @@ static int s_bench(zllm_client *c, const s_args *a) {
     printf(", %d without final), concurrency %d, prompt %d..%d, output %d..%d tokens\n", N - n_final,
            a->concurrency, a->plen_lo, a->plen_hi, a->olen_lo, a->olen_hi);
     printf("wall %.2f s, %.1f requests/s, %.1f output tokens/s\n", wall, n_ok / wall, out_tokens / wall);
+    if (st_tok0 >= 0 && st_tok1 > st_tok0 && st_t1 > st_t0)
+        printf("steady: %.1f output tokens/s over %.2f s with %d streams (from the first token of every first stream "
+               "to the last submission)\n",
+               (double)(st_tok1 - st_tok0) / (st_t1 - st_t0), st_t1 - st_t0, a->concurrency);
+    else printf("steady: none (the run has no window with every stream running: -N must exceed -c)\n");
     printf("ttft ms: p50 %.1f p90 %.1f p99 %.1f\n", s_pct(ttft, n_ttft, 50) * 1e3, s_pct(ttft, n_ttft, 90) * 1e3,
            s_pct(ttft, n_ttft, 99) * 1e3);
-    printf("itl ms:  p50 %.2f p90 %.2f p99 %.2f\n", s_pct(itl, (int)n_itl, 50) * 1e3,
-           s_pct(itl, (int)n_itl, 90) * 1e3, s_pct(itl, (int)n_itl, 99) * 1e3);
+    const double i50 = s_pct(itl, (int)n_itl, 50), i99 = s_pct(itl, (int)n_itl, 99);
+    printf("itl ms:  p50 %.2f p90 %.2f p99 %.2f (p99/p50 %.2f, %zu gaps)\n", i50 * 1e3,
+           s_pct(itl, (int)n_itl, 90) * 1e3, i99 * 1e3, i99 / i50, n_itl);
+    if (a->long_len) {
+        int n_lok = 0, n_lt = 0;
+        for (int k = 0; k < n_long; k++) {
+            n_lok += lr[k].ok;
+            if (lr[k].n_out > 0) ttft[n_lt++] = lr[k].t_first - lr[k].t_submit;
+        }
+        qsort(ttft, (size_t)n_lt, sizeof *ttft, s_cmp);
+        printf("long: %d prompts of %d tokens, one every %d ms (%d ok, %d cancelled at the end), ttft ms: p50 %.1f "
+               "p99 %.1f\n",
+               n_long, a->long_len, a->long_every_ms, n_lok, n_long_open, s_pct(ttft, n_lt, 50) * 1e3,
+               s_pct(ttft, n_lt, 99) * 1e3);
+    }
     if (n_ok != N) rc = 1;
+done:
     free(r);
+    free(lr);
     free(ttft);
     free(itl);
     free(toks);

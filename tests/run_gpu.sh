@@ -23,6 +23,7 @@
 #   - Gemma 3 270M Q4_K_M (deploy/fetch-gemma3.sh): gpu_test_engine_gpu, test_gemma3_270m on cuda, zllm-run's
 #     text, and `zllm chat` through a broker and a CUDA worker (test_e2e_chat_templates.py); test_e2e_gemma3.sh
 #     on cuda (a broker and a CUDA worker serve the gemma3 and Mistral-style oracle models);
+#   - tests/test_bench_long.py on a CUDA worker: the step budget, zllm bench's background long prompts;
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
 #   - tests/test_prefill_chunks cuda: chunked and batched prefill equal the whole prefill bitwise;
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
@@ -178,6 +179,10 @@ if [ -x "$eng" ]; then
     [ -n "$g270" ] && run_one "e2e_chat_templates:cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda \
         ZLLM_GEMMA3_GGUF="$g270" python3 tests/test_e2e_chat_templates.py
 fi
+
+# the step budget on a CUDA worker (stories260K): zllm bench's measured streams and background long prompts through
+# a broker (tests/test_bench_long.py)
+run_one "bench_long:cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda python3 tests/test_bench_long.py
 
 # pipeline stages over the GPU transport (cuda/test_stage_gpu.cu) on the zllm-mkmodel F32 llama: partial engines'
 # logits within 1e-3 relative of one GPU, 2 stage processes' tokens = one GPU's (the no-argument run above does

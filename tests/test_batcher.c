@@ -9,7 +9,9 @@
  * unchanged until the wait. Seeded sampling with a repetition penalty gives the same tokens
  * with 1, 2 and 3 lanes. Cancels and clears while a step is in flight, and random churn of adds and cancels.
  * Steps queued ahead (forced over the CPU engine, whose default is off): the same events as synchronous steps,
- * prompt chunks one a step, churn with steps in flight (test_ahead), and the one-lane tests again queued ahead. */
+ * prompt chunks one a step, churn with steps in flight (test_ahead), and the one-lane tests again queued ahead.
+ * The step budget: decodes keep their pace while long prompts arrive, prompts share what is left oldest first, a
+ * lone prompt takes the whole step (test_budget). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -425,6 +427,169 @@ static void test_rejects_and_cancel(const zl_model *m) {
     CHECK(rc == 0 && n_ev == 0, "nothing to run after clear");
     free(ev);
 out:
+    batcher_destroy(&b);
+    engine_destroy(&e);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * the step budget (batcher_set_step_budget): 4 sequences decode while two long prompts arrive. With a budget of
+ * 12 every step keeps all 4 decodes and at most max(12 - 4, 3) = 8 prompt tokens (with a budget of 2: the floor of
+ * 1), the older prompt first, and every decoding sequence gets a token in every step; without it a step takes a
+ * chunk of up to 60. A prompt alone on an
+ * idle batcher takes the engine's whole step either way. All tokens are the golden continuations (chunking and
+ * batching change none). ahead: steps queued ahead (forced over the CPU engine). */
+static void test_budget(const zl_model *m, int ahead, int budget) {
+    enum { ND = 4, NB = ND + 2, DEC_MAX = 60 };
+    zl_engine *e = s_engine(m, NB, NB, 256, 64);
+    if (!e) return;
+    char err[256];
+    static int32_t bufs[NB][NG + 1];
+    wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+    CHECK(b && batcher_set_ahead(b, ahead) == ahead, "budget %d: batcher, steps queued ahead %d", budget, ahead);
+    if (!b) {
+        engine_destroy(&e);
+        return;
+    }
+    batcher_set_step_budget(b, budget);
+    CHECK(batcher_step_budget(b) == budget, "budget %d set", budget);
+    const int least = budget / 4 > 1 ? budget / 4 : 1, share = budget - ND > least ? budget - ND : least;
+    int cap = batcher_event_cap(b), n_ev = 0;
+    wk_event *ev = calloc((size_t)cap, sizeof *ev);
+    int32_t got[NB][NG];
+    int n_got[NB] = {0}, fin[NB] = {0}, first_at[NB], most_prefill = 0, stalls = 0, long_steps = 0, done = 0;
+    for (int i = 0; i < NB; i++) first_at[i] = -1;
+    /* a prompt alone: 101 tokens, the first step takes 64 of them whatever the budget */
+    wk_request lone = s_req(200, bufs[0], 100, 2);
+    CHECK(batcher_add(b, &lone, err, sizeof err) == 0, "add the lone prompt: %s", err);
+    int lone_first = -1;
+    for (int step = 0; step < 20 && !fin[0]; step++) {
+        CHECK(batcher_step(b, ev, cap, &n_ev, err, sizeof err) >= 0, "step: %s", err);
+        if (step == 0)
+            CHECK(batcher_last_prefill_tokens(b) == 64,
+                  "budget %d, ahead %d: a lone prompt's first step "
+                  "takes the engine's 64 tokens (took %d)",
+                  budget, ahead, batcher_last_prefill_tokens(b));
+        for (int j = 0; j < n_ev; j++)
+            if (ev[j].rid == 200) {
+                if (ev[j].tok >= 0 && lone_first < 0) lone_first = ev[j].tok;
+                fin[0] = ev[j].fin;
+            }
+    }
+    for (int k = 0; k < 3 && batcher_in_flight(b) > 0; k++) batcher_step(b, ev, cap, &n_ev, err, sizeof err);
+    CHECK(fin[0] == WK_FIN_LENGTH && lone_first == s_gold[100], "the lone prompt's golden continuation");
+    fin[0] = 0;
+    /* 4 decoding sequences, then two long prompts (121 and 91 tokens) arriving together, the 121 admitted first */
+    for (int i = 0; i < ND; i++) {
+        wk_request r = s_req(300 + i, bufs[i], i, DEC_MAX);
+        CHECK(batcher_add(b, &r, err, sizeof err) == 0, "add decoder %d: %s", i, err);
+    }
+    for (int call = 0; call < 400 && done < NB; call++) {
+        if (call == 4) {
+            wk_request r = s_req(300 + ND, bufs[ND], 120, 20), r2 = s_req(300 + ND + 1, bufs[ND + 1], 90, 20);
+            CHECK(batcher_add(b, &r, err, sizeof err) == 0 && batcher_add(b, &r2, err, sizeof err) == 0,
+                  "add the long prompts: %s", err);
+        }
+        if (batcher_step(b, ev, cap, &n_ev, err, sizeof err) < 0) {
+            CHECK(0, "step: %s", err);
+            break;
+        }
+        int dec_tokens = 0;
+        for (int j = 0; j < n_ev; j++) {
+            const int k = (int)ev[j].rid - 300;
+            if (k < 0 || k >= NB) continue;
+            if (ev[j].tok >= 0 && n_got[k] < NG) got[k][n_got[k]++] = ev[j].tok;
+            if (ev[j].tok >= 0 && k < ND) dec_tokens++;
+            if (ev[j].tok >= 0 && first_at[k] < 0) first_at[k] = call;
+            if (ev[j].fin && !fin[k]) {
+                fin[k] = ev[j].fin;
+                done++;
+            }
+        }
+        /* the steps collected while a long prompt prefills and the 4 decoders run */
+        const int pre = batcher_last_prefill_tokens(b);
+        if (call > 6 && first_at[ND + 1] < 0 && n_got[0] < DEC_MAX - 2) {
+            long_steps++;
+            if (pre > most_prefill) most_prefill = pre;
+            if (dec_tokens != ND) stalls++;
+        }
+    }
+    CHECK(done == NB, "budget %d, ahead %d: %d of %d sequences ended", budget, ahead, done, NB);
+    for (int k = 0; k < NB; k++) {
+        const int k0 = k < ND ? k : k == ND ? 120 : 90, want = k < ND ? DEC_MAX : 20;
+        int same = fin[k] == WK_FIN_LENGTH && n_got[k] == want;
+        for (int t = 0; same && t < want; t++) same = got[k][t] == s_gold[k0 + t];
+        CHECK(same, "budget %d, ahead %d: sequence %d gives its golden continuation", budget, ahead, k);
+    }
+    CHECK(long_steps >= (budget ? 8 : 1), "budget %d, ahead %d: %d steps with decodes and long prompts", budget, ahead,
+          long_steps);
+    CHECK(stalls == 0, "budget %d, ahead %d: every decoder got a token in every step (%d steps without)", budget, ahead,
+          stalls);
+    if (budget > 0) {
+        CHECK(most_prefill == share,
+              "budget %d, ahead %d: prompt tokens per step beside 4 decodes at most %d (most %d)", budget, ahead, share,
+              most_prefill);
+        CHECK(first_at[ND] >= 0 && first_at[ND] < first_at[ND + 1],
+              "budget %d, ahead %d: the older long prompt gets its first token first (%d, %d)", budget, ahead,
+              first_at[ND], first_at[ND + 1]);
+    } else {
+        CHECK(most_prefill >= 32, "no budget: a step takes a prompt chunk of more than 32 (most %d)", most_prefill);
+    }
+    free(ev);
+    batcher_destroy(&b);
+    engine_destroy(&e);
+}
+
+/* the step budget with steps queued ahead when the decoding sequences are not in the step being built (a repetition
+ * penalty keeps them from being fed: they wait for their token): the budget still holds, so a long prompt arriving
+ * does not take the engine's whole step while they wait */
+static void test_budget_unfed(const zl_model *m) {
+    enum { ND = 2, BUDGET = 12 };
+    zl_engine *e = s_engine(m, ND + 1, ND + 1, 256, 64);
+    if (!e) return;
+    char err[256];
+    static int32_t bufs[ND + 1][NG + 1];
+    wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+    CHECK(b && batcher_set_ahead(b, 1) == 1, "unfed: batcher with steps queued ahead");
+    if (!b) {
+        engine_destroy(&e);
+        return;
+    }
+    batcher_set_step_budget(b, BUDGET);
+    int cap = batcher_event_cap(b), n_ev = 0, fin[ND + 1] = {0}, done = 0, most = 0, first = -1;
+    wk_event *ev = calloc((size_t)cap, sizeof *ev);
+    for (int i = 0; i < ND; i++) {
+        wk_request r = s_req(400 + i, bufs[i], i, 60);
+        r.samp.repeat_penalty = 1.1f;
+        r.samp.repeat_last_n = 16;
+        CHECK(batcher_add(b, &r, err, sizeof err) == 0, "unfed: add decoder %d: %s", i, err);
+    }
+    for (int call = 0; call < 400 && done < ND + 1; call++) {
+        if (call == 4) {
+            wk_request r = s_req(400 + ND, bufs[ND], 120, 4);
+            CHECK(batcher_add(b, &r, err, sizeof err) == 0, "unfed: add the long prompt: %s", err);
+        }
+        if (batcher_step(b, ev, cap, &n_ev, err, sizeof err) < 0) {
+            CHECK(0, "unfed: step: %s", err);
+            break;
+        }
+        if (call >= 4 && first < 0 && batcher_last_prefill_tokens(b) > most) most = batcher_last_prefill_tokens(b);
+        for (int j = 0; j < n_ev; j++) {
+            const int k = (int)ev[j].rid - 400;
+            if (k < 0 || k > ND) continue;
+            if (k == ND && ev[j].tok >= 0 && first < 0) first = ev[j].tok;
+            if (ev[j].fin && !fin[k]) {
+                fin[k] = ev[j].fin;
+                done++;
+            }
+        }
+    }
+    CHECK(done == ND + 1, "unfed: %d of %d sequences ended", done, ND + 1);
+    CHECK(first == s_gold[120], "unfed: the long prompt's golden first token");
+    CHECK(most >= 1 && most <= BUDGET,
+          "unfed: prompt tokens per step at most the budget of %d while sequences decode "
+          "outside the step (most %d)",
+          BUDGET, most);
+    free(ev);
     batcher_destroy(&b);
     engine_destroy(&e);
 }
@@ -1223,6 +1388,11 @@ int main(void) {
     test_extras(m);
     test_prompt_lp(m);
     test_kv(m);
+    test_budget(m, 0, 12);
+    test_budget(m, 1, 12);
+    test_budget(m, 0, 2);
+    test_budget(m, 1, 0);
+    test_budget_unfed(m);
     /* the one-lane tests again with steps queued ahead over the CPU engine (forced: not its default) */
     s_force_ahead = 1;
     test_mixed(m, 0, 1);

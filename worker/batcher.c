@@ -2,9 +2,11 @@
  *
  * Scheduling, per step: every decoding sequence gets one token (decodes first, so inter-token latency does not
  * depend on other sequences' prompts), then prefilling sequences by priority, in admission order within one, get
- * prompt chunks from what
- * is left of the engine's max_step_tokens, up to max_batch entries. A chunk that completes the prompt samples the
- * first token in the same step. When more sequences run than max_batch allows, the start rotates so none starves.
+ * prompt chunks from what is left of the engine's max_step_tokens, up to max_batch entries. While any sequence
+ * decodes, the step budget (batcher_set_step_budget) bounds the step instead: prompt chunks get what the decodes
+ * leave of it (at least a quarter of it), so that a long prompt is spread over several steps rather than stalling
+ * every running stream for one long step; a prompt alone (nothing decoding) takes the engine's whole step. A chunk
+ * that completes the prompt samples the first token in the same step. When more sequences run than max_batch allows, the start rotates so none starves.
  * With lanes, all of this applies to one lane's step: its sequences only, its own rotation.
  *
  * Records: a sequence lives in a record (rec), which holds an engine KV slot (kv). toks holds the sequence's
@@ -141,6 +143,7 @@ struct wk_batcher {
     uint64_t ord_collect;          /* ordinal of the step that must be collected next */
     uint64_t order_next;           /* admission counter */
     int prefill_cap;               /* most prompt tokens per step (batcher_set_prefill_cap) */
+    int step_budget;               /* tokens per step while sequences decode (batcher_set_step_budget); 0: off */
     int last_tokens;               /* tokens of the last step */
     int last_prefill;              /* of which prompt chunks (not decodes) */
     uint64_t steps;                /* steps run */
@@ -598,6 +601,9 @@ void batcher_set_prefill_cap(wk_batcher *b, int tokens) {
     b->prefill_cap = tokens;
 }
 
+void batcher_set_step_budget(wk_batcher *b, int tokens) { b->step_budget = tokens > 0 ? tokens : 0; }
+int batcher_step_budget(const wk_batcher *b) { return b->step_budget; }
+
 int batcher_last_step_tokens(const wk_batcher *b) { return b->last_tokens; }
 int batcher_last_prefill_tokens(const wk_batcher *b) { return b->last_prefill; }
 int batcher_prefill_cap(const wk_batcher *b) { return b->prefill_cap; }
@@ -946,6 +952,17 @@ grow:
     }
 }
 
+/* 1 when a sequence of lane l decodes or will once its step in flight is collected: it has generated a token, or
+ * its whole prompt is in the KV cache or in flight (a step built now would stall it) */
+static int s_decoding(const wk_batcher *b, int l) {
+    for (int i = 0; i < b->n_rec; i++) {
+        const s_rec *s = &b->recs[i];
+        if (s->active && s->live && s->kv >= 0 && s->lane == l && (s->len > s->n_prompt || s_at(b, s) >= s->len))
+            return 1;
+    }
+    return 0;
+}
+
 /* builds the next step of lane l's records into L's seqs after its first n0 entries, within budget tokens;
  * returns the entries and the prompt tokens in *prefill */
 static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int *prefill) {
@@ -962,8 +979,15 @@ static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int
         budget -= s_entry(b, L, i, n++, 1);
     }
     *rot = (*rot + 1) % b->n_scan;
-    /* then prefills, by priority and oldest admission first, within the prefill cap */
+    /* then prefills, by priority and oldest admission first, within the prefill cap and, while sequences decode,
+     * within what the decodes leave of the step budget (never less than a quarter of it, so that prompts go on
+     * when decodes alone fill it) */
     if (budget > b->prefill_cap) budget = b->prefill_cap;
+    if (b->step_budget > 0 && (n > 0 || s_decoding(b, l))) {
+        int share = b->step_budget - n, least = b->step_budget / 4 > 0 ? b->step_budget / 4 : 1;
+        if (share < least) share = least;
+        if (budget > share) budget = share;
+    }
     int n_decode = n, budget0 = budget;
     while (n < e->max_batch && budget > 0) {
         int best = -1;

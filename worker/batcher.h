@@ -149,6 +149,13 @@ void batcher_clear(wk_batcher *b);
 /* Caps the prompt tokens one step may prefill (>= 1; at most the engine's max_step_tokens; decodes are not
  * counted): the worker lowers it when steps get slow, so that its heartbeats keep their pace. */
 void batcher_set_prefill_cap(wk_batcher *b, int tokens);
+/* The step budget: while any sequence of a lane decodes, its steps hold every decode and prompt chunks of at most
+ * max(tokens - decodes, tokens / 4) tokens (besides the prefill cap), so that a long prompt arriving is spread
+ * over several steps and the running streams keep their pace; with nothing decoding a prompt takes the engine's
+ * max_step_tokens (the time to first token of a lone request). 0 (the default) turns it off. Any value is allowed
+ * at any time; it applies from the next step built. */
+void batcher_set_step_budget(wk_batcher *b, int tokens);
+int batcher_step_budget(const wk_batcher *b);
 int batcher_last_step_tokens(const wk_batcher *b); /* tokens (prefill + decode) of the last step run/submitted */
 int batcher_last_prefill_tokens(const wk_batcher *b); /* prompt tokens of that step (those under the cap) */
 int batcher_prefill_cap(const wk_batcher *b);      /* the current cap */

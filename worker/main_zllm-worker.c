@@ -1,7 +1,7 @@
 /* worker/main_zllm-worker.c: zllm-worker, one model on one device, serving a broker (docs/protocol.md).
  *
  *   zllm-worker --broker ENDPOINT -m MODEL.gguf [--name NAME] [--model-name NAME] [--device cpu|cuda[:N]]
- *               [--max-batch M] [--ctx N] [--step-tokens T] [--threads N] [--heartbeat-ms MS]
+ *               [--max-batch M] [--ctx N] [--step-tokens T] [--step-budget T] [--threads N] [--heartbeat-ms MS]
  *               [--curve-server-key BROKER.pub --curve-key WORKER.key]
  *
  * One thread, one DEALER socket, one loop (after the zguide's Paranoid Pirate worker): read every message the
@@ -60,6 +60,7 @@
  * the broker rightly declares the worker dead. The cap shrinks in proportion when a step overruns the target
  * and doubles after a fast step that the cap limited (so a GPU reaches its full chunk after a few prompts). */
 #define S_STEP_TARGET_FRACTION 0.5
+#define S_STEP_BUDGET_CUDA 256 /* --step-budget's default on CUDA (docs/perf.md, "The step budget") */
 
 typedef struct {
     const char *broker;            /* endpoint to connect */
@@ -70,6 +71,7 @@ typedef struct {
     int max_batch;                 /* sequences per step (also the slot count) */
     int n_ctx;                     /* tokens per slot; 0 = engine default */
     int step_tokens;               /* most tokens per step; 0 = device default */
+    int step_budget;               /* tokens per step while sequences decode; -1 = device default, 0 = off */
     int threads;                   /* CPU threads; 0 = all */
     int heartbeat_ms;              /* heartbeat interval */
     int step_delay_ms;             /* fault injection / test pacing: sleep after each step (0: off) */
@@ -168,6 +170,10 @@ static void s_usage(FILE *f) {
             "  --ctx N              tokens per sequence slot, 2..1048576 (default: the model's, at most 4096)\n"
             "  --step-tokens T      most tokens per step, 1..1048576 (default 256 on cpu, 2048 on cuda;\n"
             "                       prompt chunks shrink further to keep steps near half a heartbeat)\n"
+            "  --step-budget T      tokens per step while sequences decode, 0..1048576, 0 off (default 256 on\n"
+            "                       cuda, 0 on cpu): decodes first, prompt chunks get the rest (at least T/4),\n"
+            "                       so a long prompt is spread over steps instead of stalling the streams;\n"
+            "                       a prompt alone still takes --step-tokens at once (docs/perf.md)\n"
             "  --threads N          CPU threads, 0..1024 (default 0: all cores)\n"
             "  --heartbeat-ms MS    heartbeat interval, 10..60000 (default 500)\n"
             "  --debug-step-delay-ms MS  sleep after every step, 0..10000 (default 0; tests: slows streams down)\n"
@@ -223,6 +229,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
     o->kv_block = 16;
     o->kv_blocks = -1;
     o->ahead = -1;
+    o->step_budget = -1;
     const char *name = NULL, *model_name = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -248,6 +255,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
         else if (!strcmp(a, "--max-batch")) bad = s_int(v, 1, 4096, &o->max_batch);
         else if (!strcmp(a, "--ctx")) bad = s_int(v, 2, 1 << 20, &o->n_ctx);
         else if (!strcmp(a, "--step-tokens")) bad = s_int(v, 1, 1 << 20, &o->step_tokens);
+        else if (!strcmp(a, "--step-budget")) bad = s_int(v, 0, 1 << 20, &o->step_budget);
         else if (!strcmp(a, "--threads")) bad = s_int(v, 0, 1024, &o->threads);
         else if (!strcmp(a, "--heartbeat-ms")) bad = s_int(v, 10, 60000, &o->heartbeat_ms);
         else if (!strcmp(a, "--debug-step-delay-ms")) bad = s_int(v, 0, 10000, &o->step_delay_ms);
@@ -317,6 +325,10 @@ static int s_parse(int argc, char **argv, s_opts *o) {
         }
     }
     if (!o->step_tokens) o->step_tokens = strncmp(o->device, "cpu", 3) == 0 ? 256 : 2048;
+    /* CUDA: a step of 64 decodes of an 8B model is bound by the reads of its weights and KV; prompt tokens added
+     * to it cost only the part of their products' time beyond those reads, and about 192 of them (a budget of 256)
+     * keep such a step near 1.5x a decode-only one on an H200 (docs/perf.md, "The step budget") */
+    if (o->step_budget < 0) o->step_budget = strncmp(o->device, "cpu", 3) == 0 ? 0 : S_STEP_BUDGET_CUDA;
     return 0;
 }
 
@@ -799,6 +811,7 @@ int main(int argc, char **argv) {
         if (batcher_set_mask_threads(w.batcher, mt, err, sizeof err) != 0) s_log(&w, "mask threads: %s", err);
     }
     batcher_set_prefill_cap(w.batcher, 16);   /* until the first steps have measured the device's speed */
+    batcher_set_step_budget(w.batcher, w.o.step_budget);
     if (batcher_set_kv(w.batcher, w.o.kv_block, w.o.model_name, err, sizeof err) != 0) {
         s_log(&w, "%s", err);
         goto fail;
@@ -831,10 +844,16 @@ int main(int argc, char **argv) {
     char paged[64] = "";
     if (w.engine->kv_block > 0)
         snprintf(paged, sizeof paged, ", paged KV of %d blocks of %d", w.engine->kv_blocks, w.engine->kv_block);
-    s_log(&w, "model %s (%s) on %s: %d slots of %d tokens, batch %d, %d tokens per step, %d lane%s%s%s, broker %s",
-          w.o.model_name, w.o.model_path, w.engine->device, w.engine->n_slots, w.engine->n_ctx, w.engine->max_batch,
-          w.engine->max_step_tokens, batcher_lanes(w.batcher), batcher_lanes(w.batcher) > 1 ? "s" : "",
-          batcher_ahead(w.batcher) ? ", steps queued ahead" : "", paged, w.o.broker);
+    s_log(
+        &w,
+        "model %s (%s) on %s: %d slots of %d tokens, batch %d, %d tokens per step (%d while decoding), %d lane%s%s%s, "
+        "broker %s",
+        w.o.model_name, w.o.model_path, w.engine->device, w.engine->n_slots, w.engine->n_ctx, w.engine->max_batch,
+        w.engine->max_step_tokens,
+        w.o.step_budget > 0 && w.o.step_budget < w.engine->max_step_tokens ? w.o.step_budget
+                                                                           : w.engine->max_step_tokens,
+        batcher_lanes(w.batcher), batcher_lanes(w.batcher) > 1 ? "s" : "",
+        batcher_ahead(w.batcher) ? ", steps queued ahead" : "", paged, w.o.broker);
     rc = s_run(&w) == 0 ? 0 : 1;
     if (stage_leader_failed(w.engine)) {
         s_log(&w, "pipeline group %s failed", w.o.group);
