@@ -292,9 +292,9 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     auto load = [&](int j) {
         if (j < ntile && k0 + (j + 1) * kTileKeys <= k1) {
             const uint32_t sb = dst0 + (uint32_t)((j % NS) * 2 * TILE * (int)sizeof(T));
-            const char *src = paged ? reinterpret_cast<const char *>(kg + (pg_row(k0 + j * kTileKeys) + lr) *
-                                                                               row_stride + lc * 8)
-                                    : ksrc + (long)j * tstep;
+            const char *src =
+                paged ? reinterpret_cast<const char *>(kg + (pg_row(k0 + j * kTileKeys) + lr) * row_stride + lc * 8)
+                      : ksrc + (long)j * tstep;
 #pragma unroll
             for (int u = 0; u < CU; u++) {
                 /* element offset (lr + RPI u) RP + ((lc ^ (lr | k)) << 3), k = RPI u & 7; padded: + (lc << 3) */

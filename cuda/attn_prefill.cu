@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(128) prefill_kernel(attn_prefill_params p, int
         sq[i] = rr < nr ? p.q[(long)(row0 + t0 + rr) * q_stride + (long)head * D + d] * qscale : 0.f;
     }
     const long row_stride = (long)p.n_kv_heads * D;
-    const int sl = p.seq_slot[seq];   /* paged KV: the offset of the sequence's block table (kv_page_row) */
+    const int sl = p.seq_slot[seq]; /* paged KV: the offset of the sequence's block table (kv_page_row) */
     const long slot_base = p.blocks ? (long)kvh * D : (long)sl * p.n_ctx * row_stride + (long)kvh * D;
     const T *kbase = reinterpret_cast<const T *>(p.k_cache) + slot_base;
     const T *vbase = reinterpret_cast<const T *>(p.v_cache) + slot_base;

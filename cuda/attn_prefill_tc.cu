@@ -87,7 +87,7 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
     const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
     const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
     const long row_stride = (long)p.n_kv_heads * D;   /* elements between consecutive positions */
-    const int sl = p.seq_slot[seq];   /* paged KV: the offset of the sequence's block table (kv_page_row) */
+    const int sl = p.seq_slot[seq]; /* paged KV: the offset of the sequence's block table (kv_page_row) */
     const long slot_base =
         p.blocks ? (long)(head / group) * D : (long)sl * p.n_ctx * row_stride + (long)(head / group) * D;
     const T *kbase = reinterpret_cast<const T *>(p.k_cache) + slot_base;

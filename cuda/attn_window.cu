@@ -35,7 +35,7 @@ static __global__ void __launch_bounds__(S_WARPS * 32) k_attn_window(attn_window
         acc[i] = 0.f;
     }
     const size_t row = (size_t)p.n_kv_heads * D;
-    const int sl = p.slot[r];   /* paged KV: the offset of the row's block table (kv_page_row) */
+    const int sl = p.slot[r]; /* paged KV: the offset of the row's block table (kv_page_row) */
     const size_t base = p.blocks ? (size_t)kvh * D : (size_t)sl * p.n_ctx * row + (size_t)kvh * D;
     const T *kc = reinterpret_cast<const T *>(p.k_cache) + base;
     const T *vc = reinterpret_cast<const T *>(p.v_cache) + base;

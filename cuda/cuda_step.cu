@@ -99,8 +99,8 @@ static void s_stage_sampling(cu_engine *E, int k, const zl_seq *s) {
  * has such rows. Ranges less than S_COPY_GAP apart are merged: one copy of a small gap costs less than one more
  * call. Returns their count (at most S_COPY_MAX). */
 #define S_COPY_GAP ((size_t)64 << 10)
-#define S_COPY_MAX 11 /* ranges at most: the core, the masks, six extras arrays, the prompt logprob rows, the
-                       * paged KV tables */
+/* ranges at most: the core, the masks, six extras arrays, the prompt logprob rows, the paged KV tables */
+#define S_COPY_MAX 11
 static int s_copy_ranges(const cu_inputs *in, int n_samp, int need_hist, int need_mask, int extras, int n_plp,
                          size_t n_tab, size_t r[][2]) {
     const size_t rows = (size_t)n_samp;

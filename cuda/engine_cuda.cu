@@ -195,8 +195,8 @@ static int s_copy_kv(zl_engine *base, int src, int dst, int n_tokens) {
     if (E->dead || E->paged || src < 0 || src >= base->n_slots || dst < 0 || dst >= base->n_slots || src == dst ||
         n_tokens < 0 || n_tokens > base->n_ctx) {
         snprintf(base->err, sizeof base->err,
-                 "copy_kv: slots %d -> %d, %d tokens: out of range (or engine dead, or paged KV: copy_block)", src,
-                 dst, n_tokens);
+                 "copy_kv: slots %d -> %d, %d tokens: out of range (or engine dead, or paged KV: copy_block)", src, dst,
+                 n_tokens);
         return -1;
     }
     const size_t row = (size_t)c->n_kv_heads * c->head_dim * ops_dtype_size(E->wt), slot = row * base->n_ctx;
@@ -222,8 +222,8 @@ static int s_copy_kv(zl_engine *base, int src, int dst, int n_tokens) {
 static int s_copy_block(zl_engine *base, int src, int dst, int n_rows) {
     cu_engine *E = (cu_engine *)base;
     const zl_config *c = &base->model->cfg;
-    if (E->dead || !E->paged || src < 0 || src >= base->kv_blocks || dst < 0 || dst >= base->kv_blocks ||
-        src == dst || n_rows < 0 || n_rows > base->kv_block) {
+    if (E->dead || !E->paged || src < 0 || src >= base->kv_blocks || dst < 0 || dst >= base->kv_blocks || src == dst ||
+        n_rows < 0 || n_rows > base->kv_block) {
         snprintf(base->err, sizeof base->err, "copy_block: blocks %d -> %d, %d rows: out of range (or engine dead)",
                  src, dst, n_rows);
         return -1;
@@ -231,8 +231,8 @@ static int s_copy_block(zl_engine *base, int src, int dst, int n_rows) {
     const size_t row = (size_t)c->n_kv_heads * c->head_dim * ops_dtype_size(E->wt), blk = row * base->kv_block;
     cudaError_t ce = cudaSetDevice(E->dev);
     for (int l = base->layer_begin; ce == cudaSuccess && l < base->layer_end; l++) {
-        ce = cudaMemcpyAsync((uint8_t *)E->L[l].kc + dst * blk, (const uint8_t *)E->L[l].kc + src * blk,
-                             row * n_rows, cudaMemcpyDeviceToDevice, E->st);
+        ce = cudaMemcpyAsync((uint8_t *)E->L[l].kc + dst * blk, (const uint8_t *)E->L[l].kc + src * blk, row * n_rows,
+                             cudaMemcpyDeviceToDevice, E->st);
         if (ce == cudaSuccess)
             ce = cudaMemcpyAsync((uint8_t *)E->L[l].vc + dst * blk, (const uint8_t *)E->L[l].vc + src * blk,
                                  row * n_rows, cudaMemcpyDeviceToDevice, E->st);
@@ -489,7 +489,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
              * fewer; at least one whole context. n_slots (launch states: feeds, carries) is not budget-bound */
             const int bs = 1 << E->kv_lg;
             const size_t block_bytes = (size_t)(le - lb) * 2 * bs * kvd * es;
-            const size_t fitb = budget / block_bytes;   /* blocks that fit, the sentinel included */
+            const size_t fitb = budget / block_bytes; /* blocks that fit, the sentinel included */
             size_t want = o->kv_blocks > 0 ? (size_t)o->kv_blocks : (size_t)b->n_slots * E->max_blocks;
             if (o->kv_blocks <= 0 && want + 1 > fitb) want = fitb > 1 ? fitb - 1 : 0;
             if (want > ((size_t)1 << 24)) want = (size_t)1 << 24;
@@ -534,8 +534,10 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
             E->L[l].window = model_attn_window(c, l, b->n_ctx);
         }
         if (E->paged)
-            fprintf(stderr, "zllm %s: paged KV cache %d blocks x %d tokens (%lld tokens, %.1f MiB %s), %d slots, "
-                    "max batch %d\n", b->device, b->kv_blocks, b->kv_block, (long long)b->kv_blocks * b->kv_block,
+            fprintf(stderr,
+                    "zllm %s: paged KV cache %d blocks x %d tokens (%lld tokens, %.1f MiB %s), %d slots, "
+                    "max batch %d\n",
+                    b->device, b->kv_blocks, b->kv_block, (long long)b->kv_blocks * b->kv_block,
                     E->kv_bytes / 1048576.0, ops_dtype_name(E->wt), b->n_slots, b->max_batch);
         else
             fprintf(stderr, "zllm %s: KV cache %d slots x %d tokens (%lld tokens, %.1f MiB %s), max batch %d\n",

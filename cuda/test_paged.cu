@@ -23,8 +23,14 @@
 #include "ops.h"
 #include "test.h"
 
-#define CUDA_OK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
-    fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
+#define CUDA_OK(call)                                                                                                  \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                     \
+            exit(2);                                                                                                   \
+        }                                                                                                              \
+    } while (0)
 
 static uint64_t s_rng;
 static uint64_t rnd_u64(void) {
@@ -83,7 +89,7 @@ struct paged {
     int lg = 0, n_blocks = 0;
     std::vector<unsigned char> pool;
     std::vector<int32_t> tab, off;
-    std::vector<int> spare_ids;   /* blocks no table names (NaN) */
+    std::vector<int> spare_ids; /* blocks no table names (NaN) */
 };
 static paged make_paged(const std::vector<unsigned char> &cont, size_t row_bytes, int n_ctx,
                         const std::vector<int32_t> &slot, const std::vector<int32_t> &len, int lg, int spare) {
@@ -169,7 +175,7 @@ static void run_decode(const decode_case &c) {
     p.n_kv_heads = c.n_kv;
     p.head_dim = c.D;
     p.n_ctx = c.n_ctx;
-    p.max_kv_len = c.n_ctx;   /* the engine's choice: the split count follows n_ctx, never the lengths */
+    p.max_kv_len = c.n_ctx; /* the engine's choice: the split count follows n_ctx, never the lengths */
     p.max_seq = c.n_seq;
     size_t wsb = 0;
     for (int k = 0; k <= 4; k++) {
@@ -184,7 +190,8 @@ static void run_decode(const decode_case &c) {
     p.workspace_bytes = wsb;
     const bool tc = attn_decode_tc_served(&p) && c.lg >= 4;
     /* forms: kernel, tc_group, tc_lpw, kv_pre/kv_early */
-    const int forms[][4] = {{0, 0, 0, 0}, {1, 0, 0, 0}, {3, 0, 0, 0}, {4, 0, 0, 0}, {4, 1, 1, 1}, {4, 8, 2, 1}, {4, 2, 4, 0}};
+    const int forms[][4] = {{0, 0, 0, 0}, {1, 0, 0, 0}, {3, 0, 0, 0}, {4, 0, 0, 0},
+                            {4, 1, 1, 1}, {4, 8, 2, 1}, {4, 2, 4, 0}};
     auto run = [&](attn_decode_params x, bool paged_run, const int32_t *tab) {
         if (paged_run) {
             x.k_cache = dkp.p;
@@ -431,8 +438,10 @@ static void run_append(cu_dtype t, int n_rows, int n_heads, int n_kv, int D, int
     }
     size_t stray = 0;
     for (size_t i = 0; i < pk.size(); i++) stray += pk[i] != 0 || pv[i] != 0;
-    CHECK(ok && stray == 0, "append %s rows=%d heads=%d/%d D=%d n_ctx=%d block %d: paged rows differ from contiguous "
-          "(or %zu stray bytes written)", ops_dtype_name(t), n_rows, n_heads, n_kv, D, n_ctx, bs, stray);
+    CHECK(ok && stray == 0,
+          "append %s rows=%d heads=%d/%d D=%d n_ctx=%d block %d: paged rows differ from contiguous "
+          "(or %zu stray bytes written)",
+          ops_dtype_name(t), n_rows, n_heads, n_kv, D, n_ctx, bs, stray);
     printf("append  %-4s rows=%-3d heads=%d/%d D=%-3d n_ctx=%-6d block %-3d: same bits\n", ops_dtype_name(t), n_rows,
            n_heads, n_kv, D, n_ctx, bs);
 }
@@ -498,27 +507,27 @@ int main(void) {
         const attn_kv_type t = T16[ti];
         /* type, n_seq, heads, kv heads, D, n_ctx, max_len, log2 block */
         const decode_case dc[] = {
-            {t, 1, 9, 3, 64, 2048, 2048, 4},     /* SmolLM2-135M heads, batch 1 */
-            {t, 5, 9, 3, 64, 2048, 1999, 6},     /* random lengths, some 0 */
-            {t, 16, 32, 8, 128, 4096, 4096, 4},  /* llama heads, batch 16 */
+            {t, 1, 9, 3, 64, 2048, 2048, 4},    /* SmolLM2-135M heads, batch 1 */
+            {t, 5, 9, 3, 64, 2048, 1999, 6},    /* random lengths, some 0 */
+            {t, 16, 32, 8, 128, 4096, 4096, 4}, /* llama heads, batch 16 */
             {t, 16, 32, 8, 128, 4096, 3000, 8},
             {t, 64, 8, 1, 64, 1024, 1024, 5},    /* GQA 8, batch 64 */
             {t, 2, 32, 8, 128, 40000, 40000, 4}, /* long rows: the split merge, many leaves */
             {t, 3, 16, 8, 128, 3000, 2900, 7},
-            {t, 4, 32, 32, 96, 3000, 3000, 4},   /* head size 96: the chunk kernel only */
-            {t, 7, 9, 3, 80, 2000, 1999, 6},     /* head size 80 */
-            {t, 3, 8, 2, 64, 1000, 1000, 0},     /* blocks of 1 and 4: the chunk kernels */
+            {t, 4, 32, 32, 96, 3000, 3000, 4}, /* head size 96: the chunk kernel only */
+            {t, 7, 9, 3, 80, 2000, 1999, 6},   /* head size 80 */
+            {t, 3, 8, 2, 64, 1000, 1000, 0},   /* blocks of 1 and 4: the chunk kernels */
             {t, 3, 8, 2, 64, 1000, 777, 2},
         };
         for (const auto &c : dc) run_decode(c);
         /* type, n_seq, heads, kv heads, D, n_ctx, max_rows, log2 block */
         const prefill_case pc[] = {
-            {t, 1, 9, 3, 64, 1100, 1000, 4}, {t, 3, 8, 2, 128, 700, 300, 4}, {t, 4, 16, 2, 64, 600, 200, 6},
+            {t, 1, 9, 3, 64, 1100, 1000, 4},  {t, 3, 8, 2, 128, 700, 300, 4},  {t, 4, 16, 2, 64, 600, 200, 6},
             {t, 5, 32, 8, 128, 1000, 129, 8}, {t, 3, 32, 32, 96, 500, 100, 5}, {t, 4, 9, 3, 80, 400, 120, 4},
             {t, 2, 8, 2, 64, 300, 65, 0},     {t, 6, 8, 2, 64, 300, 5, 2},
         };
         for (const auto &c : pc) run_prefill(c);
-        run_window(t, 9, 8, 4, 256, 2000, 512, 4);   /* gemma3 heads */
+        run_window(t, 9, 8, 4, 256, 2000, 512, 4); /* gemma3 heads */
         run_window(t, 33, 9, 3, 64, 1000, 100, 6);
         run_window(t, 4, 8, 2, 128, 700, 700, 2);
     }

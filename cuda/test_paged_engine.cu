@@ -33,9 +33,9 @@ static uint64_t rnd_u64(void) {
 /* one engine's view of the sequences: its block tables (paged) and generator states */
 struct run {
     zl_engine *e = nullptr;
-    int bs = 0;                      /* 0: contiguous slots */
-    std::vector<int32_t> free_ids;   /* paged: shuffled free blocks */
-    std::vector<int32_t> tab[NSEQ];  /* paged: each sequence's table */
+    int bs = 0;                     /* 0: contiguous slots */
+    std::vector<int32_t> free_ids;  /* paged: shuffled free blocks */
+    std::vector<int32_t> tab[NSEQ]; /* paged: each sequence's table */
     uint64_t rng[NSEQ];
     int ok = 1;
     /* the table of sequence i holds positions [0, n) */
@@ -53,13 +53,13 @@ struct run {
 };
 
 struct seq_state {
-    std::vector<int32_t> toks;   /* prompt then generated */
-    int n_prompt = 0, pos = 0;   /* tokens in the KV */
+    std::vector<int32_t> toks; /* prompt then generated */
+    int n_prompt = 0, pos = 0; /* tokens in the KV */
     zl_sampling samp;
 };
 
 static seq_state S[NSEQ];
-static std::vector<run *> R;   /* R[0] contiguous, the others paged */
+static std::vector<run *> R; /* R[0] contiguous, the others paged */
 static int V;
 
 /* entry list of one step: sequence, tokens from pos, count, sample, feed */
@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
     o.n_ctx = CTX;
     o.max_step_tokens = 256;
     o.kv_mem = (size_t)512 << 20;
-    {   /* block sizes the kernels do not take are refused at creation */
+    { /* block sizes the kernels do not take are refused at creation */
         zl_engine_opts b = o;
         b.kv_block = 8;
         zl_engine *e = engine_new(m, &b, err, sizeof err);
@@ -210,7 +210,7 @@ int main(int argc, char **argv) {
         }
         R.push_back(&runs[ri]);
     }
-    {   /* a table entry outside the pool is refused, nothing run */
+    { /* a table entry outside the pool is refused, nothing run */
         run *r = R[1];
         int32_t bad[2] = {0, r->e->kv_blocks};
         int32_t t[20] = {1};
@@ -240,7 +240,7 @@ int main(int argc, char **argv) {
             }
             for (run *r : R) r->rng[i] = sampler_rng_init(s.samp.seed);
         }
-        for (int t = 0; t < 38; t++) S[1].toks[t] = S[0].toks[t];   /* sequence 1 shares 0's first 38 tokens */
+        for (int t = 0; t < 38; t++) S[1].toks[t] = S[0].toks[t]; /* sequence 1 shares 0's first 38 tokens */
         s_step("prompts 0, 2, 3 whole", {{0, 40, 1, 0}, {2, 23, 1, 0}, {3, 5, 1, 0}});
         /* sequence 1 takes the KV of 0's first 37 positions */
         const int share = 37;
@@ -250,15 +250,15 @@ int main(int argc, char **argv) {
                 continue;
             }
             const int full = share / r->bs, rem = share - full * r->bs;
-            for (int k = 0; k < full; k++) r->tab[1].push_back(r->tab[0][k]);   /* shared, read-only */
+            for (int k = 0; k < full; k++) r->tab[1].push_back(r->tab[0][k]); /* shared, read-only */
             if (rem) {
                 r->cover(1, share);
-                CHECK(r->e->copy_block(r->e, r->tab[0][full], r->tab[1][full], rem) == 0, "copy_block: %s",
-                      r->e->err);
+                CHECK(r->e->copy_block(r->e, r->tab[0][full], r->tab[1][full], rem) == 0, "copy_block: %s", r->e->err);
             }
         }
         S[1].pos = share;
-        s_step("prompt 1 after its shared prefix, with decodes", {{0, 1, 1, 0}, {1, 8, 1, 0}, {2, 1, 1, 0}, {3, 1, 1, 0}});
+        s_step("prompt 1 after its shared prefix, with decodes",
+               {{0, 1, 1, 0}, {1, 8, 1, 0}, {2, 1, 1, 0}, {3, 1, 1, 0}});
         for (int k = 0; k < 6; k++) s_step("decodes (graphs)", s_decodes({0, 1, 2, 3}));
         s_step("prompt 4's first chunk with decodes", {{3, 1, 1, 0}, {4, 30, 0, 0}, {0, 1, 1, 0}, {2, 1, 1, 0}});
         s_step("prompt 4's second chunk alone", {{4, 40, 1, 0}});

@@ -410,8 +410,9 @@ static void test_layout(void) {
         ok &= in.bias_v + (size_t)B * ZL_MAX_LOGIT_BIAS * 4 <= in.gen_n && in.gen_n + (size_t)B * 4 <= in.gen_id;
         ok &= in.gen_id + (size_t)B * CU_GEN * 4 <= in.gen_cnt && in.gen_cnt + (size_t)B * CU_GEN * 4 <= in.plp_row;
         ok &= in.plp_end <= in.tab && in.tab + TAB * 4 <= in.total;
-        const size_t al[] = {in.tokens,  in.mask_on, in.mask_late_on, in.lwant,  in.hist,    in.mask, in.bias_n,
-                             in.bias_id, in.bias_v,  in.gen_n,        in.gen_id, in.gen_cnt, in.total, in.pslot, in.tab};
+        const size_t al[] = {in.tokens, in.mask_on, in.mask_late_on, in.lwant,  in.hist,
+                             in.mask,   in.bias_n,  in.bias_id,      in.bias_v, in.gen_n,
+                             in.gen_id, in.gen_cnt, in.total,        in.pslot,  in.tab};
         for (size_t a : al) ok &= a % 256 == 0;
         CHECK(ok, "input block layout for max_tok %d, max_batch %d, vocab %d", T, B, V);
     }

@@ -182,7 +182,7 @@ static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits
     std::vector<int32_t> hs(n_slots), hl(B, (int32_t)kvl);
     for (int i = 0; i < n_slots; i++) hs[i] = i;
     int32_t *tab = nullptr;
-    if (s_paged) {   /* slot s's table: blocks [s * nb, (s + 1) * nb) of a shuffled permutation; slot = its offset */
+    if (s_paged) { /* slot s's table: blocks [s * nb, (s + 1) * nb) of a shuffled permutation; slot = its offset */
         const long nb = L / s_paged;
         std::vector<int32_t> ids((size_t)n_slots * nb);
         for (size_t i = 0; i < ids.size(); i++) ids[i] = (int32_t)i;
@@ -306,8 +306,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--kvlen") && i + 1 < argc) s_kvlen = atol(argv[++i]);
         else if (!strcmp(argv[i], "--paged") && i + 1 < argc) s_paged = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [-b 1,16,64] [-c 1024,...] [-s B:L,...] [-n iters] [-m max_gib] [--sweep] "
-                    "[-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n] [--paged N]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [-b 1,16,64] [-c 1024,...] [-s B:L,...] [-n iters] [-m max_gib] [--sweep] "
+                    "[-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n] [--paged N]\n",
+                    argv[0]);
             return 2;
         }
     }
