@@ -549,7 +549,7 @@ int batcher_set_kv(wk_batcher *b, int block_size, const char *model, char *err, 
         }
     kv_pool_destroy(&b->kvp);
     b->paged = 0;
-    if (b->e->kv_block > 0) { /* the engine's paged KV: its pool, its block size, one synchronous lane */
+    if (b->e->kv_block > 0) { /* the engine's paged KV: its pool, its block size, one lane */
         const int per_seq = (b->n_ctx + b->e->kv_block - 1) / b->e->kv_block;
         if (block_size != b->e->kv_block || b->lanes != 1 || b->e->kv_blocks < per_seq + WK_KV_HEADROOM) {
             snprintf(err, errlen,
