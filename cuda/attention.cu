@@ -32,6 +32,7 @@
 #include "attn_decode_tc.h"
 #include "cu_host.h"
 #include "attn_vec.cuh"
+#include "kv_page.cuh"
 #include "pdl.cuh"
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -303,7 +304,8 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
     }
 
     const long row_stride = (long)p.n_kv_heads * D;  /* elements between positions */
-    const long slot_base = (long)slot_id * p.n_ctx * row_stride + (long)kvh * D;
+    /* paged KV: the pool's origin here, each key row's address through the table (kv_page_row) */
+    const long slot_base = p.blocks ? (long)kvh * D : (long)slot_id * p.n_ctx * row_stride + (long)kvh * D;
     const T *kbase = reinterpret_cast<const T *>(p.k_cache) + slot_base;
     const T *vbase = reinterpret_cast<const T *>(p.v_cache) + slot_base;
 
@@ -317,10 +319,11 @@ decode_chunk_kernel(attn_decode_params p, int group, int n_tiles, int hb_log2, i
             for (int u = 0; u < U; u++) {
                 const int key = k0 + it * KS * U + u * KS + sub;
                 if (key < k1) {
+                    const long krow = p.blocks ? kv_page_row(p.blocks, p.kv_block_log2, slot_id, 0, key) : (long)key;
 #pragma unroll
                     for (int v = 0; v < NV; v++) {
                         if (!S::on(r, v)) continue;
-                        const long off = key * row_stride + (r + v * TPK) * VEC;
+                        const long off = krow * row_stride + (r + v * TPK) * VEC;
                         cp_async16(slot + ((u * NV + v) * 2 + 0) * NTH + threadIdx.x, kbase + off);
                         cp_async16(slot + ((u * NV + v) * 2 + 1) * NTH + threadIdx.x, vbase + off);
                     }
@@ -563,6 +566,7 @@ int decode_params_ok(const attn_decode_params *p) {
     if (p->n_seq < 1 || p->n_heads < 1 || p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads) return 0;
     if (!attn_head_dim_ok(p->head_dim) || p->n_ctx < 1 || p->max_kv_len < 0 || p->max_kv_len > p->n_ctx) return 0;
     if ((int)p->kv_type < 0 || (int)p->kv_type > 2 || p->n_seq > 65535) return 0;
+    if (p->blocks && (p->kv_block_log2 < 0 || p->kv_block_log2 > 8)) return 0;
     if (p->q_stride < 0 || p->out_stride < 0 || p->q_stride % 4 || p->out_stride % 4) return 0;
     return 1;
 }

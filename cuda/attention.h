@@ -19,6 +19,13 @@
  * KV caches (one K and one V array per layer): element type attn_kv_type, layout
  * [n_slots][n_ctx][n_kv_heads][head_dim], i.e. slot s, position t, KV head h starts at element
  * ((s * n_ctx + t) * n_kv_heads + h) * head_dim. Query head j reads KV head j / (n_heads / n_kv_heads).
+ * Paged KV (blocks not NULL): the caches are a pool [n_blocks][kv_block][n_kv_heads][head_dim] (kv_block =
+ * 1 << kv_block_log2 rows a block, each block laid out as a small contiguous slot), and each row's slot value is
+ * instead the offset in `blocks` of its sequence's block table: position t lives at row t % kv_block of block
+ * blocks[slot + t / kv_block] (cuda/kv_page.cuh). Every kernel reads the same values in the same order as from
+ * contiguous slots (chunk and split boundaries still follow n_ctx and max_kv_len), so the results are the same
+ * bits. The tensor-core decode kernel takes whole 16-key tiles from one block: it needs kv_block >= 16
+ * (kv_block_log2 >= 4); the other kernels translate each key row and take any kv_block_log2 in 0..8.
  * Head sizes: 8, 16, 32, 64, 80, 96, 128, 256. Every pointer is device memory, 16-byte aligned; q/out row strides
  * must keep rows 16-byte aligned (multiples of 4 floats). No launcher synchronizes, allocates or copies
  * from the host, so every launch may be captured in a CUDA graph.
@@ -99,6 +106,9 @@ typedef struct {
                                   rows of 32-key leaves still fit one wave, short contexts at head size 128 take
                                   them (cuda/attn_decode_tc.cu, tc_floor); the split count then serves every n_seq
                                   up to max_seq with the same leaves */
+    const int32_t *blocks;     /* paged KV (above): device block tables, slot[i] the offset of row i's table; NULL:
+                                  contiguous slots */
+    int kv_block_log2;         /* paged KV: log2 of the rows per block, 0..8 (4..8 for the tensor-core kernel) */
 } attn_decode_params;
 
 /* Bytes of workspace a decode launch with these parameters needs, and also enough for the same parameters
@@ -141,6 +151,9 @@ typedef struct {
     int head_dim;              /* 8, 16, 32, 64, 80, 96, 128 or 256 */
     int n_ctx;                 /* positions per slot in the cache layout */
     float scale;               /* softmax scale; 0: 1/sqrt(head_dim) */
+    const int32_t *blocks;     /* paged KV (above): device block tables, seq_slot[i] the offset of sequence i's
+                                  table; NULL: contiguous slots */
+    int kv_block_log2;         /* paged KV: log2 of the rows per block, 0..8 */
 } attn_prefill_params;
 
 /* Enqueues causal prefill attention on stream. Returns cudaSuccess, cudaErrorInvalidValue for bad

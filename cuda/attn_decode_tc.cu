@@ -29,6 +29,7 @@
  * Each shape rule below carries the measurement that chose it (docs/cuda.md). */
 #include "attn_decode_tc.h"
 #include "cu_host.h"
+#include "kv_page.cuh"
 #include "mma_util.cuh"
 #include "pdl.cuh"
 #include <math.h>
@@ -264,9 +265,19 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     const int tpl = chunk / kTileKeys;                /* tiles per chunk: a chunk boundary is a tile boundary */
     const int ntile = k1 > k0 ? (k1 - k0 + kTileKeys - 1) / kTileKeys : 0;
     const long row_stride = (long)p.n_kv_heads * D;   /* elements between consecutive positions */
-    const long base = (long)slot * p.n_ctx * row_stride + (long)kvh * D;
+    /* paged KV: kg/vg are the pool's origin for this head; every address goes through pg_row (the table). A
+     * tile of kTileKeys keys starts at a multiple of kTileKeys (chunks are multiples of it) and kv_block is a
+     * multiple of it (kv_block_log2 >= 4, checked at launch), so a tile lies in one block, rows consecutive */
+    const bool paged = p.blocks != nullptr;
+    const long base = paged ? (long)kvh * D : (long)slot * p.n_ctx * row_stride + (long)kvh * D;
+    auto pg_row = [&](int key) -> long { return kv_page_row(p.blocks, p.kv_block_log2, slot, 0, key); };
     const T *kg = reinterpret_cast<const T *>(p.k_cache) + base;
     const T *vg = reinterpret_cast<const T *>(p.v_cache) + base;
+    /* paged: the table entries of the warp's keys into L1 now (a lane a 128-byte line), so that each tile's lookup
+     * in load() hits L1 instead of waiting on L2 once every 32 entries; a prefetch moves no value */
+    if (paged && k1 > k0)
+        for (int e = (k0 >> p.kv_block_log2) + lane * 32; e <= ((k1 - 1) >> p.kv_block_log2); e += 32 * 32)
+            asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p.blocks + slot + e));
 
     /* tile j of the chunk into ring stage j % NS (K then V), keys past k1 zero-filled; one commit group per call,
      * empty past the last tile so that the wait counts stay uniform. A tile wholly inside the chunk (all but
@@ -286,7 +297,9 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     auto load = [&](int j) {
         if (j < ntile && k0 + (j + 1) * kTileKeys <= k1) {
             const uint32_t sb = dst0 + (uint32_t)((j % NS) * 2 * TILE * (int)sizeof(T));
-            const char *src = ksrc + (long)j * tstep;
+            const char *src =
+                paged ? reinterpret_cast<const char *>(kg + (pg_row(k0 + j * kTileKeys) + lr) * row_stride + lc * 8)
+                      : ksrc + (long)j * tstep;
 #pragma unroll
             for (int u = 0; u < CU; u++) {
                 /* element offset (lr + RPI u) RP + ((lc ^ (lr | k)) << 3), k = RPI u & 7; padded: + (lc << 3) */
@@ -305,7 +318,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
                 const int r = i / CH, c = i % CH;
                 const int key = k0 + j * kTileKeys + r;
                 const bool ok = key < k1;
-                const long off = ok ? (long)key * row_stride + c * 8 : 0;
+                const long off = ok ? (paged ? pg_row(key) : (long)key) * row_stride + c * 8 : 0;
                 const int e = PAD ? r * RP + c * 8 : sw<D>(r, c);
                 cp_async16_zfill(dk + e, kg + off, ok);
                 cp_async16_zfill(dv + e, vg + off, ok);
@@ -330,8 +343,9 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
         if ((mode >> 10) & 1) {
             const int r1 = min(k1, len - 1);
             for (int r = k0 + j_pre * kTileKeys + lane; r < r1; r += 32) {
-                const char *kr = reinterpret_cast<const char *>(kg + (long)r * row_stride);
-                const char *vr = reinterpret_cast<const char *>(vg + (long)r * row_stride);
+                const long rr = paged ? pg_row(r) : (long)r;
+                const char *kr = reinterpret_cast<const char *>(kg + rr * row_stride);
+                const char *vr = reinterpret_cast<const char *>(vg + rr * row_stride);
 #pragma unroll
                 for (int b = 0; b < D * (int)sizeof(T); b += 128) {
                     asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(kr + b));
@@ -1072,7 +1086,7 @@ extern "C" cudaError_t attn_decode_tc_launch(const attn_decode_params *p, cudaSt
     if (p->n_seq < 1 || p->n_seq > 65535 || p->n_ctx < 1 || p->max_kv_len < 0 || p->max_kv_len > p->n_ctx ||
         p->q_stride < 0 || p->out_stride < 0 || p->q_stride % 4 || p->out_stride % 4 || p->tc_group < 0 ||
         p->tc_group > kMaxG || p->tc_lpw < 0 || p->tc_lpw > 4 || p->tc_lpw == 3 || p->tc_cluster < -1 ||
-        p->tc_cluster > 1)
+        p->tc_cluster > 1 || (p->blocks && (p->kv_block_log2 < 4 || p->kv_block_log2 > 8)))
         return cudaErrorInvalidValue;
     return p->kv_type == ATTN_KV_F16 ? launch_t<__half>(p, stream) : launch_t<__nv_bfloat16>(p, stream);
 }

@@ -4,6 +4,7 @@
 #include "attention.h"
 #include "attn_prefill_tc.h"
 #include "attn_vec.cuh"
+#include "kv_page.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
@@ -44,7 +45,8 @@ __global__ void __launch_bounds__(128) prefill_kernel(attn_prefill_params p, int
         sq[i] = rr < nr ? p.q[(long)(row0 + t0 + rr) * q_stride + (long)head * D + d] * qscale : 0.f;
     }
     const long row_stride = (long)p.n_kv_heads * D;
-    const long slot_base = (long)p.seq_slot[seq] * p.n_ctx * row_stride + (long)kvh * D;
+    const int sl = p.seq_slot[seq]; /* paged KV: the offset of the sequence's block table (kv_page_row) */
+    const long slot_base = p.blocks ? (long)kvh * D : (long)sl * p.n_ctx * row_stride + (long)kvh * D;
     const T *kbase = reinterpret_cast<const T *>(p.k_cache) + slot_base;
     const T *vbase = reinterpret_cast<const T *>(p.v_cache) + slot_base;
     const int kend = pos0 + t0 + nr;    /* keys [0, kend) are needed by some row of this tile */
@@ -67,8 +69,9 @@ __global__ void __launch_bounds__(128) prefill_kernel(attn_prefill_params p, int
             const int j = i / (D / VEC), d = (i - j * (D / VEC)) * VEC;
             float kf[VEC], vf[VEC];
             if (kt + j < kend) {
-                cvt_any<T>(*reinterpret_cast<const uint4 *>(kbase + (long)(kt + j) * row_stride + d), kf);
-                cvt_any<T>(*reinterpret_cast<const uint4 *>(vbase + (long)(kt + j) * row_stride + d), vf);
+                const long kr = p.blocks ? kv_page_row(p.blocks, p.kv_block_log2, sl, 0, kt + j) : (long)(kt + j);
+                cvt_any<T>(*reinterpret_cast<const uint4 *>(kbase + kr * row_stride + d), kf);
+                cvt_any<T>(*reinterpret_cast<const uint4 *>(vbase + kr * row_stride + d), vf);
             } else {
 #pragma unroll
                 for (int e = 0; e < VEC; e++) kf[e] = vf[e] = 0.f;
@@ -178,7 +181,7 @@ extern "C" cudaError_t attn_prefill_launch(const attn_prefill_params *p, cudaStr
         return cudaErrorInvalidValue;
     if (p->n_seq < 1 || p->n_seq > 65535 || p->max_rows < 1 || p->n_heads < 1 || p->n_heads > 65535 ||
         p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads || !attn_head_dim_ok(p->head_dim) || p->n_ctx < 1 ||
-        p->q_stride < 0 || p->out_stride < 0)
+        p->q_stride < 0 || p->out_stride < 0 || (p->blocks && (p->kv_block_log2 < 0 || p->kv_block_log2 > 8)))
         return cudaErrorInvalidValue;
     if (attn_prefill_tc_wants(p)) return attn_prefill_tc_launch(p, stream); /* tensor cores: F16/BF16, D 64-128 */
     switch (p->kv_type) {

@@ -21,6 +21,7 @@
  * 8-warp tiles (2-3%). */
 #include "attn_prefill_tc.h"
 #include "cu_host.h"
+#include "kv_page.cuh"
 #include "mma_util.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -86,7 +87,9 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
     const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
     const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
     const long row_stride = (long)p.n_kv_heads * D;   /* elements between consecutive positions */
-    const long slot_base = (long)p.seq_slot[seq] * p.n_ctx * row_stride + (long)(head / group) * D;
+    const int sl = p.seq_slot[seq]; /* paged KV: the offset of the sequence's block table (kv_page_row) */
+    const long slot_base =
+        p.blocks ? (long)(head / group) * D : (long)sl * p.n_ctx * row_stride + (long)(head / group) * D;
     const T *kbase = reinterpret_cast<const T *>(p.k_cache) + slot_base;
     const T *vbase = reinterpret_cast<const T *>(p.v_cache) + slot_base;
 
@@ -97,7 +100,8 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
             const int r = i / CH, c = i - r * CH;
             const int key = j * kKeys + r;
             const bool ok = key < kend;
-            const long off = ok ? (long)key * row_stride + c * 8 : 0;
+            const long kr = !ok ? 0 : p.blocks ? kv_page_row(p.blocks, p.kv_block_log2, sl, 0, key) : (long)key;
+            const long off = ok ? kr * row_stride + c * 8 : 0;
             if (kv & 1) cp_async16_zfill(dk + lay<D>(r, c), kbase + off, ok);
             if (kv & 2) cp_async16_zfill(dv + lay<D>(r, c), vbase + off, ok);
         }
@@ -301,7 +305,8 @@ extern "C" cudaError_t attn_prefill_tc_launch(const attn_prefill_params *p, cuda
         !p->seq_pos0 || !p->out || !tc_served(p))
         return cudaErrorInvalidValue;
     if (p->n_seq < 1 || p->n_seq > 65535 || p->max_rows < 1 || p->n_heads < 1 || p->n_heads > 65535 ||
-        p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads || p->n_ctx < 1 || p->q_stride < 0 || p->out_stride < 0)
+        p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads || p->n_ctx < 1 || p->q_stride < 0 || p->out_stride < 0 ||
+        (p->blocks && (p->kv_block_log2 < 0 || p->kv_block_log2 > 8)))
         return cudaErrorInvalidValue;
     return p->kv_type == ATTN_KV_F16 ? tc_launch_w<__half>(p, stream) : tc_launch_w<__nv_bfloat16>(p, stream);
 }

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include "attn_window.h"
+#include "kv_page.cuh"
 
 #define S_WARPS 4
 
@@ -34,16 +35,18 @@ static __global__ void __launch_bounds__(S_WARPS * 32) k_attn_window(attn_window
         acc[i] = 0.f;
     }
     const size_t row = (size_t)p.n_kv_heads * D;
-    const size_t base = (size_t)p.slot[r] * p.n_ctx * row + (size_t)kvh * D;
+    const int sl = p.slot[r]; /* paged KV: the offset of the row's block table (kv_page_row) */
+    const size_t base = p.blocks ? (size_t)kvh * D : (size_t)sl * p.n_ctx * row + (size_t)kvh * D;
     const T *kc = reinterpret_cast<const T *>(p.k_cache) + base;
     const T *vc = reinterpret_cast<const T *>(p.v_cache) + base;
     float m = -INFINITY, l = 0.f;
     for (int j = lo + warp; j <= pos; j += S_WARPS) {
+        const size_t jr = p.blocks ? (size_t)kv_page_row(p.blocks, p.kv_block_log2, sl, 0, j) : (size_t)j;
         float s = 0.f;
 #pragma unroll
         for (int i = 0; i < EPL; i++) {
             const int e = lane + 32 * i;
-            if (e < D) s = fmaf(q[i], s_ld(kc, (size_t)j * row + e), s);
+            if (e < D) s = fmaf(q[i], s_ld(kc, jr * row + e), s);
         }
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
@@ -54,7 +57,7 @@ static __global__ void __launch_bounds__(S_WARPS * 32) k_attn_window(attn_window
 #pragma unroll
         for (int i = 0; i < EPL; i++) {
             const int e = lane + 32 * i;
-            const float v = e < D ? s_ld(vc, (size_t)j * row + e) : 0.f;
+            const float v = e < D ? s_ld(vc, jr * row + e) : 0.f;
             acc[i] = fmaf(pr, v, acc[i] * alpha);
         }
         m = mn;
@@ -92,7 +95,8 @@ template <typename T> static cudaError_t s_launch(const attn_window_params *p, f
 cudaError_t attn_window_launch(const attn_window_params *p, cudaStream_t stream) {
     if (!p || !p->q || !p->k_cache || !p->v_cache || !p->pos || !p->slot || !p->out || p->n_rows < 1 ||
         p->n_heads > 65535 || p->n_heads < 1 || p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads != 0 ||
-        p->head_dim < 1 || p->head_dim > 256 || p->n_ctx < 1 || p->window < 1)
+        p->head_dim < 1 || p->head_dim > 256 || p->n_ctx < 1 || p->window < 1 ||
+        (p->blocks && (p->kv_block_log2 < 0 || p->kv_block_log2 > 8)))
         return cudaErrorInvalidValue;
     const float qscale = (p->scale > 0.f ? p->scale : 1.0f / sqrtf((float)p->head_dim)) * 1.4426950408889634f;
     switch (p->kv_type) {

@@ -33,6 +33,9 @@ typedef struct {
     int n_ctx;            /* positions per slot in the cache layout */
     int window;           /* keys per row at most, >= 1 */
     float scale;          /* softmax scale of q.k */
+    const int32_t *blocks; /* paged KV (attention.h): device block tables, slot[r] the offset of row r's table;
+                              NULL: contiguous slots */
+    int kv_block_log2;     /* paged KV: log2 of the rows per block, 0..8 */
 } attn_window_params;
 
 /* Enqueues the kernel on stream. Returns cudaSuccess, cudaErrorInvalidValue for bad parameters, or the launch

@@ -78,7 +78,8 @@ typedef struct {
     float *q_norm, *k_norm;    /* per-head Q/K norms f32 [head_dim] (qwen3, gemma3), NULL when absent */
     float *post_attn_norm;     /* f32 [dim]: norm of the attention output before its residual add (gemma3), or NULL */
     float *post_ffn_norm;      /* f32 [dim]: norm of the FFN output before its residual add (gemma3), or NULL */
-    void *kc, *vc;             /* this layer's caches [n_slots + 1][n_ctx][kv_dim] of wt */
+    void *kc, *vc;             /* this layer's caches [n_slots + 1][n_ctx][kv_dim] of wt; paged KV: the pool
+                                * [kv_blocks + 1][kv_block][kv_dim] (block kv_blocks is the padded rows' sentinel) */
     int window;                /* keys a row attends to at most (model_attn_window for the engine's n_ctx): > 0 runs
                                 * the window kernel, 0 the causal decode/prefill kernels */
 } cu_layer;
@@ -101,6 +102,9 @@ typedef struct {
     size_t mask_late_on;       /* int32 [max_batch] per sampling row: 1 when its mask comes late (zl_seq.mask_late),
                                 * in its flight's lmask once the host has set the flight's lflag */
     size_t lwant;              /* uint32: the lflag value that says this step's late masks are written */
+    size_t pslot;              /* int32 [max_tok] paged KV, per row: the offset in tab of its entry's block table
+                                * (what the append, decode and window kernels take as the row's slot) */
+    size_t pseq;               /* int32 [max_batch] paged KV, per prefill entry: the offset in tab of its table */
     size_t hist;               /* int32 [max_batch][CU_HIST] history tail per sampling row */
     size_t mask;               /* uint32 [max_batch][mask_words] structured output: allowed ids per sampling row */
     size_t core_end;           /* end of everything but hist, mask and extras: the copy length when no row needs them */
@@ -119,6 +123,9 @@ typedef struct {
     size_t plp_next;           /* int32 [max_tok] the id each of those rows scores */
     size_t plp_k;              /* int32 [max_tok] its alternatives */
     size_t plp_end;            /* end of the prompt logprob area */
+    size_t tab;                /* int32 [max_batch * max_blocks + 1] paged KV: the step's block tables, packed in
+                                * ordered-entry order (entry k's ceil((pos + n_tokens) / kv_block) ids), then one
+                                * sentinel table {kv_blocks} for padded rows; copied up to its last id */
     int mask_words;            /* sample_mask_words(vocab) */
 } cu_inputs;
 
@@ -173,6 +180,10 @@ typedef struct {
     float *rope_cs_swa;        /* the sliding layers' table where they rotate otherwise (model_rope_two_kinds), or
                                 * NULL */
     void *kv;                  /* one allocation holding every layer's K and V */
+    int paged;                 /* 1: paged KV (zl_engine.kv_block > 0): the caches are pools of blocks, every kernel
+                                * reads a row's KV through its block table (cuda/kv_page.cuh) */
+    int kv_lg;                 /* paged: log2(kv_block) */
+    int max_blocks;            /* paged: blocks of one whole context, ceil(n_ctx / kv_block) */
     size_t kv_bytes;
     size_t weight_bytes;       /* bytes of weights on the device */
     /* activations, [max_tok] rows unless noted */
@@ -302,8 +313,9 @@ void cuda_weights_free(cu_engine *E);
 int cuda_forward(cu_engine *E, const cu_batch *b, char *err, size_t errlen);
 
 /* cuda/cuda_step.cu */
-/* Lays out the input block for max_tok rows and max_batch sampling rows. */
-void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab);
+/* Lays out the input block for max_tok rows and max_batch sampling rows; max_tab: ids of the paged KV tables
+ * area (0 without paged KV). */
+void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab, size_t max_tab);
 /* Validates, stages and enqueues one step (r), then waits for it unless r->launch. Returns 0, or -1 with
  * E->base.err (a device error also marks E dead). */
 int cuda_step_run(cu_engine *E, const cu_step_req *r);

@@ -230,6 +230,11 @@ static int s_rope_append(cu_engine *E, const cu_layer *L, int l, int n_rows, cha
     a.cs = E->rope_cs_swa && model_layer_window(c, l) ? E->rope_cs_swa : E->rope_cs;
     a.n_ctx = E->base.n_ctx; a.kc = L->kc; a.vc = L->vc; a.kvdt = E->wt;
     a.pos_pre = cu_settings_get()->inputs_early;
+    if (E->paged) { /* rows name their KV through the step's block tables (cu_inputs.tab) */
+        a.slot = IN_PTR(E, pslot, int32_t);
+        a.blocks = IN_PTR(E, tab, int32_t);
+        a.kv_block_log2 = E->kv_lg;
+    }
     return ops_qkv_rope_append(&a, E->st, err, errlen);
 }
 
@@ -263,6 +268,11 @@ static int s_attention(cu_engine *E, const cu_layer *L, const cu_batch *b, char 
         p.n_ctx = E->base.n_ctx;
         p.window = window;
         p.scale = s_attn_scale(c);
+        if (E->paged) {
+            p.slot = IN_PTR(E, pslot, int32_t);
+            p.blocks = IN_PTR(E, tab, int32_t);
+            p.kv_block_log2 = E->kv_lg;
+        }
         FWD_CUDA(attn_window_launch(&p, st));
     }
     if (window == 0 && b->n_dec > 0) {
@@ -282,6 +292,11 @@ static int s_attention(cu_engine *E, const cu_layer *L, const cu_batch *b, char 
          * has completed (a graph launch, a copy or an event wait on the stream carries no programmatic edge), also
          * with steps queued ahead */
         p.kv_early = p.kv_pre;
+        if (E->paged) { /* decode rows are the step's first rows: pslot[i] is decode row i's table */
+            p.slot = IN_PTR(E, pslot, int32_t);
+            p.blocks = IN_PTR(E, tab, int32_t);
+            p.kv_block_log2 = E->kv_lg;
+        }
         /* a decode-only step of a 16-bit engine: the tensor-core kernel writes att_w directly, with the cast
          * kernel's rounding (one launch per layer fewer) */
         if (b->n_pre == 0 && E->wt != CU_F32 && attn_decode_tc_wants(&p)) {
@@ -299,6 +314,11 @@ static int s_attention(cu_engine *E, const cu_layer *L, const cu_batch *b, char 
         p.out = E->att; p.n_seq = b->n_pre; p.max_rows = b->max_rows;
         p.n_heads = c->n_heads; p.n_kv_heads = c->n_kv_heads; p.head_dim = c->head_dim; p.n_ctx = E->base.n_ctx;
         p.scale = s_attn_scale(c);
+        if (E->paged) {
+            p.seq_slot = IN_PTR(E, pseq, int32_t);
+            p.blocks = IN_PTR(E, tab, int32_t);
+            p.kv_block_log2 = E->kv_lg;
+        }
         FWD_CUDA(attn_prefill_launch(&p, st));
     }
     if (E->wt == CU_F32 || att_w_done) return 0;   /* F32: att_w is att */

@@ -99,9 +99,10 @@ static void s_stage_sampling(cu_engine *E, int k, const zl_seq *s) {
  * has such rows. Ranges less than S_COPY_GAP apart are merged: one copy of a small gap costs less than one more
  * call. Returns their count (at most S_COPY_MAX). */
 #define S_COPY_GAP ((size_t)64 << 10)
-#define S_COPY_MAX 10 /* ranges at most: the core, the masks, six extras arrays, the prompt logprob rows */
+/* ranges at most: the core, the masks, six extras arrays, the prompt logprob rows, the paged KV tables */
+#define S_COPY_MAX 11
 static int s_copy_ranges(const cu_inputs *in, int n_samp, int need_hist, int need_mask, int extras, int n_plp,
-                         size_t r[][2]) {
+                         size_t n_tab, size_t r[][2]) {
     const size_t rows = (size_t)n_samp;
     size_t want[S_COPY_MAX][2] = {{0, need_hist ? in->hist_end : in->core_end}};
     int n = 1;
@@ -116,6 +117,7 @@ static int s_copy_ranges(const cu_inputs *in, int n_samp, int need_hist, int nee
         for (int i = 0; i < 6; i++) want[n][0] = part[i][0], want[n++][1] = part[i][1];
     }
     if (n_plp) want[n][0] = in->plp_row, want[n++][1] = in->plp_end - in->plp_row; /* the prompt logprob rows */
+    if (n_tab) want[n][0] = in->tab, want[n++][1] = n_tab * 4; /* paged KV: the tables up to the sentinel's */
     int m = 0;
     for (int i = 0; i < n; i++) {
         if (m > 0 && want[i][0] <= r[m - 1][0] + r[m - 1][1] + S_COPY_GAP) {
@@ -197,6 +199,17 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
             snprintf(base->err, sizeof base->err, "bad entry %d: slot %d pos %d n_tokens %d (n_slots %d, n_ctx %d)",
                      i, s->slot, s->pos, s->n_tokens, base->n_slots, base->n_ctx);
             return -1;
+        }
+        if (E->paged) { /* every block the entry touches is in the pool */
+            const int nb = (s->pos + s->n_tokens + base->kv_block - 1) >> E->kv_lg;
+            int bad = !s->blocks;
+            for (int k = 0; !bad && k < nb; k++) bad = s->blocks[k] < 0 || s->blocks[k] >= base->kv_blocks;
+            if (bad) {
+                snprintf(base->err, sizeof base->err,
+                         "entry %d: paged KV needs a block table of %d ids in [0, %d) (slot %d, pos %d)", i, nb,
+                         base->kv_blocks, s->slot, s->pos);
+                return -1;
+            }
         }
         for (int j = 0; j < i; j++) if (seqs[j].slot == s->slot) {
             snprintf(base->err, sizeof base->err, "entries %d and %d share slot %d", j, i, s->slot);
@@ -296,9 +309,22 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     int32_t *eslot = (int32_t *)(E->h_in + E->in.eslot);
     int32_t *prow = (int32_t *)(E->h_in + E->in.plp_row), *pnext = (int32_t *)(E->h_in + E->in.plp_next);
     int32_t *pk = (int32_t *)(E->h_in + E->in.plp_k);
+    /* paged KV: each entry's table packed into tab in ordered-entry order; its offset is what the kernels take as
+     * the slot of each of its rows (pslot) and of its prefill run (pseq) */
+    int32_t *tab = (int32_t *)(E->h_in + E->in.tab), *pslot = (int32_t *)(E->h_in + E->in.pslot);
+    int32_t *pseq = (int32_t *)(E->h_in + E->in.pseq);
+    size_t n_tab = 0;
     int row = 0, prows = 0;
     for (k = 0; k < n; k++) {
         const zl_seq *s = &seqs[E->order[k]];
+        const int toff = (int)n_tab;
+        if (E->paged) {
+            const int nb = (s->pos + s->n_tokens + base->kv_block - 1) >> E->kv_lg;
+            memcpy(tab + n_tab, s->blocks, (size_t)nb * 4);
+            n_tab += (size_t)nb;
+            for (int t = 0; t < s->n_tokens; t++) pslot[row + t] = toff;
+            if (k >= n_dec) pseq[k - n_dec] = toff;
+        }
         for (int t = 0; t < s->n_tokens; t++) perm[row + t] = E->crow[E->order[k]] + t;
         if (k >= n_dec) {
             r0[k - n_dec] = row; nr[k - n_dec] = s->n_tokens; ss[k - n_dec] = s->slot; sp0[k - n_dec] = s->pos;
@@ -319,8 +345,11 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
         s_stage_sampling(E, k, s);
         if (extras) s_stage_extras(E, k, s);
     }
-    /* padded rows of a graph bucket: the sentinel slot at position 0 with kv_len 0, greedy, no history */
+    /* padded rows of a graph bucket: the sentinel slot (paged: the sentinel table, one block past the pool) at
+     * position 0 with kv_len 0, greedy, no history */
+    if (E->paged) tab[n_tab++] = base->kv_blocks;
     for (; k < n_samp; k++, row++) {
+        if (E->paged) pslot[row] = (int)n_tab - 1;
         tok[row] = 0; pos[row] = 0; slot[row] = base->n_slots; kvl[k] = 0; lastr[k] = row; perm[row] = -1;
         eslot[k] = base->n_slots;
         s_stage_sampling(E, k, NULL);
@@ -331,7 +360,7 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     /* only what the step reads: a masked step the masks of its sampling rows (a row of a 262k vocabulary is
      * 32 KiB), a step with extras their first n_samp rows */
     size_t cr[S_COPY_MAX][2];
-    const int n_cr = s_copy_ranges(&E->in, n_samp, need_hist, need_mask, extras, n_plp, cr);
+    const int n_cr = s_copy_ranges(&E->in, n_samp, need_hist, need_mask, extras, n_plp, n_tab, cr);
     /* late masks: the flight's flag value that releases this step's sampling (the flag is below it until the host
      * has written the masks: it holds the flight's previous value). Without late masks, the value the flag holds
      * now (the host only moves it forward): a graph's wait passes at once */
@@ -480,7 +509,7 @@ int cuda_step_collect(cu_engine *E, int32_t *out_tokens) {
 
 static size_t s_align(size_t o) { return (o + 255) & ~(size_t)255; }
 
-void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab) {
+void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab, size_t max_tab) {
     size_t o = 0;
     in->rng = o;      o += (size_t)max_batch * 8;
     in->out_tok = o;  o += (size_t)max_batch * 4;
@@ -505,6 +534,10 @@ void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab) {
     o = s_align(o + (size_t)max_batch * 4);
     in->lwant = o;
     o = s_align(o + 4);
+    in->pslot = o;
+    o = s_align(o + (size_t)max_tok * 4);
+    in->pseq = o;
+    o = s_align(o + (size_t)max_batch * 4);
     in->core_end = o;
     in->hist = o;     o = s_align(o + (size_t)max_batch * CU_HIST * 4);
     in->hist_end = o;
@@ -531,6 +564,8 @@ void cuda_step_layout(cu_inputs *in, int max_tok, int max_batch, int vocab) {
     in->plp_k = o;
     o = s_align(o + (size_t)max_tok * 4);
     in->plp_end = o;
+    in->tab = o;
+    o = s_align(o + max_tab * 4);
     in->total = o;
 }
 

@@ -9,7 +9,10 @@
  * alone with an arithmetic fixed by the shape, never by the batch; the flash-decoding split count is fixed at
  * start-up from the SM count and n_ctx, and max_kv_len is always n_ctx.
  * Memory: KV caches are wt-typed, per layer [n_slots + 1][n_ctx][n_kv_heads][head_dim]; slot n_slots is the
- * sentinel that padded rows of a graph bucket write into and never read from (kv_len 0). An engine made with
+ * sentinel that padded rows of a graph bucket write into and never read from (kv_len 0). With paged KV
+ * (opts->kv_block, whole models only) they are instead one pool per layer [kv_blocks + 1][kv_block][n_kv_heads]
+ * [head_dim], block kv_blocks the sentinel, and each step's entries name their rows through block tables staged
+ * with the step's inputs (cu_inputs.tab; docs/kv-cache.md). An engine made with
  * opts->layer_begin/layer_end (a pipeline stage) holds only its layers' weights and KV caches, the embedding only
  * when it starts at layer 0 (or is the last stage of a tied model), the final norm, LM head and sampler only when
  * it ends at the last layer. */
@@ -189,10 +192,11 @@ static void s_destroy(zl_engine *base) {
 static int s_copy_kv(zl_engine *base, int src, int dst, int n_tokens) {
     cu_engine *E = (cu_engine *)base;
     const zl_config *c = &base->model->cfg;
-    if (E->dead || src < 0 || src >= base->n_slots || dst < 0 || dst >= base->n_slots || src == dst || n_tokens < 0 ||
-        n_tokens > base->n_ctx) {
-        snprintf(base->err, sizeof base->err, "copy_kv: slots %d -> %d, %d tokens: out of range (or engine dead)", src,
-                 dst, n_tokens);
+    if (E->dead || E->paged || src < 0 || src >= base->n_slots || dst < 0 || dst >= base->n_slots || src == dst ||
+        n_tokens < 0 || n_tokens > base->n_ctx) {
+        snprintf(base->err, sizeof base->err,
+                 "copy_kv: slots %d -> %d, %d tokens: out of range (or engine dead, or paged KV: copy_block)", src, dst,
+                 n_tokens);
         return -1;
     }
     const size_t row = (size_t)c->n_kv_heads * c->head_dim * ops_dtype_size(E->wt), slot = row * base->n_ctx;
@@ -210,6 +214,34 @@ static int s_copy_kv(zl_engine *base, int src, int dst, int n_tokens) {
         return -1;
     }
     E->carry_ok[dst] = 0;
+    return 0;
+}
+
+/* zl_engine.copy_block (paged KV): each layer's K and V rows [0, n_rows) of pool block src into block dst, on the
+ * engine's stream (after every step launched before, before every step launched after) */
+static int s_copy_block(zl_engine *base, int src, int dst, int n_rows) {
+    cu_engine *E = (cu_engine *)base;
+    const zl_config *c = &base->model->cfg;
+    if (E->dead || !E->paged || src < 0 || src >= base->kv_blocks || dst < 0 || dst >= base->kv_blocks || src == dst ||
+        n_rows < 0 || n_rows > base->kv_block) {
+        snprintf(base->err, sizeof base->err, "copy_block: blocks %d -> %d, %d rows: out of range (or engine dead)",
+                 src, dst, n_rows);
+        return -1;
+    }
+    const size_t row = (size_t)c->n_kv_heads * c->head_dim * ops_dtype_size(E->wt), blk = row * base->kv_block;
+    cudaError_t ce = cudaSetDevice(E->dev);
+    for (int l = base->layer_begin; ce == cudaSuccess && l < base->layer_end; l++) {
+        ce = cudaMemcpyAsync((uint8_t *)E->L[l].kc + dst * blk, (const uint8_t *)E->L[l].kc + src * blk, row * n_rows,
+                             cudaMemcpyDeviceToDevice, E->st);
+        if (ce == cudaSuccess)
+            ce = cudaMemcpyAsync((uint8_t *)E->L[l].vc + dst * blk, (const uint8_t *)E->L[l].vc + src * blk,
+                                 row * n_rows, cudaMemcpyDeviceToDevice, E->st);
+    }
+    if (ce != cudaSuccess) {
+        snprintf(base->err, sizeof base->err, "copy_block: %s", cudaGetErrorString(ce));
+        E->dead = 1;
+        return -1;
+    }
     return 0;
 }
 
@@ -250,6 +282,20 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
                  o->layer_end, c->n_layers);
         return NULL;
     }
+    /* paged KV (whole models; a pipeline stage keeps contiguous slots): blocks of 16..256 rows, a power of two,
+     * so that the tensor-core decode kernel's 16-key tiles never straddle two blocks (cuda/attention.h) */
+    int kv_lg = -1;
+    if (o->kv_block && lb == 0 && le == c->n_layers) {
+        for (int g = 4; g <= 8; g++)
+            if (o->kv_block == 1 << g) kv_lg = g;
+        if (kv_lg < 0 || o->kv_blocks < 0 || o->kv_blocks > (1 << 24)) {
+            snprintf(err, errlen,
+                     "cuda engine: paged KV takes blocks of 16, 32, 64, 128 or 256 rows (whole 16-key attention "
+                     "tiles in one block) and at most 2^24 blocks, not %d rows, %d blocks",
+                     o->kv_block, o->kv_blocks);
+            return NULL;
+        }
+    }
     cu_engine *E = (cu_engine *)calloc(1, sizeof *E);
     if (!E) { snprintf(err, errlen, "out of memory"); return NULL; }
     zl_engine *b = &E->base;
@@ -273,6 +319,11 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
     b->n_slots = o->n_slots > 0 ? o->n_slots : b->max_batch;
     b->n_ctx = o->n_ctx > 0 ? o->n_ctx : (c->n_ctx < 4096 ? c->n_ctx : 4096);
     b->max_step_tokens = o->max_step_tokens > 0 ? o->max_step_tokens : 2048;
+    if (kv_lg >= 0) {
+        E->paged = 1;
+        E->kv_lg = kv_lg;
+        E->max_blocks = (b->n_ctx + (1 << kv_lg) - 1) >> kv_lg;
+    }
     E->L = (cu_layer *)calloc((size_t)c->n_layers, sizeof *E->L);
     if (!E->L) { snprintf(err, errlen, "out of memory"); goto fail; }
     {
@@ -343,7 +394,8 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         CU_CHECK(cudaMalloc(&E->xb, T * wide * es));
         CU_CHECK(cudaMalloc((void **)&E->logits, (size_t)b->max_batch * c->vocab_size * 4));
         CU_CHECK(cudaMallocHost((void **)&E->h_logits, (size_t)b->max_batch * c->vocab_size * 4));
-        cuda_step_layout(&E->in, E->max_tok, b->max_batch, c->vocab_size);
+        cuda_step_layout(&E->in, E->max_tok, b->max_batch, c->vocab_size,
+                         E->paged ? (size_t)b->max_batch * E->max_blocks + 1 : 0);
         E->n_inb = lb == 0 && le == c->n_layers ? 2 : 1;
         for (int p = 0; p < E->n_inb; p++) {
             CU_CHECK(cudaMallocHost((void **)&E->h_inb[p], E->in.total));
@@ -431,15 +483,40 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         const size_t budget = o->kv_mem ? o->kv_mem : (size_t)(free_b * 0.85);
         const size_t slot_bytes = (size_t)(le - lb) * 2 * b->n_ctx * kvd * es;   /* this engine's layers only */
         size_t fit = budget / slot_bytes;   /* slots that fit, the sentinel included */
-        if (o->n_slots <= 0 && o->kv_mem) b->n_slots = fit > 1 ? (int)(fit - 1 > 65536 ? 65536 : fit - 1) : 0;
-        if (fit < (size_t)b->n_slots + 1) b->n_slots = fit > 1 ? (int)(fit - 1) : 0;
-        if (b->n_slots < 1) {
-            snprintf(err, errlen, "KV budget of %.1f MiB holds no slot of %d tokens (%.1f MiB each)", budget / 1048576.0,
-                     b->n_ctx, slot_bytes / 1048576.0);
-            goto fail;
+        size_t layer_half = 0;              /* bytes of one layer's K (or V) */
+        if (E->paged) {
+            /* the pool: --kv-blocks, else as many blocks as n_slots whole contexts take, fewer when the budget holds
+             * fewer; at least one whole context. n_slots (launch states: feeds, carries) is not budget-bound */
+            const int bs = 1 << E->kv_lg;
+            const size_t block_bytes = (size_t)(le - lb) * 2 * bs * kvd * es;
+            const size_t fitb = budget / block_bytes; /* blocks that fit, the sentinel included */
+            size_t want = o->kv_blocks > 0 ? (size_t)o->kv_blocks : (size_t)b->n_slots * E->max_blocks;
+            if (o->kv_blocks <= 0 && want + 1 > fitb) want = fitb > 1 ? fitb - 1 : 0;
+            if (want > ((size_t)1 << 24)) want = (size_t)1 << 24;
+            if (want < (size_t)E->max_blocks || want + 1 > fitb) {
+                snprintf(err, errlen,
+                         "KV budget of %.1f MiB: a paged pool of %zu blocks of %d rows (%.2f MiB each, plus a "
+                         "sentinel) does not fit it, or holds less than one context of %d blocks",
+                         budget / 1048576.0, want, bs, block_bytes / 1048576.0, E->max_blocks);
+                goto fail;
+            }
+            b->kv_block = bs;
+            b->kv_blocks = (int)want;
+            b->copy_block = s_copy_block;
+            E->kv_bytes = block_bytes * (want + 1);
+            layer_half = (want + 1) * bs * kvd * es;
+        } else {
+            if (o->n_slots <= 0 && o->kv_mem) b->n_slots = fit > 1 ? (int)(fit - 1 > 65536 ? 65536 : fit - 1) : 0;
+            if (fit < (size_t)b->n_slots + 1) b->n_slots = fit > 1 ? (int)(fit - 1) : 0;
+            if (b->n_slots < 1) {
+                snprintf(err, errlen, "KV budget of %.1f MiB holds no slot of %d tokens (%.1f MiB each)",
+                         budget / 1048576.0, b->n_ctx, slot_bytes / 1048576.0);
+                goto fail;
+            }
+            E->kv_bytes = slot_bytes * (b->n_slots + 1);
+            layer_half = (size_t)(b->n_slots + 1) * b->n_ctx * kvd * es;
         }
         if (b->max_batch > b->n_slots) b->max_batch = b->n_slots;
-        E->kv_bytes = slot_bytes * (b->n_slots + 1);
         CU_CHECK(cudaMalloc(&E->kv, E->kv_bytes));
         /* zeroed once: the sentinel and not-yet-written positions hold finite values */
         CU_CHECK(cudaMemset(E->kv, 0, E->kv_bytes));
@@ -451,15 +528,21 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         CU_CHECK(cudaMemset(E->carry_tok, 0, ((size_t)b->n_slots + 1) * 4));
         CU_CHECK(cudaMalloc((void **)&E->carry_rng, ((size_t)b->n_slots + 1) * 8));
         CU_CHECK(cudaMemset(E->carry_rng, 0, ((size_t)b->n_slots + 1) * 8));
-        const size_t layer_half = (size_t)(b->n_slots + 1) * b->n_ctx * kvd * es;
         for (int l = lb; l < le; l++) {
             E->L[l].kc = (uint8_t *)E->kv + (size_t)(l - lb) * 2 * layer_half;
             E->L[l].vc = (uint8_t *)E->kv + ((size_t)(l - lb) * 2 + 1) * layer_half;
             E->L[l].window = model_attn_window(c, l, b->n_ctx);
         }
-        fprintf(stderr, "zllm %s: KV cache %d slots x %d tokens (%lld tokens, %.1f MiB %s), max batch %d\n", b->device,
-                b->n_slots, b->n_ctx, (long long)b->n_slots * b->n_ctx, E->kv_bytes / 1048576.0, ops_dtype_name(E->wt),
-                b->max_batch);
+        if (E->paged)
+            fprintf(stderr,
+                    "zllm %s: paged KV cache %d blocks x %d tokens (%lld tokens, %.1f MiB %s), %d slots, "
+                    "max batch %d\n",
+                    b->device, b->kv_blocks, b->kv_block, (long long)b->kv_blocks * b->kv_block,
+                    E->kv_bytes / 1048576.0, ops_dtype_name(E->wt), b->n_slots, b->max_batch);
+        else
+            fprintf(stderr, "zllm %s: KV cache %d slots x %d tokens (%lld tokens, %.1f MiB %s), max batch %d\n",
+                    b->device, b->n_slots, b->n_ctx, (long long)b->n_slots * b->n_ctx, E->kv_bytes / 1048576.0,
+                    ops_dtype_name(E->wt), b->max_batch);
         if (!o->no_graphs && cuda_step_capture_graphs(E, err, errlen) != 0) goto fail;
     }
     return b;

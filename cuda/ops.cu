@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include "ops.h"
+#include "kv_page.cuh"
 #include "cuda_common.h"
 #include "pdl.cuh"
 #include "act.cuh"
@@ -302,7 +303,8 @@ __global__ void k_qkv_rope_append(ops_qkv_args a, T *kc, T *vc) {
         if (t < n_rope && jr < half) cr = ((const float2 *)a.cs)[(size_t)pr * half + jr];
     }
     const float *row = a.qkv + (size_t)r * a.ld;
-    const size_t cell = ((size_t)sr * a.n_ctx + pr) * kvd;   /* ops_kv_append's destination row */
+    /* ops_kv_append's destination row; paged KV: row pr % kv_block of block blocks[sr + pr / kv_block] */
+    const size_t cell = (size_t)kv_page_row(a.blocks, a.kv_block_log2, sr, a.n_ctx, pr) * kvd;
     if (t >= n_rope) {   /* v */
         const int i = t - n_rope;
         float v = row[qd + kvd + i];
@@ -339,7 +341,8 @@ int ops_qkv_rope_append(const ops_qkv_args *a, cudaStream_t st, char *err, size_
     const int hd = a->head_dim, per_head = hd - a->rope_dim / 2;
     const long long items = (long long)(a->n_heads + a->n_kv_heads) * per_head + (long long)a->n_kv_heads * hd;
     const long long chunks = (items + 255) / 256;
-    if (chunks > 65535 || a->rope_dim > hd || a->ld < (a->n_heads + 2 * a->n_kv_heads) * hd) {
+    if (chunks > 65535 || a->rope_dim > hd || a->ld < (a->n_heads + 2 * a->n_kv_heads) * hd ||
+        (a->blocks && (a->kv_block_log2 < 0 || a->kv_block_log2 > 8))) {
         snprintf(err, errlen, "ops_qkv_rope_append: unsupported shape (%d + 2 x %d heads of %d, rope %d, ld %d)",
                  a->n_heads, a->n_kv_heads, hd, a->rope_dim, a->ld);
         return -1;

@@ -85,6 +85,9 @@ typedef struct {
                                   of its stream that may still run (the engine's host copy ahead of the step): the
                                   kernel reads them, and its RoPE pair, before its PDL wait (cuda/pdl.cuh); the
                                   same bits either way */
+    const int32_t *blocks;     /* paged KV (cuda/attention.h): device block tables, slot[r] the offset of row r's
+                                  table, the caches a pool of blocks of 1 << kv_block_log2 rows; NULL: contiguous */
+    int kv_block_log2;         /* paged KV: log2 of the rows per block, 0..8 */
 } ops_qkv_args;
 
 /* The attention prologue in one launch: q, k, v = the slices of a->qkv (+ bq, bk, bv when given); q and k rotated

@@ -374,7 +374,8 @@ static void test_layout(void) {
     for (const auto &sh : shapes) {
         const int T = sh[0], B = sh[1], V = sh[2];
         cu_inputs in;
-        cuda_step_layout(&in, T, B, V);
+        const size_t TAB = (size_t)B * 9 + 1; /* paged tables: a context of 9 blocks per entry and the sentinel */
+        cuda_step_layout(&in, T, B, V, TAB);
         const size_t W = (size_t)sample_mask_words(V);
         struct {
             size_t off, bytes;
@@ -396,18 +397,22 @@ static void test_layout(void) {
                     {in.hptr, 16},
                     {in.mask_on, (size_t)B * 4},
                     {in.mask_late_on, (size_t)B * 4},
-                    {in.lwant, 4}};
+                    {in.lwant, 4},
+                    {in.pslot, (size_t)T * 4},
+                    {in.pseq, (size_t)B * 4}};
         int ok = in.rng == 0 && in.out_tok == (size_t)B * 8 && in.mask_words == (int)W;
         for (size_t i = 0; i + 1 < sizeof core / sizeof core[0]; i++)
             ok &= core[i].off + core[i].bytes <= core[i + 1].off;
-        ok &= in.lwant + 4 <= in.core_end && in.hist == in.core_end;
+        ok &= in.pseq + (size_t)B * 4 <= in.core_end && in.hist == in.core_end;
         ok &= in.hist + (size_t)B * CU_HIST * 4 <= in.hist_end && in.hist_end <= in.mask;
         ok &= in.mask + (size_t)B * W * 4 <= in.mask_end && in.mask_end <= in.bias_n;
         ok &= in.bias_n + (size_t)B * 4 <= in.bias_id && in.bias_id + (size_t)B * ZL_MAX_LOGIT_BIAS * 4 <= in.bias_v;
         ok &= in.bias_v + (size_t)B * ZL_MAX_LOGIT_BIAS * 4 <= in.gen_n && in.gen_n + (size_t)B * 4 <= in.gen_id;
-        ok &= in.gen_id + (size_t)B * CU_GEN * 4 <= in.gen_cnt && in.gen_cnt + (size_t)B * CU_GEN * 4 <= in.total;
-        const size_t al[] = {in.tokens,  in.mask_on, in.mask_late_on, in.lwant,  in.hist,    in.mask, in.bias_n,
-                             in.bias_id, in.bias_v,  in.gen_n,        in.gen_id, in.gen_cnt, in.total};
+        ok &= in.gen_id + (size_t)B * CU_GEN * 4 <= in.gen_cnt && in.gen_cnt + (size_t)B * CU_GEN * 4 <= in.plp_row;
+        ok &= in.plp_end <= in.tab && in.tab + TAB * 4 <= in.total;
+        const size_t al[] = {in.tokens, in.mask_on, in.mask_late_on, in.lwant,  in.hist,
+                             in.mask,   in.bias_n,  in.bias_id,      in.bias_v, in.gen_n,
+                             in.gen_id, in.gen_cnt, in.total,        in.pslot,  in.tab};
         for (size_t a : al) ok &= a % 256 == 0;
         CHECK(ok, "input block layout for max_tok %d, max_batch %d, vocab %d", T, B, V);
     }

@@ -5,7 +5,7 @@
  * n_tokens tokens to its slot starting at pos (a whole or partial prompt: prefill; or one token: decode), and,
  * when `sample` is set, samples the next token from the logits of its last position. Slots need no reset:
  * writing at pos overwrites, and attention reads only positions [0, pos + n_tokens). An engine created with
- * paged KV (zl_engine_opts.kv_block, offered by the CPU engines: zl_engine.kv_block) keeps instead one pool of
+ * paged KV (zl_engine_opts.kv_block, offered by the CPU and CUDA engines: zl_engine.kv_block) keeps instead one pool of
  * kv_blocks blocks of kv_block rows, and each entry names its rows through its block table (zl_seq.blocks), so
  * that sequences share the blocks of a common prefix (docs/kv-cache.md).
  * Batch invariance is part of the contract: a sequence's tokens and logits do not depend on which other
@@ -170,7 +170,7 @@ struct zl_engine {
      * step launched before (a sibling's partial prompt block, generate's `n`); dst may not be read or written by a
      * step in flight. 0, or -1 with err (bad blocks or rows). NULL where not offered */
     int (*copy_block)(zl_engine *e, int src, int dst, int n_rows);
-    int kv_block;             /* paged KV: rows per block (zl_seq.blocks); 0: contiguous slots (the CUDA engine) */
+    int kv_block;             /* paged KV: rows per block (zl_seq.blocks); 0: contiguous slots */
     int kv_blocks;            /* paged KV: blocks in the pool */
     int launch_async;         /* 1: launch returns while the step runs (CUDA): queuing ahead hides the host;
                                 * 0: it runs the step before it returns (CPU), so queuing ahead only delays each
@@ -187,9 +187,11 @@ typedef struct {
     int no_graphs;       /* CUDA: 1 runs decode eagerly instead of replaying CUDA graphs */
     int layer_begin;     /* pipeline stage: first layer run here; 0 with layer_end 0: the whole model */
     int layer_end;       /* one past the last layer run here, <= n_layers; 0: n_layers */
-    int kv_block;        /* paged KV, where the back-end offers it (the CPU engines): rows per block, 1..256; 0 (and
-                          * on other back-ends): contiguous slots. Check zl_engine.kv_block for what was granted */
-    int kv_blocks;       /* paged KV: blocks in the pool; 0: n_slots * ceil(n_ctx / kv_block) */
+    int kv_block;        /* paged KV, where the back-end offers it: rows per block, 1..256 on the CPU engines, 16, 32,
+                          * 64, 128 or 256 on CUDA (whole models; another size fails engine_new); 0 (and on other
+                          * back-ends): contiguous slots. Check zl_engine.kv_block for what was granted */
+    int kv_blocks;       /* paged KV: blocks in the pool; 0: n_slots * ceil(n_ctx / kv_block) (CUDA: at most what
+                          * the KV budget holds) */
 } zl_engine_opts;
 
 /* Creates the backend named by o->device. Returns NULL with a message in err (unknown device, CUDA not

@@ -26,6 +26,8 @@
 #   - tests/test_bench_long.py on a CUDA worker: the step budget, zllm bench's background long prompts;
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
 #   - tests/test_prefill_chunks cuda: chunked and batched prefill equal the whole prefill bitwise;
+#   - gpu_test_paged_engine (paged KV against contiguous slots, bit for bit) on every model above and the 2048-wide
+#     16-bit llamas; tests/test_worker_golden.sh cuda includes paged workers (--kv-blocks 80, queued ahead and not);
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
 #     the tool is absent).
 # Adds up the "N passed, N failed" lines and prints the total last. ZLLM_TEST_FILTER=regex selects checks.
@@ -96,6 +98,11 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
     # a Mistral-style sliding llama
     for o in tests/data/oracle/*.gguf; do models+=("$o"); done
     for mdl in "${models[@]}"; do run_one "engine_gpu:$(basename "$mdl")" "$eng" "$mdl"; done
+    # paged KV (blocks of 16 and 64) against contiguous slots, bit for bit, on the same models: every attention
+    # kernel through block tables (16-bit models: the tensor-core decode and prefill kernels; gemma3 and the
+    # Mistral-style oracle: the window kernel)
+    pge=$build/tests/gpu_test_paged_engine
+    [ -x "$pge" ] && for mdl in "${models[@]}"; do run_one "paged_engine:$(basename "$mdl")" "$pge" "$mdl"; done
     # cuda/qtc.cu (Q4_K/Q6_K/Q8_0 rows of 256-multiple length on tensor cores at every step size, the default):
     # the tiny presets' 64-wide rows fall back to the F16 copy, so q4_k_m models 256 wide (untied llama, tied
     # qwen2: the Q6_K table is also the LM head) and a q8_0 llama 256 wide, each through qtc and the F16 copy
@@ -132,6 +139,7 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
         if "$mk" -o "$out" --preset tiny-llama --layers 2 --dim 2048 --heads 16 --kv-heads 4 --head-dim 128 \
                 --ffn 6144 --type "$t" --seed 7 >"$tmp/mk.log" 2>&1; then
             run_one "engine_gpu:$(basename "$out"):wtc" "$eng" "$out"
+            [ -x "$pge" ] && run_one "paged_engine:$(basename "$out")" "$pge" "$out"
         else echo "FAIL zllm-mkmodel tiny-llama $t 2048"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
     # the same 2048-wide bf16 llama with the wgmma forms off (ZLLM_CUDA_WGMMA=0: the mma.sync kernels sm_80 runs)

@@ -3,7 +3,8 @@
 # serve stories260K over ipc sockets: 4 concurrent greedy requests from BOS each give llama2.c's 200 golden ids, and
 # two concurrent sampled requests with one seed give the same 64 ids. Three times: with steps queued ahead
 # (zllm-worker --ahead 1), without (--ahead 0), and as the device's default (on for cuda, off for cpu); the worker's start
-# line must say which.
+# line must say which. Then twice more with paged KV of 80 blocks of 16 tokens (--kv-blocks 80), queued ahead and
+# not: the start line must say "paged KV".
 # ZLLM_BUILD names the build folder (default build); test data comes from $ZLLM_FIXTURES, else the folder
 # tests/fetch-fixtures.sh prints, and a missing file fails the test. Waiting for the worker to register stops as
 # soon as the broker or the worker has exited, with their log tails. Prints "N passed, N failed".
@@ -47,6 +48,10 @@ worker_golden() {   # DEVICE, 1/0: steps queued ahead expected, extra worker opt
     fi
     local have=0; grep -q "steps queued ahead" "$d/worker.log" && have=1
     if [ $have -eq $want ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "worker: steps queued ahead $have, wanted $want"; fi
+    case " $* " in *" --kv-blocks "*)
+        if grep -q "paged KV" "$d/worker.log"; then pass=$((pass + 1)); else
+            fail=$((fail + 1)); echo "worker: no paged KV in its start line"; fi ;;
+    esac
     for i in 1 2 3 4; do
         "$cl" generate --broker "ipc://$d/c" --model s --tokens 1 --ids -n 200 --temp 0 --ignore-eos >"$d/ids$i" &
         pids+=($!)
@@ -72,7 +77,8 @@ worker_golden() {   # DEVICE, 1/0: steps queued ahead expected, extra worker opt
 }
 tp=0; tf=0
 def=0; [ "$dev" = cpu ] || def=1   # queued ahead by default where steps run asynchronously (CUDA)
-for run in "1 --ahead 1" "0 --ahead 0" "$def"; do
+for run in "1 --ahead 1" "0 --ahead 0" "$def" "1 --ahead 1 --kv-block 16 --kv-blocks 80" \
+           "0 --ahead 0 --kv-block 16 --kv-blocks 80"; do
     set -- $run
     out=$(worker_golden "$dev" "$@")
     echo "$out" | grep -v " passed, " | sed "s/^/[$run] /"

@@ -310,7 +310,7 @@ int batcher_set_ahead(wk_batcher *b, int on) {
     for (int i = 0; i < b->n_rec; i++)
         if (b->recs[i].active) return -1;
     if (batcher_in_flight(b)) return -1;
-    b->ahead_want = on != 0 && !b->paged;
+    b->ahead_want = on != 0;
     batcher_set_lanes(b, b->lanes);
     return b->ahead;
 }
@@ -321,7 +321,7 @@ int batcher_set_lanes(wk_batcher *b, int lanes) {
     for (int i = 0; i < b->n_rec; i++)
         if (b->recs[i].active) return -1;
     if (batcher_in_flight(b)) return -1;
-    if (b->paged) lanes = 1; /* paged KV: one synchronous lane (batcher_set_kv) */
+    if (b->paged) lanes = 1; /* paged KV: one lane, steps queued ahead or not (batcher_set_kv) */
     b->async = engine_lanes(b->e) > 1;
     if (lanes > WK_MAX_LANES) lanes = WK_MAX_LANES;
     if (b->async && lanes > engine_lanes(b->e)) lanes = engine_lanes(b->e);
@@ -624,12 +624,12 @@ int batcher_set_kv(wk_batcher *b, int block_size, const char *model, char *err, 
         }
     kv_pool_destroy(&b->kvp);
     b->paged = 0;
-    if (b->e->kv_block > 0) { /* the engine's paged KV: its pool, its block size, one synchronous lane */
+    if (b->e->kv_block > 0) { /* the engine's paged KV: its pool, its block size, one lane */
         const int per_seq = (b->n_ctx + b->e->kv_block - 1) / b->e->kv_block;
-        if (block_size != b->e->kv_block || b->lanes != 1 || b->ahead || b->e->kv_blocks < per_seq + WK_KV_HEADROOM) {
+        if (block_size != b->e->kv_block || b->lanes != 1 || b->e->kv_blocks < per_seq + WK_KV_HEADROOM) {
             snprintf(err, errlen,
-                     "batcher: paged KV of %d blocks of %d tokens needs --kv-block %d (not %d), one lane without "
-                     "steps queued ahead, and at least %d blocks (a whole context and the headroom)",
+                     "batcher: paged KV of %d blocks of %d tokens needs --kv-block %d (not %d), one lane, "
+                     "and at least %d blocks (a whole context and the headroom)",
                      b->e->kv_blocks, b->e->kv_block, b->e->kv_block, block_size, per_seq + WK_KV_HEADROOM);
             return -1;
         }
@@ -835,19 +835,38 @@ static void s_entry_fed(wk_batcher *b, s_lane *L, int i, int n) {
     q->plp_top = 0;
     q->plp_next = NULL;
     q->plp_out = NULL;
-    q->blocks = NULL; /* never paged: paged KV runs without steps queued ahead */
+    q->blocks = b->paged ? s->kvt.blocks : NULL; /* s_kv_prepare grew it to hold position n_sched (s_can_feed) */
     L->seq_rec[n] = i;
 }
 
-/* record i, in flight, may continue with a fed entry in the step queued behind: it runs, its latest entry
+/* record i, in flight, could continue with a fed entry in the step queued behind: it runs, its latest entry
  * samples, the repetition, presence and frequency penalties are off (their history would lack the fed id), and
  * neither max_tokens nor the context ends it for certain when that
  * entry's token arrives (s_finish: n_gen reaches n_gen_sched, len reaches n_sched + 1) */
-static int s_can_feed(const wk_batcher *b, int i) {
+static int s_feedable(const wk_batcher *b, int i) {
     const s_rec *s = &b->recs[i];
     const int pen = (s->samp.repeat_penalty != 1.0f && s->samp.repeat_last_n > 0) || penalty_counts(&s->samp);
     return s->active && s->live && s->kv >= 0 && s->inflight == 1 && s->last_sampled && !pen &&
            (!s->gm || b->e->masks_late) && s->n_gen_sched < s->max_tokens && s->n_sched + 1 < b->n_ctx;
+}
+
+/* s_feedable, and with paged KV its table holds the position the fed entry writes (n_sched: s_kv_prepare grows
+ * it before the step is built, or leaves it short when the pool is out of blocks: the sequence then waits for its
+ * token and runs in the step after) */
+static int s_can_feed(const wk_batcher *b, int i) {
+    const s_rec *s = &b->recs[i];
+    return s_feedable(b, i) && (!b->paged || (s->kvt.n_blocks && s->kvt.n_tokens > s->n_sched));
+}
+
+/* paged KV: the tokens record i's table must cover for the next step built: its whole sequence when nothing of it
+ * is in flight or its prompt goes on behind a chunk in flight; the position a fed entry writes (n_sched + 1) when
+ * it may be fed; 0 otherwise (it waits for its step in flight) */
+static int s_kv_need(const wk_batcher *b, int i) {
+    const s_rec *r = &b->recs[i];
+    if (!r->inflight) return r->len;
+    if (!b->ahead || r->inflight != 1) return 0;
+    if (!r->last_sampled) return r->n_sched < r->len ? r->len : 0;
+    return s_feedable(b, i) ? r->n_sched + 1 : 0;
 }
 
 /* any thread: the entries list[0..n) of L whose masks it computes, taken one at a time from next (a walk of a
@@ -906,8 +925,10 @@ static int s_victim(const wk_batcher *b, int prio, int equal_ok, int keep) {
 
 /* paged KV, before a step is built: records without blocks (new or preempted) are admitted by priority, then
  * admission order, each preempting only sequences of lower priority, until one does not fit; then every running
- * record's table is grown to hold its tokens (the token its next step feeds), highest priority first, preempting
- * the lowest priority, most recently admitted sequence (possibly itself) when the pool runs out */
+ * record's table is grown to hold its tokens (the token its next step feeds; with steps queued ahead also the
+ * position a fed entry writes, s_kv_need), highest priority first, preempting the lowest priority, most recently
+ * admitted sequence (possibly itself) when the pool runs out. A record with a step in flight is never preempted
+ * and its blocks are never released (s_victim, s_release): the device may still read and write them */
 static void s_kv_prepare(wk_batcher *b) {
     for (;;) {
         int w = -1;
@@ -938,14 +959,14 @@ grow:
         int g = -1;
         for (int i = 0; i < b->n_rec; i++) {
             const s_rec *r = &b->recs[i];
-            if (r->active && r->live && !r->inflight && r->kvt.n_blocks && r->kvt.n_tokens < r->len &&
+            if (r->active && r->live && r->kvt.n_blocks && r->kvt.n_tokens < s_kv_need(b, i) &&
                 (g < 0 || s_before(r, &b->recs[g])))
                 g = i;
         }
         if (g < 0) return;
         s_rec *r = &b->recs[g];
-        while (r->kvt.n_blocks && kv_table_grow(b->kvp, &r->kvt, r->len - r->kvt.n_tokens) != 0) {
-            int v = s_victim(b, r->priority, 1, -1); /* r itself when it is the lowest and newest */
+        while (r->kvt.n_blocks && kv_table_grow(b->kvp, &r->kvt, s_kv_need(b, g) - r->kvt.n_tokens) != 0) {
+            int v = s_victim(b, r->priority, 1, -1); /* r itself when it is the lowest and newest (not in flight) */
             if (v < 0) return;
             s_preempt(b, v);
         }
@@ -1121,6 +1142,7 @@ static int s_step_ahead(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *er
     *n_ev = ne;
     if (b->fl_count == 0) {
         b->t_collected = 0; /* nothing in flight: no critical path to the launch behind this one */
+        if (b->paged) s_kv_prepare(b);
         s_lane *L = &b->lane[b->fl_head];
         int prefill, n = s_build_into(b, 0, L, 0, e->max_step_tokens, &prefill);
         if (n == 0) return 0;
@@ -1129,6 +1151,7 @@ static int s_step_ahead(wk_batcher *b, wk_event *ev, int ne, int *n_ev, char *er
     s_lane *A = &b->lane[b->fl_head], *B = &b->lane[b->fl_head ^ 1];
     if (b->fl_count == 1) {
         int nb = 0, budget = e->max_step_tokens, prefill = 0;
+        if (b->paged) s_kv_prepare(b); /* with the step in flight: its fed continuations' positions too */
         const double t0 = s_t0(b);
         for (int j = 0; j < A->n && nb < e->max_batch && budget > 0; j++)
             if (s_can_feed(b, A->seq_rec[j])) {

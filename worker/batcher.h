@@ -161,10 +161,11 @@ int batcher_last_prefill_tokens(const wk_batcher *b); /* prompt tokens of that s
 int batcher_prefill_cap(const wk_batcher *b);      /* the current cap */
 
 /* KV blocks (docs/kv-cache.md). Over an engine with paged KV (zl_engine.kv_block > 0) block_size must be the
- * engine's, with one lane and no steps queued ahead (then batcher_set_lanes and batcher_set_ahead keep those): the
- * batcher's pool is the engine's (kv_blocks blocks), each entry reads its KV through its sequence's block table, a
+ * engine's, with one lane (then batcher_set_lanes keeps it; steps may be queued ahead): the batcher's pool is the
+ * engine's (kv_blocks blocks), each entry, fed ones included, reads its KV through its sequence's block table, a
  * cached prompt prefix is not prefilled again, and a sequence short of blocks preempts the running one of lowest
- * priority, newest first (possibly itself), which resumes later from its tokens with its sampler state.
+ * priority, newest first (possibly itself; never one with a step in flight), which resumes later from its tokens
+ * with its sampler state.
  * Otherwise (KV block accounting): the engine keeps one contiguous KV slot per sequence; with block_size
  * > 0 the batcher also keeps a block pool of n_slots * ceil(n_ctx / block_size) blocks and a block table per
  * sequence (a sequence takes its prompt's blocks, with WK_KV_HEADROOM more available, when it gets its KV slot;

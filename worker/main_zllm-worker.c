@@ -197,11 +197,12 @@ static void s_usage(FILE *f) {
             "                       (default 16; docs/kv-cache.md): its counters and cached-block hashes go\n"
             "                       to the broker in every heartbeat, for cache-aware routing\n"
             "  --kv-blocks N        paged KV of N blocks of --kv-block tokens on an engine that offers it (the CPU\n"
-            "                       engines; one lane, no steps queued ahead): a cached prompt prefix is not\n"
+            "                       engines; CUDA with --kv-block 16..256, a power of two; one lane): a cached\n"
+            "                       prompt prefix is not\n"
             "                       prefilled again, and a sequence short of blocks preempts the lowest priority,\n"
             "                       newest one; at least ceil(ctx / kv-block) + 1; 0: contiguous slots; default:\n"
-            "                       as many blocks as the slots hold, where paged KV can run (no --lanes N > 1,\n"
-            "                       --ahead 1 or --stage), else contiguous slots\n"
+            "                       as many blocks as the slots hold, where paged KV can run and is exact (no\n"
+            "                       --lanes N > 1, --stage or CUDA device), else contiguous slots\n"
             "  --curve-server-key FILE  CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
             "  --curve-key FILE     CURVE: this worker's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
             "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n"
@@ -766,9 +767,13 @@ int main(int argc, char **argv) {
     eo.n_ctx = w.o.n_ctx;
     eo.max_step_tokens = w.o.step_tokens;
     eo.threads = w.o.threads;
-    /* paged KV where asked for, or by default where it can run (one lane, nothing queued ahead, no stages); the
-     * engine grants it or not (zl_engine.kv_block), and batcher_set_kv checks what was granted */
-    const int paged_ok = w.o.lanes <= 1 && w.o.ahead != 1 && !w.o.n_stages;
+    /* paged KV where asked for, or by default where it can run (one lane, no stages; steps queued ahead or not)
+     * and is exact: not by default on CUDA, whose 1-token entries take the decode kernels (another reduction than
+     * a prefill's), so a cached block of decoded positions, a 1-token prompt chunk after a cached prefix and a
+     * preempted sequence's recomputation would not give a cold run's bits (docs/kv-cache.md). The engine grants
+     * it or not (zl_engine.kv_block), and batcher_set_kv checks what was granted */
+    const int exact_engine = !w.o.device || strncmp(w.o.device, "cuda", 4) != 0;
+    const int paged_ok = w.o.lanes <= 1 && !w.o.n_stages && exact_engine;
     if (w.o.kv_block && (w.o.kv_blocks > 0 || (w.o.kv_blocks < 0 && paged_ok))) {
         eo.kv_block = w.o.kv_block;
         eo.kv_blocks = w.o.kv_blocks > 0 ? w.o.kv_blocks : 0;

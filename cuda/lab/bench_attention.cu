@@ -10,7 +10,7 @@
  * flight per thread) over a 4 GiB buffer, median of 20 runs.
  *
  * usage: zllm-attnbench [-b 1,16,64] [-c 1024,...] [-s B:L,B:L,...] [-n iters] [-m max_gib] [--sweep]
- *                       [-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n]
+ *                       [-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n] [--paged N]
  *   -s: only these (batch, context) pairs instead of the -b x -c table.
  *   --sweep: also forced split counts for batch 1 at 64k and batch 16 at 8k.
  *   -K: attn_decode_params.kernel (0 default, 1 chunk kernel + reduce, 2 persistent kernel, 3 chunk kernel with
@@ -22,6 +22,10 @@
  *     from an idle GPU (H100: within a second of the 8.6 GB shapes the card sits at its 700 W cap and the SM
  *     clock drops to 1485-1890 MHz, docs/perf.md; without a pause the rows measured next read lower).
  *   -f: force this split count on every shape.
+ *   --paged N: paged KV (attention.h): the same caches read as a pool of blocks of N rows (16..256, a power of two,
+ *     dividing every context), each sequence's block table a slice of one shuffled permutation of all the pool's
+ *     blocks (the engine's tables after a while of allocations and releases); the same bytes and split counts, so
+ *     the time against a run without it is the cost of the tables.
  *   --hm: head-major emulation, the same bytes and split count as a contiguous per-head layout: batch B runs as
  *     B * 8 sequences of 1 KV head and 4 query heads (each (sequence, head) its own contiguous slab), with the
  *     split count forced to the one the real shape gets. */
@@ -77,6 +81,7 @@ static int s_kernel = 0;   /* -K */
 static int s_settle_ms = 0;   /* --settle: idle before each shape's timed calls */
 static long s_kvlen = 0;      /* --kvlen: every sequence's kv_len (<= the context, which stays max_kv_len) */
 static int s_hm = 0;       /* --hm */
+static int s_paged = 0;    /* --paged: rows per block, 0 contiguous */
 
 static double median(std::vector<float> v) {
     std::sort(v.begin(), v.end());
@@ -156,7 +161,7 @@ static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits
         KVH = 1;
     }
     const double set_bytes = 2.0 * B * L * KVH * D * 2;
-    if (set_bytes > max_bytes) return false;
+    if (set_bytes > max_bytes || (s_paged && L % s_paged)) return false;
     int R = (int)std::min(64.0, std::max(1.0, ceil((1.0 * (1 << 30)) / set_bytes)));
     while (R > 1 && R * set_bytes > max_bytes) R--;
     const int n_slots = B * R;
@@ -176,6 +181,20 @@ static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits
     const long kvl = s_kvlen > 0 && s_kvlen < L ? s_kvlen : L;   /* keys each sequence attends to */
     std::vector<int32_t> hs(n_slots), hl(B, (int32_t)kvl);
     for (int i = 0; i < n_slots; i++) hs[i] = i;
+    int32_t *tab = nullptr;
+    if (s_paged) { /* slot s's table: blocks [s * nb, (s + 1) * nb) of a shuffled permutation; slot = its offset */
+        const long nb = L / s_paged;
+        std::vector<int32_t> ids((size_t)n_slots * nb);
+        for (size_t i = 0; i < ids.size(); i++) ids[i] = (int32_t)i;
+        uint64_t z = 88172645463325252ULL;
+        for (size_t i = ids.size() - 1; i > 0; i--) {
+            z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+            std::swap(ids[i], ids[z % (i + 1)]);
+        }
+        CK(cudaMalloc(&tab, ids.size() * 4));
+        CK(cudaMemcpy(tab, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+        for (int i = 0; i < n_slots; i++) hs[i] = (int32_t)(i * nb);
+    }
     CK(cudaMemcpy(slot, hs.data(), n_slots * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(len, hl.data(), B * 4, cudaMemcpyHostToDevice));
     attn_decode_params p;
@@ -194,6 +213,11 @@ static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits
     p.max_kv_len = (int)L;
     p.n_splits = n_splits;
     p.kernel = s_kernel;
+    if (s_paged) {
+        p.blocks = tab;
+        for (int lg = 0; lg <= 8; lg++)
+            if ((1 << lg) == s_paged) p.kv_block_log2 = lg;
+    }
     const size_t wsb = attn_decode_workspace_bytes(&p);
     void *ws;
     CK(cudaMalloc(&ws, wsb));
@@ -248,6 +272,7 @@ static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits
     cudaFree(slot);
     cudaFree(len);
     cudaFree(ws);
+    if (tab) cudaFree(tab);
     return true;
 }
 
@@ -279,11 +304,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--hm")) s_hm = 1;
         else if (!strcmp(argv[i], "--settle") && i + 1 < argc) s_settle_ms = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--kvlen") && i + 1 < argc) s_kvlen = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--paged") && i + 1 < argc) s_paged = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [-b 1,16,64] [-c 1024,...] [-s B:L,...] [-n iters] [-m max_gib] [--sweep] "
-                    "[-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [-b 1,16,64] [-c 1024,...] [-s B:L,...] [-n iters] [-m max_gib] [--sweep] "
+                    "[-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n] [--paged N]\n",
+                    argv[0]);
             return 2;
         }
+    }
+    if (s_paged && (s_paged < 16 || s_paged > 256 || (s_paged & (s_paged - 1)))) {
+        fprintf(stderr, "--paged: blocks of 16, 32, 64, 128 or 256 rows\n");
+        return 2;
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -294,7 +326,7 @@ int main(int argc, char **argv) {
     printf("device: %s, %d SMs, L2 %d MiB, %.1f GiB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
            total_b / 1073741824.0);
     printf("read-only bandwidth (4 GiB streaming read, best shape): %.0f GB/s\n", rbw);
-    printf("options: -K %d -f %d --settle %d%s\n", s_kernel, force, s_settle_ms,
+    printf("options: -K %d -f %d --settle %d --paged %d%s\n", s_kernel, force, s_settle_ms, s_paged,
            s_hm ? " --hm (head-major emulation)" : "");
     printf("%5s %7s %10s %6s %10s %8s %7s %10s %7s\n", "batch", "ctx", "KV_MB", "splits", "time_us", "GB/s", "%read",
            "sync_us", "%sync");
