@@ -125,6 +125,8 @@ static void s_step_pair(const char *what, const std::vector<ent> &es) {
     std::vector<int32_t> a0, b0;
     for (size_t ri = 0; ri < R.size(); ri++) {
         run *r = R[ri];
+        /* both steps' blocks first: s_seqs hands out pointers into the tables, which a later cover may move */
+        for (auto &x : es) r->cover(x.i, S[x.i].pos + 2);
         std::vector<zl_seq> qa = s_seqs(r, es);
         for (auto &x : es) S[x.i].pos += 1; /* the fed entries' positions */
         std::vector<zl_seq> qb = s_seqs(r, fed);

@@ -52,7 +52,9 @@ ok = int(re.search(r'requests: [0-9]+ \(([0-9]+) ok', t).group(1)); w = float(re
 o = float(re.search(r'([0-9.]+) output tokens/s', t).group(1)); \
 f = re.search(r'requests: [0-9]+ \([0-9]+ ok([^)]*)\)', t).group(1); \
 print('%.1f output tokens per request (finish%s)' % (o * w / ok if ok else 0, f))")" >&2
-    echo "$out" | sed -n 's/.* \([0-9.]*\) output tokens\/s.*/\1/p'
+    # "WALL STEADY": output tokens/s over the whole run and over its steady window (zllm bench's steady: line)
+    echo "$(echo "$out" | grep ' wall ' | sed -n 's/.* \([0-9.]*\) output tokens\/s.*/\1/p')" \
+        "$(echo "$out" | sed -n 's/^steady: \([0-9.]*\) output tokens\/s.*/\1/p')"
     # the worker's phase lines of this run (SIGUSR1 logs them and starts afresh)
     local n
     n=$(grep -c 'phase times, steps without' "$tmp/worker.log" || true)
@@ -68,9 +70,11 @@ a=$(run "unconstrained")
 b=$(run "json_schema on every request" --json-schema "@$tmp/schema.json")
 c=$(run "unconstrained again")
 d=$(run "json_schema of unbounded strings on every request" --json-schema "@$tmp/schema-long.json")
-python3 -c "import sys; a, b, c, d = map(float, sys.argv[1:]); base = (a + c) / 2; \
-print('structured/unconstrained throughput: %.3f (%.1f vs %.1f tokens/s)' % (b / base, b, base)); \
-print('unbounded strings/unconstrained throughput: %.3f (%.1f vs %.1f tokens/s)' % (d / base, d, base))" \
-    "$a" "$b" "$c" "$d"
+python3 -c "import sys; a, b, c, d = [list(map(float, x.split())) for x in sys.argv[1:]]; \
+ok = lambda k: all(len(x) > k for x in (a, b, c, d)); \
+[print('%s/unconstrained throughput, %s: %.3f (%.1f vs %.1f tokens/s)' % \
+       (n, w, x[k] / ((a[k] + c[k]) / 2), x[k], (a[k] + c[k]) / 2)) \
+ for n, x in (('structured', b), ('unbounded strings', d)) for k, w in ((0, 'whole run'), (1, 'steady window')) \
+ if ok(k)]" "$a" "$b" "$c" "$d"
 echo "the worker's host time per step, by run (docs/structured-output.md, \"Where a step's host time goes\"):"
 grep -v -e '^warm-up: ' -e ': 0 steps (' "$tmp/phases.txt"
