@@ -10,7 +10,7 @@
  *   zllm chat     --broker EP [--system TEXT] [sampling options]     (interactive; conversation kept)
  *   zllm status   --broker EP
  *   zllm bench    --broker EP [-N REQUESTS] [-c CONCURRENCY] [--prompt-len DIST] [--out-len DIST] [--vocab V]
- *                 DIST: N (fixed) or A:B (uniform in [A, B])
+ *                 [--bench-seed S] [--ramp-ms MS]      DIST: N (fixed) or A:B (uniform in [A, B])
  *   zllm --help | --version       (also after any subcommand)
  *
  * Every option value is checked here, against the ranges of docs/protocol.md, before anything is sent: a value
@@ -35,6 +35,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "benchload.h"
 #include "proto.h"
 #include "version.h"
 #include "zllm_client.h"
@@ -98,6 +99,7 @@ typedef struct {
     int olen_lo, olen_hi;          /* --out-len */
     int vocab;                     /* --vocab: ids drawn from [3, vocab) */
     unsigned long long bench_seed; /* --bench-seed */
+    double ramp_ms;                /* --ramp-ms: stream k's first request starts k * ramp_ms / c after the start */
 } s_args;
 
 static volatile sig_atomic_t s_interrupted;
@@ -205,7 +207,10 @@ static void s_usage(FILE *f) {
             "  --prompt-len A[:B]   prompt tokens, fixed or uniform in [A, B], 1..1000000 (default 32)\n"
             "  --out-len A[:B]      output tokens, likewise (default 32)\n"
             "  --vocab V            prompt ids drawn from [3, V), 4..%d (default 256)\n"
-            "  --bench-seed S       the prompts' random seed, 0..18446744073709551615 (default 1)\n"
+            "  --bench-seed S       the prompts' and output lengths' seed, 0..18446744073709551615 (default 1);\n"
+            "                       request i's output length depends on S and i only, as in zllm-httpbench\n"
+            "  --ramp-ms MS         start the c streams spread over MS ms (stream k at k*MS/c), 0..3600000\n"
+            "                       (default 0: all at once)\n"
             "\n"
             "environment:\n"
             "  ZLLM_BROKER          the default for --broker\n"
@@ -407,6 +412,7 @@ static int s_parse(int argc, char **argv, s_args *a) {
             {"-c", NULL, C_BENCH},
             {"--vocab", NULL, C_BENCH},
             {"--bench-seed", NULL, C_BENCH},
+            {"--ramp-ms", NULL, C_BENCH},
             {"--prompt-len", NULL, C_BENCH},
             {"--out-len", NULL, C_BENCH},
         };
@@ -500,6 +506,8 @@ static int s_parse(int argc, char **argv, s_args *a) {
             if (!(bad = s_num(k, v, 4, PROTO_TOKEN_ID_MAX, N_INT, &x, NULL))) a->vocab = (int)x;
         } else if (!strcmp(o, "--bench-seed")) {
             if (!(bad = s_num(k, v, 0, 18446744073709551615.0, N_INT, &x, &u))) a->bench_seed = u;
+        } else if (!strcmp(o, "--ramp-ms")) {
+            if (!(bad = s_num(k, v, 0, 3600000, 0, &x, NULL))) a->ramp_ms = x;
         } else if (!strcmp(o, "--json-schema")) bad = s_set_format(a, PROTO_FORMAT_JSON_SCHEMA, v);
         else if (!strcmp(o, "--regex")) bad = s_set_format(a, PROTO_FORMAT_REGEX, v);
         else if (!strcmp(o, "--grammar")) bad = s_set_format(a, PROTO_FORMAT_GRAMMAR, v);
@@ -886,7 +894,8 @@ static int s_status(zllm_client *c, const char *ep) {
 }
 
 /* ------------------------------------------------------------------------------------------------------------
- * bench: a closed-loop load generator */
+ * bench: a closed-loop load generator: c streams, each sending its next request when its last one ends; the
+ * output lengths and the streams' start times are common/benchload.h's, as in zllm-httpbench */
 
 typedef struct {
     double t_submit, t_first, t_last, t_end;  /* seconds */
@@ -920,22 +929,31 @@ static int s_bench(zllm_client *c, const s_args *a) {
     int N = a->n_requests;
     s_breq *r = calloc((size_t)N, sizeof *r);
     double *ttft = calloc((size_t)N, sizeof *ttft);
+    double *sent = calloc((size_t)N, sizeof *sent);
     size_t itl_cap = 1 << 16;
     double *itl = malloc(itl_cap * sizeof *itl);
     int32_t *toks = malloc((size_t)a->plen_hi * sizeof *toks);
-    if (!r || !ttft || !itl || !toks) return 1;
+    if (!r || !ttft || !sent || !itl || !toks) return 1;
     size_t n_itl = 0;
     uint64_t rng = a->bench_seed * 0x9E3779B97F4A7C15ull + 1;
     unsigned deadline = a->deadline_ms ? a->deadline_ms : 60000;
-    int next = 0, in_flight = 0, finished = 0, rc = 0;
+    int next = 0, in_flight = 0, finished = 0, rc = 0, n_up = 0; /* n_up: streams started */
     long long out_tokens = 0;
     char err[256], id[64];
     int fin_count[PROTO_FINISH_COUNT] = {0};
     double t0 = s_now(), t_scan = t0;
     while (finished < N && !s_interrupted) {
-        while (next < N && in_flight < a->concurrency) {
+        int wait_ms = 100;
+        for (; n_up < a->concurrency; n_up++) { /* the streams whose start time has come */
+            double due = t0 + benchload_start(n_up, a->concurrency, a->ramp_ms) - s_now();
+            if (due > 0) {
+                wait_ms = (int)ceil(due * 1e3);
+                break;
+            }
+        }
+        while (next < N && in_flight < n_up) {
             int pl = a->plen_lo + (int)(s_rand(&rng) % (uint64_t)(a->plen_hi - a->plen_lo + 1));
-            int ol = a->olen_lo + (int)(s_rand(&rng) % (uint64_t)(a->olen_hi - a->olen_lo + 1));
+            int ol = benchload_out_len(a->bench_seed, next, a->olen_lo, a->olen_hi);
             for (int i = 0; i < pl; i++) toks[i] = 3 + (int32_t)(s_rand(&rng) % (uint64_t)(a->vocab - 3));
             snprintf(id, sizeof id, "b%d", next);
             proto_generate g;
@@ -948,6 +966,7 @@ static int s_bench(zllm_client *c, const s_args *a) {
             g.max_tokens = (uint32_t)ol;
             g.deadline_ms = deadline;
             r[next].t_submit = s_now();
+            sent[next] = r[next].t_submit - t0;
             if (zllm_client_submit(c, &g, err, sizeof err) != 0) {
                 fprintf(stderr, "zllm bench: %s\n", err);
                 r[next].done = 1;
@@ -958,7 +977,7 @@ static int s_bench(zllm_client *c, const s_args *a) {
             next++;
         }
         const proto_msg *m;
-        int got = zllm_client_recv(c, 100, &m, err, sizeof err);
+        int got = zllm_client_recv(c, wait_ms < 100 ? wait_ms : 100, &m, err, sizeof err);
         double now = s_now();
         if (got < 0) {
             fprintf(stderr, "zllm bench: %s\n", err);
@@ -1018,14 +1037,19 @@ static int s_bench(zllm_client *c, const s_args *a) {
     for (int f = 1; f < PROTO_FINISH_COUNT; f++) n_final += fin_count[f];
     printf(", %d without final), concurrency %d, prompt %d..%d, output %d..%d tokens\n", N - n_final,
            a->concurrency, a->plen_lo, a->plen_hi, a->olen_lo, a->olen_hi);
-    printf("wall %.2f s, %.1f requests/s, %.1f output tokens/s\n", wall, n_ok / wall, out_tokens / wall);
-    printf("ttft ms: p50 %.1f p90 %.1f p99 %.1f\n", s_pct(ttft, n_ttft, 50) * 1e3, s_pct(ttft, n_ttft, 90) * 1e3,
+    printf("wall %.2f s, %.1f requests/s, %.1f output tokens/s, %lld tokens\n", wall, n_ok / wall, out_tokens / wall,
+           out_tokens);
+    printf("ttft ms: p50 %.2f p90 %.2f p99 %.2f\n", s_pct(ttft, n_ttft, 50) * 1e3, s_pct(ttft, n_ttft, 90) * 1e3,
            s_pct(ttft, n_ttft, 99) * 1e3);
     printf("itl ms:  p50 %.2f p90 %.2f p99 %.2f\n", s_pct(itl, (int)n_itl, 50) * 1e3,
            s_pct(itl, (int)n_itl, 90) * 1e3, s_pct(itl, (int)n_itl, 99) * 1e3);
+    double b50, b99, bmax;
+    benchload_burst(sent, next, &b50, &b99, &bmax);
+    printf("sends in a request's millisecond: p50 %.0f p99 %.0f max %.0f\n", b50, b99, bmax);
     if (n_ok != N) rc = 1;
     free(r);
     free(ttft);
+    free(sent);
     free(itl);
     free(toks);
     return rc;
