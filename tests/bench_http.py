@@ -45,22 +45,37 @@ def cpu_s(pid):
     return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def runq_s(pid):
+    """seconds the process's threads spent runnable but waiting for a CPU (/proc/PID/task/*/schedstat)"""
+    t = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                t += int(f.read().split()[1])
+        except OSError:
+            pass
+    return t / 1e9
+
+
 class Cpu:
-    """CPU seconds of the broker, the gateway, a load tool (its rusage) and this process over one run"""
+    """CPU seconds of the broker, the gateway, a load tool (its rusage) and this process over one run, and the
+    time the gateway's threads waited for a CPU while runnable"""
 
     def __init__(self, broker, gw):
         self.pids = {"broker": broker, "gateway": gw, "fake worker": os.getpid()}
         self.t0 = {k: cpu_s(v) for k, v in self.pids.items()}
+        self.gw, self.q0 = gw, runq_s(gw)
 
     def end(self, client_ru):
         d = {k: cpu_s(v) - self.t0[k] for k, v in self.pids.items()}
         d["client"] = client_ru.ru_utime + client_ru.ru_stime
+        d["gateway run queue"] = runq_s(self.gw) - self.q0
         return d
 
 
 def cpu_line(d, wall, skip=()):
-    return ", ".join("%s %.2f s" % (k, d[k]) for k in ("client", "gateway", "broker", "fake worker")
-                     if k not in skip) + " over %.2f s" % wall
+    return ", ".join("%s %.2f s" % (k, d[k]) for k in ("client", "gateway", "broker", "fake worker",
+                                                       "gateway run queue") if k not in skip) + " over %.2f s" % wall
 
 
 def run(cmd):
@@ -139,7 +154,7 @@ def main():
             zp, hp = p99(zout), p99(hout)
             burst = r"sends in a request's millisecond: (p50 \d+ p99 \d+ max \d+)"
             print("  zllm bench:     " + " | ".join(zout.strip().splitlines()[:3]) + " | sends in a ms: " +
-                  (re.search(burst, zout) or [None, "?"])[1] + " | CPU: " + cpu_line(zcpu, zwall, ("gateway",)))
+                  (re.search(burst, zout) or [None, "?"])[1] + " | CPU: " + cpu_line(zcpu, zwall, ("gateway", "gateway run queue")))
             print("  zllm-httpbench: " + " | ".join(hout.strip().splitlines()[:3]) + " | sends in a ms: " +
                   (re.search(burst, hout) or [None, "?"])[1] + " | CPU: " + cpu_line(hcpu, hwall))
             print("concurrency %d, %d requests: ttft p50/p99 ms: ZeroMQ %.2f / %.2f, HTTP %.2f / %.2f: the gateway "

@@ -57,6 +57,14 @@ def main():
           "streams started over 100 ms: at most half the streams send in the same millisecond (the wave: all 20): "
           "%s (ZeroMQ), %s (HTTP)" % (
               z and z.group(2), h and h.group(2)))
+    # more streams than the gateway writes in one loop turn (RESUME_BATCH, http/gw_server.c): every stream's
+    # later tokens still go out
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench_http.py"), "--streams", "400", "--requests",
+                        "800", "--out-len", "6", "--step-ms", "2", "--conc", "400", "--load", "wave"],
+                       capture_output=True, text=True, timeout=110)
+    out = p.stdout + p.stderr
+    ck.ok(p.returncode == 0 and out.count("requests: 800 (800 ok, 0 failed)") == 2 and out.count("4800 tokens") == 3,
+          "400 streams: every request of both tools completed with its 6 tokens: %r" % out[-600:])
     q = subprocess.run([os.path.join(BIN, "zllm-httpbench"), "--url", "127.0.0.1:1", "-N", "1", "-c", "1"],
                        capture_output=True, text=True, timeout=20)
     ck.ok(q.returncode != 0 and "connection" in q.stderr, "no gateway: zllm-httpbench fails: %r" % q.stderr[-200:])
