@@ -57,14 +57,17 @@ def main():
           "streams started over 100 ms: at most half the streams send in the same millisecond (the wave: all 20): "
           "%s (ZeroMQ), %s (HTTP)" % (
               z and z.group(2), h and h.group(2)))
-    # more streams than the gateway writes in one loop turn (RESUME_BATCH, http/gw_server.c): every stream's
-    # later tokens still go out
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench_http.py"), "--streams", "400", "--requests",
-                        "800", "--out-len", "6", "--step-ms", "2", "--conc", "400", "--load", "wave"],
+    # more streams than the gateway writes in one loop turn (RESUME_BATCH, http/gw_server.c): every stream's later
+    # tokens still go out a step apart (not held until its final: then most gaps between tokens would be 0)
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench_http.py"), "--streams", "300", "--requests",
+                        "600", "--out-len", "40", "--step-ms", "10", "--conc", "300", "--load", "wave"],
                        capture_output=True, text=True, timeout=110)
     out = p.stdout + p.stderr
-    ck.ok(p.returncode == 0 and out.count("requests: 800 (800 ok, 0 failed)") == 2 and out.count("4800 tokens") == 3,
-          "400 streams: every request of both tools completed with its 6 tokens: %r" % out[-600:])
+    ck.ok(p.returncode == 0 and out.count("requests: 600 (600 ok, 0 failed)") == 2 and out.count("24000 tokens") == 3,
+          "300 streams: every request of both tools completed with its 40 tokens: %r" % out[-600:])
+    m = re.search(r"itl ms:  p50 ([\d.]+)", out)
+    ck.ok(m and float(m.group(1)) >= 2.0, "300 streams: tokens a worker step (10 ms) apart, p50 %s ms" % (
+        m and m.group(1)))
     q = subprocess.run([os.path.join(BIN, "zllm-httpbench"), "--url", "127.0.0.1:1", "-N", "1", "-c", "1"],
                        capture_output=True, text=True, timeout=20)
     ck.ok(q.returncode != 0 and "connection" in q.stderr, "no gateway: zllm-httpbench fails: %r" % q.stderr[-200:])
