@@ -23,7 +23,8 @@ streams of a closed loop end on the same worker step and send their next request
 The broker runs with a large --client-hwm: one gateway carries every stream over one connection, and the
 default (10,000 messages) lets a client that falls 10 steps behind at 1,000 streams lose them all. Each line of
 results also gives the CPU time each process took during that run: the broker, the gateway (HTTP runs), the
-load tool, and this script, which runs the fake worker."""
+load tool, and this script, which runs the fake worker; the time the gateway's threads were ready to run but
+waited for a CPU; and the CPU time the rest of the machine took (others: what shares the cores, /proc/stat)."""
 import argparse
 import os
 import re
@@ -57,6 +58,13 @@ def runq_s(pid):
     return t / 1e9
 
 
+def machine_busy_s():
+    """CPU seconds the whole machine spent busy (all CPUs, every process: /proc/stat)"""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v[:8]) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
 class Cpu:
     """CPU seconds of the broker, the gateway, a load tool (its rusage) and this process over one run, and the
     time the gateway's threads waited for a CPU while runnable"""
@@ -64,18 +72,20 @@ class Cpu:
     def __init__(self, broker, gw):
         self.pids = {"broker": broker, "gateway": gw, "fake worker": os.getpid()}
         self.t0 = {k: cpu_s(v) for k, v in self.pids.items()}
-        self.gw, self.q0 = gw, runq_s(gw)
+        self.gw, self.q0, self.m0 = gw, runq_s(gw), machine_busy_s()
 
     def end(self, client_ru):
         d = {k: cpu_s(v) - self.t0[k] for k, v in self.pids.items()}
         d["client"] = client_ru.ru_utime + client_ru.ru_stime
         d["gateway run queue"] = runq_s(self.gw) - self.q0
+        d["others"] = max(0.0, machine_busy_s() - self.m0 - sum(d[k] for k in ("client", "broker", "gateway",
+                                                                                "fake worker")))
         return d
 
 
 def cpu_line(d, wall, skip=()):
     return ", ".join("%s %.2f s" % (k, d[k]) for k in ("client", "gateway", "broker", "fake worker",
-                                                       "gateway run queue") if k not in skip) + " over %.2f s" % wall
+                                                       "gateway run queue", "others") if k not in skip) + " over %.2f s" % wall
 
 
 def run(cmd):
