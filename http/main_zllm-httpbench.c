@@ -332,8 +332,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "zllm-httpbench: --bench-seed: expected a whole number in 0..2^64-1, got '%s'\n", v);
                 return 2;
             }
-        }
-        else {
+        } else {
             fprintf(stderr, "zllm-httpbench: unknown option %s\n", k);
             s_usage(stderr);
             return 2;
