@@ -202,7 +202,7 @@ int gw_session_resume_deferred(gw_server *s, int max) {
         resumed++;
     }
     if (i == 0) return s->n_defer; /* (s->defer may be NULL: none was ever deferred) */
-    s->n_defer -= i;                /* the rest keep their order, ahead of the streams deferred later */
+    s->n_defer -= i;               /* the rest keep their order, ahead of the streams deferred later */
     memmove(s->defer, s->defer + i, (size_t)s->n_defer * sizeof *s->defer);
     return s->n_defer;
 }
