@@ -10,7 +10,7 @@
  *   zllm chat     --broker EP [--system TEXT] [sampling options]     (interactive; conversation kept)
  *   zllm status   --broker EP
  *   zllm bench    --broker EP [-N REQUESTS] [-c CONCURRENCY] [--prompt-len DIST] [--out-len DIST] [--vocab V]
- *                 [--long-prompt-len L [--long-every MS] [--long-out-len N]]
+ *                 [--long-prompt-len L [--long-every MS] [--long-out-len N]] [--bench-seed S] [--ramp-ms MS]
  *                 DIST: N (fixed) or A:B (uniform in [A, B])
  *   zllm --help | --version       (also after any subcommand)
  *
@@ -36,6 +36,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "benchload.h"
 #include "proto.h"
 #include "version.h"
 #include "zllm_client.h"
@@ -102,6 +103,7 @@ typedef struct {
     int long_every_ms;             /* --long-every: one background prompt submitted every this many ms */
     int long_out;                  /* --long-out-len: their output tokens */
     unsigned long long bench_seed; /* --bench-seed */
+    double ramp_ms;                /* --ramp-ms: stream k's first request starts k * ramp_ms / c after the start */
 } s_args;
 
 static volatile sig_atomic_t s_interrupted;
@@ -209,7 +211,10 @@ static void s_usage(FILE *f) {
             "  --prompt-len A[:B]   prompt tokens, fixed or uniform in [A, B], 1..1000000 (default 32)\n"
             "  --out-len A[:B]      output tokens, likewise (default 32)\n"
             "  --vocab V            prompt ids drawn from [3, V), 4..%d (default 256)\n"
-            "  --bench-seed S       the prompts' random seed, 0..18446744073709551615 (default 1)\n"
+            "  --bench-seed S       the prompts' and output lengths' seed, 0..18446744073709551615 (default 1);\n"
+            "                       request i's output length depends on S and i only, as in zllm-httpbench\n"
+            "  --ramp-ms MS         start the c streams spread over MS ms (stream k at k*MS/c), 0..3600000\n"
+            "                       (default 0: all at once)\n"
             "  --long-prompt-len L  background load: prompts of L tokens, 1..1000000, submitted beside the\n"
             "                       measured requests (not counted in -c) until those end; reported on their\n"
             "                       own `long:` line, left out of every other figure (default none)\n"
@@ -420,6 +425,7 @@ static int s_parse(int argc, char **argv, s_args *a) {
             {"-c", NULL, C_BENCH},
             {"--vocab", NULL, C_BENCH},
             {"--bench-seed", NULL, C_BENCH},
+            {"--ramp-ms", NULL, C_BENCH},
             {"--prompt-len", NULL, C_BENCH},
             {"--out-len", NULL, C_BENCH},
             {"--long-prompt-len", NULL, C_BENCH},
@@ -522,6 +528,8 @@ static int s_parse(int argc, char **argv, s_args *a) {
             if (!(bad = s_num(k, v, 1, 1000000, N_INT, &x, NULL))) a->long_out = (int)x;
         } else if (!strcmp(o, "--bench-seed")) {
             if (!(bad = s_num(k, v, 0, 18446744073709551615.0, N_INT, &x, &u))) a->bench_seed = u;
+        } else if (!strcmp(o, "--ramp-ms")) {
+            if (!(bad = s_num(k, v, 0, 3600000, 0, &x, NULL))) a->ramp_ms = x;
         } else if (!strcmp(o, "--json-schema")) bad = s_set_format(a, PROTO_FORMAT_JSON_SCHEMA, v);
         else if (!strcmp(o, "--regex")) bad = s_set_format(a, PROTO_FORMAT_REGEX, v);
         else if (!strcmp(o, "--grammar")) bad = s_set_format(a, PROTO_FORMAT_GRAMMAR, v);
@@ -908,7 +916,8 @@ static int s_status(zllm_client *c, const char *ep) {
 }
 
 /* ------------------------------------------------------------------------------------------------------------
- * bench: a closed-loop load generator */
+ * bench: a closed-loop load generator: c streams, each sending its next request when its last one ends; the
+ * output lengths and the streams' start times are common/benchload.h's, as in zllm-httpbench */
 
 typedef struct {
     double t_submit, t_first, t_last, t_end;  /* seconds */
@@ -970,14 +979,15 @@ static int s_bench(zllm_client *c, const s_args *a) {
     const int tok_cap = a->plen_hi > a->long_len ? a->plen_hi : a->long_len;
     int32_t *toks = malloc((size_t)tok_cap * sizeof *toks);
     int rc = 0;
-    if (!r || !ttft || !itl || !toks || (a->long_len && !lr)) {
+    double *sent = calloc((size_t)N, sizeof *sent);
+    if (!r || !ttft || !sent || !itl || !toks || (a->long_len && !lr)) {
         fprintf(stderr, "zllm bench: out of memory\n");
         rc = 1;
         goto done;
     }
     uint64_t rng = a->bench_seed * 0x9E3779B97F4A7C15ull + 1, lrng = rng ^ 0x5851F42D4C957F2Dull;
     unsigned deadline = a->deadline_ms ? a->deadline_ms : 60000;
-    int next = 0, in_flight = 0, finished = 0, n_long = 0;
+    int next = 0, in_flight = 0, finished = 0, n_long = 0, n_up = 0; /* n_up: streams started */
     long long out_tokens = 0;
     /* the steady window: from the first token of the last of the first `concurrency` requests (every stream of the
      * first wave runs) to the last submission (after it fewer streams run): its tokens over its time */
@@ -989,11 +999,20 @@ static int s_bench(zllm_client *c, const s_args *a) {
     int fin_count[PROTO_FINISH_COUNT] = {0};
     double t0 = s_now(), t_scan = t0, t_long = t0 + a->long_every_ms / 1000.0;
     while (finished < N && !s_interrupted) {
-        while (next < N && in_flight < a->concurrency) {
+        int wait_ms = 100;
+        for (; n_up < a->concurrency; n_up++) { /* the streams whose start time has come */
+            double due = t0 + benchload_start(n_up, a->concurrency, a->ramp_ms) - s_now();
+            if (due > 0) {
+                wait_ms = (int)ceil(due * 1e3);
+                break;
+            }
+        }
+        while (next < N && in_flight < n_up) {
             int pl = a->plen_lo + (int)(s_rand(&rng) % (uint64_t)(a->plen_hi - a->plen_lo + 1));
-            int ol = a->olen_lo + (int)(s_rand(&rng) % (uint64_t)(a->olen_hi - a->olen_lo + 1));
+            int ol = benchload_out_len(a->bench_seed, next, a->olen_lo, a->olen_hi);
             snprintf(id, sizeof id, "b%d", next);
             r[next].t_submit = s_now();
+            sent[next] = r[next].t_submit - t0;
             if (s_bench_submit(c, a, id, toks, pl, ol, &rng, err, sizeof err) != 0) {
                 fprintf(stderr, "zllm bench: %s\n", err);
                 r[next].done = 1;
@@ -1018,12 +1037,11 @@ static int s_bench(zllm_client *c, const s_args *a) {
             t_long += a->long_every_ms / 1000.0;
         }
         const proto_msg *m;
-        int wait_ms = 100;
         if (a->long_len) {
             double to_long = (t_long - s_now()) * 1e3;
-            wait_ms = to_long < 0 ? 0 : to_long < 100 ? (int)to_long : 100;
+            if (to_long < wait_ms) wait_ms = to_long < 0 ? 0 : (int)to_long;
         }
-        int got = zllm_client_recv(c, wait_ms, &m, err, sizeof err);
+        int got = zllm_client_recv(c, wait_ms < 100 ? wait_ms : 100, &m, err, sizeof err);
         double now = s_now();
         if (got < 0) {
             fprintf(stderr, "zllm bench: %s\n", err);
@@ -1111,13 +1129,14 @@ static int s_bench(zllm_client *c, const s_args *a) {
     for (int f = 1; f < PROTO_FINISH_COUNT; f++) n_final += fin_count[f];
     printf(", %d without final), concurrency %d, prompt %d..%d, output %d..%d tokens\n", N - n_final,
            a->concurrency, a->plen_lo, a->plen_hi, a->olen_lo, a->olen_hi);
-    printf("wall %.2f s, %.1f requests/s, %.1f output tokens/s\n", wall, n_ok / wall, out_tokens / wall);
+    printf("wall %.2f s, %.1f requests/s, %.1f output tokens/s, %lld tokens\n", wall, n_ok / wall, out_tokens / wall,
+           out_tokens);
     if (st_tok0 >= 0 && st_tok1 > st_tok0 && st_t1 > st_t0)
         printf("steady: %.1f output tokens/s over %.2f s with %d streams (from the first token of every first stream "
                "to the last submission)\n",
                (double)(st_tok1 - st_tok0) / (st_t1 - st_t0), st_t1 - st_t0, a->concurrency);
     else printf("steady: none (the run has no window with every stream running: -N must exceed -c)\n");
-    printf("ttft ms: p50 %.1f p90 %.1f p99 %.1f\n", s_pct(ttft, n_ttft, 50) * 1e3, s_pct(ttft, n_ttft, 90) * 1e3,
+    printf("ttft ms: p50 %.2f p90 %.2f p99 %.2f\n", s_pct(ttft, n_ttft, 50) * 1e3, s_pct(ttft, n_ttft, 90) * 1e3,
            s_pct(ttft, n_ttft, 99) * 1e3);
     const double i50 = s_pct(itl, (int)n_itl, 50), i99 = s_pct(itl, (int)n_itl, 99);
     printf("itl ms:  p50 %.2f p90 %.2f p99 %.2f (p99/p50 %.2f, %zu gaps)\n", i50 * 1e3,
@@ -1134,11 +1153,15 @@ static int s_bench(zllm_client *c, const s_args *a) {
                n_long, a->long_len, a->long_every_ms, n_lok, n_long_open, s_pct(ttft, n_lt, 50) * 1e3,
                s_pct(ttft, n_lt, 99) * 1e3);
     }
+    double b50, b99, bmax;
+    benchload_burst(sent, next, &b50, &b99, &bmax);
+    printf("sends in a request's millisecond: p50 %.0f p99 %.0f max %.0f\n", b50, b99, bmax);
     if (n_ok != N) rc = 1;
 done:
     free(r);
     free(lr);
     free(ttft);
+    free(sent);
     free(itl);
     free(toks);
     return rc;

@@ -130,7 +130,8 @@ void gw_session_cancel(gw_conn *c, int status);   /* the client left: cancel at 
 void gw_session_release(gw_conn *c);              /* gives back c's slot */
 gw_conn *gw_session_slot(gw_server *s, int slot); /* the request in a slot, or NULL */
 void gw_session_drain(gw_server *s);              /* handles every message the broker sent */
-void gw_session_resume_deferred(gw_server *s);    /* resumes the streams whose later tokens wait */
+/* resumes at most max of the streams whose later tokens wait, oldest first; returns how many still wait */
+int gw_session_resume_deferred(gw_server *s, int max);
 void gw_session_fail_all(gw_server *s, int code, const char *msg);
 ssize_t gw_session_sse_read(void *cls, uint64_t pos, char *buf, size_t max); /* the SSE body callback */
 

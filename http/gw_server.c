@@ -20,6 +20,10 @@
 #define TAG_LISTEN 3
 #define ACCEPT_BATCH 1024 /* connections accepted per loop turn at most */
 #define TAG_CONN_BASE 16  /* epoll data at or above: a watched client socket's gw_sock * */
+/* streams whose later tokens are written per loop turn at most: a turn that writes every running stream's
+ * token (a thousand writes, milliseconds of CPU) would hold a request that arrives meanwhile, and the first
+ * tokens that come back, until it ends; between batches the loop reads new requests and writes first tokens */
+#define RESUME_BATCH 128
 
 const char *const gw_route_name[] = {"chat",     "completions", "models",  "health",
                                      "tokenize", "detokenize",  "metrics", "other"};
@@ -495,7 +499,7 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
         gw_session_drain(s);
         s_run_urgent(s);
         s_uncork(s);
-        gw_session_resume_deferred(s);
+        gw_session_resume_deferred(s, RESUME_BATCH);
         MHD_run(s->mhd);
         gw_session_drain(s); /* sends inside MHD_run may have consumed the descriptor's edge */
     }

@@ -192,14 +192,19 @@ static void s_defer(gw_conn *c) {
     s->defer[s->n_defer++] = c->slot;
 }
 
-void gw_session_resume_deferred(gw_server *s) {
-    for (int i = 0; i < s->n_defer; i++) {
+int gw_session_resume_deferred(gw_server *s, int max) {
+    int i = 0, resumed = 0;
+    for (; i < s->n_defer && resumed < max; i++) {
         gw_conn *c = gw_session_slot(s, s->defer[i]);
         if (!c || !c->deferred) continue; /* ended since (its slot is free or taken by another request) */
         c->deferred = 0;
         gw_conn_resume(c);
+        resumed++;
     }
-    s->n_defer = 0;
+    if (i == 0) return s->n_defer; /* (s->defer may be NULL: none was ever deferred) */
+    s->n_defer -= i;               /* the rest keep their order, ahead of the streams deferred later */
+    memmove(s->defer, s->defer + i, (size_t)s->n_defer * sizeof *s->defer);
+    return s->n_defer;
 }
 
 /* releases c's echo and prompt_logprobs state */

@@ -9,8 +9,12 @@
  * before it sends: time to first token runs from the request's first byte to its first token. --new-connection
  * opens a connection per request instead, and the time then includes connecting.
  *
+ * The output lengths (--out-len LO:HI with --bench-seed) and the streams' start times (--ramp-ms) are
+ * common/benchload.h's, as in `zllm bench`, so that both tools apply the same load.
+ *
  *   zllm-httpbench --url HOST:PORT [-N REQUESTS] [-c CONCURRENCY] [--prompt-len L] [--out-len M] [--vocab V]
- *                  [--model NAME] [--new-connection] */
+ *                  [--model NAME] [--bench-seed S] [--ramp-ms MS] [--new-connection] */
+#include "benchload.h"
 #include "version.h"
 #include <errno.h>
 #include <math.h>
@@ -66,8 +70,9 @@ static double s_pct(double *v, long n, double p) {
 
 static struct sockaddr_in s_addr;
 static int s_new_conn; /* --new-connection */
-static double *s_ttft, *s_itl, *s_sent;
+static double *s_ttft, *s_itl, *s_sent, *s_t_send; /* s_t_send: each request's first byte, from the start */
 static long s_n_sent;
+static double s_t0; /* the clock's start */
 static long s_n_ttft, s_n_itl, s_itl_cap, s_tokens, s_ok, s_failed;
 
 /* one complete SSE event ("data: ...") */
@@ -77,14 +82,7 @@ static int s_event(bconn *c, double now) {
         c->done_event = 1;
         return 0;
     }
-    if (strstr(c->ev, "\"error\"")) {
-        fprintf(stderr, "zllm-httpbench: %.200s\n", c->ev);
-        c->status = 599;
-        return 1;
-    }
-    const char *u = strstr(c->ev, "\"completion_tokens\":");
-    if (u) c->tokens = atol(u + 20);
-    if (strstr(c->ev, "\"finish_reason\":null")) {
+    if (strstr(c->ev, "\"finish_reason\":null")) { /* a token (its text cannot hold the quotes unescaped) */
         if (c->n_events == 0) {
             c->t_first = now;
             s_ttft[s_n_ttft++] = now - c->t_start;
@@ -93,15 +91,30 @@ static int s_event(bconn *c, double now) {
         }
         c->t_last = now;
         c->n_events++;
+        return 0;
     }
+    if (strstr(c->ev, "\"error\"")) {
+        fprintf(stderr, "zllm-httpbench: %.200s\n", c->ev);
+        c->status = 599;
+        return 1;
+    }
+    const char *u = strstr(c->ev, "\"completion_tokens\":");
+    if (u) c->tokens = atol(u + 20);
     return 0;
 }
 
-/* feeds decoded body bytes; 1 on an error event */
+/* feeds decoded body bytes, a line at a time (the client's CPU shares the cores with what it measures); 1 on an
+ * error event */
 static int s_body(bconn *c, const char *p, size_t n, double now) {
-    for (size_t i = 0; i < n; i++) {
-        if (c->ev_n + 1 < sizeof c->ev) c->ev[c->ev_n++] = p[i];
-        if (c->ev_n >= 2 && c->ev[c->ev_n - 1] == '\n' && c->ev[c->ev_n - 2] == '\n') {
+    while (n) {
+        const char *nl = memchr(p, '\n', n);
+        size_t k = nl ? (size_t)(nl - p) + 1 : n;
+        size_t room = sizeof c->ev - 1 - c->ev_n;
+        memcpy(c->ev + c->ev_n, p, k < room ? k : room);
+        c->ev_n += k < room ? k : room;
+        p += k;
+        n -= k;
+        if (nl && c->ev_n >= 2 && c->ev[c->ev_n - 2] == '\n') { /* an empty line ends the event */
             c->ev_n -= 2;
             int end = s_event(c, now);
             c->ev_n = 0;
@@ -184,8 +197,10 @@ static int s_write(int ep, bconn *c, double now) {
     return s_want_out(ep, c, 0);
 }
 
-/* starts request id on c: on its open connection (keep-alive), else on a new one */
-static int s_start(int ep, bconn *c, int id, const char *model, int plen, const int olen[2], int vocab, uint64_t *rng) {
+/* starts request id on c: on its open connection (keep-alive), else on a new one; its output length is
+ * benchload_out_len's for (seed, id) */
+static int s_start(int ep, bconn *c, int id, const char *model, int plen, const int olen[2], int vocab, uint64_t *rng,
+                   uint64_t seed) {
     char body[65536];
     int o = snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":[", model);
     for (int i = 0; i < plen && o < (int)sizeof body - 32; i++) {
@@ -195,7 +210,7 @@ static int s_start(int ep, bconn *c, int id, const char *model, int plen, const 
     o += snprintf(body + o, sizeof body - (size_t)o,
                   "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
                   "\"stream_options\":{\"include_usage\":true}}",
-                  olen[0] + (int)(*rng % (uint64_t)(olen[1] - olen[0] + 1)));
+                  benchload_out_len(seed, id, olen[0], olen[1]));
     free(c->req);
     c->req = malloc((size_t)o + 256);
     if (!c->req) return -1;
@@ -212,6 +227,7 @@ static int s_start(int ep, bconn *c, int id, const char *model, int plen, const 
     c->n_events = 0;
     c->done_event = 0;
     c->t_start = s_now();
+    s_t_send[id] = c->t_start - s_t0;
     if (c->fd < 0) return s_connect(ep, c);
     return s_write(ep, c, c->t_start);
 }
@@ -242,6 +258,10 @@ static void s_usage(FILE *f) {
                "  --out-len M|LO:HI  max_tokens of each request, or drawn from LO..HI (default 64)\n"
                "  --vocab V          ids are drawn from [0, V) (default 512)\n"
                "  --model NAME       the request's model (default: the gateway's only one)\n"
+               "  --bench-seed S     the prompts' and output lengths' seed (default 1); request i's output\n"
+               "                     length depends on S and i only, as in `zllm bench`\n"
+               "  --ramp-ms MS       start the CONCURRENCY streams spread over MS ms (stream k at\n"
+               "                     k*MS/CONCURRENCY), 0..3600000 (default 0: all at once)\n"
                "  --new-connection   a new connection per request (default: CONCURRENCY connections opened\n"
                "                     before the clock starts, each carrying its requests in turn)\n"
                "  -h, --help         this text;  --version  print the version\n"
@@ -263,7 +283,8 @@ static int s_int(const char *opt, const char *v, long lo, long hi, int *out) {
 
 int main(int argc, char **argv) {
     const char *url = "127.0.0.1:8000", *model = "";
-    int N = 1000, conc = 100, plen = 16, olen[2] = {64, 64}, vocab = 512;
+    int N = 1000, conc = 100, plen = 16, olen[2] = {64, 64}, vocab = 512, ramp_ms = 0;
+    uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
         if (!strcmp(k, "--new-connection")) {
@@ -302,7 +323,16 @@ int main(int argc, char **argv) {
             }
         } else if (!strcmp(k, "--vocab")) bad = s_int(k, v, 4, 1 << 24, &vocab);
         else if (!strcmp(k, "--model")) model = v;
-        else {
+        else if (!strcmp(k, "--ramp-ms")) bad = s_int(k, v, 0, 3600000, &ramp_ms);
+        else if (!strcmp(k, "--bench-seed")) {
+            char *end = NULL;
+            errno = 0;
+            seed = strtoull(v, &end, 10);
+            if (!(*v >= '0' && *v <= '9') || *end || errno) {
+                fprintf(stderr, "zllm-httpbench: --bench-seed: expected a whole number in 0..2^64-1, got '%s'\n", v);
+                return 2;
+            }
+        } else {
             fprintf(stderr, "zllm-httpbench: unknown option %s\n", k);
             s_usage(stderr);
             return 2;
@@ -333,14 +363,15 @@ int main(int argc, char **argv) {
     s_itl_cap = 1 << 22;
     s_ttft = malloc((size_t)N * sizeof *s_ttft);
     s_sent = malloc((size_t)N * sizeof *s_sent);
+    s_t_send = malloc((size_t)N * sizeof *s_t_send);
     s_itl = malloc((size_t)s_itl_cap * sizeof *s_itl);
     bconn *cs = calloc((size_t)conc, sizeof *cs);
     int ep = epoll_create1(0);
-    if (!s_ttft || !s_sent || !s_itl || !cs || ep < 0) return 1;
-    uint64_t rng = 0x9E3779B97F4A7C15ull;
-    int next = 0, done = 0;
+    if (!s_ttft || !s_sent || !s_t_send || !s_itl || !cs || ep < 0) return 1;
+    uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 1;
+    int next = 0, done = 0, n_up = 0; /* n_up: streams started (cs[0..n_up) carry requests) */
     struct epoll_event evs[512];
-    for (int i = 0; i < conc; i++) cs[i].fd = -1;
+    for (int i = 0; i < conc; i++) cs[i].fd = cs[i].id = -1;
     if (!s_new_conn) { /* the connections first, outside the clock */
         int up = 0;
         for (int i = 0; i < conc; i++)
@@ -366,14 +397,23 @@ int main(int argc, char **argv) {
         }
     }
     double t0 = s_now();
-    for (int i = 0; i < conc; i++)
-        if (s_start(ep, &cs[i], next++, model, plen, olen, vocab, &rng) != 0) {
-            perror("zllm-httpbench: connect");
-            return 1;
-        }
+    s_t0 = t0;
     static char buf[1 << 16];
     while (done < N) {
-        int n = epoll_wait(ep, evs, 512, 60000);
+        int wait_ms = 60000;
+        while (n_up < conc && next < N) { /* the streams' first requests, each at its start time */
+            double due = t0 + benchload_start(n_up, conc, ramp_ms) - s_now();
+            if (due > 0) {
+                wait_ms = (int)ceil(due * 1e3);
+                break;
+            }
+            if (s_start(ep, &cs[n_up++], next++, model, plen, olen, vocab, &rng, seed) != 0) {
+                perror("zllm-httpbench: connect");
+                return 1;
+            }
+        }
+        int n = epoll_wait(ep, evs, 512, wait_ms);
+        if (n == 0 && wait_ms < 60000) continue;
         if (n <= 0) {
             fprintf(stderr, "zllm-httpbench: no progress for 60 s\n");
             break;
@@ -401,7 +441,7 @@ int main(int argc, char **argv) {
                     fprintf(stderr, "zllm-httpbench: request %d: status %d\n", c->id, c->status);
                 s_finish(c, end > 0);
                 done++;
-                if (next < N && s_start(ep, c, next++, model, plen, olen, vocab, &rng) != 0) {
+                if (next < N && s_start(ep, c, next++, model, plen, olen, vocab, &rng, seed) != 0) {
                     perror("zllm-httpbench: connect");
                     return 1;
                 }
@@ -422,11 +462,15 @@ int main(int argc, char **argv) {
            s_pct(s_itl, s_n_itl, 99) * 1e3);
     printf("%s ms: p50 %.2f p90 %.2f p99 %.2f\n", s_new_conn ? "connect+send" : "send",
            s_pct(s_sent, s_n_sent, 50) * 1e3, s_pct(s_sent, s_n_sent, 90) * 1e3, s_pct(s_sent, s_n_sent, 99) * 1e3);
+    double b50, b99, bmax;
+    benchload_burst(s_t_send, next, &b50, &b99, &bmax);
+    printf("sends in a request's millisecond: p50 %.0f p99 %.0f max %.0f\n", b50, b99, bmax);
     for (int i = 0; i < conc; i++) {
         free(cs[i].req);
         if (cs[i].fd >= 0) close(cs[i].fd);
     }
     free(s_sent);
+    free(s_t_send);
     free(cs);
     free(s_ttft);
     free(s_itl);
