@@ -28,7 +28,8 @@ typedef struct {
 
 typedef struct {
     uint64_t hash;
-    int32_t start, len; /* in pool */
+    int32_t start, len;   /* in pool */
+    int32_t tstart, tlen; /* the distinct top positions of its stacks, in tops (the end stack -1 has none) */
 } s_set;
 
 struct zg_matcher {
@@ -58,6 +59,12 @@ struct zg_matcher {
     int n_sets, cap_sets;
     int32_t *pool;
     int n_pool, cap_pool;
+    /* each set's distinct top positions: a code point no top's class takes steps the set to nothing, found
+     * without stepping its stacks (an ambiguous grammar's set holds many stacks over a few tops) */
+    int32_t *tops;
+    int n_tops, cap_tops;
+    uint32_t *top_stamp; /* [g->n_el]: top_stamp[pos] == top_gen: pos is a top of the set being interned */
+    uint32_t top_gen;
     int32_t *set_tab; /* open addressing over sets by hash */
     int set_tab_cap;
     uint64_t *memo_key; /* (set << 21 | code point) + 1; 0 empty */
@@ -349,15 +356,23 @@ static int s_utf_byte(s_utf *u, unsigned char b, uint32_t *cp) {
     return 1;
 }
 
+/* the code points [*lo, *hi] a character starting with the pending bytes of u may be; 0 when there are none */
+static int s_partial_range(const s_utf *u, uint32_t *lo, uint32_t *hi) {
+    uint32_t l = u->part << (6 * u->part_left), h = l | ((1u << (6 * u->part_left)) - 1);
+    if (l < u->part_min) l = u->part_min; /* a lead byte alone: the shortest form's range only */
+    if (h > 0x10FFFF) h = 0x10FFFF;
+    /* the surrogates are no characters: a lead byte's block holds them whole or none (0xED's: up to 0xD7FF) */
+    if (l >= 0xD800 && l <= 0xDFFF) l = 0xE000;
+    if (h >= 0xD800 && h <= 0xDFFF) h = 0xD7FF;
+    *lo = l;
+    *hi = h;
+    return l <= h;
+}
+
 /* is some stack of src[0..n) able to take a code point starting with the pending bytes of u */
 static int s_partial_ok(const zg_matcher *m, const int32_t *src, int n, const s_utf *u) {
-    uint32_t lo = u->part << (6 * u->part_left), hi = lo | ((1u << (6 * u->part_left)) - 1);
-    if (lo < u->part_min) lo = u->part_min; /* a lead byte alone: the shortest form's range only */
-    if (hi > 0x10FFFF) hi = 0x10FFFF;
-    /* the surrogates are no characters: a lead byte's block holds them whole or none (0xED's: up to 0xD7FF) */
-    if (lo >= 0xD800 && lo <= 0xDFFF) lo = 0xE000;
-    if (hi >= 0xD800 && hi <= 0xDFFF) hi = 0xD7FF;
-    if (lo > hi) return 0;
+    uint32_t lo, hi;
+    if (!s_partial_range(u, &lo, &hi)) return 0;
     for (int i = 0; i < n; i++)
         if (src[i] >= 0 && s_class_range(m->g->el, m->nodes[src[i]].pos, lo, hi)) return 1;
     return 0;
@@ -416,6 +431,8 @@ void grammar_matcher_destroy(zg_matcher **pm) {
     free(m->stamp);
     free(m->sets);
     free(m->pool);
+    free(m->tops);
+    free(m->top_stamp);
     free(m->set_tab);
     free(m->memo_key);
     free(m->memo_val);
@@ -566,9 +583,33 @@ static int32_t s_set_intern(zg_matcher *m, int at) {
         m->cap_pool = cap;
         p = m->scr + at + 1;
     }
+    if (m->n_tops + len > m->cap_tops) {
+        int cap = m->cap_tops ? m->cap_tops : 1024;
+        while (cap < m->n_tops + len) cap *= 2;
+        int32_t *nt = realloc(m->tops, (size_t)cap * sizeof *nt);
+        if (!nt) return -2;
+        m->tops = nt;
+        m->cap_tops = cap;
+    }
+    if (!m->top_stamp) {
+        m->top_stamp = calloc((size_t)m->g->n_el + 1, sizeof *m->top_stamp);
+        if (!m->top_stamp) return -2;
+    }
+    if (++m->top_gen == 0) { /* wrapped: forget every stamp */
+        memset(m->top_stamp, 0, ((size_t)m->g->n_el + 1) * sizeof *m->top_stamp);
+        m->top_gen = 1;
+    }
+    const int32_t tstart = m->n_tops;
+    for (int k = 0; k < len; k++) {
+        if (p[k] < 0) continue;
+        int32_t pos = m->nodes[p[k]].pos;
+        if (m->top_stamp[pos] == m->top_gen) continue;
+        m->top_stamp[pos] = m->top_gen;
+        m->tops[m->n_tops++] = pos;
+    }
     memcpy(m->pool + m->n_pool, p, (size_t)len * sizeof *p);
     int32_t id = m->n_sets++;
-    m->sets[id] = (s_set){h, m->n_pool, len};
+    m->sets[id] = (s_set){h, m->n_pool, len, tstart, m->n_tops - tstart};
     m->n_pool += len;
     m->set_tab[i] = id;
     if (2 * m->n_sets > m->set_tab_cap) { /* grow the table: reinsert every set */
@@ -597,8 +638,18 @@ static int s_set_open(zg_matcher *m, int32_t sid) {
     return m->oom ? -1 : at;
 }
 
+/* does some top of set sid take code point c (else the step leaves no stack) */
+static int s_set_takes(const zg_matcher *m, int32_t sid, uint32_t c) {
+    const s_set *e = &m->sets[sid];
+    int32_t end;
+    for (int i = 0; i < e->tlen; i++)
+        if (s_class(m->g->el, m->tops[e->tstart + i], c, &end)) return 1;
+    return 0;
+}
+
 /* the set after code point c from set sid: an id, -1 when empty, -2 out of memory */
 static int32_t s_set_step(zg_matcher *m, int32_t sid, uint32_t c) {
+    if (!s_set_takes(m, sid, c)) return -1;
     int mark = m->n_scr;
     int at = s_set_open(m, sid);
     int32_t r = -2;
@@ -611,12 +662,47 @@ static int32_t s_set_step(zg_matcher *m, int32_t sid, uint32_t c) {
     return r;
 }
 
+/* does code point c leave set sid some stack: what a token ending at a trie leaf needs, the stepped set itself
+ * being of no further use. Steps the stacks in s_step_cp's order and stops at the first that leaves something,
+ * so the answer is that of s_set_step (a set is empty only when every stack's step leaves nothing); out of memory
+ * before that counts as refused, as in s_memo_step. 1 or 0. */
+static int s_set_step_any(zg_matcher *m, int32_t sid, uint32_t c) {
+    if (!s_set_takes(m, sid, c)) return 0;
+    const int mark = m->n_scr, at = s_scr_open(m);
+    int found = 0;
+    const s_set *e = &m->sets[sid]; /* sets and pool stay put: nothing is interned here */
+    for (int i = 0; at >= 0 && i < e->len && !found && !m->oom; i++) {
+        int32_t s = m->pool[e->start + i], end;
+        if (s < 0 || !s_class(m->g->el, m->nodes[s].pos, c, &end)) continue;
+        s_expand(m, s_next(m, end, m->nodes[s].parent), 0);
+        found = !m->oom && m->n_scr > at + 1;
+    }
+    m->n_scr = mark;
+    m->oom = 0;
+    return found;
+}
+
+/* the slot of transition (sid, code point c) in the memo: *key gets its key; a free slot when not remembered */
+static uint32_t s_memo_slot(const zg_matcher *m, int32_t sid, uint32_t c, uint64_t *key) {
+    *key = ((uint64_t)(uint32_t)sid << 21 | c) + 1;
+    uint32_t mk = (uint32_t)m->memo_cap - 1, i = (uint32_t)((*key * 0x9E3779B97F4A7C15ULL) >> 40) & mk;
+    while (m->memo_key[i] && m->memo_key[i] != *key) i = (i + 1) & mk;
+    return i;
+}
+
+/* does code point c leave set sid some stack (a trie leaf's last character): the memo's answer when it has one */
+static int s_leaf_step(zg_matcher *m, int32_t sid, uint32_t c) {
+    uint64_t key;
+    uint32_t i = s_memo_slot(m, sid, c, &key);
+    if (m->memo_key[i]) return m->memo_val[i] >= 0;
+    return s_set_step_any(m, sid, c);
+}
+
 /* the memoized transition (sid, code point c) */
 static int32_t s_memo_step(zg_matcher *m, int32_t sid, uint32_t b) {
-    uint64_t key = ((uint64_t)(uint32_t)sid << 21 | b) + 1;
-    uint32_t mk = (uint32_t)m->memo_cap - 1, i = (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> 40) & mk;
-    for (; m->memo_key[i]; i = (i + 1) & mk)
-        if (m->memo_key[i] == key) return m->memo_val[i];
+    uint64_t key;
+    uint32_t i = s_memo_slot(m, sid, b, &key);
+    if (m->memo_key[i]) return m->memo_val[i];
     int32_t r = s_set_step(m, sid, b);
     if (r == -2) return -1; /* not remembered: out of memory counts as refused this time */
     m->memo_key[i] = key;
@@ -648,7 +734,12 @@ static int32_t s_memo_step(zg_matcher *m, int32_t sid, uint32_t b) {
 
 /* is some stack of set sid able to take a code point starting with u's pending bytes */
 static int s_set_partial_ok(zg_matcher *m, int32_t sid, const s_utf *u) {
-    return s_partial_ok(m, m->pool + m->sets[sid].start, m->sets[sid].len, u);
+    uint32_t lo, hi;
+    if (!s_partial_range(u, &lo, &hi)) return 0;
+    const s_set *e = &m->sets[sid];
+    for (int i = 0; i < e->tlen; i++)
+        if (s_class_range(m->g->el, m->tops[e->tstart + i], lo, hi)) return 1;
+    return 0;
 }
 
 /* the walk under trie node t in stack set sid with UTF-8 state u */
@@ -660,13 +751,15 @@ static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int32_t sid, s_u
         unsigned b = cn->byte;
         s_utf w = u;
         int32_t nsid = -1;
+        /* a leaf needs only to know that some stack goes on (then sid stands for the set it never enters) */
+        const int leaf = cn->n_child == 0 || depth >= 4096;
         if (u.part_left == 0 && b < 0x80) {
-            nsid = s_memo_step(m, sid, b);
+            nsid = leaf ? (s_leaf_step(m, sid, b) ? sid : -1) : s_memo_step(m, sid, b);
         } else {
             uint32_t cp = 0;
             int r = s_utf_byte(&w, (uint8_t)b, &cp);
             if (r == 0) nsid = s_set_partial_ok(m, sid, &w) ? sid : -1;
-            else if (r == 1) nsid = s_memo_step(m, sid, cp);
+            else if (r == 1) nsid = leaf ? (s_leaf_step(m, sid, cp) ? sid : -1) : s_memo_step(m, sid, cp);
         }
         if (nsid < 0) continue;
         for (int32_t id = cn->tok; id >= 0; id = v->tok_next[id])
@@ -752,7 +845,7 @@ static int s_mask_walk(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
         m->memo_val = NULL;
         m->set_tab = NULL;
     }
-    m->n_sets = m->n_pool = m->n_memo = 0;
+    m->n_sets = m->n_pool = m->n_tops = m->n_memo = 0;
     if (!m->set_tab) {
         m->set_tab_cap = 1024;
         m->set_tab = malloc((size_t)m->set_tab_cap * sizeof *m->set_tab);
