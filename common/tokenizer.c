@@ -104,6 +104,7 @@ struct zl_tokenizer {
     char *arena;                 /* all key and decode texts */
     uint32_t *key_off, *key_len; /* [n_vocab] text used to look pieces up (BPE: raw bytes; SPM: as written) */
     uint32_t *dec_off, *dec_len; /* [n_vocab] bytes a token decodes to (SPM: U+2581 -> space, <0xNN> -> byte) */
+    uint32_t dec_max;            /* the longest dec_len (tokenizer_stream_cap) */
     float *scores;               /* [n_vocab] SPM scores (0 when absent) */
     uint8_t *ttype;              /* [n_vocab] token type (TT_*) */
     uint8_t *eog;                /* [n_vocab] 1 = ends generation */
@@ -509,6 +510,7 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
             memcpy(dec, p, len); dl = len;
         }
         t->dec_off[id] = pos; t->dec_len[id] = (uint32_t)dl;
+        if (t->dec_len[id] > t->dec_max) t->dec_max = t->dec_len[id];
         pos += (uint32_t)dl;
     }
     if (s_vmap_build(t, err, errlen) != 0) goto fail;
@@ -1038,9 +1040,7 @@ int tokenizer_decode_stream(const zl_tokenizer *t, zl_detok *st, int32_t id, int
 }
 
 size_t tokenizer_stream_cap(const zl_tokenizer *t) {
-    size_t longest = 0;
-    for (int i = 0; t && i < t->n_vocab; i++)
-        if (t->dec_len[i] > longest) longest = t->dec_len[i];
+    size_t longest = t ? t->dec_max : 0;   /* found by tokenizer_new: a call costs nothing */
     return 3 * (longest + sizeof((zl_detok *)0)->pend) + 1;
 }
 
