@@ -1040,7 +1040,7 @@ int tokenizer_decode_stream(const zl_tokenizer *t, zl_detok *st, int32_t id, int
 }
 
 size_t tokenizer_stream_cap(const zl_tokenizer *t) {
-    size_t longest = t ? t->dec_max : 0;   /* found by tokenizer_new: a call costs nothing */
+    size_t longest = t ? t->dec_max : 0; /* found by tokenizer_new: a call costs nothing */
     return 3 * (longest + sizeof((zl_detok *)0)->pend) + 1;
 }
 
