@@ -86,7 +86,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             int allowed = grammar_matcher_mask(m, v, mask);
             grammar_mask_cache_stats(g, &hits1, NULL, NULL);
             if (pass == 0) {
-                if (hits1 != hits0 && (grammar_matcher_mask(mr, v, mref) != allowed || memcmp(mask, mref, sizeof mask) != 0))
+                if (hits1 != hits0 &&
+                    (grammar_matcher_mask(mr, v, mref) != allowed || memcmp(mask, mref, sizeof mask) != 0))
                     s_fail("a remembered mask differs from a walk's");
                 memcpy(rec[k], mask, sizeof mask);
                 rec_allowed[k] = allowed;
