@@ -74,9 +74,9 @@ typedef struct {                 /* one candidate merge in the heap */
     int32_t id;                  /* merged token id */
 } bigram;
 
-typedef struct {                 /* one edge of the special-token trie */
-    uint64_t key;                /* (parent node << 8 | byte) + 1, 0 = empty */
-    int32_t child;               /* the node it leads to */
+typedef struct {   /* one edge of the special-token trie */
+    uint64_t key;  /* (parent node << 8 | byte) + 1, 0 = empty */
+    int32_t child; /* the node it leads to */
 } tslot;
 
 typedef struct {                 /* one word cache slot */
@@ -122,8 +122,9 @@ struct zl_tokenizer {
     int n_user;                  /* user-defined specials (matched even without parse_special) */
     /* the specials' texts as a byte trie (node 0 the root), so that the longest special at a position costs one
      * probe per byte it matches rather than a comparison with every special sharing its first byte */
-    tslot *stab; uint32_t stmask;  /* edges, open addressing, mask = slots - 1 */
-    int32_t *st_any, *st_user;     /* [nodes] the lowest id of a special (of a user-defined one) ending there, or -1 */
+    tslot *stab;
+    uint32_t stmask;             /* edges, open addressing, mask = slots - 1 */
+    int32_t *st_any, *st_user;   /* [nodes] the lowest id of a special (of a user-defined one) ending there, or -1 */
     pcre2_code *re[MAX_RE];      /* pre-tokenizer regexes, applied in order */
     int re_jit[MAX_RE];          /* 1 when re[i] was JIT-compiled (then pcre2_jit_match, which skips checks) */
     int n_re;                    /* count of re */
@@ -659,7 +660,9 @@ void tokenizer_destroy(zl_tokenizer **tp) {
     zl_tokenizer *t = *tp;
     free(t->arena); free(t->key_off); free(t->key_len); free(t->dec_off); free(t->dec_len);
     free(t->scores); free(t->ttype); free(t->eog); free(t->vmap); free(t->mmap); free(t->spec);
-    free(t->stab); free(t->st_any); free(t->st_user);
+    free(t->stab);
+    free(t->st_any);
+    free(t->st_user);
     for (int i = 0; i < MAX_RE; i++) if (t->re[i]) pcre2_code_free(t->re[i]);
     free(t->chat_template); free(t->pre);
     s_scratch_free(&t->sc);
