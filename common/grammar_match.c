@@ -53,6 +53,12 @@ struct zg_matcher {
     int cap_stamp;
     uint32_t gen;
     int oom;
+    int any; /* s_set_step_any: expansion stops once the open set holds a stack (only its emptiness matters) */
+    /* s_state_key's numbering of the nodes it wrote: kidx[s] is node s's index when kgen[s] == key_gen */
+    int32_t *kidx;
+    uint32_t *kgen;
+    int cap_k;
+    uint32_t key_gen;
     /* the mask walk's tables, emptied at its start: interned stack sets (contents in pool) and the memo of
      * transitions (set id, code point) -> set id (-1: refused) */
     s_set *sets;
@@ -233,6 +239,7 @@ static void s_expand(zg_matcher *m, int32_t s, int depth) {
         m->oom = 1;
         return;
     }
+    if (m->any && m->n_scr > m->open_at + 1) return;
     if (s == -1) {
         s_scr_push(m, -1);
         return;
@@ -429,6 +436,8 @@ void grammar_matcher_destroy(zg_matcher **pm) {
     free(m->set);
     free(m->scr);
     free(m->stamp);
+    free(m->kidx);
+    free(m->kgen);
     free(m->sets);
     free(m->pool);
     free(m->tops);
@@ -663,20 +672,22 @@ static int32_t s_set_step(zg_matcher *m, int32_t sid, uint32_t c) {
 }
 
 /* does code point c leave set sid some stack: what a token ending at a trie leaf needs, the stepped set itself
- * being of no further use. Steps the stacks in s_step_cp's order and stops at the first that leaves something,
- * so the answer is that of s_set_step (a set is empty only when every stack's step leaves nothing); out of memory
- * before that counts as refused, as in s_memo_step. 1 or 0. */
+ * being of no further use. Steps the stacks in s_step_cp's order and stops at the first stack added (within an
+ * expansion too), so the answer is that of s_set_step (a set is empty only when no stack's step adds one); out
+ * of memory before that counts as refused, as in s_memo_step. 1 or 0. */
 static int s_set_step_any(zg_matcher *m, int32_t sid, uint32_t c) {
     if (!s_set_takes(m, sid, c)) return 0;
     const int mark = m->n_scr, at = s_scr_open(m);
     int found = 0;
     const s_set *e = &m->sets[sid]; /* sets and pool stay put: nothing is interned here */
+    m->any = 1;
     for (int i = 0; at >= 0 && i < e->len && !found && !m->oom; i++) {
         int32_t s = m->pool[e->start + i], end;
         if (s < 0 || !s_class(m->g->el, m->nodes[s].pos, c, &end)) continue;
         s_expand(m, s_next(m, end, m->nodes[s].parent), 0);
         found = !m->oom && m->n_scr > at + 1;
     }
+    m->any = 0;
     m->n_scr = mark;
     m->oom = 0;
     return found;
@@ -773,17 +784,41 @@ static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int32_t sid, s_u
 
 /* the parse state as integers, the key of the grammar's remembered masks, into m->scr from index 0: the pending
  * UTF-8 bytes (zeros when none: the bits of a completed character are stale and no part of the state), the
- * number of stacks, then each stack's element positions top to bottom with -1 after each (positions, not node
- * ids, which are local to a matcher). A finished matcher never gets here (its mask is empty). Returns its length,
- * or -1 when out of memory. */
+ * number of stacks, then the stacks in order, each as the element positions of its nodes not written before, top
+ * down, and then what the rest of it is: -1 for nothing, or -2 - k for the k-th node written (positions, not node
+ * ids, which are local to a matcher). Stacks share their tails (nodes are hash-consed), so this is about as long
+ * as the distinct nodes are many, not as the stacks are deep times many; it reads back to the stacks, so equal
+ * keys are equal states. A finished matcher never gets here (its mask is empty). Returns its length, or -1 when
+ * out of memory. */
 static int s_state_key(zg_matcher *m) {
     m->n_scr = 0;
+    if (m->n_nodes > m->cap_k) {
+        int cap = m->cap_k ? m->cap_k : 1024;
+        while (cap < m->n_nodes) cap *= 2;
+        int32_t *ki = realloc(m->kidx, (size_t)cap * sizeof *ki);
+        if (ki) m->kidx = ki;
+        uint32_t *kg = ki ? realloc(m->kgen, (size_t)cap * sizeof *kg) : NULL;
+        if (!kg) return -1;
+        memset(kg + m->cap_k, 0, (size_t)(cap - m->cap_k) * sizeof *kg);
+        m->kgen = kg;
+        m->cap_k = cap;
+    }
+    if (++m->key_gen == 0) { /* wrapped: forget every number */
+        memset(m->kgen, 0, (size_t)m->cap_k * sizeof *m->kgen);
+        m->key_gen = 1;
+    }
     int pending = m->part_left > 0;
     int32_t head[4] = {pending ? (int32_t)m->part : 0, m->part_left, pending ? (int32_t)m->part_min : 0, m->n_set};
     for (int i = 0; i < 4; i++) s_key_put(m, head[i]);
+    int32_t written = 0;
     for (int i = 0; i < m->n_set; i++) {
-        for (int32_t s = m->set[i]; s >= 0; s = m->nodes[s].parent) s_key_put(m, m->nodes[s].pos);
-        s_key_put(m, -1);
+        int32_t s = m->set[i];
+        for (; s >= 0 && m->kgen[s] != m->key_gen; s = m->nodes[s].parent) {
+            m->kgen[s] = m->key_gen;
+            m->kidx[s] = written++;
+            s_key_put(m, m->nodes[s].pos);
+        }
+        s_key_put(m, s < 0 ? -1 : -2 - m->kidx[s]);
     }
     return m->oom ? -1 : m->n_scr;
 }
