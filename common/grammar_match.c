@@ -30,6 +30,7 @@ typedef struct {
     uint64_t hash;
     int32_t start, len;   /* in pool */
     int32_t tstart, tlen; /* the distinct top positions of its stacks, in tops (the end stack -1 has none) */
+    uint64_t ascii[2];    /* bit c: some top takes the ASCII code point c */
 } s_set;
 
 struct zg_matcher {
@@ -314,6 +315,24 @@ static int s_class_range(const zg_elem *el, int32_t pos, uint32_t lo, uint32_t h
         if (a <= hi && b >= lo) return 1;
     }
     return 0;
+}
+
+/* adds to bits[2] the ASCII code points the class at pos takes (as s_class answers for each) */
+static void s_class_ascii(const zg_elem *el, int32_t pos, uint64_t bits[2]) {
+    if (el[pos].type == ZG_CHAR_ANY) {
+        bits[0] = bits[1] = ~(uint64_t)0;
+        return;
+    }
+    uint64_t r[2] = {0, 0};
+    int neg = el[pos].type == ZG_CHAR_NOT;
+    do {
+        uint32_t lo = el[pos].val, hi = lo;
+        if (el[pos + 1].type == ZG_RNG_UPPER) hi = el[++pos].val;
+        for (uint32_t c = lo; c <= hi && c < 128; c++) r[c >> 6] |= (uint64_t)1 << (c & 63);
+        pos++;
+    } while (el[pos].type == ZG_CHAR_ALT);
+    bits[0] |= neg ? ~r[0] : r[0];
+    bits[1] |= neg ? ~r[1] : r[1];
 }
 
 /* the set of stacks after code point c from the n stacks after the sentinel at scr[src] (indices, not pointers:
@@ -616,9 +635,11 @@ static int32_t s_set_intern(zg_matcher *m, int at) {
         m->top_stamp[pos] = m->top_gen;
         m->tops[m->n_tops++] = pos;
     }
+    uint64_t ascii[2] = {0, 0};
+    for (int32_t k = tstart; k < m->n_tops; k++) s_class_ascii(m->g->el, m->tops[k], ascii);
     memcpy(m->pool + m->n_pool, p, (size_t)len * sizeof *p);
     int32_t id = m->n_sets++;
-    m->sets[id] = (s_set){h, m->n_pool, len, tstart, m->n_tops - tstart};
+    m->sets[id] = (s_set){h, m->n_pool, len, tstart, m->n_tops - tstart, {ascii[0], ascii[1]}};
     m->n_pool += len;
     m->set_tab[i] = id;
     if (2 * m->n_sets > m->set_tab_cap) { /* grow the table: reinsert every set */
@@ -765,6 +786,7 @@ static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int32_t sid, s_u
         /* a leaf needs only to know that some stack goes on (then sid stands for the set it never enters) */
         const int leaf = cn->n_child == 0 || depth >= 4096;
         if (u.part_left == 0 && b < 0x80) {
+            if (!(m->sets[sid].ascii[b >> 6] >> (b & 63) & 1)) continue; /* no top takes it */
             nsid = leaf ? (s_leaf_step(m, sid, b) ? sid : -1) : s_memo_step(m, sid, b);
         } else {
             uint32_t cp = 0;
