@@ -28,7 +28,9 @@ typedef struct {
 
 typedef struct {
     uint64_t hash;
-    int32_t start, len; /* in pool */
+    int32_t start, len;   /* in pool */
+    int32_t tstart, tlen; /* the distinct top positions of its stacks, in tops (the end stack -1 has none) */
+    uint64_t ascii[2];    /* bit c: some top takes the ASCII code point c */
 } s_set;
 
 struct zg_matcher {
@@ -52,12 +54,24 @@ struct zg_matcher {
     int cap_stamp;
     uint32_t gen;
     int oom;
+    int any; /* s_set_step_any: expansion stops once the open set holds a stack (only its emptiness matters) */
+    /* s_state_key's numbering of the nodes it wrote: kidx[s] is node s's index when kgen[s] == key_gen */
+    int32_t *kidx;
+    uint32_t *kgen;
+    int cap_k;
+    uint32_t key_gen;
     /* the mask walk's tables, emptied at its start: interned stack sets (contents in pool) and the memo of
      * transitions (set id, code point) -> set id (-1: refused) */
     s_set *sets;
     int n_sets, cap_sets;
     int32_t *pool;
     int n_pool, cap_pool;
+    /* each set's distinct top positions: a code point no top's class takes steps the set to nothing, found
+     * without stepping its stacks (an ambiguous grammar's set holds many stacks over a few tops) */
+    int32_t *tops;
+    int n_tops, cap_tops;
+    uint32_t *top_stamp; /* [g->n_el]: top_stamp[pos] == top_gen: pos is a top of the set being interned */
+    uint32_t top_gen;
     int32_t *set_tab; /* open addressing over sets by hash */
     int set_tab_cap;
     uint64_t *memo_key; /* (set << 21 | code point) + 1; 0 empty */
@@ -226,6 +240,7 @@ static void s_expand(zg_matcher *m, int32_t s, int depth) {
         m->oom = 1;
         return;
     }
+    if (m->any && m->n_scr > m->open_at + 1) return;
     if (s == -1) {
         s_scr_push(m, -1);
         return;
@@ -302,6 +317,24 @@ static int s_class_range(const zg_elem *el, int32_t pos, uint32_t lo, uint32_t h
     return 0;
 }
 
+/* adds to bits[2] the ASCII code points the class at pos takes (as s_class answers for each) */
+static void s_class_ascii(const zg_elem *el, int32_t pos, uint64_t bits[2]) {
+    if (el[pos].type == ZG_CHAR_ANY) {
+        bits[0] = bits[1] = ~(uint64_t)0;
+        return;
+    }
+    uint64_t r[2] = {0, 0};
+    int neg = el[pos].type == ZG_CHAR_NOT;
+    do {
+        uint32_t lo = el[pos].val, hi = lo;
+        if (el[pos + 1].type == ZG_RNG_UPPER) hi = el[++pos].val;
+        for (uint32_t c = lo; c <= hi && c < 128; c++) r[c >> 6] |= (uint64_t)1 << (c & 63);
+        pos++;
+    } while (el[pos].type == ZG_CHAR_ALT);
+    bits[0] |= neg ? ~r[0] : r[0];
+    bits[1] |= neg ? ~r[1] : r[1];
+}
+
 /* the set of stacks after code point c from the n stacks after the sentinel at scr[src] (indices, not pointers:
  * the scratch stack may move as it grows), opened on the scratch stack; returns its sentinel's index */
 static int s_step_cp(zg_matcher *m, int src, int n, uint32_t c) {
@@ -349,15 +382,23 @@ static int s_utf_byte(s_utf *u, unsigned char b, uint32_t *cp) {
     return 1;
 }
 
+/* the code points [*lo, *hi] a character starting with the pending bytes of u may be; 0 when there are none */
+static int s_partial_range(const s_utf *u, uint32_t *lo, uint32_t *hi) {
+    uint32_t l = u->part << (6 * u->part_left), h = l | ((1u << (6 * u->part_left)) - 1);
+    if (l < u->part_min) l = u->part_min; /* a lead byte alone: the shortest form's range only */
+    if (h > 0x10FFFF) h = 0x10FFFF;
+    /* the surrogates are no characters: a lead byte's block holds them whole or none (0xED's: up to 0xD7FF) */
+    if (l >= 0xD800 && l <= 0xDFFF) l = 0xE000;
+    if (h >= 0xD800 && h <= 0xDFFF) h = 0xD7FF;
+    *lo = l;
+    *hi = h;
+    return l <= h;
+}
+
 /* is some stack of src[0..n) able to take a code point starting with the pending bytes of u */
 static int s_partial_ok(const zg_matcher *m, const int32_t *src, int n, const s_utf *u) {
-    uint32_t lo = u->part << (6 * u->part_left), hi = lo | ((1u << (6 * u->part_left)) - 1);
-    if (lo < u->part_min) lo = u->part_min; /* a lead byte alone: the shortest form's range only */
-    if (hi > 0x10FFFF) hi = 0x10FFFF;
-    /* the surrogates are no characters: a lead byte's block holds them whole or none (0xED's: up to 0xD7FF) */
-    if (lo >= 0xD800 && lo <= 0xDFFF) lo = 0xE000;
-    if (hi >= 0xD800 && hi <= 0xDFFF) hi = 0xD7FF;
-    if (lo > hi) return 0;
+    uint32_t lo, hi;
+    if (!s_partial_range(u, &lo, &hi)) return 0;
     for (int i = 0; i < n; i++)
         if (src[i] >= 0 && s_class_range(m->g->el, m->nodes[src[i]].pos, lo, hi)) return 1;
     return 0;
@@ -414,8 +455,12 @@ void grammar_matcher_destroy(zg_matcher **pm) {
     free(m->set);
     free(m->scr);
     free(m->stamp);
+    free(m->kidx);
+    free(m->kgen);
     free(m->sets);
     free(m->pool);
+    free(m->tops);
+    free(m->top_stamp);
     free(m->set_tab);
     free(m->memo_key);
     free(m->memo_val);
@@ -566,9 +611,35 @@ static int32_t s_set_intern(zg_matcher *m, int at) {
         m->cap_pool = cap;
         p = m->scr + at + 1;
     }
+    if (m->n_tops + len > m->cap_tops) {
+        int cap = m->cap_tops ? m->cap_tops : 1024;
+        while (cap < m->n_tops + len) cap *= 2;
+        int32_t *nt = realloc(m->tops, (size_t)cap * sizeof *nt);
+        if (!nt) return -2;
+        m->tops = nt;
+        m->cap_tops = cap;
+    }
+    if (!m->top_stamp) {
+        m->top_stamp = calloc((size_t)m->g->n_el + 1, sizeof *m->top_stamp);
+        if (!m->top_stamp) return -2;
+    }
+    if (++m->top_gen == 0) { /* wrapped: forget every stamp */
+        memset(m->top_stamp, 0, ((size_t)m->g->n_el + 1) * sizeof *m->top_stamp);
+        m->top_gen = 1;
+    }
+    const int32_t tstart = m->n_tops;
+    for (int k = 0; k < len; k++) {
+        if (p[k] < 0) continue;
+        int32_t pos = m->nodes[p[k]].pos;
+        if (m->top_stamp[pos] == m->top_gen) continue;
+        m->top_stamp[pos] = m->top_gen;
+        m->tops[m->n_tops++] = pos;
+    }
+    uint64_t ascii[2] = {0, 0};
+    for (int32_t k = tstart; k < m->n_tops; k++) s_class_ascii(m->g->el, m->tops[k], ascii);
     memcpy(m->pool + m->n_pool, p, (size_t)len * sizeof *p);
     int32_t id = m->n_sets++;
-    m->sets[id] = (s_set){h, m->n_pool, len};
+    m->sets[id] = (s_set){h, m->n_pool, len, tstart, m->n_tops - tstart, {ascii[0], ascii[1]}};
     m->n_pool += len;
     m->set_tab[i] = id;
     if (2 * m->n_sets > m->set_tab_cap) { /* grow the table: reinsert every set */
@@ -597,8 +668,18 @@ static int s_set_open(zg_matcher *m, int32_t sid) {
     return m->oom ? -1 : at;
 }
 
+/* does some top of set sid take code point c (else the step leaves no stack) */
+static int s_set_takes(const zg_matcher *m, int32_t sid, uint32_t c) {
+    const s_set *e = &m->sets[sid];
+    int32_t end;
+    for (int i = 0; i < e->tlen; i++)
+        if (s_class(m->g->el, m->tops[e->tstart + i], c, &end)) return 1;
+    return 0;
+}
+
 /* the set after code point c from set sid: an id, -1 when empty, -2 out of memory */
 static int32_t s_set_step(zg_matcher *m, int32_t sid, uint32_t c) {
+    if (!s_set_takes(m, sid, c)) return -1;
     int mark = m->n_scr;
     int at = s_set_open(m, sid);
     int32_t r = -2;
@@ -611,12 +692,49 @@ static int32_t s_set_step(zg_matcher *m, int32_t sid, uint32_t c) {
     return r;
 }
 
+/* does code point c leave set sid some stack: what a token ending at a trie leaf needs, the stepped set itself
+ * being of no further use. Steps the stacks in s_step_cp's order and stops at the first stack added (within an
+ * expansion too), so the answer is that of s_set_step (a set is empty only when no stack's step adds one); out
+ * of memory before that counts as refused, as in s_memo_step. 1 or 0. */
+static int s_set_step_any(zg_matcher *m, int32_t sid, uint32_t c) {
+    if (!s_set_takes(m, sid, c)) return 0;
+    const int mark = m->n_scr, at = s_scr_open(m);
+    int found = 0;
+    const s_set *e = &m->sets[sid]; /* sets and pool stay put: nothing is interned here */
+    m->any = 1;
+    for (int i = 0; at >= 0 && i < e->len && !found && !m->oom; i++) {
+        int32_t s = m->pool[e->start + i], end;
+        if (s < 0 || !s_class(m->g->el, m->nodes[s].pos, c, &end)) continue;
+        s_expand(m, s_next(m, end, m->nodes[s].parent), 0);
+        found = !m->oom && m->n_scr > at + 1;
+    }
+    m->any = 0;
+    m->n_scr = mark;
+    m->oom = 0;
+    return found;
+}
+
+/* the slot of transition (sid, code point c) in the memo: *key gets its key; a free slot when not remembered */
+static uint32_t s_memo_slot(const zg_matcher *m, int32_t sid, uint32_t c, uint64_t *key) {
+    *key = ((uint64_t)(uint32_t)sid << 21 | c) + 1;
+    uint32_t mk = (uint32_t)m->memo_cap - 1, i = (uint32_t)((*key * 0x9E3779B97F4A7C15ULL) >> 40) & mk;
+    while (m->memo_key[i] && m->memo_key[i] != *key) i = (i + 1) & mk;
+    return i;
+}
+
+/* does code point c leave set sid some stack (a trie leaf's last character): the memo's answer when it has one */
+static int s_leaf_step(zg_matcher *m, int32_t sid, uint32_t c) {
+    uint64_t key;
+    uint32_t i = s_memo_slot(m, sid, c, &key);
+    if (m->memo_key[i]) return m->memo_val[i] >= 0;
+    return s_set_step_any(m, sid, c);
+}
+
 /* the memoized transition (sid, code point c) */
 static int32_t s_memo_step(zg_matcher *m, int32_t sid, uint32_t b) {
-    uint64_t key = ((uint64_t)(uint32_t)sid << 21 | b) + 1;
-    uint32_t mk = (uint32_t)m->memo_cap - 1, i = (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> 40) & mk;
-    for (; m->memo_key[i]; i = (i + 1) & mk)
-        if (m->memo_key[i] == key) return m->memo_val[i];
+    uint64_t key;
+    uint32_t i = s_memo_slot(m, sid, b, &key);
+    if (m->memo_key[i]) return m->memo_val[i];
     int32_t r = s_set_step(m, sid, b);
     if (r == -2) return -1; /* not remembered: out of memory counts as refused this time */
     m->memo_key[i] = key;
@@ -648,7 +766,12 @@ static int32_t s_memo_step(zg_matcher *m, int32_t sid, uint32_t b) {
 
 /* is some stack of set sid able to take a code point starting with u's pending bytes */
 static int s_set_partial_ok(zg_matcher *m, int32_t sid, const s_utf *u) {
-    return s_partial_ok(m, m->pool + m->sets[sid].start, m->sets[sid].len, u);
+    uint32_t lo, hi;
+    if (!s_partial_range(u, &lo, &hi)) return 0;
+    const s_set *e = &m->sets[sid];
+    for (int i = 0; i < e->tlen; i++)
+        if (s_class_range(m->g->el, m->tops[e->tstart + i], lo, hi)) return 1;
+    return 0;
 }
 
 /* the walk under trie node t in stack set sid with UTF-8 state u */
@@ -660,13 +783,16 @@ static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int32_t sid, s_u
         unsigned b = cn->byte;
         s_utf w = u;
         int32_t nsid = -1;
+        /* a leaf needs only to know that some stack goes on (then sid stands for the set it never enters) */
+        const int leaf = cn->n_child == 0 || depth >= 4096;
         if (u.part_left == 0 && b < 0x80) {
-            nsid = s_memo_step(m, sid, b);
+            if (!(m->sets[sid].ascii[b >> 6] >> (b & 63) & 1)) continue; /* no top takes it */
+            nsid = leaf ? (s_leaf_step(m, sid, b) ? sid : -1) : s_memo_step(m, sid, b);
         } else {
             uint32_t cp = 0;
             int r = s_utf_byte(&w, (uint8_t)b, &cp);
             if (r == 0) nsid = s_set_partial_ok(m, sid, &w) ? sid : -1;
-            else if (r == 1) nsid = s_memo_step(m, sid, cp);
+            else if (r == 1) nsid = leaf ? (s_leaf_step(m, sid, cp) ? sid : -1) : s_memo_step(m, sid, cp);
         }
         if (nsid < 0) continue;
         for (int32_t id = cn->tok; id >= 0; id = v->tok_next[id])
@@ -680,17 +806,41 @@ static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int32_t sid, s_u
 
 /* the parse state as integers, the key of the grammar's remembered masks, into m->scr from index 0: the pending
  * UTF-8 bytes (zeros when none: the bits of a completed character are stale and no part of the state), the
- * number of stacks, then each stack's element positions top to bottom with -1 after each (positions, not node
- * ids, which are local to a matcher). A finished matcher never gets here (its mask is empty). Returns its length,
- * or -1 when out of memory. */
+ * number of stacks, then the stacks in order, each as the element positions of its nodes not written before, top
+ * down, and then what the rest of it is: -1 for nothing, or -2 - k for the k-th node written (positions, not node
+ * ids, which are local to a matcher). Stacks share their tails (nodes are hash-consed), so this is about as long
+ * as the distinct nodes are many, not as the stacks are deep times many; it reads back to the stacks, so equal
+ * keys are equal states. A finished matcher never gets here (its mask is empty). Returns its length, or -1 when
+ * out of memory. */
 static int s_state_key(zg_matcher *m) {
     m->n_scr = 0;
+    if (m->n_nodes > m->cap_k) {
+        int cap = m->cap_k ? m->cap_k : 1024;
+        while (cap < m->n_nodes) cap *= 2;
+        int32_t *ki = realloc(m->kidx, (size_t)cap * sizeof *ki);
+        if (ki) m->kidx = ki;
+        uint32_t *kg = ki ? realloc(m->kgen, (size_t)cap * sizeof *kg) : NULL;
+        if (!kg) return -1;
+        memset(kg + m->cap_k, 0, (size_t)(cap - m->cap_k) * sizeof *kg);
+        m->kgen = kg;
+        m->cap_k = cap;
+    }
+    if (++m->key_gen == 0) { /* wrapped: forget every number */
+        memset(m->kgen, 0, (size_t)m->cap_k * sizeof *m->kgen);
+        m->key_gen = 1;
+    }
     int pending = m->part_left > 0;
     int32_t head[4] = {pending ? (int32_t)m->part : 0, m->part_left, pending ? (int32_t)m->part_min : 0, m->n_set};
     for (int i = 0; i < 4; i++) s_key_put(m, head[i]);
+    int32_t written = 0;
     for (int i = 0; i < m->n_set; i++) {
-        for (int32_t s = m->set[i]; s >= 0; s = m->nodes[s].parent) s_key_put(m, m->nodes[s].pos);
-        s_key_put(m, -1);
+        int32_t s = m->set[i];
+        for (; s >= 0 && m->kgen[s] != m->key_gen; s = m->nodes[s].parent) {
+            m->kgen[s] = m->key_gen;
+            m->kidx[s] = written++;
+            s_key_put(m, m->nodes[s].pos);
+        }
+        s_key_put(m, s < 0 ? -1 : -2 - m->kidx[s]);
     }
     return m->oom ? -1 : m->n_scr;
 }
@@ -752,7 +902,7 @@ static int s_mask_walk(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
         m->memo_val = NULL;
         m->set_tab = NULL;
     }
-    m->n_sets = m->n_pool = m->n_memo = 0;
+    m->n_sets = m->n_pool = m->n_tops = m->n_memo = 0;
     if (!m->set_tab) {
         m->set_tab_cap = 1024;
         m->set_tab = malloc((size_t)m->set_tab_cap * sizeof *m->set_tab);

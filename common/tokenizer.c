@@ -74,6 +74,11 @@ typedef struct {                 /* one candidate merge in the heap */
     int32_t id;                  /* merged token id */
 } bigram;
 
+typedef struct {   /* one edge of the special-token trie */
+    uint64_t key;  /* (parent node << 8 | byte) + 1, 0 = empty */
+    int32_t child; /* the node it leads to */
+} tslot;
+
 typedef struct {                 /* one word cache slot */
     uint64_t hash;               /* key hash, 0 = empty */
     uint32_t off;                /* arena offset: key bytes, then ids (int32, aligned) */
@@ -104,6 +109,7 @@ struct zl_tokenizer {
     char *arena;                 /* all key and decode texts */
     uint32_t *key_off, *key_len; /* [n_vocab] text used to look pieces up (BPE: raw bytes; SPM: as written) */
     uint32_t *dec_off, *dec_len; /* [n_vocab] bytes a token decodes to (SPM: U+2581 -> space, <0xNN> -> byte) */
+    uint32_t dec_max;            /* the longest dec_len (tokenizer_stream_cap) */
     float *scores;               /* [n_vocab] SPM scores (0 when absent) */
     uint8_t *ttype;              /* [n_vocab] token type (TT_*) */
     uint8_t *eog;                /* [n_vocab] 1 = ends generation */
@@ -114,6 +120,11 @@ struct zl_tokenizer {
     int n_spec;                  /* count of spec */
     int32_t spec_first[257];     /* spec[spec_first[b] .. spec_first[b+1]) start with byte b */
     int n_user;                  /* user-defined specials (matched even without parse_special) */
+    /* the specials' texts as a byte trie (node 0 the root), so that the longest special at a position costs one
+     * probe per byte it matches rather than a comparison with every special sharing its first byte */
+    tslot *stab;
+    uint32_t stmask;             /* edges, open addressing, mask = slots - 1 */
+    int32_t *st_any, *st_user;   /* [nodes] the lowest id of a special (of a user-defined one) ending there, or -1 */
     pcre2_code *re[MAX_RE];      /* pre-tokenizer regexes, applied in order */
     int re_jit[MAX_RE];          /* 1 when re[i] was JIT-compiled (then pcre2_jit_match, which skips checks) */
     int n_re;                    /* count of re */
@@ -387,6 +398,36 @@ static int s_specials_build(zl_tokenizer *t) {
         while (j < n && (unsigned char)t->arena[t->key_off[t->spec[j]]] < b) j++;
         t->spec_first[b] = j;
     }
+    /* the trie: at most one node per byte of the specials' texts, plus the root */
+    size_t bytes = 0;
+    for (int k = 0; k < n; k++) bytes += t->key_len[t->spec[k]];
+    if (bytes >= (size_t)INT32_MAX / 4) return -1;
+    uint32_t slots = 16;
+    while (slots < 2 * bytes + 2) slots *= 2;
+    t->stab = calloc(slots, sizeof *t->stab);
+    t->st_any = malloc((bytes + 1) * sizeof *t->st_any);
+    t->st_user = malloc((bytes + 1) * sizeof *t->st_user);
+    if (!t->stab || !t->st_any || !t->st_user) return -1;
+    t->stmask = slots - 1;
+    t->st_any[0] = t->st_user[0] = -1;
+    int32_t nodes = 1;
+    for (int k = 0; k < n; k++) {
+        int32_t id = t->spec[k], node = 0;
+        const unsigned char *p = (const unsigned char *)s_key(t, id);
+        for (uint32_t b = 0; b < t->key_len[id]; b++) {
+            uint64_t key = ((uint64_t)(uint32_t)node << 8 | p[b]) + 1;
+            uint32_t i = (uint32_t)s_hash64(key) & t->stmask;
+            while (t->stab[i].key && t->stab[i].key != key) i = (i + 1) & t->stmask;
+            if (!t->stab[i].key) {
+                t->stab[i] = (tslot){key, nodes};
+                t->st_any[nodes] = t->st_user[nodes] = -1;
+                nodes++;
+            }
+            node = t->stab[i].child;
+        }
+        if (t->st_any[node] < 0 || id < t->st_any[node]) t->st_any[node] = id;
+        if (t->ttype[id] == TT_USER && (t->st_user[node] < 0 || id < t->st_user[node])) t->st_user[node] = id;
+    }
     return 0;
 }
 
@@ -509,6 +550,7 @@ zl_tokenizer *tokenizer_new(const gguf *g, char *err, size_t errlen) {
             memcpy(dec, p, len); dl = len;
         }
         t->dec_off[id] = pos; t->dec_len[id] = (uint32_t)dl;
+        if (t->dec_len[id] > t->dec_max) t->dec_max = t->dec_len[id];
         pos += (uint32_t)dl;
     }
     if (s_vmap_build(t, err, errlen) != 0) goto fail;
@@ -618,6 +660,9 @@ void tokenizer_destroy(zl_tokenizer **tp) {
     zl_tokenizer *t = *tp;
     free(t->arena); free(t->key_off); free(t->key_len); free(t->dec_off); free(t->dec_len);
     free(t->scores); free(t->ttype); free(t->eog); free(t->vmap); free(t->mmap); free(t->spec);
+    free(t->stab);
+    free(t->st_any);
+    free(t->st_user);
     for (int i = 0; i < MAX_RE; i++) if (t->re[i]) pcre2_code_free(t->re[i]);
     free(t->chat_template); free(t->pre);
     s_scratch_free(&t->sc);
@@ -920,16 +965,20 @@ static void s_encode_fragment(const zl_tokenizer *t, scratch *s, const char *tex
     s_spm_encode(t, s, s->buf, m, e);
 }
 
-/* the longest special token at text[i..n), or -1 */
+/* the longest special token at text[i..n) (user-defined ones only without parse_special; of equal texts the lowest
+ * id), or -1: a walk down the specials' trie */
 static int32_t s_special_at(const zl_tokenizer *t, const char *text, size_t n, size_t i, int parse_special) {
-    unsigned char c = (unsigned char)text[i];
-    for (int32_t k = t->spec_first[c]; k < t->spec_first[c + 1]; k++) {
-        int32_t id = t->spec[k];
-        if (!parse_special && t->ttype[id] != TT_USER) continue;
-        uint32_t L = t->key_len[id];
-        if (L <= n - i && memcmp(text + i, s_key(t, id), L) == 0) return id;
+    const int32_t *ends = parse_special ? t->st_any : t->st_user;
+    int32_t node = 0, best = -1;
+    for (size_t k = i; k < n; k++) {
+        uint64_t key = ((uint64_t)(uint32_t)node << 8 | (unsigned char)text[k]) + 1;
+        uint32_t j = (uint32_t)s_hash64(key) & t->stmask;
+        while (t->stab[j].key && t->stab[j].key != key) j = (j + 1) & t->stmask;
+        if (!t->stab[j].key) break;
+        node = t->stab[j].child;
+        if (ends[node] >= 0) best = ends[node];
     }
-    return -1;
+    return best;
 }
 
 int tokenizer_encode(const zl_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
@@ -1038,9 +1087,7 @@ int tokenizer_decode_stream(const zl_tokenizer *t, zl_detok *st, int32_t id, int
 }
 
 size_t tokenizer_stream_cap(const zl_tokenizer *t) {
-    size_t longest = 0;
-    for (int i = 0; t && i < t->n_vocab; i++)
-        if (t->dec_len[i] > longest) longest = t->dec_len[i];
+    size_t longest = t ? t->dec_max : 0; /* found by tokenizer_new: a call costs nothing */
     return 3 * (longest + sizeof((zl_detok *)0)->pend) + 1;
 }
 

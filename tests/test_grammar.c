@@ -278,6 +278,33 @@ done:
     grammar_vocab_destroy(&v);
 }
 
+/* the mask of a state at the stack bound (1024 parses), walked every time (no mask cache): a token ending at a trie
+ * leaf (here every byte) needs only one parse that takes its last character, and a character no parse's top takes
+ * is refused without stepping the parses. 1000 walks take about 0.1 s of CPU (stepping every parse for every byte
+ * takes about 0.9 s); the bound leaves room for a slower host */
+static void test_ambiguous_mask_cost(void) {
+    char err[256];
+    zg_vocab *v = s_byte_vocab();
+    const char *text = "root ::= \"(ro  ot\" \")\" | [a(0f]+ root{2,3}\n";
+    const char *path = "(a((a0(faa0f(00(((0(a(a(a(a(a(a(a(a(a(a(a(a(ro  ot)(a(a(0f";
+    zg_grammar *g = grammar_compile(ZG_GBNF, text, strlen(text), err, sizeof err);
+    zg_matcher *m = g ? grammar_matcher_new(g, err, sizeof err) : NULL;
+    CHECK(v && m && grammar_matcher_accept_bytes(m, path, strlen(path)) == 0, "grammar and path: %s", err);
+    if (!v || !m) goto done;
+    grammar_mask_cache_limit(g, 0);
+    uint32_t mask[9], first[9];
+    int n0 = grammar_matcher_mask(m, v, first), same = 0;
+    clock_t c0 = clock();
+    for (int i = 0; i < 1000; i++) same += grammar_matcher_mask(m, v, mask) == n0 && !memcmp(mask, first, sizeof mask);
+    double s = (double)(clock() - c0) / CLOCKS_PER_SEC;
+    CHECK(n0 > 0 && same == 1000, "%d of 1000 walks gave the first walk's mask (%d ids)", same, n0);
+    CHECK(s < 0.5, "1000 masks at the stack bound took %.2f s CPU", s);
+done:
+    grammar_matcher_destroy(&m);
+    grammar_unref(&g);
+    grammar_vocab_destroy(&v);
+}
+
 /* a nullable rule repeated inside itself: each step's expansion reaches the same stacks along exponentially many
  * paths unless each stack is expanded once; 64 tokens take milliseconds (a bound of seconds for a loaded host) */
 static void test_nullable_nesting(void) {
@@ -578,6 +605,7 @@ int main(void) {
     test_schema();
     test_mask();
     test_ambiguous();
+    test_ambiguous_mask_cost();
     test_dead_ends();
     test_nullable_nesting();
     test_vocab_walks();
