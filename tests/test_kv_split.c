@@ -84,8 +84,8 @@ static void tk_destroy(zl_engine *e) {
 
 static const zl_engine_ops tk_ops = {tk_launch, tk_wait, tk_destroy, NULL};
 
-/* the paged CPU engine, wrapped; split: the kv_split_kernels it reports */
-static t_kind *tk_new(const zl_model *m, int split) {
+/* the paged CPU engine of `blocks` blocks, wrapped; split: the kv_split_kernels it reports */
+static t_kind *tk_new(const zl_model *m, int split, int blocks) {
     char err[256];
     zl_engine_opts o;
     memset(&o, 0, sizeof o);
@@ -95,7 +95,7 @@ static t_kind *tk_new(const zl_model *m, int split) {
     o.threads = 1;
     o.max_step_tokens = 64;
     o.kv_block = BS;
-    o.kv_blocks = BLOCKS;
+    o.kv_blocks = blocks;
     zl_engine *in = engine_new(m, &o, err, sizeof err);
     CHECK(in && in->kv_block == BS && in->copy_block, "paged CPU engine: %s", in ? "no copy_block" : err);
     t_kind *a = in ? calloc(1, sizeof *a) : NULL;
@@ -215,12 +215,21 @@ static void s_jobs(s_job *jobs, int vocab) {
     }
 }
 
-/* second half of the jobs continue earlier ones that finished: prompt + answer + a new turn */
+/* the second half of the jobs: continuations of earlier ones that finished (prompt + answer + a new turn), and
+ * exact repeats of earlier ones (while a repeat decodes, a continuation's published prompt blocks may hold the very
+ * tokens it generates: a resumed repeat must not take them) */
 static void s_continue(s_job *jobs, int from, int to, int vocab) {
     for (int i = from; i < to; i++) {
         const s_job *p = &jobs[s_rand(from)];
         s_job *j = &jobs[i];
-        if (p->fin != WK_FIN_LENGTH || p->n + p->n_got + 6 + j->max_tokens >= CTX) continue;
+        if (p->fin != WK_FIN_LENGTH) continue;
+        if (s_rand(3) == 0) {
+            *j = *p;
+            j->n_got = j->fin = 0;
+            j->cancel_at = -1;
+            continue;
+        }
+        if (p->n + p->n_got + 6 + j->max_tokens >= CTX) continue;
         memcpy(j->toks, p->toks, (size_t)p->n * sizeof(int32_t));
         memcpy(j->toks + p->n, p->got, (size_t)p->n_got * sizeof(int32_t));
         j->n = p->n + p->n_got;
@@ -232,7 +241,7 @@ static void s_continue(s_job *jobs, int from, int to, int vocab) {
  * batcher's KV counters into *st; the engine (for its counts), or NULL */
 static t_kind *s_workload(const zl_model *m, int split, int ahead, s_job *jobs, uint8_t *eog, wk_kv_stats *st) {
     char err[256];
-    t_kind *a = tk_new(m, split);
+    t_kind *a = tk_new(m, split, BLOCKS);
     if (!a) return NULL;
     wk_batcher *b = batcher_new(&a->base, eog, m->cfg.vocab_size, err, sizeof err);
     CHECK(b && batcher_set_kv(b, BS, "stories260K", err, sizeof err) == 0, "batcher: %s", err);
@@ -249,6 +258,83 @@ static t_kind *s_workload(const zl_model *m, int split, int ahead, s_job *jobs, 
     return a;
 }
 
+/* a directed case: A runs alone; A again (A2) is preempted after 8 tokens by a higher priority H whose prompt is A's
+ * prompt and answer and a long new turn; once H ends, its prompt blocks (which hold A's answer as prompt rows) are
+ * cached, and A2 resumes: it may take the blocks of its prompt only, and gives A's tokens */
+static void test_resume_within(const zl_model *m, uint8_t *eog) {
+    enum { NP = 9, MT = 12 };
+    char err[256];
+    wk_event ev[256];
+    s_job A, H;
+    memset(&A, 0, sizeof A);
+    memset(&H, 0, sizeof H);
+    A.toks[0] = 1;
+    for (int t = 1; t < NP; t++) A.toks[t] = 10 + 7 * t;
+    A.n = NP;
+    A.max_tokens = MT;
+    A.cancel_at = -1;
+    s_job A2 = A;
+    /* the smallest pool a context allows (a context and the headroom): H alone needs nearly all of it */
+    t_kind *k = tk_new(m, 1, (CTX + BS - 1) / BS + 1);
+    if (!k) return;
+    wk_batcher *b = batcher_new(&k->base, eog, m->cfg.vocab_size, err, sizeof err);
+    CHECK(b && batcher_set_kv(b, BS, "stories260K", err, sizeof err) == 0, "batcher: %s", err);
+    if (!b) goto out;
+    s_run(b, &A, 1, 1, 1);
+    CHECK(A.fin == WK_FIN_LENGTH && A.n_got == MT, "A alone: %d tokens", A.n_got);
+    memcpy(H.toks, A.toks, (size_t)NP * sizeof(int32_t));
+    memcpy(H.toks + NP, A.got, (size_t)MT * sizeof(int32_t));
+    H.n = NP + MT;
+    for (; H.n < CTX - 8; H.n++) H.toks[H.n] = 3 + (H.n * 13) % (m->cfg.vocab_size - 3);
+    wk_request r;
+    memset(&r, 0, sizeof r);
+    r.rid = 2;
+    r.tokens = A2.toks;
+    r.n_tokens = A2.n;
+    r.max_tokens = MT;
+    r.samp = sampler_defaults();
+    r.ignore_eos = 1;
+    CHECK(batcher_add(b, &r, err, sizeof err) == 0, "add A2: %s", err);
+    wk_kv_stats st;
+    uint64_t pre0 = 0;
+    int added = 0;
+    for (int step = 0; step < 2000 && (!A2.fin || !H.fin); step++) {
+        if (!added && A2.n_got >= 8) {
+            batcher_kv(b, &st);
+            pre0 = st.preemptions;
+            wk_request h = r;
+            h.rid = 3;
+            h.tokens = H.toks;
+            h.n_tokens = H.n;
+            h.max_tokens = 4;
+            h.priority = 5;
+            CHECK(batcher_add(b, &h, err, sizeof err) == 0, "add H: %s", err);
+            added = 1;
+        }
+        int n_ev = 0;
+        if (batcher_step(b, ev, 256, &n_ev, err, sizeof err) < 0) {
+            CHECK(0, "step: %s", err);
+            break;
+        }
+        for (int j = 0; j < n_ev; j++) {
+            s_job *J = ev[j].rid == 2 ? &A2 : ev[j].rid == 3 ? &H : NULL;
+            if (!J) continue;
+            if (ev[j].tok >= 0 && J->n_got < CTX) J->got[J->n_got++] = ev[j].tok;
+            if (ev[j].fin) J->fin = ev[j].fin;
+        }
+    }
+    batcher_kv(b, &st);
+    CHECK(added && st.preemptions > pre0, "H preempted A2 (%llu preemptions)", (unsigned long long)(st.preemptions - pre0));
+    CHECK(A2.fin == WK_FIN_LENGTH && A2.n_got == MT && !memcmp(A2.got, A.got, sizeof(int) * MT),
+          "A2 gives A's tokens (%d)", A2.n_got);
+    CHECK(k->wrong_read == 0 && k->wrong_write == 0, "the resumed A2 read only rows of its cold run's kinds (%llu, %llu)",
+          (unsigned long long)k->wrong_read, (unsigned long long)k->wrong_write);
+out:
+    batcher_destroy(&b);
+    zl_engine *e = &k->base;
+    engine_destroy(&e);
+}
+
 int main(void) {
     char p[1100], err[256];
     snprintf(p, sizeof p, "%s/stories260K/stories260K.gguf", test_fixtures());
@@ -261,6 +347,7 @@ int main(void) {
         CHECK(0, "out of memory");
         goto out;
     }
+    test_resume_within(m, eog);
     for (int ahead = 0; ahead < 2; ahead++) {
         wk_kv_stats st;
         memset(&st, 0, sizeof st);
@@ -284,7 +371,7 @@ int main(void) {
         int diff = 0, checked = 0;
         for (int i = 0; i < NREQ; i++) {
             if (jobs[i].fin != WK_FIN_LENGTH || s_rand(8)) continue;
-            t_kind *one = tk_new(m, 1);
+            t_kind *one = tk_new(m, 1, BLOCKS);
             wk_batcher *b = one ? batcher_new(&one->base, eog, m->cfg.vocab_size, err, sizeof err) : NULL;
             if (b && batcher_set_kv(b, BS, "stories260K", err, sizeof err) == 0) {
                 alone[i] = jobs[i];
