@@ -297,8 +297,10 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
     E->order = f->order;
     /* order: decode entries first (one row each), then prefill entries as runs of rows (1-token prompt entries too) */
     int k = 0;
-    for (int i = 0; i < n; i++) if (s_is_decode(&seqs[i])) E->order[k++] = i;
-    for (int i = 0; i < n; i++) if (!s_is_decode(&seqs[i])) E->order[k++] = i;
+    for (int i = 0; i < n; i++)
+        if (s_is_decode(&seqs[i])) E->order[k++] = i;
+    for (int i = 0; i < n; i++)
+        if (!s_is_decode(&seqs[i])) E->order[k++] = i;
     const int n_pre = n - n_dec;
     /* decode-only steps replay a captured graph, except a step with extras or prompt logprob rows (the captured
      * graphs hold the plain sampler only), or with late masks when the graphs do not hold their wait (graph_late) */

@@ -324,11 +324,13 @@ static void test_resume_within(const zl_model *m, uint8_t *eog) {
         }
     }
     batcher_kv(b, &st);
-    CHECK(added && st.preemptions > pre0, "H preempted A2 (%llu preemptions)", (unsigned long long)(st.preemptions - pre0));
+    CHECK(added && st.preemptions > pre0, "H preempted A2 (%llu preemptions)",
+          (unsigned long long)(st.preemptions - pre0));
     CHECK(A2.fin == WK_FIN_LENGTH && A2.n_got == MT && !memcmp(A2.got, A.got, sizeof(int) * MT),
           "A2 gives A's tokens (%d)", A2.n_got);
-    CHECK(k->wrong_read == 0 && k->wrong_write == 0, "the resumed A2 read only rows of its cold run's kinds (%llu, %llu)",
-          (unsigned long long)k->wrong_read, (unsigned long long)k->wrong_write);
+    CHECK(k->wrong_read == 0 && k->wrong_write == 0,
+          "the resumed A2 read only rows of its cold run's kinds (%llu, %llu)", (unsigned long long)k->wrong_read,
+          (unsigned long long)k->wrong_write);
 out:
     batcher_destroy(&b);
     zl_engine *e = &k->base;
@@ -356,17 +358,18 @@ int main(void) {
         printf("split, ahead %d: %llu decode entries (%llu replayed), %llu 1-token prompt entries, %llu longer; hit "
                "%llu of %llu prompt tokens, %llu preemptions, %llu replayed tokens, %llu evictions\n",
                ahead, (unsigned long long)a->dec, (unsigned long long)a->dec_replay, (unsigned long long)a->prompt1,
-               (unsigned long long)a->prompt_n, (unsigned long long)st.hit_tokens,
-               (unsigned long long)st.prompt_tokens, (unsigned long long)st.preemptions,
-               (unsigned long long)st.replayed_tokens, (unsigned long long)st.evictions);
+               (unsigned long long)a->prompt_n, (unsigned long long)st.hit_tokens, (unsigned long long)st.prompt_tokens,
+               (unsigned long long)st.preemptions, (unsigned long long)st.replayed_tokens,
+               (unsigned long long)st.evictions);
         CHECK(a->wrong_write == 0, "ahead %d: every position written by its cold run's kind (%llu not)", ahead,
               (unsigned long long)a->wrong_write);
         CHECK(a->wrong_read == 0, "ahead %d: every row read was written by the reader's cold run's kind (%llu not)",
               ahead, (unsigned long long)a->wrong_read);
         CHECK(st.preemptions > 0 && st.hit_tokens > 0 && st.evictions > 0 && a->dec_replay > 0 && a->prompt1 > 0,
               "ahead %d: preemptions, hits, evictions, replayed decodes and 1-token prompt entries all happen", ahead);
-        CHECK(st.replayed_tokens == a->dec_replay, "ahead %d: the batcher counts the replays the engine saw (%llu, %llu)",
-              ahead, (unsigned long long)st.replayed_tokens, (unsigned long long)a->dec_replay);
+        CHECK(st.replayed_tokens == a->dec_replay,
+              "ahead %d: the batcher counts the replays the engine saw (%llu, %llu)", ahead,
+              (unsigned long long)st.replayed_tokens, (unsigned long long)a->dec_replay);
         /* every finished request's tokens equal those of the same request alone (the CPU engine: same bits) */
         int diff = 0, checked = 0;
         for (int i = 0; i < NREQ; i++) {

@@ -869,8 +869,9 @@ int main(int argc, char **argv) {
     rc = s_run(&w) == 0 ? 0 : 1;
     wk_kv_stats kvs;
     if (batcher_kv(w.batcher, &kvs) && kvs.paged)
-        s_log(&w, "kv: %llu of %llu prompt tokens hit, %llu preemptions, %llu tokens computed again (%llu replayed "
-                  "as decode entries)",
+        s_log(&w,
+              "kv: %llu of %llu prompt tokens hit, %llu preemptions, %llu tokens computed again (%llu replayed "
+              "as decode entries)",
               (unsigned long long)kvs.hit_tokens, (unsigned long long)kvs.prompt_tokens,
               (unsigned long long)kvs.preemptions, (unsigned long long)kvs.resumed_tokens,
               (unsigned long long)kvs.replayed_tokens);
