@@ -10,7 +10,7 @@
  * fail.
  * Prompt entries are flagged as such (zl_seq.prompt), so that an engine whose decode kernels differ from its
  * prefill kernels (zl_engine.kv_split_kernels) runs a 1-token prompt chunk through its prefill kernels.
- * `test_prefill_chunks DEVICE` (tests/run_gpu.sh: cuda) runs the same on that device's contiguous slots, 1-token
+ * `test_prefill_chunks DEVICE` (tests/run_gpu.sh: cuda) runs the same on that device, contiguous and paged, 1-token
  * chunks and a prompt fed 1 token at a time included, on the two quantized models only (stories260K is F32:
  * cuBLAS there, not chunk invariant in its bits). */
 #include <stddef.h>
@@ -22,7 +22,7 @@
 #include "model.h"
 #include "test.h"
 
-enum { S_MAXSEQ = 4, S_NCTX = 128, S_DECODE = 3, S_BS = 8 };
+enum { S_MAXSEQ = 4, S_NCTX = 128, S_DECODE = 3, S_BS = 16 }; /* blocks of 16: a size CUDA pages too */
 
 static uint64_t s_seed = 0x5EEDu;
 static uint32_t s_rand(void) {
@@ -132,7 +132,7 @@ static void s_model(const char *label, const char *path, const char *gpu) {
     const char *devs[2] = {"cpu-ref", "cpu"};
     if (gpu) devs[0] = gpu;
     for (int d = 0; d < (gpu ? 1 : 2); d++)
-        for (int paged = 0; paged < (gpu ? 1 : 2); paged++) {
+        for (int paged = 0; paged < 2; paged++) {
             const int nb = paged ? S_MAXSEQ * S_NCTX / S_BS : 0;
             zl_engine *e = s_engine(m, devs[d], paged ? S_BS : 0, nb);
             if (!e) continue;
