@@ -29,7 +29,8 @@
 #     chunks and a prompt fed 1 token at a time included: prompt entries take the prefill kernels);
 #   - tests/test_kv_exact.py on a paged CUDA worker (the default there): 2000 randomized requests on the
 #     SmolLM2-135M-shaped Q4_1 model (blocks of 16, a pool of 24: hits, evictions, preemptions with replays), each
-#     bit-identical to a contiguous worker without a cache;
+#     bit-identical to a contiguous worker without a cache; and tests/test_kv_exact_mutants.sh there (broken caches and
+#     batchers that break the decode/prompt kernel rule must fail it);
 #   - gpu_test_paged_engine (paged KV against contiguous slots, bit for bit) on every model above and the 2048-wide
 #     16-bit llamas; tests/test_worker_golden.sh cuda includes paged workers (--kv-blocks 80, queued ahead and not);
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
@@ -227,6 +228,12 @@ run_one "worker-cuda-golden" env ZLLM_BUILD="$build" bash tests/test_worker_gold
     ZLLM_KV_EXACT_N=2000 ZLLM_KV_EXACT_ALONE=20 ZLLM_KV_EXACT_MODEL="$tmp/smollm2-135m-q4_1.gguf" \
     ZLLM_KV_EXACT_VOCAB=49152 ZLLM_KV_EXACT_BLOCK=16 ZLLM_KV_EXACT_BLOCKS=24 ZLLM_KV_EXACT_REPLAYS=1 \
     ZLLM_KV_EXACT_TIMEOUT=540 python3 tests/test_kv_exact.py
+# ... and its broken variants on CUDA (tests/test_kv_exact_mutants.sh links workers from this build): a hash that
+# ignores the preceding block, a release that frees a shared block, and batchers that publish decoded rows, recompute
+# generated tokens as a prefill chunk or send 1-token prompt chunks as decodes must each fail it (1000 requests each)
+[ -f "$tmp/smollm2-135m-q4_1.gguf" ] && run_one "kv_exact_mutants:cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda \
+    ZLLM_KV_MUTANT_N=1000 ZLLM_KV_EXACT_MODEL="$tmp/smollm2-135m-q4_1.gguf" ZLLM_KV_EXACT_VOCAB=49152 \
+    ZLLM_KV_EXACT_BLOCK=16 ZLLM_KV_EXACT_BLOCKS=24 ZLLM_KV_EXACT_TIMEOUT=300 bash tests/test_kv_exact_mutants.sh
 # logprobs, penalties, logit bias and n end to end on a CUDA worker (tests/test_logprobs.py: float64 references,
 # a request alone and inside a batch of 64 bit-identical, n=8 sharing its prefill through copy_kv)
 run_one "e2e-logprobs-cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda \
