@@ -825,7 +825,7 @@ static int s_entry(wk_batcher *b, s_lane *L, int i, int n, int budget) {
     L->plp_used += q->plp_rows;
     q->blocks = b->paged ? s->kvt.blocks : NULL;
     q->prompt = at < s->n_prompt;
-    b->kv_replayed += !q->prompt && !q->sample; /* a generated token replayed (s_split): its decode entry again */
+    b->kv_replayed += s_split(b) && !q->prompt && !q->sample; /* a generated token replayed: its decode again */
     L->seq_rec[n] = i;
     return chunk;
 }
