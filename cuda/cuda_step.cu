@@ -30,6 +30,11 @@ extern "C" {
 #include "cuda_common.h"
 #include "sample_mask.h"
 
+/* 1 when entry s runs as a decode row (the split-K decode kernels, graphs): one token, not a prompt entry (a fed
+ * entry always decodes). A 1-token prompt entry runs the prefill kernels as a run of one row, so that a prompt
+ * position's KV has the same bits however its prompt was chunked (zl_seq.prompt) */
+static int s_is_decode(const zl_seq *s) { return s->n_tokens == 1 && (!s->prompt || s->feed); }
+
 /* 1 when entry s asks for more than an id: logprobs, a logit bias, presence/frequency penalties */
 static int s_extras(const zl_seq *s) {
     return s->samp && (s->samp->logprobs || s->samp->presence_penalty != 0.0f || s->samp->frequency_penalty != 0.0f ||
@@ -255,7 +260,7 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
         }
         E->crow[i] = total;   /* first row of entry i in the caller's order (h_in/h_out) */
         total += s->n_tokens;
-        if (s->n_tokens == 1) n_dec++;
+        if (s_is_decode(s)) n_dec++;
         else if (s->n_tokens > max_rows) max_rows = s->n_tokens;
         if (s->samp && s->samp->repeat_penalty != 1.0f && s->samp->repeat_last_n > 0 && s->history) need_hist = 1;
         if (s->mask && s->sample && !s->mask_late) need_mask = 1;
@@ -290,10 +295,12 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
         E->in_pending = 0;
     }
     E->order = f->order;
-    /* order: decode entries first (one row each), then prefill entries as runs of rows */
+    /* order: decode entries first (one row each), then prefill entries as runs of rows (1-token prompt entries too) */
     int k = 0;
-    for (int i = 0; i < n; i++) if (seqs[i].n_tokens == 1) E->order[k++] = i;
-    for (int i = 0; i < n; i++) if (seqs[i].n_tokens > 1) E->order[k++] = i;
+    for (int i = 0; i < n; i++)
+        if (s_is_decode(&seqs[i])) E->order[k++] = i;
+    for (int i = 0; i < n; i++)
+        if (!s_is_decode(&seqs[i])) E->order[k++] = i;
     const int n_pre = n - n_dec;
     /* decode-only steps replay a captured graph, except a step with extras or prompt logprob rows (the captured
      * graphs hold the plain sampler only), or with late masks when the graphs do not hold their wait (graph_late) */

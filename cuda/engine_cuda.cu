@@ -305,6 +305,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         b->depth = 2;
         b->launch_async = 1;
     }
+    b->kv_split_kernels = 1; /* 1-token decode entries take the split-K decode kernels, prompt rows the prefill ones */
     b->masks = le == c->n_layers;       /* the last stage samples: structured output's masks (cuda/sample_mask.cu) */
     if (lb == 0 && le == c->n_layers) { /* late masks: steps queued behind another, whole models only */
         b->masks_late = 1;

@@ -483,6 +483,29 @@ static void run_prefill_case(const prefill_case &c) {
                   "prefill %s heads=%d/%d D=%d: two chunks (split at %d of %d rows) differ from one launch",
                   type_name(c.t), c.n_heads, c.n_kv, c.D, a, rows[0]);
         }
+        /* runs of one row (a 1-token prompt entry): sequence 0's first, last and a random row each alone give the
+         * bits of the one launch */
+        const int pick[3] = {0, rows[0] - 1, rnd_i(rows[0])};
+        for (int k = 0; k < 3; k++) {
+            const int t = pick[k];
+            const int32_t ch[4] = {row0[0] + t, 1, slot[0], pos0[0] + t};
+            CUDA_OK(cudaMemcpy(dchunk.p, ch, sizeof ch, cudaMemcpyHostToDevice));
+            attn_prefill_params p1 = p;
+            p1.seq_row0 = dchunk.as<int32_t>();
+            p1.seq_rows = dchunk.as<int32_t>() + 1;
+            p1.seq_slot = dchunk.as<int32_t>() + 2;
+            p1.seq_pos0 = dchunk.as<int32_t>() + 3;
+            p1.n_seq = 1;
+            p1.max_rows = 1;
+            p1.out = dout2.as<float>();
+            poison(dout2.p, qn * 4);
+            CHECK(attn_prefill_launch(&p1, 0) == cudaSuccess, "prefill launch (one row)");
+            CUDA_OK(cudaMemcpy(out2.data(), dout2.p, qn * 4, cudaMemcpyDeviceToHost));
+            const size_t at = (size_t)(row0[0] + t) * rn;
+            CHECK(!memcmp(&out2[at], &out[at], rn * 4),
+                  "prefill %s heads=%d/%d D=%d: row %d of %d as a run of one row differs from one launch",
+                  type_name(c.t), c.n_heads, c.n_kv, c.D, t, rows[0]);
+        }
     }
     if (c.tc >= 0) attn_prefill_tc_force(-1);
 }
@@ -646,6 +669,7 @@ int main(void) {
             {3, 9, 3, 80, 400, 120, t},   {2, 32, 32, 96, 300, 33, t},
         };
         for (const auto &c : pc) run_prefill_case(c);
+        run_prefill_case({3, 8, 4, 64, 400, 120, t, -1, 0, 1}); /* invariance: alone, two chunks, runs of one row */
     }
     /* the tensor-core prefill kernel (cuda/attn_prefill_tc.cu): F16/BF16, head sizes 64/80/96/128, GQA 1/3/4/8, rows
      * not multiples of its tiles, continuation chunks, batch invariance; and the scalar kernel on the same shapes */

@@ -67,6 +67,12 @@ typedef struct {
                                 * only the sequence's launch state: feeds, generator carries); the step writes rows
                                 * pos .. pos + n_tokens - 1 and reads rows 0 .. pos + n_tokens - 1. Ignored by an
                                 * engine with kv_block 0 (one contiguous slot of n_ctx rows per slot) */
+    int prompt;              /* 1: a prompt entry: its positions lie before the prompt's end (its tokens are the
+                                * request's); 0: a decode entry when it has one token (the token fed was generated,
+                                * or the caller does not say). An entry of more tokens is always computed as prompt
+                                * rows. On an engine with kv_split_kernels a position's KV depends on this kind
+                                * (docs/kv-cache.md): a 1-token prompt entry runs the prefill kernels, a decode
+                                * entry the decode kernels; other engines ignore it */
 } zl_seq;
 
 typedef struct zl_engine zl_engine;
@@ -172,6 +178,11 @@ struct zl_engine {
     int (*copy_block)(zl_engine *e, int src, int dst, int n_rows);
     int kv_block;             /* paged KV: rows per block (zl_seq.blocks); 0: contiguous slots */
     int kv_blocks;            /* paged KV: blocks in the pool */
+    int kv_split_kernels;     /* 1: decode entries (zl_seq.prompt 0, one token) and prompt rows run kernels of
+                                * different reductions (CUDA), so a position's KV has the bits of a cold run only
+                                * when it is computed by the same kind of entry as there: prompt positions as
+                                * prompt rows, generated ones as decode entries (the batcher keeps that rule:
+                                * docs/kv-cache.md). 0: both give the same bits (the CPU engines) */
     int launch_async;         /* 1: launch returns while the step runs (CUDA): queuing ahead hides the host;
                                 * 0: it runs the step before it returns (CPU), so queuing ahead only delays each
                                 * step's ids by one step (callers queue ahead there only when asked to) */

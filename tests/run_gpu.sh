@@ -25,7 +25,12 @@
 #     on cuda (a broker and a CUDA worker serve the gemma3 and Mistral-style oracle models);
 #   - tests/test_bench_long.py on a CUDA worker: the step budget, zllm bench's background long prompts;
 #   - gpu_test_stage_gpu (pipeline stages, GPU transport) again on the tiny F32 llama;
-#   - tests/test_prefill_chunks cuda: chunked and batched prefill equal the whole prefill bitwise;
+#   - tests/test_prefill_chunks cuda: chunked and batched prefill equal the whole prefill bitwise (1-token prompt
+#     chunks and a prompt fed 1 token at a time included: prompt entries take the prefill kernels);
+#   - tests/test_kv_exact.py on a paged CUDA worker (the default there): 2000 randomized requests on the
+#     SmolLM2-135M-shaped Q4_1 model (blocks of 16, a pool of 24: hits, evictions, preemptions with replays), each
+#     bit-identical to a contiguous worker without a cache; and tests/test_kv_exact_mutants.sh there (broken caches and
+#     batchers that break the decode/prompt kernel rule must fail it);
 #   - gpu_test_paged_engine (paged KV against contiguous slots, bit for bit) on every model above and the 2048-wide
 #     16-bit llamas; tests/test_worker_golden.sh cuda includes paged workers (--kv-blocks 80, queued ahead and not);
 #   - compute-sanitizer memcheck over a short engine run and a short 2-stage pipeline (skipped with a note when
@@ -73,7 +78,7 @@ for t in "$build"/lab/gpu_test_*; do
     [ -x "$t" ] || continue
     run_one "lab:$(basename "$t")" "$t"
 done
-# chunk-invariant prefill on the CUDA engine (chunks of 2 or more tokens; a prompt fed 1 token at a time is printed)
+# chunk-invariant prefill on the CUDA engine (every chunking, 1-token prompt chunks included)
 [ -x "$build/tests/test_prefill_chunks" ] && run_one prefill_chunks:cuda "$build/tests/test_prefill_chunks" cuda
 # qtc's narrow kernel with at most 3 CTAs over the tiles: every CTA takes several tiles through one ring (the
 # default grid gives the small test matrices one tile a CTA)
@@ -216,6 +221,19 @@ fi
 # a broker and a CUDA worker serving stories260K (tests/test_worker_golden.sh): concurrent requests give the golden
 # ids, with steps queued ahead (the CUDA default) and without
 run_one "worker-cuda-golden" env ZLLM_BUILD="$build" bash tests/test_worker_golden.sh cuda
+# exact prefix caching and preemption on a paged CUDA worker (tests/test_kv_exact.py): every request equals the
+# contiguous reference bit for bit; prompt rows published only, resumed sequences replay their generated tokens as
+# decode entries (docs/kv-cache.md)
+[ -f "$tmp/smollm2-135m-q4_1.gguf" ] && run_one "kv_exact:cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda \
+    ZLLM_KV_EXACT_N=2000 ZLLM_KV_EXACT_ALONE=20 ZLLM_KV_EXACT_MODEL="$tmp/smollm2-135m-q4_1.gguf" \
+    ZLLM_KV_EXACT_VOCAB=49152 ZLLM_KV_EXACT_BLOCK=16 ZLLM_KV_EXACT_BLOCKS=24 ZLLM_KV_EXACT_REPLAYS=1 \
+    ZLLM_KV_EXACT_TIMEOUT=540 python3 tests/test_kv_exact.py
+# ... and its broken variants on CUDA (tests/test_kv_exact_mutants.sh links workers from this build): a hash that
+# ignores the preceding block, a release that frees a shared block, and batchers that publish decoded rows, recompute
+# generated tokens as a prefill chunk or send 1-token prompt chunks as decodes must each fail it (1000 requests each)
+[ -f "$tmp/smollm2-135m-q4_1.gguf" ] && run_one "kv_exact_mutants:cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda \
+    ZLLM_KV_MUTANT_N=1000 ZLLM_KV_EXACT_MODEL="$tmp/smollm2-135m-q4_1.gguf" ZLLM_KV_EXACT_VOCAB=49152 \
+    ZLLM_KV_EXACT_BLOCK=16 ZLLM_KV_EXACT_BLOCKS=24 ZLLM_KV_EXACT_TIMEOUT=300 bash tests/test_kv_exact_mutants.sh
 # logprobs, penalties, logit bias and n end to end on a CUDA worker (tests/test_logprobs.py: float64 references,
 # a request alone and inside a batch of 64 bit-identical, n=8 sharing its prefill through copy_kv)
 run_one "e2e-logprobs-cuda" env ZLLM_BUILD="$build" ZLLM_E2E_DEVICE=cuda \

@@ -14,9 +14,14 @@ request alone on an empty cache; a sample of ZLLM_KV_EXACT_ALONE requests (defau
 on it to check that. The worker's KV counters (hits, preemptions, evictions) are printed and must all be non-zero.
 
 ZLLM_KV_EXACT_WORKER_ARGS adds arguments to the worker under test (tests/test_kv_mutants.sh runs this test against
-broken workers)."""
+broken workers). ZLLM_KV_EXACT_REPLAYS=1 also requires that the worker replayed generated tokens as decode entries
+after preemptions (read from the counters it logs when it exits: a worker with --debug-kv-split 1, or on CUDA).
+Other models and pools (tests/run_gpu.sh runs it on a CUDA worker): ZLLM_KV_EXACT_MODEL (a GGUF file, default
+stories260K), ZLLM_KV_EXACT_VOCAB (the token ids drawn, default 512), ZLLM_KV_EXACT_BLOCK and ZLLM_KV_EXACT_BLOCKS
+(the pool, default 4 and 72), ZLLM_KV_EXACT_TIMEOUT (seconds, default 170)."""
 import os
 import random
+import re
 import sys
 import time
 
@@ -26,8 +31,11 @@ from e2e_cluster import Checks, Cluster, collect, watchdog  # noqa: E402
 N = int(os.environ.get("ZLLM_KV_EXACT_N", "10000"))
 ALONE = int(os.environ.get("ZLLM_KV_EXACT_ALONE", "100"))
 WAVE = 400
-CTX, BS, BLOCKS, BATCH = 256, 4, 72, 16
-VOCAB = 512
+CTX, BATCH = 256, 16
+BS = int(os.environ.get("ZLLM_KV_EXACT_BLOCK", "4"))
+BLOCKS = int(os.environ.get("ZLLM_KV_EXACT_BLOCKS", "72"))
+VOCAB = int(os.environ.get("ZLLM_KV_EXACT_VOCAB", "512"))
+SEG = 4   # the shared prefixes' segments are multiples of this many tokens
 
 
 def make_requests(rng, n, prev):
@@ -84,16 +92,17 @@ def run_wave(cl, specs, cancel_rng=None):
 
 
 def main():
-    watchdog(170)
+    watchdog(int(os.environ.get("ZLLM_KV_EXACT_TIMEOUT", "170")))
     ck = Checks("kv_exact")
     rng = random.Random(7919)
     global SHARED
     # shared prefixes made of a few segments of whole blocks in different orders: the same block contents follow
     # different prefixes (a block is identified by its whole prefix, never by its tokens alone)
-    segs = [[rng.randrange(3, VOCAB) for _ in range(BS * rng.randint(1, 3))] for _ in range(8)]
+    segs = [[rng.randrange(3, VOCAB) for _ in range(SEG * rng.randint(1, 3))] for _ in range(8)]
     SHARED = [[5, 6, 7] + sum((rng.choice(segs) for _ in range(rng.randint(1, 10))), []) for _ in range(12)]
     extra = os.environ.get("ZLLM_KV_EXACT_WORKER_ARGS", "").split()
-    test, ref = Cluster(), Cluster()
+    model = os.environ.get("ZLLM_KV_EXACT_MODEL")
+    test, ref = (Cluster(model=model), Cluster(model=model)) if model else (Cluster(), Cluster())
     try:
         test.start_broker()
         ref.start_broker()
@@ -168,6 +177,21 @@ def main():
         ck.ok(w["kv_hit_tokens"] > 0 and w.get("kv_preemptions", 0) > 0 and w.get("kv_evictions", 0) > 0,
               "prefix hits, preemptions and evictions all happened: %r" % w)
         ck.ok(cancelled > 0, "some requests were cancelled while running (%d)" % cancelled)
+        if os.environ.get("ZLLM_KV_EXACT_REPLAYS") == "1":   # the counters the worker logs when it exits
+            p = test.workers["paged"]
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except Exception:
+                pass
+            m = None
+            for log in test.logs:
+                if "/paged." in log:
+                    with open(log, "rb") as f:
+                        m = re.search(r"\((\d+) replayed as decode entries\)", f.read().decode("utf-8", "replace"))
+            print("paged worker: %s generated tokens replayed as decode entries" % (m.group(1) if m else "no count of"),
+                  flush=True)
+            ck.ok(m is not None and int(m.group(1)) > 0, "resumed sequences replayed generated tokens as decodes")
     finally:
         if ck.failed:
             test.dump_logs()

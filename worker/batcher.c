@@ -170,7 +170,8 @@ struct wk_batcher {
                                 * engine's, a cached prefix is not prefilled again, and a sequence short of blocks
                                 * preempts (s_kv_prepare) */
     uint64_t kv_preemptions;   /* sequences preempted (paged) */
-    uint64_t kv_resumed_tokens; /* tokens re-prefilled after preemptions, cached prefix excluded */
+    uint64_t kv_resumed_tokens; /* tokens computed again after preemptions, cached prefix excluded */
+    uint64_t kv_replayed;       /* decode entries replaying a generated token without sampling (s_split) */
     uint64_t kv_key;           /* kv_hash_model of the model name */
     uint64_t kv_hit_tokens;    /* prompt tokens found cached at admission */
     uint64_t kv_prompt_tokens; /* prompt tokens admitted */
@@ -297,6 +298,18 @@ static void s_ph_collected(wk_batcher *b) {
     if (b->timing) b->t_collected = phase_times_now_us();
 }
 
+/* 1 when the engine computes decode entries and prompt rows with different reductions (zl_engine.kv_split_kernels):
+ * then every position is computed by the kind of entry a cold run uses (docs/kv-cache.md): prompt positions as
+ * prompt rows (zl_seq.prompt), generated ones as decode entries of one token, also when a preempted sequence
+ * recomputes them; and only blocks of prompt rows are published, so that no prompt ever reuses decoded rows */
+static int s_split(const wk_batcher *b) { return b->e->kv_split_kernels != 0; }
+
+/* the tokens of record r whose KV rows may be published: all that are written, or with s_split those of its
+ * prompt only */
+static int s_publishable(const wk_batcher *b, const s_rec *r) {
+    return s_split(b) && r->n_past > r->n_prompt ? r->n_prompt : r->n_past;
+}
+
 int batcher_in_flight(const wk_batcher *b) {
     if (b->ahead) return b->fl_count;
     int n = 0;
@@ -374,7 +387,7 @@ static void s_release(wk_batcher *b, int i) {
     s_rec *r = &b->recs[i];
     grammar_matcher_destroy(&r->gm);
     if (b->kvp) { /* its written blocks become findable, then go to the pool's LRU */
-        kv_table_publish(b->kvp, &r->kvt, b->kv_key, r->toks, r->n_past);
+        kv_table_publish(b->kvp, &r->kvt, b->kv_key, r->toks, s_publishable(b, r));
         kv_table_release(b->kvp, &r->kvt);
     }
     if (r->kv >= 0) b->kv_rec[r->kv] = -1;
@@ -664,6 +677,7 @@ int batcher_kv(const wk_batcher *b, wk_kv_stats *st) {
     st->paged = b->paged;
     st->preemptions = b->kv_preemptions;
     st->resumed_tokens = b->kv_resumed_tokens;
+    st->replayed_tokens = b->kv_replayed;
     st->evictions = kv_pool_evictions(b->kvp);
     return 1;
 }
@@ -780,6 +794,10 @@ static int s_entry(wk_batcher *b, s_lane *L, int i, int n, int budget) {
     const int at = s_at(b, s);
     int chunk = s->len - at;
     if (chunk > budget) chunk = budget;
+    /* s_split: a prompt chunk ends at the prompt's end; a generated position (a resumed sequence's replay) is a
+     * decode entry of one token */
+    if (s_split(b) && at < s->n_prompt && at + chunk > s->n_prompt) chunk = s->n_prompt - at;
+    if (s_split(b) && at >= s->n_prompt) chunk = 1;
     zl_seq *q = &L->seqs[n];
     q->slot = s->kv;
     q->pos = at;
@@ -806,6 +824,8 @@ static int s_entry(wk_batcher *b, s_lane *L, int i, int n, int budget) {
     q->plp_out = q->plp_rows ? L->plp + L->plp_used : NULL;
     L->plp_used += q->plp_rows;
     q->blocks = b->paged ? s->kvt.blocks : NULL;
+    q->prompt = at < s->n_prompt;
+    b->kv_replayed += s_split(b) && !q->prompt && !q->sample; /* a generated token replayed: its decode again */
     L->seq_rec[n] = i;
     return chunk;
 }
@@ -836,6 +856,7 @@ static void s_entry_fed(wk_batcher *b, s_lane *L, int i, int n) {
     q->plp_next = NULL;
     q->plp_out = NULL;
     q->blocks = b->paged ? s->kvt.blocks : NULL; /* s_kv_prepare grew it to hold position n_sched (s_can_feed) */
+    q->prompt = 0;
     L->seq_rec[n] = i;
 }
 
@@ -900,7 +921,7 @@ static void s_masks(wk_batcher *b, s_lane *L, int n0, int n) {
  * the token its next decode would have */
 static void s_preempt(wk_batcher *b, int v) {
     s_rec *r = &b->recs[v];
-    kv_table_publish(b->kvp, &r->kvt, b->kv_key, r->toks, r->n_past);
+    kv_table_publish(b->kvp, &r->kvt, b->kv_key, r->toks, s_publishable(b, r));
     kv_table_release(b->kvp, &r->kvt);
     r->n_past = r->n_sched = 0;
     r->resumed = 1;
@@ -941,7 +962,10 @@ static void s_kv_prepare(wk_batcher *b) {
         if (w < 0) break;
         s_rec *r = &b->recs[w];
         const int left = r->max_tokens - r->n_gen, most = b->n_ctx - r->len, gen = left < most ? left : most;
-        while (kv_table_admit(b->kvp, &r->kvt, b->kv_key, r->toks, r->len, gen, WK_KV_HEADROOM, !r->plp) != 0) {
+        /* with s_split a resumed sequence reuses cached blocks of its prompt only: a block of another sequence's
+         * prompt rows may hold the tokens of its generated positions, which it computes as decode entries */
+        const int within = r->plp ? 0 : s_split(b) ? r->n_prompt : r->len;
+        while (kv_table_admit_within(b->kvp, &r->kvt, b->kv_key, r->toks, r->len, gen, WK_KV_HEADROOM, within) != 0) {
             int v = s_victim(b, r->priority, 0, w);
             if (v < 0) goto grow; /* it waits (and every record behind it) until blocks come back */
             s_preempt(b, v);
@@ -984,6 +1008,13 @@ static int s_decoding(const wk_batcher *b, int l) {
     return 0;
 }
 
+/* 1 when record s's next entry has one token and joins the decodes: its last token (a decode, or a prompt's last
+ * token), or with s_split a generated token replayed after a preemption */
+static int s_one_token(const wk_batcher *b, const s_rec *s) {
+    const int at = s_at(b, s);
+    return s->len - at == 1 || (s_split(b) && at >= s->n_prompt && at < s->len);
+}
+
 /* builds the next step of lane l's records into L's seqs after its first n0 entries, within budget tokens;
  * returns the entries and the prompt tokens in *prefill */
 static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int *prefill) {
@@ -996,7 +1027,7 @@ static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int
     for (int k = 0; k < b->n_scan && n < e->max_batch && budget > 0; k++) {
         int i = (k + *rot) % b->n_scan;
         const s_rec *s = &b->recs[i];
-        if (!s_ready(b, i, l) || s->len - s_at(b, s) != 1) continue;
+        if (!s_ready(b, i, l) || !s_one_token(b, s)) continue;
         budget -= s_entry(b, L, i, n++, 1);
     }
     *rot = (*rot + 1) % b->n_scan;
@@ -1014,7 +1045,7 @@ static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int
         int best = -1;
         for (int i = 0; i < b->n_rec; i++) {
             const s_rec *s = &b->recs[i];
-            if (!s_ready(b, i, l) || s->len - s_at(b, s) <= 1) continue;
+            if (!s_ready(b, i, l) || s_one_token(b, s)) continue;
             int taken = 0;
             for (int j = 0; j < n; j++) taken |= L->seq_rec[j] == i;
             if (taken) continue;

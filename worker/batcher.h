@@ -181,7 +181,9 @@ typedef struct {
     uint64_t prompt_tokens; /* prompt tokens admitted */
     int paged;              /* 1: the engine reads KV through the block tables (prefix reuse, preemption) */
     uint64_t preemptions;   /* sequences preempted for blocks (paged) */
-    uint64_t resumed_tokens; /* tokens prefilled again on resumption, cached prefixes excluded (paged) */
+    uint64_t resumed_tokens;  /* tokens computed again on resumption, cached prefixes excluded (paged) */
+    uint64_t replayed_tokens; /* of which generated tokens replayed as decode entries that do not sample, one a
+                               * step (an engine with kv_split_kernels: docs/kv-cache.md) */
     uint64_t evictions;      /* cached blocks reclaimed for new ones */
 } wk_kv_stats;
 int batcher_set_kv(wk_batcher *b, int block_size, const char *model, char *err, size_t errlen);

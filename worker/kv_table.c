@@ -20,9 +20,11 @@ static int table_reserve(kv_table *t, int n) {
 
 /* walks the cached prefix: the ids (ids may be NULL) and chain hash of the leading cached full blocks, never the
  * block holding the last prompt token */
-static int cached_walk(const kv_pool *p, uint64_t key, const int32_t *tokens, int n, int32_t *ids, uint64_t *last) {
+static int cached_walk(const kv_pool *p, uint64_t key, const int32_t *tokens, int n, int32_t *ids, uint64_t *last,
+                       int within) {
     int bs = kv_pool_block_size(p);
     int k_max = n >= 1 ? (n - 1) / bs : 0, k = 0;
+    if (within < n && k_max > within / bs) k_max = within > 0 ? within / bs : 0;
     uint64_t h = 0;
     while (k < k_max) {
         uint64_t h2 = kv_hash_block(key, h, tokens + (size_t)k * bs, bs);
@@ -38,17 +40,22 @@ static int cached_walk(const kv_pool *p, uint64_t key, const int32_t *tokens, in
 
 int kv_table_cached_prefix(const kv_pool *p, uint64_t model_key, const int32_t *tokens, int n) {
     if (!p || !tokens || n < 1) return 0;
-    return cached_walk(p, model_key, tokens, n, NULL, NULL);
+    return cached_walk(p, model_key, tokens, n, NULL, NULL, n);
 }
 
 int kv_table_admit(kv_pool *p, kv_table *t, uint64_t model_key, const int32_t *tokens, int n, int max_tokens,
                    int headroom, int reuse) {
+    return kv_table_admit_within(p, t, model_key, tokens, n, max_tokens, headroom, reuse ? n : 0);
+}
+
+int kv_table_admit_within(kv_pool *p, kv_table *t, uint64_t model_key, const int32_t *tokens, int n, int max_tokens,
+                          int headroom, int within) {
     if (!p || !t || !tokens || n < 1 || t->n_blocks) return -1;
     int bs = kv_pool_block_size(p);
     int need_all = blocks_for(n, bs);
     if (table_reserve(t, need_all + 1) != 0) return -1;
     uint64_t h = 0;
-    int k = reuse ? cached_walk(p, model_key, tokens, n, t->blocks, &h) : 0;
+    int k = within > 0 ? cached_walk(p, model_key, tokens, n, t->blocks, &h, within) : 0;
     int revive = 0; /* cached (unreferenced) blocks among them: taking them lowers what is available */
     for (int i = 0; i < k; i++) revive += kv_pool_refcount(p, t->blocks[i]) == 0;
     int64_t total = (int64_t)n + (max_tokens > 0 ? max_tokens : 0);

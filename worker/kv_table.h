@@ -32,6 +32,11 @@ typedef struct {
  * Returns 0, or -1 with t left empty and nothing taken (no memory, or not enough blocks: kv_table_admit_fits). */
 int kv_table_admit(kv_pool *p, kv_table *t, uint64_t model_key, const int32_t *tokens, int n, int max_tokens,
                    int headroom, int reuse);
+/* kv_table_admit taking cached blocks only among the first `within` tokens (whole blocks that end at or before
+ * it; 0: none): a resumed sequence on an engine with kv_split_kernels reuses blocks of its prompt only, never
+ * blocks that would stand for its generated positions (docs/kv-cache.md) */
+int kv_table_admit_within(kv_pool *p, kv_table *t, uint64_t model_key, const int32_t *tokens, int n, int max_tokens,
+                          int headroom, int within);
 /* Counts the leading cached full blocks of tokens[0..n) (the same rule as admit) without taking anything */
 int kv_table_cached_prefix(const kv_pool *p, uint64_t model_key, const int32_t *tokens, int n);
 /* Publishes the full blocks among the first n_known tokens whose KV is written (tokens: the sequence's tokens,

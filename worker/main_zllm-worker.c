@@ -76,6 +76,8 @@ typedef struct {
     int heartbeat_ms;              /* heartbeat interval */
     int step_delay_ms;             /* fault injection / test pacing: sleep after each step (0: off) */
     int fail_at_step;              /* fault injection: step N reports an engine error (0: off) */
+    int kv_split;                  /* --debug-kv-split: the engine is taken as one with kv_split_kernels (tests run
+                                    * the CUDA engine's batcher paths on the CPU engines) */
     int stage, n_stages;           /* pipeline stage I of N (worker/stage.h); n_stages 0: no pipeline */
     const char *group;             /* pipeline shm group name (--group) */
     int lanes;                     /* --lanes: steps in flight (batcher.h); 0: what the engine asks for */
@@ -178,6 +180,9 @@ static void s_usage(FILE *f) {
             "  --heartbeat-ms MS    heartbeat interval, 10..60000 (default 500)\n"
             "  --debug-step-delay-ms MS  sleep after every step, 0..10000 (default 0; tests: slows streams down)\n"
             "  --debug-fail-at-step N    step N fails as a device error would (default never; tests: the fatal path)\n"
+            "  --debug-kv-split 1   treat the engine as one whose decode and prefill kernels differ (as CUDA's):\n"
+            "                       only prompt rows are published, a resumed sequence replays its generated\n"
+            "                       tokens as decode entries (tests of those paths on the CPU engines)\n"
             "  --stage I/N          pipeline stage I of N (docs/pipeline.md; all cpu, or all cuda[:K]): stage 0\n"
             "                       talks to the broker,\n"
             "                       stages 1..N-1 need no --broker and serve stage 0 through shared memory\n"
@@ -201,8 +206,9 @@ static void s_usage(FILE *f) {
             "                       prompt prefix is not\n"
             "                       prefilled again, and a sequence short of blocks preempts the lowest priority,\n"
             "                       newest one; at least ceil(ctx / kv-block) + 1; 0: contiguous slots; default:\n"
-            "                       as many blocks as the slots hold, where paged KV can run and is exact (no\n"
-            "                       --lanes N > 1, --stage or CUDA device), else contiguous slots\n"
+            "                       as many blocks as the slots hold, where paged KV can run (no --lanes N > 1\n"
+            "                       nor --stage; on CUDA a --kv-block of 16..256, a power of two), else\n"
+            "                       contiguous slots\n"
             "  --curve-server-key FILE  CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
             "  --curve-key FILE     CURVE: this worker's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
             "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n"
@@ -261,6 +267,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
         else if (!strcmp(a, "--heartbeat-ms")) bad = s_int(v, 10, 60000, &o->heartbeat_ms);
         else if (!strcmp(a, "--debug-step-delay-ms")) bad = s_int(v, 0, 10000, &o->step_delay_ms);
         else if (!strcmp(a, "--debug-fail-at-step")) bad = s_int(v, 0, INT_MAX, &o->fail_at_step);
+        else if (!strcmp(a, "--debug-kv-split")) bad = s_int(v, 0, 1, &o->kv_split);
         else if (!strcmp(a, "--stage")) bad = stage_parse(v, &o->stage, &o->n_stages);
         else if (!strcmp(a, "--group")) o->group = v;
         else if (!strcmp(a, "--lanes")) bad = s_int(v, 1, WK_MAX_LANES, &o->lanes);
@@ -767,13 +774,12 @@ int main(int argc, char **argv) {
     eo.n_ctx = w.o.n_ctx;
     eo.max_step_tokens = w.o.step_tokens;
     eo.threads = w.o.threads;
-    /* paged KV where asked for, or by default where it can run (one lane, no stages; steps queued ahead or not)
-     * and is exact: not by default on CUDA, whose 1-token entries take the decode kernels (another reduction than
-     * a prefill's), so a cached block of decoded positions, a 1-token prompt chunk after a cached prefix and a
-     * preempted sequence's recomputation would not give a cold run's bits (docs/kv-cache.md). The engine grants
+    /* paged KV where asked for, or by default where it can run (one lane, no stages; steps queued ahead or not).
+     * It is exact on every engine: where decode and prefill kernels differ (CUDA: zl_engine.kv_split_kernels) the
+     * batcher computes each position by the kind of entry a cold run uses (docs/kv-cache.md). The engine grants
      * it or not (zl_engine.kv_block), and batcher_set_kv checks what was granted */
-    const int exact_engine = !w.o.device || strncmp(w.o.device, "cuda", 4) != 0;
-    const int paged_ok = w.o.lanes <= 1 && !w.o.n_stages && exact_engine;
+    const int cuda = w.o.device && strncmp(w.o.device, "cuda", 4) == 0, bs = w.o.kv_block;
+    const int paged_ok = w.o.lanes <= 1 && !w.o.n_stages && (!cuda || (bs >= 16 && bs <= 256 && !(bs & (bs - 1))));
     if (w.o.kv_block && (w.o.kv_blocks > 0 || (w.o.kv_blocks < 0 && paged_ok))) {
         eo.kv_block = w.o.kv_block;
         eo.kv_blocks = w.o.kv_blocks > 0 ? w.o.kv_blocks : 0;
@@ -800,6 +806,7 @@ int main(int argc, char **argv) {
         s_log(&w, "engine: %s", err);
         goto fail;
     }
+    if (w.o.kv_split) w.engine->kv_split_kernels = 1;
     eog = s_eog_map(&w);
     if (!eog) goto oom;
     w.batcher = batcher_new(w.engine, eog, w.model->cfg.vocab_size, err, sizeof err);
@@ -860,6 +867,14 @@ int main(int argc, char **argv) {
         batcher_lanes(w.batcher), batcher_lanes(w.batcher) > 1 ? "s" : "",
         batcher_ahead(w.batcher) ? ", steps queued ahead" : "", paged, w.o.broker);
     rc = s_run(&w) == 0 ? 0 : 1;
+    wk_kv_stats kvs;
+    if (batcher_kv(w.batcher, &kvs) && kvs.paged)
+        s_log(&w,
+              "kv: %llu of %llu prompt tokens hit, %llu preemptions, %llu tokens computed again (%llu replayed "
+              "as decode entries)",
+              (unsigned long long)kvs.hit_tokens, (unsigned long long)kvs.prompt_tokens,
+              (unsigned long long)kvs.preemptions, (unsigned long long)kvs.resumed_tokens,
+              (unsigned long long)kvs.replayed_tokens);
     if (stage_leader_failed(w.engine)) {
         s_log(&w, "pipeline group %s failed", w.o.group);
         rc = 1;

@@ -541,6 +541,7 @@ static int s_leader_submit_n(s_leader *L, const zl_step *st, int per_step) {
             x->pos = s->pos;
             x->n_tokens = s->n_tokens;
             x->sample = s->sample;
+            x->prompt = s->prompt;
             x->has_samp = s->samp != NULL;
             if (s->samp) x->samp = *s->samp;
             x->has_rng = s->rng != NULL;
@@ -939,10 +940,16 @@ int stage_run_follower(const zl_model *m, const stage_opts *so_in, const volatil
         const int32_t *hist = s_hist(d);
         for (int i = 0; i < d->n; i++) {
             rngs[i] = x[i].rng;
-            seqs[i] = (zl_seq){ .slot = x[i].slot, .pos = x[i].pos, .n_tokens = x[i].n_tokens, .tokens = NULL,
-                                .sample = x[i].sample, .samp = x[i].has_samp ? &x[i].samp : NULL,
-                                .history = x[i].n_hist ? hist + x[i].hist_off : NULL, .n_history = x[i].n_hist,
-                                .rng = x[i].has_rng ? &rngs[i] : NULL };
+            seqs[i] = (zl_seq){.slot = x[i].slot,
+                               .pos = x[i].pos,
+                               .n_tokens = x[i].n_tokens,
+                               .tokens = NULL,
+                               .sample = x[i].sample,
+                               .prompt = x[i].prompt,
+                               .samp = x[i].has_samp ? &x[i].samp : NULL,
+                               .history = x[i].n_hist ? hist + x[i].hist_off : NULL,
+                               .n_history = x[i].n_hist,
+                               .rng = x[i].has_rng ? &rngs[i] : NULL};
         }
         if (last) {
             if (s_run_layers(e, g, seqs, d->n, &in_link, h_in, NULL, NULL, toks) != 0) {

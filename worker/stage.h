@@ -52,6 +52,8 @@ typedef struct {
     int32_t has_samp;              /* 0: greedy (zl_seq.samp was NULL) */
     int32_t has_rng;               /* 1: rng carries the generator state (returned advanced) */
     int32_t hist_off, n_hist;      /* [hist_off, hist_off + n_hist) of the descriptor's history ids */
+    int32_t prompt;                /* as zl_seq.prompt: every stage runs the entry through the same kernels */
+    int32_t pad;
     zl_sampling samp;              /* sampling parameters when has_samp */
     uint64_t rng;                  /* generator state before sampling */
 } stage_entry;
