@@ -60,7 +60,7 @@ o = float(re.search(r'([0-9.]+) output tokens/s', t).group(1)); \
 f = re.search(r'requests: [0-9]+ \([0-9]+ ok([^)]*)\)', t).group(1); \
 print('%.1f output tokens per request (finish%s)' % (o * w / ok if ok else 0, f))")" >&2
     # "WALL STEADY": output tokens/s over the whole run and over its steady window (zllm bench's steady: line)
-    echo "$(echo "$out" | grep ' wall ' | sed -n 's/.* \([0-9.]*\) output tokens\/s.*/\1/p')" \
+    echo "$(echo "$out" | grep '^wall ' | sed -n 's/.* \([0-9.]*\) output tokens\/s.*/\1/p')" \
         "$(echo "$out" | sed -n 's/^steady: \([0-9.]*\) output tokens\/s.*/\1/p')"
     # the worker's phase lines of this run (SIGUSR1 logs them and starts afresh)
     local n
