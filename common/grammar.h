@@ -71,6 +71,21 @@ int grammar_matcher_can_continue(const zg_matcher *m); /* 1: some continuation b
  * number of allowed ids (0 only for a matcher that cannot go on and does not accept: never after a successful
  * accept, since every allowed token leaves an accepting or continuable state). */
 int grammar_matcher_mask(zg_matcher *m, const zg_vocab *v, uint32_t *mask);
+/* A mask walk's work is bounded. Its units are a stack expanded or a stack stepped by a code point; a walk may
+ * spend ZG_MASK_WORK_BASE units plus ZG_MASK_WORK_NODE per vocabulary trie node it entered (a prefix the grammar
+ * takes), and never more than ZG_MASK_WORK. A walk that would go past its bound stops, its mask allows nothing
+ * (count 0) and the matcher is spent: it refuses every token from then on, so its sequence ends with an error, as
+ * with a mask that nothing can satisfy. The work depends only on the parse state, the grammar and the vocabulary,
+ * so the same request is spent at the same token on every run, in any batch. Grammars of real use spend a few
+ * units per node entered (JSON schemas at most about 30, over SmolLM2's and Gemma 3's vocabularies) and at most a
+ * few hundred thousand in all; a highly ambiguous grammar, such as a nullable alternative inside nested counted
+ * repetitions, spends thousands per node, and is spent within about ZG_MASK_WORK_BASE units (about 10 ms) instead
+ * of costing up to a second per mask. */
+#define ZG_MASK_WORK_BASE ((uint64_t)1 << 16)
+#define ZG_MASK_WORK_NODE 64
+#define ZG_MASK_WORK ((uint64_t)1 << 22)
+uint64_t grammar_matcher_work(const zg_matcher *m); /* the last mask walk's work units (0 for a remembered mask) */
+int grammar_matcher_spent(const zg_matcher *m);     /* 1: a walk went over ZG_MASK_WORK */
 
 /* The masks a grammar remembers by parse state, shared by all its matchers: a state seen before costs a copy of
  * its mask (bit for bit what a walk gives). Bounded by bytes: ZG_MASK_CACHE_BYTES per grammar by default (0: no

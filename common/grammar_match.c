@@ -54,6 +54,11 @@ struct zg_matcher {
     int cap_stamp;
     uint32_t gen;
     int oom;
+    /* the mask walk's work, in stack expansions and stack steps, and the trie nodes it entered (ZG_MASK_WORK and
+     * ZG_MASK_WORK_NODE bound the one by the other): work_on is 1 during a walk; spent is 1 once a walk went over
+     * the bound, and then the matcher refuses every token */
+    uint64_t work, visited;
+    int work_on, spent;
     int any; /* s_set_step_any: expansion stops once the open set holds a stack (only its emptiness matters) */
     /* s_state_key's numbering of the nodes it wrote: kidx[s] is node s's index when kgen[s] == key_gen */
     int32_t *kidx;
@@ -225,6 +230,16 @@ static int s_scr_open(zg_matcher *m) {
 
 /* ---- the grammar walk ---- */
 
+/* counts one unit of a mask walk's work; 1 once the walk is over its bound (grammar.h: the matcher is then spent).
+ * The count depends only on the parse state, the grammar and the vocabulary, so a state either always or never
+ * goes over: a spent matcher is the same on every run, whatever batch its sequence is in. */
+static int s_over(zg_matcher *m) {
+    if (!m->work_on) return 0;
+    if (++m->work <= ZG_MASK_WORK_BASE + ZG_MASK_WORK_NODE * m->visited && m->work <= ZG_MASK_WORK) return 0;
+    m->spent = 1;
+    return 1;
+}
+
 static int s_is_end(uint32_t t) { return t == ZG_END || t == ZG_ALT; }
 
 /* the stack whose top is position pos over parent, with pos at a sequence's end meaning the parent */
@@ -236,7 +251,7 @@ static int32_t s_next(zg_matcher *m, int32_t pos, int32_t parent) {
  * expands to the same stacks each time: one already expanded into this set is skipped (nullable rules reach a
  * stack along many paths, as many as 2^depth), and so is everything once the set is full. */
 static void s_expand(zg_matcher *m, int32_t s, int depth) {
-    if (m->oom || s < -1) {
+    if (m->oom || s < -1 || s_over(m)) {
         m->oom = 1;
         return;
     }
@@ -343,6 +358,10 @@ static int s_step_cp(zg_matcher *m, int src, int n, uint32_t c) {
     for (int i = 0; i < n; i++) {
         int32_t s = m->scr[src + 1 + i];
         if (s < 0) continue;
+        if (s_over(m)) {
+            m->oom = 1;
+            return -1;
+        }
         int32_t end;
         if (!s_class(m->g->el, m->nodes[s].pos, c, &end)) continue;
         s_expand(m, s_next(m, end, m->nodes[s].parent), 0);
@@ -476,6 +495,9 @@ int grammar_matcher_accepting(const zg_matcher *m) {
     return 0;
 }
 
+uint64_t grammar_matcher_work(const zg_matcher *m) { return m->work; }
+int grammar_matcher_spent(const zg_matcher *m) { return m->spent; }
+
 int grammar_matcher_can_continue(const zg_matcher *m) {
     if (m->finished) return 0;
     for (int i = 0; i < m->n_set; i++)
@@ -520,6 +542,7 @@ static void s_compact(zg_matcher *m) {
 }
 
 int grammar_matcher_accept_bytes(zg_matcher *m, const char *bytes, size_t n) {
+    if (m->spent) return -1;
     if (m->finished) return n == 0 ? 0 : -1;
     int mark = m->n_nodes;
     s_utf u = {m->part, m->part_min, m->part_left};
@@ -569,6 +592,7 @@ refuse:
 
 int grammar_matcher_accept_token(zg_matcher *m, const zg_vocab *v, int32_t id) {
     if (!v || id < 0 || id >= v->n_vocab) return -1;
+    if (m->spent) return -1;
     if (v->eog[id]) {
         if (!grammar_matcher_accepting(m)) return -1;
         m->finished = 1;
@@ -778,7 +802,7 @@ static int s_set_partial_ok(zg_matcher *m, int32_t sid, const s_utf *u) {
 static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int32_t sid, s_utf u, uint32_t *mask, int *count,
                    int depth) {
     const s_tnode *tp = &v->tn[t];
-    for (int32_t c = tp->first, end = tp->first + tp->n_child; c < end; c++) {
+    for (int32_t c = tp->first, end = tp->first + tp->n_child; c < end && !m->spent; c++) {
         const s_tnode *cn = &v->tn[c];
         unsigned b = cn->byte;
         s_utf w = u;
@@ -795,6 +819,7 @@ static void s_walk(zg_matcher *m, const zg_vocab *v, int32_t t, int32_t sid, s_u
             else if (r == 1) nsid = leaf ? (s_leaf_step(m, sid, cp) ? sid : -1) : s_memo_step(m, sid, cp);
         }
         if (nsid < 0) continue;
+        m->visited++;
         for (int32_t id = cn->tok; id >= 0; id = v->tok_next[id])
             if (!(mask[id >> 5] >> (id & 31) & 1)) {
                 mask[id >> 5] |= 1u << (id & 31);
@@ -855,7 +880,7 @@ static int s_mask_walk(zg_matcher *m, const zg_vocab *v, uint32_t *mask);
 
 int grammar_matcher_mask(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
     const size_t words = ((size_t)v->n_vocab + 31) / 32;
-    if (m->finished) {
+    if (m->finished || m->spent) {
         memset(mask, 0, words * sizeof *mask);
         return 0;
     }
@@ -865,6 +890,7 @@ int grammar_matcher_mask(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
     if (klen > 0) {
         int count = zg_mcache_get(&g->mc, v, h, m->scr, klen, mask, words);
         if (count >= 0) {
+            m->work = 0;
             m->n_scr = 0;
             return count;
         }
@@ -877,7 +903,7 @@ int grammar_matcher_mask(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
     m->n_scr = 0;
     m->oom = 0;
     int count = s_mask_walk(m, v, mask);
-    if (key) zg_mcache_put(&g->mc, v, h, key, klen, mask, words, count);
+    if (key && !m->spent) zg_mcache_put(&g->mc, v, h, key, klen, mask, words, count);
     free(key);
     return count;
 }
@@ -928,10 +954,17 @@ static int s_mask_walk(zg_matcher *m, const zg_vocab *v, uint32_t *mask) {
     int32_t sid = s_set_intern(m, at);
     m->n_scr = 0;
     s_utf u = {m->part, m->part_min, m->part_left};
+    m->work = m->visited = 0;
+    m->work_on = 1;
     if (sid >= 0) s_walk(m, v, 0, sid, u, mask, &count, 0);
+    m->work_on = 0;
     s_release(m, mark);
     m->n_scr = 0;
     m->oom = 0;
+    if (m->spent) { /* over the bound: nothing is allowed, and the matcher refuses every token from now on */
+        memset(mask, 0, ((size_t)v->n_vocab + 31) / 32 * sizeof *mask);
+        count = 0;
+    }
     return count;
 }
 

@@ -148,6 +148,8 @@ def brackets_ok(t):
 
 GBNF[1] = (GBNF[1][0], brackets_ok)
 
+HOSTILE = "root ::= \"\" | [$(0ff] . root{1,3}{817}\n"  # a nullable alternative in nested counted repetitions
+
 BAD = [
     ({"type": "json_schema", "schema": {"type": "integer", "maximum": 3}}, "maximum"),
     ({"type": "json_schema", "schema": {"enum": []}}, "unsatisfiable"),
@@ -280,7 +282,13 @@ def main():
         jobs = [("re%d" % i, {"type": "regex", "regex": r}) for i, r in enumerate(REGEXES)]
         jobs += [("g%d" % i, {"type": "grammar", "grammar": g}) for i, (g, _) in enumerate(GBNF)]
         jobs += [("obj", {"type": "json_object"})]
+        # a grammar whose masks go over the work bound (common/grammar.h): its request ends with an error at its
+        # first mask, and every other request of the batch ends as it would alone
+        jobs += [("hostile", {"type": "grammar", "grammar": HOSTILE})]
         res = run_all(c, jobs, 120, 120)
+        m = res.get("hostile", {})
+        ck.ok(m.get("finish") == "error" and m.get("code") == "worker_failed" and m.get("text", "") == "",
+              "a grammar over the mask work bound -> %r (%s %s)" % (m.get("text"), m.get("finish"), m.get("code")))
         for i, r in enumerate(REGEXES):
             m = res.get("re%d" % i, {})
             ck.ok(m.get("finish") == "stop" and re.fullmatch(r, m.get("text", "")) is not None,

@@ -280,8 +280,8 @@ done:
 
 /* the mask of a state at the stack bound (1024 parses), walked every time (no mask cache): a token ending at a trie
  * leaf (here every byte) needs only one parse that takes its last character, and a character no parse's top takes
- * is refused without stepping the parses. 1000 walks take about 0.1 s of CPU (stepping every parse for every byte
- * takes about 0.9 s); the bound leaves room for a slower host */
+ * is refused without stepping the parses. Counted in the walk's work units (grammar_matcher_work): stepping every
+ * parse for every byte would take 1024 per byte, about 260,000; the walk takes a few thousand */
 static void test_ambiguous_mask_cost(void) {
     char err[256];
     zg_vocab *v = s_byte_vocab();
@@ -294,11 +294,13 @@ static void test_ambiguous_mask_cost(void) {
     grammar_mask_cache_limit(g, 0);
     uint32_t mask[9], first[9];
     int n0 = grammar_matcher_mask(m, v, first), same = 0;
-    clock_t c0 = clock();
-    for (int i = 0; i < 1000; i++) same += grammar_matcher_mask(m, v, mask) == n0 && !memcmp(mask, first, sizeof mask);
-    double s = (double)(clock() - c0) / CLOCKS_PER_SEC;
-    CHECK(n0 > 0 && same == 1000, "%d of 1000 walks gave the first walk's mask (%d ids)", same, n0);
-    CHECK(s < 0.5, "1000 masks at the stack bound took %.2f s CPU", s);
+    const uint64_t w0 = grammar_matcher_work(m);
+    for (int i = 0; i < 100; i++)
+        same += grammar_matcher_mask(m, v, mask) == n0 && !memcmp(mask, first, sizeof mask) &&
+                grammar_matcher_work(m) == w0;
+    CHECK(n0 > 0 && same == 100, "%d of 100 walks gave the first walk's mask (%d ids) and work", same, n0);
+    CHECK(w0 > 0 && w0 < 20000, "a mask at the stack bound took %llu work units", (unsigned long long)w0);
+    CHECK(!grammar_matcher_spent(m), "a grammar of bounded ambiguity is not spent");
 done:
     grammar_matcher_destroy(&m);
     grammar_unref(&g);
@@ -306,7 +308,7 @@ done:
 }
 
 /* a nullable rule repeated inside itself: each step's expansion reaches the same stacks along exponentially many
- * paths unless each stack is expanded once; 64 tokens take milliseconds (a bound of seconds for a loaded host) */
+ * paths unless each stack is expanded once; counted in work units, 64 tokens take a few thousand per mask */
 static void test_nullable_nesting(void) {
     char err[256];
     zg_vocab *v = s_byte_vocab();
@@ -314,20 +316,61 @@ static void test_nullable_nesting(void) {
     zg_grammar *g = grammar_compile(ZG_GBNF, text, strlen(text), err, sizeof err);
     zg_matcher *m = g ? grammar_matcher_new(g, err, sizeof err) : NULL;
     CHECK(v && m, "grammar: %s", err);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     int steps = 0;
+    uint64_t worst = 0;
     uint32_t mask[9];
     for (; m && steps < 64; steps++) {
         if (grammar_matcher_mask(m, v, mask) == 0) break;
+        worst = grammar_matcher_work(m) > worst ? grammar_matcher_work(m) : worst;
         int id = steps % 2 ? 'x' : 'a'; /* a class character, then any: each pair nests two or three more roots */
         if (!(mask[id >> 5] >> (id & 31) & 1) || grammar_matcher_accept_token(m, v, id) != 0) break;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     CHECK(steps == 64, "stopped after %d tokens", steps);
-    CHECK(s < 3.0, "64 tokens took %.2f s", s);
+    CHECK(worst > 0 && worst < 20000, "the worst of 64 masks took %llu work units", (unsigned long long)worst);
     grammar_matcher_destroy(&m);
+    grammar_unref(&g);
+    grammar_vocab_destroy(&v);
+}
+
+/* the work bound (grammar.h): a nullable alternative inside nested counted repetitions costs thousands of work
+ * units per trie node the walk enters; its walk stops at the bound, allows nothing, and the matcher then refuses
+ * every token. Two matchers of the grammar are spent at the same state with the same work (the bound is
+ * deterministic), and a mask remembered by the grammar never stands for a walk that went over */
+static void test_work_bound(void) {
+    char err[256];
+    zg_vocab *v = s_byte_vocab();
+    const char *text = "root ::= \"\" | [$(0ff] . root{1,3}{817}\n";
+    zg_grammar *g = grammar_compile(ZG_GBNF, text, strlen(text), err, sizeof err);
+    zg_matcher *a = g ? grammar_matcher_new(g, err, sizeof err) : NULL;
+    zg_matcher *b = g ? grammar_matcher_new(g, err, sizeof err) : NULL;
+    CHECK(v && a && b, "grammar: %s", err);
+    if (!v || !a || !b) goto done;
+    uint32_t mask[9];
+    /* the first mask is cheap (one character a token); after one character the walk goes over */
+    CHECK(grammar_matcher_mask(a, v, mask) > 0 && grammar_matcher_accept_token(a, v, '$') == 0 &&
+              grammar_matcher_mask(b, v, mask) > 0 && grammar_matcher_accept_token(b, v, '$') == 0,
+          "the first character");
+    int na = grammar_matcher_mask(a, v, mask);
+    const uint64_t wa = grammar_matcher_work(a);
+    int zero = 1;
+    for (int i = 0; i < 9; i++) zero &= mask[i] == 0;
+    CHECK(na == 0 && zero && grammar_matcher_spent(a), "over the bound: %d ids allowed, spent %d", na,
+          grammar_matcher_spent(a));
+    CHECK(wa > ZG_MASK_WORK_BASE && wa <= ZG_MASK_WORK_BASE + 64 * ZG_MASK_WORK_NODE + 1,
+          "stopped at %llu work units", (unsigned long long)wa);
+    CHECK(grammar_matcher_accept_token(a, v, '$') != 0 && grammar_matcher_accept_bytes(a, "$", 1) != 0,
+          "a spent matcher refuses every token");
+    int nb = grammar_matcher_mask(b, v, mask);
+    CHECK(nb == 0 && grammar_matcher_spent(b) && grammar_matcher_work(b) == wa,
+          "the second matcher: %d ids, spent %d, %llu units", nb, grammar_matcher_spent(b),
+          (unsigned long long)grammar_matcher_work(b));
+    uint64_t hits = 0, misses = 0;
+    grammar_mask_cache_stats(g, &hits, &misses, NULL);
+    CHECK(hits == 1, "a walk over the bound is not remembered (%llu hits: the first state's only)",
+          (unsigned long long)hits);
+done:
+    grammar_matcher_destroy(&a);
+    grammar_matcher_destroy(&b);
     grammar_unref(&g);
     grammar_vocab_destroy(&v);
 }
@@ -608,6 +651,7 @@ int main(void) {
     test_ambiguous_mask_cost();
     test_dead_ends();
     test_nullable_nesting();
+    test_work_bound();
     test_vocab_walks();
     test_mask_cache();
     test_cache();

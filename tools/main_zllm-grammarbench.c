@@ -211,7 +211,8 @@ int main(int argc, char **argv) {
         goto done;
     }
     double mask_ms = 0, worst = 0;
-    long n_masks = 0, n_allowed = 0;
+    long n_masks = 0, n_allowed = 0, n_spent = 0;
+    uint64_t work = 0, work_max = 0;
     for (int w = 0; w < walks; w++) {
         zg_matcher *m = grammar_matcher_new(gr, err, sizeof err);
         for (int s = 0; m && s < steps; s++) {
@@ -222,6 +223,9 @@ int main(int argc, char **argv) {
             worst = d > worst ? d : worst;
             n_masks++;
             n_allowed += n;
+            work += grammar_matcher_work(m);
+            work_max = grammar_matcher_work(m) > work_max ? grammar_matcher_work(m) : work_max;
+            n_spent += grammar_matcher_spent(m);
             int k = 0;
             for (int i = 0; i < nv; i++)
                 if (mask[i >> 5] >> (i & 31) & 1) allowed[k++] = i;
@@ -238,6 +242,9 @@ int main(int argc, char **argv) {
            "remembered)\n",
            nv, n_masks ? mask_ms / (double)n_masks : 0.0, worst, n_masks ? (double)n_allowed / (double)n_masks : 0.0,
            n_masks, hits + misses ? 100.0 * (double)hits / (double)(hits + misses) : 0.0);
+    printf("mask work (stacks expanded and stepped): %.0f mean, %llu worst; %ld walks went over their bound (the "
+           "sequence ends there)\n",
+           n_masks ? (double)work / (double)n_masks : 0.0, (unsigned long long)work_max, n_spent);
     rc = serve > 0 ? s_serve(gr, v, serve, requests, steps) : 0;
 done:
     free(mask);
