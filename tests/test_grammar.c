@@ -356,8 +356,8 @@ static void test_work_bound(void) {
     for (int i = 0; i < 9; i++) zero &= mask[i] == 0;
     CHECK(na == 0 && zero && grammar_matcher_spent(a), "over the bound: %d ids allowed, spent %d", na,
           grammar_matcher_spent(a));
-    CHECK(wa > ZG_MASK_WORK_BASE && wa <= ZG_MASK_WORK_BASE + 64 * ZG_MASK_WORK_NODE + 1,
-          "stopped at %llu work units", (unsigned long long)wa);
+    CHECK(wa > ZG_MASK_WORK_BASE && wa <= ZG_MASK_WORK_BASE + 64 * ZG_MASK_WORK_NODE + 1, "stopped at %llu work units",
+          (unsigned long long)wa);
     CHECK(grammar_matcher_accept_token(a, v, '$') != 0 && grammar_matcher_accept_bytes(a, "$", 1) != 0,
           "a spent matcher refuses every token");
     int nb = grammar_matcher_mask(b, v, mask);
