@@ -1226,11 +1226,13 @@ static void test_kv_cache_off(const zl_model *m) {
             uint64_t h[64];
             CHECK(st.paged == paged && st.prompt_tokens == 26, "paged %d: %llu prompt tokens", paged,
                   (unsigned long long)st.prompt_tokens);
-            if (on) CHECK(st.hit_tokens == 12, "paged %d cache on: 12 tokens hit (%llu)", paged,
-                          (unsigned long long)st.hit_tokens);
-            else CHECK(st.hit_tokens == 0 && st.cached == 0 && batcher_kv_hashes(b, h, 64) == 0,
-                       "paged %d cache off: nothing hit (%llu), cached (%d) nor reported", paged,
-                       (unsigned long long)st.hit_tokens, st.cached);
+            if (on)
+                CHECK(st.hit_tokens == 12, "paged %d cache on: 12 tokens hit (%llu)", paged,
+                      (unsigned long long)st.hit_tokens);
+            else
+                CHECK(st.hit_tokens == 0 && st.cached == 0 && batcher_kv_hashes(b, h, 64) == 0,
+                      "paged %d cache off: nothing hit (%llu), cached (%d) nor reported", paged,
+                      (unsigned long long)st.hit_tokens, st.cached);
             batcher_destroy(&b);
             engine_destroy(&e);
         }
