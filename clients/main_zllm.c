@@ -109,10 +109,10 @@ typedef struct {
     int n_prefixes;                /* --prefixes: shared prompt prefixes (benchload_prefix); 0 = none */
     int prefix_len;                /* --prefix-len: their tokens */
     unsigned long long prefix_seed; /* --prefix-seed */
-    int turns;                     /* --turns: turns per chat (1: independent requests) */
-    int hi_every_ms;               /* --hi-every: one high-priority probe every this many ms; 0 = none */
-    int hi_priority;               /* --hi-priority */
-    int hi_plen, hi_out;           /* --hi-prompt-len, --hi-out-len */
+    int turns;                      /* --turns: turns per chat (1: independent requests) */
+    int hi_every_ms;                /* --hi-every: one high-priority probe every this many ms; 0 = none */
+    int hi_priority;                /* --hi-priority */
+    int hi_plen, hi_out;            /* --hi-prompt-len, --hi-out-len */
 } s_args;
 
 static volatile sig_atomic_t s_interrupted;
@@ -1158,7 +1158,8 @@ static int s_bench(zllm_client *c, const s_args *a) {
     int first_wave_started = 0;
     char err[256], id[64];
     int fin_count[PROTO_FINISH_COUNT] = {0};
-    double t0 = s_now(), t_main_end = 0, t_scan = t0, t_long = t0 + a->long_every_ms / 1000.0, t_hi = t0 + a->hi_every_ms / 1000.0;
+    double t0 = s_now(), t_main_end = 0, t_scan = t0, t_long = t0 + a->long_every_ms / 1000.0,
+           t_hi = t0 + a->hi_every_ms / 1000.0;
 /* a measured request k has ended (final or client timeout): its chat's next turn is ready, or its stream free */
 #define S_ENDED(k)                                                                                                     \
     do {                                                                                                               \
