@@ -27,7 +27,7 @@ set -uo pipefail
 build=${1:?usage: bench_kv.sh BUILD DEVICE MODEL}
 dev=${2:?usage: bench_kv.sh BUILD DEVICE MODEL}
 model=${3:?usage: bench_kv.sh BUILD DEVICE MODEL}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 [ -f "$model" ] || { echo "bench_kv.sh: no model file $model" >&2; exit 1; }
 
 gpu=0
@@ -130,7 +130,7 @@ fail() { # NAME: the scenario's failure line
 
 scenario_cached_ttft() {
     local pre=$((LONG * 9 / 10)) warm=
-    start s1 --max-batch 2 --ctx $((LONG + 64)) || return 1
+    start s1 --max-batch 2 --ctx $(((LONG + 64 + 255) / 256 * 256)) || return 1
     # a warm-up (the first steps of a fresh worker), then cold prompts: LONG fresh ids each, nothing cached
     bench s1-warmup.txt -N 2 -c 1 --prompt-len 16 --out-len 2 --bench-seed 100 || return 1
     bench s1-cold.txt -N "$REPS" -c 1 --prompt-len "$LONG" --out-len 1 --bench-seed 101 || return 1
@@ -149,7 +149,7 @@ scenario_cached_ttft() {
 }
 
 scenario_multiturn() {
-    local n=$((CHATS * TURNS)) ctx=$((SYS + TURNS * (NEW + OUT) + 16)) pc
+    local n=$((CHATS * TURNS)) ctx=$(((SYS + TURNS * (NEW + OUT) + 16 + 255) / 256 * 256)) pc
     for pc in 1 0; do
         start "s2-cache$pc" --max-batch "$CHATS" --ctx "$ctx" --prefix-cache $pc || return 1
         bench "s2-warmup$pc.txt" -N 2 -c 1 --prompt-len 16 --out-len 2 --bench-seed 200 || return 1
