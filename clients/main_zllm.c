@@ -11,6 +11,8 @@
  *   zllm status   --broker EP
  *   zllm bench    --broker EP [-N REQUESTS] [-c CONCURRENCY] [--prompt-len DIST] [--out-len DIST] [--vocab V]
  *                 [--long-prompt-len L [--long-every MS] [--long-out-len N]] [--bench-seed S] [--ramp-ms MS]
+ *                 [--prefixes K [--prefix-len L] [--prefix-seed S]] [--turns T]
+ *                 [--hi-every MS [--hi-priority P] [--hi-prompt-len N] [--hi-out-len N]]
  *                 DIST: N (fixed) or A:B (uniform in [A, B])
  *   zllm --help | --version       (also after any subcommand)
  *
@@ -104,6 +106,13 @@ typedef struct {
     int long_out;                  /* --long-out-len: their output tokens */
     unsigned long long bench_seed; /* --bench-seed */
     double ramp_ms;                /* --ramp-ms: stream k's first request starts k * ramp_ms / c after the start */
+    int n_prefixes;                /* --prefixes: shared prompt prefixes (benchload_prefix); 0 = none */
+    int prefix_len;                /* --prefix-len: their tokens */
+    unsigned long long prefix_seed; /* --prefix-seed */
+    int turns;                      /* --turns: turns per chat (1: independent requests) */
+    int hi_every_ms;                /* --hi-every: one high-priority probe every this many ms; 0 = none */
+    int hi_priority;                /* --hi-priority */
+    int hi_plen, hi_out;            /* --hi-prompt-len, --hi-out-len */
 } s_args;
 
 static volatile sig_atomic_t s_interrupted;
@@ -220,8 +229,22 @@ static void s_usage(FILE *f) {
             "                       own `long:` line, left out of every other figure (default none)\n"
             "  --long-every MS      one background prompt every MS ms, 1..3600000 (default 1000)\n"
             "  --long-out-len N     output tokens of each background prompt, 1..1000000 (default 1)\n"
+            "  --prefixes K         request i's prompt starts with shared prefix i mod K (with --turns: chat i's\n"
+            "                       system prompt), then its own --prompt-len ids; 1..65536 (default none)\n"
+            "  --prefix-len L       the prefixes' tokens, 1..1000000 (default 256; alone: --prefixes 1)\n"
+            "  --prefix-seed S      the prefixes' seed, independent of --bench-seed: runs with other bench seeds\n"
+            "                       share their prefixes (default 1)\n"
+            "  --turns T            -c chats at once, each of T turns sent one after another, 1..1000 (default 1):\n"
+            "                       turn t's prompt is turn t-1's, the ids turn t-1 produced, then --prompt-len\n"
+            "                       new ids; -N counts turns in all (N/T chats: N a multiple of T)\n"
+            "  --hi-every MS        while the load runs, a probe request every MS ms, 1..3600000, at\n"
+            "                       --hi-priority P (-100..100, default 10; the load runs at --priority), of\n"
+            "                       --hi-prompt-len ids (default 32) and --hi-out-len tokens (default 4); they are\n"
+            "                       waited for at the end and reported on their own `hi:` line (default none)\n"
             "  bench prints the output tokens/s over the whole run and over its steady window (every stream of\n"
-            "  the first wave running, up to the last submission), TTFT and inter-token latency percentiles\n"
+            "  the first wave running, up to the last submission), TTFT and inter-token latency percentiles, then\n"
+            "  `cache:` the prompt tokens the workers found in their prefix caches over the run (status counters,\n"
+            "  per worker) and `outputs:` a digest of every request's output ids (equal digests: equal outputs)\n"
             "\n"
             "environment:\n"
             "  ZLLM_BROKER          the default for --broker\n"
@@ -351,6 +374,13 @@ static int s_parse(int argc, char **argv, s_args *a) {
     a->bench_seed = 1;
     a->long_every_ms = 1000;
     a->long_out = 1;
+    a->prefix_len = 256;
+    a->prefix_seed = 1;
+    a->turns = 1;
+    a->hi_priority = 10;
+    a->hi_plen = 32;
+    a->hi_out = 4;
+    int prefix_len_given = 0;
     /* --help and --version win wherever they are, so that a bad value elsewhere does not hide the usage */
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -431,6 +461,14 @@ static int s_parse(int argc, char **argv, s_args *a) {
             {"--long-prompt-len", NULL, C_BENCH},
             {"--long-every", NULL, C_BENCH},
             {"--long-out-len", NULL, C_BENCH},
+            {"--prefixes", NULL, C_BENCH},
+            {"--prefix-len", NULL, C_BENCH},
+            {"--prefix-seed", NULL, C_BENCH},
+            {"--turns", NULL, C_BENCH},
+            {"--hi-every", NULL, C_BENCH},
+            {"--hi-priority", NULL, C_BENCH},
+            {"--hi-prompt-len", NULL, C_BENCH},
+            {"--hi-out-len", NULL, C_BENCH},
         };
         const char *o = NULL; /* the option's long name */
         for (size_t j = 0; j < sizeof opts / sizeof opts[0] && !o; j++)
@@ -526,6 +564,22 @@ static int s_parse(int argc, char **argv, s_args *a) {
             if (!(bad = s_num(k, v, 1, 3600000, N_INT, &x, NULL))) a->long_every_ms = (int)x;
         } else if (!strcmp(o, "--long-out-len")) {
             if (!(bad = s_num(k, v, 1, 1000000, N_INT, &x, NULL))) a->long_out = (int)x;
+        } else if (!strcmp(o, "--prefixes")) {
+            if (!(bad = s_num(k, v, 1, 65536, N_INT, &x, NULL))) a->n_prefixes = (int)x;
+        } else if (!strcmp(o, "--prefix-len")) {
+            if (!(bad = s_num(k, v, 1, 1000000, N_INT, &x, NULL))) a->prefix_len = (int)x, prefix_len_given = 1;
+        } else if (!strcmp(o, "--prefix-seed")) {
+            if (!(bad = s_num(k, v, 0, 18446744073709551615.0, N_INT, &x, &u))) a->prefix_seed = u;
+        } else if (!strcmp(o, "--turns")) {
+            if (!(bad = s_num(k, v, 1, 1000, N_INT, &x, NULL))) a->turns = (int)x;
+        } else if (!strcmp(o, "--hi-every")) {
+            if (!(bad = s_num(k, v, 1, 3600000, N_INT, &x, NULL))) a->hi_every_ms = (int)x;
+        } else if (!strcmp(o, "--hi-priority")) {
+            if (!(bad = s_num(k, v, PROTO_PRIORITY_MIN, PROTO_PRIORITY_MAX, N_INT, &x, NULL))) a->hi_priority = (int)x;
+        } else if (!strcmp(o, "--hi-prompt-len")) {
+            if (!(bad = s_num(k, v, 1, 1000000, N_INT, &x, NULL))) a->hi_plen = (int)x;
+        } else if (!strcmp(o, "--hi-out-len")) {
+            if (!(bad = s_num(k, v, 1, 1000000, N_INT, &x, NULL))) a->hi_out = (int)x;
         } else if (!strcmp(o, "--bench-seed")) {
             if (!(bad = s_num(k, v, 0, 18446744073709551615.0, N_INT, &x, &u))) a->bench_seed = u;
         } else if (!strcmp(o, "--ramp-ms")) {
@@ -544,6 +598,13 @@ static int s_parse(int argc, char **argv, s_args *a) {
     if (a->max_tokens == 0 && a->prompt_logprobs < 0) {
         fprintf(stderr, "zllm %s: -n/--max-tokens 0: expected 1..%d, or 0 with --prompt-logprobs K (scoring)\n",
                 a->cmd_name, PROTO_MAX_GEN);
+        return -1;
+    }
+    if (prefix_len_given && !a->n_prefixes) a->n_prefixes = 1;
+    if (!a->n_prefixes) a->prefix_len = 0;
+    if (a->cmd == C_BENCH && a->n_requests % a->turns) {
+        fprintf(stderr, "zllm bench: -N %d is not a multiple of --turns %d (-N counts turns in all)\n", a->n_requests,
+                a->turns);
         return -1;
     }
     if (a->cmd == C_GEN) {
@@ -922,9 +983,14 @@ static int s_status(zllm_client *c, const char *ep) {
 typedef struct {
     double t_submit, t_first, t_last, t_end;  /* seconds */
     int n_out;                     /* tokens received */
+    int sent;                      /* 1 once submitted */
     int done;                      /* 1 after the final (or a client timeout) */
     int ok;                        /* 1 for stop/length */
     proto_finish finish;           /* final's finish */
+    int n_prompt;                  /* prompt tokens sent */
+    int stream;                    /* --turns: the chat buffer its chat uses */
+    int first_wave;                /* 1: among the first `concurrency` submissions */
+    uint64_t digest;               /* benchload_digest of its output ids so far */
 } s_breq;
 
 static uint64_t s_rand(uint64_t *x) {   /* xorshift64* */
@@ -947,47 +1013,142 @@ static double s_pct(double *v, int n, double p) {
     return v[i];
 }
 
-/* submits request `id` of pl random ids (drawn from [3, vocab)) and ol output tokens; returns 0 or -1 (err) */
-static int s_bench_submit(zllm_client *c, const s_args *a, const char *id, int32_t *toks, int pl, int ol, uint64_t *rng,
-                          char *err, size_t errlen) {
-    for (int i = 0; i < pl; i++) toks[i] = 3 + (int32_t)(s_rand(rng) % (uint64_t)(a->vocab - 3));
+/* submits request `id` of the pl ids of toks, ol output tokens, at priority prio; returns 0 or -1 (err) */
+static int s_bench_submit(zllm_client *c, const s_args *a, const char *id, const int32_t *toks, int pl, int ol,
+                          int prio, char *err, size_t errlen) {
     proto_generate g;
     s_fill(a, &g, id);
     if (isnan(a->temp)) g.sampling.temperature = 0;
     g.sampling.ignore_eos = 1;
     g.prompt_kind = PROTO_PROMPT_TOKENS;
-    g.tokens = toks;
+    g.tokens = (int32_t *)toks;
     g.n_tokens = (uint32_t)pl;
     g.max_tokens = (uint32_t)ol;
+    g.priority = prio;
     g.deadline_ms = a->deadline_ms ? a->deadline_ms : 60000;
     return zllm_client_submit(c, &g, err, errlen);
 }
 
-/* Closed-loop load: N requests, `concurrency` of them in flight, each a new random prompt. Inter-token latency is
- * the gap between two token messages of one stream (divided by the ids the later one carries). With
- * --long-prompt-len, background requests (ids "l<k>") of long prompts are submitted on a clock beside them until
- * the measured ones end, then cancelled; they are reported on their own line and left out of every other figure,
- * so that the measured streams' ITL shows what a long prompt arriving does to them. */
+/* pl random ids (drawn from [3, vocab)) from the bench's generator */
+static void s_bench_fill(const s_args *a, int32_t *toks, int pl, uint64_t *rng) {
+    for (int i = 0; i < pl; i++) toks[i] = 3 + (int32_t)(s_rand(rng) % (uint64_t)(a->vocab - 3));
+}
+
+/* the prefix-cache counters of the broker's workers (status), for the `cache:` line */
+enum { S_KV_WORKERS = 64 };
+typedef struct {
+    char name[PROTO_NAME_MAX + 1];
+    uint64_t hit, prompt; /* kv_hit_tokens, kv_prompt_tokens */
+} s_wkv;
+
+/* asks the broker's status and copies its workers' counters into w (at most S_KV_WORKERS); returns their number,
+ * or -1 when no status came within 2 s. Other messages that come meanwhile are dropped (none is in flight) */
+static int s_kv_read(zllm_client *c, s_wkv *w) {
+    char err[256];
+    if (zllm_client_status(c, "bench-kv", err, sizeof err) != 0) return -1;
+    double end = s_now() + 2.0;
+    while (s_now() < end) {
+        const proto_msg *m;
+        int r = zllm_client_recv(c, 100, &m, err, sizeof err);
+        if (r < 0) return -1;
+        if (r == 0 || m->type != PROTO_STATUS) continue;
+        int n = 0;
+        for (uint32_t i = 0; i < m->status.n_workers && n < S_KV_WORKERS; i++, n++) {
+            proto_str_copy(m->status.workers[i].name, w[n].name, sizeof w[n].name);
+            w[n].hit = m->status.workers[i].kv_hit_tokens;
+            w[n].prompt = m->status.workers[i].kv_prompt_tokens;
+        }
+        return n;
+    }
+    return -1;
+}
+
+/* the `cache:` line: per worker, the prompt tokens found cached over the run (after - before). Workers report
+ * their counters in heartbeats, so the status is asked again (up to 3 s) until the workers' prompt tokens have
+ * grown by at least `expect` (the prompt tokens of the requests that got a first token: each was admitted) */
+static void s_kv_report(zllm_client *c, const s_wkv *before, int n_before, uint64_t expect) {
+    s_wkv after[S_KV_WORKERS];
+    int n = -1;
+    uint64_t hit = 0, prompt = 0;
+    double end = s_now() + 3.0;
+    do {
+        if (n >= 0) usleep(100000);
+        int got = s_kv_read(c, after);
+        if (got < 0) continue;
+        n = got;
+        hit = prompt = 0;
+        for (int i = 0; i < n; i++) {
+            uint64_t h0 = 0, p0 = 0;
+            for (int j = 0; j < n_before; j++)
+                if (!strcmp(before[j].name, after[i].name)) h0 = before[j].hit, p0 = before[j].prompt;
+            hit += after[i].hit - h0;
+            prompt += after[i].prompt - p0;
+        }
+    } while (prompt < expect && s_now() < end);
+    if (n < 0) {
+        printf("cache: unknown (no status from the broker)\n");
+        return;
+    }
+    printf("cache: hit %llu of %llu prompt tokens (%.1f%%) over the run;", (unsigned long long)hit,
+           (unsigned long long)prompt, prompt ? 100.0 * (double)hit / (double)prompt : 0.0);
+    for (int i = 0; i < n; i++) {
+        uint64_t h0 = 0, p0 = 0;
+        for (int j = 0; j < n_before; j++)
+            if (!strcmp(before[j].name, after[i].name)) h0 = before[j].hit, p0 = before[j].prompt;
+        printf(" %s %llu/%llu", after[i].name, (unsigned long long)(after[i].hit - h0),
+               (unsigned long long)(after[i].prompt - p0));
+    }
+    printf("\n");
+}
+
+/* Closed-loop load: N requests, `concurrency` of them in flight, each a new random prompt (after shared prefix
+ * i mod K with --prefixes). With --turns T, the N requests are N/T chats of T turns each, `concurrency` chats at
+ * once: turn t of a chat is sent when turn t-1 ends, its prompt turn t-1's prompt, the ids turn t-1 produced and
+ * new ids (drawn from the seed and the request's index, so that prompts do not depend on the order requests end
+ * in); a stream that ends a chat starts the next one. Inter-token latency is the gap between two token messages
+ * of one stream (divided by the ids the later one carries). With --long-prompt-len, background requests (ids
+ * "l<k>") of long prompts are submitted on a clock beside them until the measured ones end, then cancelled; they
+ * are reported on their own line and left out of every other figure, so that the measured streams' ITL shows what
+ * a long prompt arriving does to them. With --hi-every, probes (ids "h<k>") at --hi-priority are submitted on a
+ * clock while the measured ones run, waited for, and reported on their own `hi:` line. */
 static int s_bench(zllm_client *c, const s_args *a) {
-    int N = a->n_requests;
-    const int n_long_cap = 1 << 16;
+    const int N = a->n_requests, T = a->turns, chats = N / T;
+    const int n_long_cap = 1 << 16, n_hi_cap = 1 << 16;
+    const int turn_mode = T > 1, plain = !turn_mode && !a->n_prefixes; /* plain: the prompts of the generator */
+    /* a chat's context: its prefix and every turn's new ids and output */
+    const long chat_cap = turn_mode ? (long)a->prefix_len + (long)T * (a->plen_hi + a->olen_hi) : 0;
     s_breq *r = calloc((size_t)N, sizeof *r);
     s_breq *lr = a->long_len ? calloc((size_t)n_long_cap, sizeof *lr) : NULL;
-    double *ttft = calloc((size_t)N + (a->long_len ? (size_t)n_long_cap : 0), sizeof *ttft);
+    s_breq *hr = a->hi_every_ms ? calloc((size_t)n_hi_cap, sizeof *hr) : NULL;
+    double *ttft = calloc((size_t)N + (a->long_len ? (size_t)n_long_cap : 0) + (a->hi_every_ms ? (size_t)n_hi_cap : 0),
+                          sizeof *ttft);
     size_t itl_cap = 1 << 16, n_itl = 0;
     double *itl = malloc(itl_cap * sizeof *itl);
-    const int tok_cap = a->plen_hi > a->long_len ? a->plen_hi : a->long_len;
+    long tok_cap = a->prefix_len + a->plen_hi;
+    if (tok_cap < a->long_len) tok_cap = a->long_len;
+    if (tok_cap < a->hi_plen) tok_cap = a->hi_plen;
     int32_t *toks = malloc((size_t)tok_cap * sizeof *toks);
+    int32_t *ctx = turn_mode ? malloc((size_t)a->concurrency * (size_t)chat_cap * sizeof *ctx) : NULL;
+    int *ctx_len = turn_mode ? calloc((size_t)a->concurrency, sizeof *ctx_len) : NULL;
+    int *free_streams = turn_mode ? malloc((size_t)a->concurrency * sizeof *free_streams) : NULL;
+    int *ready = turn_mode ? malloc((size_t)N * sizeof *ready) : NULL; /* turns whose previous turn ended */
+    int n_free = 0, rq_head = 0, rq_tail = 0;
     int rc = 0;
     double *sent = calloc((size_t)N, sizeof *sent);
-    if (!r || !ttft || !sent || !itl || !toks || (a->long_len && !lr)) {
+    if (!r || !ttft || !sent || !itl || !toks || (a->long_len && !lr) || (a->hi_every_ms && !hr) ||
+        (turn_mode && (!ctx || !ctx_len || !free_streams || !ready))) {
         fprintf(stderr, "zllm bench: out of memory\n");
         rc = 1;
         goto done;
     }
+    for (int s = a->concurrency - 1; turn_mode && s >= 0; s--) free_streams[n_free++] = s;
+    s_wkv kv_before[S_KV_WORKERS];
+    int n_kv_before = s_kv_read(c, kv_before);
+    if (n_kv_before < 0) n_kv_before = 0;
     uint64_t rng = a->bench_seed * 0x9E3779B97F4A7C15ull + 1, lrng = rng ^ 0x5851F42D4C957F2Dull;
     unsigned deadline = a->deadline_ms ? a->deadline_ms : 60000;
-    int next = 0, in_flight = 0, finished = 0, n_long = 0, n_up = 0; /* n_up: streams started */
+    int n_sent = 0, next_chat = 0, in_flight = 0, finished = 0, n_long = 0, n_up = 0; /* n_up: streams started */
+    int n_hi = 0, hi_open = 0;
     long long out_tokens = 0;
     /* the steady window: from the first token of the last of the first `concurrency` requests (every stream of the
      * first wave runs) to the last submission (after it fewer streams run): its tokens over its time */
@@ -997,8 +1158,19 @@ static int s_bench(zllm_client *c, const s_args *a) {
     int first_wave_started = 0;
     char err[256], id[64];
     int fin_count[PROTO_FINISH_COUNT] = {0};
-    double t0 = s_now(), t_scan = t0, t_long = t0 + a->long_every_ms / 1000.0;
-    while (finished < N && !s_interrupted) {
+    double t0 = s_now(), t_main_end = 0, t_scan = t0, t_long = t0 + a->long_every_ms / 1000.0,
+           t_hi = t0 + a->hi_every_ms / 1000.0;
+/* a measured request k has ended (final or client timeout): its chat's next turn is ready, or its stream free */
+#define S_ENDED(k)                                                                                                     \
+    do {                                                                                                               \
+        in_flight--;                                                                                                   \
+        if (++finished == N) t_main_end = s_now();                                                                     \
+        if (turn_mode) {                                                                                               \
+            if ((k) % T < T - 1) ready[rq_tail++] = (k) + 1;                                                           \
+            else free_streams[n_free++] = r[k].stream;                                                                 \
+        }                                                                                                              \
+    } while (0)
+    while ((finished < N || hi_open > 0) && !s_interrupted) {
         int wait_ms = 100;
         for (; n_up < a->concurrency; n_up++) { /* the streams whose start time has come */
             double due = t0 + benchload_start(n_up, a->concurrency, a->ramp_ms) - s_now();
@@ -1007,39 +1179,91 @@ static int s_bench(zllm_client *c, const s_args *a) {
                 break;
             }
         }
-        while (next < N && in_flight < n_up) {
-            int pl = a->plen_lo + (int)(s_rand(&rng) % (uint64_t)(a->plen_hi - a->plen_lo + 1));
-            int ol = benchload_out_len(a->bench_seed, next, a->olen_lo, a->olen_hi);
-            snprintf(id, sizeof id, "b%d", next);
-            r[next].t_submit = s_now();
-            sent[next] = r[next].t_submit - t0;
-            if (s_bench_submit(c, a, id, toks, pl, ol, &rng, err, sizeof err) != 0) {
-                fprintf(stderr, "zllm bench: %s\n", err);
-                r[next].done = 1;
-                finished++;
+        while (in_flight < n_up) {
+            int k; /* the request to send: the next turn of a running chat, else the first of the next chat */
+            if (rq_head < rq_tail) k = ready[rq_head++];
+            else if (next_chat < chats) k = next_chat++ * T;
+            else break;
+            const int32_t *p = toks;
+            int pl;
+            int ol = benchload_out_len(a->bench_seed, k, a->olen_lo, a->olen_hi);
+            if (plain) {
+                pl = a->plen_lo + (int)(s_rand(&rng) % (uint64_t)(a->plen_hi - a->plen_lo + 1));
+                s_bench_fill(a, toks, pl, &rng);
+            } else if (!turn_mode) {
+                int own = a->plen_lo + (int)(s_rand(&rng) % (uint64_t)(a->plen_hi - a->plen_lo + 1));
+                benchload_prefix(a->prefix_seed, benchload_prefix_of(k, a->n_prefixes), toks, a->prefix_len, a->vocab);
+                s_bench_fill(a, toks + a->prefix_len, own, &rng);
+                pl = a->prefix_len + own;
             } else {
-                in_flight++;
+                if (k % T == 0) { /* a new chat: a free buffer, its system prompt */
+                    r[k].stream = free_streams[--n_free];
+                    ctx_len[r[k].stream] = a->prefix_len;
+                    benchload_prefix(a->prefix_seed, benchload_prefix_of(k / T, a->n_prefixes),
+                                     ctx + (size_t)r[k].stream * (size_t)chat_cap, a->prefix_len, a->vocab);
+                } else {
+                    r[k].stream = r[k - 1].stream;
+                }
+                int32_t *cx = ctx + (size_t)r[k].stream * (size_t)chat_cap;
+                int own = benchload_prompt_len(a->bench_seed, k, a->plen_lo, a->plen_hi);
+                benchload_ids(a->bench_seed, k, cx + ctx_len[r[k].stream], own, a->vocab);
+                ctx_len[r[k].stream] += own;
+                p = cx;
+                pl = ctx_len[r[k].stream];
             }
-            next++;
-            if (next == N && N > a->concurrency) {
+            snprintf(id, sizeof id, "b%d", k);
+            r[k].t_submit = s_now();
+            r[k].sent = 1;
+            r[k].first_wave = n_sent < first_wave;
+            r[k].n_prompt = pl;
+            r[k].digest = benchload_digest_start(k);
+            sent[n_sent] = r[k].t_submit - t0;
+            in_flight++;
+            if (s_bench_submit(c, a, id, p, pl, ol, a->priority, err, sizeof err) != 0) {
+                fprintf(stderr, "zllm bench: %s\n", err);
+                r[k].done = 1;
+                S_ENDED(k);
+            }
+            n_sent++;
+            if (n_sent == N && N > a->concurrency) {
                 st_tok1 = streamed;
                 st_t1 = s_now();
             }
         }
-        if (a->long_len && n_long < n_long_cap && s_now() >= t_long) {
+        if (a->long_len && finished < N && n_long < n_long_cap && s_now() >= t_long) {
             snprintf(id, sizeof id, "l%d", n_long);
             lr[n_long].t_submit = s_now();
-            if (s_bench_submit(c, a, id, toks, a->long_len, a->long_out, &lrng, err, sizeof err) != 0) {
+            lr[n_long].n_prompt = a->long_len;
+            s_bench_fill(a, toks, a->long_len, &lrng);
+            if (s_bench_submit(c, a, id, toks, a->long_len, a->long_out, a->priority, err, sizeof err) != 0) {
                 fprintf(stderr, "zllm bench: %s\n", err);
                 lr[n_long].done = 1;
             }
             n_long++;
             t_long += a->long_every_ms / 1000.0;
         }
+        if (a->hi_every_ms && finished < N && n_hi < n_hi_cap && s_now() >= t_hi) {
+            snprintf(id, sizeof id, "h%d", n_hi);
+            hr[n_hi].t_submit = s_now();
+            hr[n_hi].n_prompt = a->hi_plen;
+            benchload_ids(a->bench_seed ^ 0x4849ull, n_hi, toks, a->hi_plen, a->vocab);
+            if (s_bench_submit(c, a, id, toks, a->hi_plen, a->hi_out, a->hi_priority, err, sizeof err) != 0) {
+                fprintf(stderr, "zllm bench: %s\n", err);
+                hr[n_hi].done = 1;
+            } else {
+                hi_open++;
+            }
+            n_hi++;
+            t_hi += a->hi_every_ms / 1000.0;
+        }
         const proto_msg *m;
-        if (a->long_len) {
+        if (a->long_len && finished < N) {
             double to_long = (t_long - s_now()) * 1e3;
             if (to_long < wait_ms) wait_ms = to_long < 0 ? 0 : (int)to_long;
+        }
+        if (a->hi_every_ms && finished < N) {
+            double to_hi = (t_hi - s_now()) * 1e3;
+            if (to_hi < wait_ms) wait_ms = to_hi < 0 ? 0 : (int)to_hi;
         }
         int got = zllm_client_recv(c, wait_ms < 100 ? wait_ms : 100, &m, err, sizeof err);
         double now = s_now();
@@ -1052,19 +1276,23 @@ static int s_bench(zllm_client *c, const s_args *a) {
             proto_str pid = m->type == PROTO_TOKEN ? m->token.id : m->final.id;
             char sid[PROTO_ID_MAX + 1];
             proto_str_copy(pid, sid, sizeof sid);
-            const int is_long = sid[0] == 'l';
-            int k = sid[0] == 'b' || is_long ? atoi(sid + 1) : -1;
-            s_breq *q = k < 0 ? NULL : is_long ? (k < n_long ? &lr[k] : NULL) : (k < N ? &r[k] : NULL);
+            const int is_long = sid[0] == 'l', is_hi = sid[0] == 'h', is_main = sid[0] == 'b';
+            int k = is_main || is_long || is_hi ? atoi(sid + 1) : -1;
+            s_breq *q = k < 0                ? NULL
+                        : is_long            ? (k < n_long ? &lr[k] : NULL)
+                        : is_hi              ? (k < n_hi ? &hr[k] : NULL)
+                        : k < N && r[k].sent ? &r[k]
+                                             : NULL;
             if (q && !q->done) {
                 int n = m->type == PROTO_TOKEN ? (int)m->token.n_ids : 0;
                 if (n > 0) {
                     if (q->n_out == 0) {
                         q->t_first = now;
-                        if (!is_long && k < first_wave && ++first_wave_started == first_wave) {
+                        if (is_main && q->first_wave && ++first_wave_started == first_wave) {
                             st_tok0 = streamed;
                             st_t0 = now;
                         }
-                    } else if (!is_long) {
+                    } else if (is_main) {
                         if (n_itl == itl_cap) {
                             double *t = realloc(itl, 2 * itl_cap * sizeof *itl);
                             if (t) itl = t, itl_cap *= 2;
@@ -1073,18 +1301,28 @@ static int s_bench(zllm_client *c, const s_args *a) {
                     }
                     q->t_last = now;
                     q->n_out += n;
-                    if (!is_long) streamed += n;
+                    if (is_main) {
+                        streamed += n;
+                        q->digest = benchload_digest_add(q->digest, m->token.ids, n);
+                        if (turn_mode) { /* the chat's context grows by the ids its turn produces */
+                            int *len = &ctx_len[q->stream];
+                            int take = n < chat_cap - *len ? n : (int)(chat_cap - *len);
+                            memcpy(ctx + (size_t)q->stream * (size_t)chat_cap + *len, m->token.ids,
+                                   (size_t)take * sizeof *ctx);
+                            *len += take;
+                        }
+                    }
                 }
                 if (m->type == PROTO_FINAL) {
                     q->done = 1;
                     q->t_end = now;
                     q->finish = m->final.finish;
                     q->ok = q->finish == PROTO_FINISH_STOP || q->finish == PROTO_FINISH_LENGTH;
-                    if (!is_long) {
+                    if (is_hi) hi_open--;
+                    if (is_main) {
                         fin_count[q->finish]++;
                         out_tokens += q->n_out;
-                        in_flight--;
-                        finished++;
+                        S_ENDED(k);
                     }
                 }
             }
@@ -1092,13 +1330,12 @@ static int s_bench(zllm_client *c, const s_args *a) {
         /* client-side timeouts, looked for every 100 ms (a scan per message would cost O(N) each: at 1,000
          * streams the bench would fall behind the broker and lose messages to its send limit) */
         if (now - t_scan >= 0.1) t_scan = now;
-        for (int k = 0; t_scan == now && k < next; k++)
-            if (!r[k].done && now - r[k].t_submit > (deadline + S_GRACE_MS) / 1000.0) {
+        for (int k = 0; t_scan == now && k < N; k++)
+            if (r[k].sent && !r[k].done && now - r[k].t_submit > (deadline + S_GRACE_MS) / 1000.0) {
                 snprintf(id, sizeof id, "b%d", k);
                 zllm_client_cancel(c, id, err, sizeof err);
                 r[k].done = 1;
-                in_flight--;
-                finished++;
+                S_ENDED(k);
             }
         for (int k = 0; t_scan == now && k < n_long; k++)
             if (!lr[k].done && now - lr[k].t_submit > (deadline + S_GRACE_MS) / 1000.0) {
@@ -1106,8 +1343,16 @@ static int s_bench(zllm_client *c, const s_args *a) {
                 zllm_client_cancel(c, id, err, sizeof err);
                 lr[k].done = 1;
             }
+        for (int k = 0; t_scan == now && k < n_hi; k++)
+            if (!hr[k].done && now - hr[k].t_submit > (deadline + S_GRACE_MS) / 1000.0) {
+                snprintf(id, sizeof id, "h%d", k);
+                zllm_client_cancel(c, id, err, sizeof err);
+                hr[k].done = 1;
+                hi_open--;
+            }
     }
-    double wall = s_now() - t0;
+#undef S_ENDED
+    double wall = (t_main_end > 0 ? t_main_end : s_now()) - t0;
     int n_long_open = 0;
     for (int k = 0; k < n_long; k++) /* background requests still running: not waited for */
         if (!lr[k].done) {
@@ -1115,11 +1360,20 @@ static int s_bench(zllm_client *c, const s_args *a) {
             zllm_client_cancel(c, id, err, sizeof err);
             n_long_open++;
         }
+    for (int k = 0; k < n_hi; k++) /* probes still running after an interrupt */
+        if (!hr[k].done) {
+            snprintf(id, sizeof id, "h%d", k);
+            zllm_client_cancel(c, id, err, sizeof err);
+        }
     int n_ttft = 0, n_ok = 0;
+    uint64_t expect = 0, digest = 0;
     for (int k = 0; k < N; k++) {
         if (r[k].ok) n_ok++;
-        if (r[k].n_out > 0) ttft[n_ttft++] = r[k].t_first - r[k].t_submit;
+        if (r[k].n_out > 0) ttft[n_ttft++] = r[k].t_first - r[k].t_submit, expect += (uint64_t)r[k].n_prompt;
+        digest += r[k].digest;
     }
+    for (int k = 0; k < n_long; k++) expect += lr[k].n_out > 0 ? (uint64_t)lr[k].n_prompt : 0;
+    for (int k = 0; k < n_hi; k++) expect += hr[k].n_out > 0 ? (uint64_t)hr[k].n_prompt : 0;
     qsort(ttft, (size_t)n_ttft, sizeof *ttft, s_cmp);
     qsort(itl, n_itl, sizeof *itl, s_cmp);
     printf("requests: %d (%d ok", N, n_ok);
@@ -1153,17 +1407,38 @@ static int s_bench(zllm_client *c, const s_args *a) {
                n_long, a->long_len, a->long_every_ms, n_lok, n_long_open, s_pct(ttft, n_lt, 50) * 1e3,
                s_pct(ttft, n_lt, 99) * 1e3);
     }
+    if (a->hi_every_ms) {
+        int n_hok = 0, n_ht = 0;
+        for (int k = 0; k < n_hi; k++) {
+            n_hok += hr[k].ok;
+            if (hr[k].n_out > 0) ttft[n_ht++] = hr[k].t_first - hr[k].t_submit;
+        }
+        qsort(ttft, (size_t)n_ht, sizeof *ttft, s_cmp);
+        printf("hi: %d probes of %d tokens at priority %d, one every %d ms (%d ok), ttft ms: p50 %.2f p90 %.2f p99 "
+               "%.2f\n",
+               n_hi, a->hi_plen, a->hi_priority, a->hi_every_ms, n_hok, s_pct(ttft, n_ht, 50) * 1e3,
+               s_pct(ttft, n_ht, 90) * 1e3, s_pct(ttft, n_ht, 99) * 1e3);
+        if (n_hok != n_hi) rc = 1;
+    }
     double b50, b99, bmax;
-    benchload_burst(sent, next, &b50, &b99, &bmax);
+    benchload_burst(sent, n_sent, &b50, &b99, &bmax);
     printf("sends in a request's millisecond: p50 %.0f p99 %.0f max %.0f\n", b50, b99, bmax);
+    s_kv_report(c, kv_before, n_kv_before, expect);
+    printf("outputs: digest %016llx of the %d requests' output ids (equal digests: equal outputs)\n",
+           (unsigned long long)digest, N);
     if (n_ok != N) rc = 1;
 done:
     free(r);
     free(lr);
+    free(hr);
     free(ttft);
     free(sent);
     free(itl);
     free(toks);
+    free(ctx);
+    free(ctx_len);
+    free(free_streams);
+    free(ready);
     return rc;
 }
 

@@ -17,6 +17,31 @@ int benchload_out_len(uint64_t seed, long i, int lo, int hi) {
     return lo + (int)(r % (uint64_t)(hi - lo + 1));
 }
 
+/* a counter-driven stream of draws: draw j of stream (seed, i) */
+static uint64_t s_draw(uint64_t seed, long i, long j) { return s_mix(s_mix(s_mix(seed) ^ (uint64_t)i) + (uint64_t)j); }
+
+void benchload_ids(uint64_t seed, long i, int32_t *out, int n, int vocab) {
+    for (int j = 0; j < n; j++) out[j] = 3 + (int32_t)(s_draw(seed ^ 0x1D5ull, i, j) % (uint64_t)(vocab - 3));
+}
+
+void benchload_prefix(uint64_t prefix_seed, int k, int32_t *out, int n, int vocab) {
+    for (int j = 0; j < n; j++) out[j] = 3 + (int32_t)(s_draw(prefix_seed ^ 0x9F3ull, k, j) % (uint64_t)(vocab - 3));
+}
+
+int benchload_prefix_of(long i, int n_prefixes) { return n_prefixes > 0 ? (int)(i % n_prefixes) : 0; }
+
+int benchload_prompt_len(uint64_t seed, long i, int lo, int hi) {
+    if (hi <= lo) return lo;
+    return lo + (int)(s_draw(seed ^ 0x71Eull, i, 0) % (uint64_t)(hi - lo + 1));
+}
+
+uint64_t benchload_digest_start(long i) { return s_mix((uint64_t)i ^ 0xD16E57ull); }
+
+uint64_t benchload_digest_add(uint64_t h, const int32_t *ids, int n) {
+    for (int j = 0; j < n; j++) h = s_mix(h ^ (uint32_t)ids[j]);
+    return h;
+}
+
 double benchload_start(int k, int streams, double ramp_ms) {
     if (streams < 1 || ramp_ms <= 0) return 0;
     return ramp_ms * 1e-3 * k / streams;

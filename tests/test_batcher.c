@@ -1178,6 +1178,66 @@ static void test_prompt_lp(const zl_model *m) {
 
 /* KV block accounting (batcher_set_kv): blocks by tokens used, the prefix cache found again by a second run of the
  * same prompt (its tokens unchanged), counters and hashes for the heartbeat; and prefill by priority */
+/* batcher_set_prefix_cache(b, 0) (zllm-worker --prefix-cache 0): a prompt run twice finds nothing cached, on paged
+ * KV and with block accounting over contiguous slots; with it on the second run hits; the tokens are the same in
+ * all four runs */
+static void test_kv_cache_off(const zl_model *m) {
+    char err[256];
+    int32_t buf[NG + 1];
+    int ref[NG], n_ref = 0;
+    for (int paged = 0; paged < 2; paged++)
+        for (int on = 1; on >= 0; on--) {
+            zl_engine_opts o;
+            memset(&o, 0, sizeof o);
+            o.device = "cpu";
+            o.n_slots = o.max_batch = 2;
+            o.n_ctx = 64;
+            o.threads = 1;
+            o.max_step_tokens = 64;
+            o.kv_block = paged ? 4 : 0;
+            o.kv_blocks = paged ? 40 : 0;
+            zl_engine *e = engine_new(m, &o, err, sizeof err);
+            wk_batcher *b = e ? s_batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err) : NULL;
+            CHECK(b != NULL, "engine/batcher: %s", err);
+            if (!b) {
+                engine_destroy(&e);
+                continue;
+            }
+            CHECK(batcher_set_kv(b, 4, "stories260K", err, sizeof err) == 0, "set_kv: %s", err);
+            CHECK(batcher_prefix_cache(b) == 1, "the prefix cache is on by default");
+            batcher_set_prefix_cache(b, on);
+            wk_kv_stats st;
+            for (int round = 0; round < 2; round++) {
+                int got[NG], n_got = 0;
+                wk_request r = s_req(1 + (uint64_t)round, buf, 12, 20);
+                CHECK(batcher_add(b, &r, err, sizeof err) == 0, "add: %s", err);
+                int fin = s_run_one(b, r.rid, got, &n_got);
+                CHECK(fin == WK_FIN_LENGTH && n_got == 20, "paged %d cache %d round %d: fin %d, %d tokens", paged, on,
+                      round, fin, n_got);
+                if (!n_ref) {
+                    memcpy(ref, got, sizeof(int) * (size_t)n_got);
+                    n_ref = n_got;
+                } else {
+                    CHECK(n_got == n_ref && !memcmp(ref, got, sizeof(int) * (size_t)n_got),
+                          "paged %d cache %d round %d: the same tokens", paged, on, round);
+                }
+            }
+            batcher_kv(b, &st);
+            uint64_t h[64];
+            CHECK(st.paged == paged && st.prompt_tokens == 26, "paged %d: %llu prompt tokens", paged,
+                  (unsigned long long)st.prompt_tokens);
+            if (on)
+                CHECK(st.hit_tokens == 12, "paged %d cache on: 12 tokens hit (%llu)", paged,
+                      (unsigned long long)st.hit_tokens);
+            else
+                CHECK(st.hit_tokens == 0 && st.cached == 0 && batcher_kv_hashes(b, h, 64) == 0,
+                      "paged %d cache off: nothing hit (%llu), cached (%d) nor reported", paged,
+                      (unsigned long long)st.hit_tokens, st.cached);
+            batcher_destroy(&b);
+            engine_destroy(&e);
+        }
+}
+
 static void test_kv(const zl_model *m) {
     zl_engine *e = s_engine(m, 2, 2, 64, 64);
     if (!e) return;
@@ -1393,6 +1453,7 @@ int main(void) {
     test_extras(m);
     test_prompt_lp(m);
     test_kv(m);
+    test_kv_cache_off(m);
     test_budget(m, 0, 12);
     test_budget(m, 1, 12);
     test_budget(m, 0, 2);

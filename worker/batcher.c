@@ -169,6 +169,7 @@ struct wk_batcher {
     int paged;                 /* 1: the engine reads KV through the tables (zl_engine.kv_block): the pool is the
                                 * engine's, a cached prefix is not prefilled again, and a sequence short of blocks
                                 * preempts (s_kv_prepare) */
+    int kv_no_reuse;           /* batcher_set_prefix_cache(b, 0): nothing is published, no cached block taken */
     uint64_t kv_preemptions;   /* sequences preempted (paged) */
     uint64_t kv_resumed_tokens; /* tokens computed again after preemptions, cached prefix excluded */
     uint64_t kv_replayed;       /* decode entries replaying a generated token without sampling (s_split) */
@@ -307,6 +308,7 @@ static int s_split(const wk_batcher *b) { return b->e->kv_split_kernels != 0; }
 /* the tokens of record r whose KV rows may be published: all that are written, or with s_split those of its
  * prompt only */
 static int s_publishable(const wk_batcher *b, const s_rec *r) {
+    if (b->kv_no_reuse) return 0;
     return s_split(b) && r->n_past > r->n_prompt ? r->n_prompt : r->n_past;
 }
 
@@ -403,7 +405,7 @@ static void s_kv_admit(wk_batcher *b, int i) {
     if (!b->kvp || b->paged || r->kvt.n_blocks) return;
     int most = b->n_ctx - r->n_prompt; /* what the slot lets it generate: the headroom never exceeds a slot */
     if (kv_table_admit(b->kvp, &r->kvt, b->kv_key, r->toks, r->n_prompt, r->max_tokens < most ? r->max_tokens : most,
-                       WK_KV_HEADROOM, !r->plp) != 0)
+                       WK_KV_HEADROOM, !r->plp && !b->kv_no_reuse) != 0)
         return;
     b->kv_hit_tokens += (uint64_t)r->kvt.n_cached;
     b->kv_prompt_tokens += (uint64_t)r->n_prompt;
@@ -685,6 +687,9 @@ int batcher_kv(const wk_batcher *b, wk_kv_stats *st) {
 int batcher_kv_hashes(const wk_batcher *b, uint64_t *out, int cap) {
     return b->kvp ? kv_pool_hashes(b->kvp, out, cap) : 0;
 }
+
+void batcher_set_prefix_cache(wk_batcher *b, int on) { b->kv_no_reuse = !on; }
+int batcher_prefix_cache(const wk_batcher *b) { return !b->kv_no_reuse; }
 int batcher_event_cap(const wk_batcher *b) { return b->n_slots + b->pending_cap; }
 uint64_t batcher_steps(const wk_batcher *b) { return b->steps; }
 uint64_t batcher_duplicates(const wk_batcher *b) { return b->duplicates; }
@@ -702,7 +707,7 @@ static int s_share_paged(wk_batcher *b, s_rec *s, const s_rec *l, char *err, siz
     s->share = 0;
     const int most = b->n_ctx - s->n_prompt;
     if (kv_table_admit(b->kvp, &s->kvt, b->kv_key, s->toks, s->n_prompt, s->max_tokens < most ? s->max_tokens : most,
-                       WK_KV_HEADROOM, !s->plp) != 0)
+                       WK_KV_HEADROOM, !s->plp && !b->kv_no_reuse) != 0)
         return 0;
     s->n_past = s->n_sched = s->kvt.n_cached;
     b->kv_hit_tokens += (uint64_t)s->kvt.n_cached;
@@ -964,7 +969,7 @@ static void s_kv_prepare(wk_batcher *b) {
         const int left = r->max_tokens - r->n_gen, most = b->n_ctx - r->len, gen = left < most ? left : most;
         /* with s_split a resumed sequence reuses cached blocks of its prompt only: a block of another sequence's
          * prompt rows may hold the tokens of its generated positions, which it computes as decode entries */
-        const int within = r->plp ? 0 : s_split(b) ? r->n_prompt : r->len;
+        const int within = r->plp || b->kv_no_reuse ? 0 : s_split(b) ? r->n_prompt : r->len;
         while (kv_table_admit_within(b->kvp, &r->kvt, b->kv_key, r->toks, r->len, gen, WK_KV_HEADROOM, within) != 0) {
             int v = s_victim(b, r->priority, 0, w);
             if (v < 0) goto grow; /* it waits (and every record behind it) until blocks come back */
@@ -1280,7 +1285,7 @@ static void s_apply(wk_batcher *b, s_lane *L, int n, wk_event *ev, int *ne) {
             continue;
         }
         s->n_past += q->n_tokens;
-        if (b->kvp && s->n_past >= s->n_prompt &&
+        if (b->kvp && !b->kv_no_reuse && s->n_past >= s->n_prompt &&
             s->kvt.n_published * kv_pool_block_size(b->kvp) + kv_pool_block_size(b->kvp) <= s->n_prompt)
             kv_table_publish(b->kvp, &s->kvt, b->kv_key, s->toks, s->n_prompt); /* the prompt's KV is written */
         if (!b->share_err[0]) (void)s_share(b, i, b->share_err, sizeof b->share_err); /* its siblings' KV */

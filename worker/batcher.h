@@ -189,6 +189,12 @@ typedef struct {
 int batcher_set_kv(wk_batcher *b, int block_size, const char *model, char *err, size_t errlen);
 int batcher_kv(const wk_batcher *b, wk_kv_stats *st);               /* 1 with st filled when on, else 0 (st zeroed) */
 int batcher_kv_hashes(const wk_batcher *b, uint64_t *out, int cap); /* the cap most recent cached block hashes */
+/* The prefix cache on (1, the default) or off (0): off, no block is ever published, so no sequence takes a cached
+ * block (admission as kv_table_admit's reuse 0, a preempted sequence recomputes every token), nothing is cached
+ * and no hash is reported; blocks, their accounting and preemption work as with it on, and the tokens are the
+ * same. The baseline that measures what caching buys (docs/kv-cache.md); set it before the first request. */
+void batcher_set_prefix_cache(wk_batcher *b, int on);
+int batcher_prefix_cache(const wk_batcher *b);
 int batcher_running(const wk_batcher *b);     /* sequences running (not counting cancelled ones still in flight) */
 int batcher_free_slots(const wk_batcher *b);  /* slots free for batcher_add (engine slots - running) */
 int batcher_event_cap(const wk_batcher *b);   /* the most events one batcher_step can report */

@@ -87,6 +87,7 @@ typedef struct {
     int kv_block;                  /* --kv-block: tokens per KV block of the block accounting; 0: off */
     int kv_blocks;                 /* --kv-blocks: paged KV of that many blocks where the engine offers it; 0: off;
                                     * -1 (default): a pool of the slots' size where it can run (s_paged) */
+    int prefix_cache;              /* --prefix-cache: 1 (default) cached prompt prefixes are reused; 0: never */
     const char *curve_server_key;  /* --curve-server-key: file with the broker's Z85 public key, or NULL */
     const char *curve_key;         /* --curve-key: file with this worker's Z85 secret key, or NULL */
     char curve_srv[41], curve_pub[41], curve_sec[41]; /* the keys in Z85 (read at startup; pub derived) */
@@ -209,6 +210,9 @@ static void s_usage(FILE *f) {
             "                       as many blocks as the slots hold, where paged KV can run (no --lanes N > 1\n"
             "                       nor --stage; on CUDA a --kv-block of 16..256, a power of two), else\n"
             "                       contiguous slots\n"
+            "  --prefix-cache 0|1   reuse cached prompt prefixes (1, default) or never (0: no block is published\n"
+            "                       nor taken from the cache; blocks and preemption work as with 1, the tokens\n"
+            "                       are the same): the baseline that measures what caching buys\n"
             "  --curve-server-key FILE  CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
             "  --curve-key FILE     CURVE: this worker's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
             "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n"
@@ -235,6 +239,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
     o->heartbeat_ms = 500;
     o->kv_block = 16;
     o->kv_blocks = -1;
+    o->prefix_cache = 1;
     o->ahead = -1;
     o->step_budget = -1;
     const char *name = NULL, *model_name = NULL;
@@ -276,6 +281,7 @@ static int s_parse(int argc, char **argv, s_opts *o) {
         else if (!strcmp(a, "--phase-times")) bad = s_int(v, 0, 1, &o->phase_times);
         else if (!strcmp(a, "--kv-block")) bad = s_int(v, 0, KV_BLOCK_MAX, &o->kv_block);
         else if (!strcmp(a, "--kv-blocks")) bad = s_int(v, 0, 1 << 24, &o->kv_blocks);
+        else if (!strcmp(a, "--prefix-cache")) bad = s_int(v, 0, 1, &o->prefix_cache);
         else if (!strcmp(a, "--curve-server-key")) o->curve_server_key = v;
         else if (!strcmp(a, "--curve-key")) o->curve_key = v;
         else {
@@ -828,6 +834,7 @@ int main(int argc, char **argv) {
         s_log(&w, "%s", err);
         goto fail;
     }
+    batcher_set_prefix_cache(w.batcher, w.o.prefix_cache);
     if (w.o.kv_blocks > 0 && !w.engine->kv_block)
         s_log(&w, "--kv-blocks %d: the %s engine keeps contiguous slots (no paged KV)", w.o.kv_blocks,
               w.engine->device);
@@ -855,7 +862,8 @@ int main(int argc, char **argv) {
     if (!w.zctx) goto oom;
     char paged[64] = "";
     if (w.engine->kv_block > 0)
-        snprintf(paged, sizeof paged, ", paged KV of %d blocks of %d", w.engine->kv_blocks, w.engine->kv_block);
+        snprintf(paged, sizeof paged, ", paged KV of %d blocks of %d%s", w.engine->kv_blocks, w.engine->kv_block,
+                 w.o.prefix_cache ? "" : ", prefix cache off");
     s_log(
         &w,
         "model %s (%s) on %s: %d slots of %d tokens, batch %d, %d tokens per step (%d while decoding), %d lane%s%s%s, "
