@@ -78,6 +78,7 @@ void grammar_unref(zg_grammar **pg) {
     if (__atomic_sub_fetch(&g->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
     zg_mcache_free(&g->mc);
     free(g->el);
+    free(g->alt_end);
     free(g->rule_start);
     free(g);
 }

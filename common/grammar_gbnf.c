@@ -569,11 +569,17 @@ static zg_grammar *s_finish(s_parser *p) {
     g->root = root;
     g->rule_start = malloc((size_t)p->n_rules * sizeof *g->rule_start);
     g->el = malloc(((size_t)p->total + 1) * sizeof *g->el);
-    if (!g->rule_start || !g->el) goto oom;
+    g->alt_end = malloc(((size_t)p->total + 1) * sizeof *g->alt_end);
+    if (!g->rule_start || !g->el || !g->alt_end) goto oom;
     for (int r = 0; r < p->n_rules; r++) {
         g->rule_start[r] = g->n_el;
         memcpy(g->el + g->n_el, p->rules[r].e, (size_t)p->rules[r].n * sizeof *g->el);
         g->n_el += p->rules[r].n;
+    }
+    /* every rule ends with ZG_END, so a scan from the last element back finds each element's closing one */
+    for (int i = g->n_el - 1, end = g->n_el - 1; i >= 0; i--) {
+        if (g->el[i].type == ZG_END || g->el[i].type == ZG_ALT) end = i;
+        g->alt_end[i] = end;
     }
     goto done;
 oom:
@@ -582,6 +588,7 @@ oom:
         zg_mcache_free(&g->mc);
         free(g->rule_start);
         free(g->el);
+        free(g->alt_end);
         free(g);
         g = NULL;
     }

@@ -50,6 +50,8 @@ struct zg_grammar {
     zg_mcache mc; /* masks by parse state, shared by every matcher of this grammar */
     int kind;
     zg_elem *el;
+    int32_t *alt_end; /* [n_el]: the index of the ZG_ALT or ZG_END closing the alternative that holds element i, so
+                       * that stepping to the next alternative costs nothing however long the alternative is */
     int n_el;
     int *rule_start; /* [n_rules] */
     int n_rules;

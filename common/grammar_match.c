@@ -277,7 +277,7 @@ static void s_expand(zg_matcher *m, int32_t s, int depth) {
     for (;;) {
         if (s_is_end(el[a].type)) s_expand(m, rest, depth + 1);
         else s_expand(m, s_intern(m, a, rest), depth + 1);
-        while (!s_is_end(el[a].type)) a++;
+        a = m->g->alt_end[a];
         if (el[a].type == ZG_END) break;
         a++;
     }
@@ -443,7 +443,7 @@ zg_matcher *grammar_matcher_new(zg_grammar *g, char *err, size_t errlen) {
     for (;;) {
         if (s_is_end(el[a].type)) s_expand(m, -1, 0);
         else s_expand(m, s_intern(m, a, -1), 0);
-        while (!s_is_end(el[a].type)) a++;
+        a = m->g->alt_end[a];
         if (el[a].type == ZG_END) break;
         a++;
     }

@@ -161,6 +161,11 @@ static const struct {
     S_BIN("\x02root ::= \"a\" [\\ud900-\\ue000]\n\0\x01\x00"),
     /* a nullable rule repeated inside itself: each stack is expanded once per step, not along every path */
     S_BIN("\x02root ::= \"\" | [a(0ff].  root{2,3}\n\0\x10 0-]. \x98\x03\x98"),
+    /* a nullable alternative inside nested counted repetitions: a walk goes over the work bound (the matcher is
+     * spent); and one whose repetitions make an alternative of 260,000 elements, which an expansion steps over
+     * at no cost (alt_end), so that the walk reaches the bound in milliseconds */
+    S_BIN("\x02root ::= \"\" | [$(0ff].  root{1,3}{817}\n\0\x10 \xff\xff\xff\xff"),
+    S_BIN("\x02root ::= \"\" | [$.root0ff].  root{323}{806}\n\0\x10 \xff\xff\xff\xff\x01\x01"),
 };
 
 static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {

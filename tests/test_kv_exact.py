@@ -35,7 +35,7 @@ CTX, BATCH = 256, 16
 BS = int(os.environ.get("ZLLM_KV_EXACT_BLOCK", "4"))
 BLOCKS = int(os.environ.get("ZLLM_KV_EXACT_BLOCKS", "72"))
 VOCAB = int(os.environ.get("ZLLM_KV_EXACT_VOCAB", "512"))
-SEG = 4   # the shared prefixes' segments are multiples of this many tokens
+SEG = BS  # the shared prefixes' segments are whole blocks, and BOS plus their head one block
 
 
 def make_requests(rng, n, prev):
@@ -48,9 +48,18 @@ def make_requests(rng, n, prev):
             toks = p + a + [rng.randrange(3, VOCAB) for _ in range(rng.randint(1, 12))]
         else:
             base = rng.choice(SHARED)
-            toks = [1] + base[:rng.randint(0, len(base))] + [rng.randrange(3, VOCAB) for _ in range(rng.randint(0, 10))]
+            cut = rng.randint(0, len(base))
+            if BS > 4 and rng.random() < 0.3:
+                # at a block boundary, then 0..2 tokens: the cache then holds all of the prompt but a token or
+                # two, and its last chunk is a 1-token prompt chunk (the decode/prefill kernel rule's case)
+                cut = max(0, cut - (cut + 1) % BS)
+                tail = rng.randint(0, 2)
+            else:
+                tail = rng.randint(0, 10)
+            toks = [1] + base[:cut] + [rng.randrange(3, VOCAB) for _ in range(tail)]
         cancel = rng.random() < 0.08   # to be cancelled at a random moment: longer answers
-        mt = rng.randint(8, 48) if cancel else rng.randint(1, 8)
+        # answers up to two blocks long: a continuation's prompt then holds whole blocks of decoded rows
+        mt = rng.randint(8, 48) if cancel else rng.randint(1, 2 * BS)
         if len(toks) + mt > CTX - 1:
             toks = toks[:CTX - 1 - mt]
         spec = {"tokens": toks, "max_tokens": mt, "ignore_eos": rng.random() < 0.8,
@@ -99,7 +108,8 @@ def main():
     # shared prefixes made of a few segments of whole blocks in different orders: the same block contents follow
     # different prefixes (a block is identified by its whole prefix, never by its tokens alone)
     segs = [[rng.randrange(3, VOCAB) for _ in range(SEG * rng.randint(1, 3))] for _ in range(8)]
-    SHARED = [[5, 6, 7] + sum((rng.choice(segs) for _ in range(rng.randint(1, 10))), []) for _ in range(12)]
+    head = [5, 6, 7] + list(range(8, 8 + BS - 4))   # BOS and the head fill block 0
+    SHARED = [head + sum((rng.choice(segs) for _ in range(rng.randint(1, 10))), []) for _ in range(12)]
     extra = os.environ.get("ZLLM_KV_EXACT_WORKER_ARGS", "").split()
     model = os.environ.get("ZLLM_KV_EXACT_MODEL")
     test, ref = (Cluster(model=model), Cluster(model=model)) if model else (Cluster(), Cluster())
