@@ -594,6 +594,70 @@ static void test_budget_unfed(const zl_model *m) {
     engine_destroy(&e);
 }
 
+/* the step budget and priorities: 4 sequences decode at priority 0 while a long prompt arrives. At priority 0 it
+ * is held to what the decodes leave of the budget of 12 (8 tokens a step); at priority 5, higher than every
+ * decoding sequence, it takes the step as a prompt alone would (the engine's 64 tokens less the 4 decodes) while
+ * the decoders still get a token in every step, and its tokens are the golden ones. ahead: steps queued ahead. */
+static void test_budget_priority(const zl_model *m, int ahead, int prio) {
+    enum { ND = 4, BUDGET = 12 };
+    zl_engine *e = s_engine(m, ND + 1, ND + 1, 256, 64);
+    if (!e) return;
+    char err[256];
+    static int32_t bufs[ND + 1][NG + 1];
+    wk_batcher *b = batcher_new(e, s_eog, m->cfg.vocab_size, err, sizeof err);
+    CHECK(b && batcher_set_ahead(b, ahead) == ahead, "priority %d: batcher, ahead %d", prio, ahead);
+    if (!b) {
+        engine_destroy(&e);
+        return;
+    }
+    batcher_set_step_budget(b, BUDGET);
+    int cap = batcher_event_cap(b), n_ev = 0, fin[ND + 1] = {0}, done = 0, most = 0, stalls = 0, n_long = 0;
+    int32_t got[NG];
+    wk_event *ev = calloc((size_t)cap, sizeof *ev);
+    for (int i = 0; i < ND; i++) {
+        wk_request r = s_req(500 + i, bufs[i], i, 60);
+        CHECK(batcher_add(b, &r, err, sizeof err) == 0, "priority: add decoder %d: %s", i, err);
+    }
+    for (int call = 0; call < 400 && done < ND + 1; call++) {
+        if (call == 4) {
+            wk_request r = s_req(500 + ND, bufs[ND], 120, 8);
+            r.priority = prio;
+            CHECK(batcher_add(b, &r, err, sizeof err) == 0, "priority: add the long prompt: %s", err);
+        }
+        if (batcher_step(b, ev, cap, &n_ev, err, sizeof err) < 0) {
+            CHECK(0, "priority: step: %s", err);
+            break;
+        }
+        int dec = 0;
+        for (int j = 0; j < n_ev; j++) {
+            const int k = (int)ev[j].rid - 500;
+            if (k < 0 || k > ND) continue;
+            if (k == ND && ev[j].tok >= 0 && n_long < NG) got[n_long++] = ev[j].tok;
+            if (k < ND && ev[j].tok >= 0) dec++;
+            if (ev[j].fin && !fin[k]) {
+                fin[k] = ev[j].fin;
+                done++;
+            }
+        }
+        if (call > 4 && n_long == 0) {
+            if (batcher_last_prefill_tokens(b) > most) most = batcher_last_prefill_tokens(b);
+            if (call > 6 && dec != ND) stalls++;
+        }
+    }
+    CHECK(done == ND + 1, "priority %d, ahead %d: %d of %d sequences ended", prio, ahead, done, ND + 1);
+    int same = n_long == 8;
+    for (int t = 0; same && t < 8; t++) same = got[t] == s_gold[120 + t];
+    CHECK(same, "priority %d, ahead %d: the long prompt's golden continuation", prio, ahead);
+    const int want = prio > 0 ? 64 - ND : BUDGET - ND;
+    CHECK(most == want, "priority %d, ahead %d: prompt tokens per step beside 4 decodes at priority 0: most %d, want %d",
+          prio, ahead, most, want);
+    CHECK(stalls == 0, "priority %d, ahead %d: every decoder got a token in every step (%d steps without)", prio, ahead,
+          stalls);
+    free(ev);
+    batcher_destroy(&b);
+    engine_destroy(&e);
+}
+
 /* ------------------------------------------------------------------------------------------------------------
  * lanes */
 
@@ -1459,6 +1523,9 @@ int main(void) {
     test_budget(m, 0, 2);
     test_budget(m, 1, 0);
     test_budget_unfed(m);
+    test_budget_priority(m, 0, 0);
+    test_budget_priority(m, 0, 5);
+    test_budget_priority(m, 1, 5);
     /* the one-lane tests again with steps queued ahead over the CPU engine (forced: not its default) */
     s_force_ahead = 1;
     test_mixed(m, 0, 1);

@@ -44,7 +44,8 @@ def make_requests(rng, n, prev):
     for _ in range(n):
         kind = rng.random()
         if prev and kind < 0.25:   # a continuation: an earlier prompt and answer, then a new turn
-            p, a = rng.choice(prev)
+            # half of them of the latest answers, whose blocks (decoded rows included) a pool may still hold
+            p, a = rng.choice(prev[-64:] if rng.random() < 0.5 else prev)
             toks = p + a + [rng.randrange(3, VOCAB) for _ in range(rng.randint(1, 12))]
         else:
             base = rng.choice(SHARED)

@@ -33,7 +33,9 @@ done
 mkdir -p "$tmp/bin"
 ln -s "$build/bin/zllm-broker" "$tmp/bin/zllm-broker"
 
-# run LABEL SRC [SED]: links the worker with SRC (mutated by SED when given) and runs the exactness test
+# run LABEL SRC [SED [POOL]]: links the worker with SRC (mutated by SED when given) and runs the exactness test
+# (with a pool of POOL blocks when given: decoded rows published matter only when a continuation finds them, which
+# a pool that holds recent answers' blocks lets it do)
 run() {
     local f="$tmp/$1.c"
     cp "$2" "$f"
@@ -48,7 +50,7 @@ run() {
             -lutf8proc -lm -lpthread 2>>"$tmp/cc.log"; then
         echo "build failed ($1):" >&2; cat "$tmp/cc.log" >&2; return 2
     fi
-    ZLLM_BUILD="$tmp" ZLLM_KV_EXACT_N=${ZLLM_KV_MUTANT_N:-2000} ZLLM_KV_EXACT_ALONE=0 \
+    ZLLM_BUILD="$tmp" ZLLM_KV_EXACT_N=${ZLLM_KV_MUTANT_N:-2000} ZLLM_KV_EXACT_ALONE=0 ${4:+ZLLM_KV_EXACT_BLOCKS=$4} \
         timeout "${ZLLM_KV_EXACT_TIMEOUT:-170}" python3 tests/test_kv_exact.py >"$tmp/out_$1.log" 2>&1
 }
 
@@ -56,12 +58,12 @@ if run base worker/kv_blocks.c; then ok; else bad "the unmutated worker fails:";
 mutants=("common/kv_hash.c|hash_ignores_prev|s/msg\[i\] = (uint8_t)(prev >> (8 \* i));/msg[i] = 0;/"
          "worker/kv_blocks.c|freed_while_shared|s/if (--p->ref\[id\] > 0) return 0;/p->ref[id] = 0;/")
 [ "$cuda" = cuda ] && mutants+=(
-    "worker/batcher.c|decoded_rows_published|s/return s_split(b) \&\& r->n_past > r->n_prompt ? r->n_prompt : r->n_past;/return r->n_past;/"
+    "worker/batcher.c|decoded_rows_published|s/return s_split(b) \&\& r->n_past > r->n_prompt ? r->n_prompt : r->n_past;/return r->n_past;/|400"
     "worker/batcher.c|replay_as_prefill_chunk|s/|| (s_split(b) \&\& at >= s->n_prompt \&\& at < s->len)//;s/if (s_split(b) \&\& at >= s->n_prompt) chunk = 1;//"
     "worker/batcher.c|prompt_token_as_decode|s/q->prompt = at < s->n_prompt;/q->prompt = 0;/")
 for m in "${mutants[@]}"; do
-    IFS='|' read -r src label expr <<<"$m"
-    run "$label" "$src" "$expr"
+    IFS='|' read -r src label expr pool <<<"$m"
+    run "$label" "$src" "$expr" "$pool"
     rc=$?
     if [ $rc -eq 3 ]; then continue; fi
     if [ $rc -ne 0 ] && [ $rc -ne 2 ]; then

@@ -5,7 +5,8 @@
  * prompt chunks from what is left of the engine's max_step_tokens, up to max_batch entries. While any sequence
  * decodes, the step budget (batcher_set_step_budget) bounds the step instead: prompt chunks get what the decodes
  * leave of it (at least a quarter of it), so that a long prompt is spread over several steps rather than stalling
- * every running stream for one long step; a prompt alone (nothing decoding) takes the engine's whole step. A chunk
+ * every running stream for one long step; a prompt alone (nothing decoding), or one of a higher priority than every
+ * decoding sequence, takes the engine's whole step (beside the decodes). A chunk
  * that completes the prompt samples the first token in the same step. When more sequences run than max_batch allows, the start rotates so none starves.
  * With lanes, all of this applies to one lane's step: its sequences only, its own rotation.
  *
@@ -37,6 +38,7 @@
  * known). A record may then be in two steps in flight (inflight counts them), so records beyond n_slots are used
  * as with lanes. */
 #include <math.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1002,15 +1004,18 @@ grow:
     }
 }
 
-/* 1 when a sequence of lane l decodes or will once its step in flight is collected: it has generated a token, or
- * its whole prompt is in the KV cache or in flight (a step built now would stall it) */
+/* the highest priority among the sequences of lane l that decode or will once their step in flight is collected
+ * (they have generated a token, or their whole prompt is in the KV cache or in flight: a step built now would
+ * stall them); INT_MIN when none does */
 static int s_decoding(const wk_batcher *b, int l) {
+    int top = INT_MIN;
     for (int i = 0; i < b->n_rec; i++) {
         const s_rec *s = &b->recs[i];
-        if (s->active && s->live && s->kv >= 0 && s->lane == l && (s->len > s->n_prompt || s_at(b, s) >= s->len))
-            return 1;
+        if (s->active && s->live && s->kv >= 0 && s->lane == l && (s->len > s->n_prompt || s_at(b, s) >= s->len) &&
+            s->priority > top)
+            top = s->priority;
     }
-    return 0;
+    return top;
 }
 
 /* 1 when record s's next entry has one token and joins the decodes: its last token (a decode, or a prompt's last
@@ -1038,15 +1043,26 @@ static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int
     *rot = (*rot + 1) % b->n_scan;
     /* then prefills, by priority and oldest admission first, within the prefill cap and, while sequences decode,
      * within what the decodes leave of the step budget (never less than a quarter of it, so that prompts go on
-     * when decodes alone fill it) */
+     * when decodes alone fill it). The budget keeps running streams at their pace against prompts of their
+     * priority or lower; a prompt of a higher priority than every decoding sequence is not held back for them: it
+     * takes the step as a prompt alone would (beside the decodes), so that it waits behind lower-priority work for
+     * no more than the steps already built */
     if (budget > b->prefill_cap) budget = b->prefill_cap;
-    if (b->step_budget > 0 && (n > 0 || s_decoding(b, l))) {
-        int share = b->step_budget - n, least = b->step_budget / 4 > 0 ? b->step_budget / 4 : 1;
-        if (share < least) share = least;
-        if (budget > share) budget = share;
+    int share = budget, dprio = INT_MIN;
+    if (b->step_budget > 0) {
+        for (int j = 0; j < n; j++)
+            if (b->recs[L->seq_rec[j]].priority > dprio) dprio = b->recs[L->seq_rec[j]].priority;
+        const int top = s_decoding(b, l);
+        if (top > dprio) dprio = top;
+        if (dprio != INT_MIN) {
+            int least = b->step_budget / 4 > 0 ? b->step_budget / 4 : 1;
+            share = b->step_budget - n;
+            if (share < least) share = least;
+            if (share > budget) share = budget;
+        }
     }
-    int n_decode = n, budget0 = budget;
-    while (n < e->max_batch && budget > 0) {
+    int n_decode = n, used = 0;
+    while (n < e->max_batch && used < budget) {
         int best = -1;
         for (int i = 0; i < b->n_rec; i++) {
             const s_rec *s = &b->recs[i];
@@ -1057,9 +1073,12 @@ static int s_build_into(wk_batcher *b, int l, s_lane *L, int n0, int budget, int
             if (best < 0 || s_before(s, &b->recs[best])) best = i;
         }
         if (best < 0) break;
-        budget -= s_entry(b, L, best, n++, budget);
+        /* candidates come by priority: once one is held to the share, every later one is too */
+        const int lim = (b->recs[best].priority > dprio ? budget : share) - used;
+        if (lim <= 0) break;
+        used += s_entry(b, L, best, n++, lim);
     }
-    *prefill = n > n_decode ? budget0 - budget : 0;
+    *prefill = n > n_decode ? used : 0;
     s_ph(b, WK_PH_BUILD, t0);
     s_masks(b, L, n0, n);
     return n;
