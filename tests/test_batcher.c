@@ -649,8 +649,9 @@ static void test_budget_priority(const zl_model *m, int ahead, int prio) {
     for (int t = 0; same && t < 8; t++) same = got[t] == s_gold[120 + t];
     CHECK(same, "priority %d, ahead %d: the long prompt's golden continuation", prio, ahead);
     const int want = prio > 0 ? 64 - ND : BUDGET - ND;
-    CHECK(most == want, "priority %d, ahead %d: prompt tokens per step beside 4 decodes at priority 0: most %d, want %d",
-          prio, ahead, most, want);
+    CHECK(most == want,
+          "priority %d, ahead %d: prompt tokens per step beside 4 decodes at priority 0: most %d, want %d", prio, ahead,
+          most, want);
     CHECK(stalls == 0, "priority %d, ahead %d: every decoder got a token in every step (%d steps without)", prio, ahead,
           stalls);
     free(ev);
