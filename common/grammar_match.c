@@ -16,6 +16,12 @@
 #include "grammar_int.h"
 
 #define S_MAX_SET 1024 /* parse stacks kept at once (an ambiguity bound: JSON schemas need a few dozen) */
+/* nested expansions of one step without a character between them, such as a chain of nullable references (a
+ * repetition of something that may be empty): a stack reached deeper is dropped, not expanded, which bounds the
+ * recursion (and the C stack) whatever the grammar. The mask and accepting a token expand in the same order and
+ * so drop the same stacks: a token the mask allows leaves a stack when it is accepted. JSON schemas nest a few
+ * hundred deep at most. */
+#define S_MAX_EXPAND 4096
 
 typedef struct {
     int32_t pos;    /* element position of the top */
@@ -268,10 +274,7 @@ static void s_expand(zg_matcher *m, int32_t s, int depth) {
     }
     if (s_scr_full(m) || s_stamp_room(m, s + 1) != 0 || m->stamp[s + 1] == m->gen) return;
     m->stamp[s + 1] = m->gen;
-    if (depth > ZG_MAX_RULES) {
-        m->oom = 1;
-        return;
-    }
+    if (depth > S_MAX_EXPAND) return; /* dropped, as a full set drops stacks (S_MAX_EXPAND) */
     int32_t rest = s_next(m, pos + 1, parent);
     int32_t a = m->g->rule_start[el[pos].val];
     for (;;) {

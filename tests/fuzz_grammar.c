@@ -166,6 +166,10 @@ static const struct {
      * at no cost (alt_end), so that the walk reaches the bound in milliseconds */
     S_BIN("\x02root ::= \"\" | [$(0ff].  root{1,3}{817}\n\0\x10 \xff\xff\xff\xff"),
     S_BIN("\x02root ::= \"\" | [$.root0ff].  root{323}{806}\n\0\x10 \xff\xff\xff\xff\x01\x01"),
+    /* a chain of 127,000 nullable references after a class: the mask finds the class's own continuation and allows
+     * 'r'; accepting it expands the chain, whose stacks past the expansion depth bound are dropped alike (no
+     * refusal, no deep recursion) */
+    S_BIN("\x02root ::= \"\" | [!$.r]+  root{158}{806}\n\0\x03\":"),
 };
 
 static int fuzz_seeds(const uint8_t **seeds, size_t *sizes, int max) {

@@ -10,7 +10,7 @@
  * flight per thread) over a 4 GiB buffer, median of 20 runs.
  *
  * usage: zllm-attnbench [-b 1,16,64] [-c 1024,...] [-s B:L,B:L,...] [-n iters] [-m max_gib] [--sweep]
- *                       [-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n] [--paged N]
+ *                       [-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n] [--paged N [--paged-run R]]
  *   -s: only these (batch, context) pairs instead of the -b x -c table.
  *   --sweep: also forced split counts for batch 1 at 64k and batch 16 at 8k.
  *   -K: attn_decode_params.kernel (0 default, 1 chunk kernel + reduce, 2 persistent kernel, 3 chunk kernel with
@@ -25,7 +25,9 @@
  *   --paged N: paged KV (attention.h): the same caches read as a pool of blocks of N rows (16..256, a power of two,
  *     dividing every context), each sequence's block table a slice of one shuffled permutation of all the pool's
  *     blocks (the engine's tables after a while of allocations and releases); the same bytes and split counts, so
- *     the time against a run without it is the cost of the tables.
+ *     the time against a run without it is the cost of the tables. --paged-run R shuffles runs of R consecutive pool
+ *     blocks instead of single blocks (an allocator that hands out runs; R at least a sequence's blocks keeps each
+ *     sequence's blocks in pool order), which separates the cost of the lookups from that of scattered memory.
  *   --hm: head-major emulation, the same bytes and split count as a contiguous per-head layout: batch B runs as
  *     B * 8 sequences of 1 KV head and 4 query heads (each (sequence, head) its own contiguous slab), with the
  *     split count forced to the one the real shape gets. */
@@ -82,6 +84,7 @@ static int s_settle_ms = 0;   /* --settle: idle before each shape's timed calls 
 static long s_kvlen = 0;      /* --kvlen: every sequence's kv_len (<= the context, which stays max_kv_len) */
 static int s_hm = 0;       /* --hm */
 static int s_paged = 0;    /* --paged: rows per block, 0 contiguous */
+static long s_paged_run = 1; /* --paged-run: consecutive pool blocks kept together when the tables are shuffled */
 
 static double median(std::vector<float> v) {
     std::sort(v.begin(), v.end());
@@ -185,12 +188,18 @@ static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits
     if (s_paged) { /* slot s's table: blocks [s * nb, (s + 1) * nb) of a shuffled permutation; slot = its offset */
         const long nb = L / s_paged;
         std::vector<int32_t> ids((size_t)n_slots * nb);
-        for (size_t i = 0; i < ids.size(); i++) ids[i] = (int32_t)i;
+        /* runs of s_paged_run consecutive pool blocks, the runs in shuffled order */
+        const size_t run = s_paged_run > 0 ? (size_t)s_paged_run : 1, n_runs = (ids.size() + run - 1) / run;
+        std::vector<size_t> order(n_runs);
+        for (size_t i = 0; i < n_runs; i++) order[i] = i;
         uint64_t z = 88172645463325252ULL;
-        for (size_t i = ids.size() - 1; i > 0; i--) {
+        for (size_t i = n_runs - 1; i > 0; i--) {
             z ^= z << 13, z ^= z >> 7, z ^= z << 17;
-            std::swap(ids[i], ids[z % (i + 1)]);
+            std::swap(order[i], order[z % (i + 1)]);
         }
+        size_t at = 0;
+        for (size_t r = 0; r < n_runs; r++)
+            for (size_t j = order[r] * run; j < (order[r] + 1) * run && j < ids.size(); j++) ids[at++] = (int32_t)j;
         CK(cudaMalloc(&tab, ids.size() * 4));
         CK(cudaMemcpy(tab, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
         for (int i = 0; i < n_slots; i++) hs[i] = (int32_t)(i * nb);
@@ -305,10 +314,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--settle") && i + 1 < argc) s_settle_ms = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--kvlen") && i + 1 < argc) s_kvlen = atol(argv[++i]);
         else if (!strcmp(argv[i], "--paged") && i + 1 < argc) s_paged = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--paged-run") && i + 1 < argc) s_paged_run = atol(argv[++i]);
         else {
             fprintf(stderr,
                     "usage: %s [-b 1,16,64] [-c 1024,...] [-s B:L,...] [-n iters] [-m max_gib] [--sweep] "
-                    "[-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n] [--paged N]\n",
+                    "[-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n] [--paged N [--paged-run R]]\n",
                     argv[0]);
             return 2;
         }
