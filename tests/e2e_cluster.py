@@ -23,6 +23,7 @@ FIXTURES = fixtures.root()
 STORIES = os.path.join(FIXTURES, "stories260K", "stories260K.gguf")   # Cluster checks its model is there
 # the workers' device: cpu in CI; ZLLM_E2E_DEVICE=cuda runs the same tests against the CUDA engine
 DEVICE = os.environ.get("ZLLM_E2E_DEVICE", "cpu")
+WORKER_ARGS = os.environ.get("ZLLM_E2E_WORKER_ARGS", "").split()  # added to every start_worker (diagnosis)
 
 
 def golden_ids():
@@ -124,7 +125,7 @@ class Cluster:
         device = device or DEVICE
         p = self._spawn(name, [os.path.join(BIN, "zllm-worker"), "--broker", self.workers_ep, "-m", self.model,
                                "--model-name", self.model_name, "--name", name, "--device", device,
-                               "--max-batch", str(max_batch), "--threads", "1"] + list(extra))
+                               "--max-batch", str(max_batch), "--threads", "1"] + list(extra) + WORKER_ARGS)
         self.workers[name] = p
         return p
 

@@ -50,7 +50,7 @@ run() {
             -lutf8proc -lm -lpthread 2>>"$tmp/cc.log"; then
         echo "build failed ($1):" >&2; cat "$tmp/cc.log" >&2; return 2
     fi
-    ZLLM_BUILD="$tmp" ZLLM_KV_EXACT_N=${ZLLM_KV_MUTANT_N:-2000} ZLLM_KV_EXACT_ALONE=0 ${4:+ZLLM_KV_EXACT_BLOCKS=$4} \
+    env ZLLM_BUILD="$tmp" ZLLM_KV_EXACT_N=${ZLLM_KV_MUTANT_N:-2000} ZLLM_KV_EXACT_ALONE=0 ${4:+ZLLM_KV_EXACT_BLOCKS=$4} \
         timeout "${ZLLM_KV_EXACT_TIMEOUT:-170}" python3 tests/test_kv_exact.py >"$tmp/out_$1.log" 2>&1
 }
 

@@ -78,8 +78,10 @@ def check_raw(ck, c):
     ck.ok(bent.prompt_logprobs == base.prompt_logprobs, "bias, penalties and temperature leave prompt logprobs alone")
     ck.ok(bent.logprobs[0] != base.logprobs[0], "... and change the generated token's (the sampler's distribution)")
     plain = c.generate(tokens=PROMPT, max_tokens=4, temperature=0, logprobs=True)
-    ck.ok(plain.token_ids == base.token_ids and plain.logprobs == base.logprobs and plain.prompt_logprobs == [],
-          "prompt logprobs change nothing of the generation; none unless asked for")
+    if not ck.ok(plain.token_ids == base.token_ids and plain.logprobs == base.logprobs and plain.prompt_logprobs == [],
+                 "prompt logprobs change nothing of the generation; none unless asked for"):
+        print("  with prompt logprobs: %r %r\n  without: %r %r %r" % (
+            base.token_ids, base.logprobs, plain.token_ids, plain.logprobs, plain.prompt_logprobs), flush=True)
 
 
 def check_order(ck, c):
