@@ -362,6 +362,7 @@ int cuda_weights_upload(cu_engine *E, char *err, size_t errlen) {
             const cu_mat *mats[] = CU_LAYER_MATS(L);
             for (int i = 0; i < 10; i++) n_path[mats[i]->path]++;
         }
+        E->base.chunk_variant = n_path[CU_PATH_CUBLAS] > 0; /* cuBLAS: another row count, maybe other bits */
         fprintf(stderr, "\rzllm %s: uploaded weights: %d layers, %.1f MiB as %s (matrices: %d qtc, %d wtc, %d cuBLAS; "
                 "%d joined Q/K/V or gate/up products)\n", E->base.device, le - lb, E->weight_bytes / 1048576.0,
                 ops_dtype_name(E->wt), n_path[CU_PATH_QTC], n_path[CU_PATH_WTC], n_path[CU_PATH_CUBLAS], n_joined);

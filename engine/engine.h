@@ -183,6 +183,10 @@ struct zl_engine {
                                 * when it is computed by the same kind of entry as there: prompt positions as
                                 * prompt rows, generated ones as decode entries (the batcher keeps that rule:
                                 * docs/kv-cache.md). 0: both give the same bits (the CPU engines) */
+    int chunk_variant;        /* 1: a position's KV and logits may have other bits when its prompt's prefill is
+                                * chunked or batched otherwise (CUDA with a matrix through cuBLAS, which picks its
+                                * algorithm by the row count: F32 models), so a cached prefix would not give a cold
+                                * run's bits and the worker turns its prefix cache off; 0: chunk invariant */
     int launch_async;         /* 1: launch returns while the step runs (CUDA): queuing ahead hides the host;
                                 * 0: it runs the step before it returns (CPU), so queuing ahead only delays each
                                 * step's ids by one step (callers queue ahead there only when asked to) */

@@ -212,7 +212,8 @@ static void s_usage(FILE *f) {
             "                       contiguous slots\n"
             "  --prefix-cache 0|1   reuse cached prompt prefixes (1, default) or never (0: no block is published\n"
             "                       nor taken from the cache; blocks and preemption work as with 1, the tokens\n"
-            "                       are the same): the baseline that measures what caching buys\n"
+            "                       are the same): the baseline that measures what caching buys; off on an\n"
+            "                       engine whose prefill is not chunk invariant (CUDA with F32 matrices)\n"
             "  --curve-server-key FILE  CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
             "  --curve-key FILE     CURVE: this worker's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
             "                       broker's --curve-allow directory; the broker runs with --curve-workers)\n"
@@ -833,6 +834,11 @@ int main(int argc, char **argv) {
     if (batcher_set_kv(w.batcher, w.o.kv_block, w.o.model_name, err, sizeof err) != 0) {
         s_log(&w, "%s", err);
         goto fail;
+    }
+    if (w.o.prefix_cache && w.engine->chunk_variant) { /* a hit would not give a cold run's bits */
+        s_log(&w, "prefix cache off: this engine's prefill is not chunk invariant (matrices through cuBLAS), so a "
+                  "cached prefix would change the tokens");
+        w.o.prefix_cache = 0;
     }
     batcher_set_prefix_cache(w.batcher, w.o.prefix_cache);
     if (w.o.kv_blocks > 0 && !w.engine->kv_block)
