@@ -294,24 +294,12 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     const char *ksrc = reinterpret_cast<const char *>(kg + (long)(k0 + lr) * row_stride + lc * 8);
     const long vdelta = reinterpret_cast<const char *>(vg) - reinterpret_cast<const char *>(kg);
     const long rstep = (long)RPI * row_stride * (long)sizeof(T), tstep = (long)kTileKeys * row_stride * (long)sizeof(T);
-    /* paged: tiles are loaded in order, so the table entry of tile j + 1 is read when tile j is issued and is in a
-     * register by the next call: the copies of a tile never wait on their table lookup (a dependent L1 read that
-     * otherwise comes before every tile's copies; blocks of 16 keys are one tile each) */
-    int pj = -1;        /* the tile whose pool row pj_row holds */
-    long pj_row = 0;
-    auto tile_row = [&](int j) -> long {
-        const long row = j == pj ? pj_row : pg_row(k0 + j * kTileKeys);
-        if (j + 1 < ntile) {   /* a key of tile j + 1 is below k1: its entry is in the table */
-            pj = j + 1;
-            pj_row = pg_row(k0 + (j + 1) * kTileKeys);
-        }
-        return row;
-    };
     auto load = [&](int j) {
         if (j < ntile && k0 + (j + 1) * kTileKeys <= k1) {
             const uint32_t sb = dst0 + (uint32_t)((j % NS) * 2 * TILE * (int)sizeof(T));
-            const char *src = paged ? reinterpret_cast<const char *>(kg + (tile_row(j) + lr) * row_stride + lc * 8)
-                                    : ksrc + (long)j * tstep;
+            const char *src =
+                paged ? reinterpret_cast<const char *>(kg + (pg_row(k0 + j * kTileKeys) + lr) * row_stride + lc * 8)
+                      : ksrc + (long)j * tstep;
 #pragma unroll
             for (int u = 0; u < CU; u++) {
                 /* element offset (lr + RPI u) RP + ((lc ^ (lr | k)) << 3), k = RPI u & 7; padded: + (lc << 3) */
