@@ -1063,6 +1063,13 @@ static int s_kv_read(zllm_client *c, s_wkv *w) {
     return -1;
 }
 
+/* worker name's counters in before[n_before] (zero when it was not there) into *h0, *p0 */
+static void s_kv_before(const s_wkv *before, int n_before, const char *name, uint64_t *h0, uint64_t *p0) {
+    *h0 = *p0 = 0;
+    for (int j = 0; j < n_before; j++)
+        if (!strcmp(before[j].name, name)) *h0 = before[j].hit, *p0 = before[j].prompt;
+}
+
 /* the `cache:` line: per worker, the prompt tokens found cached over the run (after - before). Workers report
  * their counters in heartbeats, so the status is asked again (up to 3 s) until the workers' prompt tokens have
  * grown by at least `expect` (the prompt tokens of the requests that got a first token: each was admitted) */
@@ -1078,9 +1085,8 @@ static void s_kv_report(zllm_client *c, const s_wkv *before, int n_before, uint6
         n = got;
         hit = prompt = 0;
         for (int i = 0; i < n; i++) {
-            uint64_t h0 = 0, p0 = 0;
-            for (int j = 0; j < n_before; j++)
-                if (!strcmp(before[j].name, after[i].name)) h0 = before[j].hit, p0 = before[j].prompt;
+            uint64_t h0, p0;
+            s_kv_before(before, n_before, after[i].name, &h0, &p0);
             hit += after[i].hit - h0;
             prompt += after[i].prompt - p0;
         }
@@ -1092,9 +1098,8 @@ static void s_kv_report(zllm_client *c, const s_wkv *before, int n_before, uint6
     printf("cache: hit %llu of %llu prompt tokens (%.1f%%) over the run;", (unsigned long long)hit,
            (unsigned long long)prompt, prompt ? 100.0 * (double)hit / (double)prompt : 0.0);
     for (int i = 0; i < n; i++) {
-        uint64_t h0 = 0, p0 = 0;
-        for (int j = 0; j < n_before; j++)
-            if (!strcmp(before[j].name, after[i].name)) h0 = before[j].hit, p0 = before[j].prompt;
+        uint64_t h0, p0;
+        s_kv_before(before, n_before, after[i].name, &h0, &p0);
         printf(" %s %llu/%llu", after[i].name, (unsigned long long)(after[i].hit - h0),
                (unsigned long long)(after[i].prompt - p0));
     }

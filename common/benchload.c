@@ -20,12 +20,15 @@ int benchload_out_len(uint64_t seed, long i, int lo, int hi) {
 /* a counter-driven stream of draws: draw j of stream (seed, i) */
 static uint64_t s_draw(uint64_t seed, long i, long j) { return s_mix(s_mix(s_mix(seed) ^ (uint64_t)i) + (uint64_t)j); }
 
-void benchload_ids(uint64_t seed, long i, int32_t *out, int n, int vocab) {
-    for (int j = 0; j < n; j++) out[j] = 3 + (int32_t)(s_draw(seed ^ 0x1D5ull, i, j) % (uint64_t)(vocab - 3));
+/* n ids in [3, vocab), draws [0, n) of stream (seed, i) */
+static void s_ids(uint64_t seed, long i, int32_t *out, int n, int vocab) {
+    for (int j = 0; j < n; j++) out[j] = 3 + (int32_t)(s_draw(seed, i, j) % (uint64_t)(vocab - 3));
 }
 
+void benchload_ids(uint64_t seed, long i, int32_t *out, int n, int vocab) { s_ids(seed ^ 0x1D5ull, i, out, n, vocab); }
+
 void benchload_prefix(uint64_t prefix_seed, int k, int32_t *out, int n, int vocab) {
-    for (int j = 0; j < n; j++) out[j] = 3 + (int32_t)(s_draw(prefix_seed ^ 0x9F3ull, k, j) % (uint64_t)(vocab - 3));
+    s_ids(prefix_seed ^ 0x9F3ull, k, out, n, vocab);
 }
 
 int benchload_prefix_of(long i, int n_prefixes) { return n_prefixes > 0 ? (int)(i % n_prefixes) : 0; }
