@@ -76,6 +76,7 @@ typedef struct gw_conn {
     int retry_after;
     int http_status; /* what the client was told (metrics) */
     double t0, t_last;
+    double t_wrote; /* when its later tokens were last let out (or its first token), monotonic seconds */
 } gw_conn;
 
 struct gw_server {
@@ -90,7 +91,8 @@ struct gw_server {
     gw_conn **slots; /* requests by slot (broker id "g<slot>.<gen>") */
     uint32_t *gens;
     int *free_slots, n_free, n_slots;
-    int *defer, n_defer, cap_defer; /* slots of streams whose resumption waits for the turn's first tokens */
+    int *defer, n_defer, cap_defer; /* slots of streams whose later tokens wait (gw_session_resume_deferred) */
+    double t_defer_due;             /* the earliest time a waiting stream's turn comes (when none is due now) */
     gw_sock **cork;                 /* sockets corked for the turn's urgent writes (NULL: closed since) */
     int n_cork, cap_cork;
     uint64_t next_uid;
@@ -130,8 +132,10 @@ void gw_session_cancel(gw_conn *c, int status);   /* the client left: cancel at 
 void gw_session_release(gw_conn *c);              /* gives back c's slot */
 gw_conn *gw_session_slot(gw_server *s, int slot); /* the request in a slot, or NULL */
 void gw_session_drain(gw_server *s);              /* handles every message the broker sent */
-/* resumes at most max of the streams whose later tokens wait, oldest first; returns how many still wait */
-int gw_session_resume_deferred(gw_server *s, int max);
+/* resumes at most max of the streams whose later tokens wait and whose turn has come (cfg.stream_write_rate),
+ * oldest first; returns how many of those whose turn has come still wait, and sets s->t_defer_due to the
+ * earliest time another one's turn comes (HUGE_VAL when none waits) */
+int gw_session_resume_deferred(gw_server *s, int max, double now);
 void gw_session_fail_all(gw_server *s, int code, const char *msg);
 ssize_t gw_session_sse_read(void *cls, uint64_t pos, char *buf, size_t max); /* the SSE body callback */
 

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,7 @@ void gw_config_defaults(gw_config *c) {
     c->max_connections = 16384;
     c->idle_timeout_s = 30;
     c->max_stream_buffer = 1u << 20;
+    c->stream_write_rate = 25000;
 }
 
 void gw_conn_resume(gw_conn *c) {
@@ -473,6 +475,8 @@ static void s_run_urgent(gw_server *s) {
 int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t errlen) {
     struct epoll_event evs[256];
     s->t_status_sent = 0;
+    s->t_defer_due = HUGE_VAL;
+    int ready = 0; /* streams whose turn to write has come, still waiting (more than a turn writes) */
     while (!*stop) {
         double now = gw_now();
         if (now - s->t_status_sent >= STATUS_EVERY_MS / 1e3) {
@@ -483,7 +487,11 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
         double since = s->has_status ? now - s->t_status_recv : now - s->t_start;
         if (since > BROKER_FAIL_MS / 1e3)
             gw_session_fail_all(s, PROTO_CODE_BROKER_UNREACHABLE, "the broker has not answered for 6 s");
-        int timeout = s->n_defer ? 0 : STATUS_EVERY_MS;
+        int timeout = STATUS_EVERY_MS;
+        if (ready) timeout = 0;
+        else if (s->t_defer_due - now < timeout / 1e3) /* a held stream's turn: rounded up, never a busy wait */
+            timeout = (int)ceil((s->t_defer_due - now) * 1e3);
+        if (timeout < 0) timeout = 0;
         MHD_UNSIGNED_LONG_LONG mt;
         if (MHD_get_timeout(s->mhd, &mt) == MHD_YES && mt < (MHD_UNSIGNED_LONG_LONG)timeout) timeout = (int)mt;
         int n = epoll_wait(s->ep, evs, 256, timeout);
@@ -499,7 +507,7 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
         gw_session_drain(s);
         s_run_urgent(s);
         s_uncork(s);
-        gw_session_resume_deferred(s, RESUME_BATCH);
+        ready = gw_session_resume_deferred(s, RESUME_BATCH, gw_now());
         MHD_run(s->mhd);
         gw_session_drain(s); /* sends inside MHD_run may have consumed the descriptor's edge */
     }

@@ -32,6 +32,10 @@ typedef struct {
     unsigned max_connections;
     unsigned idle_timeout_s;  /* a connection that sends nothing for this long is closed (slow clients) */
     size_t max_stream_buffer; /* SSE bytes held for a client that does not read; beyond, its request is cancelled */
+    /* --stream-write-rate: writes of streams' later tokens per second, all streams together, at most (0: no
+     * limit). Each stream gets an equal share: with R requests in flight its later tokens leave at most every
+     * R / rate seconds, tokens that come faster in one write together. First tokens and finals are never held. */
+    double stream_write_rate;
     int verbose;
 } gw_config;
 

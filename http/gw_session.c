@@ -1,6 +1,7 @@
 /* http/gw_session.c: the requests at the broker (see gw_internal.h): model resolution against the broker's
  * status, the gateway-made request ids ("g<slot>.<generation>"), submission, and the broker's token, final and
  * error messages turned into SSE events or complete responses. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,7 +175,9 @@ static void s_slow_reader(gw_conn *c) {
 
 /* a stream's later tokens: its connection is resumed after the first tokens, finals and errors of the same
  * turn have been written (gw_session_resume_deferred), so that a stream's first token does not wait behind the
- * writes of a thousand running streams */
+ * writes of a thousand running streams, and no sooner than its share of the write rate allows (gw_config): each
+ * write is a segment that the kernel delivers and a wake-up of the client, most of the gateway's CPU per write,
+ * so tokens that come faster than a stream's share leave together in one */
 static void s_defer(gw_conn *c) {
     gw_server *s = c->srv;
     if (!c->suspended || c->deferred) return;
@@ -192,19 +195,28 @@ static void s_defer(gw_conn *c) {
     s->defer[s->n_defer++] = c->slot;
 }
 
-int gw_session_resume_deferred(gw_server *s, int max) {
-    int i = 0, resumed = 0;
-    for (; i < s->n_defer && resumed < max; i++) {
+int gw_session_resume_deferred(gw_server *s, int max, double now) {
+    /* a stream's share of the write rate: with R requests in flight, one write every R / rate seconds */
+    const double gap = s->cfg.stream_write_rate > 0 ? (s->n_slots - s->n_free) / s->cfg.stream_write_rate : 0;
+    int kept = 0, ready = 0, resumed = 0;
+    s->t_defer_due = HUGE_VAL;
+    for (int i = 0; i < s->n_defer; i++) {
         gw_conn *c = gw_session_slot(s, s->defer[i]);
         if (!c || !c->deferred) continue; /* ended since (its slot is free or taken by another request) */
-        c->deferred = 0;
-        gw_conn_resume(c);
-        resumed++;
+        const double due = c->t_wrote + gap;
+        if (due <= now && resumed < max) {
+            c->deferred = 0;
+            c->t_wrote = now;
+            gw_conn_resume(c);
+            resumed++;
+            continue;
+        }
+        if (due <= now) ready++;
+        else if (due < s->t_defer_due) s->t_defer_due = due;
+        s->defer[kept++] = s->defer[i]; /* the rest keep their order, ahead of the streams deferred later */
     }
-    if (i == 0) return s->n_defer; /* (s->defer may be NULL: none was ever deferred) */
-    s->n_defer -= i;               /* the rest keep their order, ahead of the streams deferred later */
-    memmove(s->defer, s->defer + i, (size_t)s->n_defer * sizeof *s->defer);
-    return s->n_defer;
+    s->n_defer = kept;
+    return ready;
 }
 
 /* releases c's echo and prompt_logprobs state */
@@ -280,6 +292,7 @@ static void s_on_token(gw_conn *c, const proto_token *t) {
     }
     if (first) {
         gw_conn_cork(c); /* the headers and the first chunk */
+        c->t_wrote = gw_now();
         gw_conn_resume(c);
     } else {
         s_defer(c);

@@ -2,7 +2,7 @@
  *
  *   zllm-http --broker EP [--listen HOST:PORT] [--api-key-file F] [--served-model-name NAME[=MODEL]]...
  *             [--model NAME=PATH]... [--max-body BYTES] [--max-connections N] [--idle-timeout S]
- *             [--max-stream-buffer B] [--curve-server-key BROKER.pub --curve-key KEY] [-v]
+ *             [--max-stream-buffer B] [--stream-write-rate W] [--curve-server-key BROKER.pub --curve-key KEY] [-v]
  *
  * Prints `listening http://HOST:PORT` (port 0 resolved) on stdout once bound and the broker has answered (or
  * after 3 s without an answer); SIGTERM or SIGINT stops it
@@ -28,7 +28,7 @@ static void s_usage(FILE *f) {
     fprintf(f, "usage: zllm-http --broker EP [--listen HOST:PORT] [--api-key-file F]\n"
                "                 [--served-model-name NAME[=MODEL]]... [--model NAME=PATH]...\n"
                "                 [--max-body BYTES] [--max-connections N] [--idle-timeout S] [--max-stream-buffer B]\n"
-               "                 [--curve-server-key BROKER.pub --curve-key KEY] [-v]\n"
+               "                 [--stream-write-rate W] [--curve-server-key BROKER.pub --curve-key KEY] [-v]\n"
                "  --broker EP             the broker's client endpoint (tcp://HOST:5555, ipc://PATH)\n"
                "  --listen HOST:PORT      HTTP address (default 127.0.0.1:8000; [::]:PORT for IPv6; port 0: any)\n"
                "  --api-key-file F        require `Authorization: Bearer KEY` (the file's first line) on /v1/*\n"
@@ -40,6 +40,10 @@ static void s_usage(FILE *f) {
                "  --idle-timeout S        close a connection silent for S seconds (default 30)\n"
                "  --max-stream-buffer B   SSE bytes held for a client that does not read before its request is\n"
                "                          cancelled (default 1048576)\n"
+               "  --stream-write-rate W   writes of streams' later tokens a second, all streams together, at most\n"
+               "                          (default 100000; 0: no limit): with R requests in flight a stream writes\n"
+               "                          at most every R/W s, tokens that come faster leave in one write; first\n"
+               "                          tokens and the end of a stream are never held\n"
                "  --curve-server-key F    CURVE: the broker's public key (zllm-broker --keygen PREFIX: PREFIX.pub)\n"
                "  --curve-key F           CURVE: this gateway's secret key (PREFIX.key; its PREFIX.pub must be in the\n"
                "                          broker's --curve-allow directory); both or neither\n"
@@ -137,14 +141,16 @@ int main(int argc, char **argv) {
             cfg.vocab_name[cfg.n_vocab] = d;
             cfg.vocab_path[cfg.n_vocab++] = eq + 1;
         } else if (!strcmp(a, "--max-body") || !strcmp(a, "--max-connections") || !strcmp(a, "--idle-timeout") ||
-                   !strcmp(a, "--max-stream-buffer")) {
+                   !strcmp(a, "--max-stream-buffer") || !strcmp(a, "--stream-write-rate")) {
             unsigned long long x;
             int body = !strcmp(a, "--max-body"), conns = !strcmp(a, "--max-connections");
-            int idle = !strcmp(a, "--idle-timeout");
-            if (s_num(a, v, 1, body ? 1ull << 30 : conns ? 1000000 : idle ? 86400 : 1ull << 32, &x)) return 2;
+            int idle = !strcmp(a, "--idle-timeout"), rate = !strcmp(a, "--stream-write-rate");
+            if (s_num(a, v, rate ? 0 : 1, body ? 1ull << 30 : conns ? 1000000 : idle ? 86400 : 1ull << 32, &x))
+                return 2;
             if (body) cfg.max_body = x;
             else if (conns) cfg.max_connections = (unsigned)x;
             else if (idle) cfg.idle_timeout_s = (unsigned)x;
+            else if (rate) cfg.stream_write_rate = (double)x;
             else cfg.max_stream_buffer = x;
         } else if (!strcmp(a, "-v")) cfg.verbose = 1, i--;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
