@@ -92,6 +92,7 @@ struct gw_server {
     uint32_t *gens;
     int *free_slots, n_free, n_slots;
     int *defer, n_defer, cap_defer; /* slots of streams whose later tokens wait (gw_session_resume_deferred) */
+    int resume_pending;             /* a connection was resumed since MHD_run last ran (s_mhd_run) */
     double t_defer_due;             /* the earliest time a waiting stream's turn comes (when none is due now) */
     gw_sock **cork;                 /* sockets corked for the turn's urgent writes (NULL: closed since) */
     int n_cork, cap_cork;

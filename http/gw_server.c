@@ -50,7 +50,16 @@ void gw_config_defaults(gw_config *c) {
 void gw_conn_resume(gw_conn *c) {
     if (!c->suspended) return;
     c->suspended = 0;
+    c->srv->resume_pending = 1;
     MHD_resume_connection(c->conn);
+}
+
+/* libmicrohttpd takes up resumed connections inside MHD_run only, and without threads of its own nothing wakes
+ * the loop for them: a resumption after the turn's last MHD_run (a first token or a final that the turn's last
+ * drain reads) is run by a turn that does not wait (gw_server_run), not one worker step later */
+static void s_mhd_run(gw_server *s) {
+    s->resume_pending = 0;
+    MHD_run(s->mhd);
 }
 
 void gw_conn_unwatch(gw_conn *c) {
@@ -466,7 +475,7 @@ static void s_accept(gw_server *s) {
  * tokens, finals) are ready, gives the first token in the same turn instead of three turns later. */
 static void s_run_urgent(gw_server *s) {
     for (int pass = 0; pass < 4; pass++) {
-        MHD_run(s->mhd);
+        s_mhd_run(s);
         MHD_UNSIGNED_LONG_LONG t;
         if (MHD_get_timeout(s->mhd, &t) != MHD_YES || t != 0) return;
     }
@@ -488,7 +497,7 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
         if (since > BROKER_FAIL_MS / 1e3)
             gw_session_fail_all(s, PROTO_CODE_BROKER_UNREACHABLE, "the broker has not answered for 6 s");
         int timeout = STATUS_EVERY_MS;
-        if (ready) timeout = 0;
+        if (ready || s->resume_pending) timeout = 0;
         else if (s->t_defer_due - now < timeout / 1e3) /* a held stream's turn: rounded up, never a busy wait */
             timeout = (int)ceil((s->t_defer_due - now) * 1e3);
         if (timeout < 0) timeout = 0;
@@ -508,7 +517,7 @@ int gw_server_run(gw_server *s, volatile sig_atomic_t *stop, char *err, size_t e
         s_run_urgent(s);
         s_uncork(s);
         ready = gw_session_resume_deferred(s, RESUME_BATCH, gw_now());
-        MHD_run(s->mhd);
+        s_mhd_run(s);
         gw_session_drain(s); /* sends inside MHD_run may have consumed the descriptor's edge */
     }
     return 0;
