@@ -273,11 +273,28 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     auto pg_row = [&](int key) -> long { return kv_page_row(p.blocks, p.kv_block_log2, slot, 0, key); };
     const T *kg = reinterpret_cast<const T *>(p.k_cache) + base;
     const T *vg = reinterpret_cast<const T *>(p.v_cache) + base;
-    /* paged: the table entries of the warp's keys into L1 now (a lane a 128-byte line), so that each tile's lookup
-     * in load() hits L1 instead of waiting on L2 once every 32 entries; a prefetch moves no value */
-    if (paged && k1 > k0)
-        for (int e = (k0 >> p.kv_block_log2) + lane * 32; e <= ((k1 - 1) >> p.kv_block_log2); e += 32 * 32)
-            asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p.blocks + slot + e));
+    /* paged: lane l holds the table entry of the warp's block tw + l (a window of 32 of its blocks, relative to
+     * its first, tb0) and the window after it, so that a whole tile's lookup is a shuffle instead of a load in
+     * its address chain; the window after next is loaded as the warp enters the next (load() asks for tiles in
+     * order, a block at most per tile: kv_block >= kTileKeys). Each window is one coalesced 128-byte load. */
+    const int tb0 = k0 >> p.kv_block_log2;
+    const int tbn = paged && k1 > k0 ? ((k1 - 1) >> p.kv_block_log2) - tb0 + 1 : 0;
+    int tw = 0;
+    int32_t tcur = 0, tnext = 0;
+    if (lane < tbn) tcur = __ldg(p.blocks + slot + tb0 + lane);
+    if (32 + lane < tbn) tnext = __ldg(p.blocks + slot + tb0 + 32 + lane);
+    auto tile_row = [&](int key) -> long { /* warp-uniform key at a tile's start */
+                                           const int bi = (key >> p.kv_block_log2) - tb0;
+                                           if (bi >= tw + 32) {
+                                               tw += 32;
+                                               tcur = tnext;
+                                               tnext = tw + 32 + lane < tbn
+                                                           ? __ldg(p.blocks + slot + tb0 + tw + 32 + lane)
+                                                           : 0;
+                                           }
+                                           return ((long)__shfl_sync(0xffffffffu, tcur, bi - tw) << p.kv_block_log2) +
+                                                  (key & ((1 << p.kv_block_log2) - 1));
+    };
 
     /* tile j of the chunk into ring stage j % NS (K then V), keys past k1 zero-filled; one commit group per call,
      * empty past the last tile so that the wait counts stay uniform. A tile wholly inside the chunk (all but
@@ -298,7 +315,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
         if (j < ntile && k0 + (j + 1) * kTileKeys <= k1) {
             const uint32_t sb = dst0 + (uint32_t)((j % NS) * 2 * TILE * (int)sizeof(T));
             const char *src =
-                paged ? reinterpret_cast<const char *>(kg + (pg_row(k0 + j * kTileKeys) + lr) * row_stride + lc * 8)
+                paged ? reinterpret_cast<const char *>(kg + (tile_row(k0 + j * kTileKeys) + lr) * row_stride + lc * 8)
                       : ksrc + (long)j * tstep;
 #pragma unroll
             for (int u = 0; u < CU; u++) {

@@ -11,6 +11,7 @@
  *
  * usage: zllm-attnbench [-b 1,16,64] [-c 1024,...] [-s B:L,B:L,...] [-n iters] [-m max_gib] [--sweep]
  *                       [-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n] [--paged N [--paged-run R]]
+ *                       [--group G] [--lpw L]
  *   -s: only these (batch, context) pairs instead of the -b x -c table.
  *   --sweep: also forced split counts for batch 1 at 64k and batch 16 at 8k.
  *   -K: attn_decode_params.kernel (0 default, 1 chunk kernel + reduce, 2 persistent kernel, 3 chunk kernel with
@@ -84,6 +85,8 @@ static int s_settle_ms = 0;   /* --settle: idle before each shape's timed calls 
 static long s_kvlen = 0;      /* --kvlen: every sequence's kv_len (<= the context, which stays max_kv_len) */
 static int s_hm = 0;       /* --hm */
 static int s_paged = 0;    /* --paged: rows per block, 0 contiguous */
+static int s_group = 0, s_lpw = 0; /* --group G, --lpw L: the tensor-core kernel's warps per block and chunks per
+                                    * warp (0: its own choice) */
 static long s_paged_run = 1; /* --paged-run: consecutive pool blocks kept together when the tables are shuffled */
 
 static double median(std::vector<float> v) {
@@ -222,6 +225,8 @@ static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits
     p.max_kv_len = (int)L;
     p.n_splits = n_splits;
     p.kernel = s_kernel;
+    p.tc_group = s_group;
+    p.tc_lpw = s_lpw;
     if (s_paged) {
         p.blocks = tab;
         for (int lg = 0; lg <= 8; lg++)
@@ -315,10 +320,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--kvlen") && i + 1 < argc) s_kvlen = atol(argv[++i]);
         else if (!strcmp(argv[i], "--paged") && i + 1 < argc) s_paged = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--paged-run") && i + 1 < argc) s_paged_run = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--group") && i + 1 < argc) s_group = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--lpw") && i + 1 < argc) s_lpw = atoi(argv[++i]);
         else {
             fprintf(stderr,
                     "usage: %s [-b 1,16,64] [-c 1024,...] [-s B:L,...] [-n iters] [-m max_gib] [--sweep] "
-                    "[-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n] [--paged N [--paged-run R]]\n",
+                    "[-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n] [--paged N [--paged-run R]] "
+                    "[--group G] [--lpw L]\n",
                     argv[0]);
             return 2;
         }
@@ -336,8 +344,8 @@ int main(int argc, char **argv) {
     printf("device: %s, %d SMs, L2 %d MiB, %.1f GiB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
            total_b / 1073741824.0);
     printf("read-only bandwidth (4 GiB streaming read, best shape): %.0f GB/s\n", rbw);
-    printf("options: -K %d -f %d --settle %d --paged %d%s\n", s_kernel, force, s_settle_ms, s_paged,
-           s_hm ? " --hm (head-major emulation)" : "");
+    printf("options: -K %d -f %d --settle %d --paged %d --group %d --lpw %d%s\n", s_kernel, force, s_settle_ms, s_paged,
+           s_group, s_lpw, s_hm ? " --hm (head-major emulation)" : "");
     printf("%5s %7s %10s %6s %10s %8s %7s %10s %7s\n", "batch", "ctx", "KV_MB", "splits", "time_us", "GB/s", "%read",
            "sync_us", "%sync");
     if (pairs.empty()) {
