@@ -283,17 +283,16 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     int32_t tcur = 0, tnext = 0;
     if (lane < tbn) tcur = __ldg(p.blocks + slot + tb0 + lane);
     if (32 + lane < tbn) tnext = __ldg(p.blocks + slot + tb0 + 32 + lane);
-    auto tile_row = [&](int key) -> long { /* warp-uniform key at a tile's start */
-                                           const int bi = (key >> p.kv_block_log2) - tb0;
-                                           if (bi >= tw + 32) {
-                                               tw += 32;
-                                               tcur = tnext;
-                                               tnext = tw + 32 + lane < tbn
-                                                           ? __ldg(p.blocks + slot + tb0 + tw + 32 + lane)
-                                                           : 0;
-                                           }
-                                           return ((long)__shfl_sync(0xffffffffu, tcur, bi - tw) << p.kv_block_log2) +
-                                                  (key & ((1 << p.kv_block_log2) - 1));
+    /* the pool row of a tile's first key (warp-uniform, tiles asked for in order) */
+    auto tile_row = [&](int key) -> long {
+        const int bi = (key >> p.kv_block_log2) - tb0;
+        if (bi >= tw + 32) {
+            tw += 32;
+            tcur = tnext;
+            tnext = tw + 32 + lane < tbn ? __ldg(p.blocks + slot + tb0 + tw + 32 + lane) : 0;
+        }
+        return ((long)__shfl_sync(0xffffffffu, tcur, bi - tw) << p.kv_block_log2) +
+               (key & ((1 << p.kv_block_log2) - 1));
     };
 
     /* tile j of the chunk into ring stage j % NS (K then V), keys past k1 zero-filled; one commit group per call,
