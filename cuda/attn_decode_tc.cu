@@ -283,16 +283,21 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     int32_t tcur = 0, tnext = 0;
     if (lane < tbn) tcur = __ldg(p.blocks + slot + tb0 + lane);
     if (32 + lane < tbn) tnext = __ldg(p.blocks + slot + tb0 + 32 + lane);
-    /* the pool row of a tile's first key (warp-uniform, tiles asked for in order) */
-    auto tile_row = [&](int key) -> long {
+    /* paged: the bytes of a cache row and of a block (ints: a row is n_kv_heads * D elements, a block at most
+     * 256 rows), so that a tile's source is one wide multiply-add from its block's entry (the lean path's issue
+     * is the warp's bottleneck at short context, see below) */
+    const int row_bytes = (int)(row_stride * (long)sizeof(T)), blk_bytes = row_bytes << p.kv_block_log2;
+    /* the byte offset from kpg (the lean path's lane origin, below) of a tile's first key (warp-uniform, tiles
+     * asked for in order) */
+    auto tile_off = [&](int key) -> long {
         const int bi = (key >> p.kv_block_log2) - tb0;
         if (bi >= tw + 32) {
             tw += 32;
             tcur = tnext;
             tnext = tw + 32 + lane < tbn ? __ldg(p.blocks + slot + tb0 + tw + 32 + lane) : 0;
         }
-        return ((long)__shfl_sync(0xffffffffu, tcur, bi - tw) << p.kv_block_log2) +
-               (key & ((1 << p.kv_block_log2) - 1));
+        return (long)__shfl_sync(0xffffffffu, tcur, bi - tw) * blk_bytes +
+               (key & ((1 << p.kv_block_log2) - 1)) * row_bytes;
     };
 
     /* tile j of the chunk into ring stage j % NS (K then V), keys past k1 zero-filled; one commit group per call,
@@ -303,6 +308,8 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
      * was half of a batch-1 warp's instructions (ncu, H100: ~262 of ~514 per tile, the warp issue-bound). */
     constexpr int RPI = 32 / CH, CU = kTileKeys * CH / 32;
     const int lr = lane / CH, lc = lane % CH;
+    /* paged: the lane's first copy in pool row 0 (tile_off is relative to it) */
+    const char *kpg = reinterpret_cast<const char *>(kg + (long)lr * row_stride + lc * 8);
     const uint32_t ring_sa = smem_u32(ring);
     const uint32_t dst0 = ring_sa + (uint32_t)(lr * RP * (int)sizeof(T));         /* row lr of stage 0 */
     const uint32_t dxor = PAD ? (uint32_t)(lc * 8 * (int)sizeof(T))             /* chunk lc, bytes */
@@ -313,9 +320,7 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     auto load = [&](int j) {
         if (j < ntile && k0 + (j + 1) * kTileKeys <= k1) {
             const uint32_t sb = dst0 + (uint32_t)((j % NS) * 2 * TILE * (int)sizeof(T));
-            const char *src =
-                paged ? reinterpret_cast<const char *>(kg + (tile_row(k0 + j * kTileKeys) + lr) * row_stride + lc * 8)
-                      : ksrc + (long)j * tstep;
+            const char *src = paged ? kpg + tile_off(k0 + j * kTileKeys) : ksrc + (long)j * tstep;
 #pragma unroll
             for (int u = 0; u < CU; u++) {
                 /* element offset (lr + RPI u) RP + ((lc ^ (lr | k)) << 3), k = RPI u & 7; padded: + (lc << 3) */
@@ -922,18 +927,34 @@ int tc_chunks_of(const attn_decode_params *p, int chunk) {
     return (int)((L + chunk - 1) / chunk);
 }
 
-/* chunks per warp: tc_lpw or the knob (4 becomes 2 for GQA groups above 8: lpw 4 keeps rows g only), else 1
- * unless a row has more chunks than one block of 8 warps holds and the launch has more chunks than one wave of
- * wps warps per SM; then as many as make a warp's keys at least kWarpKeys (long streams amortise a warp's start
- * and its merges: 16 x 4k read 78% at one 256-key chunk per warp, 87% at 512 keys), at most 2 for groups above
- * 8, else 4 (batch 1 keeps one chunk per warp: more warps) */
-constexpr int kWarpKeys = 512;
+/* chunks per warp: tc_lpw or the knob (4 becomes 2 for GQA groups above 8: lpw 4 keeps rows g only), else:
+ *   - launches whose chunks fit one wave of wps warps per SM (batch 1 among them): one chunk a warp (more
+ *     warps), except 2 where the chunks are long (256 keys) and 2 a warp bring more than 4 warps per SM down to
+ *     at most 4 (the deep form's share: long streams in flight);
+ *   - past a wave: the fewest (2, then 4, or 2 for groups above 8) that bring the launch's warps back within one
+ *     wave; failing that, 1 unless a row has more chunks than one block of 8 warps holds, then as many as make
+ *     a warp's keys at least kWarpKeys (at most 2 for groups above 8, else 4).
+ * Why: the rings hold an SM to about wps warps whatever the block size, and a block of 8 warps fills its shared
+ * memory alone, so in a launch of a few waves each block's start (its first tiles' latency) and its fold leave
+ * the SM's reads idle, while one wave of fewer, longer warps in smaller blocks overlaps them with other blocks'
+ * reads; long streams also amortise a warp's start and its merges. H200, 8B BF16 shape, zllm-bench tokens/s
+ * against one chunk a warp below a wave and 2 for 256-key rows (512 keys a warp): context 1024, M=64 (4 a
+ * warp) +2.0%, M=32 (2) +0.7%; context 32768, M=1 (2) +1.4%; context 16384, M=16 (4) +3.9%; context 4096,
+ * M=64 (4) unchanged. Launches of many waves with rows of at most 8 chunks gain nothing from longer warps
+ * (context 1024, M=128 and 256 at 4 a warp: 1.4-1.9% fewer tokens/s), so they keep one. */
+constexpr int kWarpKeys = 1024;
 int tc_lpw(const attn_decode_params *p, int chunk, int n_chunks) {
     const int lmax = p->n_heads / p->n_kv_heads > 8 ? 2 : 4;
     const int f = p->tc_lpw;
     if (f == 1 || f == 2 || f == 4) return f < lmax ? f : lmax;
-    const long total = (long)p->n_seq * p->n_kv_heads * n_chunks;
-    if (n_chunks <= kMaxG || total <= (long)cu_sm_count(p->sm_count) * kWps) return 1;
+    if (n_chunks < 2) return 1;
+    const long rows = (long)p->n_seq * p->n_kv_heads, sm = cu_sm_count(p->sm_count), wave = sm * kWps;
+    /* the launch's warps at l chunks a warp */
+    auto warps = [&](int l) { return rows * ((n_chunks + l - 1) / l); };
+    if (warps(1) <= wave) return chunk >= 256 && warps(1) > sm * 4 && warps(2) <= sm * 4 ? 2 : 1;
+    for (int l = 2; l <= lmax && l <= n_chunks; l *= 2)
+        if (warps(l) <= wave) return l;
+    if (n_chunks <= kMaxG) return 1;
     int l = 2;
     while (l < lmax && (long)l * chunk < kWarpKeys) l *= 2;
     return l;
