@@ -13,11 +13,9 @@ cd "$(dirname "$0")/.."
 CC=${CC:-gcc}
 build=${ZLLM_BUILD:-build}
 case $build in /*) ;; *) build=$PWD/$build ;; esac
+source tests/mutants.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL $*" >&2; }
 cuda=${ZLLM_E2E_DEVICE:-cpu}
 need="obj/worker/main_zllm-worker.o lib/libzllm_worker.a lib/libzllm_engine.a lib/libzllm_common.a bin/zllm-broker"
 cuda_link=()
@@ -38,11 +36,7 @@ ln -s "$build/bin/zllm-broker" "$tmp/bin/zllm-broker"
 # a pool that holds recent answers' blocks lets it do)
 run() {
     local f="$tmp/$1.c"
-    cp "$2" "$f"
-    if [ -n "${3:-}" ]; then
-        sed -i "$3" "$f"
-        if cmp -s "$f" "$2"; then bad "mutation $1 did not apply (the source changed?)"; return 3; fi
-    fi
+    mut_copy "$2" "$f" "${3:-}" || return 3
     rm -f "$tmp/bin/zllm-worker"
     if ! $CC -std=c11 -O2 -w -D_GNU_SOURCE -pthread -Iworker -Iengine -Icommon -c -o "$tmp/$1.o" "$f" 2>"$tmp/cc.log" ||
         ! $CC -o "$tmp/bin/zllm-worker" "$build/obj/worker/main_zllm-worker.o" "$tmp/$1.o" "$build/lib/libzllm_worker.a" \
@@ -54,13 +48,16 @@ run() {
         timeout "${ZLLM_KV_EXACT_TIMEOUT:-170}" python3 tests/test_kv_exact.py >"$tmp/out_$1.log" 2>&1
 }
 
-if run base worker/kv_blocks.c; then ok; else bad "the unmutated worker fails:"; tail -20 "$tmp/out_base.log" >&2; fi
+if run base worker/kv_blocks.c; then mut_ok; else mut_bad "the unmutated worker fails:"; tail -20 "$tmp/out_base.log" >&2; fi
 mutants=("common/kv_hash.c|hash_ignores_prev||s/msg\[i\] = (uint8_t)(prev >> (8 \* i));/msg[i] = 0;/"
          "worker/kv_blocks.c|freed_while_shared||s/if (--p->ref\[id\] > 0) return 0;/p->ref[id] = 0;/")
-[ "$cuda" = cuda ] && mutants+=(
-    "worker/batcher.c|decoded_rows_published|96|s/return s_split(b) \&\& r->n_past > r->n_prompt ? r->n_prompt : r->n_past;/return r->n_past;/"
-    "worker/batcher.c|replay_as_prefill_chunk||s/|| (s_split(b) \&\& at >= s->n_prompt \&\& at < s->len)//;s/if (s_split(b) \&\& at >= s->n_prompt) chunk = 1;//"
-    "worker/batcher.c|prompt_token_as_decode||s/q->prompt = at < s->n_prompt;/q->prompt = 0;/")
+# the batcher mutants (tests/mutants.sh); decoded rows published are found only through a pool of 96 blocks
+if [ "$cuda" = cuda ]; then
+    for m in "${MUT_BATCHER_SPLIT[@]}"; do
+        pool=; [ "${m%%|*}" = decoded_rows_published ] && pool=96
+        mutants+=("worker/batcher.c|${m%%|*}|$pool|${m#*|}")
+    done
+fi
 for m in "${mutants[@]}"; do
     IFS='|' read -r src label pool expr <<<"$m"   # expr last: it may hold '|'
     run "$label" "$src" "$expr" "$pool"
@@ -69,8 +66,7 @@ for m in "${mutants[@]}"; do
     # caught: a request's tokens, finish or logprobs differ from the reference (not a counter or a timeout)
     if [ $rc -ne 0 ] && [ $rc -ne 2 ] &&
         grep -qE '^FAIL kv_exact: (request |cancelled |[0-9]+ requests )' "$tmp/out_$label.log"; then
-        ok; echo "mutant $label caught: $(grep -m1 '^FAIL' "$tmp/out_$label.log" | cut -c1-160)"
-    else bad "mutant $label was not caught (rc $rc): $(grep -m1 '^FAIL' "$tmp/out_$label.log" | cut -c1-160)"; fi
+        mut_ok; echo "mutant $label caught: $(grep -m1 '^FAIL' "$tmp/out_$label.log" | cut -c1-160)"
+    else mut_bad "mutant $label was not caught (rc $rc): $(grep -m1 '^FAIL' "$tmp/out_$label.log" | cut -c1-160)"; fi
 done
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+mut_done

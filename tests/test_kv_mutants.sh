@@ -8,11 +8,9 @@
 set -u
 cd "$(dirname "$0")/.."
 CC=${CC:-gcc}
+source tests/mutants.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL $*" >&2; }
 
 build_run() { # $1: label; the sources are under $tmp/src
     local exe="$tmp/t_$1"
@@ -32,22 +30,18 @@ fresh() {
 # mutant FILE LABEL SED-EXPRESSION: the sed must change the file, and the test must then fail
 mutant() {
     fresh
-    local f="$tmp/src/$1"
-    cp "$f" "$f.orig"
-    sed -i "$3" "$f"
-    if cmp -s "$f" "$f.orig"; then bad "mutation $2 did not apply (the source changed?)"; return; fi
+    mut_copy "$1" "$tmp/src/$1" "$3" || return
     build_run "$2"
     local rc=$?
-    if [ $rc -ne 0 ] && [ $rc -ne 2 ]; then ok; else bad "mutant $2 was not caught (rc $rc)"; fi
+    if [ $rc -ne 0 ] && [ $rc -ne 2 ]; then mut_ok; else mut_bad "mutant $2 was not caught (rc $rc)"; fi
 }
 
 fresh
-if build_run base; then ok; else bad "the unmutated test fails:"; cat "$tmp/out_base.log" >&2; fi
+if build_run base; then mut_ok; else mut_bad "the unmutated test fails:"; cat "$tmp/out_base.log" >&2; fi
 mutant common/kv_hash.c hash_ignores_prev 's/msg\[i\] = (uint8_t)(prev >> (8 \* i));/msg[i] = 0;/'
 mutant worker/kv_blocks.c freed_while_shared 's/if (--p->ref\[id\] > 0) return 0;/p->ref[id] = 0;/'
 mutant worker/kv_blocks.c no_overflow_check 's/ || p->ref\[id\] >= KV_REF_MAX) return -1;/) return -1;/'
 mutant worker/kv_blocks.c no_underflow_check 's/if (bad_id(p, id) || p->ref\[id\] <= 0) return -1;/if (bad_id(p, id)) return -1;/'
 mutant worker/kv_blocks.c hash_trusted 's/if (p->hash\[id\] == h \&\& memcmp(/if (p->hash[id] == h || memcmp(/'
 mutant worker/kv_table.c last_token_cached 's/int k_max = n >= 1 ? (n - 1) \/ bs : 0/int k_max = n \/ bs/'
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+mut_done

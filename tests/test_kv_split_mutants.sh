@@ -8,11 +8,9 @@ set -u
 cd "$(dirname "$0")/.."
 CC=${CC:-gcc}
 build=${ZLLM_BUILD:-build}
+source tests/mutants.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL $*" >&2; }
 for f in lib/libzllm_worker.a lib/libzllm_engine.a lib/libzllm_common.a; do
     [ -f "$build/$f" ] || { echo "FAIL missing $build/$f (build it first)"; echo "0 passed, 1 failed"; exit 1; }
 done
@@ -20,11 +18,7 @@ done
 # run LABEL [SED]: the test linked with batcher.c (mutated by SED when given)
 run() {
     local f="$tmp/$1.c"
-    cp worker/batcher.c "$f"
-    if [ -n "${2:-}" ]; then
-        sed -i "$2" "$f"
-        if cmp -s "$f" worker/batcher.c; then bad "mutation $1 did not apply (the source changed?)"; return 3; fi
-    fi
+    mut_copy worker/batcher.c "$f" "${2:-}" || return 3
     if ! $CC -std=c11 -O1 -w -D_GNU_SOURCE -pthread -Iworker -Iengine -Icommon -Itests -o "$tmp/t_$1" \
         tests/test_kv_split.c "$f" "$build/lib/libzllm_worker.a" "$build/lib/libzllm_engine.a" \
         "$build/lib/libzllm_common.a" -lpcre2-8 -lutf8proc -lm -lpthread 2>"$tmp/cc.log"; then
@@ -33,18 +27,15 @@ run() {
     timeout 60 "$tmp/t_$1" >"$tmp/out_$1.log" 2>&1
 }
 
-if run base; then ok; else bad "the unmutated batcher fails:"; tail -20 "$tmp/out_base.log" >&2; fi
-for m in "decoded_rows_published|s/return s_split(b) \&\& r->n_past > r->n_prompt ? r->n_prompt : r->n_past;/return r->n_past;/" \
-         "replay_as_prefill_chunk|s/|| (s_split(b) \&\& at >= s->n_prompt \&\& at < s->len)//;s/if (s_split(b) \&\& at >= s->n_prompt) chunk = 1;//" \
-         "prompt_token_as_decode|s/q->prompt = at < s->n_prompt;/q->prompt = 0;/" \
+if run base; then mut_ok; else mut_bad "the unmutated batcher fails:"; tail -20 "$tmp/out_base.log" >&2; fi
+for m in "${MUT_BATCHER_SPLIT[@]}" \
          "resume_reuses_past_prompt|s/s_split(b) ? r->n_prompt : r->len;/r->len;/"; do
     IFS='|' read -r label expr <<<"$m"
     run "$label" "$expr"
     rc=$?
     if [ $rc -eq 3 ]; then continue; fi
     if [ $rc -ne 0 ] && [ $rc -ne 2 ]; then
-        ok; echo "mutant $label caught: $(grep -m1 '^FAIL' "$tmp/out_$label.log" | cut -c1-160)"
-    else bad "mutant $label was not caught (rc $rc)"; fi
+        mut_ok; echo "mutant $label caught: $(grep -m1 '^FAIL' "$tmp/out_$label.log" | cut -c1-160)"
+    else mut_bad "mutant $label was not caught (rc $rc)"; fi
 done
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+mut_done
