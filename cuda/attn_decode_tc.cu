@@ -951,12 +951,16 @@ int tc_lpw(const attn_decode_params *p, int chunk, int n_chunks) {
     const long rows = (long)p->n_seq * p->n_kv_heads, sm = cu_sm_count(p->sm_count), wave = sm * kWps;
     /* the launch's warps at l chunks a warp */
     auto warps = [&](int l) { return rows * ((n_chunks + l - 1) / l); };
-    if (warps(1) <= wave) return chunk >= 256 && warps(1) > sm * 4 && warps(2) <= sm * 4 ? 2 : 1;
-    for (int l = 2; l <= lmax && l <= n_chunks; l *= 2)
+    /* the figures above are at head size 128; at head size 64 (the 1B shape, not measured with these rules) a
+     * warp takes one chunk up to 8 chunks a row, else 512 keys */
+    const bool wide = p->head_dim == 128;
+    if (warps(1) <= wave) return wide && chunk >= 256 && warps(1) > sm * 4 && warps(2) <= sm * 4 ? 2 : 1;
+    for (int l = 2; wide && l <= lmax && l <= n_chunks; l *= 2)
         if (warps(l) <= wave) return l;
     if (n_chunks <= kMaxG) return 1;
+    const int keys = wide ? kWarpKeys : kWarpKeys / 2;
     int l = 2;
-    while (l < lmax && (long)l * chunk < kWarpKeys) l *= 2;
+    while (l < lmax && (long)l * chunk < keys) l *= 2;
     return l;
 }
 
