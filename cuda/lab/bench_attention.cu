@@ -1,9 +1,10 @@
 /* cuda/lab/bench_attention.cu: zllm-attnbench, the flash-decoding kernels alone against the GPU's measured
  * read-only bandwidth (docs/perf.md, "Decode attention").
  *
- * Shapes: 32 query heads, 8 KV heads, head size 128, BF16 KV; batches and contexts from the command line.
+ * Shapes: 32 query heads, 8 KV heads, head size 128 (--head-dim 64: the 1B shape), BF16 KV; batches and contexts
+ * from the command line.
  * The KV buffers are rotated (as many sets as make at least 1 GiB, memory allowing) so the L2 cache does not
- * serve them. Bytes counted: the K and V rows read (2 * batch * ctx * 8 * 128 * 2); time: median of CUDA event
+ * serve them. Bytes counted: the K and V rows read (2 * batch * ctx * 8 * head size * 2); time: median of CUDA event
  * pairs around single launches, two ways: "queued" (all iterations enqueued back to back, one event pair around
  * each call, so the host's enqueue time is not counted while the GPU is busy: what a captured graph sees) and
  * "sync" (the host waits after every call, so each pair also holds the launch latency of an idle GPU). The read-only ceiling: a streaming read kernel (16-byte loads, several in
@@ -11,7 +12,7 @@
  *
  * usage: zllm-attnbench [-b 1,16,64] [-c 1024,...] [-s B:L,B:L,...] [-n iters] [-m max_gib] [--sweep]
  *                       [-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n] [--paged N [--paged-run R]]
- *                       [--group G] [--lpw L]
+ *                       [--group G] [--lpw L] [--head-dim D]
  *   -s: only these (batch, context) pairs instead of the -b x -c table.
  *   --sweep: also forced split counts for batch 1 at 64k and batch 16 at 8k.
  *   -K: attn_decode_params.kernel (0 default, 1 chunk kernel + reduce, 2 persistent kernel, 3 chunk kernel with
@@ -88,6 +89,7 @@ static int s_paged = 0;    /* --paged: rows per block, 0 contiguous */
 static int s_group = 0, s_lpw = 0; /* --group G, --lpw L: the tensor-core kernel's warps per block and chunks per
                                     * warp (0: its own choice) */
 static long s_paged_run = 1; /* --paged-run: consecutive pool blocks kept together when the tables are shuffled */
+static int s_head_dim = 128; /* --head-dim: 128 (the 8B shape) or 64 (the 1B shape) */
 
 static double median(std::vector<float> v) {
     std::sort(v.begin(), v.end());
@@ -149,7 +151,7 @@ struct result {
 /* times decode attention at batch B, context L; n_splits 0: automatic. Returns false when it does not fit. */
 static bool bench_shape(int B, long L, int iters, double max_bytes, int n_splits, result *res) {
     int H = 32, KVH = 8;
-    const int D = 128;
+    const int D = s_head_dim;
     if (s_hm) {   /* same bytes, one KV head per sequence, split count of the real shape */
         attn_decode_params r;
         memset(&r, 0, sizeof r);
@@ -322,14 +324,19 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--paged-run") && i + 1 < argc) s_paged_run = atol(argv[++i]);
         else if (!strcmp(argv[i], "--group") && i + 1 < argc) s_group = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--lpw") && i + 1 < argc) s_lpw = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--head-dim") && i + 1 < argc) s_head_dim = atoi(argv[++i]);
         else {
             fprintf(stderr,
                     "usage: %s [-b 1,16,64] [-c 1024,...] [-s B:L,...] [-n iters] [-m max_gib] [--sweep] "
                     "[-K kernel] [-f splits] [--hm] [--settle ms] [--kvlen n] [--paged N [--paged-run R]] "
-                    "[--group G] [--lpw L]\n",
+                    "[--group G] [--lpw L] [--head-dim D]\n",
                     argv[0]);
             return 2;
         }
+    }
+    if (s_head_dim != 64 && s_head_dim != 128) {
+        fprintf(stderr, "--head-dim: 64 or 128\n");
+        return 2;
     }
     if (s_paged && (s_paged < 16 || s_paged > 256 || (s_paged & (s_paged - 1)))) {
         fprintf(stderr, "--paged: blocks of 16, 32, 64, 128 or 256 rows\n");
@@ -344,8 +351,8 @@ int main(int argc, char **argv) {
     printf("device: %s, %d SMs, L2 %d MiB, %.1f GiB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
            total_b / 1073741824.0);
     printf("read-only bandwidth (4 GiB streaming read, best shape): %.0f GB/s\n", rbw);
-    printf("options: -K %d -f %d --settle %d --paged %d --group %d --lpw %d%s\n", s_kernel, force, s_settle_ms, s_paged,
-           s_group, s_lpw, s_hm ? " --hm (head-major emulation)" : "");
+    printf("options: -K %d -f %d --settle %d --paged %d --group %d --lpw %d --head-dim %d%s\n", s_kernel, force,
+           s_settle_ms, s_paged, s_group, s_lpw, s_head_dim, s_hm ? " --hm (head-major emulation)" : "");
     printf("%5s %7s %10s %6s %10s %8s %7s %10s %7s\n", "batch", "ctx", "KV_MB", "splits", "time_us", "GB/s", "%read",
            "sync_us", "%sync");
     if (pairs.empty()) {
@@ -363,7 +370,7 @@ int main(int argc, char **argv) {
         const long B = pairs[pi], L = pairs[pi + 1];
         {
             result r;
-            const double mb = 2.0 * B * (s_kvlen > 0 && s_kvlen < L ? s_kvlen : L) * 8 * 128 * 2 / 1e6;
+            const double mb = 2.0 * B * (s_kvlen > 0 && s_kvlen < L ? s_kvlen : L) * 8 * s_head_dim * 2 / 1e6;
             if (!bench_shape((int)B, L, iters, max_bytes, force, &r)) {
                 printf("%5ld %7ld %10.1f %6s %10s %8s %7s\n", B, L, mb, "-", "OOM", "-", "-");
                 continue;
