@@ -17,19 +17,9 @@
 #include "attn_decode_tc.h"
 #include "attn_prefill_tc.h"
 #include "test.h"
+#include "test_util.cuh"
 
-#define CUDA_OK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
-    fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(2); } } while (0)
-
-static uint64_t s_rng;
-static uint64_t rnd_u64(void) {
-    uint64_t z = (s_rng += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-static float rnd_f(void) { return (float)((rnd_u64() >> 40) * (1.0 / 16777216.0)) * 2.f - 1.f; }  /* [-1,1) */
-static int rnd_i(int n) { return (int)(rnd_u64() % (uint64_t)n); }
+static float rnd_f(void) { return rnd_unit() * 2.f - 1.f; } /* [-1,1) */
 
 static size_t type_size(attn_kv_type t) { return t == ATTN_KV_F32 ? 4 : 2; }
 static const char *type_name(attn_kv_type t) { return t == ATTN_KV_F32 ? "f32" : t == ATTN_KV_F16 ? "f16" : "bf16"; }

@@ -32,15 +32,7 @@ extern "C" {
 #include "bias_penalty.h"
 #include "logprob_top.h"
 #include "penalty_ref.h"
-
-#define CUDA_OK(call)                                                                                                  \
-    do {                                                                                                               \
-        cudaError_t e_ = (call);                                                                                       \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                     \
-            exit(2);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
+#include "test_util.cuh"
 
 template <typename T> static T *dev_copy(const T *h, size_t n) {
     T *d = NULL;
@@ -121,21 +113,13 @@ static void s_case(const penalty_case *c, int ci) {
     cudaFree(d_gid), cudaFree(d_gc), cudaFree(d_s), cudaFree(d_lp);
 }
 
-static uint64_t s_rng = 12345;
-static float rnd(void) {
-    uint64_t z = (s_rng += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return (float)((z ^ (z >> 31)) >> 40) / 16777216.0f;
-}
-
 /* 64 rows alone and together: bit-identical; equal to the CPU's within 1e-6; pen_rows read where the repetition
  * penalty applies; rows without logprobs untouched */
 static void s_batch(void) {
     const int B = 64, V = 32000;
     std::vector<float> lg((size_t)B * V), pen((size_t)B * V);
     for (size_t i = 0; i < lg.size(); i++) {
-        lg[i] = roundf((rnd() * 12.0f - 6.0f) * 8.0f) / 8.0f; /* ties */
+        lg[i] = roundf((rnd_unit() * 12.0f - 6.0f) * 8.0f) / 8.0f; /* ties */
         pen[i] = lg[i] - 0.5f;
     }
     std::vector<zl_sampling> par(B);
@@ -213,7 +197,7 @@ static void s_batch(void) {
 static void s_raw(void) {
     const int B = 24, V = 5000;
     std::vector<float> lg((size_t)B * V);
-    for (size_t i = 0; i < lg.size(); i++) lg[i] = roundf((rnd() * 10.0f - 5.0f) * 4.0f) / 4.0f; /* ties */
+    for (size_t i = 0; i < lg.size(); i++) lg[i] = roundf((rnd_unit() * 10.0f - 5.0f) * 4.0f) / 4.0f; /* ties */
     lg[7] = -INFINITY;                                                                           /* no candidate */
     std::vector<int32_t> k(B), next(B);
     for (int r = 0; r < B; r++) k[r] = r % 21, next[r] = r == 0 ? 7 : (r * 131) % V;
@@ -510,6 +494,7 @@ static void s_prompt(const char *model) {
 
 /* argv[1]: the model of the engine checks (default stories260K; tests/run_gpu.sh adds a BF16 one) */
 int main(int argc, char **argv) {
+    s_rng = 12345;
     penalty_case *cases;
     int n = penalty_ref_load("tests/data/penalty_ref.bin", &cases);
     CHECK(n >= 30, "tests/data/penalty_ref.bin holds the reference cases (%d)", n);

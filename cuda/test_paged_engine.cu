@@ -19,16 +19,10 @@ extern "C" {
 #include "sampler.h"
 #include "test.h"
 }
+#include "test_util.cuh"
 
 enum { NSEQ = 6, CTX = 256 };
 
-static uint64_t s_rng = 12345;
-static uint64_t rnd_u64(void) {
-    uint64_t z = (s_rng += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
 
 /* one engine's view of the sequences: its block tables (paged) and generator states */
 struct run {
@@ -170,6 +164,7 @@ static std::vector<ent> s_decodes(std::initializer_list<int> list) {
 }
 
 int main(int argc, char **argv) {
+    s_rng = 12345;
     char path[1100], err[256];
     if (argc > 1) snprintf(path, sizeof path, "%s", argv[1]);
     else snprintf(path, sizeof path, "%s/stories260K/stories260K.gguf", test_fixtures());

@@ -32,24 +32,8 @@ extern "C" {
 #include "cu_engine.h"
 #include "sample.h"
 #include "sample_mask.h"
+#include "test_util.cuh"
 
-#define CUDA_OK(call)                                                                                                  \
-    do {                                                                                                               \
-        cudaError_t e_ = (call);                                                                                       \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                     \
-            exit(2);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
-
-static uint64_t s_rng = 0x5EED;
-static uint64_t rnd_u64(void) {
-    uint64_t z = (s_rng += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-static float rnd_f(void) { return (float)((rnd_u64() >> 40) * (1.0 / 16777216.0)); }
 
 /* a random mask of one of a few shapes over vocab ids (never empty) */
 static void rnd_mask(uint32_t *m, int vocab, int shape) {
@@ -75,7 +59,7 @@ static void test_kernel(int vocab, int rows) {
     std::vector<float> lg((size_t)rows * vocab), ref;
     std::vector<uint32_t> mask((size_t)rows * words);
     std::vector<int32_t> on(rows);
-    for (auto &x : lg) x = rnd_f() * 20.0f - 10.0f;
+    for (auto &x : lg) x = rnd_unit() * 20.0f - 10.0f;
     for (int r = 0; r < rows; r++) {
         rnd_mask(&mask[(size_t)r * words], vocab, r % 4);
         on[r] = r % 5 != 4;
@@ -507,6 +491,7 @@ static void test_noop_wait_cost(void) {
 }
 
 int main(int argc, char **argv) {
+    s_rng = 0x5EED;
     alarm(300); /* a device waiting for late masks that never come ends the test instead of hanging it */
     test_layout();
     test_wait_wrap();
