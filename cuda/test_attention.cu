@@ -94,13 +94,6 @@ static double rel_err(const float *a, const double *ref, size_t n) {
 
 static double tol_for(attn_kv_type t) { return t == ATTN_KV_F32 ? 1e-5 : 1e-2; }
 
-struct dev_buf {
-    void *p = nullptr;
-    explicit dev_buf(size_t n) { CUDA_OK(cudaMalloc(&p, n ? n : 16)); }
-    ~dev_buf() { cudaFree(p); }
-    template <typename X> X *as() { return reinterpret_cast<X *>(p); }
-};
-
 static void poison(void *p, size_t bytes) { CUDA_OK(cudaMemset(p, 0xff, bytes)); }   /* 0xffffffff is a NaN */
 
 struct decode_case {
@@ -604,16 +597,7 @@ static void run_reuse_case(attn_kv_type t) {
 }
 
 int main(void) {
-    const char *es = getenv("ZLLM_TEST_SEED");
-    const uint64_t seed = es && *es ? strtoull(es, NULL, 10) : (uint64_t)time(NULL);
-    s_rng = seed;
-    printf("seed %llu\n", (unsigned long long)seed);
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-        fprintf(stderr, "no CUDA device\n");
-        CHECK(0, "a CUDA device is required");
-        return test_report();
-    }
+    if (test_cuda_start() != 0) return test_report();
     run_validation();
     const attn_kv_type types[3] = {ATTN_KV_F32, ATTN_KV_F16, ATTN_KV_BF16};
     for (int ti = 0; ti < 3; ti++) {

@@ -47,25 +47,6 @@ static std::vector<unsigned char> rand_cache(size_t n, attn_kv_type t) {
     return raw;
 }
 
-struct dev_buf {
-    void *p = nullptr;
-    size_t n = 0;
-    explicit dev_buf(size_t bytes) : n(bytes) { CUDA_OK(cudaMalloc(&p, bytes ? bytes : 16)); }
-    dev_buf(const void *h, size_t bytes) : n(bytes) {
-        CUDA_OK(cudaMalloc(&p, bytes ? bytes : 16));
-        if (bytes) CUDA_OK(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
-    }
-    ~dev_buf() { cudaFree(p); }
-    dev_buf(const dev_buf &) = delete;
-    dev_buf &operator=(const dev_buf &) = delete;
-    template <typename X> X *as() { return reinterpret_cast<X *>(p); }
-    std::vector<unsigned char> get() const {
-        std::vector<unsigned char> h(n);
-        CUDA_OK(cudaMemcpy(h.data(), p, n, cudaMemcpyDeviceToHost));
-        return h;
-    }
-};
-
 /* A pool holding the rows of contiguous slots: sequence i (slot slot[i], positions [0, len[i])) gets
  * ceil(len[i] / bs) blocks drawn from a shuffled pool of that many plus `spare` blocks, its table packed at off[i];
  * every pool row not copied from a slot holds NaN bits (0xff bytes). */
@@ -476,15 +457,7 @@ static void run_validation(void) {
 }
 
 int main(void) {
-    const char *es = getenv("ZLLM_TEST_SEED");
-    const uint64_t seed = es && *es ? strtoull(es, NULL, 10) : (uint64_t)time(NULL);
-    s_rng = seed;
-    printf("seed %llu\n", (unsigned long long)seed);
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-        CHECK(0, "a CUDA device is required");
-        return test_report();
-    }
+    if (test_cuda_start() != 0) return test_report();
     run_validation();
     const attn_kv_type T16[2] = {ATTN_KV_F16, ATTN_KV_BF16};
     for (int ti = 0; ti < 2; ti++) {

@@ -293,15 +293,7 @@ static void test_draws(int vocab, zl_sampling s, int with_hist, const char *name
 }
 
 int main(void) {
-    const char *es = getenv("ZLLM_TEST_SEED");
-    const uint64_t seed = es && *es ? strtoull(es, NULL, 10) : (uint64_t)time(NULL);
-    s_rng = seed;
-    printf("seed %llu\n", (unsigned long long)seed);
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-        CHECK(0, "a CUDA device is required");
-        return test_report();
-    }
+    if (test_cuda_start() != 0) return test_report();
     sample_params bad;
     memset(&bad, 0, sizeof bad);
     CHECK(sample_launch(&bad, 0) == cudaErrorInvalidValue, "empty parameters must be rejected");
