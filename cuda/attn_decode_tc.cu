@@ -929,8 +929,8 @@ int tc_chunks_of(const attn_decode_params *p, int chunk) {
 
 /* chunks per warp: tc_lpw or the knob (4 becomes 2 for GQA groups above 8: lpw 4 keeps rows g only), else:
  *   - launches whose chunks fit one wave of wps warps per SM (batch 1 among them): one chunk a warp (more
- *     warps), except 2 where the chunks are long (256 keys) and 2 a warp bring more than 4 warps per SM down to
- *     at most 4 (the deep form's share: long streams in flight);
+ *     warps), except 2 where the chunks are long (256 keys) and 2 a warp bring the launch from more than 4
+ *     warps per SM to at most 4;
  *   - past a wave: the fewest (2, then 4, or 2 for groups above 8) that bring the launch's warps back within one
  *     wave; failing that, 1 unless a row has more chunks than one block of 8 warps holds, then as many as make
  *     a warp's keys at least kWarpKeys (at most 2 for groups above 8, else 4).
