@@ -237,12 +237,14 @@ static void s_continue(s_job *jobs, int from, int to, int vocab) {
     }
 }
 
-/* one workload into jobs through a wrapped engine (split: its kv_split_kernels; ahead: steps queued ahead), the
- * batcher's KV counters into *st; the engine (for its counts), or NULL */
-static t_kind *s_workload(const zl_model *m, int split, int ahead, s_job *jobs, uint8_t *eog, wk_kv_stats *st) {
+/* one workload into jobs through a wrapped engine (split: its kv_split_kernels; variant: its chunk_variant; ahead:
+ * steps queued ahead), the batcher's KV counters into *st; the engine (for its counts), or NULL */
+static t_kind *s_workload(const zl_model *m, int split, int variant, int ahead, s_job *jobs, uint8_t *eog,
+                          wk_kv_stats *st) {
     char err[256];
     t_kind *a = tk_new(m, split, BLOCKS);
     if (!a) return NULL;
+    a->base.chunk_variant = variant;
     wk_batcher *b = batcher_new(&a->base, eog, m->cfg.vocab_size, err, sizeof err);
     CHECK(b && batcher_set_kv(b, BS, "stories260K", err, sizeof err) == 0, "batcher: %s", err);
     if (b) batcher_set_ahead(b, ahead);
@@ -353,7 +355,7 @@ int main(void) {
     for (int ahead = 0; ahead < 2; ahead++) {
         wk_kv_stats st;
         memset(&st, 0, sizeof st);
-        t_kind *a = s_workload(m, 1, ahead, jobs, eog, &st);
+        t_kind *a = s_workload(m, 1, 0, ahead, jobs, eog, &st);
         if (!a) break;
         printf("split, ahead %d: %llu decode entries (%llu replayed), %llu 1-token prompt entries, %llu longer; hit "
                "%llu of %llu prompt tokens, %llu preemptions, %llu replayed tokens, %llu evictions\n",
@@ -396,7 +398,7 @@ int main(void) {
     }
     { /* the checker catches the CPU engines' own rules (decoded blocks published, recomputation in chunks) */
         wk_kv_stats st;
-        t_kind *a = s_workload(m, 0, 0, jobs, eog, &st);
+        t_kind *a = s_workload(m, 0, 0, 0, jobs, eog, &st);
         if (a) {
             printf("without the split rule: %llu wrong writes, %llu wrong reads\n", (unsigned long long)a->wrong_write,
                    (unsigned long long)a->wrong_read);
@@ -405,6 +407,47 @@ int main(void) {
             zl_engine *ea = &a->base;
             engine_destroy(&ea);
         }
+    }
+    /* an engine whose prefill is not chunk invariant (zl_engine.chunk_variant): the same workload, which preempts
+     * above, runs without a preemption (admission reserves each sequence's whole run), every request finishes, and
+     * the finished ones' tokens equal their runs alone */
+    for (int ahead = 0; ahead < 2; ahead++) {
+        wk_kv_stats st;
+        memset(&st, 0, sizeof st);
+        t_kind *a = s_workload(m, 1, 1, ahead, jobs, eog, &st);
+        if (!a) break;
+        int open = 0, done = 0;
+        for (int i = 0; i < NREQ; i++) {
+            open += !jobs[i].fin;
+            done += jobs[i].fin == WK_FIN_LENGTH;
+        }
+        printf("chunk_variant, ahead %d: %llu preemptions, %d of %d requests ran to their length, %d never ended\n",
+               ahead, (unsigned long long)st.preemptions, done, NREQ, open);
+        CHECK(st.preemptions == 0 && open == 0 && done > 0,
+              "ahead %d: chunk_variant: no preemption (%llu), every request ends (%d open)", ahead,
+              (unsigned long long)st.preemptions, open);
+        int diff = 0, checked = 0;
+        for (int i = 0; i < NREQ; i++) {
+            if (jobs[i].fin != WK_FIN_LENGTH || s_rand(8)) continue;
+            t_kind *one = tk_new(m, 1, BLOCKS);
+            wk_batcher *b = one ? batcher_new(&one->base, eog, m->cfg.vocab_size, err, sizeof err) : NULL;
+            if (b && batcher_set_kv(b, BS, "stories260K", err, sizeof err) == 0) {
+                alone[i] = jobs[i];
+                alone[i].n_got = alone[i].fin = 0;
+                alone[i].cancel_at = -1;
+                s_run(b, &alone[i], 1, 1, 1);
+                diff += alone[i].n_got != jobs[i].n_got ||
+                        memcmp(alone[i].got, jobs[i].got, (size_t)jobs[i].n_got * sizeof(int)) != 0;
+                checked++;
+            }
+            batcher_destroy(&b);
+            zl_engine *eo = one ? &one->base : NULL;
+            engine_destroy(&eo);
+        }
+        CHECK(checked > 0 && diff == 0, "ahead %d: chunk_variant: %d requests equal their runs alone (%d differ)",
+              ahead, checked, diff);
+        zl_engine *ea = &a->base;
+        engine_destroy(&ea);
     }
 out:
     free(jobs);

@@ -697,6 +697,32 @@ uint64_t batcher_steps(const wk_batcher *b) { return b->steps; }
 uint64_t batcher_duplicates(const wk_batcher *b) { return b->duplicates; }
 uint64_t batcher_prefills_shared(const wk_batcher *b) { return b->prefills_shared; }
 
+/* paged KV on an engine whose prefill is not chunk invariant (zl_engine.chunk_variant): a resumed sequence would
+ * prefill its prompt in other chunks than its first run, so its later tokens could differ; there nothing is
+ * preempted. Instead admission reserves: a sequence is admitted only while the pool, less the blocks the running
+ * ones may still take (s_kv_reserved), holds its whole run (s_kv_final: prompt and max_tokens, at most the
+ * context, one position of margin for a fed entry's write being included in that count). */
+static int s_kv_final(const wk_batcher *b, const s_rec *r) {
+    const long t = (long)r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 0);
+    const long bs = kv_pool_block_size(b->kvp);
+    return (int)(((t < b->n_ctx ? t : b->n_ctx) + bs - 1) / bs);
+}
+static int s_kv_reserved(const wk_batcher *b, int skip) {
+    int res = 0;
+    for (int i = 0; i < b->n_rec; i++) {
+        const s_rec *r = &b->recs[i];
+        if (i == skip || !r->active || !r->kvt.n_blocks) continue;
+        const int more = s_kv_final(b, r) - r->kvt.n_blocks;
+        if (more > 0) res += more;
+    }
+    return res;
+}
+/* 1 when record i may take its blocks now on such an engine (always elsewhere) */
+static int s_kv_fits(const wk_batcher *b, int i) {
+    if (!b->e->chunk_variant) return 1;
+    return kv_pool_available(b->kvp) - s_kv_reserved(b, i) >= s_kv_final(b, &b->recs[i]);
+}
+
 /* record f waits to copy the prompt KV of record i (or -1: its sibling is gone): copies it once i's KV holds all but
  * the last prompt token, or gives up (f prefills itself) when i cannot serve. 0, or -1 on an engine error */
 /* paged KV: record s waits for the prompt of its sibling l: once l's prompt is in (its full blocks published), s is
@@ -707,6 +733,7 @@ static int s_share_paged(wk_batcher *b, s_rec *s, const s_rec *l, char *err, siz
     const int need = s->n_prompt - 1, bs = kv_pool_block_size(b->kvp), j = need / bs;
     if (l->n_past < l->n_prompt || l->kvt.n_blocks <= j || s->kv < 0 || s->inflight || s->kvt.n_blocks) return 0;
     s->share = 0;
+    if (!s_kv_fits(b, (int)(s - b->recs))) return 0; /* a chunk_variant engine: admitted later, as any prompt */
     const int most = b->n_ctx - s->n_prompt;
     if (kv_table_admit(b->kvp, &s->kvt, b->kv_key, s->toks, s->n_prompt, s->max_tokens < most ? s->max_tokens : most,
                        WK_KV_HEADROOM, !s->plp && !b->kv_no_reuse) != 0)
@@ -972,8 +999,9 @@ static void s_kv_prepare(wk_batcher *b) {
         /* with s_split a resumed sequence reuses cached blocks of its prompt only: a block of another sequence's
          * prompt rows may hold the tokens of its generated positions, which it computes as decode entries */
         const int within = r->plp || b->kv_no_reuse ? 0 : s_split(b) ? r->n_prompt : r->len;
+        if (!s_kv_fits(b, w)) goto grow; /* it waits (and every record behind it) for running ones to end */
         while (kv_table_admit_within(b->kvp, &r->kvt, b->kv_key, r->toks, r->len, gen, WK_KV_HEADROOM, within) != 0) {
-            int v = s_victim(b, r->priority, 0, w);
+            int v = b->e->chunk_variant ? -1 : s_victim(b, r->priority, 0, w);
             if (v < 0) goto grow; /* it waits (and every record behind it) until blocks come back */
             s_preempt(b, v);
         }
