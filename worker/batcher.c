@@ -700,8 +700,9 @@ uint64_t batcher_prefills_shared(const wk_batcher *b) { return b->prefills_share
 /* paged KV on an engine whose prefill is not chunk invariant (zl_engine.chunk_variant): a resumed sequence would
  * prefill its prompt in other chunks than its first run, so its later tokens could differ; there nothing is
  * preempted. Instead admission reserves: a sequence is admitted only while the pool, less the blocks the running
- * ones may still take (s_kv_reserved), holds its whole run (s_kv_final: prompt and max_tokens, at most the
- * context, one position of margin for a fed entry's write being included in that count). */
+ * ones may still take (s_kv_reserved), holds its whole run (s_kv_final: n_prompt + max_tokens positions, at most
+ * the context; a run writes one fewer). Growth then never runs short; were it to, the growth loop's preemption
+ * would still keep the worker going. */
 static int s_kv_final(const wk_batcher *b, const s_rec *r) {
     const long t = (long)r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 0);
     const long bs = kv_pool_block_size(b->kvp);
