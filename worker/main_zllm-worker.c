@@ -837,7 +837,8 @@ int main(int argc, char **argv) {
     }
     if (w.o.prefix_cache && w.engine->chunk_variant) { /* a hit would not give a cold run's bits */
         s_log(&w, "prefix cache off: this engine's prefill is not chunk invariant (matrices through cuBLAS), so a "
-                  "cached prefix would change the tokens");
+                  "cached prefix would change the tokens; for the same reason paged KV admits a sequence only with "
+                  "blocks for its whole run, and never preempts");
         w.o.prefix_cache = 0;
     }
     batcher_set_prefix_cache(w.batcher, w.o.prefix_cache);
