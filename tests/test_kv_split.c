@@ -339,6 +339,33 @@ out:
     engine_destroy(&e);
 }
 
+/* about one in eight of the requests of jobs that ran to their length, each run again alone (into alone[i]) on a
+ * fresh paged engine: the count whose tokens differ from those of jobs (the CPU engine: they must not); *checked
+ * the count run */
+static int s_alone_diff(const zl_model *m, uint8_t *eog, const s_job *jobs, s_job *alone, int *checked) {
+    char err[256];
+    int diff = 0;
+    *checked = 0;
+    for (int i = 0; i < NREQ; i++) {
+        if (jobs[i].fin != WK_FIN_LENGTH || s_rand(8)) continue;
+        t_kind *one = tk_new(m, 1, BLOCKS);
+        wk_batcher *b = one ? batcher_new(&one->base, eog, m->cfg.vocab_size, err, sizeof err) : NULL;
+        if (b && batcher_set_kv(b, BS, "stories260K", err, sizeof err) == 0) {
+            alone[i] = jobs[i];
+            alone[i].n_got = alone[i].fin = 0;
+            alone[i].cancel_at = -1;
+            s_run(b, &alone[i], 1, 1, 1);
+            diff += alone[i].n_got != jobs[i].n_got ||
+                    memcmp(alone[i].got, jobs[i].got, (size_t)jobs[i].n_got * sizeof(int)) != 0;
+            (*checked)++;
+        }
+        batcher_destroy(&b);
+        zl_engine *eo = one ? &one->base : NULL;
+        engine_destroy(&eo);
+    }
+    return diff;
+}
+
 int main(void) {
     char p[1100], err[256];
     snprintf(p, sizeof p, "%s/stories260K/stories260K.gguf", test_fixtures());
@@ -373,24 +400,7 @@ int main(void) {
               "ahead %d: the batcher counts the replays the engine saw (%llu, %llu)", ahead,
               (unsigned long long)st.replayed_tokens, (unsigned long long)a->dec_replay);
         /* every finished request's tokens equal those of the same request alone (the CPU engine: same bits) */
-        int diff = 0, checked = 0;
-        for (int i = 0; i < NREQ; i++) {
-            if (jobs[i].fin != WK_FIN_LENGTH || s_rand(8)) continue;
-            t_kind *one = tk_new(m, 1, BLOCKS);
-            wk_batcher *b = one ? batcher_new(&one->base, eog, m->cfg.vocab_size, err, sizeof err) : NULL;
-            if (b && batcher_set_kv(b, BS, "stories260K", err, sizeof err) == 0) {
-                alone[i] = jobs[i];
-                alone[i].n_got = alone[i].fin = 0;
-                alone[i].cancel_at = -1;
-                s_run(b, &alone[i], 1, 1, 1);
-                diff += alone[i].n_got != jobs[i].n_got ||
-                        memcmp(alone[i].got, jobs[i].got, (size_t)jobs[i].n_got * sizeof(int)) != 0;
-                checked++;
-            }
-            batcher_destroy(&b);
-            zl_engine *eo = one ? &one->base : NULL;
-            engine_destroy(&eo);
-        }
+        int checked = 0, diff = s_alone_diff(m, eog, jobs, alone, &checked);
         CHECK(checked > 0 && diff == 0, "ahead %d: %d requests equal their runs alone (%d differ)", ahead, checked,
               diff);
         zl_engine *ea = &a->base;
@@ -426,24 +436,7 @@ int main(void) {
         CHECK(st.preemptions == 0 && open == 0 && done > 0,
               "ahead %d: chunk_variant: no preemption (%llu), every request ends (%d open)", ahead,
               (unsigned long long)st.preemptions, open);
-        int diff = 0, checked = 0;
-        for (int i = 0; i < NREQ; i++) {
-            if (jobs[i].fin != WK_FIN_LENGTH || s_rand(8)) continue;
-            t_kind *one = tk_new(m, 1, BLOCKS);
-            wk_batcher *b = one ? batcher_new(&one->base, eog, m->cfg.vocab_size, err, sizeof err) : NULL;
-            if (b && batcher_set_kv(b, BS, "stories260K", err, sizeof err) == 0) {
-                alone[i] = jobs[i];
-                alone[i].n_got = alone[i].fin = 0;
-                alone[i].cancel_at = -1;
-                s_run(b, &alone[i], 1, 1, 1);
-                diff += alone[i].n_got != jobs[i].n_got ||
-                        memcmp(alone[i].got, jobs[i].got, (size_t)jobs[i].n_got * sizeof(int)) != 0;
-                checked++;
-            }
-            batcher_destroy(&b);
-            zl_engine *eo = one ? &one->base : NULL;
-            engine_destroy(&eo);
-        }
+        int checked = 0, diff = s_alone_diff(m, eog, jobs, alone, &checked);
         CHECK(checked > 0 && diff == 0, "ahead %d: chunk_variant: %d requests equal their runs alone (%d differ)",
               ahead, checked, diff);
         zl_engine *ea = &a->base;
