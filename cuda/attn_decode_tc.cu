@@ -172,9 +172,9 @@ template <int D> struct warp_part {
 };
 
 /* qscale = scale * log2(e); chunk keys per warp; n_chunks per row; counters: the arrival counters (workspace end) */
-template <typename T, int D, int G, bool DEEP, int LPW>
+template <typename T, int D, int G, bool DEEP, int LPW, bool PG>
 __global__ void __launch_bounds__(G * 32, 1)
-decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float qscale, int *counters, int mode) {
+    decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float qscale, int *counters, int mode) {
     constexpr int lpw = LPW;   /* chunks per warp, 1 or 2: a template so that 1 carries no saved partial (registers) */
     constexpr int NS = tc_stages<D, DEEP>();
     constexpr int CH = D / 8;            /* 16-byte chunks per key row */
@@ -268,7 +268,11 @@ decode_tc_kernel(attn_decode_params p, int group, int chunk, int n_chunks, float
     /* paged KV: kg/vg are the pool's origin for this head; every address goes through pg_row (the table). A
      * tile of kTileKeys keys starts at a multiple of kTileKeys (chunks are multiples of it) and kv_block is a
      * multiple of it (kv_block_log2 >= 4, checked at launch), so a tile lies in one block, rows consecutive */
-    const bool paged = p.blocks != nullptr;
+    /* PG: a template (launch_g picks it from p.blocks), so that contiguous caches run no table code: with the
+     * table's registers and branches in the tile loop the contiguous kernel took 1.7x as long at batch 1 (H200,
+     * 1B BF16 shape, 1 x 1040: 258 against 154 us of a step's critical path over its 16 layers; the step 0.977
+     * against 0.868 ms) */
+    constexpr bool paged = PG;
     const long base = paged ? (long)kvh * D : (long)slot * p.n_ctx * row_stride + (long)kvh * D;
     auto pg_row = [&](int key) -> long { return kv_page_row(p.blocks, p.kv_block_log2, slot, 0, key); };
     const T *kg = reinterpret_cast<const T *>(p.k_cache) + base;
@@ -884,14 +888,15 @@ long tc_floor_at(int head_dim, long max_kv_len) {   /* never falls as max_kv_len
     return head_dim == 128 && max_kv_len <= kFloorShortMax ? 128 : 256;
 }
 int tc_chunk_with(const attn_decode_params *p, long floor);
-/* the small leaf floor: an engine whose fullest batch of 32-key leaves still fits one wave takes them (H100,
- * 8B at n_ctx 1040: 22 leaves of 48 keys a row against 8 of 144 made batch-1 steps 2-3%
- * faster (the warp's serial chain of tiles is shorter) and batch 4 2-3%; past a wave they cost: batch 16 2%,
- * 64 5%, 256 3% slower) */
+/* the small leaf floor, at both head sizes up to kFloorShortMax keys: an engine whose fullest batch of 32-key
+ * leaves still fits one wave takes them (H100, 8B at n_ctx 1040: 22 leaves of 48 keys a row against 8 of 144
+ * made batch-1 steps 2-3% faster (the warp's serial chain of tiles is shorter) and batch 4 2-3%; past a wave
+ * they cost: batch 16 2%, 64 5%, 256 3% slower. H200, 1B BF16 at n_ctx 1040: 22 leaves against 4 of 272 keys
+ * gave batch-1 steps the same time and batch 4 2.9% more tokens/s) */
 constexpr long kFloorSmall = 32;
 long tc_floor(const attn_decode_params *p) {
     const long f = tc_floor_at(p->head_dim, p->max_kv_len);
-    if (f != 128 || p->max_seq < 1) return f;
+    if (p->max_kv_len > kFloorShortMax || p->max_seq < 1) return f;
     const long L = p->max_kv_len > 0 ? p->max_kv_len : 1;
     const long c = tc_chunk_with(p, kFloorSmall), leaves = (L + c - 1) / c;
     return (long)p->max_seq * p->n_kv_heads * leaves <= (long)cu_sm_count(p->sm_count) * kWps ? kFloorSmall
@@ -929,11 +934,12 @@ int tc_chunks_of(const attn_decode_params *p, int chunk) {
 
 /* chunks per warp: tc_lpw or the knob (4 becomes 2 for GQA groups above 8: lpw 4 keeps rows g only), else:
  *   - launches whose chunks fit one wave of wps warps per SM (batch 1 among them): one chunk a warp (more
- *     warps), except 2 where the chunks are long (256 keys) and 2 a warp bring the launch from more than 4
- *     warps per SM to at most 4;
- *   - past a wave: the fewest (2, then 4, or 2 for groups above 8) that bring the launch's warps back within one
- *     wave; failing that, 1 unless a row has more chunks than one block of 8 warps holds, then as many as make
- *     a warp's keys at least kWarpKeys (at most 2 for groups above 8, else 4).
+ *     warps), except 2 at head size 128 where the chunks are long (256 keys) and 2 a warp bring the launch
+ *     from more than 4 warps per SM to at most 4;
+ *   - past a wave: at head size 128 the fewest (2, then 4, or 2 for groups above 8) that bring the launch's
+ *     warps back within one wave; failing that (and at head size 64), 1 unless a row has more chunks than one
+ *     block of 8 warps holds, then as many as make a warp's keys at least kWarpKeys (at most 2 for groups above
+ *     8, else 4).
  * Why: the rings hold an SM to about wps warps whatever the block size, and a block of 8 warps fills its shared
  * memory alone, so in a launch of a few waves each block's start (its first tiles' latency) and its fold leave
  * the SM's reads idle, while one wave of fewer, longer warps in smaller blocks overlaps them with other blocks'
@@ -951,14 +957,16 @@ int tc_lpw(const attn_decode_params *p, int chunk, int n_chunks) {
     const long rows = (long)p->n_seq * p->n_kv_heads, sm = cu_sm_count(p->sm_count), wave = sm * kWps;
     /* the launch's warps at l chunks a warp */
     auto warps = [&](int l) { return rows * ((n_chunks + l - 1) / l); };
-    /* the figures above are at head size 128; at head size 64 (the 1B shape, not measured with these rules) a
-     * warp takes one chunk up to 8 chunks a row, else 512 keys */
+    /* the in-wave pair and the past-wave rule at head size 128 only: at head size 64 (H200, 1B BF16 shape,
+     * zllm-bench tokens/s against one chunk a warp) they made context 32768 M=1 (2 a warp) 3.5% and context
+     * 1024 M=128 (4) 2.7% slower, M=64 (2) the same. The 1024 keys a warp past a wave hold at both: context
+     * 16384 M=16 at head size 64 5.4% faster than with 512 (4 a warp against 2) */
     const bool wide = p->head_dim == 128;
     if (warps(1) <= wave) return wide && chunk >= 256 && warps(1) > sm * 4 && warps(2) <= sm * 4 ? 2 : 1;
     for (int l = 2; wide && l <= lmax && l <= n_chunks; l *= 2)
         if (warps(l) <= wave) return l;
     if (n_chunks <= kMaxG) return 1;
-    const int keys = wide ? kWarpKeys : kWarpKeys / 2;
+    const int keys = kWarpKeys;
     int l = 2;
     while (l < lmax && (long)l * chunk < keys) l *= 2;
     return l;
@@ -998,8 +1006,8 @@ int tc_trig(const attn_decode_params *p) { return p->n_seq == 1 ? 1 : 0; }
 
 size_t ws_counter_bytes(const attn_decode_params *p) { return (size_t)p->n_seq * p->n_heads * sizeof(int); }
 
-template <typename T, int D, int G, bool DEEP, int LPW>
-cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaStream_t st) {
+template <typename T, int D, int G, bool DEEP, int LPW, bool PG>
+cudaError_t launch_gp(const attn_decode_params *p, int chunk, int n_chunks, cudaStream_t st) {
     constexpr int lpw = LPW;
     constexpr size_t smem = tc_smem<T, D, DEEP>(G);
     constexpr size_t smem_cl = tc_export_off<T, D, DEEP>(G) + tc_export_bytes<D>();   /* the cluster fold's */
@@ -1010,11 +1018,11 @@ cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaS
     const unsigned long long bit = 1ull << (dev & 63);
     if (!(s_set.load(std::memory_order_relaxed) & bit)) {
         /* function attributes, not stream operations: allowed while the stream is being captured */
-        cudaError_t e = cudaFuncSetAttribute(decode_tc_kernel<T, D, G, DEEP, LPW>,
+        cudaError_t e = cudaFuncSetAttribute(decode_tc_kernel<T, D, G, DEEP, LPW, PG>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_cl);
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(decode_tc_kernel<T, D, G, DEEP, LPW>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     cudaSharedmemCarveoutMaxShared);
+            e = cudaFuncSetAttribute(decode_tc_kernel<T, D, G, DEEP, LPW, PG>,
+                                     cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
         if (e != cudaSuccess) return e;
         s_set.fetch_or(bit, std::memory_order_relaxed);
     }
@@ -1032,12 +1040,19 @@ cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaS
     }
     const int mode = (clu ? 64 : 0) | (p->kv_early ? 128 : 0) | (tc_l2pf(p) ? 1024 : 0) | (tc_trig(p) << 8);
     if (clu)   /* one cluster per row: grid x is the row's blocks (tc_cluster) */
-        return cu_launch_cl(1, dim3((unsigned)nblk, 1, 1), decode_tc_kernel<T, D, G, DEEP, LPW>,
-                            dim3((unsigned)nblk, (unsigned)p->n_kv_heads, (unsigned)p->n_seq), dim3(G * 32),
-                            smem_cl, st, *p, group, chunk, n_chunks, scale * kLog2e, counters, mode);
+        return cu_launch_cl(1, dim3((unsigned)nblk, 1, 1), decode_tc_kernel<T, D, G, DEEP, LPW, PG>,
+                            dim3((unsigned)nblk, (unsigned)p->n_kv_heads, (unsigned)p->n_seq), dim3(G * 32), smem_cl,
+                            st, *p, group, chunk, n_chunks, scale * kLog2e, counters, mode);
     const dim3 grid((unsigned)nblk, (unsigned)p->n_kv_heads, (unsigned)p->n_seq);
-    return cu_launch_opt(1, decode_tc_kernel<T, D, G, DEEP, LPW>, grid, dim3(G * 32), smem, st, *p, group,
-                         chunk, n_chunks, scale * kLog2e, counters, mode);
+    return cu_launch_opt(1, decode_tc_kernel<T, D, G, DEEP, LPW, PG>, grid, dim3(G * 32), smem, st, *p, group, chunk,
+                         n_chunks, scale * kLog2e, counters, mode);
+}
+
+/* the launch of one form, with or without block tables (PG) */
+template <typename T, int D, int G, bool DEEP, int LPW>
+cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaStream_t st) {
+    return p->blocks ? launch_gp<T, D, G, DEEP, LPW, true>(p, chunk, n_chunks, st)
+                     : launch_gp<T, D, G, DEEP, LPW, false>(p, chunk, n_chunks, st);
 }
 
 /* The form follows the launch (none of it changes a row's bits): with at most 4 warps of chunks per SM in the
