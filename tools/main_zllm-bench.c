@@ -1,7 +1,7 @@
 /* zllm-bench: decode and prefill speed of a model on one GPU, as a fraction of the roofline measured in the same
  * run, or on the CPU engines (--device cpu or cpu-ref: tokens/s only).
  *   zllm-bench --model F.gguf [--device cuda[:N]|cpu|cpu-ref] [--ctx 1024] [--prefill P] [--max-m 256]
- *              [--min-m 1] [--steps 20] [--threads N] [--no-graphs] [--skip-caps] [--sync]
+ *              [--min-m 1] [--steps 20] [--threads N] [--kv-block B] [--no-graphs] [--skip-caps] [--sync]
  * First it measures the GPU's device-to-device copy and read-only bandwidth and its BF16 matrix rate
  * (cuda/gpu_caps.cu). Then, for M = 1, 2, 4, ... up to --max-m (and the engine's max batch; rows below --min-m
  * are skipped, e.g. to profile one batch size), it times decode
@@ -19,6 +19,9 @@
  * step (events around the step's device work) and the idle gap (host minus GPU: time the GPU waited for the
  * host), the roofline time and the ratio. The KV contents are whatever the
  * slots hold (zeros at start): the speed of attention does not depend on the values.
+ * --kv-block B runs the engine with paged KV (blocks of B rows, as zllm-worker does by default on CUDA) instead of
+ * contiguous slots: each sequence's block table is a slice of one permutation of the pool drawn from a fixed seed
+ * (s_block_tables), so the blocks lie scattered as a long-running server's free list leaves them.
  * On a CPU device there are no ceilings nor GPU times: the table gives tokens/s and ms per step (medians), each
  * step synchronous (the CPU engine runs a step as it is launched), --threads sets the engine's threads (0: all
  * cores), and the prefill row times one step of P prompt tokens. */
@@ -53,6 +56,8 @@ static void s_usage(FILE *f) {
                "  --min-m M         smallest batch timed, >= 1 (default 1)\n"
                "  --steps N         decode steps timed per row, >= 1 (default 20)\n"
                "  --threads N       CPU engines: threads, 0: all cores (default 0)\n"
+               "  --kv-block B      paged KV in blocks of B rows, tables scattered over the pool (default 0:\n"
+               "                    contiguous slots; CUDA takes 16, 32, 64, 128 or 256)\n"
                "  --no-graphs       no CUDA graphs (default: graphs)\n"
                "  --skip-caps       do not measure the bandwidth and matrix rate (default: measure)\n"
                "  --sync            one engine_step at a time (default: steps queued ahead)\n"
@@ -66,10 +71,42 @@ static int s_cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* --kv-block: n_seq block tables of ceil(rows / e->kv_block) entries each, [n_seq][*per_seq], the consecutive
+ * slices of one permutation of the pool [0, e->kv_blocks) (Fisher-Yates over a fixed splitmix64 stream: the same
+ * tables every run). Returns NULL with a message in err when the pool holds fewer blocks than the tables need or
+ * memory is short. */
+static int32_t *s_block_tables(const zl_engine *e, int n_seq, int rows, int *per_seq, char *err, size_t errlen) {
+    const int nb = (rows + e->kv_block - 1) / e->kv_block;
+    *per_seq = nb;
+    if ((long)n_seq * nb > e->kv_blocks) {
+        snprintf(err, errlen, "the pool of %d blocks of %d rows holds fewer than %d sequences x %d blocks",
+                 e->kv_blocks, e->kv_block, n_seq, nb);
+        return NULL;
+    }
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)e->kv_blocks);
+    if (!perm) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < e->kv_blocks; i++) perm[i] = i;
+    uint64_t x = 0x2545f4914f6cdd1dull;
+    for (int i = e->kv_blocks - 1; i > 0; i--) {
+        uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        const int j = (int)(z % (uint64_t)(i + 1));
+        const int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    return perm; /* sequence i's table: perm + i * nb */
+}
+
 /* the CPU engines: decode tokens/s for M = 1, 2, 4 ... max_m sequences at position ctx (each step synchronous),
  * then one prefill step of `prefill` tokens; medians of `steps` (decode) and 5 (prefill) timed steps */
 static int s_bench_cpu(const char *path, const char *device, int threads, int ctx, int prefill, int max_m, int min_m,
-                       int steps) {
+                       int steps, int kv_block) {
     char err[512];
     zl_model *m = model_load(path, err, sizeof err);
     if (!m) {
@@ -85,6 +122,7 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
     o.n_ctx = ctx + steps + 16 > prefill ? ctx + steps + 16 : prefill;
     o.max_step_tokens = prefill > max_m ? prefill : max_m;
     o.threads = threads;
+    o.kv_block = kv_block;
     double t0 = s_now();
     zl_engine *e = engine_new(m, &o, err, sizeof err);
     if (!e) {
@@ -92,12 +130,12 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
         model_destroy(&m);
         return 1;
     }
+    int32_t *tab = NULL; /* --kv-block: the sequences' block tables, nb entries each */
+    int nb = 0;
     printf("model: %s: %d layers, dim %d, heads %d/%d x %d, ffn %d, vocab %d, %s; engine %s, %d threads "
            "(0: all cores), start %.2f s\n",
            path, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim, c->vocab_size,
            ggml_type_name(m->layers[0].wq.type), e->device, threads, s_now() - t0);
-    printf("decode at context %d, %d timed steps each (medians)\n%6s %12s %10s\n", ctx, steps, "M", "tokens/s",
-           "ms/step");
     int rc = 0, np = prefill > 0 ? prefill : 1;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)e->max_batch),
             *out = malloc(sizeof(int32_t) * (size_t)e->max_batch);
@@ -109,6 +147,22 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
         rc = 1;
         goto done;
     }
+    if (kv_block > 0) {
+        if (e->kv_block != kv_block) {
+            fprintf(stderr, "zllm-bench: the engine gave blocks of %d rows for --kv-block %d\n", e->kv_block, kv_block);
+            rc = 1;
+            goto done;
+        }
+        tab = s_block_tables(e, e->max_batch, ctx + 1 > prefill ? ctx + 1 : prefill, &nb, err, sizeof err);
+        if (!tab) {
+            fprintf(stderr, "zllm-bench: %s\n", err);
+            rc = 1;
+            goto done;
+        }
+        printf("KV: paged, blocks of %d rows, tables scattered over a pool of %d blocks\n", e->kv_block, e->kv_blocks);
+    }
+    printf("decode at context %d, %d timed steps each (medians)\n%6s %12s %10s\n", ctx, steps, "M", "tokens/s",
+           "ms/step");
     for (int i = 0; i < e->max_batch; i++) toks[i] = (int32_t)(1 + (i * 7919) % (c->vocab_size - 1));
     for (int M = 1; M <= e->max_batch; M = M * 2 > e->max_batch && M < e->max_batch ? e->max_batch : M * 2) {
         if (M >= min_m || M == e->max_batch) {
@@ -118,6 +172,7 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
                 q[i].n_tokens = 1;
                 q[i].tokens = &toks[i];
                 q[i].sample = 1;
+                q[i].blocks = tab ? tab + (size_t)i * nb : NULL;
             }
             for (int s = -2; s < steps; s++) {
                 const double a = s_now();
@@ -143,6 +198,7 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
         p.n_tokens = prefill;
         p.tokens = ptoks;
         p.sample = 1;
+        p.blocks = tab;
         for (int s = -1; s < 5; s++) {
             const double a = s_now();
             if (engine_step(e, &p, 1, out, NULL) != 0) {
@@ -162,6 +218,7 @@ done:
     free(ptoks);
     free(q);
     free(times);
+    free(tab);
     engine_destroy(&e);
     model_destroy(&m);
     return rc;
@@ -170,7 +227,7 @@ done:
 int main(int argc, char **argv) {
     const char *path = NULL, *device = "cuda";
     int ctx = 1024, prefill = -1, max_m = 256, min_m = 1, steps = 20, no_graphs = 0, skip_caps = 0, sync = 0;
-    int threads = 0;
+    int threads = 0, kv_block = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int has = i + 1 < argc;
@@ -182,6 +239,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--min-m") && has) min_m = atoi(argv[++i]);
         else if (!strcmp(a, "--steps") && has) steps = atoi(argv[++i]);
         else if (!strcmp(a, "--threads") && has) threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--kv-block") && has) kv_block = atoi(argv[++i]);
         else if (!strcmp(a, "--no-graphs")) no_graphs = 1;
         else if (!strcmp(a, "--skip-caps")) skip_caps = 1;
         else if (!strcmp(a, "--sync")) sync = 1;
@@ -196,12 +254,13 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!path || ctx < 1 || max_m < 1 || min_m < 1 || steps < 1 || threads < 0) {
+    if (!path || ctx < 1 || max_m < 1 || min_m < 1 || steps < 1 || threads < 0 || kv_block < 0) {
         s_usage(stderr);
         return 2;
     }
     if (prefill < 0) prefill = ctx < 2048 ? ctx : 2048;
-    if (!strncmp(device, "cpu", 3)) return s_bench_cpu(path, device, threads, ctx, prefill, max_m, min_m, steps);
+    if (!strncmp(device, "cpu", 3))
+        return s_bench_cpu(path, device, threads, ctx, prefill, max_m, min_m, steps, kv_block);
 #ifndef ZLLM_HAVE_CUDA
     (void)no_graphs;
     (void)skip_caps;
@@ -234,9 +293,12 @@ int main(int argc, char **argv) {
     o.n_ctx = (ctx + 16 > prefill ? ctx + 16 : prefill);
     o.max_step_tokens = prefill > max_m ? prefill : max_m;
     o.no_graphs = no_graphs;
+    o.kv_block = kv_block;
     double t0 = s_now();
     zl_engine *e = engine_new(m, &o, err, sizeof err);
     if (!e) { fprintf(stderr, "zllm-bench: %s\n", err); model_destroy(&m); return 1; }
+    int32_t *tab = NULL; /* --kv-block: the sequences' block tables, nb entries each */
+    int nb = 0;
     printf("model: %s: %d layers, dim %d, heads %d/%d x %d, ffn %d, vocab %d; engine start %.1f s, max batch %d\n",
            path, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim, c->vocab_size,
            s_now() - t0, e->max_batch);
@@ -259,6 +321,8 @@ int main(int argc, char **argv) {
            params, wbytes / 1e9, ggml_type_name(m->layers[0].wq.type), ggml_type_name(m->layers[0].w_down.type),
            ggml_type_name(m->output.data ? m->output.type : m->tok_embd.type));
     const int pipe = !sync && engine_depth(e) >= 2;
+    if (e->kv_block > 0)
+        printf("KV: paged, blocks of %d rows, tables scattered over a pool of %d blocks\n", e->kv_block, e->kv_blocks);
     printf("decode at context %d, %d timed steps each%s, %s\n", ctx, steps, no_graphs ? " (no graphs)" : " (CUDA graphs)",
            pipe ? "each queued behind the one in flight (tokens fed on the device)" : "one synchronous step at a time");
     printf("%6s %12s %10s %10s %10s %12s %10s %8s\n", "M", "tokens/s", "ms/step", "gpu ms", "idle ms", "roofline ms",
@@ -271,11 +335,25 @@ int main(int argc, char **argv) {
     double *gap = malloc(sizeof(double) * (size_t)steps);
     int rc = 0;
     if (!toks || !out || !q || !ptoks || !times || !gpu || !gap) { fprintf(stderr, "zllm-bench: out of memory\n"); rc = 1; goto done; }
+    if (kv_block > 0) {
+        if (e->kv_block != kv_block) {
+            fprintf(stderr, "zllm-bench: the engine gave blocks of %d rows for --kv-block %d\n", e->kv_block, kv_block);
+            rc = 1;
+            goto done;
+        }
+        tab = s_block_tables(e, e->max_batch, ctx + 1 > prefill ? ctx + 1 : prefill, &nb, err, sizeof err);
+        if (!tab) {
+            fprintf(stderr, "zllm-bench: %s\n", err);
+            rc = 1;
+            goto done;
+        }
+    }
     for (int i = 0; i < e->max_batch; i++) toks[i] = (int32_t)(1 + (i * 7919) % (c->vocab_size - 1));
     for (int M = 1; M <= e->max_batch; M = M * 2 > e->max_batch && M < e->max_batch ? e->max_batch : M * 2) {
         if (M < min_m && M < e->max_batch) continue;
         for (int i = 0; i < M; i++) {
             q[i].slot = i; q[i].pos = ctx; q[i].n_tokens = 1; q[i].tokens = &toks[i]; q[i].sample = 1;
+            q[i].blocks = tab ? tab + (size_t)i * nb : NULL;
         }
         for (int w = 0; w < 3; w++) if (engine_step(e, q, M, out, NULL) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
         if (pipe) {
@@ -337,7 +415,12 @@ int main(int argc, char **argv) {
         for (int i = 0; i < prefill; i++) ptoks[i] = (int32_t)(1 + (i * 104729) % (c->vocab_size - 1));
         zl_seq p;
         memset(&p, 0, sizeof p);
-        p.slot = 0; p.pos = 0; p.n_tokens = prefill; p.tokens = ptoks; p.sample = 1;
+        p.slot = 0;
+        p.pos = 0;
+        p.n_tokens = prefill;
+        p.tokens = ptoks;
+        p.sample = 1;
+        p.blocks = tab;
         const int reps = 5;
         for (int s = -1; s < reps; s++) {
             const double a = s_now();
@@ -353,7 +436,14 @@ int main(int argc, char **argv) {
                t * 1e3, prefill / t, flops / t / 1e12, roof * 1e3, tb > tf ? "memory" : "compute", 100.0 * roof / t);
     }
 done:
-    free(toks); free(out); free(q); free(ptoks); free(times); free(gpu); free(gap);
+    free(toks);
+    free(out);
+    free(q);
+    free(ptoks);
+    free(times);
+    free(gpu);
+    free(gap);
+    free(tab);
     engine_destroy(&e);
     model_destroy(&m);
     return rc;
