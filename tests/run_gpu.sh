@@ -79,7 +79,7 @@ for t in "$build"/lab/gpu_test_*; do
     run_one "lab:$(basename "$t")" "$t"
 done
 # chunk-invariant prefill on the CUDA engine (every chunking, 1-token prompt chunks included)
-[ -x "$build/tests/test_prefill_chunks" ] && run_one prefill_chunks:cuda "$build/tests/test_prefill_chunks" cuda
+[ -x "$build/tests/test_prefill_chunks" ] && run_one prefill_chunks:cuda env ZLLM_BUILD="$build" "$build/tests/test_prefill_chunks" cuda
 # qtc's narrow kernel with at most 3 CTAs over the tiles: every CTA takes several tiles through one ring (the
 # default grid gives the small test matrices one tile a CTA)
 [ -x "$build/tests/gpu_test_qtc" ] && run_one gpu_test_qtc_grid3 env ZLLM_CUDA_QTC_GRID=3 "$build/tests/gpu_test_qtc"
