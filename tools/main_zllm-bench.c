@@ -103,6 +103,39 @@ static int32_t *s_block_tables(const zl_engine *e, int n_seq, int rows, int *per
     return perm; /* sequence i's table: perm + i * nb */
 }
 
+/* --kv-block: *tab = the engine's max_batch block tables covering `rows` rows each (*nb entries), or NULL when
+ * kv_block is 0 (contiguous slots). Returns 0, or -1 after printing why (the engine granted another block size,
+ * the pool is too small, memory is short) */
+static int s_paged_tables(const zl_engine *e, int kv_block, int rows, int32_t **tab, int *nb) {
+    char err[256];
+    *tab = NULL;
+    *nb = 0;
+    if (kv_block == 0) return 0;
+    if (e->kv_block != kv_block) {
+        fprintf(stderr, "zllm-bench: the engine gave blocks of %d rows for --kv-block %d\n", e->kv_block, kv_block);
+        return -1;
+    }
+    *tab = s_block_tables(e, e->max_batch, rows, nb, err, sizeof err);
+    if (!*tab) {
+        fprintf(stderr, "zllm-bench: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* the prefill row's entry: slot 0 from position 0, `prefill` tokens (written into ptoks), sampling its last row,
+ * through tab (sequence 0's block table, or NULL for contiguous slots) */
+static zl_seq s_prefill_entry(int32_t *ptoks, int prefill, int vocab, const int32_t *tab) {
+    for (int i = 0; i < prefill; i++) ptoks[i] = (int32_t)(1 + (i * 104729) % (vocab - 1));
+    zl_seq p;
+    memset(&p, 0, sizeof p);
+    p.n_tokens = prefill;
+    p.tokens = ptoks;
+    p.sample = 1;
+    p.blocks = tab;
+    return p;
+}
+
 /* the CPU engines: decode tokens/s for M = 1, 2, 4 ... max_m sequences at position ctx (each step synchronous),
  * then one prefill step of `prefill` tokens; medians of `steps` (decode) and 5 (prefill) timed steps */
 static int s_bench_cpu(const char *path, const char *device, int threads, int ctx, int prefill, int max_m, int min_m,
@@ -147,20 +180,12 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
         rc = 1;
         goto done;
     }
-    if (kv_block > 0) {
-        if (e->kv_block != kv_block) {
-            fprintf(stderr, "zllm-bench: the engine gave blocks of %d rows for --kv-block %d\n", e->kv_block, kv_block);
-            rc = 1;
-            goto done;
-        }
-        tab = s_block_tables(e, e->max_batch, ctx + 1 > prefill ? ctx + 1 : prefill, &nb, err, sizeof err);
-        if (!tab) {
-            fprintf(stderr, "zllm-bench: %s\n", err);
-            rc = 1;
-            goto done;
-        }
-        printf("KV: paged, blocks of %d rows, tables scattered over a pool of %d blocks\n", e->kv_block, e->kv_blocks);
+    if (s_paged_tables(e, kv_block, ctx + 1 > prefill ? ctx + 1 : prefill, &tab, &nb) != 0) {
+        rc = 1;
+        goto done;
     }
+    if (tab)
+        printf("KV: paged, blocks of %d rows, tables scattered over a pool of %d blocks\n", e->kv_block, e->kv_blocks);
     printf("decode at context %d, %d timed steps each (medians)\n%6s %12s %10s\n", ctx, steps, "M", "tokens/s",
            "ms/step");
     for (int i = 0; i < e->max_batch; i++) toks[i] = (int32_t)(1 + (i * 7919) % (c->vocab_size - 1));
@@ -190,15 +215,7 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
         if (M == e->max_batch) break;
     }
     if (prefill > 0) {
-        for (int i = 0; i < prefill; i++) ptoks[i] = (int32_t)(1 + (i * 104729) % (c->vocab_size - 1));
-        zl_seq p;
-        memset(&p, 0, sizeof p);
-        p.slot = 0;
-        p.pos = 0;
-        p.n_tokens = prefill;
-        p.tokens = ptoks;
-        p.sample = 1;
-        p.blocks = tab;
+        zl_seq p = s_prefill_entry(ptoks, prefill, c->vocab_size, tab);
         for (int s = -1; s < 5; s++) {
             const double a = s_now();
             if (engine_step(e, &p, 1, out, NULL) != 0) {
@@ -335,18 +352,9 @@ int main(int argc, char **argv) {
     double *gap = malloc(sizeof(double) * (size_t)steps);
     int rc = 0;
     if (!toks || !out || !q || !ptoks || !times || !gpu || !gap) { fprintf(stderr, "zllm-bench: out of memory\n"); rc = 1; goto done; }
-    if (kv_block > 0) {
-        if (e->kv_block != kv_block) {
-            fprintf(stderr, "zllm-bench: the engine gave blocks of %d rows for --kv-block %d\n", e->kv_block, kv_block);
-            rc = 1;
-            goto done;
-        }
-        tab = s_block_tables(e, e->max_batch, ctx + 1 > prefill ? ctx + 1 : prefill, &nb, err, sizeof err);
-        if (!tab) {
-            fprintf(stderr, "zllm-bench: %s\n", err);
-            rc = 1;
-            goto done;
-        }
+    if (s_paged_tables(e, kv_block, ctx + 1 > prefill ? ctx + 1 : prefill, &tab, &nb) != 0) {
+        rc = 1;
+        goto done;
     }
     for (int i = 0; i < e->max_batch; i++) toks[i] = (int32_t)(1 + (i * 7919) % (c->vocab_size - 1));
     for (int M = 1; M <= e->max_batch; M = M * 2 > e->max_batch && M < e->max_batch ? e->max_batch : M * 2) {
@@ -412,15 +420,7 @@ int main(int argc, char **argv) {
         if (M == e->max_batch) break;
     }
     if (prefill > 0) {
-        for (int i = 0; i < prefill; i++) ptoks[i] = (int32_t)(1 + (i * 104729) % (c->vocab_size - 1));
-        zl_seq p;
-        memset(&p, 0, sizeof p);
-        p.slot = 0;
-        p.pos = 0;
-        p.n_tokens = prefill;
-        p.tokens = ptoks;
-        p.sample = 1;
-        p.blocks = tab;
+        zl_seq p = s_prefill_entry(ptoks, prefill, c->vocab_size, tab);
         const int reps = 5;
         for (int s = -1; s < reps; s++) {
             const double a = s_now();
