@@ -268,10 +268,11 @@ __global__ void __launch_bounds__(G * 32, 1)
     /* paged KV: kg/vg are the pool's origin for this head; every address goes through pg_row (the table). A
      * tile of kTileKeys keys starts at a multiple of kTileKeys (chunks are multiples of it) and kv_block is a
      * multiple of it (kv_block_log2 >= 4, checked at launch), so a tile lies in one block, rows consecutive */
-    /* PG: a template (launch_g picks it from p.blocks), so that contiguous caches run no table code: with the
-     * table's registers and branches in the tile loop the contiguous kernel took 1.7x as long at batch 1 (H200,
-     * 1B BF16 shape, 1 x 1040: 258 against 154 us of a step's critical path over its 16 layers; the step 0.977
-     * against 0.868 ms) */
+    /* PG: a template (launch_g picks it from p.blocks), so that contiguous caches carry no table code: with it
+     * compiled in behind a runtime test, the contiguous kernel took 1.7x as long at batch 1 (H200, 1B BF16 shape,
+     * 1 x 1040: 258 against 154 us of a step's critical path over its 16 layers; the step 0.977 against 0.868 ms),
+     * with a few more registers and no spills either way; the table code makes a form's code 25-55% larger (the
+     * deep 4-warp BF16 form: 140 KB without it, 199 KB with it at head size 128) */
     constexpr bool paged = PG;
     const long base = paged ? (long)kvh * D : (long)slot * p.n_ctx * row_stride + (long)kvh * D;
     auto pg_row = [&](int key) -> long { return kv_page_row(p.blocks, p.kv_block_log2, slot, 0, key); };
@@ -947,7 +948,10 @@ int tc_chunks_of(const attn_decode_params *p, int chunk) {
  * against one chunk a warp below a wave and 2 for 256-key rows (512 keys a warp): context 1024, M=64 (4 a
  * warp) +2.0%, M=32 (2) +0.7%; context 32768, M=1 (2) +1.4%; context 16384, M=16 (4) +3.9%; context 4096,
  * M=64 (4) unchanged. Launches of many waves with rows of at most 8 chunks gain nothing from longer warps
- * (context 1024, M=128 and 256 at 4 a warp: 1.4-1.9% fewer tokens/s), so they keep one. */
+ * (context 1024, M=128 and 256 at 4 a warp: 1.4-1.9% fewer tokens/s), so they keep one. Those figures come
+ * from the kernel with the table code in its contiguous form (PG below); without it, against the rule before
+ * (one chunk a warp in a wave, 512 keys a warp past it; one run each): context 1024 M=64 +0.3%, context 16384
+ * M=16 +3.0%, context 32768 M=1 -0.1%. */
 constexpr int kWarpKeys = 1024;
 int tc_lpw(const attn_decode_params *p, int chunk, int n_chunks) {
     const int lmax = p->n_heads / p->n_kv_heads > 8 ? 2 : 4;
