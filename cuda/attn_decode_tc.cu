@@ -970,9 +970,8 @@ int tc_lpw(const attn_decode_params *p, int chunk, int n_chunks) {
     for (int l = 2; wide && l <= lmax && l <= n_chunks; l *= 2)
         if (warps(l) <= wave) return l;
     if (n_chunks <= kMaxG) return 1;
-    const int keys = kWarpKeys;
     int l = 2;
-    while (l < lmax && (long)l * chunk < keys) l *= 2;
+    while (l < lmax && (long)l * chunk < kWarpKeys) l *= 2;
     return l;
 }
 

@@ -21,7 +21,7 @@
  * slots hold (zeros at start): the speed of attention does not depend on the values.
  * --kv-block B runs the engine with paged KV (blocks of B rows, as zllm-worker does by default on CUDA) instead of
  * contiguous slots: each sequence's block table is a slice of one permutation of the pool drawn from a fixed seed
- * (s_block_tables), so the blocks lie scattered as a long-running server's free list leaves them.
+ * (s_paged_tables), so the blocks lie scattered as a long-running server's free list leaves them.
  * On a CPU device there are no ceilings nor GPU times: the table gives tokens/s and ms per step (medians), each
  * step synchronous (the CPU engine runs a step as it is launched), --threads sets the engine's threads (0: all
  * cores), and the prefill row times one step of P prompt tokens. */
@@ -31,6 +31,7 @@
 #include <time.h>
 #include "engine.h"
 #include "model.h"
+#include "sampler.h"
 #include "version.h"
 #ifdef ZLLM_HAVE_CUDA
 #include "engine_cuda.h"
@@ -71,43 +72,12 @@ static int s_cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* --kv-block: n_seq block tables of ceil(rows / e->kv_block) entries each, [n_seq][*per_seq], the consecutive
- * slices of one permutation of the pool [0, e->kv_blocks) (Fisher-Yates over a fixed splitmix64 stream: the same
- * tables every run). Returns NULL with a message in err when the pool holds fewer blocks than the tables need or
- * memory is short. */
-static int32_t *s_block_tables(const zl_engine *e, int n_seq, int rows, int *per_seq, char *err, size_t errlen) {
-    const int nb = (rows + e->kv_block - 1) / e->kv_block;
-    *per_seq = nb;
-    if ((long)n_seq * nb > e->kv_blocks) {
-        snprintf(err, errlen, "the pool of %d blocks of %d rows holds fewer than %d sequences x %d blocks",
-                 e->kv_blocks, e->kv_block, n_seq, nb);
-        return NULL;
-    }
-    int32_t *perm = malloc(sizeof(int32_t) * (size_t)e->kv_blocks);
-    if (!perm) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    for (int i = 0; i < e->kv_blocks; i++) perm[i] = i;
-    uint64_t x = 0x2545f4914f6cdd1dull;
-    for (int i = e->kv_blocks - 1; i > 0; i--) {
-        uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-        const int j = (int)(z % (uint64_t)(i + 1));
-        const int32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
-    return perm; /* sequence i's table: perm + i * nb */
-}
-
-/* --kv-block: *tab = the engine's max_batch block tables covering `rows` rows each (*nb entries), or NULL when
- * kv_block is 0 (contiguous slots). Returns 0, or -1 after printing why (the engine granted another block size,
- * the pool is too small, memory is short) */
+/* --kv-block: *tab = the engine's max_batch block tables covering `rows` rows each (*nb entries, sequence i's at
+ * *tab + i * *nb), the consecutive slices of one permutation of the pool [0, e->kv_blocks) (Fisher-Yates over the
+ * sampler's generator from a fixed seed: the same tables every run); NULL when kv_block is 0 (contiguous slots).
+ * Returns 0, or -1 after printing why (the engine granted another block size, the pool holds fewer blocks than
+ * the tables need, memory is short) */
 static int s_paged_tables(const zl_engine *e, int kv_block, int rows, int32_t **tab, int *nb) {
-    char err[256];
     *tab = NULL;
     *nb = 0;
     if (kv_block == 0) return 0;
@@ -115,11 +85,26 @@ static int s_paged_tables(const zl_engine *e, int kv_block, int rows, int32_t **
         fprintf(stderr, "zllm-bench: the engine gave blocks of %d rows for --kv-block %d\n", e->kv_block, kv_block);
         return -1;
     }
-    *tab = s_block_tables(e, e->max_batch, rows, nb, err, sizeof err);
-    if (!*tab) {
-        fprintf(stderr, "zllm-bench: %s\n", err);
+    *nb = (rows + e->kv_block - 1) / e->kv_block;
+    if ((long)e->max_batch * *nb > e->kv_blocks) {
+        fprintf(stderr, "zllm-bench: the pool of %d blocks of %d rows holds fewer than %d sequences x %d blocks\n",
+                e->kv_blocks, e->kv_block, e->max_batch, *nb);
         return -1;
     }
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)e->kv_blocks);
+    if (!perm) {
+        fprintf(stderr, "zllm-bench: out of memory\n");
+        return -1;
+    }
+    for (int i = 0; i < e->kv_blocks; i++) perm[i] = i;
+    uint64_t rng = sampler_rng_init(7);
+    for (int i = e->kv_blocks - 1; i > 0; i--) { /* u < 1, so j <= i */
+        const int j = (int)((double)sampler_rng_uniform(&rng) * (i + 1));
+        const int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    *tab = perm;
     return 0;
 }
 
