@@ -46,6 +46,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kTileKeys = 16;     /* keys per K/V tile: the k of the P V mma */
 constexpr int kMaxG = 8;          /* warps per block at most (8 x 24 KiB of rings) */
 constexpr int kMaxStack = 24;     /* fold stack depth: enough for 2^23 leaves */
+/* the L2 prefetch of a batch-1 row's later keys (mode bit 10) serves rows of at most this many bytes of K and V in
+ * a layer: 4096 keys of the 8B shape (8 KV heads of 128, 16 bits), about a third of an H100's or H200's L2 */
+constexpr long kL2pfMaxBytes = 16L << 20;
 
 /* launch-shape constants (each leaves a row's bits unchanged: every fold evaluates the same tree) */
 constexpr int kWps = 8;           /* warps per SM one sequence's chunks aim to fill (16 measured no faster) */
@@ -271,8 +274,9 @@ __global__ void __launch_bounds__(G * 32, 1)
     /* PG: a template (launch_g picks it from p.blocks), so that contiguous caches carry no table code: with it
      * compiled in behind a runtime test, the contiguous kernel took 1.7x as long at batch 1 (H200, 1B BF16 shape,
      * 1 x 1040: 258 against 154 us of a step's critical path over its 16 layers; the step 0.977 against 0.868 ms),
-     * with a few more registers and no spills either way; the table code makes a form's code 25-55% larger (the
-     * deep 4-warp BF16 form: 140 KB without it, 199 KB with it at head size 128) */
+     * with a few more registers and no spills either way: a batch-1 launch is bound by instruction fetch (below,
+     * the prologue), and the table code makes a form's code larger (the deep 4-warp BF16 form at head size 128:
+     * 107 KB without it, 121 KB with it) */
     constexpr bool paged = PG;
     const long base = paged ? (long)kvh * D : (long)slot * p.n_ctx * row_stride + (long)kvh * D;
     auto pg_row = [&](int key) -> long { return kv_page_row(p.blocks, p.kv_block_log2, slot, 0, key); };
@@ -338,35 +342,48 @@ __global__ void __launch_bounds__(G * 32, 1)
                 src += rstep;
             }
         } else if (j < ntile) {
+            /* the chunk's last tile, keys past k1 zero-filled: its first key's row through one table lookup (a
+             * tile lies in one block), the others a row apart */
+            const int kt = k0 + j * kTileKeys;
+            const char *t0 = paged ? reinterpret_cast<const char *>(kg) + tile_off(kt)
+                                   : reinterpret_cast<const char *>(kg + (long)kt * row_stride);
             T *dk = ring + (j % NS) * 2 * TILE, *dv = dk + TILE;
 #pragma unroll
             for (int i = lane; i < kTileKeys * CH; i += 32) {
                 const int r = i / CH, c = i % CH;
-                const int key = k0 + j * kTileKeys + r;
-                const bool ok = key < k1;
-                const long off = ok ? (paged ? pg_row(key) : (long)key) * row_stride + c * 8 : 0;
+                const bool ok = kt + r < k1;
+                const char *src =
+                    ok ? t0 + (long)r * row_bytes + c * 8 * (int)sizeof(T) : reinterpret_cast<const char *>(kg);
                 const int e = PAD ? r * RP + c * 8 : sw<D>(r, c);
-                cp_async16_zfill(dk + e, kg + off, ok);
-                cp_async16_zfill(dv + e, vg + off, ok);
+                cp_async16_zfill(dk + e, src, ok);
+                cp_async16_zfill(dv + e, src + vdelta, ok);
             }
         }
         cp_async_commit();
     };
+    /* The prologue's loops stay rolled: each SM runs this code once per launch from a cold instruction cache,
+     * and NS - 1 inlined copies of load() each (the deep ring's 11 at head size 64) put a fetch miss on every
+     * stage issued or skipped (ncu, H200, 1B BF16 shape at batch 1, cycles a warp waits per instruction issued:
+     * "no instruction" 5.5 of 15.3 unrolled, 2.5 of 11.9 rolled; with block tables 11.3 of 21.4 against 1.9 of
+     * 10.8; the engine's step 0.844 against 0.823 ms, with block tables of 16 rows 0.919 against 0.833). */
     int j_pre = 0;   /* stages issued before the wait (early launches): whole tiles of keys below len - 1 */
     if (early) {
-#pragma unroll
-        for (int j = 0; j < NS - 1; j++)
-            if (j == j_pre && j < ntile && k0 + (j + 1) * kTileKeys <= len - 1) {
-                load(j);
-                j_pre++;
-            }
+#pragma unroll 1
+        while (j_pre < NS - 1 && j_pre < ntile && k0 + (j_pre + 1) * kTileKeys <= len - 1) {
+            load(j_pre);
+            j_pre++;
+        }
         /* mode bit 10 (tc_l2pf): the warp's other rows below len - 1 (written by earlier steps, like the stages
          * above) are prefetched into L2 with the evict_last policy, a row's K and V lines per lane. At batch 1
          * the key loop after the wait is a chain of dependent ring refills; when they come from DRAM they queue
          * behind the output projection's weight stream, which starts when this kernel triggers (H100, 8B Q8_0
          * M=1, globaltimer probe, the loop took 10.3 us after q with that stream and 5.4
-         * without it). Moves no arithmetic. */
-        if ((mode >> 10) & 1) {
+         * without it). Only for rows whose K and V in this layer take at most kL2pfMaxBytes: longer rows'
+         * prefetched lines evict each other in L2 before the ring reaches them, and those rows are read twice
+         * (H200, 8B BF16 M=1: at 32k keys 5.756 ms a step with the prefetch against 4.906 without, 76.2 against
+         * 89.0% of the roofline, Q4_K_M 3.972 against 3.084; at 8k 4.197 against 4.120; at 1k and 4k the same
+         * either way). Moves no arithmetic. */
+        if (((mode >> 10) & 1) && (long)len * row_bytes <= kL2pfMaxBytes / 2) {
             const int r1 = min(k1, len - 1);
             for (int r = k0 + j_pre * kTileKeys + lane; r < r1; r += 32) {
                 const long rr = paged ? pg_row(r) : (long)r;
@@ -381,9 +398,8 @@ __global__ void __launch_bounds__(G * 32, 1)
         }
         pdl_wait();
     }
-#pragma unroll
-    for (int j = 0; j < NS - 1; j++)
-        if (j >= j_pre) load(j);
+#pragma unroll 1
+    for (int j = j_pre; j < NS - 1; j++) load(j);
 
     /* Q as A fragments, straight from the f32 rows while the first tiles are in flight: a0/a2 row g, dims 2tq and
      * 2tq + 8 of each 16-dim step, a1/a3 the same for row g + 8; rows past the group are zero */
