@@ -268,9 +268,10 @@ __global__ void __launch_bounds__(G * 32, 1)
     const int tpl = chunk / kTileKeys;                /* tiles per chunk: a chunk boundary is a tile boundary */
     const int ntile = k1 > k0 ? (k1 - k0 + kTileKeys - 1) / kTileKeys : 0;
     const long row_stride = (long)p.n_kv_heads * D;   /* elements between consecutive positions */
-    /* paged KV: kg/vg are the pool's origin for this head; every address goes through pg_row (the table). A
-     * tile of kTileKeys keys starts at a multiple of kTileKeys (chunks are multiples of it) and kv_block is a
-     * multiple of it (kv_block_log2 >= 4, checked at launch), so a tile lies in one block, rows consecutive */
+    /* paged KV: kg/vg are the pool's origin for this head; every address goes through the table (tile_off for the
+     * ring's tiles, pg_row for the L2 prefetch's rows). A tile of kTileKeys keys starts at a multiple of kTileKeys
+     * (chunks are multiples of it) and kv_block is a multiple of it (kv_block_log2 >= 4, checked at launch), so a
+     * tile lies in one block, rows consecutive */
     /* PG: a template (launch_g picks it from p.blocks), so that contiguous caches carry no table code: with it
      * compiled in behind a runtime test, the contiguous kernel took 1.7x as long at batch 1 (H200, 1B BF16 shape,
      * 1 x 1040: 258 against 154 us of a step's critical path over its 16 layers; the step 0.977 against 0.868 ms),
@@ -1015,7 +1016,7 @@ bool tc_cluster(const attn_decode_params *p, int nblk) { return nblk >= 2 && nbl
 /* whether the early stream also prefetches a warp's later keys into L2 (mode bit 10): at batch 1 (H100, same
  * call, 8B Q8_0 M=1 3.448-3.455 ms against 3.471-3.474 without, Q4_K_M 2.653-2.654
  * against 2.662-2.666; in every small launch it made M=4 and M=8 2.5% slower, Qwen2.5-1.5B M=16 2.4%, and in
- * every launch 8B BF16 M=64 11%) */
+ * every launch 8B BF16 M=64 11%); rows of more than kL2pfMaxBytes skip it in the kernel */
 bool tc_l2pf(const attn_decode_params *p) { return p->kv_early && p->n_seq == 1; }
 
 /* where a block lets the next kernel launch: after its q loads at batch 1 (8B Q4_K_M M=1 1.1% faster: the output
