@@ -28,8 +28,10 @@
  * fragment per k step and multiplies it with the NF B fragments (x read from global memory, 16 bytes per lane per
  * two steps; at NF = 1 the next unit's x is loaded before this unit is multiplied). A tile's kn partials are
  * summed by warp 0 through shared memory, in groups of r = kn / ks and then the groups (qtc.h), then + y_in.
- * Above 8 columns a wide kernel below takes over (same arithmetic per element, another work split): on sm_90 the
- * one whose k16 steps are wgmma (qtc_wg_kernel), elsewhere the mma.sync one (qtc_wide_kernel). */
+ * Where x comes from is the template parameter XM (qtc_body): each lane's columns straight from global memory, or
+ * staged in shared memory by 8-column groups (s_xm_default says which, by m and shape). Above 8 columns (16 where
+ * the staged slice serves) a wide kernel below takes over (same arithmetic per element, another work split): on
+ * sm_90 the one whose k16 steps are wgmma (qtc_wg_kernel), elsewhere the mma.sync one (qtc_wide_kernel). */
 #include "qtc.h"
 #include "qtc_layout.h"
 
@@ -52,6 +54,10 @@ using namespace zmma;
 /* QT_STAGES: the narrow kernel's ring depth per warp (units in flight); QT_STAGES_MAX sizes the narrow kernel's
  * shared-memory requirement (qtc_smem_bytes, which decides at load whether a device serves qtc at all) */
 enum { QT_STAGES = 2, QT_STAGES_MAX = 4, QT_MAX_KS = 8 };
+/* QT_XS_MAX: the most shared memory the narrow kernel gives the launch's x in its slice form (qtc_body) */
+enum { QT_XS_MAX = 64 * 1024 };
+/* QT_NARROW_M: the most columns the narrow kernel's staged forms take (in 8-column groups side by side, grid.x) */
+enum { QT_NARROW_M = 16 };
 enum { QB_WARPS = 8, QB_COLS = 64, QB_STAGES = 3, QB_XBYTES = QB_COLS * 512, QB_CHUNK = 256 };
 
 template <int TY> struct qt_traits;
@@ -77,12 +83,21 @@ static size_t s_narrow_bytes(int tb, int st, int kn, int nf)
     return (size_t)kn * st * tb + (size_t)2 * kn * nf * 512;
 }
 
+/* the staged form's x area: kn warp slices of xsn units x 8 columns x 512 bytes (xsn = ceil(units / kn), the
+ * longest warp range; the columns past m are zeros) */
+static size_t s_xs_bytes(int units, int kn) {
+    const int xsn = (units + kn - 1) / kn;
+    return (size_t)kn * xsn * 8 * 512;
+}
+
 /* Grow ks (powers of two, at most 8 and at most half the units per row) while the matrix has fewer than 1024
  * warps: enough streams in flight at M = 1 on a 132-SM H100. Shape only: part of every element's arithmetic. */
 extern "C" size_t qtc_smem_bytes(ggml_type t)
 {
     const int ty = qt_ty(t);
     if (ty < 0) return 0;
+    /* the staged forms (QT_STAGES-deep rings of one fragment, plus at most QT_XS_MAX of x or 4 KiB of x a stage)
+     * ask less than the deepest narrow form for every type */
     const size_t narrow = s_narrow_bytes(qt_tb(ty), QT_STAGES_MAX, QT_MAX_KS, 8);
     const size_t wide = (size_t)QB_STAGES * (QB_WARPS * (size_t)qt_tb(ty) + QB_XBYTES);
     return narrow > wide ? narrow : wide;
@@ -285,18 +300,43 @@ static __device__ __forceinline__ void issue_block(uint8_t *dst, const uint8_t *
  * k - 1's barrier, which every warp passed before writing tile k's: the one barrier per tile orders both. Each
  * tile's arithmetic is that of one CTA per tile, whatever the grid.
  */
-template <int TY, int NF, int ST>
-static __device__ __forceinline__ void qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out,
-                                                int m, const uint16_t *__restrict__ x, int ldx, float *y, int ldy,
-                                                const float *y_in, __half *glu, int ldg, int pre, int by, int gy)
-{
-    constexpr int TB = qt_traits<TY>::TB;
+/* byte offset of 16-byte chunk c (0..31) of column r within a staged unit's [8][256] halves: chunks XOR-swizzled
+ * so that the 8 lanes of a quarter-warp (two columns x t = 0..3, chunk 8 t + p) hit 8 distinct bank groups */
+static __device__ __forceinline__ int xs_off(int r, int c) {
+    return r * 512 + 16 * (c ^ ((c >> 3) & 3) ^ ((r & 1) << 2));
+}
+
+/* XM, where the narrow kernel's x comes from: XM_LDG each lane's columns from global memory; XM_SLICE each warp's
+ * unit range copied once into shared memory (8 columns, zero past m) and read for every tile of the CTA; XM_RING
+ * each unit's x (8 columns) copied into the ring stage beside its tile block, for ranges too long to keep */
+enum { XM_LDG = 0, XM_SLICE = 1, XM_RING = 2 };
+
+template <int TY, int NF, int ST, int XM>
+static __device__ __forceinline__ void
+qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int m, const uint16_t *__restrict__ x,
+         int ldx, float *y, int ldy, const float *y_in, __half *glu, int ldg, int pre, int by, int gy, int xsn) {
+    static_assert(XM == XM_LDG || NF == 1, "the staged forms carry one fragment");
+    constexpr bool XS = XM != XM_LDG;
+    /* TB: a tile block; SB: a ring stage (the tile block, then with XM_RING the unit's x) */
+    constexpr int TB = qt_traits<TY>::TB, SB = TB + (XM == XM_RING ? 4096 : 0);
     extern __shared__ __align__(16) uint8_t s_mem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int col0 = blockIdx.x * NF * 8, tiles = (n_out + 15) / 16;
     const int u0 = (int)((long)units * warp / kn), u1 = (int)((long)units * (warp + 1) / kn), n = u1 - u0;
-    uint8_t *ring = s_mem + (size_t)warp * ST * TB;
-    float *part = (float *)(s_mem + (size_t)kn * ST * TB);   /* [2][kn][NF * 32][4] partials */
+    uint8_t *ring = s_mem + (size_t)warp * ST * SB;
+    float *part = (float *)(s_mem + (size_t)kn * ST * SB); /* [2][kn][NF * 32][4] partials */
+    /* XM_SLICE: this warp's x slice, [xsn units][8 columns][256 halves] (xs_off), after the partial area */
+    uint8_t *xs = s_mem + (size_t)kn * ST * SB + (size_t)2 * kn * NF * 512 + (size_t)warp * xsn * 8 * 512;
+    /* this CTA's 8 columns (col0 ..) of unit i of this warp's range into dst ([8][256] halves, xs_off), zeros past m */
+    auto issue_x = [&](uint8_t *dst, int i) {
+#pragma unroll
+        for (int k = lane; k < 256; k += 32) {
+            const int c = k >> 5, q = k & 31;
+            const bool ok = col0 + c < m;
+            cp_async16_zfill(dst + xs_off(c, q), ok ? x + (size_t)(col0 + c) * ldx + (size_t)(u0 + i) * 256 + 8 * q : x,
+                             ok);
+        }
+    };
     /* this CTA's tiles: by + k gy for k < nt (by, gy: the CTA's index and count among those of this matrix); the
      * warp's stream: item j = unit j % n of tile j / n */
     const int nt = (tiles - by + gy - 1) / gy, total = nt * n;
@@ -321,12 +361,27 @@ static __device__ __forceinline__ void qtc_body(const uint8_t *__restrict__ w, i
     for (int i = 0; i < ST; i++) {
         if (i == pre) pdl_wait();
         if (i < total) {
-            issue_block<TB>(ring + i * TB, nsrc, lane);
+            issue_block<TB>(ring + i * SB, nsrc, lane);
             advance();
         }
         cp_async_commit();
     }
     pdl_wait();
+    /* XS: lane (g, t) reads chunk 8 t + p of column g at xs_lane + 16 (p ^ xs_k) of each unit (xs_off with the XOR
+     * split into its lane part and p, so that the loop adds no address arithmetic) */
+    const int xs_lane = g * 512 + 128 * t, xs_k = t ^ ((g & 1) << 2);
+    if (XS) {
+        /* x, copied as whole 512-byte column runs of a unit (16 bytes a lane; the columns past m zero-filled, so
+         * every lane reads without a branch): XM_SLICE the warp's whole range, once, used for every tile of this
+         * CTA; XM_RING the units of the stages issued above. The first item waits for it (and for those stages) */
+        if (XM == XM_SLICE)
+            for (int i = 0; i < n; i++) issue_x(xs + (size_t)i * 4096, i);
+        else
+            for (int i = 0; i < ST && i < total; i++) issue_x(ring + i * SB + TB, i % n);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncwarp();
+    }
     /* this lane's B columns: col0 + 8 f + g (NULL past m: zero operand, result not stored) */
     const uint16_t *xr[NF];
 #pragma unroll
@@ -338,7 +393,7 @@ static __device__ __forceinline__ void qtc_body(const uint8_t *__restrict__ w, i
 #pragma unroll
     for (int f = 0; f < NF; f++) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.f;
     uint4 xn[8], xo[8];   /* NF == 1: x of the even items (xn) and of the odd items (xo), loaded one item ahead */
-    if (NF == 1) {
+    if (NF == 1 && !XS) {
 #pragma unroll
         for (int p = 0; p < 8; p++)
             xn[p] = xr[0] && total > 0 ? __ldg((const uint4 *)(xr[0]) + p) : make_uint4(0, 0, 0, 0);
@@ -365,14 +420,31 @@ static __device__ __forceinline__ void qtc_body(const uint8_t *__restrict__ w, i
             cp_async_wait<ST - 1>();
             __syncwarp();
             unit_regs<TY> R;
-            R.load(ring + (j % ST) * TB, lane);
+            R.load(ring + (j % ST) * SB, lane);
+            /* XS: this unit's x from the warp's slice (column g; chunks 8 t .. 8 t + 7), read before the refill's
+             * copies below, which would otherwise queue ahead of these loads */
+            uint4 xsv[XS ? 8 : 1];
+            if (XS) {
+                const uint8_t *xu = (XM == XM_SLICE ? xs + (size_t)i * 4096 : ring + (j % ST) * SB + TB) + xs_lane;
+#pragma unroll
+                for (int p = 0; p < 8; p++) xsv[p] = *(const uint4 *)(xu + 16 * (p ^ xs_k));
+            }
             __syncwarp();   /* every lane has read the stage before it is refilled */
             if (j + ST < total) {
-                issue_block<TB>(ring + (j % ST) * TB, nsrc, lane);
+                issue_block<TB>(ring + (j % ST) * SB, nsrc, lane);
+                if (XM == XM_RING) issue_x(ring + (j % ST) * SB + TB, ni);
                 advance();
             }
             cp_async_commit();
-            if (NF == 1) {
+            if (XS) {
+#pragma unroll
+                for (int s = 0; s < 16; s++) {
+                    uint32_t A[4];
+                    R.frag(s, A);
+                    const uint4 &xq = xsv[s >> 1];
+                    mma_f16(acc[0], A, (s & 1) ? xq.z : xq.x, (s & 1) ? xq.w : xq.y);
+                }
+            } else if (NF == 1) {
                 /* this item's x is in one buffer; the next item's is loaded into the other. The buffers swap
                  * roles by item parity (two copies of the body) rather than by a copy, which cost 32 register
                  * moves an item */
@@ -497,31 +569,29 @@ static __device__ __forceinline__ void qtc_body(const uint8_t *__restrict__ w, i
     cp_async_wait<0>();
 }
 
-template <int TY, int NF, int ST = QT_STAGES>
-__global__ void __launch_bounds__(256)
-    qtc_kernel(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int m,
-               const uint16_t *__restrict__ x, int ldx, float *y, int ldy, const float *y_in, __half *glu, int ldg,
-               int pre)
-{
-    qtc_body<TY, NF, ST>(w, units, kn, r, n_out, m, x, ldx, y, ldy, y_in, glu, ldg, pre, (int)blockIdx.y,
-                         (int)gridDim.y);
+template <int TY, int NF, int ST, int XM>
+__global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out,
+                                                  int m, const uint16_t *__restrict__ x, int ldx, float *y, int ldy,
+                                                  const float *y_in, __half *glu, int ldg, int pre, int xsn) {
+    qtc_body<TY, NF, ST, XM>(w, units, kn, r, n_out, m, x, ldx, y, ldy, y_in, glu, ldg, pre, (int)blockIdx.y,
+                             (int)gridDim.y, xsn);
 }
 
 /* Two products of one x in one launch (qtc_launch_pair): CTAs below gya run matrix a (type TA), the others matrix
  * b (type TBT), each with the narrow kernel's body and its own CTA count, so each element has its bits of a
  * launch of its own. Why: Q4_K_M's layers with a Q6_K V product ran it as a second launch after the Q4_K Q/K
  * one, a dependent kernel boundary (release, first loads, its own tail) on every such layer's critical path. */
-template <int TA, int TBT, int ST>
+template <int TA, int TBT, int ST, int XM>
 __global__ void __launch_bounds__(256)
     qtc_pair_kernel(const uint8_t *__restrict__ wa, int na, int ra, float *ya, const uint8_t *__restrict__ wb, int nb,
                     int rb, float *yb, int gya, int units, int kn, int m, const uint16_t *__restrict__ x, int ldx,
-                    int ldy, int pre)
-{
+                    int ldy, int pre, int xsn) {
     if ((int)blockIdx.y < gya)
-        qtc_body<TA, 1, ST>(wa, units, kn, ra, na, m, x, ldx, ya, ldy, nullptr, nullptr, 0, pre, (int)blockIdx.y, gya);
+        qtc_body<TA, 1, ST, XM>(wa, units, kn, ra, na, m, x, ldx, ya, ldy, nullptr, nullptr, 0, pre, (int)blockIdx.y,
+                                gya, xsn);
     else
-        qtc_body<TBT, 1, ST>(wb, units, kn, rb, nb, m, x, ldx, yb, ldy, nullptr, nullptr, 0, pre,
-                             (int)blockIdx.y - gya, (int)gridDim.y - gya);
+        qtc_body<TBT, 1, ST, XM>(wb, units, kn, rb, nb, m, x, ldx, yb, ldy, nullptr, nullptr, 0, pre,
+                                 (int)blockIdx.y - gya, (int)gridDim.y - gya, xsn);
 }
 
 /* ------------------------------------------------------------------------------------------------------
@@ -929,30 +999,40 @@ static int s_grid_y(int per, int tiles, int groups)
  * Moves no arithmetic. H100, 8B M=1 Q4_K_M 2.490 / 2.502 against 2.515 / 2.512 ms,
  * Q8_0 about 0.7% faster than without. */
 
-template <int TY, int NF, int ST>
-static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int ldy, cudaStream_t st)
-{
-    constexpr int TB = qt_traits<TY>::TB;
-    const size_t smem = s_narrow_bytes(TB, ST, kn, NF);
+/* CTAs an SM holds for kernel k at this block size and shared memory, asked once per (block size, shared memory)
+ * and kernel instantiation (a small table: a launch whose entry was displaced asks again) */
+template <typename K> static int s_occupancy(K k, int threads, size_t smem) {
+    static std::atomic<unsigned long long> s_tab[16]; /* (smem << 16 | threads) << 8 | per; 0 empty */
+    const unsigned long long key = ((unsigned long long)smem << 16 | (unsigned)threads);
+    std::atomic<unsigned long long> &e = s_tab[(key * 0x9E3779B97F4A7C15ull) >> 60];
+    const unsigned long long v = e.load(std::memory_order_relaxed);
+    if (v && (v >> 8) == key) return (int)(v & 255);
+    int per = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, threads, smem) != cudaSuccess || per <= 0) return 0;
+    if (per > 255) per = 255;
+    e.store(key << 8 | (unsigned)per, std::memory_order_relaxed);
+    return per;
+}
+
+/* XM (qtc_body): where x comes from. Every form gives the same bits: only where x is read from differs. */
+template <int TY, int NF, int ST, int XM>
+static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int ldy, cudaStream_t st) {
+    constexpr int TB = qt_traits<TY>::TB, SB = TB + (XM == XM_RING ? 4096 : 0);
+    const int units = p->n_in / 256;
+    const size_t xsb = XM == XM_SLICE ? s_xs_bytes(units, kn) : 0, smem = s_narrow_bytes(SB, ST, kn, NF) + xsb;
     static std::atomic<unsigned long long> s_set{0};
-    const cudaError_t e = cu_smem_optin(qtc_kernel<TY, NF, ST>, s_narrow_bytes(TB, ST, QT_MAX_KS, NF), s_set);
+    const cudaError_t e =
+        cu_smem_optin(qtc_kernel<TY, NF, ST, XM>,
+                      s_narrow_bytes(SB, ST, QT_MAX_KS, NF) + (XM == XM_SLICE ? (size_t)QT_XS_MAX : 0), s_set);
     if (e != cudaSuccess) return e;
-    /* CTAs an SM holds, by kn (1, 2, 4, 8), asked once: the block size and shared memory depend on kn only */
-    static std::atomic<int> s_per[4] = {{0}, {0}, {0}, {0}};
-    const int slot = kn == 1 ? 0 : kn == 2 ? 1 : kn == 4 ? 2 : 3;
-    int per = s_per[slot].load(std::memory_order_relaxed);
-    if (per <= 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, qtc_kernel<TY, NF, ST>, 32 * kn, smem) != cudaSuccess)
-            per = 0;
-        if (per > 0) s_per[slot].store(per, std::memory_order_relaxed);
-    }
+    const int per = s_occupancy(qtc_kernel<TY, NF, ST, XM>, 32 * kn, smem);
     const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
     const int gy = s_grid_y(per, tiles, groups);
     const dim3 grid((unsigned)groups, (unsigned)gy), block(32 * kn);
-    return cu_launch_win(p->w, qtc_packed_bytes(p->type, p->n_in, p->n_out),
-                         cudaAccessPropertyStreaming, qtc_kernel<TY, NF, ST>, grid, block, smem, st,
-                         (const uint8_t *)p->w, p->n_in / 256, kn, r, p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in,
-                         (__half *)p->glu, p->ldg, ST);
+    return cu_launch_win(p->w, qtc_packed_bytes(p->type, p->n_in, p->n_out), cudaAccessPropertyStreaming,
+                         qtc_kernel<TY, NF, ST, XM>, grid, block, smem, st, (const uint8_t *)p->w, units, kn, r,
+                         p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in, (__half *)p->glu, p->ldg, ST,
+                         (units + kn - 1) / kn);
 }
 
 /* the narrow kernel with QT_STAGES-deep rings: 2, since more warps per SM beat deeper rings (8B M=1, Q4_K_M and
@@ -960,7 +1040,29 @@ static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int 
 template <int TY, int NF>
 static cudaError_t s_launch(const qtc_params *p, int kn, int r, int ldx, int ldy, cudaStream_t st)
 {
-    return s_launch_st<TY, NF, QT_STAGES>(p, kn, r, ldx, ldy, st);
+    return s_launch_st<TY, NF, QT_STAGES, XM_LDG>(p, kn, r, ldx, ldy, st);
+}
+
+/* 1 when the slice form can serve this launch: m <= QT_NARROW_M and the warps' slices within QT_XS_MAX */
+static int s_xs_fits(const qtc_params *p, int kn) {
+    return p->m <= QT_NARROW_M && s_xs_bytes(p->n_in / 256, kn) <= (size_t)QT_XS_MAX;
+}
+
+/* The narrow kernel's form by default, or -1 where the wide kernel serves m (docs/perf.md has the kernel timings
+ * behind each threshold). Reading x from global memory costs each warp instruction 32 cache lines (lane (g, t)
+ * reads 16 bytes of the 128-byte run of column g that it owns), so from a few columns on the L1 wavefronts, not the
+ * weights, bound it; a staged x is read conflict-free from shared memory. A stage holds 8 columns whatever m (no
+ * branch in the loop), which costs shared memory and occupancy, so with one or two columns the global reads are
+ * cheaper. Up to 8 columns: the slice from 3 (5 where a CTA has fewer than 4 warps, whose slices are long: the LM
+ * head's), the ring (its stages also hold x, refetched for every tile) from 5 for the ranges whose slices do not
+ * fit (the 14336 inputs of 8B's down projection), global reads below. From 9 to 16 columns the CTAs of the two
+ * 8-column groups run side by side and meet in L2 on the weights, twice the dequantization of one group: the slice
+ * beats the wgmma kernel there, the ring and the LM head's slices do not. */
+static int s_xm_default(const qtc_params *p, int kn) {
+    const int fits = s_xs_fits(p, kn);
+    if (p->m > 8) return p->m <= QT_NARROW_M && fits && kn >= 4 ? XM_SLICE : -1;
+    if (fits) return p->m >= (kn >= 4 ? 3 : 5) ? XM_SLICE : XM_LDG;
+    return p->m >= 5 ? XM_RING : XM_LDG;
 }
 
 template <int TY>
@@ -973,6 +1075,8 @@ static cudaError_t s_launch_ty(const qtc_params *p, int nf, int ks, int kn, int 
     case 2: return s_launch<TY, 2>(p, kn, r, ldx, ldy, st);
     case 4: return s_launch<TY, 4>(p, kn, r, ldx, ldy, st);
     case 8: return s_launch<TY, 8>(p, kn, r, ldx, ldy, st);
+    case QTC_XS: return s_launch_st<TY, 1, QT_STAGES, XM_SLICE>(p, kn, r, ldx, ldy, st);
+    case QTC_XR: return s_launch_st<TY, 1, QT_STAGES, XM_RING>(p, kn, r, ldx, ldy, st);
     case QTC_WIDE: return s_launch_wide<TY, 0>(p, ks, r, ldx, ldy, st);
     case QTC_WG: return s_launch_wide<TY, 64>(p, ks, r, ldx, ldy, st);
     case QTC_WG32: return s_launch_wide<TY, 32>(p, ks, r, ldx, ldy, st);
@@ -989,7 +1093,8 @@ static int s_wg_form(int m)
 
 extern "C" int qtc_glu_fused(const qtc_params *p)
 {
-    return p && p->glu && p->m >= 1 && p->m <= 8 && p->n_out % 16 == 0 && qtc_supported(p->type, p->n_in, p->n_out);
+    if (!p || !p->glu || p->m < 1 || p->n_out % 16 != 0 || !qtc_supported(p->type, p->n_in, p->n_out)) return 0;
+    return p->m <= 8 || s_xm_default(p, qtc_split_narrow(p->type, p->n_in, p->n_out)) >= 0;
 }
 
 extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t st)
@@ -998,20 +1103,27 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
         return cudaErrorInvalidValue;
     const int ldx = p->ldx ? p->ldx : p->n_in, ldy = p->ldy ? p->ldy : p->n_out;
     if (ldx < p->n_in || ldx % 8 != 0 || (!p->glu && ldy < p->n_out)) return cudaErrorInvalidValue;
-    /* the SwiGLU epilogue: the narrow kernel only (any nf up to 8 fragments), f16 rows of n_out / 2 */
-    if (p->glu && (!qtc_glu_fused(p) || p->ldg < p->n_out / 2 || (nf != 0 && nf != 1 && nf != 2 && nf != 4 &&
-                                                                    nf != 8)))
+    /* the SwiGLU epilogue: the narrow kernel only (nf 1 .. 8 fragments, or staged), f16 rows of n_out / 2 */
+    if (p->glu && (!qtc_glu_fused(p) || p->ldg < p->n_out / 2 ||
+                   (nf != 0 && nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_XS && nf != QTC_XR)))
         return cudaErrorInvalidValue;
     if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
-    /* the narrow kernel up to 8 columns (one fragment; its CTAs read x straight from global memory), a wide one
-     * above (x staged in shared memory and shared by 8 row tiles): at 16 columns the wide kernel was faster on
-     * every 8B-layer shape on an H100, and its wgmma form faster again on most of them */
-    if (nf == 0) nf = p->m <= 8 ? 1 : !wtc_wgmma() ? QTC_WIDE : s_wg_form(p->m);
-    if (nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_WIDE && nf != QTC_WG && nf != QTC_WG32)
+    /* the narrow kernel up to 8 columns, and up to 16 where its slice form serves (s_xm_default); a wide one above
+     * (x staged in shared memory and shared by 8 row tiles; its wgmma form on sm_90) */
+    const int ks = qtc_split(p->type, p->n_in, p->n_out), kn = qtc_split_narrow(p->type, p->n_in, p->n_out);
+    if (nf == 0) {
+        const int xm = s_xm_default(p, kn);
+        nf = xm < 0           ? (!wtc_wgmma() ? QTC_WIDE : s_wg_form(p->m))
+             : xm == XM_SLICE ? QTC_XS
+             : xm == XM_RING  ? QTC_XR
+                              : 1;
+    }
+    if (nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_XS && nf != QTC_XR && nf != QTC_WIDE && nf != QTC_WG &&
+        nf != QTC_WG32)
         return cudaErrorInvalidValue;
     if ((nf == QTC_WG || nf == QTC_WG32) && !wtc_wgmma()) return cudaErrorInvalidValue;
-    if ((p->m + 8L * nf - 1) / (8L * nf) > 0x7fffffffL) return cudaErrorInvalidValue;
-    const int ks = qtc_split(p->type, p->n_in, p->n_out), kn = qtc_split_narrow(p->type, p->n_in, p->n_out);
+    if ((nf == QTC_XS && !s_xs_fits(p, kn)) || (nf == QTC_XR && p->m > QT_NARROW_M)) return cudaErrorInvalidValue;
+    if (nf <= 8 && (p->m + 8L * nf - 1) / (8L * nf) > 0x7fffffffL) return cudaErrorInvalidValue;
     switch (qt_ty(p->type)) {
     case QT_Q4K: return s_launch_ty<QT_Q4K>(p, nf, ks, kn, ldx, ldy, st);
     case QT_Q6K: return s_launch_ty<QT_Q6K>(p, nf, ks, kn, ldx, ldy, st);
@@ -1021,23 +1133,6 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
 }
 
 extern "C" cudaError_t qtc_launch(const qtc_params *p, cudaStream_t st) { return qtc_launch_nf(p, 0, st); }
-
-/* the pair kernel's CTAs an SM for its shared memory (the larger of the two bodies'), asked once */
-template <int TA, int TBT, int ST>
-static int s_pair_per(size_t smem)
-{
-    static std::atomic<unsigned long long> s_set{0};
-    if (cu_smem_optin(qtc_pair_kernel<TA, TBT, ST>, smem, s_set) != cudaSuccess) return 0;
-    static std::atomic<int> s_per{0};
-    int per = s_per.load(std::memory_order_relaxed);
-    if (per <= 0) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, qtc_pair_kernel<TA, TBT, ST>, 32 * QT_MAX_KS, smem) !=
-            cudaSuccess)
-            per = 0;
-        if (per > 0) s_per.store(per, std::memory_order_relaxed);
-    }
-    return per;
-}
 
 extern "C" cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b, cudaStream_t st)
 {
@@ -1055,18 +1150,31 @@ extern "C" cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b,
     if (ldx < a->n_in || ldx % 8 != 0 || ldy < a->n_out || ldy < b->n_out) return cudaErrorInvalidValue;
     if (((uintptr_t)a->w & 15) || ((uintptr_t)b->w & 15) || ((uintptr_t)a->x & 15)) return cudaErrorMisalignedAddress;
     constexpr int ST = QT_STAGES;
+    /* the larger of the two bodies' rings, and x staged as qtc_launch would (the two share n_in, kn and m) */
+    const bool xs = s_xm_default(a, kn) == XM_SLICE; /* the ring form's launches take global reads here */
     const size_t sa = s_narrow_bytes(qt_traits<QT_Q4K>::TB, ST, kn, 1), sb = s_narrow_bytes(qt_traits<QT_Q6K>::TB, ST, kn, 1);
-    const size_t smem = sa > sb ? sa : sb;
-    const int per = s_pair_per<QT_Q4K, QT_Q6K, ST>(smem);
+    const size_t smax = sa > sb ? sa : sb, smem = smax + (xs ? s_xs_bytes(a->n_in / 256, kn) : 0);
+    static std::atomic<unsigned long long> s_set0{0}, s_set1{0};
+    const cudaError_t eo = xs ? cu_smem_optin(qtc_pair_kernel<QT_Q4K, QT_Q6K, ST, XM_SLICE>, smax + QT_XS_MAX, s_set1)
+                              : cu_smem_optin(qtc_pair_kernel<QT_Q4K, QT_Q6K, ST, XM_LDG>, smax, s_set0);
+    if (eo != cudaSuccess) return cudaErrorNotSupported;
+    const int per = xs ? s_occupancy(qtc_pair_kernel<QT_Q4K, QT_Q6K, ST, XM_SLICE>, 32 * kn, smem)
+                       : s_occupancy(qtc_pair_kernel<QT_Q4K, QT_Q6K, ST, XM_LDG>, 32 * kn, smem);
     if (per <= 0) return cudaErrorNotSupported;
     /* the CTAs the GPU holds at once: b's tiles one CTA each (its tiles carry more bytes), a's over the rest */
     const int ta = (a->n_out + 15) / 16, tb = (b->n_out + 15) / 16, slots = per * cu_sm_count(0);
     const int gyb = tb, gya = ta < slots - gyb ? ta : slots - gyb;
     if (gya < 1 || gyb > slots / 2) return cudaErrorNotSupported;
     const int ks = qtc_split(a->type, a->n_in, a->n_out), ksb = qtc_split(b->type, b->n_in, b->n_out);
-    return cu_launch_win(a->w, qtc_packed_bytes(a->type, a->n_in, a->n_out),
-                         cudaAccessPropertyStreaming, qtc_pair_kernel<QT_Q4K, QT_Q6K, ST>,
-                         dim3((unsigned)((a->m + 7) / 8), (unsigned)(gya + gyb)), dim3(32 * kn), smem, st,
-                         (const uint8_t *)a->w, a->n_out, kn / ks, a->y, (const uint8_t *)b->w, b->n_out, kn / ksb,
-                         b->y, gya, a->n_in / 256, kn, a->m, a->x, ldx, ldy, ST);
+    const dim3 grid((unsigned)((a->m + 7) / 8), (unsigned)(gya + gyb)), block(32 * kn);
+    const int units = a->n_in / 256, xsn = (units + kn - 1) / kn;
+    if (xs)
+        return cu_launch_win(a->w, qtc_packed_bytes(a->type, a->n_in, a->n_out), cudaAccessPropertyStreaming,
+                             qtc_pair_kernel<QT_Q4K, QT_Q6K, ST, XM_SLICE>, grid, block, smem, st,
+                             (const uint8_t *)a->w, a->n_out, kn / ks, a->y, (const uint8_t *)b->w, b->n_out, kn / ksb,
+                             b->y, gya, units, kn, a->m, a->x, ldx, ldy, ST, xsn);
+    return cu_launch_win(a->w, qtc_packed_bytes(a->type, a->n_in, a->n_out), cudaAccessPropertyStreaming,
+                         qtc_pair_kernel<QT_Q4K, QT_Q6K, ST, XM_LDG>, grid, block, smem, st, (const uint8_t *)a->w,
+                         a->n_out, kn / ks, a->y, (const uint8_t *)b->w, b->n_out, kn / ksb, b->y, gya, units, kn, a->m,
+                         a->x, ldx, ldy, ST, xsn);
 }

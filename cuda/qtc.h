@@ -27,10 +27,10 @@
  *     sums all of them in one CTA; the wide kernel runs one CTA per group (its r sub-splits one after another,
  *     each from zero) and sums the groups in a second kernel from a workspace: the same operations in the same
  *     order.
- * M only decides which kernel runs (the narrow one up to 8 columns, a wide one above: on sm_90 the wide split with
- * its k16 steps issued as wgmma, whose chains give mma.sync's bits, cuda/wgmma.cuh), how many 8-column fragments a
- * CTA carries and how many CTAs run. cuda/test_qtc.cu checks
- * this bit for bit (a row alone vs the same row among others, M up to 2048).
+ * M only decides which kernel runs (the narrow one up to 8 columns, or 16 where its staged slice serves; a wide one
+ * above: on sm_90 the wide split with its k16 steps issued as wgmma, whose chains give mma.sync's bits,
+ * cuda/wgmma.cuh), where the narrow kernel reads x from, how many 8-column fragments a CTA carries and how many CTAs
+ * run. cuda/test_qtc.cu checks this bit for bit (a row alone vs the same row among others, M up to 2048).
  * No allocation, no host synchronisation: launches may be captured into CUDA graphs. */
 #ifndef ZLLM_CUDA_QTC_H
 #define ZLLM_CUDA_QTC_H
@@ -55,10 +55,10 @@ typedef struct {
     float *y;            /* [m][ldy] f32 output; must not overlap x */
     int ldy;             /* floats between rows of y and y_in: >= n_out (0 means n_out) */
     const float *y_in;   /* NULL, or [m][ldy] added to the product (may equal y: in-place residual add) */
-    void *workspace;     /* scratch of the wide kernels (m > 8): the split partials (ks > 1) and the wgmma
-                          * kernel's slot-order copy of x; at least qtc_workspace_bytes(type, n_in, n_out) bytes of
-                          * device memory, 16-byte aligned, not shared with a launch that may run concurrently; may
-                          * be NULL for m <= 8 */
+    void *workspace;     /* scratch of the wide kernels (m > 8, or 16 where the narrow kernel's slice serves): the
+                          * split partials (ks > 1) and the wgmma kernel's slot-order copy of x; at least
+                          * qtc_workspace_bytes(type, n_in, n_out) bytes of device memory, 16-byte aligned, not
+                          * shared with a launch that may run concurrently; may be NULL for m <= 8 */
     size_t workspace_bytes;
     uint16_t *glu;       /* NULL, or the SwiGLU epilogue: W's rows are gate and up rows interleaved in blocks of 8
                           * (tile k = gate features 8k..8k+7, then up features 8k..8k+7), and the launch writes
@@ -109,7 +109,8 @@ int qtc_pack_threads(ggml_type t, const void *rows, size_t row_bytes, int n_in, 
  * inside the kernel surfaces at the caller's next synchronisation. */
 cudaError_t qtc_launch(const qtc_params *p, cudaStream_t st);
 
-/* 1 when qtc_launch(p) runs the SwiGLU epilogue (p->glu): the narrow kernel's batches (m <= 8) of an n_out that is
+/* 1 when qtc_launch(p) runs the SwiGLU epilogue (p->glu): the narrow kernel's batches (m <= 8, and up to 16 where
+ * its slice form is the default) of an n_out that is
  * a multiple of 16. Otherwise the caller runs the product into y and ops_swiglu_il8_dual. */
 int qtc_glu_fused(const qtc_params *p);
 
@@ -123,17 +124,25 @@ int qtc_glu_fused(const qtc_params *p);
 cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b, cudaStream_t st);
 
 /* qtc_launch_nf's nf for the wide kernel: 128 weight rows x 64 batch columns per CTA, x staged in shared memory
- * (the default above 8 columns) */
+ * (the default above the narrow kernel's columns where wtc_wgmma() is 0) */
 #define QTC_WIDE 64
 /* ... for the wgmma wide kernel (sm_90a only: wtc_wgmma() true): the wide kernel's split and arithmetic, its k16
  * steps issued as wgmma with the dequantized A fragments in registers; 64 or 32 batch columns per CTA. The
- * default above 8 columns where wtc_wgmma() (32 columns up to m = 32, 64 above) */
+ * default above the narrow kernel's columns where wtc_wgmma() (32 columns up to m = 32, 64 above) */
 #define QTC_WG 65
 #define QTC_WG32 66
+/* ... for the narrow kernel with x staged in shared memory (m <= 16, in groups of 8 columns, zeros past m): QTC_XS,
+ * each warp copies its unit range of x once and reads its B fragments from there for every tile its CTA takes
+ * (where the CTA's copies fit in 64 KiB, cudaErrorInvalidValue elsewhere); QTC_XR, each unit's x goes through the
+ * warp's ring beside its tile block. The defaults: QTC_XS where it fits from 3 columns (5 where a CTA has fewer
+ * than 4 warps) up to 16 (8 where a CTA has fewer than 4 warps), else QTC_XR from 5 columns up to 8 */
+#define QTC_XS 67
+#define QTC_XR 68
 
-/* qtc_launch with a forced kernel: nf in {1, 2, 4, 8} = the narrow kernel with nf 8-column fragments per CTA,
- * QTC_WIDE = the mma.sync wide kernel, QTC_WG / QTC_WG32 = the wgmma one, 0 = the default chosen from m (narrow
- * with nf 1 up to 8 columns, wgmma above on sm_90, the mma.sync wide kernel above elsewhere). Results are bitwise
+/* qtc_launch with a forced kernel: nf in {1, 2, 4, 8} = the narrow kernel with nf 8-column fragments per CTA (x
+ * read from global memory), QTC_XS / QTC_XR = the narrow kernel with x staged, QTC_WIDE = the mma.sync wide
+ * kernel, QTC_WG / QTC_WG32 = the wgmma one, 0 = the default chosen from m (narrow up to 16 columns, staged from
+ * 3, wgmma above on sm_90, the mma.sync wide kernel above elsewhere). Results are bitwise
  * those of qtc_launch. cudaErrorInvalidValue for another nf, or for QTC_WG / QTC_WG32 where wtc_wgmma() is 0. For
  * checks and benchmarks. */
 cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t st);

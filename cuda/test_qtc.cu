@@ -8,13 +8,14 @@
  * element within 1e-3 of sum_i |w_i x_i|, and ||y - ref|| / ||ref|| <= 1e-3 over the case's whole output (the
  * kernel rounds each dequantized weight to f16, 2^-11 relative, so a batch row of 3 outputs whose sums cancel
  * can show a larger relative error on its own; the per-element bound holds everywhere); fused residual
- * (separate and in place); strided x/y; every fragment count nf and the wide kernel bitwise equal to the default; batch
+ * (separate and in place); strided x/y; every fragment count nf, the narrow kernel with x staged (QTC_XS, refused
+ * past its 64 KiB, and QTC_XR) and the wide kernel bitwise equal to the default; batch
  * invariance: for M in {1,2,3,7,8,9,16,33,64,128,256}, a row placed at several positions among random rows
  * gives a y row bit-identical (memcmp) to the row alone, and the same at M = 2048; CUDA-graph replay equal to
  * eager; the narrow kernel's SwiGLU epilogue (qtc_params.glu) bitwise equal to the product followed by
- * ops_swiglu_il8_dual; two products in one launch (qtc_launch_pair) bitwise equal to two launches; the Q4_K
- * scale formula (q4k_scales) bit for bit against its f32 definition for every f16
- * d and every 6-bit scale; packing and launch argument checks. Prints "N passed, N failed". */
+ * ops_swiglu_il8_dual; two products in one launch (qtc_launch_pair, x staged and not) bitwise equal to two
+ * launches; the Q4_K scale formula (q4k_scales) bit for bit against its f32 definition for every f16 d and every
+ * 6-bit scale; packing and launch argument checks. Prints "N passed, N failed". */
 extern "C" {
 #include "quant.h"
 #include "test.h"
@@ -285,11 +286,20 @@ static void nf_graph_case(const Mat *a, int m)
     CK(cudaMalloc(&dx, xh.size() * 2));
     CK(cudaMemcpy(dx, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
     run(a, dx, m, 0, 0, NULL, 0, 0, 0, y0);
-    static const int nfs[] = {1, 2, 4, 8, QTC_WIDE, QTC_WG, QTC_WG32};
+    static const int nfs[] = {1, 2, 4, 8, QTC_XS, QTC_XR, QTC_WIDE, QTC_WG, QTC_WG32};
+    /* the staged forms: up to 16 columns; the slice where the warps' slices (ceil(units / kn) units of 8 columns
+     * each) fit in 64 KiB */
+    const int kn = qtc_split_narrow(a->t, a->n_in, a->n_out), units = a->n_in / 256;
+    const bool xs_fits = m <= 16 && (long)kn * ((units + kn - 1) / kn) * 8 * 512 <= 65536;
     for (int nf : nfs) {
         const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, nf, 0, y1);
         if ((nf == QTC_WG || nf == QTC_WG32) && !wtc_wgmma()) {   /* refused where no sm_90a code runs */
             CHECK(e == cudaErrorInvalidValue, "nf %d launched without wgmma: %s", nf, cudaGetErrorString(e));
+            continue;
+        }
+        if ((nf == QTC_XS && !xs_fits) || (nf == QTC_XR && m > 16)) {
+            CHECK(e == cudaErrorInvalidValue, "%s %dx%d m %d: staged form %d accepted where x does not fit: %s",
+                  ggml_type_name(a->t), a->n_out, a->n_in, m, nf, cudaGetErrorString(e));
             continue;
         }
         CHECK(e == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4),
@@ -441,6 +451,10 @@ int main(void)
             acc_case(&a, 3, 1, 8, QTC_WG32);
         }
         nf_graph_case(&a, 37);
+        nf_graph_case(&a, 5); /* the narrow forms: x staged (the default where it fits) and read from global */
+        nf_graph_case(&a, 1);
+        nf_graph_case(&a, 13);                                  /* two 8-column groups of the narrow kernel */
+        if ((long)s.n_in * 8 * 2 > 65536) nf_graph_case(&a, 8); /* past the staged form's 64 KiB: refused */
         if (work * 100 <= 400000000L) nf_graph_case(&a, 100);   /* several column groups of every width */
         if (s.n_out >= 40) invariance_case(&a);
         if (s.n_out == 40 || s.n_out == 129) arg_checks(&a);
@@ -455,6 +469,19 @@ int main(void)
         for (int m : {1, 2, 3, 8}) glu_case(&a, m, 0);
         for (int nf : {1, 2, 4, 8}) glu_case(&a, 5, nf);
         glu_case(&a, 9, 0);
+        glu_case(&a, 16, 0);
+        glu_case(&a, 17, 0); /* past the narrow kernel: refused */
+        mat_free(&a);
+    }
+    /* 3 units a warp: x past the slice form's 64 KiB, so the ring form serves 5 to 8 columns and the wide kernel
+     * 9 and more (the SwiGLU epilogue refused there) */
+    {
+        Mat a;
+        mat_make(&a, GGML_Q4_K, 6144, 64);
+        for (int m : {3, 5, 8, 13}) acc_case(&a, m, 0, 0, 0);
+        acc_case(&a, 6, 2, 0, 0);
+        for (int m : {5, 8, 13}) nf_graph_case(&a, m);
+        for (int m : {2, 8, 9}) glu_case(&a, m, 0);
         mat_free(&a);
     }
     /* two products in one launch: Q4_K_M's Q/K (Q4_K) and V (Q6_K) */
@@ -462,7 +489,7 @@ int main(void)
         Mat qk, v;
         mat_make(&qk, GGML_Q4_K, 4096, 640);   /* 16 units a row: the narrow split of 8 both need */
         mat_make(&v, GGML_Q6_K, 4096, 128);
-        for (int m : {1, 2, 5, 8}) pair_case(&qk, &v, m);
+        for (int m : {1, 2, 5, 8}) pair_case(&qk, &v, m); /* x read from global memory, then staged */
         mat_free(&qk); mat_free(&v);
     }
     /* a prefill-sized batch on a layer-sized matrix: the big launch agrees with the same rows alone */
