@@ -999,16 +999,17 @@ static int s_grid_y(int per, int tiles, int groups)
  * Moves no arithmetic. H100, 8B M=1 Q4_K_M 2.490 / 2.502 against 2.515 / 2.512 ms,
  * Q8_0 about 0.7% faster than without. */
 
-/* CTAs an SM holds for kernel k at this block size and shared memory, asked once per (block size, shared memory)
- * and kernel instantiation (a small table: a launch whose entry was displaced asks again) */
-template <typename K> static int s_occupancy(K k, int threads, size_t smem) {
+/* CTAs an SM holds for kernel K at this block size and shared memory, asked once per (block size, shared memory)
+ * and kernel (a small table of its own per kernel, since two kernels can ask the same bytes; a launch whose entry
+ * was displaced asks again) */
+template <auto K> static int s_occupancy(int threads, size_t smem) {
     static std::atomic<unsigned long long> s_tab[16]; /* (smem << 16 | threads) << 8 | per; 0 empty */
     const unsigned long long key = ((unsigned long long)smem << 16 | (unsigned)threads);
     std::atomic<unsigned long long> &e = s_tab[(key * 0x9E3779B97F4A7C15ull) >> 60];
     const unsigned long long v = e.load(std::memory_order_relaxed);
     if (v && (v >> 8) == key) return (int)(v & 255);
     int per = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, threads, smem) != cudaSuccess || per <= 0) return 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, K, threads, smem) != cudaSuccess || per <= 0) return 0;
     if (per > 255) per = 255;
     e.store(key << 8 | (unsigned)per, std::memory_order_relaxed);
     return per;
@@ -1025,7 +1026,7 @@ static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int 
         cu_smem_optin(qtc_kernel<TY, NF, ST, XM>,
                       s_narrow_bytes(SB, ST, QT_MAX_KS, NF) + (XM == XM_SLICE ? (size_t)QT_XS_MAX : 0), s_set);
     if (e != cudaSuccess) return e;
-    const int per = s_occupancy(qtc_kernel<TY, NF, ST, XM>, 32 * kn, smem);
+    const int per = s_occupancy<qtc_kernel<TY, NF, ST, XM>>(32 * kn, smem);
     const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
     const int gy = s_grid_y(per, tiles, groups);
     const dim3 grid((unsigned)groups, (unsigned)gy), block(32 * kn);
@@ -1158,8 +1159,8 @@ extern "C" cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b,
     const cudaError_t eo = xs ? cu_smem_optin(qtc_pair_kernel<QT_Q4K, QT_Q6K, ST, XM_SLICE>, smax + QT_XS_MAX, s_set1)
                               : cu_smem_optin(qtc_pair_kernel<QT_Q4K, QT_Q6K, ST, XM_LDG>, smax, s_set0);
     if (eo != cudaSuccess) return cudaErrorNotSupported;
-    const int per = xs ? s_occupancy(qtc_pair_kernel<QT_Q4K, QT_Q6K, ST, XM_SLICE>, 32 * kn, smem)
-                       : s_occupancy(qtc_pair_kernel<QT_Q4K, QT_Q6K, ST, XM_LDG>, 32 * kn, smem);
+    const int per = xs ? s_occupancy<qtc_pair_kernel<QT_Q4K, QT_Q6K, ST, XM_SLICE>>(32 * kn, smem)
+                       : s_occupancy<qtc_pair_kernel<QT_Q4K, QT_Q6K, ST, XM_LDG>>(32 * kn, smem);
     if (per <= 0) return cudaErrorNotSupported;
     /* the CTAs the GPU holds at once: b's tiles one CTA each (its tiles carry more bytes), a's over the rest */
     const int ta = (a->n_out + 15) / 16, tb = (b->n_out + 15) / 16, slots = per * cu_sm_count(0);
