@@ -291,15 +291,6 @@ static __device__ __forceinline__ void issue_block(uint8_t *dst, const uint8_t *
     for (int c = lane; c < TB / 16; c += 32) cp_async16_zfill(dst + 16 * c, src + 16 * c, true);
 }
 
-/* The narrow kernel's CTAs are persistent: grid.y is at most the CTAs that fit the GPU at once (qtc_launch), and
- * CTA b takes tiles b, b + gridDim.y, ... . A warp streams the tile blocks of its unit range for each of its tiles
- * as one run through its ring, so the next tile's blocks are in flight while this tile is multiplied and summed
- * (with one tile per CTA a warp had 2 units: its ring drained before every CTA's end). A tile's kn partials pass
- * through a partial area double-buffered by tile parity: every warp but 0 writes its partial of tile k, one block
- * barrier, warp 0 sums them in warp order and stores. Warp 0 read tile k - 2's partials before it reached tile
- * k - 1's barrier, which every warp passed before writing tile k's: the one barrier per tile orders both. Each
- * tile's arithmetic is that of one CTA per tile, whatever the grid.
- */
 /* byte offset of 16-byte chunk c (0..31) of column r within a staged unit's [8][256] halves: chunks XOR-swizzled
  * so that the 8 lanes of a quarter-warp (two columns x t = 0..3, chunk 8 t + p) hit 8 distinct bank groups */
 static __device__ __forceinline__ int xs_off(int r, int c) {
@@ -311,6 +302,15 @@ static __device__ __forceinline__ int xs_off(int r, int c) {
  * each unit's x (8 columns) copied into the ring stage beside its tile block, for ranges too long to keep */
 enum { XM_LDG = 0, XM_SLICE = 1, XM_RING = 2 };
 
+/* The narrow kernel's CTAs are persistent: grid.y is at most the CTAs that fit the GPU at once (qtc_launch), and
+ * CTA b takes tiles b, b + gridDim.y, ... . A warp streams the tile blocks of its unit range for each of its tiles
+ * as one run through its ring, so the next tile's blocks are in flight while this tile is multiplied and summed
+ * (with one tile per CTA a warp had 2 units: its ring drained before every CTA's end). A tile's kn partials pass
+ * through a partial area double-buffered by tile parity: every warp but 0 writes its partial of tile k, one block
+ * barrier, warp 0 sums them in warp order and stores. Warp 0 read tile k - 2's partials before it reached tile
+ * k - 1's barrier, which every warp passed before writing tile k's: the one barrier per tile orders both. Each
+ * tile's arithmetic is that of one CTA per tile, whatever the grid.
+ */
 template <int TY, int NF, int ST, int XM>
 static __device__ __forceinline__ void
 qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int m, const uint16_t *__restrict__ x,
