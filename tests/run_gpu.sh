@@ -123,17 +123,6 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
             run_one "engine_gpu:$(basename "$out"):f16-wtc" env ZLLM_CUDA_QTC=0 "$eng" "$out"
         else echo "FAIL zllm-mkmodel $spec 256"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
-    # q4_k_m and q8_0 llamas 2048 wide: qtc's narrow kernel with x staged (the slice form for the 2048-wide inputs
-    # from 3 rows up to 16, the ring form for the down projection's 5632 inputs from 5 rows up to 8, the wgmma
-    # kernel above) under the 16 joining sequences of the invariance check, contiguous and paged
-    for t in q4_k_m q8_0; do
-        out=$tmp/tiny-llama-$t-2048.gguf
-        if "$mk" -o "$out" --preset tiny-llama --layers 2 --dim 2048 --heads 16 --kv-heads 4 --head-dim 128 \
-                --ffn 5632 --type "$t" --seed 7 >"$tmp/mk.log" 2>&1; then
-            run_one "engine_gpu:$(basename "$out")" "$eng" "$out"
-            [ -x "$pge" ] && run_one "paged_engine:$(basename "$out")" "$pge" "$out"
-        else echo "FAIL zllm-mkmodel tiny-llama $t 2048"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
-    done
     # head sizes 96 (Phi-3 mini: 32 heads of 96 at 3072; here 4 KV heads of 96, group 1, and group 2 in bf16) and
     # 80 (Phi-2-style): the CUDA-core decode kernel with idle team lanes, the tensor-core prefill kernel's padded
     # rows for 16-bit caches, the scalar prefill kernel for F32 ones
@@ -148,13 +137,17 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
     done
     [ -f "$tmp/tiny-phi3-bf16-h96-kv4.gguf" ] && run_one "engine_gpu:tiny-phi3-bf16-h96-kv4.gguf:no-prefill-tc" \
         env ZLLM_CUDA_PREFILL_TC=0 "$eng" "$tmp/tiny-phi3-bf16-h96-kv4.gguf"
-    # 2048-wide 16-bit llamas through cuda/wtc.cu (the default for 16-bit matrices, one arithmetic for every step
-    # size; cuBLAS, ZLLM_CUDA_WTC=0, is not batch invariant at this width: docs/cuda.md)
-    for t in bf16 f16; do
+    # 2048-wide llamas, contiguous and paged: 16-bit through cuda/wtc.cu (the default for 16-bit matrices, one
+    # arithmetic for every step size; cuBLAS, ZLLM_CUDA_WTC=0, is not batch invariant at this width: docs/cuda.md);
+    # q4_k_m and q8_0 through qtc's narrow kernel with x staged (the slice form for the 2048-wide inputs from 3 rows
+    # up to 16, the ring form for the down projection's 6144 inputs from 5 rows up to 8, the wgmma kernel above)
+    # under the 16 joining sequences of the invariance check
+    for t in bf16 f16 q4_k_m q8_0; do
         out=$tmp/tiny-llama-$t-2048.gguf
+        sfx=; case $t in bf16|f16) sfx=:wtc ;; esac
         if "$mk" -o "$out" --preset tiny-llama --layers 2 --dim 2048 --heads 16 --kv-heads 4 --head-dim 128 \
                 --ffn 6144 --type "$t" --seed 7 >"$tmp/mk.log" 2>&1; then
-            run_one "engine_gpu:$(basename "$out"):wtc" "$eng" "$out"
+            run_one "engine_gpu:$(basename "$out")$sfx" "$eng" "$out"
             [ -x "$pge" ] && run_one "paged_engine:$(basename "$out")" "$pge" "$out"
         else echo "FAIL zllm-mkmodel tiny-llama $t 2048"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
