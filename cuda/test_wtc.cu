@@ -7,8 +7,9 @@
  *     element within 1e-3 of sum |w_i x_i|, relative L2 error <= 1e-3; fused residual (separate and in place),
  *     strided x and y;
  *   - one arithmetic: every form (1 narrow, 2 and 3 the mma.sync wide ones, and on sm_90 4 to 6 the wgmma ones:
- *     chained, cluster of split CTAs, TMA-fed warp-specialized) gives the same bits for the same batch, and a row alone (M = 1) the same bits as that row at several positions among random rows for
- *     M up to 300 (up to 2048 on the shapes of at most 3M weights);
+ *     chained, cluster of split CTAs, TMA-fed warp-specialized, this one also in the tiles it takes for 3 SMs)
+ *     gives the same bits for the same batch, and a row alone (M = 1) the same bits as that row at several
+ *     positions among random rows for M up to 300 (up to 2048 on the shapes of at most 3M weights);
  *   - CUDA-graph replay equal to eager; argument checks.
  * Prints "N passed, N failed"; skips (0 checks) on a device without the kernels' shared memory. */
 extern "C" {
@@ -44,6 +45,9 @@ struct Mat {
     void *dw;
 };
 
+/* the launches' multiprocessor count (0: the device's); 3 makes the TMA form take other tiles */
+static int s_sm_count;
+
 /* y of batch m (rows ldx / ldy apart, 0 = packed) in the given form; resid 0 none, 1 separate y_in, 2 in place */
 static cudaError_t run(const Mat *a, const void *dx, int m, int ldx, int ldy, const float *yin_h, int resid, int form,
                        int graph, std::vector<float> &y)
@@ -56,6 +60,7 @@ static cudaError_t run(const Mat *a, const void *dx, int m, int ldx, int ldy, co
     memset(&p, 0, sizeof p);
     p.bf16 = a->bf16; p.w = a->dw; p.n_in = a->n_in; p.n_out = a->n_out; p.m = m;
     p.x = dx; p.ldx = ldx; p.y = dy; p.ldy = ldy; p.y_in = dyin; p.form = form;
+    p.sm_count = s_sm_count;
     p.workspace_bytes = wtc_workspace_bytes(a->n_in, a->n_out, m);
     if (p.workspace_bytes) CK(cudaMalloc(&p.workspace, p.workspace_bytes));
     const cudaError_t e = tg_launch(graph, [&](cudaStream_t st) { return wtc_launch(&p, st); });
@@ -108,6 +113,7 @@ static void glu_case(const Mat *a, int m, int form)
     memset(&p, 0, sizeof p);
     p.bf16 = a->bf16; p.w = a->dw; p.n_in = a->n_in; p.n_out = a->n_out; p.m = m; p.x = dx; p.form = form;
     p.ldg = ldg;
+    p.sm_count = s_sm_count;
     const size_t ng = (size_t)m * ldg;
     void *dg = NULL, *dr = NULL;
     float *dy = NULL;
@@ -153,10 +159,14 @@ static void form_case(const Mat *a, int m)
     run(a, dx, m, 0, 0, NULL, 0, 0, 0, y0);
     for (int form = 1; form <= 6; form++) {
         if ((form == 1 && m > 8) || (form >= 4 && !wtc_wgmma())) continue;
-        const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, form, 0, y1);
-        CHECK(e == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4),
-              "%s %dx%d m %d: form %d differs from the default (launch %s)", tn(a), a->n_out, a->n_in, m, form,
-              cudaGetErrorString(e));
+        for (int sms = 0; sms <= (form == 6 ? 3 : 0); sms += 3) { /* the TMA form's tiles for 3 SMs too */
+            s_sm_count = sms;
+            const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, form, 0, y1);
+            s_sm_count = 0;
+            CHECK(e == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4),
+                  "%s %dx%d m %d: form %d (sm_count %d) differs from the default (launch %s)", tn(a), a->n_out, a->n_in,
+                  m, form, sms, cudaGetErrorString(e));
+        }
     }
     const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, 0, 1, y1);
     CHECK(e == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4), "%s %dx%d m %d: graph replay != eager",
@@ -284,6 +294,10 @@ int main(void)
             for (int m : gm) glu_case(&a, m, 0);
             glu_case(&a, 9, 6);
             glu_case(&a, 64, 5);
+            s_sm_count = 3; /* the TMA form's tiles for 3 SMs */
+            glu_case(&a, 33, 6);
+            glu_case(&a, 300, 0);
+            s_sm_count = 0;
             cudaFree(a.dw);
         }
     return test_report();

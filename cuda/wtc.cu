@@ -673,14 +673,14 @@ __global__ void __launch_bounds__(128 * WG, 1) wtc_wg(const T *__restrict__ w, i
 }
 
 /* sm_90a, warp-specialized, fed by TMA (form 6: the form for M > 16). CTA = 1 producer warpgroup + CW consumer
- * warpgroups (64 W rows each) x NX batch rows (128 above M = 64; 16, 32 or 64 for decode batches, one batch tile
- * so that each W tile is read once, with deep rings: few CTAs, each with many bytes in flight), splits chained in
- * the CTA as form 4 (the same operations in the same order). One producer thread streams stages into an S-slot
- * ring: for each stage it arms the stage's full barrier with the stage's byte count and issues two TMA box loads (W [64 CW][64], x [NX][64]; the tensor maps
- * zero-fill rows past n_out / m and write the 128-byte swizzle wgmma reads), after waiting on the slot's empty
- * barrier. Consumers wait on the full barrier, issue the stage's 4 wgmma as one group, and once the group before
- * has retired (wait<1>) lane 0 of each consumer warp arrives on that stage's empty barrier. So the consumers run
- * nothing but the wgmma chain and the split sums, with no CTA-wide barrier in the loop.
+ * warpgroups (64 W rows each) x NX batch rows (ws_chained: up to 128, with deep rings: few CTAs, each with many
+ * bytes in flight), splits chained in the CTA as form 4 (the same operations in the same order). One producer
+ * thread streams stages into an S-slot ring: for each stage it arms the stage's full barrier with the stage's byte
+ * count and issues two TMA box loads (W [64 CW][64], x [NX][64]; the tensor maps zero-fill rows past n_out / m and
+ * write the 128-byte swizzle wgmma reads), after waiting on the slot's empty barrier. Consumers wait on the full
+ * barrier, issue the stage's 4 wgmma as one group, and once the group before has retired (wait<1>) lane 0 of each
+ * consumer warp arrives on that stage's empty barrier. So the consumers run nothing but the wgmma chain and the
+ * split sums, with no CTA-wide barrier in the loop.
  * Measured (H100, 8B BF16 2k prefill): form 4 (cp.async by every warp, bar.sync per stage) 80.6 ms with 45-53%
  * tensor-pipe activity in ncu; the same warp specialization fed by cp.async 84.2 ms; with TMA 68.6 ms (60-68%). */
 
@@ -890,28 +890,64 @@ cudaError_t launch_ws_t(const wtc_params *p, int ks, int ldx, int ldy, cudaStrea
 template <typename T, bool CL>
 cudaError_t launch_wg(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st);
 
-/* batch rows per form-6 tile: 128 above 64 rows, else the smallest of 16, 32, 64 covering m: one batch tile, so
- * that every W tile is read once (H100, 8B BF16 M = 64: two tiles of 32 rows, the second CTA of a W tile reading
- * it from L2, 9.62 ms; one tile of 64 rows 9.15 ms, same call) */
+/* batch rows of the largest form-6 tile (nx0): 128 above 64 rows, else the smallest of 16, 32, 64 covering m, so
+ * that every W tile is read once where the tiles fill the multiprocessors anyway (ws_chained takes smaller ones
+ * where they do not) */
 int ws_nx(int m) { return m > 64 ? 128 : m > 32 ? 64 : m > 16 ? 32 : 16; }
 
-/* two consumer warpgroups (128 W rows) when those tiles fill the multiprocessors, else one (64 rows) */
-template <typename T, int NX>
-cudaError_t launch_ws_n(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
-    const long tiles = (long)((p->m + NX - 1) / NX) * ((p->n_out + 127) / 128);
-    return tiles >= cu_sm_count(p->sm_count) ? launch_ws_t<T, 2, NX>(p, ks, ldx, ldy, st)
-                                             : launch_ws_t<T, 1, NX>(p, ks, ldx, ldy, st);
+/* a form-6 launch's tiles: nx batch rows, cw consumer warpgroups (64 W rows each) */
+struct ws_cfg {
+    int nx, cw;
+};
+
+/* CTAs of a launch in tiles of c */
+static long ws_ctas(const wtc_params *p, const ws_cfg &c) {
+    return (long)((p->m + c.nx - 1) / c.nx) * ((p->n_out + 64 * c.cw - 1) / (64 * c.cw));
 }
 
-/* form 6 in tiles of ws_nx(m) batch rows; form 4 when the driver has no tensor-map encoder (the same bits) */
+/* Form 6's tiles, (nx batch rows, cw consumer warpgroups): of the candidates below (none under 32 batch rows or
+ * 64 x 64 but nx0's own; nx0 = ws_nx(m)), the one with the most CTAs that still fit one wave (CTAs <= SMs; the
+ * first of equal counts), else (nx0, 2): smaller tiles bring idle multiprocessors in, and a second wave costs a
+ * whole tile's time. Up to 64 rows (memory-bound) whole batch tiles come first, so W is read once; above, two
+ * consumer warpgroups. H200, BF16 8B layer products (zllm-wtcbench, us): at M = 128 the output product 14.5 in
+ * (64, 1) against 18.6 in (128, 1), the down product 41.9 against 54.0, Q/K/V 19.1 in (64, 2) against 20.8 in
+ * (128, 1); Q/K/V at M = 256 27.4 in (128, 2) against 36.6 in (128, 1) (two waves); the down product at M = 64
+ * 37.5 in (64, 1) against 40.8 in (32, 2) */
+static ws_cfg ws_chained(const wtc_params *p) {
+    const long sms = cu_sm_count(p->sm_count);
+    const int nx0 = ws_nx(p->m), h = nx0 / 2, q = nx0 / 4;
+    const ws_cfg small[5] = {{nx0, 2}, {nx0, 1}, {h, 2}, {h, 1}, {q, 2}};
+    const ws_cfg large[5] = {{nx0, 2}, {h, 2}, {nx0, 1}, {h, 1}, {q, 2}};
+    const ws_cfg *cand = p->m <= 64 ? small : large;
+    ws_cfg best = cand[0];
+    long most = 0;
+    for (int i = 0; i < 5; i++) {
+        const ws_cfg &c = cand[i];
+        if (c.nx != nx0 && (c.nx < 32 || c.nx * c.cw < 64)) continue;
+        const long n = ws_ctas(p, c);
+        if (n <= sms && n > most) {
+            best = c;
+            most = n;
+        }
+    }
+    return best;
+}
+
+template <typename T, int NX>
+cudaError_t launch_ws_c(const wtc_params *p, const ws_cfg &c, int ks, int ldx, int ldy, cudaStream_t st) {
+    return c.cw == 2 ? launch_ws_t<T, 2, NX>(p, ks, ldx, ldy, st) : launch_ws_t<T, 1, NX>(p, ks, ldx, ldy, st);
+}
+
+/* form 6 in ws_chained's tiles; form 4 when the driver has no tensor-map encoder (the same bits) */
 template <typename T>
 cudaError_t launch_ws(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
     if (!tma_encoder()) return launch_wg<T, false>(p, ks, ldx, ldy, st);
-    switch (ws_nx(p->m)) {
-    case 16: return launch_ws_n<T, 16>(p, ks, ldx, ldy, st);
-    case 32: return launch_ws_n<T, 32>(p, ks, ldx, ldy, st);
-    case 64: return launch_ws_n<T, 64>(p, ks, ldx, ldy, st);
-    default: return launch_ws_n<T, 128>(p, ks, ldx, ldy, st);
+    const ws_cfg c = ws_chained(p);
+    switch (c.nx) {
+    case 16: return launch_ws_c<T, 16>(p, c, ks, ldx, ldy, st);
+    case 32: return launch_ws_c<T, 32>(p, c, ks, ldx, ldy, st);
+    case 64: return launch_ws_c<T, 64>(p, c, ks, ldx, ldy, st);
+    default: return launch_ws_c<T, 128>(p, c, ks, ldx, ldy, st);
     }
 }
 

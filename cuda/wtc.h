@@ -23,8 +23,9 @@
  *   - sm_90 (built as sm_90a), M <= 16: wgmma, one thread-block cluster of ks CTAs per tile, each CTA one split,
  *     the partials summed in order through distributed shared memory;
  *   - sm_90, M > 16: wgmma fed by TMA, warp-specialized (a producer warpgroup, one or two consumer warpgroups on
- *     mbarriers), every split chained in the CTA with the running sum in registers; tiles of 128 batch rows above
- *     M = 64, else one batch tile of 32 or 64 rows with rings as deep as shared memory allows;
+ *     mbarriers), every split chained in the CTA with the running sum in registers; tiles of up to 128 batch rows
+ *     and 128 W rows, smaller where that brings idle multiprocessors in, with rings as deep as shared memory
+ *     allows;
  *   - other devices, or ZLLM_CUDA_WGMMA=0: the mma.sync wide kernels (one CTA per split plus an ordered merge for
  *     small grids, else splits chained in the CTA).
  * wgmma chains give the same bits as mma.sync chains (measured, cuda/wgmma.cuh), so every form is one
