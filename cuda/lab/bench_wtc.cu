@@ -11,7 +11,8 @@
  * usage: zllm-wtcbench [--ms 32,64,128,256,2048] [--forms 0] [--f16] [--no-cublas]
  *   --forms: wtc_params.form values (0 automatic, 1 to 6 forced: cuda/wtc.h; a form refused for a shape, the
  *            narrow one above 8 rows say, ends the run with status 1).
- * Exit status 1 on any CUDA or cuBLAS error. */
+ * Exit status 1 on any CUDA or cuBLAS error, and with the usage on an unknown argument, an empty list, an M outside
+ * 1..65536 or a form outside 0..6. */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -97,16 +98,21 @@ template <typename F> static float time_graph(cudaStream_t st, int calls, F fn) 
 
 int main(int argc, char **argv) {
     std::vector<int> ms = {32, 64, 128, 256, 2048}, forms = {0};
-    int bf16 = 1, cublas = 1;
+    int bf16 = 1, cublas = 1, bad_arg = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ms") && i + 1 < argc) ms = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--forms") && i + 1 < argc) forms = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--f16")) bf16 = 0;
         else if (!strcmp(argv[i], "--no-cublas")) cublas = 0;
-        else {
-            fprintf(stderr, "usage: zllm-wtcbench [--ms 32,64,...] [--forms 0] [--f16] [--no-cublas]\n");
-            return 1;
-        }
+        else bad_arg = 1;
+    }
+    const auto bad_m = [](int m) { return m < 1 || m > 65536; };
+    const auto bad_form = [](int f) { return f < 0 || f > 6; };
+    if (bad_arg || ms.empty() || forms.empty() || std::any_of(ms.begin(), ms.end(), bad_m) ||
+        std::any_of(forms.begin(), forms.end(), bad_form)) {
+        fprintf(stderr, "usage: zllm-wtcbench [--ms 32,64,... (1..65536)] [--forms 0,... (0..6)] [--f16] "
+                        "[--no-cublas]\n");
+        return 1;
     }
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
