@@ -163,7 +163,10 @@ typedef struct {
     int sm_count;              /* multiprocessors */
     int dead;                  /* 1 after a device error: further steps are refused */
     cu_dtype wt;               /* matrix / KV / GEMM-input type */
-    int max_tok;               /* rows the activation buffers hold (>= max_batch) */
+    int max_tok;               /* rows a step may hold (>= max_batch) */
+    int x_rows;                /* rows of every matrix-product input (xb, att_w, gu as the down product's input):
+                                * max_tok rounded up to 128, so that wtc's TMA form reads its last batch tile whole
+                                * (wtc_params.x_rows); the rows past a step's hold stale values no output reads */
     cudaStream_t st;           /* the one stream everything runs on */
     cublasHandle_t cb;         /* bound to st, workspace cb_ws */
     void *cb_ws;               /* cuBLAS workspace (fixed so graph capture never allocates) */
@@ -186,7 +189,7 @@ typedef struct {
     int max_blocks;            /* paged: blocks of one whole context, ceil(n_ctx / kv_block) */
     size_t kv_bytes;
     size_t weight_bytes;       /* bytes of weights on the device */
-    /* activations, [max_tok] rows unless noted */
+    /* activations, [max_tok] rows unless noted (the matrix-product inputs: [x_rows]) */
     float *x;                  /* residual [dim] */
     float *qkv;                /* Q/K/V products [q_dim + 2 kv_dim]: q at column 0, k at q_dim, v at q_dim + kv_dim
                                 * (biases and RoPE not applied: ops_qkv_rope_append reads them from here) */
@@ -267,7 +270,8 @@ typedef struct {
     int n_dec;                 /* decode rows (one token each) */
     int n_pre;                 /* prefill entries */
     int max_rows;              /* most rows of one prefill entry (1 when none) */
-    int n_samp;                /* sampling rows: one per entry, padded up to a graph bucket */
+    int n_samp;                /* sampling rows: one per entry but the prompt chunks that do not sample (unless the
+                                * caller wants every entry's logits), padded up to a graph bucket */
     int extras;                /* 1: an entry asks for logprobs, a logit bias or presence/frequency penalties: the
                                 * step runs eagerly, the penalized rows go to the sampler's workspace (bias_penalty.h)
                                 * which the sampler and the logprobs (logprob_top.h) read */

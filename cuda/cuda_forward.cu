@@ -2,8 +2,9 @@
  *
  * A step's rows: decode rows (one token each) first, then each prefill entry's run of consecutive rows. Every row
  * goes through the same matrix products; attention runs the split-K flash-decoding kernels over the decode rows
- * and the prefill kernel over the prefill runs. The final norm gathers each entry's last row, the LM head makes
- * [n][vocab] logits, and the GPU sampler writes one id per entry.
+ * and the prefill kernel over the prefill runs. The final norm gathers the last row of each entry that samples (a
+ * prompt chunk that does not sample comes last and has none), the LM head makes their logits, and the GPU sampler
+ * writes one id per such entry.
  * Data: the residual stream x and every matrix-product output are f32; matrix-product inputs (normalised rows,
  * attention output, SwiGLU product) are cast to wt (xb, att_w), so F32 models run in f32 end to end and 16-bit
  * models get tensor-core products with f32 accumulation and an f32 residual. The residual adds are fused into the
@@ -56,7 +57,9 @@ static wtc_params s_wtc_params(const cu_engine *E, const cu_mat *W, int n_rows, 
     wtc_params p;
     memset(&p, 0, sizeof p);
     p.bf16 = E->wt == CU_BF16; p.w = W->w; p.n_in = W->n_in; p.n_out = W->n_out; p.m = n_rows;
-    p.x = xw; p.ldx = W->n_in;
+    p.x = xw;
+    p.ldx = W->n_in;
+    p.x_rows = E->x_rows;
     p.workspace = E->qtc_ws; p.workspace_bytes = E->qtc_ws_bytes; p.sm_count = E->sm_count;
     return p;
 }
@@ -468,7 +471,9 @@ int cuda_forward(cu_engine *E, const cu_batch *b, char *err, size_t errlen) {
         lp.out = E->cur_fl->d_plp + g;
         FWD_CUDA(logprobs_launch(&lp, E->st));
     }
-    /* the final norm of each entry's last row only, then the LM head for those rows, then the sampler */
+    /* the final norm of each sampling entry's last row only, then the LM head for those rows, then the sampler;
+     * nothing when every entry is a prompt chunk that does not sample */
+    if (b->n_samp == 0) return 0;
     FWD_CHECK(ops_rmsnorm_dual(E->x, IN_PTR(E, last_row, int32_t), E->out_norm, c->dim, c->rms_eps, b->n_samp, E->xb,
                                E->wt, NULL, 1, E->st, err, errlen));
     FWD_CHECK(s_matmul(E, &E->out, b->n_samp, E->xb, E->logits, 0, 0, err, errlen));

@@ -295,19 +295,26 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
         E->in_pending = 0;
     }
     E->order = f->order;
-    /* order: decode entries first (one row each), then prefill entries as runs of rows (1-token prompt entries too) */
-    int k = 0;
+    /* order: decode entries first (one row each), then prefill entries as runs of rows (1-token prompt entries too):
+     * those that sample, then, unless the caller wants every entry's logits, those that do not (n_quiet: the
+     * final norm, the LM head and the sampler skip them, so that a prompt chunk does not widen them) */
+    int k = 0, n_quiet = 0;
     for (int i = 0; i < n; i++)
         if (s_is_decode(&seqs[i])) E->order[k++] = i;
     for (int i = 0; i < n; i++)
-        if (!s_is_decode(&seqs[i])) E->order[k++] = i;
+        if (!s_is_decode(&seqs[i]) && (seqs[i].sample || out_logits)) E->order[k++] = i;
+    for (int i = 0; i < n; i++)
+        if (!s_is_decode(&seqs[i]) && !seqs[i].sample && !out_logits) {
+            E->order[k++] = i;
+            n_quiet++;
+        }
     const int n_pre = n - n_dec;
     /* decode-only steps replay a captured graph, except a step with extras or prompt logprob rows (the captured
      * graphs hold the plain sampler only), or with late masks when the graphs do not hold their wait (graph_late) */
     const int gi = (n_pre == 0 && E->n_buckets > 0 && (!need_late || E->graph_late) && !extras && !n_plp)
                        ? s_bucket_for(E, n)
                        : -1;
-    const int n_samp = gi >= 0 ? E->bucket[gi] : n;
+    const int n_samp = gi >= 0 ? E->bucket[gi] : n - n_quiet;
     int32_t *tok = (int32_t *)(E->h_in + E->in.tokens), *pos = (int32_t *)(E->h_in + E->in.pos);
     int32_t *slot = (int32_t *)(E->h_in + E->in.slot), *kvl = (int32_t *)(E->h_in + E->in.kv_len);
     int32_t *r0 = (int32_t *)(E->h_in + E->in.seq_row0), *nr = (int32_t *)(E->h_in + E->in.seq_rows);
@@ -411,7 +418,7 @@ int cuda_step_run(cu_engine *E, const cu_step_req *r) {
         s_fail_step(E, seqs, n, "prompt logprobs without their result buffer");
         return -1;
     }
-    const cu_batch fb = {row, n_dec, n_pre, max_rows, n, extras, need_mask, n_plp};
+    const cu_batch fb = {row, n_dec, n_pre, max_rows, n_samp, extras, need_mask, n_plp};
     E->step_late = need_late;
     E->cur_fl = f;
     if (gi >= 0) {

@@ -375,7 +375,8 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         /* activations */
         if (b->max_step_tokens < b->max_batch) b->max_step_tokens = b->max_batch;
         E->max_tok = b->max_step_tokens;
-        const size_t T = (size_t)E->max_tok, es = ops_dtype_size(E->wt);
+        E->x_rows = (E->max_tok + 127) / 128 * 128;
+        const size_t T = (size_t)E->max_tok, TX = (size_t)E->x_rows, es = ops_dtype_size(E->wt);
         const size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
         size_t wide = (size_t)c->dim;
         if ((size_t)c->ffn_dim > wide) wide = c->ffn_dim;
@@ -386,13 +387,17 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
          * their norm and residual add (after the attention prologue has read qkv and the GeGLU has read gu) */
         size_t qkv_w = qd + 2 * kvd, gu_w = 2 * (size_t)c->ffn_dim;
         if (c->has_post_norms && gu_w < (size_t)c->dim) gu_w = c->dim;
-        CU_CHECK(cudaMalloc((void **)&E->qkv, T * (qkv_w > gu_w ? qkv_w : gu_w) * 4));
+        CU_CHECK(cudaMalloc((void **)&E->qkv, TX * (qkv_w > gu_w ? qkv_w : gu_w) * 4));
         E->gu = E->qkv;
         CU_CHECK(cudaMalloc((void **)&E->q, T * qd * 4));
-        CU_CHECK(cudaMalloc((void **)&E->att, T * qd * 4));
+        CU_CHECK(cudaMalloc((void **)&E->att, TX * qd * 4));
         if (E->wt == CU_F32) E->att_w = E->att;
-        else CU_CHECK(cudaMalloc(&E->att_w, T * qd * es));
-        CU_CHECK(cudaMalloc(&E->xb, T * wide * es));
+        else CU_CHECK(cudaMalloc(&E->att_w, TX * qd * es));
+        CU_CHECK(cudaMalloc(&E->xb, TX * wide * es));
+        /* rows past a step's hold values no output row depends on: zeros until a step writes them */
+        CU_CHECK(cudaMemset(E->xb, 0, TX * wide * es));
+        CU_CHECK(cudaMemset(E->qkv, 0, TX * (qkv_w > gu_w ? qkv_w : gu_w) * 4));
+        if (E->att_w != E->att) CU_CHECK(cudaMemset(E->att_w, 0, TX * qd * es));
         CU_CHECK(cudaMalloc((void **)&E->logits, (size_t)b->max_batch * c->vocab_size * 4));
         CU_CHECK(cudaMallocHost((void **)&E->h_logits, (size_t)b->max_batch * c->vocab_size * 4));
         cuda_step_layout(&E->in, E->max_tok, b->max_batch, c->vocab_size,

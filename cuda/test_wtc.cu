@@ -10,6 +10,7 @@
  *     chained, cluster of split CTAs, TMA-fed warp-specialized, this one also in the tiles it takes for 3 SMs)
  *     gives the same bits for the same batch, and a row alone (M = 1) the same bits as that row at several
  *     positions among random rows for M up to 300 (up to 2048 on the shapes of at most 3M weights);
+ *   - x readable past the batch (wtc_params.x_rows) and NaN there: the same bits, products and SwiGLU epilogue;
  *   - CUDA-graph replay equal to eager; argument checks.
  * Prints "N passed, N failed"; skips (0 checks) on a device without the kernels' shared memory. */
 extern "C" {
@@ -47,6 +48,8 @@ struct Mat {
 
 /* the launches' multiprocessor count (0: the device's); 3 makes the TMA form take other tiles */
 static int s_sm_count;
+/* the launches' wtc_params.x_rows (0: m) */
+static int s_x_rows;
 
 /* y of batch m (rows ldx / ldy apart, 0 = packed) in the given form; resid 0 none, 1 separate y_in, 2 in place */
 static cudaError_t run(const Mat *a, const void *dx, int m, int ldx, int ldy, const float *yin_h, int resid, int form,
@@ -61,6 +64,7 @@ static cudaError_t run(const Mat *a, const void *dx, int m, int ldx, int ldy, co
     p.bf16 = a->bf16; p.w = a->dw; p.n_in = a->n_in; p.n_out = a->n_out; p.m = m;
     p.x = dx; p.ldx = ldx; p.y = dy; p.ldy = ldy; p.y_in = dyin; p.form = form;
     p.sm_count = s_sm_count;
+    p.x_rows = s_x_rows;
     p.workspace_bytes = wtc_workspace_bytes(a->n_in, a->n_out, m);
     if (p.workspace_bytes) CK(cudaMalloc(&p.workspace, p.workspace_bytes));
     const cudaError_t e = tg_launch(graph, [&](cudaStream_t st) { return wtc_launch(&p, st); });
@@ -77,6 +81,13 @@ static void *upload(const std::vector<uint16_t> &h)
     CK(cudaMalloc(&d, h.size() * 2 + 16));
     CK(cudaMemcpy(d, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
     return d;
+}
+
+/* x of m rows uploaded with NaN rows after them up to x_rows (F16 and BF16 0xffff), for wtc_params.x_rows */
+static void *upload_nan_rows(const std::vector<uint16_t> &xh, int n_in, int x_rows) {
+    std::vector<uint16_t> xp((size_t)x_rows * n_in, 0xffff);
+    memcpy(xp.data(), xh.data(), xh.size() * 2);
+    return upload(xp);
 }
 
 static const char *tn(const Mat *a) { return a->bf16 ? "bf16" : "f16"; }
@@ -145,6 +156,22 @@ static void glu_case(const Mat *a, int m, int form)
         for (size_t i = 0; i < ng; i++) bad += hg[i] != hr[i];
         CHECK(bad == 0, "%s %dx%d m %d form %d: %zu of %zu glu values differ from product + ops_swiglu_il8_dual "
               "(padding included)", tn(a), a->n_out, a->n_in, m, form, bad, ng);
+        /* x readable past m (x_rows), NaN there: the same values */
+        const int xr = (m + 127) / 128 * 128 + 64;
+        void *dxp = upload_nan_rows(xh, a->n_in, xr);
+        CK(cudaMemset(dg, 0xff, ng * 2));
+        wtc_params r = p;
+        r.x = dxp;
+        r.x_rows = xr;
+        e = wtc_launch(&r, 0);
+        CK(cudaMemcpy(hr.data(), dg, ng * 2, cudaMemcpyDeviceToHost));
+        bad = 0;
+        for (size_t i = 0; i < ng; i++) bad += hg[i] != hr[i];
+        CHECK(e == cudaSuccess && bad == 0,
+              "%s %dx%d m %d form %d: x_rows %d (NaN past m): %zu glu values differ "
+              "(launch %s)",
+              tn(a), a->n_out, a->n_in, m, form, xr, bad, cudaGetErrorString(e));
+        cudaFree(dxp);
     }
     cudaFree(dx); cudaFree(dg); cudaFree(dr); cudaFree(dy);
 }
@@ -172,6 +199,39 @@ static void form_case(const Mat *a, int m)
     CHECK(e == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4), "%s %dx%d m %d: graph replay != eager",
           tn(a), a->n_out, a->n_in, m);
     cudaFree(dx);
+}
+
+/* rows of x past m readable (wtc_params.x_rows, the last batch tile read whole), holding NaN: the bits of x_rows 0,
+ * in the default form and the TMA one (also in its tiles for 3 SMs); x_rows below m refused */
+static void xrows_case(const Mat *a, int m) {
+    std::vector<uint16_t> xh;
+    std::vector<float> xf, y0, y1;
+    rand16(a->bf16, 1.f, xh, xf, (size_t)m * a->n_in);
+    void *dx = upload(xh);
+    run(a, dx, m, 0, 0, NULL, 0, 0, 0, y0);
+    const int xr = (m + 127) / 128 * 128 + 64;
+    void *dxp = upload_nan_rows(xh, a->n_in, xr);
+    for (int form = 0; form <= 6; form += 6) {
+        if (form == 6 && !wtc_wgmma()) continue;
+        for (int sms = 0; sms <= (form == 6 ? 3 : 0); sms += 3) {
+            s_x_rows = xr;
+            s_sm_count = sms;
+            const cudaError_t e = run(a, dxp, m, 0, 0, NULL, 0, form, 0, y1);
+            s_x_rows = 0;
+            s_sm_count = 0;
+            CHECK(e == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4),
+                  "%s %dx%d m %d: form %d (sm_count %d) with x_rows %d (NaN past m) differs from x_rows 0 (launch %s)",
+                  tn(a), a->n_out, a->n_in, m, form, sms, xr, cudaGetErrorString(e));
+        }
+    }
+    if (m > 1) {
+        s_x_rows = m - 1;
+        const cudaError_t e = run(a, dxp, m, 0, 0, NULL, 0, 0, 0, y1);
+        s_x_rows = 0;
+        CHECK(e == cudaErrorInvalidValue, "%s m %d: x_rows %d accepted (%s)", tn(a), m, m - 1, cudaGetErrorString(e));
+    }
+    cudaFree(dx);
+    cudaFree(dxp);
 }
 
 /* a row alone vs the same row at positions 0, M/2, M-1 among random rows */
@@ -277,6 +337,9 @@ int main(void)
             form_case(&a, 20);
             form_case(&a, 37);
             if (work <= 20000000L) form_case(&a, 200);
+            xrows_case(&a, 20);
+            xrows_case(&a, 37);
+            if (work <= 20000000L) xrows_case(&a, 144);
             invariance_case(&a, work <= 3000000L ? 2048 : 300);
             if (s == 3 || s == 6) arg_checks(&a);
             cudaFree(a.dw);

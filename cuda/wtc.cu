@@ -876,7 +876,7 @@ cudaError_t launch_ws_t(const wtc_params *p, int ks, int ldx, int ldy, cudaStrea
     using shp = ws_shape<CW, NX, S>;
     CUtensorMap tw, tx;
     if (tma_map(&tw, p->bf16, p->w, p->n_in, p->n_out, p->n_in, shp::kBM) != 0 ||
-        tma_map(&tx, p->bf16, p->x, p->n_in, p->m, ldx, NX) != 0)
+        tma_map(&tx, p->bf16, p->x, p->n_in, p->x_rows > p->m ? p->x_rows : p->m, ldx, NX) != 0)
         return cudaErrorInvalidValue;
     auto k = wtc_ws<T, CW, NX, S>;
     static std::atomic<unsigned long long> s_set{0};
@@ -1169,6 +1169,8 @@ extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {
         return cudaErrorInvalidValue;
     const int ldx = p->ldx ? p->ldx : p->n_in, ldy = p->ldy ? p->ldy : p->n_out;
     if (ldx < p->n_in || ldx % 8 || ldy < p->n_out || (long)p->m * ldx >= (1L << 31)) return cudaErrorInvalidValue;
+    if (p->x_rows < 0 || (p->x_rows && p->x_rows < p->m) || (long)p->x_rows * ldx >= (1L << 31))
+        return cudaErrorInvalidValue;
     if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
     const int ks = wtc_split(p->n_in, p->n_out);
     const int form = s_form(p, ks);

@@ -6,11 +6,13 @@
  * >= 1 GiB (at least 2), rotated call after call so that L2 (50 MB) does not serve them. Timing: one group of
  * calls (one per buffer) captured in a CUDA graph, replayed 7 times with a CUDA-event pair around each replay;
  * the median replay divided by the calls in the group is the time per call. Reported: us per call, TFLOP/s
- * (2 M n_in n_out / time) and the weights' read rate (GB/s). Each layer line sums the four shapes.
+ * (2 M n_in n_out / time) and the weights' read rate (GB/s). Each layer line sums the four shapes. x holds the
+ * largest M rounded up to 128 rows, all of them readable (wtc_params.x_rows), as the engine's inputs are.
  *
- * usage: zllm-wtcbench [--ms 32,64,128,256,2048] [--forms 0] [--f16] [--no-cublas]
+ * usage: zllm-wtcbench [--ms 32,64,128,256,2048] [--forms 0] [--f16] [--no-cublas] [--x-rows-m]
  *   --forms: wtc_params.form values (0 automatic, 1 to 6 forced: cuda/wtc.h; a form refused for a shape, the
  *            narrow one above 8 rows say, ends the run with status 1).
+ *   --x-rows-m: x_rows 0 (only the first M rows of x readable: a last batch tile past them is zero-filled).
  * Exit status 1 on any CUDA or cuBLAS error, and with the usage on an unknown argument, an empty list, an M outside
  * 1..65536 or a form outside 0..6. */
 #include <cublas_v2.h>
@@ -98,12 +100,13 @@ template <typename F> static float time_graph(cudaStream_t st, int calls, F fn) 
 
 int main(int argc, char **argv) {
     std::vector<int> ms = {32, 64, 128, 256, 2048}, forms = {0};
-    int bf16 = 1, cublas = 1, bad_arg = 0;
+    int bf16 = 1, cublas = 1, x_rows_m = 0, bad_arg = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ms") && i + 1 < argc) ms = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--forms") && i + 1 < argc) forms = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--f16")) bf16 = 0;
         else if (!strcmp(argv[i], "--no-cublas")) cublas = 0;
+        else if (!strcmp(argv[i], "--x-rows-m")) x_rows_m = 1;
         else bad_arg = 1;
     }
     const auto bad_m = [](int m) { return m < 1 || m > 65536; };
@@ -111,7 +114,7 @@ int main(int argc, char **argv) {
     if (bad_arg || ms.empty() || forms.empty() || std::any_of(ms.begin(), ms.end(), bad_m) ||
         std::any_of(forms.begin(), forms.end(), bad_form)) {
         fprintf(stderr, "usage: zllm-wtcbench [--ms 32,64,... (1..65536)] [--forms 0,... (0..6)] [--f16] "
-                        "[--no-cublas]\n");
+                        "[--no-cublas] [--x-rows-m]\n");
         return 1;
     }
     cudaStream_t st;
@@ -126,7 +129,7 @@ int main(int argc, char **argv) {
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
-    const int max_m = *std::max_element(ms.begin(), ms.end());
+    const int max_m = *std::max_element(ms.begin(), ms.end()), x_rows = (max_m + 127) / 128 * 128;
     printf("zllm-wtcbench: %s, %s weights, %d SMs\n", prop.name, bf16 ? "BF16" : "F16", prop.multiProcessorCount);
     printf("%-8s %6s %6s %5s %10s %9s %9s\n", "shape", "M", "form", "ks", "us", "TFLOP/s", "W GB/s");
     std::vector<float> layer(forms.size() + 1);
@@ -143,8 +146,8 @@ int main(int argc, char **argv) {
             }
             void *x, *ws = NULL;
             float *y;
-            CK(cudaMalloc(&x, (size_t)max_m * n_in * 2));
-            fill16<<<1024, 256, 0, st>>>((uint16_t *)x, (size_t)max_m * n_in, 7u, bf16);
+            CK(cudaMalloc(&x, (size_t)x_rows * n_in * 2));
+            fill16<<<1024, 256, 0, st>>>((uint16_t *)x, (size_t)x_rows * n_in, 7u, bf16);
             CK(cudaMalloc(&y, (size_t)max_m * n_out * 4));
             const size_t wsb = wtc_workspace_bytes(n_in, n_out, m);
             if (wsb) CK(cudaMalloc(&ws, wsb));
@@ -158,6 +161,7 @@ int main(int argc, char **argv) {
                 p.n_out = n_out;
                 p.m = m;
                 p.x = x;
+                p.x_rows = x_rows_m ? 0 : x_rows;
                 p.y = y;
                 p.form = forms[f];
                 p.workspace = ws;
