@@ -2,7 +2,9 @@
 # tests/test_bench_cli.sh: zllm-bench on the CPU engine (stories260K), contiguous and paged KV.
 #  - both print a decode row for M = 1, 2 and 4 and the prefill row; --kv-block 16 names its pool, and every
 #    sequence's scattered table stays within it (the engine refuses a step whose table names a block past the pool)
-#  - a block size the engine refuses and a negative one fail with a message
+#  - --mix 8 adds the table of the same decode steps with an 8-token prompt chunk (M = 1, 2 and 4, each step slower
+#    than its decode step), contiguous and paged
+#  - a block size the engine refuses and a negative one fail with a message, a negative --mix with the usage
 # Test data: $ZLLM_FIXTURES, else the folder tests/fetch-fixtures.sh prints; a missing file fails the whole test.
 # Prints "N passed, N failed".
 set -u
@@ -42,6 +44,25 @@ for b in 16 1 64; do
     check "paged run names its blocks of $b" grep -q "^KV: paged, blocks of $b rows, tables scattered over a pool of" \
         "$tmp/paged$b"
 done
+
+# --mix: the second table, after the decode rows, its steps slower than the decode steps they hold
+mix_ok() {
+    local f=$1 m
+    grep -q '^decode at context 100 with a 8-token prompt chunk (positions 0 to 7) in every step$' "$f" || return 1
+    for m in 1 2 4; do
+        awk -v m="$m" '/prompt chunk/ { t = 1 } t && $1 == m && NF == 5 && $2 > 0 && $3 > $4 { found = 1 }
+                       END { exit !found }' "$f" || return 1
+    done
+}
+for kb in 0 16; do
+    "$bench" "${args[@]}" --kv-block "$kb" --mix 8 >"$tmp/mix$kb" 2>"$tmp/err"; rc=$?
+    check "--mix 8 (blocks $kb) exits 0 (rc $rc: $(cat "$tmp/err"))" [ "$rc" -eq 0 ]
+    check "--mix 8 (blocks $kb): decode rows" rows_ok "$tmp/mix$kb"
+    check "--mix 8 (blocks $kb): the mixed steps' table" mix_ok "$tmp/mix$kb"
+done
+"$bench" "${args[@]}" --mix -1 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--mix -1 is a usage error (rc $rc)" [ "$rc" -eq 2 ]
+check "--mix -1 prints the usage" grep -q "^usage: zllm-bench" "$tmp/err"
 
 # refusals: a size the CPU engine does not take (1..256), and a negative one (usage)
 "$bench" "${args[@]}" --kv-block 1000 >"$tmp/out" 2>"$tmp/err"; rc=$?

@@ -1,7 +1,7 @@
 /* zllm-bench: decode and prefill speed of a model on one GPU, as a fraction of the roofline measured in the same
  * run, or on the CPU engines (--device cpu or cpu-ref: tokens/s only).
  *   zllm-bench --model F.gguf [--device cuda[:N]|cpu|cpu-ref] [--ctx 1024] [--prefill P] [--max-m 256]
- *              [--min-m 1] [--steps 20] [--threads N] [--kv-block B] [--no-graphs] [--skip-caps] [--sync]
+ *              [--min-m 1] [--steps 20] [--threads N] [--kv-block B] [--mix P] [--no-graphs] [--skip-caps] [--sync]
  * First it measures the GPU's device-to-device copy and read-only bandwidth and its BF16 matrix rate
  * (cuda/gpu_caps.cu). Then, for M = 1, 2, 4, ... up to --max-m (and the engine's max batch; rows below --min-m
  * are skipped, e.g. to profile one batch size), it times decode
@@ -22,6 +22,10 @@
  * --kv-block B runs the engine with paged KV (blocks of B rows, as zllm-worker does by default on CUDA) instead of
  * contiguous slots: each sequence's block table is a slice of one permutation of the pool drawn from a fixed seed
  * (s_paged_tables), so the blocks lie scattered as a long-running server's free list leaves them.
+ * --mix P adds a second table: steps of the same M decodes plus one prompt chunk of P tokens (positions 0 to
+ * P - 1 of a slot of its own, not sampled), as a serving worker runs them while prompts arrive beside running
+ * streams (zllm-worker --step-budget). Each row gives the mixed step's time, the decode-only step's of the first
+ * table, and the difference per prompt token: what a prompt token costs a step it rides in.
  * On a CPU device there are no ceilings nor GPU times: the table gives tokens/s and ms per step (medians), each
  * step synchronous (the CPU engine runs a step as it is launched), --threads sets the engine's threads (0: all
  * cores), and the prefill row times one step of P prompt tokens. */
@@ -59,6 +63,8 @@ static void s_usage(FILE *f) {
                "  --threads N       CPU engines: threads, 0: all cores (default 0)\n"
                "  --kv-block B      paged KV in blocks of B rows, tables scattered over the pool (default 0:\n"
                "                    contiguous slots; CUDA takes 16, 32, 64, 128 or 256)\n"
+               "  --mix P           also time each M's decodes with a P-token prompt chunk in every step\n"
+               "                    (default 0: no such table)\n"
                "  --no-graphs       no CUDA graphs (default: graphs)\n"
                "  --skip-caps       do not measure the bandwidth and matrix rate (default: measure)\n"
                "  --sync            one engine_step at a time (default: steps queued ahead)\n"
@@ -72,12 +78,12 @@ static int s_cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* --kv-block: *tab = the engine's max_batch block tables covering `rows` rows each (*nb entries, sequence i's at
+/* --kv-block: *tab = n_seq block tables covering `rows` rows each (*nb entries, sequence i's at
  * *tab + i * *nb), the consecutive slices of one permutation of the pool [0, e->kv_blocks) (Fisher-Yates over the
  * sampler's generator from a fixed seed: the same tables every run); NULL when kv_block is 0 (contiguous slots).
  * Returns 0, or -1 after printing why (the engine granted another block size, the pool holds fewer blocks than
  * the tables need, memory is short) */
-static int s_paged_tables(const zl_engine *e, int kv_block, int rows, int32_t **tab, int *nb) {
+static int s_paged_tables(const zl_engine *e, int kv_block, int n_seq, int rows, int32_t **tab, int *nb) {
     *tab = NULL;
     *nb = 0;
     if (kv_block == 0) return 0;
@@ -86,9 +92,9 @@ static int s_paged_tables(const zl_engine *e, int kv_block, int rows, int32_t **
         return -1;
     }
     *nb = (rows + e->kv_block - 1) / e->kv_block;
-    if ((long)e->max_batch * *nb > e->kv_blocks) {
+    if ((long)n_seq * *nb > e->kv_blocks) {
         fprintf(stderr, "zllm-bench: the pool of %d blocks of %d rows holds fewer than %d sequences x %d blocks\n",
-                e->kv_blocks, e->kv_block, e->max_batch, *nb);
+                e->kv_blocks, e->kv_block, n_seq, *nb);
         return -1;
     }
     int32_t *perm = malloc(sizeof(int32_t) * (size_t)e->kv_blocks);
@@ -121,10 +127,24 @@ static zl_seq s_prefill_entry(int32_t *ptoks, int prefill, int vocab, const int3
     return p;
 }
 
+/* q[0 .. M): M decode entries in slots 0 .. M - 1 at position ctx (sequence i's block table at tab + i * nb) */
+static void s_decode_entries(zl_seq *q, int M, int ctx, const int32_t *toks, const int32_t *tab, int nb) {
+    for (int i = 0; i < M; i++) {
+        memset(&q[i], 0, sizeof q[i]);
+        q[i].slot = i;
+        q[i].pos = ctx;
+        q[i].n_tokens = 1;
+        q[i].tokens = &toks[i];
+        q[i].sample = 1;
+        q[i].blocks = tab ? tab + (size_t)i * nb : NULL;
+    }
+}
+
 /* the CPU engines: decode tokens/s for M = 1, 2, 4 ... max_m sequences at position ctx (each step synchronous),
- * then one prefill step of `prefill` tokens; medians of `steps` (decode) and 5 (prefill) timed steps */
+ * with mix > 0 the same steps with a mix-token prompt chunk beside the decodes, then one prefill step of `prefill`
+ * tokens; medians of `steps` (decode) and 5 (prefill) timed steps */
 static int s_bench_cpu(const char *path, const char *device, int threads, int ctx, int prefill, int max_m, int min_m,
-                       int steps, int kv_block) {
+                       int steps, int kv_block, int mix) {
     char err[512];
     zl_model *m = model_load(path, err, sizeof err);
     if (!m) {
@@ -135,10 +155,11 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
     zl_engine_opts o;
     memset(&o, 0, sizeof o);
     o.device = device;
-    o.max_batch = max_m;
-    o.n_slots = max_m;
+    o.max_batch = max_m + (mix > 0); /* --mix: the prompt chunk's entry beside max_m decodes */
+    o.n_slots = o.max_batch;
     o.n_ctx = ctx + steps + 16 > prefill ? ctx + steps + 16 : prefill;
-    o.max_step_tokens = prefill > max_m ? prefill : max_m;
+    if (o.n_ctx < mix) o.n_ctx = mix;
+    o.max_step_tokens = prefill > max_m + mix ? prefill : max_m + mix;
     o.threads = threads;
     o.kv_block = kv_block;
     double t0 = s_now();
@@ -154,7 +175,9 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
            "(0: all cores), start %.2f s\n",
            path, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim, c->vocab_size,
            ggml_type_name(m->layers[0].wq.type), e->device, threads, s_now() - t0);
-    int rc = 0, np = prefill > 0 ? prefill : 1;
+    int rc = 0, np = prefill > mix ? prefill : mix > 0 ? mix : 1;
+    const int top = e->max_batch - (mix > 0); /* the largest decode batch */
+    double dec_ms[32] = {0};                  /* [lg M]: the decode step's median ms */
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)e->max_batch),
             *out = malloc(sizeof(int32_t) * (size_t)e->max_batch);
     int32_t *ptoks = malloc(sizeof(int32_t) * (size_t)np);
@@ -165,7 +188,12 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
         rc = 1;
         goto done;
     }
-    if (s_paged_tables(e, kv_block, ctx + 1 > prefill ? ctx + 1 : prefill, &tab, &nb) != 0) {
+    if (top < 1) {
+        fprintf(stderr, "zllm-bench: the engine's max batch of %d leaves no decode row beside --mix\n", e->max_batch);
+        rc = 1;
+        goto done;
+    }
+    if (s_paged_tables(e, kv_block, e->max_batch, ctx + 1 > np ? ctx + 1 : np, &tab, &nb) != 0) {
         rc = 1;
         goto done;
     }
@@ -174,30 +202,42 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
     printf("decode at context %d, %d timed steps each (medians)\n%6s %12s %10s\n", ctx, steps, "M", "tokens/s",
            "ms/step");
     for (int i = 0; i < e->max_batch; i++) toks[i] = (int32_t)(1 + (i * 7919) % (c->vocab_size - 1));
-    for (int M = 1; M <= e->max_batch; M = M * 2 > e->max_batch && M < e->max_batch ? e->max_batch : M * 2) {
-        if (M >= min_m || M == e->max_batch) {
-            for (int i = 0; i < M; i++) {
-                q[i].slot = i;
-                q[i].pos = ctx;
-                q[i].n_tokens = 1;
-                q[i].tokens = &toks[i];
-                q[i].sample = 1;
-                q[i].blocks = tab ? tab + (size_t)i * nb : NULL;
-            }
-            for (int s = -2; s < steps; s++) {
-                const double a = s_now();
-                if (engine_step(e, q, M, out, NULL) != 0) {
-                    fprintf(stderr, "zllm-bench: %s\n", e->err);
-                    rc = 1;
-                    goto done;
+    for (int pass = 0; pass < (mix > 0 ? 2 : 1); pass++) {
+        /* pass 0 the decode steps, pass 1 the same with the prompt chunk (slot top) as entry M */
+        zl_seq p = s_prefill_entry(ptoks, mix > 0 ? mix : 1, c->vocab_size, tab ? tab + (size_t)top * nb : NULL);
+        p.slot = top;
+        p.sample = 0;
+        p.prompt = 1;
+        if (pass == 1)
+            printf("\ndecode at context %d with a %d-token prompt chunk (positions 0 to %d) in every step\n"
+                   "%6s %12s %10s %10s %14s\n",
+                   ctx, mix, mix - 1, "M", "tokens/s", "ms/step", "decode ms", "us/prompt tok");
+        for (int M = 1, lg = 0; M <= top; M = M * 2 > top && M < top ? top : M * 2, lg++) {
+            if (M >= min_m || M == top) {
+                s_decode_entries(q, M, ctx, toks, tab, nb);
+                if (pass == 1) q[M] = p;
+                for (int s = -2; s < steps; s++) {
+                    const double a = s_now();
+                    if (engine_step(e, q, M + pass, out, NULL) != 0) {
+                        fprintf(stderr, "zllm-bench: %s\n", e->err);
+                        rc = 1;
+                        goto done;
+                    }
+                    if (s >= 0) times[s] = s_now() - a;
                 }
-                if (s >= 0) times[s] = s_now() - a;
+                qsort(times, (size_t)steps, sizeof *times, s_cmp_d);
+                const double t = times[steps / 2] * 1e3;
+                if (pass == 0) {
+                    dec_ms[lg] = t;
+                    printf("%6d %12.1f %10.3f\n", M, M / (t * 1e-3), t);
+                } else {
+                    printf("%6d %12.1f %10.3f %10.3f %14.2f\n", M, M / (t * 1e-3), t, dec_ms[lg],
+                           (t - dec_ms[lg]) * 1e3 / mix);
+                }
+                fflush(stdout);
             }
-            qsort(times, (size_t)steps, sizeof *times, s_cmp_d);
-            printf("%6d %12.1f %10.3f\n", M, M / times[steps / 2], times[steps / 2] * 1e3);
-            fflush(stdout);
+            if (M == top) break;
         }
-        if (M == e->max_batch) break;
     }
     if (prefill > 0) {
         zl_seq p = s_prefill_entry(ptoks, prefill, c->vocab_size, tab);
@@ -226,10 +266,66 @@ done:
     return rc;
 }
 
+#ifdef ZLLM_HAVE_CUDA
+/* times `steps` steps of the n entries q (its first n_dec decode entries, the rest as given) after three untimed
+ * ones: r[0] the median ms a step on the host clock, r[1] the GPU's own, r[2] the idle gap. pipe: each step queued
+ * behind the one in flight, the decode entries fed on the device (as a serving worker runs them); else one
+ * engine_step at a time. out holds 2 x max_batch ids; times, gpu, gap `steps` doubles each (scratch). Returns 0,
+ * or -1 after printing the engine's error */
+static int s_time_steps(zl_engine *e, zl_seq *q, int n, int n_dec, int steps, int pipe, int32_t *out, double *times,
+                        double *gpu, double *gap, double r[3]) {
+    for (int w = 0; w < 3; w++)
+        if (engine_step(e, q, n, out, NULL) != 0) goto fail;
+    if (pipe) {
+        /* one step in flight, then each turn queues the next (fed from the one before) and waits for the older: a
+         * turn lasts one step of the GPU's steady state. Two untimed turns first. The positions stay put (the same
+         * KV length every step); only the decode tokens come from the device. */
+        for (int i = 0; i < n_dec; i++) q[i].feed = 1;
+        zl_step st[2]; /* the same entries each turn; st[k & 1] is turn k's step */
+        for (int k = 0; k < 2; k++) {
+            memset(&st[k], 0, sizeof st[k]);
+            st[k].seqs = q;
+            st[k].n = n;
+            st[k].out_tokens = out + (size_t)k * e->max_batch;
+        }
+        if (engine_launch(e, &st[0]) != 0) goto fail;
+        for (int s = -2; s < steps; s++) {
+            const double a = s_now();
+            const int k = (s + 3) & 1; /* turn s launches st[k] and waits for the other */
+            if (engine_launch(e, &st[k]) != 0 || engine_wait(e, &st[k ^ 1]) != 0) goto fail;
+            if (s < 0) continue;
+            times[s] = s_now() - a;
+            gpu[s] = engine_cuda_last_step_gpu_ms(e) * 1e-3;
+            gap[s] = times[s] - gpu[s];
+        }
+        if (engine_wait(e, &st[(steps + 2) & 1]) != 0) goto fail;
+        for (int i = 0; i < n_dec; i++) q[i].feed = 0;
+    } else {
+        for (int s = 0; s < steps; s++) {
+            const double a = s_now();
+            if (engine_step(e, q, n, out, NULL) != 0) goto fail;
+            times[s] = s_now() - a;
+            gpu[s] = engine_cuda_last_step_gpu_ms(e) * 1e-3;
+            gap[s] = times[s] - gpu[s];
+        }
+    }
+    qsort(times, (size_t)steps, sizeof *times, s_cmp_d);
+    qsort(gpu, (size_t)steps, sizeof *gpu, s_cmp_d);
+    qsort(gap, (size_t)steps, sizeof *gap, s_cmp_d);
+    r[0] = times[steps / 2] * 1e3;
+    r[1] = gpu[steps / 2] * 1e3;
+    r[2] = gap[steps / 2] * 1e3;
+    return 0;
+fail:
+    fprintf(stderr, "zllm-bench: %s\n", e->err);
+    return -1;
+}
+#endif
+
 int main(int argc, char **argv) {
     const char *path = NULL, *device = "cuda";
     int ctx = 1024, prefill = -1, max_m = 256, min_m = 1, steps = 20, no_graphs = 0, skip_caps = 0, sync = 0;
-    int threads = 0, kv_block = 0;
+    int threads = 0, kv_block = 0, mix = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int has = i + 1 < argc;
@@ -242,6 +338,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--steps") && has) steps = atoi(argv[++i]);
         else if (!strcmp(a, "--threads") && has) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--kv-block") && has) kv_block = atoi(argv[++i]);
+        else if (!strcmp(a, "--mix") && has) mix = atoi(argv[++i]);
         else if (!strcmp(a, "--no-graphs")) no_graphs = 1;
         else if (!strcmp(a, "--skip-caps")) skip_caps = 1;
         else if (!strcmp(a, "--sync")) sync = 1;
@@ -256,13 +353,13 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!path || ctx < 1 || max_m < 1 || min_m < 1 || steps < 1 || threads < 0 || kv_block < 0) {
+    if (!path || ctx < 1 || max_m < 1 || min_m < 1 || steps < 1 || threads < 0 || kv_block < 0 || mix < 0) {
         s_usage(stderr);
         return 2;
     }
     if (prefill < 0) prefill = ctx < 2048 ? ctx : 2048;
     if (!strncmp(device, "cpu", 3))
-        return s_bench_cpu(path, device, threads, ctx, prefill, max_m, min_m, steps, kv_block);
+        return s_bench_cpu(path, device, threads, ctx, prefill, max_m, min_m, steps, kv_block, mix);
 #ifndef ZLLM_HAVE_CUDA
     (void)no_graphs;
     (void)skip_caps;
@@ -290,10 +387,11 @@ int main(int argc, char **argv) {
     zl_engine_opts o;
     memset(&o, 0, sizeof o);
     o.device = device;
-    o.max_batch = max_m;
-    o.n_slots = max_m;
-    o.n_ctx = (ctx + 16 > prefill ? ctx + 16 : prefill);
-    o.max_step_tokens = prefill > max_m ? prefill : max_m;
+    o.max_batch = max_m + (mix > 0); /* --mix: the prompt chunk's entry beside max_m decodes */
+    o.n_slots = o.max_batch;
+    o.n_ctx = ctx + 16 > prefill ? ctx + 16 : prefill;
+    if (o.n_ctx < mix) o.n_ctx = mix;
+    o.max_step_tokens = prefill > max_m + mix ? prefill : max_m + mix;
     o.no_graphs = no_graphs;
     o.kv_block = kv_block;
     double t0 = s_now();
@@ -332,77 +430,66 @@ int main(int argc, char **argv) {
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)e->max_batch);
     int32_t *out = malloc(sizeof(int32_t) * 2 * (size_t)e->max_batch); /* [2][max_batch]: two steps in flight */
     zl_seq *q = calloc((size_t)e->max_batch, sizeof *q);
-    int32_t *ptoks = malloc(sizeof(int32_t) * (size_t)(prefill > 0 ? prefill : 1));
+    const int np = prefill > mix ? prefill : mix;
+    int32_t *ptoks = malloc(sizeof(int32_t) * (size_t)(np > 0 ? np : 1));
     double *times = malloc(sizeof(double) * (size_t)steps), *gpu = malloc(sizeof(double) * (size_t)steps);
     double *gap = malloc(sizeof(double) * (size_t)steps);
+    /* the largest decode batch: the engine's max batch less the --mix entry; dec_ms[lg M]: its decode step */
+    const int top = e->max_batch - (mix > 0);
+    double dec_ms[32] = {0};
     int rc = 0;
     if (!toks || !out || !q || !ptoks || !times || !gpu || !gap) { fprintf(stderr, "zllm-bench: out of memory\n"); rc = 1; goto done; }
-    if (s_paged_tables(e, kv_block, ctx + 1 > prefill ? ctx + 1 : prefill, &tab, &nb) != 0) {
+    if (top < 1) {
+        fprintf(stderr, "zllm-bench: the engine's max batch of %d leaves no decode row beside --mix\n", e->max_batch);
+        rc = 1;
+        goto done;
+    }
+    if (s_paged_tables(e, kv_block, e->max_batch, ctx + 1 > np ? ctx + 1 : np, &tab, &nb) != 0) {
         rc = 1;
         goto done;
     }
     for (int i = 0; i < e->max_batch; i++) toks[i] = (int32_t)(1 + (i * 7919) % (c->vocab_size - 1));
-    for (int M = 1; M <= e->max_batch; M = M * 2 > e->max_batch && M < e->max_batch ? e->max_batch : M * 2) {
-        if (M < min_m && M < e->max_batch) continue;
-        for (int i = 0; i < M; i++) {
-            q[i].slot = i; q[i].pos = ctx; q[i].n_tokens = 1; q[i].tokens = &toks[i]; q[i].sample = 1;
-            q[i].blocks = tab ? tab + (size_t)i * nb : NULL;
+    for (int M = 1, lg = 0; M <= top; M = M * 2 > top && M < top ? top : M * 2, lg++) {
+        if (M < min_m && M < top) continue;
+        s_decode_entries(q, M, ctx, toks, tab, nb);
+        double r[3];
+        if (s_time_steps(e, q, M, M, steps, pipe, out, times, gpu, gap, r) != 0) {
+            rc = 1;
+            goto done;
         }
-        for (int w = 0; w < 3; w++) if (engine_step(e, q, M, out, NULL) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
-        if (pipe) {
-            /* one step in flight, then each turn queues the next (fed from the one before) and waits for the
-             * older: a turn lasts one step of the GPU's steady state. Two untimed turns first. The positions
-             * stay at ctx (the same KV length every step); only the tokens come from the device. */
-            for (int i = 0; i < M; i++) q[i].feed = 1;
-            zl_step st[2]; /* the same entries each turn; st[k & 1] is turn k's step */
-            for (int k = 0; k < 2; k++) {
-                memset(&st[k], 0, sizeof st[k]);
-                st[k].seqs = q;
-                st[k].n = M;
-                st[k].out_tokens = out + (size_t)k * e->max_batch;
-            }
-            if (engine_launch(e, &st[0]) != 0) {
-                fprintf(stderr, "zllm-bench: %s\n", e->err);
-                rc = 1;
-                goto done;
-            }
-            for (int s = -2; s < steps; s++) {
-                const double a = s_now();
-                const int k = (s + 3) & 1; /* turn s launches st[k] and waits for the other */
-                if (engine_launch(e, &st[k]) != 0 || engine_wait(e, &st[k ^ 1]) != 0) {
-                    fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done;
-                }
-                if (s < 0) continue;
-                times[s] = s_now() - a;
-                gpu[s] = engine_cuda_last_step_gpu_ms(e) * 1e-3;
-                gap[s] = times[s] - gpu[s];
-            }
-            if (engine_wait(e, &st[(steps + 2) & 1]) != 0) {
-                fprintf(stderr, "zllm-bench: %s\n", e->err);
-                rc = 1;
-                goto done;
-            }
-            for (int i = 0; i < M; i++) q[i].feed = 0;
-        } else {
-            for (int s = 0; s < steps; s++) {
-                const double a = s_now();
-                if (engine_step(e, q, M, out, NULL) != 0) { fprintf(stderr, "zllm-bench: %s\n", e->err); rc = 1; goto done; }
-                times[s] = s_now() - a;
-                gpu[s] = engine_cuda_last_step_gpu_ms(e) * 1e-3;
-                gap[s] = times[s] - gpu[s];
-            }
-        }
-        qsort(times, (size_t)steps, sizeof *times, s_cmp_d);
-        qsort(gpu, (size_t)steps, sizeof *gpu, s_cmp_d);
-        qsort(gap, (size_t)steps, sizeof *gap, s_cmp_d);
-        const double t = times[steps / 2];
+        dec_ms[lg] = r[0];
+        const double t = r[0] * 1e-3;
         const double bytes = wbytes + (double)M * ctx * c->n_layers * 2 * kvd * es;
         const double flops = 2.0 * M * params + 4.0 * M * ctx * qd * c->n_layers;
         const double tb = bytes / bw, tf = flops / fl, roof = tb > tf ? tb : tf;
-        printf("%6d %12.1f %10.3f %10.3f %10.3f %12.3f %10s %7.1f%%\n", M, M / t, t * 1e3, gpu[steps / 2] * 1e3,
-               gap[steps / 2] * 1e3, roof * 1e3, tb > tf ? "memory" : "compute", 100.0 * roof / t);
+        printf("%6d %12.1f %10.3f %10.3f %10.3f %12.3f %10s %7.1f%%\n", M, M / t, r[0], r[1], r[2], roof * 1e3,
+               tb > tf ? "memory" : "compute", 100.0 * roof / t);
         fflush(stdout);
-        if (M == e->max_batch) break;
+        if (M == top) break;
+    }
+    if (mix > 0) {
+        printf("\ndecode at context %d with a %d-token prompt chunk (positions 0 to %d) in every step, %s\n", ctx, mix,
+               mix - 1, no_graphs ? "no graphs" : "no graphs for such steps");
+        printf("%6s %12s %10s %10s %10s %12s %14s\n", "M", "tokens/s", "ms/step", "gpu ms", "idle ms", "decode ms",
+               "us/prompt tok");
+        zl_seq p = s_prefill_entry(ptoks, mix, c->vocab_size, tab ? tab + (size_t)top * nb : NULL);
+        p.slot = top;
+        p.sample = 0;
+        p.prompt = 1;
+        for (int M = 1, lg = 0; M <= top; M = M * 2 > top && M < top ? top : M * 2, lg++) {
+            if (M < min_m && M < top) continue;
+            s_decode_entries(q, M, ctx, toks, tab, nb);
+            q[M] = p;
+            double r[3];
+            if (s_time_steps(e, q, M + 1, M, steps, pipe, out, times, gpu, gap, r) != 0) {
+                rc = 1;
+                goto done;
+            }
+            printf("%6d %12.1f %10.3f %10.3f %10.3f %12.3f %14.2f\n", M, M / (r[0] * 1e-3), r[0], r[1], r[2],
+                   dec_ms[lg], (r[0] - dec_ms[lg]) * 1e3 / mix);
+            fflush(stdout);
+            if (M == top) break;
+        }
     }
     if (prefill > 0) {
         zl_seq p = s_prefill_entry(ptoks, prefill, c->vocab_size, tab);
