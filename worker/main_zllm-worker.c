@@ -341,8 +341,8 @@ static int s_parse(int argc, char **argv, s_opts *o) {
     }
     if (!o->step_tokens) o->step_tokens = strncmp(o->device, "cpu", 3) == 0 ? 256 : 2048;
     /* CUDA: the 16-bit products take batch tiles of 128 rows above 64, so a step of 64 decodes with 64 prompt
-     * tokens (a budget of 128) costs about 1.2x a decode-only one on an H200, and one of 129 to 256 rows about
-     * 1.8x: 128 gives the serving mix its best throughput and keeps the inter-token latency's p99 within 1.4x of
+     * tokens (a budget of 128) costs about 1.2x a decode-only one on an H200, and one of 129 to 256 rows 1.7 to
+     * 1.8x: 128 gives the serving mix its best throughput and keeps the inter-token latency's p99 within 1.3x of
      * its p50 while 2,048-token prompts arrive (docs/perf.md, "The step budget") */
     if (o->step_budget < 0) o->step_budget = strncmp(o->device, "cpu", 3) == 0 ? 0 : S_STEP_BUDGET_CUDA;
     return 0;
