@@ -676,8 +676,8 @@ __global__ void __launch_bounds__(128 * WG, 1) wtc_wg(const T *__restrict__ w, i
  * warpgroups (64 W rows each) x NX batch rows (ws_chained: up to 128, with deep rings: few CTAs, each with many
  * bytes in flight), splits chained in the CTA as form 4 (the same operations in the same order). One producer
  * thread streams stages into an S-slot ring: for each stage it arms the stage's full barrier with the stage's byte
- * count and issues two TMA box loads (W [64 CW][64], x [NX][64]; the tensor maps zero-fill rows past n_out / m and
- * write the 128-byte swizzle wgmma reads), after waiting on the slot's empty barrier. Consumers wait on the full
+ * count and issues two TMA box loads (W [64 CW][64], x [NX][64]; the tensor maps zero-fill rows past n_out and
+ * past x's readable rows (x_rows, else m) and write the 128-byte swizzle wgmma reads), after waiting on the slot's empty barrier. Consumers wait on the full
  * barrier, issue the stage's 4 wgmma as one group, and once the group before has retired (wait<1>) lane 0 of each
  * consumer warp arrives on that stage's empty barrier. So the consumers run nothing but the wgmma chain and the
  * split sums, with no CTA-wide barrier in the loop.
@@ -741,7 +741,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constan
         if (CW == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (tid != 0) return;   /* one thread issues every copy */
         /* a stage = the W box [kBM][64] then the x box [NX][64], both written by TMA in the 128-byte swizzle
-         * wgmma reads (rows past n_out / m zero-filled by the tensor maps' bounds) */
+         * wgmma reads (rows past n_out or x's readable rows zero-filled by the tensor maps' bounds) */
         auto tma = [](uint32_t dst, const CUtensorMap *map, int k, int row, uint32_t bar) {
             asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
                          "%3}], [%4];\n" ::"r"(dst),

@@ -56,8 +56,8 @@ typedef struct {
     int ldx;             /* elements between rows of x: >= n_in, a multiple of 8 (0 means n_in) */
     int x_rows;          /* rows of x the launch may read: >= m (0 means m). Rows past m change no output row; the
                           * TMA form (6) reads its last batch tile whole from x when they reach its end (a tile
-                          * past x_rows is zero-filled by the tensor map's bounds, which costs up to 50% of its
-                          * time: H200, 8B Q/K/V at M = 144 in tiles of 128 rows, 41 against 27 us at M = 256) */
+                          * past x_rows is zero-filled by the tensor map's bounds, which makes a launch up to 1.5x
+                          * slower: H200, 8B Q/K/V at M = 144 in tiles of 128 rows, 41 against 27 us at M = 256) */
     float *y;            /* [m][ldy] f32; must not overlap w or x */
     int ldy;             /* floats between rows of y and y_in: >= n_out (0 means n_out) */
     const float *y_in;   /* NULL, or [m][ldy] added to the product (may equal y: the in-place residual add) */

@@ -29,6 +29,7 @@
 #include "qgemv.h"
 #include "qmma.h"
 #include "qtc.h"
+#include "bench_graph.cuh"
 
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
     fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -66,30 +67,6 @@ static void fill_blocks(ggml_type t, uint8_t *p, size_t n_units)
         else if (t == GGML_Q6_K) memcpy(b + 208, &d, 2);
         else memcpy(b, &d, 2);
     }
-}
-
-/* median over 7 replays of the graph, in ms per replay */
-static double time_graph(cudaGraphExec_t ge, cudaStream_t st)
-{
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    CK(cudaGraphLaunch(ge, st));   /* warm-up */
-    CK(cudaStreamSynchronize(st));
-    std::vector<double> v;
-    for (int i = 0; i < 7; i++) {
-        CK(cudaEventRecord(a, st));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaEventRecord(b, st));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        v.push_back(ms);
-    }
-    std::sort(v.begin(), v.end());
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    return v[v.size() / 2];
 }
 
 int main(int argc, char **argv)
@@ -141,7 +118,7 @@ int main(int argc, char **argv)
         CK(qgemv_read_bench(buf, nb, sink, st));
         CK(cudaStreamEndCapture(st, &g));
         CK(cudaGraphInstantiate(&ge, g, 0));
-        const double ms1 = time_graph(ge, st);
+        const double ms1 = bench_graph_ms(ge, st);
         ceil_gbs = nb / (ms1 * 1e-3) / 1e9;
         printf("read-only ceiling: %.0f GB/s (qgemv_read_bench, 2 GiB, median of 7)\n", ceil_gbs);
         CK(cudaGraphExecDestroy(ge));
@@ -231,7 +208,7 @@ int main(int argc, char **argv)
                                         CUBLAS_GEMM_DEFAULT));
                     CK(cudaStreamEndCapture(st, &g));
                     CK(cudaGraphInstantiate(&ge, g, 0));
-                    cub_us = time_graph(ge, st) * 1e3 / nbf;
+                    cub_us = bench_graph_ms(ge, st) * 1e3 / nbf;
                     CK(cudaGraphExecDestroy(ge));
                     CK(cudaGraphDestroy(g));
                 }
@@ -263,7 +240,7 @@ int main(int argc, char **argv)
                         continue;
                     }
                     CK(cudaGraphInstantiate(&ge, g, 0));
-                    const double us = time_graph(ge, st) * 1e3 / nbuf;
+                    const double us = bench_graph_ms(ge, st) * 1e3 / nbuf;
                     CK(cudaGraphExecDestroy(ge));
                     CK(cudaGraphDestroy(g));
                     const double bytes = (double)wbytes + (double)m * n_in * 2 + (double)m * n_out * 4;

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <vector>
 #include "wtc.h"
+#include "bench_graph.cuh"
 
 #define CK(call)                                                                                                       \
     do {                                                                                                               \
@@ -75,27 +76,10 @@ template <typename F> static float time_graph(cudaStream_t st, int calls, F fn) 
     for (int i = 0; i < calls; i++) fn(i);
     CK(cudaStreamEndCapture(st, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
-    CK(cudaGraphLaunch(ge, st)); /* warm-up */
-    CK(cudaStreamSynchronize(st));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    std::vector<float> t;
-    for (int r = 0; r < 7; r++) {
-        float ms;
-        CK(cudaEventRecord(a, st));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaEventRecord(b, st));
-        CK(cudaEventSynchronize(b));
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
+    const double ms = bench_graph_ms(ge, st);
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
-    return t[3] * 1000.f / calls;
+    return (float)(ms * 1000.0 / calls);
 }
 
 int main(int argc, char **argv) {
