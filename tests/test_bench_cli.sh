@@ -4,7 +4,7 @@
 #    sequence's scattered table stays within it (the engine refuses a step whose table names a block past the pool)
 #  - --mix 8 adds the table of the same decode steps with an 8-token prompt chunk (M = 1, 2 and 4, each step slower
 #    than its decode step), contiguous and paged
-#  - a block size the engine refuses and a negative one fail with a message, a negative --mix with the usage
+#  - a block size the engine refuses and a negative one fail with a message, a --mix outside 0..1048576 with the usage
 # Test data: $ZLLM_FIXTURES, else the folder tests/fetch-fixtures.sh prints; a missing file fails the whole test.
 # Prints "N passed, N failed".
 set -u
@@ -63,6 +63,8 @@ done
 "$bench" "${args[@]}" --mix -1 >"$tmp/out" 2>"$tmp/err"; rc=$?
 check "--mix -1 is a usage error (rc $rc)" [ "$rc" -eq 2 ]
 check "--mix -1 prints the usage" grep -q "^usage: zllm-bench" "$tmp/err"
+"$bench" "${args[@]}" --mix 1048577 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--mix 1048577 is a usage error (rc $rc)" [ "$rc" -eq 2 ]
 
 # refusals: a size the CPU engine does not take (1..256), and a negative one (usage)
 "$bench" "${args[@]}" --kv-block 1000 >"$tmp/out" 2>"$tmp/err"; rc=$?

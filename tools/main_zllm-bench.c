@@ -63,8 +63,8 @@ static void s_usage(FILE *f) {
                "  --threads N       CPU engines: threads, 0: all cores (default 0)\n"
                "  --kv-block B      paged KV in blocks of B rows, tables scattered over the pool (default 0:\n"
                "                    contiguous slots; CUDA takes 16, 32, 64, 128 or 256)\n"
-               "  --mix P           also time each M's decodes with a P-token prompt chunk in every step\n"
-               "                    (default 0: no such table)\n"
+               "  --mix P           also time each M's decodes with a P-token prompt chunk in every step,\n"
+               "                    0..1048576 (default 0: no such table)\n"
                "  --no-graphs       no CUDA graphs (default: graphs)\n"
                "  --skip-caps       do not measure the bandwidth and matrix rate (default: measure)\n"
                "  --sync            one engine_step at a time (default: steps queued ahead)\n"
@@ -72,6 +72,8 @@ static void s_usage(FILE *f) {
                "Environment: ZLLM_CUDA_* (docs/cuda.md): CUDA kernel paths off, for comparisons;\n"
                "ZLLM_CPU_ISA, ZLLM_CPU_EXACT (docs/perf.md): the CPU engine's kernel path.\n");
 }
+
+#define S_MIX_MAX (1 << 20) /* --mix's largest chunk: the engine's step then holds max_m + P rows */
 
 static int s_cmp_d(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -202,12 +204,12 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
     printf("decode at context %d, %d timed steps each (medians)\n%6s %12s %10s\n", ctx, steps, "M", "tokens/s",
            "ms/step");
     for (int i = 0; i < e->max_batch; i++) toks[i] = (int32_t)(1 + (i * 7919) % (c->vocab_size - 1));
+    /* pass 0 the decode steps, pass 1 the same with the prompt chunk (slot top) as entry M */
+    zl_seq chunk = s_prefill_entry(ptoks, mix > 0 ? mix : 1, c->vocab_size, tab ? tab + (size_t)top * nb : NULL);
+    chunk.slot = top;
+    chunk.sample = 0;
+    chunk.prompt = 1;
     for (int pass = 0; pass < (mix > 0 ? 2 : 1); pass++) {
-        /* pass 0 the decode steps, pass 1 the same with the prompt chunk (slot top) as entry M */
-        zl_seq p = s_prefill_entry(ptoks, mix > 0 ? mix : 1, c->vocab_size, tab ? tab + (size_t)top * nb : NULL);
-        p.slot = top;
-        p.sample = 0;
-        p.prompt = 1;
         if (pass == 1)
             printf("\ndecode at context %d with a %d-token prompt chunk (positions 0 to %d) in every step\n"
                    "%6s %12s %10s %10s %14s\n",
@@ -215,7 +217,7 @@ static int s_bench_cpu(const char *path, const char *device, int threads, int ct
         for (int M = 1, lg = 0; M <= top; M = M * 2 > top && M < top ? top : M * 2, lg++) {
             if (M >= min_m || M == top) {
                 s_decode_entries(q, M, ctx, toks, tab, nb);
-                if (pass == 1) q[M] = p;
+                if (pass == 1) q[M] = chunk;
                 for (int s = -2; s < steps; s++) {
                     const double a = s_now();
                     if (engine_step(e, q, M + pass, out, NULL) != 0) {
@@ -353,7 +355,8 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!path || ctx < 1 || max_m < 1 || min_m < 1 || steps < 1 || threads < 0 || kv_block < 0 || mix < 0) {
+    if (!path || ctx < 1 || max_m < 1 || min_m < 1 || steps < 1 || threads < 0 || kv_block < 0 || mix < 0 ||
+        mix > S_MIX_MAX) {
         s_usage(stderr);
         return 2;
     }
