@@ -109,7 +109,7 @@ static void acc_case(const Mat *a, int m, int resid, int pad)
     cudaFree(dx);
 }
 
-/* the SwiGLU epilogue (wtc_params.glu): where wtc_glu_fused says it runs (the narrow kernel: automatic up to 8 rows;
+/* the SwiGLU epilogue (wtc_params.glu): where wtc_glu_fused says it runs (the narrow kernel: automatic up to 16 rows;
  * the TMA form: automatic above 16 rows, or form 6 forced), the same bits as the product into y followed by
  * ops_swiglu_il8_dual, into a padded [m][ldg];
  * elsewhere a glu launch is refused. a's rows are read as gate/up blocks of 8 (n_out a multiple of 16). */
@@ -185,7 +185,7 @@ static void form_case(const Mat *a, int m)
     void *dx = upload(xh);
     run(a, dx, m, 0, 0, NULL, 0, 0, 0, y0);
     for (int form = 1; form <= 6; form++) {
-        if ((form == 1 && m > 8) || (form >= 4 && !wtc_wgmma())) continue;
+        if ((form == 1 && m > 16) || (form >= 4 && !wtc_wgmma())) continue;
         for (int sms = 0; sms <= (form == 6 ? 3 : 0); sms += 3) { /* the TMA form's tiles for 3 SMs too */
             s_sm_count = sms;
             const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, form, 0, y1);
@@ -281,8 +281,10 @@ static void arg_checks(const Mat *a)
     CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "ldy < n_out accepted");
     q = p; q.m = 0;
     CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "m = 0 accepted");
-    q = p; q.m = 9; q.form = 1;
-    CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "narrow form at m = 9 accepted");
+    q = p;
+    q.m = 17;
+    q.form = 1;
+    CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "narrow form at m = 17 accepted");
     q = p; q.form = 7;
     CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "form 7 accepted");
     if (wtc_split(a->n_in, a->n_out) > 1) {
@@ -325,7 +327,7 @@ int main(void)
             rand16(bf16, 0.05f, wh, a.wf, (size_t)a.n_in * a.n_out);
             a.dw = upload(wh);
             const long work = (long)a.n_in * a.n_out;
-            static const int ms[] = {1, 3, 8, 9, 64, 130};
+            static const int ms[] = {1, 3, 8, 9, 16, 64, 130};
             for (int m : ms)
                 if (work * m <= 300000000L) acc_case(&a, m, 0, 0);
             acc_case(&a, 3, 1, 0);
@@ -334,7 +336,10 @@ int main(void)
             acc_case(&a, 20, 2, 8);
             form_case(&a, 1);
             form_case(&a, 7);
+            form_case(&a, 12);
+            form_case(&a, 16);
             form_case(&a, 20);
+            form_case(&a, 32);
             form_case(&a, 37);
             if (work <= 20000000L) form_case(&a, 200);
             xrows_case(&a, 20);

@@ -8,9 +8,8 @@
  * chunk 2q + 1, which yields a0..a3 of m16n8k16 (rows g / g + 8, k 2t / 2t + 8). B operand (x rows, k
  * contiguous) by ldmatrix.x4 over 16 batch rows (two n8 fragments), or, in the narrow kernel, by 32-bit shared
  * loads from the x rows its ring stage carries (b0 = k 2t..2t+1, b1 = k 2t+8..2t+9 of batch row g).
- * Kernels: narrow (mma.sync, M <= 8), wide and wide2 (mma.sync, M > 8 below sm_90 or with ZLLM_CUDA_WGMMA=0),
- * wg (wgmma fed by cp.async: the cluster form for M <= 64 on sm_90), ws (wgmma fed by TMA, warp-specialized: M >
- * 64 on sm_90). */
+ * Kernels: narrow (mma.sync, M <= 16), wide and wide2 (mma.sync, M > 16 below sm_90 or with ZLLM_CUDA_WGMMA=0),
+ * wg (wgmma fed by cp.async: forced forms 4 and 5), ws (wgmma fed by TMA, warp-specialized: M > 16 on sm_90). */
 #include "wtc.h"
 #include "wgmma.cuh"
 #include "act.cuh"
@@ -39,9 +38,14 @@ constexpr int kStageN = 16 * kKC;  /* narrow stage: 16 rows x 64 (2 KiB) */
 constexpr int kBM = 128, kWS = 4;  /* wide kernel: CTA rows of W and stages (kBN batch rows: a template) */
 constexpr int kMaxKs = 8;
 constexpr int kSplitRows = 256;    /* the one-CTA-per-split form serves launches of at most this many rows */
+/* the narrow kernel serves launches of at most this many rows: one 8-row B fragment up to 8, two up to 16 (H200,
+ * 8B F16 at 16 rows: 117 us a layer's four products against 136 for the wgmma cluster form and 127 for the TMA
+ * form; 32 rows in four fragments lost to the TMA form, 142 against 124 us) */
+constexpr int kNarrowM = 16;
 /* narrow kernel: elements of one ring stage at m batch rows (W [16][kKC], then x [m][kKC]) */
 __host__ __device__ constexpr int narrow_stage(int m) { return kStageN + m * kKC; }
-constexpr size_t kNarrowSmem = (size_t)kMaxKs * 4 * narrow_stage(8) * 2;   /* 96 KiB: ks 8, m 8, 4 stages */
+constexpr size_t kNarrowSmem = (size_t)kMaxKs * 4 * narrow_stage(8) * 2;    /* 96 KiB: ks 8, m 8, 4 stages (and
+                                                                               * m 16, 3 stages) */
 constexpr size_t kWideSmem64 = (size_t)kWS * (kBM + 64) * kKT * 2;          /* 96 KiB at kBN 64: 2 CTAs per SM */
 
 /* element offset of 16-byte chunk c of row r in a [rows][W] tile, chunks XOR-swizzled by (r & 7) */
@@ -67,16 +71,19 @@ __device__ __forceinline__ void wg_store_glu(const float (&acc)[NX / 2], int rba
         }
 }
 
-/* M <= 8: CTA = ks warps on one 16-row tile, warp s chains split s through its own ring; warp 0 sums the split
- * partials in order (wtc.h) and stores columns < m (with glu, their SwiGLU: wg_store_glu). A ring stage holds the W tile [16][64] (2 KiB) and the m x rows
- * of the same 64 k [m][64] (chunk c of row r at chunk c ^ r: the B reads of the 8 rows hit distinct banks), both
- * by cp.async in one commit group: x then arrives with its weights, kNS - 1 stages ahead. (x read from global
- * memory one stage ahead, as before, held each warp to one stage per L2 round trip under full DRAM load: H100
- * 8B BF16 M = 1, gate/up and down at 2.72 TB/s in the graph, 89% of the read ceiling.) */
-template <typename T, int NS = kNS>
-__global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ w, int n_in, int n_out, int ks,
-                                                          int m, const T *__restrict__ x, int ldx, float *y, int ldy,
-                                                          const float *y_in, T *glu, int ldg) {
+/* M <= 16: CTA = ks warps on one 16-row tile, warp s chains split s through its own ring; warp 0 sums the split
+ * partials in order (wtc.h) and stores columns < m (with glu, their SwiGLU: wg_store_glu). NF batch fragments of 8
+ * rows (NF = 1 up to 8 rows, 2 up to 16): each k16 step multiplies one A fragment of W with NF B fragments of x, and
+ * an element's chain (its k order, its split sum) is the same in either fragment, so a row's bits do not depend on
+ * NF or m. A ring stage holds the W tile [16][64] (2 KiB) and the m x rows of the same 64 k [m][64] (chunk c of row
+ * r at chunk c ^ (r & 7): the B reads of 8 rows hit distinct banks), both by cp.async in one commit group: x then
+ * arrives with its weights, NS - 1 stages ahead. (x read from global memory one stage ahead, as before, held each
+ * warp to one stage per L2 round trip under full DRAM load: H100 8B BF16 M = 1, gate/up and down at 2.72 TB/s in
+ * the graph, 89% of the read ceiling.) */
+template <typename T, int NS = kNS, int NF = 1>
+__global__ void __launch_bounds__(kMaxKs * 32)
+    wtc_narrow(const T *__restrict__ w, int n_in, int n_out, int ks, int m, const T *__restrict__ x, int ldx, float *y,
+               int ldy, const float *y_in, T *glu, int ldg) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.x * 16;
@@ -94,10 +101,16 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
         src[j] = sok[j] ? w + (size_t)row * n_in + k0 + (lane & 7) * 8 : w;
         soff[j] = swz<kKC>(r, lane & 7);
     }
-    /* lane's x chunks: row lane / 8 and row lane / 8 + 4 (when < m), chunk lane % 8 */
+    /* lane's x chunks: rows lane / 8 + 4 j (j < 2 NF, when < m), chunk lane % 8 */
     const int xr = lane >> 3, xc = lane & 7;
-    const T *xsrc0 = x + (size_t)xr * ldx + k0 + xc * 8, *xsrc1 = x + (size_t)(xr + 4) * ldx + k0 + xc * 8;
-    const int xoff0 = kStageN + xr * kKC + ((xc ^ xr) << 3), xoff1 = kStageN + (xr + 4) * kKC + ((xc ^ (xr + 4)) << 3);
+    const T *xsrc[2 * NF];
+    int xoff[2 * NF];
+#pragma unroll
+    for (int j = 0; j < 2 * NF; j++) {
+        const int r = xr + 4 * j;
+        xsrc[j] = x + (size_t)r * ldx + k0 + xc * 8;
+        xoff[j] = kStageN + r * kKC + ((xc ^ (r & 7)) << 3);
+    }
     auto load_w = [&](int s) {
         if (s < nst) {
             T *dst = ring + (s % NS) * sst;
@@ -108,8 +121,9 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
     auto load_x = [&](int s) {
         if (s < nst) {
             T *dst = ring + (s % NS) * sst;
-            if (xr < m) cp_async16_zfill(dst + xoff0, xsrc0 + s * kKC, true);
-            if (xr + 4 < m) cp_async16_zfill(dst + xoff1, xsrc1 + s * kKC, true);
+#pragma unroll
+            for (int j = 0; j < 2 * NF; j++)
+                if (xr + 4 * j < m) cp_async16_zfill(dst + xoff[j], xsrc[j] + s * kKC, true);
         }
     };
     pdl_trigger();
@@ -127,17 +141,21 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
     for (int s = 0; s < NS - 1; s++) load_x(s);
     /* warp 0 stores the tile: its y_in elements come with the x group (waited for in full just below), into
      * s_yin, instead of one L2 round trip after the last barrier (no other CTA writes them; y_in may be y) */
-    __shared__ float s_yin[128];
+    __shared__ float s_yin[128 * NF];
     if (y_in && !glu && warp == 0) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int row = row0 + g + 8 * (e >> 1), col = 2 * t + (e & 1);
-            if (row < n_out && col < m) cp_async4(s_yin + lane * 4 + e, y_in + (size_t)col * ldy + row);
-        }
+        for (int f = 0; f < NF; f++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = row0 + g + 8 * (e >> 1), col = 8 * f + 2 * t + (e & 1);
+                if (row < n_out && col < m) cp_async4(s_yin + (f * 32 + lane) * 4 + e, y_in + (size_t)col * ldy + row);
+            }
     }
     cp_async_commit();
     cp_async_wait<0>();
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    float acc[NF][4];
+#pragma unroll
+    for (int f = 0; f < NF; f++) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.f;
     static_assert(kKC == 64, "a stage is 4 k16 steps and 4 chunks per lane (splits are multiples of 64)");
     for (int s = 0; s < nst; s++) {
         cp_async_wait<NS - 2>();
@@ -146,45 +164,58 @@ __global__ void __launch_bounds__(kMaxKs * 32) wtc_narrow(const T *__restrict__ 
         load_x(s + NS - 1);
         cp_async_commit();
         const T *st = ring + (s % NS) * sst;
-        const uint32_t *xs = reinterpret_cast<const uint32_t *>(st + kStageN + g * kKC);
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             uint32_t a[4];
             ldsm_x4(a, st + swz<kKC>(lane & 15, 2 * q + (lane >> 4)));
-            /* b0 = x[g][16 q + 2t, +1], b1 = x[g][16 q + 8 + 2t, +1]: chunks 2q and 2q + 1 of row g (rows >= m:
-             * zero operand, never stored) */
-            const uint32_t b0 = g < m ? xs[(((2 * q) ^ g) << 2) + t] : 0u;
-            const uint32_t b1 = g < m ? xs[(((2 * q + 1) ^ g) << 2) + t] : 0u;
-            tc_type<T>::mma(acc, a, b0, b1);
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+                /* b0 = x[r][16 q + 2t, +1], b1 = x[r][16 q + 8 + 2t, +1], r = 8 f + g: chunks 2q and 2q + 1 of row
+                 * r (rows >= m: zero operand, never stored) */
+                const int r = 8 * f + g;
+                const uint32_t *xs = reinterpret_cast<const uint32_t *>(st + kStageN + r * kKC);
+                const uint32_t b0 = r < m ? xs[(((2 * q) ^ g) << 2) + t] : 0u;
+                const uint32_t b1 = r < m ? xs[(((2 * q + 1) ^ g) << 2) + t] : 0u;
+                tc_type<T>::mma(acc[f], a, b0, b1);
+            }
         }
     }
     cp_async_wait<0>();
     __syncwarp();
     float *part = reinterpret_cast<float *>(ring);   /* this warp's ring is idle now */
-    *reinterpret_cast<float4 *>(part + lane * 4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+#pragma unroll
+    for (int f = 0; f < NF; f++)
+        *reinterpret_cast<float4 *>(part + (f * 32 + lane) * 4) =
+            make_float4(acc[f][0], acc[f][1], acc[f][2], acc[f][3]);
     __syncthreads();
     if (warp != 0) return;
     for (int k = 1; k < ks; k++) {
-        const float4 v = *reinterpret_cast<const float4 *>(
-            reinterpret_cast<const float *>(smem + (size_t)k * NS * sst * sizeof(T)) + lane * 4);
-        acc[0] = __fadd_rn(acc[0], v.x);
-        acc[1] = __fadd_rn(acc[1], v.y);
-        acc[2] = __fadd_rn(acc[2], v.z);
-        acc[3] = __fadd_rn(acc[3], v.w);
+        const float *pk = reinterpret_cast<const float *>(smem + (size_t)k * NS * sst * sizeof(T));
+#pragma unroll
+        for (int f = 0; f < NF; f++) {
+            const float4 v = *reinterpret_cast<const float4 *>(pk + (f * 32 + lane) * 4);
+            acc[f][0] = __fadd_rn(acc[f][0], v.x);
+            acc[f][1] = __fadd_rn(acc[f][1], v.y);
+            acc[f][2] = __fadd_rn(acc[f][2], v.z);
+            acc[f][3] = __fadd_rn(acc[f][3], v.w);
+        }
     }
-    /* lane (g, t): acc = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1] */
+    /* lane (g, t), fragment f: acc[f] = C[g][8f + 2t], C[g][8f + 2t+1], C[g+8][8f + 2t], C[g+8][8f + 2t+1] */
     if (glu) {   /* the SwiGLU epilogue: rows g and g + 8 of the tile are gate and up of one feature */
-        wg_store_glu<T, 8>(acc, row0 + g, 0, t, glu, ldg, n_out, m);
+#pragma unroll
+        for (int f = 0; f < NF; f++) wg_store_glu<T, 8>(acc[f], row0 + g, 8 * f, t, glu, ldg, n_out, m);
         return;
     }
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-        const int row = row0 + g + 8 * (e >> 1), col = 2 * t + (e & 1);
-        if (row < n_out && col < m) {
-            const size_t idx = (size_t)col * ldy + row;
-            y[idx] = y_in ? __fadd_rn(acc[e], s_yin[lane * 4 + e]) : acc[e];
+    for (int f = 0; f < NF; f++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int row = row0 + g + 8 * (e >> 1), col = 8 * f + 2 * t + (e & 1);
+            if (row < n_out && col < m) {
+                const size_t idx = (size_t)col * ldy + row;
+                y[idx] = y_in ? __fadd_rn(acc[f][e], s_yin[(f * 32 + lane) * 4 + e]) : acc[f][e];
+            }
         }
-    }
 }
 
 /* M > 8: CTA tile kBM W rows x kBN batch rows (32, 64 or 128: the smallest covering M), 8 warps as WR x WC
@@ -1043,17 +1074,18 @@ cudaError_t launch_wide(const wtc_params *p, int form, int ks, int ldx, int ldy,
  * 179.7 ms) */
 int wide_bn(int m) { return m <= 32 ? 32 : 64; }
 
-/* the narrow kernel with NS-stage rings (the caller checked that ks warps' rings fit optin bytes) */
-template <typename T, int NS>
+/* the narrow kernel with NS-stage rings and NF batch fragments (the caller checked that ks warps' rings fit optin
+ * bytes) */
+template <typename T, int NS, int NF>
 cudaError_t launch_narrow(const wtc_params *p, int ks, int ldx, int ldy, size_t optin, cudaStream_t st) {
     static std::atomic<unsigned long long> s_set{0};
-    const size_t most = (size_t)kMaxKs * NS * narrow_stage(8) * sizeof(T);
-    const cudaError_t e = cu_smem_optin(wtc_narrow<T, NS>, most < optin ? most : optin, s_set);
+    const size_t most = (size_t)kMaxKs * NS * narrow_stage(8 * NF) * sizeof(T);
+    const cudaError_t e = cu_smem_optin(wtc_narrow<T, NS, NF>, most < optin ? most : optin, s_set);
     if (e != cudaSuccess) return e;
     const unsigned tiles = (unsigned)((p->n_out + 15) / 16);
-    return cu_launch(wtc_narrow<T, NS>, dim3(tiles), dim3(32 * ks), (size_t)ks * NS * narrow_stage(p->m) * sizeof(T),
-                     st, (const T *)p->w, p->n_in, p->n_out, ks, p->m, (const T *)p->x, ldx, p->y, ldy, p->y_in,
-                     (T *)p->glu, p->ldg);
+    return cu_launch(wtc_narrow<T, NS, NF>, dim3(tiles), dim3(32 * ks),
+                     (size_t)ks * NS * narrow_stage(p->m) * sizeof(T), st, (const T *)p->w, p->n_in, p->n_out, ks, p->m,
+                     (const T *)p->x, ldx, p->y, ldy, p->y_in, (T *)p->glu, p->ldg);
 }
 
 template <typename T>
@@ -1062,15 +1094,17 @@ cudaError_t launch_t(const wtc_params *p, int form, int ks, int ldx, int ldy, cu
     if (form == 5) return launch_wg<T, true>(p, ks, ldx, ldy, st);
     if (form == 6) return launch_ws<T>(p, ks, ldx, ldy, st);
     if (form == 1) {
-        /* ring depth: 6 stages up to 2 rows, 4 above (each stage carries m x rows, and more warps per SM beat
-         * deeper rings: on the 8B BF16 shape 4 stages were faster than 6 at M = 4 and 8, and 6 faster than 4, 8
-         * and 12 at M = 1). The depth never changes a bit */
+        /* ring depth: 6 stages up to 2 rows, 4 up to 8, 3 above (each stage carries m x rows, and more warps per
+         * SM beat deeper rings: on the 8B BF16 shape 4 stages were faster than 6 at M = 4 and 8, and 6 faster than
+         * 4, 8 and 12 at M = 1; H200, 8B F16 at M = 16, 4.72 ms a step with 3 stages (two CTAs of 8 warps per SM)
+         * against 4.76 with 2 and 5.34 with 4). The depth never changes a bit */
         const size_t optin = cu_smem_optin_max();
+        if (p->m > 8) return launch_narrow<T, 3, 2>(p, ks, ldx, ldy, optin, st);
         int ns = p->m <= 2 ? kNS : 4;
         auto fits = [&](int n) { return (size_t)ks * n * narrow_stage(p->m) * sizeof(T) <= optin; };
         if (!fits(ns)) ns = fits(kNS) ? kNS : 4;
-        if (ns == 4) return launch_narrow<T, 4>(p, ks, ldx, ldy, optin, st);
-        return launch_narrow<T, 6>(p, ks, ldx, ldy, optin, st);
+        if (ns == 4) return launch_narrow<T, 4, 1>(p, ks, ldx, ldy, optin, st);
+        return launch_narrow<T, 6, 1>(p, ks, ldx, ldy, optin, st);
     }
     if (form == 2 && p->m > 64) {
         static std::atomic<unsigned long long> s_set{0};
@@ -1095,7 +1129,7 @@ extern "C" int wtc_supported(int n_in, int n_out) {
 extern "C" int wtc_split(int n_in, int n_out) {
     if (!wtc_supported(n_in, n_out)) return 0;
     /* Enough warps for one decode row (tiles x ks >= 2048 on the narrow kernel); then more splits while each keeps
-     * at least 512 k (8 ring stages) and tiles x ks < 16384: a split is one warp's unit of work at M <= 8, and
+     * at least 512 k (8 ring stages) and tiles x ks < 16384: a split is one warp's unit of work at M <= 16, and
      * many short units balance the SMs where few long ones leave a tail (H100, M = 1: 8B BF16 6.03 -> 5.88 ms,
      * gate/up 2 -> 8 splits and the LM head 1 -> 4; 1B 1.234 -> 1.205 ms). Each split a multiple of the 64-wide
      * k tile. Shape only: it is part of every element's arithmetic. */
@@ -1129,14 +1163,13 @@ extern "C" int wtc_wgmma(void) { return wg_on(); }
 static int s_form(const wtc_params *p, int ks) {
     int form = p->form;
     if (form == 0) {
-        if (p->m <= 8) {
+        if (p->m <= kNarrowM) {
             form = 1;
         } else if (wg_on()) {
-            /* wgmma. Above 16 rows: TMA-fed and warp-specialized, splits chained in the CTA, one batch tile of
-             * 32 or 64 rows up to 64 with rings as deep as shared memory allows. Up to 16: one cluster of split
-             * CTAs per tile. H100, 8B BF16: form 6 beat forms 4 and 5 at M = 128, 256 and the prefill, and form
-             * 5 at M = 64 */
-            form = p->m > 16 ? 6 : 5;
+            /* wgmma, TMA-fed and warp-specialized, splits chained in the CTA (H100, 8B BF16: form 6 beat forms 4
+             * and 5 at M = 128, 256 and the prefill, and form 5 at M = 64; the narrow kernel beat both at 9..16
+             * rows, kNarrowM) */
+            form = 6;
         } else {
             /* one CTA per split when the tile grid alone would leave most multiprocessors idle (layer matrices
              * at batch 16-128); the form never changes a bit (wtc.h) */
@@ -1149,7 +1182,7 @@ static int s_form(const wtc_params *p, int ks) {
     return form;
 }
 
-/* the SwiGLU epilogue runs in a launch of p in this form: the narrow kernel (m <= 8) or the TMA form, rows in whole
+/* the SwiGLU epilogue runs in a launch of p in this form: the narrow kernel (m <= 16) or the TMA form, rows in whole
  * gate/up blocks */
 static bool s_glu_ok(const wtc_params *p, int form) {
     /* ZLLM_CUDA_WTC_GLU=0: the narrow kernel without it (the same bits either way) */
@@ -1176,7 +1209,7 @@ extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {
     const int form = s_form(p, ks);
     if (p->glu && (!s_glu_ok(p, form) || p->ldg < p->n_out / 2 || (long)p->m * p->ldg >= (1L << 31)))
         return cudaErrorInvalidValue;
-    if (form == 1 && p->m > 8) return cudaErrorInvalidValue;
+    if (form == 1 && p->m > kNarrowM) return cudaErrorInvalidValue;
     if (form >= 4 && !wg_on()) return cudaErrorInvalidValue;
     if (form == 3 && ks > 1) {
         if (p->m > kSplitRows || !p->workspace || ((uintptr_t)p->workspace & 15) ||

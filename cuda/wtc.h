@@ -18,15 +18,13 @@
  *     step holding element k0 + j (natural order), the steps chained in k order from zero;
  *   - the split partials summed in split order, ((p0 + p1) + p2) + ..., then + y_in.
  * Which kernel computes them follows M (and the device) only, never a bit:
- *   - M <= 8: the narrow kernel (mma.sync; one CTA of ks warps per 16 rows, warp s chains split s from its own
- *     cp.async ring of weights and x rows, warp 0 sums);
- *   - sm_90 (built as sm_90a), M <= 16: wgmma, one thread-block cluster of ks CTAs per tile, each CTA one split,
- *     the partials summed in order through distributed shared memory;
+ *   - M <= 16: the narrow kernel (mma.sync; one CTA of ks warps per 16 rows, warp s chains split s from its own
+ *     cp.async ring of weights and x rows through one or two 8-row B fragments, warp 0 sums);
  *   - sm_90, M > 16: wgmma fed by TMA, warp-specialized (a producer warpgroup, one or two consumer warpgroups on
  *     mbarriers), every split chained in the CTA with the running sum in registers; tiles of up to 128 batch rows
  *     and 128 W rows, smaller where that brings idle multiprocessors in, with rings as deep as shared memory
  *     allows;
- *   - other devices, or ZLLM_CUDA_WGMMA=0: the mma.sync wide kernels (one CTA per split plus an ordered merge for
+ *   - M > 16 on other devices, or with ZLLM_CUDA_WGMMA=0: the mma.sync wide kernels (one CTA per split plus an ordered merge for
  *     small grids, else splits chained in the CTA).
  * wgmma chains give the same bits as mma.sync chains (measured, cuda/wgmma.cuh), so every form is one
  * arithmetic; cuda/test_wtc.cu checks it bit for bit (a row alone against the same row inside M up to 2048,
@@ -68,7 +66,7 @@ typedef struct {
     int form;            /* 0 automatic; 1 narrow; 2 wide, splits chained in the CTA; 3 wide, one CTA per split;
                           * 4 wgmma, splits chained in the CTA; 5 wgmma, one cluster of split CTAs per tile;
                           * 6 wgmma fed by TMA, warp-specialized (checks and benchmarks: every form gives the same
-                          * bits; narrow needs m <= 8, 4 to 6 need wtc_wgmma()) */
+                          * bits; narrow needs m <= 16, 4 to 6 need wtc_wgmma()) */
     void *glu;           /* NULL, or the SwiGLU epilogue: W's rows are gate and up rows interleaved in blocks of 8
                           * (rows 16 b .. 16 b + 7 the gate rows of features 8 b .., rows 16 b + 8 .. the up rows of
                           * the same features), and instead of y the launch writes
@@ -96,7 +94,7 @@ int wtc_available(void);
 int wtc_wgmma(void);
 
 /* 1 when a launch of p (its shape, m, form and the device) would run the SwiGLU epilogue (p->glu): n_out a multiple
- * of 16, and the narrow kernel (form 1, automatic up to 8 rows) or the TMA-fed form (form 6, automatic above 16
+ * of 16, and the narrow kernel (form 1, automatic up to 16 rows) or the TMA-fed form (form 6, automatic above 16
  * rows on sm_90). Never fails (0 otherwise). */
 int wtc_glu_fused(const wtc_params *p);
 

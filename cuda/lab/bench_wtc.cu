@@ -11,7 +11,7 @@
  *
  * usage: zllm-wtcbench [--ms 32,64,128,256,2048] [--forms 0] [--f16] [--no-cublas] [--x-rows-m]
  *   --forms: wtc_params.form values (0 automatic, 1 to 6 forced: cuda/wtc.h; a form refused for a shape, the
- *            narrow one above 8 rows say, ends the run with status 1).
+ *            narrow one above 16 rows say, ends the run with status 1).
  *   --x-rows-m: x_rows 0 (only the first M rows of x readable: a last batch tile past them is zero-filled).
  * Exit status 1 on any CUDA or cuBLAS error, and with the usage on an unknown argument, an empty list, an M outside
  * 1..65536 or a form outside 0..6. */
