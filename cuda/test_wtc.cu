@@ -186,7 +186,12 @@ static void form_case(const Mat *a, int m)
     run(a, dx, m, 0, 0, NULL, 0, 0, 0, y0);
     for (int form = 1; form <= 6; form++) {
         if ((form == 1 && m > 16) || (form >= 4 && !wtc_wgmma())) continue;
-        for (int sms = 0; sms <= (form == 6 ? 3 : 0); sms += 3) { /* the TMA form's tiles for 3 SMs too */
+        /* the TMA form's tiles for 3 SMs too; the narrow kernel's shallower rings for a multiprocessor count at
+         * which a third CTA per SM brings its tiles within one wave */
+        const int third = ((a->n_out + 15) / 16 + 2) / 3;
+        const int sms_alt = form == 6 ? 3 : form == 1 && m > 2 ? third : 0;
+        for (int i = 0; i < (sms_alt ? 2 : 1); i++) {
+            const int sms = i ? sms_alt : 0;
             s_sm_count = sms;
             const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, form, 0, y1);
             s_sm_count = 0;
