@@ -218,9 +218,10 @@ __global__ void __launch_bounds__(kMaxKs * 32)
         }
 }
 
-/* M > 8: CTA tile kBM W rows x kBN batch rows (32, 64 or 128: the smallest covering M), 8 warps as WR x WC
- * (each 16 MI rows x 32 batch rows), kWS-stage cp.async pipeline over 64-wide k tiles. PER_SPLIT: blockIdx.z is one split, its partial goes to part [ks][m][n_out] (the merge
- * kernel sums); else the CTA runs every split, closing each one into tot in order. */
+/* M > 16 below sm_90 (and the forced forms 2 and 3 at any M): CTA tile kBM W rows x kBN batch rows (32, 64 or 128:
+ * the smallest covering M), 8 warps as WR x WC (each 16 MI rows x 32 batch rows), kWS-stage cp.async pipeline over
+ * 64-wide k tiles. PER_SPLIT: blockIdx.z is one split, its partial goes to part [ks][m][n_out] (the merge kernel
+ * sums); else the CTA runs every split, closing each one into tot in order. */
 template <typename T, bool PER_SPLIT, int kBN>
 __global__ void __launch_bounds__(256, PER_SPLIT ? 2 : 1) wtc_wide(const T *__restrict__ w, int n_in, int n_out, int ks, int m,
                                                    const T *__restrict__ x, int ldx, float *y, int ldy,
