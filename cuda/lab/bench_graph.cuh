@@ -1,7 +1,8 @@
 /* cuda/lab/bench_graph.cuh: the lab benchmarks' timing of a captured CUDA graph, header only.
  *   bench_graph_ms(ge, st): one warm-up replay of ge on st, then 7 replays, each between two CUDA events; returns
  *   the median replay in ms. A CUDA error prints the call and exits with status 1 (a benchmark has no figure to
- *   give after one). */
+ *   give after one).
+ *   BENCH_GRAPH_CK(call): that check, for the benchmarks' own CUDA calls too. */
 #ifndef ZLLM_CUDA_LAB_BENCH_GRAPH_CUH
 #define ZLLM_CUDA_LAB_BENCH_GRAPH_CUH
 #include <cuda_runtime.h>

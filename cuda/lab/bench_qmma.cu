@@ -31,8 +31,7 @@
 #include "qtc.h"
 #include "bench_graph.cuh"
 
-#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
-    fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); exit(1); } } while (0)
+#define CK(call) BENCH_GRAPH_CK(call) /* a CUDA error: the call and its error, exit status 1 */
 #define CB(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) { \
     fprintf(stderr, "%s:%d: %s: %d\n", __FILE__, __LINE__, #call, (int)s_); exit(1); } } while (0)
 
