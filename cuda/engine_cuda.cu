@@ -387,7 +387,8 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
          * their norm and residual add (after the attention prologue has read qkv and the GeGLU has read gu) */
         size_t qkv_w = qd + 2 * kvd, gu_w = 2 * (size_t)c->ffn_dim;
         if (c->has_post_norms && gu_w < (size_t)c->dim) gu_w = c->dim;
-        CU_CHECK(cudaMalloc((void **)&E->qkv, TX * (qkv_w > gu_w ? qkv_w : gu_w) * 4));
+        const size_t qkv_bytes = TX * (qkv_w > gu_w ? qkv_w : gu_w) * 4;
+        CU_CHECK(cudaMalloc((void **)&E->qkv, qkv_bytes));
         E->gu = E->qkv;
         CU_CHECK(cudaMalloc((void **)&E->q, T * qd * 4));
         CU_CHECK(cudaMalloc((void **)&E->att, TX * qd * 4));
@@ -396,7 +397,7 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
         CU_CHECK(cudaMalloc(&E->xb, TX * wide * es));
         /* rows past a step's hold values no output row depends on: zeros until a step writes them */
         CU_CHECK(cudaMemset(E->xb, 0, TX * wide * es));
-        CU_CHECK(cudaMemset(E->qkv, 0, TX * (qkv_w > gu_w ? qkv_w : gu_w) * 4));
+        CU_CHECK(cudaMemset(E->qkv, 0, qkv_bytes));
         if (E->att_w != E->att) CU_CHECK(cudaMemset(E->att_w, 0, TX * qd * es));
         CU_CHECK(cudaMalloc((void **)&E->logits, (size_t)b->max_batch * c->vocab_size * 4));
         CU_CHECK(cudaMallocHost((void **)&E->h_logits, (size_t)b->max_batch * c->vocab_size * 4));
