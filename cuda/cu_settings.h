@@ -25,7 +25,7 @@ typedef struct {
     int qtc_glu;         /* ZLLM_CUDA_QTC_GLU: a qtc gate/up join interleaves its rows in blocks of 8 so that
                           * decode steps of <= 8 rows take qtc's SwiGLU epilogue; 0: rows in order, the product
                           * then the SwiGLU kernel (same bits) */
-    int wtc_glu;         /* ZLLM_CUDA_WTC_GLU: wtc's narrow kernel (steps of <= 16 rows) applies the SwiGLU of an
+    int wtc_glu;         /* ZLLM_CUDA_WTC_GLU: wtc's narrow kernel (steps of <= 32 rows) applies the SwiGLU of an
                           * interleaved gate/up join in its epilogue; 0: the SwiGLU kernel after it (same bits) */
     int qtc_pair;        /* ZLLM_CUDA_QTC_PAIR: Q/K and V matrices of two qtc types (Q4_K_M) in one launch for
                           * steps of <= 8 rows; 0: two launches (same bits) */

@@ -185,13 +185,17 @@ static void form_case(const Mat *a, int m)
     void *dx = upload(xh);
     run(a, dx, m, 0, 0, NULL, 0, 0, 0, y0);
     for (int form = 1; form <= 6; form++) {
-        if ((form == 1 && m > 16) || (form >= 4 && !wtc_wgmma())) continue;
-        /* the TMA form's tiles for 3 SMs too; the narrow kernel's shallower rings for a multiprocessor count at
-         * which a third CTA per SM brings its tiles within one wave */
-        const int third = ((a->n_out + 15) / 16 + 2) / 3;
-        const int sms_alt = form == 6 ? 3 : form == 1 && m > 2 ? third : 0;
-        for (int i = 0; i < (sms_alt ? 2 : 1); i++) {
-            const int sms = i ? sms_alt : 0;
+        if ((form == 1 && m > 32) || (form >= 4 && !wtc_wgmma())) continue;
+        /* the TMA form's tiles for 3 SMs too; the narrow kernel at multiprocessor counts at which a third CTA per
+         * SM brings its 16-row tiles within one wave (shallower rings; 16 W rows a CTA from 9 rows) and at which
+         * its 32-row tiles fit one CTA per SM (32 W rows a CTA from 9 rows) */
+        const int third = ((a->n_out + 15) / 16 + 2) / 3, half = (a->n_out + 31) / 32;
+        int sms_alt[3] = {0, 0, 0}, n_alt = 1;
+        if (form == 6) sms_alt[n_alt++] = 3;
+        if (form == 1 && m > 2) sms_alt[n_alt++] = third;
+        if (form == 1 && m > 8) sms_alt[n_alt++] = half;
+        for (int i = 0; i < n_alt; i++) {
+            const int sms = sms_alt[i];
             s_sm_count = sms;
             const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, form, 0, y1);
             s_sm_count = 0;
@@ -287,9 +291,9 @@ static void arg_checks(const Mat *a)
     q = p; q.m = 0;
     CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "m = 0 accepted");
     q = p;
-    q.m = 17;
+    q.m = 33;
     q.form = 1;
-    CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "narrow form at m = 17 accepted");
+    CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "narrow form at m = 33 accepted");
     q = p; q.form = 7;
     CHECK(wtc_launch(&q, 0) == cudaErrorInvalidValue, "form 7 accepted");
     if (wtc_split(a->n_in, a->n_out) > 1) {
@@ -332,7 +336,7 @@ int main(void)
             rand16(bf16, 0.05f, wh, a.wf, (size_t)a.n_in * a.n_out);
             a.dw = upload(wh);
             const long work = (long)a.n_in * a.n_out;
-            static const int ms[] = {1, 3, 8, 9, 16, 64, 130};
+            static const int ms[] = {1, 3, 8, 9, 16, 32, 64, 130};
             for (int m : ms)
                 if (work * m <= 300000000L) acc_case(&a, m, 0, 0);
             acc_case(&a, 3, 1, 0);

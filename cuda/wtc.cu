@@ -8,7 +8,7 @@
  * chunk 2q + 1, which yields a0..a3 of m16n8k16 (rows g / g + 8, k 2t / 2t + 8). B operand (x rows, k
  * contiguous) by ldmatrix.x4 over 16 batch rows (two n8 fragments), or, in the narrow kernel, by 32-bit shared
  * loads from the x rows its ring stage carries (b0 = k 2t..2t+1, b1 = k 2t+8..2t+9 of batch row g).
- * Kernels: narrow (mma.sync, M <= 16), wide and wide2 (mma.sync, M > 16 below sm_90 or with ZLLM_CUDA_WGMMA=0),
+ * Kernels: narrow (mma.sync, M <= 16, and M <= 32 on sm_90 where it fits one wave), wide and wide2 (mma.sync, M > 16 below sm_90 or with ZLLM_CUDA_WGMMA=0),
  * wg (wgmma fed by cp.async: forced forms 4 and 5), ws (wgmma fed by TMA, warp-specialized: M > 16 on sm_90). */
 #include "wtc.h"
 #include "wgmma.cuh"
@@ -38,12 +38,13 @@ constexpr int kStageN = 16 * kKC;  /* narrow stage: 16 rows x 64 (2 KiB) */
 constexpr int kBM = 128, kWS = 4;  /* wide kernel: CTA rows of W and stages (kBN batch rows: a template) */
 constexpr int kMaxKs = 8;
 constexpr int kSplitRows = 256;    /* the one-CTA-per-split form serves launches of at most this many rows */
-/* the narrow kernel serves launches of at most this many rows: one 8-row B fragment up to 8, two up to 16 (H200,
- * 8B F16 at 16 rows: 117 us a layer's four products against 136 for the wgmma cluster form and 127 for the TMA
- * form; 32 rows in four fragments lost to the TMA form, 142 against 124 us) */
-constexpr int kNarrowM = 16;
-/* narrow kernel: elements of one ring stage at m batch rows (W [16][kKC], then x [m][kKC]) */
-__host__ __device__ constexpr int narrow_stage(int m) { return kStageN + m * kKC; }
+/* the narrow kernel serves launches of at most this many rows: one 8-row B fragment up to 8, two up to 16, four up
+ * to 32 (H200, 8B F16 at 16 rows: 117 us a layer's four products against 136 for the wgmma cluster form and 127 for
+ * the TMA form; at 32 rows, with 32 W rows a CTA, the output and down products are faster than in the TMA form and
+ * Q/K/V and gate/up slower: s_form) */
+constexpr int kNarrowM = 32;
+/* narrow kernel: elements of one ring stage at m batch rows and mt W tiles (W [16 mt][kKC], then x [m][kKC]) */
+__host__ __device__ constexpr int narrow_stage(int m, int mt = 1) { return kStageN * mt + m * kKC; }
 constexpr size_t kNarrowSmem = (size_t)kMaxKs * 4 * narrow_stage(8) * 2;    /* 96 KiB: ks 8, m 8, 4 stages (and
                                                                                * m 16, 3 stages) */
 constexpr size_t kWideSmem64 = (size_t)kWS * (kBM + 64) * kKT * 2;          /* 96 KiB at kBN 64: 2 CTAs per SM */
@@ -71,31 +72,33 @@ __device__ __forceinline__ void wg_store_glu(const float (&acc)[NX / 2], int rba
         }
 }
 
-/* M <= 16: CTA = ks warps on one 16-row tile, warp s chains split s through its own ring; warp 0 sums the split
- * partials in order (wtc.h) and stores columns < m (with glu, their SwiGLU: wg_store_glu). NF batch fragments of 8
- * rows (NF = 1 up to 8 rows, 2 up to 16): each k16 step multiplies one A fragment of W with NF B fragments of x, and
- * an element's chain (its k order, its split sum) is the same in either fragment, so a row's bits do not depend on
- * NF or m. A ring stage holds the W tile [16][64] (2 KiB) and the m x rows of the same 64 k [m][64] (chunk c of row
- * r at chunk c ^ (r & 7): the B reads of 8 rows hit distinct banks), both by cp.async in one commit group: x then
- * arrives with its weights, NS - 1 stages ahead. (x read from global memory one stage ahead, as before, held each
- * warp to one stage per L2 round trip under full DRAM load: H100 8B BF16 M = 1, gate/up and down at 2.72 TB/s in
- * the graph, 89% of the read ceiling.) */
-template <typename T, int NS = kNS, int NF = 1>
+/* M <= 32: CTA = ks warps on MT tiles of 16 W rows, warp s chains split s through its own ring; the split partials
+ * are summed in order (wtc.h), tile mt's by warp mt % ks, which stores its columns < m (with glu, their SwiGLU:
+ * wg_store_glu). NF batch fragments of 8 rows (NF = 1 up to 8 rows, 2 up to 16, 4 up to 32): each k16 step multiplies MT A
+ * fragments of W with NF B fragments of x, and an element's chain (its k order, its split sum) is the same in any
+ * fragment and any tile of the CTA, so a row's bits depend on neither NF, MT nor m. A ring stage holds the W tiles
+ * [16 MT][64] and the m x rows of the same 64 k [m][64] (chunk c of row r at chunk c ^ (r & 7): the B reads of 8
+ * rows hit distinct banks), both by cp.async in one commit group: x then arrives with its weights, NS - 1 stages
+ * ahead, and MT tiles share each x row read. (x read from global memory one stage ahead, as before, held each warp
+ * to one stage per L2 round trip under full DRAM load: H100 8B BF16 M = 1, gate/up and down at 2.72 TB/s in the
+ * graph, 89% of the read ceiling.) */
+template <typename T, int NS = kNS, int NF = 1, int MT = 1>
 __global__ void __launch_bounds__(kMaxKs * 32)
     wtc_narrow(const T *__restrict__ w, int n_in, int n_out, int ks, int m, const T *__restrict__ x, int ldx, float *y,
                int ldy, const float *y_in, T *glu, int ldg) {
     extern __shared__ __align__(16) unsigned char smem[];
+    constexpr int kW = kStageN * MT; /* W elements of a stage */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.x * 16;
+    const int row0 = blockIdx.x * 16 * MT;
     const int klen = n_in / ks, k0 = warp * klen, nst = klen / kKC;
-    const int sst = narrow_stage(m);   /* elements per stage: W, then x */
+    const int sst = narrow_stage(m, MT); /* elements per stage: W, then x */
     T *ring = reinterpret_cast<T *>(smem) + (size_t)warp * NS * sst;
-    /* lane's 4 W chunks of a stage: rows lane / 8 + 4 j, chunk lane % 8 (addresses computed once) */
-    const T *src[4];
-    int soff[4];
-    bool sok[4];
+    /* lane's 4 MT W chunks of a stage: rows lane / 8 + 4 j, chunk lane % 8 (addresses computed once) */
+    const T *src[4 * MT];
+    int soff[4 * MT];
+    bool sok[4 * MT];
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < 4 * MT; j++) {
         const int r = (lane >> 3) + 4 * j, row = row0 + r;
         sok[j] = row < n_out;
         src[j] = sok[j] ? w + (size_t)row * n_in + k0 + (lane & 7) * 8 : w;
@@ -109,13 +112,13 @@ __global__ void __launch_bounds__(kMaxKs * 32)
     for (int j = 0; j < 2 * NF; j++) {
         const int r = xr + 4 * j;
         xsrc[j] = x + (size_t)r * ldx + k0 + xc * 8;
-        xoff[j] = kStageN + r * kKC + ((xc ^ (r & 7)) << 3);
+        xoff[j] = kW + r * kKC + ((xc ^ (r & 7)) << 3);
     }
     auto load_w = [&](int s) {
         if (s < nst) {
             T *dst = ring + (s % NS) * sst;
 #pragma unroll
-            for (int j = 0; j < 4; j++) cp_async16_zfill(dst + soff[j], sok[j] ? src[j] + s * kKC : w, sok[j]);
+            for (int j = 0; j < 4 * MT; j++) cp_async16_zfill(dst + soff[j], sok[j] ? src[j] + s * kKC : w, sok[j]);
         }
     };
     auto load_x = [&](int s) {
@@ -139,23 +142,30 @@ __global__ void __launch_bounds__(kMaxKs * 32)
     pdl_wait();
 #pragma unroll
     for (int s = 0; s < NS - 1; s++) load_x(s);
-    /* warp 0 stores the tile: its y_in elements come with the x group (waited for in full just below), into
+    /* the warp storing tile mt takes its y_in elements with the x group (waited for in full just below), into
      * s_yin, instead of one L2 round trip after the last barrier (no other CTA writes them; y_in may be y) */
-    __shared__ float s_yin[128 * NF];
-    if (y_in && !glu && warp == 0) {
+    __shared__ float s_yin[MT][128 * NF];
+    if (y_in && !glu) {
 #pragma unroll
-        for (int f = 0; f < NF; f++)
+        for (int mt = 0; mt < MT; mt++) {
+            if (mt % ks != warp) continue;
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int row = row0 + g + 8 * (e >> 1), col = 8 * f + 2 * t + (e & 1);
-                if (row < n_out && col < m) cp_async4(s_yin + (f * 32 + lane) * 4 + e, y_in + (size_t)col * ldy + row);
-            }
+            for (int f = 0; f < NF; f++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int row = row0 + 16 * mt + g + 8 * (e >> 1), col = 8 * f + 2 * t + (e & 1);
+                    if (row < n_out && col < m)
+                        cp_async4(&s_yin[mt][(f * 32 + lane) * 4 + e], y_in + (size_t)col * ldy + row);
+                }
+        }
     }
     cp_async_commit();
     cp_async_wait<0>();
-    float acc[NF][4];
+    float acc[MT][NF][4];
 #pragma unroll
-    for (int f = 0; f < NF; f++) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.f;
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int f = 0; f < NF; f++) acc[mt][f][0] = acc[mt][f][1] = acc[mt][f][2] = acc[mt][f][3] = 0.f;
     static_assert(kKC == 64, "a stage is 4 k16 steps and 4 chunks per lane (splits are multiples of 64)");
     for (int s = 0; s < nst; s++) {
         cp_async_wait<NS - 2>();
@@ -166,56 +176,75 @@ __global__ void __launch_bounds__(kMaxKs * 32)
         const T *st = ring + (s % NS) * sst;
 #pragma unroll
         for (int q = 0; q < 4; q++) {
-            uint32_t a[4];
-            ldsm_x4(a, st + swz<kKC>(lane & 15, 2 * q + (lane >> 4)));
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) ldsm_x4(a[mt], st + swz<kKC>(16 * mt + (lane & 15), 2 * q + (lane >> 4)));
 #pragma unroll
             for (int f = 0; f < NF; f++) {
                 /* b0 = x[r][16 q + 2t, +1], b1 = x[r][16 q + 8 + 2t, +1], r = 8 f + g: chunks 2q and 2q + 1 of row
                  * r (rows >= m: zero operand, never stored) */
                 const int r = 8 * f + g;
-                const uint32_t *xs = reinterpret_cast<const uint32_t *>(st + kStageN + r * kKC);
+                const uint32_t *xs = reinterpret_cast<const uint32_t *>(st + kW + r * kKC);
                 const uint32_t b0 = r < m ? xs[(((2 * q) ^ g) << 2) + t] : 0u;
                 const uint32_t b1 = r < m ? xs[(((2 * q + 1) ^ g) << 2) + t] : 0u;
-                tc_type<T>::mma(acc[f], a, b0, b1);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) tc_type<T>::mma(acc[mt][f], a[mt], b0, b1);
             }
         }
     }
     cp_async_wait<0>();
     __syncwarp();
     float *part = reinterpret_cast<float *>(ring);   /* this warp's ring is idle now */
+    auto part_of = [&](int k) { return reinterpret_cast<const float *>(smem + (size_t)k * NS * sst * sizeof(T)); };
 #pragma unroll
-    for (int f = 0; f < NF; f++)
-        *reinterpret_cast<float4 *>(part + (f * 32 + lane) * 4) =
-            make_float4(acc[f][0], acc[f][1], acc[f][2], acc[f][3]);
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int f = 0; f < NF; f++)
+            *reinterpret_cast<float4 *>(part + ((mt * NF + f) * 32 + lane) * 4) =
+                make_float4(acc[mt][f][0], acc[mt][f][1], acc[mt][f][2], acc[mt][f][3]);
     __syncthreads();
-    if (warp != 0) return;
-    for (int k = 1; k < ks; k++) {
-        const float *pk = reinterpret_cast<const float *>(smem + (size_t)k * NS * sst * sizeof(T));
 #pragma unroll
-        for (int f = 0; f < NF; f++) {
-            const float4 v = *reinterpret_cast<const float4 *>(pk + (f * 32 + lane) * 4);
-            acc[f][0] = __fadd_rn(acc[f][0], v.x);
-            acc[f][1] = __fadd_rn(acc[f][1], v.y);
-            acc[f][2] = __fadd_rn(acc[f][2], v.z);
-            acc[f][3] = __fadd_rn(acc[f][3], v.w);
-        }
-    }
-    /* lane (g, t), fragment f: acc[f] = C[g][8f + 2t], C[g][8f + 2t+1], C[g+8][8f + 2t], C[g+8][8f + 2t+1] */
-    if (glu) {   /* the SwiGLU epilogue: rows g and g + 8 of the tile are gate and up of one feature */
+    for (int mt = 0; mt < MT; mt++) {
+        if (mt % ks != warp) continue;
+        /* split 0's partial: warp 0's registers, or shared memory for another warp (whose own registers then give
+         * way to it) */
+        float(&sum)[NF][4] = acc[mt];
+        if (warp != 0) {
 #pragma unroll
-        for (int f = 0; f < NF; f++) wg_store_glu<T, 8>(acc[f], row0 + g, 8 * f, t, glu, ldg, n_out, m);
-        return;
-    }
-#pragma unroll
-    for (int f = 0; f < NF; f++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int row = row0 + g + 8 * (e >> 1), col = 8 * f + 2 * t + (e & 1);
-            if (row < n_out && col < m) {
-                const size_t idx = (size_t)col * ldy + row;
-                y[idx] = y_in ? __fadd_rn(acc[f][e], s_yin[(f * 32 + lane) * 4 + e]) : acc[f][e];
+            for (int f = 0; f < NF; f++) {
+                const float4 v = *reinterpret_cast<const float4 *>(part_of(0) + ((mt * NF + f) * 32 + lane) * 4);
+                sum[f][0] = v.x, sum[f][1] = v.y, sum[f][2] = v.z, sum[f][3] = v.w;
             }
         }
+        for (int k = 1; k < ks; k++) {
+            const float *pk = part_of(k);
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+                const float4 v = *reinterpret_cast<const float4 *>(pk + ((mt * NF + f) * 32 + lane) * 4);
+                sum[f][0] = __fadd_rn(sum[f][0], v.x);
+                sum[f][1] = __fadd_rn(sum[f][1], v.y);
+                sum[f][2] = __fadd_rn(sum[f][2], v.z);
+                sum[f][3] = __fadd_rn(sum[f][3], v.w);
+            }
+        }
+        const int rt = row0 + 16 * mt; /* the tile's first row */
+        /* lane (g, t), fragment f: sum[f] = C[g][8f + 2t], C[g][8f + 2t+1], C[g+8][8f + 2t], C[g+8][8f + 2t+1] */
+        if (glu) { /* the SwiGLU epilogue: rows g and g + 8 of the tile are gate and up of one feature */
+#pragma unroll
+            for (int f = 0; f < NF; f++) wg_store_glu<T, 8>(sum[f], rt + g, 8 * f, t, glu, ldg, n_out, m);
+            continue;
+        }
+#pragma unroll
+        for (int f = 0; f < NF; f++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = rt + g + 8 * (e >> 1), col = 8 * f + 2 * t + (e & 1);
+                if (row < n_out && col < m) {
+                    const size_t idx = (size_t)col * ldy + row;
+                    y[idx] = y_in ? __fadd_rn(sum[f][e], s_yin[mt][(f * 32 + lane) * 4 + e]) : sum[f][e];
+                }
+            }
+    }
 }
 
 /* M > 16 below sm_90 (and the forced forms 2 and 3 at any M): CTA tile kBM W rows x kBN batch rows (32, 64 or 128:
@@ -1075,18 +1104,29 @@ cudaError_t launch_wide(const wtc_params *p, int form, int ks, int ldx, int ldy,
  * 179.7 ms) */
 int wide_bn(int m) { return m <= 32 ? 32 : 64; }
 
-/* the narrow kernel with NS-stage rings and NF batch fragments (the caller checked that ks warps' rings fit optin
- * bytes) */
-template <typename T, int NS, int NF>
+/* CTAs of the narrow kernel with ks warps, ns-stage rings, m batch rows and mt W tiles that one SM holds (0: one
+ * does not fit in optin bytes): by shared memory (the rings and s_yin; an SM holds one CTA's optin and 1 KiB a CTA
+ * for the system) and by threads */
+long narrow_per_sm(int ks, int ns, int m, int mt, size_t optin) {
+    const int nf = m > 8 ? (m > 16 ? 4 : 2) : 1;
+    const size_t b = (size_t)ks * ns * narrow_stage(m, mt) * 2 + (size_t)mt * 128 * nf * sizeof(float);
+    if (b > optin) return 0;
+    const long by_smem = (long)((optin + 1024) / (b + 1024)), by_threads = 2048 / (32 * ks);
+    return by_smem < by_threads ? by_smem : by_threads;
+}
+
+/* the narrow kernel with NS-stage rings, NF batch fragments and MT W tiles per CTA (the caller checked that ks
+ * warps' rings fit optin bytes) */
+template <typename T, int NS, int NF, int MT>
 cudaError_t launch_narrow(const wtc_params *p, int ks, int ldx, int ldy, size_t optin, cudaStream_t st) {
     static std::atomic<unsigned long long> s_set{0};
-    const size_t most = (size_t)kMaxKs * NS * narrow_stage(8 * NF) * sizeof(T);
-    const cudaError_t e = cu_smem_optin(wtc_narrow<T, NS, NF>, most < optin ? most : optin, s_set);
+    const size_t most = (size_t)kMaxKs * NS * narrow_stage(8 * NF, MT) * sizeof(T);
+    const cudaError_t e = cu_smem_optin(wtc_narrow<T, NS, NF, MT>, most < optin ? most : optin, s_set);
     if (e != cudaSuccess) return e;
-    const unsigned tiles = (unsigned)((p->n_out + 15) / 16);
-    return cu_launch(wtc_narrow<T, NS, NF>, dim3(tiles), dim3(32 * ks),
-                     (size_t)ks * NS * narrow_stage(p->m) * sizeof(T), st, (const T *)p->w, p->n_in, p->n_out, ks, p->m,
-                     (const T *)p->x, ldx, p->y, ldy, p->y_in, (T *)p->glu, p->ldg);
+    const unsigned tiles = (unsigned)((p->n_out + 16 * MT - 1) / (16 * MT));
+    return cu_launch(wtc_narrow<T, NS, NF, MT>, dim3(tiles), dim3(32 * ks),
+                     (size_t)ks * NS * narrow_stage(p->m, MT) * sizeof(T), st, (const T *)p->w, p->n_in, p->n_out, ks,
+                     p->m, (const T *)p->x, ldx, p->y, ldy, p->y_in, (T *)p->glu, p->ldg);
 }
 
 template <typename T>
@@ -1104,16 +1144,32 @@ cudaError_t launch_t(const wtc_params *p, int form, int ks, int ldx, int ldy, cu
         const size_t optin = cu_smem_optin_max();
         const long sms = cu_sm_count(p->sm_count), tiles = (p->n_out + 15) / 16;
         const bool third = tiles > 2 * sms && tiles <= 3 * sms;
-        if (p->m > 8) {
-            if (third) return launch_narrow<T, 2, 2>(p, ks, ldx, ldy, optin, st);
-            return launch_narrow<T, 3, 2>(p, ks, ldx, ldy, optin, st);
+        /* W rows a CTA: 32 from 9 rows (two A fragments share each x read: a stage's x rows cost as many L2 reads
+         * as its W rows at 16 rows), with 4-stage rings (one CTA of 8 warps per SM), where that fits one wave or
+         * 16 rows a CTA do not fit one wave either (H200, 8B F16 at 16 rows, us: output 8.98 against 9.36, gate/up
+         * 60.27 against 60.80, down 29.67 against 29.96; Q/K/V 15.67 against 13.68: its 192 CTAs of 32 rows on
+         * 132 SMs against 384 of 16 rows three per SM). Also where 32 rows a CTA leave SMs idle (the 1B shape's
+         * output and down products: 64 CTAs): 16 rows a CTA there made its M = 16 step slower, 1.074 against
+         * 1.067 ms. 17 to 32 rows: 3-stage rings, four B fragments (the caller chose the form where it fits one
+         * wave: s_form) */
+        if (p->m > 16) {
+            if (!narrow_per_sm(ks, 3, p->m, 2, optin)) return cudaErrorInvalidValue;
+            return launch_narrow<T, 3, 4, 2>(p, ks, ldx, ldy, optin, st);
         }
-        if (third && p->m > 2) return launch_narrow<T, 3, 1>(p, ks, ldx, ldy, optin, st);
+        if (p->m > 8) {
+            const long c2 = sms * narrow_per_sm(ks, 4, p->m, 2, optin);
+            const long c1 = sms * narrow_per_sm(ks, third ? 2 : 3, p->m, 1, optin);
+            if (c2 > 0 && ((p->n_out + 31) / 32 <= c2 || tiles > c1))
+                return launch_narrow<T, 4, 2, 2>(p, ks, ldx, ldy, optin, st);
+            if (third) return launch_narrow<T, 2, 2, 1>(p, ks, ldx, ldy, optin, st);
+            return launch_narrow<T, 3, 2, 1>(p, ks, ldx, ldy, optin, st);
+        }
+        if (third && p->m > 2) return launch_narrow<T, 3, 1, 1>(p, ks, ldx, ldy, optin, st);
         int ns = p->m <= 2 ? kNS : 4;
         auto fits = [&](int n) { return (size_t)ks * n * narrow_stage(p->m) * sizeof(T) <= optin; };
         if (!fits(ns)) ns = fits(kNS) ? kNS : 4;
-        if (ns == 4) return launch_narrow<T, 4, 1>(p, ks, ldx, ldy, optin, st);
-        return launch_narrow<T, 6, 1>(p, ks, ldx, ldy, optin, st);
+        if (ns == 4) return launch_narrow<T, 4, 1, 1>(p, ks, ldx, ldy, optin, st);
+        return launch_narrow<T, 6, 1, 1>(p, ks, ldx, ldy, optin, st);
     }
     if (form == 2 && p->m > 64) {
         static std::atomic<unsigned long long> s_set{0};
@@ -1172,13 +1228,15 @@ extern "C" int wtc_wgmma(void) { return wg_on(); }
 static int s_form(const wtc_params *p, int ks) {
     int form = p->form;
     if (form == 0) {
-        if (p->m <= kNarrowM) {
+        if (p->m <= 16) {
             form = 1;
         } else if (wg_on()) {
             /* wgmma, TMA-fed and warp-specialized, splits chained in the CTA (H100, 8B BF16: form 6 beat forms 4
              * and 5 at M = 128, 256 and the prefill, and form 5 at M = 64; the narrow kernel beat both at 9..16
-             * rows, kNarrowM) */
-            form = 6;
+             * rows); from 17 to 32 rows the narrow kernel where its CTAs of 32 W rows fit one wave: form 6 then
+             * runs few CTAs (H200, 8B F16 at 32 rows: output 10.2 against 11.9 us, down 31.4 against 33.7) */
+            const long one = cu_sm_count(p->sm_count) * narrow_per_sm(ks, 3, p->m, 2, cu_smem_optin_max());
+            form = p->m <= kNarrowM && (p->n_out + 31) / 32 <= one ? 1 : 6;
         } else {
             /* one CTA per split when the tile grid alone would leave most multiprocessors idle (layer matrices
              * at batch 16-128); the form never changes a bit (wtc.h) */
@@ -1191,7 +1249,7 @@ static int s_form(const wtc_params *p, int ks) {
     return form;
 }
 
-/* the SwiGLU epilogue runs in a launch of p in this form: the narrow kernel (m <= 16) or the TMA form, rows in whole
+/* the SwiGLU epilogue runs in a launch of p in this form: the narrow kernel (m <= 32) or the TMA form, rows in whole
  * gate/up blocks */
 static bool s_glu_ok(const wtc_params *p, int form) {
     /* ZLLM_CUDA_WTC_GLU=0: the narrow kernel without it (the same bits either way) */

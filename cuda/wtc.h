@@ -18,9 +18,10 @@
  *     step holding element k0 + j (natural order), the steps chained in k order from zero;
  *   - the split partials summed in split order, ((p0 + p1) + p2) + ..., then + y_in.
  * Which kernel computes them follows M (and the device) only, never a bit:
- *   - M <= 16: the narrow kernel (mma.sync; one CTA of ks warps per 16 rows, warp s chains split s from its own
- *     cp.async ring of weights and x rows through one or two 8-row B fragments, warp 0 sums);
- *   - sm_90, M > 16: wgmma fed by TMA, warp-specialized (a producer warpgroup, one or two consumer warpgroups on
+ *   - M <= 16: the narrow kernel (mma.sync; one CTA of ks warps per 16 or 32 W rows, warp s chains split s from
+ *     its own cp.async ring of weights and x rows through one or two 8-row B fragments, one warp a 16-row tile
+ *     sums); sm_90, 16 < M <= 32: the same kernel with four B fragments where its CTAs of 32 W rows fit one wave;
+ *   - sm_90, M > 16 otherwise: wgmma fed by TMA, warp-specialized (a producer warpgroup, one or two consumer warpgroups on
  *     mbarriers), every split chained in the CTA with the running sum in registers; tiles of up to 128 batch rows
  *     and 128 W rows, smaller where that brings idle multiprocessors in, with rings as deep as shared memory
  *     allows;
@@ -66,7 +67,8 @@ typedef struct {
     int form;            /* 0 automatic; 1 narrow; 2 wide, splits chained in the CTA; 3 wide, one CTA per split;
                           * 4 wgmma, splits chained in the CTA; 5 wgmma, one cluster of split CTAs per tile;
                           * 6 wgmma fed by TMA, warp-specialized (checks and benchmarks: every form gives the same
-                          * bits; narrow needs m <= 16, 4 to 6 need wtc_wgmma()) */
+                          * bits; narrow needs m <= 32 and, above 16, its rings to fit the device's shared
+                          * memory; 4 to 6 need wtc_wgmma()) */
     void *glu;           /* NULL, or the SwiGLU epilogue: W's rows are gate and up rows interleaved in blocks of 8
                           * (rows 16 b .. 16 b + 7 the gate rows of features 8 b .., rows 16 b + 8 .. the up rows of
                           * the same features), and instead of y the launch writes
@@ -90,12 +92,13 @@ size_t wtc_workspace_bytes(int n_in, int n_out, int m_max);
 int wtc_available(void);
 
 /* 1 when the wgmma forms (4 to 6) run on the current device: an sm_90 device (built as sm_90a) and ZLLM_CUDA_WGMMA
- * not 0; form 0 then uses them for every m > 8. Never fails (0 when the query does). */
+ * not 0; form 0 then uses form 6 for m > 16 where the narrow kernel does not serve. Never fails (0 when the query
+ * does). */
 int wtc_wgmma(void);
 
 /* 1 when a launch of p (its shape, m, form and the device) would run the SwiGLU epilogue (p->glu): n_out a multiple
- * of 16, and the narrow kernel (form 1, automatic up to 16 rows) or the TMA-fed form (form 6, automatic above 16
- * rows on sm_90). Never fails (0 otherwise). */
+ * of 16, and the narrow kernel (form 1, automatic up to 16 rows and on sm_90 up to 32 where its CTAs fit one wave)
+ * or the TMA-fed form (form 6, automatic above 16 rows on sm_90 otherwise). Never fails (0 otherwise). */
 int wtc_glu_fused(const wtc_params *p);
 
 /* Enqueues y = W x (+ y_in), or the SwiGLU of it into p->glu, on st. Returns cudaSuccess, cudaErrorInvalidValue
