@@ -1149,9 +1149,9 @@ cudaError_t launch_t(const wtc_params *p, int form, int ks, int ldx, int ldy, cu
          * 16 rows a CTA do not fit one wave either (H200, 8B F16 at 16 rows, us: output 8.98 against 9.36, gate/up
          * 60.27 against 60.80, down 29.67 against 29.96; Q/K/V 15.67 against 13.68: its 192 CTAs of 32 rows on
          * 132 SMs against 384 of 16 rows three per SM). Also where 32 rows a CTA leave SMs idle (the 1B shape's
-         * output and down products: 64 CTAs): 16 rows a CTA there made its M = 16 step slower, 1.074 against
-         * 1.067 ms. 17 to 32 rows: 3-stage rings, four B fragments (the caller chose the form where it fits one
-         * wave: s_form) */
+         * output and down products: 64 CTAs): 16 rows a CTA there made its M = 16 step slower (H200, two calls,
+         * 1.073-1.075 ms a step against 1.067, where 16 rows a CTA everywhere ran 1.063-1.064 in each). 17 to 32
+         * rows: 3-stage rings, four B fragments (the caller chose the form where it fits one wave: s_form) */
         if (p->m > 16) {
             if (!narrow_per_sm(ks, 3, p->m, 2, optin)) return cudaErrorInvalidValue;
             return launch_narrow<T, 3, 4, 2>(p, ks, ldx, ldy, optin, st);
