@@ -797,22 +797,33 @@ qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles
     const int tile0 = blockIdx.y * QB_WARPS, col0 = blockIdx.x * NX;
     const int n_tiles = tiles - tile0 < QB_WARPS ? tiles - tile0 : QB_WARPS;
     const int kz = blockIdx.z, ub = (int)((long)units * kz / ks), n_units = (int)((long)units * (kz + 1) / ks) - ub;
+    /* Each thread's copies, addressed once here and stepped by the unit in issue() (the per-unit index arithmetic
+     * was about a third of the instructions a warp issued per unit: ncu, Q4_K 14336 x 4096 at M = 2048). Warp k
+     * copies tile block k of a unit (16-byte chunks lane + 32 i); tile blocks past the last tile are zero-filled:
+     * their warps multiply zeros. Warp k copies chunk `lane` of columns col0 + k + 8 i of a unit's x, at k tile
+     * lane / 8, row chunk lane % 8 (swizzled by the column); columns past m are zero-filled. */
+    const bool wok = warp < n_tiles;
+    const uint8_t *wsrc = w + (wok ? ((size_t)(tile0 + warp) * units + ub) * TB + 16 * lane : 0);
+    const int xdst = (lane >> 3) * (NX * 128) + warp * 128 + (((lane & 7) ^ (warp & 7)) << 4);
+    const uint16_t *xsrc = xp + ((size_t)(col0 + warp) * units + ub) * 256 + 8 * lane;
+    const size_t xstep = (size_t)8 * units * 256;   /* halves from column n to column n + 8 */
     auto issue = [&](int u, int st, int what) {
         uint8_t *sp = qw_smem + (size_t)st * SB;
-        if (what & 1) /* tile blocks past the last tile are zero-filled: their warps multiply zeros */
-            for (int c = threadIdx.x; c < QB_WARPS * (TB / 16); c += QB_WARPS * 32) {
-                const int k = c / (TB / 16), o = c % (TB / 16);
-                const bool ok = k < n_tiles;
-                cp_async16_zfill(sp + XB + k * TB + 16 * o,
-                                 ok ? w + ((size_t)(tile0 + k) * units + ub + u) * TB + 16 * o : w, ok);
+        if (what & 1) {
+            const uint8_t *src = wsrc + (wok ? (size_t)u * TB : 0);
+#pragma unroll
+            for (int i = 0; i < (TB / 16 + 31) / 32; i++)
+                if (lane + 32 * i < TB / 16)
+                    cp_async16_zfill(sp + XB + warp * TB + 16 * lane + 512 * i, wok ? src + 512 * i : w, wok);
+        }
+        if (what & 2) {
+            const uint16_t *src = xsrc + (size_t)u * 256;
+#pragma unroll
+            for (int i = 0; i < NX / 8; i++) {
+                const bool ok = col0 + warp + 8 * i < m;
+                cp_async16_zfill(sp + xdst + 1024 * i, ok ? src + i * xstep : xp, ok);
             }
-        if (what & 2) /* position chunk ch of column n: k tile ch / 8, row chunk ch % 8 */
-            for (int c = threadIdx.x; c < NX * 32; c += QB_WARPS * 32) {
-                const int n = c >> 5, ch = c & 31, col = col0 + n;
-                const bool ok = col < m;
-                cp_async16_zfill(sp + (ch >> 3) * (NX * 128) + n * 128 + (((ch & 7) ^ (n & 7)) << 4),
-                                 ok ? xp + (size_t)col * units * 256 + (size_t)(ub + u) * 256 + 8 * ch : xp, ok);
-            }
+        }
     };
     wide_prologue<S - 2>(issue, n_units);   /* x: written by qtc_xperm_kernel, the kernel before */
     float cur[NA], tot[NA];
