@@ -90,6 +90,12 @@ static size_t s_xs_bytes(int units, int kn) {
     return (size_t)kn * xsn * 8 * 512;
 }
 
+/* the compact form's x area (m <= 8): kn warp slices of xsn units x m columns x 512 bytes */
+static size_t s_xc_bytes(int units, int kn, int m) {
+    const int xsn = (units + kn - 1) / kn;
+    return (size_t)kn * xsn * (size_t)m * 512;
+}
+
 /* Grow ks (powers of two, at most 8 and at most half the units per row) while the matrix has fewer than 1024
  * warps: enough streams in flight at M = 1 on a 132-SM H100. Shape only: part of every element's arithmetic. */
 extern "C" size_t qtc_smem_bytes(ggml_type t)
@@ -299,8 +305,11 @@ static __device__ __forceinline__ int xs_off(int r, int c) {
 
 /* XM, where the narrow kernel's x comes from: XM_LDG each lane's columns from global memory; XM_SLICE each warp's
  * unit range copied once into shared memory (8 columns, zero past m) and read for every tile of the CTA; XM_RING
- * each unit's x (8 columns) copied into the ring stage beside its tile block, for ranges too long to keep */
-enum { XM_LDG = 0, XM_SLICE = 1, XM_RING = 2 };
+ * each unit's x (8 columns) copied into the ring stage beside its tile block, for ranges too long to keep;
+ * XM_CSLICE as XM_SLICE with only the CTA's mc = min(8, m - col0) columns copied (no zero columns), each lane
+ * reading its B operands of a step pair just before their mma (no unit of x held in registers: at most 80 registers
+ * a thread, launch bound 3 CTAs an SM, against 127-144 with XM_LDG; Q8_0's rings still keep it to 2 CTAs an SM) */
+enum { XM_LDG = 0, XM_SLICE = 1, XM_RING = 2, XM_CSLICE = 3 };
 
 /* The narrow kernel's CTAs are persistent: grid.y is at most the CTAs that fit the GPU at once (qtc_launch), and
  * CTA b takes tiles b, b + gridDim.y, ... . A warp streams the tile blocks of its unit range for each of its tiles
@@ -327,6 +336,13 @@ qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int
     float *part = (float *)(s_mem + (size_t)kn * ST * SB); /* [2][kn][NF * 32][4] partials */
     /* XM_SLICE: this warp's x slice, [xsn units][8 columns][256 halves] (xs_off), after the partial area */
     uint8_t *xs = s_mem + (size_t)kn * ST * SB + (size_t)2 * kn * NF * 512 + (size_t)warp * xsn * 8 * 512;
+    /* XM_CSLICE: this warp's x slice, [xsn units][mc columns][256 halves] (xs_off within a column), mc =
+     * min(8, m - col0); lane (g, t) reads column gc: its own, or for columns past m column col0 (any finite operand
+     * serves: a column's products are never stored past m, and no column's result depends on another's) */
+    auto xc_area = [&](int &mc) {
+        mc = m - col0 < 8 ? m - col0 : 8;
+        return s_mem + (size_t)kn * ST * SB + (size_t)2 * kn * NF * 512 + (size_t)warp * xsn * mc * 512;
+    };
     /* this CTA's 8 columns (col0 ..) of unit i of this warp's range into dst ([8][256] halves, xs_off), zeros past m */
     auto issue_x = [&](uint8_t *dst, int i) {
 #pragma unroll
@@ -374,7 +390,16 @@ qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int
         /* x, copied as whole 512-byte column runs of a unit (16 bytes a lane; the columns past m zero-filled, so
          * every lane reads without a branch): XM_SLICE the warp's whole range, once, used for every tile of this
          * CTA; XM_RING the units of the stages issued above. The first item waits for it (and for those stages) */
-        if (XM == XM_SLICE)
+        if (XM == XM_CSLICE) {
+            int mc;
+            uint8_t *xc = xc_area(mc);
+            for (int i = 0; i < n; i++)
+                for (int k = lane; k < mc * 32; k += 32) {
+                    const int c = k >> 5, q = k & 31;
+                    cp_async16_zfill(xc + (size_t)(i * mc + c) * 512 + (xs_off(c, q) - c * 512),
+                                     x + (size_t)(col0 + c) * ldx + (size_t)(u0 + i) * 256 + 8 * q, true);
+                }
+        } else if (XM == XM_SLICE)
             for (int i = 0; i < n; i++) issue_x(xs + (size_t)i * 4096, i);
         else
             for (int i = 0; i < ST && i < total; i++) issue_x(ring + i * SB + TB, i % n);
@@ -424,7 +449,7 @@ qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int
             /* XS: this unit's x from the warp's slice (column g; chunks 8 t .. 8 t + 7), read before the refill's
              * copies below, which would otherwise queue ahead of these loads */
             uint4 xsv[XS ? 8 : 1];
-            if (XS) {
+            if (XS && XM != XM_CSLICE) {
                 const uint8_t *xu = (XM == XM_SLICE ? xs + (size_t)i * 4096 : ring + (j % ST) * SB + TB) + xs_lane;
 #pragma unroll
                 for (int p = 0; p < 8; p++) xsv[p] = *(const uint4 *)(xu + 16 * (p ^ xs_k));
@@ -436,7 +461,19 @@ qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int
                 advance();
             }
             cp_async_commit();
-            if (XS) {
+            if (XM == XM_CSLICE) {
+                int mc;
+                const uint8_t *xc = xc_area(mc);
+                const int gc = g < mc ? g : 0, xc_k = t ^ ((gc & 1) << 2);
+                const uint8_t *xu = xc + (size_t)(i * mc + gc) * 512 + 128 * t;
+#pragma unroll
+                for (int s = 0; s < 16; s++) {
+                    uint32_t A[4];
+                    R.frag(s, A);
+                    if (!(s & 1)) xsv[0] = *(const uint4 *)(xu + 16 * ((s >> 1) ^ xc_k));
+                    mma_f16(acc[0], A, (s & 1) ? xsv[0].z : xsv[0].x, (s & 1) ? xsv[0].w : xsv[0].y);
+                }
+            } else if (XS) {
 #pragma unroll
                 for (int s = 0; s < 16; s++) {
                     uint32_t A[4];
@@ -576,6 +613,25 @@ __global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w,
     qtc_body<TY, NF, ST, XM>(w, units, kn, r, n_out, m, x, ldx, y, ldy, y_in, glu, ldg, pre, (int)blockIdx.y,
                              (int)gridDim.y, xsn);
 }
+
+/* the compact slice form (XM_CSLICE) with a launch bound of 3 CTAs an SM: at most 80 registers a thread, which
+ * it holds without spilling */
+template <int TY, int ST>
+__global__ void __launch_bounds__(256, 3)
+    qtc_kernel_xc(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int m,
+                  const uint16_t *__restrict__ x, int ldx, float *y, int ldy, const float *y_in, __half *glu, int ldg,
+                  int pre, int xsn) {
+    qtc_body<TY, 1, ST, XM_CSLICE>(w, units, kn, r, n_out, m, x, ldx, y, ldy, y_in, glu, ldg, pre, (int)blockIdx.y,
+                                   (int)gridDim.y, xsn);
+}
+
+/* the narrow kernel of a form: qtc_kernel, or qtc_kernel_xc for the compact slice (one fragment) */
+template <int TY, int NF, int ST, int XM> struct qtc_narrow_fn {
+    static constexpr auto f = qtc_kernel<TY, NF, ST, XM>;
+};
+template <int TY, int ST> struct qtc_narrow_fn<TY, 1, ST, XM_CSLICE> {
+    static constexpr auto f = qtc_kernel_xc<TY, ST>;
+};
 
 /* Two products of one x in one launch (qtc_launch_pair): CTAs below gya run matrix a (type TA), the others matrix
  * b (type TBT), each with the narrow kernel's body and its own CTA count, so each element has its bits of a
@@ -1031,20 +1087,22 @@ template <int TY, int NF, int ST, int XM>
 static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int ldy, cudaStream_t st) {
     constexpr int TB = qt_traits<TY>::TB, SB = TB + (XM == XM_RING ? 4096 : 0);
     const int units = p->n_in / 256;
-    const size_t xsb = XM == XM_SLICE ? s_xs_bytes(units, kn) : 0, smem = s_narrow_bytes(SB, ST, kn, NF) + xsb;
+    constexpr auto K = qtc_narrow_fn<TY, NF, ST, XM>::f;
+    const size_t xsb = XM == XM_SLICE    ? s_xs_bytes(units, kn)
+                       : XM == XM_CSLICE ? s_xc_bytes(units, kn, p->m)
+                                         : 0,
+                 smem = s_narrow_bytes(SB, ST, kn, NF) + xsb;
     static std::atomic<unsigned long long> s_set{0};
-    const cudaError_t e =
-        cu_smem_optin(qtc_kernel<TY, NF, ST, XM>,
-                      s_narrow_bytes(SB, ST, QT_MAX_KS, NF) + (XM == XM_SLICE ? (size_t)QT_XS_MAX : 0), s_set);
+    const cudaError_t e = cu_smem_optin(
+        K, s_narrow_bytes(SB, ST, QT_MAX_KS, NF) + (XM == XM_SLICE || XM == XM_CSLICE ? (size_t)QT_XS_MAX : 0), s_set);
     if (e != cudaSuccess) return e;
-    const int per = s_occupancy<qtc_kernel<TY, NF, ST, XM>>(32 * kn, smem);
+    const int per = s_occupancy<K>(32 * kn, smem);
     const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
     const int gy = s_grid_y(per, tiles, groups);
     const dim3 grid((unsigned)groups, (unsigned)gy), block(32 * kn);
-    return cu_launch_win(p->w, qtc_packed_bytes(p->type, p->n_in, p->n_out), cudaAccessPropertyStreaming,
-                         qtc_kernel<TY, NF, ST, XM>, grid, block, smem, st, (const uint8_t *)p->w, units, kn, r,
-                         p->n_out, p->m, p->x, ldx, p->y, ldy, p->y_in, (__half *)p->glu, p->ldg, ST,
-                         (units + kn - 1) / kn);
+    return cu_launch_win(p->w, qtc_packed_bytes(p->type, p->n_in, p->n_out), cudaAccessPropertyStreaming, K, grid,
+                         block, smem, st, (const uint8_t *)p->w, units, kn, r, p->n_out, p->m, p->x, ldx, p->y, ldy,
+                         p->y_in, (__half *)p->glu, p->ldg, ST, (units + kn - 1) / kn);
 }
 
 /* the narrow kernel with QT_STAGES-deep rings: 2, since more warps per SM beat deeper rings (8B M=1, Q4_K_M and
@@ -1060,6 +1118,11 @@ static int s_xs_fits(const qtc_params *p, int kn) {
     return p->m <= QT_NARROW_M && s_xs_bytes(p->n_in / 256, kn) <= (size_t)QT_XS_MAX;
 }
 
+/* 1 when the compact slice form can serve this launch: m <= 8 and the warps' slices within QT_XS_MAX */
+static int s_xc_fits(const qtc_params *p, int kn) {
+    return p->m <= 8 && s_xc_bytes(p->n_in / 256, kn, p->m) <= (size_t)QT_XS_MAX;
+}
+
 /* The narrow kernel's form by default, or -1 where the wide kernel serves m (docs/perf.md has the kernel timings
  * behind each threshold). Reading x from global memory costs each warp instruction 32 cache lines (lane (g, t)
  * reads 16 bytes of the 128-byte run of column g that it owns), so from a few columns on the L1 wavefronts, not the
@@ -1069,9 +1132,15 @@ static int s_xs_fits(const qtc_params *p, int kn) {
  * head's), the ring (its stages also hold x, refetched for every tile) from 5 for the ranges whose slices do not
  * fit (the 14336 inputs of 8B's down projection), global reads below. From 9 to 16 columns the CTAs of the two
  * 8-column groups run side by side and meet in L2 on the weights, twice the dequantization of one group: the slice
- * beats the wgmma kernel there, the ring and the LM head's slices do not. */
+ * beats the wgmma kernel there, the ring and the LM head's slices do not. Q8_0 at one or two columns takes the
+ * compact slice where a CTA has 4 warps or more and the matrix 256 tiles or more (the 8B layer's four products):
+ * its 8B step at M = 1 and 2 is 2.5-3.3% faster than with the global reads, the gate/up and down products 6-9% at
+ * kernel level (docs/perf.md). Q4_K and Q6_K keep the global reads: with the compact slice the 8B Q4_K_M step ran
+ * 3% slower at M = 1, and the small Q6_K products and the LM heads slower at kernel level (same section). */
 static int s_xm_default(const qtc_params *p, int kn) {
     const int fits = s_xs_fits(p, kn);
+    if (p->type == GGML_Q8_0 && p->m <= 2 && kn >= 4 && (p->n_out + 15) / 16 >= 256 && s_xc_fits(p, kn))
+        return XM_CSLICE;
     if (p->m > 8) return p->m <= QT_NARROW_M && fits && kn >= 4 ? XM_SLICE : -1;
     if (fits) return p->m >= (kn >= 4 ? 3 : 5) ? XM_SLICE : XM_LDG;
     return p->m >= 5 ? XM_RING : XM_LDG;
@@ -1089,6 +1158,7 @@ static cudaError_t s_launch_ty(const qtc_params *p, int nf, int ks, int kn, int 
     case 8: return s_launch<TY, 8>(p, kn, r, ldx, ldy, st);
     case QTC_XS: return s_launch_st<TY, 1, QT_STAGES, XM_SLICE>(p, kn, r, ldx, ldy, st);
     case QTC_XR: return s_launch_st<TY, 1, QT_STAGES, XM_RING>(p, kn, r, ldx, ldy, st);
+    case QTC_XC: return s_launch_st<TY, 1, QT_STAGES, XM_CSLICE>(p, kn, r, ldx, ldy, st);
     case QTC_WIDE: return s_launch_wide<TY, 0>(p, ks, r, ldx, ldy, st);
     case QTC_WG: return s_launch_wide<TY, 64>(p, ks, r, ldx, ldy, st);
     case QTC_WG32: return s_launch_wide<TY, 32>(p, ks, r, ldx, ldy, st);
@@ -1116,8 +1186,9 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
     const int ldx = p->ldx ? p->ldx : p->n_in, ldy = p->ldy ? p->ldy : p->n_out;
     if (ldx < p->n_in || ldx % 8 != 0 || (!p->glu && ldy < p->n_out)) return cudaErrorInvalidValue;
     /* the SwiGLU epilogue: the narrow kernel only (nf 1 .. 8 fragments, or staged), f16 rows of n_out / 2 */
-    if (p->glu && (!qtc_glu_fused(p) || p->ldg < p->n_out / 2 ||
-                   (nf != 0 && nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_XS && nf != QTC_XR)))
+    if (p->glu &&
+        (!qtc_glu_fused(p) || p->ldg < p->n_out / 2 ||
+         (nf != 0 && nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_XS && nf != QTC_XR && nf != QTC_XC)))
         return cudaErrorInvalidValue;
     if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
     /* the narrow kernel up to 8 columns, and up to 16 where its slice form serves (s_xm_default); a wide one above
@@ -1125,16 +1196,19 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
     const int ks = qtc_split(p->type, p->n_in, p->n_out), kn = qtc_split_narrow(p->type, p->n_in, p->n_out);
     if (nf == 0) {
         const int xm = s_xm_default(p, kn);
-        nf = xm < 0           ? (!wtc_wgmma() ? QTC_WIDE : s_wg_form(p->m))
-             : xm == XM_SLICE ? QTC_XS
-             : xm == XM_RING  ? QTC_XR
-                              : 1;
+        nf = xm < 0            ? (!wtc_wgmma() ? QTC_WIDE : s_wg_form(p->m))
+             : xm == XM_SLICE  ? QTC_XS
+             : xm == XM_CSLICE ? QTC_XC
+             : xm == XM_RING   ? QTC_XR
+                               : 1;
     }
-    if (nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_XS && nf != QTC_XR && nf != QTC_WIDE && nf != QTC_WG &&
-        nf != QTC_WG32)
+    if (nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_XS && nf != QTC_XR && nf != QTC_XC && nf != QTC_WIDE &&
+        nf != QTC_WG && nf != QTC_WG32)
         return cudaErrorInvalidValue;
     if ((nf == QTC_WG || nf == QTC_WG32) && !wtc_wgmma()) return cudaErrorInvalidValue;
-    if ((nf == QTC_XS && !s_xs_fits(p, kn)) || (nf == QTC_XR && p->m > QT_NARROW_M)) return cudaErrorInvalidValue;
+    if ((nf == QTC_XS && !s_xs_fits(p, kn)) || (nf == QTC_XR && p->m > QT_NARROW_M) ||
+        (nf == QTC_XC && !s_xc_fits(p, kn)))
+        return cudaErrorInvalidValue;
     if (nf <= 8 && (p->m + 8L * nf - 1) / (8L * nf) > 0x7fffffffL) return cudaErrorInvalidValue;
     switch (qt_ty(p->type)) {
     case QT_Q4K: return s_launch_ty<QT_Q4K>(p, nf, ks, kn, ldx, ldy, st);

@@ -138,9 +138,13 @@ cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b, cudaStream
  * than 4 warps) up to 16 (8 where a CTA has fewer than 4 warps), else QTC_XR from 5 columns up to 8 */
 #define QTC_XS 67
 #define QTC_XR 68
+/* ... for the narrow kernel with only the CTA's columns of x staged (m <= 8; cudaErrorInvalidValue where the CTA's
+ * copies pass 64 KiB), each lane reading its B operands a step pair at a time (fewer registers, more CTAs an SM).
+ * The default for Q8_0 matrices of 256 tiles or more at m <= 2 where a CTA has 4 warps or more */
+#define QTC_XC 69
 
 /* qtc_launch with a forced kernel: nf in {1, 2, 4, 8} = the narrow kernel with nf 8-column fragments per CTA (x
- * read from global memory), QTC_XS / QTC_XR = the narrow kernel with x staged, QTC_WIDE = the mma.sync wide
+ * read from global memory), QTC_XS / QTC_XR / QTC_XC = the narrow kernel with x staged, QTC_WIDE = the mma.sync wide
  * kernel, QTC_WG / QTC_WG32 = the wgmma one, 0 = the default chosen from m (narrow up to 16 columns, staged from
  * 3, wgmma above on sm_90, the mma.sync wide kernel above elsewhere). Results are bitwise
  * those of qtc_launch. cudaErrorInvalidValue for another nf, or for QTC_WG / QTC_WG32 where wtc_wgmma() is 0. For

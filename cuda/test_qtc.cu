@@ -8,8 +8,8 @@
  * element within 1e-3 of sum_i |w_i x_i|, and ||y - ref|| / ||ref|| <= 1e-3 over the case's whole output (the
  * kernel rounds each dequantized weight to f16, 2^-11 relative, so a batch row of 3 outputs whose sums cancel
  * can show a larger relative error on its own; the per-element bound holds everywhere); fused residual
- * (separate and in place); strided x/y; every fragment count nf, the narrow kernel with x staged (QTC_XS, refused
- * past its 64 KiB, and QTC_XR) and the wide kernel bitwise equal to the default; batch
+ * (separate and in place); strided x/y; every fragment count nf, the narrow kernel with x staged (QTC_XS and the
+ * compact QTC_XC, each refused past its 64 KiB, and QTC_XR) and the wide kernel bitwise equal to the default; batch
  * invariance: for M in {1,2,3,7,8,9,16,33,64,128,256}, a row placed at several positions among random rows
  * gives a y row bit-identical (memcmp) to the row alone, and the same at M = 2048; CUDA-graph replay equal to
  * eager; the narrow kernel's SwiGLU epilogue (qtc_params.glu) bitwise equal to the product followed by
@@ -254,6 +254,13 @@ static void pair_case(const Mat *a, const Mat *b, int m)
     cudaFree(dx); cudaFree(y0); cudaFree(y1);
 }
 
+/* 1 when the compact slice (QTC_XC) serves batch m: m <= 8 and the warps' slices (ceil(units / kn) units of m
+ * columns each) within 64 KiB */
+static bool xc_fits(const Mat *a, int m) {
+    const int kn = qtc_split_narrow(a->t, a->n_in, a->n_out), units = a->n_in / 256;
+    return m <= 8 && (long)kn * ((units + kn - 1) / kn) * m * 512 <= 65536;
+}
+
 /* accuracy of one case against the oracle */
 static void acc_case(const Mat *a, int m, int resid, int pad, int nf)
 {
@@ -286,7 +293,7 @@ static void nf_graph_case(const Mat *a, int m)
     CK(cudaMalloc(&dx, xh.size() * 2));
     CK(cudaMemcpy(dx, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
     run(a, dx, m, 0, 0, NULL, 0, 0, 0, y0);
-    static const int nfs[] = {1, 2, 4, 8, QTC_XS, QTC_XR, QTC_WIDE, QTC_WG, QTC_WG32};
+    static const int nfs[] = {1, 2, 4, 8, QTC_XS, QTC_XR, QTC_XC, QTC_WIDE, QTC_WG, QTC_WG32};
     /* the staged forms: up to 16 columns; the slice where the warps' slices (ceil(units / kn) units of 8 columns
      * each) fit in 64 KiB */
     const int kn = qtc_split_narrow(a->t, a->n_in, a->n_out), units = a->n_in / 256;
@@ -297,7 +304,7 @@ static void nf_graph_case(const Mat *a, int m)
             CHECK(e == cudaErrorInvalidValue, "nf %d launched without wgmma: %s", nf, cudaGetErrorString(e));
             continue;
         }
-        if ((nf == QTC_XS && !xs_fits) || (nf == QTC_XR && m > 16)) {
+        if ((nf == QTC_XS && !xs_fits) || (nf == QTC_XR && m > 16) || (nf == QTC_XC && !xc_fits(a, m))) {
             CHECK(e == cudaErrorInvalidValue, "%s %dx%d m %d: staged form %d accepted where x does not fit: %s",
                   ggml_type_name(a->t), a->n_out, a->n_in, m, nf, cudaGetErrorString(e));
             continue;
@@ -446,6 +453,10 @@ int main(void)
         acc_case(&a, 4, 1, 8, 0);     /* strided x and y */
         acc_case(&a, 20, 0, 0, 8);    /* the widest narrow tile on a partial column group */
         acc_case(&a, 3, 1, 8, QTC_WIDE); /* the wide kernel: few columns, strided, residual */
+        if (xc_fits(&a, 2)) {            /* the compact slice: strided with a residual, and in place */
+            acc_case(&a, 2, 1, 8, QTC_XC);
+            acc_case(&a, 1, 2, 0, QTC_XC);
+        }
         if (wtc_wgmma()) {               /* the wgmma forms, the same way */
             acc_case(&a, 3, 1, 8, QTC_WG);
             acc_case(&a, 3, 1, 8, QTC_WG32);
@@ -468,6 +479,8 @@ int main(void)
         mat_make(&a, s.t, s.n_in, s.n_out);
         for (int m : {1, 2, 3, 8}) glu_case(&a, m, 0);
         for (int nf : {1, 2, 4, 8}) glu_case(&a, 5, nf);
+        for (int m : {1, 5})
+            if (xc_fits(&a, m)) glu_case(&a, m, QTC_XC);
         glu_case(&a, 9, 0);
         glu_case(&a, 16, 0);
         glu_case(&a, 17, 0); /* past the narrow kernel: refused */

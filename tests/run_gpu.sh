@@ -123,6 +123,12 @@ if [ -x "$mk" ] && [ -x "$eng" ]; then
             run_one "engine_gpu:$(basename "$out"):f16-wtc" env ZLLM_CUDA_QTC=0 "$eng" "$out"
         else echo "FAIL zllm-mkmodel $spec 256"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     done
+    # the compact x slice of cuda/qtc.cu (QTC_XC: the Q8_0 default at 1 and 2 rows on matrices of 256 tiles or
+    # more): a one-layer Q8_0 llama 4096 wide, whose four products take it at M = 1 and 2 and other forms above
+    out=$tmp/tiny-llama-q8_0-4096.gguf
+    if "$mk" -o "$out" --preset tiny-llama --layers 1 --dim 4096 --heads 32 --kv-heads 8 --head-dim 128 --ffn 4096 \
+            --type q8_0 --seed 7 >"$tmp/mk.log" 2>&1; then run_one "engine_gpu:$(basename "$out")" "$eng" "$out"
+    else echo "FAIL zllm-mkmodel tiny-llama q8_0 4096"; cat "$tmp/mk.log"; tf=$((tf + 1)); fi
     # head sizes 96 (Phi-3 mini: 32 heads of 96 at 3072; here 4 KV heads of 96, group 1, and group 2 in bf16) and
     # 80 (Phi-2-style): the CUDA-core decode kernel with idle team lanes, the tensor-core prefill kernel's padded
     # rows for 16-bit caches, the scalar prefill kernel for F32 ones
