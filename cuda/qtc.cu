@@ -56,6 +56,9 @@ using namespace zmma;
 enum { QT_STAGES = 2, QT_STAGES_MAX = 4, QT_MAX_KS = 8 };
 /* QT_XS_MAX: the most shared memory the narrow kernel gives the launch's x in its slice form (qtc_body) */
 enum { QT_XS_MAX = 64 * 1024 };
+/* QT_XC2_MAX: the most shared memory the compact slice with two fragments (9 to 16 columns, sm_90 only) gives x:
+ * 16 columns of 4,096 inputs, so that Q8_0's rings and partials fit beside it in the SM's 227 KiB */
+enum { QT_XC2_MAX = 128 * 1024 };
 /* QT_NARROW_M: the most columns the narrow kernel's staged forms take (in 8-column groups side by side, grid.x) */
 enum { QT_NARROW_M = 16 };
 enum { QB_WARPS = 8, QB_COLS = 64, QB_STAGES = 3, QB_XBYTES = QB_COLS * 512, QB_CHUNK = 256 };
@@ -103,7 +106,8 @@ extern "C" size_t qtc_smem_bytes(ggml_type t)
     const int ty = qt_ty(t);
     if (ty < 0) return 0;
     /* the staged forms (QT_STAGES-deep rings of one fragment, plus at most QT_XS_MAX of x or 4 KiB of x a stage)
-     * ask less than the deepest narrow form for every type */
+     * ask less than the deepest narrow form for every type; the compact slice's two-fragment form (up to
+     * QT_XC2_MAX of x, 198 KiB in all for Q6_K) runs only on sm_90, whose SMs have 227 KiB, and is not counted */
     const size_t narrow = s_narrow_bytes(qt_tb(ty), QT_STAGES_MAX, QT_MAX_KS, 8);
     const size_t wide = (size_t)QB_STAGES * (QB_WARPS * (size_t)qt_tb(ty) + QB_XBYTES);
     return narrow > wide ? narrow : wide;
@@ -306,9 +310,11 @@ static __device__ __forceinline__ int xs_off(int r, int c) {
 /* XM, where the narrow kernel's x comes from: XM_LDG each lane's columns from global memory; XM_SLICE each warp's
  * unit range copied once into shared memory (8 columns, zero past m) and read for every tile of the CTA; XM_RING
  * each unit's x (8 columns) copied into the ring stage beside its tile block, for ranges too long to keep;
- * XM_CSLICE as XM_SLICE with only the CTA's mc = min(8, m - col0) columns copied (no zero columns), each lane
+ * XM_CSLICE as XM_SLICE with only the CTA's mc = min(8 NF, m - col0) columns copied (no zero columns), each lane
  * reading its B operands of a step pair just before their mma (no unit of x held in registers: at most 80 registers
- * a thread, launch bound 3 CTAs an SM, against 127-144 with XM_LDG; Q8_0's rings still keep it to 2 CTAs an SM) */
+ * a thread, launch bound 3 CTAs an SM, against 127-144 with XM_LDG; Q8_0's rings still keep it to 2 CTAs an SM).
+ * With NF = 2 (9 to 16 columns) one CTA multiplies each dequantized A fragment with both fragments of x, where the
+ * slice form's two CTAs of 8 columns each dequantize the tile */
 enum { XM_LDG = 0, XM_SLICE = 1, XM_RING = 2, XM_CSLICE = 3 };
 
 /* The narrow kernel's CTAs are persistent: grid.y is at most the CTAs that fit the GPU at once (qtc_launch), and
@@ -324,7 +330,8 @@ template <int TY, int NF, int ST, int XM>
 static __device__ __forceinline__ void
 qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int m, const uint16_t *__restrict__ x,
          int ldx, float *y, int ldy, const float *y_in, __half *glu, int ldg, int pre, int by, int gy, int xsn) {
-    static_assert(XM == XM_LDG || NF == 1, "the staged forms carry one fragment");
+    static_assert(XM == XM_LDG || NF == 1 || (XM == XM_CSLICE && NF == 2),
+                  "the staged forms carry one fragment, the compact slice up to two");
     constexpr bool XS = XM != XM_LDG;
     /* TB: a tile block; SB: a ring stage (the tile block, then with XM_RING the unit's x) */
     constexpr int TB = qt_traits<TY>::TB, SB = TB + (XM == XM_RING ? 4096 : 0);
@@ -340,7 +347,7 @@ qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int
      * min(8, m - col0); lane (g, t) reads column gc: its own, or for columns past m column col0 (any finite operand
      * serves: a column's products are never stored past m, and no column's result depends on another's) */
     auto xc_area = [&](int &mc) {
-        mc = m - col0 < 8 ? m - col0 : 8;
+        mc = m - col0 < 8 * NF ? m - col0 : 8 * NF;
         return s_mem + (size_t)kn * ST * SB + (size_t)2 * kn * NF * 512 + (size_t)warp * xsn * mc * 512;
     };
     /* this CTA's 8 columns (col0 ..) of unit i of this warp's range into dst ([8][256] halves, xs_off), zeros past m */
@@ -461,7 +468,7 @@ qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int
                 advance();
             }
             cp_async_commit();
-            if (XM == XM_CSLICE) {
+            if (XM == XM_CSLICE && NF == 1) {
                 int mc;
                 const uint8_t *xc = xc_area(mc);
                 const int gc = g < mc ? g : 0, xc_k = t ^ ((gc & 1) << 2);
@@ -472,6 +479,29 @@ qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int
                     R.frag(s, A);
                     if (!(s & 1)) xsv[0] = *(const uint4 *)(xu + 16 * ((s >> 1) ^ xc_k));
                     mma_f16(acc[0], A, (s & 1) ? xsv[0].z : xsv[0].x, (s & 1) ? xsv[0].w : xsv[0].y);
+                }
+            } else if (XM == XM_CSLICE) {
+                /* two fragments: fragment f reads column 8 f + g of the CTA's, or column 0 past m */
+                int mc;
+                const uint8_t *xc = xc_area(mc);
+                const uint8_t *xu[NF];
+                int xc_k[NF];
+#pragma unroll
+                for (int f = 0; f < NF; f++) {
+                    const int gc = 8 * f + g < mc ? 8 * f + g : 0;
+                    xc_k[f] = t ^ ((gc & 1) << 2);
+                    xu[f] = xc + (size_t)(i * mc + gc) * 512 + 128 * t;
+                }
+                uint4 xq[NF];
+#pragma unroll
+                for (int s = 0; s < 16; s++) {
+                    uint32_t A[4];
+                    R.frag(s, A);
+#pragma unroll
+                    for (int f = 0; f < NF; f++) {
+                        if (!(s & 1)) xq[f] = *(const uint4 *)(xu[f] + 16 * ((s >> 1) ^ xc_k[f]));
+                        mma_f16(acc[f], A, (s & 1) ? xq[f].z : xq[f].x, (s & 1) ? xq[f].w : xq[f].y);
+                    }
                 }
             } else if (XS) {
 #pragma unroll
@@ -1093,8 +1123,11 @@ static cudaError_t s_launch_st(const qtc_params *p, int kn, int r, int ldx, int 
                                          : 0,
                  smem = s_narrow_bytes(SB, ST, kn, NF) + xsb;
     static std::atomic<unsigned long long> s_set{0};
-    const cudaError_t e = cu_smem_optin(
-        K, s_narrow_bytes(SB, ST, QT_MAX_KS, NF) + (XM == XM_SLICE || XM == XM_CSLICE ? (size_t)QT_XS_MAX : 0), s_set);
+    /* the opt-in covers the largest x of the form: QT_XS_MAX, or QT_XC2_MAX for the two-fragment compact slice */
+    const size_t xmax = XM == XM_SLICE || (XM == XM_CSLICE && NF == 1) ? (size_t)QT_XS_MAX
+                        : XM == XM_CSLICE                              ? (size_t)QT_XC2_MAX
+                                                                       : 0;
+    const cudaError_t e = cu_smem_optin(K, s_narrow_bytes(SB, ST, QT_MAX_KS, NF) + xmax, s_set);
     if (e != cudaSuccess) return e;
     const int per = s_occupancy<K>(32 * kn, smem);
     const int tiles = (p->n_out + 15) / 16, groups = (p->m + 8 * NF - 1) / (8 * NF);
@@ -1118,9 +1151,14 @@ static int s_xs_fits(const qtc_params *p, int kn) {
     return p->m <= QT_NARROW_M && s_xs_bytes(p->n_in / 256, kn) <= (size_t)QT_XS_MAX;
 }
 
-/* 1 when the compact slice form can serve this launch: m <= 8 and the warps' slices within QT_XS_MAX */
+/* 1 when the compact slice form can serve this launch: m <= 8 and the warps' slices within QT_XS_MAX, or 9 to 16
+ * columns of Q4_K or Q6_K on sm_90 (two fragments) with the slices within QT_XC2_MAX and the CTA within the SM's
+ * 227 KiB (Q8_0's two-fragment form is not measured, so not offered) */
 static int s_xc_fits(const qtc_params *p, int kn) {
-    return p->m <= 8 && s_xc_bytes(p->n_in / 256, kn, p->m) <= (size_t)QT_XS_MAX;
+    const size_t xb = s_xc_bytes(p->n_in / 256, kn, p->m);
+    if (p->m <= 8) return xb <= (size_t)QT_XS_MAX;
+    return p->m <= QT_NARROW_M && p->type != GGML_Q8_0 && wtc_wgmma() && xb <= (size_t)QT_XC2_MAX &&
+           s_narrow_bytes(qt_tb(qt_ty(p->type)), QT_STAGES, kn, 2) + xb <= (size_t)226 * 1024;
 }
 
 /* The narrow kernel's form by default, or -1 where the wide kernel serves m (docs/perf.md has the kernel timings
@@ -1136,12 +1174,18 @@ static int s_xc_fits(const qtc_params *p, int kn) {
  * compact slice where a CTA has 4 warps or more and the matrix 256 tiles or more (the 8B layer's four products):
  * its 8B step at M = 1 and 2 is 2.5-3.3% faster than with the global reads, the gate/up and down products 6-9% at
  * kernel level (docs/perf.md). Q4_K and Q6_K keep the global reads: with the compact slice the 8B Q4_K_M step ran
- * 3% slower at M = 1, and the small Q6_K products and the LM heads slower at kernel level (same section). */
+ * 3% slower at M = 1, and the small Q6_K products and the LM heads slower at kernel level (same section). From 9 to
+ * 16 columns Q4_K and Q6_K take the compact slice with two fragments where it fits (sm_90, x within 128 KiB) and a
+ * CTA has 4 warps or more: it dequantizes each tile once instead of twice (Q4_K 14336 x 4096 at 16 rows 18.1
+ * against 21.7 us, Q6_K 21.5 against 31.6; the 8B Q4_K_M step at M = 16 6% faster). */
 static int s_xm_default(const qtc_params *p, int kn) {
     const int fits = s_xs_fits(p, kn);
     if (p->type == GGML_Q8_0 && p->m <= 2 && kn >= 4 && (p->n_out + 15) / 16 >= 256 && s_xc_fits(p, kn))
         return XM_CSLICE;
-    if (p->m > 8) return p->m <= QT_NARROW_M && fits && kn >= 4 ? XM_SLICE : -1;
+    if (p->m > 8) {
+        if (p->m <= QT_NARROW_M && kn >= 4 && s_xc_fits(p, kn)) return XM_CSLICE;
+        return p->m <= QT_NARROW_M && fits && kn >= 4 ? XM_SLICE : -1;
+    }
     if (fits) return p->m >= (kn >= 4 ? 3 : 5) ? XM_SLICE : XM_LDG;
     return p->m >= 5 ? XM_RING : XM_LDG;
 }
@@ -1158,7 +1202,9 @@ static cudaError_t s_launch_ty(const qtc_params *p, int nf, int ks, int kn, int 
     case 8: return s_launch<TY, 8>(p, kn, r, ldx, ldy, st);
     case QTC_XS: return s_launch_st<TY, 1, QT_STAGES, XM_SLICE>(p, kn, r, ldx, ldy, st);
     case QTC_XR: return s_launch_st<TY, 1, QT_STAGES, XM_RING>(p, kn, r, ldx, ldy, st);
-    case QTC_XC: return s_launch_st<TY, 1, QT_STAGES, XM_CSLICE>(p, kn, r, ldx, ldy, st);
+    case QTC_XC:
+        return p->m > 8 ? s_launch_st<TY, 2, QT_STAGES, XM_CSLICE>(p, kn, r, ldx, ldy, st)
+                        : s_launch_st<TY, 1, QT_STAGES, XM_CSLICE>(p, kn, r, ldx, ldy, st);
     case QTC_WIDE: return s_launch_wide<TY, 0>(p, ks, r, ldx, ldy, st);
     case QTC_WG: return s_launch_wide<TY, 64>(p, ks, r, ldx, ldy, st);
     case QTC_WG32: return s_launch_wide<TY, 32>(p, ks, r, ldx, ldy, st);

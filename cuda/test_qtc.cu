@@ -254,11 +254,16 @@ static void pair_case(const Mat *a, const Mat *b, int m)
     cudaFree(dx); cudaFree(y0); cudaFree(y1);
 }
 
-/* 1 when the compact slice (QTC_XC) serves batch m: m <= 8 and the warps' slices (ceil(units / kn) units of m
- * columns each) within 64 KiB */
+/* 1 when the compact slice (QTC_XC) serves batch m: the warps' slices (ceil(units / kn) units of m columns each)
+ * within 64 KiB up to 8 columns; from 9 to 16 columns (two fragments) for Q4_K and Q6_K on sm_90 only, within
+ * 128 KiB and the CTA (2-stage rings of kn warps, the partial area, the slices) within 226 KiB */
 static bool xc_fits(const Mat *a, int m) {
     const int kn = qtc_split_narrow(a->t, a->n_in, a->n_out), units = a->n_in / 256;
-    return m <= 8 && (long)kn * ((units + kn - 1) / kn) * m * 512 <= 65536;
+    const long xb = (long)kn * ((units + kn - 1) / kn) * m * 512;
+    const long tb = a->t == GGML_Q4_K ? 2304 : a->t == GGML_Q6_K ? 3360 : 4352;
+    if (m <= 8) return xb <= 65536;
+    return m <= 16 && a->t != GGML_Q8_0 && wtc_wgmma() && xb <= 128 * 1024 &&
+           kn * 2 * tb + 2L * kn * 2 * 512 + xb <= 226 * 1024;
 }
 
 /* accuracy of one case against the oracle */
@@ -457,6 +462,7 @@ int main(void)
             acc_case(&a, 2, 1, 8, QTC_XC);
             acc_case(&a, 1, 2, 0, QTC_XC);
         }
+        if (xc_fits(&a, 12)) acc_case(&a, 12, 1, 8, QTC_XC); /* its two fragments */
         if (wtc_wgmma()) {               /* the wgmma forms, the same way */
             acc_case(&a, 3, 1, 8, QTC_WG);
             acc_case(&a, 3, 1, 8, QTC_WG32);
@@ -479,7 +485,7 @@ int main(void)
         mat_make(&a, s.t, s.n_in, s.n_out);
         for (int m : {1, 2, 3, 8}) glu_case(&a, m, 0);
         for (int nf : {1, 2, 4, 8}) glu_case(&a, 5, nf);
-        for (int m : {1, 5})
+        for (int m : {1, 5, 12})
             if (xc_fits(&a, m)) glu_case(&a, m, QTC_XC);
         glu_case(&a, 9, 0);
         glu_case(&a, 16, 0);
