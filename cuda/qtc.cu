@@ -1172,7 +1172,7 @@ static int s_xc_fits(const qtc_params *p, int kn) {
  * 8-column groups run side by side and meet in L2 on the weights, twice the dequantization of one group: the slice
  * beats the wgmma kernel there, the ring and the LM head's slices do not. Q8_0 at one or two columns takes the
  * compact slice where a CTA has 4 warps or more and the matrix 256 tiles or more (the 8B layer's four products):
- * its 8B step at M = 1 and 2 is 2.5-3.3% faster than with the global reads, the gate/up and down products 6-9% at
+ * its 8B step at M = 1 and 2 is 2.5-3.3% faster than with the global reads, the gate/up and down products 5-9% at
  * kernel level (docs/perf.md). Q4_K and Q6_K keep the global reads: with the compact slice the 8B Q4_K_M step ran
  * 3% slower at M = 1, and the small Q6_K products and the LM heads slower at kernel level (same section). From 9 to
  * 16 columns Q4_K and Q6_K take the compact slice with two fragments where it fits (sm_90, x within 128 KiB) and a
