@@ -57,7 +57,7 @@ enum { QT_STAGES = 2, QT_STAGES_MAX = 4, QT_MAX_KS = 8 };
 /* QT_XS_MAX: the most shared memory the narrow kernel gives the launch's x in its slice form (qtc_body) */
 enum { QT_XS_MAX = 64 * 1024 };
 /* QT_XC2_MAX: the most shared memory the compact slice with two fragments (9 to 16 columns, sm_90 only) gives x:
- * 16 columns of 4,096 inputs, so that Q8_0's rings and partials fit beside it in the SM's 227 KiB */
+ * 16 columns of 4,096 inputs, so that every type's rings and partials fit beside it in the SM's 227 KiB */
 enum { QT_XC2_MAX = 128 * 1024 };
 /* QT_NARROW_M: the most columns the narrow kernel's staged forms take (in 8-column groups side by side, grid.x) */
 enum { QT_NARROW_M = 16 };
@@ -93,7 +93,7 @@ static size_t s_xs_bytes(int units, int kn) {
     return (size_t)kn * xsn * 8 * 512;
 }
 
-/* the compact form's x area (m <= 8): kn warp slices of xsn units x m columns x 512 bytes */
+/* the compact form's x area (m <= 16, one CTA's columns): kn warp slices of xsn units x m columns x 512 bytes */
 static size_t s_xc_bytes(int units, int kn, int m) {
     const int xsn = (units + kn - 1) / kn;
     return (size_t)kn * xsn * (size_t)m * 512;
@@ -107,7 +107,7 @@ extern "C" size_t qtc_smem_bytes(ggml_type t)
     if (ty < 0) return 0;
     /* the staged forms (QT_STAGES-deep rings of one fragment, plus at most QT_XS_MAX of x or 4 KiB of x a stage)
      * ask less than the deepest narrow form for every type; the compact slice's two-fragment form (up to
-     * QT_XC2_MAX of x, 198 KiB in all for Q6_K) runs only on sm_90, whose SMs have 227 KiB, and is not counted */
+     * QT_XC2_MAX of x, 197 KiB in all for Q6_K) runs only on sm_90, whose SMs have 227 KiB, and is not counted */
     const size_t narrow = s_narrow_bytes(qt_tb(ty), QT_STAGES_MAX, QT_MAX_KS, 8);
     const size_t wide = (size_t)QB_STAGES * (QB_WARPS * (size_t)qt_tb(ty) + QB_XBYTES);
     return narrow > wide ? narrow : wide;
@@ -344,8 +344,9 @@ qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int
     /* XM_SLICE: this warp's x slice, [xsn units][8 columns][256 halves] (xs_off), after the partial area */
     uint8_t *xs = s_mem + (size_t)kn * ST * SB + (size_t)2 * kn * NF * 512 + (size_t)warp * xsn * 8 * 512;
     /* XM_CSLICE: this warp's x slice, [xsn units][mc columns][256 halves] (xs_off within a column), mc =
-     * min(8, m - col0); lane (g, t) reads column gc: its own, or for columns past m column col0 (any finite operand
-     * serves: a column's products are never stored past m, and no column's result depends on another's) */
+     * min(8 NF, m - col0); lane (g, t) reads column 8 f + g of fragment f, or for columns past m column col0 (any
+     * finite operand serves: a column's products are never stored past m, and no column's result depends on
+     * another's) */
     auto xc_area = [&](int &mc) {
         mc = m - col0 < 8 * NF ? m - col0 : 8 * NF;
         return s_mem + (size_t)kn * ST * SB + (size_t)2 * kn * NF * 512 + (size_t)warp * xsn * mc * 512;
@@ -1157,6 +1158,7 @@ static int s_xs_fits(const qtc_params *p, int kn) {
 static int s_xc_fits(const qtc_params *p, int kn) {
     const size_t xb = s_xc_bytes(p->n_in / 256, kn, p->m);
     if (p->m <= 8) return xb <= (size_t)QT_XS_MAX;
+    /* 226 KiB: the SM's 227 less the 1 KiB the driver reserves per CTA */
     return p->m <= QT_NARROW_M && p->type != GGML_Q8_0 && wtc_wgmma() && xb <= (size_t)QT_XC2_MAX &&
            s_narrow_bytes(qt_tb(qt_ty(p->type)), QT_STAGES, kn, 2) + xb <= (size_t)226 * 1024;
 }
