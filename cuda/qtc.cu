@@ -923,6 +923,12 @@ qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles
      * group overlaps the wgmma of the one before), one at 16 */
     constexpr int NB = QW_G < 16 ? 2 : 1;
     uint32_t A[NB][QW_G][4];
+    /* the B descriptors as offsets of one base: a tile's k16 step s of stage st starts (st SB + (s / 4) NX 128 +
+     * 32 (s % 4)) >> 4 above the base in the start-address field (every address is under 2^18 bytes, so the sum
+     * never carries out of it); one add a wgmma instead of the address arithmetic and its move to uniform
+     * registers */
+    const uint32_t d0 = (uint32_t)zwg::desc(qw_smem);
+    int cst = 0; /* u % S */
     for (int u = 0; u < n_units; u++) {
         if (u == next) {   /* block-uniform: a sub-split ends; its wgmma must have landed in cur */
             zwg::wait<0>();
@@ -941,7 +947,9 @@ qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles
         __syncthreads();   /* unit u landed for every thread; unit u - 2's wgmma are complete in every warp */
         if (u + S - 2 < n_units) issue(u + S - 2, (u + S - 2) % S, 3);
         cp_async_commit();
-        const uint8_t *sp = qw_smem + (size_t)(u % S) * SB;
+        const uint8_t *sp = qw_smem + (size_t)cst * SB;
+        const uint32_t du = d0 + (uint32_t)((cst * SB) >> 4);
+        cst = cst == S - 1 ? 0 : cst + 1;
         if (active) {
             unit_regs<TY> R;
             R.load(sp + XB + warp * TB, lane);
@@ -961,7 +969,7 @@ qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles
 #pragma unroll
                 for (int j = 0; j < QW_G; j++) {
                     const int s = q * QW_G + j;
-                    zwg::mma_ra<NX>::run(cur, Ab[j], zwg::desc(sp + (s >> 2) * (NX * 128) + 32 * (s & 3)));
+                    zwg::mma_ra<NX>::run(cur, Ab[j], zwg::desc_at(du + (((s >> 2) * (NX * 128) + 32 * (s & 3)) >> 4)));
                 }
                 zwg::commit();
             }
@@ -1153,13 +1161,12 @@ static int s_xs_fits(const qtc_params *p, int kn) {
 }
 
 /* 1 when the compact slice form can serve this launch: m <= 8 and the warps' slices within QT_XS_MAX, or 9 to 16
- * columns of Q4_K or Q6_K on sm_90 (two fragments) with the slices within QT_XC2_MAX and the CTA within the SM's
- * 227 KiB (Q8_0's two-fragment form is not measured, so not offered) */
+ * columns on sm_90 (two fragments) with the slices within QT_XC2_MAX and the CTA within the SM's 227 KiB */
 static int s_xc_fits(const qtc_params *p, int kn) {
     const size_t xb = s_xc_bytes(p->n_in / 256, kn, p->m);
     if (p->m <= 8) return xb <= (size_t)QT_XS_MAX;
     /* 226 KiB: the SM's 227 less the 1 KiB the driver reserves per CTA */
-    return p->m <= QT_NARROW_M && p->type != GGML_Q8_0 && wtc_wgmma() && xb <= (size_t)QT_XC2_MAX &&
+    return p->m <= QT_NARROW_M && wtc_wgmma() && xb <= (size_t)QT_XC2_MAX &&
            s_narrow_bytes(qt_tb(qt_ty(p->type)), QT_STAGES, kn, 2) + xb <= (size_t)226 * 1024;
 }
 
@@ -1177,9 +1184,10 @@ static int s_xc_fits(const qtc_params *p, int kn) {
  * its 8B step at M = 1 and 2 is 2.5-3.3% faster than with the global reads, the gate/up and down products 5-9% at
  * kernel level (docs/perf.md). Q4_K and Q6_K keep the global reads: with the compact slice the 8B Q4_K_M step ran
  * 3% slower at M = 1, and the small Q6_K products and the LM heads slower at kernel level (same section). From 9 to
- * 16 columns Q4_K and Q6_K take the compact slice with two fragments where it fits (sm_90, x within 128 KiB) and a
+ * 16 columns every type takes the compact slice with two fragments where it fits (sm_90, x within 128 KiB) and a
  * CTA has 4 warps or more: it dequantizes each tile once instead of twice (Q4_K 14336 x 4096 at 16 rows 18.1
- * against 21.7 us, Q6_K 21.5 against 31.6; the 8B Q4_K_M step at M = 16 6% faster). */
+ * against 21.7 us, Q6_K 21.5 against 31.6, Q8_0 18.6 against 27.3; the 8B Q4_K_M step at M = 16 6% faster, Q8_0
+ * 6%). */
 static int s_xm_default(const qtc_params *p, int kn) {
     const int fits = s_xs_fits(p, kn);
     if (p->type == GGML_Q8_0 && p->m <= 2 && kn >= 4 && (p->n_out + 15) / 16 >= 256 && s_xc_fits(p, kn))

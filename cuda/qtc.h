@@ -139,10 +139,10 @@ cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b, cudaStream
 #define QTC_XS 67
 #define QTC_XR 68
 /* ... for the narrow kernel with only the CTA's columns of x staged, each lane reading its B operands a step pair at
- * a time (no unit of x held in registers): m <= 8 where the CTA's copies fit in 64 KiB, and for Q4_K and Q6_K on
- * sm_90 (wtc_wgmma()) 9 to 16 columns in one CTA (two fragments: each tile dequantized once) where they fit in 128
- * KiB; cudaErrorInvalidValue elsewhere. The default for Q8_0 matrices of 256 tiles or more at m <= 2, and for Q4_K
- * and Q6_K from 9 to 16 columns where it serves, where a CTA has 4 warps or more */
+ * a time (no unit of x held in registers): m <= 8 where the CTA's copies fit in 64 KiB, and on sm_90 (wtc_wgmma())
+ * 9 to 16 columns in one CTA (two fragments: each tile dequantized once) where they fit in 128 KiB;
+ * cudaErrorInvalidValue elsewhere. The default for Q8_0 matrices of 256 tiles or more at m <= 2, and from 9 to 16
+ * columns where it serves, where a CTA has 4 warps or more */
 #define QTC_XC 69
 
 /* qtc_launch with a forced kernel: nf in {1, 2, 4, 8} = the narrow kernel with nf 8-column fragments per CTA (x

@@ -256,15 +256,14 @@ static void pair_case(const Mat *a, const Mat *b, int m)
 }
 
 /* 1 when the compact slice (QTC_XC) serves batch m: the warps' slices (ceil(units / kn) units of m columns each)
- * within 64 KiB up to 8 columns; from 9 to 16 columns (two fragments) for Q4_K and Q6_K on sm_90 only, within
+ * within 64 KiB up to 8 columns; from 9 to 16 columns (two fragments) on sm_90 only, within
  * 128 KiB and the CTA (2-stage rings of kn warps, the partial area, the slices) within 226 KiB */
 static bool xc_fits(const Mat *a, int m) {
     const int kn = qtc_split_narrow(a->t, a->n_in, a->n_out), units = a->n_in / 256;
     const long xb = (long)kn * ((units + kn - 1) / kn) * m * 512;
     const long tb = a->t == GGML_Q4_K ? 2304 : a->t == GGML_Q6_K ? 3360 : 4352;
     if (m <= 8) return xb <= 65536;
-    return m <= 16 && a->t != GGML_Q8_0 && wtc_wgmma() && xb <= 128 * 1024 &&
-           kn * 2 * tb + 2L * kn * 2 * 512 + xb <= 226 * 1024;
+    return m <= 16 && wtc_wgmma() && xb <= 128 * 1024 && kn * 2 * tb + 2L * kn * 2 * 512 + xb <= 226 * 1024;
 }
 
 /* accuracy of one case against the oracle */
