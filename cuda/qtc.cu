@@ -47,6 +47,7 @@
 #include "f16x2.cuh"
 #include "pdl.cuh"
 #include "wgmma.cuh"
+#include "mbar.cuh"
 #include "wtc.h"
 
 using namespace zmma;
@@ -119,7 +120,7 @@ extern "C" size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out)
 {
     const int ks = qtc_split(t, n_in, n_out);
     if (ks < 1) return 0;
-    /* the split partials, then the wgmma kernel's copy of x in slot order */
+    /* the split partials, then the wgmma kernel's images of x (qtc_ximage_kernel: 256 columns' room) */
     return s_part_bytes(ks, n_out) + (size_t)QB_CHUNK * (size_t)n_in * 2;
 }
 
@@ -818,41 +819,54 @@ qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int til
 }
 
 /* ------------------------------------------------------------------------------------------------------
- * the wgmma wide kernel (sm_90a; m > 8 by default there): the wide kernel's work split (a CTA of 8 warps on 8 row
- * tiles and NX batch columns, one of the ks splits per blockIdx.z, its r sub-splits chained from zero one after
- * another, the same workspace and merge), with the k16 steps run by wgmma.mma_async: the two warpgroups each
- * multiply 64 rows (A: the dequantized fragments, in registers, in exactly the mma.sync layout the narrow kernel
- * feeds) by the NX x 16 slice of x, which wgmma reads from shared memory. wgmma chains give mma.sync's bits
- * (cuda/wgmma.cuh; gpu_test_qtc compares the forms bit for bit), so every element is the same sequence of
- * operations as in the other kernels.
+ * the wgmma wide kernel (sm_90a; m > 8 by default there): the wide kernel's work split (a CTA on 8 row tiles and NX
+ * batch columns, one of the ks splits per blockIdx.z, its r sub-splits chained from zero one after another, the
+ * same workspace and merge), with the k16 steps run by wgmma.mma_async: the two warpgroups each multiply 64 rows (A:
+ * the dequantized fragments, in registers, in exactly the mma.sync layout the narrow kernel feeds) by the NX x 16
+ * slice of x, which wgmma reads from shared memory. wgmma chains give mma.sync's bits (cuda/wgmma.cuh; gpu_test_qtc
+ * compares the forms bit for bit), so every element is the same sequence of operations as in the other kernels.
  *
  * x in slot order. Step s of lane t takes unit elements 64 t + 4 s + j (j < 4) in k slots 2t + (j & 1) +
  * 8 (j >> 1), so wgmma needs each unit's 256 elements at positions 16 s + slot: 4-byte word w = 32 t + 2 s + h of
- * a unit goes to position word 8 s + 4 h + t. That gathers 4-byte words, which a CTA would redo for every row
- * block (measured: copying x by 4-byte cp.async inside the kernel cost it 28% against 16-byte copies), so
- * qtc_xperm_kernel writes the launch's x once in slot order to the workspace, and the CTAs copy it in 16-byte
- * chunks: position chunk c (words 4c .. 4c + 3) of a unit holds words c, 32 + c, 64 + c, 96 + c.
- * Stage st: [4 k tiles x NX x 128 B of x (the 128-byte swizzle of cuda/wgmma.cuh) | 8 tile blocks], 1024-byte
- * aligned. The ring issues S - 2 units ahead: at the barrier of unit u every wgmma of unit u - 2 has completed
- * (each commit group waits for the one two back, and the last of unit u - 1 is the only one pending), so stage
- * (u + S - 2) % S is free to refill. */
+ * a unit goes to position word 8 s + 4 h + t, i.e. position chunk c (words 4c .. 4c + 3) of a unit holds words c,
+ * 32 + c, 64 + c, 96 + c. That gathers 4-byte words, which a CTA would redo for every row block, so
+ * qtc_ximage_kernel writes the launch's x once to the workspace as the images a stage holds: for each block of NX
+ * columns and each unit, 4 k tiles x NX columns x 128 bytes in the 128-byte swizzle of cuda/wgmma.cuh (chunk c of
+ * column n at k tile c / 8, chunk (c % 8) ^ (n % 8)), zeros for columns past m. A stage's x is then one bulk copy.
+ *
+ * Warp specialization. A CTA is 8 consumer warps (one row tile each) and a producer warpgroup, whose first thread streams
+ * units into an S-slot ring of stages [x image (XB bytes) | the 8 tile blocks], 1024-byte aligned: for each unit it
+ * waits on the slot's empty barrier, arms its full barrier with the stage's byte count and issues the bulk copies
+ * (the tile blocks before pdl_wait, written once at load; x after). A consumer warp waits on the full barrier,
+ * dequantizes its tile block's fragments and issues the unit's wgmma in commit groups of QW_G k16 steps; once every
+ * wgmma of unit u - 1 has retired (the wait before its second group: at most the newest group pending), lane 0
+ * arrives on that stage's empty barrier. No CTA-wide barrier runs in the loop, so the warpgroups drift apart and
+ * one dequantizes while the other's wgmma run. Tiles past the last have no copies: their warps multiply zeros
+ * (their slots are zeroed once) into rows nobody stores. */
 
-/* xp[c][i] = x[c][slot-order position of i within its unit], c < m: the copy the wgmma kernel reads */
-__global__ void qtc_xperm_kernel(const uint16_t *__restrict__ x, int ldx, int m, int units, uint16_t *__restrict__ xp)
-{
+/* xi: for each block b of NX columns (of the launch's m) and unit u, the stage image of x (XB = 4 NX 128 bytes) at
+ * (b units + u) XB: the copy the wgmma kernel reads */
+template <int NX>
+__global__ void qtc_ximage_kernel(const uint16_t *__restrict__ x, int ldx, int m, int units, uint8_t *__restrict__ xi) {
     pdl_trigger();
     pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
-    const size_t per_col = (size_t)units * 32, n = (size_t)m * per_col;
+    const int nb = (m + NX - 1) / NX;
+    const size_t n = (size_t)nb * units * 32 * NX; /* 16-byte chunks of the images */
     for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
-        const size_t col = q / per_col, cu = q % per_col;
-        const int c = (int)(cu & 31);
-        const uint32_t *src = (const uint32_t *)(x + col * ldx + (cu >> 5) * 256) + c;
-        uint4 v;
-        v.x = src[0];
-        v.y = src[32];
-        v.z = src[64];
-        v.w = src[96];
-        *(uint4 *)(xp + col * per_col * 8 + cu * 8) = v;
+        /* q = ((b units + u) 4 + kt) NX 8 + n 8 + c8: consecutive threads write one column's 128 bytes */
+        const int c8 = (int)(q & 7), col = (int)((q >> 3) % NX);
+        const size_t bu = q / (32 * NX); /* b units + u */
+        const int kt = (int)((q / (8 * NX)) & 3), u = (int)(bu % units), c = 8 * kt + c8;
+        const size_t gcol = (bu / units) * NX + col;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (gcol < (size_t)m) {
+            const uint32_t *src = (const uint32_t *)(x + gcol * ldx + (size_t)u * 256) + c;
+            v.x = src[0];
+            v.y = src[32];
+            v.z = src[64];
+            v.w = src[96];
+        }
+        *(uint4 *)(xi + (bu * 4 + kt) * (NX * 128) + col * 128 + ((c8 ^ (col & 7)) << 4)) = v;
     }
 }
 
@@ -861,76 +875,115 @@ template <int TY, int NX> __host__ __device__ constexpr int qw_stage_bytes()
 {
     return (qw_xbytes<NX>() + QB_WARPS * qt_traits<TY>::TB + 1023) / 1024 * 1024;
 }
-/* 4 stages where they fit in 227 KiB, else 3 */
+/* 4 stages where they (and the 2 S barriers) fit in 227 KiB, else 3, else 2 (128 columns: x alone is 64 KiB) */
 template <int TY, int NX> __host__ __device__ constexpr int qw_stages()
 {
-    return 4 * qw_stage_bytes<TY, NX>() <= 227 * 1024 ? 4 : 3;
+    return 4 * qw_stage_bytes<TY, NX>() + 64 <= 227 * 1024   ? 4
+           : 3 * qw_stage_bytes<TY, NX>() + 48 <= 227 * 1024 ? 3
+                                                             : 2;
+}
+template <int TY, int NX> __host__ __device__ constexpr int qw_smem_bytes() {
+    return qw_stages<TY, NX>() * qw_stage_bytes<TY, NX>() + 16 * qw_stages<TY, NX>();
 }
 #if ZWG_ON
-/* k16 steps per wgmma commit group, of 1, 2, 4, 8, 16 (H100, 8B layer shapes at M = 64: all within 2%) */
-constexpr int QW_G = 8;
+/* k16 steps per wgmma commit group, of 1, 2, 4, 8, 16 (H200, the 8B layer shapes at M = 64, 256 and 2048: 1, 2, 4
+ * and 8 within 4% of each other, 4 the fastest or within 1% of it; 16 slower) */
+constexpr int QW_G = 4;
+#endif
+
+#if ZWG_ON
+/* the producer of the wgmma kernel (its CTA's first thread): units [ub, ub + n_units) of the CTA's n_tiles tile
+ * blocks and x image into the S-slot ring (slot st at ring + st SB: x image (XB bytes), then the tile blocks); full
+ * barrier of slot st at bars + 8 st, empty barrier at bars + 8 (S + st) */
+template <int TB, int SB, int S, int XB>
+static __device__ __forceinline__ void s_wg_produce(const uint8_t *w, const uint8_t *xs, int units, int ub, int n_units,
+                                                    int tile0, int n_tiles, uint32_t ring, uint32_t bars) {
+    const uint8_t *wsrc = w + ((size_t)tile0 * units + ub) * TB; /* tile block (tile0 + k, ub + u) */
+    const uint32_t bytes = XB + n_tiles * TB;
+    auto load_w = [&](int u, int st) {
+        for (int k = 0; k < n_tiles; k++)
+            bulk_copy(ring + st * SB + XB + k * TB, wsrc + ((size_t)k * units + u) * TB, TB, bars + 8 * st);
+    };
+    const int pre = S < n_units ? S : n_units;
+    for (int st = 0; st < pre; st++) {
+        mbar_expect_tx(bars + 8 * st, bytes);
+        load_w(st, st);
+    }
+    pdl_wait(); /* x: written by qtc_ximage_kernel, the kernel before */
+    for (int st = 0; st < pre; st++) bulk_copy(ring + st * SB, xs + (size_t)st * XB, XB, bars + 8 * st);
+    for (int u = S, st = 0, ph = 0; u < n_units; u++) {
+        mbar_wait(bars + 8 * (S + st), ph); /* unit u - S retired */
+        mbar_expect_tx(bars + 8 * st, bytes);
+        load_w(u, st);
+        bulk_copy(ring + st * SB, xs + (size_t)u * XB, XB, bars + 8 * st);
+        if (++st == S) {
+            st = 0;
+            ph ^= 1;
+        }
+    }
+}
 #endif
 
 template <int TY, int NX>
-__global__ void __launch_bounds__(QB_WARPS * 32, 1)
-qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles, int n_out, int m,
-              const uint16_t *__restrict__ xp, float *y, int ldy, const float *y_in, float *part)
-{
+__global__ void __launch_bounds__(QB_WARPS * 32 + 128, 1)
+    qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles, int n_out, int m,
+                  const uint8_t *__restrict__ xi, float *y, int ldy, const float *y_in, float *part) {
 #if ZWG_ON
     constexpr int TB = qt_traits<TY>::TB, SB = qw_stage_bytes<TY, NX>(), S = qw_stages<TY, NX>(),
                   XB = qw_xbytes<NX>(), NA = NX / 2;
     extern __shared__ __align__(1024) uint8_t qw_smem[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    /* warpgroup 0 produces (its first thread), warps 4 .. 11 multiply: warp = their row tile in the CTA */
+    const int warp = (threadIdx.x >> 5) - 4, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tile0 = blockIdx.y * QB_WARPS, col0 = blockIdx.x * NX;
     const int n_tiles = tiles - tile0 < QB_WARPS ? tiles - tile0 : QB_WARPS;
     const int kz = blockIdx.z, ub = (int)((long)units * kz / ks), n_units = (int)((long)units * (kz + 1) / ks) - ub;
-    /* Each thread's copies, addressed once here and stepped by the unit in issue() (the per-unit index arithmetic
-     * was about a third of the instructions a warp issued per unit: ncu, Q4_K 14336 x 4096 at M = 2048). Warp k
-     * copies tile block k of a unit (16-byte chunks lane + 32 i); tile blocks past the last tile are zero-filled:
-     * their warps multiply zeros. Warp k copies chunk `lane` of columns col0 + k + 8 i of a unit's x, at k tile
-     * lane / 8, row chunk lane % 8 (swizzled by the column); columns past m are zero-filled. */
-    const bool wok = warp < n_tiles;
-    const uint8_t *wsrc = w + (wok ? ((size_t)(tile0 + warp) * units + ub) * TB + 16 * lane : 0);
-    const int xdst = (lane >> 3) * (NX * 128) + warp * 128 + (((lane & 7) ^ (warp & 7)) << 4);
-    const uint16_t *xsrc = xp + ((size_t)(col0 + warp) * units + ub) * 256 + 8 * lane;
-    const size_t xstep = (size_t)8 * units * 256;   /* halves from column n to column n + 8 */
-    auto issue = [&](int u, int st, int what) {
-        uint8_t *sp = qw_smem + (size_t)st * SB;
-        if (what & 1) {
-            const uint8_t *src = wsrc + (wok ? (size_t)u * TB : 0);
-#pragma unroll
-            for (int i = 0; i < (TB / 16 + 31) / 32; i++)
-                if (lane + 32 * i < TB / 16)
-                    cp_async16_zfill(sp + XB + warp * TB + 16 * lane + 512 * i, wok ? src + 512 * i : w, wok);
+    const uint32_t ring = smem_u32(qw_smem), bars = ring + S * SB;
+    const int n_wg = (n_tiles + 3) / 4; /* warpgroups with a tile: only they multiply (and release stages) */
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < S; st++) {
+            mbar_init(bars + 8 * st, 1);              /* the producer's expect_tx; the copies complete it */
+            mbar_init(bars + 8 * (S + st), 4 * n_wg); /* lane 0 of every multiplying warp */
         }
-        if (what & 2) {
-            const uint16_t *src = xsrc + (size_t)u * 256;
-#pragma unroll
-            for (int i = 0; i < NX / 8; i++) {
-                const bool ok = col0 + warp + 8 * i < m;
-                cp_async16_zfill(sp + xdst + 1024 * i, ok ? src + i * xstep : xp, ok);
-            }
-        }
-    };
-    wide_prologue<S - 2>(issue, n_units);   /* x: written by qtc_xperm_kernel, the kernel before */
+    }
+    __syncthreads();
+    pdl_trigger();
+    if (warp < 0) { /* the producer warpgroup: its registers go to the multiplying ones */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (threadIdx.x == 0)
+            s_wg_produce<TB, SB, S, XB>(w, xi + ((size_t)blockIdx.x * units + ub) * XB, units, ub, n_units, tile0,
+                                        n_tiles, ring, bars);
+        return;
+    }
+    /* 232 a thread: the accumulators, the sub-split sums and two buffers of A fragments (4 x 40 + 8 x 232 x 4
+     * warps' registers fit the SM's 64 Ki) */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    pdl_wait();                             /* y and y_in only after the previous kernel */
+    if (4 * (warp >> 2) >= n_tiles) return; /* a warpgroup without a tile (warpgroup-uniform) */
+    if (warp >= n_tiles) {                  /* no copies reach this warp's slots: zeros, multiplied into no row */
+        for (int st = 0; st < S; st++)
+            for (int i = lane; i < TB / 16; i += 32)
+                *(uint4 *)(qw_smem + st * SB + XB + warp * TB + 16 * i) = make_uint4(0, 0, 0, 0);
+        __syncwarp();
+    }
     float cur[NA], tot[NA];
 #pragma unroll
     for (int i = 0; i < NA; i++) cur[i] = tot[i] = 0.f;
-    const bool active = 4 * (warp >> 2) < n_tiles;   /* warpgroup-uniform: wgmma needs all four warps */
     const long kn = (long)ks * r;
     int sub = 1, next = r > 1 ? (int)((long)units * (kz * r + 1) / kn) - ub : n_units;
-    /* A fragments of G k16 steps per commit group; two buffers below 16 steps a group (the dequantization of a
-     * group overlaps the wgmma of the one before), one at 16 */
+    /* A fragments of G k16 steps per commit group; two buffers below 16 steps a group (the dequantization of
+     * a group overlaps the wgmma of the one before), one at 16 */
     constexpr int NB = QW_G < 16 ? 2 : 1;
+    /* the group whose wait leaves no wgmma of the unit before pending: its stage is released there */
+    constexpr int QREL = NB == 2 ? 1 : 0;
     uint32_t A[NB][QW_G][4];
-    /* the B descriptors as offsets of one base: a tile's k16 step s of stage st starts (st SB + (s / 4) NX 128 +
-     * 32 (s % 4)) >> 4 above the base in the start-address field (every address is under 2^18 bytes, so the sum
-     * never carries out of it); one add a wgmma instead of the address arithmetic and its move to uniform
-     * registers */
+    /* the B descriptors as offsets of one base: a tile's k16 step s of stage st starts (st SB + (s / 4) NX 128
+     * + 32 (s % 4)) >> 4 above the base in the start-address field (every address is under 2^18 bytes, so
+     * the sum never carries out of it) */
     const uint32_t d0 = (uint32_t)zwg::desc(qw_smem);
-    int cst = 0; /* u % S */
+    int cst = 0, pst = S - 1; /* u % S, (u - 1) % S */
+    uint32_t ph = 0;          /* the full barrier's phase parity of unit u */
     for (int u = 0; u < n_units; u++) {
-        if (u == next) {   /* block-uniform: a sub-split ends; its wgmma must have landed in cur */
+        if (u == next) { /* warpgroup-uniform: a sub-split ends; its wgmma must have landed in cur */
             zwg::wait<0>();
 #pragma unroll
             for (int i = 0; i < NA; i++) {
@@ -941,38 +994,36 @@ qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles
             sub++;
             next = sub < r ? (int)((long)units * (kz * r + sub) / kn) - ub : n_units;
         }
-        cp_async_wait<S - 3>();
-        /* this thread's cp.async writes (generic proxy) before the barrier, then wgmma's reads (async proxy) */
-        zwg::proxy_fence();
-        __syncthreads();   /* unit u landed for every thread; unit u - 2's wgmma are complete in every warp */
-        if (u + S - 2 < n_units) issue(u + S - 2, (u + S - 2) % S, 3);
-        cp_async_commit();
+        mbar_wait(bars + 8 * cst, ph); /* unit u landed */
         const uint8_t *sp = qw_smem + (size_t)cst * SB;
         const uint32_t du = d0 + (uint32_t)((cst * SB) >> 4);
-        cst = cst == S - 1 ? 0 : cst + 1;
-        if (active) {
-            unit_regs<TY> R;
-            R.load(sp + XB + warp * TB, lane);
+        unit_regs<TY> R;
+        R.load(sp + XB + warp * TB, lane);
 #pragma unroll
-            for (int q = 0; q < 16 / QW_G; q++) {
-                uint32_t(&Ab)[QW_G][4] = A[NB == 2 ? (q & 1) : 0];
-                /* the group that last read Ab (two groups back; one back with a single buffer) is complete */
-                if (NB == 2) zwg::wait<1>();
-                else zwg::wait<0>();
+        for (int q = 0; q < 16 / QW_G; q++) {
+            uint32_t(&Ab)[QW_G][4] = A[NB == 2 ? (q & 1) : 0];
+            /* the group that last read Ab (two groups back; one back with a single buffer) is complete */
+            if (NB == 2) zwg::wait<1>();
+            else zwg::wait<0>();
+            if (q == QREL && u > 0 && lane == 0) mbar_arrive(bars + 8 * (S + pst)); /* unit u - 1 retired */
 #pragma unroll
-                for (int j = 0; j < QW_G; j++) {
+            for (int j = 0; j < QW_G; j++) {
 #pragma unroll
-                    for (int i = 0; i < 4; i++) zwg::reg_keep(Ab[j][i]);
-                    R.frag(q * QW_G + j, Ab[j]);
-                }
-                zwg::fence();   /* Ab and cur written before the wgmma read them */
-#pragma unroll
-                for (int j = 0; j < QW_G; j++) {
-                    const int s = q * QW_G + j;
-                    zwg::mma_ra<NX>::run(cur, Ab[j], zwg::desc_at(du + (((s >> 2) * (NX * 128) + 32 * (s & 3)) >> 4)));
-                }
-                zwg::commit();
+                for (int i = 0; i < 4; i++) zwg::reg_keep(Ab[j][i]);
+                R.frag(q * QW_G + j, Ab[j]);
             }
+            zwg::fence(); /* Ab and cur written before the wgmma read them */
+#pragma unroll
+            for (int j = 0; j < QW_G; j++) {
+                const int s = q * QW_G + j;
+                zwg::mma_ra<NX>::run(cur, Ab[j], zwg::desc_at(du + (((s >> 2) * (NX * 128) + 32 * (s & 3)) >> 4)));
+            }
+            zwg::commit();
+        }
+        pst = cst;
+        if (++cst == S) {
+            cst = 0;
+            ph ^= 1;
         }
     }
     zwg::wait<0>();
@@ -984,12 +1035,11 @@ qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles
             for (int i = 0; i < 4; i++) zwg::reg_keep(A[b][j][i]);
 #pragma unroll
     for (int i = 0; i < NA; i++) zwg::reg_fence(cur[i]);
-    cp_async_wait<0>();
-    if (warp >= n_tiles) return;
     if (r > 1) {
 #pragma unroll
         for (int i = 0; i < NA; i++) cur[i] = tot[i] + cur[i];
     }
+    if (warp >= n_tiles) return;
     const int tile = tile0 + warp;
 #pragma unroll
     for (int f = 0; f < NX / 8; f++)
@@ -1007,7 +1057,15 @@ qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles
             }
         }
 #else
-    (void)w; (void)units; (void)ks; (void)r; (void)tiles; (void)n_out; (void)m; (void)xp; (void)y;
+    (void)w;
+    (void)units;
+    (void)ks;
+    (void)r;
+    (void)tiles;
+    (void)n_out;
+    (void)m;
+    (void)xi;
+    (void)y;
     (void)ldy; (void)y_in; (void)part;
     __trap();   /* launched only where wtc_wgmma() says sm_90a code runs */
 #endif
@@ -1028,16 +1086,16 @@ __global__ void qtc_merge_kernel(const float *__restrict__ part, int ks, int n_o
     }
 }
 
-/* bytes of the wide kernels' split partials [ks][QB_CHUNK][n_out] f32 (0 with one split); the slot-order copy of x
- * [QB_CHUNK][n_in] f16 follows them in the workspace */
+/* bytes of the wide kernels' split partials [ks][QB_CHUNK][n_out] f32 (0 with one split); the images of x of
+ * QB_CHUNK columns (QB_CHUNK n_in halves) follow them in the workspace */
 static size_t s_part_bytes(int ks, int n_out) { return ks > 1 ? (size_t)ks * QB_CHUNK * (size_t)n_out * sizeof(float) : 0; }
 
 /* NX 0: the mma.sync wide kernel (64 columns a CTA); 32 or 64: the wgmma one with NX columns a CTA, after
- * qtc_xperm_kernel has written the chunk's x in slot order to the workspace */
+ * qtc_ximage_kernel has written the chunk's x as stage images to the workspace */
 template <int TY, int NX>
 static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, int ldy, cudaStream_t st)
 {
-    constexpr int SMEM = NX ? qw_stages<TY, NX>() * qw_stage_bytes<TY, NX>() : QB_STAGES * qb_stage_bytes<TY>();
+    constexpr int SMEM = NX ? qw_smem_bytes<TY, NX>() : QB_STAGES * qb_stage_bytes<TY>();
     constexpr int COLS = NX ? NX : QB_COLS;
     static_assert(SMEM <= 227 * 1024, "the wide kernel's stages must fit one SM's shared memory");
     static std::atomic<unsigned long long> s_set{0};
@@ -1051,7 +1109,7 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, in
                            ((uintptr_t)p->workspace & 15)))
         return cudaErrorInvalidValue;
     float *part = (float *)p->workspace;
-    uint16_t *xp = NX ? (uint16_t *)((uint8_t *)p->workspace + s_part_bytes(ks, p->n_out)) : nullptr;
+    uint8_t *xi = NX ? (uint8_t *)p->workspace + s_part_bytes(ks, p->n_out) : nullptr;
     for (int c0 = 0; c0 < p->m; c0 += QB_CHUNK) {
         const int mc = p->m - c0 < QB_CHUNK ? p->m - c0 : QB_CHUNK;
         const float *yin = p->y_in ? p->y_in + (size_t)c0 * ldy : nullptr;
@@ -1061,12 +1119,13 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, in
                         (unsigned)ks);
         cudaError_t e;
         if (NX) {
-            const size_t n = (size_t)mc * units * 32;   /* 16-byte chunks of the copy */
+            /* 16-byte chunks of the images: NX-column blocks (within QB_CHUNK columns, the workspace's room) */
+            const size_t n = (size_t)grid.x * COLS * units * 32;
             const unsigned blocks = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
-            e = cu_launch(qtc_xperm_kernel, dim3(blocks), dim3(256), 0, st, xc, ldx, mc, units, xp);
+            e = cu_launch(qtc_ximage_kernel<COLS>, dim3(blocks), dim3(256), 0, st, xc, ldx, mc, units, xi);
             if (e == cudaSuccess)
-                e = cu_launch(qtc_wg_kernel<TY, NX ? NX : 64>, grid, dim3(QB_WARPS * 32), SMEM, st,
-                              (const uint8_t *)p->w, units, ks, r, tiles, p->n_out, mc, (const uint16_t *)xp, yc, ldy,
+                e = cu_launch(qtc_wg_kernel < TY, NX ? NX : 64 >, grid, dim3(QB_WARPS * 32 + 128), SMEM, st,
+                              (const uint8_t *)p->w, units, ks, r, tiles, p->n_out, mc, (const uint8_t *)xi, yc, ldy,
                               yin, part);
         } else {
             e = cu_launch(qtc_wide_kernel<TY>, grid, dim3(QB_WARPS * 32), SMEM, st, (const uint8_t *)p->w, units, ks,
@@ -1218,16 +1277,14 @@ static cudaError_t s_launch_ty(const qtc_params *p, int nf, int ks, int kn, int 
     case QTC_WIDE: return s_launch_wide<TY, 0>(p, ks, r, ldx, ldy, st);
     case QTC_WG: return s_launch_wide<TY, 64>(p, ks, r, ldx, ldy, st);
     case QTC_WG32: return s_launch_wide<TY, 32>(p, ks, r, ldx, ldy, st);
+    case QTC_WG128: return s_launch_wide<TY, 128>(p, ks, r, ldx, ldy, st);
     default: return cudaErrorInvalidValue;
     }
 }
 
-/* the wgmma form above 8 columns (sm_90): 32 columns a tile up to 32 rows, 64 above (every form gives the same
- * bits) */
-static int s_wg_form(int m)
-{
-    return m <= 32 ? QTC_WG32 : QTC_WG;
-}
+/* the wgmma form above 8 columns (sm_90): 32 columns a tile up to 32 rows, 64 up to 64, 128 above (every form gives
+ * the same bits) */
+static int s_wg_form(int m) { return m <= 32 ? QTC_WG32 : m <= 64 ? QTC_WG : QTC_WG128; }
 
 extern "C" int qtc_glu_fused(const qtc_params *p)
 {
@@ -1259,9 +1316,9 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
                                : 1;
     }
     if (nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_XS && nf != QTC_XR && nf != QTC_XC && nf != QTC_WIDE &&
-        nf != QTC_WG && nf != QTC_WG32)
+        nf != QTC_WG && nf != QTC_WG32 && nf != QTC_WG128)
         return cudaErrorInvalidValue;
-    if ((nf == QTC_WG || nf == QTC_WG32) && !wtc_wgmma()) return cudaErrorInvalidValue;
+    if ((nf == QTC_WG || nf == QTC_WG32 || nf == QTC_WG128) && !wtc_wgmma()) return cudaErrorInvalidValue;
     if ((nf == QTC_XS && !s_xs_fits(p, kn)) || (nf == QTC_XR && p->m > QT_NARROW_M) ||
         (nf == QTC_XC && !s_xc_fits(p, kn)))
         return cudaErrorInvalidValue;

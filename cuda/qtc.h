@@ -56,7 +56,7 @@ typedef struct {
     int ldy;             /* floats between rows of y and y_in: >= n_out (0 means n_out) */
     const float *y_in;   /* NULL, or [m][ldy] added to the product (may equal y: in-place residual add) */
     void *workspace;     /* scratch of the wide kernels (m > 8, or 16 where the narrow kernel's slice serves): the
-                          * split partials (ks > 1) and the wgmma kernel's slot-order copy of x; at least
+                          * split partials (ks > 1) and the wgmma kernel's images of x; at least
                           * qtc_workspace_bytes(type, n_in, n_out) bytes of device memory, 16-byte aligned, not
                           * shared with a launch that may run concurrently; may be NULL for m <= 8 */
     size_t workspace_bytes;
@@ -86,11 +86,11 @@ int qtc_split_narrow(ggml_type t, int n_in, int n_out);
 /* the most dynamic shared memory per block a qtc kernel of type t asks for (0: unsupported type): a device whose
  * cudaDevAttrMaxSharedMemoryPerBlockOptin is smaller cannot run it (H100/H200: 227 KiB, all types fit; A100:
  * 163 KiB, Q4_K only; Ada: 99 KiB, none), and launches there fail with the attribute call's error. The wgmma
- * forms, which run only on sm_90, are not counted: they ask up to 200 KiB of its 227 KiB. */
+ * forms, which run only on sm_90, are not counted: they ask up to 204 KiB of its 227 KiB. */
 size_t qtc_smem_bytes(ggml_type t);
 
 /* bytes of workspace a wide launch (m > 8) of this shape needs (0: unsupported shape): ks * 256 * n_out floats when
- * ks > 1, then 256 * n_in halves (x in slot order, used by the wgmma kernel) */
+ * ks > 1, then room for 256 * n_in halves (x as the wgmma kernel's stage images) */
 size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out);
 
 /* Host: packs n_out GGUF rows (row_bytes apart, exactly as in the file) into dst (qtc_packed_bytes bytes of
@@ -127,10 +127,12 @@ cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b, cudaStream
  * (the default above the narrow kernel's columns where wtc_wgmma() is 0) */
 #define QTC_WIDE 64
 /* ... for the wgmma wide kernel (sm_90a only: wtc_wgmma() true): the wide kernel's split and arithmetic, its k16
- * steps issued as wgmma with the dequantized A fragments in registers; 64 or 32 batch columns per CTA. The
- * default above the narrow kernel's columns where wtc_wgmma() (32 columns up to m = 32, 64 above) */
+ * steps issued as wgmma with the dequantized A fragments in registers, fed by bulk copies from a producer
+ * warpgroup; 64, 32 or 128 batch columns per CTA. The default above the narrow kernel's columns where wtc_wgmma()
+ * (32 columns up to m = 32, 64 up to 64, 128 above) */
 #define QTC_WG 65
 #define QTC_WG32 66
+#define QTC_WG128 70
 /* ... for the narrow kernel with x staged in shared memory (m <= 16, in groups of 8 columns, zeros past m): QTC_XS,
  * each warp copies its unit range of x once and reads its B fragments from there for every tile its CTA takes
  * (where the CTA's copies fit in 64 KiB, cudaErrorInvalidValue elsewhere); QTC_XR, each unit's x goes through the
@@ -147,10 +149,10 @@ cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b, cudaStream
 
 /* qtc_launch with a forced kernel: nf in {1, 2, 4, 8} = the narrow kernel with nf 8-column fragments per CTA (x
  * read from global memory), QTC_XS / QTC_XR / QTC_XC = the narrow kernel with x staged, QTC_WIDE = the mma.sync wide
- * kernel, QTC_WG / QTC_WG32 = the wgmma one, 0 = the default chosen from m (narrow up to 16 columns, staged from
- * 3, wgmma above on sm_90, the mma.sync wide kernel above elsewhere). Results are bitwise
- * those of qtc_launch. cudaErrorInvalidValue for another nf, or for QTC_WG / QTC_WG32 where wtc_wgmma() is 0. For
- * checks and benchmarks. */
+ * kernel, QTC_WG / QTC_WG32 / QTC_WG128 = the wgmma one, 0 = the default chosen from m (narrow up to 16 columns,
+ * staged from 3, wgmma above on sm_90, the mma.sync wide kernel above elsewhere). Results are bitwise those of
+ * qtc_launch. cudaErrorInvalidValue for another nf, or for the wgmma forms where wtc_wgmma() is 0. For checks and
+ * benchmarks. */
 cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t st);
 
 #ifdef __cplusplus

@@ -298,14 +298,15 @@ static void nf_graph_case(const Mat *a, int m)
     CK(cudaMalloc(&dx, xh.size() * 2));
     CK(cudaMemcpy(dx, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
     run(a, dx, m, 0, 0, NULL, 0, 0, 0, y0);
-    static const int nfs[] = {1, 2, 4, 8, QTC_XS, QTC_XR, QTC_XC, QTC_WIDE, QTC_WG, QTC_WG32};
+    static const int nfs[] = {1, 2, 4, 8, QTC_XS, QTC_XR, QTC_XC, QTC_WIDE, QTC_WG, QTC_WG32, QTC_WG128};
     /* the staged forms: up to 16 columns; the slice where the warps' slices (ceil(units / kn) units of 8 columns
      * each) fit in 64 KiB */
     const int kn = qtc_split_narrow(a->t, a->n_in, a->n_out), units = a->n_in / 256;
     const bool xs_fits = m <= 16 && (long)kn * ((units + kn - 1) / kn) * 8 * 512 <= 65536;
     for (int nf : nfs) {
         const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, nf, 0, y1);
-        if ((nf == QTC_WG || nf == QTC_WG32) && !wtc_wgmma()) {   /* refused where no sm_90a code runs */
+        /* the wgmma forms are refused where no sm_90a code runs */
+        if ((nf == QTC_WG || nf == QTC_WG32 || nf == QTC_WG128) && !wtc_wgmma()) {
             CHECK(e == cudaErrorInvalidValue, "nf %d launched without wgmma: %s", nf, cudaGetErrorString(e));
             continue;
         }
@@ -466,6 +467,7 @@ int main(void)
         if (wtc_wgmma()) {               /* the wgmma forms, the same way */
             acc_case(&a, 3, 1, 8, QTC_WG);
             acc_case(&a, 3, 1, 8, QTC_WG32);
+            acc_case(&a, 3, 1, 8, QTC_WG128);
         }
         nf_graph_case(&a, 37);
         nf_graph_case(&a, 5); /* the narrow forms: x staged (the default where it fits) and read from global */

@@ -12,6 +12,7 @@
  * wg (wgmma fed by cp.async: forced forms 4 and 5), ws (wgmma fed by TMA, warp-specialized: M > 16 on sm_90). */
 #include "wtc.h"
 #include "wgmma.cuh"
+#include "mbar.cuh"
 #include "act.cuh"
 #include <cooperative_groups.h>
 #include <type_traits>
@@ -745,26 +746,6 @@ __global__ void __launch_bounds__(128 * WG, 1) wtc_wg(const T *__restrict__ w, i
  * Measured (H100, 8B BF16 2k prefill): form 4 (cp.async by every warp, bar.sync per stage) 80.6 ms with 45-53%
  * tensor-pipe activity in ncu; the same warp specialization fed by cp.async 84.2 ms; with TMA 68.6 ms (60-68%). */
 
-#if ZWG_ON
-__device__ __forceinline__ void mbar_init(uint32_t a, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t a) {
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(a) : "memory");
-}
-/* waits for the completion of the barrier's phase with this parity (acquire) */
-__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(a), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-#endif
-
 template <int CW, int NX, int S> struct ws_shape {
     static constexpr int kBM = 64 * CW, kThreads = 128 * (CW + 1);
     static constexpr int kStageElems = (kBM + NX) * kKT;
@@ -809,13 +790,10 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constan
                          "l"(map), "r"(k), "r"(row), "r"(bar)
                          : "memory");
         };
-        auto expect = [](uint32_t bar, uint32_t bytes) {
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-        };
         const int pre = S < nt ? S : nt;
         /* the first S stages' weights before pdl_wait (written once, at load), x after */
         for (int s = 0; s < pre; s++) {
-            expect(bars + 8 * s, shp::kStageBytes);
+            mbar_expect_tx(bars + 8 * s, shp::kStageBytes);
             tma(ring + s * shp::kStageBytes, &tw, s * kKT, row0, bars + 8 * s);
         }
         pdl_wait();
@@ -824,7 +802,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constan
         for (int kt = S; kt < nt; kt++) {
             const int slot = kt % S;
             mbar_wait(bars + 8 * (S + slot), ((kt / S) & 1) ^ 1);   /* stage kt - S retired */
-            expect(bars + 8 * slot, shp::kStageBytes);
+            mbar_expect_tx(bars + 8 * slot, shp::kStageBytes);
             tma(ring + slot * shp::kStageBytes, &tw, kt * kKT, row0, bars + 8 * slot);
             tma(ring + slot * shp::kStageBytes + kBM * kKT * 2, &tx, kt * kKT, col0, bars + 8 * slot);
         }
