@@ -886,8 +886,8 @@ template <int TY, int NX> __host__ __device__ constexpr int qw_smem_bytes() {
     return qw_stages<TY, NX>() * qw_stage_bytes<TY, NX>() + 16 * qw_stages<TY, NX>();
 }
 #if ZWG_ON
-/* k16 steps per wgmma commit group, of 1, 2, 4, 8, 16 (H200, the 8B layer shapes at M = 64, 256 and 2048: 1, 2, 4
- * and 8 within 4% of each other, 4 the fastest or within 1% of it; 16 slower) */
+/* k16 steps per wgmma commit group, of 1, 2, 4, 8, 16 (H200, the 8B layer products at M = 64, 256 and 2048: 1, 2, 4
+ * and 8 within 4% of each other, 4 the fastest or within 1% of it; 16 not measured in this kernel) */
 constexpr int QW_G = 4;
 #endif
 
