@@ -690,8 +690,8 @@ __global__ void __launch_bounds__(256)
  * does; with ks > 1 the partial goes to the workspace and qtc_merge_kernel sums the splits as ((p0 + p1) + p2)
  * + ... then + y_in, the operations and order of the narrow kernel's warp 0, so an element's bits do not depend
  * on which kernel computed it. Columns go in launches of at most QB_CHUNK (bounding the workspace). */
-/* the wide kernels' prologue, the first D units into stages 0 .. D - 1 (issue(u, stage, what): what 1 the tile
- * blocks, 2 the x slice): the weight tiles stream in while the kernel before finishes (cuda/pdl.cuh); x and
+/* the mma.sync wide kernel's prologue, the first D units into stages 0 .. D - 1 (issue(u, stage, what): what 1 the
+ * tile blocks, 2 the x slice): the weight tiles stream in while the kernel before finishes (cuda/pdl.cuh); x and
  * everything else only after pdl_wait. Commit groups, at D = 2: {w0, w1, x0}, {x1}: stage i's weights and x are
  * both complete once group i is, which is all the main loops' waits assume */
 template <int D, typename F> static __device__ __forceinline__ void wide_prologue(F &issue, int n_units)
@@ -834,14 +834,14 @@ qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int til
  * columns and each unit, 4 k tiles x NX columns x 128 bytes in the 128-byte swizzle of cuda/wgmma.cuh (chunk c of
  * column n at k tile c / 8, chunk (c % 8) ^ (n % 8)), zeros for columns past m. A stage's x is then one bulk copy.
  *
- * Warp specialization. A CTA is 8 consumer warps (one row tile each) and a producer warpgroup, whose first thread streams
- * units into an S-slot ring of stages [x image (XB bytes) | the 8 tile blocks], 1024-byte aligned: for each unit it
- * waits on the slot's empty barrier, arms its full barrier with the stage's byte count and issues the bulk copies
- * (the tile blocks before pdl_wait, written once at load; x after). A consumer warp waits on the full barrier,
- * dequantizes its tile block's fragments and issues the unit's wgmma in commit groups of QW_G k16 steps; once every
- * wgmma of unit u - 1 has retired (the wait before its second group: at most the newest group pending), lane 0
- * arrives on that stage's empty barrier. No CTA-wide barrier runs in the loop, so the warpgroups drift apart and
- * one dequantizes while the other's wgmma run. Tiles past the last have no copies: their warps multiply zeros
+ * Warp specialization. A CTA is 8 consumer warps (one row tile each) and a producer warpgroup, whose first thread
+ * streams units into an S-slot ring of stages [x image (XB bytes) | the 8 tile blocks], 1024-byte aligned, its barriers
+ * after the ring: for each unit it waits on the slot's empty barrier, arms its full barrier with the stage's byte count
+ * and issues the bulk copies (the tile blocks before pdl_wait, written once at load; x after). A consumer warp waits on
+ * the full barrier, dequantizes its tile block's fragments and issues the unit's wgmma in commit groups of QW_G k16
+ * steps; once every wgmma of unit u - 1 has retired (the wait before its second group: at most the newest group
+ * pending), lane 0 arrives on that stage's empty barrier. No CTA-wide barrier runs in the loop, so the warpgroups drift
+ * apart and one dequantizes while the other's wgmma run. Tiles past the last have no copies: their warps multiply zeros
  * (their slots are zeroed once) into rows nobody stores. */
 
 /* xi: for each block b of NX columns (of the launch's m) and unit u, the stage image of x (XB = 4 NX 128 bytes) at
@@ -875,15 +875,15 @@ template <int TY, int NX> __host__ __device__ constexpr int qw_stage_bytes()
 {
     return (qw_xbytes<NX>() + QB_WARPS * qt_traits<TY>::TB + 1023) / 1024 * 1024;
 }
-/* 4 stages where they (and the 2 S barriers) fit in 227 KiB, else 3, else 2 (128 columns: x alone is 64 KiB) */
+/* a stage and its two barriers (full, empty: 8 bytes each), after the ring */
+template <int TY, int NX> __host__ __device__ constexpr int qw_slot_bytes() { return qw_stage_bytes<TY, NX>() + 16; }
+/* 4 stages where they fit in 227 KiB, else 3, else 2 (128 columns: x alone is 64 KiB) */
 template <int TY, int NX> __host__ __device__ constexpr int qw_stages()
 {
-    return 4 * qw_stage_bytes<TY, NX>() + 64 <= 227 * 1024   ? 4
-           : 3 * qw_stage_bytes<TY, NX>() + 48 <= 227 * 1024 ? 3
-                                                             : 2;
+    return 4 * qw_slot_bytes<TY, NX>() <= 227 * 1024 ? 4 : 3 * qw_slot_bytes<TY, NX>() <= 227 * 1024 ? 3 : 2;
 }
 template <int TY, int NX> __host__ __device__ constexpr int qw_smem_bytes() {
-    return qw_stages<TY, NX>() * qw_stage_bytes<TY, NX>() + 16 * qw_stages<TY, NX>();
+    return qw_stages<TY, NX>() * qw_slot_bytes<TY, NX>();
 }
 #if ZWG_ON
 /* k16 steps per wgmma commit group, of 1, 2, 4, 8, 16 (H200, the 8B layer products at M = 64, 256 and 2048: 1, 2, 4
@@ -1057,16 +1057,8 @@ __global__ void __launch_bounds__(QB_WARPS * 32 + 128, 1)
             }
         }
 #else
-    (void)w;
-    (void)units;
-    (void)ks;
-    (void)r;
-    (void)tiles;
-    (void)n_out;
-    (void)m;
-    (void)xi;
-    (void)y;
-    (void)ldy; (void)y_in; (void)part;
+    (void)w, (void)units, (void)ks, (void)r, (void)tiles, (void)n_out, (void)m, (void)xi, (void)y, (void)ldy,
+        (void)y_in, (void)part;
     __trap();   /* launched only where wtc_wgmma() says sm_90a code runs */
 #endif
 }
@@ -1090,7 +1082,7 @@ __global__ void qtc_merge_kernel(const float *__restrict__ part, int ks, int n_o
  * QB_CHUNK columns (QB_CHUNK n_in halves) follow them in the workspace */
 static size_t s_part_bytes(int ks, int n_out) { return ks > 1 ? (size_t)ks * QB_CHUNK * (size_t)n_out * sizeof(float) : 0; }
 
-/* NX 0: the mma.sync wide kernel (64 columns a CTA); 32 or 64: the wgmma one with NX columns a CTA, after
+/* NX 0: the mma.sync wide kernel (64 columns a CTA); 32, 64 or 128: the wgmma one with NX columns a CTA, after
  * qtc_ximage_kernel has written the chunk's x as stage images to the workspace */
 template <int TY, int NX>
 static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, int ldy, cudaStream_t st)
@@ -1124,7 +1116,7 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, in
             const unsigned blocks = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
             e = cu_launch(qtc_ximage_kernel<COLS>, dim3(blocks), dim3(256), 0, st, xc, ldx, mc, units, xi);
             if (e == cudaSuccess)
-                e = cu_launch(qtc_wg_kernel < TY, NX ? NX : 64 >, grid, dim3(QB_WARPS * 32 + 128), SMEM, st,
+                e = cu_launch(qtc_wg_kernel<TY, (NX ? NX : 64)>, grid, dim3(QB_WARPS * 32 + 128), SMEM, st,
                               (const uint8_t *)p->w, units, ks, r, tiles, p->n_out, mc, (const uint8_t *)xi, yc, ldy,
                               yin, part);
         } else {

@@ -9,8 +9,8 @@
  * kernel rounds each dequantized weight to f16, 2^-11 relative, so a batch row of 3 outputs whose sums cancel
  * can show a larger relative error on its own; the per-element bound holds everywhere); fused residual
  * (separate and in place); strided x/y; every fragment count nf, the narrow kernel with x staged (QTC_XS, refused
- * past its 64 KiB; the compact QTC_XC, refused past 64 KiB up to 8 columns and past 128 KiB from 9 to 16, and for
- * Q8_0 there; QTC_XR) and the wide kernel bitwise equal to the default; batch
+ * past its 64 KiB; the compact QTC_XC, refused past 64 KiB up to 8 columns and past 128 KiB from 9 to 16;
+ * QTC_XR) and the wide kernel bitwise equal to the default; batch
  * invariance: for M in {1,2,3,7,8,9,16,33,64,128,256}, a row placed at several positions among random rows
  * gives a y row bit-identical (memcmp) to the row alone, and the same at M = 2048; CUDA-graph replay equal to
  * eager; the narrow kernel's SwiGLU epilogue (qtc_params.glu) bitwise equal to the product followed by

@@ -27,13 +27,13 @@ namespace zwg {
 #define ZWG_ON 1
 /* the descriptor of a K-major 128B-swizzled tile whose k16 step starts at p (tile base + 32 bytes per step):
  * start address >> 4, leading offset unused (1) for swizzled K-major, stride 1024 bytes between 8-row groups */
+constexpr uint64_t kDescHi = ((uint64_t)(1024 >> 4) << 32) | (1ull << 62); /* the stride and the swizzle */
 __device__ __forceinline__ uint64_t desc(const void *p) {
     const uint64_t a = (uint32_t)__cvta_generic_to_shared(p);
-    return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+    return ((a & 0x3FFFF) >> 4) | (1ull << 16) | kDescHi;
 }
-/* the descriptor whose low word is lo (desc's low word plus a start-address offset in 16-byte units): the high
- * word, the stride and the swizzle, is a constant */
-__device__ __forceinline__ uint64_t desc_at(uint32_t lo) { return ((uint64_t)((1024 >> 4) | (1u << 30)) << 32) | lo; }
+/* the descriptor whose low word is lo (desc's low word plus a start-address offset in 16-byte units) */
+__device__ __forceinline__ uint64_t desc_at(uint32_t lo) { return kDescHi | lo; }
 /* before the first wgmma of a group: orders the registers' earlier writes before the asynchronous reads */
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
