@@ -16,6 +16,7 @@ static void s_read(void) {
     s->qtc_glu = engine_env_int("ZLLM_CUDA_QTC_GLU", 1, 0, 1);
     s->wtc_glu = engine_env_int("ZLLM_CUDA_WTC_GLU", 1, 0, 1);
     s->qtc_pair = engine_env_int("ZLLM_CUDA_QTC_PAIR", 1, 0, 1);
+    s->qtc_f16 = engine_env_int("ZLLM_CUDA_QTC_F16", 1, 0, 1);
     s->pdl = engine_env_int("ZLLM_CUDA_PDL", 1, 0, 1);
     s->inputs_early = engine_env_int("ZLLM_CUDA_KV_PRE", 1, 0, 1);
     s->attn_tc = engine_env_int("ZLLM_CUDA_ATTN_TC", 1, 0, 1);

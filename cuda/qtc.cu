@@ -116,12 +116,36 @@ extern "C" size_t qtc_smem_bytes(ggml_type t)
 
 static size_t s_part_bytes(int ks, int n_out);
 
+/* The 16-bit form (QTC_F16): the weights dequantized into a 16-bit copy in row chunks of QF_ROWS_BYTES at most
+ * (whole multiples of 128 rows, at least 128), x permuted into qtc's k order in column chunks of QF_COLS_BYTES and
+ * 4,096 columns at most (multiples of 128, at least 128): both bound the workspace whatever the matrix (an 8B
+ * layer's gate/up copy is 224 MiB whole). QF_MIN_M: the fewest columns for which qtc_launch takes it by default (at
+ * 1,024 columns every 8B product is faster than in the wgmma kernel, at 768 not every one, H200: docs/perf.md) */
+enum { QF_MIN_M = 1024 };
+static const size_t QF_ROWS_BYTES = (size_t)128 << 20, QF_COLS_BYTES = (size_t)64 << 20;
+static int s_f16_rows(int n_in, int n_out) {
+    long r = (long)(QF_ROWS_BYTES / ((size_t)n_in * 2)) / 128 * 128;
+    const long all = ((long)n_out + 127) / 128 * 128;
+    if (r < 128) r = 128;
+    return (int)(r < all ? r : all);
+}
+static int s_f16_cols(int n_in) { /* at most 4,096: twice the engine's prefill chunk (--step-tokens) */
+    const long c = (long)(QF_COLS_BYTES / ((size_t)n_in * 2)) / 128 * 128;
+    return c < 128 ? 128 : c > 4096 ? 4096 : (int)c;
+}
+/* the 16-bit form's workspace (after the wide kernels', from the next 256-byte boundary: the TMA maps' bases): the
+ * row chunk's copy, then the column chunk of x */
+static size_t s_f16_bytes(int n_in, int n_out) {
+    return 256 + ((size_t)s_f16_rows(n_in, n_out) + (size_t)s_f16_cols(n_in)) * (size_t)n_in * 2;
+}
+
 extern "C" size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out)
 {
     const int ks = qtc_split(t, n_in, n_out);
     if (ks < 1) return 0;
-    /* the split partials, then the wgmma kernel's images of x (qtc_ximage_kernel: 256 columns' room) */
-    return s_part_bytes(ks, n_out) + (size_t)QB_CHUNK * (size_t)n_in * 2;
+    /* the split partials, then the wgmma kernel's images of x (qtc_ximage_kernel: 256 columns' room), then on
+     * devices where it runs the 16-bit form's copies */
+    return s_part_bytes(ks, n_out) + (size_t)QB_CHUNK * (size_t)n_in * 2 + (wtc_wgmma() ? s_f16_bytes(n_in, n_out) : 0);
 }
 
 extern "C" int qtc_split(ggml_type t, int n_in, int n_out)
@@ -293,6 +317,62 @@ template <> struct unit_regs<QT_Q8_0> {
         }
     }
 };
+
+/* The 16-bit form's copies. A 16-bit row holds each unit's elements in qtc's step order: position 16 s + j of a unit
+ * holds the element k slot j of step s takes (lane t's elements 64 t + 4 s .. + 3 in slots 2t, 2t+1, 2t+8, 2t+9),
+ * so that a plain k16 step over positions 16 s .. 16 s + 15 multiplies exactly the operands of qtc's step s in the
+ * same slots. qtc_dq_kernel: one warp per tile block (tile, unit) of tiles [tile0, tile0 + tiles), its 16 rows
+ * dequantized by unit_regs (the same f16 values every form computes) into rows [16 (tile - tile0)) of wf, [rows][n_in]
+ * (rows past n_out - 16 tile0 not written) */
+template <int TY>
+__global__ void __launch_bounds__(128)
+    qtc_dq_kernel(const uint8_t *__restrict__ w, int units, int tile0, int tiles, int rows, uint32_t *__restrict__ wf) {
+    constexpr int TB = qt_traits<TY>::TB, LD = 132; /* a staged row: 128 f16 pairs + 4 (conflict-free writes) */
+    __shared__ __align__(16) uint32_t s_t[4][16 * LD];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const long b = (long)blockIdx.x * 4 + warp;
+    pdl_trigger();
+    if (b >= (long)tiles * units) return;
+    const int tl = (int)(b / units), u = (int)(b - (long)tl * units);
+    unit_regs<TY> R;
+    R.load(w + ((size_t)(tile0 + tl) * units + u) * TB, lane); /* the weights: written once, at load */
+    /* the tile block's 16 rows x 256 positions staged in shared memory, then stored as whole 512-byte row runs */
+    uint32_t *st = s_t[warp];
+#pragma unroll
+    for (int s = 0; s < 16; s++) {
+        uint32_t A[4];
+        R.frag(s, A);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            st[(g + 8 * h) * LD + 8 * s + t] = A[h];         /* slots 2t, 2t + 1 */
+            st[(g + 8 * h) * LD + 8 * s + t + 4] = A[2 + h]; /* slots 2t + 8, 2t + 9 */
+        }
+    }
+    __syncwarp();
+    pdl_wait();                                 /* wf: read by the product before (cuda/pdl.cuh) */
+    const size_t half_in = (size_t)units * 128; /* f16 pairs a row */
+    for (int r = 0; r < 16 && 16 * tl + r < rows; r++)
+        *(uint4 *)(wf + (size_t)(16 * tl + r) * half_in + (size_t)u * 128 + 4 * lane) =
+            *(const uint4 *)(st + r * LD + 4 * lane);
+}
+
+/* x rows [0, m) of x into xq [rows][n_in] in the copy's order (zeros in rows m .. rows - 1): row blockIdx.y, 8
+ * positions a thread, 16 s + 8 h .. + 7 of a unit, which are the pairs of elements 64 t + 4 s + 2 h (+ 1) for
+ * t = 0..3 (a warp's loads of one t are 128 contiguous bytes, its stores 512) */
+__global__ void __launch_bounds__(256)
+    qtc_xq_kernel(const uint16_t *__restrict__ x, int ldx, int m, int n_in, uint16_t *__restrict__ xq) {
+    pdl_trigger();
+    pdl_wait(); /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
+    const int r = blockIdx.y, c = blockIdx.x * 256 + threadIdx.x;
+    if (c >= n_in / 8) return;
+    const int u = c >> 5, s = (c >> 1) & 15, h = c & 1;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < m) {
+        const uint32_t *xu = (const uint32_t *)(x + (size_t)r * ldx + (size_t)u * 256 + 4 * s + 2 * h);
+        v = make_uint4(__ldg(xu), __ldg(xu + 32), __ldg(xu + 64), __ldg(xu + 96)); /* t = 0..3: 64 halves apart */
+    }
+    *(uint4 *)(xq + (size_t)r * n_in + 8 * (size_t)c) = v;
+}
 
 /* copy tile block src (TB bytes, 16-byte aligned) into the ring stage dst; one commit group per call site */
 template <int TB>
@@ -1274,6 +1354,65 @@ static cudaError_t s_launch_ty(const qtc_params *p, int nf, int ks, int kn, int 
     }
 }
 
+/* 1 when the 16-bit form can run p: the TMA form of wtc on this device and the workspace holding its copies */
+static int s_f16_fits(const qtc_params *p) {
+    return wtc_wgmma() && p->workspace && !((uintptr_t)p->workspace & 15) &&
+           p->workspace_bytes >= qtc_workspace_bytes(p->type, p->n_in, p->n_out);
+}
+
+/* 1 when qtc_launch takes the 16-bit form for p by default (m >= QF_MIN_M, cu_settings.qtc_f16) */
+static int s_f16_default(const qtc_params *p) {
+    return p->m >= QF_MIN_M && cu_settings_get()->qtc_f16 && s_f16_fits(p);
+}
+
+/* The 16-bit form: for each column chunk, x permuted into the copy's order (qtc_xq_kernel); for each row chunk, the
+ * rows dequantized (qtc_dq_kernel) and wtc's TMA kernel in qtc's split order (wtc_launch_qsplit: kn sub-splits in
+ * groups of r) from the copies into y (+ y_in) or the SwiGLU epilogue. The same operands in the same mma slots,
+ * chained and summed in the same order as every other form: the same bits. Why: at prefill sizes the
+ * dequantization inside the wgmma kernel's loop, not the tensor cores, bounds the quantized products; the copy
+ * costs one pass over the weights (a write of 2 bytes a weight) and one over x a launch */
+template <int TY>
+static cudaError_t s_launch_f16(const qtc_params *p, int ks, int kn, int ldx, int ldy, cudaStream_t st) {
+    if (!s_f16_fits(p)) return cudaErrorInvalidValue;
+    const int units = p->n_in / 256, R = s_f16_rows(p->n_in, p->n_out), C = s_f16_cols(p->n_in);
+    uint8_t *base = (uint8_t *)p->workspace + s_part_bytes(ks, p->n_out) + (size_t)QB_CHUNK * p->n_in * 2;
+    base = (uint8_t *)(((uintptr_t)base + 255) & ~(uintptr_t)255);
+    uint16_t *wf = (uint16_t *)base, *xq = wf + (size_t)R * p->n_in;
+    for (int c0 = 0; c0 < p->m; c0 += C) {
+        const int mc = p->m - c0 < C ? p->m - c0 : C, rows = (mc + 127) / 128 * 128;
+        cudaError_t e = cu_launch(qtc_xq_kernel, dim3((unsigned)((p->n_in / 8 + 255) / 256), (unsigned)rows), dim3(256),
+                                  0, st, p->x + (size_t)c0 * ldx, ldx, mc, p->n_in, xq);
+        if (e != cudaSuccess) return e;
+        for (int r0 = 0; r0 < p->n_out; r0 += R) {
+            const int nr = p->n_out - r0 < R ? p->n_out - r0 : R, tiles = (nr + 15) / 16;
+            e = cu_launch(qtc_dq_kernel<TY>, dim3((unsigned)(((long)tiles * units + 3) / 4)), dim3(128), 0, st,
+                          (const uint8_t *)p->w, units, r0 / 16, tiles, nr, (uint32_t *)wf);
+            if (e != cudaSuccess) return e;
+            wtc_params q;
+            memset(&q, 0, sizeof q);
+            q.bf16 = 0;
+            q.w = wf;
+            q.n_in = p->n_in;
+            q.n_out = nr;
+            q.m = mc;
+            q.x = xq;
+            q.ldx = p->n_in;
+            q.x_rows = rows;
+            if (p->glu) {
+                q.glu = p->glu + (size_t)c0 * p->ldg + r0 / 2;
+                q.ldg = p->ldg;
+            } else {
+                q.y = p->y + (size_t)c0 * ldy + r0;
+                q.ldy = ldy;
+                q.y_in = p->y_in ? p->y_in + (size_t)c0 * ldy + r0 : nullptr;
+            }
+            e = wtc_launch_qsplit(&q, kn, kn / ks, st);
+            if (e != cudaSuccess) return e;
+        }
+    }
+    return cudaSuccess;
+}
+
 /* the wgmma form above 8 columns (sm_90): 32 columns a tile up to 32 rows, 64 up to 64, 128 above (every form gives
  * the same bits) */
 static int s_wg_form(int m) { return m <= 32 ? QTC_WG32 : m <= 64 ? QTC_WG : QTC_WG128; }
@@ -1281,7 +1420,7 @@ static int s_wg_form(int m) { return m <= 32 ? QTC_WG32 : m <= 64 ? QTC_WG : QTC
 extern "C" int qtc_glu_fused(const qtc_params *p)
 {
     if (!p || !p->glu || p->m < 1 || p->n_out % 16 != 0 || !qtc_supported(p->type, p->n_in, p->n_out)) return 0;
-    return p->m <= 8 || s_xm_default(p, qtc_split_narrow(p->type, p->n_in, p->n_out)) >= 0;
+    return p->m <= 8 || s_xm_default(p, qtc_split_narrow(p->type, p->n_in, p->n_out)) >= 0 || s_f16_default(p);
 }
 
 extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t st)
@@ -1290,15 +1429,20 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
         return cudaErrorInvalidValue;
     const int ldx = p->ldx ? p->ldx : p->n_in, ldy = p->ldy ? p->ldy : p->n_out;
     if (ldx < p->n_in || ldx % 8 != 0 || (!p->glu && ldy < p->n_out)) return cudaErrorInvalidValue;
-    /* the SwiGLU epilogue: the narrow kernel only (nf 1 .. 8 fragments, or staged), f16 rows of n_out / 2 */
-    if (p->glu &&
-        (!qtc_glu_fused(p) || p->ldg < p->n_out / 2 ||
-         (nf != 0 && nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_XS && nf != QTC_XR && nf != QTC_XC)))
-        return cudaErrorInvalidValue;
+    /* the SwiGLU epilogue: the narrow kernel (nf 1 .. 8 fragments, or staged) and the 16-bit form, f16 rows of
+     * n_out / 2 */
+    if (p->glu) {
+        if (p->ldg < p->n_out / 2) return cudaErrorInvalidValue;
+        if (nf == QTC_F16 ? p->n_out % 16 != 0 || !s_f16_fits(p)
+                          : !qtc_glu_fused(p) || (nf != 0 && nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_XS &&
+                                                  nf != QTC_XR && nf != QTC_XC))
+            return cudaErrorInvalidValue;
+    }
     if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
     /* the narrow kernel up to 8 columns, and up to 16 where its slice form serves (s_xm_default); a wide one above
      * (x staged in shared memory and shared by 8 row tiles; its wgmma form on sm_90) */
     const int ks = qtc_split(p->type, p->n_in, p->n_out), kn = qtc_split_narrow(p->type, p->n_in, p->n_out);
+    if (nf == 0 && s_f16_default(p)) nf = QTC_F16;
     if (nf == 0) {
         const int xm = s_xm_default(p, kn);
         nf = xm < 0            ? (!wtc_wgmma() ? QTC_WIDE : s_wg_form(p->m))
@@ -1308,8 +1452,17 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
                                : 1;
     }
     if (nf != 1 && nf != 2 && nf != 4 && nf != 8 && nf != QTC_XS && nf != QTC_XR && nf != QTC_XC && nf != QTC_WIDE &&
-        nf != QTC_WG && nf != QTC_WG32 && nf != QTC_WG128)
+        nf != QTC_WG && nf != QTC_WG32 && nf != QTC_WG128 && nf != QTC_F16)
         return cudaErrorInvalidValue;
+    if (nf == QTC_F16) {
+        if (!s_f16_fits(p)) return cudaErrorInvalidValue;
+        switch (qt_ty(p->type)) {
+        case QT_Q4K: return s_launch_f16<QT_Q4K>(p, ks, kn, ldx, ldy, st);
+        case QT_Q6K: return s_launch_f16<QT_Q6K>(p, ks, kn, ldx, ldy, st);
+        case QT_Q8_0: return s_launch_f16<QT_Q8_0>(p, ks, kn, ldx, ldy, st);
+        default: return cudaErrorInvalidValue;
+        }
+    }
     if ((nf == QTC_WG || nf == QTC_WG32 || nf == QTC_WG128) && !wtc_wgmma()) return cudaErrorInvalidValue;
     if ((nf == QTC_XS && !s_xs_fits(p, kn)) || (nf == QTC_XR && p->m > QT_NARROW_M) ||
         (nf == QTC_XC && !s_xc_fits(p, kn)))

@@ -90,7 +90,8 @@ int qtc_split_narrow(ggml_type t, int n_in, int n_out);
 size_t qtc_smem_bytes(ggml_type t);
 
 /* bytes of workspace a wide launch (m > 8) of this shape needs (0: unsupported shape): ks * 256 * n_out floats when
- * ks > 1, then room for 256 * n_in halves (x as the wgmma kernel's stage images) */
+ * ks > 1, then room for 256 * n_in halves (x as the wgmma kernel's stage images), then on a device where
+ * wtc_wgmma() the 16-bit form's copies (QTC_F16: up to 128 MiB of weights and 64 MiB or 4,096 columns of x, 256 bytes of alignment) */
 size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out);
 
 /* Host: packs n_out GGUF rows (row_bytes apart, exactly as in the file) into dst (qtc_packed_bytes bytes of
@@ -110,8 +111,9 @@ int qtc_pack_threads(ggml_type t, const void *rows, size_t row_bytes, int n_in, 
 cudaError_t qtc_launch(const qtc_params *p, cudaStream_t st);
 
 /* 1 when qtc_launch(p) runs the SwiGLU epilogue (p->glu): the narrow kernel's batches (m <= 8, and up to 16 where
- * its slice form is the default) of an n_out that is
- * a multiple of 16. Otherwise the caller runs the product into y and ops_swiglu_il8_dual. */
+ * its slice form is the default) and the 16-bit form's (QTC_F16, the default from 1,024 columns where p's workspace
+ * holds its copies), of an n_out that is a multiple of 16. Otherwise the caller runs the product into y and
+ * ops_swiglu_il8_dual. */
 int qtc_glu_fused(const qtc_params *p);
 
 /* Two products of the same activations in ONE launch of the narrow kernel: a->y and b->y exactly as qtc_launch(a)
@@ -146,6 +148,13 @@ cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b, cudaStream
  * cudaErrorInvalidValue elsewhere. The default for Q8_0 matrices of 256 tiles or more at m <= 2, and from 9 to 16
  * columns where it serves, where a CTA has 4 warps or more */
 #define QTC_XC 69
+/* ... for the 16-bit form (sm_90 where wtc_wgmma(), with qtc_workspace_bytes' workspace): the weights dequantized
+ * into a 16-bit copy whose k order is qtc's step order (in row chunks of at most 128 MiB), x permuted the same way
+ * (column chunks of at most 64 MiB and 4,096 columns), and wtc's TMA-fed wgmma kernel run in qtc's split order (wtc_launch_qsplit):
+ * the same operands in the same mma slots, chained and summed as every form. The default from 1,024 columns where
+ * it runs (unless ZLLM_CUDA_QTC_F16=0); serves the SwiGLU epilogue. cudaErrorInvalidValue where wtc_wgmma() is 0
+ * or the workspace is smaller */
+#define QTC_F16 71
 
 /* qtc_launch with a forced kernel: nf in {1, 2, 4, 8} = the narrow kernel with nf 8-column fragments per CTA (x
  * read from global memory), QTC_XS / QTC_XR / QTC_XC = the narrow kernel with x staged, QTC_WIDE = the mma.sync wide

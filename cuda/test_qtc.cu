@@ -10,7 +10,8 @@
  * can show a larger relative error on its own; the per-element bound holds everywhere); fused residual
  * (separate and in place); strided x/y; every fragment count nf, the narrow kernel with x staged (QTC_XS, refused
  * past its 64 KiB; the compact QTC_XC, refused past 64 KiB up to 8 columns and past 128 KiB from 9 to 16;
- * QTC_XR) and the wide kernel bitwise equal to the default; batch
+ * QTC_XR), the wide kernels and the 16-bit form (QTC_F16: strided, with residuals, over several row and column
+ * chunks, its SwiGLU epilogue) bitwise equal to the default; batch
  * invariance: for M in {1,2,3,7,8,9,16,33,64,128,256}, a row placed at several positions among random rows
  * gives a y row bit-identical (memcmp) to the row alone, and the same at M = 2048; CUDA-graph replay equal to
  * eager; the narrow kernel's SwiGLU epilogue (qtc_params.glu) bitwise equal to the product followed by
@@ -172,7 +173,8 @@ static void glu_case(const Mat *a, int m, int nf)
     p.glu = dg; p.ldg = ldg;
     p.workspace_bytes = qtc_workspace_bytes(a->t, a->n_in, a->n_out);
     if (p.workspace_bytes) CK(cudaMalloc(&p.workspace, p.workspace_bytes));
-    if (!qtc_glu_fused(&p)) {
+    /* the 16-bit form serves the epilogue wherever it runs */
+    if (nf == QTC_F16 ? !wtc_wgmma() : !qtc_glu_fused(&p)) {
         CHECK(qtc_launch_nf(&p, nf, 0) == cudaErrorInvalidValue, "%s %dx%d m %d nf %d: a glu launch without the "
               "epilogue accepted", ggml_type_name(a->t), a->n_out, a->n_in, m, nf);
     } else {
@@ -298,7 +300,7 @@ static void nf_graph_case(const Mat *a, int m)
     CK(cudaMalloc(&dx, xh.size() * 2));
     CK(cudaMemcpy(dx, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
     run(a, dx, m, 0, 0, NULL, 0, 0, 0, y0);
-    static const int nfs[] = {1, 2, 4, 8, QTC_XS, QTC_XR, QTC_XC, QTC_WIDE, QTC_WG, QTC_WG32, QTC_WG128};
+    static const int nfs[] = {1, 2, 4, 8, QTC_XS, QTC_XR, QTC_XC, QTC_WIDE, QTC_WG, QTC_WG32, QTC_WG128, QTC_F16};
     /* the staged forms: up to 16 columns; the slice where the warps' slices (ceil(units / kn) units of 8 columns
      * each) fit in 64 KiB */
     const int kn = qtc_split_narrow(a->t, a->n_in, a->n_out), units = a->n_in / 256;
@@ -306,7 +308,7 @@ static void nf_graph_case(const Mat *a, int m)
     for (int nf : nfs) {
         const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, nf, 0, y1);
         /* the wgmma forms are refused where no sm_90a code runs */
-        if ((nf == QTC_WG || nf == QTC_WG32 || nf == QTC_WG128) && !wtc_wgmma()) {
+        if ((nf == QTC_WG || nf == QTC_WG32 || nf == QTC_WG128 || nf == QTC_F16) && !wtc_wgmma()) {
             CHECK(e == cudaErrorInvalidValue, "nf %d launched without wgmma: %s", nf, cudaGetErrorString(e));
             continue;
         }
@@ -322,6 +324,29 @@ static void nf_graph_case(const Mat *a, int m)
     const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, 0, 1, y1);
     CHECK(e == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4), "%s %dx%d m %d: graph replay != eager",
           ggml_type_name(a->t), a->n_out, a->n_in, m);
+    cudaFree(dx);
+}
+
+/* the 16-bit form (QTC_F16) bitwise equal to the default with strided x and y and a residual (separate, or in
+ * place), and refused where it does not run */
+static void f16_case(const Mat *a, int m, int resid) {
+    const int ldx = a->n_in + 8, ldy = a->n_out + 3;
+    std::vector<uint16_t> xh;
+    std::vector<float> xf, yin((size_t)m * ldy), y0, y1;
+    tg_rand_x_f16(xh, xf, (size_t)m * ldx);
+    for (float &v : yin) v = rnd_normal();
+    uint16_t *dx;
+    CK(cudaMalloc(&dx, xh.size() * 2));
+    CK(cudaMemcpy(dx, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+    const cudaError_t e0 = run(a, dx, m, ldx, ldy, yin.data(), resid, 0, 0, y0);
+    const cudaError_t e1 = run(a, dx, m, ldx, ldy, yin.data(), resid, QTC_F16, 0, y1);
+    if (!wtc_wgmma()) {
+        CHECK(e1 == cudaErrorInvalidValue, "QTC_F16 launched without wgmma: %s", cudaGetErrorString(e1));
+    } else {
+        CHECK(e0 == cudaSuccess && e1 == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4),
+              "%s %dx%d m %d resid %d: the 16-bit form differs from the default (launch %s, %s)", ggml_type_name(a->t),
+              a->n_out, a->n_in, m, resid, cudaGetErrorString(e0), cudaGetErrorString(e1));
+    }
     cudaFree(dx);
 }
 
@@ -468,7 +493,10 @@ int main(void)
             acc_case(&a, 3, 1, 8, QTC_WG);
             acc_case(&a, 3, 1, 8, QTC_WG32);
             acc_case(&a, 3, 1, 8, QTC_WG128);
+            acc_case(&a, 3, 1, 8, QTC_F16);
         }
+        f16_case(&a, 3, 2);
+        if (work * 200 <= 400000000L) f16_case(&a, 200, 1);
         nf_graph_case(&a, 37);
         nf_graph_case(&a, 5); /* the narrow forms: x staged (the default where it fits) and read from global */
         nf_graph_case(&a, 1);
@@ -492,6 +520,7 @@ int main(void)
         glu_case(&a, 9, 0);
         glu_case(&a, 16, 0);
         glu_case(&a, 17, 0); /* past the narrow kernel: refused */
+        glu_case(&a, 40, QTC_F16);
         mat_free(&a);
     }
     /* 3 units a warp: x past the slice form's 64 KiB, so the ring form serves 5 to 8 columns and the wide kernel
@@ -532,6 +561,13 @@ int main(void)
         }
         CHECK(same, "Q4_K M = 2048: rows differ from the same rows alone");
         cudaFree(dx);
+        mat_free(&a);
+    }
+    /* the 16-bit form over two row and two column chunks (65,536 inputs: 1,024 rows and 512 columns a chunk) */
+    for (ggml_type t : {GGML_Q4_K, GGML_Q8_0}) {
+        Mat a;
+        mat_make(&a, t, 65536, 1100);
+        f16_case(&a, 600, 2);
         mat_free(&a);
     }
     return test_report();

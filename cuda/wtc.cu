@@ -755,11 +755,15 @@ template <int CW, int NX, int S> struct ws_shape {
     static_assert(kStageBytes % 1024 == 0 && (kBM * kKT * 2) % 1024 == 0, "1024-byte aligned boxes (the swizzle)");
 };
 
-template <typename T, int CW, int NX, int S>
-__global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constant__ CUtensorMap tw,
-                                                            const __grid_constant__ CUtensorMap tx, int n_in, int n_out,
-                                                            int ks, int m, float *y, int ldy, const float *y_in, T *glu,
-                                                            int ldg) {
+/* QS: qtc's split order (wtc_launch_qsplit) instead of ks equal splits: kn sub-splits of the n_in / 256 units,
+ * sub-split s the k tiles [4 floor(units s / kn), 4 floor(units (s + 1) / kn)), summed in consecutive groups of r,
+ * then the groups; QG: 1 < r < kn, which keeps the open group's sum in shared memory after the ring and the
+ * barriers (a third register set spills: 232 registers a consumer thread hold two of 64; otherwise the order is the
+ * sequential ((p0 + p1) + p2) + ... of ks splits) */
+template <typename T, int CW, int NX, int S, bool QS = false, bool QG = false>
+__global__ void __launch_bounds__(128 * (CW + 1), 1)
+    wtc_ws(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx, int n_in, int n_out, int ks,
+           int m, float *y, int ldy, const float *y_in, T *glu, int ldg, int units, int r) {
 #if ZWG_ON
     extern __shared__ __align__(1024) unsigned char ws_smem[];
     using shp = ws_shape<CW, NX, S>;
@@ -791,7 +795,9 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constan
                          : "memory");
         };
         const int pre = S < nt ? S : nt;
-        /* the first S stages' weights before pdl_wait (written once, at load), x after */
+        /* the first S stages' weights before pdl_wait (written once, at load), x after; QS: the weights are qtc's
+         * 16-bit copy, written by the kernel before, so after it too */
+        if (QS) pdl_wait();
         for (int s = 0; s < pre; s++) {
             mbar_expect_tx(bars + 8 * s, shp::kStageBytes);
             tma(ring + s * shp::kStageBytes, &tw, s * kKT, row0, bars + 8 * s);
@@ -814,14 +820,64 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constan
     const int cw = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const uint64_t da0 = zwg::desc(ws_smem + cw * 64 * kKT * 2), db0 = zwg::desc(ws_smem + kBM * kKT * 2);
     float acc[NX / 2], sum[NX / 2];
+    /* QG: the open group's sum, element i of consumer thread c at gs[i * 128 CW + c] */
+    float *gs = reinterpret_cast<float *>(ws_smem + shp::kSmem) + (tid - 128);
 #pragma unroll
     for (int i = 0; i < NX / 2; i++) acc[i] = 0.f;
     int slot = 0, prev = S - 1, left = tps;
+    /* QS: ks is kn; sp the open sub-split, bnext its end (k tiles), q its place in its group */
+    int sp = 0, q = 0, bnext = QS ? 4 * (int)((long)units / ks) : 0;
+    /* QS: sub-split sp's partial in acc joins the sums (qtc.h's order); true at the last sub-split's end when
+     * acc then holds the product */
+    auto qfold = [&](bool last) {
+        if constexpr (!QG) {
+            if (last) {
+#pragma unroll
+                for (int i = 0; i < NX / 2; i++) acc[i] = sp == 0 ? acc[i] : __fadd_rn(sum[i], acc[i]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < NX / 2; i++) sum[i] = sp == 0 ? acc[i] : __fadd_rn(sum[i], acc[i]);
+            }
+        } else {
+            /* the open group G = ((p_{jr} + ..) + p) in gs, closed at q = r - 1 into sum = ((G0 + G1) + ..); the
+             * last group closes into sum, the product (acc defined by a shared-memory sum here made ptxas serialize
+             * every wgmma of the kernel). Each thread reads only what it wrote: no barrier */
+            constexpr int kC = 128 * CW;
+            if (last) {
+#pragma unroll
+                for (int i = 0; i < NX / 2; i++) sum[i] = __fadd_rn(sum[i], __fadd_rn(gs[i * kC], acc[i]));
+            } else {
+                const bool first = q == 0, close = q == r - 1, open = sp == r - 1;
+#pragma unroll
+                for (int i = 0; i < NX / 2; i++) {
+                    const float gv = first ? acc[i] : __fadd_rn(gs[i * kC], acc[i]);
+                    if (close) sum[i] = open ? gv : __fadd_rn(sum[i], gv);
+                    else gs[i * kC] = gv;
+                }
+            }
+        }
+    };
     uint32_t parity = 0;
     /* (two accumulator sets alternating by split, so that a split's end does not drain the tensor pipe, measured
      * slower: H100, 8B BF16 2k prefill 68.6 -> 71.5 ms) */
-    for (int kt = 0; kt < nt; kt++) {
-        if (left == 0) {   /* a split ended: sum = ((p0 + p1) + ..) */
+    /* QS: the last sub-split's fold runs in the loop too, at kt = nt (the final wait and sums where the other
+     * folds are: after the loop, its shared-memory reads made ptxas serialize every wgmma of the kernel) */
+    for (int kt = 0; QS || kt < nt; kt++) {
+        if constexpr (QS) {
+            if (kt == bnext) { /* sub-split sp ended */
+                zwg::wait<0>();
+#pragma unroll
+                for (int i = 0; i < NX / 2; i++) zwg::reg_fence(acc[i]);
+                qfold(kt == nt);
+                if (kt == nt) break;
+#pragma unroll
+                for (int i = 0; i < NX / 2; i++) acc[i] = 0.f;
+                sp++;
+                q = q + 1 == r ? 0 : q + 1;
+                bnext = 4 * (int)((long)units * (sp + 1) / ks);
+            }
+        }
+        if (!QS && left == 0) { /* a split ended: sum = ((p0 + p1) + ..) */
             zwg::wait<0>();
 #pragma unroll
             for (int i = 0; i < NX / 2; i++) zwg::reg_fence(acc[i]);
@@ -851,17 +907,18 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1) wtc_ws(const __grid_constan
             parity ^= 1;
         }
     }
-    zwg::wait<0>();
+    if constexpr (!QS) { /* (QS: the last fold ran in the loop) */
+        zwg::wait<0>();
 #pragma unroll
-    for (int i = 0; i < NX / 2; i++) zwg::reg_fence(acc[i]);
-    if (ks > 1) {
+        for (int i = 0; i < NX / 2; i++) zwg::reg_fence(acc[i]);
+        if (ks > 1) {
 #pragma unroll
-        for (int i = 0; i < NX / 2; i++) acc[i] = __fadd_rn(sum[i], acc[i]);   /* the last split closes the sum */
+            for (int i = 0; i < NX / 2; i++) acc[i] = __fadd_rn(sum[i], acc[i]); /* the last split closes the sum */
+        }
     }
-    if (glu)
-        wg_store_glu<T, NX>(acc, row0 + cw * 64 + 16 * warp + g, col0, t, glu, ldg, n_out, m);
-    else
-        wg_store<NX>(acc, row0 + cw * 64 + 16 * warp + g, col0, t, y, ldy, y_in, n_out, m);
+    const float(&res)[NX / 2] = QG ? sum : acc; /* the product: QG closes it into sum */
+    if (glu) wg_store_glu<T, NX>(res, row0 + cw * 64 + 16 * warp + g, col0, t, glu, ldg, n_out, m);
+    else wg_store<NX>(res, row0 + cw * 64 + 16 * warp + g, col0, t, y, ldy, y_in, n_out, m);
 #else
     __trap();   /* built without sm_90a code: the host never launches it here */
 #endif
@@ -909,21 +966,25 @@ template <int CW, int NX> constexpr int ws_stages() {
     return NX == 128 ? 6 : fit < 16 ? fit : 16;
 }
 
-template <typename T, int CW, int NX>
-cudaError_t launch_ws_t(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
-    constexpr int S = ws_stages<CW, NX>();
+/* QS, QG: wtc_ws (kn = ks, r: wtc_launch_qsplit) */
+template <typename T, int CW, int NX, bool QS = false, bool QG = false>
+cudaError_t launch_ws_t(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st, int r = 1) {
+    /* QG: one stage fewer, for the open group's sums (128 CW threads x NX / 2 floats) after the barriers */
+    constexpr int S = ws_stages<CW, NX>() - (QG ? 1 : 0);
     using shp = ws_shape<CW, NX, S>;
+    constexpr size_t smem = shp::kSmem + (QG ? (size_t)128 * CW * (NX / 2) * 4 : 0);
+    static_assert(smem <= 227 * 1024, "shared memory of one CTA");
     CUtensorMap tw, tx;
     if (tma_map(&tw, p->bf16, p->w, p->n_in, p->n_out, p->n_in, shp::kBM) != 0 ||
         tma_map(&tx, p->bf16, p->x, p->n_in, p->x_rows > p->m ? p->x_rows : p->m, ldx, NX) != 0)
         return cudaErrorInvalidValue;
-    auto k = wtc_ws<T, CW, NX, S>;
+    auto k = wtc_ws<T, CW, NX, S, QS, QG>;
     static std::atomic<unsigned long long> s_set{0};
-    const cudaError_t e = cu_smem_optin(k, shp::kSmem, s_set);
+    const cudaError_t e = cu_smem_optin(k, smem, s_set);
     if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)((p->m + NX - 1) / NX), (unsigned)((p->n_out + shp::kBM - 1) / shp::kBM));
-    return cu_launch(k, grid, dim3(shp::kThreads), shp::kSmem, st, tw, tx, p->n_in, p->n_out, ks, p->m, p->y, ldy,
-                     p->y_in, (T *)p->glu, p->ldg);
+    return cu_launch(k, grid, dim3(shp::kThreads), smem, st, tw, tx, p->n_in, p->n_out, ks, p->m, p->y, ldy, p->y_in,
+                     (T *)p->glu, p->ldg, p->n_in / 256, r);
 }
 
 template <typename T, bool CL>
@@ -1262,4 +1323,22 @@ extern "C" cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st) {
             return cudaErrorInvalidValue;
     }
     return p->bf16 ? launch_t<__nv_bfloat16>(p, form, ks, ldx, ldy, st) : launch_t<__half>(p, form, ks, ldx, ldy, st);
+}
+
+extern "C" cudaError_t wtc_launch_qsplit(const wtc_params *p, int kn, int r, cudaStream_t st) {
+    if (!p || !p->w || !p->x || (!p->y && !p->glu) || p->m < 1 || p->bf16 || p->n_in % 256 != 0 || p->n_out < 1 ||
+        kn < 1 || r < 1 || kn % r != 0 || kn > p->n_in / 256)
+        return cudaErrorInvalidValue;
+    if (!wg_on() || !tma_encoder()) return cudaErrorNotSupported;
+    const int ldx = p->ldx ? p->ldx : p->n_in, ldy = p->ldy ? p->ldy : p->n_out;
+    if (ldx < p->n_in || ldx % 8 || ldy < p->n_out || (long)p->m * ldx >= (1L << 31)) return cudaErrorInvalidValue;
+    if (p->x_rows < 0 || (p->x_rows && p->x_rows < p->m) || (long)p->x_rows * ldx >= (1L << 31))
+        return cudaErrorInvalidValue;
+    if (p->glu && (p->n_out % 16 != 0 || p->ldg < p->n_out / 2 || (long)p->m * p->ldg >= (1L << 31)))
+        return cudaErrorInvalidValue;
+    if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
+    /* tiles of 128 W rows x 128 batch rows (the form for large m); the open group's sums in shared memory only
+     * where groups are neither single sub-splits nor the whole row (otherwise the order is the sequential one) */
+    if (r > 1 && r < kn) return launch_ws_t<__half, 2, 128, true, true>(p, kn, ldx, ldy, st, r);
+    return launch_ws_t<__half, 2, 128, true, false>(p, kn, ldx, ldy, st, r);
 }

@@ -107,6 +107,17 @@ int wtc_glu_fused(const wtc_params *p);
  * cudaErrorMisalignedAddress for a w or x not 16-byte aligned, or the launch's error. */
 cudaError_t wtc_launch(const wtc_params *p, cudaStream_t st);
 
+/* wtc_launch in the TMA form (F16 only, tiles of 128 W rows x 128 batch rows) with qtc's split order instead of
+ * wtc_split's (cuda/qtc.h): kn sub-splits of the n_in / 256 units of 256 elements, sub-split s the units
+ * [floor(units s / kn), floor(units (s + 1) / kn)), each chained from zero in k order; consecutive groups of r
+ * summed in order, then the groups in order, then + y_in; or the SwiGLU epilogue as wtc_launch's (n_out a multiple
+ * of 16). For qtc's products through a 16-bit copy of their weights (qtc_launch's QTC_F16 form). Returns
+ * cudaErrorNotSupported where the TMA form does not run (wtc_wgmma() 0 or no tensor-map encoder),
+ * cudaErrorInvalidValue for n_in not a multiple of 256, kn outside 1 .. n_in / 256, r not dividing kn, bad strides
+ * or a NULL pointer, cudaErrorMisalignedAddress as wtc_launch, or the launch's error. p->form, p->workspace and
+ * p->sm_count are not used. */
+cudaError_t wtc_launch_qsplit(const wtc_params *p, int kn, int r, cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,7 +15,7 @@
  *   --ks: also every forced split count 1, 2, 4, 8 (qmma_launch_variant; another arithmetic) at each M.
  *   --qtc: time the tile-packed kernels of cuda/qtc.cu instead (weights packed by qtc_pack, same bytes; with
  *          --tiles every fragment count nf 1, 2, 4, 8, the staged narrow forms QTC_XS, QTC_XR, QTC_XC and the wide forms
- *          QTC_WIDE, QTC_WG, QTC_WG32, QTC_WG128).
+ *          QTC_WIDE, QTC_WG, QTC_WG32, QTC_WG128, and the 16-bit form QTC_F16).
  *   --shape I: only shape I of the list (0-based; for profilers). --nf NF: with --qtc, only that form. */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -191,9 +191,9 @@ int main(int argc, char **argv)
                 if (tiles) tl = {{0, 0, 0}, {1, 1, 0}, {1, 2, 0}, {1, 4, 0}, {2, 2, 0}, {2, 4, 0}};
                 if (use_qtc) tl = {{0, 0, 0}};
                 if (use_qtc && tiles)
-                    tl = {{0, 0, 0},        {1, 1, 0},      {1, 2, 0},        {1, 4, 0},
-                          {1, 8, 0},        {1, QTC_XS, 0}, {1, QTC_XR, 0},   {1, QTC_XC, 0},
-                          {1, QTC_WIDE, 0}, {1, QTC_WG, 0}, {1, QTC_WG32, 0}, {1, QTC_WG128, 0}};
+                    tl = {{0, 0, 0},        {1, 1, 0},         {1, 2, 0},      {1, 4, 0},        {1, 8, 0},
+                          {1, QTC_XS, 0},   {1, QTC_XR, 0},    {1, QTC_XC, 0}, {1, QTC_WIDE, 0}, {1, QTC_WG, 0},
+                          {1, QTC_WG32, 0}, {1, QTC_WG128, 0}, {1, QTC_F16, 0}};
                 if (use_qtc && only_nf) tl = {{1, only_nf, 0}};
                 if (kss && !use_qtc) for (int k = 1; k <= 8; k *= 2) tl.push_back({0, 0, k});
                 double cub_us = 0;
