@@ -29,8 +29,8 @@ typedef struct {
                           * interleaved gate/up join in its epilogue; 0: the SwiGLU kernel after it (same bits) */
     int qtc_pair;        /* ZLLM_CUDA_QTC_PAIR: Q/K and V matrices of two qtc types (Q4_K_M) in one launch for
                           * steps of <= 8 rows; 0: two launches (same bits) */
-    int qtc_f16;         /* ZLLM_CUDA_QTC_F16: qtc products of >= 1,024 rows on sm_90 through a 16-bit copy of
-                          * their weights (qtc.h, QTC_F16); 0: the wgmma kernel (same bits) */
+    int qtc_f16;         /* ZLLM_CUDA_QTC_F16: qtc products of >= 1,024 batch rows (M) on sm_90 through a 16-bit
+                          * copy of their weights (qtc.h, QTC_F16); 0: the wgmma kernel (same bits) */
     /* launches */
     int pdl;             /* ZLLM_CUDA_PDL: programmatic dependent launch on sm_90+ (cuda/pdl.cuh); 0: every
                           * kernel waits for the one before, as a plain launch (same bits) */

@@ -120,7 +120,7 @@ static size_t s_part_bytes(int ks, int n_out);
  * (whole multiples of 128 rows, at least 128), x permuted into qtc's k order in column chunks of QF_COLS_BYTES and
  * 4,096 columns at most (multiples of 128, at least 128): both bound the workspace whatever the matrix (an 8B
  * layer's gate/up copy is 224 MiB whole). QF_MIN_M: the fewest columns for which qtc_launch takes it by default (at
- * 1,024 columns every 8B product is faster than in the wgmma kernel, at 768 not every one, H200: docs/perf.md) */
+ * 1,024 columns every 8B product is faster than in the wgmma kernel, H200: docs/perf.md) */
 enum { QF_MIN_M = 1024 };
 static const size_t QF_ROWS_BYTES = (size_t)128 << 20, QF_COLS_BYTES = (size_t)64 << 20;
 static int s_f16_rows(int n_in, int n_out) {
@@ -324,13 +324,14 @@ template <> struct unit_regs<QT_Q8_0> {
  * same slots. qtc_dq_kernel: one warp per tile block (tile, unit) of tiles [tile0, tile0 + tiles), its 16 rows
  * dequantized by unit_regs (the same f16 values every form computes) into rows [16 (tile - tile0)) of wf, [rows][n_in]
  * (rows past n_out - 16 tile0 not written) */
+enum { QDQ_WARPS = 4 }; /* qtc_dq_kernel's warps a block (tile blocks a block) */
 template <int TY>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(QDQ_WARPS * 32)
     qtc_dq_kernel(const uint8_t *__restrict__ w, int units, int tile0, int tiles, int rows, uint32_t *__restrict__ wf) {
     constexpr int TB = qt_traits<TY>::TB, LD = 132; /* a staged row: 128 f16 pairs + 4 (conflict-free writes) */
-    __shared__ __align__(16) uint32_t s_t[4][16 * LD];
+    __shared__ __align__(16) uint32_t s_t[QDQ_WARPS][16 * LD];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const long b = (long)blockIdx.x * 4 + warp;
+    const long b = (long)blockIdx.x * QDQ_WARPS + warp;
     pdl_trigger();
     if (b >= (long)tiles * units) return;
     const int tl = (int)(b / units), u = (int)(b - (long)tl * units);
@@ -1365,7 +1366,7 @@ static int s_f16_default(const qtc_params *p) {
     return p->m >= QF_MIN_M && cu_settings_get()->qtc_f16 && s_f16_fits(p);
 }
 
-/* The 16-bit form: for each column chunk, x permuted into the copy's order (qtc_xq_kernel); for each row chunk, the
+/* The 16-bit form (its caller checks s_f16_fits): for each column chunk, x permuted into the copy's order (qtc_xq_kernel); for each row chunk, the
  * rows dequantized (qtc_dq_kernel) and wtc's TMA kernel in qtc's split order (wtc_launch_qsplit: kn sub-splits in
  * groups of r) from the copies into y (+ y_in) or the SwiGLU epilogue. The same operands in the same mma slots,
  * chained and summed in the same order as every other form: the same bits. Why: at prefill sizes the
@@ -1373,7 +1374,6 @@ static int s_f16_default(const qtc_params *p) {
  * costs one pass over the weights (a write of 2 bytes a weight) and one over x a launch */
 template <int TY>
 static cudaError_t s_launch_f16(const qtc_params *p, int ks, int kn, int ldx, int ldy, cudaStream_t st) {
-    if (!s_f16_fits(p)) return cudaErrorInvalidValue;
     const int units = p->n_in / 256, R = s_f16_rows(p->n_in, p->n_out), C = s_f16_cols(p->n_in);
     uint8_t *base = (uint8_t *)p->workspace + s_part_bytes(ks, p->n_out) + (size_t)QB_CHUNK * p->n_in * 2;
     base = (uint8_t *)(((uintptr_t)base + 255) & ~(uintptr_t)255);
@@ -1385,12 +1385,12 @@ static cudaError_t s_launch_f16(const qtc_params *p, int ks, int kn, int ldx, in
         if (e != cudaSuccess) return e;
         for (int r0 = 0; r0 < p->n_out; r0 += R) {
             const int nr = p->n_out - r0 < R ? p->n_out - r0 : R, tiles = (nr + 15) / 16;
-            e = cu_launch(qtc_dq_kernel<TY>, dim3((unsigned)(((long)tiles * units + 3) / 4)), dim3(128), 0, st,
-                          (const uint8_t *)p->w, units, r0 / 16, tiles, nr, (uint32_t *)wf);
+            e = cu_launch(qtc_dq_kernel<TY>, dim3((unsigned)(((long)tiles * units + QDQ_WARPS - 1) / QDQ_WARPS)),
+                          dim3(QDQ_WARPS * 32), 0, st, (const uint8_t *)p->w, units, r0 / 16, tiles, nr,
+                          (uint32_t *)wf);
             if (e != cudaSuccess) return e;
             wtc_params q;
-            memset(&q, 0, sizeof q);
-            q.bf16 = 0;
+            memset(&q, 0, sizeof q); /* bf16 0: the copy is F16 */
             q.w = wf;
             q.n_in = p->n_in;
             q.n_out = nr;

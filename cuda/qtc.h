@@ -91,7 +91,8 @@ size_t qtc_smem_bytes(ggml_type t);
 
 /* bytes of workspace a wide launch (m > 8) of this shape needs (0: unsupported shape): ks * 256 * n_out floats when
  * ks > 1, then room for 256 * n_in halves (x as the wgmma kernel's stage images), then on a device where
- * wtc_wgmma() the 16-bit form's copies (QTC_F16: up to 128 MiB of weights and 64 MiB or 4,096 columns of x, 256 bytes of alignment) */
+ * wtc_wgmma() the 16-bit form's copies (QTC_F16: up to 128 MiB of weights and 64 MiB or 4,096 columns of x, 256
+ * bytes of alignment) */
 size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out);
 
 /* Host: packs n_out GGUF rows (row_bytes apart, exactly as in the file) into dst (qtc_packed_bytes bytes of
@@ -150,10 +151,10 @@ cudaError_t qtc_launch_pair(const qtc_params *a, const qtc_params *b, cudaStream
 #define QTC_XC 69
 /* ... for the 16-bit form (sm_90 where wtc_wgmma(), with qtc_workspace_bytes' workspace): the weights dequantized
  * into a 16-bit copy whose k order is qtc's step order (in row chunks of at most 128 MiB), x permuted the same way
- * (column chunks of at most 64 MiB and 4,096 columns), and wtc's TMA-fed wgmma kernel run in qtc's split order (wtc_launch_qsplit):
- * the same operands in the same mma slots, chained and summed as every form. The default from 1,024 columns where
- * it runs (unless ZLLM_CUDA_QTC_F16=0); serves the SwiGLU epilogue. cudaErrorInvalidValue where wtc_wgmma() is 0
- * or the workspace is smaller */
+ * (column chunks of at most 64 MiB and 4,096 columns), and wtc's TMA-fed wgmma kernel run in qtc's split order
+ * (wtc_launch_qsplit): the same operands in the same mma slots, chained and summed as every form. The default
+ * from 1,024 columns where it runs (unless ZLLM_CUDA_QTC_F16=0); serves the SwiGLU epilogue. cudaErrorInvalidValue
+ * where wtc_wgmma() is 0 or the workspace is smaller */
 #define QTC_F16 71
 
 /* qtc_launch with a forced kernel: nf in {1, 2, 4, 8} = the narrow kernel with nf 8-column fragments per CTA (x

@@ -31,6 +31,7 @@ using namespace zmma;
 namespace {
 
 constexpr int kKT = 64;            /* k elements per stage of the wide kernel; splits are multiples of it */
+constexpr int kUT = 256 / kKT;     /* k tiles of one qtc unit (256 elements: wtc_launch_qsplit's sub-splits) */
 constexpr int kKC = 64;            /* k elements per stage of the narrow kernel (H100, 8B BF16 M = 1: 7.3 ms; 256
                                     * with 3 stages: 8.7 ms) */
 constexpr int kNS = 6;             /* narrow kernel: stages of each warp's ring up to 2 batch rows (4 above; see
@@ -756,7 +757,7 @@ template <int CW, int NX, int S> struct ws_shape {
 };
 
 /* QS: qtc's split order (wtc_launch_qsplit) instead of ks equal splits: kn sub-splits of the n_in / 256 units,
- * sub-split s the k tiles [4 floor(units s / kn), 4 floor(units (s + 1) / kn)), summed in consecutive groups of r,
+ * sub-split s the k tiles [kUT floor(units s / kn), kUT floor(units (s + 1) / kn)), summed in consecutive groups of r,
  * then the groups; QG: 1 < r < kn, which keeps the open group's sum in shared memory after the ring and the
  * barriers (a third register set spills: 232 registers a consumer thread hold two of 64; otherwise the order is the
  * sequential ((p0 + p1) + p2) + ... of ks splits) */
@@ -826,7 +827,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
     for (int i = 0; i < NX / 2; i++) acc[i] = 0.f;
     int slot = 0, prev = S - 1, left = tps;
     /* QS: ks is kn; sp the open sub-split, bnext its end (k tiles), q its place in its group */
-    int sp = 0, q = 0, bnext = QS ? 4 * (int)((long)units / ks) : 0;
+    int sp = 0, q = 0, bnext = QS ? kUT * (int)((long)units / ks) : 0;
     /* QS: sub-split sp's partial in acc joins the sums (qtc.h's order); true at the last sub-split's end when
      * acc then holds the product */
     auto qfold = [&](bool last) {
@@ -874,7 +875,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
                 for (int i = 0; i < NX / 2; i++) acc[i] = 0.f;
                 sp++;
                 q = q + 1 == r ? 0 : q + 1;
-                bnext = 4 * (int)((long)units * (sp + 1) / ks);
+                bnext = kUT * (int)((long)units * (sp + 1) / ks);
             }
         }
         if (!QS && left == 0) { /* a split ended: sum = ((p0 + p1) + ..) */
