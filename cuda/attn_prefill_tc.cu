@@ -18,8 +18,10 @@
  * tail of the wave.
  * cu_settings.prefill_tc = 0 runs the scalar kernel of cuda/attention.cu everywhere. The kernel keeps a SPLIT
  * template form (separate K and V waits) that the launcher does not instantiate: it measured 17% slower, as did
- * 8-warp tiles (2-3%). */
+ * 8-warp tiles (2-3%). Where attn_prefill_wg_wants (sm_90, head sizes 64 and 128) the launch runs the kernel's
+ * wgmma form instead (cuda/attn_prefill_wg.cu), which gives these bits. */
 #include "attn_prefill_tc.h"
+#include "attn_prefill_wg.h"
 #include "cu_host.h"
 #include "kv_page.cuh"
 #include "mma_util.cuh"
@@ -308,5 +310,6 @@ extern "C" cudaError_t attn_prefill_tc_launch(const attn_prefill_params *p, cuda
         p->n_kv_heads < 1 || p->n_heads % p->n_kv_heads || p->n_ctx < 1 || p->q_stride < 0 || p->out_stride < 0 ||
         (p->blocks && (p->kv_block_log2 < 0 || p->kv_block_log2 > 8)))
         return cudaErrorInvalidValue;
+    if (attn_prefill_wg_wants(p)) return attn_prefill_wg_launch(p, stream); /* sm_90a: the same bits */
     return p->kv_type == ATTN_KV_F16 ? tc_launch_w<__half>(p, stream) : tc_launch_w<__nv_bfloat16>(p, stream);
 }

@@ -18,8 +18,8 @@ typedef struct {
                           * matrices; 0: the matrix is dequantized to F16 at load and served as a dense one */
     int wtc;             /* ZLLM_CUDA_WTC: dense 16-bit products through the batch-invariant tensor-core kernels
                           * (cuda/wtc.h); 0: cuBLAS (faster for prefill, NOT batch invariant at 2048 wide) */
-    int wgmma;           /* ZLLM_CUDA_WGMMA: Hopper's wgmma forms of wtc and qtc; 0: the mma.sync forms (same
-                          * bits) */
+    int wgmma;           /* ZLLM_CUDA_WGMMA: Hopper's wgmma forms of wtc, qtc and the prefill attention
+                          * (attn_prefill_wg.h); 0: the mma.sync forms (same bits) */
     int fuse;            /* ZLLM_CUDA_FUSE: Q/K/V and gate/up matrices joined at load into one product each; 0:
                           * separate matrices */
     int qtc_glu;         /* ZLLM_CUDA_QTC_GLU: a qtc gate/up join interleaves its rows in blocks of 8 so that

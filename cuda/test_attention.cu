@@ -16,6 +16,8 @@
 #include "attention.h"
 #include "attn_decode_tc.h"
 #include "attn_prefill_tc.h"
+#include "attn_prefill_wg.h"
+#include "wtc.h"
 #include "test.h"
 #include "test_util.cuh"
 
@@ -363,8 +365,9 @@ struct prefill_case {
 
 /* the kernel a prefill launch runs on (under the case's attn_prefill_tc_force, set while the case runs) */
 static const char *prefill_kernel_name(const attn_prefill_params *p) {
-    return attn_prefill_tc_wants(p) ? "tc" : "scalar";
+    return !attn_prefill_tc_wants(p) ? "scalar" : attn_prefill_wg_wants(p) ? "tc-wgmma" : "tc";
 }
+static int s_wg_compared; /* prefill cases whose wgmma form was compared with the mma.sync kernel */
 
 /* prefill: each sequence gets rows in [1, max_rows] at pos0 in [0, n_ctx - rows]; K/V of the slot are random
  * for every position (positions after pos0 + t must not influence row t) */
@@ -431,6 +434,23 @@ static void run_prefill_case(const prefill_case &c) {
            prefill_kernel_name(&p) : "", c.cont ? " (continuation chunks)" : "");
     CHECK(err <= tol_for(c.t), "prefill %s seq=%d heads=%d/%d D=%d: rel_err %g", type_name(c.t), c.n_seq, c.n_heads,
           c.n_kv, c.D, err);
+    if (attn_prefill_tc_wants(&p) && attn_prefill_wg_wants(&p)) {
+        /* the wgmma form gives the mma.sync kernel's bits */
+        dev_buf dout3(qn * 4);
+        std::vector<float> out3(qn);
+        attn_prefill_params pm = p;
+        pm.out = dout3.as<float>();
+        poison(dout3.p, qn * 4);
+        attn_prefill_wg_force(0);
+        e = attn_prefill_launch(&pm, 0);
+        attn_prefill_wg_force(-1);
+        CHECK(e == cudaSuccess, "prefill launch (mma.sync form): %s", cudaGetErrorString(e));
+        CUDA_OK(cudaMemcpy(out3.data(), dout3.p, qn * 4, cudaMemcpyDeviceToHost));
+        CHECK(!memcmp(out3.data(), out.data(), qn * 4),
+              "prefill %s seq=%d heads=%d/%d D=%d: the wgmma form differs from the mma.sync kernel", type_name(c.t),
+              c.n_seq, c.n_heads, c.n_kv, c.D);
+        s_wg_compared++;
+    }
     if (c.inv) {
         /* batch invariance: each sequence alone, and sequence 0 as two continuation chunks, give the same bits */
         dev_buf dout2(qn * 4), dchunk(4 * 4);
@@ -668,6 +688,10 @@ int main(void) {
             {3, 32, 8, 96, 300, 100, t, 0, 1, 1}, /* the scalar kernel */
         };
         for (const auto &c : tc) run_prefill_case(c);
+    }
+    if (wtc_wgmma()) {
+        CHECK(s_wg_compared > 0, "no prefill case ran the wgmma form on a device that has it");
+        printf("prefill: the wgmma form gave the mma.sync kernel's bits in %d cases\n", s_wg_compared);
     }
     return test_report();
 }

@@ -19,6 +19,7 @@
 #include "attention.h"
 #include "attn_decode_tc.h"
 #include "attn_prefill_tc.h"
+#include "attn_prefill_wg.h"
 #include "attn_window.h"
 #include "ops.h"
 #include "test.h"
@@ -253,9 +254,14 @@ static void run_prefill(const prefill_case &c) {
     p.head_dim = c.D;
     p.n_ctx = c.n_ctx;
     int n_forms = 0;
-    for (int force = 0; force < 2; force++) {
-        attn_prefill_tc_force(force);
-        if (force == 1 && !attn_prefill_tc_wants(&p)) continue;
+    std::vector<unsigned char> tc_out; /* the tensor-core kernel's output (the wgmma form where it runs) */
+    /* force 0: the scalar kernel; 1: the tensor-core kernel; 2: its mma.sync form, where 1 ran the wgmma one */
+    for (int force = 0; force < 3; force++) {
+        attn_prefill_tc_force(force ? 1 : 0);
+        attn_prefill_wg_force(-1);
+        if (force >= 1 && !attn_prefill_tc_wants(&p)) continue;
+        if (force == 2 && !attn_prefill_wg_wants(&p)) continue;
+        if (force == 2) attn_prefill_wg_force(0);
         std::vector<unsigned char> out[2];
         for (int pg = 0; pg < 2; pg++) {
             attn_prefill_params x = p;
@@ -273,10 +279,19 @@ static void run_prefill(const prefill_case &c) {
                   memcmp(out[0].data(), out[1].data(), out[0].size()) == 0,
               "prefill %s %s seq=%d heads=%d/%d D=%d n_ctx=%d block %d: paged differs from contiguous (or a launch "
               "failed)",
-              type_name(c.t), force ? "tc" : "scalar", c.n_seq, c.n_heads, c.n_kv, c.D, c.n_ctx, 1 << c.lg);
+              type_name(c.t),
+              force == 2 ? "tc mma.sync"
+              : force    ? "tc"
+                         : "scalar",
+              c.n_seq, c.n_heads, c.n_kv, c.D, c.n_ctx, 1 << c.lg);
+        if (force == 1) tc_out = out[1];
+        if (force == 2)
+            CHECK(tc_out == out[1], "prefill %s seq=%d heads=%d/%d D=%d block %d: the wgmma and mma.sync forms differ",
+                  type_name(c.t), c.n_seq, c.n_heads, c.n_kv, c.D, 1 << c.lg);
         n_forms++;
     }
     attn_prefill_tc_force(-1);
+    attn_prefill_wg_force(-1);
     printf("prefill %-4s seq=%-3d heads=%d/%d D=%-3d n_ctx=%-6d block %-3d: %d kernels, same bits\n", type_name(c.t),
            c.n_seq, c.n_heads, c.n_kv, c.D, c.n_ctx, 1 << c.lg, n_forms);
 }

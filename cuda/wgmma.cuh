@@ -214,6 +214,38 @@ template <> struct mma_ra<128> {
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
     }
 };
+/* register-A form of N = 64 for either type, B K-major (TB 0: [64 n rows][64 k] tiles as above) or MN-major (TB 1:
+ * [16 k rows][64 n] of a [k][64] 128B-swizzled tile, described by desc_mn): cuda/attn_prefill_wg.cu's S = Q K^T and
+ * O += P V. The registers of A must not change until a wait covers the wgmma (reg_keep after that wait) */
+template <typename T, int TB> struct mma_r64;
+#define ZWG_MMA_R64(TY, PT, TB)                                                                                        \
+    template <> struct mma_r64<TY, TB> {                                                                               \
+        static __device__ __forceinline__ void run(float *d, const uint32_t (&a)[4], uint64_t db) {                    \
+            asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." PT "." PT " {"                                  \
+                         "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                                      \
+                         "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"                             \
+                         "}, {%32,%33,%34,%35}, %36, 1, 1, 1, " #TB ";\n"                                              \
+                         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),         \
+                           "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),     \
+                           "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),  \
+                           "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),  \
+                           "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                                          \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));                                       \
+        }                                                                                                              \
+    };
+ZWG_MMA_R64(__nv_bfloat16, "bf16", 0)
+ZWG_MMA_R64(__nv_bfloat16, "bf16", 1)
+ZWG_MMA_R64(__half, "f16", 0)
+ZWG_MMA_R64(__half, "f16", 1)
+#undef ZWG_MMA_R64
+/* the descriptor of an MN-major operand of N = 64 whose k16 step starts at p: p is row k of a [k][64] tile in the
+ * 128-byte swizzle (1024-byte aligned tile, k a multiple of 8); the 8-row groups along k are 1024 bytes apart.
+ * Both byte offsets are 1024: one N = 64 step spans a single swizzle atom along N, so only the k-group stride is
+ * read, under either offset's reading */
+__device__ __forceinline__ uint64_t desc_mn(const void *p) {
+    const uint64_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return ((a & 0x3FFFF) >> 4) | ((uint64_t)(1024 >> 4) << 16) | kDescHi;
+}
 /* keeps the compiler from reusing a register an issued wgmma may still read, or reading one it may still write,
  * before the wait that covers it */
 __device__ __forceinline__ void reg_keep(uint32_t &r) { asm volatile("" : "+r"(r)::"memory"); }

@@ -3,10 +3,11 @@
  *   zllm-prefillbench [--shape 8b|1b] [--tokens P] [--reps N] [--attn-only]
  *
  * 1. Prefill attention alone at the shape (8b: 32/8 heads x 128, 1b: 32/8 heads x 64; BF16 KV cache, one
- *    sequence of P rows at pos0 0): the scalar kernel (cuda/attention.cu) and the tensor-core kernel
- *    (cuda/attn_prefill_tc.cu), median of N launches timed by CUDA
- *    event pairs; TFLOP/s counted as zllm-bench counts attention (2 * P^2 * n_heads * head_dim per layer,
- *    causal), and the relative difference between the two kernels' outputs.
+ *    sequence of P rows at pos0 0): the scalar kernel (cuda/attention.cu), the tensor-core kernel
+ *    (cuda/attn_prefill_tc.cu) and, on a device that has it, its wgmma form (cuda/attn_prefill_wg.cu), median of N
+ *    launches timed by CUDA event pairs; TFLOP/s counted as zllm-bench counts attention (2 * P^2 * n_heads *
+ *    head_dim per layer, causal); whether the two tensor-core forms give the same bits, and the relative
+ *    difference between the mma.sync form's and the scalar kernel's outputs.
  * 2. One transformer layer of prefill, op by op in the order of s_forward (cuda/engine_cuda.cu) with the same
  *    ops_* launchers and a cuBLAS handle set up as the engine's (32 MiB workspace, default math): RMSNorm, Q/K/V
  *    products, RoPE, KV append, attention, cast, output product (+ residual), RMSNorm, gate/up products,
@@ -23,6 +24,7 @@
 #include <vector>
 #include "attention.h"
 #include "attn_prefill_tc.h"
+#include "attn_prefill_wg.h"
 #include "ops.h"
 
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
@@ -72,7 +74,8 @@ static double median(std::vector<float> v) {
 static void bench_attention(const shape &s, int P, int reps) {
     const int qd = s.n_heads * s.head_dim, kvd = s.n_kv * s.head_dim;
     float *q = (float *)dmalloc((size_t)P * qd * 4), *o1 = (float *)dmalloc((size_t)P * qd * 4),
-          *o2 = (float *)dmalloc((size_t)P * qd * 4), *tmp = (float *)dmalloc((size_t)P * kvd * 4);
+          *o2 = (float *)dmalloc((size_t)P * qd * 4), *o3 = (float *)dmalloc((size_t)P * qd * 4),
+          *tmp = (float *)dmalloc((size_t)P * kvd * 4);
     void *kc = dmalloc((size_t)P * kvd * 2), *vc = dmalloc((size_t)P * kvd * 2);
     int32_t *meta = (int32_t *)dmalloc(4 * 4);
     const int32_t h_meta[4] = {0, P, 0, 0};   /* row0, rows, slot, pos0 */
@@ -89,10 +92,13 @@ static void bench_attention(const shape &s, int P, int reps) {
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
     const double flops = 2.0 * P * (double)P * qd;
-    double ms[2] = {0, 0};
-    for (int k = 0; k < 2; k++) {
-        attn_prefill_tc_force(k);
-        p.out = k ? o2 : o1;
+    double ms[3] = {0, 0, 0};
+    static const char *const names[3] = {"scalar", "tc", "tc-wgmma"};
+    for (int k = 0; k < 3; k++) {
+        attn_prefill_tc_force(k ? 1 : 0);
+        attn_prefill_wg_force(k == 1 ? 0 : -1);
+        if (k == 2 && !attn_prefill_wg_wants(&p)) break;
+        p.out = k == 2 ? o3 : k ? o2 : o1;
         std::vector<float> t;
         for (int i = -2; i < reps; i++) {
             CK(cudaEventRecord(a));
@@ -104,12 +110,20 @@ static void bench_attention(const shape &s, int P, int reps) {
             if (i >= 0) t.push_back(x);
         }
         ms[k] = median(t);
-        printf("attention %s P=%d heads %d/%d x %d, %-6s kernel: %8.3f ms  %6.1f TFLOP/s  (x %d layers: %.1f ms)\n",
-               s.name, P, s.n_heads, s.n_kv, s.head_dim, k ? "tc" : "scalar", ms[k], flops / ms[k] / 1e9, s.layers,
+        printf("attention %s P=%d heads %d/%d x %d, %-8s kernel: %8.3f ms  %6.1f TFLOP/s  (x %d layers: %.1f ms)\n",
+               s.name, P, s.n_heads, s.n_kv, s.head_dim, names[k], ms[k], flops / ms[k] / 1e9, s.layers,
                ms[k] * s.layers);
     }
     attn_prefill_tc_force(-1);
+    attn_prefill_wg_force(-1);
     std::vector<float> h1((size_t)P * qd), h2((size_t)P * qd);
+    if (ms[2] > 0) {
+        std::vector<float> h3((size_t)P * qd);
+        CK(cudaMemcpy(h2.data(), o2, h2.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(h3.data(), o3, h3.size() * 4, cudaMemcpyDeviceToHost));
+        printf("attention %s: tc-wgmma vs tc %s bits, speed-up %.2fx\n", s.name,
+               memcmp(h2.data(), h3.data(), h2.size() * 4) ? "DIFFERENT" : "the same", ms[1] / ms[2]);
+    }
     CK(cudaMemcpy(h1.data(), o1, h1.size() * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(h2.data(), o2, h2.size() * 4, cudaMemcpyDeviceToHost));
     double num = 0, den = 0;
@@ -121,7 +135,14 @@ static void bench_attention(const shape &s, int P, int reps) {
            ms[0] / ms[1]);
     CK(cudaEventDestroy(a));
     CK(cudaEventDestroy(b));
-    cudaFree(q); cudaFree(o1); cudaFree(o2); cudaFree(tmp); cudaFree(kc); cudaFree(vc); cudaFree(meta);
+    cudaFree(q);
+    cudaFree(o1);
+    cudaFree(o2);
+    cudaFree(o3);
+    cudaFree(tmp);
+    cudaFree(kc);
+    cudaFree(vc);
+    cudaFree(meta);
 }
 
 static void bench_layer(const shape &s, int P, int reps) {
