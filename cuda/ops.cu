@@ -22,6 +22,30 @@ __device__ __forceinline__ float ld_f(const __nv_bfloat16 *p, size_t i) { return
 __device__ __forceinline__ void st_f(float *p, size_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void st_f(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
 __device__ __forceinline__ void st_f(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+/* st_f of two (st2: at element 2 i2) or four (st4: at element 4 i4) consecutive elements in one store, each
+ * converted as by st_f */
+__device__ __forceinline__ void st2(float *p, size_t i2, const float *v) {
+    reinterpret_cast<float2 *>(p)[i2] = make_float2(v[0], v[1]);
+}
+__device__ __forceinline__ void st2(__half *p, size_t i2, const float *v) {
+    reinterpret_cast<__half2 *>(p)[i2] = __halves2half2(__float2half_rn(v[0]), __float2half_rn(v[1]));
+}
+__device__ __forceinline__ void st2(__nv_bfloat16 *p, size_t i2, const float *v) {
+    reinterpret_cast<__nv_bfloat162 *>(p)[i2] =
+        __halves2bfloat162(__float2bfloat16_rn(v[0]), __float2bfloat16_rn(v[1]));
+}
+__device__ __forceinline__ void st4(float *p, size_t i4, const float *v) {
+    reinterpret_cast<float4 *>(p)[i4] = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void st4(__half *p, size_t i4, const float *v) {
+    __half h[4] = {__float2half_rn(v[0]), __float2half_rn(v[1]), __float2half_rn(v[2]), __float2half_rn(v[3])};
+    reinterpret_cast<uint2 *>(p)[i4] = *reinterpret_cast<const uint2 *>(h);
+}
+__device__ __forceinline__ void st4(__nv_bfloat16 *p, size_t i4, const float *v) {
+    __nv_bfloat16 h[4] = {__float2bfloat16_rn(v[0]), __float2bfloat16_rn(v[1]), __float2bfloat16_rn(v[2]),
+                          __float2bfloat16_rn(v[3])};
+    reinterpret_cast<uint2 *>(p)[i4] = *reinterpret_cast<const uint2 *>(h);
+}
 
 /* calls f with a typed null pointer for the dtype, so a launcher can instantiate its kernel per type */
 template <typename F> static void with_type(cu_dtype t, F f) {
@@ -336,10 +360,108 @@ __global__ void k_qkv_rope_append(ops_qkv_args a, T *kc, T *vc) {
     }
 }
 
+/* k_qkv_rope_append with four elements a thread, for shapes whose rows split into aligned 16-byte pieces
+ * (s_rope4_fits): per head of q then of k, half / 2 items of two RoPE pairs (style 0: elements 4 j .. 4 j + 3;
+ * style 1: 2 j, 2 j + 1 and half + 2 j, half + 2 j + 1) and (head_dim - 2 * half) / 4 items of four unrotated
+ * dims; then kv_dim / 4 items of four v elements. Every element is computed by k_qkv_rope_append's expressions
+ * (the same bias add, rope_rotate, conversion): the same bits; only the loads and stores are wider. */
+template <typename T> __global__ void k_qkv_rope_append4(ops_qkv_args a, T *kc, T *vc) {
+    pdl_trigger();
+    const int r = blockIdx.x, t = blockIdx.y * blockDim.x + threadIdx.x;
+    const int hd = a.head_dim, half = a.rope_dim / 2, pu = half / 2, per_head = pu + (hd - 2 * half) / 4;
+    const int qd = a.n_heads * hd, kvd = a.n_kv_heads * hd, n_rope = (a.n_heads + a.n_kv_heads) * per_head;
+    /* pos_pre: as in k_qkv_rope_append; the item's two (cos, sin) pairs in one 16-byte read */
+    const int jr = t < n_rope ? t % per_head : 0;
+    int pr = 0, sr = 0;
+    float4 cr = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (a.pos_pre) {
+        pr = a.pos[r];
+        sr = a.slot[r];
+        if (t < n_rope && jr < pu) cr = ((const float4 *)a.cs)[(size_t)pr * pu + jr];
+    }
+    pdl_wait(); /* cu_launch contract (cuda/pdl.cuh): before it only the pos_pre reads */
+    if (t >= n_rope + kvd / 4) return;
+    if (!a.pos_pre) {
+        pr = a.pos[r];
+        sr = a.slot[r];
+        if (t < n_rope && jr < pu) cr = ((const float4 *)a.cs)[(size_t)pr * pu + jr];
+    }
+    const float *row = a.qkv + (size_t)r * a.ld;
+    const size_t cell = (size_t)kv_page_row(a.blocks, a.kv_block_log2, sr, a.n_ctx, pr) * kvd;
+    float y[4];
+    if (t >= n_rope) { /* v */
+        const int i = (t - n_rope) * 4;
+        const float4 v = *reinterpret_cast<const float4 *>(row + qd + kvd + i);
+        y[0] = v.x;
+        y[1] = v.y;
+        y[2] = v.z;
+        y[3] = v.w;
+        if (a.bv)
+            for (int e = 0; e < 4; e++) y[e] = __fadd_rn(y[e], a.bv[i + e]);
+        st4(vc, (cell + i) / 4, y);
+        return;
+    }
+    const int h = t / per_head, j = t % per_head, is_k = h >= a.n_heads;
+    const int hk = h - a.n_heads; /* k head, when is_k */
+    const float *src = row + (size_t)h * hd;
+    const float *b = is_k ? (a.bk ? a.bk + (size_t)hk * hd : NULL) : (a.bq ? a.bq + (size_t)h * hd : NULL);
+    T *kdst = kc + cell + (size_t)hk * hd; /* k head hk's cache row */
+    float *qdst = a.q + (size_t)r * qd + (size_t)h * hd;
+    if (j < pu && a.style == 1) { /* pairs (2 j, half + 2 j) and (2 j + 1, half + 2 j + 1) */
+        const float2 lo = *reinterpret_cast<const float2 *>(src + 2 * j);
+        const float2 hi = *reinterpret_cast<const float2 *>(src + half + 2 * j);
+        float x[4] = {lo.x, hi.x, lo.y, hi.y}; /* pair 2 j: x[0], x[1]; pair 2 j + 1: x[2], x[3] */
+        if (b) {
+            x[0] = __fadd_rn(x[0], b[2 * j]);
+            x[1] = __fadd_rn(x[1], b[half + 2 * j]);
+            x[2] = __fadd_rn(x[2], b[2 * j + 1]);
+            x[3] = __fadd_rn(x[3], b[half + 2 * j + 1]);
+        }
+        float p0[2], p1[2];
+        rope_rotate(x[0], x[1], make_float2(cr.x, cr.y), &p0[0], &p0[1]);
+        rope_rotate(x[2], x[3], make_float2(cr.z, cr.w), &p1[0], &p1[1]);
+        const float ylo[2] = {p0[0], p1[0]}, yhi[2] = {p0[1], p1[1]};
+        if (is_k) {
+            st2(kdst, j, ylo);
+            st2(kdst, half / 2 + j, yhi);
+        } else {
+            st2(qdst, j, ylo);
+            st2(qdst, half / 2 + j, yhi);
+        }
+        return;
+    }
+    /* style 0 pairs (4 j, 4 j + 1), (4 j + 2, 4 j + 3), or four dims past the rotated ones */
+    const int e0 = j < pu ? 4 * j : 2 * half + 4 * (j - pu);
+    const float4 v = *reinterpret_cast<const float4 *>(src + e0);
+    float x[4] = {v.x, v.y, v.z, v.w};
+    if (b)
+        for (int e = 0; e < 4; e++) x[e] = __fadd_rn(x[e], b[e0 + e]);
+    if (j < pu) {
+        rope_rotate(x[0], x[1], make_float2(cr.x, cr.y), &y[0], &y[1]);
+        rope_rotate(x[2], x[3], make_float2(cr.z, cr.w), &y[2], &y[3]);
+    } else {
+        for (int e = 0; e < 4; e++) y[e] = x[e];
+    }
+    if (is_k) st4(kdst, e0 / 4, y);
+    else st4(qdst, e0 / 4, y);
+}
+
+/* 1 when k_qkv_rope_append4 serves a: the pieces it reads and writes are whole and aligned (16 bytes of qkv and
+ * q, 8 of the caches at 16-bit types) */
+static int s_rope4_fits(const ops_qkv_args *a) {
+    const int hd = a->head_dim, half = a->rope_dim / 2;
+    return half % 2 == 0 && (hd - 2 * half) % 4 == 0 && hd % 4 == 0 && a->ld % 4 == 0 &&
+           ((uintptr_t)a->qkv & 15) == 0 && ((uintptr_t)a->q & 15) == 0 && ((uintptr_t)a->kc & 15) == 0 &&
+           ((uintptr_t)a->vc & 15) == 0 && ((uintptr_t)a->cs & 15) == 0;
+}
+
 int ops_qkv_rope_append(const ops_qkv_args *a, cudaStream_t st, char *err, size_t errlen) {
     if (a->n_rows <= 0) return 0;
-    const int hd = a->head_dim, per_head = hd - a->rope_dim / 2;
-    const long long items = (long long)(a->n_heads + a->n_kv_heads) * per_head + (long long)a->n_kv_heads * hd;
+    const int hd = a->head_dim, per_head = hd - a->rope_dim / 2, wide = s_rope4_fits(a);
+    const long long items = wide
+                                ? (long long)(a->n_heads + a->n_kv_heads) * (a->rope_dim / 4 + (hd - a->rope_dim) / 4) +
+                                      (long long)a->n_kv_heads * hd / 4
+                                : (long long)(a->n_heads + a->n_kv_heads) * per_head + (long long)a->n_kv_heads * hd;
     const long long chunks = (items + 255) / 256;
     if (chunks > 65535 || a->rope_dim > hd || a->ld < (a->n_heads + 2 * a->n_kv_heads) * hd ||
         (a->blocks && (a->kv_block_log2 < 0 || a->kv_block_log2 > 8))) {
@@ -351,7 +473,8 @@ int ops_qkv_rope_append(const ops_qkv_args *a, cudaStream_t st, char *err, size_
     cudaError_t le = cudaSuccess;
     with_type(a->kvdt, [&](auto *tp) {
         using T = typename std::remove_pointer<decltype(tp)>::type;
-        le = cu_launch(k_qkv_rope_append<T>, grid, 256, 0, st, *a, (T *)a->kc, (T *)a->vc);
+        le = wide ? cu_launch(k_qkv_rope_append4<T>, grid, 256, 0, st, *a, (T *)a->kc, (T *)a->vc)
+                  : cu_launch(k_qkv_rope_append<T>, grid, 256, 0, st, *a, (T *)a->kc, (T *)a->vc);
     });
     if (le != cudaSuccess) { snprintf(err, errlen, "%s: launch failed: %s", "ops_qkv_rope_append", cudaGetErrorString(le)); return -1; }
     CU_LAUNCH_CHECK_RET("ops_qkv_rope_append");
@@ -520,18 +643,6 @@ __global__ void k_swiglu_dual(const float *g, const float *u, size_t total, T *o
  * computed by the same expression and rounded by the same conversion as in the scalar kernels (so the results
  * are the same bits: gpu_test_ops's test_dual compares them with ops_swiglu / ops_convert exactly); only the
  * loads and stores are wider. */
-__device__ __forceinline__ void st4(float *p, size_t i4, const float *v) {
-    reinterpret_cast<float4 *>(p)[i4] = make_float4(v[0], v[1], v[2], v[3]);
-}
-__device__ __forceinline__ void st4(__half *p, size_t i4, const float *v) {
-    __half h[4] = {__float2half_rn(v[0]), __float2half_rn(v[1]), __float2half_rn(v[2]), __float2half_rn(v[3])};
-    reinterpret_cast<uint2 *>(p)[i4] = *reinterpret_cast<const uint2 *>(h);
-}
-__device__ __forceinline__ void st4(__nv_bfloat16 *p, size_t i4, const float *v) {
-    __nv_bfloat16 h[4] = {__float2bfloat16_rn(v[0]), __float2bfloat16_rn(v[1]), __float2bfloat16_rn(v[2]),
-                          __float2bfloat16_rn(v[3])};
-    reinterpret_cast<uint2 *>(p)[i4] = *reinterpret_cast<const uint2 *>(h);
-}
 template <typename T>
 __device__ __forceinline__ void st_dual4(T *out, float *outf, int round_f, size_t i4, const float *v) {
     if (out) st4(out, i4, v);

@@ -601,13 +601,17 @@ int main(void) {
     test_gemm_ldy(h, 5, 256, 64, 384, 256);
     test_gemm_ldy(h, 33, 576, 192, 960, 0);
     /* the fused attention prologue: GQA and MHA, full and partial RoPE, both styles, tiny and real head sizes,
-     * exact and wider row strides, padded rows */
+     * exact and wider row strides, padded rows, both kernels (four elements a thread where the shape allows) */
     for (int style = 0; style < 2; style++) {
         test_qkv_rope_append(7, 0, 8, 8, 8, 8, style, 0, 4, 512);
         test_qkv_rope_append(13, 3, 32, 8, 128, 128, style, 0, 4, 4096);
         test_qkv_rope_append(9, 2, 14, 2, 64, 64, style, 8, 3, 8192);
         test_qkv_rope_append(6, 1, 4, 4, 64, 32, style, 4, 8, 100);
         test_qkv_rope_append(40, 8, 9, 3, 64, 64, style, 0, 8, 16);
+        /* rows an odd number of floats apart, a RoPE of 6 dims of 8: the one-element kernel (the others take the
+         * four-element one) */
+        test_qkv_rope_append(11, 2, 8, 4, 64, 64, style, 3, 4, 256);
+        test_qkv_rope_append(5, 1, 4, 2, 8, 6, style, 0, 4, 64);
     }
     test_swiglu_strided(5, 576);
     test_swiglu_strided(3, 171);
