@@ -52,6 +52,13 @@ static qtc_params s_qtc_params(const cu_engine *E, const cu_mat *W, int n_rows, 
     return p;
 }
 
+/* 1 when W's product over n_rows rows takes qtc's 16-bit form, whose input may come in its k order (x_perm) */
+static int s_kperm_takes(const cu_engine *E, const cu_mat *W, int n_rows) {
+    if (W->path != CU_PATH_QTC) return 0;
+    const qtc_params p = s_qtc_params(E, W, n_rows, NULL, NULL, 0, 0);
+    return qtc_f16_form(&p);
+}
+
 /* the wtc product of W's dense 16-bit copy over n_rows rows of xw (n_in apart); output fields left unset */
 static wtc_params s_wtc_params(const cu_engine *E, const cu_mat *W, int n_rows, const void *xw) {
     wtc_params p;
@@ -65,16 +72,18 @@ static wtc_params s_wtc_params(const cu_engine *E, const cu_mat *W, int n_rows, 
 }
 
 /* y[n_rows][n_out] = x W^T, or y += x W^T when resid (y holds the residual stream), on W's path; x is xw (wt,
- * n_in apart). y's rows are ldy floats apart (0 means n_out; a larger ldy writes a column slice of a wider array,
- * e.g. wk into E->qkv + q_dim). */
-static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, float *y, int ldy, int resid,
-                    char *err, size_t errlen) {
+ * n_in apart; kperm: in qtc's 16-bit k order, only where s_kperm_takes). y's rows are ldy floats apart (0 means
+ * n_out; a larger ldy writes a column slice of a wider array, e.g. wk into E->qkv + q_dim). s_matmul: kperm 0. */
+static int s_matmul_k(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, int kperm, float *y, int ldy,
+                      int resid, char *err, size_t errlen) {
     if (n_rows <= 0) return 0;
     if (ldy == 0) ldy = W->n_out;
     cudaError_t e = cudaSuccess;
     switch (W->path) {
     case CU_PATH_QTC: {
-        const qtc_params p = s_qtc_params(E, W, n_rows, xw, y, ldy, resid);
+        qtc_params p = s_qtc_params(E, W, n_rows, xw, y, ldy, resid);
+        p.x_perm = kperm;
+        p.x_rows = E->x_rows;
         e = qtc_launch(&p, E->st);
         break;
     }
@@ -99,15 +108,23 @@ static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, f
     return 0;
 }
 
+static int s_matmul(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, float *y, int ldy, int resid, char *err,
+                    size_t errlen) {
+    return s_matmul_k(E, W, n_rows, xw, 0, y, ldy, resid, err, errlen);
+}
+
 /* The interleaved gate/up product W (glu8) with its path's SwiGLU epilogue: silu(gate) * up as wt values
  * [n_rows][ff] into out. Returns 1 when launched, 0 when this step's form has no such epilogue (the caller runs
- * the product and ops_swiglu_il8_dual: the same bits), -1 with err set on a launch error. */
-static int s_glu(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, void *out, int ff, char *err,
+ * the product and ops_swiglu_il8_dual: the same bits), -1 with err set on a launch error. kperm: xw is in qtc's
+ * 16-bit k order (only where s_kperm_takes). */
+static int s_glu(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, int kperm, void *out, int ff, char *err,
                  size_t errlen) {
     cudaError_t e;
     if (W->path == CU_PATH_QTC) {   /* qtc's narrow kernel (decode batches of <= 8 rows): f16 (E->wt is F16) */
         qtc_params p = s_qtc_params(E, W, n_rows, xw, NULL, 0, 0);
         p.glu = (uint16_t *)out; p.ldg = ff;
+        p.x_perm = kperm;
+        p.x_rows = E->x_rows;
         if (!qtc_glu_fused(&p)) return 0;
         e = qtc_launch(&p, E->st);
     } else if (W->path == CU_PATH_WTC) {
@@ -181,30 +198,51 @@ static int s_embed(cu_engine *E, int n_rows, char *err, size_t errlen) {
     return 0;
 }
 
-/* xb = rmsnorm(x) * w as wt, for the next products */
-static int s_rmsnorm(cu_engine *E, const float *w, int n_rows, char *err, size_t errlen) {
+/* xb = rmsnorm(x) * w as wt, for the next products; kperm: in qtc's 16-bit k order (s_kperm_qkv, s_kperm_ffn) */
+static int s_rmsnorm(cu_engine *E, const float *w, int n_rows, int kperm, char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
+    if (kperm) return ops_rmsnorm_kperm(E->x, w, c->dim, c->rms_eps, n_rows, E->xb, E->wt, E->st, err, errlen);
     return ops_rmsnorm_dual(E->x, NULL, w, c->dim, c->rms_eps, n_rows, E->xb, E->wt, NULL, 1, E->st, err, errlen);
 }
 
-/* the Q/K/V products of xb into the column slices of E->qkv, in the layer's form */
-static int s_qkv(cu_engine *E, const cu_layer *L, int n_rows, char *err, size_t errlen) {
+/* 1 when the norm before the Q/K/V products writes xb in qtc's 16-bit k order for this step: every product
+ * reading it takes that form (qtc matrices, n_rows >= 1,024 on sm_90) and the norm serves the row; the products
+ * then skip their permutation of xb (the same bits) */
+static int s_kperm_qkv(const cu_engine *E, const cu_layer *L, int n_rows) {
+    if (!ops_rmsnorm_kperm_serves(E->base.model->cfg.dim, E->wt)) return 0;
+    switch (L->qkv) {
+    case CU_QKV_JOINED: return s_kperm_takes(E, &L->wqkv, n_rows);
+    case CU_QKV_QK_V: return s_kperm_takes(E, &L->wqk, n_rows) && s_kperm_takes(E, &L->wv, n_rows);
+    default:
+        return s_kperm_takes(E, &L->wq, n_rows) && s_kperm_takes(E, &L->wk, n_rows) && s_kperm_takes(E, &L->wv, n_rows);
+    }
+}
+
+/* the same for the norm before the gate/up products */
+static int s_kperm_ffn(const cu_engine *E, const cu_layer *L, int n_rows) {
+    if (!ops_rmsnorm_kperm_serves(E->base.model->cfg.dim, E->wt)) return 0;
+    if (L->ffn == CU_FFN_GLU8 || L->ffn == CU_FFN_JOINED) return s_kperm_takes(E, &L->wgu, n_rows);
+    return s_kperm_takes(E, &L->wg, n_rows) && s_kperm_takes(E, &L->wu, n_rows);
+}
+
+/* the Q/K/V products of xb (kperm: in qtc's 16-bit k order) into the column slices of E->qkv, in the layer's form */
+static int s_qkv(cu_engine *E, const cu_layer *L, int n_rows, int kperm, char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
     const int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim, ld = qd + 2 * kvd;
     float *q = E->qkv, *k = E->qkv + qd, *v = E->qkv + qd + kvd;
     switch (L->qkv) {
-    case CU_QKV_JOINED:
-        return s_matmul(E, &L->wqkv, n_rows, E->xb, q, ld, 0, err, errlen);
+    case CU_QKV_JOINED: return s_matmul_k(E, &L->wqkv, n_rows, E->xb, kperm, q, ld, 0, err, errlen);
     case CU_QKV_QK_V: {   /* q and k columns are adjacent in E->qkv: one product, then v (or both in one launch) */
-        const int pr = L->qkv_pair ? s_matmul_pair(E, &L->wqk, &L->wv, n_rows, E->xb, q, v, ld, err, errlen) : 0;
+        const int pr =
+            L->qkv_pair && !kperm ? s_matmul_pair(E, &L->wqk, &L->wv, n_rows, E->xb, q, v, ld, err, errlen) : 0;
         if (pr != 0) return pr < 0 ? -1 : 0;
-        FWD_CHECK(s_matmul(E, &L->wqk, n_rows, E->xb, q, ld, 0, err, errlen));
-        return s_matmul(E, &L->wv, n_rows, E->xb, v, ld, 0, err, errlen);
+        FWD_CHECK(s_matmul_k(E, &L->wqk, n_rows, E->xb, kperm, q, ld, 0, err, errlen));
+        return s_matmul_k(E, &L->wv, n_rows, E->xb, kperm, v, ld, 0, err, errlen);
     }
     default:
-        FWD_CHECK(s_matmul(E, &L->wq, n_rows, E->xb, q, ld, 0, err, errlen));
-        FWD_CHECK(s_matmul(E, &L->wk, n_rows, E->xb, k, ld, 0, err, errlen));
-        return s_matmul(E, &L->wv, n_rows, E->xb, v, ld, 0, err, errlen);
+        FWD_CHECK(s_matmul_k(E, &L->wq, n_rows, E->xb, kperm, q, ld, 0, err, errlen));
+        FWD_CHECK(s_matmul_k(E, &L->wk, n_rows, E->xb, kperm, k, ld, 0, err, errlen));
+        return s_matmul_k(E, &L->wv, n_rows, E->xb, kperm, v, ld, 0, err, errlen);
     }
 }
 
@@ -329,25 +367,23 @@ static int s_attention(cu_engine *E, const cu_layer *L, const cu_batch *b, char 
                          errlen);
 }
 
-/* the gate/up products of xb and the SwiGLU, in the layer's form; *xd = the down product's input (xb, or E->gu's
- * memory after a SwiGLU epilogue) */
-static int s_ffn_up(cu_engine *E, const cu_layer *L, int n_rows, const void **xd, char *err, size_t errlen) {
+/* the gate/up products of xb (kperm: in qtc's 16-bit k order) and the SwiGLU, in the layer's form; *xd = the down
+ * product's input (xb, or E->gu's memory after a SwiGLU epilogue) */
+static int s_ffn_up(cu_engine *E, const cu_layer *L, int n_rows, int kperm, const void **xd, char *err, size_t errlen) {
     const int ff = E->base.model->cfg.ffn_dim;
     *xd = E->xb;
     switch (L->ffn) {
     case CU_FFN_GLU8: {   /* the product's SwiGLU epilogue (into E->gu's memory: the product still reads xb) */
-        const int g = s_glu(E, &L->wgu, n_rows, E->xb, E->gu, ff, err, errlen);
+        const int g = s_glu(E, &L->wgu, n_rows, E->xb, kperm, E->gu, ff, err, errlen);
         if (g < 0) return -1;
         if (g) { *xd = E->gu; return 0; }
-        FWD_CHECK(s_matmul(E, &L->wgu, n_rows, E->xb, E->gu, 2 * ff, 0, err, errlen));
+        FWD_CHECK(s_matmul_k(E, &L->wgu, n_rows, E->xb, kperm, E->gu, 2 * ff, 0, err, errlen));
         return ops_swiglu_il8_dual(E->gu, 2 * ff, n_rows, ff, E->xb, E->wt, NULL, 1, E->st, err, errlen);
     }
-    case CU_FFN_JOINED:
-        FWD_CHECK(s_matmul(E, &L->wgu, n_rows, E->xb, E->gu, 2 * ff, 0, err, errlen));
-        break;
+    case CU_FFN_JOINED: FWD_CHECK(s_matmul_k(E, &L->wgu, n_rows, E->xb, kperm, E->gu, 2 * ff, 0, err, errlen)); break;
     default:
-        FWD_CHECK(s_matmul(E, &L->wg, n_rows, E->xb, E->gu, 2 * ff, 0, err, errlen));
-        FWD_CHECK(s_matmul(E, &L->wu, n_rows, E->xb, E->gu + ff, 2 * ff, 0, err, errlen));
+        FWD_CHECK(s_matmul_k(E, &L->wg, n_rows, E->xb, kperm, E->gu, 2 * ff, 0, err, errlen));
+        FWD_CHECK(s_matmul_k(E, &L->wu, n_rows, E->xb, kperm, E->gu + ff, 2 * ff, 0, err, errlen));
     }
     if (E->base.model->cfg.ffn_act == ZL_ACT_GELU_TANH) /* GeGLU (gemma3: never a glu8 join) */
         return ops_geglu(E->gu, E->gu + ff, 2 * ff, n_rows, ff, E->xb, E->wt, E->st, err, errlen);
@@ -438,14 +474,15 @@ int cuda_forward(cu_engine *E, const cu_batch *b, char *err, size_t errlen) {
     for (int l = E->base.layer_begin; l < E->base.layer_end; l++) {
         const cu_layer *L = &E->L[l];
         const void *xd = NULL;
-        FWD_CHECK(s_rmsnorm(E, L->attn_norm, n, err, errlen));                 /* xb = norm(x) */
-        FWD_CHECK(s_qkv(E, L, n, err, errlen));                                /* qkv = xb [Wq Wk Wv] */
+        const int kq = s_kperm_qkv(E, L, n), kf = s_kperm_ffn(E, L, n);        /* xb in qtc's k order */
+        FWD_CHECK(s_rmsnorm(E, L->attn_norm, n, kq, err, errlen));             /* xb = norm(x) */
+        FWD_CHECK(s_qkv(E, L, n, kq, err, errlen));                            /* qkv = xb [Wq Wk Wv] */
         if (L->q_norm) FWD_CHECK(s_qk_norm(E, L, n, err, errlen));             /* qwen3, gemma3: per-head norms */
         FWD_CHECK(s_rope_append(E, L, l, n, err, errlen));                     /* q, caches += k, v */
         FWD_CHECK(s_attention(E, L, b, err, errlen));                          /* att_w = attention(q) */
         FWD_CHECK(s_out_proj(E, &L->wo, L->post_attn_norm, n, E->att_w, err, errlen)); /* x += att_w Wo */
-        FWD_CHECK(s_rmsnorm(E, L->ffn_norm, n, err, errlen));                  /* xb = norm(x) */
-        FWD_CHECK(s_ffn_up(E, L, n, &xd, err, errlen));                        /* xd = silu(xb Wg) * xb Wu */
+        FWD_CHECK(s_rmsnorm(E, L->ffn_norm, n, kf, err, errlen));                      /* xb = norm(x) */
+        FWD_CHECK(s_ffn_up(E, L, n, kf, &xd, err, errlen));                            /* xd = silu(xb Wg) * xb Wu */
         FWD_CHECK(s_out_proj(E, &L->wd, L->post_ffn_norm, n, xd, err, errlen)); /* x += xd Wd */
     }
     if (E->base.layer_end < c->n_layers) {   /* a stage before the last: hand the residual stream on */

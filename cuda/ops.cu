@@ -11,6 +11,7 @@
 #include "cuda_common.h"
 #include "pdl.cuh"
 #include "act.cuh"
+#include "qtc.h"
 
 size_t ops_dtype_size(cu_dtype t) { return t == CU_F32 ? 4 : 2; }
 const char *ops_dtype_name(cu_dtype t) { return t == CU_F32 ? "f32" : t == CU_F16 ? "f16" : "bf16"; }
@@ -580,7 +581,9 @@ __global__ void k_rmsnorm_dual(const float *x, const int32_t *rows, const float 
  * the weights are read into registers before pdl_wait (written once, at load), the row once after it, and both
  * stay in registers for the second pass. At batch 1 the norm is one block between two matrix products on the
  * critical path, so its latency is what counts. */
-template <typename T, int V>
+/* KP: element i of the row stored at its position in qtc's 16-bit k order (qtc_kpos within each 256-element unit;
+ * dim a multiple of 256): the same values, another place */
+template <typename T, int V, bool KP = false>
 __global__ void k_rmsnorm_dual_r(const float *x, const int32_t *rows, const float *w, int dim, float eps, T *out,
                                  float *outf, int round_f) {
     float wv[V], xv[V];
@@ -607,7 +610,9 @@ __global__ void k_rmsnorm_dual_r(const float *x, const int32_t *rows, const floa
 #pragma unroll
     for (int j = 0; j < V; j++) {
         const int i = threadIdx.x + j * blockDim.x;
-        if (i < dim) st_dual(out, outf, round_f, (size_t)r * dim + i, xv[j] * scale * wv[j]);
+        if (i < dim)
+            st_dual(out, outf, round_f, (size_t)r * dim + (KP ? (i & ~255) + qtc_kpos(i & 255) : i),
+                    xv[j] * scale * wv[j]);
     }
 }
 
@@ -626,6 +631,32 @@ int ops_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int di
     });
     if (le != cudaSuccess) { snprintf(err, errlen, "%s: launch failed: %s", "ops_rmsnorm_dual", cudaGetErrorString(le)); return -1; }
     CU_LAUNCH_CHECK_RET("ops_rmsnorm_dual");
+    return 0;
+}
+
+int ops_rmsnorm_kperm_serves(int dim, cu_dtype odt) {
+    return dim > 0 && dim % 256 == 0 && dim <= 8 * s_norm_block(dim) && (odt == CU_F16 || odt == CU_BF16);
+}
+
+int ops_rmsnorm_kperm(const float *x, const float *w, int dim, float eps, int n_rows, void *out, cu_dtype odt,
+                      cudaStream_t st, char *err, size_t errlen) {
+    if (n_rows <= 0) return 0;
+    const int block = s_norm_block(dim); /* the same rule as ops_rmsnorm_dual: the same sums */
+    if (!ops_rmsnorm_kperm_serves(dim, odt)) {
+        snprintf(err, errlen, "ops_rmsnorm_kperm: unsupported row (%d elements of %s)", dim, ops_dtype_name(odt));
+        return -1;
+    }
+    cudaError_t le = cudaSuccess;
+    with_type(odt, [&](auto *tp) {
+        using T = typename std::remove_pointer<decltype(tp)>::type;
+        le = cu_launch(k_rmsnorm_dual_r<T, 8, true>, n_rows, block, 0, st, x, (const int32_t *)NULL, w, dim, eps,
+                       (T *)out, (float *)NULL, 0);
+    });
+    if (le != cudaSuccess) {
+        snprintf(err, errlen, "%s: launch failed: %s", "ops_rmsnorm_kperm", cudaGetErrorString(le));
+        return -1;
+    }
+    CU_LAUNCH_CHECK_RET("ops_rmsnorm_kperm");
     return 0;
 }
 

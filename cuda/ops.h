@@ -124,6 +124,15 @@ int ops_gemm(cublasHandle_t h, const void *x, const void *w, cu_dtype dt, int n_
  * others. */
 int ops_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int dim, float eps, int n_rows,
                      void *out, cu_dtype odt, float *outf, int round_f, cudaStream_t st, char *err, size_t errlen);
+/* ops_rmsnorm_dual's values into out (odt F16 or BF16) with each row's 256-element units in qtc's 16-bit k order
+ * (qtc_kpos, cuda/qtc.h): a qtc product in its 16-bit form then reads them as they are (qtc_params.x_perm). The
+ * same bits as ops_rmsnorm_dual (outf NULL) followed by that permutation. dim a multiple of 256 that
+ * ops_rmsnorm_dual serves in its register form (up to 8 elements a thread of its block); -1 with err set
+ * otherwise or on a launch error. */
+int ops_rmsnorm_kperm(const float *x, const float *w, int dim, float eps, int n_rows, void *out, cu_dtype odt,
+                      cudaStream_t st, char *err, size_t errlen);
+/* 1 when ops_rmsnorm_kperm serves rows of dim elements of odt. Never fails. */
+int ops_rmsnorm_kperm_serves(int dim, cu_dtype odt);
 /* SwiGLU dual: gate and up rows are ld floats apart (ld >= n; 0 means n), so both may be column slices of one
  * [n_rows][2n] product (gate = gu, up = gu + n, ld = 2n); out and outf are [n_rows][n], rows contiguous. The
  * value of each element does not depend on ld. */

@@ -1366,7 +1366,8 @@ static int s_f16_default(const qtc_params *p) {
     return p->m >= QF_MIN_M && cu_settings_get()->qtc_f16 && s_f16_fits(p);
 }
 
-/* The 16-bit form (its caller checks s_f16_fits): for each column chunk, x permuted into the copy's order (qtc_xq_kernel); for each row chunk, the
+/* The 16-bit form (its caller checks s_f16_fits): for each column chunk, x permuted into the copy's order (qtc_xq_kernel;
+ * x_perm: x is in that order already); for each row chunk, the
  * rows dequantized (qtc_dq_kernel) and wtc's TMA kernel in qtc's split order (wtc_launch_qsplit: kn sub-splits in
  * groups of r) from the copies into y (+ y_in) or the SwiGLU epilogue. The same operands in the same mma slots,
  * chained and summed in the same order as every other form: the same bits. Why: at prefill sizes the
@@ -1380,9 +1381,12 @@ static cudaError_t s_launch_f16(const qtc_params *p, int ks, int kn, int ldx, in
     uint16_t *wf = (uint16_t *)base, *xq = wf + (size_t)R * p->n_in;
     for (int c0 = 0; c0 < p->m; c0 += C) {
         const int mc = p->m - c0 < C ? p->m - c0 : C, rows = (mc + 127) / 128 * 128;
-        cudaError_t e = cu_launch(qtc_xq_kernel, dim3((unsigned)((p->n_in / 8 + 255) / 256), (unsigned)rows), dim3(256),
-                                  0, st, p->x + (size_t)c0 * ldx, ldx, mc, p->n_in, xq);
-        if (e != cudaSuccess) return e;
+        cudaError_t e = cudaSuccess;
+        if (!p->x_perm) {
+            e = cu_launch(qtc_xq_kernel, dim3((unsigned)((p->n_in / 8 + 255) / 256), (unsigned)rows), dim3(256), 0, st,
+                          p->x + (size_t)c0 * ldx, ldx, mc, p->n_in, xq);
+            if (e != cudaSuccess) return e;
+        }
         for (int r0 = 0; r0 < p->n_out; r0 += R) {
             const int nr = p->n_out - r0 < R ? p->n_out - r0 : R, tiles = (nr + 15) / 16;
             e = cu_launch(qtc_dq_kernel<TY>, dim3((unsigned)(((long)tiles * units + QDQ_WARPS - 1) / QDQ_WARPS)),
@@ -1395,9 +1399,16 @@ static cudaError_t s_launch_f16(const qtc_params *p, int ks, int kn, int ldx, in
             q.n_in = p->n_in;
             q.n_out = nr;
             q.m = mc;
-            q.x = xq;
-            q.ldx = p->n_in;
-            q.x_rows = rows;
+            if (p->x_perm) { /* x as given, its rows up to x_rows */
+                const int xr = (p->x_rows ? p->x_rows : p->m) - c0;
+                q.x = p->x + (size_t)c0 * ldx;
+                q.ldx = ldx;
+                q.x_rows = xr < rows ? xr : rows;
+            } else {
+                q.x = xq;
+                q.ldx = p->n_in;
+                q.x_rows = rows;
+            }
             if (p->glu) {
                 q.glu = p->glu + (size_t)c0 * p->ldg + r0 / 2;
                 q.ldg = p->ldg;
@@ -1416,6 +1427,10 @@ static cudaError_t s_launch_f16(const qtc_params *p, int ks, int kn, int ldx, in
 /* the wgmma form above 8 columns (sm_90): 32 columns a tile up to 32 rows, 64 up to 64, 128 above (every form gives
  * the same bits) */
 static int s_wg_form(int m) { return m <= 32 ? QTC_WG32 : m <= 64 ? QTC_WG : QTC_WG128; }
+
+extern "C" int qtc_f16_form(const qtc_params *p) {
+    return p && qtc_supported(p->type, p->n_in, p->n_out) && s_f16_default(p);
+}
 
 extern "C" int qtc_glu_fused(const qtc_params *p)
 {
@@ -1443,6 +1458,7 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
      * (x staged in shared memory and shared by 8 row tiles; its wgmma form on sm_90) */
     const int ks = qtc_split(p->type, p->n_in, p->n_out), kn = qtc_split_narrow(p->type, p->n_in, p->n_out);
     if (nf == 0 && s_f16_default(p)) nf = QTC_F16;
+    if (p->x_perm && (nf != QTC_F16 || (p->x_rows && p->x_rows < p->m))) return cudaErrorInvalidValue;
     if (nf == 0) {
         const int xm = s_xm_default(p, kn);
         nf = xm < 0            ? (!wtc_wgmma() ? QTC_WIDE : s_wg_form(p->m))

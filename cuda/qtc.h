@@ -67,7 +67,22 @@ typedef struct {
                           * ops_swiglu_il8_dual. Only where qtc_glu_fused(p) is 1; y, ldy and y_in are then unused.
                           * Must not overlap w or x */
     int ldg;             /* halves between rows of glu: >= n_out / 2 */
+    int x_perm;          /* 1: x's rows are already in the 16-bit form's k order (each 256-element unit permuted by
+                          * qtc_kpos, as ops_rmsnorm_kperm writes them): the form skips its own permutation. Only
+                          * where qtc_f16_form(p) is 1 (else qtc_launch returns cudaErrorInvalidValue) */
+    int x_rows;          /* x_perm: rows of x the launch may read, >= m (0 means m); rows past m change no output */
 } qtc_params;
+
+/* The 16-bit form's k order (QTC_F16): element e (0..255) of a 256-element unit of a row sits at position
+ * qtc_kpos(e) of the unit, e = 64 t + 4 s + 2 h + b -> 16 s + 8 h + 2 t + b (s < 16; t, h, b < 4, 2, 2): position
+ * 16 s + j holds the element that the k slot j of qtc's step s takes. */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+    static inline int
+    qtc_kpos(int e) {
+    return ((e >> 2) & 15) * 16 + ((e >> 1) & 1) * 8 + (e >> 6) * 2 + (e & 1);
+}
 
 /* 1 when qtc serves this type and shape (Q4_K, Q6_K, Q8_0; n_in a positive multiple of 256; n_out >= 1) */
 int qtc_supported(ggml_type t, int n_in, int n_out);
@@ -110,6 +125,10 @@ int qtc_pack_threads(ggml_type t, const void *rows, size_t row_bytes, int n_in, 
  * needs a workspace that is missing or too small, or the launch's error. A fault
  * inside the kernel surfaces at the caller's next synchronisation. */
 cudaError_t qtc_launch(const qtc_params *p, cudaStream_t st);
+
+/* 1 when qtc_launch(p) runs the 16-bit form (QTC_F16: m >= 1,024 on sm_90 where p's workspace holds its copies,
+ * ZLLM_CUDA_QTC_F16 not 0), whose x may come in its k order (x_perm). Attribute queries only. Never fails. */
+int qtc_f16_form(const qtc_params *p);
 
 /* 1 when qtc_launch(p) runs the SwiGLU epilogue (p->glu): the narrow kernel's batches (m <= 8, and up to 16 where
  * its slice form is the default) and the 16-bit form's (QTC_F16, the default from 1,024 columns where p's workspace

@@ -16,6 +16,7 @@ extern "C" {
 #include <string.h>
 #include "cuda_common.h"
 #include "ops.h"
+#include "qtc.h"
 
 static char err[256];
 static const size_t errlen = sizeof err;
@@ -327,6 +328,26 @@ static void test_dual(int rows, int n) {
         same_vals("rmsnorm_dual typed == rmsnorm", o2, t, o1, t, N);
         same_vals("rmsnorm_dual f32 (rounded) == typed", f2, CU_F32, o1, t, N);
         same_vals("rmsnorm_dual f32 (unrounded) == rmsnorm f32", f3, CU_F32, o32, CU_F32, N);
+        /* the same values in qtc's 16-bit k order (rows of whole 256-element units, 16-bit outputs) */
+        if (t != CU_F32 && ops_rmsnorm_kperm_serves(n, t)) {
+            const size_t es = ops_dtype_size(t);
+            CHECK(ops_rmsnorm_kperm((float *)dx, (float *)dw, n, 1e-5f, rows, f2, t, 0, err, errlen) == 0, "%s", err);
+            uint8_t *h1 = (uint8_t *)malloc(N * es), *h2 = (uint8_t *)malloc(N * es);
+            CHECK(cudaMemcpy(h1, o1, N * es, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                      cudaMemcpy(h2, f2, N * es, cudaMemcpyDeviceToHost) == cudaSuccess,
+                  "copy back");
+            size_t bad = 0;
+            for (size_t i = 0; i < N; i++) {
+                const size_t k = i % n, at = i - k + (k & ~(size_t)255) + qtc_kpos((int)(k & 255));
+                bad += memcmp(h1 + i * es, h2 + at * es, es) != 0;
+            }
+            CHECK(bad == 0, "rmsnorm_kperm %s %d x %d: %zu elements differ from rmsnorm at their k position",
+                  ops_dtype_name(t), rows, n, bad);
+            free(h1);
+            free(h2);
+        } else if (n % 256 == 0 && t != CU_F32) {
+            CHECK(0, "rmsnorm_kperm refuses %d elements of %s", n, ops_dtype_name(t));
+        }
         /* SwiGLU */
         cudaMemset(o2, 0xFF, N * ops_dtype_size(t)); cudaMemset(f2, 0xFF, N * 4); cudaMemset(f3, 0xFF, N * 4);
         CHECK(ops_swiglu((float *)dg, (float *)du, rows, n, o1, t, 0, err, errlen) == 0, "%s", err);
@@ -592,6 +613,7 @@ int main(void) {
     test_convert((size_t)1 << 20);
     test_dual(5, 576);
     test_dual(3, 4096);
+    test_dual(2, 8192);
     test_swiglu_il8(3, 4096, 8192);
     test_swiglu_il8(5, 576, 1160);
     test_swiglu_il8(2, 64, 131);

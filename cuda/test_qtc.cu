@@ -128,9 +128,8 @@ static void mat_free(Mat *a) { cudaFree(a->dw); a->dw = NULL; }
 
 /* y for batch m with nf fragments per CTA (0 default), as host floats; resid: 0 none, 1 y_in separate, 2 in
  * place; graph: captured in a CUDA graph and replayed */
-static cudaError_t run(const Mat *a, const uint16_t *dx, int m, int ldx, int ldy, const float *yin_h, int resid,
-                       int nf, int graph, std::vector<float> &y)
-{
+static cudaError_t run(const Mat *a, const uint16_t *dx, int m, int ldx, int ldy, const float *yin_h, int resid, int nf,
+                       int graph, std::vector<float> &y, int x_perm = 0, int x_rows = 0) {
     const int ly = ldy ? ldy : a->n_out;
     const size_t ny = (size_t)m * ly;
     float *dy, *dyin;
@@ -139,6 +138,8 @@ static cudaError_t run(const Mat *a, const uint16_t *dx, int m, int ldx, int ldy
     memset(&p, 0, sizeof p);
     p.type = a->t; p.w = a->dw; p.n_in = a->n_in; p.n_out = a->n_out; p.m = m;
     p.x = dx; p.ldx = ldx; p.y = dy; p.ldy = ldy; p.y_in = dyin;
+    p.x_perm = x_perm;
+    p.x_rows = x_rows;
     p.workspace_bytes = qtc_workspace_bytes(a->t, a->n_in, a->n_out);
     if (p.workspace_bytes) CK(cudaMalloc(&p.workspace, p.workspace_bytes));
     const cudaError_t e = tg_launch(graph, [&](cudaStream_t st) { return qtc_launch_nf(&p, nf, st); });
@@ -346,6 +347,25 @@ static void f16_case(const Mat *a, int m, int resid) {
         CHECK(e0 == cudaSuccess && e1 == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4),
               "%s %dx%d m %d resid %d: the 16-bit form differs from the default (launch %s, %s)", ggml_type_name(a->t),
               a->n_out, a->n_in, m, resid, cudaGetErrorString(e0), cudaGetErrorString(e1));
+        /* x given in the form's k order (x_perm), 5 rows of ones past m that the launch may read: the same bits;
+         * refused where the default form is not the 16-bit one (m < 1,024). (No draw of the shared generator:
+         * the later cases keep their inputs.) */
+        std::vector<uint16_t> xp((size_t)(m + 5) * ldx, 0x3C00);
+        for (int r = 0; r < m; r++)
+            for (int k = 0; k < ldx; k++)
+                xp[(size_t)r * ldx + (k < a->n_in ? (k & ~255) + qtc_kpos(k & 255) : k)] = xh[(size_t)r * ldx + k];
+        uint16_t *dp;
+        CK(cudaMalloc(&dp, xp.size() * 2));
+        CK(cudaMemcpy(dp, xp.data(), xp.size() * 2, cudaMemcpyHostToDevice));
+        std::vector<float> y2, y3;
+        const cudaError_t e2 = run(a, dp, m, ldx, ldy, yin.data(), resid, QTC_F16, 0, y2, 1, m + 5);
+        CHECK(e2 == cudaSuccess && !memcmp(y0.data(), y2.data(), y0.size() * 4),
+              "%s %dx%d m %d resid %d: x in the k order (x_perm) differs from the default (launch %s)",
+              ggml_type_name(a->t), a->n_out, a->n_in, m, resid, cudaGetErrorString(e2));
+        const cudaError_t e3 = run(a, dp, m, ldx, ldy, yin.data(), resid, 0, 0, y3, 1, m + 5);
+        CHECK(m >= 1024 ? e3 == cudaSuccess : e3 == cudaErrorInvalidValue, "x_perm at m %d with the default form: %s",
+              m, cudaGetErrorString(e3));
+        cudaFree(dp);
     }
     cudaFree(dx);
 }
