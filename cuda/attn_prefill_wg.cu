@@ -203,6 +203,19 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wg_kernel(attn_prefill_pa
             for (int i = 0; i < 4; i++) pa[kk][i] = tc_type<T>::pack(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
     };
 
+    /* waits for P V: O readable again, P's registers free */
+    auto retire_pv = [&]() {
+        zwg::wait<0>();
+#pragma unroll
+        for (int b = 0; b < NB; b++)
+#pragma unroll
+            for (int i = 0; i < 32; i++) zwg::reg_fence(o[b][i]);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) zwg::reg_keep(pa[kk][i]);
+    };
+
     qk(0);
     zwg::wait<0>();
 #pragma unroll
@@ -225,17 +238,13 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wg_kernel(attn_prefill_pa
         for (int i = 0; i < 32; i++) zwg::reg_fence(s[i]);
         softmax(j + 1);
         /* ptxas hoists a wgmma wait to the start of its basic block, ahead of the soft-max that is to overlap P V:
-         * this uniform branch (never taken: j + 1 < nkt <= 2^25) ends the block first */
-        if (j == 0x7ffffff0) __trap();
-        zwg::wait<0>();
-#pragma unroll
-        for (int b = 0; b < NB; b++)
-#pragma unroll
-            for (int i = 0; i < 32; i++) zwg::reg_fence(o[b][i]);
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) zwg::reg_keep(pa[kk][i]);
+         * this uniform branch (never taken: j + 1 < nkt <= 2^25) ends the block first (its own wait: no exit with
+         * a wgmma in flight) */
+        if (j == 0x7ffffff0) {
+            zwg::wait<0>();
+            __trap();
+        }
+        retire_pv();
 #pragma unroll
         for (int b = 0; b < NB; b++)
 #pragma unroll
@@ -243,15 +252,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wg_kernel(attn_prefill_pa
         pack();
     }
     pv(nkt - 1, pa); /* its tile landed before the last barrier (tile 0: before the first) */
-    zwg::wait<0>();
-#pragma unroll
-    for (int b = 0; b < NB; b++)
-#pragma unroll
-        for (int i = 0; i < 32; i++) zwg::reg_fence(o[b][i]);
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) zwg::reg_keep(pa[kk][i]);
+    retire_pv();
 
 #pragma unroll
     for (int h = 0; h < 2; h++) {
