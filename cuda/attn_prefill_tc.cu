@@ -21,6 +21,7 @@
  * 8-warp tiles (2-3%). Where attn_prefill_wg_wants (sm_90, head sizes 64 and 128) the launch runs the kernel's
  * wgmma form instead (cuda/attn_prefill_wg.cu), which gives these bits. */
 #include "attn_prefill_tc.h"
+#include "attn_prefill_tile.cuh"
 #include "attn_prefill_wg.h"
 #include "cu_host.h"
 #include "kv_page.cuh"
@@ -171,41 +172,16 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
                     tc_type<T>::mma(s[2 * np + 1], qf[kk], b[2], b[3]);
                 }
             }
-            const int kt = j * kKeys;
-            if (kt + kKeys - 1 > pmin) {   /* a diagonal tile: some key is past some row's position */
+            /* mask and online soft-max (cuda/attn_prefill_tile.cuh), then O rescaled by alpha */
+            float alpha[2];
+            pf_softmax(&s[0][0], j * kKeys, pmin, pos_r0, tq, m, l, alpha);
 #pragma unroll
-                for (int n = 0; n < kKeys / 8; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (kt + n * 8 + 2 * tq + (e & 1) > pos_r0 + (e >> 1) * 8) s[n][e] = -INFINITY;
-            }
-            /* online softmax, rows g (elements 0, 1) and g + 8 (elements 2, 3); the 4 lanes of a row group
-             * hold the row's 64 scores between them */
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float mx = -INFINITY;
-#pragma unroll
-                for (int n = 0; n < kKeys / 8; n++) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float mnew = fmaxf(m[h], mx);
-                const float ms = mnew == -INFINITY ? 0.f : mnew;
-                const float alpha = exp2f(m[h] - ms);
-                m[h] = mnew;
-                float sum = 0.f;
-#pragma unroll
-                for (int n = 0; n < kKeys / 8; n++) {
-                    s[n][2 * h] = exp2f(s[n][2 * h] - ms);
-                    s[n][2 * h + 1] = exp2f(s[n][2 * h + 1] - ms);
-                    sum += s[n][2 * h] + s[n][2 * h + 1];
-                }
-                l[h] = l[h] * alpha + sum;   /* this lane's part of the row sum; summed over the group at the end */
+            for (int h = 0; h < 2; h++)
 #pragma unroll
                 for (int n = 0; n < DN; n++) {
-                    o[n][2 * h] *= alpha;
-                    o[n][2 * h + 1] *= alpha;
+                    o[n][2 * h] *= alpha[h];
+                    o[n][2 * h + 1] *= alpha[h];
                 }
-            }
         }
         if (SPLIT) {
             /* pending: V(j), K(j + 1); V buffer (j + 1) & 1 was last read by P V(j - 1), before this barrier */

@@ -15,6 +15,7 @@
  * V(j + 1). Each thread computes the row offsets of its 8 (D 128) or 4 (D 64) chunks of a tile before their
  * copies: the copy loop has no branch. */
 #include "attn_prefill_wg.h"
+#include "attn_prefill_tile.cuh"
 #include "cu_host.h"
 #include "kv_page.cuh"
 #include "mma_util.cuh"
@@ -164,37 +165,6 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wg_kernel(attn_prefill_pa
                 zwg::mma_r64<T, 1>::run(o[b], pp[kk], zwg::desc_mn(vb + b * (kKeys * 64) + kk * 16 * 64));
         zwg::commit();
     };
-    /* masks S of tile j (in s), updates m and l, sets alpha, leaves P in s (f32) */
-    auto softmax = [&](int j) {
-        const int kt = j * kKeys;
-        if (kt + kKeys - 1 > pmin) { /* a diagonal tile: some key is past some row's position */
-#pragma unroll
-            for (int n = 0; n < kKeys / 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (kt + n * 8 + 2 * tq + (e & 1) > pos_r0 + (e >> 1) * 8) s[4 * n + e] = -INFINITY;
-        }
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int n = 0; n < kKeys / 8; n++) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float mnew = fmaxf(m[h], mx);
-            const float ms = mnew == -INFINITY ? 0.f : mnew;
-            alpha[h] = exp2f(m[h] - ms);
-            m[h] = mnew;
-            float sum = 0.f;
-#pragma unroll
-            for (int n = 0; n < kKeys / 8; n++) {
-                s[4 * n + 2 * h] = exp2f(s[4 * n + 2 * h] - ms);
-                s[4 * n + 2 * h + 1] = exp2f(s[4 * n + 2 * h + 1] - ms);
-                sum += s[4 * n + 2 * h] + s[4 * n + 2 * h + 1];
-            }
-            l[h] = l[h] * alpha[h] + sum; /* this lane's part of the row sum; summed over the group at the end */
-        }
-    };
     /* P rounded to the cache type into pa (once P V of the previous tile retired: it reads pa) */
     auto pack = [&]() {
 #pragma unroll
@@ -220,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wg_kernel(attn_prefill_pa
     zwg::wait<0>();
 #pragma unroll
     for (int i = 0; i < 32; i++) zwg::reg_fence(s[i]);
-    softmax(0); /* O is 0: its rescale by alpha would leave it 0 */
+    pf_softmax(s, 0, pmin, pos_r0, tq, m, l, alpha); /* O is 0: its rescale by alpha would leave it 0 */
     pack();
     /* the last tile's P V runs after the loop: every S issue and wait in the loop is unconditional (ptxas
      * serializes the wgmma pipeline when a wait<1> follows a conditional issue) */
@@ -236,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wg_kernel(attn_prefill_pa
         zwg::wait<1>(); /* S(j + 1); P V(j) may still run */
 #pragma unroll
         for (int i = 0; i < 32; i++) zwg::reg_fence(s[i]);
-        softmax(j + 1);
+        pf_softmax(s, (j + 1) * kKeys, pmin, pos_r0, tq, m, l, alpha);
         /* ptxas hoists a wgmma wait to the start of its basic block, ahead of the soft-max that is to overlap P V:
          * this uniform branch (never taken: j + 1 < nkt <= 2^25) ends the block first (its own wait: no exit with
          * a wgmma in flight) */
