@@ -39,6 +39,7 @@ using namespace zmma;
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kKeys = 64;          /* keys per K/V tile */
+static_assert(kKeys == 64, "pf_block (attn_prefill_tile.cuh) counts key tiles of 64");
 constexpr int kWarpRows = 16;      /* query rows per warp (the mma's M) */
 
 std::atomic<int> s_force{-1};      /* attn_prefill_tc_force: -1 the settings, 0 off, 1 on */
@@ -76,25 +77,9 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
     T *sk = sq + R * RS;                     /* [2][kKeys][RS] */
     T *sv = sk + 2 * kKeys * RS;             /* [2][kKeys][RS] */
 
-    const int head = blockIdx.x, seq = blockIdx.z;
-    const int tile = (int)gridDim.y - 1 - (int)blockIdx.y;   /* heaviest tiles first */
-    const int rows = p.seq_rows[seq];
-    const int t0 = tile * R;
-    if (t0 >= rows) return;
-    const int row0 = p.seq_row0[seq];
-    const int pmin = p.seq_pos0[seq] + t0;   /* position of the block's first row */
-    const int nr = min(R, rows - t0);
-    const int kend = pmin + nr;              /* keys [0, kend) are needed by some row of the block */
-    const int nkt = (kend + kKeys - 1) / kKeys;
+    pf_block<T> blk;
+    if (!pf_block_at<T, D, R>(blk, p, group)) return;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
-    const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
-    const long row_stride = (long)p.n_kv_heads * D;   /* elements between consecutive positions */
-    const int sl = p.seq_slot[seq]; /* paged KV: the offset of the sequence's block table (kv_page_row) */
-    const long slot_base =
-        p.blocks ? (long)(head / group) * D : (long)sl * p.n_ctx * row_stride + (long)(head / group) * D;
-    const T *kbase = reinterpret_cast<const T *>(p.k_cache) + slot_base;
-    const T *vbase = reinterpret_cast<const T *>(p.v_cache) + slot_base;
 
     /* K (kv bit 0) and/or V (bit 1) tile j into buffer b: 64 keys x CH chunks each, zero past kend; one commit */
     auto load_kv = [&](int j, int b, int kv) {
@@ -102,11 +87,11 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
         for (int i = tid; i < kKeys * CH; i += NT) {
             const int r = i / CH, c = i - r * CH;
             const int key = j * kKeys + r;
-            const bool ok = key < kend;
-            const long kr = !ok ? 0 : p.blocks ? kv_page_row(p.blocks, p.kv_block_log2, sl, 0, key) : (long)key;
-            const long off = ok ? kr * row_stride + c * 8 : 0;
-            if (kv & 1) cp_async16_zfill(dk + lay<D>(r, c), kbase + off, ok);
-            if (kv & 2) cp_async16_zfill(dv + lay<D>(r, c), vbase + off, ok);
+            const bool ok = key < blk.kend;
+            const long kr = !ok ? 0 : p.blocks ? kv_page_row(p.blocks, p.kv_block_log2, blk.sl, 0, key) : (long)key;
+            const long off = ok ? kr * blk.row_stride + c * 8 : 0;
+            if (kv & 1) cp_async16_zfill(dk + lay<D>(r, c), blk.kbase + off, ok);
+            if (kv & 2) cp_async16_zfill(dv + lay<D>(r, c), blk.vbase + off, ok);
         }
         cp_async_commit();
     };
@@ -121,7 +106,9 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
     for (int i = tid; i < R * D / 4; i += NT) {
         const int r = i / (D / 4), d = (i - r * (D / 4)) * 4;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r < nr) v = *reinterpret_cast<const float4 *>(p.q + (long)(row0 + t0 + r) * q_stride + (long)head * D + d);
+        if (r < blk.nr)
+            v = *reinterpret_cast<const float4 *>(p.q + (long)(blk.row0 + blk.t0 + r) * blk.q_stride +
+                                                  (long)blk.head * D + d);
         uint2 u;
         u.x = tc_type<T>::pack(v.x * qscale, v.y * qscale);
         u.y = tc_type<T>::pack(v.z * qscale, v.w * qscale);
@@ -133,21 +120,21 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
 #pragma unroll
     for (int kk = 0; kk < DK; kk++) ldsm_x4(qf[kk], sq + lay<D>(warp * kWarpRows + (lane & 15), 2 * kk + (lane >> 4)));
 
-    const bool active = warp * kWarpRows < nr;   /* a warp of padding rows only skips the math */
+    const bool active = warp * kWarpRows < blk.nr; /* a warp of padding rows only skips the math */
     const int g = lane >> 2, tq = lane & 3;     /* mma fragment coordinates: row group, column pair */
-    const int pos_r0 = pmin + warp * kWarpRows + g;   /* position of this thread's row g; row g + 8 is +8 */
+    const int pos_r0 = blk.pmin + warp * kWarpRows + g; /* position of this thread's row g; row g + 8 is +8 */
     float o[DN][4];
 #pragma unroll
     for (int n = 0; n < DN; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
-    for (int j = 0; j < nkt; j++) {
+    for (int j = 0; j < blk.nkt; j++) {
         if (SPLIT) {
             /* pending: K(j), V(j); K buffer (j + 1) & 1 was last read by S(j - 1), before this barrier */
             cp_async_wait<1>();
             __syncthreads();
-            if (j + 1 < nkt) load_kv(j + 1, (j + 1) & 1, 1);
-        } else if (j + 1 < nkt) {
+            if (j + 1 < blk.nkt) load_kv(j + 1, (j + 1) & 1, 1);
+        } else if (j + 1 < blk.nkt) {
             load_kv(j + 1, (j + 1) & 1, 3);
             cp_async_wait<1>();
             __syncthreads();
@@ -174,7 +161,7 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
             }
             /* mask and online soft-max (cuda/attn_prefill_tile.cuh), then O rescaled by alpha */
             float alpha[2];
-            pf_softmax(&s[0][0], j * kKeys, pmin, pos_r0, tq, m, l, alpha);
+            pf_softmax(&s[0][0], j * kKeys, blk.pmin, pos_r0, tq, m, l, alpha);
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -185,7 +172,7 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
         }
         if (SPLIT) {
             /* pending: V(j), K(j + 1); V buffer (j + 1) & 1 was last read by P V(j - 1), before this barrier */
-            if (j + 1 < nkt) cp_async_wait<1>();
+            if (j + 1 < blk.nkt) cp_async_wait<1>();
             else cp_async_wait<0>();
             __syncthreads();
         }
@@ -208,7 +195,7 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
             }
         }
         if (SPLIT) {
-            if (j + 1 < nkt) load_kv(j + 1, (j + 1) & 1, 2);
+            if (j + 1 < blk.nkt) load_kv(j + 1, (j + 1) & 1, 2);
         } else {
             __syncthreads();   /* buffer j & 1 is refilled by the next iteration's load of tile j + 2 */
         }
@@ -220,9 +207,9 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const int r = warp * kWarpRows + g + 8 * h;
-        if (!active || r >= nr) continue;
+        if (!active || r >= blk.nr) continue;
         const float inv = 1.f / sum;
-        float *orow = p.out + (long)(row0 + t0 + r) * out_stride + (long)head * D + 2 * tq;
+        float *orow = p.out + (long)(blk.row0 + blk.t0 + r) * blk.out_stride + (long)blk.head * D + 2 * tq;
 #pragma unroll
         for (int n = 0; n < DN; n++)
             *reinterpret_cast<float2 *>(orow + n * 8) = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);

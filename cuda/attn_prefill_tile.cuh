@@ -1,9 +1,50 @@
-/* cuda/attn_prefill_tile.cuh: the per-tile soft-max of the tensor-core prefill attention, the one definition that
- * cuda/attn_prefill_tc.cu's mma.sync kernel and cuda/attn_prefill_wg.cu's wgmma form both run (so that they give
- * the same bits). Device code only. */
+/* cuda/attn_prefill_tile.cuh: what cuda/attn_prefill_tc.cu's mma.sync kernel and cuda/attn_prefill_wg.cu's wgmma
+ * form of the tensor-core prefill attention share: a block's place in the launch, and the per-tile soft-max (one
+ * definition, so that the two give the same bits). Device code only. */
 #ifndef ZLLM_CUDA_ATTN_PREFILL_TILE_CUH
 #define ZLLM_CUDA_ATTN_PREFILL_TILE_CUH
 #include <math.h>
+
+#include "attention.h"
+
+/* One block's share of a prefill launch. Grid: (query heads, query tiles of R rows, sequences); grid row y runs
+ * tile gridDim.y - 1 - y, so that the heaviest tiles (the last ones, with the most keys) start first. */
+template <typename T> struct pf_block {
+    int head;                  /* the query head */
+    int t0, nr;                /* the block's first row within its sequence, and its rows (1..R) */
+    int row0;                  /* the sequence's first row of q and out */
+    int pmin;                  /* the position of the block's first row */
+    int kend, nkt;             /* keys [0, kend) are needed by some row of the block: nkt tiles of 64 keys */
+    int sl;                    /* paged KV: the offset of the sequence's block table (kv_page_row) */
+    long q_stride, out_stride; /* elements between consecutive rows of q and of out */
+    long row_stride;           /* elements between consecutive positions of the cache */
+    const T *kbase, *vbase;    /* position 0 of the block's KV head (contiguous KV: in the sequence's slot) */
+};
+
+/* b for this block of R query rows at head size D, group query heads a KV head; false when the block's sequence
+ * ends before the block's tile (nothing to do) */
+template <typename T, int D, int R>
+__device__ __forceinline__ bool pf_block_at(pf_block<T> &b, const attn_prefill_params &p, int group) {
+    const int seq = blockIdx.z;
+    const int rows = p.seq_rows[seq];
+    b.head = blockIdx.x;
+    b.t0 = ((int)gridDim.y - 1 - (int)blockIdx.y) * R;
+    if (b.t0 >= rows) return false;
+    b.row0 = p.seq_row0[seq];
+    b.pmin = p.seq_pos0[seq] + b.t0;
+    b.nr = min(R, rows - b.t0);
+    b.kend = b.pmin + b.nr;
+    b.nkt = (b.kend + 63) / 64;
+    b.q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
+    b.out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
+    b.row_stride = (long)p.n_kv_heads * D;
+    b.sl = p.seq_slot[seq];
+    const long slot_base =
+        p.blocks ? (long)(b.head / group) * D : (long)b.sl * p.n_ctx * b.row_stride + (long)(b.head / group) * D;
+    b.kbase = reinterpret_cast<const T *>(p.k_cache) + slot_base;
+    b.vbase = reinterpret_cast<const T *>(p.v_cache) + slot_base;
+    return true;
+}
 
 /* One key tile of 64 keys for this thread's two rows, in the m16n8 accumulator layout: s[4 n + e] is row g + 8 (e >>
  * 1) (position pos_r0 + 8 (e >> 1)), key kt + 8 n + 2 tq + (e & 1), in the log2 domain. Masks the keys past each

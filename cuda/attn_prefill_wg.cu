@@ -33,6 +33,7 @@ using namespace zmma;
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kKeys = 64;     /* keys per K/V tile, query rows per block (wgmma's M) */
+static_assert(kKeys == 64, "pf_block (attn_prefill_tile.cuh) counts key tiles of 64");
 constexpr int kThreads = 128; /* one warpgroup */
 constexpr int kStages = 3;    /* K/V tile pairs in shared memory: j in P V, j + 1 in Q K^T, j + 2 landing */
 
@@ -65,24 +66,8 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wg_kernel(attn_prefill_pa
     T *const sst = reinterpret_cast<T *>(pw_smem); /* stage s: K at 2 s TE, V at (2 s + 1) TE */
     T *const sq = sst + 4 * TE;                    /* Q in stage 2's K tile */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int head = blockIdx.x, seq = blockIdx.z;
-    const int tile = (int)gridDim.y - 1 - (int)blockIdx.y; /* heaviest tiles first */
-    const int rows = p.seq_rows[seq];
-    const int t0 = tile * kKeys;
-    if (t0 >= rows) return;
-    const int row0 = p.seq_row0[seq];
-    const int pmin = p.seq_pos0[seq] + t0; /* position of the block's first row */
-    const int nr = min(kKeys, rows - t0);
-    const int kend = pmin + nr; /* keys [0, kend) are needed by some row of the block */
-    const int nkt = (kend + kKeys - 1) / kKeys;
-    const long q_stride = p.q_stride ? p.q_stride : (long)p.n_heads * D;
-    const long out_stride = p.out_stride ? p.out_stride : (long)p.n_heads * D;
-    const long row_stride = (long)p.n_kv_heads * D; /* elements between consecutive positions */
-    const int sl = p.seq_slot[seq]; /* paged KV: the offset of the sequence's block table (kv_page_row) */
-    const long slot_base =
-        p.blocks ? (long)(head / group) * D : (long)sl * p.n_ctx * row_stride + (long)(head / group) * D;
-    const T *kbase = reinterpret_cast<const T *>(p.k_cache) + slot_base;
-    const T *vbase = reinterpret_cast<const T *>(p.v_cache) + slot_base;
+    pf_block<T> blk;
+    if (!pf_block_at<T, D, kKeys>(blk, p, group)) return;
 
     /* this thread copies chunk lc of rows lr + RS k (k < RPT) of each K and V tile; RS is a multiple of 8, so
      * the rows share one swizzle phase and their shared offsets step by RS rows */
@@ -92,23 +77,24 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wg_kernel(attn_prefill_pa
      * kend are zero-filled (nothing read); their address is kend - 1's, a row the sequence has. The row offsets
      * come first, then the copies: no branch per chunk */
     auto load_kv = [&](int j) {
-        if (j < nkt) {
+        if (j < blk.nkt) {
             T *dk = sst + (j % kStages) * 2 * TE + soff;
             const int key0 = j * kKeys + lr;
             long off[RPT];
             if (p.blocks) {
 #pragma unroll
                 for (int k = 0; k < RPT; k++)
-                    off[k] = kv_page_row(p.blocks, p.kv_block_log2, sl, 0, min(key0 + RS * k, kend - 1)) * row_stride;
+                    off[k] = kv_page_row(p.blocks, p.kv_block_log2, blk.sl, 0, min(key0 + RS * k, blk.kend - 1)) *
+                             blk.row_stride;
             } else {
 #pragma unroll
-                for (int k = 0; k < RPT; k++) off[k] = (long)min(key0 + RS * k, kend - 1) * row_stride;
+                for (int k = 0; k < RPT; k++) off[k] = (long)min(key0 + RS * k, blk.kend - 1) * blk.row_stride;
             }
 #pragma unroll
             for (int k = 0; k < RPT; k++) {
-                const bool ok = key0 + RS * k < kend;
-                cp_async16_zfill(dk + RS * k * 64, kbase + off[k] + lc * 8, ok);
-                cp_async16_zfill(dk + TE + RS * k * 64, vbase + off[k] + lc * 8, ok);
+                const bool ok = key0 + RS * k < blk.kend;
+                cp_async16_zfill(dk + RS * k * 64, blk.kbase + off[k] + lc * 8, ok);
+                cp_async16_zfill(dk + TE + RS * k * 64, blk.vbase + off[k] + lc * 8, ok);
             }
         }
         cp_async_commit();
@@ -119,7 +105,9 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wg_kernel(attn_prefill_pa
     for (int i = tid; i < kKeys * D / 4; i += kThreads) {
         const int r = i / (D / 4), d = (i - r * (D / 4)) * 4;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r < nr) v = *reinterpret_cast<const float4 *>(p.q + (long)(row0 + t0 + r) * q_stride + (long)head * D + d);
+        if (r < blk.nr)
+            v = *reinterpret_cast<const float4 *>(p.q + (long)(blk.row0 + blk.t0 + r) * blk.q_stride +
+                                                  (long)blk.head * D + d);
         uint2 u;
         u.x = tc_type<T>::pack(v.x * qscale, v.y * qscale);
         u.y = tc_type<T>::pack(v.z * qscale, v.w * qscale);
@@ -134,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wg_kernel(attn_prefill_pa
     for (int kk = 0; kk < DK; kk++) ldsm_x4(qf[kk], sq + wl(warp * 16 + (lane & 15), 2 * kk + (lane >> 4)));
 
     const int g = lane >> 2, tq = lane & 3;  /* accumulator coordinates: row group, column pair */
-    const int pos_r0 = pmin + warp * 16 + g; /* position of this thread's row g; row g + 8 is +8 */
+    const int pos_r0 = blk.pmin + warp * 16 + g; /* position of this thread's row g; row g + 8 is +8 */
     float s[32], o[NB][32];                  /* s[4 n + e]: the mma.sync kernel's s[n][e] */
 #pragma unroll
     for (int b = 0; b < NB; b++)
@@ -190,11 +178,11 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wg_kernel(attn_prefill_pa
     zwg::wait<0>();
 #pragma unroll
     for (int i = 0; i < 32; i++) zwg::reg_fence(s[i]);
-    pf_softmax(s, 0, pmin, pos_r0, tq, m, l, alpha); /* O is 0: its rescale by alpha would leave it 0 */
+    pf_softmax(s, 0, blk.pmin, pos_r0, tq, m, l, alpha); /* O is 0: its rescale by alpha would leave it 0 */
     pack();
     /* the last tile's P V runs after the loop: every S issue and wait in the loop is unconditional (ptxas
      * serializes the wgmma pipeline when a wait<1> follows a conditional issue) */
-    for (int j = 0; j + 1 < nkt; j++) {
+    for (int j = 0; j + 1 < blk.nkt; j++) {
         cp_async_wait<0>(); /* tile j + 1 */
         zwg::proxy_fence();
         /* tile j + 1 landed for every thread; every warp retired S(j) and P V(j - 1) (and read Q into
@@ -206,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wg_kernel(attn_prefill_pa
         zwg::wait<1>(); /* S(j + 1); P V(j) may still run */
 #pragma unroll
         for (int i = 0; i < 32; i++) zwg::reg_fence(s[i]);
-        pf_softmax(s, (j + 1) * kKeys, pmin, pos_r0, tq, m, l, alpha);
+        pf_softmax(s, (j + 1) * kKeys, blk.pmin, pos_r0, tq, m, l, alpha);
         /* ptxas hoists a wgmma wait to the start of its basic block, ahead of the soft-max that is to overlap P V:
          * this uniform branch (never taken: j + 1 < nkt <= 2^25) ends the block first (its own wait: no exit with
          * a wgmma in flight) */
@@ -221,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wg_kernel(attn_prefill_pa
             for (int i = 0; i < 32; i++) o[b][i] *= alpha[(i >> 1) & 1];
         pack();
     }
-    pv(nkt - 1, pa); /* its tile landed before the last barrier (tile 0: before the first) */
+    pv(blk.nkt - 1, pa); /* its tile landed before the last barrier (tile 0: before the first) */
     retire_pv();
 
 #pragma unroll
@@ -230,9 +218,9 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wg_kernel(attn_prefill_pa
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const int r = warp * 16 + g + 8 * h;
-        if (r >= nr) continue;
+        if (r >= blk.nr) continue;
         const float inv = 1.f / sum;
-        float *orow = p.out + (long)(row0 + t0 + r) * out_stride + (long)head * D + 2 * tq;
+        float *orow = p.out + (long)(blk.row0 + blk.t0 + r) * blk.out_stride + (long)blk.head * D + 2 * tq;
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
             *reinterpret_cast<float2 *>(orow + n * 8) =
