@@ -745,7 +745,12 @@ __global__ void __launch_bounds__(128 * WG, 1) wtc_wg(const T *__restrict__ w, i
  * consumer warp arrives on that stage's empty barrier. So the consumers run nothing but the wgmma chain and the
  * split sums, with no CTA-wide barrier in the loop.
  * Measured (H100, 8B BF16 2k prefill): form 4 (cp.async by every warp, bar.sync per stage) 80.6 ms with 45-53%
- * tensor-pipe activity in ncu; the same warp specialization fed by cp.async 84.2 ms; with TMA 68.6 ms (60-68%). */
+ * tensor-pipe activity in ncu; the same warp specialization fed by cp.async 84.2 ms; with TMA 68.6 ms (60-68%).
+ * Not faster on an H200 (zllm-wtcbench --f16 at M = 128, 256 and 2048, and the 8B F16 and Q4_K_M 2k prefills):
+ * pairs of CTAs of one W tile in a cluster, each loading half of every W stage into both by TMA multicast (a
+ * quarter fewer L2 reads: the products are not bound by L2, and the pair waits for its slower CTA); persistent
+ * CTAs that stream all their tiles through one ring, with or without the second consumer warpgroup started later
+ * so that the two meet less at split ends and epilogues (no gain at 2048 rows, and a CTA of one tile slower). */
 
 template <int CW, int NX, int S> struct ws_shape {
     static constexpr int kBM = 64 * CW, kThreads = 128 * (CW + 1);
