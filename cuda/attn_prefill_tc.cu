@@ -105,14 +105,7 @@ prefill_tc_kernel(attn_prefill_params p, int group, float qscale) {
 
     for (int i = tid; i < R * D / 4; i += NT) {
         const int r = i / (D / 4), d = (i - r * (D / 4)) * 4;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r < blk.nr)
-            v = *reinterpret_cast<const float4 *>(p.q + (long)(blk.row0 + blk.t0 + r) * blk.q_stride +
-                                                  (long)blk.head * D + d);
-        uint2 u;
-        u.x = tc_type<T>::pack(v.x * qscale, v.y * qscale);
-        u.y = tc_type<T>::pack(v.z * qscale, v.w * qscale);
-        *reinterpret_cast<uint2 *>(sq + lay<D>(r, d >> 3) + (d & 7)) = u;
+        *reinterpret_cast<uint2 *>(sq + lay<D>(r, d >> 3) + (d & 7)) = pf_q4<T, D>(p, blk, r, d, qscale);
     }
     __syncthreads();
     /* warp's Q as A fragments: lanes 0-15 address rows 0-15 at chunk 2k, lanes 16-31 the same rows at 2k + 1 */

@@ -1,11 +1,12 @@
 /* cuda/attn_prefill_tile.cuh: what cuda/attn_prefill_tc.cu's mma.sync kernel and cuda/attn_prefill_wg.cu's wgmma
- * form of the tensor-core prefill attention share: a block's place in the launch, and the per-tile soft-max (one
- * definition, so that the two give the same bits). Device code only. */
+ * form of the tensor-core prefill attention share: a block's place in the launch, its Q as staged, and the per-tile
+ * soft-max (one definition, so that the two give the same bits). Device code only. */
 #ifndef ZLLM_CUDA_ATTN_PREFILL_TILE_CUH
 #define ZLLM_CUDA_ATTN_PREFILL_TILE_CUH
 #include <math.h>
 
 #include "attention.h"
+#include "mma_util.cuh"
 
 /* One block's share of a prefill launch. Grid: (query heads, query tiles of R rows, sequences); grid row y runs
  * tile gridDim.y - 1 - y, so that the heaviest tiles (the last ones, with the most keys) start first. */
@@ -44,6 +45,21 @@ __device__ __forceinline__ bool pf_block_at(pf_block<T> &b, const attn_prefill_p
     b.kbase = reinterpret_cast<const T *>(p.k_cache) + slot_base;
     b.vbase = reinterpret_cast<const T *>(p.v_cache) + slot_base;
     return true;
+}
+
+/* elements d .. d + 3 of the block's query row r (zero past its rows), scaled by qscale and rounded to T: the
+ * block's Q as both kernels stage it in shared memory (each in its own layout) */
+template <typename T, int D>
+__device__ __forceinline__ uint2 pf_q4(const attn_prefill_params &p, const pf_block<T> &blk, int r, int d,
+                                       float qscale) {
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < blk.nr)
+        v = *reinterpret_cast<const float4 *>(p.q + (long)(blk.row0 + blk.t0 + r) * blk.q_stride + (long)blk.head * D +
+                                              d);
+    uint2 u;
+    u.x = zmma::tc_type<T>::pack(v.x * qscale, v.y * qscale);
+    u.y = zmma::tc_type<T>::pack(v.z * qscale, v.w * qscale);
+    return u;
 }
 
 /* One key tile of 64 keys for this thread's two rows, in the m16n8 accumulator layout: s[4 n + e] is row g + 8 (e >>

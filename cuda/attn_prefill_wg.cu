@@ -104,14 +104,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wg_kernel(attn_prefill_pa
 
     for (int i = tid; i < kKeys * D / 4; i += kThreads) {
         const int r = i / (D / 4), d = (i - r * (D / 4)) * 4;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r < blk.nr)
-            v = *reinterpret_cast<const float4 *>(p.q + (long)(blk.row0 + blk.t0 + r) * blk.q_stride +
-                                                  (long)blk.head * D + d);
-        uint2 u;
-        u.x = tc_type<T>::pack(v.x * qscale, v.y * qscale);
-        u.y = tc_type<T>::pack(v.z * qscale, v.w * qscale);
-        *reinterpret_cast<uint2 *>(sq + wl(r, d >> 3) + (d & 7)) = u;
+        *reinterpret_cast<uint2 *>(sq + wl(r, d >> 3) + (d & 7)) = pf_q4<T, D>(p, blk, r, d, qscale);
     }
     cp_async_wait<1>(); /* tile 0 */
     zwg::proxy_fence(); /* this thread's landed copies, before the wgmma (async proxy) reads */
