@@ -31,7 +31,8 @@ using namespace zmma;
 namespace {
 
 constexpr int kKT = 64;            /* k elements per stage of the wide kernel; splits are multiples of it */
-constexpr int kUT = 256 / kKT;     /* k tiles of one qtc unit (256 elements: wtc_launch_qsplit's sub-splits) */
+/* k tiles of one qtc unit (256 elements: wtc_launch_qsplit's sub-splits; read by sm_90a code only) */
+[[maybe_unused]] constexpr int kUT = 256 / kKT;
 constexpr int kKC = 64;            /* k elements per stage of the narrow kernel (H100, 8B BF16 M = 1: 7.3 ms; 256
                                     * with 3 stages: 8.7 ms) */
 constexpr int kNS = 6;             /* narrow kernel: stages of each warp's ring up to 2 batch rows (4 above; see
@@ -741,16 +742,21 @@ __global__ void __launch_bounds__(128 * WG, 1) wtc_wg(const T *__restrict__ w, i
  * thread streams stages into an S-slot ring: for each stage it arms the stage's full barrier with the stage's byte
  * count and issues two TMA box loads (W [64 CW][64], x [NX][64]; the tensor maps zero-fill rows past n_out and
  * past x's readable rows (x_rows, else m) and write the 128-byte swizzle wgmma reads), after waiting on the slot's empty barrier. Consumers wait on the full
- * barrier, issue the stage's 4 wgmma as one group, and once the group before has retired (wait<1>) lane 0 of each
- * consumer warp arrives on that stage's empty barrier. So the consumers run nothing but the wgmma chain and the
- * split sums, with no CTA-wide barrier in the loop.
+ * barrier, issue the stage's 4 wgmma as one group, and once the group two stages back has retired (wait<2>: two
+ * groups stay queued on the tensor pipe) lane 0 of each consumer warp arrives on that stage's empty barrier. So the
+ * consumers run nothing but the wgmma chain and the split sums, with no CTA-wide barrier in the loop.
  * Measured (H100, 8B BF16 2k prefill): form 4 (cp.async by every warp, bar.sync per stage) 80.6 ms with 45-53%
  * tensor-pipe activity in ncu; the same warp specialization fed by cp.async 84.2 ms; with TMA 68.6 ms (60-68%).
  * Not faster on an H200 (zllm-wtcbench --f16 at M = 128, 256 and 2048, and the 8B F16 and Q4_K_M 2k prefills):
  * pairs of CTAs of one W tile in a cluster, each loading half of every W stage into both by TMA multicast (a
  * quarter fewer L2 reads: the products are not bound by L2, and the pair waits for its slower CTA); persistent
  * CTAs that stream all their tiles through one ring, with or without the second consumer warpgroup started later
- * so that the two meet less at split ends and epilogues (no gain at 2048 rows, and a CTA of one tile slower). */
+ * so that the two meet less at split ends and epilogues (no gain at 2048 rows, and a CTA of one tile slower); two
+ * accumulator sets alternating by split with the split sums in shared memory, so that a split's last group retires
+ * while the next split's first runs instead of draining the pipe (the ring one stage shorter for the sums: gate/up
+ * at 2048 rows 969-986 us against 881-901; the drain at a split's end is not what bounds the kernel). In ncu at
+ * 2048 rows the kernel keeps the tensor pipe 67-71% busy where cuBLAS's 256 x 128 and 320 x 128 tiles keep it
+ * 86-90%, with L1/shared throughput at 59% against 94%. */
 
 template <int CW, int NX, int S> struct ws_shape {
     static constexpr int kBM = 64 * CW, kThreads = 128 * (CW + 1);
@@ -773,6 +779,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
 #if ZWG_ON
     extern __shared__ __align__(1024) unsigned char ws_smem[];
     using shp = ws_shape<CW, NX, S>;
+    static_assert(S >= 3, "the consumers hold two stages past the one they wait for");
     constexpr int kBM = shp::kBM;
     /* full barrier of slot s at bars + 8 s, empty barrier at bars + 8 (S + s) */
     const uint32_t ring = smem_u32(ws_smem), bars = ring + S * shp::kStageBytes;
@@ -830,7 +837,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
     float *gs = reinterpret_cast<float *>(ws_smem + shp::kSmem) + (tid - 128);
 #pragma unroll
     for (int i = 0; i < NX / 2; i++) acc[i] = 0.f;
-    int slot = 0, prev = S - 1, left = tps;
+    int slot = 0, prev = S - 1, prev2 = S - 2, left = tps; /* prev, prev2: the slots of stages kt - 1, kt - 2 */
     /* QS: ks is kn; sp the open sub-split, bnext its end (k tiles), q its place in its group */
     int sp = 0, q = 0, bnext = QS ? kUT * (int)((long)units / ks) : 0;
     /* QS: sub-split sp's partial in acc joins the sums (qtc.h's order); true at the last sub-split's end when
@@ -865,7 +872,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
     };
     uint32_t parity = 0;
     /* (two accumulator sets alternating by split, so that a split's end does not drain the tensor pipe, measured
-     * slower: H100, 8B BF16 2k prefill 68.6 -> 71.5 ms) */
+     * slower: H100, 8B BF16 2k prefill 68.6 -> 71.5 ms; see above for the form with the sums in shared memory) */
     /* QS: the last sub-split's fold runs in the loop too, at kt = nt (the final wait and sums where the other
      * folds are: after the loop, its shared-memory reads made ptxas serialize every wgmma of the kernel) */
     for (int kt = 0; QS || kt < nt; kt++) {
@@ -883,17 +890,14 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
                 bnext = kUT * (int)((long)units * (sp + 1) / ks);
             }
         }
-        if (!QS && left == 0) { /* a split ended: sum = ((p0 + p1) + ..) */
+        /* a split ended: sum = ((p0 + p1) + ..), one select per element (an if / else over the whole array makes
+         * ptxas keep a second copy of sum across the k loop: 64 register moves a k tile at NX 128) */
+        if (!QS && left == 0) {
             zwg::wait<0>();
 #pragma unroll
             for (int i = 0; i < NX / 2; i++) zwg::reg_fence(acc[i]);
-            if (kt == tps) {
 #pragma unroll
-                for (int i = 0; i < NX / 2; i++) sum[i] = acc[i];
-            } else {
-#pragma unroll
-                for (int i = 0; i < NX / 2; i++) sum[i] = __fadd_rn(sum[i], acc[i]);
-            }
+            for (int i = 0; i < NX / 2; i++) sum[i] = kt == tps ? acc[i] : __fadd_rn(sum[i], acc[i]);
 #pragma unroll
             for (int i = 0; i < NX / 2; i++) acc[i] = 0.f;
             left = tps;
@@ -905,8 +909,9 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
 #pragma unroll
         for (int q = 0; q < 4; q++) zwg::mma<T, NX>::run(acc, da0 + off + 2 * q, db0 + off + 2 * q);
         zwg::commit();
-        zwg::wait<1>();   /* stage kt - 1's group retired: its slot may be refilled */
-        if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (S + prev));
+        zwg::wait<2>(); /* stage kt - 2's group retired: its slot may be refilled */
+        if (kt > 1 && lane == 0) mbar_arrive(bars + 8 * (S + prev2));
+        prev2 = prev;
         prev = slot;
         if (++slot == S) {
             slot = 0;
