@@ -970,8 +970,9 @@ int tma_map(CUtensorMap *map, int bf16, const void *base, int cols, int rows, in
 }
 
 /* ring depth: at NX 128, 6 stages (6 x 32 KiB at CW 2; 7 stages: the same, H100 8B BF16 2k prefill 69.4 against
- * 68.9 ms); for the decode tiles as many as about 220 KiB hold, at most 16 (H100, 8B BF16 M = 64 in tiles of 64
- * rows: 9.15 ms with 96 KiB rings, 9.01 ms with 208 KiB; 4 stages: 10.65 ms) */
+ * 68.9 ms, and H200 8B F16 60.4-60.8 against 60.4-60.5 ms with two wgmma groups in flight); for the decode tiles
+ * as many as about 220 KiB hold, at most 16 (H100, 8B BF16 M = 64 in tiles of 64 rows: 9.15 ms with 96 KiB rings,
+ * 9.01 ms with 208 KiB; 4 stages: 10.65 ms) */
 template <int CW, int NX> constexpr int ws_stages() {
     constexpr int fit = (220 * 1024) / ((64 * CW + NX) * 128);   /* stages of (64 CW + NX) x 64 16-bit values */
     return NX == 128 ? 6 : fit < 16 ? fit : 16;
