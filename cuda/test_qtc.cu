@@ -11,7 +11,7 @@
  * (separate and in place); strided x/y; every fragment count nf, the narrow kernel with x staged (QTC_XS, refused
  * past its 64 KiB; the compact QTC_XC, refused past 64 KiB up to 8 columns and past 128 KiB from 9 to 16;
  * QTC_XR), the wide kernels and the 16-bit form (QTC_F16: strided, with residuals, over several row and column
- * chunks, its SwiGLU epilogue) bitwise equal to the default; batch
+ * chunks, in wtc's 192-row tiles, its SwiGLU epilogue) bitwise equal to the default; batch
  * invariance: for M in {1,2,3,7,8,9,16,33,64,128,256}, a row placed at several positions among random rows
  * gives a y row bit-identical (memcmp) to the row alone, and the same at M = 2048; CUDA-graph replay equal to
  * eager; the narrow kernel's SwiGLU epilogue (qtc_params.glu) bitwise equal to the product followed by
@@ -581,6 +581,14 @@ int main(void)
         }
         CHECK(same, "Q4_K M = 2048: rows differ from the same rows alone");
         cudaFree(dx);
+        mat_free(&a);
+    }
+    /* the 16-bit form in wtc's 192-row tiles (ws_chained takes them for 300 rows of 8,192 outputs on 132 SMs: one
+     * wave against two of 128-row tiles) */
+    {
+        Mat a;
+        mat_make(&a, GGML_Q4_K, 1024, 8192);
+        f16_case(&a, 300, 1);
         mat_free(&a);
     }
     /* the 16-bit form over two row and two column chunks (65,536 inputs: 1,024 rows and 512 columns a chunk) */

@@ -535,7 +535,7 @@ __global__ void wtc_merge(const float *__restrict__ part, int ks, int n_out, int
 template <int NX>
 __device__ __forceinline__ void wg_store(const float (&acc)[NX / 2], int rbase, int col0, int t, float *y, int ldy,
                                          const float *y_in, int n_out, int m) {
-    constexpr int kJB = NX / 8 < 8 ? NX / 8 : 8;
+    constexpr int kJB = NX / 8 < 8 ? NX / 8 : (NX / 8) % 8 == 0 ? 8 : 4; /* a divisor of NX / 8 */
 #pragma unroll
     for (int j0 = 0; j0 < NX / 8; j0 += kJB) {
         float yi[kJB * 4];
@@ -737,7 +737,7 @@ __global__ void __launch_bounds__(128 * WG, 1) wtc_wg(const T *__restrict__ w, i
 }
 
 /* sm_90a, warp-specialized, fed by TMA (form 6: the form for M > 16). CTA = 1 producer warpgroup + CW consumer
- * warpgroups (64 W rows each) x NX batch rows (ws_chained: up to 128, with deep rings: few CTAs, each with many
+ * warpgroups (64 W rows each) x NX batch rows (ws_chained: up to 192, with deep rings: few CTAs, each with many
  * bytes in flight), splits chained in the CTA as form 4 (the same operations in the same order). One producer
  * thread streams stages into an S-slot ring: for each stage it arms the stage's full barrier with the stage's byte
  * count and issues two TMA box loads (W [64 CW][64], x [NX][64]; the tensor maps zero-fill rows past n_out and
@@ -770,7 +770,7 @@ template <int CW, int NX, int S> struct ws_shape {
 /* QS: qtc's split order (wtc_launch_qsplit) instead of ks equal splits: kn sub-splits of the n_in / 256 units,
  * sub-split s the k tiles [kUT floor(units s / kn), kUT floor(units (s + 1) / kn)), summed in consecutive groups of r,
  * then the groups; QG: 1 < r < kn, which keeps the open group's sum in shared memory after the ring and the
- * barriers (a third register set spills: 232 registers a consumer thread hold two of 64; otherwise the order is the
+ * barriers (a third register set spills: 240 registers a consumer thread hold two of 64; otherwise the order is the
  * sequential ((p0 + p1) + p2) + ... of ks splits) */
 template <typename T, int CW, int NX, int S, bool QS = false, bool QG = false>
 __global__ void __launch_bounds__(128 * (CW + 1), 1)
@@ -796,8 +796,9 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
     pdl_trigger();
     if (wg == 0) {
         /* registers move to the consumers (their accumulators and split sums): with two consumer warpgroups the
-         * launch share (168 a thread) would spill them */
-        if (CW == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+         * launch share (168 a thread) would spill them; 24 + 2 x 240 is the 3 x 168 of the launch (the producer
+         * thread's loop fits in 24) */
+        if (CW == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (tid != 0) return;   /* one thread issues every copy */
         /* a stage = the W box [kBM][64] then the x box [NX][64], both written by TMA in the 128-byte swizzle
          * wgmma reads (rows past n_out or x's readable rows zero-filled by the tensor maps' bounds) */
@@ -828,7 +829,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
         return;
     }
     /* consumers */
-    if (CW == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    if (CW == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     pdl_wait();   /* y and y_in only after the previous kernel (the loads above it wait on the producer anyway) */
     const int cw = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const uint64_t da0 = zwg::desc(ws_smem + cw * 64 * kKT * 2), db0 = zwg::desc(ws_smem + kBM * kKT * 2);
@@ -836,7 +837,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
     /* QG: the open group's sum, element i of consumer thread c at gs[i * 128 CW + c] */
     float *gs = reinterpret_cast<float *>(ws_smem + shp::kSmem) + (tid - 128);
 #pragma unroll
-    for (int i = 0; i < NX / 2; i++) acc[i] = 0.f;
+    for (int i = 0; i < NX / 2; i++) acc[i] = 0.f, sum[i] = -0.f;
     int slot = 0, prev = S - 1, prev2 = S - 2, left = tps; /* prev, prev2: the slots of stages kt - 1, kt - 2 */
     /* QS: ks is kn; sp the open sub-split, bnext its end (k tiles), q its place in its group */
     int sp = 0, q = 0, bnext = QS ? kUT * (int)((long)units / ks) : 0;
@@ -844,13 +845,9 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
      * acc then holds the product */
     auto qfold = [&](bool last) {
         if constexpr (!QG) {
-            if (last) {
+            (void)last; /* sum from -0 (-0 + p is p); the last sub-split closes the product into sum */
 #pragma unroll
-                for (int i = 0; i < NX / 2; i++) acc[i] = sp == 0 ? acc[i] : __fadd_rn(sum[i], acc[i]);
-            } else {
-#pragma unroll
-                for (int i = 0; i < NX / 2; i++) sum[i] = sp == 0 ? acc[i] : __fadd_rn(sum[i], acc[i]);
-            }
+            for (int i = 0; i < NX / 2; i++) sum[i] = __fadd_rn(sum[i], acc[i]);
         } else {
             /* the open group G = ((p_{jr} + ..) + p) in gs, closed at q = r - 1 into sum = ((G0 + G1) + ..); the
              * last group closes into sum, the product (acc defined by a shared-memory sum here made ptxas serialize
@@ -860,11 +857,11 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
 #pragma unroll
                 for (int i = 0; i < NX / 2; i++) sum[i] = __fadd_rn(sum[i], __fadd_rn(gs[i * kC], acc[i]));
             } else {
-                const bool first = q == 0, close = q == r - 1, open = sp == r - 1;
+                const bool first = q == 0, close = q == r - 1;
 #pragma unroll
                 for (int i = 0; i < NX / 2; i++) {
                     const float gv = first ? acc[i] : __fadd_rn(gs[i * kC], acc[i]);
-                    if (close) sum[i] = open ? gv : __fadd_rn(sum[i], gv);
+                    if (close) sum[i] = __fadd_rn(sum[i], gv); /* sum from -0: the first close is gv */
                     else gs[i * kC] = gv;
                 }
             }
@@ -890,14 +887,15 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
                 bnext = kUT * (int)((long)units * (sp + 1) / ks);
             }
         }
-        /* a split ended: sum = ((p0 + p1) + ..), one select per element (an if / else over the whole array makes
-         * ptxas keep a second copy of sum across the k loop: 64 register moves a k tile at NX 128) */
+        /* a split ended: sum = ((-0 + p0) + p1) + .., the bits of ((p0 + p1) + ..) (-0 + p is p), one add per
+         * element with no condition: an if / else over the whole array makes ptxas keep a second copy of sum across
+         * the k loop (64 register moves a k tile at NX 128), and a select per element spills at NX 192 */
         if (!QS && left == 0) {
             zwg::wait<0>();
 #pragma unroll
             for (int i = 0; i < NX / 2; i++) zwg::reg_fence(acc[i]);
 #pragma unroll
-            for (int i = 0; i < NX / 2; i++) sum[i] = kt == tps ? acc[i] : __fadd_rn(sum[i], acc[i]);
+            for (int i = 0; i < NX / 2; i++) sum[i] = __fadd_rn(sum[i], acc[i]);
 #pragma unroll
             for (int i = 0; i < NX / 2; i++) acc[i] = 0.f;
             left = tps;
@@ -927,7 +925,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
             for (int i = 0; i < NX / 2; i++) acc[i] = __fadd_rn(sum[i], acc[i]); /* the last split closes the sum */
         }
     }
-    const float(&res)[NX / 2] = QG ? sum : acc; /* the product: QG closes it into sum */
+    const float(&res)[NX / 2] = QS ? sum : acc; /* the product: QG closes it into sum */
     if (glu) wg_store_glu<T, NX>(res, row0 + cw * 64 + 16 * warp + g, col0, t, glu, ldg, n_out, m);
     else wg_store<NX>(res, row0 + cw * 64 + 16 * warp + g, col0, t, y, ldy, y_in, n_out, m);
 #else
@@ -972,10 +970,10 @@ int tma_map(CUtensorMap *map, int bf16, const void *base, int cols, int rows, in
 /* ring depth: at NX 128, 6 stages (6 x 32 KiB at CW 2; 7 stages: the same, H100 8B BF16 2k prefill 69.4 against
  * 68.9 ms, and H200 8B F16 60.4-60.8 against 60.4-60.5 ms with two wgmma groups in flight); for the decode tiles
  * as many as about 220 KiB hold, at most 16 (H100, 8B BF16 M = 64 in tiles of 64 rows: 9.15 ms with 96 KiB rings,
- * 9.01 ms with 208 KiB; 4 stages: 10.65 ms) */
+ * 9.01 ms with 208 KiB; 4 stages: 10.65 ms); at NX 192, the 5 stages of 40 KiB that hold */
 template <int CW, int NX> constexpr int ws_stages() {
     constexpr int fit = (220 * 1024) / ((64 * CW + NX) * 128);   /* stages of (64 CW + NX) x 64 16-bit values */
-    return NX == 128 ? 6 : fit < 16 ? fit : 16;
+    return NX == 192 ? 5 : NX == 128 ? 6 : fit < 16 ? fit : 16;
 }
 
 /* QS, QG: wtc_ws (kn = ks, r: wtc_launch_qsplit) */
@@ -1002,7 +1000,7 @@ cudaError_t launch_ws_t(const wtc_params *p, int ks, int ldx, int ldy, cudaStrea
 template <typename T, bool CL>
 cudaError_t launch_wg(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st);
 
-/* batch rows of the largest form-6 tile (nx0): 128 above 64 rows, else the smallest of 16, 32, 64 covering m, so
+/* batch rows of form 6's first tile (nx0): 128 above 64 rows, else the smallest of 16, 32, 64 covering m, so
  * that every W tile is read once where the tiles fill the multiprocessors anyway (ws_chained takes smaller ones
  * where they do not) */
 int ws_nx(int m) { return m > 64 ? 128 : m > 32 ? 64 : m > 16 ? 32 : 16; }
@@ -1017,14 +1015,18 @@ static long ws_ctas(const wtc_params *p, const ws_cfg &c) {
     return (long)((p->m + c.nx - 1) / c.nx) * ((p->n_out + 64 * c.cw - 1) / (64 * c.cw));
 }
 
-/* Form 6's tiles, (nx batch rows, cw consumer warpgroups): of the candidates below (none under 32 batch rows or
- * 64 x 64 but nx0's own; nx0 = ws_nx(m)), the one with the most CTAs that still fit one wave (CTAs <= SMs; the
- * first of equal counts), else (nx0, 2): smaller tiles bring idle multiprocessors in, and a second wave costs a
- * whole tile's time. Up to 64 rows (memory-bound) whole batch tiles come first, so W is read once; above, two
- * consumer warpgroups. H200, BF16 8B layer products (zllm-wtcbench, us): at M = 128 the output product 14.5 in
- * (64, 1) against 18.6 in (128, 1), the down product 41.9 against 54.0, Q/K/V 19.1 in (64, 2) against 20.8 in
- * (128, 1); Q/K/V at M = 256 27.4 in (128, 2) against 36.6 in (128, 1) (two waves); the down product at M = 64
- * 37.5 in (64, 1) against 40.8 in (32, 2) */
+/* Form 6's tiles, (nx batch rows, cw consumer warpgroups): of the candidates below (none under 32 batch rows or 64 x
+ * 64 but nx0's own; nx0 = ws_nx(m)), the one with the most CTAs that still fit one wave (CTAs <= SMs; the first of
+ * equal counts), else (nx0, 2): smaller tiles bring idle multiprocessors in, and a second wave costs a whole tile's
+ * time. Past one wave at nx0 = 128, (192, 2) where its waves x 192 come under (128, 2)'s waves x 128, a 192-row tile
+ * counted 5% cheaper a row (each W stage feeds 1.5 times the products). H200, F16 8B layer products at 2048 rows
+ * (zllm-wtcbench --f16, us, 192 against 128 rows): Q/K/V 158 against 163 (4 waves against 6), gate/up 803-829 against
+ * 833-837 (19 against 28); the output and down products, 3 waves against 4, stay at 128 (127-133 against 125, 411-414
+ * against 367-371), as gate/up at 512 rows does (231 against 195: 6 waves against 7). Up to 64 rows (memory-bound)
+ * whole batch tiles come first, so W is read once; above, two consumer warpgroups. H200, BF16 8B layer products
+ * (zllm-wtcbench, us): at M = 128 the output product 14.5 in (64, 1) against 18.6 in (128, 1), the down product 41.9
+ * against 54.0, Q/K/V 19.1 in (64, 2) against 20.8 in (128, 1); Q/K/V at M = 256 27.4 in (128, 2) against 36.6 in
+ * (128, 1) (two waves); the down product at M = 64 37.5 in (64, 1) against 40.8 in (32, 2) */
 static ws_cfg ws_chained(const wtc_params *p) {
     const long sms = cu_sm_count(p->sm_count);
     const int nx0 = ws_nx(p->m), h = nx0 / 2, q = nx0 / 4;
@@ -1041,6 +1043,11 @@ static ws_cfg ws_chained(const wtc_params *p) {
             best = c;
             most = n;
         }
+    }
+    if (most == 0 && nx0 == 128) { /* more than one wave: the wave count decides between 128 and 192 batch rows */
+        const ws_cfg wide = {192, 2};
+        const long w128 = (ws_ctas(p, best) + sms - 1) / sms, w192 = (ws_ctas(p, wide) + sms - 1) / sms;
+        if (w192 * 192 * 19 < w128 * 128 * 20) best = wide;
     }
     return best;
 }
@@ -1059,7 +1066,8 @@ cudaError_t launch_ws(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_
     case 16: return launch_ws_c<T, 16>(p, c, ks, ldx, ldy, st);
     case 32: return launch_ws_c<T, 32>(p, c, ks, ldx, ldy, st);
     case 64: return launch_ws_c<T, 64>(p, c, ks, ldx, ldy, st);
-    default: return launch_ws_c<T, 128>(p, c, ks, ldx, ldy, st);
+    case 128: return launch_ws_c<T, 128>(p, c, ks, ldx, ldy, st);
+    default: return launch_ws_t<T, 2, 192>(p, ks, ldx, ldy, st);
     }
 }
 
@@ -1349,8 +1357,12 @@ extern "C" cudaError_t wtc_launch_qsplit(const wtc_params *p, int kn, int r, cud
     if (p->glu && (p->n_out % 16 != 0 || p->ldg < p->n_out / 2 || (long)p->m * p->ldg >= (1L << 31)))
         return cudaErrorInvalidValue;
     if (((uintptr_t)p->w & 15) || ((uintptr_t)p->x & 15)) return cudaErrorMisalignedAddress;
-    /* tiles of 128 W rows x 128 batch rows (the form for large m); the open group's sums in shared memory only
-     * where groups are neither single sub-splits nor the whole row (otherwise the order is the sequential one) */
+    /* tiles of 128 W rows x 128 batch rows (the form for large m), or 192 batch rows where ws_chained takes them;
+     * the open group's sums in shared memory only where groups are neither single sub-splits nor the whole row
+     * (otherwise the order is the sequential one), and there 128 rows (a ring of 3 stages at 192 rows: every
+     * product above 128 rows in 192-row tiles made the 8B Q4_K_M 2k prefill 71.7 against 67.3 ms on an H200;
+     * where ws_chained takes them and outside groups, 65.4 against 66.3-66.5) */
     if (r > 1 && r < kn) return launch_ws_t<__half, 2, 128, true, true>(p, kn, ldx, ldy, st, r);
+    if (ws_chained(p).nx == 192) return launch_ws_t<__half, 2, 192, true, false>(p, kn, ldx, ldy, st, r);
     return launch_ws_t<__half, 2, 128, true, false>(p, kn, ldx, ldy, st, r);
 }
