@@ -2,10 +2,10 @@
  * random inputs of several shapes, with outputs poisoned (all bits set: NaN in every type) before each run. Pass:
  * relative error ||gpu - ref|| / ||ref|| <= 1e-5 for f32 outputs, 1e-2 for bf16/f16 outputs, and every element
  * finite (an unwritten element stays NaN). The dual-output variants (an f32 copy beside the typed output) are
- * checked for exact agreement with the single-output functions, the fused ops_qkv_rope_append for the same bits as
- * the chain it replaces (bias adds, two RoPEs, KV append), the strided SwiGLU for the bits of the contiguous one,
- * and ops_gemm's ldy for writing only its column slice, ops_head_rmsnorm for leaving the other columns alone. Needs a
- * CUDA GPU. */
+ * checked for exact agreement with the single-output functions (RMSNorm also on gathered rows), the fused
+ * ops_qkv_rope_append for the same bits as the chain it replaces (bias adds, two RoPEs, KV append), the strided
+ * SwiGLU for the bits of the contiguous one, and ops_gemm's ldy for writing only its column slice,
+ * ops_head_rmsnorm for leaving the other columns alone. Needs a CUDA GPU. */
 extern "C" {
 #include "quant.h"
 #include "test.h"
@@ -348,6 +348,18 @@ static void test_dual(int rows, int n) {
         } else if (n % 256 == 0 && t != CU_F32) {
             CHECK(0, "rmsnorm_kperm refuses %d elements of %s", n, ops_dtype_name(t));
         }
+        /* gathered rows (the engine's sampled rows), in reverse order */
+        int32_t *idx = (int32_t *)malloc((size_t)rows * 4);
+        for (int r = 0; r < rows; r++) idx[r] = rows - 1 - r;
+        void *di = dnew(idx, CU_F32, rows); /* 4-byte elements copied as they are */
+        CHECK(ops_rmsnorm((float *)dx, (int32_t *)di, (float *)dw, n, 1e-5f, rows, o1, t, 0, err, errlen) == 0, "%s",
+              err);
+        CHECK(ops_rmsnorm_dual((float *)dx, (int32_t *)di, (float *)dw, n, 1e-5f, rows, o2, t, NULL, 0, 0, err,
+                               errlen) == 0,
+              "%s", err);
+        same_vals("rmsnorm_dual gathered == rmsnorm gathered", o2, t, o1, t, N);
+        cudaFree(di);
+        free(idx);
         /* SwiGLU */
         cudaMemset(o2, 0xFF, N * ops_dtype_size(t)); cudaMemset(f2, 0xFF, N * 4); cudaMemset(f3, 0xFF, N * 4);
         CHECK(ops_swiglu((float *)dg, (float *)du, rows, n, o1, t, 0, err, errlen) == 0, "%s", err);
