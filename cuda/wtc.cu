@@ -755,8 +755,8 @@ __global__ void __launch_bounds__(128 * WG, 1) wtc_wg(const T *__restrict__ w, i
  * accumulator sets alternating by split with the split sums in shared memory, so that a split's last group retires
  * while the next split's first runs instead of draining the pipe (the ring one stage shorter for the sums: gate/up
  * at 2048 rows 969-986 us against 881-901; the drain at a split's end is not what bounds the kernel). In ncu at
- * 2048 rows the kernel keeps the tensor pipe 67-71% busy where cuBLAS's 256 x 128 and 320 x 128 tiles keep it
- * 86-90%, with L1/shared throughput at 59% against 94%. */
+ * 2048 rows the kernel keeps the tensor pipe 67-71% busy in 128-row tiles and 74-77% in 192-row ones where
+ * cuBLAS's 256 x 128 and 320 x 128 tiles keep it 86-90%, with L1/shared throughput at 58-59% against 94%. */
 
 template <int CW, int NX, int S> struct ws_shape {
     static constexpr int kBM = 64 * CW, kThreads = 128 * (CW + 1);
@@ -841,8 +841,8 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
     int slot = 0, prev = S - 1, prev2 = S - 2, left = tps; /* prev, prev2: the slots of stages kt - 1, kt - 2 */
     /* QS: ks is kn; sp the open sub-split, bnext its end (k tiles), q its place in its group */
     int sp = 0, q = 0, bnext = QS ? kUT * (int)((long)units / ks) : 0;
-    /* QS: sub-split sp's partial in acc joins the sums (qtc.h's order); true at the last sub-split's end when
-     * acc then holds the product */
+    /* QS: sub-split sp's partial in acc joins the sums (qtc.h's order); last: the last sub-split's end, after
+     * which sum holds the product */
     auto qfold = [&](bool last) {
         if constexpr (!QG) {
             (void)last; /* sum from -0 (-0 + p is p); the last sub-split closes the product into sum */
