@@ -111,11 +111,10 @@ static void acc_case(const Mat *a, int m, int resid, int pad)
 
 /* the SwiGLU epilogue (wtc_params.glu): where wtc_glu_fused says it runs (the narrow kernel: automatic up to 16 rows;
  * the TMA form: automatic above 16 rows, or form 6 forced), the same bits as the product into y followed by
- * ops_swiglu_il8_dual, into a padded [m][ldg];
+ * ops_swiglu_il8_dual, into a padded [m][ldg] (ldg = n_out / 2 + lpad: 8 keeps rows 16-byte aligned, 3 does not);
  * elsewhere a glu launch is refused. a's rows are read as gate/up blocks of 8 (n_out a multiple of 16). */
-static void glu_case(const Mat *a, int m, int form)
-{
-    const int ff = a->n_out / 2, ldg = ff + 8;
+static void glu_case(const Mat *a, int m, int form, int lpad = 8) {
+    const int ff = a->n_out / 2, ldg = ff + lpad;
     std::vector<uint16_t> xh;
     std::vector<float> xf, y;
     rand16(a->bf16, 1.f, xh, xf, (size_t)m * a->n_in);
@@ -359,7 +358,8 @@ int main(void)
             cudaFree(a.dw);
         }
     /* the SwiGLU epilogue on gate/up-shaped products (n_out = 2 ffn) */
-    static const int gshapes[][2] = {{2048, 2 * 1024}, {1024, 2 * 2816}, {4096, 2 * 512}};
+    /* (the last: a last W tile of 16 rows in the TMA form's 128-row tiles) */
+    static const int gshapes[][2] = {{2048, 2 * 1024}, {1024, 2 * 2816}, {4096, 2 * 512}, {1024, 2 * 520}};
     for (int bf16 = 1; bf16 >= 0; bf16--)
         for (size_t s = 0; s < sizeof gshapes / sizeof gshapes[0]; s++) {
             Mat a;
@@ -374,7 +374,9 @@ int main(void)
             s_sm_count = 3; /* the TMA form's tiles for 3 SMs */
             glu_case(&a, 33, 6);
             glu_case(&a, 300, 0);
+            glu_case(&a, 300, 0, 3);
             s_sm_count = 0;
+            glu_case(&a, 130, 0, 3);
             cudaFree(a.dw);
         }
     return test_report();

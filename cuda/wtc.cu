@@ -758,12 +758,119 @@ __global__ void __launch_bounds__(128 * WG, 1) wtc_wg(const T *__restrict__ w, i
  * 2048 rows the kernel keeps the tensor pipe 67-71% busy in 128-row tiles and 74-77% in 192-row ones where
  * cuBLAS's 256 x 128 and 320 x 128 tiles keep it 86-90%, with L1/shared throughput at 58-59% against 94%. */
 
+/* wtc_ws's epilogue through shared memory (the ring, idle once every consumer's wgmma retired): each consumer
+ * thread writes its accumulator values (wgmma's layout: rows r = 64 cw + 16 warp + g (+ 8), columns 8 j + 2 t (+ 1))
+ * into a [NX][64 CW + 4] f32 staging tile (a row pitch of 4 mod 32 words: the 8 g and 4 t of a warp's write hit 32
+ * distinct banks), then the 128 CW consumer threads store it as 16-byte vectors, each column's 64 CW outputs
+ * contiguous in y (one 512-byte line run a warp instruction at CW 2), with y_in loaded the same way before the adds.
+ * Every value is the one wg_store writes (acc, or acc + y_in as __fadd_rn(acc, y_in)); only the order of the
+ * memory operations changes. u: the thread's index among the consumers; vec: y, y_in 16-byte aligned and ldy a
+ * multiple of 4 (else every element is stored alone, in the same order). */
+template <int CW, int NX>
+__device__ __forceinline__ void ws_store(const float (&acc)[NX / 2], float *st, int u, int row0, int col0, float *y,
+                                         int ldy, const float *y_in, int n_out, int m) {
+    constexpr int kR = 64 * CW, kLD = kR + 4, kQ = kR / 4; /* rows a column, pitch, 16-byte quads a column */
+    constexpr int kCP = 128 * CW / kQ;                     /* columns a pass: 8 */
+    constexpr int kB = NX / kCP < 8 ? NX / kCP : 8;        /* passes whose y_in loads go out together */
+    static_assert((NX / kCP) % kB == 0, "whole batches of passes");
+    {
+        const int warp = (u >> 5) & 3, lane = u & 31, g = lane >> 2, t = lane & 3, r = (u >> 7) * 64 + 16 * warp + g;
+#pragma unroll
+        for (int j = 0; j < NX / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) st[(8 * j + 2 * t + (e & 1)) * kLD + r + 8 * (e >> 1)] = acc[4 * j + e];
+    }
+    asm volatile("bar.sync 1, %0;\n" ::"n"(128 * CW) : "memory");
+    const int q = u % kQ, cc = u / kQ, row = row0 + 4 * q;
+    const bool vec = ((((uintptr_t)y | (uintptr_t)y_in) & 15) | (ldy & 3)) == 0 && row + 3 < n_out;
+#pragma unroll
+    for (int p0 = 0; p0 < NX / kCP; p0 += kB) {
+        float4 yi[kB];
+#pragma unroll
+        for (int b = 0; b < kB; b++) {
+            const int col = col0 + (p0 + b) * kCP + cc;
+            yi[b] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (!y_in || col >= m) continue;
+            const float *src = y_in + (size_t)col * ldy + row;
+            if (vec) yi[b] = *reinterpret_cast<const float4 *>(src);
+            else {
+                if (row < n_out) yi[b].x = src[0];
+                if (row + 1 < n_out) yi[b].y = src[1];
+                if (row + 2 < n_out) yi[b].z = src[2];
+                if (row + 3 < n_out) yi[b].w = src[3];
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < kB; b++) {
+            const int c = (p0 + b) * kCP + cc, col = col0 + c;
+            if (col >= m) continue;
+            float4 v = *reinterpret_cast<const float4 *>(st + c * kLD + 4 * q);
+            if (y_in) {
+                v.x = __fadd_rn(v.x, yi[b].x);
+                v.y = __fadd_rn(v.y, yi[b].y);
+                v.z = __fadd_rn(v.z, yi[b].z);
+                v.w = __fadd_rn(v.w, yi[b].w);
+            }
+            float *dst = y + (size_t)col * ldy + row;
+            if (vec) *reinterpret_cast<float4 *>(dst) = v;
+            else {
+                if (row < n_out) dst[0] = v.x;
+                if (row + 1 < n_out) dst[1] = v.y;
+                if (row + 2 < n_out) dst[2] = v.z;
+                if (row + 3 < n_out) dst[3] = v.w;
+            }
+        }
+    }
+}
+
+/* the SwiGLU epilogue of wtc_ws the same way: each thread's silu_mul values (features 32 cw + 8 warp + g of the
+ * tile, as wg_store_glu pairs them) into a [NX][32 CW + 16] staging tile of T (a pitch of 8 mod 32 words), then
+ * 16-byte stores of 8 features; vec: out 16-byte aligned and ldg a multiple of 8 */
+template <typename T, int CW, int NX>
+__device__ __forceinline__ void ws_store_glu(const float (&acc)[NX / 2], T *st, int u, int row0, int col0, T *out,
+                                             int ldg, int n_out, int m) {
+    constexpr int kF = 32 * CW, kLD = kF + 16, kQ = kF / 8; /* features a column, pitch, 16-byte chunks a column */
+    constexpr int kCP = 128 * CW / kQ;                      /* columns a pass: 32 */
+    {
+        const int warp = (u >> 5) & 3, lane = u & 31, g = lane >> 2, t = lane & 3, f = (u >> 7) * 32 + 8 * warp + g;
+#pragma unroll
+        for (int j = 0; j < NX / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float v = silu_mul(acc[4 * j + e], acc[4 * j + e + 2]);
+                T h;
+                if constexpr (std::is_same<T, __nv_bfloat16>::value) h = __float2bfloat16_rn(v);
+                else h = __float2half_rn(v);
+                st[(8 * j + 2 * t + e) * kLD + f] = h;
+            }
+    }
+    asm volatile("bar.sync 1, %0;\n" ::"n"(128 * CW) : "memory");
+    const int q = u % kQ, cc = u / kQ, f0 = row0 / 2 + 8 * q, nf = n_out / 2;
+    const bool vec = (((uintptr_t)out & 15) | (ldg & 7)) == 0 && f0 + 7 < nf;
+#pragma unroll
+    for (int p = 0; p < (NX + kCP - 1) / kCP; p++) {
+        const int c = p * kCP + cc, col = col0 + c;
+        if (c >= NX || col >= m || f0 >= nf) continue;
+        const uint4 v = *reinterpret_cast<const uint4 *>(st + c * kLD + 8 * q);
+        T *dst = out + (size_t)col * ldg + f0;
+        if (vec) *reinterpret_cast<uint4 *>(dst) = v;
+        else {
+            const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
+            uint16_t *d16 = reinterpret_cast<uint16_t *>(dst);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                if (f0 + i < nf) d16[i] = (uint16_t)(w4[i >> 1] >> (16 * (i & 1)));
+        }
+    }
+}
+
 template <int CW, int NX, int S> struct ws_shape {
     static constexpr int kBM = 64 * CW, kThreads = 128 * (CW + 1);
     static constexpr int kStageElems = (kBM + NX) * kKT;
     static constexpr uint32_t kStageBytes = kStageElems * 2;
     static constexpr size_t kSmem = (size_t)S * kStageBytes + 2 * S * 8;   /* ring, then full[S], empty[S] */
     static_assert(kSmem <= 227 * 1024, "shared memory of one CTA");
+    static_assert((size_t)NX * (kBM + 4) * 4 <= (size_t)S * kStageBytes, "ws_store's staging tile fits the ring");
     static_assert(kStageBytes % 1024 == 0 && (kBM * kKT * 2) % 1024 == 0, "1024-byte aligned boxes (the swizzle)");
 };
 
@@ -826,12 +933,20 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
             tma(ring + slot * shp::kStageBytes, &tw, kt * kKT, row0, bars + 8 * slot);
             tma(ring + slot * shp::kStageBytes + kBM * kKT * 2, &tx, kt * kKT, col0, bars + 8 * slot);
         }
+        /* the residual's tile into L2 while the consumers run the last stages (ws_store reads it after them) */
+        if (y_in && (((uintptr_t)y_in & 15) | (ldy & 3)) == 0) {
+            const uint32_t bytes = (uint32_t)(min(kBM, n_out - row0) * 4) & ~15u;
+            for (int c = col0; bytes && c < col0 + NX && c < m; c++)
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(y_in + (size_t)c * ldy + row0),
+                             "r"(bytes)
+                             : "memory");
+        }
         return;
     }
     /* consumers */
     if (CW == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     pdl_wait();   /* y and y_in only after the previous kernel (the loads above it wait on the producer anyway) */
-    const int cw = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int cw = wg - 1, lane = tid & 31;
     const uint64_t da0 = zwg::desc(ws_smem + cw * 64 * kKT * 2), db0 = zwg::desc(ws_smem + kBM * kKT * 2);
     float acc[NX / 2], sum[NX / 2];
     /* QG: the open group's sum, element i of consumer thread c at gs[i * 128 CW + c] */
@@ -926,8 +1041,11 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
         }
     }
     const float(&res)[NX / 2] = QS ? sum : acc; /* the product: QG closes it into sum */
-    if (glu) wg_store_glu<T, NX>(res, row0 + cw * 64 + 16 * warp + g, col0, t, glu, ldg, n_out, m);
-    else wg_store<NX>(res, row0 + cw * 64 + 16 * warp + g, col0, t, y, ldy, y_in, n_out, m);
+    /* the staging tile at the ring's start: every consumer passed its last wait<0> (its wgmmas retired) before the
+     * staging barrier, and every copy into the ring completed before the consumers' last full-barrier wait */
+    asm volatile("bar.sync 1, %0;\n" ::"n"(128 * CW) : "memory");
+    if (glu) ws_store_glu<T, CW, NX>(res, reinterpret_cast<T *>(ws_smem), tid - 128, row0, col0, glu, ldg, n_out, m);
+    else ws_store<CW, NX>(res, reinterpret_cast<float *>(ws_smem), tid - 128, row0, col0, y, ldy, y_in, n_out, m);
 #else
     __trap();   /* built without sm_90a code: the host never launches it here */
 #endif
