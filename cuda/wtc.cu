@@ -765,7 +765,8 @@ __global__ void __launch_bounds__(128 * WG, 1) wtc_wg(const T *__restrict__ w, i
  * contiguous in y (one 512-byte line run a warp instruction at CW 2), with y_in loaded the same way before the adds.
  * Every value is the one wg_store writes (acc, or acc + y_in as __fadd_rn(acc, y_in)); only the order of the
  * memory operations changes. u: the thread's index among the consumers; vec: y, y_in 16-byte aligned and ldy a
- * multiple of 4 (else every element is stored alone, in the same order). */
+ * multiple of 4 (else every element is stored alone, in the same order). (wg_store's 4-byte stores, 8 values into
+ * each of 4 rows a warp instruction, cost the 8B F16 decode step at M = 64 about 2.5% on an H200: docs/perf.md) */
 template <int CW, int NX>
 __device__ __forceinline__ void ws_store(const float (&acc)[NX / 2], float *st, int u, int row0, int col0, float *y,
                                          int ldy, const float *y_in, int n_out, int m) {
