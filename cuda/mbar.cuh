@@ -33,6 +33,32 @@ __device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
                      : "memory");
     } while (!done);
 }
+/* Pairs of CTAs in one cluster (wtc.cu's paired form, MC): a CTA's consumers also release the peer's slot, at CTA
+ * scope (a cluster-scope release is a GPU-wide memory barrier an arrival): what the release orders is the
+ * retirement of wgmma reads (wgmma.wait_group) before the peer's copies into the slot, which the peer's producer
+ * issues only once it has seen the arrival. */
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+/* every thread of every CTA of the cluster: the barriers initialized before are visible to the peers */
+__device__ __forceinline__ void cluster_sync_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n"
+                 "barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::
+                     : "memory");
+}
+/* the cluster-window address of the shared address a in CTA `rank` of the cluster */
+__device__ __forceinline__ uint32_t cluster_addr(uint32_t a, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
+    return r;
+}
+/* one arrival on the barrier at cluster-window address a (cluster_addr) */
+__device__ __forceinline__ void mbar_arrive_cl(uint32_t a) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(a) : "memory");
+}
 /* bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), completing on barrier bar */
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),

@@ -880,7 +880,7 @@ template <int CW, int NX, int S> struct ws_shape {
  * then the groups; QG: 1 < r < kn, which keeps the open group's sum in shared memory after the ring and the
  * barriers (a third register set spills: 240 registers a consumer thread hold two of 64; otherwise the order is the
  * sequential ((p0 + p1) + p2) + ... of ks splits) */
-template <typename T, int CW, int NX, int S, bool QS = false, bool QG = false>
+template <typename T, int CW, int NX, int S, bool QS = false, bool QG = false, bool MC = false>
 __global__ void __launch_bounds__(128 * (CW + 1), 1)
     wtc_ws(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx, int n_in, int n_out, int ks,
            int m, float *y, int ldy, const float *y_in, T *glu, int ldg, int units, int r) {
@@ -888,19 +888,25 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
     extern __shared__ __align__(1024) unsigned char ws_smem[];
     using shp = ws_shape<CW, NX, S>;
     static_assert(S >= 3, "the consumers hold two stages past the one they wait for");
+    static_assert(!(MC && QS), "the paired form runs wtc_split's order only");
     constexpr int kBM = shp::kBM;
     /* full barrier of slot s at bars + 8 s, empty barrier at bars + 8 (S + s) */
     const uint32_t ring = smem_u32(ws_smem), bars = ring + S * shp::kStageBytes;
     const int tid = threadIdx.x, wg = tid >> 7;
     const int col0 = blockIdx.x * NX, row0 = blockIdx.y * kBM;
     const int tps = n_in / ks / kKT, nt = n_in / kKT;
+    /* MC: this CTA's place in its pair, and the W rows its producer loads for both (kWR from row0 + kWR rank) */
+    const uint32_t rank = MC ? cluster_rank() : 0;
+    constexpr int kWR = MC ? kBM / 2 : kBM;
     if (tid == 0) {
         for (int s = 0; s < S; s++) {
-            mbar_init(bars + 8 * s, 1);            /* the producer's arrive.expect_tx; the copies' bytes complete it */
-            mbar_init(bars + 8 * (S + s), 4 * CW); /* lane 0 of every consumer warp, once the stage's wgmma retired */
+            mbar_init(bars + 8 * s, 1); /* the producer's arrive.expect_tx; the copies' bytes complete it */
+            /* lane 0 of every consumer warp (MC: of both CTAs), once the stage's wgmma retired */
+            mbar_init(bars + 8 * (S + s), 4 * CW * (MC ? 2 : 1));
         }
     }
-    __syncthreads();
+    if constexpr (MC) cluster_sync_init();
+    else __syncthreads();
     pdl_trigger();
     if (wg == 0) {
         /* registers move to the consumers (their accumulators and split sums): with two consumer warpgroups the
@@ -916,22 +922,35 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
                          "l"(map), "r"(k), "r"(row), "r"(bar)
                          : "memory");
         };
+        /* the stage's W box: MC, this CTA's half into both CTAs of the pair (the same offsets; each CTA's own full
+         * barrier counts the bytes) */
+        auto tma_w = [&](uint32_t dst, int k, uint32_t bar) {
+            if constexpr (MC) {
+                asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
+                             "cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst + rank * (kWR * kKT * 2)),
+                             "l"(&tw), "r"(k), "r"(row0 + (int)rank * kWR), "r"(bar), "h"((uint16_t)3)
+                             : "memory");
+            } else {
+                tma(dst, &tw, k, row0, bar);
+            }
+        };
         const int pre = S < nt ? S : nt;
         /* the first S stages' weights before pdl_wait (written once, at load), x after; QS: the weights are qtc's
          * 16-bit copy, written by the kernel before, so after it too */
         if (QS) pdl_wait();
         for (int s = 0; s < pre; s++) {
             mbar_expect_tx(bars + 8 * s, shp::kStageBytes);
-            tma(ring + s * shp::kStageBytes, &tw, s * kKT, row0, bars + 8 * s);
+            tma_w(ring + s * shp::kStageBytes, s * kKT, bars + 8 * s);
         }
         pdl_wait();
         for (int s = 0; s < pre; s++)
             tma(ring + s * shp::kStageBytes + kBM * kKT * 2, &tx, s * kKT, col0, bars + 8 * s);
         for (int kt = S; kt < nt; kt++) {
             const int slot = kt % S;
-            mbar_wait(bars + 8 * (S + slot), ((kt / S) & 1) ^ 1);   /* stage kt - S retired */
+            /* stage kt - S retired (MC: in both CTAs, whose slots this copy fills) */
+            mbar_wait(bars + 8 * (S + slot), ((kt / S) & 1) ^ 1);
             mbar_expect_tx(bars + 8 * slot, shp::kStageBytes);
-            tma(ring + slot * shp::kStageBytes, &tw, kt * kKT, row0, bars + 8 * slot);
+            tma_w(ring + slot * shp::kStageBytes, kt * kKT, bars + 8 * slot);
             tma(ring + slot * shp::kStageBytes + kBM * kKT * 2, &tx, kt * kKT, col0, bars + 8 * slot);
         }
         /* the residual's tile into L2 while the consumers run the last stages (ws_store reads it after them) */
@@ -942,12 +961,19 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
                              "r"(bytes)
                              : "memory");
         }
+        /* MC: the CTA ends only once both CTAs' consumers released every stage: no copy of this producer is then
+         * still landing in the peer, and no arrival of the peer's consumers still targets this CTA's barriers (the
+         * last S stages are in S distinct slots, each at its last phase) */
+        if constexpr (MC) {
+            for (int j = nt > S ? nt - S : 0; j < nt; j++) mbar_wait(bars + 8 * (S + j % S), (j / S) & 1);
+        }
         return;
     }
     /* consumers */
     if (CW == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     pdl_wait();   /* y and y_in only after the previous kernel (the loads above it wait on the producer anyway) */
     const int cw = wg - 1, lane = tid & 31;
+    const uint32_t pbars = MC ? cluster_addr(bars, rank ^ 1) : 0; /* MC: the peer's barriers */
     const uint64_t da0 = zwg::desc(ws_smem + cw * 64 * kKT * 2), db0 = zwg::desc(ws_smem + kBM * kKT * 2);
     float acc[NX / 2], sum[NX / 2];
     /* QG: the open group's sum, element i of consumer thread c at gs[i * 128 CW + c] */
@@ -1024,7 +1050,10 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
         for (int q = 0; q < 4; q++) zwg::mma<T, NX>::run(acc, da0 + off + 2 * q, db0 + off + 2 * q);
         zwg::commit();
         zwg::wait<2>(); /* stage kt - 2's group retired: its slot may be refilled */
-        if (kt > 1 && lane == 0) mbar_arrive(bars + 8 * (S + prev2));
+        if (kt > 1 && lane == 0) {
+            mbar_arrive(bars + 8 * (S + prev2));
+            if constexpr (MC) mbar_arrive_cl(pbars + 8 * (S + prev2)); /* the peer's copy of the slot too */
+        }
         prev2 = prev;
         prev = slot;
         if (++slot == S) {
@@ -1039,6 +1068,16 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
         if (ks > 1) {
 #pragma unroll
             for (int i = 0; i < NX / 2; i++) acc[i] = __fadd_rn(sum[i], acc[i]); /* the last split closes the sum */
+        }
+    }
+    if constexpr (MC) { /* the last two stages' releases, for both producers' tails (their groups retired above) */
+        if (lane == 0) {
+            if (nt > 1) {
+                mbar_arrive(bars + 8 * (S + prev2));
+                mbar_arrive_cl(pbars + 8 * (S + prev2));
+            }
+            mbar_arrive(bars + 8 * (S + prev));
+            mbar_arrive_cl(pbars + 8 * (S + prev));
         }
     }
     const float(&res)[NX / 2] = QS ? sum : acc; /* the product: QG closes it into sum */
@@ -1095,8 +1134,8 @@ template <int CW, int NX> constexpr int ws_stages() {
     return NX == 192 ? 5 : NX == 128 ? 6 : fit < 16 ? fit : 16;
 }
 
-/* QS, QG: wtc_ws (kn = ks, r: wtc_launch_qsplit) */
-template <typename T, int CW, int NX, bool QS = false, bool QG = false>
+/* QS, QG, MC: wtc_ws (kn = ks, r: wtc_launch_qsplit; MC: an even count of batch tiles, ws_paired) */
+template <typename T, int CW, int NX, bool QS = false, bool QG = false, bool MC = false>
 cudaError_t launch_ws_t(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st, int r = 1) {
     /* QG: one stage fewer, for the open group's sums (128 CW threads x NX / 2 floats) after the barriers */
     constexpr int S = ws_stages<CW, NX>() - (QG ? 1 : 0);
@@ -1104,16 +1143,17 @@ cudaError_t launch_ws_t(const wtc_params *p, int ks, int ldx, int ldy, cudaStrea
     constexpr size_t smem = shp::kSmem + (QG ? (size_t)128 * CW * (NX / 2) * 4 : 0);
     static_assert(smem <= 227 * 1024, "shared memory of one CTA");
     CUtensorMap tw, tx;
-    if (tma_map(&tw, p->bf16, p->w, p->n_in, p->n_out, p->n_in, shp::kBM) != 0 ||
+    if (tma_map(&tw, p->bf16, p->w, p->n_in, p->n_out, p->n_in, MC ? shp::kBM / 2 : shp::kBM) != 0 ||
         tma_map(&tx, p->bf16, p->x, p->n_in, p->x_rows > p->m ? p->x_rows : p->m, ldx, NX) != 0)
         return cudaErrorInvalidValue;
-    auto k = wtc_ws<T, CW, NX, S, QS, QG>;
+    auto k = wtc_ws<T, CW, NX, S, QS, QG, MC>;
     static std::atomic<unsigned long long> s_set{0};
     const cudaError_t e = cu_smem_optin(k, smem, s_set);
     if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)((p->m + NX - 1) / NX), (unsigned)((p->n_out + shp::kBM - 1) / shp::kBM));
-    return cu_launch(k, grid, dim3(shp::kThreads), smem, st, tw, tx, p->n_in, p->n_out, ks, p->m, p->y, ldy, p->y_in,
-                     (T *)p->glu, p->ldg, p->n_in / 256, r);
+    if (MC && grid.x % 2) return cudaErrorInvalidValue;
+    return cu_launch_cl(1, MC ? dim3(2, 1, 1) : dim3(0, 0, 0), k, grid, dim3(shp::kThreads), smem, st, tw, tx, p->n_in,
+                        p->n_out, ks, p->m, p->y, ldy, p->y_in, (T *)p->glu, p->ldg, p->n_in / 256, r);
 }
 
 template <typename T, bool CL>
@@ -1171,8 +1211,24 @@ static ws_cfg ws_chained(const wtc_params *p) {
     return best;
 }
 
+/* the paired form of the 64-row batch tiles: two CTAs of one W tile (consecutive batch tiles) form a cluster and
+ * each loads half of every W stage into both (TMA multicast), so the pair reads W from L2 once; where the batch tiles
+ * pair up (65 to 128 rows). The tile's arithmetic is unchanged. H200, 8B F16 layer products at 128 rows
+ * (zllm-wtcbench --f16): Q/K/V 17.9 against 18.5 us, down 40.1-40.3 against 40.6-40.8, the layer 141.8-142.9
+ * against 143.2-143.4; decode at M = 128 9.50-9.51 against 9.55-9.59 ms a step. Tiles of 32 rows (33 to 64 rows)
+ * gain nothing (the output and down products 12.3-12.4 and 35.4-35.5 against 12.3 and 35.1 us at 64 rows), nor do
+ * the 128-row tiles of prefill sizes (docs/perf.md). */
+static bool ws_paired(const wtc_params *p, const ws_cfg &c) {
+    return c.nx == 64 && ((p->m + c.nx - 1) / c.nx) % 2 == 0;
+}
+
 template <typename T, int NX>
 cudaError_t launch_ws_c(const wtc_params *p, const ws_cfg &c, int ks, int ldx, int ldy, cudaStream_t st) {
+    if constexpr (NX == 64) {
+        if (ws_paired(p, c))
+            return c.cw == 2 ? launch_ws_t<T, 2, NX, false, false, true>(p, ks, ldx, ldy, st)
+                             : launch_ws_t<T, 1, NX, false, false, true>(p, ks, ldx, ldy, st);
+    }
     return c.cw == 2 ? launch_ws_t<T, 2, NX>(p, ks, ldx, ldy, st) : launch_ws_t<T, 1, NX>(p, ks, ldx, ldy, st);
 }
 
