@@ -22,9 +22,10 @@
  *     its own cp.async ring of weights and x rows through one or two 8-row B fragments, one warp a 16-row tile
  *     sums); sm_90, 16 < M <= 32: the same kernel with four B fragments where its CTAs of 32 W rows fit one wave;
  *   - sm_90, M > 16 otherwise: wgmma fed by TMA, warp-specialized (a producer warpgroup, one or two consumer warpgroups on
- *     mbarriers), every split chained in the CTA with the running sum in registers; tiles of up to 128 batch rows
- *     and 128 W rows, smaller where that brings idle multiprocessors in, with rings as deep as shared memory
- *     allows;
+ *     mbarriers), every split chained in the CTA with the running sum in registers; tiles of 128 W rows and up to
+ *     128 batch rows (192 where a product takes fewer waves so), smaller where that brings idle multiprocessors in,
+ *     with rings as deep as shared memory allows; 64-row batch tiles in CTA pairs that share each W stage (TMA
+ *     multicast) where they pair up;
  *   - M > 16 on other devices, or with ZLLM_CUDA_WGMMA=0: the mma.sync wide kernels (one CTA per split plus an ordered merge for
  *     small grids, else splits chained in the CTA).
  * wgmma chains give the same bits as mma.sync chains (measured, cuda/wgmma.cuh), so every form is one
