@@ -55,9 +55,16 @@ constexpr size_t kWideSmem64 = (size_t)kWS * (kBM + 64) * kKT * 2;          /* 9
 /* element offset of 16-byte chunk c of row r in a [rows][W] tile, chunks XOR-swizzled by (r & 7) */
 template <int W> __device__ __forceinline__ int swz(int r, int c) { return r * W + ((c ^ (r & 7)) << 3); }
 
+/* silu(gate) * up rounded to T, as ops_swiglu_il8_dual rounds it: every SwiGLU epilogue here */
+template <typename T> __device__ __forceinline__ T glu_value(float gate, float up) {
+    const float v = silu_mul(gate, up);
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) return __float2bfloat16_rn(v);
+    else return __float2half_rn(v);
+}
+
 /* the SwiGLU epilogue (wtc_params.glu) of the same accumulator: W's rows interleave gate and up in blocks of 8, so
  * this thread's rows rbase (16 b + g: gate of feature 8 b + g) and rbase + 8 (the up row of that feature) meet in
- * one thread: out[col][8 b + g] = silu_mul(gate, up), rounded to T as ops_swiglu_il8_dual rounds it */
+ * one thread: out[col][8 b + g] = glu_value(gate, up) */
 template <typename T, int NX>
 __device__ __forceinline__ void wg_store_glu(const float (&acc)[NX / 2], int rbase, int col0, int t, T *out, int ldg,
                                              int n_out, int m) {
@@ -69,9 +76,7 @@ __device__ __forceinline__ void wg_store_glu(const float (&acc)[NX / 2], int rba
         for (int e = 0; e < 2; e++) {
             const int col = col0 + 8 * j + 2 * t + e;
             if (col >= m) continue;
-            const float v = silu_mul(acc[4 * j + e], acc[4 * j + e + 2]);
-            if constexpr (std::is_same<T, __nv_bfloat16>::value) out[(size_t)col * ldg + f] = __float2bfloat16_rn(v);
-            else out[(size_t)col * ldg + f] = __float2half_rn(v);
+            out[(size_t)col * ldg + f] = glu_value<T>(acc[4 * j + e], acc[4 * j + e + 2]);
         }
 }
 
@@ -535,7 +540,8 @@ __global__ void wtc_merge(const float *__restrict__ part, int ks, int n_out, int
 template <int NX>
 __device__ __forceinline__ void wg_store(const float (&acc)[NX / 2], int rbase, int col0, int t, float *y, int ldy,
                                          const float *y_in, int n_out, int m) {
-    constexpr int kJB = NX / 8 < 8 ? NX / 8 : (NX / 8) % 8 == 0 ? 8 : 4; /* a divisor of NX / 8 */
+    constexpr int kJB = NX / 8 < 8 ? NX / 8 : 8;
+    static_assert((NX / 8) % kJB == 0, "whole batches of fragments");
 #pragma unroll
     for (int j0 = 0; j0 < NX / 8; j0 += kJB) {
         float yi[kJB * 4];
@@ -824,7 +830,7 @@ __device__ __forceinline__ void ws_store(const float (&acc)[NX / 2], float *st, 
     }
 }
 
-/* the SwiGLU epilogue of wtc_ws the same way: each thread's silu_mul values (features 32 cw + 8 warp + g of the
+/* the SwiGLU epilogue of wtc_ws the same way: each thread's glu_value values (features 32 cw + 8 warp + g of the
  * tile, as wg_store_glu pairs them) into a [NX][32 CW + 16] staging tile of T (a pitch of 8 mod 32 words), then
  * 16-byte stores of 8 features; vec: out 16-byte aligned and ldg a multiple of 8 */
 template <typename T, int CW, int NX>
@@ -837,13 +843,8 @@ __device__ __forceinline__ void ws_store_glu(const float (&acc)[NX / 2], T *st, 
 #pragma unroll
         for (int j = 0; j < NX / 8; j++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float v = silu_mul(acc[4 * j + e], acc[4 * j + e + 2]);
-                T h;
-                if constexpr (std::is_same<T, __nv_bfloat16>::value) h = __float2bfloat16_rn(v);
-                else h = __float2half_rn(v);
-                st[(8 * j + 2 * t + e) * kLD + f] = h;
-            }
+            for (int e = 0; e < 2; e++)
+                st[(8 * j + 2 * t + e) * kLD + f] = glu_value<T>(acc[4 * j + e], acc[4 * j + e + 2]);
     }
     asm volatile("bar.sync 1, %0;\n" ::"n"(128 * CW) : "memory");
     const int q = u % kQ, cc = u / kQ, f0 = row0 / 2 + 8 * q, nf = n_out / 2;
@@ -974,6 +975,11 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
     pdl_wait();   /* y and y_in only after the previous kernel (the loads above it wait on the producer anyway) */
     const int cw = wg - 1, lane = tid & 31;
     const uint32_t pbars = MC ? cluster_addr(bars, rank ^ 1) : 0; /* MC: the peer's barriers */
+    /* the slot's wgmma reads retired: its empty barrier (MC: and the peer's copy of it) gets this warp's arrival */
+    auto release = [&](int sl) {
+        mbar_arrive(bars + 8 * (S + sl));
+        if constexpr (MC) mbar_arrive_cl(pbars + 8 * (S + sl));
+    };
     const uint64_t da0 = zwg::desc(ws_smem + cw * 64 * kKT * 2), db0 = zwg::desc(ws_smem + kBM * kKT * 2);
     float acc[NX / 2], sum[NX / 2];
     /* QG: the open group's sum, element i of consumer thread c at gs[i * 128 CW + c] */
@@ -1050,10 +1056,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
         for (int q = 0; q < 4; q++) zwg::mma<T, NX>::run(acc, da0 + off + 2 * q, db0 + off + 2 * q);
         zwg::commit();
         zwg::wait<2>(); /* stage kt - 2's group retired: its slot may be refilled */
-        if (kt > 1 && lane == 0) {
-            mbar_arrive(bars + 8 * (S + prev2));
-            if constexpr (MC) mbar_arrive_cl(pbars + 8 * (S + prev2)); /* the peer's copy of the slot too */
-        }
+        if (kt > 1 && lane == 0) release(prev2);
         prev2 = prev;
         prev = slot;
         if (++slot == S) {
@@ -1072,12 +1075,8 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
     }
     if constexpr (MC) { /* the last two stages' releases, for both producers' tails (their groups retired above) */
         if (lane == 0) {
-            if (nt > 1) {
-                mbar_arrive(bars + 8 * (S + prev2));
-                mbar_arrive_cl(pbars + 8 * (S + prev2));
-            }
-            mbar_arrive(bars + 8 * (S + prev));
-            mbar_arrive_cl(pbars + 8 * (S + prev));
+            if (nt > 1) release(prev2);
+            release(prev);
         }
     }
     const float(&res)[NX / 2] = QS ? sum : acc; /* the product: QG closes it into sum */
