@@ -89,13 +89,13 @@ __device__ __forceinline__ void wg_store_glu(const float (&acc)[NX / 2], int rba
  * rows hit distinct banks), both by cp.async in one commit group: x then arrives with its weights, NS - 1 stages
  * ahead, and MT tiles share each x row read. (x read from global memory one stage ahead, as before, held each warp
  * to one stage per L2 round trip under full DRAM load: H100 8B BF16 M = 1, gate/up and down at 2.72 TB/s in the
- * graph, 89% of the read ceiling.) */
-/* The launch bound names one CTA an SM (a launch holds as many as shared memory and threads allow: narrow_per_sm).
+ * graph, 89% of the read ceiling.)
+ * The launch bound names one CTA an SM (a launch holds as many as shared memory and threads allow: narrow_per_sm).
  * With the thread count alone ptxas reads each k16 step's fragments just before its product (58 registers at one
  * batch row); with the CTA count it reads the next step's ahead of the current product (64 registers). H200, 8B F16
  * decode 0.3-0.8% faster a step at M = 1 to 16, 1B F16 0.5-1.7% (docs/perf.md). The forms whose registers grew
- * (9 to 16 rows: 96 a thread with 16 W rows a CTA, 112 with 32) still fit the CTAs an SM that narrow_per_sm counts,
- * at every split count: their rings' shared memory binds first. */
+ * (9 to 16 rows: 96 allocated a thread with 16 W rows a CTA, 112 with 32) still fit the CTAs an SM that
+ * narrow_per_sm counts, at every split count: their rings' shared memory binds first. */
 template <typename T, int NS = kNS, int NF = 1, int MT = 1>
 __global__ void __launch_bounds__(kMaxKs * 32, 1)
     wtc_narrow(const T *__restrict__ w, int n_in, int n_out, int ks, int m, const T *__restrict__ x, int ldx, float *y,
