@@ -8,8 +8,8 @@
  * 2 * D / 8 mma and D / 8 ldmatrix per warp instead of ~16 * D * group / 32 FMAs, and each warp runs its own
  * cp.async ring (__syncwarp only).
  * The per-warp ring is NS tiles deep (NS - 1 in flight while one is computed): 24 KiB per warp for both head
- * sizes (8-9 warps per SM whatever G is), or 48 KiB in the deep form that launches with at most 4 warps of
- * chunks per SM use (batch 1 at short contexts: each warp then needs more bytes in flight).
+ * sizes (8-9 warps per SM whatever G is), or 48 KiB in the deep form that launches of one or two sequences with
+ * at most 4 warps of chunks per SM use (short contexts: each warp then needs more bytes in flight).
  * Rows g + 8 of the mma are used only for groups above 8; below, their P fragments are zero.
  * After its chunks (with lpw > 1 each chunk's partial goes through a binary counter of saved subtree partials in
  * registers, so the warp leaves its aligned subtree of lpw leaves), each warp leaves (m, l, o) for its group
@@ -1075,9 +1075,10 @@ cudaError_t launch_g(const attn_decode_params *p, int chunk, int n_chunks, cudaS
                      : launch_gp<T, D, G, DEEP, LPW, false>(p, chunk, n_chunks, st);
 }
 
-/* The form follows the launch (none of it changes a row's bits): with at most 4 warps of chunks per SM in the
- * whole launch, deep rings (more bytes in flight per warp) and at most 4 warps per block, 1 when there are no
- * more warps than SMs (one warp per SM); otherwise 24 KiB rings and up to g_max (8) warps per block. */
+/* The form follows the launch (none of it changes a row's bits): for rows of at most 2 sequences with at most 4
+ * warps of chunks per SM in the whole launch, deep rings (more bytes in flight per warp) and at most 4 warps per
+ * block, 1 when there are no more warps than SMs (one warp per SM); otherwise 24 KiB rings and up to g_max (8) warps
+ * per block. */
 template <typename T, int D, int LPW>
 cudaError_t launch_l(const attn_decode_params *p, int chunk, int n_chunks, cudaStream_t st) {
     const int row_warps = (n_chunks + LPW - 1) / LPW;
@@ -1090,7 +1091,13 @@ cudaError_t launch_l(const attn_decode_params *p, int chunk, int n_chunks, cudaS
      * the whole row while the deep form would need a cluster (8 chunks at 1 x 1040: 14.0 us in one 8-warp block
      * against 14.5 in two deep 4-warp blocks; 8B Q4_K_M M=1 1.8% faster in the engine) */
     const bool one_block = row_warps <= tc_group_size(p, row_warps, kMaxG);
-    if (kDeep && warps <= sm * 4 && (nbd == 1 || (!one_block && (tc_cluster(p, nbd) || !tc_cluster_on(p))))) {
+    /* and deep rings only for rows of at most 2 sequences. H200, the engine's decode step (ms), deep rings up to 4
+     * warps an SM against this rule: 1B F16 at M = 4, 8 and 16 0.924 against 0.901, 0.957 against 0.942, 1.058
+     * against 1.044; at 16k context and M = 4 2.052 against 1.510; 1B Q4_K_M at M = 8 and 16 0.745 against 0.727 and
+     * 1.045 against 0.999, but at M = 4 0.724 against 0.742; 8B F16 and Q4_K_M at 2 to 16 rows unchanged; and at 1
+     * and 2 rows the deep form is the faster one (1B F16 0.825 against 0.835 and 0.862 against 0.871) */
+    if (kDeep && p->n_seq <= 2 && warps <= sm * 4 &&
+        (nbd == 1 || (!one_block && (tc_cluster(p, nbd) || !tc_cluster_on(p))))) {
         switch (gd) {
         case 1: return launch_g<T, D, 1, true, LPW>(p, chunk, n_chunks, st);
         case 2: return launch_g<T, D, 2, true, LPW>(p, chunk, n_chunks, st);
