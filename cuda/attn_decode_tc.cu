@@ -1091,11 +1091,12 @@ cudaError_t launch_l(const attn_decode_params *p, int chunk, int n_chunks, cudaS
      * the whole row while the deep form would need a cluster (8 chunks at 1 x 1040: 14.0 us in one 8-warp block
      * against 14.5 in two deep 4-warp blocks; 8B Q4_K_M M=1 1.8% faster in the engine) */
     const bool one_block = row_warps <= tc_group_size(p, row_warps, kMaxG);
-    /* and deep rings only for rows of at most 2 sequences. H200, the engine's decode step (ms), deep rings up to 4
-     * warps an SM against this rule: 1B F16 at M = 4, 8 and 16 0.924 against 0.901, 0.957 against 0.942, 1.058
-     * against 1.044; at 16k context and M = 4 2.052 against 1.510; 1B Q4_K_M at M = 8 and 16 0.745 against 0.727 and
-     * 1.045 against 0.999, but at M = 4 0.724 against 0.742; 8B F16 and Q4_K_M at 2 to 16 rows unchanged; and at 1
-     * and 2 rows the deep form is the faster one (1B F16 0.825 against 0.835 and 0.862 against 0.871) */
+    /* and deep rings only for rows of at most 2 sequences. H200, the engine's decode step (ms, docs/perf.md), deep
+     * rings up to 4 warps an SM against this rule: 1B F16 at M = 4, 8 and 16 0.924-0.925 against 0.901-0.902,
+     * 0.957-0.960 against 0.944, 1.059 against 1.045-1.046; at 16k context and M = 4 2.052 against 1.511; 1B Q4_K_M
+     * at M = 8 and 16 0.745-0.749 against 0.728-0.732 and 1.045-1.050 against 1.000-1.005, but at M = 4 0.724-0.731
+     * against 0.742-0.747; 8B F16 and Q4_K_M at 2 to 16 rows unchanged; and at 1 and 2 rows the deep form is the
+     * faster one (1B F16 0.825 against 0.835 and 0.862 against 0.871) */
     if (kDeep && p->n_seq <= 2 && warps <= sm * 4 &&
         (nbd == 1 || (!one_block && (tc_cluster(p, nbd) || !tc_cluster_on(p))))) {
         switch (gd) {
