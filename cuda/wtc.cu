@@ -886,8 +886,13 @@ template <int CW, int NX, int S> struct ws_shape {
  * sub-split s the k tiles [kUT floor(units s / kn), kUT floor(units (s + 1) / kn)), summed in consecutive groups of r,
  * then the groups; QG: 1 < r < kn, which keeps the open group's sum in shared memory after the ring and the
  * barriers (a third register set spills: 240 registers a consumer thread hold two of 64; otherwise the order is the
- * sequential ((p0 + p1) + p2) + ... of ks splits) */
-template <typename T, int CW, int NX, int S, bool QS = false, bool QG = false, bool MC = false>
+ * sequential ((p0 + p1) + p2) + ... of ks splits); KP: the k-split pair (ws_kpair): a cluster of two CTAs (grid.z) on
+ * one tile of one consumer warpgroup, rank r streaming the k tiles [r nt / 2, (r + 1) nt / 2) (ks even, so each half
+ * is whole splits); rank 1 stores each split's partial into rank 0's shared memory (distributed shared memory) and
+ * arrives on rank 0's mbarrier with release at cluster scope, then ends; rank 0 closes its own splits' sum and adds
+ * rank 1's partials to it one by one, in split order, then stores the tile: ((p0 + p1) + ..) + p_{ks-1}, the bits of
+ * the one-CTA order */
+template <typename T, int CW, int NX, int S, bool QS = false, bool QG = false, bool MC = false, bool KP = false>
 __global__ void __launch_bounds__(128 * (CW + 1), 1)
     wtc_ws(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx, int n_in, int n_out, int ks,
            int m, float *y, int ldy, const float *y_in, T *glu, int ldg, int units, int r) {
@@ -895,6 +900,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
     extern __shared__ __align__(1024) unsigned char ws_smem[];
     using shp = ws_shape<CW, NX, S>;
     static_assert(S >= 3, "the consumers hold two stages past the one they wait for");
+    static_assert(!KP || (CW == 1 && !QS && !MC), "the k-split pair: one consumer warpgroup, wtc_split's order");
     static_assert(!(MC && QS), "the paired form runs wtc_split's order only");
     constexpr int kBM = shp::kBM;
     /* full barrier of slot s at bars + 8 s, empty barrier at bars + 8 (S + s) */
@@ -903,7 +909,10 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
     const int col0 = blockIdx.x * NX, row0 = blockIdx.y * kBM;
     const int tps = n_in / ks / kKT, nt = n_in / kKT;
     /* MC: this CTA's place in its pair, and the W rows its producer loads for both (kWR from row0 + kWR rank) */
-    const uint32_t rank = MC ? cluster_rank() : 0;
+    const uint32_t rank = (MC || KP) ? cluster_rank() : 0;
+    /* KP: the pair's k halves (rank r takes the k tiles [r nt / 2, (r + 1) nt / 2)); rank 1 pushes its split partials
+     * into rank 0's [split][NX / 2][128] f32 area after the ring and the barriers (16 bytes: its mbarrier first) */
+    const uint32_t kpbar = ring + (uint32_t)shp::kSmem;
     constexpr int kWR = MC ? kBM / 2 : kBM;
     if (tid == 0) {
         for (int s = 0; s < S; s++) {
@@ -911,8 +920,9 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
             /* lane 0 of every consumer warp (MC: of both CTAs), once the stage's wgmma retired */
             mbar_init(bars + 8 * (S + s), 4 * CW * (MC ? 2 : 1));
         }
+        if (KP) mbar_init(kpbar, 128); /* every consumer thread of rank 1, once its partials are stored */
     }
-    if constexpr (MC) cluster_sync_init();
+    if constexpr (MC || KP) cluster_sync_init();
     else __syncthreads();
     pdl_trigger();
     if (wg == 0) {
@@ -941,24 +951,25 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
                 tma(dst, &tw, k, row0, bar);
             }
         };
-        const int pre = S < nt ? S : nt;
+        const int nl = KP ? nt / 2 : nt, pre = S < nl ? S : nl;
+        auto ktile = [&](int j) { return KP ? (int)rank * (nt / 2) + j : j; }; /* KP: the CTA's k half */
         /* the first S stages' weights before pdl_wait (written once, at load), x after; QS: the weights are qtc's
          * 16-bit copy, written by the kernel before, so after it too */
         if (QS) pdl_wait();
         for (int s = 0; s < pre; s++) {
             mbar_expect_tx(bars + 8 * s, shp::kStageBytes);
-            tma_w(ring + s * shp::kStageBytes, s * kKT, bars + 8 * s);
+            tma_w(ring + s * shp::kStageBytes, ktile(s) * kKT, bars + 8 * s);
         }
         pdl_wait();
         for (int s = 0; s < pre; s++)
-            tma(ring + s * shp::kStageBytes + kBM * kKT * 2, &tx, s * kKT, col0, bars + 8 * s);
-        for (int kt = S; kt < nt; kt++) {
+            tma(ring + s * shp::kStageBytes + kBM * kKT * 2, &tx, ktile(s) * kKT, col0, bars + 8 * s);
+        for (int kt = S; kt < nl; kt++) {
             const int slot = kt % S;
             /* stage kt - S retired (MC: in both CTAs, whose slots this copy fills) */
             mbar_wait(bars + 8 * (S + slot), ((kt / S) & 1) ^ 1);
             mbar_expect_tx(bars + 8 * slot, shp::kStageBytes);
-            tma_w(ring + slot * shp::kStageBytes, kt * kKT, bars + 8 * slot);
-            tma(ring + slot * shp::kStageBytes + kBM * kKT * 2, &tx, kt * kKT, col0, bars + 8 * slot);
+            tma_w(ring + slot * shp::kStageBytes, ktile(kt) * kKT, bars + 8 * slot);
+            tma(ring + slot * shp::kStageBytes + kBM * kKT * 2, &tx, ktile(kt) * kKT, col0, bars + 8 * slot);
         }
         /* the residual's tile into L2 while the consumers run the last stages (ws_store reads it after them) */
         if (y_in && (((uintptr_t)y_in & 15) | (ldy & 3)) == 0) {
@@ -993,6 +1004,21 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
 #pragma unroll
     for (int i = 0; i < NX / 2; i++) acc[i] = 0.f, sum[i] = -0.f;
     int slot = 0, prev = S - 1, prev2 = S - 2, left = tps; /* prev, prev2: the slots of stages kt - 1, kt - 2 */
+    /* KP: element i of split j of consumer thread u at kp[(j NX / 2 + i) 128 + u] (rank 0's area); js: rank 1's next
+     * split; kpr: the area's address in rank 0 */
+    float *kp = reinterpret_cast<float *>(ws_smem + shp::kSmem + 16) + (tid - 128);
+    const uint32_t kpr = KP ? cluster_addr(kpbar + 16 + 4 * (uint32_t)(tid - 128), 0) : 0;
+    int js = 0;
+    auto kpush = [&]() { /* rank 1: acc, split js, into rank 0 */
+#pragma unroll
+                         for (int i = 0; i < NX / 2; i++)
+                             asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(
+                                              kpr + 4u * (uint32_t)((js * (NX / 2) + i) * 128)),
+                                          "f"(acc[i])
+                                          : "memory");
+                         js++;
+    };
+    const int nloc = KP ? nt / 2 : nt; /* this CTA's k tiles */
     /* QS: ks is kn; sp the open sub-split, bnext its end (k tiles), q its place in its group */
     int sp = 0, q = 0, bnext = QS ? kUT * (int)((long)units / ks) : 0;
     /* QS: sub-split sp's partial in acc joins the sums (qtc.h's order); last: the last sub-split's end, after
@@ -1026,7 +1052,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
      * slower: H100, 8B BF16 2k prefill 68.6 -> 71.5 ms; see above for the form with the sums in shared memory) */
     /* QS: the last sub-split's fold runs in the loop too, at kt = nt (the final wait and sums where the other
      * folds are: after the loop, its shared-memory reads made ptxas serialize every wgmma of the kernel) */
-    for (int kt = 0; QS || kt < nt; kt++) {
+    for (int kt = 0; QS || kt < nloc; kt++) {
         if constexpr (QS) {
             if (kt == bnext) { /* sub-split sp ended */
                 zwg::wait<0>();
@@ -1048,8 +1074,12 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
             zwg::wait<0>();
 #pragma unroll
             for (int i = 0; i < NX / 2; i++) zwg::reg_fence(acc[i]);
+            if (KP && rank == 1) {
+                kpush();
+            } else {
 #pragma unroll
-            for (int i = 0; i < NX / 2; i++) sum[i] = __fadd_rn(sum[i], acc[i]);
+                for (int i = 0; i < NX / 2; i++) sum[i] = __fadd_rn(sum[i], acc[i]);
+            }
 #pragma unroll
             for (int i = 0; i < NX / 2; i++) acc[i] = 0.f;
             left = tps;
@@ -1074,10 +1104,31 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
         zwg::wait<0>();
 #pragma unroll
         for (int i = 0; i < NX / 2; i++) zwg::reg_fence(acc[i]);
-        if (ks > 1) {
+        if (KP && rank == 1) {
+            kpush();
+        } else if (ks > 1) {
 #pragma unroll
             for (int i = 0; i < NX / 2; i++) acc[i] = __fadd_rn(sum[i], acc[i]); /* the last split closes the sum */
         }
+    }
+    if constexpr (KP) { /* rank 0 adds rank 1's splits in order: ((s + p_{ks/2}) + ..) + p_{ks-1} */
+        if (rank == 1) {
+            asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr(kpbar, 0))
+                         : "memory");
+            return;
+        }
+        {
+            uint32_t done = 0;
+            while (!done)
+                asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
+                             "selp.u32 %0, 1, 0, p;\n}\n"
+                             : "=r"(done)
+                             : "r"(kpbar)
+                             : "memory");
+        }
+        for (int j = 0; j < ks / 2; j++)
+#pragma unroll
+            for (int i = 0; i < NX / 2; i++) acc[i] = __fadd_rn(acc[i], kp[(j * (NX / 2) + i) * 128]);
     }
     if constexpr (MC) { /* the last two stages' releases, for both producers' tails (their groups retired above) */
         if (lane == 0) {
@@ -1138,27 +1189,40 @@ template <int CW, int NX> constexpr int ws_stages() {
     constexpr int fit = (220 * 1024) / ((64 * CW + NX) * 128);   /* stages of (64 CW + NX) x 64 16-bit values */
     return NX == 192 ? 5 : NX == 128 ? 6 : fit < 16 ? fit : 16;
 }
+/* KP (the k-split pair: one W tile of 64 rows, two CTAs on halves of k): the stages that about 220 KiB hold beside
+ * rank 1's split partials (at most 4 splits of NX / 2 f32 a thread) and their mbarrier, at most 16 */
+template <int NX> constexpr size_t kp_part_bytes() { return 16 + (size_t)4 * 128 * (NX / 2) * 4; }
+template <int NX> constexpr int kp_stages() {
+    constexpr int fit = (int)((220 * 1024 - kp_part_bytes<NX>()) / ((64 + NX) * 128));
+    return fit < 16 ? fit : 16;
+}
 
-/* QS, QG, MC: wtc_ws (kn = ks, r: wtc_launch_qsplit; MC: an even count of batch tiles, ws_paired) */
-template <typename T, int CW, int NX, bool QS = false, bool QG = false, bool MC = false>
+/* QS, QG, MC, KP: wtc_ws (kn = ks, r: wtc_launch_qsplit; MC: an even count of batch tiles, ws_paired; KP: ks even,
+ * at most 8, no SwiGLU epilogue, ws_kpair) */
+template <typename T, int CW, int NX, bool QS = false, bool QG = false, bool MC = false, bool KP = false>
 cudaError_t launch_ws_t(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st, int r = 1) {
     /* QG: one stage fewer, for the open group's sums (128 CW threads x NX / 2 floats) after the barriers */
-    constexpr int S = ws_stages<CW, NX>() - (QG ? 1 : 0);
+    constexpr int S = KP ? kp_stages<NX>() : ws_stages<CW, NX>() - (QG ? 1 : 0);
     using shp = ws_shape<CW, NX, S>;
-    constexpr size_t smem = shp::kSmem + (QG ? (size_t)128 * CW * (NX / 2) * 4 : 0);
+    constexpr size_t smem = shp::kSmem + (QG ? (size_t)128 * CW * (NX / 2) * 4 : 0) + (KP ? kp_part_bytes<NX>() : 0);
+    if (KP && (ks < 2 || ks > 8 || ks % 2 || p->glu)) return cudaErrorInvalidValue;
     static_assert(smem <= 227 * 1024, "shared memory of one CTA");
     CUtensorMap tw, tx;
     if (tma_map(&tw, p->bf16, p->w, p->n_in, p->n_out, p->n_in, MC ? shp::kBM / 2 : shp::kBM) != 0 ||
         tma_map(&tx, p->bf16, p->x, p->n_in, p->x_rows > p->m ? p->x_rows : p->m, ldx, NX) != 0)
         return cudaErrorInvalidValue;
-    auto k = wtc_ws<T, CW, NX, S, QS, QG, MC>;
+    auto k = wtc_ws<T, CW, NX, S, QS, QG, MC, KP>;
     static std::atomic<unsigned long long> s_set{0};
     const cudaError_t e = cu_smem_optin(k, smem, s_set);
     if (e != cudaSuccess) return e;
-    const dim3 grid((unsigned)((p->m + NX - 1) / NX), (unsigned)((p->n_out + shp::kBM - 1) / shp::kBM));
+    const dim3 grid((unsigned)((p->m + NX - 1) / NX), (unsigned)((p->n_out + shp::kBM - 1) / shp::kBM), KP ? 2u : 1u);
     if (MC && grid.x % 2) return cudaErrorInvalidValue;
-    return cu_launch_cl(1, MC ? dim3(2, 1, 1) : dim3(0, 0, 0), k, grid, dim3(shp::kThreads), smem, st, tw, tx, p->n_in,
-                        p->n_out, ks, p->m, p->y, ldy, p->y_in, (T *)p->glu, p->ldg, p->n_in / 256, r);
+    return cu_launch_cl(1,
+                        MC   ? dim3(2, 1, 1)
+                        : KP ? dim3(1, 1, 2)
+                             : dim3(0, 0, 0),
+                        k, grid, dim3(shp::kThreads), smem, st, tw, tx, p->n_in, p->n_out, ks, p->m, p->y, ldy, p->y_in,
+                        (T *)p->glu, p->ldg, p->n_in / 256, r);
 }
 
 template <typename T, bool CL>
@@ -1227,6 +1291,18 @@ static bool ws_paired(const wtc_params *p, const ws_cfg &c) {
     return c.nx == 64 && ((p->m + c.nx - 1) / c.nx) % 2 == 0;
 }
 
+/* the k-split pair (KP): up to 64 rows, where the whole batch in one tile (nx0 = ws_nx(m) rows) against 64 W rows,
+ * with k halved between two CTAs, still fits one wave (2 x CTAs <= SMs), for products of an even split count (their
+ * halves end at a split: rank 1's partials join rank 0's sum in wtc_split's order, the same bits) and without the
+ * SwiGLU epilogue. Each wgmma then covers nx0 batch rows instead of the nx0 / 2 of ws_chained's tiles: at 33 to 64
+ * rows the output and down products are bound by how many wgmma their k loops issue, not by DRAM (docs/perf.md). H200,
+ * zllm-bench decode at M = 64, ms a step: 8B F16 6.968-6.978 against 6.669-6.670, 1B F16 1.714 against 1.625-1.627;
+ * M = 16 and 32 (the narrow kernel) unchanged */
+static bool ws_kpair(const wtc_params *p, int ks) {
+    const ws_cfg c = {ws_nx(p->m), 1};
+    return p->m <= 64 && !p->glu && ks >= 2 && ks <= 8 && ks % 2 == 0 && 2 * ws_ctas(p, c) <= cu_sm_count(p->sm_count);
+}
+
 template <typename T, int NX>
 cudaError_t launch_ws_c(const wtc_params *p, const ws_cfg &c, int ks, int ldx, int ldy, cudaStream_t st) {
     if constexpr (NX == 64) {
@@ -1241,6 +1317,13 @@ cudaError_t launch_ws_c(const wtc_params *p, const ws_cfg &c, int ks, int ldx, i
 template <typename T>
 cudaError_t launch_ws(const wtc_params *p, int ks, int ldx, int ldy, cudaStream_t st) {
     if (!tma_encoder()) return launch_wg<T, false>(p, ks, ldx, ldy, st);
+    if (ws_kpair(p, ks)) {
+        switch (ws_nx(p->m)) {
+        case 16: return launch_ws_t<T, 1, 16, false, false, false, true>(p, ks, ldx, ldy, st);
+        case 32: return launch_ws_t<T, 1, 32, false, false, false, true>(p, ks, ldx, ldy, st);
+        default: return launch_ws_t<T, 1, 64, false, false, false, true>(p, ks, ldx, ldy, st);
+        }
+    }
     const ws_cfg c = ws_chained(p);
     switch (c.nx) {
     case 16: return launch_ws_c<T, 16>(p, c, ks, ldx, ldy, st);

@@ -24,8 +24,10 @@
  *   - sm_90, M > 16 otherwise: wgmma fed by TMA, warp-specialized (a producer warpgroup, one or two consumer warpgroups on
  *     mbarriers), every split chained in the CTA with the running sum in registers; tiles of 128 W rows and up to
  *     128 batch rows (192 where a product takes fewer waves so), smaller where that brings idle multiprocessors in,
- *     with rings as deep as shared memory allows; 64-row batch tiles in CTA pairs that share each W stage (TMA
- *     multicast) where they pair up;
+ *     with rings as deep as shared memory allows; up to 64 rows the whole batch against 64 W rows with k halved
+ *     between the two CTAs of a cluster where those pairs fit one wave (an even split count: rank 1's split
+ *     partials join rank 0's sum in split order through distributed shared memory); 64-row batch tiles in CTA
+ *     pairs that share each W stage (TMA multicast) where they pair up;
  *   - M > 16 on other devices, or with ZLLM_CUDA_WGMMA=0: the mma.sync wide kernels (one CTA per split plus an ordered merge for
  *     small grids, else splits chained in the CTA).
  * wgmma chains give the same bits as mma.sync chains (measured, cuda/wgmma.cuh), so every form is one
