@@ -318,14 +318,17 @@ int main(void)
     CHECK(wtc_supported(64, 1) && wtc_supported(14336, 4096) && !wtc_supported(96, 4) && !wtc_supported(600, 4) && wtc_supported(576, 4) &&
           !wtc_supported(4096, 0), "wtc_supported");
     CHECK(wtc_split(4096, 4096) == 8 && wtc_split(4096, 28672) == 8 && wtc_split(4096, 128256) == 4 &&
-          wtc_split(768, 20001) == 2 && wtc_split(192, 33) == 1 && wtc_split(14336, 4096) == 8 &&
-          wtc_split(100, 16) == 0 && wtc_split(2048, 16400) == 4 && wtc_split(2048, 8192) == 4,
+              wtc_split(768, 20001) == 2 && wtc_split(192, 33) == 1 && wtc_split(14336, 4096) == 8 &&
+              wtc_split(100, 16) == 0 && wtc_split(2048, 16400) == 4 && wtc_split(2048, 8192) == 4 &&
+              wtc_split(256, 2000) == 4 && wtc_split(128, 1000) == 2,
           "wtc_split: %d %d %d %d %d %d %d", wtc_split(4096, 4096), wtc_split(4096, 28672), wtc_split(4096, 128256),
           wtc_split(768, 20001), wtc_split(192, 33), wtc_split(14336, 4096), wtc_split(2048, 16400));
     const int quick = getenv("ZLLM_GPU_TEST_QUICK") && atoi(getenv("ZLLM_GPU_TEST_QUICK"));
-    static const int shapes[][2] = {{64, 1},     {64, 17},    {192, 33},   {2048, 40},  {1024, 4001},
-                                    {768, 20001}, {4096, 300}, {14336, 130}, {2048, 3000},
-                                    {2048, 16400}};   /* the last: 4 splits by the second rule of wtc_split */
+    static const int shapes[][2] = {
+        {64, 1},     {64, 17},     {192, 33},    {2048, 40},    {1024, 4001}, {768, 20001},
+        {4096, 300}, {14336, 130}, {2048, 3000}, {2048, 16400}, /* 4 splits by the second rule of wtc_split */
+        {256, 2000},                                            /* 4 splits: the k-split pair's halves of 2 splits */
+        {128, 1000}};                                           /* 2 splits: halves of 1 */
     for (int bf16 = 1; bf16 >= 0; bf16--)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             if (quick && s % 3) continue;
@@ -349,6 +352,8 @@ int main(void)
             form_case(&a, 20);
             form_case(&a, 32);
             form_case(&a, 37);
+            form_case(&a, 64);  /* the k-split pair (ws_kpair) where its pairs fit one wave */
+            form_case(&a, 100); /* 65 to 128 rows: 64-row tiles in CTA pairs (ws_paired) or 128-row ones */
             if (work <= 20000000L) form_case(&a, 200);
             xrows_case(&a, 20);
             xrows_case(&a, 37);
