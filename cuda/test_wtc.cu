@@ -382,6 +382,11 @@ int main(void)
             glu_case(&a, 300, 0, 3);
             s_sm_count = 0;
             glu_case(&a, 130, 0, 3);
+            s_sm_count = 40; /* (nx0, 4) tiles (four consumer warpgroups) for the 5632-row shape */
+            glu_case(&a, 64, 0);
+            glu_case(&a, 48, 0);
+            glu_case(&a, 20, 6);
+            s_sm_count = 0;
             cudaFree(a.dw);
         }
     return test_report();

@@ -928,7 +928,7 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
     if (wg == 0) {
         /* registers move to the consumers (their accumulators and split sums): with two consumer warpgroups the
          * launch share (168 a thread) would spill them; 24 + 2 x 240 is the 3 x 168 of the launch (the producer
-         * thread's loop fits in 24) */
+         * thread's loop fits in 24). Four consumer warpgroups (32 or 64 batch rows) fit the launch share */
         if (CW == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (tid != 0) return;   /* one thread issues every copy */
         /* a stage = the W box [kBM][64] then the x box [NX][64], both written by TMA in the 128-byte swizzle
@@ -1254,13 +1254,19 @@ static long ws_ctas(const wtc_params *p, const ws_cfg &c) {
  * whole batch tiles come first, so W is read once; above, two consumer warpgroups. H200, BF16 8B layer products
  * (zllm-wtcbench, us): at M = 128 the output product 14.5 in (64, 1) against 18.6 in (128, 1), the down product 41.9
  * against 54.0, Q/K/V 19.1 in (64, 2) against 20.8 in (128, 1); Q/K/V at M = 256 27.4 in (128, 2) against 36.6 in
- * (128, 1) (two waves); the down product at M = 64 37.5 in (64, 1) against 40.8 in (32, 2) */
+ * (128, 1) (two waves); the down product at M = 64 37.5 in (64, 1) against 40.8 in (32, 2).
+ * Up to 64 rows, where (nx0, 2) takes more than a wave (nx0 of 32 or 64), (nx0, 4) where that fits one: four
+ * consumer warpgroups, 256 W rows a CTA, one wave (the 8B gate/up join, 28,672 rows: 112 CTAs against 224). H200, 8B
+ * F16 decode (zllm-bench, ms a step, two runs each): M = 64 6.549-6.565 against 6.676-6.681, M = 48 6.155-6.171
+ * against 6.293-6.308, M = 32 5.384 against 5.433-5.437 */
 static ws_cfg ws_chained(const wtc_params *p) {
     const long sms = cu_sm_count(p->sm_count);
     const int nx0 = ws_nx(p->m), h = nx0 / 2, q = nx0 / 4;
     const ws_cfg small[5] = {{nx0, 2}, {nx0, 1}, {h, 2}, {h, 1}, {q, 2}};
     const ws_cfg large[5] = {{nx0, 2}, {h, 2}, {nx0, 1}, {h, 1}, {q, 2}};
     const ws_cfg *cand = p->m <= 64 ? small : large;
+    const ws_cfg c4 = {nx0, 4};
+    if (p->m <= 64 && nx0 >= 32 && ws_ctas(p, cand[0]) > sms && ws_ctas(p, c4) <= sms) return c4;
     ws_cfg best = cand[0];
     long most = 0;
     for (int i = 0; i < 5; i++) {
@@ -1305,6 +1311,9 @@ static bool ws_kpair(const wtc_params *p, int ks) {
 
 template <typename T, int NX>
 cudaError_t launch_ws_c(const wtc_params *p, const ws_cfg &c, int ks, int ldx, int ldy, cudaStream_t st) {
+    if constexpr (NX == 32 || NX == 64) {
+        if (c.cw == 4) return launch_ws_t<T, 4, NX>(p, ks, ldx, ldy, st);
+    }
     if constexpr (NX == 64) {
         if (ws_paired(p, c))
             return c.cw == 2 ? launch_ws_t<T, 2, NX, false, false, true>(p, ks, ldx, ldy, st)

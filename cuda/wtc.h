@@ -21,10 +21,11 @@
  *   - M <= 16: the narrow kernel (mma.sync; one CTA of ks warps per 16 or 32 W rows, warp s chains split s from
  *     its own cp.async ring of weights and x rows through one or two 8-row B fragments, one warp a 16-row tile
  *     sums); sm_90, 16 < M <= 32: the same kernel with four B fragments where its CTAs of 32 W rows fit one wave;
- *   - sm_90, M > 16 otherwise: wgmma fed by TMA, warp-specialized (a producer warpgroup, one or two consumer warpgroups on
+ *   - sm_90, M > 16 otherwise: wgmma fed by TMA, warp-specialized (a producer warpgroup, one, two or four consumer warpgroups on
  *     mbarriers), every split chained in the CTA with the running sum in registers; tiles of 128 W rows and up to
  *     128 batch rows (192 where a product takes fewer waves so), smaller where that brings idle multiprocessors in,
- *     with rings as deep as shared memory allows; up to 64 rows the whole batch against 64 W rows with k halved
+ *     with rings as deep as shared memory allows; up to 64 rows 256 W rows a CTA (four consumer warpgroups) where
+ *     128 take more than a wave and 256 fit one; up to 64 rows the whole batch against 64 W rows with k halved
  *     between the two CTAs of a cluster where those pairs fit one wave (an even split count: rank 1's split
  *     partials join rank 0's sum in split order through distributed shared memory); 64-row batch tiles in CTA
  *     pairs that share each W stage (TMA multicast) where they pair up;
