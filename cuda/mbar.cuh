@@ -59,6 +59,28 @@ __device__ __forceinline__ uint32_t cluster_addr(uint32_t a, uint32_t rank) {
 __device__ __forceinline__ void mbar_arrive_cl(uint32_t a) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(a) : "memory");
 }
+/* Data handed to a peer CTA (wtc.cu's k-split pair, KP): a thread stores into the peer's shared memory
+ * (st_cluster_f32), then arrives on the peer's barrier with release at cluster scope (mbar_arrive_cl_release), and the
+ * peer waits with acquire at cluster scope (mbar_wait_cl) before it reads what was stored. */
+/* v to the cluster-window address a (cluster_addr) */
+__device__ __forceinline__ void st_cluster_f32(uint32_t a, float v) {
+    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(a), "f"(v) : "memory");
+}
+/* one arrival on the barrier at cluster-window address a, ordering this thread's earlier stores before it */
+__device__ __forceinline__ void mbar_arrive_cl_release(uint32_t a) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(a) : "memory");
+}
+/* mbar_wait with acquire at cluster scope: the stores the peers' arrivals released are visible after it */
+__device__ __forceinline__ void mbar_wait_cl(uint32_t a, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
 /* bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), completing on barrier bar */
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),

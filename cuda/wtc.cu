@@ -1009,14 +1009,11 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
     float *kp = reinterpret_cast<float *>(ws_smem + shp::kSmem + 16) + (tid - 128);
     const uint32_t kpr = KP ? cluster_addr(kpbar + 16 + 4 * (uint32_t)(tid - 128), 0) : 0;
     int js = 0;
-    auto kpush = [&]() { /* rank 1: acc, split js, into rank 0 */
+    /* rank 1: acc, split js, into rank 0 */
+    auto kpush = [&]() {
 #pragma unroll
-                         for (int i = 0; i < NX / 2; i++)
-                             asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(
-                                              kpr + 4u * (uint32_t)((js * (NX / 2) + i) * 128)),
-                                          "f"(acc[i])
-                                          : "memory");
-                         js++;
+        for (int i = 0; i < NX / 2; i++) st_cluster_f32(kpr + 4u * (uint32_t)((js * (NX / 2) + i) * 128), acc[i]);
+        js++;
     };
     const int nloc = KP ? nt / 2 : nt; /* this CTA's k tiles */
     /* QS: ks is kn; sp the open sub-split, bnext its end (k tiles), q its place in its group */
@@ -1113,19 +1110,10 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
     }
     if constexpr (KP) { /* rank 0 adds rank 1's splits in order: ((s + p_{ks/2}) + ..) + p_{ks-1} */
         if (rank == 1) {
-            asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr(kpbar, 0))
-                         : "memory");
+            mbar_arrive_cl_release(cluster_addr(kpbar, 0));
             return;
         }
-        {
-            uint32_t done = 0;
-            while (!done)
-                asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
-                             "selp.u32 %0, 1, 0, p;\n}\n"
-                             : "=r"(done)
-                             : "r"(kpbar)
-                             : "memory");
-        }
+        mbar_wait_cl(kpbar, 0);
         for (int j = 0; j < ks / 2; j++)
 #pragma unroll
             for (int i = 0; i < NX / 2; i++) acc[i] = __fadd_rn(acc[i], kp[(j * (NX / 2) + i) * 128]);
