@@ -1289,8 +1289,8 @@ static bool ws_paired(const wtc_params *p, const ws_cfg &c) {
  * with k halved between two CTAs, still fits one wave (2 x CTAs <= SMs), for products of an even split count (their
  * halves end at a split: rank 1's partials join rank 0's sum in wtc_split's order, the same bits) and without the
  * SwiGLU epilogue. Each wgmma then covers nx0 batch rows instead of the nx0 / 2 of ws_chained's tiles, and each CTA
- * takes half the k steps: at 33 to 64 rows the output and down products run below DRAM speed, their k loops waiting
- * for stages (not for the tensor pipe: zllm-wgmmabench), so fewer steps a CTA finish sooner (docs/perf.md). H200,
+ * takes half the k steps: at 33 to 64 rows the output and down products run below DRAM speed at the pace of their k
+ * loops (not of the tensor pipe: zllm-wgmmabench), so fewer steps a CTA finish sooner (docs/perf.md). H200,
  * zllm-bench decode at M = 64, ms a step: 8B F16 6.968-6.978 against 6.669-6.670, 1B F16 1.714 against 1.625-1.627;
  * M = 16 and 32 (the narrow kernel) unchanged */
 static bool ws_kpair(const wtc_params *p, int ks) {
