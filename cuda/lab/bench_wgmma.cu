@@ -165,8 +165,8 @@ void run(int iters, int sms, const uint8_t *src, long long *dcyc, long long *dcc
     const size_t smem = (size_t)W * 8192 + N * 128 + kSlots * kCopyBytes + 8 * kSlots;
     auto k = rate_kernel<N, RS, W, CP>;
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    /* CP with warpgroups: as many copies as the warpgroups' span takes at the copies' own rate is unknown, so the
-     * producer runs the same count of groups (one 16 KiB copy per 4 steps: a CW 1, NX 64 stage per k tile) */
+    /* with warpgroups and copies, the producer issues one 16 KiB copy per group of 4 steps (`iters` of each: a
+     * CW 1, NX 64 stage per k tile); each side is timed over its own span */
     k<<<sms, 128 * W + (CP ? 32 : 0), smem>>>(iters, src, dcyc, dccyc, sink, CP == 4 ? s_map_dram : s_map_l2);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
