@@ -1014,7 +1014,8 @@ __global__ void __launch_bounds__(QB_WARPS * 32 + 128, 1)
                   XB = qw_xbytes<NX>(), NA = NX / 2;
     extern __shared__ __align__(1024) uint8_t qw_smem[];
     /* warpgroup 0 produces (its first thread), warps 4 .. 11 multiply: warp = their row tile in the CTA */
-    const int warp = (threadIdx.x >> 5) - 4, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0) - 4, lane = threadIdx.x & 31, g = lane >> 2,
+              t = lane & 3;
     const int tile0 = blockIdx.y * QB_WARPS, col0 = blockIdx.x * NX;
     const int n_tiles = tiles - tile0 < QB_WARPS ? tiles - tile0 : QB_WARPS;
     const int kz = blockIdx.z, ub = (int)((long)units * kz / ks), n_units = (int)((long)units * (kz + 1) / ks) - ub;
