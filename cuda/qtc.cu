@@ -418,7 +418,7 @@ qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int
     /* TB: a tile block; SB: a ring stage (the tile block, then with XM_RING the unit's x) */
     constexpr int TB = qt_traits<TY>::TB, SB = TB + (XM == XM_RING ? 4096 : 0);
     extern __shared__ __align__(16) uint8_t s_mem[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0), lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int col0 = blockIdx.x * NF * 8, tiles = (n_out + 15) / 16;
     const int u0 = (int)((long)units * warp / kn), u1 = (int)((long)units * (warp + 1) / kn), n = u1 - u0;
     uint8_t *ring = s_mem + (size_t)warp * ST * SB;
