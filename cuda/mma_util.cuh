@@ -1,6 +1,6 @@
-/* cuda/mma_util.cuh: device helpers shared by the tensor-core attention kernels (cuda/attn_prefill_tc.cu,
- * cuda/attn_decode_tc.cu): mma.sync m16n8k16 with f32 accumulators for F16/BF16 operands, ldmatrix, cp.async
- * and the XOR swizzle of [rows][D] shared-memory tiles. Device code only, sm_80 and later. */
+/* cuda/mma_util.cuh: device helpers shared by the tensor-core kernels (the attention kernels, cuda/wtc.cu,
+ * cuda/qtc.cu): mma.sync m16n8k16 with f32 accumulators for F16/BF16 operands, ldmatrix, cp.async, the XOR swizzle
+ * of [rows][D] shared-memory tiles and the warp index as a warp-uniform value. Device code only, sm_80 and later. */
 #ifndef ZLLM_CUDA_MMA_UTIL_CUH
 #define ZLLM_CUDA_MMA_UTIL_CUH
 #include <cuda_bf16.h>
@@ -70,6 +70,13 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 /* element offset of 16-byte chunk c of row r in a [rows][D] shared array, chunks swizzled by (r & 7): the
  * ldmatrix reads of 8 consecutive rows at one chunk hit 8 distinct bank groups */
 template <int D> __device__ __forceinline__ int sw(int r, int c) { return r * D + ((c ^ (r & 7)) << 3); }
+
+/* The warp's index in its block, read from lane 0 through a shuffle: the compiler then knows it uniform across the
+ * warp, keeps what derives from it (a warp's unit range and ring, a warpgroup's wgmma descriptors and barrier
+ * addresses) in uniform registers, and branches on it without reconvergence code. From threadIdx.x alone it is a
+ * per-thread value to the compiler, which then builds those values per thread and moves each wgmma's descriptors
+ * into uniform registers before it. Every lane of the warp calls it (a full-mask shuffle). */
+__device__ __forceinline__ int warp_index() { return __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0); }
 
 } // namespace zmma
 #endif

@@ -418,7 +418,10 @@ qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int
     /* TB: a tile block; SB: a ring stage (the tile block, then with XM_RING the unit's x) */
     constexpr int TB = qt_traits<TY>::TB, SB = TB + (XM == XM_RING ? 4096 : 0);
     extern __shared__ __align__(16) uint8_t s_mem[];
-    const int warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0), lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    /* the warp index from warp_index (uniform registers; products up to 13% faster at 1 to 16 rows), except in Q8_0's
+     * global-read form, which measured 16% slower with it on a matrix of 64 tiles at one and two rows (docs/perf.md) */
+    const int warp = TY == QT_Q8_0 && XM == XM_LDG ? (int)(threadIdx.x >> 5) : warp_index();
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int col0 = blockIdx.x * NF * 8, tiles = (n_out + 15) / 16;
     const int u0 = (int)((long)units * warp / kn), u1 = (int)((long)units * (warp + 1) / kn), n = u1 - u0;
     uint8_t *ring = s_mem + (size_t)warp * ST * SB;
@@ -1014,8 +1017,7 @@ __global__ void __launch_bounds__(QB_WARPS * 32 + 128, 1)
                   XB = qw_xbytes<NX>(), NA = NX / 2;
     extern __shared__ __align__(1024) uint8_t qw_smem[];
     /* warpgroup 0 produces (its first thread), warps 4 .. 11 multiply: warp = their row tile in the CTA */
-    const int warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0) - 4, lane = threadIdx.x & 31, g = lane >> 2,
-              t = lane & 3;
+    const int warp = warp_index() - 4, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tile0 = blockIdx.y * QB_WARPS, col0 = blockIdx.x * NX;
     const int n_tiles = tiles - tile0 < QB_WARPS ? tiles - tile0 : QB_WARPS;
     const int kz = blockIdx.z, ub = (int)((long)units * kz / ks), n_units = (int)((long)units * (kz + 1) / ks) - ub;

@@ -905,11 +905,9 @@ __global__ void __launch_bounds__(128 * (CW + 1), 1)
     constexpr int kBM = shp::kBM;
     /* full barrier of slot s at bars + 8 s, empty barrier at bars + 8 (S + s) */
     const uint32_t ring = smem_u32(ws_smem), bars = ring + S * shp::kStageBytes;
-    /* wg through a shuffle from lane 0, so that the compiler knows it uniform across the warp and computes the
-     * consumers' wgmma descriptors and barrier addresses in uniform registers (from tid >> 7 it computed them per
-     * thread and moved each into uniform registers before its wgmma): with one consumer warpgroup, one warp a
-     * scheduler, the k loop's own instruction latencies show at 65 to 128 batch rows (docs/perf.md) */
-    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
+    /* wg from warp_index (cuda/mma_util.cuh): uniform registers for the consumers' descriptors and barrier addresses.
+     * With one consumer warpgroup, one warp a scheduler, the k loop's instruction latencies show (docs/perf.md) */
+    const int tid = threadIdx.x, wg = warp_index() >> 2;
     const int col0 = blockIdx.x * NX, row0 = blockIdx.y * kBM;
     const int tps = n_in / ks / kKT, nt = n_in / kKT;
     /* MC: this CTA's place in its pair, and the W rows its producer loads for both (kWR from row0 + kWR rank) */
