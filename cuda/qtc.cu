@@ -418,9 +418,9 @@ qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int
     /* TB: a tile block; SB: a ring stage (the tile block, then with XM_RING the unit's x) */
     constexpr int TB = qt_traits<TY>::TB, SB = TB + (XM == XM_RING ? 4096 : 0);
     extern __shared__ __align__(16) uint8_t s_mem[];
-    /* the warp index from warp_index (uniform registers; products up to 13% faster at 1 to 16 rows), except in Q8_0's
-     * global-read form, which measured 16% slower with it on a matrix of 64 tiles at one and two rows (docs/perf.md) */
-    const int warp = TY == QT_Q8_0 && XM == XM_LDG ? (int)(threadIdx.x >> 5) : warp_index();
+    /* the warp index from warp_index: uniform registers (products up to 13% faster at 1 to 16 rows; Q8_0's
+     * global-read form with its launch bound, qtc_kernel) */
+    const int warp = warp_index();
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int col0 = blockIdx.x * NF * 8, tiles = (n_out + 15) / 16;
     const int u0 = (int)((long)units * warp / kn), u1 = (int)((long)units * (warp + 1) / kn), n = u1 - u0;
@@ -722,10 +722,19 @@ qtc_body(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int
     cp_async_wait<0>();
 }
 
+/* Q8_0's global-read form of one fragment (one or two rows on matrices of fewer than 256 tiles, and the LM head) is
+ * bound to one CTA an SM, as many as its registers held without the bound: 136 registers a thread and no stack,
+ * where the thread count alone gives 128 registers and a stack frame (16% slower on 1,024 x 4,096 at one and two
+ * rows; H200, docs/perf.md). 0: the thread count's bound alone */
+template <int TY, int NF, int XM> constexpr int qtc_min_ctas() {
+    return TY == QT_Q8_0 && NF == 1 && XM == XM_LDG ? 1 : 0;
+}
+
 template <int TY, int NF, int ST, int XM>
-__global__ void __launch_bounds__(256) qtc_kernel(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out,
-                                                  int m, const uint16_t *__restrict__ x, int ldx, float *y, int ldy,
-                                                  const float *y_in, __half *glu, int ldg, int pre, int xsn) {
+__global__ void __launch_bounds__(256, qtc_min_ctas<TY, NF, XM>())
+    qtc_kernel(const uint8_t *__restrict__ w, int units, int kn, int r, int n_out, int m,
+               const uint16_t *__restrict__ x, int ldx, float *y, int ldy, const float *y_in, __half *glu, int ldg,
+               int pre, int xsn) {
     qtc_body<TY, NF, ST, XM>(w, units, kn, r, n_out, m, x, ldx, y, ldy, y_in, glu, ldg, pre, (int)blockIdx.y,
                              (int)gridDim.y, xsn);
 }
