@@ -139,13 +139,18 @@ static size_t s_f16_bytes(int n_in, int n_out) {
     return 256 + ((size_t)s_f16_rows(n_in, n_out) + (size_t)s_f16_cols(n_in)) * (size_t)n_in * 2;
 }
 
+/* the wgmma kernel's hand-over area (qw_plan), after the 16-bit form's copies: room for 8 published sums of 128
+ * columns (8 KiB each) per SM, then one flag per sum of 32 columns (the most sums the same bytes hold) */
+static size_t s_fix_bytes() { return (size_t)cu_sm_count(0) * (QB_WARPS * 8192 + QB_WARPS * 4 * 4); }
+
 extern "C" size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out)
 {
     const int ks = qtc_split(t, n_in, n_out);
     if (ks < 1) return 0;
     /* the split partials, then the wgmma kernel's images of x (qtc_ximage_kernel: 256 columns' room), then on
-     * devices where it runs the 16-bit form's copies */
-    return s_part_bytes(ks, n_out) + (size_t)QB_CHUNK * (size_t)n_in * 2 + (wtc_wgmma() ? s_f16_bytes(n_in, n_out) : 0);
+     * devices where it runs the 16-bit form's copies and the wgmma kernel's hand-over area */
+    return s_part_bytes(ks, n_out) + (size_t)QB_CHUNK * (size_t)n_in * 2 +
+           (wtc_wgmma() ? s_f16_bytes(n_in, n_out) + s_fix_bytes() : 0);
 }
 
 extern "C" int qtc_split(ggml_type t, int n_in, int n_out)
@@ -914,7 +919,8 @@ qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int til
 /* ------------------------------------------------------------------------------------------------------
  * the wgmma wide kernel (sm_90a; m > 8 by default there): the wide kernel's work split (a CTA on 8 row tiles and NX
  * batch columns, one of the ks splits per blockIdx.z, its r sub-splits chained from zero one after another, the
- * same workspace and merge), with the k16 steps run by wgmma.mma_async: the two warpgroups each multiply 64 rows (A:
+ * same workspace and merge; or, where those splits would run in more than one wave, even ranges of sub-splits over
+ * one wave: qw_plan), with the k16 steps run by wgmma.mma_async: the two warpgroups each multiply 64 rows (A:
  * the dequantized fragments, in registers, in exactly the mma.sync layout the narrow kernel feeds) by the NX x 16
  * slice of x, which wgmma reads from shared memory. wgmma chains give mma.sync's bits (cuda/wgmma.cuh; gpu_test_qtc
  * compares the forms bit for bit), so every element is the same sequence of operations as in the other kernels.
@@ -935,14 +941,18 @@ qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int til
  * steps; once every wgmma of unit u - 1 has retired (the wait before its second group: at most the newest group
  * pending), lane 0 arrives on that stage's empty barrier. No CTA-wide barrier runs in the loop, so the warpgroups drift
  * apart and one dequantizes while the other's wgmma run. Tiles past the last have no copies: their warps multiply zeros
- * (their slots are zeroed once) into rows nobody stores. */
+ * (their slots are zeroed once; with qw_plan's ranges, what the slots hold) into rows nobody stores. */
 
 /* xi: for each block b of NX columns (of the launch's m) and unit u, the stage image of x (XB = 4 NX 128 bytes) at
  * (b units + u) XB: the copy the wgmma kernel reads */
 template <int NX>
-__global__ void qtc_ximage_kernel(const uint16_t *__restrict__ x, int ldx, int m, int units, uint8_t *__restrict__ xi) {
+__global__ void qtc_ximage_kernel(const uint16_t *__restrict__ x, int ldx, int m, int units, uint8_t *__restrict__ xi,
+                                  unsigned *flags, int n_flags) {
     pdl_trigger();
     pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
+    /* the wgmma kernel's hand-over flags start each launch at zero (qw_plan); the kernel after this one reads them
+     * only after this launch has completed */
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_flags; i += gridDim.x * blockDim.x) flags[i] = 0;
     const int nb = (m + NX - 1) / NX;
     const size_t n = (size_t)nb * units * 32 * NX; /* 16-byte chunks of the images */
     for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
@@ -984,52 +994,171 @@ template <int TY, int NX> __host__ __device__ constexpr int qw_smem_bytes() {
 constexpr int QW_G = 4;
 #endif
 
-#if ZWG_ON
-/* the producer of the wgmma kernel (its CTA's first thread): units [ub, ub + n_units) of the CTA's n_tiles tile
- * blocks and x image into the S-slot ring (slot st at ring + st SB: x image (XB bytes), then the tile blocks); full
- * barrier of slot st at bars + 8 st, empty barrier at bars + 8 (S + st) */
-template <int TB, int SB, int S, int XB>
-static __device__ __forceinline__ void s_wg_produce(const uint8_t *w, const uint8_t *xs, int units, int ub, int n_units,
-                                                    int tile0, int n_tiles, uint32_t ring, uint32_t bars) {
-    const uint8_t *wsrc = w + ((size_t)tile0 * units + ub) * TB; /* tile block (tile0 + k, ub + u) */
-    const uint32_t bytes = XB + n_tiles * TB;
-    auto load_w = [&](int u, int st) {
-        for (int k = 0; k < n_tiles; k++)
-            bulk_copy(ring + st * SB + XB + k * TB, wsrc + ((size_t)k * units + u) * TB, TB, bars + 8 * st);
-    };
-    const int pre = S < n_units ? S : n_units;
-    for (int st = 0; st < pre; st++) {
-        mbar_expect_tx(bars + 8 * st, bytes);
-        load_w(st, st);
-    }
-    pdl_wait(); /* x: written by qtc_ximage_kernel, the kernel before */
-    for (int st = 0; st < pre; st++) bulk_copy(ring + st * SB, xs + (size_t)st * XB, XB, bars + 8 * st);
-    for (int u = S, st = 0, ph = 0; u < n_units; u++) {
-        mbar_wait(bars + 8 * (S + st), ph); /* unit u - S retired */
-        mbar_expect_tx(bars + 8 * st, bytes);
-        load_w(u, st);
-        bulk_copy(ring + st * SB, xs + (size_t)u * XB, XB, bars + 8 * st);
-        if (++st == S) {
-            st = 0;
-            ph ^= 1;
+/* The work of one CTA of the wgmma kernel. A column block's work is its row groups (8 tiles) x ks splits x r
+ * sub-splits, in the order t = (group ks + kz) r + j; CTA b of the block's nb takes the sub-splits [T b / nb,
+ * T (b + 1) / nb) of its T. With one split a CTA (nb = groups ks: the grid (column blocks, groups, ks)) that is the
+ * split alone. With fewer CTAs than splits (nb: the SMs' share of the column block; every CTA at least r
+ * sub-splits, so that no range falls inside one split) a range can cut a split in two. Its sum keeps
+ * its order across the cut: the CTA holding the split's first sub-splits runs them first and publishes their sum
+ * (QW_PUB: per warp, to the workspace, then its flag); the CTA holding the rest runs them last, from that sum
+ * (QW_SUF). The splits between run whole (QW_ALL). A segment: split s, sub-splits [ja, jb). */
+enum { QW_ALL = 0, QW_PUB = 1, QW_SUF = 2 };
+template <bool EVEN> struct qw_plan {
+    int s0, j0, s1, je, r;
+    /* EVEN: the range [t0, t1) of sub-splits; else split t0 whole (t1 unused) */
+    __device__ __forceinline__ qw_plan(long t0, long t1, int r_) : r(r_) {
+        if (EVEN) {
+            s0 = (int)(t0 / r);
+            j0 = (int)(t0 % r);
+            s1 = (int)((t1 - 1) / r);
+            je = (int)((t1 - 1) % r) + 1;
+        } else {
+            s0 = s1 = (int)t0;
+            j0 = 0;
+            je = r;
         }
     }
+    __device__ __forceinline__ int count() const {
+        return EVEN ? (je < r) + (s1 + (je == r)) - (s0 + (j0 > 0)) + (j0 > 0) : 1;
+    }
+    /* segment i in run order: its split, sub-split range and kind */
+    __device__ __forceinline__ int seg(int i, int &s, int &ja, int &jb) const {
+        if (!EVEN) {
+            s = s0, ja = 0, jb = r;
+            return QW_ALL;
+        }
+        if (je < r) {
+            if (i == 0) {
+                s = s1, ja = 0, jb = je;
+                return QW_PUB;
+            }
+            i--;
+        }
+        const int f0 = s0 + (j0 > 0), nf = s1 + (je == r) - f0;
+        if (i < nf) {
+            s = f0 + i, ja = 0, jb = r;
+            return QW_ALL;
+        }
+        s = s0, ja = j0, jb = r;
+        return QW_SUF;
+    }
+    /* the units of segment i's split kz, sub-splits [ja, jb): [units (kz r + ja) / kn, units (kz r + jb) / kn) */
+    __device__ __forceinline__ static int unit_at(int units, int kz, int j, int kn, int r) {
+        return (int)((unsigned)(units * (kz * r + j)) / (unsigned)kn);
+    }
+};
+
+#if ZWG_ON
+/* the producer of the wgmma kernel (its CTA's first thread): the plan's units, each the tile blocks of its group's
+ * tiles (the group's last tile below `tiles`) and the column block's x image of the unit, into the S-slot ring (slot
+ * st at ring + st SB: x image (XB bytes), then the tile blocks); full barrier of slot st at bars + 8 st, empty barrier
+ * at bars + 8 (S + st). xs: the column block's images (unit u at xs + u XB) */
+template <int TB, int SB, int S, int XB, bool EVEN>
+static __device__ __forceinline__ void s_wg_produce(const uint8_t *w, const uint8_t *xs, int units, int ks,
+                                                    const qw_plan<EVEN> &P, int tiles, uint32_t ring, uint32_t bars) {
+    static_assert(S <= 4, "the first stages' units are kept in four registers");
+    const int kn = ks * P.r;
+    if constexpr (!EVEN) { /* one split: its units [ub, ue) of one group, in order */
+        const int grp = P.s0 / ks, kz = P.s0 % ks, tile0 = grp * QB_WARPS;
+        const int nt = tiles - tile0 < QB_WARPS ? tiles - tile0 : QB_WARPS;
+        const int ub = qw_plan<EVEN>::unit_at(units, kz, 0, kn, P.r),
+                  n_units = qw_plan<EVEN>::unit_at(units, kz, P.r, kn, P.r) - ub;
+        const uint8_t *wsrc = w + ((size_t)tile0 * units + ub) * TB; /* tile block (tile0 + k, ub + u) */
+        const uint8_t *xsrc = xs + (size_t)ub * XB;
+        const uint32_t bytes = XB + nt * TB;
+        auto load_w = [&](int u, int st) {
+            for (int k = 0; k < nt; k++)
+                bulk_copy(ring + st * SB + XB + k * TB, wsrc + ((size_t)k * units + u) * TB, TB, bars + 8 * st);
+        };
+        const int pre = S < n_units ? S : n_units;
+        for (int st = 0; st < pre; st++) {
+            mbar_expect_tx(bars + 8 * st, bytes);
+            load_w(st, st);
+        }
+        pdl_wait(); /* x: written by qtc_ximage_kernel, the kernel before */
+        for (int st = 0; st < pre; st++) bulk_copy(ring + st * SB, xsrc + (size_t)st * XB, XB, bars + 8 * st);
+        for (int u = S, st = 0, ph = 0; u < n_units; u++) {
+            mbar_wait(bars + 8 * (S + st), ph); /* unit u - S retired */
+            mbar_expect_tx(bars + 8 * st, bytes);
+            load_w(u, st);
+            bulk_copy(ring + st * SB, xsrc + (size_t)u * XB, XB, bars + 8 * st);
+            if (++st == S) {
+                st = 0;
+                ph ^= 1;
+            }
+        }
+        return;
+    }
+    int u_pre[4] = {0, 0, 0, 0}; /* the first S units: their x is copied once pdl_wait has returned */
+    auto flush = [&](int cnt) {
+        pdl_wait(); /* x: written by qtc_ximage_kernel, the kernel before */
+#pragma unroll
+        for (int k = 0; k < S; k++)
+            if (k < cnt) bulk_copy(ring + k * SB, xs + (size_t)u_pre[k] * XB, XB, bars + 8 * k);
+    };
+    int n = 0, st = 0; /* units issued; n % S */
+    uint32_t ph = 1;   /* the empty barrier's parity of unit n - S */
+    for (int i = 0, ns = P.count(); i < ns; i++) {
+        int sp, ja, jb;
+        P.seg(i, sp, ja, jb);
+        const int grp = sp / ks, kz = sp % ks, tile0 = grp * QB_WARPS;
+        const int nt = tiles - tile0 < QB_WARPS ? tiles - tile0 : QB_WARPS;
+        const uint8_t *wt = w + (size_t)tile0 * units * TB; /* tile block (tile0 + k, u) at wt + (k units + u) TB */
+        const int ue = qw_plan<EVEN>::unit_at(units, kz, jb, kn, P.r);
+        for (int u = qw_plan<EVEN>::unit_at(units, kz, ja, kn, P.r); u < ue; u++, n++) {
+            if (n >= S) mbar_wait(bars + 8 * (S + st), ph); /* unit n - S retired */
+            mbar_expect_tx(bars + 8 * st, XB + nt * TB);
+            for (int k = 0; k < nt; k++)
+                bulk_copy(ring + st * SB + XB + k * TB, wt + ((size_t)k * units + u) * TB, TB, bars + 8 * st);
+            if (n >= S) {
+                bulk_copy(ring + st * SB, xs + (size_t)u * XB, XB, bars + 8 * st);
+            } else { /* the weights only, before pdl_wait (written once at load) */
+#pragma unroll
+                for (int k = 0; k < S; k++)
+                    if (k == n) u_pre[k] = u;
+                if (n == S - 1) flush(S);
+            }
+            if (++st == S) {
+                st = 0;
+                ph ^= 1;
+            }
+        }
+    }
+    if (n < S) flush(n);
+}
+/* a hand-over flag: set with release once the warp's published sum is written; waited on with acquire */
+static __device__ __forceinline__ void qw_flag_set(unsigned *f) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(f), "r"(1u) : "memory");
+}
+static __device__ __forceinline__ void qw_flag_wait(const unsigned *f) {
+    unsigned v;
+    do { asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(f) : "memory"); } while (!v);
 }
 #endif
 
-template <int TY, int NX>
+template <int TY, int NX, bool EVEN>
 __global__ void __launch_bounds__(QB_WARPS * 32 + 128, 1)
     qtc_wg_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int tiles, int n_out, int m,
-                  const uint8_t *__restrict__ xi, float *y, int ldy, const float *y_in, float *part) {
+                  const uint8_t *__restrict__ xi, float *y, int ldy, const float *y_in, float *part, float *fix,
+                  unsigned *flags) {
 #if ZWG_ON
     constexpr int TB = qt_traits<TY>::TB, SB = qw_stage_bytes<TY, NX>(), S = qw_stages<TY, NX>(),
                   XB = qw_xbytes<NX>(), NA = NX / 2;
     extern __shared__ __align__(1024) uint8_t qw_smem[];
-    /* warpgroup 0 produces (its first thread), warps 4 .. 11 multiply: warp = their row tile in the CTA */
+    /* warpgroup 0 produces (its first thread), warps 4 .. 11 multiply: warp = their row tile in a group */
     const int warp = warp_index() - 4, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int tile0 = blockIdx.y * QB_WARPS, col0 = blockIdx.x * NX;
-    const int n_tiles = tiles - tile0 < QB_WARPS ? tiles - tile0 : QB_WARPS;
-    const int kz = blockIdx.z, ub = (int)((long)units * kz / ks), n_units = (int)((long)units * (kz + 1) / ks) - ub;
+    const int col0 = blockIdx.x * NX, groups = (tiles + QB_WARPS - 1) / QB_WARPS;
+    /* this CTA's range of the column block's sub-splits (qw_plan) */
+    const long nb = (long)gridDim.y * gridDim.z, b = (long)blockIdx.y * gridDim.z + blockIdx.z;
+    const long T = (long)groups * ks * r;
+    const qw_plan<EVEN> P(EVEN ? T * b / nb : b, EVEN ? T * (b + 1) / nb : b + 1, r);
+    int s_first, ja_first, jb_first;
+    P.seg(0, s_first, ja_first, jb_first);
+    /* the warps that multiply: with one split a CTA, those of its group's tiles (the last group's may be fewer);
+     * with the plan's ranges all of them, whatever the group (a warp past the last tile multiplies what its slots
+     * hold into rows nobody stores) */
+    const int tile_f = s_first / ks * QB_WARPS;
+    const int n_tiles = EVEN || tiles - tile_f >= QB_WARPS ? QB_WARPS : tiles - tile_f;
     const uint32_t ring = smem_u32(qw_smem), bars = ring + S * SB;
     const int n_wg = (n_tiles + 3) / 4; /* warpgroups with a tile: only they multiply (and release stages) */
     if (threadIdx.x == 0) {
@@ -1043,14 +1172,13 @@ __global__ void __launch_bounds__(QB_WARPS * 32 + 128, 1)
     if (warp < 0) { /* the producer warpgroup: its registers go to the multiplying ones */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (threadIdx.x == 0)
-            s_wg_produce<TB, SB, S, XB>(w, xi + ((size_t)blockIdx.x * units + ub) * XB, units, ub, n_units, tile0,
-                                        n_tiles, ring, bars);
+            s_wg_produce<TB, SB, S, XB, EVEN>(w, xi + (size_t)blockIdx.x * units * XB, units, ks, P, tiles, ring, bars);
         return;
     }
     /* 232 a thread: the accumulators, the sub-split sums and two buffers of A fragments (4 x 40 + 8 x 232 x 4
      * warps' registers fit the SM's 64 Ki) */
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-    pdl_wait();                             /* y and y_in only after the previous kernel */
+    pdl_wait();                             /* y, y_in and the flags only after the previous kernel */
     if (4 * (warp >> 2) >= n_tiles) return; /* a warpgroup without a tile (warpgroup-uniform) */
     if (warp >= n_tiles) {                  /* no copies reach this warp's slots: zeros, multiplied into no row */
         for (int st = 0; st < S; st++)
@@ -1061,8 +1189,7 @@ __global__ void __launch_bounds__(QB_WARPS * 32 + 128, 1)
     float cur[NA], tot[NA];
 #pragma unroll
     for (int i = 0; i < NA; i++) cur[i] = tot[i] = 0.f;
-    const long kn = (long)ks * r;
-    int sub = 1, next = r > 1 ? (int)((long)units * (kz * r + 1) / kn) - ub : n_units;
+    const int kn = ks * r;
     /* A fragments of G k16 steps per commit group; two buffers below 16 steps a group (the dequantization of
      * a group overlaps the wgmma of the one before), one at 16 */
     constexpr int NB = QW_G < 16 ? 2 : 1;
@@ -1073,85 +1200,117 @@ __global__ void __launch_bounds__(QB_WARPS * 32 + 128, 1)
      * + 32 (s % 4)) >> 4 above the base in the start-address field (every address is under 2^18 bytes, so
      * the sum never carries out of it) */
     const uint32_t d0 = (uint32_t)zwg::desc(qw_smem);
-    int cst = 0, pst = S - 1; /* u % S, (u - 1) % S */
-    uint32_t ph = 0;          /* the full barrier's phase parity of unit u */
-    for (int u = 0; u < n_units; u++) {
-        if (u == next) { /* warpgroup-uniform: a sub-split ends; its wgmma must have landed in cur */
-            zwg::wait<0>();
+    /* this warp's hand-over slot (published sums: NA floats a lane, lane-minor) as the publisher, and the slot of
+     * the CTA before as the one that continues its sum */
+    const long slot = ((long)blockIdx.x * nb + b) * QB_WARPS + warp;
+    int cst = 0, pst = S - 1; /* n % S, (n - 1) % S */
+    uint32_t ph = 0;          /* the full barrier's phase parity of unit n */
+    bool rel = false;         /* a unit before this one: its stage is released in this one */
+    for (int si = 0, ns = P.count(); si < ns; si++) {
+        int sp_, ja, jb;
+        const int kind = P.seg(si, sp_, ja, jb);
+        const int grp = sp_ / ks, kz = sp_ % ks;
+        const int ue = qw_plan<EVEN>::unit_at(units, kz, jb, kn, r);
+        int j = ja, next = qw_plan<EVEN>::unit_at(units, kz, j + 1, kn, r);
+        bool have = false;    /* tot holds the sum of the split's sub-splits before the current one */
+        if (kind == QW_SUF) { /* the split's first sub-splits: the CTA before published their sum */
+            const long from = slot - QB_WARPS;
+            if (lane == 0) qw_flag_wait(flags + from);
+            __syncwarp();
 #pragma unroll
-            for (int i = 0; i < NA; i++) {
-                zwg::reg_fence(cur[i]);
-                tot[i] = sub == 1 ? cur[i] : tot[i] + cur[i];
-                cur[i] = 0.f;
-            }
-            sub++;
-            next = sub < r ? (int)((long)units * (kz * r + sub) / kn) - ub : n_units;
+            for (int i = 0; i < NA; i++) tot[i] = __ldcg(fix + (from * NA + i) * 32 + lane);
+            have = true;
         }
-        mbar_wait(bars + 8 * cst, ph); /* unit u landed */
-        const uint8_t *sp = qw_smem + (size_t)cst * SB;
-        const uint32_t du = d0 + (uint32_t)((cst * SB) >> 4);
-        unit_regs<TY> R;
-        R.load(sp + XB + warp * TB, lane);
+        for (int u = qw_plan<EVEN>::unit_at(units, kz, ja, kn, r); u < ue; u++) {
+            if (u == next) { /* warpgroup-uniform: a sub-split ends; its wgmma must have landed in cur */
+                zwg::wait<0>();
 #pragma unroll
-        for (int q = 0; q < 16 / QW_G; q++) {
-            uint32_t(&Ab)[QW_G][4] = A[NB == 2 ? (q & 1) : 0];
-            /* the group that last read Ab (two groups back; one back with a single buffer) is complete */
-            if (NB == 2) zwg::wait<1>();
-            else zwg::wait<0>();
-            if (q == QREL && u > 0 && lane == 0) mbar_arrive(bars + 8 * (S + pst)); /* unit u - 1 retired */
-#pragma unroll
-            for (int j = 0; j < QW_G; j++) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) zwg::reg_keep(Ab[j][i]);
-                R.frag(q * QW_G + j, Ab[j]);
-            }
-            zwg::fence(); /* Ab and cur written before the wgmma read them */
-#pragma unroll
-            for (int j = 0; j < QW_G; j++) {
-                const int s = q * QW_G + j;
-                zwg::mma_ra<NX>::run(cur, Ab[j], zwg::desc_at(du + (((s >> 2) * (NX * 128) + 32 * (s & 3)) >> 4)));
-            }
-            zwg::commit();
-        }
-        pst = cst;
-        if (++cst == S) {
-            cst = 0;
-            ph ^= 1;
-        }
-    }
-    zwg::wait<0>();
-#pragma unroll
-    for (int b = 0; b < NB; b++)
-#pragma unroll
-        for (int j = 0; j < QW_G; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) zwg::reg_keep(A[b][j][i]);
-#pragma unroll
-    for (int i = 0; i < NA; i++) zwg::reg_fence(cur[i]);
-    if (r > 1) {
-#pragma unroll
-        for (int i = 0; i < NA; i++) cur[i] = tot[i] + cur[i];
-    }
-    if (warp >= n_tiles) return;
-    const int tile = tile0 + warp;
-#pragma unroll
-    for (int f = 0; f < NX / 8; f++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int o = tile * 16 + g + 8 * (e >> 1), c = col0 + 8 * f + 2 * t + (e & 1);
-            if (o < n_out && c < m) {
-                const float v = cur[4 * f + e];
-                if (ks > 1) {
-                    part[((size_t)kz * m + c) * n_out + o] = v;
-                } else {
-                    const size_t idx = (size_t)c * ldy + o;
-                    y[idx] = y_in ? v + y_in[idx] : v;
+                for (int i = 0; i < NA; i++) {
+                    zwg::reg_fence(cur[i]);
+                    tot[i] = have ? tot[i] + cur[i] : cur[i];
+                    cur[i] = 0.f;
                 }
+                have = true;
+                j++;
+                next = qw_plan<EVEN>::unit_at(units, kz, j + 1, kn, r);
+            }
+            mbar_wait(bars + 8 * cst, ph); /* unit n landed */
+            const uint8_t *sp = qw_smem + (size_t)cst * SB;
+            const uint32_t du = d0 + (uint32_t)((cst * SB) >> 4);
+            unit_regs<TY> R;
+            R.load(sp + XB + warp * TB, lane);
+#pragma unroll
+            for (int q = 0; q < 16 / QW_G; q++) {
+                uint32_t(&Ab)[QW_G][4] = A[NB == 2 ? (q & 1) : 0];
+                /* the group that last read Ab (two groups back; one back with a single buffer) is complete */
+                if (NB == 2) zwg::wait<1>();
+                else zwg::wait<0>();
+                if (q == QREL && rel && lane == 0) mbar_arrive(bars + 8 * (S + pst)); /* the unit before retired */
+#pragma unroll
+                for (int jj = 0; jj < QW_G; jj++) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) zwg::reg_keep(Ab[jj][i]);
+                    R.frag(q * QW_G + jj, Ab[jj]);
+                }
+                zwg::fence(); /* Ab and cur written before the wgmma read them */
+#pragma unroll
+                for (int jj = 0; jj < QW_G; jj++) {
+                    const int s = q * QW_G + jj;
+                    zwg::mma_ra<NX>::run(cur, Ab[jj], zwg::desc_at(du + (((s >> 2) * (NX * 128) + 32 * (s & 3)) >> 4)));
+                }
+                zwg::commit();
+            }
+            pst = cst;
+            rel = true;
+            if (++cst == S) {
+                cst = 0;
+                ph ^= 1;
             }
         }
+        zwg::wait<0>();
+#pragma unroll
+        for (int i = 0; i < NA; i++) {
+            zwg::reg_fence(cur[i]);
+            cur[i] = have ? tot[i] + cur[i] : cur[i];
+        }
+        if (kind == QW_PUB) { /* the split's first sub-splits: their sum to the CTA after */
+#pragma unroll
+            for (int i = 0; i < NA; i++) __stcg(fix + (slot * NA + i) * 32 + lane, cur[i]);
+            __syncwarp();
+            if (lane == 0) {
+                __threadfence();
+                qw_flag_set(flags + slot);
+            }
+        } else if (warp < n_tiles) {
+            const int tile = grp * QB_WARPS + warp;
+#pragma unroll
+            for (int f = 0; f < NX / 8; f++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int o = tile * 16 + g + 8 * (e >> 1), c = col0 + 8 * f + 2 * t + (e & 1);
+                    if (o < n_out && c < m) {
+                        const float v = cur[4 * f + e];
+                        if (ks > 1) {
+                            part[((size_t)kz * m + c) * n_out + o] = v;
+                        } else {
+                            const size_t idx = (size_t)c * ldy + o;
+                            y[idx] = y_in ? v + y_in[idx] : v;
+                        }
+                    }
+                }
+        }
+#pragma unroll
+        for (int i = 0; i < NA; i++) cur[i] = 0.f;
+    }
+#pragma unroll
+    for (int bb = 0; bb < NB; bb++)
+#pragma unroll
+        for (int jj = 0; jj < QW_G; jj++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) zwg::reg_keep(A[bb][jj][i]);
 #else
     (void)w, (void)units, (void)ks, (void)r, (void)tiles, (void)n_out, (void)m, (void)xi, (void)y, (void)ldy,
-        (void)y_in, (void)part;
+        (void)y_in, (void)part, (void)fix, (void)flags;
     __trap();   /* launched only where wtc_wgmma() says sm_90a code runs */
 #endif
 }
@@ -1175,18 +1334,41 @@ __global__ void qtc_merge_kernel(const float *__restrict__ part, int ks, int n_o
  * QB_CHUNK columns (QB_CHUNK n_in halves) follow them in the workspace */
 static size_t s_part_bytes(int ks, int n_out) { return ks > 1 ? (size_t)ks * QB_CHUNK * (size_t)n_out * sizeof(float) : 0; }
 
+/* The wgmma kernel's CTAs per column block where fewer CTAs than splits serve better (qw_plan), else 0 (one CTA a
+ * split: the grid (column blocks, groups, ks)). With one CTA a split, more splits than the SMs hold at once run in
+ * waves, the last one part empty (the 8B gate/up product, 224 splits of 16 units at up to 64 columns: two waves on
+ * 132 SMs); the plan spreads the sub-splits evenly over one wave instead. Taken where every CTA gets at least r
+ * sub-splits, the hand-over slots fit s_fix_bytes, and the plan's longest CTA runs fewer units than the waves'
+ * longest. cu_settings.qtc_grid (> 0) takes it with that many CTAs a column block wherever it can run, for
+ * the checks (the same bits: a split's sum keeps its order across a cut). */
+static int s_wg_nb(int tiles, int units, int ks, int r, int cb, int nx) {
+    const int sms = cu_sm_count(0), cap = cu_settings_get()->qtc_grid, kn = ks * r;
+    const long splits = (long)((tiles + QB_WARPS - 1) / QB_WARPS) * ks, T = splits * r;
+    const long nb = cap > 0 ? cap : sms / cb;
+    if (nb < 1 || nb >= splits || T / nb < r) return 0;
+    if ((long)cb * nb * QB_WARPS > (long)sms * QB_WARPS * (128 / nx)) return 0; /* hand-over slots */
+    if (cap <= 0) {
+        const long waves = (splits * cb + sms - 1) / sms, one = waves * ((units + ks - 1) / ks);
+        const long even = (T + nb - 1) / nb * ((units + kn - 1) / kn);
+        if (even >= one) return 0;
+    }
+    return (int)nb;
+}
+
 /* NX 0: the mma.sync wide kernel (64 columns a CTA); 32, 64 or 128: the wgmma one with NX columns a CTA, after
  * qtc_ximage_kernel has written the chunk's x as stage images to the workspace */
 template <int TY, int NX>
 static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, int ldy, cudaStream_t st)
 {
     constexpr int SMEM = NX ? qw_smem_bytes<TY, NX>() : QB_STAGES * qb_stage_bytes<TY>();
-    constexpr int COLS = NX ? NX : QB_COLS;
+    constexpr int COLS = NX ? NX : QB_COLS, NW = NX ? NX : 64; /* NW: the wgmma kernel's columns (unused at NX 0) */
     static_assert(SMEM <= 227 * 1024, "the wide kernel's stages must fit one SM's shared memory");
     static std::atomic<unsigned long long> s_set{0};
     {
-        const cudaError_t e = NX ? cu_smem_optin(qtc_wg_kernel<TY, NX ? NX : 64>, SMEM, s_set)
-                                 : cu_smem_optin(qtc_wide_kernel<TY>, SMEM, s_set);
+        static std::atomic<unsigned long long> s_set_even{0};
+        cudaError_t e = NX ? cu_smem_optin(qtc_wg_kernel<TY, NW, false>, SMEM, s_set)
+                           : cu_smem_optin(qtc_wide_kernel<TY>, SMEM, s_set);
+        if (e == cudaSuccess && NX) e = cu_smem_optin(qtc_wg_kernel<TY, NW, true>, SMEM, s_set_even);
         if (e != cudaSuccess) return e;
     }
     const int tiles = (p->n_out + 15) / 16, units = p->n_in / 256;
@@ -1195,23 +1377,28 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, in
         return cudaErrorInvalidValue;
     float *part = (float *)p->workspace;
     uint8_t *xi = NX ? (uint8_t *)p->workspace + s_part_bytes(ks, p->n_out) : nullptr;
+    /* the hand-over area (s_fix_bytes): the published sums, then their flags */
+    float *fix = NX ? (float *)(xi + (size_t)QB_CHUNK * p->n_in * 2 + s_f16_bytes(p->n_in, p->n_out)) : nullptr;
+    unsigned *flags = NX ? (unsigned *)((uint8_t *)fix + (size_t)cu_sm_count(0) * QB_WARPS * 8192) : nullptr;
     for (int c0 = 0; c0 < p->m; c0 += QB_CHUNK) {
         const int mc = p->m - c0 < QB_CHUNK ? p->m - c0 : QB_CHUNK;
         const float *yin = p->y_in ? p->y_in + (size_t)c0 * ldy : nullptr;
         const uint16_t *xc = p->x + (size_t)c0 * ldx;
         float *yc = p->y + (size_t)c0 * ldy;
-        const dim3 grid((unsigned)((mc + COLS - 1) / COLS), (unsigned)((tiles + QB_WARPS - 1) / QB_WARPS),
-                        (unsigned)ks);
+        const int cb = (mc + COLS - 1) / COLS, nb = NX ? s_wg_nb(tiles, units, ks, r, cb, NX) : 0;
+        const dim3 grid((unsigned)cb, nb ? (unsigned)nb : (unsigned)((tiles + QB_WARPS - 1) / QB_WARPS),
+                        nb ? 1u : (unsigned)ks);
         cudaError_t e;
         if (NX) {
             /* 16-byte chunks of the images: NX-column blocks (within QB_CHUNK columns, the workspace's room) */
             const size_t n = (size_t)grid.x * COLS * units * 32;
             const unsigned blocks = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
-            e = cu_launch(qtc_ximage_kernel<COLS>, dim3(blocks), dim3(256), 0, st, xc, ldx, mc, units, xi);
+            e = cu_launch(qtc_ximage_kernel<COLS>, dim3(blocks), dim3(256), 0, st, xc, ldx, mc, units, xi, flags,
+                          nb ? cb * nb * QB_WARPS : 0);
             if (e == cudaSuccess)
-                e = cu_launch(qtc_wg_kernel<TY, (NX ? NX : 64)>, grid, dim3(QB_WARPS * 32 + 128), SMEM, st,
-                              (const uint8_t *)p->w, units, ks, r, tiles, p->n_out, mc, (const uint8_t *)xi, yc, ldy,
-                              yin, part);
+                e = cu_launch(nb ? qtc_wg_kernel<TY, NW, true> : qtc_wg_kernel<TY, NW, false>, grid,
+                              dim3(QB_WARPS * 32 + 128), SMEM, st, (const uint8_t *)p->w, units, ks, r, tiles, p->n_out,
+                              mc, (const uint8_t *)xi, yc, ldy, yin, part, fix, flags);
         } else {
             e = cu_launch(qtc_wide_kernel<TY>, grid, dim3(QB_WARPS * 32), SMEM, st, (const uint8_t *)p->w, units, ks,
                           r, tiles, p->n_out, mc, xc, ldx, yc, ldy, yin, part);

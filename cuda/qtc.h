@@ -56,7 +56,7 @@ typedef struct {
     int ldy;             /* floats between rows of y and y_in: >= n_out (0 means n_out) */
     const float *y_in;   /* NULL, or [m][ldy] added to the product (may equal y: in-place residual add) */
     void *workspace;     /* scratch of the wide kernels (m > 8, or 16 where the narrow kernel's slice serves): the
-                          * split partials (ks > 1) and the wgmma kernel's images of x; at least
+                          * split partials (ks > 1), the wgmma kernel's images of x and its hand-over sums; at least
                           * qtc_workspace_bytes(type, n_in, n_out) bytes of device memory, 16-byte aligned, not
                           * shared with a launch that may run concurrently; may be NULL for m <= 8 */
     size_t workspace_bytes;

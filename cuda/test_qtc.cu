@@ -554,6 +554,16 @@ int main(void)
         for (int m : {2, 8, 9}) glu_case(&a, m, 0);
         mat_free(&a);
     }
+    /* more splits than one wave of CTAs holds at once on an H100 or H200 (the 8B Q/K/V shape; gate/up's 1,792
+     * tiles): the wgmma kernel's even ranges (qtc.cu s_wg_nb), with splits cut between two CTAs (r 2 and 4), against
+     * every other form and every row alone */
+    for (const auto &s : {std::make_pair(GGML_Q8_0, 6144), std::make_pair(GGML_Q4_K, 28672)}) {
+        Mat a;
+        mat_make(&a, s.first, s.first == GGML_Q8_0 ? 4096 : 1024, s.second);
+        for (int m : {37, 64, 200}) nf_graph_case(&a, m);
+        invariance_case(&a);
+        mat_free(&a);
+    }
     /* two products in one launch: Q4_K_M's Q/K (Q4_K) and V (Q6_K) */
     {
         Mat qk, v;
