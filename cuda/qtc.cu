@@ -1001,7 +1001,9 @@ constexpr int QW_G = 4;
  * sub-splits, so that no range falls inside one split) a range can cut a split in two. Its sum keeps
  * its order across the cut: the CTA holding the split's first sub-splits runs them first and publishes their sum
  * (QW_PUB: per warp, to the workspace, then its flag); the CTA holding the rest runs them last, from that sum
- * (QW_SUF). The splits between run whole (QW_ALL). A segment: split s, sub-splits [ja, jb). */
+ * (QW_SUF). The splits between run whole (QW_ALL). A segment: split s, sub-splits [ja, jb). The wait does not depend
+ * on the grid fitting the GPU at once: a CTA waits only on the CTA before it in launch order (blocks are dispatched
+ * in that order), which publishes first, before it could wait on anything itself. */
 enum { QW_ALL = 0, QW_PUB = 1, QW_SUF = 2 };
 template <bool EVEN> struct qw_plan {
     int s0, j0, s1, je, r;
