@@ -140,8 +140,10 @@ static size_t s_f16_bytes(int n_in, int n_out) {
 }
 
 /* the wgmma kernel's hand-over area (qw_plan), after the 16-bit form's copies: room for 8 published sums of 128
- * columns (8 KiB each) per SM, then one flag per sum of 32 columns (the most sums the same bytes hold) */
-static size_t s_fix_bytes() { return (size_t)cu_sm_count(0) * (QB_WARPS * 8192 + QB_WARPS * 4 * 4); }
+ * columns (QW_FIX_SUM bytes each) per SM, then one flag per sum of 32 columns (the most sums the same bytes hold) */
+enum { QW_FIX_SUM = 16 * 128 * 4 };
+static size_t s_fix_sums_bytes() { return (size_t)cu_sm_count(0) * QB_WARPS * QW_FIX_SUM; }
+static size_t s_fix_bytes() { return s_fix_sums_bytes() + (size_t)cu_sm_count(0) * QB_WARPS * 4 * sizeof(unsigned); }
 
 extern "C" size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out)
 {
@@ -1154,12 +1156,10 @@ __global__ void __launch_bounds__(QB_WARPS * 32 + 128, 1)
     const long nb = (long)gridDim.y * gridDim.z, b = (long)blockIdx.y * gridDim.z + blockIdx.z;
     const long T = (long)groups * ks * r;
     const qw_plan<EVEN> P(EVEN ? T * b / nb : b, EVEN ? T * (b + 1) / nb : b + 1, r);
-    int s_first, ja_first, jb_first;
-    P.seg(0, s_first, ja_first, jb_first);
     /* the warps that multiply: with one split a CTA, those of its group's tiles (the last group's may be fewer);
      * with the plan's ranges all of them, whatever the group (a warp past the last tile multiplies what its slots
      * hold into rows nobody stores) */
-    const int tile_f = s_first / ks * QB_WARPS;
+    const int tile_f = P.s0 / ks * QB_WARPS;
     const int n_tiles = EVEN || tiles - tile_f >= QB_WARPS ? QB_WARPS : tiles - tile_f;
     const uint32_t ring = smem_u32(qw_smem), bars = ring + S * SB;
     const int n_wg = (n_tiles + 3) / 4; /* warpgroups with a tile: only they multiply (and release stages) */
@@ -1205,8 +1205,8 @@ __global__ void __launch_bounds__(QB_WARPS * 32 + 128, 1)
     /* this warp's hand-over slot (published sums: NA floats a lane, lane-minor) as the publisher, and the slot of
      * the CTA before as the one that continues its sum */
     const long slot = ((long)blockIdx.x * nb + b) * QB_WARPS + warp;
-    int cst = 0, pst = S - 1; /* n % S, (n - 1) % S */
-    uint32_t ph = 0;          /* the full barrier's phase parity of unit n */
+    int cst = 0, pst = S - 1; /* the slots of this unit and of the unit before */
+    uint32_t ph = 0;          /* the full barrier's phase parity of this unit */
     bool rel = false;         /* a unit before this one: its stage is released in this one */
     for (int si = 0, ns = P.count(); si < ns; si++) {
         int sp_, ja, jb;
@@ -1236,7 +1236,7 @@ __global__ void __launch_bounds__(QB_WARPS * 32 + 128, 1)
                 j++;
                 next = qw_plan<EVEN>::unit_at(units, kz, j + 1, kn, r);
             }
-            mbar_wait(bars + 8 * cst, ph); /* unit n landed */
+            mbar_wait(bars + 8 * cst, ph); /* the unit landed */
             const uint8_t *sp = qw_smem + (size_t)cst * SB;
             const uint32_t du = d0 + (uint32_t)((cst * SB) >> 4);
             unit_regs<TY> R;
@@ -1381,7 +1381,7 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, in
     uint8_t *xi = NX ? (uint8_t *)p->workspace + s_part_bytes(ks, p->n_out) : nullptr;
     /* the hand-over area (s_fix_bytes): the published sums, then their flags */
     float *fix = NX ? (float *)(xi + (size_t)QB_CHUNK * p->n_in * 2 + s_f16_bytes(p->n_in, p->n_out)) : nullptr;
-    unsigned *flags = NX ? (unsigned *)((uint8_t *)fix + (size_t)cu_sm_count(0) * QB_WARPS * 8192) : nullptr;
+    unsigned *flags = NX ? (unsigned *)((uint8_t *)fix + s_fix_sums_bytes()) : nullptr;
     for (int c0 = 0; c0 < p->m; c0 += QB_CHUNK) {
         const int mc = p->m - c0 < QB_CHUNK ? p->m - c0 : QB_CHUNK;
         const float *yin = p->y_in ? p->y_in + (size_t)c0 * ldy : nullptr;
