@@ -1060,7 +1060,6 @@ template <bool EVEN> struct qw_plan {
 template <int TB, int SB, int S, int XB, bool EVEN>
 static __device__ __forceinline__ void s_wg_produce(const uint8_t *w, const uint8_t *xs, int units, int ks,
                                                     const qw_plan<EVEN> &P, int tiles, uint32_t ring, uint32_t bars) {
-    static_assert(S <= 4, "the first stages' units are kept in four registers");
     const int kn = ks * P.r;
     if constexpr (!EVEN) { /* one split: its units [ub, ue) of one group, in order */
         const int grp = P.s0 / ks, kz = P.s0 % ks, tile0 = grp * QB_WARPS;
@@ -1093,42 +1092,56 @@ static __device__ __forceinline__ void s_wg_produce(const uint8_t *w, const uint
         }
         return;
     }
-    int u_pre[4] = {0, 0, 0, 0}; /* the first S units: their x is copied once pdl_wait has returned */
-    auto flush = [&](int cnt) {
-        pdl_wait(); /* x: written by qtc_ximage_kernel, the kernel before */
-#pragma unroll
-        for (int k = 0; k < S; k++)
-            if (k < cnt) bulk_copy(ring + k * SB, xs + (size_t)u_pre[k] * XB, XB, bars + 8 * k);
-    };
-    int n = 0, st = 0; /* units issued; n % S */
-    uint32_t ph = 1;   /* the empty barrier's parity of unit n - S */
-    for (int i = 0, ns = P.count(); i < ns; i++) {
+    const int ns = P.count();
+    /* segment i: its group's first tile block at unit 0 (tile block (tile0 + k, u) at wt + (k units + u) TB), its
+     * tiles and its units [ua, ue) */
+    const uint8_t *wt;
+    int nt, ua, ue;
+    auto segment = [&](int i) {
         int sp, ja, jb;
         P.seg(i, sp, ja, jb);
-        const int grp = sp / ks, kz = sp % ks, tile0 = grp * QB_WARPS;
-        const int nt = tiles - tile0 < QB_WARPS ? tiles - tile0 : QB_WARPS;
-        const uint8_t *wt = w + (size_t)tile0 * units * TB; /* tile block (tile0 + k, u) at wt + (k units + u) TB */
-        const int ue = qw_plan<EVEN>::unit_at(units, kz, jb, kn, P.r);
-        for (int u = qw_plan<EVEN>::unit_at(units, kz, ja, kn, P.r); u < ue; u++, n++) {
-            if (n >= S) mbar_wait(bars + 8 * (S + st), ph); /* unit n - S retired */
-            mbar_expect_tx(bars + 8 * st, XB + nt * TB);
-            for (int k = 0; k < nt; k++)
-                bulk_copy(ring + st * SB + XB + k * TB, wt + ((size_t)k * units + u) * TB, TB, bars + 8 * st);
-            if (n >= S) {
-                bulk_copy(ring + st * SB, xs + (size_t)u * XB, XB, bars + 8 * st);
-            } else { /* the weights only, before pdl_wait (written once at load) */
-#pragma unroll
-                for (int k = 0; k < S; k++)
-                    if (k == n) u_pre[k] = u;
-                if (n == S - 1) flush(S);
-            }
+        const int kz = sp % ks, tile0 = sp / ks * QB_WARPS;
+        nt = tiles - tile0 < QB_WARPS ? tiles - tile0 : QB_WARPS;
+        wt = w + (size_t)tile0 * units * TB;
+        ua = qw_plan<EVEN>::unit_at(units, kz, ja, kn, P.r);
+        ue = qw_plan<EVEN>::unit_at(units, kz, jb, kn, P.r);
+    };
+    /* unit u into slot st: the stage's byte count, then its tile blocks */
+    auto load_w = [&](int u, int st) {
+        mbar_expect_tx(bars + 8 * st, XB + nt * TB);
+        const uint8_t *src = wt + (size_t)u * TB;
+        for (int k = 0; k < nt; k++, src += (size_t)units * TB)
+            bulk_copy(ring + st * SB + XB + k * TB, src, TB, bars + 8 * st);
+    };
+    /* the first S units: their weights before pdl_wait (written once at load), their x after it */
+    int n = 0;
+    for (int i = 0; i < ns && n < S; i++) {
+        segment(i);
+        for (int u = ua; u < ue && n < S; u++, n++) load_w(u, n);
+    }
+    pdl_wait(); /* x: written by qtc_ximage_kernel, the kernel before */
+    n = 0;
+    for (int i = 0; i < ns && n < S; i++) {
+        segment(i);
+        for (int u = ua; u < ue && n < S; u++, n++) bulk_copy(ring + n * SB, xs + (size_t)u * XB, XB, bars + 8 * n);
+    }
+    /* the rest, each once the unit S before it has retired */
+    int skip = S, st = 0;
+    uint32_t ph = 0;
+    for (int i = 0; i < ns; i++) {
+        segment(i);
+        const int k = ue - ua < skip ? ue - ua : skip;
+        skip -= k;
+        for (int u = ua + k; u < ue; u++) {
+            mbar_wait(bars + 8 * (S + st), ph); /* unit n - S retired */
+            load_w(u, st);
+            bulk_copy(ring + st * SB, xs + (size_t)u * XB, XB, bars + 8 * st);
             if (++st == S) {
                 st = 0;
                 ph ^= 1;
             }
         }
     }
-    if (n < S) flush(n);
 }
 /* a hand-over flag: set with release once the warp's published sum is written; waited on with acquire */
 static __device__ __forceinline__ void qw_flag_set(unsigned *f) {
