@@ -209,6 +209,8 @@ typedef struct {
                                 * qtc_workspace_bytes / wtc_workspace_bytes of their matrices (NULL when none needs
                                 * one); one stream, so one buffer serves all */
     size_t qtc_ws_bytes;
+    unsigned *qtc_flags;       /* qtc_params.flags: qtc_flags_bytes() bytes, zeroed once (every launch leaves them
+                                * zero); NULL where no qtc launch uses them */
     int n_splits;              /* fixed split count (batch invariance), from attn_decode_splits at n_ctx */
     void *samp_ws;             /* sampler scratch */
     size_t samp_ws_bytes;

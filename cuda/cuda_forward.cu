@@ -48,7 +48,9 @@ static qtc_params s_qtc_params(const cu_engine *E, const cu_mat *W, int n_rows, 
     p.type = W->qt; p.w = W->w; p.n_in = W->n_in; p.n_out = W->n_out;
     p.m = n_rows; p.x = (const uint16_t *)xw; p.ldx = W->n_in; p.y = y; p.ldy = ldy;
     p.y_in = resid ? y : NULL;
-    p.workspace = E->qtc_ws; p.workspace_bytes = E->qtc_ws_bytes;
+    p.workspace = E->qtc_ws;
+    p.workspace_bytes = E->qtc_ws_bytes;
+    p.flags = E->qtc_flags;
     return p;
 }
 
@@ -57,6 +59,18 @@ static int s_kperm_takes(const cu_engine *E, const cu_mat *W, int n_rows) {
     if (W->path != CU_PATH_QTC) return 0;
     const qtc_params p = s_qtc_params(E, W, n_rows, NULL, NULL, 0, 0);
     return qtc_f16_form(&p);
+}
+
+/* NX (32 or 64) when W's product over n_rows rows takes qtc's wgmma kernel with NX columns a CTA and its input
+ * comes as its images (x_image), written by the norm or the SwiGLU before it; 0 otherwise, where the engine's
+ * activations are not F16, and for 128 columns a CTA (65 to 1,023 rows), where the images written by those kernels
+ * made the 8B Q8_0 and Q4_K_M steps 0.7% slower at 256 rows and no faster at 128 than qtc's own copy (docs/perf.md,
+ * "Quantized products at 17 to 64 rows: x written as the wgmma kernel's images") */
+static int s_ximage_takes(const cu_engine *E, const cu_mat *W, int n_rows) {
+    if (W->path != CU_PATH_QTC || E->wt != CU_F16) return 0;
+    const qtc_params p = s_qtc_params(E, W, n_rows, NULL, NULL, 0, 0);
+    const int nx = qtc_ximage_nx(&p);
+    return nx <= 64 ? nx : 0;
 }
 
 /* the wtc product of W's dense 16-bit copy over n_rows rows of xw (n_in apart); output fields left unset */
@@ -72,8 +86,10 @@ static wtc_params s_wtc_params(const cu_engine *E, const cu_mat *W, int n_rows, 
 }
 
 /* y[n_rows][n_out] = x W^T, or y += x W^T when resid (y holds the residual stream), on W's path; x is xw (wt,
- * n_in apart; kperm: in qtc's 16-bit k order, only where s_kperm_takes). y's rows are ldy floats apart (0 means
- * n_out; a larger ldy writes a column slice of a wider array, e.g. wk into E->qkv + q_dim). s_matmul: kperm 0. */
+ * n_in apart), or with kperm (the x layout, s_xlayout below) 1 in qtc's 16-bit k order (only where
+ * s_kperm_takes), NX > 1 as qtc's wgmma images of NX columns (only where s_ximage_takes gives NX). y's rows are ldy
+ * floats apart (0 means n_out; a larger ldy writes a column slice of a wider array, e.g. wk into E->qkv + q_dim).
+ * s_matmul: kperm 0. */
 static int s_matmul_k(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, int kperm, float *y, int ldy,
                       int resid, char *err, size_t errlen) {
     if (n_rows <= 0) return 0;
@@ -82,7 +98,8 @@ static int s_matmul_k(cu_engine *E, const cu_mat *W, int n_rows, const void *xw,
     switch (W->path) {
     case CU_PATH_QTC: {
         qtc_params p = s_qtc_params(E, W, n_rows, xw, y, ldy, resid);
-        p.x_perm = kperm;
+        p.x_perm = kperm == 1;
+        p.x_image = kperm > 1;
         p.x_rows = E->x_rows;
         e = qtc_launch(&p, E->st);
         break;
@@ -123,7 +140,8 @@ static int s_glu(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, int 
     if (W->path == CU_PATH_QTC) {   /* qtc's narrow kernel (decode batches of <= 8 rows): f16 (E->wt is F16) */
         qtc_params p = s_qtc_params(E, W, n_rows, xw, NULL, 0, 0);
         p.glu = (uint16_t *)out; p.ldg = ff;
-        p.x_perm = kperm;
+        p.x_perm = kperm == 1;
+        p.x_image = kperm > 1;
         p.x_rows = E->x_rows;
         if (!qtc_glu_fused(&p)) return 0;
         e = qtc_launch(&p, E->st);
@@ -198,34 +216,59 @@ static int s_embed(cu_engine *E, int n_rows, char *err, size_t errlen) {
     return 0;
 }
 
-/* xb = rmsnorm(x) * w as wt, for the next products; kperm: in qtc's 16-bit k order (s_kperm_qkv, s_kperm_ffn) */
+/* xb = rmsnorm(x) * w as wt, for the next products; kperm, the x layout (s_kperm_qkv, s_kperm_ffn): 1 in qtc's
+ * 16-bit k order, NX > 1 as qtc's wgmma images of NX columns */
 static int s_rmsnorm(cu_engine *E, const float *w, int n_rows, int kperm, char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
+    if (kperm > 1)
+        return ops_rmsnorm_ximage(E->x, w, c->dim, c->rms_eps, n_rows, E->xb, E->wt, kperm, E->st, err, errlen);
     if (kperm) return ops_rmsnorm_kperm(E->x, w, c->dim, c->rms_eps, n_rows, E->xb, E->wt, E->st, err, errlen);
     return ops_rmsnorm_dual(E->x, NULL, w, c->dim, c->rms_eps, n_rows, E->xb, E->wt, NULL, 1, E->st, err, errlen);
 }
 
-/* 1 when the norm before the Q/K/V products writes xb in qtc's 16-bit k order for this step: every product
- * reading it takes that form (qtc matrices, n_rows >= 1,024 on sm_90) and the norm serves the row; the products
- * then skip their permutation of xb (the same bits) */
-static int s_kperm_qkv(const cu_engine *E, const cu_layer *L, int n_rows) {
+/* The layout the norm before the products of W[0..n) writes xb in for this step, when every one of them reads it
+ * so and the norm serves the row (the products then skip their own reordering of xb: the same bits): 1 in qtc's
+ * 16-bit k order (qtc matrices, n_rows >= 1,024 on sm_90), NX > 1 as qtc's wgmma images of NX columns (qtc
+ * matrices of F16 activations in steps between the narrow kernel's rows and the 16-bit form's); 0 in rows */
+static int s_xlayout(const cu_engine *E, const cu_mat *const *W, int n, int n_rows) {
     if (!ops_rmsnorm_kperm_serves(E->base.model->cfg.dim, E->wt)) return 0;
+    int kp = 1, nx = s_ximage_takes(E, W[0], n_rows);
+    for (int i = 0; i < n; i++) {
+        kp = kp && s_kperm_takes(E, W[i], n_rows);
+        if (s_ximage_takes(E, W[i], n_rows) != nx) nx = 0;
+    }
+    return kp ? 1 : nx;
+}
+
+/* s_xlayout for the norm before the Q/K/V products */
+static int s_kperm_qkv(const cu_engine *E, const cu_layer *L, int n_rows) {
     switch (L->qkv) {
-    case CU_QKV_JOINED: return s_kperm_takes(E, &L->wqkv, n_rows);
-    case CU_QKV_QK_V: return s_kperm_takes(E, &L->wqk, n_rows) && s_kperm_takes(E, &L->wv, n_rows);
-    default:
-        return s_kperm_takes(E, &L->wq, n_rows) && s_kperm_takes(E, &L->wk, n_rows) && s_kperm_takes(E, &L->wv, n_rows);
+    case CU_QKV_JOINED: {
+        const cu_mat *W[] = {&L->wqkv};
+        return s_xlayout(E, W, 1, n_rows);
+    }
+    case CU_QKV_QK_V: {
+        const cu_mat *W[] = {&L->wqk, &L->wv};
+        return s_xlayout(E, W, 2, n_rows);
+    }
+    default: {
+        const cu_mat *W[] = {&L->wq, &L->wk, &L->wv};
+        return s_xlayout(E, W, 3, n_rows);
+    }
     }
 }
 
 /* the same for the norm before the gate/up products */
 static int s_kperm_ffn(const cu_engine *E, const cu_layer *L, int n_rows) {
-    if (!ops_rmsnorm_kperm_serves(E->base.model->cfg.dim, E->wt)) return 0;
-    if (L->ffn == CU_FFN_GLU8 || L->ffn == CU_FFN_JOINED) return s_kperm_takes(E, &L->wgu, n_rows);
-    return s_kperm_takes(E, &L->wg, n_rows) && s_kperm_takes(E, &L->wu, n_rows);
+    if (L->ffn == CU_FFN_GLU8 || L->ffn == CU_FFN_JOINED) {
+        const cu_mat *W[] = {&L->wgu};
+        return s_xlayout(E, W, 1, n_rows);
+    }
+    const cu_mat *W[] = {&L->wg, &L->wu};
+    return s_xlayout(E, W, 2, n_rows);
 }
 
-/* the Q/K/V products of xb (kperm: in qtc's 16-bit k order) into the column slices of E->qkv, in the layer's form */
+/* the Q/K/V products of xb (kperm: its layout, s_kperm_qkv) into the column slices of E->qkv, in the layer's form */
 static int s_qkv(cu_engine *E, const cu_layer *L, int n_rows, int kperm, char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
     const int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim, ld = qd + 2 * kvd;
@@ -367,17 +410,25 @@ static int s_attention(cu_engine *E, const cu_layer *L, const cu_batch *b, char 
                          errlen);
 }
 
-/* the gate/up products of xb (kperm: in qtc's 16-bit k order) and the SwiGLU, in the layer's form; *xd = the down
- * product's input (xb, or E->gu's memory after a SwiGLU epilogue) */
-static int s_ffn_up(cu_engine *E, const cu_layer *L, int n_rows, int kperm, const void **xd, char *err, size_t errlen) {
+/* the gate/up products of xb (kperm: its layout, s_kperm_ffn) and the SwiGLU, in the layer's form; *xd = the down
+ * product's input (xb, or E->gu's memory after a SwiGLU epilogue), *xdl its layout (s_matmul_k's kperm: xb as qtc's
+ * wgmma images where the down product takes them) */
+static int s_ffn_up(cu_engine *E, const cu_layer *L, int n_rows, int kperm, const void **xd, int *xdl, char *err,
+                    size_t errlen) {
     const int ff = E->base.model->cfg.ffn_dim;
     *xd = E->xb;
+    *xdl = 0;
     switch (L->ffn) {
     case CU_FFN_GLU8: {   /* the product's SwiGLU epilogue (into E->gu's memory: the product still reads xb) */
         const int g = s_glu(E, &L->wgu, n_rows, E->xb, kperm, E->gu, ff, err, errlen);
         if (g < 0) return -1;
         if (g) { *xd = E->gu; return 0; }
         FWD_CHECK(s_matmul_k(E, &L->wgu, n_rows, E->xb, kperm, E->gu, 2 * ff, 0, err, errlen));
+        const int nx = ff % 256 == 0 ? s_ximage_takes(E, &L->wd, n_rows) : 0;
+        if (nx) {
+            *xdl = nx;
+            return ops_swiglu_il8_ximage(E->gu, 2 * ff, n_rows, ff, E->xb, nx, E->st, err, errlen);
+        }
         return ops_swiglu_il8_dual(E->gu, 2 * ff, n_rows, ff, E->xb, E->wt, NULL, 1, E->st, err, errlen);
     }
     case CU_FFN_JOINED: FWD_CHECK(s_matmul_k(E, &L->wgu, n_rows, E->xb, kperm, E->gu, 2 * ff, 0, err, errlen)); break;
@@ -391,12 +442,13 @@ static int s_ffn_up(cu_engine *E, const cu_layer *L, int n_rows, int kperm, cons
 }
 
 /* x += xw W^T, or with a post norm (gemma3) x += norm(xw W^T) * post: the product then goes to E->qkv's memory
- * (free after the attention prologue and the GLU: cu_engine.gu) and one kernel norms and adds it */
-static int s_out_proj(cu_engine *E, const cu_mat *W, const float *post, int n_rows, const void *xw, char *err,
-                      size_t errlen) {
+ * (free after the attention prologue and the GLU: cu_engine.gu) and one kernel norms and adds it; kperm: xw's
+ * layout (s_matmul_k) */
+static int s_out_proj(cu_engine *E, const cu_mat *W, const float *post, int n_rows, const void *xw, int kperm,
+                      char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
-    if (!post) return s_matmul(E, W, n_rows, xw, E->x, 0, 1, err, errlen);
-    FWD_CHECK(s_matmul(E, W, n_rows, xw, E->qkv, c->dim, 0, err, errlen));
+    if (!post) return s_matmul_k(E, W, n_rows, xw, kperm, E->x, 0, 1, err, errlen);
+    FWD_CHECK(s_matmul_k(E, W, n_rows, xw, kperm, E->qkv, c->dim, 0, err, errlen));
     return ops_rmsnorm_add(E->x, E->qkv, c->dim, post, c->dim, c->rms_eps, n_rows, E->st, err, errlen);
 }
 
@@ -474,16 +526,17 @@ int cuda_forward(cu_engine *E, const cu_batch *b, char *err, size_t errlen) {
     for (int l = E->base.layer_begin; l < E->base.layer_end; l++) {
         const cu_layer *L = &E->L[l];
         const void *xd = NULL;
-        const int kq = s_kperm_qkv(E, L, n), kf = s_kperm_ffn(E, L, n);        /* xb in qtc's k order */
+        int kd = 0;                                                            /* the down product's x layout */
+        const int kq = s_kperm_qkv(E, L, n), kf = s_kperm_ffn(E, L, n);        /* xb's layouts (s_xlayout) */
         FWD_CHECK(s_rmsnorm(E, L->attn_norm, n, kq, err, errlen));             /* xb = norm(x) */
         FWD_CHECK(s_qkv(E, L, n, kq, err, errlen));                            /* qkv = xb [Wq Wk Wv] */
         if (L->q_norm) FWD_CHECK(s_qk_norm(E, L, n, err, errlen));             /* qwen3, gemma3: per-head norms */
         FWD_CHECK(s_rope_append(E, L, l, n, err, errlen));                     /* q, caches += k, v */
         FWD_CHECK(s_attention(E, L, b, err, errlen));                          /* att_w = attention(q) */
-        FWD_CHECK(s_out_proj(E, &L->wo, L->post_attn_norm, n, E->att_w, err, errlen)); /* x += att_w Wo */
+        FWD_CHECK(s_out_proj(E, &L->wo, L->post_attn_norm, n, E->att_w, 0, err, errlen)); /* x += att_w Wo */
         FWD_CHECK(s_rmsnorm(E, L->ffn_norm, n, kf, err, errlen));                      /* xb = norm(x) */
-        FWD_CHECK(s_ffn_up(E, L, n, kf, &xd, err, errlen));                            /* xd = silu(xb Wg) * xb Wu */
-        FWD_CHECK(s_out_proj(E, &L->wd, L->post_ffn_norm, n, xd, err, errlen)); /* x += xd Wd */
+        FWD_CHECK(s_ffn_up(E, L, n, kf, &xd, &kd, err, errlen));                       /* xd = silu(xb Wg) * xb Wu */
+        FWD_CHECK(s_out_proj(E, &L->wd, L->post_ffn_norm, n, xd, kd, err, errlen));    /* x += xd Wd */
     }
     if (E->base.layer_end < c->n_layers) {   /* a stage before the last: hand the residual stream on */
         s_k_stage_out<<<n, 256, 0, E->st>>>(E->x, IN_PTR(E, hptr, const unsigned long long),

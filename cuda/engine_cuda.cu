@@ -31,6 +31,7 @@ extern "C" {
 #include "cuda_common.h"
 #include "engine_cuda.h"
 #include "ops.h"
+#include "qtc.h"
 #include "sample.h"
 #include "wtc.h"
 
@@ -175,9 +176,9 @@ static void s_destroy(zl_engine *base) {
     if (E->cst) cudaStreamDestroy(E->cst);
     cudaFree(E->hbuf);
     /* E->gu is E->qkv's allocation: freed once, as qkv */
-    void *d[] = {E->tok_embd, E->out_norm, E->rope_cs,   E->kv,        E->x,          E->qkv,
-                 E->q,        E->att,      E->xb,        E->logits,    E->attn_ws,    E->samp_ws,
-                 E->cb_ws,    E->qtc_ws,   E->carry_tok, E->carry_rng, E->rope_cs_swa};
+    void *d[] = {E->tok_embd, E->out_norm, E->rope_cs,   E->kv,        E->x,           E->qkv,
+                 E->q,        E->att,      E->xb,        E->logits,    E->attn_ws,     E->samp_ws,
+                 E->cb_ws,    E->qtc_ws,   E->carry_tok, E->carry_rng, E->rope_cs_swa, E->qtc_flags};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) cudaFree(d[i]);
     if (E->att_w != (void *)E->att) cudaFree(E->att_w);
     cudaFreeHost(E->h_logits);
@@ -479,6 +480,11 @@ zl_engine *engine_cuda_new(const zl_model *m, const zl_engine_opts *o, char *err
             /* qtc's and wtc's workspace: the largest any of the matrices needs */
             E->qtc_ws_bytes = cuda_weights_workspace_bytes(E);
             if (E->qtc_ws_bytes) CU_CHECK(cudaMalloc(&E->qtc_ws, E->qtc_ws_bytes));
+            /* qtc's hand-over flags start at zero and every launch leaves them so */
+            if (E->qtc_ws_bytes && qtc_flags_bytes()) {
+                CU_CHECK(cudaMalloc((void **)&E->qtc_flags, qtc_flags_bytes()));
+                CU_CHECK(cudaMemset(E->qtc_flags, 0, qtc_flags_bytes()));
+            }
             /* the decode kernel's arrival counters start at zero and every launch leaves them so */
             CU_CHECK(attn_decode_workspace_init(E->attn_ws, E->attn_ws_bytes, 0));
             CU_CHECK(cudaDeviceSynchronize());

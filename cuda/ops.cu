@@ -581,11 +581,36 @@ __global__ void k_rmsnorm_dual(const float *x, const int32_t *rows, const float 
  * the weights are read into registers before pdl_wait (written once, at load), the row once after it, and both
  * stay in registers for the second pass. At batch 1 the norm is one block between two matrix products on the
  * critical path, so its latency is what counts. */
-/* KP: element i of the row stored at its position in qtc's 16-bit k order (qtc_kpos within each 256-element unit;
- * dim a multiple of 256): the same values, another place */
-template <typename T, int V, bool KP = false>
+/* LAY: where element i of row r goes (the same values, another place): 0 at r dim + i; 1 at its position in qtc's
+ * 16-bit k order (qtc_kpos within each 256-element unit; dim a multiple of 256); 2 at its place in qtc's wgmma
+ * images of nx columns (qtc_ximage_pos; dim a multiple of 256; F16 only), through ximage_store */
+enum { LAY_ROWS = 0, LAY_KPERM = 1, LAY_XIMAGE = 2 };
+template <int LAY> __device__ __forceinline__ size_t lay_pos(int r, int dim, int i) {
+    if (LAY == LAY_KPERM) return (size_t)r * dim + (i & ~255) + qtc_kpos(i & 255);
+    return (size_t)r * dim + i;
+}
+/* Row r's f16 values, held in shared memory (h: its units [u0, u0 + nu) of 256 elements, from h's start), stored as
+ * qtc's wgmma images of nx columns (qtc_ximage_pos) of a row of `units` units: 16-byte chunk c of a unit holds its
+ * 4-byte words c, 32 + c, 64 + c and 96 + c (each thread reads them from 4 banks that differ across a warp), and a
+ * warp's 32 chunks of a unit fill four 128-byte runs of the image (its 4 k tiles of column r). The caller
+ * synchronizes the threads that wrote h before. */
+__device__ __forceinline__ void ximage_store(const __half *h, int u0, int nu, int units, int r, int nx, __half *out) {
+    const uint32_t *hw = (const uint32_t *)h;
+    const int b = r / nx, n = r % nx;
+    uint8_t *base = (uint8_t *)out + (size_t)n * 128;
+    for (int q = threadIdx.x; q < nu * 32; q += blockDim.x) {
+        const int uu = q >> 5, c = q & 31, u = u0 + uu;
+        uint4 v;
+        v.x = hw[uu * 128 + c];
+        v.y = hw[uu * 128 + 32 + c];
+        v.z = hw[uu * 128 + 64 + c];
+        v.w = hw[uu * 128 + 96 + c];
+        *(uint4 *)(base + (((size_t)b * units + u) * 4 + (c >> 3)) * (size_t)nx * 128 + (((c & 7) ^ (n & 7)) << 4)) = v;
+    }
+}
+template <typename T, int V, int LAY = LAY_ROWS>
 __global__ void k_rmsnorm_dual_r(const float *x, const int32_t *rows, const float *w, int dim, float eps, T *out,
-                                 float *outf, int round_f) {
+                                 float *outf, int round_f, int nx) {
     float wv[V], xv[V];
 #pragma unroll
     for (int j = 0; j < V; j++) {
@@ -607,12 +632,21 @@ __global__ void k_rmsnorm_dual_r(const float *x, const int32_t *rows, const floa
         if (threadIdx.x + j * blockDim.x < dim) ss += xv[j] * xv[j];
     ss = block_sum(ss);
     const float scale = 1.0f / sqrtf(ss / (float)dim + eps);
+    if constexpr (LAY == LAY_XIMAGE) { /* the row in shared memory, then its image chunks */
+        __shared__ __half h[8 * 1024]; /* dim <= V blockDim.x <= 8 x 1024 (ops_rmsnorm_kperm_serves) */
 #pragma unroll
-    for (int j = 0; j < V; j++) {
-        const int i = threadIdx.x + j * blockDim.x;
-        if (i < dim)
-            st_dual(out, outf, round_f, (size_t)r * dim + (KP ? (i & ~255) + qtc_kpos(i & 255) : i),
-                    xv[j] * scale * wv[j]);
+        for (int j = 0; j < V; j++) {
+            const int i = threadIdx.x + j * blockDim.x;
+            if (i < dim) st_f(h, i, xv[j] * scale * wv[j]);
+        }
+        __syncthreads();
+        ximage_store(h, 0, dim >> 8, dim >> 8, r, nx, (__half *)out);
+    } else {
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            const int i = threadIdx.x + j * blockDim.x;
+            if (i < dim) st_dual(out, outf, round_f, lay_pos<LAY>(r, dim, i), xv[j] * scale * wv[j]);
+        }
     }
 }
 
@@ -624,8 +658,8 @@ int ops_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int di
     with_type(odt, [&](auto *tp) {
         using T = typename std::remove_pointer<decltype(tp)>::type;
         if (dim <= 8 * block)
-            le = cu_launch(k_rmsnorm_dual_r<T, 8>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out, outf,
-                           round_f);
+            le = cu_launch(k_rmsnorm_dual_r<T, 8>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out, outf, round_f,
+                           0);
         else
             le = cu_launch(k_rmsnorm_dual<T>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out, outf, round_f);
     });
@@ -638,26 +672,49 @@ int ops_rmsnorm_kperm_serves(int dim, cu_dtype odt) {
     return dim > 0 && dim % 256 == 0 && dim <= 8 * s_norm_block(dim) && (odt == CU_F16 || odt == CU_BF16);
 }
 
-int ops_rmsnorm_kperm(const float *x, const float *w, int dim, float eps, int n_rows, void *out, cu_dtype odt,
-                      cudaStream_t st, char *err, size_t errlen) {
+/* ops_rmsnorm_kperm (nx 0) and ops_rmsnorm_ximage (nx > 0) */
+static int s_rmsnorm_lay(const char *fn, const float *x, const float *w, int dim, float eps, int n_rows, void *out,
+                         cu_dtype odt, int nx, cudaStream_t st, char *err, size_t errlen) {
     if (n_rows <= 0) return 0;
     const int block = s_norm_block(dim); /* the same rule as ops_rmsnorm_dual: the same sums */
-    if (!ops_rmsnorm_kperm_serves(dim, odt)) {
-        snprintf(err, errlen, "ops_rmsnorm_kperm: unsupported row (%d elements of %s)", dim, ops_dtype_name(odt));
+    if (!ops_rmsnorm_kperm_serves(dim, odt) || (nx && odt != CU_F16)) {
+        snprintf(err, errlen, "%s: unsupported row (%d elements of %s)", fn, dim, ops_dtype_name(odt));
+        return -1;
+    }
+    if (nx && nx != 32 && nx != 64 && nx != 128) {
+        snprintf(err, errlen, "%s: images of %d columns (32, 64 or 128)", fn, nx);
         return -1;
     }
     cudaError_t le = cudaSuccess;
     with_type(odt, [&](auto *tp) {
         using T = typename std::remove_pointer<decltype(tp)>::type;
-        le = cu_launch(k_rmsnorm_dual_r<T, 8, true>, n_rows, block, 0, st, x, (const int32_t *)NULL, w, dim, eps,
-                       (T *)out, (float *)NULL, 0);
+        if (nx)
+            le = cu_launch(k_rmsnorm_dual_r<T, 8, LAY_XIMAGE>, n_rows, block, 0, st, x, (const int32_t *)NULL, w, dim,
+                           eps, (T *)out, (float *)NULL, 0, nx);
+        else
+            le = cu_launch(k_rmsnorm_dual_r<T, 8, LAY_KPERM>, n_rows, block, 0, st, x, (const int32_t *)NULL, w, dim,
+                           eps, (T *)out, (float *)NULL, 0, 0);
     });
     if (le != cudaSuccess) {
-        snprintf(err, errlen, "%s: launch failed: %s", "ops_rmsnorm_kperm", cudaGetErrorString(le));
+        snprintf(err, errlen, "%s: launch failed: %s", fn, cudaGetErrorString(le));
         return -1;
     }
-    CU_LAUNCH_CHECK_RET("ops_rmsnorm_kperm");
+    CU_LAUNCH_CHECK_RET(fn);
     return 0;
+}
+
+int ops_rmsnorm_kperm(const float *x, const float *w, int dim, float eps, int n_rows, void *out, cu_dtype odt,
+                      cudaStream_t st, char *err, size_t errlen) {
+    return s_rmsnorm_lay("ops_rmsnorm_kperm", x, w, dim, eps, n_rows, out, odt, 0, st, err, errlen);
+}
+
+int ops_rmsnorm_ximage(const float *x, const float *w, int dim, float eps, int n_rows, void *out, cu_dtype odt, int nx,
+                       cudaStream_t st, char *err, size_t errlen) {
+    if (nx <= 0) {
+        snprintf(err, errlen, "ops_rmsnorm_ximage: images of %d columns", nx);
+        return -1;
+    }
+    return s_rmsnorm_lay("ops_rmsnorm_ximage", x, w, dim, eps, n_rows, out, odt, nx, st, err, errlen);
 }
 
 template <typename T>
@@ -792,6 +849,26 @@ __global__ void k_swiglu_il8_dual(const float *gu, int ld, int n_rows, int n, T 
             st_dual(out, outf, round_f, (size_t)r * n + j, silu_mul(gu[gi], gu[gi + 8]));
         }
 }
+/* k_swiglu_il8_dual's f16 values as qtc's wgmma images of nx columns: a block of 256 threads takes up to 8 units
+ * (2,048 features) of a row at a time, through shared memory (ximage_store: a chunk a thread) */
+__global__ void k_swiglu_il8_ximage(const float *gu, int ld, int n_rows, int n, __half *out, int nx) {
+    __shared__ __half h[8 * 256];
+    pdl_trigger();
+    pdl_wait(); /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
+    const int units = n / 256;
+    for (int r = blockIdx.y; r < n_rows; r += gridDim.y)
+        for (int u0 = 8 * blockIdx.x; u0 < units; u0 += 8 * gridDim.x) {
+            const int nu = units - u0 < 8 ? units - u0 : 8;
+            for (int i = threadIdx.x; i < 256 * nu; i += blockDim.x) {
+                const int j = 256 * u0 + i;
+                const size_t gi = (size_t)r * ld + 16 * (j >> 3) + (j & 7);
+                st_f(h, i, silu_mul(gu[gi], gu[gi + 8]));
+            }
+            __syncthreads();
+            ximage_store(h, u0, nu, units, r, nx, out);
+            __syncthreads(); /* h read before the next units overwrite it */
+        }
+}
 
 int ops_swiglu_il8_dual(const float *gu, int ld, int n_rows, int n, void *out, cu_dtype odt, float *outf, int round_f,
                         cudaStream_t st, char *err, size_t errlen) {
@@ -813,6 +890,27 @@ int ops_swiglu_il8_dual(const float *gu, int ld, int n_rows, int n, void *out, c
     });
     if (le != cudaSuccess) { snprintf(err, errlen, "%s: launch failed: %s", "ops_swiglu_il8_dual", cudaGetErrorString(le)); return -1; }
     CU_LAUNCH_CHECK_RET("ops_swiglu_il8_dual");
+    return 0;
+}
+
+int ops_swiglu_il8_ximage(const float *gu, int ld, int n_rows, int n, void *out, int nx, cudaStream_t st, char *err,
+                          size_t errlen) {
+    if (!n_rows) return 0;
+    if (n % 256 || ld < 2 * n || !out || (nx != 32 && nx != 64 && nx != 128)) {
+        snprintf(err, errlen,
+                 "ops_swiglu_il8_ximage: %d features (a multiple of 256) in rows of %d floats, images of "
+                 "%d columns (32, 64 or 128)",
+                 n, ld, nx);
+        return -1;
+    }
+    const unsigned gy = (unsigned)(n_rows < 65535 ? n_rows : 65535);
+    const cudaError_t le = cu_launch(k_swiglu_il8_ximage, dim3((unsigned)(n / 256 + 7) / 8, gy), 256, 0, st, gu, ld,
+                                     n_rows, n, (__half *)out, nx);
+    if (le != cudaSuccess) {
+        snprintf(err, errlen, "%s: launch failed: %s", "ops_swiglu_il8_ximage", cudaGetErrorString(le));
+        return -1;
+    }
+    CU_LAUNCH_CHECK_RET("ops_swiglu_il8_ximage");
     return 0;
 }
 

@@ -133,6 +133,13 @@ int ops_rmsnorm_kperm(const float *x, const float *w, int dim, float eps, int n_
                       cudaStream_t st, char *err, size_t errlen);
 /* 1 when ops_rmsnorm_kperm serves rows of dim elements of odt. Never fails. */
 int ops_rmsnorm_kperm_serves(int dim, cu_dtype odt);
+/* ops_rmsnorm_dual's values (odt F16) written as qtc's wgmma images of nx columns (32, 64 or 128; row r is column
+ * r, element i at qtc_ximage_pos(nx, dim / 256, r, i), cuda/qtc.h): a qtc product whose qtc_ximage_nx is nx then
+ * reads them as they are (qtc_params.x_image). The same values as ops_rmsnorm_dual, other places; positions of
+ * columns past n_rows are not written. Rows as ops_rmsnorm_kperm serves them; -1 with err set otherwise or on a
+ * launch error. */
+int ops_rmsnorm_ximage(const float *x, const float *w, int dim, float eps, int n_rows, void *out, cu_dtype odt, int nx,
+                       cudaStream_t st, char *err, size_t errlen);
 /* SwiGLU dual: gate and up rows are ld floats apart (ld >= n; 0 means n), so both may be column slices of one
  * [n_rows][2n] product (gate = gu, up = gu + n, ld = 2n); out and outf are [n_rows][n], rows contiguous. The
  * value of each element does not depend on ld. */
@@ -144,6 +151,10 @@ int ops_swiglu_dual(const float *gate, const float *up, int ld, int n_rows, int 
  * Same failure contract as the others. */
 int ops_swiglu_il8_dual(const float *gu, int ld, int n_rows, int n, void *out, cu_dtype odt, float *outf, int round_f,
                         cudaStream_t st, char *err, size_t errlen);
+/* ops_swiglu_il8_dual's F16 values written as qtc's wgmma images of nx columns (32, 64 or 128), as
+ * ops_rmsnorm_ximage writes its rows; n a multiple of 256. Same failure contract. */
+int ops_swiglu_il8_ximage(const float *gu, int ld, int n_rows, int n, void *out, int nx, cudaStream_t st, char *err,
+                          size_t errlen);
 /* src (f32, n elements) to out (odt) and/or outf; outf may equal src (rounding in place) */
 int ops_cast_dual(const float *src, size_t n, void *out, cu_dtype odt, float *outf, int round_f, cudaStream_t st,
                   char *err, size_t errlen);

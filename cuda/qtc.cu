@@ -139,18 +139,22 @@ static size_t s_f16_bytes(int n_in, int n_out) {
     return 256 + ((size_t)s_f16_rows(n_in, n_out) + (size_t)s_f16_cols(n_in)) * (size_t)n_in * 2;
 }
 
-/* the wgmma kernel's hand-over area (qw_plan), after the 16-bit form's copies: room for 8 published sums of 128
- * columns (QW_FIX_SUM bytes each) per SM, then one flag per sum of 32 columns (the most sums the same bytes hold) */
+/* the wgmma kernel's hand-over sums (qw_plan), after the 16-bit form's copies: room for 8 published sums of 128
+ * columns (QW_FIX_SUM bytes each) per SM; their flags (qtc_params.flags, qtc_flags_bytes) one per sum of 32
+ * columns, the most sums the same bytes hold */
 enum { QW_FIX_SUM = 16 * 128 * 4 };
-static size_t s_fix_sums_bytes() { return (size_t)cu_sm_count(0) * QB_WARPS * QW_FIX_SUM; }
-static size_t s_fix_bytes() { return s_fix_sums_bytes() + (size_t)cu_sm_count(0) * QB_WARPS * 4 * sizeof(unsigned); }
+static size_t s_fix_bytes() { return (size_t)cu_sm_count(0) * QB_WARPS * QW_FIX_SUM; }
+
+extern "C" size_t qtc_flags_bytes(void) {
+    return wtc_wgmma() ? (size_t)cu_sm_count(0) * QB_WARPS * 4 * sizeof(unsigned) : 0;
+}
 
 extern "C" size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out)
 {
     const int ks = qtc_split(t, n_in, n_out);
     if (ks < 1) return 0;
     /* the split partials, then the wgmma kernel's images of x (qtc_ximage_kernel: 256 columns' room), then on
-     * devices where it runs the 16-bit form's copies and the wgmma kernel's hand-over area */
+     * devices where it runs the 16-bit form's copies and the wgmma kernel's hand-over sums */
     return s_part_bytes(ks, n_out) + (size_t)QB_CHUNK * (size_t)n_in * 2 +
            (wtc_wgmma() ? s_f16_bytes(n_in, n_out) + s_fix_bytes() : 0);
 }
@@ -948,13 +952,9 @@ qtc_wide_kernel(const uint8_t *__restrict__ w, int units, int ks, int r, int til
 /* xi: for each block b of NX columns (of the launch's m) and unit u, the stage image of x (XB = 4 NX 128 bytes) at
  * (b units + u) XB: the copy the wgmma kernel reads */
 template <int NX>
-__global__ void qtc_ximage_kernel(const uint16_t *__restrict__ x, int ldx, int m, int units, uint8_t *__restrict__ xi,
-                                  unsigned *flags, int n_flags) {
+__global__ void qtc_ximage_kernel(const uint16_t *__restrict__ x, int ldx, int m, int units, uint8_t *__restrict__ xi) {
     pdl_trigger();
-    pdl_wait();   /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
-    /* the wgmma kernel's hand-over flags start each launch at zero (qw_plan); the kernel after this one reads them
-     * only after this launch has completed */
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_flags; i += gridDim.x * blockDim.x) flags[i] = 0;
+    pdl_wait(); /* cu_launch contract (cuda/pdl.cuh): nothing read or written before */
     const int nb = (m + NX - 1) / NX;
     const size_t n = (size_t)nb * units * 32 * NX; /* 16-byte chunks of the images */
     for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
@@ -1230,7 +1230,10 @@ __global__ void __launch_bounds__(QB_WARPS * 32 + 128, 1)
         bool have = false;    /* tot holds the sum of the split's sub-splits before the current one */
         if (kind == QW_SUF) { /* the split's first sub-splits: the CTA before published their sum */
             const long from = slot - QB_WARPS;
-            if (lane == 0) qw_flag_wait(flags + from);
+            if (lane == 0) {
+                qw_flag_wait(flags + from);
+                flags[from] = 0; /* this launch's only wait on it: left zero for the next launch */
+            }
             __syncwarp();
 #pragma unroll
             for (int i = 0; i < NA; i++) tot[i] = __ldcg(fix + (from * NA + i) * 32 + lane);
@@ -1353,9 +1356,10 @@ static size_t s_part_bytes(int ks, int n_out) { return ks > 1 ? (size_t)ks * QB_
  * split: the grid (column blocks, groups, ks)). With one CTA a split, more splits than the SMs hold at once run in
  * waves, the last one part empty (the 8B gate/up product, 224 splits of 16 units at up to 64 columns: two waves on
  * 132 SMs); the plan spreads the sub-splits evenly over one wave instead. Taken where every CTA gets at least r
- * sub-splits, the hand-over slots fit s_fix_bytes, and the plan's longest CTA runs fewer units than the waves'
- * longest. cu_settings.qtc_grid (> 0) takes it with that many CTAs a column block wherever it can run, for
- * the checks (the same bits: a split's sum keeps its order across a cut). */
+ * sub-splits, the hand-over slots fit s_fix_bytes and qtc_flags_bytes, and the plan's longest CTA runs fewer
+ * units than the waves' longest (the caller takes it only where the launch has its flags). cu_settings.qtc_grid
+ * (> 0) takes it with that many CTAs a column block wherever it can run, for the checks (the same bits: a split's
+ * sum keeps its order across a cut). */
 static int s_wg_nb(int tiles, int units, int ks, int r, int cb, int nx) {
     const int sms = cu_sm_count(0), cap = cu_settings_get()->qtc_grid, kn = ks * r;
     const long splits = (long)((tiles + QB_WARPS - 1) / QB_WARPS) * ks, T = splits * r;
@@ -1392,28 +1396,34 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, in
         return cudaErrorInvalidValue;
     float *part = (float *)p->workspace;
     uint8_t *xi = NX ? (uint8_t *)p->workspace + s_part_bytes(ks, p->n_out) : nullptr;
-    /* the hand-over area (s_fix_bytes): the published sums, then their flags */
+    /* the hand-over sums (s_fix_bytes), after the 16-bit form's copies; their flags are the launch's own */
     float *fix = NX ? (float *)(xi + (size_t)QB_CHUNK * p->n_in * 2 + s_f16_bytes(p->n_in, p->n_out)) : nullptr;
-    unsigned *flags = NX ? (unsigned *)((uint8_t *)fix + s_fix_sums_bytes()) : nullptr;
+    if (p->x_image && NX != qtc_ximage_nx(p)) return cudaErrorInvalidValue;
     for (int c0 = 0; c0 < p->m; c0 += QB_CHUNK) {
         const int mc = p->m - c0 < QB_CHUNK ? p->m - c0 : QB_CHUNK;
         const float *yin = p->y_in ? p->y_in + (size_t)c0 * ldy : nullptr;
         const uint16_t *xc = p->x + (size_t)c0 * ldx;
         float *yc = p->y + (size_t)c0 * ldy;
-        const int cb = (mc + COLS - 1) / COLS, nb = NX ? s_wg_nb(tiles, units, ks, r, cb, NX) : 0;
+        const int cb = (mc + COLS - 1) / COLS, nb = NX && p->flags ? s_wg_nb(tiles, units, ks, r, cb, NX) : 0;
         const dim3 grid((unsigned)cb, nb ? (unsigned)nb : (unsigned)((tiles + QB_WARPS - 1) / QB_WARPS),
                         nb ? 1u : (unsigned)ks);
-        cudaError_t e;
+        cudaError_t e = cudaSuccess;
         if (NX) {
-            /* 16-byte chunks of the images: NX-column blocks (within QB_CHUNK columns, the workspace's room) */
-            const size_t n = (size_t)grid.x * COLS * units * 32;
-            const unsigned blocks = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
-            e = cu_launch(qtc_ximage_kernel<COLS>, dim3(blocks), dim3(256), 0, st, xc, ldx, mc, units, xi, flags,
-                          nb ? cb * nb * QB_WARPS : 0);
+            /* x_image: the chunk's images in the caller's (its first column block at c0 / COLS); otherwise
+             * qtc_ximage_kernel writes them into the workspace, in 16-byte chunks of NX-column blocks (within
+             * QB_CHUNK columns, the workspace's room) */
+            const uint8_t *xs = xi;
+            if (p->x_image) {
+                xs = (const uint8_t *)p->x + (size_t)(c0 / COLS) * units * qw_xbytes<COLS>();
+            } else {
+                const size_t n = (size_t)grid.x * COLS * units * 32;
+                const unsigned blocks = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+                e = cu_launch(qtc_ximage_kernel<COLS>, dim3(blocks), dim3(256), 0, st, xc, ldx, mc, units, xi);
+            }
             if (e == cudaSuccess)
                 e = cu_launch(nb ? qtc_wg_kernel<TY, NW, true> : qtc_wg_kernel<TY, NW, false>, grid,
                               dim3(QB_WARPS * 32 + 128), SMEM, st, (const uint8_t *)p->w, units, ks, r, tiles, p->n_out,
-                              mc, (const uint8_t *)xi, yc, ldy, yin, part, fix, flags);
+                              mc, xs, yc, ldy, yin, part, fix, p->flags);
         } else {
             e = cu_launch(qtc_wide_kernel<TY>, grid, dim3(QB_WARPS * 32), SMEM, st, (const uint8_t *)p->w, units, ks,
                           r, tiles, p->n_out, mc, xc, ldx, yc, ldy, yin, part);
@@ -1642,6 +1652,17 @@ static cudaError_t s_launch_f16(const qtc_params *p, int ks, int kn, int ldx, in
  * the same bits) */
 static int s_wg_form(int m) { return m <= 32 ? QTC_WG32 : m <= 64 ? QTC_WG : QTC_WG128; }
 
+extern "C" int qtc_ximage_nx(const qtc_params *p) {
+    if (!p || p->m < 1 || p->glu || p->x_perm || !qtc_supported(p->type, p->n_in, p->n_out) || !wtc_wgmma() ||
+        s_f16_default(p) || s_xm_default(p, qtc_split_narrow(p->type, p->n_in, p->n_out)) >= 0)
+        return 0;
+    switch (s_wg_form(p->m)) {
+    case QTC_WG32: return 32;
+    case QTC_WG: return 64;
+    default: return 128;
+    }
+}
+
 extern "C" int qtc_f16_form(const qtc_params *p) {
     return p && qtc_supported(p->type, p->n_in, p->n_out) && s_f16_default(p);
 }
@@ -1673,6 +1694,9 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
     const int ks = qtc_split(p->type, p->n_in, p->n_out), kn = qtc_split_narrow(p->type, p->n_in, p->n_out);
     if (nf == 0 && s_f16_default(p)) nf = QTC_F16;
     if (p->x_perm && (nf != QTC_F16 || (p->x_rows && p->x_rows < p->m))) return cudaErrorInvalidValue;
+    /* x_image: the default form's images only (s_launch_wide checks the form's columns against qtc_ximage_nx) */
+    if (p->x_image && (p->x_perm || p->glu || !qtc_ximage_nx(p) || (nf != 0 && nf != s_wg_form(p->m))))
+        return cudaErrorInvalidValue;
     if (nf == 0) {
         const int xm = s_xm_default(p, kn);
         nf = xm < 0            ? (!wtc_wgmma() ? QTC_WIDE : s_wg_form(p->m))

@@ -71,7 +71,34 @@ typedef struct {
                           * qtc_kpos, as ops_rmsnorm_kperm writes them): the form skips its own permutation. Only
                           * where qtc_f16_form(p) is 1 (else qtc_launch returns cudaErrorInvalidValue) */
     int x_rows;          /* x_perm: rows of x the launch may read, >= m (0 means m); rows past m change no output */
+    int x_image;         /* 1: x holds the wgmma kernel's stage images of the launch's columns, NX = qtc_ximage_nx(p)
+                          * (element e of column c at qtc_ximage_pos(NX, n_in / 256, c, e), as ops_rmsnorm_ximage
+                          * writes them; ldx unused): the launch skips its own copy of x into that layout (the same
+                          * bits). Columns past m up to the next multiple of NX may hold any values: their outputs
+                          * are not stored. Only where qtc_ximage_nx(p) > 0 (else qtc_launch returns
+                          * cudaErrorInvalidValue) */
+    unsigned *flags; /* NULL, or the wgmma kernel's hand-over flags: qtc_flags_bytes() bytes of device memory, 4-byte
+                          * aligned, all zero before a launch that is given them (every launch leaves them zero),
+                          * not shared with a launch that may run concurrently and written by nothing else. With them
+                          * a product whose splits would run in more than one wave runs them evenly over one (the
+                          * same bits); without them, one CTA a split */
 } qtc_params;
+
+/* The wgmma kernel's stage image of x (x_image): for each block of NX columns and each 256-element unit, 4 k tiles
+ * of NX columns x 128 bytes; within a column's unit, 4-byte word w = 32 s + c (s < 4, c < 32: the k slot order of
+ * qtc's steps, qtc.cu) sits in 16-byte chunk c of the column, 128-byte swizzled (chunk c % 8 at (c % 8) ^ (col % 8)
+ * of k tile c / 8), at word s of the chunk. Returns the position, in 16-bit elements from the image's start, of
+ * element e (0 <= e < 256 units) of column col. */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+    static inline size_t
+    qtc_ximage_pos(int nx, int units, int col, int e) {
+    const int b = col / nx, n = col % nx, u = e >> 8, w = (e & 255) >> 1, c = w & 31;
+    const size_t byte = (((size_t)b * units + u) * 4 + (size_t)(c >> 3)) * (size_t)nx * 128 + (size_t)n * 128 +
+                        (size_t)(((c & 7) ^ (n & 7)) << 4) + (size_t)(w >> 5) * 4 + (size_t)(e & 1) * 2;
+    return byte / 2;
+}
 
 /* The 16-bit form's k order (QTC_F16): element e (0..255) of a 256-element unit of a row sits at position
  * qtc_kpos(e) of the unit, e = 64 t + 4 s + 2 h + b -> 16 s + 8 h + 2 t + b (s < 16; t, h, b < 4, 2, 2): position
@@ -110,6 +137,10 @@ size_t qtc_smem_bytes(ggml_type t);
  * bytes of alignment) */
 size_t qtc_workspace_bytes(ggml_type t, int n_in, int n_out);
 
+/* bytes of qtc_params.flags on the current device: 128 a multiprocessor where wtc_wgmma(), else 0 (no launch there
+ * uses them) */
+size_t qtc_flags_bytes(void);
+
 /* Host: packs n_out GGUF rows (row_bytes apart, exactly as in the file) into dst (qtc_packed_bytes bytes of
  * host memory). Returns 0, or -1 for an unsupported type/shape or a row_bytes that does not match the type. */
 int qtc_pack(ggml_type t, const void *rows, size_t row_bytes, int n_in, int n_out, void *dst);
@@ -125,6 +156,11 @@ int qtc_pack_threads(ggml_type t, const void *rows, size_t row_bytes, int n_in, 
  * needs a workspace that is missing or too small, or the launch's error. A fault
  * inside the kernel surfaces at the caller's next synchronisation. */
 cudaError_t qtc_launch(const qtc_params *p, cudaStream_t st);
+
+/* NX (32, 64 or 128 columns a CTA) when qtc_launch(p) runs the wgmma kernel for p's m and shape (sm_90, above the
+ * narrow kernel's forms, below the 16-bit form's), whose x may then come as its images (x_image); 0 otherwise.
+ * Attribute queries only. Never fails. */
+int qtc_ximage_nx(const qtc_params *p);
 
 /* 1 when qtc_launch(p) runs the 16-bit form (QTC_F16: m >= 1,024 on sm_90 where p's workspace holds its copies,
  * ZLLM_CUDA_QTC_F16 not 0), whose x may come in its k order (x_perm). Attribute queries only. Never fails. */

@@ -307,6 +307,23 @@ static int same_vals(const char *what, const void *a, cu_dtype ta, const void *b
     return ce == cudaSuccess && bad == n;
 }
 
+/* rows [rows][n] of f16 (device) against the same values as qtc's wgmma images of nx columns (device, written by
+ * an *_ximage op): every element at its qtc_ximage_pos, bit for bit */
+static void ximage_check(const char *what, const void *drows, const void *dimg, int rows, int n, int nx) {
+    const size_t N = (size_t)rows * n, NI = (size_t)((rows + nx - 1) / nx) * nx * n;
+    uint16_t *h1 = (uint16_t *)malloc(N * 2), *h2 = (uint16_t *)malloc(NI * 2);
+    CHECK(cudaMemcpy(h1, drows, N * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
+              cudaMemcpy(h2, dimg, NI * 2, cudaMemcpyDeviceToHost) == cudaSuccess,
+          "copy back");
+    size_t bad = 0;
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < n; i++) bad += h1[(size_t)r * n + i] != h2[qtc_ximage_pos(nx, n / 256, r, i)];
+    CHECK(bad == 0, "%s %d x %d, images of %d columns: %zu elements differ from the rows at their image positions",
+          what, rows, n, nx, bad);
+    free(h1);
+    free(h2);
+}
+
 /* the dual-output variants (an f32 copy beside the typed output): the typed output is bitwise the single-output
  * function's, the f32 output holds exactly those rounded values (round_f 1) or the f32 function's values
  * (round_f 0); each output may be left out; the cast may round in place */
@@ -347,6 +364,20 @@ static void test_dual(int rows, int n) {
             free(h2);
         } else if (n % 256 == 0 && t != CU_F32) {
             CHECK(0, "rmsnorm_kperm refuses %d elements of %s", n, ops_dtype_name(t));
+        }
+        /* the same values as qtc's wgmma images (F16 only: refused for BF16) */
+        if (t != CU_F32 && ops_rmsnorm_kperm_serves(n, t)) {
+            for (int nx : {32, 64, 128}) {
+                void *img = dnew(NULL, t, (size_t)((rows + nx - 1) / nx) * nx * n);
+                const int rc = ops_rmsnorm_ximage((float *)dx, (float *)dw, n, 1e-5f, rows, img, t, nx, 0, err, errlen);
+                if (t == CU_F16) {
+                    CHECK(rc == 0, "%s", err);
+                    ximage_check("rmsnorm_ximage", o1, img, rows, n, nx);
+                } else {
+                    CHECK(rc != 0, "rmsnorm_ximage accepted %s", ops_dtype_name(t));
+                }
+                cudaFree(img);
+            }
         }
         /* gathered rows (the engine's sampled rows), in reverse order */
         int32_t *idx = (int32_t *)malloc((size_t)rows * 4);
@@ -552,6 +583,23 @@ static void test_swiglu_il8(int rows, int n, int ld) {
     }
     CHECK(ops_swiglu_il8_dual((float *)dgu, ld, rows, n + 4, NULL, CU_F32, (float *)dg, 0, 0, err, errlen) != 0,
           "swiglu_il8_dual accepted a feature count that is not a multiple of 8");
+    /* the same F16 values as qtc's wgmma images; refused for rows that are not whole 256-element units */
+    {
+        void *o1 = dnew(NULL, CU_F16, N);
+        CHECK(ops_swiglu_il8_dual((float *)dgu, ld, rows, n, o1, CU_F16, NULL, 1, 0, err, errlen) == 0, "%s", err);
+        for (int nx : {32, 64, 128}) {
+            void *img = dnew(NULL, CU_F16, (size_t)((rows + nx - 1) / nx) * nx * n);
+            const int rc = ops_swiglu_il8_ximage((float *)dgu, ld, rows, n, img, nx, 0, err, errlen);
+            if (n % 256 == 0) {
+                CHECK(rc == 0, "%s", err);
+                ximage_check("swiglu_il8_ximage", o1, img, rows, n, nx);
+            } else {
+                CHECK(rc != 0, "swiglu_il8_ximage accepted %d features", n);
+            }
+            cudaFree(img);
+        }
+        cudaFree(o1);
+    }
     cudaFree(dg); cudaFree(du); cudaFree(dgu); free(g); free(u); free(gu);
 }
 

@@ -11,8 +11,8 @@
  * (separate and in place); strided x/y; every fragment count nf, the narrow kernel with x staged (QTC_XS, refused
  * past its 64 KiB; the compact QTC_XC, refused past 64 KiB up to 8 columns and past 128 KiB from 9 to 16;
  * QTC_XR), the wide kernels and the 16-bit form (QTC_F16: strided, with residuals, over several row and column
- * chunks, in wtc's 192-row tiles, its SwiGLU epilogue) bitwise equal to the default; batch
- * invariance: for M in {1,2,3,7,8,9,16,33,64,128,256}, a row placed at several positions among random rows
+ * chunks, in wtc's 192-row tiles, its SwiGLU epilogue) bitwise equal to the default; x given as the wgmma
+ * kernel's images (x_image) bitwise equal to the default; batch invariance: for M in {1,2,3,7,8,9,16,33,64,128,256}, a row placed at several positions among random rows
  * gives a y row bit-identical (memcmp) to the row alone, and the same at M = 2048; CUDA-graph replay equal to
  * eager; the narrow kernel's SwiGLU epilogue (qtc_params.glu) bitwise equal to the product followed by
  * ops_swiglu_il8_dual; two products in one launch (qtc_launch_pair, x staged and not) bitwise equal to two
@@ -126,10 +126,24 @@ static void mat_make(Mat *a, ggml_type t, int n_in, int n_out)
 static void mat_free(Mat *a) { cudaFree(a->dw); a->dw = NULL; }
 
 
+/* qtc_params.flags of run()'s launches (zeroed once: every launch must leave them zero), unless s_without_flags */
+static unsigned *s_flags;
+static bool s_without_flags;
+
+/* the flags as every launch must leave them: all zero */
+static void flags_zero_check(const Mat *a, int m, int nf) {
+    std::vector<unsigned> h(qtc_flags_bytes() / sizeof(unsigned));
+    CK(cudaMemcpy(h.data(), s_flags, h.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
+    size_t set = 0;
+    for (unsigned f : h) set += f != 0;
+    CHECK(set == 0, "%s %dx%d m %d nf %d: %zu hand-over flags left set", ggml_type_name(a->t), a->n_out, a->n_in, m, nf,
+          set);
+}
+
 /* y for batch m with nf fragments per CTA (0 default), as host floats; resid: 0 none, 1 y_in separate, 2 in
  * place; graph: captured in a CUDA graph and replayed */
 static cudaError_t run(const Mat *a, const uint16_t *dx, int m, int ldx, int ldy, const float *yin_h, int resid, int nf,
-                       int graph, std::vector<float> &y, int x_perm = 0, int x_rows = 0) {
+                       int graph, std::vector<float> &y, int x_perm = 0, int x_rows = 0, int x_image = 0) {
     const int ly = ldy ? ldy : a->n_out;
     const size_t ny = (size_t)m * ly;
     float *dy, *dyin;
@@ -140,9 +154,12 @@ static cudaError_t run(const Mat *a, const uint16_t *dx, int m, int ldx, int ldy
     p.x = dx; p.ldx = ldx; p.y = dy; p.ldy = ldy; p.y_in = dyin;
     p.x_perm = x_perm;
     p.x_rows = x_rows;
+    p.x_image = x_image;
+    p.flags = s_without_flags ? NULL : s_flags;
     p.workspace_bytes = qtc_workspace_bytes(a->t, a->n_in, a->n_out);
     if (p.workspace_bytes) CK(cudaMalloc(&p.workspace, p.workspace_bytes));
     const cudaError_t e = tg_launch(graph, [&](cudaStream_t st) { return qtc_launch_nf(&p, nf, st); });
+    if (p.flags) flags_zero_check(a, m, nf);
     y.resize(ny);
     CK(cudaMemcpy(y.data(), dy, ny * 4, cudaMemcpyDeviceToHost));
     tg_out_free(resid, dy, dyin);
@@ -322,8 +339,13 @@ static void nf_graph_case(const Mat *a, int m)
               "%s %dx%d m %d: nf %d differs from the default (launch %s)", ggml_type_name(a->t), a->n_out, a->n_in,
               m, nf, cudaGetErrorString(e));
     }
-    const cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, 0, 1, y1);
+    cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, 0, 1, y1);
     CHECK(e == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4), "%s %dx%d m %d: graph replay != eager",
+          ggml_type_name(a->t), a->n_out, a->n_in, m);
+    s_without_flags = true; /* the wgmma kernel without its hand-over flags: one CTA a split */
+    e = run(a, dx, m, 0, 0, NULL, 0, 0, 0, y1);
+    s_without_flags = false;
+    CHECK(e == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4), "%s %dx%d m %d: without flags != with",
           ggml_type_name(a->t), a->n_out, a->n_in, m);
     cudaFree(dx);
 }
@@ -368,6 +390,52 @@ static void f16_case(const Mat *a, int m, int resid) {
         cudaFree(dp);
     }
     cudaFree(dx);
+}
+
+/* x given as the wgmma kernel's images (x_image, qtc_ximage_pos; the columns past m up to the block's end NaN):
+ * bitwise the default's y with an in-place residual, in graphs too; refused where qtc_ximage_nx is 0 and for a
+ * forced form other than the default */
+static void ximage_case(const Mat *a, int m) {
+    const int n_in = a->n_in;
+    std::vector<uint16_t> xh;
+    std::vector<float> xf, yin((size_t)m * a->n_out), y0, y1;
+    tg_rand_x_f16(xh, xf, (size_t)m * n_in);
+    for (float &v : yin) v = rnd_normal();
+    qtc_params q;
+    memset(&q, 0, sizeof q);
+    q.type = a->t;
+    q.w = a->dw;
+    q.n_in = n_in;
+    q.n_out = a->n_out;
+    q.m = m;
+    const int nx = qtc_ximage_nx(&q);
+    const int cols = nx ? (m + nx - 1) / nx * nx : m;
+    std::vector<uint16_t> img((size_t)cols * n_in, 0x7E00);
+    for (int r = 0; r < m && nx; r++)
+        for (int e = 0; e < n_in; e++) img[qtc_ximage_pos(nx, n_in / 256, r, e)] = xh[(size_t)r * n_in + e];
+    uint16_t *dx, *di;
+    CK(cudaMalloc(&dx, xh.size() * 2));
+    CK(cudaMalloc(&di, img.size() * 2));
+    CK(cudaMemcpy(dx, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(di, img.data(), img.size() * 2, cudaMemcpyHostToDevice));
+    const cudaError_t e0 = run(a, dx, m, 0, 0, yin.data(), 2, 0, 0, y0);
+    const cudaError_t e1 = run(a, di, m, 0, 0, yin.data(), 2, 0, 0, y1, 0, 0, 1);
+    if (!nx) {
+        CHECK(e1 == cudaErrorInvalidValue, "%s %dx%d m %d: x_image accepted without the wgmma form (%s)",
+              ggml_type_name(a->t), a->n_out, n_in, m, cudaGetErrorString(e1));
+    } else {
+        CHECK(e0 == cudaSuccess && e1 == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4),
+              "%s %dx%d m %d: x as images of %d columns differs from the default (launch %s, %s)", ggml_type_name(a->t),
+              a->n_out, n_in, m, nx, cudaGetErrorString(e0), cudaGetErrorString(e1));
+        const cudaError_t e2 = run(a, di, m, 0, 0, yin.data(), 2, 0, 1, y1, 0, 0, 1);
+        CHECK(e2 == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4), "%s %dx%d m %d: x_image in a graph",
+              ggml_type_name(a->t), a->n_out, n_in, m);
+        const int other = nx == 32 ? QTC_WG : QTC_WG32;
+        CHECK(run(a, di, m, 0, 0, NULL, 0, other, 0, y1, 0, 0, 1) == cudaErrorInvalidValue,
+              "x_image accepted with form %d", other);
+    }
+    cudaFree(dx);
+    cudaFree(di);
 }
 
 /* batch invariance: x row r alone (M = 1) vs the same row at positions 0, M/2 and M-1 among random rows */
@@ -459,6 +527,10 @@ int main(void)
           qtc_supported(GGML_Q8_0, 512, 3) && !qtc_supported(GGML_Q8_0, 96, 3) && !qtc_supported(GGML_F16, 256, 16) &&
           !qtc_supported(GGML_Q4_K, 256, 0), "qtc_supported");
     q4k_scales_case();
+    if (qtc_flags_bytes()) {
+        CK(cudaMalloc(&s_flags, qtc_flags_bytes()));
+        CK(cudaMemset(s_flags, 0, qtc_flags_bytes()));
+    }
     CHECK(qtc_packed_bytes(GGML_Q4_K, 4096, 4096) == (size_t)4096 * 16 * 144 &&
           qtc_packed_bytes(GGML_Q6_K, 512, 17) == (size_t)2 * 2 * 3360 &&
           qtc_packed_bytes(GGML_Q8_0, 256, 16) == 4352, "qtc_packed_bytes");
@@ -543,6 +615,13 @@ int main(void)
         glu_case(&a, 40, QTC_F16);
         mat_free(&a);
     }
+    /* x as the wgmma kernel's images, at every column width and over two 256-column chunks */
+    for (const auto &s : shapes) {
+        Mat a;
+        mat_make(&a, s.t, s.n_in, s.n_out);
+        for (int m : {9, 17, 40, 64, 100, 300}) ximage_case(&a, m);
+        mat_free(&a);
+    }
     /* 3 units a warp: x past the slice form's 64 KiB, so the ring form serves 5 to 8 columns and the wide kernel
      * 9 and more (the SwiGLU epilogue refused there) */
     {
@@ -608,5 +687,6 @@ int main(void)
         f16_case(&a, 600, 2);
         mat_free(&a);
     }
+    cudaFree(s_flags);
     return test_report();
 }

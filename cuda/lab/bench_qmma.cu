@@ -172,6 +172,11 @@ int main(int argc, char **argv)
             void *qws = NULL;   /* qtc's split partials (wide kernel) */
             const size_t qws_bytes = use_qtc ? qtc_workspace_bytes(t, n_in, n_out) : 0;
             if (qws_bytes) CK(cudaMalloc(&qws, qws_bytes));
+            unsigned *qflags = NULL; /* qtc's hand-over flags (zeroed once; every launch leaves them zero) */
+            if (use_qtc && qtc_flags_bytes()) {
+                CK(cudaMalloc(&qflags, qtc_flags_bytes()));
+                CK(cudaMemset(qflags, 0, qtc_flags_bytes()));
+            }
             /* BF16 copies for cuBLAS (contents irrelevant to the time: a constant pattern) */
             const size_t bf_bytes = (size_t)n_out * n_in * 2;
             const int nbf = cublas ? (int)std::max<size_t>(2, (((size_t)1 << 30) + bf_bytes - 1) / bf_bytes) : 0;
@@ -226,7 +231,9 @@ int main(int argc, char **argv)
                             qtc_params q;
                             memset(&q, 0, sizeof q);
                             q.type = t; q.w = bufs[b]; q.n_in = n_in; q.n_out = n_out; q.m = m; q.x = dx; q.y = dy;
-                            q.workspace = qws; q.workspace_bytes = qws_bytes;
+                            q.workspace = qws;
+                            q.workspace_bytes = qws_bytes;
+                            q.flags = qflags;
                             e = qtc_launch_nf(&q, tt[1], st);
                         } else {
                             e = qmma_launch_variant(&p, tt[0], tt[1], tt[2], st);
@@ -269,6 +276,7 @@ int main(int argc, char **argv)
             CK(cudaFree(dy));
             if (xbf) CK(cudaFree(xbf));
             if (qws) CK(cudaFree(qws));
+            if (qflags) CK(cudaFree(qflags));
         }
     }
     if (cb) cublasDestroy(cb);
