@@ -77,11 +77,11 @@ typedef struct {
                           * bits). Columns past m up to the next multiple of NX may hold any values: their outputs
                           * are not stored. Only where qtc_ximage_nx(p) > 0 (else qtc_launch returns
                           * cudaErrorInvalidValue) */
-    unsigned *flags; /* NULL, or the wgmma kernel's hand-over flags: qtc_flags_bytes() bytes of device memory, 4-byte
-                          * aligned, all zero before a launch that is given them (every launch leaves them zero),
-                          * not shared with a launch that may run concurrently and written by nothing else. With them
-                          * a product whose splits would run in more than one wave runs them evenly over one (the
-                          * same bits); without them, one CTA a split */
+    unsigned *flags;     /* NULL, or the wgmma kernel's hand-over flags: qtc_flags_bytes() bytes of device memory,
+                          * 4-byte aligned, all zero before a launch that is given them (every launch leaves them
+                          * zero), not shared with a launch that may run concurrently and written by nothing else.
+                          * With them a product whose splits would run in more than one wave runs them evenly over
+                          * one (the same bits); without them, one CTA a split */
 } qtc_params;
 
 /* The wgmma kernel's stage image of x (x_image): for each block of NX columns and each 256-element unit, 4 k tiles
