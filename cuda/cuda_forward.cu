@@ -217,9 +217,13 @@ static int s_embed(cu_engine *E, int n_rows, char *err, size_t errlen) {
 }
 
 /* xb = rmsnorm(x) * w as wt, for the next products; kperm, the x layout (s_kperm_qkv, s_kperm_ffn): 1 in qtc's
- * 16-bit k order, NX > 1 as qtc's wgmma images of NX columns */
-static int s_rmsnorm(cu_engine *E, const float *w, int n_rows, int kperm, char *err, size_t errlen) {
+ * 16-bit k order, NX > 1 as qtc's wgmma images of NX columns; pk > 0: x first takes the sum of the pk split partials
+ * that the output product before left in E->qtc_ws (s_out_partials) */
+static int s_rmsnorm(cu_engine *E, const float *w, int n_rows, int kperm, int pk, char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
+    if (pk) /* the output product's split partials first (s_out_partials) */
+        return ops_rmsnorm_merge(E->x, (const float *)E->qtc_ws, pk, w, c->dim, c->rms_eps, n_rows, E->xb, E->wt, kperm,
+                                 E->st, err, errlen);
     if (kperm > 1)
         return ops_rmsnorm_ximage(E->x, w, c->dim, c->rms_eps, n_rows, E->xb, E->wt, kperm, E->st, err, errlen);
     if (kperm) return ops_rmsnorm_kperm(E->x, w, c->dim, c->rms_eps, n_rows, E->xb, E->wt, E->st, err, errlen);
@@ -441,12 +445,41 @@ static int s_ffn_up(cu_engine *E, const cu_layer *L, int n_rows, int kperm, cons
     return ops_swiglu_dual(E->gu, E->gu + ff, 2 * ff, n_rows, ff, E->xb, E->wt, NULL, 1, E->st, err, errlen);
 }
 
+/* x += xw W^T left as qtc's split partials in E->qtc_ws (part_only), for the norm after it to sum into x
+ * (ops_rmsnorm_merge: qtc's own merge, the same bits): their count, launched, where W's product has them
+ * (qtc_partials) and that norm serves x's rows; 0 where not, nothing launched; -1 with err set on a launch error.
+ * It saves the merge launch, whose end every CTA of the norm would wait for. */
+static int s_out_partials(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, int kperm, char *err,
+                          size_t errlen) {
+    if (W->path != CU_PATH_QTC || !ops_rmsnorm_merge_serves(E->base.model->cfg.dim, E->wt)) return 0;
+    qtc_params p = s_qtc_params(E, W, n_rows, xw, E->x, 0, 1);
+    p.x_image = kperm > 1;
+    p.x_rows = E->x_rows;
+    const int ks = qtc_partials(&p);
+    if (!ks) return 0;
+    p.part_only = 1;
+    const cudaError_t e = qtc_launch(&p, E->st);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "qtc (%s, %d x %d, m %d, partials): %s", ggml_type_name(W->qt), W->n_out, W->n_in, n_rows,
+                 cudaGetErrorString(e));
+        return -1;
+    }
+    return ks;
+}
+
 /* x += xw W^T, or with a post norm (gemma3) x += norm(xw W^T) * post: the product then goes to E->qkv's memory
  * (free after the attention prologue and the GLU: cu_engine.gu) and one kernel norms and adds it; kperm: xw's
- * layout (s_matmul_k) */
-static int s_out_proj(cu_engine *E, const cu_mat *W, const float *post, int n_rows, const void *xw, int kperm,
+ * layout (s_matmul_k). pk: NULL, or where a norm follows (without a post norm), the product may leave its split
+ * partials to it (s_out_partials): *pk their count, 0 if it did not */
+static int s_out_proj(cu_engine *E, const cu_mat *W, const float *post, int n_rows, const void *xw, int kperm, int *pk,
                       char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
+    if (pk) *pk = 0;
+    if (!post && pk) {
+        *pk = s_out_partials(E, W, n_rows, xw, kperm, err, errlen);
+        if (*pk < 0) return -1;
+        if (*pk) return 0;
+    }
     if (!post) return s_matmul_k(E, W, n_rows, xw, kperm, E->x, 0, 1, err, errlen);
     FWD_CHECK(s_matmul_k(E, W, n_rows, xw, kperm, E->qkv, c->dim, 0, err, errlen));
     return ops_rmsnorm_add(E->x, E->qkv, c->dim, post, c->dim, c->rms_eps, n_rows, E->st, err, errlen);
@@ -523,20 +556,23 @@ int cuda_forward(cu_engine *E, const cu_batch *b, char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
     const int n = b->n_rows;
     FWD_CHECK(s_embed(E, n, err, errlen));
+    int pk = 0; /* split partials of the output product before that the next norm sums into x (s_out_partials) */
     for (int l = E->base.layer_begin; l < E->base.layer_end; l++) {
         const cu_layer *L = &E->L[l];
         const void *xd = NULL;
         int kd = 0;                                                            /* the down product's x layout */
         const int kq = s_kperm_qkv(E, L, n), kf = s_kperm_ffn(E, L, n);        /* xb's layouts (s_xlayout) */
-        FWD_CHECK(s_rmsnorm(E, L->attn_norm, n, kq, err, errlen));             /* xb = norm(x) */
+        FWD_CHECK(s_rmsnorm(E, L->attn_norm, n, kq, pk, err, errlen));         /* xb = norm(x (+ partials)) */
         FWD_CHECK(s_qkv(E, L, n, kq, err, errlen));                            /* qkv = xb [Wq Wk Wv] */
         if (L->q_norm) FWD_CHECK(s_qk_norm(E, L, n, err, errlen));             /* qwen3, gemma3: per-head norms */
         FWD_CHECK(s_rope_append(E, L, l, n, err, errlen));                     /* q, caches += k, v */
         FWD_CHECK(s_attention(E, L, b, err, errlen));                          /* att_w = attention(q) */
-        FWD_CHECK(s_out_proj(E, &L->wo, L->post_attn_norm, n, E->att_w, 0, err, errlen)); /* x += att_w Wo */
-        FWD_CHECK(s_rmsnorm(E, L->ffn_norm, n, kf, err, errlen));                      /* xb = norm(x) */
+        FWD_CHECK(s_out_proj(E, &L->wo, L->post_attn_norm, n, E->att_w, 0, &pk, err, errlen)); /* x += att_w Wo */
+        FWD_CHECK(s_rmsnorm(E, L->ffn_norm, n, kf, pk, err, errlen));                  /* xb = norm(x (+ partials)) */
         FWD_CHECK(s_ffn_up(E, L, n, kf, &xd, &kd, err, errlen));                       /* xd = silu(xb Wg) * xb Wu */
-        FWD_CHECK(s_out_proj(E, &L->wd, L->post_ffn_norm, n, xd, kd, err, errlen));    /* x += xd Wd */
+        /* x += xd Wd: its partials to the next layer's norm where this stage runs it */
+        FWD_CHECK(
+            s_out_proj(E, &L->wd, L->post_ffn_norm, n, xd, kd, l + 1 < E->base.layer_end ? &pk : NULL, err, errlen));
     }
     if (E->base.layer_end < c->n_layers) {   /* a stage before the last: hand the residual stream on */
         s_k_stage_out<<<n, 256, 0, E->st>>>(E->x, IN_PTR(E, hptr, const unsigned long long),

@@ -608,9 +608,18 @@ __device__ __forceinline__ void ximage_store(const __half *h, int u0, int nu, in
         *(uint4 *)(base + (((size_t)b * units + u) * 4 + (c >> 3)) * (size_t)nx * 128 + (((c & 7) ^ (n & 7)) << 4)) = v;
     }
 }
-template <typename T, int V, int LAY = LAY_ROWS>
+/* a merge before the norm (ops_rmsnorm_merge): ks planes of split partials [ks][n_rows][dim], ks <= KS_MAX, summed in
+ * split order and added to x, which takes the sum (xo: x itself) */
+enum { KS_MAX = 8 };
+struct norm_merge {
+    const float *part;
+    int ks;
+    float *xo;
+};
+/* MG: with a merge (mg); its partials held in registers (KS_MAX V floats a thread: blocks of at most 512 threads) */
+template <typename T, int V, int LAY = LAY_ROWS, bool MG = false>
 __global__ void k_rmsnorm_dual_r(const float *x, const int32_t *rows, const float *w, int dim, float eps, T *out,
-                                 float *outf, int round_f, int nx) {
+                                 float *outf, int round_f, int nx, norm_merge mg) {
     float wv[V], xv[V];
 #pragma unroll
     for (int j = 0; j < V; j++) {
@@ -625,6 +634,28 @@ __global__ void k_rmsnorm_dual_r(const float *x, const int32_t *rows, const floa
     for (int j = 0; j < V; j++) {
         const int i = threadIdx.x + j * blockDim.x;
         xv[j] = i < dim ? xr[i] : 0.f;
+    }
+    /* with a merge: x = ((p0 + p1) + ...) + x, qtc_merge_kernel's operations; every load issued before the sums */
+    if constexpr (MG) {
+        const size_t np = (size_t)gridDim.x * dim;
+        float pv[KS_MAX][V];
+#pragma unroll
+        for (int k = 0; k < KS_MAX; k++)
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                const int i = threadIdx.x + j * blockDim.x;
+                pv[k][j] = k < mg.ks && i < dim ? mg.part[k * np + (size_t)r * dim + i] : 0.f;
+            }
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            const int i = threadIdx.x + j * blockDim.x;
+            float v = pv[0][j];
+#pragma unroll
+            for (int k = 1; k < KS_MAX; k++)
+                if (k < mg.ks) v += pv[k][j];
+            xv[j] = v + xv[j];
+            if (i < dim) mg.xo[(size_t)r * dim + i] = xv[j];
+        }
     }
     float ss = 0.f;
 #pragma unroll
@@ -659,7 +690,7 @@ int ops_rmsnorm_dual(const float *x, const int32_t *rows, const float *w, int di
         using T = typename std::remove_pointer<decltype(tp)>::type;
         if (dim <= 8 * block)
             le = cu_launch(k_rmsnorm_dual_r<T, 8>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out, outf, round_f,
-                           0);
+                           0, norm_merge{});
         else
             le = cu_launch(k_rmsnorm_dual<T>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out, outf, round_f);
     });
@@ -672,28 +703,48 @@ int ops_rmsnorm_kperm_serves(int dim, cu_dtype odt) {
     return dim > 0 && dim % 256 == 0 && dim <= 8 * s_norm_block(dim) && (odt == CU_F16 || odt == CU_BF16);
 }
 
-/* ops_rmsnorm_kperm (nx 0) and ops_rmsnorm_ximage (nx > 0) */
+int ops_rmsnorm_merge_serves(int dim, cu_dtype odt) {
+    return ops_rmsnorm_kperm_serves(dim, odt) && s_norm_block(dim) <= 512;
+}
+
+/* ops_rmsnorm_kperm (lay 1), ops_rmsnorm_ximage (lay nx > 1) and ops_rmsnorm_merge (any lay, with mg.part) */
 static int s_rmsnorm_lay(const char *fn, const float *x, const float *w, int dim, float eps, int n_rows, void *out,
-                         cu_dtype odt, int nx, cudaStream_t st, char *err, size_t errlen) {
+                         cu_dtype odt, int lay, norm_merge mg, cudaStream_t st, char *err, size_t errlen) {
     if (n_rows <= 0) return 0;
     const int block = s_norm_block(dim); /* the same rule as ops_rmsnorm_dual: the same sums */
-    if (!ops_rmsnorm_kperm_serves(dim, odt) || (nx && odt != CU_F16)) {
+    if (!ops_rmsnorm_kperm_serves(dim, odt) || (lay > 1 && odt != CU_F16)) {
         snprintf(err, errlen, "%s: unsupported row (%d elements of %s)", fn, dim, ops_dtype_name(odt));
         return -1;
     }
-    if (nx && nx != 32 && nx != 64 && nx != 128) {
-        snprintf(err, errlen, "%s: images of %d columns (32, 64 or 128)", fn, nx);
+    if (lay < 0 || (lay > 1 && lay != 32 && lay != 64 && lay != 128)) {
+        snprintf(err, errlen, "%s: layout %d (0 rows, 1 k order, images of 32, 64 or 128 columns)", fn, lay);
+        return -1;
+    }
+    if (lay == 0 && !mg.part) {
+        snprintf(err, errlen, "%s: rows without a merge", fn);
+        return -1;
+    }
+    if (mg.part && (mg.ks < 2 || mg.ks > KS_MAX || !mg.xo || !ops_rmsnorm_merge_serves(dim, odt))) {
+        snprintf(err, errlen, "%s: %d split partials (2 to %d, and x to write)", fn, mg.ks, (int)KS_MAX);
         return -1;
     }
     cudaError_t le = cudaSuccess;
     with_type(odt, [&](auto *tp) {
         using T = typename std::remove_pointer<decltype(tp)>::type;
-        if (nx)
-            le = cu_launch(k_rmsnorm_dual_r<T, 8, LAY_XIMAGE>, n_rows, block, 0, st, x, (const int32_t *)NULL, w, dim,
-                           eps, (T *)out, (float *)NULL, 0, nx);
+        const int32_t *rows = NULL;
+        if (lay > 1)
+            le = mg.part ? cu_launch(k_rmsnorm_dual_r<T, 8, LAY_XIMAGE, true>, n_rows, block, 0, st, x, rows, w, dim,
+                                     eps, (T *)out, (float *)NULL, 0, lay, mg)
+                         : cu_launch(k_rmsnorm_dual_r<T, 8, LAY_XIMAGE>, n_rows, block, 0, st, x, rows, w, dim, eps,
+                                     (T *)out, (float *)NULL, 0, lay, mg);
+        else if (lay == 1)
+            le = mg.part ? cu_launch(k_rmsnorm_dual_r<T, 8, LAY_KPERM, true>, n_rows, block, 0, st, x, rows, w, dim,
+                                     eps, (T *)out, (float *)NULL, 0, 0, mg)
+                         : cu_launch(k_rmsnorm_dual_r<T, 8, LAY_KPERM>, n_rows, block, 0, st, x, rows, w, dim, eps,
+                                     (T *)out, (float *)NULL, 0, 0, mg);
         else
-            le = cu_launch(k_rmsnorm_dual_r<T, 8, LAY_KPERM>, n_rows, block, 0, st, x, (const int32_t *)NULL, w, dim,
-                           eps, (T *)out, (float *)NULL, 0, 0);
+            le = cu_launch(k_rmsnorm_dual_r<T, 8, LAY_ROWS, true>, n_rows, block, 0, st, x, rows, w, dim, eps, (T *)out,
+                           (float *)NULL, 1, 0, mg);
     });
     if (le != cudaSuccess) {
         snprintf(err, errlen, "%s: launch failed: %s", fn, cudaGetErrorString(le));
@@ -705,7 +756,7 @@ static int s_rmsnorm_lay(const char *fn, const float *x, const float *w, int dim
 
 int ops_rmsnorm_kperm(const float *x, const float *w, int dim, float eps, int n_rows, void *out, cu_dtype odt,
                       cudaStream_t st, char *err, size_t errlen) {
-    return s_rmsnorm_lay("ops_rmsnorm_kperm", x, w, dim, eps, n_rows, out, odt, 0, st, err, errlen);
+    return s_rmsnorm_lay("ops_rmsnorm_kperm", x, w, dim, eps, n_rows, out, odt, 1, norm_merge{}, st, err, errlen);
 }
 
 int ops_rmsnorm_ximage(const float *x, const float *w, int dim, float eps, int n_rows, void *out, cu_dtype odt, int nx,
@@ -714,7 +765,17 @@ int ops_rmsnorm_ximage(const float *x, const float *w, int dim, float eps, int n
         snprintf(err, errlen, "ops_rmsnorm_ximage: images of %d columns", nx);
         return -1;
     }
-    return s_rmsnorm_lay("ops_rmsnorm_ximage", x, w, dim, eps, n_rows, out, odt, nx, st, err, errlen);
+    return s_rmsnorm_lay("ops_rmsnorm_ximage", x, w, dim, eps, n_rows, out, odt, nx, norm_merge{}, st, err, errlen);
+}
+
+int ops_rmsnorm_merge(float *x, const float *part, int ks, const float *w, int dim, float eps, int n_rows, void *out,
+                      cu_dtype odt, int lay, cudaStream_t st, char *err, size_t errlen) {
+    if (!part || !x) {
+        snprintf(err, errlen, "ops_rmsnorm_merge: no partials or no x");
+        return -1;
+    }
+    return s_rmsnorm_lay("ops_rmsnorm_merge", x, w, dim, eps, n_rows, out, odt, lay, norm_merge{part, ks, x}, st, err,
+                         errlen);
 }
 
 template <typename T>

@@ -140,6 +140,17 @@ int ops_rmsnorm_kperm_serves(int dim, cu_dtype odt);
  * launch error. */
 int ops_rmsnorm_ximage(const float *x, const float *w, int dim, float eps, int n_rows, void *out, cu_dtype odt, int nx,
                        cudaStream_t st, char *err, size_t errlen);
+/* A qtc product's split sum before the norm: x[r][i] = ((part[0][r][i] + part[1][r][i]) + ...) + x[r][i] over the
+ * ks planes of part ([ks][n_rows][dim] f32, 2 <= ks <= 8: what a qtc launch with part_only leaves, whose merge
+ * computes exactly that), written back to x, then the norm of the new x into out in layout lay: 0 rows (as
+ * ops_rmsnorm_dual), 1 qtc's 16-bit k order (as ops_rmsnorm_kperm), 32, 64 or 128 qtc's wgmma images (as
+ * ops_rmsnorm_ximage). The same bits as qtc's own merge followed by that norm. Rows as ops_rmsnorm_merge_serves
+ * says; -1 with err set otherwise or on a launch error. */
+int ops_rmsnorm_merge(float *x, const float *part, int ks, const float *w, int dim, float eps, int n_rows, void *out,
+                      cu_dtype odt, int lay, cudaStream_t st, char *err, size_t errlen);
+/* 1 when ops_rmsnorm_merge serves rows of dim elements of odt (as ops_rmsnorm_kperm, rows of at most 4,096
+ * elements). Never fails. */
+int ops_rmsnorm_merge_serves(int dim, cu_dtype odt);
 /* SwiGLU dual: gate and up rows are ld floats apart (ld >= n; 0 means n), so both may be column slices of one
  * [n_rows][2n] product (gate = gu, up = gu + n, ld = 2n); out and outf are [n_rows][n], rows contiguous. The
  * value of each element does not depend on ld. */

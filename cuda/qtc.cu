@@ -1428,7 +1428,7 @@ static cudaError_t s_launch_wide(const qtc_params *p, int ks, int r, int ldx, in
             e = cu_launch(qtc_wide_kernel<TY>, grid, dim3(QB_WARPS * 32), SMEM, st, (const uint8_t *)p->w, units, ks,
                           r, tiles, p->n_out, mc, xc, ldx, yc, ldy, yin, part);
         }
-        if (e == cudaSuccess && ks > 1) {
+        if (e == cudaSuccess && ks > 1 && !p->part_only) {
             const size_t n = (size_t)mc * p->n_out;
             const unsigned blocks = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
             e = cu_launch(qtc_merge_kernel, dim3(blocks), dim3(256), 0, st, (const float *)part, ks, p->n_out, mc, yc,
@@ -1663,6 +1663,14 @@ extern "C" int qtc_ximage_nx(const qtc_params *p) {
     }
 }
 
+extern "C" int qtc_partials(const qtc_params *p) {
+    if (!p || p->m < 1 || p->m > QB_CHUNK || p->glu || p->x_perm || !qtc_supported(p->type, p->n_in, p->n_out) ||
+        s_f16_default(p) || s_xm_default(p, qtc_split_narrow(p->type, p->n_in, p->n_out)) >= 0)
+        return 0;
+    const int ks = qtc_split(p->type, p->n_in, p->n_out);
+    return ks > 1 ? ks : 0;
+}
+
 extern "C" int qtc_f16_form(const qtc_params *p) {
     return p && qtc_supported(p->type, p->n_in, p->n_out) && s_f16_default(p);
 }
@@ -1694,6 +1702,10 @@ extern "C" cudaError_t qtc_launch_nf(const qtc_params *p, int nf, cudaStream_t s
     const int ks = qtc_split(p->type, p->n_in, p->n_out), kn = qtc_split_narrow(p->type, p->n_in, p->n_out);
     if (nf == 0 && s_f16_default(p)) nf = QTC_F16;
     if (p->x_perm && (nf != QTC_F16 || (p->x_rows && p->x_rows < p->m))) return cudaErrorInvalidValue;
+    /* part_only: the wide forms' partials only */
+    if (p->part_only &&
+        (!qtc_partials(p) || (nf != 0 && nf != QTC_WIDE && nf != QTC_WG && nf != QTC_WG32 && nf != QTC_WG128)))
+        return cudaErrorInvalidValue;
     /* x_image: the default form's images only (s_launch_wide checks the form's columns against qtc_ximage_nx) */
     if (p->x_image && (p->x_perm || p->glu || !qtc_ximage_nx(p) || (nf != 0 && nf != s_wg_form(p->m))))
         return cudaErrorInvalidValue;

@@ -77,6 +77,11 @@ typedef struct {
                           * bits). Columns past m up to the next multiple of NX may hold any values: their outputs
                           * are not stored. Only where qtc_ximage_nx(p) > 0 (else qtc_launch returns
                           * cudaErrorInvalidValue) */
+    int part_only;       /* 1: the launch leaves its split partials in the workspace instead of summing them into y:
+                          * [ks][m][n_out] f32 from the workspace's start, ks = qtc_split(type, n_in, n_out), whose
+                          * sum in split order ((p0 + p1) + ...) (+ y_in) is y's bits (ops_rmsnorm_merge sums them
+                          * so); y and y_in are not touched. Only where qtc_partials(p) > 0 (else qtc_launch returns
+                          * cudaErrorInvalidValue) */
     unsigned *flags;     /* NULL, or the wgmma kernel's hand-over flags: qtc_flags_bytes() bytes of device memory,
                           * 4-byte aligned, all zero before a launch that is given them (every launch leaves them
                           * zero), not shared with a launch that may run concurrently and written by nothing else.
@@ -161,6 +166,11 @@ cudaError_t qtc_launch(const qtc_params *p, cudaStream_t st);
  * narrow kernel's forms, below the 16-bit form's), whose x may then come as its images (x_image); 0 otherwise.
  * Attribute queries only. Never fails. */
 int qtc_ximage_nx(const qtc_params *p);
+
+/* ks > 1 when qtc_launch(p) runs a wide kernel (above the narrow kernel's rows, below the 16-bit form's) whose split
+ * partials can be left to the caller (part_only): p's shape has splits, m <= 256 (one column chunk) and no SwiGLU
+ * epilogue; 0 otherwise. Attribute queries only. Never fails. */
+int qtc_partials(const qtc_params *p);
 
 /* 1 when qtc_launch(p) runs the 16-bit form (QTC_F16: m >= 1,024 on sm_90 where p's workspace holds its copies,
  * ZLLM_CUDA_QTC_F16 not 0), whose x may come in its k order (x_perm). Attribute queries only. Never fails. */

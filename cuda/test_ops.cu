@@ -379,6 +379,59 @@ static void test_dual(int rows, int n) {
                 cudaFree(img);
             }
         }
+        /* a qtc product's split partials summed into x before the norm (ops_rmsnorm_merge): x and the output as
+         * the merge's sums (added in split order on the host) and then the norm give, in every layout */
+        if (t != CU_F32 && ops_rmsnorm_kperm_serves(n, t) && !ops_rmsnorm_merge_serves(n, t)) {
+            CHECK(ops_rmsnorm_merge((float *)dx, (float *)dg, 4, (float *)dw, n, 1e-5f, rows, o2, t, 0, 0, err,
+                                    errlen) != 0,
+                  "rmsnorm_merge accepted rows of %d", n);
+        } else if (t != CU_F32 && ops_rmsnorm_kperm_serves(n, t)) {
+            const int ks = 4;
+            float *pp = hrand((size_t)ks * N), *xs = (float *)malloc(N * 4);
+            for (size_t i = 0; i < N; i++) {
+                float v = pp[i];
+                for (int k = 1; k < ks; k++) v += pp[k * N + i];
+                xs[i] = v + x[i];
+            }
+            void *dpp = dnew(pp, CU_F32, ks * N), *dxs = dnew(xs, CU_F32, N);
+            for (int lay : {0, 1, 64}) {
+                if (lay == 64 && t != CU_F16) continue;
+                const size_t no = lay == 64 ? (size_t)((rows + 63) / 64) * 64 * n : N, es = ops_dtype_size(t);
+                void *ref = dnew(NULL, t, no), *got = dnew(NULL, t, no), *dxm = dnew(x, CU_F32, N);
+                const int rc =
+                    lay == 0 ? ops_rmsnorm_dual((float *)dxs, NULL, (float *)dw, n, 1e-5f, rows, ref, t, NULL, 1, 0,
+                                                err, errlen)
+                    : lay == 1
+                        ? ops_rmsnorm_kperm((float *)dxs, (float *)dw, n, 1e-5f, rows, ref, t, 0, err, errlen)
+                        : ops_rmsnorm_ximage((float *)dxs, (float *)dw, n, 1e-5f, rows, ref, t, 64, 0, err, errlen);
+                CHECK(rc == 0, "%s", err);
+                CHECK(ops_rmsnorm_merge((float *)dxm, (float *)dpp, ks, (float *)dw, n, 1e-5f, rows, got, t, lay, 0,
+                                        err, errlen) == 0,
+                      "%s", err);
+                uint8_t *h1 = (uint8_t *)malloc(no * es), *h2 = (uint8_t *)malloc(no * es);
+                float *hx = (float *)malloc(N * 4);
+                CHECK(cudaMemcpy(h1, ref, no * es, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                          cudaMemcpy(h2, got, no * es, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                          cudaMemcpy(hx, dxm, N * 4, cudaMemcpyDeviceToHost) == cudaSuccess,
+                      "copy back");
+                CHECK(memcmp(h1, h2, no * es) == 0 && memcmp(hx, xs, N * 4) == 0,
+                      "rmsnorm_merge %s %d x %d layout %d: differs from the sums then the norm", ops_dtype_name(t),
+                      rows, n, lay);
+                free(h1);
+                free(h2);
+                free(hx);
+                cudaFree(ref);
+                cudaFree(got);
+                cudaFree(dxm);
+            }
+            CHECK(ops_rmsnorm_merge((float *)dxs, (float *)dpp, 9, (float *)dw, n, 1e-5f, rows, o2, t, 0, 0, err,
+                                    errlen) != 0,
+                  "rmsnorm_merge accepted 9 partials");
+            free(pp);
+            free(xs);
+            cudaFree(dpp);
+            cudaFree(dxs);
+        }
         /* gathered rows (the engine's sampled rows), in reverse order */
         int32_t *idx = (int32_t *)malloc((size_t)rows * 4);
         for (int r = 0; r < rows; r++) idx[r] = rows - 1 - r;

@@ -308,6 +308,49 @@ static void acc_case(const Mat *a, int m, int resid, int pad, int nf)
     cudaFree(dx);
 }
 
+/* the split partials left in the workspace (part_only) where qtc_partials says the launch has them: summed in split
+ * order on the host, the default launch's bits y0 (no residual); refused elsewhere */
+static void partials_case(const Mat *a, const uint16_t *dx, int m, const std::vector<float> &y0) {
+    qtc_params p;
+    memset(&p, 0, sizeof p);
+    p.type = a->t;
+    p.w = a->dw;
+    p.n_in = a->n_in;
+    p.n_out = a->n_out;
+    p.m = m;
+    p.x = dx;
+    p.flags = s_flags;
+    p.workspace_bytes = qtc_workspace_bytes(a->t, a->n_in, a->n_out);
+    float *dy = NULL;
+    CK(cudaMalloc(&dy, (size_t)m * a->n_out * 4));
+    p.y = dy;
+    if (p.workspace_bytes) CK(cudaMalloc(&p.workspace, p.workspace_bytes));
+    const int ks = qtc_partials(&p);
+    p.part_only = 1;
+    const cudaError_t e = qtc_launch(&p, 0);
+    if (!ks) {
+        CHECK(e == cudaErrorInvalidValue, "%s %dx%d m %d: part_only accepted without partials (%s)",
+              ggml_type_name(a->t), a->n_out, a->n_in, m, cudaGetErrorString(e));
+    } else {
+        CHECK(ks == qtc_split(a->t, a->n_in, a->n_out), "qtc_partials %d, qtc_split %d", ks,
+              qtc_split(a->t, a->n_in, a->n_out));
+        const size_t n = (size_t)m * a->n_out;
+        std::vector<float> part((size_t)ks * n);
+        CK(cudaMemcpy(part.data(), p.workspace, part.size() * 4, cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            float v = part[i];
+            for (int k = 1; k < ks; k++) v += part[k * n + i];
+            bad += memcmp(&v, &y0[i], 4) != 0;
+        }
+        CHECK(e == cudaSuccess && bad == 0, "%s %dx%d m %d: %zu partial sums differ from the default (launch %s)",
+              ggml_type_name(a->t), a->n_out, a->n_in, m, bad, cudaGetErrorString(e));
+        if (s_flags) flags_zero_check(a, m, 0);
+    }
+    cudaFree(p.workspace);
+    cudaFree(dy);
+}
+
 /* every nf gives the default's bits; graph replay gives the eager bits */
 static void nf_graph_case(const Mat *a, int m)
 {
@@ -342,6 +385,7 @@ static void nf_graph_case(const Mat *a, int m)
     cudaError_t e = run(a, dx, m, 0, 0, NULL, 0, 0, 1, y1);
     CHECK(e == cudaSuccess && !memcmp(y0.data(), y1.data(), y0.size() * 4), "%s %dx%d m %d: graph replay != eager",
           ggml_type_name(a->t), a->n_out, a->n_in, m);
+    partials_case(a, dx, m, y0);
     s_without_flags = true; /* the wgmma kernel without its hand-over flags: one CTA a split */
     e = run(a, dx, m, 0, 0, NULL, 0, 0, 0, y1);
     s_without_flags = false;
