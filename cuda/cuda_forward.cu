@@ -218,10 +218,10 @@ static int s_embed(cu_engine *E, int n_rows, char *err, size_t errlen) {
 
 /* xb = rmsnorm(x) * w as wt, for the next products; kperm, the x layout (s_kperm_qkv, s_kperm_ffn): 1 in qtc's
  * 16-bit k order, NX > 1 as qtc's wgmma images of NX columns; pk > 0: x first takes the sum of the pk split partials
- * that the output product before left in E->qtc_ws (s_out_partials) */
+ * that the output product before left in E->qtc_ws (s_partials) */
 static int s_rmsnorm(cu_engine *E, const float *w, int n_rows, int kperm, int pk, char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
-    if (pk) /* the output product's split partials first (s_out_partials) */
+    if (pk) /* the output product's split partials first (s_partials) */
         return ops_rmsnorm_merge(E->x, (const float *)E->qtc_ws, pk, w, c->dim, c->rms_eps, n_rows, E->xb, E->wt, kperm,
                                  E->st, err, errlen);
     if (kperm > 1)
@@ -272,13 +272,43 @@ static int s_kperm_ffn(const cu_engine *E, const cu_layer *L, int n_rows) {
     return s_xlayout(E, W, 2, n_rows);
 }
 
-/* the Q/K/V products of xb (kperm: its layout, s_kperm_qkv) into the column slices of E->qkv, in the layer's form */
-static int s_qkv(cu_engine *E, const cu_layer *L, int n_rows, int kperm, char *err, size_t errlen) {
+/* xw W^T left as qtc's split partials in E->qtc_ws (part_only), for the kernel after the product to sum in qtc's
+ * merge order (ops_rmsnorm_merge, ops_qkv_rope_append: the same bits): their count, launched, where W's product
+ * has them (qtc_partials); 0 where not, nothing launched; -1 with err set on a launch error. It saves the merge
+ * launch, whose end every CTA of that kernel would wait for. */
+static int s_partials(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, int kperm, char *err, size_t errlen) {
+    if (W->path != CU_PATH_QTC) return 0;
+    qtc_params p = s_qtc_params(E, W, n_rows, xw, E->x, 0, 1);
+    p.x_perm = kperm == 1;
+    p.x_image = kperm > 1;
+    p.x_rows = E->x_rows;
+    const int ks = qtc_partials(&p);
+    if (!ks) return 0;
+    p.part_only = 1;
+    const cudaError_t e = qtc_launch(&p, E->st);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "qtc (%s, %d x %d, m %d, partials): %s", ggml_type_name(W->qt), W->n_out, W->n_in, n_rows,
+                 cudaGetErrorString(e));
+        return -1;
+    }
+    return ks;
+}
+
+/* the Q/K/V products of xb (kperm: its layout, s_kperm_qkv) into the column slices of E->qkv, in the layer's form;
+ * *pq: where one joined product feeds the RoPE kernel directly (no per-head norms), the count of the split partials
+ * it left for that kernel instead (s_partials), else 0 */
+static int s_qkv(cu_engine *E, const cu_layer *L, int n_rows, int kperm, int *pq, char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
     const int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim, ld = qd + 2 * kvd;
     float *q = E->qkv, *k = E->qkv + qd, *v = E->qkv + qd + kvd;
+    *pq = 0;
     switch (L->qkv) {
-    case CU_QKV_JOINED: return s_matmul_k(E, &L->wqkv, n_rows, E->xb, kperm, q, ld, 0, err, errlen);
+    case CU_QKV_JOINED:
+        if (!L->q_norm) {
+            *pq = s_partials(E, &L->wqkv, n_rows, E->xb, kperm, err, errlen);
+            if (*pq) return *pq < 0 ? -1 : 0;
+        }
+        return s_matmul_k(E, &L->wqkv, n_rows, E->xb, kperm, q, ld, 0, err, errlen);
     case CU_QKV_QK_V: {   /* q and k columns are adjacent in E->qkv: one product, then v (or both in one launch) */
         const int pr =
             L->qkv_pair && !kperm ? s_matmul_pair(E, &L->wqk, &L->wv, n_rows, E->xb, q, v, ld, err, errlen) : 0;
@@ -305,11 +335,15 @@ static int s_qk_norm(cu_engine *E, const cu_layer *L, int n_rows, char *err, siz
 
 /* biases, RoPE of q and k, q into E->q, k and v into the layer's caches: one kernel. The append precedes
  * attention on the same stream: every row then attends to itself through the cache */
-static int s_rope_append(cu_engine *E, const cu_layer *L, int l, int n_rows, char *err, size_t errlen) {
+static int s_rope_append(cu_engine *E, const cu_layer *L, int l, int n_rows, int pq, char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
     ops_qkv_args a;
     memset(&a, 0, sizeof a);
     a.qkv = E->qkv; a.ld = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim; a.bq = L->bq; a.bk = L->bk; a.bv = L->bv;
+    if (pq) { /* the joined product's split partials (s_qkv) */
+        a.part = (const float *)E->qtc_ws;
+        a.ks = pq;
+    }
     a.pos = IN_PTR(E, pos, int32_t); a.slot = IN_PTR(E, slot, int32_t);
     a.n_rows = n_rows; a.n_heads = c->n_heads; a.n_kv_heads = c->n_kv_heads; a.head_dim = c->head_dim;
     a.rope_dim = c->rope_dim;
@@ -445,38 +479,16 @@ static int s_ffn_up(cu_engine *E, const cu_layer *L, int n_rows, int kperm, cons
     return ops_swiglu_dual(E->gu, E->gu + ff, 2 * ff, n_rows, ff, E->xb, E->wt, NULL, 1, E->st, err, errlen);
 }
 
-/* x += xw W^T left as qtc's split partials in E->qtc_ws (part_only), for the norm after it to sum into x
- * (ops_rmsnorm_merge: qtc's own merge, the same bits): their count, launched, where W's product has them
- * (qtc_partials) and that norm serves x's rows; 0 where not, nothing launched; -1 with err set on a launch error.
- * It saves the merge launch, whose end every CTA of the norm would wait for. */
-static int s_out_partials(cu_engine *E, const cu_mat *W, int n_rows, const void *xw, int kperm, char *err,
-                          size_t errlen) {
-    if (W->path != CU_PATH_QTC || !ops_rmsnorm_merge_serves(E->base.model->cfg.dim, E->wt)) return 0;
-    qtc_params p = s_qtc_params(E, W, n_rows, xw, E->x, 0, 1);
-    p.x_image = kperm > 1;
-    p.x_rows = E->x_rows;
-    const int ks = qtc_partials(&p);
-    if (!ks) return 0;
-    p.part_only = 1;
-    const cudaError_t e = qtc_launch(&p, E->st);
-    if (e != cudaSuccess) {
-        snprintf(err, errlen, "qtc (%s, %d x %d, m %d, partials): %s", ggml_type_name(W->qt), W->n_out, W->n_in, n_rows,
-                 cudaGetErrorString(e));
-        return -1;
-    }
-    return ks;
-}
-
 /* x += xw W^T, or with a post norm (gemma3) x += norm(xw W^T) * post: the product then goes to E->qkv's memory
  * (free after the attention prologue and the GLU: cu_engine.gu) and one kernel norms and adds it; kperm: xw's
  * layout (s_matmul_k). pk: NULL, or where a norm follows (without a post norm), the product may leave its split
- * partials to it (s_out_partials): *pk their count, 0 if it did not */
+ * partials to it (s_partials): *pk their count, 0 if it did not */
 static int s_out_proj(cu_engine *E, const cu_mat *W, const float *post, int n_rows, const void *xw, int kperm, int *pk,
                       char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
     if (pk) *pk = 0;
-    if (!post && pk) {
-        *pk = s_out_partials(E, W, n_rows, xw, kperm, err, errlen);
+    if (!post && pk && ops_rmsnorm_merge_serves(c->dim, E->wt)) {
+        *pk = s_partials(E, W, n_rows, xw, kperm, err, errlen);
         if (*pk < 0) return -1;
         if (*pk) return 0;
     }
@@ -556,16 +568,17 @@ int cuda_forward(cu_engine *E, const cu_batch *b, char *err, size_t errlen) {
     const zl_config *c = &E->base.model->cfg;
     const int n = b->n_rows;
     FWD_CHECK(s_embed(E, n, err, errlen));
-    int pk = 0; /* split partials of the output product before that the next norm sums into x (s_out_partials) */
+    int pk = 0; /* split partials of the output product before that the next norm sums into x (s_partials) */
     for (int l = E->base.layer_begin; l < E->base.layer_end; l++) {
         const cu_layer *L = &E->L[l];
         const void *xd = NULL;
         int kd = 0;                                                            /* the down product's x layout */
+        int pq = 0; /* split partials of the Q/K/V product that the RoPE kernel sums (s_qkv) */
         const int kq = s_kperm_qkv(E, L, n), kf = s_kperm_ffn(E, L, n);        /* xb's layouts (s_xlayout) */
         FWD_CHECK(s_rmsnorm(E, L->attn_norm, n, kq, pk, err, errlen));         /* xb = norm(x (+ partials)) */
-        FWD_CHECK(s_qkv(E, L, n, kq, err, errlen));                            /* qkv = xb [Wq Wk Wv] */
+        FWD_CHECK(s_qkv(E, L, n, kq, &pq, err, errlen));                       /* qkv = xb [Wq Wk Wv] */
         if (L->q_norm) FWD_CHECK(s_qk_norm(E, L, n, err, errlen));             /* qwen3, gemma3: per-head norms */
-        FWD_CHECK(s_rope_append(E, L, l, n, err, errlen));                     /* q, caches += k, v */
+        FWD_CHECK(s_rope_append(E, L, l, n, pq, err, errlen));                 /* q, caches += k, v */
         FWD_CHECK(s_attention(E, L, b, err, errlen));                          /* att_w = attention(q) */
         FWD_CHECK(s_out_proj(E, &L->wo, L->post_attn_norm, n, E->att_w, 0, &pk, err, errlen)); /* x += att_w Wo */
         FWD_CHECK(s_rmsnorm(E, L->ffn_norm, n, kf, pk, err, errlen));                  /* xb = norm(x (+ partials)) */

@@ -306,6 +306,36 @@ int ops_kv_append(const float *k, const float *v, const int32_t *slot, const int
  * bias with one f32 add (__fadd_rn: the value ops_bias_add stores; never contracted into another operation),
  * rotates with rope_rotate (k_rope's expression) and stores f32 (q) or through st_f (caches, ops_kv_append's
  * conversion). */
+/* qkv's N elements (1, 2 or 4; aligned to N) from column col of row r into o: the products, or with a.part the
+ * sum of their split partials in split order (qtc_merge_kernel's operations), every plane's load issued first */
+template <int N> __device__ __forceinline__ void qkv_get(const ops_qkv_args &a, int r, int col, float *o) {
+    using V = typename std::conditional<N == 4, float4, typename std::conditional<N == 2, float2, float>::type>::type;
+    static_assert(sizeof(V) == 4 * N, "one vector of N floats");
+    const size_t e = (size_t)r * a.ld + col;
+    if (!a.part) {
+        const V v = *reinterpret_cast<const V *>(a.qkv + e);
+        memcpy(o, &v, sizeof v);
+        return;
+    }
+    const size_t np = (size_t)a.n_rows * a.ld;
+    V p[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        if (k < a.ks) p[k] = *reinterpret_cast<const V *>(a.part + k * np + e);
+    float t[8][N];
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        if (k < a.ks) memcpy(t[k], &p[k], sizeof(V));
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        float v = t[0][i];
+#pragma unroll
+        for (int k = 1; k < 8; k++)
+            if (k < a.ks) v += t[k][i];
+        o[i] = v;
+    }
+}
+
 template <typename T>
 __global__ void k_qkv_rope_append(ops_qkv_args a, T *kc, T *vc) {
     pdl_trigger();
@@ -327,32 +357,34 @@ __global__ void k_qkv_rope_append(ops_qkv_args a, T *kc, T *vc) {
         pr = a.pos[r]; sr = a.slot[r];
         if (t < n_rope && jr < half) cr = ((const float2 *)a.cs)[(size_t)pr * half + jr];
     }
-    const float *row = a.qkv + (size_t)r * a.ld;
     /* ops_kv_append's destination row; paged KV: row pr % kv_block of block blocks[sr + pr / kv_block] */
     const size_t cell = (size_t)kv_page_row(a.blocks, a.kv_block_log2, sr, a.n_ctx, pr) * kvd;
     if (t >= n_rope) {   /* v */
         const int i = t - n_rope;
-        float v = row[qd + kvd + i];
+        float v;
+        qkv_get<1>(a, r, qd + kvd + i, &v);
         if (a.bv) v = __fadd_rn(v, a.bv[i]);
         st_f(vc, cell + i, v);
         return;
     }
     const int h = t / per_head, j = t % per_head, is_k = h >= a.n_heads;
     const int hk = h - a.n_heads;   /* k head, when is_k */
-    const float *src = row + (size_t)h * hd;   /* q head h, or k head hk (k starts at qd = n_heads * hd) */
+    const int c0 = h * hd;          /* q head h, or k head hk (k starts at qd = n_heads * hd) */
     const float *b = is_k ? (a.bk ? a.bk + (size_t)hk * hd : NULL) : (a.bq ? a.bq + (size_t)h * hd : NULL);
     int e[2], n_e = 1;
     float y[2];
     if (j < half) {   /* a RoPE pair */
         e[0] = a.style == 0 ? 2 * j : j;
         e[1] = a.style == 0 ? 2 * j + 1 : j + half;
-        float x0 = src[e[0]], x1 = src[e[1]];
+        float x0, x1;
+        qkv_get<1>(a, r, c0 + e[0], &x0);
+        qkv_get<1>(a, r, c0 + e[1], &x1);
         if (b) { x0 = __fadd_rn(x0, b[e[0]]); x1 = __fadd_rn(x1, b[e[1]]); }
         rope_rotate(x0, x1, cr, &y[0], &y[1]);
         n_e = 2;
     } else {          /* a dim past the rotated ones */
         e[0] = 2 * half + (j - half);
-        y[0] = src[e[0]];
+        qkv_get<1>(a, r, c0 + e[0], &y[0]);
         if (b) y[0] = __fadd_rn(y[0], b[e[0]]);
     }
     for (int u = 0; u < n_e; u++) {
@@ -387,16 +419,11 @@ template <typename T> __global__ void k_qkv_rope_append4(ops_qkv_args a, T *kc, 
         sr = a.slot[r];
         if (t < n_rope && jr < pu) cr = ((const float4 *)a.cs)[(size_t)pr * pu + jr];
     }
-    const float *row = a.qkv + (size_t)r * a.ld;
     const size_t cell = (size_t)kv_page_row(a.blocks, a.kv_block_log2, sr, a.n_ctx, pr) * kvd;
     float y[4];
     if (t >= n_rope) { /* v */
         const int i = (t - n_rope) * 4;
-        const float4 v = *reinterpret_cast<const float4 *>(row + qd + kvd + i);
-        y[0] = v.x;
-        y[1] = v.y;
-        y[2] = v.z;
-        y[3] = v.w;
+        qkv_get<4>(a, r, qd + kvd + i, y);
         if (a.bv)
             for (int e = 0; e < 4; e++) y[e] = __fadd_rn(y[e], a.bv[i + e]);
         st4(vc, (cell + i) / 4, y);
@@ -404,14 +431,15 @@ template <typename T> __global__ void k_qkv_rope_append4(ops_qkv_args a, T *kc, 
     }
     const int h = t / per_head, j = t % per_head, is_k = h >= a.n_heads;
     const int hk = h - a.n_heads; /* k head, when is_k */
-    const float *src = row + (size_t)h * hd;
+    const int c0 = h * hd;
     const float *b = is_k ? (a.bk ? a.bk + (size_t)hk * hd : NULL) : (a.bq ? a.bq + (size_t)h * hd : NULL);
     T *kdst = kc + cell + (size_t)hk * hd; /* k head hk's cache row */
     float *qdst = a.q + (size_t)r * qd + (size_t)h * hd;
     if (j < pu && a.style == 1) { /* pairs (2 j, half + 2 j) and (2 j + 1, half + 2 j + 1) */
-        const float2 lo = *reinterpret_cast<const float2 *>(src + 2 * j);
-        const float2 hi = *reinterpret_cast<const float2 *>(src + half + 2 * j);
-        float x[4] = {lo.x, hi.x, lo.y, hi.y}; /* pair 2 j: x[0], x[1]; pair 2 j + 1: x[2], x[3] */
+        float lo[2], hi[2];
+        qkv_get<2>(a, r, c0 + 2 * j, lo);
+        qkv_get<2>(a, r, c0 + half + 2 * j, hi);
+        float x[4] = {lo[0], hi[0], lo[1], hi[1]}; /* pair 2 j: x[0], x[1]; pair 2 j + 1: x[2], x[3] */
         if (b) {
             x[0] = __fadd_rn(x[0], b[2 * j]);
             x[1] = __fadd_rn(x[1], b[half + 2 * j]);
@@ -433,8 +461,8 @@ template <typename T> __global__ void k_qkv_rope_append4(ops_qkv_args a, T *kc, 
     }
     /* style 0 pairs (4 j, 4 j + 1), (4 j + 2, 4 j + 3), or four dims past the rotated ones */
     const int e0 = j < pu ? 4 * j : 2 * half + 4 * (j - pu);
-    const float4 v = *reinterpret_cast<const float4 *>(src + e0);
-    float x[4] = {v.x, v.y, v.z, v.w};
+    float x[4];
+    qkv_get<4>(a, r, c0 + e0, x);
     if (b)
         for (int e = 0; e < 4; e++) x[e] = __fadd_rn(x[e], b[e0 + e]);
     if (j < pu) {
@@ -452,8 +480,8 @@ template <typename T> __global__ void k_qkv_rope_append4(ops_qkv_args a, T *kc, 
 static int s_rope4_fits(const ops_qkv_args *a) {
     const int hd = a->head_dim, half = a->rope_dim / 2;
     return half % 2 == 0 && (hd - 2 * half) % 4 == 0 && hd % 4 == 0 && a->ld % 4 == 0 &&
-           ((uintptr_t)a->qkv & 15) == 0 && ((uintptr_t)a->q & 15) == 0 && ((uintptr_t)a->kc & 15) == 0 &&
-           ((uintptr_t)a->vc & 15) == 0 && ((uintptr_t)a->cs & 15) == 0;
+           ((uintptr_t)(a->part ? a->part : a->qkv) & 15) == 0 && ((uintptr_t)a->q & 15) == 0 &&
+           ((uintptr_t)a->kc & 15) == 0 && ((uintptr_t)a->vc & 15) == 0 && ((uintptr_t)a->cs & 15) == 0;
 }
 
 int ops_qkv_rope_append(const ops_qkv_args *a, cudaStream_t st, char *err, size_t errlen) {
@@ -468,6 +496,10 @@ int ops_qkv_rope_append(const ops_qkv_args *a, cudaStream_t st, char *err, size_
         (a->blocks && (a->kv_block_log2 < 0 || a->kv_block_log2 > 8))) {
         snprintf(err, errlen, "ops_qkv_rope_append: unsupported shape (%d + 2 x %d heads of %d, rope %d, ld %d)",
                  a->n_heads, a->n_kv_heads, hd, a->rope_dim, a->ld);
+        return -1;
+    }
+    if (a->part && (a->ks < 2 || a->ks > 8)) {
+        snprintf(err, errlen, "ops_qkv_rope_append: %d split partials (2 to 8)", a->ks);
         return -1;
     }
     const dim3 grid((unsigned)a->n_rows, (unsigned)chunks);

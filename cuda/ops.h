@@ -88,6 +88,10 @@ typedef struct {
     const int32_t *blocks;     /* paged KV (cuda/attention.h): device block tables, slot[r] the offset of row r's
                                   table, the caches a pool of blocks of 1 << kv_block_log2 rows; NULL: contiguous */
     int kv_block_log2;         /* paged KV: log2 of the rows per block, 0..8 */
+    const float *part;         /* NULL, or the products as split partials [ks][n_rows][ld] f32 (what a qtc launch with
+                                  part_only leaves), each element the sum of its ks partials in split order ((p0 +
+                                  p1) + ...), as qtc's merge sums them: the same values; qkv is then unused */
+    int ks;                    /* part's planes: 2..8 */
 } ops_qkv_args;
 
 /* The attention prologue in one launch: q, k, v = the slices of a->qkv (+ bq, bk, bv when given); q and k rotated

@@ -498,9 +498,18 @@ static void test_qkv_rope_append(int rows, int n_pad, int n_heads, int n_kv, int
                                  int extra_ld, int n_slots, int n_ctx) {
     const int qd = n_heads * head_dim, kvd = n_kv * head_dim, ld = qd + 2 * kvd + extra_ld;
     const size_t C = (size_t)(n_slots + 1) * n_ctx * kvd;   /* the sentinel slot included */
-    float *qkv = hrand((size_t)rows * ld), *bias = hrand((size_t)qd + 2 * kvd);
-    for (int r = rows - n_pad + 1; r < rows; r++)
-        memcpy(qkv + (size_t)r * ld, qkv + (size_t)(rows - n_pad) * ld, (size_t)ld * 4);
+    /* the products as the sums of 4 split partials in split order (a.part's form), the padded rows' the same */
+    const int ks = 4;
+    const size_t np = (size_t)rows * ld;
+    float *pp = hrand(ks * np), *qkv = (float *)malloc(np * 4), *bias = hrand((size_t)qd + 2 * kvd);
+    for (int k = 0; k < ks; k++)
+        for (int r = rows - n_pad + 1; r < rows; r++)
+            memcpy(pp + k * np + (size_t)r * ld, pp + k * np + (size_t)(rows - n_pad) * ld, (size_t)ld * 4);
+    for (size_t i = 0; i < np; i++) {
+        float v = pp[i];
+        for (int k = 1; k < ks; k++) v += pp[k * np + i];
+        qkv[i] = v;
+    }
     float *q = (float *)malloc((size_t)rows * qd * 4), *k = (float *)malloc((size_t)rows * kvd * 4);
     float *v = (float *)malloc((size_t)rows * kvd * 4);
     for (int r = 0; r < rows; r++) {
@@ -517,6 +526,7 @@ static void test_qkv_rope_append(int rows, int n_pad, int n_heads, int n_kv, int
     float *cs = (float *)malloc((size_t)n_ctx * rope_dim * 4 + 4);
     ops_rope_table_host(cs, n_ctx, rope_dim, 1000000.0);
     void *dqkv = dnew(qkv, CU_F32, (size_t)rows * ld), *dcs = dnew(cs, CU_F32, (size_t)n_ctx * rope_dim);
+    void *dpp = dnew(pp, CU_F32, ks * np);
     void *ds = dnew(slot, CU_F32, rows), *dp = dnew(pos, CU_F32, rows);
     void *db = dnew(bias, CU_F32, (size_t)qd + 2 * kvd);
     const float *dbq = (const float *)db, *dbk = dbq + qd, *dbv = dbq + qd + kvd;
@@ -559,12 +569,42 @@ static void test_qkv_rope_append(int rows, int n_pad, int n_heads, int n_kv, int
         CHECK(count_finite(q2, CU_F32, (size_t)rows * qd) == (size_t)rows * qd, "%s: q not fully written", what);
         CHECK(count_finite(kc2, t, C) == (size_t)n_cells * kvd && count_finite(vc2, t, C) == (size_t)n_cells * kvd,
               "%s: cache cells written differ from %d rows of %d", what, n_cells, kvd);
+        /* the products given as their split partials: the same bits */
+        void *q3 = dnew(NULL, CU_F32, (size_t)rows * qd), *kc3 = dnew(NULL, t, C), *vc3 = dnew(NULL, t, C);
+        a.qkv = NULL;
+        a.part = (const float *)dpp;
+        a.ks = ks;
+        a.q = (float *)q3;
+        a.kc = kc3;
+        a.vc = vc3;
+        CHECK(ops_qkv_rope_append(&a, 0, err, errlen) == 0, "%s (partials): %s", what, err);
+        ok &= same_bits(what, dq, q3, (size_t)rows * qd * 4);
+        ok &= same_bits(what, kc1, kc3, C * ops_dtype_size(t));
+        ok &= same_bits(what, vc1, vc3, C * ops_dtype_size(t));
+        a.ks = 9;
+        CHECK(ops_qkv_rope_append(&a, 0, err, errlen) != 0, "%s: 9 partials accepted", what);
+        cudaFree(q3);
+        cudaFree(kc3);
+        cudaFree(vc3);
         if (getenv("ZLLM_TEST_VERBOSE")) printf("  %s: %s\n", what, ok ? "same bits" : "DIFFERENT");
         cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(kc1); cudaFree(vc1); cudaFree(kc2); cudaFree(vc2);
         cudaFree(q2);
     }
-    cudaFree(dqkv); cudaFree(dcs); cudaFree(ds); cudaFree(dp); cudaFree(db);
-    free(qkv); free(bias); free(q); free(k); free(v); free(slot); free(pos); free(cs);
+    cudaFree(dqkv);
+    cudaFree(dcs);
+    cudaFree(ds);
+    cudaFree(dp);
+    cudaFree(db);
+    cudaFree(dpp);
+    free(pp);
+    free(qkv);
+    free(bias);
+    free(q);
+    free(k);
+    free(v);
+    free(slot);
+    free(pos);
+    free(cs);
 }
 
 /* ops_swiglu_dual on column slices of one [rows][2n] array (ld = 2n, the engine's fused gate/up product) gives
