@@ -1652,10 +1652,15 @@ static cudaError_t s_launch_f16(const qtc_params *p, int ks, int kn, int ldx, in
  * the same bits) */
 static int s_wg_form(int m) { return m <= 32 ? QTC_WG32 : m <= 64 ? QTC_WG : QTC_WG128; }
 
+/* 1 when qtc_launch(p) runs a wide kernel by default: p is a product of rows (no SwiGLU epilogue, x in rows), above
+ * the narrow kernel's forms and below the 16-bit form's */
+static int s_wide_default(const qtc_params *p) {
+    return p && p->m >= 1 && !p->glu && !p->x_perm && qtc_supported(p->type, p->n_in, p->n_out) && !s_f16_default(p) &&
+           s_xm_default(p, qtc_split_narrow(p->type, p->n_in, p->n_out)) < 0;
+}
+
 extern "C" int qtc_ximage_nx(const qtc_params *p) {
-    if (!p || p->m < 1 || p->glu || p->x_perm || !qtc_supported(p->type, p->n_in, p->n_out) || !wtc_wgmma() ||
-        s_f16_default(p) || s_xm_default(p, qtc_split_narrow(p->type, p->n_in, p->n_out)) >= 0)
-        return 0;
+    if (!s_wide_default(p) || !wtc_wgmma()) return 0;
     switch (s_wg_form(p->m)) {
     case QTC_WG32: return 32;
     case QTC_WG: return 64;
@@ -1664,9 +1669,7 @@ extern "C" int qtc_ximage_nx(const qtc_params *p) {
 }
 
 extern "C" int qtc_partials(const qtc_params *p) {
-    if (!p || p->m < 1 || p->m > QB_CHUNK || p->glu || p->x_perm || !qtc_supported(p->type, p->n_in, p->n_out) ||
-        s_f16_default(p) || s_xm_default(p, qtc_split_narrow(p->type, p->n_in, p->n_out)) >= 0)
-        return 0;
+    if (!s_wide_default(p) || p->m > QB_CHUNK) return 0;
     const int ks = qtc_split(p->type, p->n_in, p->n_out);
     return ks > 1 ? ks : 0;
 }

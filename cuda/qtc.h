@@ -80,8 +80,8 @@ typedef struct {
     int part_only;       /* 1: the launch leaves its split partials in the workspace instead of summing them into y:
                           * [ks][m][n_out] f32 from the workspace's start, ks = qtc_split(type, n_in, n_out), whose
                           * sum in split order ((p0 + p1) + ...) (+ y_in) is y's bits (ops_rmsnorm_merge sums them
-                          * so); y and y_in are not touched. Only where qtc_partials(p) > 0 (else qtc_launch returns
-                          * cudaErrorInvalidValue) */
+                          * so); y and y_in are not touched (y must still be given). Only where qtc_partials(p) > 0
+                          * (else qtc_launch returns cudaErrorInvalidValue) */
     unsigned *flags;     /* NULL, or the wgmma kernel's hand-over flags: qtc_flags_bytes() bytes of device memory,
                           * 4-byte aligned, all zero before a launch that is given them (every launch leaves them
                           * zero), not shared with a launch that may run concurrently and written by nothing else.
