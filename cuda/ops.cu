@@ -300,12 +300,6 @@ int ops_kv_append(const float *k, const float *v, const int32_t *slot, const int
 }
 
 /* ---------------------------------------------------------------- fused bias + RoPE + KV append */
-/* One block row (blockIdx.x) per token row, blockIdx.y chunks of its work items: first, per head of q then of k
- * (adjacent in qkv: k's heads follow q's), `head_dim - half` items: the half RoPE pairs, then the head_dim -
- * 2 * half dims RoPE leaves alone; then the kv_dim elements of v. Each item reads its qkv element(s), adds the
- * bias with one f32 add (__fadd_rn: the value ops_bias_add stores; never contracted into another operation),
- * rotates with rope_rotate (k_rope's expression) and stores f32 (q) or through st_f (caches, ops_kv_append's
- * conversion). */
 /* qkv's N elements (1, 2 or 4; aligned to N) from column col of row r into o: the products, or with a.part the
  * sum of their split partials in split order (qtc_merge_kernel's operations), every plane's load issued first */
 template <int N> __device__ __forceinline__ void qkv_get(const ops_qkv_args &a, int r, int col, float *o) {
@@ -318,14 +312,13 @@ template <int N> __device__ __forceinline__ void qkv_get(const ops_qkv_args &a, 
         return;
     }
     const size_t np = (size_t)a.n_rows * a.ld;
-    V p[8];
-#pragma unroll
-    for (int k = 0; k < 8; k++)
-        if (k < a.ks) p[k] = *reinterpret_cast<const V *>(a.part + k * np + e);
     float t[8][N];
 #pragma unroll
     for (int k = 0; k < 8; k++)
-        if (k < a.ks) memcpy(t[k], &p[k], sizeof(V));
+        if (k < a.ks) {
+            const V v = *reinterpret_cast<const V *>(a.part + k * np + e);
+            memcpy(t[k], &v, sizeof v);
+        }
 #pragma unroll
     for (int i = 0; i < N; i++) {
         float v = t[0][i];
@@ -336,6 +329,12 @@ template <int N> __device__ __forceinline__ void qkv_get(const ops_qkv_args &a, 
     }
 }
 
+/* One block row (blockIdx.x) per token row, blockIdx.y chunks of its work items: first, per head of q then of k
+ * (adjacent in qkv: k's heads follow q's), `head_dim - half` items: the half RoPE pairs, then the head_dim -
+ * 2 * half dims RoPE leaves alone; then the kv_dim elements of v. Each item reads its qkv element(s), adds the
+ * bias with one f32 add (__fadd_rn: the value ops_bias_add stores; never contracted into another operation),
+ * rotates with rope_rotate (k_rope's expression) and stores f32 (q) or through st_f (caches, ops_kv_append's
+ * conversion). */
 template <typename T>
 __global__ void k_qkv_rope_append(ops_qkv_args a, T *kc, T *vc) {
     pdl_trigger();
@@ -756,7 +755,11 @@ static int s_rmsnorm_lay(const char *fn, const float *x, const float *w, int dim
         snprintf(err, errlen, "%s: rows without a merge", fn);
         return -1;
     }
-    if (mg.part && (mg.ks < 2 || mg.ks > KS_MAX || !mg.xo || !ops_rmsnorm_merge_serves(dim, odt))) {
+    if (mg.part && !ops_rmsnorm_merge_serves(dim, odt)) {
+        snprintf(err, errlen, "%s: rows of %d elements with split partials (at most 4,096)", fn, dim);
+        return -1;
+    }
+    if (mg.part && (mg.ks < 2 || mg.ks > KS_MAX || !mg.xo)) {
         snprintf(err, errlen, "%s: %d split partials (2 to %d, and x to write)", fn, mg.ks, (int)KS_MAX);
         return -1;
     }
@@ -793,8 +796,8 @@ int ops_rmsnorm_kperm(const float *x, const float *w, int dim, float eps, int n_
 
 int ops_rmsnorm_ximage(const float *x, const float *w, int dim, float eps, int n_rows, void *out, cu_dtype odt, int nx,
                        cudaStream_t st, char *err, size_t errlen) {
-    if (nx <= 0) {
-        snprintf(err, errlen, "ops_rmsnorm_ximage: images of %d columns", nx);
+    if (nx != 32 && nx != 64 && nx != 128) {
+        snprintf(err, errlen, "ops_rmsnorm_ximage: images of %d columns (32, 64 or 128)", nx);
         return -1;
     }
     return s_rmsnorm_lay("ops_rmsnorm_ximage", x, w, dim, eps, n_rows, out, odt, nx, norm_merge{}, st, err, errlen);
