@@ -46,10 +46,10 @@ typedef struct {
     int sample_cluster;  /* ZLLM_CUDA_SAMPLE_CLUSTER: the sampler spreads a large vocabulary over a thread-block
                           * cluster on sm_90+; 0: one block per row (same bits) */
     /* tests */
-    int qtc_grid; /* ZLLM_CUDA_QTC_GRID: > 0 caps qtc's persistent narrow grid at this many CTAs, so that every CTA
-                   * takes several tiles, and runs its wgmma kernel with this many CTAs a column block wherever their
-                   * even ranges can serve, so that splits are cut between CTAs (tests/run_gpu.sh); 0: automatic
-                   * (same bits) */
+    /* ZLLM_CUDA_QTC_GRID: > 0 caps qtc's persistent narrow grid at this many CTAs, so that every CTA takes several
+     * tiles, and runs its wgmma kernel with this many CTAs a column block wherever their even ranges can serve, so
+     * that splits are cut between CTAs (tests/run_gpu.sh); 0: automatic (same bits) */
+    int qtc_grid;
 } cu_settings;
 
 /* The settings, read from the environment at the first call (thread safe). Never fails: a variable that is

@@ -239,7 +239,7 @@ static int s_xlayout(const cu_engine *E, const cu_mat *const *W, int n, int n_ro
     int kp = 1, nx = s_ximage_takes(E, W[0], n_rows);
     for (int i = 0; i < n; i++) {
         kp = kp && s_kperm_takes(E, W[i], n_rows);
-        if (s_ximage_takes(E, W[i], n_rows) != nx) nx = 0;
+        if (i > 0 && s_ximage_takes(E, W[i], n_rows) != nx) nx = 0;
     }
     return kp ? 1 : nx;
 }

@@ -12,8 +12,10 @@
  * past its 64 KiB; the compact QTC_XC, refused past 64 KiB up to 8 columns and past 128 KiB from 9 to 16;
  * QTC_XR), the wide kernels and the 16-bit form (QTC_F16: strided, with residuals, over several row and column
  * chunks, in wtc's 192-row tiles, its SwiGLU epilogue) bitwise equal to the default; x given as the wgmma
- * kernel's images (x_image) bitwise equal to the default; batch invariance: for M in {1,2,3,7,8,9,16,33,64,128,256}, a row placed at several positions among random rows
- * gives a y row bit-identical (memcmp) to the row alone, and the same at M = 2048; CUDA-graph replay equal to
+ * kernel's images (x_image) bitwise equal to the default; the split partials a part_only launch leaves, summed
+ * in split order on the host, equal to the default; every launch with hand-over flags leaves them zero, and a
+ * launch without them gives the same bits; batch invariance: for M in {1,2,3,7,8,9,16,33,64,128,256}, a row
+ * placed at several positions among random rows gives a y row bit-identical (memcmp) to the row alone, and the same at M = 2048; CUDA-graph replay equal to
  * eager; the narrow kernel's SwiGLU epilogue (qtc_params.glu) bitwise equal to the product followed by
  * ops_swiglu_il8_dual; two products in one launch (qtc_launch_pair, x staged and not) bitwise equal to two
  * launches; the Q4_K scale formula (q4k_scales) bit for bit against its f32 definition for every f16 d and every
